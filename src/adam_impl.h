@@ -1,0 +1,1 @@
+/* adam implementation (section of zero.h): not yet written. */

@@ -1,0 +1,1 @@
+/* convert declarations (section of zero.h): not yet written. */

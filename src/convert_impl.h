@@ -1,0 +1,1 @@
+/* convert implementation (section of zero.h): not yet written. */

@@ -1,0 +1,1 @@
+/* engine declarations (section of zero.h): not yet written. */

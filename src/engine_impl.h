@@ -1,0 +1,1 @@
+/* engine implementation (section of zero.h): not yet written. */

@@ -1,0 +1,1 @@
+/* estimate declarations (section of zero.h): not yet written. */

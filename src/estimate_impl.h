@@ -1,0 +1,1 @@
+/* estimate implementation (section of zero.h): not yet written. */

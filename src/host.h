@@ -1,0 +1,1 @@
+/* host declarations (section of zero.h): not yet written. */

@@ -1,0 +1,1 @@
+/* host implementation (section of zero.h): not yet written. */

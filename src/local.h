@@ -1,0 +1,1 @@
+/* local declarations (section of zero.h): not yet written. */

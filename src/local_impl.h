@@ -1,0 +1,1 @@
+/* local implementation (section of zero.h): not yet written. */

@@ -1,0 +1,1 @@
+/* plan implementation (section of zero.h): not yet written. */

@@ -1,0 +1,1 @@
+/* scaler implementation (section of zero.h): not yet written. */

@@ -1,0 +1,9 @@
+/* Compile test: a second translation unit that includes zero.h without the
+   implementation, to catch definitions that would be duplicated at link time. */
+#include "zero.h"
+
+int zero_compile_other(void);
+int zero_compile_other(void)
+{
+    return zero_dtype_size(ZERO_F16) == 2 ? 0 : 1;
+}
