@@ -270,6 +270,10 @@ typedef struct zero_device_ops {
     /* Memory: 'bytes' bytes, aligned to at least 64 bytes, tagged with a category. */
     zero_result (*alloc)(zero_device *dev, size_t bytes, zero_mem_category category, void **out);
     zero_result (*free)(zero_device *dev, void *ptr);
+    /* Optional (may be NULL): called once before an engine's allocations with their total
+       bytes and count, so a backend can take one arena (each allocation may need up to
+       256 bytes of alignment slack on top of its size). */
+    zero_result (*reserve)(zero_device *dev, size_t total_bytes, size_t num_allocations);
     /* Queues and events: 'wait' makes queue q wait for ev without blocking the host;
        'sync' blocks the host until queue q is idle. */
     zero_result (*event_create)(zero_device *dev, zero_event **out);
