@@ -42,6 +42,14 @@
 
    LICENSE: MIT, see the end of this file.
 */
+/* The implementation uses POSIX (threads, clocks, sockets). When zero.h is the first header
+   of the implementation file this asks the C library for it even under -std=c99/c11;
+   otherwise compile that file with -D_POSIX_C_SOURCE=200809L or as gnu99/gnu11. */
+#if defined(ZERO_IMPLEMENTATION) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && \
+    !defined(_WIN32)
+#define _POSIX_C_SOURCE 200809L
+#endif
+
 #ifndef ZERO_H
 #define ZERO_H
 
