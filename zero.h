@@ -189,7 +189,8 @@ typedef struct zero_comm_ops {
        when send == recv + rank * send_numel. */
     zero_result (*all_gather)(zero_comm *comm, const void *send, void *recv, size_t send_numel,
                               zero_dtype dtype, void *queue);
-    /* send holds world * recv_numel elements; rank r receives the reduction of block r. */
+    /* send holds world * recv_numel elements; rank r receives the reduction of block r. In
+       place when recv == send + rank * recv_numel (as NCCL allows). */
     zero_result (*reduce_scatter)(zero_comm *comm, const void *send, void *recv,
                                   size_t recv_numel, zero_dtype dtype, zero_op op, void *queue);
     /* In place when send == recv. */

@@ -34,8 +34,14 @@ typedef struct zero_scaler {
 } zero_scaler;
 
 /* Resolves defaults for params of dtype param_dtype and validates (finite, positive
-   values; window, hysteresis >= 1; factor > 1). */
+   values; window, hysteresis >= 1; factor > 1; dynamic: min_scale <= init_scale);
+   INVALID_ARGUMENT names the field and writes nothing. desc may be NULL (all defaults).
+   param_dtype is looked at only by the DEFAULT mode, which needs F16 (dynamic) or BF16,
+   F32, F64 (none). */
 ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc *desc,
                                      zero_dtype param_dtype);
-/* One step's outcome: overflow != 0 when any rank saw inf/NaN (the step is skipped). */
+/* One step's outcome: overflow != 0 when any rank saw inf/NaN (the step is skipped).
+   Dynamic: DeepSpeed's rule (docs/optimizer.md); a growth that would make the scale
+   infinite leaves it as it is. Static and none: the scale stays; iter and
+   last_overflow_iter still count. */
 ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow);
