@@ -6,6 +6,7 @@
 #   make compile-tests zero.h as C99 -pedantic, C11, C++17 and ZERO_STATIC, gcc and clang
 #   make cuda          compile and link the CUDA/NCCL parts with nvcc (skips without it)
 #   make test-cuda     run the GPU tests (one skip line without a GPU)
+#   make sanitize-cuda the GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
 #   make bench / bench-cuda
 CC      ?= cc
 CXX     ?= c++
@@ -30,16 +31,16 @@ EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(sort $(wildcard bench/*.c)))
 TOOLS    := build/zero-estimate
 
-.PHONY: all test demo test-sanitize compile-tests cuda test-cuda bench bench-cuda clean
+.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
 build build/san build/compile build/cuda:
 	@mkdir -p $@
 
-build/test_%: tests/test_%.c $(HEADERS) tests/zt.h | build
+build/test_%: tests/test_%.c $(HEADERS) $(wildcard tests/*.h) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
-build/san/test_%: tests/test_%.c $(HEADERS) tests/zt.h | build/san
+build/san/test_%: tests/test_%.c $(HEADERS) $(wildcard tests/*.h) | build/san
 	$(CC) $(SAN_FLAGS) $< -o $@ $(LDLIBS)
 
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
@@ -57,7 +58,7 @@ test: $(TESTS)
 test-sanitize: $(SAN_TESTS)
 	@ZT_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(SAN_TESTS)
 
-DEMO ?= build/zero-estimate --params 7.5e9 --ranks 64
+DEMO ?= build/train_mlp
 demo: all
 	$(DEMO)
 
@@ -82,38 +83,67 @@ compile-tests: | build/compile
 	done; echo "compile-tests: C99, C11, C++17 and ZERO_STATIC with gcc and clang: ok"
 
 # ---- CUDA and NCCL ------------------------------------------------------------------------
-NVCC ?= $(shell command -v nvcc 2>/dev/null)
-CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
-# NCCL: NCCL_HOME if given, else next to CUDA, the system, or PyTorch's nvidia-nccl wheel.
-NCCL_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr /usr/local \
+# nvcc: NVCC if given; else CUDA_HOME/bin/nvcc if CUDA_HOME is given; else nvcc on PATH;
+# else /usr/local/cuda/bin/nvcc. CUDA_HOME then defaults to where that nvcc lives.
+ifeq ($(origin NVCC),undefined)
+ifneq ($(CUDA_HOME),)
+NVCC := $(wildcard $(CUDA_HOME)/bin/nvcc)
+else
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+endif
+endif
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),/usr/local/cuda)
+# NCCL: NCCL_HOME if given, else next to CUDA, the system, or PyTorch's nvidia-nccl wheel
+# (site-packages/nvidia/nccl, a namespace package with include/ and lib/libnccl.so.2).
+ifeq ($(origin NCCL_HOME),undefined)
+NCCL_HOME := $(firstword $(foreach d,$(CUDA_HOME) /usr /usr/local \
     $(shell python3 -c 'import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null), \
     $(if $(wildcard $(d)/include/nccl.h),$(d))))
+endif
 NCCL_LIBDIR := $(firstword $(foreach d,$(NCCL_HOME)/lib $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib/x86_64-linux-gnu,$(if $(wildcard $(d)/libnccl.so*),$(d))))
+# A wheel ships only libnccl.so.2 (no libnccl.so for -lnccl): name the file then.
+NCCL_LIB := $(if $(NCCL_LIBDIR),$(if $(wildcard $(NCCL_LIBDIR)/libnccl.so),-lnccl,-l:$(notdir $(firstword $(wildcard $(NCCL_LIBDIR)/libnccl.so.*)))),-lnccl)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+# nvcc's defaults are exact (-fmad=true cannot change zero_adam_update, whose multiply-adds
+# are explicit fmaf; IEEE division and square root): never add --use_fast_math.
 NVCC_FLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -I.
-NCCL_FLAGS := $(if $(NCCL_HOME),-I$(NCCL_HOME)/include) $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR))
+NCCL_FLAGS := $(filter-out -I/usr/include,$(if $(NCCL_HOME),-I$(NCCL_HOME)/include)) \
+              $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR))
 CUDA_HEADERS := $(HEADERS) $(wildcard zero_cuda.h zero_nccl.h)
 CUDA_SRC := $(sort $(wildcard tests/cuda/*.cu bench/*.cu examples/*.cu))
 CUDA_BINS := $(patsubst %.cu,build/cuda/%,$(notdir $(CUDA_SRC)))
 vpath %.cu tests/cuda bench examples
 
-build/cuda/%: %.cu $(CUDA_HEADERS) | build/cuda
-	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< -o $@ -lcublas -lnccl -lpthread
+build/cuda/%: %.cu $(CUDA_HEADERS) tests/zt.h | build/cuda
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< -o $@ -lcublas $(NCCL_LIB) -lpthread
 
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "cuda: skipped: nvcc not found (set NVCC or CUDA_HOME)"; \
 	 elif [ -z "$(CUDA_SRC)" ]; then echo "cuda: nothing to build yet"; \
 	 else $(MAKE) --no-print-directory $(CUDA_BINS) && echo "cuda: built $(words $(CUDA_BINS)) programs with $(NVCC)"; fi
 
+# A GPU is visible when nvidia-smi lists one or, without nvidia-smi, a /dev/nvidiaN exists.
+# Each test program also checks cudaGetDeviceCount() and skips itself without a device.
+GPU_VISIBLE = { nvidia-smi -L >/dev/null 2>&1 || { ! command -v nvidia-smi >/dev/null 2>&1 && ls /dev/nvidia[0-9]* >/dev/null 2>&1; }; }
 CUDA_TESTS := $(filter build/cuda/test_%,$(CUDA_BINS))
 test-cuda: cuda
 	@if [ -z "$(NVCC)" ]; then echo "test-cuda: skipped: nvcc not found"; \
-	 elif ! nvidia-smi -L >/dev/null 2>&1; then echo "test-cuda: skipped: no GPU visible"; echo "0 passed, 0 failed, $(words $(CUDA_TESTS)) skipped"; \
+	 elif ! $(GPU_VISIBLE); then echo "test-cuda: skipped: no GPU visible"; echo "0 passed, 0 failed, $(words $(CUDA_TESTS)) skipped"; \
 	 else bash tests/run.sh $(CUDA_TESTS); fi
+
+# compute-sanitizer memcheck, racecheck and synccheck over the GPU tests at ZT_QUICK sizes.
+COMPUTE_SANITIZER ?= $(or $(shell command -v compute-sanitizer 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/compute-sanitizer))
+sanitize-cuda: cuda
+	@if [ -z "$(NVCC)" ]; then echo "sanitize-cuda: skipped: nvcc not found"; \
+	 elif ! $(GPU_VISIBLE); then echo "sanitize-cuda: skipped: no GPU visible"; \
+	 elif [ -z "$(COMPUTE_SANITIZER)" ]; then echo "sanitize-cuda: skipped: compute-sanitizer not found (set COMPUTE_SANITIZER)"; \
+	 else set -e; for tool in memcheck racecheck synccheck; do for t in $(CUDA_TESTS); do \
+	   echo "== $$tool $$t"; ZT_QUICK=1 $(COMPUTE_SANITIZER) --tool $$tool --error-exitcode 99 $$t; done; done; \
+	   echo "sanitize-cuda: memcheck, racecheck, synccheck clean"; fi
 
 CUDA_BENCHES := $(filter build/cuda/bench_%,$(CUDA_BINS))
 bench-cuda: cuda
-	@if ! nvidia-smi -L >/dev/null 2>&1; then echo "bench-cuda: skipped: no GPU visible"; \
+	@if ! $(GPU_VISIBLE); then echo "bench-cuda: skipped: no GPU visible"; \
 	 else for b in $(CUDA_BENCHES); do echo "== $$b"; $$b || exit 1; done; fi
 
 clean:

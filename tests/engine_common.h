@@ -1,0 +1,432 @@
+/* engine_common.h - the harness the engine tests share: one training run of synthetic
+   gradients on N ranks (threads, local comm, host device), its state gathered on the host.
+
+   A run registers a fixed set of tensors (sizes not multiples of N, several groups, biases
+   excluded from weight decay), sets them from a deterministic function, and runs 'steps'
+   optimizer steps of 'accum' micro-steps. Every micro-step does the stage-3 pattern (forward:
+   gather/release groups ascending; backward: descending, gather, grads, write, release,
+   grads_ready), so one program runs at every stage. The gradient of element i of tensor t on
+   rank r in micro-step k is synth_grad(param, r, k, step, i, t): it depends on the current
+   params, so any divergence between runs propagates. */
+#ifndef ENGINE_COMMON_H
+#define ENGINE_COMMON_H
+#include <math.h>
+#include <pthread.h>
+
+#define EC_MAX_T 16
+#define EC_MAX_RANKS 8
+#define EC_MAX_STEPS 64
+
+typedef struct ec_cfg {
+    int stage, world, accum, steps;
+    zero_dtype dtype, comm_dtype;
+    int ntensors;
+    size_t sizes[EC_MAX_T];
+    int groups[EC_MAX_T];
+    unsigned flags[EC_MAX_T];
+    size_t persist, max_live, bucket;
+    int prefetch;
+    float clip, lr, wd;
+    float init_scale; /* 0 = default */
+    int window, hysteresis;
+    /* Faults: a NaN (or inf when fault_inf) in rank fault_rank's gradient at the listed
+       steps (0-based), micro-step 0, tensor 0 element 0. */
+    int fault_steps[EC_MAX_STEPS];
+    int nfault;
+    int fault_rank, fault_inf;
+    /* Whole-batch single rank: world must be 1; each gradient is the mean over virt_world
+       ranks' synthetic gradients (computed in double, rounded once). */
+    int virt_world;
+    zero_comm_ops *wrap_ops; /* optional: a comm wrapper (tests of group calls, failures) */
+} ec_cfg;
+
+typedef struct ec_result {
+    zero_result rc;
+    char err[512];
+    /* merged over ranks, tensor coordinates */
+    float *master[EC_MAX_T], *m[EC_MAX_T], *v[EC_MAX_T];
+    unsigned char *param[EC_MAX_T]; /* param dtype bytes */
+    int params_agree;               /* every rank holding a param element has the same bits */
+    zero_step_info info[EC_MAX_RANKS][EC_MAX_STEPS];
+    zero_engine_memory mem[EC_MAX_RANKS];
+    zero_traffic traffic_last[EC_MAX_RANKS][EC_MAX_STEPS];
+    zero_gather_stats gstats[EC_MAX_RANKS];
+    size_t live_after_step_max; /* the most non-persistent gathered numel seen after a step */
+    size_t plan_total, plan_shard_total, max_group, max_np_group, persist_total;
+    int ngroups;
+    float loss_scale_before[EC_MAX_STEPS];
+} ec_result;
+
+/* The default model: 4 groups, a small persistent-able group 2, odd sizes. */
+static void ec_default_model(ec_cfg *c)
+{
+    static const size_t sizes[] = {37, 5, 101, 3, 13, 250, 7, 1};
+    static const int groups[] = {0, 0, 1, 1, 2, 3, 3, 3};
+    int t;
+    c->ntensors = 8;
+    for (t = 0; t < 8; t++) {
+        c->sizes[t] = sizes[t];
+        c->groups[t] = groups[t];
+        c->flags[t] = (sizes[t] < 10) ? ZERO_TENSOR_NO_DECAY : 0;
+    }
+}
+
+static void ec_cfg_init(ec_cfg *c, int stage, int world, zero_dtype dt, int accum, int steps)
+{
+    memset(c, 0, sizeof *c);
+    c->stage = stage;
+    c->world = world;
+    c->dtype = dt;
+    c->accum = accum;
+    c->steps = steps;
+    c->lr = 1e-3f;
+    c->wd = 0.01f;
+    c->fault_rank = -1;
+    ec_default_model(c);
+}
+
+static float ec_init_value(int t, size_t i)
+{
+    return (float)(0.5 * sin(0.1 * (double)i + 0.7 * t + 0.3));
+}
+
+/* Bounded away from zero (0.005 .. 0.025 plus a small param term), so the sign of every
+   gradient is robust to rounding: what makes the N-rank / 1-rank comparison tight. */
+static double ec_synth_grad(float p, int rank, int micro, int step, size_t i, int t)
+{
+    double ph = 0.37 * (double)i + 1.3 * rank + 0.71 * micro + 0.19 * step + 0.5 * t;
+    return 0.01 * (1.5 + sin(ph)) + 0.002 * (double)p;
+}
+
+static float ec_to_f32(const void *p, zero_dtype dt, size_t i)
+{
+    if (dt == ZERO_F32) return ((const float *)p)[i];
+    if (dt == ZERO_F16) return zero_f16_to_f32(((const uint16_t *)p)[i]);
+    return zero_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static void ec_from_f32(void *p, zero_dtype dt, size_t i, float x)
+{
+    if (dt == ZERO_F32) ((float *)p)[i] = x;
+    else if (dt == ZERO_F16) ((uint16_t *)p)[i] = zero_f32_to_f16(x);
+    else ((uint16_t *)p)[i] = zero_f32_to_bf16(x);
+}
+
+typedef struct ec_ctx {
+    const ec_cfg *cfg;
+    ec_result *res;
+    unsigned char *param_rank[EC_MAX_RANKS][EC_MAX_T];
+    pthread_mutex_t mu;
+} ec_ctx;
+
+/* A comm that forwards to another and may be wrapped by tests. */
+typedef struct ec_wrap {
+    zero_comm base;
+    zero_comm *inner;
+} ec_wrap;
+
+static int ec_is_fault(const ec_cfg *c, int step)
+{
+    int i;
+    for (i = 0; i < c->nfault; i++)
+        if (c->fault_steps[i] == step) return 1;
+    return 0;
+}
+
+#define EC_TRY(call)                                                                         \
+    do {                                                                                     \
+        r = (call);                                                                          \
+        if (r != ZERO_OK) goto done;                                                         \
+    } while (0)
+
+static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
+{
+    ec_ctx *ctx = (ec_ctx *)user;
+    const ec_cfg *c = ctx->cfg;
+    ec_result *res = ctx->res;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r = ZERO_OK;
+    int ids[EC_MAX_T];
+    int t, s, k, g, G = 0;
+    float *tmp = NULL;
+    ec_wrap wrap;
+    const zero_plan *plan;
+    memset(&d, 0, sizeof d);
+    if (c->wrap_ops) {
+        wrap.base = *comm;
+        wrap.base.ops = c->wrap_ops;
+        wrap.base.impl = &wrap;
+        wrap.inner = comm;
+        comm = &wrap.base;
+    }
+    EC_TRY(zero_host_device_create(NULL, &dev));
+    d.stage = c->stage;
+    d.param_dtype = c->dtype;
+    d.grad_comm_dtype = c->comm_dtype;
+    d.accum_steps = c->accum;
+    d.adam.lr = c->lr;
+    d.adam.weight_decay = c->wd;
+    d.clip_norm = c->clip;
+    d.scaler.init_scale = c->init_scale;
+    d.scaler.window = c->window;
+    d.scaler.hysteresis = c->hysteresis;
+    d.reduce_bucket_numel = c->bucket;
+    d.max_live_numel = c->max_live;
+    d.prefetch_depth = c->prefetch;
+    d.persist_numel = c->persist;
+    d.device = dev;
+    d.comm = comm;
+    EC_TRY(zero_engine_create(&d, &e));
+    for (t = 0; t < c->ntensors; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", t);
+        EC_TRY(zero_engine_add_tensor(e, name, c->sizes[t], c->groups[t], c->flags[t], &ids[t]));
+    }
+    EC_TRY(zero_engine_commit(e));
+    plan = zero_engine_plan(e);
+    G = zero_plan_num_groups(plan);
+    if (rank == 0) {
+        res->plan_total = zero_plan_total_numel(plan);
+        res->ngroups = G;
+        res->plan_shard_total = res->max_group = res->max_np_group = res->persist_total = 0;
+        for (g = 0; g < G; g++) {
+            zero_group_info gi;
+            zero_plan_group(plan, g, &gi);
+            res->plan_shard_total += gi.shard_numel;
+            if (gi.numel > res->max_group) res->max_group = gi.numel;
+            if (c->stage == 3 && gi.persistent) res->persist_total += gi.numel;
+            else if (gi.numel > res->max_np_group) res->max_np_group = gi.numel;
+        }
+    }
+    {
+        size_t mx = 1;
+        for (t = 0; t < c->ntensors; t++)
+            if (c->sizes[t] > mx) mx = c->sizes[t];
+        tmp = (float *)malloc(mx * sizeof(float));
+    }
+    for (t = 0; t < c->ntensors; t++) {
+        size_t i;
+        for (i = 0; i < c->sizes[t]; i++) tmp[i] = ec_init_value(t, i);
+        EC_TRY(zero_engine_set_tensor(e, ids[t], tmp));
+    }
+    for (s = 0; s < c->steps; s++) {
+        zero_step_info info;
+        zero_gather_stats gs = {0};
+        float scale = zero_engine_loss_scale(e);
+        if (rank == 0) res->loss_scale_before[s] = scale;
+        for (k = 0; k < c->accum; k++) {
+            void *pp, *gp;
+            for (g = 0; g < G; g++) {
+                EC_TRY(zero_engine_gather(e, g, &pp));
+                EC_TRY(zero_engine_release(e, g));
+            }
+            for (g = G - 1; g >= 0; g--) {
+                EC_TRY(zero_engine_gather(e, g, &pp));
+                EC_TRY(zero_engine_grads(e, g, &gp));
+                for (t = 0; t < c->ntensors; t++) {
+                    zero_tensor_info ti;
+                    size_t i;
+                    if (c->groups[t] != g) continue;
+                    zero_plan_tensor(plan, ids[t], &ti);
+                    for (i = 0; i < ti.numel; i++) {
+                        float p = ec_to_f32(pp, c->dtype, ti.offset + i);
+                        double gv;
+                        if (c->virt_world > 0) {
+                            int vr;
+                            gv = 0.0;
+                            for (vr = 0; vr < c->virt_world; vr++)
+                                gv += ec_synth_grad(p, vr, k, s, i, t);
+                            gv /= c->virt_world;
+                        } else {
+                            gv = ec_synth_grad(p, rank, k, s, i, t);
+                        }
+                        ec_from_f32(gp, c->dtype, ti.offset + i, (float)(gv * scale));
+                    }
+                    if (t == 0 && k == 0 && rank == c->fault_rank && ec_is_fault(c, s))
+                        ec_from_f32(gp, c->dtype, ti.offset, c->fault_inf ? INFINITY : NAN);
+                }
+                EC_TRY(zero_engine_release(e, g));
+                EC_TRY(zero_engine_grads_ready(e, g));
+            }
+        }
+        EC_TRY(zero_engine_step(e, &info));
+        res->info[rank][s] = info;
+        zero_engine_traffic(e, &res->traffic_last[rank][s], NULL);
+        zero_engine_gather_stats(e, &gs);
+        pthread_mutex_lock(&ctx->mu);
+        if (gs.live_numel > res->live_after_step_max) res->live_after_step_max = gs.live_numel;
+        pthread_mutex_unlock(&ctx->mu);
+    }
+    zero_engine_memory_usage(e, &res->mem[rank]);
+    zero_engine_gather_stats(e, &res->gstats[rank]);
+    for (t = 0; t < c->ntensors; t++) {
+        zero_range rg;
+        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_MASTER, res->master[t], &rg));
+        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_M, res->m[t], &rg));
+        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_V, res->v[t], &rg));
+        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_PARAM, ctx->param_rank[rank][t], &rg));
+        /* this rank's param elements: whole or shard; mark what it holds with a flag copy */
+        pthread_mutex_lock(&ctx->mu);
+        {
+            size_t i, esz = zero_dtype_size(c->dtype);
+            for (i = rg.offset; i < rg.offset + rg.numel; i++) {
+                unsigned char *dst = res->param[t] + i * esz;
+                unsigned char *src = ctx->param_rank[rank][t] + i * esz;
+                /* param[t] starts as 0xff bytes: the first holder writes, the others compare */
+                static const unsigned char ff[4] = {0xff, 0xff, 0xff, 0xff};
+                if (memcmp(dst, ff, esz) == 0) memcpy(dst, src, esz);
+                else if (memcmp(dst, src, esz) != 0) res->params_agree = 0;
+            }
+        }
+        pthread_mutex_unlock(&ctx->mu);
+    }
+done:
+    if (r != ZERO_OK && rank == 0) snprintf(res->err, sizeof res->err, "%s", zero_last_error());
+    free(tmp);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+static inline void ec_result_free(ec_result *res)
+{
+    int t;
+    for (t = 0; t < EC_MAX_T; t++) {
+        free(res->master[t]);
+        free(res->m[t]);
+        free(res->v[t]);
+        free(res->param[t]);
+    }
+    free(res);
+}
+
+/* Runs cfg; the result is heap-allocated (free with ec_result_free). */
+static inline ec_result *ec_run(const ec_cfg *c)
+{
+    ec_result *res = (ec_result *)calloc(1, sizeof *res);
+    ec_ctx ctx;
+    int t, rk;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.cfg = c;
+    ctx.res = res;
+    pthread_mutex_init(&ctx.mu, NULL);
+    res->params_agree = 1;
+    for (t = 0; t < c->ntensors; t++) {
+        size_t n = c->sizes[t];
+        res->master[t] = (float *)calloc(n, 4);
+        res->m[t] = (float *)calloc(n, 4);
+        res->v[t] = (float *)calloc(n, 4);
+        res->param[t] = (unsigned char *)malloc(n * 4);
+        memset(res->param[t], 0xff, n * 4);
+        for (rk = 0; rk < c->world; rk++) ctx.param_rank[rk][t] = (unsigned char *)calloc(n, 4);
+    }
+    res->rc = zero_local_run(c->world, ec_rank_fn, &ctx);
+    if (res->rc != ZERO_OK && !res->err[0])
+        snprintf(res->err, sizeof res->err, "%s", zero_last_error());
+    for (t = 0; t < c->ntensors; t++)
+        for (rk = 0; rk < c->world; rk++) free(ctx.param_rank[rk][t]);
+    pthread_mutex_destroy(&ctx.mu);
+    return res;
+}
+
+/* 1 when a and b hold the same bits for every tensor's master, m, v and params. */
+static inline int ec_same_state(const ec_cfg *c, const ec_result *a, const ec_result *b, char *why,
+                         size_t whylen)
+{
+    int t;
+    size_t esz = zero_dtype_size(c->dtype);
+    for (t = 0; t < c->ntensors; t++) {
+        size_t n = c->sizes[t], i;
+        const char *what = NULL;
+        const unsigned char *x = NULL, *y = NULL;
+        size_t w = 4;
+        if (memcmp(a->master[t], b->master[t], n * 4)) what = "master", x = (const unsigned char *)a->master[t], y = (const unsigned char *)b->master[t];
+        else if (memcmp(a->m[t], b->m[t], n * 4)) what = "m", x = (const unsigned char *)a->m[t], y = (const unsigned char *)b->m[t];
+        else if (memcmp(a->v[t], b->v[t], n * 4)) what = "v", x = (const unsigned char *)a->v[t], y = (const unsigned char *)b->v[t];
+        else if (memcmp(a->param[t], b->param[t], n * esz)) what = "param", x = a->param[t], y = b->param[t], w = esz;
+        if (what) {
+            for (i = 0; i < n; i++)
+                if (memcmp(x + i * w, y + i * w, w)) break;
+            snprintf(why, whylen, "tensor %d %s element %zu differs", t, what, i);
+            return 0;
+        }
+    }
+    return 1;
+}
+#endif
+
+/* ---- a pass-through comm wrapper: counts group calls, can fail the n-th collective ------ */
+#ifndef EC_WRAP_IMPL
+#define EC_WRAP_IMPL
+static pthread_mutex_t ec_wrap_mu = PTHREAD_MUTEX_INITIALIZER;
+static int ec_wrap_group_calls;     /* group_start calls, over all ranks */
+static int ec_wrap_in_group[EC_MAX_RANKS];
+static int ec_wrap_grouped_colls;   /* collectives issued inside a group, over all ranks */
+static int ec_wrap_fail_at = -1;    /* fail the n-th collective (0-based) of every rank */
+static int ec_wrap_seq[EC_MAX_RANKS];
+
+static zero_comm *ec_inner(zero_comm *c) { return ((ec_wrap *)c->impl)->inner; }
+
+static zero_result ec_wrap_count(zero_comm *c)
+{
+    zero_result r = ZERO_OK;
+    pthread_mutex_lock(&ec_wrap_mu);
+    if (ec_wrap_in_group[c->rank]) ec_wrap_grouped_colls++;
+    if (ec_wrap_seq[c->rank]++ == ec_wrap_fail_at) r = ZERO_ERROR_COMM;
+    pthread_mutex_unlock(&ec_wrap_mu);
+    if (r != ZERO_OK) return zero__fail(r, "ec_wrap: injected failure");
+    return r;
+}
+
+static inline void ec_wrap_reset(int fail_at)
+{
+    int i;
+    ec_wrap_group_calls = ec_wrap_grouped_colls = 0;
+    for (i = 0; i < EC_MAX_RANKS; i++) ec_wrap_in_group[i] = ec_wrap_seq[i] = 0;
+    ec_wrap_fail_at = fail_at;
+}
+
+static void ec_wrap_destroy(zero_comm *c) { (void)c; }
+static zero_result ec_wrap_ag(zero_comm *c, const void *s, void *r, size_t n, zero_dtype d, void *q)
+{
+    zero_result x = ec_wrap_count(c);
+    return x ? x : ec_inner(c)->ops->all_gather(ec_inner(c), s, r, n, d, q);
+}
+static zero_result ec_wrap_rs(zero_comm *c, const void *s, void *r, size_t n, zero_dtype d,
+                              zero_op op, void *q)
+{
+    zero_result x = ec_wrap_count(c);
+    return x ? x : ec_inner(c)->ops->reduce_scatter(ec_inner(c), s, r, n, d, op, q);
+}
+static zero_result ec_wrap_ar(zero_comm *c, const void *s, void *r, size_t n, zero_dtype d,
+                              zero_op op, void *q)
+{
+    zero_result x = ec_wrap_count(c);
+    return x ? x : ec_inner(c)->ops->all_reduce(ec_inner(c), s, r, n, d, op, q);
+}
+static zero_result ec_wrap_bc(zero_comm *c, void *b, size_t n, zero_dtype d, int root, void *q)
+{
+    zero_result x = ec_wrap_count(c);
+    return x ? x : ec_inner(c)->ops->broadcast(ec_inner(c), b, n, d, root, q);
+}
+static zero_result ec_wrap_barrier(zero_comm *c) { return ec_inner(c)->ops->barrier(ec_inner(c)); }
+static zero_result ec_wrap_gs(zero_comm *c)
+{
+    pthread_mutex_lock(&ec_wrap_mu);
+    ec_wrap_group_calls++;
+    ec_wrap_in_group[c->rank] = 1;
+    pthread_mutex_unlock(&ec_wrap_mu);
+    return ZERO_OK;
+}
+static zero_result ec_wrap_ge(zero_comm *c)
+{
+    pthread_mutex_lock(&ec_wrap_mu);
+    ec_wrap_in_group[c->rank] = 0;
+    pthread_mutex_unlock(&ec_wrap_mu);
+    return ZERO_OK;
+}
+static zero_comm_ops ec_wrap_ops __attribute__((unused)) = {"wrap", ec_wrap_destroy, ec_wrap_ag, ec_wrap_rs, ec_wrap_ar,
+                                    ec_wrap_bc, ec_wrap_barrier, ec_wrap_gs, ec_wrap_ge};
+#endif
