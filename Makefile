@@ -23,7 +23,7 @@ LDLIBS  := -lm -pthread
 SAN_FLAGS := -std=c11 $(WARN) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
              -fno-sanitize-recover=all -pthread -I.
 
-HEADERS  := zero.h $(wildcard src/*.h)
+HEADERS  := zero.h $(wildcard src/*.h) $(wildcard zero_nccl.h)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(patsubst tests/%.c,build/%,$(TEST_SRC))
 SAN_TESTS := $(patsubst tests/%.c,build/san/%,$(TEST_SRC))
@@ -52,14 +52,14 @@ build/%: examples/%.c $(HEADERS) | build
 build/bench_%: bench/bench_%.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
 
-test: $(TESTS)
+test: $(TESTS) $(TOOLS)
 	@bash tests/run.sh $(TESTS)
 
-test-sanitize: $(SAN_TESTS)
+test-sanitize: $(SAN_TESTS) $(TOOLS)
 	@ZT_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(SAN_TESTS)
 
 DEMO ?= build/train_mlp
-demo: all
+demo: build/train_mlp
 	$(DEMO)
 
 bench: $(BENCHES)

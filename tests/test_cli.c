@@ -1,0 +1,291 @@
+/* zero-estimate, run as a program from the repository root: its table, JSON and inverse
+   give the right numbers (parsed back), sizes parse exactly, bad arguments exit 2 with a
+   one-line message and the usage line on stderr. Skips when build/zero-estimate is absent. */
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+#include "tests/zt.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TOOL "build/zero-estimate"
+
+typedef struct run_result {
+    int status; /* exit status, -1 if it did not exit normally */
+    char out[65536];
+    char err[4096];
+} run_result;
+
+static run_result R; /* one at a time */
+
+/* Runs TOOL with args (already shell-quoted); fills R. */
+static void run(const char *args)
+{
+    char cmd[1024], errpath[] = "/tmp/zt_cli_XXXXXX";
+    FILE *p, *e;
+    size_t n;
+    int fd = mkstemp(errpath), st;
+    memset(&R, 0, sizeof R);
+    R.status = -1;
+    if (fd < 0) return;
+    close(fd);
+    snprintf(cmd, sizeof cmd, "%s %s 2>%s", TOOL, args, errpath);
+    p = popen(cmd, "r");
+    if (!p) return;
+    n = fread(R.out, 1, sizeof R.out - 1, p);
+    R.out[n] = '\0';
+    st = pclose(p);
+    if (st != -1 && WIFEXITED(st)) R.status = WEXITSTATUS(st);
+    e = fopen(errpath, "r");
+    if (e) {
+        n = fread(R.err, 1, sizeof R.err - 1, e);
+        R.err[n] = '\0';
+        fclose(e);
+    }
+    remove(errpath);
+}
+
+/* The k-th (0-based) unsigned integer value of "key": in s; -1 (all ones) if absent. */
+static uint64_t json_u64(const char *s, const char *key, int k)
+{
+    char pat[64];
+    const char *p = s;
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    while ((p = strstr(p, pat)) != NULL) {
+        p += strlen(pat);
+        if (k-- == 0) {
+            uint64_t v = 0;
+            if (*p < '0' || *p > '9') return (uint64_t)-1;
+            for (; *p >= '0' && *p <= '9'; p++) v = v * 10 + (uint64_t)(*p - '0');
+            return v;
+        }
+    }
+    return (uint64_t)-1;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+static int have_tool(void) { return access(TOOL, X_OK) == 0; }
+
+ZT_TEST(table_paper_example)
+{
+    if (!have_tool()) ZT_SKIP(TOOL " not built (make " TOOL ")");
+    run("--params 7.5e9 --ranks 64");
+    ZT_CHECKF(R.status == 0, "exit %d: %s", R.status, R.err);
+    ZT_CHECK(R.err[0] == '\0');
+    /* the paper's Figure 1, per rank: 120, 31.4, 16.6, 1.9 GB */
+    ZT_CHECK(strstr(R.out, "120.00 GB") != NULL);
+    ZT_CHECK(strstr(R.out, "31.41 GB") != NULL);
+    ZT_CHECK(strstr(R.out, "16.64 GB") != NULL);
+    ZT_CHECK(strstr(R.out, "1.88 GB") != NULL);
+    ZT_CHECK(strstr(R.out, "3.82x") != NULL && strstr(R.out, "64.00x") != NULL);
+    ZT_CHECK(strstr(R.out, "7,500,000,000") != NULL);
+}
+
+ZT_TEST(json_matches_library)
+{
+    static const char *argsets[] = {"--params 7.5e9 --ranks 64 --json",
+                                    "--params 1000003 --ranks 7 --json --offload",
+                                    "--params 350M --ranks 3 --json --grad-bytes 4 --optimizer-bytes 16",
+                                    "--params 7.5B --ranks 64 --stage 2 --json"};
+    int a, s;
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    for (a = 0; a < 4; a++) {
+        zero_estimate_desc d;
+        int first = a == 3 ? 2 : 0, last = a == 3 ? 2 : 3;
+        run(argsets[a]);
+        ZT_CHECKF(R.status == 0, "%s: exit %d", argsets[a], R.status);
+        memset(&d, 0, sizeof d);
+        d.params = json_u64(R.out, "params", 0);
+        d.ranks = (int)json_u64(R.out, "ranks", 0);
+        d.offload = strstr(R.out, "\"offload\": true") != NULL;
+        d.grad_bytes = (int)json_u64(R.out, "grad_bytes", 0);
+        d.optimizer_bytes = (int)json_u64(R.out, "optimizer_bytes", 0);
+        ZT_CHECK(json_u64(R.out, "param_bytes", 0) == 2);
+        for (s = first; s <= last; s++) {
+            zero_estimate e;
+            int k = s - first;
+            d.stage = s;
+            ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK);
+            ZT_CHECK(json_u64(R.out, "stage", k) == (uint64_t)s);
+            ZT_CHECKF(json_u64(R.out, "device_bytes", k) == e.device_bytes, "%s stage %d", argsets[a], s);
+            ZT_CHECK(json_u64(R.out, "params_bytes", k) == e.params_bytes);
+            ZT_CHECK(json_u64(R.out, "grads_bytes", k) == e.grads_bytes);
+            /* the header's optimizer_bytes is K; the rows' come after it */
+            ZT_CHECK(json_u64(R.out, "optimizer_bytes", k + 1) == e.optimizer_bytes);
+            ZT_CHECK(json_u64(R.out, "host_bytes", k) == e.host_bytes);
+        }
+        ZT_CHECK(json_u64(R.out, "device_bytes", last - first + 1) == (uint64_t)-1); /* no extra rows */
+    }
+    /* the paper's numbers, literally */
+    run("--params 7.5e9 --ranks 64 --json");
+    ZT_CHECK(json_u64(R.out, "device_bytes", 0) == 120000000000ull);
+    ZT_CHECK(json_u64(R.out, "device_bytes", 1) == 31406250000ull);
+    ZT_CHECK(json_u64(R.out, "device_bytes", 2) == 16640625000ull);
+    ZT_CHECK(json_u64(R.out, "device_bytes", 3) == 1875000000ull);
+    ZT_CHECK(strstr(R.out, "\"saving\": 64.000000") != NULL);
+}
+
+ZT_TEST(json_deepspeed)
+{
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    /* DeepSpeed's documented t5-3b example, stage 3: gpu 0.12/0.78/6.09 GiB */
+    run("--deepspeed --params 2851M --largest-layer 32M --ranks 8 --gpus-per-node 8 --stage 3 --json");
+    ZT_CHECKF(R.status == 0, "exit %d: %s", R.status, R.err);
+    ZT_CHECK(json_u64(R.out, "nodes", 0) == 1 && json_u64(R.out, "gpus_per_node", 0) == 8);
+    ZT_CHECK(json_u64(R.out, "device_bytes", 0) == 128000000ull);
+    ZT_CHECK(json_u64(R.out, "host_bytes", 0) == 76977000000ull);
+    ZT_CHECK(json_u64(R.out, "device_bytes", 2) == 840750000ull);
+    ZT_CHECK(json_u64(R.out, "host_bytes", 2) == 68424000000ull);
+    ZT_CHECK(json_u64(R.out, "device_bytes", 4) == 6542750000ull);
+    ZT_CHECK(json_u64(R.out, "host_bytes", 4) == 1536000000ull);
+    ZT_CHECK(json_u64(R.out, "host_bytes", 5) == 136848000000ull);
+    ZT_CHECK(json_u64(R.out, "device_bytes", 6) == (uint64_t)-1);
+    ZT_CHECK(json_u64(R.out, "gather_bytes", 0) == 128000000ull);
+    /* the table prints DeepSpeed's GiB figures with --gib */
+    run("--deepspeed --params 2851M --largest-layer 32M --ranks 8 --gpus-per-node 8 --gib");
+    ZT_CHECK(R.status == 0);
+    ZT_CHECK(strstr(R.out, "71.69 GiB") && strstr(R.out, "63.72 GiB") && strstr(R.out, "6.09 GiB") &&
+             strstr(R.out, "5.31 GiB") && strstr(R.out, "127.45 GiB"));
+    /* --offload keeps only the offloaded rows */
+    run("--deepspeed --params 2851M --largest-layer 32M --ranks 8 --offload --json");
+    ZT_CHECK(R.status == 0 && strstr(R.out, "\"offload_optimizer\": false") == NULL);
+    /* stage 2 cpu; stage 3 (cpu, cpu) and (cpu, none), zero.Init on and off: 5 rows */
+    ZT_CHECK(json_u64(R.out, "device_bytes", 5) == (uint64_t)-1 && json_u64(R.out, "device_bytes", 4) != (uint64_t)-1);
+}
+
+ZT_TEST(inverse)
+{
+    char args[256];
+    uint64_t psi;
+    zero_estimate_desc d;
+    int s;
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    run("--max-params --memory 32GB --ranks 1024 --stage 3 --json");
+    ZT_CHECKF(R.status == 0, "exit %d: %s", R.status, R.err);
+    ZT_CHECK(json_u64(R.out, "memory_bytes", 0) == 32000000000ull);
+    ZT_CHECK(json_u64(R.out, "max_params", 0) == 2048000000000ull); /* 16 * ceil(Psi/1024) <= 32e9 */
+    ZT_CHECK(json_u64(R.out, "device_bytes", 0) == 32000000000ull);
+    /* every stage, against the library and against the forward CLI at Psi and Psi + 1 */
+    run("--max-params --memory 80GiB --ranks 96 --json");
+    ZT_CHECK(R.status == 0 && json_u64(R.out, "memory_bytes", 0) == 85899345920ull);
+    memset(&d, 0, sizeof d);
+    d.ranks = 96;
+    for (s = 0; s < 4; s++) {
+        uint64_t got = json_u64(R.out, "max_params", s);
+        d.stage = s;
+        ZT_CHECK(zero_estimate_max_params(&d, 85899345920ull, &psi) == ZERO_OK && psi == got);
+    }
+    for (s = 0; s < 4; s++) {
+        uint64_t got;
+        run("--max-params --memory 80GiB --ranks 96 --json");
+        got = json_u64(R.out, "max_params", s);
+        snprintf(args, sizeof args, "--params %llu --ranks 96 --stage %d --json", (unsigned long long)got, s);
+        run(args);
+        ZT_CHECK(R.status == 0 && json_u64(R.out, "device_bytes", 0) <= 85899345920ull);
+        snprintf(args, sizeof args, "--params %llu --ranks 96 --stage %d --json", (unsigned long long)got + 1, s);
+        run(args);
+        ZT_CHECK(R.status == 0 && json_u64(R.out, "device_bytes", 0) > 85899345920ull);
+    }
+    run("--max-params --memory 32GB --ranks 1024");
+    ZT_CHECK(R.status == 0 && strstr(R.out, "2,048,000,000,000") != NULL);
+}
+
+ZT_TEST(sizes_parse_exactly)
+{
+    static const struct {
+        const char *arg;
+        uint64_t value;
+    } params[] = {{"7500000000", 7500000000ull}, {"7.5e9", 7500000000ull}, {"7.5B", 7500000000ull},
+                  {"7500M", 7500000000ull},      {"0.0075T", 7500000000ull}, {"75e8", 7500000000ull},
+                  {"350M", 350000000ull},        {"32K", 32000ull},          {"1.5T", 1500000000000ull},
+                  {"7.5G", 7500000000ull},       {"1e0", 1ull},              {"000012", 12ull},
+                  {"12.000", 12ull},             {"1.25e2", 125ull},         {"2P", 2000000000000000ull}};
+    static const struct {
+        const char *arg;
+        uint64_t value;
+    } mem[] = {{"32GB", 32000000000ull}, {"32G", 32000000000ull},     {"32GiB", 34359738368ull},
+               {"1.5GiB", 1610612736ull}, {"0.5KiB", 512ull},          {"80e9", 80000000000ull},
+               {"1TiB", 1099511627776ull}, {"16384", 16384ull},        {"0.25MB", 250000ull},
+               {"2.5e-1KiB", 256ull},     {"0", 0ull}};
+    char args[256];
+    size_t i;
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    for (i = 0; i < sizeof params / sizeof params[0]; i++) {
+        snprintf(args, sizeof args, "--params %s --ranks 8 --stage 0 --json", params[i].arg);
+        run(args);
+        ZT_CHECKF(R.status == 0 && json_u64(R.out, "params", 0) == params[i].value, "%s -> %llu (exit %d)",
+                  params[i].arg, (unsigned long long)json_u64(R.out, "params", 0), R.status);
+    }
+    for (i = 0; i < sizeof mem / sizeof mem[0]; i++) {
+        snprintf(args, sizeof args, "--max-params --memory %s --ranks 8 --stage 0 --json", mem[i].arg);
+        run(args);
+        ZT_CHECKF(R.status == 0 && json_u64(R.out, "memory_bytes", 0) == mem[i].value, "%s -> %llu (exit %d)",
+                  mem[i].arg, (unsigned long long)json_u64(R.out, "memory_bytes", 0), R.status);
+    }
+    /* --opt=value works as well as --opt value */
+    run("--params=350M --ranks=3 --stage=1 --json");
+    ZT_CHECK(R.status == 0 && json_u64(R.out, "params", 0) == 350000000ull && json_u64(R.out, "stage", 0) == 1);
+}
+
+ZT_TEST(bad_arguments_exit_2_with_usage)
+{
+    static const char *bad[] = {
+        "--params 7.5X --ranks 8", "--params -1 --ranks 8", "--params nan --ranks 8",
+        "--params inf --ranks 8", "--params '' --ranks 8", "--params 7.5e9junk --ranks 8",
+        "--params 1.5 --ranks 8", "--params 0 --ranks 8", "--params 32GB --ranks 8",
+        "--params 1e30 --ranks 8", "--params 99999999999999999999 --ranks 8", "--params 1e --ranks 8",
+        "--params . --ranks 8", "--params 1..5 --ranks 8", "--params ' 5' --ranks 8",
+        "--params 5 --ranks 0", "--params 5 --ranks 8 --stage 4", "--params 5 --ranks 8 --stage -1",
+        "--params 5", "--ranks 8", "--params 5 --ranks 8 --bogus", "--params 5 --ranks 8 extra",
+        "--params 5 --ranks 8 --memory 32GB", "--max-params --ranks 8", "--max-params --memory 32X --ranks 8",
+        "--max-params --memory 32B --ranks 8", "--max-params --memory -5 --ranks 8",
+        "--max-params --memory 32GB --ranks 8 --params 5", "--params 5 --ranks 8 --offload=1",
+        "--params 5 --ranks 8 --stage", "--deepspeed --params 5 --ranks 8 --stage 1",
+        "--deepspeed --params 5 --ranks 8 --stage 3", "--params 5 --ranks 8 --gpus-per-node 2",
+        "--deepspeed --params 5 --ranks 8 --gpus-per-node 3",
+        "--deepspeed --params 5 --ranks 8 --largest-layer 6 --stage 3",
+        "--deepspeed --params 5 --ranks 8 --buffer-factor nan",
+        "--deepspeed --params 5 --ranks 8 --buffer-factor -1",
+        "--params 5 --ranks 8 --optimizer-bytes 0", "--params 5 --ranks 8 --param-bytes 2000",
+        "--params 9007199254740993 --ranks 8", "--ranks 99999999999 --params 5"};
+    size_t i;
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *nl;
+        run(bad[i]);
+        nl = strchr(R.err, '\n');
+        ZT_CHECKF(R.status == 2, "'%s': exit %d", bad[i], R.status);
+        ZT_CHECKF(count_lines(R.err) == 2 && strncmp(R.err, "zero-estimate: ", 15) == 0 && nl &&
+                      strncmp(nl + 1, "usage: zero-estimate", 20) == 0,
+                  "'%s': stderr '%s'", bad[i], R.err);
+        ZT_CHECKF(R.out[0] == '\0', "'%s' printed to stdout", bad[i]);
+    }
+}
+
+ZT_TEST(help_goes_to_stdout)
+{
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    run("--help");
+    ZT_CHECK(R.status == 0 && R.err[0] == '\0');
+    ZT_CHECK(strncmp(R.out, "usage: zero-estimate", 20) == 0 && strstr(R.out, "--max-params") != NULL);
+    run("-h");
+    ZT_CHECK(R.status == 0 && strncmp(R.out, "usage: zero-estimate", 20) == 0);
+}
+
+int main(void)
+{
+    ZT_RUN(table_paper_example);
+    ZT_RUN(json_matches_library);
+    ZT_RUN(json_deepspeed);
+    ZT_RUN(inverse);
+    ZT_RUN(sizes_parse_exactly);
+    ZT_RUN(bad_arguments_exit_2_with_usage);
+    ZT_RUN(help_goes_to_stdout);
+    return zt_summary();
+}
