@@ -23,7 +23,7 @@ LDLIBS  := -lm -pthread
 SAN_FLAGS := -std=c11 $(WARN) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
              -fno-sanitize-recover=all -pthread -I.
 
-HEADERS  := zero.h $(wildcard src/*.h) $(wildcard zero_nccl.h)
+HEADERS  := zero.h $(wildcard zero_nccl.h)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(patsubst tests/%.c,build/%,$(TEST_SRC))
 SAN_TESTS := $(patsubst tests/%.c,build/san/%,$(TEST_SRC))

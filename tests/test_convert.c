@@ -96,7 +96,7 @@ static int ok_round(const fmt *f, double x, uint32_t h)
     return got == want && !signbit(got) == !signbit(want);
 }
 
-/* The NaN rules (see src/convert.h). */
+/* The NaN rules (see the conversion section of zero.h). */
 static uint16_t nan_f32_to_f16(uint32_t x) { return (uint16_t)(((x >> 16) & 0x8000u) | 0x7e00u | ((x >> 13) & 0x3ffu)); }
 static uint16_t nan_f32_to_bf16(uint32_t x) { return (uint16_t)((x >> 16) | 0x40u); }
 

@@ -1,5 +1,5 @@
 /* The loss scaler: exact scale sequences for planned overflow patterns, worked out by hand
-   from DeepSpeed's rule (see src/scaler_impl.h), plus a second simulator written
+   from DeepSpeed's rule (see the scaler implementation in zero.h), plus a second simulator written
    differently (a run-length counter instead of iteration arithmetic) for long random
    patterns, modes, defaults and validation. */
 #define ZERO_IMPLEMENTATION
