@@ -1,0 +1,314 @@
+/* The engine on the GPU: the same engine, the same model and synthetic gradients as the
+   CPU engine tests (tests/engine_common.h), run over the CUDA device and the device comm
+   (N ranks as threads on one GPU). Stages 0-3 give bit-identical master weights, moments,
+   params and step info at the same N, and equal the host-device run bit for bit (the
+   kernels, the reduction order and the sum of squares all match the host's), with
+   clipping, accumulation, fp16 and bf16, and a skipped (NaN) step. The engine's memory on
+   the GPU is one arena per rank: no cudaMalloc after commit.
+   Without a GPU it prints one skip line and exits 0. */
+#define ZERO_IMPLEMENTATION
+#define ZERO_CUDA_IMPLEMENTATION
+#include "zero.h"
+#include "zero_cuda.h"
+#include "tests/zt.h"
+/* engine_common.h is C; as C++ its "= {0}" initialisers draw -Wmissing-field-initializers */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#include "tests/engine_common.h"
+#pragma GCC diagnostic pop
+
+#define NTESTS 3
+
+/* ec_rank_fn with the device chosen and every param read / gradient write done through the
+   device's download / upload on the compute queue (the engine hands out device pointers). */
+typedef struct cu_ctx {
+    ec_ctx base;
+    int use_cuda;
+    unsigned long long mallocs_after_commit[EC_MAX_RANKS], mallocs_at_end[EC_MAX_RANKS];
+    size_t fallback_bytes[EC_MAX_RANKS];
+} cu_ctx;
+
+static zero_result cu_rank_fn(int rank, zero_comm *host_comm, void *user)
+{
+    cu_ctx *cx = (cu_ctx *)user;
+    const ec_cfg *c = cx->base.cfg;
+    ec_result *res = cx->base.res;
+    zero_device *dev = NULL;
+    zero_comm *dcomm = NULL, *comm = host_comm;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r = ZERO_OK;
+    int ids[EC_MAX_T], t, s, k, g, G = 0;
+    const zero_plan *plan;
+    size_t es = zero_dtype_size(c->dtype), maxg = 1;
+    unsigned char *hp = NULL, *hg = NULL;
+    float *tmp = NULL;
+    memset(&d, 0, sizeof d);
+    if (cx->use_cuda) {
+        EC_TRY(zero_cuda_device_create(NULL, &dev));
+        EC_TRY(zero_cuda_local_comm_create(host_comm, dev, &dcomm));
+        comm = dcomm;
+    } else {
+        EC_TRY(zero_host_device_create(NULL, &dev));
+    }
+    d.stage = c->stage;
+    d.param_dtype = c->dtype;
+    d.grad_comm_dtype = c->comm_dtype;
+    d.accum_steps = c->accum;
+    d.adam.lr = c->lr;
+    d.adam.weight_decay = c->wd;
+    d.clip_norm = c->clip;
+    d.persist_numel = c->persist;
+    d.device = dev;
+    d.comm = comm;
+    EC_TRY(zero_engine_create(&d, &e));
+    for (t = 0; t < c->ntensors; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", t);
+        EC_TRY(zero_engine_add_tensor(e, name, c->sizes[t], c->groups[t], c->flags[t], &ids[t]));
+    }
+    EC_TRY(zero_engine_commit(e));
+    if (cx->use_cuda) {
+        zero_cuda_stats st;
+        EC_TRY(zero_cuda_device_stats(dev, &st));
+        cx->mallocs_after_commit[rank] = st.cuda_mallocs;
+        cx->fallback_bytes[rank] = st.fallback_bytes;
+    }
+    plan = zero_engine_plan(e);
+    G = zero_plan_num_groups(plan);
+    for (g = 0; g < G; g++) {
+        zero_group_info gi;
+        zero_plan_group(plan, g, &gi);
+        if (gi.numel > maxg) maxg = gi.numel;
+    }
+    hp = (unsigned char *)malloc(maxg * es);
+    hg = (unsigned char *)malloc(maxg * es);
+    tmp = (float *)malloc(maxg * sizeof(float));
+    for (t = 0; t < c->ntensors; t++) {
+        size_t i;
+        for (i = 0; i < c->sizes[t]; i++) tmp[i] = ec_init_value(t, i);
+        EC_TRY(zero_engine_set_tensor(e, ids[t], tmp));
+    }
+    for (s = 0; s < c->steps; s++) {
+        zero_step_info info;
+        float scale = zero_engine_loss_scale(e);
+        for (k = 0; k < c->accum; k++) {
+            void *pp, *gp;
+            for (g = 0; g < G; g++) {
+                EC_TRY(zero_engine_gather(e, g, &pp));
+                EC_TRY(zero_engine_release(e, g));
+            }
+            for (g = G - 1; g >= 0; g--) {
+                zero_group_info gi;
+                zero_plan_group(plan, g, &gi);
+                EC_TRY(zero_engine_gather(e, g, &pp));
+                EC_TRY(zero_engine_grads(e, g, &gp));
+                EC_TRY(dev->ops->download(dev, ZERO_QUEUE_COMPUTE, hp, pp, gi.numel * es));
+                EC_TRY(dev->ops->sync(dev, ZERO_QUEUE_COMPUTE));
+                memset(hg, 0, gi.numel * es); /* padding stays zero */
+                for (t = 0; t < c->ntensors; t++) {
+                    zero_tensor_info ti;
+                    size_t i;
+                    if (c->groups[t] != g) continue;
+                    zero_plan_tensor(plan, ids[t], &ti);
+                    for (i = 0; i < ti.numel; i++) {
+                        float p = ec_to_f32(hp, c->dtype, ti.offset + i);
+                        ec_from_f32(hg, c->dtype, ti.offset + i, (float)(ec_synth_grad(p, rank, k, s, i, t) * scale));
+                    }
+                    if (t == 0 && k == 0 && rank == c->fault_rank && ec_is_fault(c, s))
+                        ec_from_f32(hg, c->dtype, ti.offset, c->fault_inf ? INFINITY : NAN);
+                }
+                EC_TRY(dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, gp, hg, gi.numel * es));
+                EC_TRY(zero_engine_release(e, g));
+                EC_TRY(zero_engine_grads_ready(e, g));
+            }
+        }
+        EC_TRY(zero_engine_step(e, &info));
+        res->info[rank][s] = info;
+    }
+    if (cx->use_cuda) {
+        zero_cuda_stats st;
+        EC_TRY(zero_cuda_device_stats(dev, &st));
+        cx->mallocs_at_end[rank] = st.cuda_mallocs;
+    }
+    for (t = 0; t < c->ntensors; t++) {
+        zero_range rg;
+        size_t i;
+        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_MASTER, res->master[t], &rg));
+        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_M, res->m[t], &rg));
+        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_V, res->v[t], &rg));
+        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_PARAM, cx->base.param_rank[rank][t], &rg));
+        pthread_mutex_lock(&cx->base.mu);
+        for (i = rg.offset; i < rg.offset + rg.numel; i++) {
+            static const unsigned char ff[4] = {0xff, 0xff, 0xff, 0xff};
+            unsigned char *dst = res->param[t] + i * es, *src = cx->base.param_rank[rank][t] + i * es;
+            if (memcmp(dst, ff, es) == 0) memcpy(dst, src, es);
+            else if (memcmp(dst, src, es) != 0) res->params_agree = 0;
+        }
+        pthread_mutex_unlock(&cx->base.mu);
+    }
+done:
+    if (r != ZERO_OK) {
+        pthread_mutex_lock(&cx->base.mu);
+        if (!res->err[0]) snprintf(res->err, sizeof res->err, "rank %d: %.480s", rank, zero_last_error());
+        pthread_mutex_unlock(&cx->base.mu);
+    }
+    free(tmp);
+    free(hp);
+    free(hg);
+    zero_engine_destroy(e);
+    zero_comm_destroy(dcomm);
+    zero_device_destroy(dev);
+    return r;
+}
+
+/* ec_run with cu_rank_fn; *ctx_out receives the allocation counters. */
+static ec_result *cu_run(const ec_cfg *c, int use_cuda, cu_ctx *cx)
+{
+    ec_result *res = (ec_result *)calloc(1, sizeof *res);
+    int t, rk;
+    memset(cx, 0, sizeof *cx);
+    cx->base.cfg = c;
+    cx->base.res = res;
+    cx->use_cuda = use_cuda;
+    pthread_mutex_init(&cx->base.mu, NULL);
+    res->params_agree = 1;
+    for (t = 0; t < c->ntensors; t++) {
+        size_t n = c->sizes[t];
+        res->master[t] = (float *)calloc(n, 4);
+        res->m[t] = (float *)calloc(n, 4);
+        res->v[t] = (float *)calloc(n, 4);
+        res->param[t] = (unsigned char *)malloc(n * 4);
+        memset(res->param[t], 0xff, n * 4);
+        for (rk = 0; rk < c->world; rk++) cx->base.param_rank[rk][t] = (unsigned char *)calloc(n, 4);
+    }
+    res->rc = zero_local_run(c->world, cu_rank_fn, cx);
+    if (res->rc != ZERO_OK && !res->err[0]) snprintf(res->err, sizeof res->err, "%s", zero_last_error());
+    for (t = 0; t < c->ntensors; t++)
+        for (rk = 0; rk < c->world; rk++) free(cx->base.param_rank[rk][t]);
+    pthread_mutex_destroy(&cx->base.mu);
+    return res;
+}
+
+/* CUDA stages 0-3 against CUDA stage 0, and CUDA stage 0 against the host device. */
+static void check_config(ec_cfg *c, const char *label)
+{
+    ec_result *host, *ref = NULL;
+    cu_ctx cx;
+    char why[160];
+    int st, rk, s;
+    c->stage = 0;
+    host = cu_run(c, 0, &cx);
+    ZT_CHECKF(host->rc == ZERO_OK, "%s host: %s", label, host->err);
+    for (st = 0; st <= 3; st++) {
+        ec_result *r;
+        c->stage = st;
+        r = cu_run(c, 1, &cx);
+        ZT_CHECKF(r->rc == ZERO_OK, "%s cuda stage %d: %s", label, st, r->err);
+        ZT_CHECKF(r->params_agree, "%s cuda stage %d: ranks hold different params", label, st);
+        for (rk = 0; rk < c->world; rk++) {
+            ZT_CHECKF(cx.fallback_bytes[rk] == 0, "%s stage %d rank %d: %zu bytes outside the arena", label, st, rk,
+                      cx.fallback_bytes[rk]);
+            ZT_CHECKF(cx.mallocs_at_end[rk] == cx.mallocs_after_commit[rk],
+                      "%s stage %d rank %d: cudaMalloc on the training path (%llu -> %llu)", label, st, rk,
+                      cx.mallocs_after_commit[rk], cx.mallocs_at_end[rk]);
+        }
+        for (s = 0; s < c->steps && r->rc == ZERO_OK; s++)
+            for (rk = 1; rk < c->world; rk++)
+                ZT_CHECKF(memcmp(&r->info[rk][s], &r->info[0][s], sizeof r->info[0][s]) == 0,
+                          "%s stage %d step %d: rank %d's step info differs", label, st, s, rk);
+        if (st == 0 && r->rc == ZERO_OK && host->rc == ZERO_OK) {
+            ZT_CHECKF(ec_same_state(c, host, r, why, sizeof why), "%s: cuda vs host: %s", label, why);
+            for (s = 0; s < c->steps; s++)
+                ZT_CHECKF(memcmp(&r->info[0][s], &host->info[0][s], sizeof r->info[0][s]) == 0,
+                          "%s step %d: cuda vs host step info (norm %.9g vs %.9g, mul %.9g vs %.9g)", label, s,
+                          (double)r->info[0][s].grad_norm, (double)host->info[0][s].grad_norm,
+                          (double)r->info[0][s].grad_mul, (double)host->info[0][s].grad_mul);
+        }
+        if (!ref) {
+            ref = r;
+            continue;
+        }
+        if (r->rc == ZERO_OK && ref->rc == ZERO_OK)
+            ZT_CHECKF(ec_same_state(c, ref, r, why, sizeof why), "%s: cuda stage %d vs 0: %s", label, st, why);
+        ec_result_free(r);
+    }
+    ec_result_free(ref);
+    ec_result_free(host);
+}
+
+ZT_TEST(test_stages_equal_and_equal_host)
+{
+    static const int worlds_full[] = {1, 2, 3, 4, 8}, worlds_quick[] = {1, 3};
+    const int *worlds = zt_quick() ? worlds_quick : worlds_full;
+    int nw = zt_quick() ? 2 : 5, wi, di, ai;
+    const zero_dtype dts[] = {ZERO_F16, ZERO_BF16};
+    const int accums[] = {1, 3};
+    for (wi = 0; wi < nw; wi++)
+        for (di = 0; di < 2; di++)
+            for (ai = 0; ai < 2; ai++) {
+                ec_cfg c;
+                char label[96];
+                ec_cfg_init(&c, 0, worlds[wi], dts[di], accums[ai], 6);
+                c.persist = 20;
+                c.clip = 0.5f; /* clipping on some steps: the norm must match the host's */
+                snprintf(label, sizeof label, "N=%d %s accum=%d", worlds[wi], zero_dtype_name(dts[di]), accums[ai]);
+                check_config(&c, label);
+                if (zt_cur_failures) return;
+            }
+}
+
+ZT_TEST(test_fp32_comm_and_skip)
+{
+    ec_cfg c;
+    ec_cfg_init(&c, 0, 3, ZERO_F16, 2, 6);
+    c.comm_dtype = ZERO_F32;
+    check_config(&c, "N=3 f16 comm f32");
+    ec_cfg_init(&c, 0, 2, ZERO_F16, 1, 6);
+    c.fault_rank = 1;
+    c.fault_steps[0] = 2;
+    c.fault_steps[1] = 3;
+    c.nfault = 2;
+    check_config(&c, "N=2 f16 NaN at steps 2, 3");
+    ec_cfg_init(&c, 0, 2, ZERO_F32, 1, 4);
+    c.fault_rank = 0;
+    c.fault_inf = 1;
+    c.fault_steps[0] = 1;
+    c.nfault = 1;
+    check_config(&c, "N=2 f32 inf at step 1");
+}
+
+/* A larger model (tensors of 10^5..10^6 elements, more than one sumsq block per shard) so
+   the vector paths and the two-pass sum carry real weight. */
+ZT_TEST(test_larger_model)
+{
+    ec_cfg c;
+    if (zt_quick()) ZT_SKIP("ZT_QUICK");
+    ec_cfg_init(&c, 0, 4, ZERO_BF16, 2, 3);
+    c.ntensors = 4;
+    c.sizes[0] = 1000003;
+    c.sizes[1] = 4099;
+    c.sizes[2] = 262147;
+    c.sizes[3] = 77;
+    c.groups[0] = 0;
+    c.groups[1] = 0;
+    c.groups[2] = 1;
+    c.groups[3] = 1;
+    c.flags[0] = c.flags[2] = 0;
+    c.flags[1] = c.flags[3] = ZERO_TENSOR_NO_DECAY;
+    c.clip = 1.0f;
+    check_config(&c, "N=4 bf16 1.3M params");
+}
+
+int main(void)
+{
+    if (zero_cuda_device_count() == 0) {
+        printf("  skip: no CUDA device\n");
+        printf("zt: 0 passed, 0 failed, %d skipped\n", NTESTS);
+        return 0;
+    }
+    ZT_RUN(test_stages_equal_and_equal_host);
+    ZT_RUN(test_fp32_comm_and_skip);
+    ZT_RUN(test_larger_model);
+    return zt_summary();
+}

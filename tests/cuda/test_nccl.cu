@@ -1,0 +1,976 @@
+/* The NCCL comm of zero_nccl.h on a GPU. Skips with one line when no GPU is visible.
+
+   - One rank: every collective, dtype (f32, f16, bf16, f64) and op, in place and out of
+     place, grouped calls, barrier, wait, argument errors that leave the comm usable,
+     abort, and engine runs compared bit for bit with the local comm on the CUDA device
+     and with the host run (host device + local comm): at N = 1 every reduction is an
+     identity, so all three must agree exactly.
+   - 2 and 4 ranks as threads of this process, one comm and stream each, on as many GPUs
+     as there are (several ranks per GPU where NCCL >= 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1):
+     collectives on small integers (exact in every dtype and any reduction order, so the
+     check is exact), random values against an fp64 reference within the tolerance of
+     NCCL's reduction order, the TCP bootstrap feeding ncclCommInitRankConfig, and short
+     engine runs (stages 0-3) against the local comm at the same N (on the CUDA device and
+     the host run) within a stated tolerance (NCCL reduces in a different order than the
+     local comm's rank order).
+   - Timeouts: one rank never joins a collective; the other gets ZERO_ERROR_TIMEOUT from
+     zero_nccl_wait (watchdog off), or returns from a plain cudaStreamSynchronize because
+     the watchdog aborted the communicator (watchdog on), within the timeout plus slack.
+
+   Tolerances (|nccl - reference| per element): the reduction of N values in NCCL's order
+   differs from the fp64 sum by at most (N-1) roundings of the dtype: f32 (N-1) 2^-24,
+   f16 (N-1) 2^-11, bf16 (N-1) 2^-8, f64 (N-1) 2^-53, times the sum of |x_r|, plus one
+   rounding of the result. Engine runs reduce gradients in fp32 (grad_comm_dtype) and
+   compare fp32 master weights within 1e-6 + steps * lr * 1e-4 (a few fp32 ulps of a
+   gradient change an Adam update by a few 1e-7 of lr); with fp16 gradient traffic within
+   steps * lr * 4e-3 (N-1 fp16 roundings of a gradient, through Adam's normalisation). */
+#define ZERO_IMPLEMENTATION
+#define ZERO_CUDA_IMPLEMENTATION
+#define ZERO_NCCL_IMPLEMENTATION
+#include "zero.h"
+#include "zero_cuda.h"
+#include "zero_nccl.h"
+#include "tests/zt.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXR 8
+
+static int g_ndev = 0;
+static int g_version = 0;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Whether 'world' ranks fit: one GPU each, or several per GPU with NCCL >= 2.30. */
+static const char *cannot_run(int world)
+{
+    static char why[160];
+    if (world <= g_ndev) return NULL;
+    if (g_version >= ZERO_NCCL_MULTI_RANK_GPU_VERSION) return NULL;
+    snprintf(why, sizeof why,
+             "%d ranks need %d GPUs, or NCCL >= 2.30 for several ranks per GPU (have %d GPU(s), "
+             "NCCL %d)",
+             world, world, g_ndev, g_version);
+    return why;
+}
+
+/* ---- ranks as threads, each with an NCCL comm ---- */
+
+typedef zero_result (*rank_fn)(int rank, int world, zero_comm *comm, void *user);
+
+typedef struct rank_ctx {
+    int rank, world;
+    const unsigned char *id;
+    const zero_bootstrap_desc *boot; /* instead of id: the TCP bootstrap */
+    rank_fn fn;
+    void *user;
+    int timeout_ms;
+    int no_watchdog;
+    zero_result rc;
+    char err[700];
+} rank_ctx;
+
+static void *rank_main(void *p)
+{
+    rank_ctx *c = (rank_ctx *)p;
+    zero_nccl_desc nd;
+    zero_comm *comm = NULL;
+    memset(&nd, 0, sizeof nd);
+    c->rc = cudaSetDevice(c->rank % g_ndev) == cudaSuccess ? ZERO_OK : ZERO_ERROR_DEVICE;
+    if (c->rc != ZERO_OK) {
+        snprintf(c->err, sizeof c->err, "cudaSetDevice failed");
+        return NULL;
+    }
+    if (c->boot) {
+        nd.bootstrap = c->boot;
+    } else {
+        nd.unique_id = c->id;
+        nd.rank = c->rank;
+        nd.world = c->world;
+    }
+    nd.timeout_ms = c->timeout_ms;
+    nd.disable_watchdog = c->no_watchdog;
+    nd.name = "test_nccl";
+    c->rc = zero_nccl_create(&nd, &comm);
+    if (c->rc == ZERO_OK) {
+        if (comm->rank != c->rank || comm->world != c->world) {
+            c->rc = ZERO_ERROR_MISMATCH;
+            snprintf(c->err, sizeof c->err, "comm says rank %d/%d", comm->rank, comm->world);
+        } else {
+            c->rc = c->fn(c->rank, c->world, comm, c->user);
+        }
+    }
+    if (c->rc != ZERO_OK && !c->err[0]) snprintf(c->err, sizeof c->err, "%s", zero_last_error());
+    zero_comm_destroy(comm);
+    return NULL;
+}
+
+/* Runs fn on 'world' threads; the first failing rank's error in err. */
+static zero_result run_ranks(int world, rank_fn fn, void *user, int timeout_ms, int no_watchdog,
+                             const zero_bootstrap_desc *boots, char *err, size_t err_size)
+{
+    rank_ctx ctx[MAXR];
+    pthread_t th[MAXR];
+    unsigned char id[ZERO_NCCL_ID_BYTES];
+    zero_result rc = ZERO_OK;
+    int r;
+    err[0] = '\0';
+    if (!boots) {
+        rc = zero_nccl_unique_id(id);
+        if (rc != ZERO_OK) {
+            snprintf(err, err_size, "%s", zero_last_error());
+            return rc;
+        }
+    }
+    for (r = 0; r < world; r++) {
+        memset(&ctx[r], 0, sizeof ctx[r]);
+        ctx[r].rank = r;
+        ctx[r].world = world;
+        ctx[r].id = id;
+        ctx[r].boot = boots ? &boots[r] : NULL;
+        ctx[r].fn = fn;
+        ctx[r].user = user;
+        ctx[r].timeout_ms = timeout_ms;
+        ctx[r].no_watchdog = no_watchdog;
+        if (pthread_create(&th[r], NULL, rank_main, &ctx[r]) != 0) {
+            ctx[r].rc = ZERO_ERROR_OUT_OF_MEMORY;
+            snprintf(ctx[r].err, sizeof ctx[r].err, "pthread_create failed");
+            th[r] = pthread_self();
+        }
+    }
+    for (r = 0; r < world; r++)
+        if (!pthread_equal(th[r], pthread_self())) pthread_join(th[r], NULL);
+    for (r = 0; r < world; r++)
+        if (ctx[r].rc != ZERO_OK) {
+            snprintf(err, err_size, "rank %d: %s", r, ctx[r].err);
+            return ctx[r].rc;
+        }
+    return ZERO_OK;
+}
+
+/* ---- collectives on exact values ---- */
+
+static const zero_dtype k_dtypes[] = {ZERO_F32, ZERO_F16, ZERO_BF16, ZERO_F64};
+
+/* Small integers: exact in every dtype, and so are their sums over <= 8 ranks. */
+static float ival(int rank, size_t i) { return (float)((int)((rank * 7 + i * 3) % 17) - 8); }
+
+static void to_dtype(void *dst, zero_dtype dt, const float *src, size_t n)
+{
+    (void)zero_convert(dst, dt, src, ZERO_F32, n, ZERO_SIMD_AUTO);
+}
+
+static void from_dtype(float *dst, const void *src, zero_dtype dt, size_t n)
+{
+    (void)zero_convert(dst, ZERO_F32, src, dt, n, ZERO_SIMD_AUTO);
+}
+
+typedef struct coll_result {
+    int bad[MAXR];        /* mismatching elements seen by each rank */
+    char what[MAXR][160]; /* the first mismatch */
+} coll_result;
+
+#define CUDA_TRY(call)                                                                       \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            r = zero__fail(ZERO_ERROR_DEVICE, "%s: %s", #call, cudaGetErrorString(e_));      \
+            goto done;                                                                       \
+        }                                                                                    \
+    } while (0)
+#define Z_TRY(call)                                                                          \
+    do {                                                                                     \
+        r = (call);                                                                          \
+        if (r != ZERO_OK) goto done;                                                         \
+    } while (0)
+
+static void note_bad(coll_result *res, int rank, const char *what, zero_dtype dt, size_t n,
+                     size_t i, float got, float want)
+{
+    if (res->bad[rank]++ == 0)
+        snprintf(res->what[rank], sizeof res->what[rank], "%s %s n=%zu: [%zu] = %g, want %g", what,
+                 zero_dtype_name(dt), n, i, (double)got, (double)want);
+}
+
+/* Every collective on n elements per block, each dtype and op, out of place and in place. */
+static zero_result exact_collectives(int rank, int world, zero_comm *comm, void *user, size_t n)
+{
+    coll_result *res = (coll_result *)user;
+    cudaStream_t st = NULL;
+    void *dsend = NULL, *drecv = NULL;
+    float *h = NULL, *out = NULL;
+    unsigned char *hb = NULL;
+    size_t total = n * (size_t)world, i;
+    size_t cap = (world < 3 ? 3 : (size_t)world) * n; /* the grouped test uses 3 n */
+    zero_result r = ZERO_OK;
+    int d, inplace, op, rr;
+    h = (float *)malloc(cap * sizeof(float));
+    out = (float *)malloc(cap * sizeof(float));
+    hb = (unsigned char *)malloc(cap * 8);
+    if (!h || !out || !hb) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "host buffers");
+        goto done;
+    }
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc(&dsend, cap * 8));
+    CUDA_TRY(cudaMalloc(&drecv, cap * 8));
+    for (d = 0; d < 4; d++) {
+        zero_dtype dt = k_dtypes[d];
+        size_t es = zero_dtype_size(dt);
+        for (inplace = 0; inplace < 2; inplace++) {
+            /* all_gather: block r of recv is rank r's n elements */
+            for (i = 0; i < n; i++) h[i] = ival(rank, i);
+            to_dtype(hb, dt, h, n);
+            {
+                unsigned char *send = inplace ? (unsigned char *)drecv + (size_t)rank * n * es
+                                              : (unsigned char *)dsend;
+                CUDA_TRY(cudaMemcpy(send, hb, n * es, cudaMemcpyHostToDevice));
+                Z_TRY(comm->ops->all_gather(comm, send, drecv, n, dt, st));
+            }
+            Z_TRY(zero_nccl_wait(comm, 0));
+            CUDA_TRY(cudaMemcpy(hb, drecv, total * es, cudaMemcpyDeviceToHost));
+            from_dtype(out, hb, dt, total);
+            for (rr = 0; rr < world; rr++)
+                for (i = 0; i < n; i++)
+                    if (out[rr * n + i] != ival(rr, i))
+                        note_bad(res, rank, inplace ? "all_gather in place" : "all_gather", dt, n,
+                                 rr * n + i, out[rr * n + i], ival(rr, i));
+            for (op = 0; op < 2; op++) {
+                zero_op zop = op ? ZERO_OP_MAX : ZERO_OP_SUM;
+                /* reduce_scatter: rank r gets the reduction of block r */
+                for (i = 0; i < total; i++) h[i] = ival(rank, i);
+                to_dtype(hb, dt, h, total);
+                CUDA_TRY(cudaMemcpy(dsend, hb, total * es, cudaMemcpyHostToDevice));
+                {
+                    unsigned char *recv = inplace ? (unsigned char *)dsend + (size_t)rank * n * es
+                                                  : (unsigned char *)drecv;
+                    Z_TRY(comm->ops->reduce_scatter(comm, dsend, recv, n, dt, zop, st));
+                    Z_TRY(zero_nccl_wait(comm, 0));
+                    CUDA_TRY(cudaMemcpy(hb, recv, n * es, cudaMemcpyDeviceToHost));
+                }
+                from_dtype(out, hb, dt, n);
+                for (i = 0; i < n; i++) {
+                    float want = op ? -1e30f : 0.0f;
+                    for (rr = 0; rr < world; rr++) {
+                        float x = ival(rr, (size_t)rank * n + i);
+                        want = op ? (x > want ? x : want) : want + x;
+                    }
+                    if (out[i] != want)
+                        note_bad(res, rank, op ? "reduce_scatter max" : "reduce_scatter sum", dt, n,
+                                 i, out[i], want);
+                }
+                /* all_reduce */
+                for (i = 0; i < n; i++) h[i] = ival(rank, i + 5);
+                to_dtype(hb, dt, h, n);
+                CUDA_TRY(cudaMemcpy(inplace ? drecv : dsend, hb, n * es, cudaMemcpyHostToDevice));
+                Z_TRY(comm->ops->all_reduce(comm, inplace ? drecv : dsend, drecv, n, dt, zop, st));
+                Z_TRY(zero_nccl_wait(comm, 0));
+                CUDA_TRY(cudaMemcpy(hb, drecv, n * es, cudaMemcpyDeviceToHost));
+                from_dtype(out, hb, dt, n);
+                for (i = 0; i < n; i++) {
+                    float want = op ? -1e30f : 0.0f;
+                    for (rr = 0; rr < world; rr++) {
+                        float x = ival(rr, i + 5);
+                        want = op ? (x > want ? x : want) : want + x;
+                    }
+                    if (out[i] != want)
+                        note_bad(res, rank, op ? "all_reduce max" : "all_reduce sum", dt, n, i,
+                                 out[i], want);
+                }
+            }
+            /* broadcast from the last rank (in place by definition) */
+            for (i = 0; i < n; i++) h[i] = ival(rank, i + 11);
+            to_dtype(hb, dt, h, n);
+            CUDA_TRY(cudaMemcpy(drecv, hb, n * es, cudaMemcpyHostToDevice));
+            Z_TRY(comm->ops->broadcast(comm, drecv, n, dt, world - 1, st));
+            Z_TRY(zero_nccl_wait(comm, 0));
+            CUDA_TRY(cudaMemcpy(hb, drecv, n * es, cudaMemcpyDeviceToHost));
+            from_dtype(out, hb, dt, n);
+            for (i = 0; i < n; i++)
+                if (out[i] != ival(world - 1, i + 11))
+                    note_bad(res, rank, "broadcast", dt, n, i, out[i], ival(world - 1, i + 11));
+        }
+    }
+    /* grouped: two all_reduces and an all_gather of a third region in one NCCL group */
+    {
+        size_t es = 4;
+        float *a = (float *)dsend, *b = (float *)dsend + n, *c3 = (float *)dsend + 2 * n;
+        float *g = (float *)drecv;
+        for (i = 0; i < 3 * n; i++) h[i] = ival(rank, i);
+        CUDA_TRY(cudaMemcpy(dsend, h, 3 * n * es, cudaMemcpyHostToDevice));
+        Z_TRY(comm->ops->group_start(comm));
+        Z_TRY(comm->ops->all_reduce(comm, a, a, n, ZERO_F32, ZERO_OP_SUM, st));
+        Z_TRY(comm->ops->all_reduce(comm, b, b, n, ZERO_F32, ZERO_OP_MAX, st));
+        Z_TRY(comm->ops->all_gather(comm, c3, g, n, ZERO_F32, st));
+        Z_TRY(comm->ops->group_end(comm));
+        Z_TRY(comm->ops->barrier(comm));
+        CUDA_TRY(cudaMemcpy(out, dsend, 2 * n * es, cudaMemcpyDeviceToHost));
+        for (i = 0; i < n; i++) {
+            float s = 0, m = -1e30f;
+            for (rr = 0; rr < world; rr++) {
+                s += ival(rr, i);
+                m = ival(rr, n + i) > m ? ival(rr, n + i) : m;
+            }
+            if (out[i] != s) note_bad(res, rank, "grouped all_reduce sum", ZERO_F32, n, i, out[i], s);
+            if (out[n + i] != m) note_bad(res, rank, "grouped all_reduce max", ZERO_F32, n, i, out[n + i], m);
+        }
+        CUDA_TRY(cudaMemcpy(out, drecv, total * es, cudaMemcpyDeviceToHost));
+        for (rr = 0; rr < world; rr++)
+            for (i = 0; i < n; i++)
+                if (out[rr * n + i] != ival(rr, 2 * n + i))
+                    note_bad(res, rank, "grouped all_gather", ZERO_F32, n, rr * n + i, out[rr * n + i],
+                             ival(rr, 2 * n + i));
+    }
+    Z_TRY(zero_nccl_status(comm));
+done:
+    if (st) cudaStreamDestroy(st);
+    cudaFree(dsend);
+    cudaFree(drecv);
+    free(h);
+    free(out);
+    free(hb);
+    return r;
+}
+
+static zero_result exact_small(int rank, int world, zero_comm *comm, void *user)
+{
+    return exact_collectives(rank, world, comm, user, 1000);
+}
+
+static zero_result exact_large(int rank, int world, zero_comm *comm, void *user)
+{
+    return exact_collectives(rank, world, comm, user, (1u << 20) + 3);
+}
+
+static void check_exact(int world)
+{
+    coll_result res;
+    char err[800];
+    zero_result r;
+    int k;
+    const char *why = cannot_run(world);
+    if (why) ZT_SKIP(why);
+    memset(&res, 0, sizeof res);
+    r = run_ranks(world, exact_small, &res, 60000, 0, NULL, err, sizeof err);
+    ZT_CHECKF(r == ZERO_OK, "world %d: %s", world, err);
+    r = run_ranks(world, exact_large, &res, 60000, 0, NULL, err, sizeof err);
+    ZT_CHECKF(r == ZERO_OK, "world %d: %s", world, err);
+    for (k = 0; k < world; k++)
+        ZT_CHECKF(res.bad[k] == 0, "world %d rank %d: %d wrong, first %s", world, k, res.bad[k], res.what[k]);
+}
+
+ZT_TEST(collectives_exact_1_rank) { check_exact(1); }
+ZT_TEST(collectives_exact_2_ranks) { check_exact(2); }
+ZT_TEST(collectives_exact_4_ranks) { check_exact(4); }
+
+/* ---- random values within the stated tolerance ---- */
+
+typedef struct tol_result {
+    double worst[MAXR][4]; /* worst |err| / bound per dtype */
+} tol_result;
+
+static float rnd(int rank, size_t i)
+{
+    unsigned long long z = (unsigned long long)rank * 0x9e3779b97f4a7c15ull + i * 0xbf58476d1ce4e5b9ull + 1;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+static zero_result random_all_reduce(int rank, int world, zero_comm *comm, void *user)
+{
+    tol_result *res = (tol_result *)user;
+    const size_t n = 100003;
+    static const double unit[4] = {5.9604644775390625e-08, 4.8828125e-04, 3.90625e-03, 1.1102230246251565e-16};
+    cudaStream_t st = NULL;
+    void *dbuf = NULL;
+    float *h = NULL, *out = NULL;
+    unsigned char *hb = NULL;
+    zero_result r = ZERO_OK;
+    size_t i;
+    int d, rr;
+    h = (float *)malloc(n * sizeof(float));
+    out = (float *)malloc(n * sizeof(float));
+    hb = (unsigned char *)malloc(n * 8);
+    if (!h || !out || !hb) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "host buffers");
+        goto done;
+    }
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc(&dbuf, n * 8));
+    for (d = 0; d < 4; d++) {
+        zero_dtype dt = k_dtypes[d];
+        size_t es = zero_dtype_size(dt);
+        double worst = 0;
+        for (i = 0; i < n; i++) h[i] = rnd(rank, i);
+        to_dtype(hb, dt, h, n);
+        CUDA_TRY(cudaMemcpy(dbuf, hb, n * es, cudaMemcpyHostToDevice));
+        Z_TRY(comm->ops->all_reduce(comm, dbuf, dbuf, n, dt, ZERO_OP_SUM, st));
+        Z_TRY(zero_nccl_wait(comm, 0));
+        CUDA_TRY(cudaMemcpy(hb, dbuf, n * es, cudaMemcpyDeviceToHost));
+        if (dt == ZERO_F64) {
+            for (i = 0; i < n; i++) out[i] = 0; /* compared in double below */
+        } else {
+            from_dtype(out, hb, dt, n);
+        }
+        for (i = 0; i < n; i++) {
+            double ref = 0, mag = 0, got, bound;
+            for (rr = 0; rr < world; rr++) {
+                /* each rank's input as that dtype holds it */
+                float x = rnd(rr, i);
+                double xd;
+                if (dt == ZERO_F16) xd = zero_f16_to_f32(zero_f32_to_f16(x));
+                else if (dt == ZERO_BF16) xd = zero_bf16_to_f32(zero_f32_to_bf16(x));
+                else xd = x;
+                ref += xd;
+                mag += fabs(xd);
+            }
+            got = dt == ZERO_F64 ? ((const double *)hb)[i] : (double)out[i];
+            bound = (double)(world - 1) * unit[d] * mag + unit[d] * fabs(ref) + 1e-300;
+            if (fabs(got - ref) / bound > worst) worst = fabs(got - ref) / bound;
+        }
+        res->worst[rank][d] = worst;
+    }
+done:
+    if (st) cudaStreamDestroy(st);
+    cudaFree(dbuf);
+    free(h);
+    free(out);
+    free(hb);
+    return r;
+}
+
+static void check_tolerance(int world)
+{
+    tol_result res;
+    char err[800];
+    zero_result r;
+    int k, d;
+    const char *why = cannot_run(world);
+    if (why) ZT_SKIP(why);
+    memset(&res, 0, sizeof res);
+    r = run_ranks(world, random_all_reduce, &res, 60000, 0, NULL, err, sizeof err);
+    ZT_CHECKF(r == ZERO_OK, "%s", err);
+    for (k = 0; k < world; k++)
+        for (d = 0; d < 4; d++)
+            ZT_CHECKF(res.worst[k][d] <= 1.0, "world %d rank %d %s: error %.2f x the bound", world, k,
+                      zero_dtype_name(k_dtypes[d]), res.worst[k][d]);
+}
+
+ZT_TEST(all_reduce_tolerance_2_ranks) { check_tolerance(2); }
+ZT_TEST(all_reduce_tolerance_4_ranks) { check_tolerance(4); }
+
+/* ---- one rank: errors that leave the comm usable, abort ---- */
+
+static zero_result misuse(int rank, int world, zero_comm *comm, void *user)
+{
+    int *checks = (int *)user, bad = 0;
+    cudaStream_t st = NULL;
+    float *d = NULL;
+    zero_result r = ZERO_OK;
+    (void)rank;
+    (void)world;
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc((void **)&d, 64 * sizeof(float)));
+    bad += !zero_nccl_is(comm);
+    bad += zero_nccl_handle(comm) == NULL;
+    bad += comm->ops->all_reduce(comm, NULL, d, 4, ZERO_F32, ZERO_OP_SUM, st) != ZERO_ERROR_INVALID_ARGUMENT;
+    bad += comm->ops->all_reduce(comm, d, d, 4, ZERO_DTYPE_DEFAULT, ZERO_OP_SUM, st) != ZERO_ERROR_INVALID_ARGUMENT;
+    bad += comm->ops->all_reduce(comm, d, d, 4, ZERO_F32, (zero_op)7, st) != ZERO_ERROR_INVALID_ARGUMENT;
+    bad += comm->ops->broadcast(comm, d, 4, ZERO_F32, 5, st) != ZERO_ERROR_INVALID_ARGUMENT;
+    bad += comm->ops->all_gather(comm, d, NULL, 4, ZERO_F32, st) != ZERO_ERROR_INVALID_ARGUMENT;
+    bad += comm->ops->reduce_scatter(comm, d, d, (size_t)-1 / 2, ZERO_F32, ZERO_OP_SUM, st) != ZERO_ERROR_OVERFLOW;
+    bad += comm->ops->group_end(comm) != ZERO_ERROR_INVALID_STATE;
+    bad += comm->ops->all_reduce(comm, NULL, NULL, 0, ZERO_F32, ZERO_OP_SUM, st) != ZERO_OK;
+    bad += zero_nccl_wait(comm, -1) != ZERO_ERROR_INVALID_ARGUMENT;
+    bad += comm->ops->group_start(comm) != ZERO_OK;
+    bad += zero_nccl_wait(comm, 0) != ZERO_ERROR_INVALID_STATE;       /* inside a group */
+    bad += comm->ops->group_end(comm) != ZERO_OK;
+    bad += zero_nccl_status(comm) != ZERO_OK;                          /* still healthy */
+    bad += comm->ops->all_reduce(comm, d, d, 64, ZERO_F32, ZERO_OP_SUM, st) != ZERO_OK;
+    bad += comm->ops->barrier(comm) != ZERO_OK;
+    bad += zero_nccl_abort(comm) != ZERO_OK;
+    bad += zero_nccl_status(comm) != ZERO_ERROR_COMM;
+    bad += comm->ops->all_reduce(comm, d, d, 64, ZERO_F32, ZERO_OP_SUM, st) != ZERO_ERROR_COMM;
+    bad += strstr(zero_last_error(), "zero_nccl_abort") == NULL;
+    bad += zero_nccl_handle(comm) != NULL;
+    bad += comm->ops->barrier(comm) != ZERO_ERROR_COMM;
+    bad += zero_nccl_wait(NULL, 0) != ZERO_ERROR_INVALID_ARGUMENT;
+    *checks = bad;
+done:
+    if (st) cudaStreamDestroy(st);
+    cudaFree(d);
+    return r;
+}
+
+ZT_TEST(one_rank_misuse_and_abort)
+{
+    int bad = -1;
+    char err[800];
+    zero_result r = run_ranks(1, misuse, &bad, 30000, 0, NULL, err, sizeof err);
+    ZT_CHECKF(r == ZERO_OK, "%s", err);
+    ZT_CHECKF(bad == 0, "%d checks failed", bad);
+}
+
+ZT_TEST(create_arguments)
+{
+    zero_nccl_desc nd;
+    zero_comm *c = (zero_comm *)&nd;
+    unsigned char id[ZERO_NCCL_ID_BYTES];
+    memset(&nd, 0, sizeof nd);
+    memset(id, 0, sizeof id);
+    ZT_CHECK(zero_nccl_create(NULL, &c) == ZERO_ERROR_INVALID_ARGUMENT && c == NULL);
+    ZT_CHECK(zero_nccl_create(&nd, NULL) == ZERO_ERROR_INVALID_ARGUMENT);
+    nd.unique_id = id;
+    nd.world = 2;
+    nd.rank = 2;
+    ZT_CHECK(zero_nccl_create(&nd, &c) == ZERO_ERROR_INVALID_ARGUMENT);
+    nd.rank = 0;
+    nd.timeout_ms = -1;
+    ZT_CHECK(zero_nccl_create(&nd, &c) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(zero_nccl_unique_id(NULL) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(zero_nccl_version() == g_version && g_version > 0);
+    ZT_CHECK(!zero_nccl_is(NULL));
+}
+
+/* ---- the TCP bootstrap feeding NCCL ---- */
+
+static int free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd < 0) return -1;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static zero_result one_sum(int rank, int world, zero_comm *comm, void *user)
+{
+    coll_result *res = (coll_result *)user;
+    float *d = NULL, h[16];
+    zero_result r = ZERO_OK;
+    int i;
+    CUDA_TRY(cudaMalloc((void **)&d, sizeof h));
+    for (i = 0; i < 16; i++) h[i] = (float)(rank + i);
+    CUDA_TRY(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    Z_TRY(comm->ops->all_reduce(comm, d, d, 16, ZERO_F32, ZERO_OP_SUM, NULL));
+    Z_TRY(comm->ops->barrier(comm));
+    CUDA_TRY(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    for (i = 0; i < 16; i++) {
+        float want = (float)(world * i + world * (world - 1) / 2);
+        if (h[i] != want) note_bad(res, rank, "bootstrapped all_reduce", ZERO_F32, 16, (size_t)i, h[i], want);
+    }
+done:
+    cudaFree(d);
+    return r;
+}
+
+ZT_TEST(tcp_bootstrap_2_ranks)
+{
+    zero_bootstrap_desc boots[2];
+    coll_result res;
+    char err[800];
+    zero_result r;
+    int k, port = free_port();
+    const char *why = cannot_run(2);
+    if (why) ZT_SKIP(why);
+    memset(&res, 0, sizeof res);
+    for (k = 0; k < 2; k++) {
+        memset(&boots[k], 0, sizeof boots[k]);
+        boots[k].rank = k;
+        boots[k].world = 2;
+        boots[k].local_rank = k;
+        boots[k].local_world = 2;
+        boots[k].port = port;
+        boots[k].timeout_ms = 30000;
+        snprintf(boots[k].addr, sizeof boots[k].addr, "127.0.0.1");
+    }
+    r = run_ranks(2, one_sum, &res, 60000, 0, boots, err, sizeof err);
+    ZT_CHECKF(r == ZERO_OK, "%s", err);
+    ZT_CHECKF(res.bad[0] == 0 && res.bad[1] == 0, "%s %s", res.what[0], res.what[1]);
+}
+
+/* ---- timeouts: the last rank never joins ---- */
+
+typedef struct hang_ctx {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;           /* rank 0 has finished its checks */
+    int mode;           /* 0: zero_nccl_wait (no watchdog); 1: cudaStreamSynchronize (watchdog);
+                           2: the very first collective (no connection yet)  */
+    zero_result got;    /* rank 0's result */
+    double elapsed_ms;
+    char msg[700];
+    zero_result later;  /* a collective after the failure */
+} hang_ctx;
+
+static zero_result hang_rank(int rank, int world, zero_comm *comm, void *user)
+{
+    hang_ctx *h = (hang_ctx *)user;
+    cudaStream_t st = NULL;
+    float *d = NULL;
+    zero_result r = ZERO_OK;
+    (void)world;
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc((void **)&d, 1024 * sizeof(float)));
+    CUDA_TRY(cudaMemset(d, 0, 1024 * sizeof(float)));
+    if (h->mode != 2) { /* one collective together: connections are up */
+        Z_TRY(comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st));
+        Z_TRY(zero_nccl_wait(comm, 0));
+    }
+    if (rank == 0) {
+        double t0 = now_ms();
+        zero_result got = comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st);
+        if (got == ZERO_OK) {
+            if (h->mode == 1) {
+                (void)cudaStreamSynchronize(st); /* returns once the watchdog aborts */
+                got = zero_nccl_status(comm);
+            } else {
+                got = zero_nccl_wait(comm, 0);
+            }
+        }
+        h->elapsed_ms = now_ms() - t0;
+        h->got = got;
+        snprintf(h->msg, sizeof h->msg, "%s", zero_last_error());
+        h->later = comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st);
+        pthread_mutex_lock(&h->mu);
+        h->done = 1;
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+    } else {
+        pthread_mutex_lock(&h->mu); /* the missing peer: waits for rank 0 to give up */
+        while (!h->done) pthread_cond_wait(&h->cv, &h->mu);
+        pthread_mutex_unlock(&h->mu);
+    }
+done:
+    if (st) cudaStreamDestroy(st);
+    cudaFree(d);
+    return rank == 0 ? ZERO_OK : r;
+}
+
+static void check_hang(int mode)
+{
+    hang_ctx h;
+    char err[800];
+    const int timeout = 3000;
+    double t0;
+    const char *why = cannot_run(2);
+    if (why) ZT_SKIP(why);
+    memset(&h, 0, sizeof h);
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    h.mode = mode;
+    t0 = now_ms();
+    (void)run_ranks(2, hang_rank, &h, timeout, mode == 0, NULL, err, sizeof err);
+    ZT_CHECKF(h.got == ZERO_ERROR_TIMEOUT, "mode %d: got %s: %s", mode, zero_result_string(h.got), h.msg);
+    ZT_CHECKF(h.elapsed_ms >= timeout * 0.9 && h.elapsed_ms < timeout * 3.0,
+              "mode %d: rank 0 returned after %.0f ms (timeout %d ms)", mode, h.elapsed_ms, timeout);
+    ZT_CHECKF(strstr(h.msg, "abort") != NULL, "mode %d: %s", mode, h.msg);
+    ZT_CHECKF(h.later == ZERO_ERROR_TIMEOUT, "mode %d: later call %s", mode, zero_result_string(h.later));
+    /* both ranks, destroy included, are back within a few timeouts */
+    ZT_CHECKF(now_ms() - t0 < 6.0 * timeout + 30000, "mode %d: the run took %.0f ms", mode, now_ms() - t0);
+    pthread_mutex_destroy(&h.mu);
+    pthread_cond_destroy(&h.cv);
+}
+
+ZT_TEST(timeout_wait_no_watchdog) { check_hang(0); }
+ZT_TEST(timeout_watchdog_unblocks_stream_sync) { check_hang(1); }
+ZT_TEST(timeout_first_collective) { check_hang(2); }
+
+/* ---- engine runs: NCCL against the local comm ---- */
+
+#define ET 6
+static const size_t k_sizes[ET] = {37, 5, 1001, 3, 250, 7};
+static const int k_groups[ET] = {0, 0, 1, 1, 2, 2};
+
+typedef struct eng_cfg {
+    int stage, world, steps, accum;
+    zero_dtype dtype, comm_dtype;
+    float lr;
+    int backend; /* B_NCCL, B_GPU_LOCAL or B_HOST_LOCAL */
+} eng_cfg;
+
+enum { B_NCCL = 0, B_GPU_LOCAL = 1, B_HOST_LOCAL = 2 };
+static const char *k_backend[] = {"nccl", "local comm on the CUDA device", "local comm on the host device"};
+
+typedef struct eng_out {
+    const eng_cfg *cfg;
+    float *master[ET];        /* merged over ranks */
+    zero_step_info info[MAXR][16];
+    pthread_mutex_t mu;
+    char err[1024];
+} eng_out;
+
+static double synth_grad(int rank, int micro, int step, size_t i, int t)
+{
+    double ph = 0.37 * (double)i + 1.3 * rank + 0.71 * micro + 0.19 * step + 0.5 * t;
+    return 0.01 * (1.5 + sin(ph));
+}
+
+static zero_result engine_rank(int rank, int world, zero_comm *comm, void *user)
+{
+    eng_out *o = (eng_out *)user;
+    const eng_cfg *c = o->cfg;
+    zero_device *dev = NULL;
+    zero_comm *dcomm = NULL; /* the local comm on device memory (reference runs) */
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_cuda_desc cd;
+    zero_result r = ZERO_OK;
+    const zero_plan *plan;
+    int ids[ET], t, s, k, g, G;
+    float *tmp = NULL;
+    unsigned char *gh = NULL;
+    (void)world;
+    memset(&d, 0, sizeof d);
+    memset(&cd, 0, sizeof cd);
+    cd.device = rank % g_ndev;
+    if (c->backend == B_HOST_LOCAL) {
+        Z_TRY(zero_host_device_create(NULL, &dev));
+    } else {
+        Z_TRY(zero_cuda_device_create(&cd, &dev));
+    }
+    if (c->backend == B_GPU_LOCAL) {
+        Z_TRY(zero_cuda_local_comm_create(comm, dev, &dcomm));
+        comm = dcomm;
+    }
+    d.stage = c->stage;
+    d.param_dtype = c->dtype;
+    d.grad_comm_dtype = c->comm_dtype;
+    d.accum_steps = c->accum;
+    d.adam.lr = c->lr;
+    d.adam.weight_decay = 0.01f;
+    d.device = dev;
+    d.comm = comm;
+    Z_TRY(zero_engine_create(&d, &e));
+    for (t = 0; t < ET; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", t);
+        Z_TRY(zero_engine_add_tensor(e, name, k_sizes[t], k_groups[t], k_sizes[t] < 10 ? ZERO_TENSOR_NO_DECAY : 0, &ids[t]));
+    }
+    Z_TRY(zero_engine_commit(e));
+    plan = zero_engine_plan(e);
+    G = zero_plan_num_groups(plan);
+    tmp = (float *)malloc(4096 * sizeof(float));
+    gh = (unsigned char *)malloc(4096 * 4);
+    if (!tmp || !gh) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "host buffers");
+        goto done;
+    }
+    for (t = 0; t < ET; t++) {
+        size_t i;
+        for (i = 0; i < k_sizes[t]; i++) tmp[i] = (float)(0.5 * sin(0.1 * (double)i + 0.7 * t + 0.3));
+        Z_TRY(zero_engine_set_tensor(e, ids[t], tmp));
+    }
+    for (s = 0; s < c->steps; s++) {
+        float scale = zero_engine_loss_scale(e);
+        for (k = 0; k < c->accum; k++) {
+            void *pp, *gp;
+            for (g = 0; g < G; g++) {
+                Z_TRY(zero_engine_gather(e, g, &pp));
+                Z_TRY(zero_engine_release(e, g));
+            }
+            for (g = G - 1; g >= 0; g--) {
+                Z_TRY(zero_engine_gather(e, g, &pp));
+                Z_TRY(zero_engine_grads(e, g, &gp));
+                for (t = 0; t < ET; t++) {
+                    zero_tensor_info ti;
+                    size_t i, es = zero_dtype_size(c->dtype);
+                    if (k_groups[t] != g) continue;
+                    Z_TRY(zero_plan_tensor(plan, ids[t], &ti));
+                    for (i = 0; i < ti.numel; i++) tmp[i] = (float)(synth_grad(rank, k, s, i, t) * scale);
+                    (void)zero_convert(gh, c->dtype, tmp, ZERO_F32, ti.numel, ZERO_SIMD_AUTO);
+                    /* pageable source: the copy has read gh when upload returns */
+                    Z_TRY(dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, (unsigned char *)gp + ti.offset * es, gh,
+                                           ti.numel * es));
+                }
+                Z_TRY(zero_engine_release(e, g));
+                Z_TRY(zero_engine_grads_ready(e, g));
+            }
+        }
+        Z_TRY(zero_engine_step(e, &o->info[rank][s]));
+    }
+    for (t = 0; t < ET; t++) {
+        zero_range rg;
+        size_t i;
+        Z_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_MASTER, tmp, &rg));
+        pthread_mutex_lock(&o->mu);
+        for (i = rg.offset; i < rg.offset + rg.numel; i++) o->master[t][i] = tmp[i];
+        pthread_mutex_unlock(&o->mu);
+    }
+done:
+    if (r != ZERO_OK && !o->err[0]) snprintf(o->err, sizeof o->err, "rank %d: %s", rank, zero_last_error());
+    zero_engine_destroy(e);
+    zero_comm_destroy(dcomm);
+    zero_device_destroy(dev);
+    free(tmp);
+    free(gh);
+    return r;
+}
+
+static zero_result local_engine_rank(int rank, zero_comm *comm, void *user)
+{
+    return engine_rank(rank, comm->world, comm, user);
+}
+
+static eng_out *engine_run(const eng_cfg *c, zero_result *rc)
+{
+    eng_out *o = (eng_out *)calloc(1, sizeof *o);
+    char err[800];
+    int t;
+    o->cfg = c;
+    pthread_mutex_init(&o->mu, NULL);
+    for (t = 0; t < ET; t++) o->master[t] = (float *)calloc(k_sizes[t], sizeof(float));
+    if (c->backend == B_NCCL) {
+        *rc = run_ranks(c->world, engine_rank, o, 60000, 0, NULL, err, sizeof err);
+        if (*rc != ZERO_OK && !o->err[0]) snprintf(o->err, sizeof o->err, "%s", err);
+    } else {
+        *rc = zero_local_run(c->world, local_engine_rank, o);
+        if (*rc != ZERO_OK && !o->err[0]) snprintf(o->err, sizeof o->err, "%s", zero_last_error());
+    }
+    return o;
+}
+
+static void engine_free(eng_out *o)
+{
+    int t;
+    for (t = 0; t < ET; t++) free(o->master[t]);
+    pthread_mutex_destroy(&o->mu);
+    free(o);
+}
+
+/* Worst |a - b| over every master weight; at N = 1 also counts elements whose bits differ. */
+static double engine_diff(const eng_out *a, const eng_out *b, size_t *where, int *bits_differ)
+{
+    double worst = 0;
+    int t;
+    size_t i;
+    *bits_differ = 0;
+    *where = 0;
+    for (t = 0; t < ET; t++)
+        for (i = 0; i < k_sizes[t]; i++) {
+            double dlt = fabs((double)a->master[t][i] - (double)b->master[t][i]);
+            if (memcmp(&a->master[t][i], &b->master[t][i], 4) != 0) (*bits_differ)++;
+            if (!(dlt <= worst)) {
+                worst = dlt;
+                *where = i;
+            }
+        }
+    return worst;
+}
+
+/* The same engine run over NCCL and over the local comm (on the CUDA device, and on the
+   host device), at the same N: bit-identical at N = 1, within the tolerance above at N > 1. */
+static void compare_engine(int stage, int world, zero_dtype dtype, zero_dtype comm_dtype, double per_step)
+{
+    eng_cfg c;
+    eng_out *out[3];
+    zero_result rc[3];
+    double tol;
+    int s, k, b;
+    const char *why = cannot_run(world);
+    if (why) ZT_SKIP(why);
+    memset(&c, 0, sizeof c);
+    c.stage = stage;
+    c.world = world;
+    c.steps = 5;
+    c.accum = 2;
+    c.dtype = dtype;
+    c.comm_dtype = comm_dtype;
+    c.lr = 1e-3f;
+    for (b = 0; b < 3; b++) {
+        c.backend = b;
+        out[b] = engine_run(&c, &rc[b]);
+        ZT_CHECKF(rc[b] == ZERO_OK, "stage %d N=%d over the %s: %s", stage, world, k_backend[b], out[b]->err);
+    }
+    tol = world == 1 ? 0.0 : 1e-6 + c.steps * (double)c.lr * per_step;
+    for (b = 1; b < 3 && rc[0] == ZERO_OK; b++) {
+        size_t where;
+        int differ;
+        double worst;
+        if (rc[b] != ZERO_OK) continue;
+        worst = engine_diff(out[0], out[b], &where, &differ);
+        ZT_CHECKF(worst <= tol && (world > 1 || differ == 0),
+                  "stage %d N=%d %s/%s: nccl vs %s: worst |diff| %.3g at [%zu] (tol %.3g), %d elements "
+                  "with other bits",
+                  stage, world, zero_dtype_name(dtype), zero_dtype_name(comm_dtype), k_backend[b], worst, where,
+                  tol, differ);
+        for (s = 0; s < c.steps; s++)
+            for (k = 0; k < world; k++) {
+                const zero_step_info *x = &out[0]->info[k][s], *y = &out[b]->info[k][s];
+                ZT_CHECK(x->skipped == y->skipped && x->loss_scale == y->loss_scale);
+                ZT_CHECKF(fabs(x->grad_norm - y->grad_norm) <= 1e-3 * fabs(y->grad_norm) + 1e-7,
+                          "step %d rank %d: norm %g (nccl) vs %g (%s)", s, k, (double)x->grad_norm,
+                          (double)y->grad_norm, k_backend[b]);
+            }
+    }
+    for (b = 0; b < 3; b++) engine_free(out[b]);
+}
+
+ZT_TEST(engine_1_rank_identical)
+{
+    compare_engine(3, 1, ZERO_F16, ZERO_DTYPE_DEFAULT, 0);
+    compare_engine(1, 1, ZERO_BF16, ZERO_DTYPE_DEFAULT, 0);
+}
+
+ZT_TEST(engine_2_ranks)
+{
+    compare_engine(0, 2, ZERO_F16, ZERO_F32, 1e-4);
+    compare_engine(2, 2, ZERO_BF16, ZERO_F32, 1e-4);
+    compare_engine(3, 2, ZERO_F16, ZERO_DTYPE_DEFAULT, 4e-3);
+}
+
+ZT_TEST(engine_4_ranks)
+{
+    compare_engine(1, 4, ZERO_F16, ZERO_F32, 1e-4);
+    compare_engine(3, 4, ZERO_F16, ZERO_F32, 1e-4);
+}
+
+ZT_TEST(test_nccl) { ZT_SKIP("no GPU visible"); }
+
+int main(void)
+{
+    g_ndev = zero_cuda_device_count();
+    if (g_ndev <= 0) {
+        ZT_RUN(test_nccl);
+        return zt_summary();
+    }
+    /* several ranks of one communicator per GPU (NCCL >= 2.30); set before NCCL starts */
+    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
+    alarm(900); /* a hang is a failure, never a stuck CI job */
+    g_version = zero_nccl_version();
+    printf("  NCCL %d, %d GPU(s)\n", g_version, g_ndev);
+    ZT_RUN(create_arguments);
+    ZT_RUN(collectives_exact_1_rank);
+    ZT_RUN(one_rank_misuse_and_abort);
+    ZT_RUN(engine_1_rank_identical);
+    ZT_RUN(collectives_exact_2_ranks);
+    ZT_RUN(collectives_exact_4_ranks);
+    ZT_RUN(all_reduce_tolerance_2_ranks);
+    ZT_RUN(all_reduce_tolerance_4_ranks);
+    ZT_RUN(tcp_bootstrap_2_ranks);
+    ZT_RUN(engine_2_ranks);
+    ZT_RUN(engine_4_ranks);
+    ZT_RUN(timeout_wait_no_watchdog);
+    ZT_RUN(timeout_watchdog_unblocks_stream_sync);
+    ZT_RUN(timeout_first_collective);
+    return zt_summary();
+}

@@ -1,0 +1,2106 @@
+/* zero_cuda.h - the CUDA device for zero.h: one-allocation arena, streams and events, fused
+   mixed-precision AdamW and the other element kernels, pinned host memory, and a
+   single-process multi-rank comm over device memory (N ranks on one GPU, for tests).
+
+   Do this:
+       #define ZERO_IMPLEMENTATION
+       #define ZERO_CUDA_IMPLEMENTATION
+       #include "zero.h"
+       #include "zero_cuda.h"
+   in *one* .cu file compiled by nvcc (the implementation is CUDA C++ and calls zero.h's
+   private helpers, so both implementations live in the same file). Every other file, C or
+   C++, includes "zero.h" then "zero_cuda.h" without the defines: the declarations are plain
+   C and use no CUDA type (streams are passed as void *, i.e. a cudaStream_t cast to void *).
+
+   WHAT IT IS
+   zero.h writes ZeRO once against two interfaces, zero_device_ops and zero_comm_ops. This
+   file implements the device in CUDA, so the same engine runs on a GPU:
+
+       zero_cuda_device_create()     a zero_device on one GPU: queues are CUDA streams
+                                     (compute: yours or a new one; comm; offload), events are
+                                     cudaEvents, every op is enqueued, none blocks the host
+                                     except sync (and a download to pageable memory).
+       reserve / alloc / free        one cudaMalloc per engine (the reserve op), carved in
+                                     256-byte aligned, category-tagged blocks. An alloc with
+                                     no arena room left falls back to cudaMalloc (setup time
+                                     only: the engine allocates everything at commit).
+       kernels                       cast, add, scale, fill, non-finite check, sum of squares,
+                                     gradient multiplier, fused Adam/AdamW: bit-identical to
+                                     the host device (zero_host_device_create) for the same
+                                     inputs, NaN payloads of arithmetic results aside.
+       zero_cuda_host_alloc/free     pinned host memory (for offload).
+       zero_cuda_local_comm_create   wraps a rank's local comm (zero_local_*, ranks as
+                                     threads of this process) into a comm whose buffers are
+                                     device memory and whose queue is the rank's stream.
+
+   DETERMINISM
+   Every element kernel computes each element by itself with the host's expression: casts
+   in integer arithmetic (round to nearest even, NaN kept quiet with its payload),
+   add/scale in fp32 (fp64 for F64) with explicitly rounded operations (__fadd_rn,
+   __fmul_rn: nvcc may not contract them into an FMA), Adam by zero_adam_update() itself
+   (a ZERO_HOSTDEV function of zero.h) with the gradient multiplied first. The sum of
+   squares adds in exactly the host device's order (blocks of ZERO_HOST_SUMSQ_BLOCK
+   elements, 8 lanes by index mod 8, a fixed tree, the blocks in order), so its result
+   depends on numel alone and equals the host's bit for bit. 16-byte vector loads are used
+   where every pointer of a kernel shares one alignment; the vector and scalar paths run the
+   same per-element code, so an element's bits never depend on where it falls.
+   Build without fast-math (no --use_fast_math, no -ftz=true, no -prec-div=false,
+   no -prec-sqrt=false): zero.h's Makefile uses nvcc's defaults, which are exact.
+
+   ERRORS
+   Every CUDA call is checked; a failure returns ZERO_ERROR_DEVICE (cudaErrorMemoryAllocation:
+   ZERO_ERROR_OUT_OF_MEMORY) with the call and cudaGetErrorString() in zero_last_error().
+   Kernel faults surface at the next sync (or any later call) as ZERO_ERROR_DEVICE.
+   Nothing here exits or aborts.
+
+   See docs/cuda.md for the whole story.
+
+   LICENSE: MIT, see the end of zero.h.
+*/
+#ifndef ZERO_H
+#error "zero_cuda.h: include zero.h first"
+#endif
+
+#ifndef ZERO_CUDA_H
+#define ZERO_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Descriptor of a CUDA device; zero-initialised = device 0 with streams of its own. */
+typedef struct zero_cuda_desc {
+    int device;           /* CUDA device ordinal                                          */
+    void *compute_stream; /* your cudaStream_t for ZERO_QUEUE_COMPUTE (not owned, must
+                             belong to 'device'); NULL = a new non-blocking stream. Pass
+                             cudaStreamLegacy or cudaStreamPerThread to use those.          */
+} zero_cuda_desc;
+
+/* What a CUDA device holds now (zero_cuda_device_stats). */
+typedef struct zero_cuda_stats {
+    size_t bytes[ZERO_MEM_COUNT];  /* live bytes requested, by category                     */
+    size_t allocations;            /* live allocations                                       */
+    size_t arena_bytes;            /* device memory held in arenas                           */
+    size_t arena_free_bytes;       /* of which in no allocation                              */
+    size_t fallback_bytes;         /* live allocations outside arenas (own cudaMalloc)       */
+    size_t pinned_bytes;           /* live pinned host memory from zero_cuda_host_alloc      */
+    size_t scratch_bytes;          /* the device's own scratch (sum-of-squares partials)     */
+    unsigned long long cuda_mallocs; /* cudaMalloc calls so far: scratch, arenas, fallbacks */
+} zero_cuda_stats;
+
+/* Visible CUDA devices; 0 when there is none or no driver (never an error). */
+ZERODEF int zero_cuda_device_count(void);
+
+/* A new CUDA device. desc NULL = defaults. Makes no CUDA context current for you beyond
+   what the calls need: every op sets desc->device current for its duration and restores
+   the caller's device. Takes ~400 KiB of device scratch (one cudaMalloc).
+   Errors: UNSUPPORTED when no CUDA device is visible; INVALID_ARGUMENT for a device
+   ordinal out of range; DEVICE / OUT_OF_MEMORY from CUDA. Destroy with
+   zero_device_destroy() (dev->ops->destroy): it waits for the device's streams, then frees
+   every arena, allocation, pinned buffer and stream it owns. */
+ZERODEF zero_result zero_cuda_device_create(const zero_cuda_desc *desc, zero_device **out);
+
+/* 1 when dev is a CUDA device of this file, else 0. */
+ZERODEF int zero_cuda_is_device(const zero_device *dev);
+
+/* The device's CUDA ordinal, or -1 when dev is not a CUDA device. */
+ZERODEF int zero_cuda_device_ordinal(const zero_device *dev);
+
+/* Pinned (page-locked, portable) host memory of 'bytes' bytes, for asynchronous
+   upload/download and offload. Freed by zero_cuda_host_free or when the device is
+   destroyed. Errors: INVALID_ARGUMENT (not a CUDA device, bytes 0, out NULL);
+   OUT_OF_MEMORY. */
+ZERODEF zero_result zero_cuda_host_alloc(zero_device *dev, size_t bytes, void **out);
+/* NULL is ignored; INVALID_ARGUMENT for a pointer this device did not hand out. */
+ZERODEF zero_result zero_cuda_host_free(zero_device *dev, void *ptr);
+
+/* Memory accounting of a CUDA device. INVALID_ARGUMENT when dev is not one. */
+ZERODEF zero_result zero_cuda_device_stats(zero_device *dev, zero_cuda_stats *out);
+
+/* Wraps rank comm->rank's local comm (zero_local_comm_create / zero_local_run: every rank a
+   thread of this process) into a comm over device memory on 'dev' (this rank's CUDA
+   device; every rank may use the same GPU). Its collectives take device pointers and
+   'queue' = a cudaStream_t of dev's GPU (NULL = dev's comm stream); they are enqueued and
+   return without waiting for the GPU, with the local comm's semantics: rank-order SUM in
+   fp32 (fp64 for F64) rounded once, NaN-propagating MAX, in-place forms, agreement checks
+   (MISMATCH / INVALID_ARGUMENT), timeouts (the local comm's). The host comm is used for
+   the rendezvous (posts, barriers) and is not owned: destroy the device comm first.
+   All ranks on one GPU (or GPUs with peer access enabled: kernels read peers' buffers).
+   At most ZERO_CUDA_MAX_RANKS ranks. Errors: INVALID_ARGUMENT (NULL, not a CUDA device);
+   UNSUPPORTED (not a local comm, too many ranks); DEVICE. */
+#define ZERO_CUDA_MAX_RANKS 64
+ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_device *dev,
+                                                zero_comm **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZERO_CUDA_H */
+
+/* ======================================================================================
+   IMPLEMENTATION (CUDA C++, nvcc)
+   ====================================================================================== */
+#if defined(ZERO_CUDA_IMPLEMENTATION) && !defined(ZERO_CUDA_IMPLEMENTATION_DONE)
+#define ZERO_CUDA_IMPLEMENTATION_DONE
+
+#ifndef __CUDACC__
+#error "zero_cuda.h: the implementation (ZERO_CUDA_IMPLEMENTATION) must be compiled by nvcc"
+#endif
+#ifndef ZERO_IMPLEMENTATION_DONE
+#error "zero_cuda.h: define ZERO_IMPLEMENTATION in the same file, before including zero.h"
+#endif
+#if defined(__FAST_MATH__) || defined(__CUDA_FTZ) || (defined(__CUDA_PREC_DIV) && !__CUDA_PREC_DIV) || \
+    (defined(__CUDA_PREC_SQRT) && !__CUDA_PREC_SQRT)
+#error "zero_cuda.h: compile without fast-math, -ftz=true, -prec-div=false or -prec-sqrt=false"
+#endif
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ZERO_CUDA__HD static __host__ __device__ __forceinline__
+#define ZERO_CUDA__THREADS 256    /* threads per block of the element kernels              */
+#define ZERO_CUDA__ALIGN 256      /* arena block alignment (bytes)                          */
+#define ZERO_CUDA__SUMSQ_BLOCK ((size_t)ZERO_HOST_SUMSQ_BLOCK) /* the host device's block  */
+#define ZERO_CUDA__SUMSQ_CHUNK 16384 /* sumsq blocks per first-pass launch (partials held) */
+#define ZERO_CUDA__SUMSQ_UNROLL 16   /* loads in flight per lane in the first pass          */
+
+/* ---- errors ---- */
+
+static zero_result zero_cuda__err(cudaError_t e, const char *what)
+{
+    return zero__fail(e == cudaErrorMemoryAllocation ? ZERO_ERROR_OUT_OF_MEMORY : ZERO_ERROR_DEVICE,
+                      "%s: %s", what, cudaGetErrorString(e));
+}
+
+#define ZERO_CUDA__TRY(call, what)                                                           \
+    do {                                                                                     \
+        cudaError_t zero_cuda__e = (call);                                                   \
+        if (zero_cuda__e != cudaSuccess) return zero_cuda__err(zero_cuda__e, what);          \
+    } while (0)
+
+/* After a kernel launch: a bad configuration or an earlier fault shows here. */
+static zero_result zero_cuda__launched(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? ZERO_OK : zero_cuda__err(e, what);
+}
+
+/* Makes 'ordinal' current for the scope and restores the caller's device after. */
+struct zero_cuda__guard {
+    int prev;
+    int changed;
+    zero_cuda__guard() : prev(0), changed(0) {}
+    ~zero_cuda__guard()
+    {
+        if (changed) (void)cudaSetDevice(prev);
+    }
+    /* what: the calling op, for the message ("cuda adam") */
+    zero_result enter(int ordinal, const char *what)
+    {
+        cudaError_t e = cudaGetDevice(&prev);
+        if (e == cudaSuccess && prev != ordinal) {
+            e = cudaSetDevice(ordinal);
+            changed = e == cudaSuccess;
+        }
+        if (e != cudaSuccess)
+            return zero__fail(ZERO_ERROR_DEVICE, "%s: cudaSetDevice(%d): %s", what, ordinal, cudaGetErrorString(e));
+        return ZERO_OK;
+    }
+};
+
+/* ======================================================================================
+   Conversions: the host's algorithms (zero.h, conversion section) for host and device,
+   integer arithmetic only, so the bits cannot depend on the hardware's cvt or on the
+   floating-point mode. tests/cuda/test_cuda_host.cu checks them against zero_convert()
+   for every fp16/bf16 pattern and a sweep of fp32/fp64 patterns.
+   ====================================================================================== */
+
+ZERO_CUDA__HD uint32_t zero_cuda__f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+ZERO_CUDA__HD float zero_cuda__f32_from(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+ZERO_CUDA__HD uint64_t zero_cuda__f64_bits(double d)
+{
+#ifdef __CUDA_ARCH__
+    return (uint64_t)__double_as_longlong(d);
+#else
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+#endif
+}
+
+ZERO_CUDA__HD double zero_cuda__f64_from(uint64_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __longlong_as_double((long long)u);
+#else
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+#endif
+}
+
+/* fp32 bits -> fp16 bits, round to nearest even; NaN: quiet, top payload kept. */
+ZERO_CUDA__HD uint16_t zero_cuda__f32_to_f16(uint32_t x)
+{
+    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: inf */
+    if (a >= 0x38800000u) {                                   /* a normal fp16 */
+        uint32_t r = a - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1u);
+        return (uint16_t)(sign | (r >> 13));
+    }
+    if (a <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: rounds to zero */
+    {
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e; /* 14..24 */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | q);
+    }
+}
+
+/* fp16 bits -> fp32 bits, exact; NaN quiet with its payload. */
+ZERO_CUDA__HD uint32_t zero_cuda__f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u);
+    if (e == 0) {
+        if (m == 0) return sign;
+        e = 113;
+        while (!(m & 0x400u)) { /* a subnormal: at most 10 steps */
+            m <<= 1;
+            e--;
+        }
+        return sign | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+    return sign | ((e + 112u) << 23) | (m << 13);
+}
+
+/* fp32 bits -> bf16 bits, round to nearest even; NaN: quiet, top payload kept. */
+ZERO_CUDA__HD uint16_t zero_cuda__f32_to_bf16(uint32_t x)
+{
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* bf16 bits -> fp32 bits, exact; NaN quiet. */
+ZERO_CUDA__HD uint32_t zero_cuda__bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u;
+    return x;
+}
+
+/* fp32 bits -> fp64 bits, exact; NaN quiet with its payload. */
+ZERO_CUDA__HD uint64_t zero_cuda__f32_to_f64(uint32_t x)
+{
+    uint64_t sign = (uint64_t)(x >> 31) << 63;
+    uint32_t e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+    if (e == 0xff)
+        return sign | 0x7ff0000000000000ull | (m ? 0x8000000000000ull | ((uint64_t)m << 29) : 0u);
+    if (e == 0) {
+        if (m == 0) return sign;
+        e = 1;
+        while (!(m & 0x800000u)) {
+            m <<= 1;
+            e--; /* wraps below zero: the unsigned sum below still gives the exponent */
+        }
+        m &= 0x7fffffu;
+    }
+    return sign | ((uint64_t)(e + 896u) << 52) | ((uint64_t)m << 29);
+}
+
+/* fp64 bits -> a format of ebits/mbits (fp32 8/23, fp16 5/10, bf16 8/7), rounded once to
+   nearest even; NaN quiet, top payload kept. */
+ZERO_CUDA__HD uint32_t zero_cuda__f64_narrow(uint64_t x, unsigned ebits, unsigned mbits)
+{
+    uint32_t sign = (uint32_t)(x >> 63) << (ebits + mbits);
+    uint64_t a = x & 0x7fffffffffffffffull, m;
+    uint32_t emax = (1u << ebits) - 1u, inf = sign | (emax << mbits);
+    int te;
+    unsigned shift;
+    if (a > 0x7ff0000000000000ull)
+        return inf | (1u << (mbits - 1)) | (uint32_t)((a & 0xfffffffffffffull) >> (52 - mbits));
+    if (a == 0x7ff0000000000000ull) return inf;
+    if ((a >> 52) == 0) return sign;
+    m = (a & 0xfffffffffffffull) | 0x10000000000000ull;
+    te = (int)(a >> 52) - 1023 + (int)(emax >> 1);
+    if (te >= (int)emax) return inf;
+    shift = 52u - mbits;
+    if (te < 1) {
+        shift += (unsigned)(1 - te);
+        if (shift > 53u) return sign;
+        te = 1;
+    }
+    {
+        uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1u), half = 1ull << (shift - 1);
+        uint64_t r;
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        if (shift > 52u - mbits) r = q;
+        else r = ((uint64_t)(te - 1) << mbits) + q;
+        if (r >= ((uint64_t)emax << mbits)) return inf;
+        return sign | (uint32_t)r;
+    }
+}
+
+/* ======================================================================================
+   Element access in kernels. fp16/bf16 are uint16_t bit patterns. ld8/st8 move the 8
+   elements starting at i with 16-byte accesses: the caller guarantees p + i is 16-byte
+   aligned (zero_cuda__head below).
+   ====================================================================================== */
+
+template <int DT> struct zero_cuda__io;
+
+template <> struct zero_cuda__io<ZERO_F32> {
+    static __device__ __forceinline__ float ld(const void *p, size_t i)
+    {
+        return ((const float *)p)[i];
+    }
+    static __device__ __forceinline__ void st(void *p, size_t i, float x) { ((float *)p)[i] = x; }
+    static __device__ __forceinline__ void ld8(const void *p, size_t i, float *x)
+    {
+        const float4 *q = (const float4 *)((const float *)p + i);
+        float4 a = q[0], b = q[1];
+        x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+        x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+    }
+    static __device__ __forceinline__ void st8(void *p, size_t i, const float *x)
+    {
+        float4 *q = (float4 *)((float *)p + i);
+        q[0] = make_float4(x[0], x[1], x[2], x[3]);
+        q[1] = make_float4(x[4], x[5], x[6], x[7]);
+    }
+};
+
+template <int DT> struct zero_cuda__io16 {
+    static __device__ __forceinline__ float widen(uint32_t h)
+    {
+        return zero_cuda__f32_from(DT == ZERO_F16 ? zero_cuda__f16_to_f32((uint16_t)h)
+                                                  : zero_cuda__bf16_to_f32((uint16_t)h));
+    }
+    static __device__ __forceinline__ uint32_t narrow(float x)
+    {
+        return DT == ZERO_F16 ? zero_cuda__f32_to_f16(zero_cuda__f32_bits(x))
+                              : zero_cuda__f32_to_bf16(zero_cuda__f32_bits(x));
+    }
+    static __device__ __forceinline__ float ld(const void *p, size_t i)
+    {
+        return widen(((const uint16_t *)p)[i]);
+    }
+    static __device__ __forceinline__ void st(void *p, size_t i, float x)
+    {
+        ((uint16_t *)p)[i] = (uint16_t)narrow(x);
+    }
+    static __device__ __forceinline__ void ld8(const void *p, size_t i, float *x)
+    {
+        uint4 u = *(const uint4 *)((const uint16_t *)p + i);
+        x[0] = widen(u.x & 0xffffu); x[1] = widen(u.x >> 16);
+        x[2] = widen(u.y & 0xffffu); x[3] = widen(u.y >> 16);
+        x[4] = widen(u.z & 0xffffu); x[5] = widen(u.z >> 16);
+        x[6] = widen(u.w & 0xffffu); x[7] = widen(u.w >> 16);
+    }
+    static __device__ __forceinline__ void st8(void *p, size_t i, const float *x)
+    {
+        uint4 u;
+        u.x = narrow(x[0]) | (narrow(x[1]) << 16);
+        u.y = narrow(x[2]) | (narrow(x[3]) << 16);
+        u.z = narrow(x[4]) | (narrow(x[5]) << 16);
+        u.w = narrow(x[6]) | (narrow(x[7]) << 16);
+        *(uint4 *)((uint16_t *)p + i) = u;
+    }
+};
+template <> struct zero_cuda__io<ZERO_F16> : zero_cuda__io16<ZERO_F16> {};
+template <> struct zero_cuda__io<ZERO_BF16> : zero_cuda__io16<ZERO_BF16> {};
+
+/* ======================================================================================
+   The element-wise driver: elements [0, head) and the tail one by one, the 8-element
+   vectors in between (nvec of them, starting at 'head', where every pointer of the op is
+   16-byte aligned). Grid-stride loops with 64-bit counters.
+   ====================================================================================== */
+
+template <class Op>
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__ew_kernel(Op op, size_t numel, size_t head, size_t nvec)
+{
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x, body_end = head + 8 * nvec;
+    size_t nscalar = numel - 8 * nvec, c, s;
+    Op o = op; /* begin() may keep per-launch values (Adam's multiplier) */
+    if (!o.begin()) return;
+    for (c = tid; c < nvec; c += stride) o.eight(head + 8 * c);
+    for (s = tid; s < nscalar; s += stride) o.one(s < head ? s : body_end + (s - head));
+}
+
+/* The first element index h in 0..7 at which every pointer (element sizes es[k]) is 16-byte
+   aligned, or -1 when there is none (pointers misaligned relative to each other). */
+static int zero_cuda__head(const void *const *ptrs, const size_t *es, int n)
+{
+    int h, k;
+    for (h = 0; h < 8; h++) {
+        for (k = 0; k < n; k++)
+            if (ptrs[k] && ((uintptr_t)ptrs[k] + (uintptr_t)h * es[k]) % 16u != 0) break;
+        if (k == n) return h;
+    }
+    return -1;
+}
+
+static unsigned zero_cuda__grid(size_t work, int sm_count, int per_sm)
+{
+    size_t blocks = (work + ZERO_CUDA__THREADS - 1) / ZERO_CUDA__THREADS;
+    size_t cap = (size_t)(sm_count > 0 ? sm_count : 1) * (size_t)per_sm;
+    if (blocks > cap) blocks = cap;
+    return blocks ? (unsigned)blocks : 1u;
+}
+
+/* ---- the ops ---- */
+
+template <int D, int S> struct zero_cuda__cast_op { /* D, S in {F32, F16, BF16} */
+    void *dst;
+    const void *src;
+    __device__ bool begin() const { return true; }
+    __device__ void one(size_t i) const
+    {
+        zero_cuda__io<D>::st(dst, i, zero_cuda__io<S>::ld(src, i));
+    }
+    __device__ void eight(size_t i) const
+    {
+        float x[8];
+        zero_cuda__io<S>::ld8(src, i, x);
+        zero_cuda__io<D>::st8(dst, i, x);
+    }
+};
+
+/* Casts with fp64 on one side, one element at a time through the host's bit functions. */
+template <int D, int S> struct zero_cuda__cast64_op {
+    void *dst;
+    const void *src;
+    __device__ bool begin() const { return true; }
+    __device__ void one(size_t i) const
+    {
+        if (S == ZERO_F64) {
+            uint64_t x = zero_cuda__f64_bits(((const double *)src)[i]);
+            if (D == ZERO_F32) ((float *)dst)[i] = zero_cuda__f32_from(zero_cuda__f64_narrow(x, 8, 23));
+            else ((uint16_t *)dst)[i] = (uint16_t)zero_cuda__f64_narrow(x, D == ZERO_F16 ? 5 : 8, D == ZERO_F16 ? 10 : 7);
+        } else {
+            uint32_t f = S == ZERO_F32 ? zero_cuda__f32_bits(((const float *)src)[i])
+                         : S == ZERO_F16 ? zero_cuda__f16_to_f32(((const uint16_t *)src)[i])
+                                         : zero_cuda__bf16_to_f32(((const uint16_t *)src)[i]);
+            ((double *)dst)[i] = zero_cuda__f64_from(zero_cuda__f32_to_f64(f));
+        }
+    }
+    __device__ void eight(size_t i) const
+    {
+        for (int k = 0; k < 8; k++) one(i + (size_t)k);
+    }
+};
+
+template <int DT> struct zero_cuda__add_op { /* dst = round(dst + src), fp32 math */
+    void *dst;
+    const void *src;
+    __device__ bool begin() const { return true; }
+    __device__ void one(size_t i) const
+    {
+        zero_cuda__io<DT>::st(dst, i, __fadd_rn(zero_cuda__io<DT>::ld(dst, i), zero_cuda__io<DT>::ld(src, i)));
+    }
+    __device__ void eight(size_t i) const
+    {
+        float a[8], b[8];
+        zero_cuda__io<DT>::ld8(dst, i, a);
+        zero_cuda__io<DT>::ld8(src, i, b);
+        for (int k = 0; k < 8; k++) a[k] = __fadd_rn(a[k], b[k]);
+        zero_cuda__io<DT>::st8(dst, i, a);
+    }
+};
+
+struct zero_cuda__add64_op {
+    double *dst;
+    const double *src;
+    __device__ bool begin() const { return true; }
+    __device__ void one(size_t i) const { dst[i] = __dadd_rn(dst[i], src[i]); }
+    __device__ void eight(size_t i) const
+    {
+        for (int k = 0; k < 8; k++) one(i + (size_t)k);
+    }
+};
+
+template <int DT> struct zero_cuda__scale_op { /* x = round(x * s), fp32 math */
+    void *x;
+    float s;
+    __device__ bool begin() const { return true; }
+    __device__ void one(size_t i) const
+    {
+        zero_cuda__io<DT>::st(x, i, __fmul_rn(zero_cuda__io<DT>::ld(x, i), s));
+    }
+    __device__ void eight(size_t i) const
+    {
+        float a[8];
+        zero_cuda__io<DT>::ld8(x, i, a);
+        for (int k = 0; k < 8; k++) a[k] = __fmul_rn(a[k], s);
+        zero_cuda__io<DT>::st8(x, i, a);
+    }
+};
+
+struct zero_cuda__scale64_op {
+    double *x;
+    double s;
+    __device__ bool begin() const { return true; }
+    __device__ void one(size_t i) const { x[i] = __dmul_rn(x[i], s); }
+    __device__ void eight(size_t i) const
+    {
+        for (int k = 0; k < 8; k++) one(i + (size_t)k);
+    }
+};
+
+/* Fused Adam/AdamW: fp32 master/m/v, gradient in G, param written in P (0 = none). The
+   multiplier and the skip flag are read from device memory by every thread. */
+template <int G, int P> struct zero_cuda__adam_op {
+    float *master, *m, *v;
+    const void *grad;
+    void *param;
+    const float *mul_ptr, *skip;
+    zero_adam_coefs c;
+    float mul;
+    __device__ bool begin()
+    {
+        if (skip && *skip != 0.0f) return false;
+        mul = *mul_ptr;
+        return true;
+    }
+    __device__ void one(size_t i) const
+    {
+        float p = master[i], mm = m[i], vv = v[i];
+        zero_adam_update(__fmul_rn(zero_cuda__io<G>::ld(grad, i), mul), &p, &mm, &vv, &c);
+        master[i] = p;
+        m[i] = mm;
+        v[i] = vv;
+        if constexpr (P != 0) zero_cuda__io<P>::st(param, i, p);
+    }
+    __device__ void eight(size_t i) const
+    {
+        float g[8], p[8], mm[8], vv[8];
+        zero_cuda__io<G>::ld8(grad, i, g);
+        zero_cuda__io<ZERO_F32>::ld8(master, i, p);
+        zero_cuda__io<ZERO_F32>::ld8(m, i, mm);
+        zero_cuda__io<ZERO_F32>::ld8(v, i, vv);
+#pragma unroll
+        for (int k = 0; k < 8; k++) zero_adam_update(__fmul_rn(g[k], mul), &p[k], &mm[k], &vv[k], &c);
+        zero_cuda__io<ZERO_F32>::st8(master, i, p);
+        zero_cuda__io<ZERO_F32>::st8(m, i, mm);
+        zero_cuda__io<ZERO_F32>::st8(v, i, vv);
+        if constexpr (P != 0) zero_cuda__io<P>::st8(param, i, p);
+    }
+};
+
+/* ---- reductions ---- */
+
+/* *flag = 1 if any element of x is inf or NaN (exponent bits all ones, as integers).
+   16-byte words from element 'head' (where x is 16-byte aligned) on, the rest one by one. */
+template <int DT>
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__nonfinite_kernel(const void *x, size_t numel, size_t head, size_t nvec, float *flag)
+{
+    const size_t per = 16 / (DT == ZERO_F64 ? 8 : DT == ZERO_F32 ? 4 : 2);
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x, body_end = head + per * nvec;
+    size_t nscalar = numel - per * nvec, c, s, i;
+    int bad = 0;
+    for (c = tid; c < nvec; c += stride) {
+        uint4 u = *(const uint4 *)((const unsigned char *)x + (head + per * c) * (16 / per));
+        if (DT == ZERO_F32) {
+            bad |= ((u.x & 0x7f800000u) == 0x7f800000u) | ((u.y & 0x7f800000u) == 0x7f800000u) |
+                   ((u.z & 0x7f800000u) == 0x7f800000u) | ((u.w & 0x7f800000u) == 0x7f800000u);
+        } else if (DT == ZERO_F64) { /* little-endian: the high words are y and w */
+            bad |= ((u.y & 0x7ff00000u) == 0x7ff00000u) | ((u.w & 0x7ff00000u) == 0x7ff00000u);
+        } else {
+            const uint32_t lo = DT == ZERO_F16 ? 0x7c00u : 0x7f80u, hi = lo << 16;
+            bad |= ((u.x & lo) == lo) | ((u.x & hi) == hi) | ((u.y & lo) == lo) | ((u.y & hi) == hi) |
+                   ((u.z & lo) == lo) | ((u.z & hi) == hi) | ((u.w & lo) == lo) | ((u.w & hi) == hi);
+        }
+    }
+    for (s = tid; s < nscalar; s += stride) {
+        i = s < head ? s : body_end + (s - head);
+        if (DT == ZERO_F32) {
+            bad |= (((const uint32_t *)x)[i] & 0x7f800000u) == 0x7f800000u;
+        } else if (DT == ZERO_F64) {
+            bad |= (((const uint64_t *)x)[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        } else {
+            const uint32_t mask = DT == ZERO_F16 ? 0x7c00u : 0x7f80u;
+            bad |= (((const uint16_t *)x)[i] & mask) == mask;
+        }
+    }
+    bad = __syncthreads_or(bad);
+    if (bad && threadIdx.x == 0) *flag = 1.0f;
+}
+
+/* One lane step of the sum of squares, as the host device does it: fp32/fp16/bf16 widen to
+   fp32, then acc + x*x in fp64 (the product is exact); fp64 uses fma(x, x, acc). */
+template <int DT> struct zero_cuda__sq {
+    typedef float T;
+    static __device__ __forceinline__ T ld(const void *x, size_t i)
+    {
+        if constexpr (DT == ZERO_F32) return __ldg((const float *)x + i);
+        else return zero_cuda__io<DT>::widen(__ldg((const unsigned short *)x + i));
+    }
+    static __device__ __forceinline__ double add(double acc, T v)
+    {
+        double d = (double)v;
+        return __dadd_rn(acc, __dmul_rn(d, d));
+    }
+};
+template <> struct zero_cuda__sq<ZERO_F64> {
+    typedef double T;
+    static __device__ __forceinline__ T ld(const void *x, size_t i) { return __ldg((const double *)x + i); }
+    static __device__ __forceinline__ double add(double acc, T v) { return fma(v, v, acc); }
+};
+
+/* First pass of the sum of squares, in the host device's order: sumsq block b (elements
+   [b B, (b + 1) B), B = ZERO_HOST_SUMSQ_BLOCK) has 8 lanes; lane k adds x[i]^2 for the
+   i = k mod 8 of the block in increasing order (thread 8 b + k does it, loads batched
+   UNROLL at a time), then the lanes combine as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) by
+   shuffles. partials[b - first] = the block's sum, for nblocks blocks from 'first'. */
+template <int DT>
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__sumsq_pass1(const void *x, size_t numel, size_t first, size_t nblocks, double *partials)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, b = t >> 3;
+    unsigned lane = threadIdx.x & 7u; /* blockDim is a multiple of 8 */
+    double acc = 0.0, o;
+    if (b < nblocks) {
+        size_t begin = (first + b) * ZERO_CUDA__SUMSQ_BLOCK;
+        size_t end = numel - begin < ZERO_CUDA__SUMSQ_BLOCK ? numel : begin + ZERO_CUDA__SUMSQ_BLOCK;
+        size_t i = begin + lane;
+        const size_t span = 8 * (ZERO_CUDA__SUMSQ_UNROLL - 1);
+        typename zero_cuda__sq<DT>::T v[ZERO_CUDA__SUMSQ_UNROLL];
+        for (; i < end && end - i > span; i += 8 * ZERO_CUDA__SUMSQ_UNROLL) {
+#pragma unroll
+            for (int u = 0; u < ZERO_CUDA__SUMSQ_UNROLL; u++) v[u] = zero_cuda__sq<DT>::ld(x, i + 8 * (size_t)u);
+#pragma unroll
+            for (int u = 0; u < ZERO_CUDA__SUMSQ_UNROLL; u++) acc = zero_cuda__sq<DT>::add(acc, v[u]);
+        }
+        for (; i < end; i += 8) acc = zero_cuda__sq<DT>::add(acc, zero_cuda__sq<DT>::ld(x, i));
+    }
+    o = __shfl_down_sync(0xffffffffu, acc, 1);
+    if ((lane & 1u) == 0) acc = __dadd_rn(acc, o); /* l0+l1, l2+l3, l4+l5, l6+l7 */
+    o = __shfl_down_sync(0xffffffffu, acc, 2);
+    if ((lane & 3u) == 0) acc = __dadd_rn(acc, o); /* (l0+l1)+(l2+l3), (l4+l5)+(l6+l7) */
+    o = __shfl_down_sync(0xffffffffu, acc, 4);
+    if (lane == 0) {
+        acc = __dadd_rn(acc, o);
+        if (b < nblocks) partials[b] = acc;
+    }
+}
+
+/* Second pass, one block: total = (first ? 0 : *running) + partials[0] + ... in order (the
+   host adds its block sums in order from 0), then *acc += total (last) or *running = total. */
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__sumsq_pass2(const double *partials, size_t n, double *running, int first, int last, double *acc)
+{
+    __shared__ double tile[ZERO_CUDA__THREADS];
+    double total = first ? 0.0 : *running;
+    size_t base, k, j, m;
+    for (base = 0; base < n; base += ZERO_CUDA__THREADS) {
+        k = base + threadIdx.x;
+        tile[threadIdx.x] = k < n ? partials[k] : 0.0;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            m = n - base < ZERO_CUDA__THREADS ? n - base : ZERO_CUDA__THREADS;
+            for (j = 0; j < m; j++) total = __dadd_rn(total, tile[j]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        if (last) *acc = __dadd_rn(*acc, total);
+        else *running = total;
+    }
+}
+
+static __global__ void zero_cuda__grad_mul_kernel(const double *sumsq, const float *nonfinite, float unscale,
+                                                  float clip_norm, float *out)
+{
+    zero_grad_mul(*sumsq, *nonfinite, unscale, clip_norm, &out[0], &out[1]);
+}
+
+/* ---- the comm's reduction: dst[i] = op over sources in rank order (local comm rules) ---- */
+
+struct zero_cuda__srcs {
+    const void *p[ZERO_CUDA_MAX_RANKS];
+};
+
+template <int DT, int OP>
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__reduce_kernel(zero_cuda__srcs s, int nsrc, void *dst, size_t numel)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    int r;
+    for (; i < numel; i += stride) {
+        if constexpr (DT == ZERO_F64) {
+            double acc = ((const double *)s.p[0])[i], x;
+            for (r = 1; r < nsrc; r++) {
+                x = ((const double *)s.p[r])[i];
+                if (OP == ZERO_OP_SUM) acc = __dadd_rn(acc, x);
+                else if (x > acc || x != x) acc = acc != acc ? acc : x; /* NaN wins, first kept */
+            }
+            ((double *)dst)[i] = acc;
+        } else {
+            float acc = zero_cuda__io<DT>::ld(s.p[0], i), x;
+            for (r = 1; r < nsrc; r++) {
+                x = zero_cuda__io<DT>::ld(s.p[r], i);
+                if (OP == ZERO_OP_SUM) acc = __fadd_rn(acc, x);
+                else if (x > acc || x != x) acc = acc != acc ? acc : x;
+            }
+            zero_cuda__io<DT>::st(dst, i, acc);
+        }
+    }
+}
+
+/* ======================================================================================
+   The device: streams, scratch, the arena allocator, pinned memory.
+   ====================================================================================== */
+
+typedef struct zero_cuda__block {
+    struct zero_cuda__block *prev, *next; /* neighbours in the arena, by address */
+    size_t offset, size;                  /* size: a multiple of ZERO_CUDA__ALIGN */
+    size_t requested;
+    int used;
+    zero_mem_category category;
+} zero_cuda__block;
+
+typedef struct zero_cuda__arena {
+    struct zero_cuda__arena *next; /* newest first */
+    char *base;
+    size_t bytes;
+    size_t live; /* used blocks */
+    zero_cuda__block *first;
+} zero_cuda__arena;
+
+typedef struct zero_cuda__mem { /* a fallback allocation or a pinned buffer */
+    struct zero_cuda__mem *next;
+    void *ptr;
+    size_t bytes;
+    zero_mem_category category;
+} zero_cuda__mem;
+
+typedef struct zero_cuda__device {
+    zero_device base;
+    int ordinal;
+    int sm_count;
+    cudaStream_t streams[ZERO_QUEUE_COUNT];
+    int has_stream[ZERO_QUEUE_COUNT]; /* set: created here, or the user's */
+    int own_stream[ZERO_QUEUE_COUNT]; /* created here: destroyed with the device */
+    double *scratch; /* per queue: ZERO_CUDA__SUMSQ_CHUNK partials + 1 running total */
+    pthread_mutex_t mu; /* guards the lists and counters below */
+    zero_cuda__arena *arenas;
+    zero_cuda__mem *fallbacks;
+    zero_cuda__mem *pinned;
+    size_t bytes[ZERO_MEM_COUNT];
+    size_t allocations;
+    size_t fallback_bytes, pinned_bytes;
+    unsigned long long cuda_mallocs;
+} zero_cuda__device;
+
+static void zero_cuda__destroy(zero_device *dev);
+
+static zero_cuda__device *zero_cuda__get(const zero_device *dev)
+{
+    if (!dev || !dev->ops || dev->ops->destroy != zero_cuda__destroy || !dev->impl) return NULL;
+    return (zero_cuda__device *)dev->impl;
+}
+
+/* Every op: a CUDA device, a queue in range, its GPU current for the scope. */
+#define ZERO_CUDA__ENTER(what)                                                                \
+    zero_cuda__device *d = zero_cuda__get(dev);                                              \
+    zero_cuda__guard guard;                                                                  \
+    zero_result enter_res;                                                                   \
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: dev is not a CUDA device", what); \
+    if ((int)q < 0 || (int)q >= ZERO_QUEUE_COUNT)                                            \
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: queue %d out of range", what, (int)q); \
+    if ((enter_res = guard.enter(d->ordinal, what)) != ZERO_OK) return enter_res;          \
+    cudaStream_t stream = d->streams[q]
+
+/* A GPU load of an element must be aligned to its size (the host device would not care:
+   refuse here rather than fault the context). */
+static zero_result zero_cuda__check_align(const char *what, const char *arg, const void *p, size_t es)
+{
+    if (p && es && (uintptr_t)p % es != 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda %s: %s = %p is not aligned to its element size (%zu)",
+                          what, arg, p, es);
+    return ZERO_OK;
+}
+
+/* As the host device: NULL with numel > 0, an unknown dtype or a size overflow is an error;
+   and the pointer must be aligned to its element size. */
+static zero_result zero_cuda__check_buf(const char *what, const char *arg, const void *p, zero_dtype dtype,
+                                        size_t numel)
+{
+    size_t es = zero_dtype_size(dtype), bytes;
+    if (es == 0) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda %s: unknown dtype %d", what, (int)dtype);
+    if (zero__mul_size(numel, es, &bytes) != 0)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "cuda %s: numel %zu of %s overflows", what, numel,
+                          zero_dtype_name(dtype));
+    if (numel > 0 && !p)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda %s: %s is NULL with numel = %zu", what, arg, numel);
+    return zero_cuda__check_align(what, arg, p, es);
+}
+
+static int zero_cuda__overlap(const void *a, size_t abytes, const void *b, size_t bbytes)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return abytes && bbytes && x < y + bbytes && y < x + abytes;
+}
+
+/* ---- memory ---- */
+
+static void zero_cuda__arena_release(zero_cuda__device *d, zero_cuda__arena *a)
+{
+    zero_cuda__block *b = a->first, *n;
+    (void)cudaFree(a->base);
+    for (; b; b = n) {
+        n = b->next;
+        zero__free(NULL, b);
+    }
+    zero__free(NULL, a);
+    (void)d;
+}
+
+/* Under the lock: unlinks and frees every empty arena but the newest. */
+static void zero_cuda__arena_trim(zero_cuda__device *d, int keep_newest)
+{
+    zero_cuda__arena **pa = &d->arenas, *a;
+    if (keep_newest && *pa) pa = &(*pa)->next;
+    while ((a = *pa) != NULL) {
+        if (a->live == 0) {
+            *pa = a->next;
+            zero_cuda__arena_release(d, a);
+        } else {
+            pa = &a->next;
+        }
+    }
+}
+
+static zero_result zero_cuda__reserve(zero_device *dev, size_t total_bytes, size_t num_allocations)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    zero_cuda__arena *a;
+    size_t slack, bytes;
+    zero_result res;
+    cudaError_t e;
+    void *base = NULL;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda reserve: dev is not a CUDA device");
+    if (zero__mul_size(num_allocations, ZERO_CUDA__ALIGN, &slack) != 0 ||
+        zero__add_size(total_bytes, slack, &bytes) != 0)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "cuda reserve: %zu bytes in %zu allocations overflow",
+                          total_bytes, num_allocations);
+    if (bytes == 0) return ZERO_OK;
+    if ((res = guard.enter(d->ordinal, "cuda reserve")) != ZERO_OK) return res;
+    a = (zero_cuda__arena *)zero__alloc(NULL, sizeof *a);
+    zero_cuda__block *b = (zero_cuda__block *)zero__alloc(NULL, sizeof *b);
+    if (!a || !b) {
+        zero__free(NULL, a);
+        zero__free(NULL, b);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "cuda reserve: out of host memory");
+    }
+    pthread_mutex_lock(&d->mu);
+    zero_cuda__arena_trim(d, 0); /* arenas of engines already destroyed */
+    e = cudaMalloc(&base, bytes);
+    if (e == cudaSuccess) d->cuda_mallocs++;
+    if (e != cudaSuccess) {
+        pthread_mutex_unlock(&d->mu);
+        zero__free(NULL, a);
+        zero__free(NULL, b);
+        (void)cudaGetLastError(); /* an OOM is not sticky: clear it */
+        return zero__fail(e == cudaErrorMemoryAllocation ? ZERO_ERROR_OUT_OF_MEMORY : ZERO_ERROR_DEVICE,
+                          "cuda reserve: cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
+    }
+    memset(b, 0, sizeof *b);
+    b->size = bytes;
+    a->base = (char *)base;
+    a->bytes = bytes;
+    a->live = 0;
+    a->first = b;
+    a->next = d->arenas;
+    d->arenas = a;
+    pthread_mutex_unlock(&d->mu);
+    return ZERO_OK;
+}
+
+/* Under the lock: a block of 'size' (aligned) bytes from the arenas, or NULL. */
+static void *zero_cuda__arena_take(zero_cuda__device *d, size_t size, size_t requested, zero_mem_category cat,
+                                   int *oom)
+{
+    zero_cuda__arena *a;
+    zero_cuda__block *b, *rest;
+    for (a = d->arenas; a; a = a->next)
+        for (b = a->first; b; b = b->next) {
+            if (b->used || b->size < size) continue;
+            if (b->size - size >= ZERO_CUDA__ALIGN) { /* split: the rest stays free */
+                rest = (zero_cuda__block *)zero__alloc(NULL, sizeof *rest);
+                if (!rest) {
+                    *oom = 1;
+                    return NULL;
+                }
+                memset(rest, 0, sizeof *rest);
+                rest->offset = b->offset + size;
+                rest->size = b->size - size;
+                rest->prev = b;
+                rest->next = b->next;
+                if (b->next) b->next->prev = rest;
+                b->next = rest;
+                b->size = size;
+            }
+            b->used = 1;
+            b->requested = requested;
+            b->category = cat;
+            a->live++;
+            return a->base + b->offset;
+        }
+    return NULL;
+}
+
+static zero_result zero_cuda__alloc(zero_device *dev, size_t bytes, zero_mem_category category, void **out)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    zero_cuda__mem *f;
+    size_t size;
+    void *p;
+    int oom = 0;
+    zero_result res;
+    cudaError_t e;
+    if (out) *out = NULL;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda alloc: dev is not a CUDA device");
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda alloc: out is NULL");
+    if (bytes == 0) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda alloc: bytes = 0");
+    if ((int)category < 0 || category >= ZERO_MEM_COUNT)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda alloc: category %d out of range", (int)category);
+    if (zero__add_size(bytes, ZERO_CUDA__ALIGN - 1, &size) != 0)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "cuda alloc: bytes = %zu overflows", bytes);
+    size &= ~(size_t)(ZERO_CUDA__ALIGN - 1);
+    pthread_mutex_lock(&d->mu);
+    p = zero_cuda__arena_take(d, size, bytes, category, &oom);
+    if (p) {
+        d->bytes[category] += bytes;
+        d->allocations++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (oom) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "cuda alloc: out of host memory");
+    if (p) {
+        *out = p;
+        return ZERO_OK;
+    }
+    /* No arena room: its own cudaMalloc (setup time: the engine reserves first). */
+    if ((res = guard.enter(d->ordinal, "cuda alloc")) != ZERO_OK) return res;
+    f = (zero_cuda__mem *)zero__alloc(NULL, sizeof *f);
+    if (!f) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "cuda alloc: out of host memory");
+    e = cudaMalloc(&p, size);
+    if (e != cudaSuccess) {
+        zero__free(NULL, f);
+        (void)cudaGetLastError();
+        return zero__fail(e == cudaErrorMemoryAllocation ? ZERO_ERROR_OUT_OF_MEMORY : ZERO_ERROR_DEVICE,
+                          "cuda alloc: cudaMalloc(%zu bytes, %s): %s", bytes, zero_mem_category_name(category),
+                          cudaGetErrorString(e));
+    }
+    f->ptr = p;
+    f->bytes = bytes;
+    f->category = category;
+    pthread_mutex_lock(&d->mu);
+    f->next = d->fallbacks;
+    d->fallbacks = f;
+    d->cuda_mallocs++;
+    d->fallback_bytes += bytes;
+    d->bytes[category] += bytes;
+    d->allocations++;
+    pthread_mutex_unlock(&d->mu);
+    *out = p;
+    return ZERO_OK;
+}
+
+static zero_result zero_cuda__free(zero_device *dev, void *ptr)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    zero_cuda__arena *a;
+    zero_cuda__block *b, *n;
+    zero_cuda__mem **pf, *f;
+    zero_result res;
+    char *p = (char *)ptr;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda free: dev is not a CUDA device");
+    if (!ptr) return ZERO_OK;
+    if ((res = guard.enter(d->ordinal, "cuda free")) != ZERO_OK) return res; /* cudaFree below */
+    pthread_mutex_lock(&d->mu);
+    for (a = d->arenas; a; a = a->next) {
+        if (p < a->base || p >= a->base + a->bytes) continue;
+        for (b = a->first; b; b = b->next)
+            if (a->base + b->offset == p && b->used) break;
+        if (!b) break;
+        d->bytes[b->category] -= b->requested;
+        d->allocations--;
+        b->used = 0;
+        b->requested = 0;
+        if ((n = b->next) != NULL && !n->used) { /* merge the next free block */
+            b->size += n->size;
+            b->next = n->next;
+            if (n->next) n->next->prev = b;
+            zero__free(NULL, n);
+        }
+        if ((n = b->prev) != NULL && !n->used) { /* merge into the previous free block */
+            n->size += b->size;
+            n->next = b->next;
+            if (b->next) b->next->prev = n;
+            zero__free(NULL, b);
+        }
+        a->live--;
+        if (a->live == 0 && a != d->arenas) zero_cuda__arena_trim(d, 1); /* an older engine's */
+        pthread_mutex_unlock(&d->mu);
+        return ZERO_OK;
+    }
+    for (pf = &d->fallbacks; (f = *pf) != NULL; pf = &f->next)
+        if (f->ptr == ptr) break;
+    if (f) {
+        *pf = f->next;
+        d->fallback_bytes -= f->bytes;
+        d->bytes[f->category] -= f->bytes;
+        d->allocations--;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!f)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "cuda free: %p was not allocated by this device (or was freed already)", ptr);
+    {
+        cudaError_t e = cudaFree(f->ptr);
+        res = e == cudaSuccess ? ZERO_OK : zero_cuda__err(e, "cuda free: cudaFree");
+    }
+    zero__free(NULL, f);
+    return res;
+}
+
+/* ---- queues and events: a zero_event is a cudaEvent_t ---- */
+
+static zero_result zero_cuda__event_create(zero_device *dev, zero_event **out)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    cudaEvent_t ev;
+    zero_result res;
+    if (out) *out = NULL;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda event_create: dev is not a CUDA device");
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda event_create: out is NULL");
+    if ((res = guard.enter(d->ordinal, "cuda event_create")) != ZERO_OK) return res;
+    ZERO_CUDA__TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cuda event_create: cudaEventCreateWithFlags");
+    *out = (zero_event *)ev;
+    return ZERO_OK;
+}
+
+static void zero_cuda__event_destroy(zero_device *dev, zero_event *ev)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    if (!d || !ev) return;
+    if (guard.enter(d->ordinal, "cuda event_destroy") != ZERO_OK) return;
+    (void)cudaEventDestroy((cudaEvent_t)ev);
+}
+
+static zero_result zero_cuda__record(zero_device *dev, zero_queue q, zero_event *ev)
+{
+    ZERO_CUDA__ENTER("cuda record");
+    if (!ev) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda record: event is NULL");
+    ZERO_CUDA__TRY(cudaEventRecord((cudaEvent_t)ev, stream), "cuda record: cudaEventRecord");
+    return ZERO_OK;
+}
+
+static zero_result zero_cuda__wait(zero_device *dev, zero_queue q, zero_event *ev)
+{
+    ZERO_CUDA__ENTER("cuda wait");
+    if (!ev) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda wait: event is NULL");
+    ZERO_CUDA__TRY(cudaStreamWaitEvent(stream, (cudaEvent_t)ev, 0), "cuda wait: cudaStreamWaitEvent");
+    return ZERO_OK;
+}
+
+static zero_result zero_cuda__sync(zero_device *dev, zero_queue q)
+{
+    ZERO_CUDA__ENTER("cuda sync");
+    ZERO_CUDA__TRY(cudaStreamSynchronize(stream), "cuda sync: cudaStreamSynchronize");
+    return ZERO_OK;
+}
+
+static void *zero_cuda__native_queue(zero_device *dev, zero_queue q)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    if (!d || (int)q < 0 || (int)q >= ZERO_QUEUE_COUNT) return NULL;
+    return (void *)d->streams[q];
+}
+
+/* ---- transfers ---- */
+
+static zero_result zero_cuda__move(zero_device *dev, zero_queue q, void *dst, const void *src, size_t bytes,
+                                   const char *what)
+{
+    ZERO_CUDA__ENTER(what);
+    if (bytes > 0 && (!dst || !src))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with bytes = %zu", what,
+                          dst ? "src" : "dst", bytes);
+    if (bytes == 0 || dst == src) return ZERO_OK;
+    if (zero_cuda__overlap(dst, bytes, src, bytes))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: dst %p and src %p overlap (%zu bytes)", what,
+                          dst, src, bytes);
+    {
+        cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);
+        if (e != cudaSuccess) return zero__fail(ZERO_ERROR_DEVICE, "%s: cudaMemcpyAsync(%zu bytes): %s", what,
+                                                bytes, cudaGetErrorString(e));
+    }
+    return ZERO_OK;
+}
+
+static zero_result zero_cuda__copy(zero_device *dev, zero_queue q, void *dst, const void *src, size_t bytes)
+{
+    return zero_cuda__move(dev, q, dst, src, bytes, "cuda copy");
+}
+
+static zero_result zero_cuda__upload(zero_device *dev, zero_queue q, void *dst, const void *host_src, size_t bytes)
+{
+    return zero_cuda__move(dev, q, dst, host_src, bytes, "cuda upload");
+}
+
+static zero_result zero_cuda__download(zero_device *dev, zero_queue q, void *host_dst, const void *src,
+                                       size_t bytes)
+{
+    return zero_cuda__move(dev, q, host_dst, src, bytes, "cuda download");
+}
+
+static zero_result zero_cuda__fill_zero(zero_device *dev, zero_queue q, void *dst, size_t bytes)
+{
+    ZERO_CUDA__ENTER("cuda fill_zero");
+    if (bytes > 0 && !dst)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda fill_zero: dst is NULL with bytes = %zu", bytes);
+    if (bytes == 0) return ZERO_OK;
+    ZERO_CUDA__TRY(cudaMemsetAsync(dst, 0, bytes, stream), "cuda fill_zero: cudaMemsetAsync");
+    return ZERO_OK;
+}
+
+/* ---- element kernels ---- */
+
+/* Launches the element-wise driver for op over numel elements; ptrs/es: the op's arrays
+   and element sizes, for the vector alignment; vec = 0 forces the scalar path. */
+template <class Op>
+static zero_result zero_cuda__run_ew(const zero_cuda__device *d, cudaStream_t stream, const Op &op, size_t numel,
+                                     const void *const *ptrs, const size_t *es, int nptr, int vec, const char *what)
+{
+    size_t head = 0, nvec = 0;
+    int h = vec ? zero_cuda__head(ptrs, es, nptr) : -1;
+    if (numel == 0) return ZERO_OK;
+    if (h >= 0 && (size_t)h < numel && numel - (size_t)h >= 8) {
+        head = (size_t)h;
+        nvec = (numel - head) / 8;
+    }
+    zero_cuda__ew_kernel<Op><<<zero_cuda__grid(nvec + (numel - 8 * nvec), d->sm_count, 8), ZERO_CUDA__THREADS, 0,
+                               stream>>>(op, numel, head, nvec);
+    return zero_cuda__launched(what);
+}
+
+template <int D, int S>
+static zero_result zero_cuda__cast_run(const zero_cuda__device *d, cudaStream_t stream, void *dst,
+                                       const void *src, size_t numel)
+{
+    const void *ptrs[2] = {dst, src};
+    size_t es[2] = {zero_dtype_size((zero_dtype)D), zero_dtype_size((zero_dtype)S)};
+    if constexpr (D == ZERO_F64 || S == ZERO_F64) {
+        zero_cuda__cast64_op<D, S> op = {dst, src};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 2, 0, "cuda cast: kernel launch");
+    } else {
+        zero_cuda__cast_op<D, S> op = {dst, src};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 2, 1, "cuda cast: kernel launch");
+    }
+}
+
+template <int D>
+static zero_result zero_cuda__cast_from(const zero_cuda__device *d, cudaStream_t stream, void *dst,
+                                        const void *src, zero_dtype src_dtype, size_t numel)
+{
+    switch (src_dtype) {
+    case ZERO_F32: return zero_cuda__cast_run<D, ZERO_F32>(d, stream, dst, src, numel);
+    case ZERO_F16: return zero_cuda__cast_run<D, ZERO_F16>(d, stream, dst, src, numel);
+    case ZERO_BF16: return zero_cuda__cast_run<D, ZERO_BF16>(d, stream, dst, src, numel);
+    default: return zero_cuda__cast_run<D, ZERO_F64>(d, stream, dst, src, numel);
+    }
+}
+
+static zero_result zero_cuda__cast(zero_device *dev, zero_queue q, void *dst, zero_dtype dst_dtype,
+                                   const void *src, zero_dtype src_dtype, size_t numel)
+{
+    zero_result r;
+    ZERO_CUDA__ENTER("cuda cast");
+    if ((r = zero_cuda__check_buf("cast", "dst", dst, dst_dtype, numel)) != ZERO_OK) return r;
+    if ((r = zero_cuda__check_buf("cast", "src", src, src_dtype, numel)) != ZERO_OK) return r;
+    if (numel == 0 || (dst == src && dst_dtype == src_dtype)) return ZERO_OK;
+    if (zero_cuda__overlap(dst, numel * zero_dtype_size(dst_dtype), src, numel * zero_dtype_size(src_dtype)))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda cast: dst %p and src %p overlap", dst, src);
+    if (dst_dtype == src_dtype) {
+        cudaError_t e = cudaMemcpyAsync(dst, src, numel * zero_dtype_size(dst_dtype), cudaMemcpyDeviceToDevice, stream);
+        if (e != cudaSuccess) return zero_cuda__err(e, "cuda cast: cudaMemcpyAsync");
+        return ZERO_OK;
+    }
+    switch (dst_dtype) {
+    case ZERO_F32: return zero_cuda__cast_from<ZERO_F32>(d, stream, dst, src, src_dtype, numel);
+    case ZERO_F16: return zero_cuda__cast_from<ZERO_F16>(d, stream, dst, src, src_dtype, numel);
+    case ZERO_BF16: return zero_cuda__cast_from<ZERO_BF16>(d, stream, dst, src, src_dtype, numel);
+    default: return zero_cuda__cast_from<ZERO_F64>(d, stream, dst, src, src_dtype, numel);
+    }
+}
+
+static zero_result zero_cuda__add(zero_device *dev, zero_queue q, void *dst, const void *src, zero_dtype dtype,
+                                  size_t numel)
+{
+    const void *ptrs[2] = {dst, src};
+    size_t es[2];
+    zero_result r;
+    ZERO_CUDA__ENTER("cuda add");
+    if ((r = zero_cuda__check_buf("add", "dst", dst, dtype, numel)) != ZERO_OK) return r;
+    if ((r = zero_cuda__check_buf("add", "src", src, dtype, numel)) != ZERO_OK) return r;
+    es[0] = es[1] = zero_dtype_size(dtype);
+    switch (dtype) {
+    case ZERO_F32: {
+        zero_cuda__add_op<ZERO_F32> op = {dst, src};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 2, 1, "cuda add: kernel launch");
+    }
+    case ZERO_F16: {
+        zero_cuda__add_op<ZERO_F16> op = {dst, src};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 2, 1, "cuda add: kernel launch");
+    }
+    case ZERO_BF16: {
+        zero_cuda__add_op<ZERO_BF16> op = {dst, src};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 2, 1, "cuda add: kernel launch");
+    }
+    default: {
+        zero_cuda__add64_op op = {(double *)dst, (const double *)src};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 2, 0, "cuda add: kernel launch");
+    }
+    }
+}
+
+static zero_result zero_cuda__scale(zero_device *dev, zero_queue q, void *x, zero_dtype dtype, size_t numel,
+                                    float s)
+{
+    const void *ptrs[1] = {x};
+    size_t es[1];
+    zero_result r;
+    ZERO_CUDA__ENTER("cuda scale");
+    if ((r = zero_cuda__check_buf("scale", "x", x, dtype, numel)) != ZERO_OK) return r;
+    es[0] = zero_dtype_size(dtype);
+    switch (dtype) {
+    case ZERO_F32: {
+        zero_cuda__scale_op<ZERO_F32> op = {x, s};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 1, 1, "cuda scale: kernel launch");
+    }
+    case ZERO_F16: {
+        zero_cuda__scale_op<ZERO_F16> op = {x, s};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 1, 1, "cuda scale: kernel launch");
+    }
+    case ZERO_BF16: {
+        zero_cuda__scale_op<ZERO_BF16> op = {x, s};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 1, 1, "cuda scale: kernel launch");
+    }
+    default: {
+        zero_cuda__scale64_op op = {(double *)x, (double)s};
+        return zero_cuda__run_ew(d, stream, op, numel, ptrs, es, 1, 0, "cuda scale: kernel launch");
+    }
+    }
+}
+
+template <int DT>
+static zero_result zero_cuda__nonfinite_run(const zero_cuda__device *d, cudaStream_t stream, const void *x,
+                                            size_t numel, float *flag)
+{
+    const size_t es = DT == ZERO_F64 ? 8 : DT == ZERO_F32 ? 4 : 2, per = 16 / es;
+    size_t head = 0, nvec = 0, h;
+    uintptr_t a = (uintptr_t)x;
+    if (a % es == 0) {
+        h = ((16u - a % 16u) % 16u) / es;
+        if (h < numel && numel - h >= per) {
+            head = h;
+            nvec = (numel - head) / per;
+        }
+    }
+    zero_cuda__nonfinite_kernel<DT><<<zero_cuda__grid(nvec + (numel - per * nvec), d->sm_count, 8),
+                                      ZERO_CUDA__THREADS, 0, stream>>>(x, numel, head, nvec, flag);
+    return zero_cuda__launched("cuda nonfinite: kernel launch");
+}
+
+static zero_result zero_cuda__nonfinite(zero_device *dev, zero_queue q, const void *x, zero_dtype dtype,
+                                        size_t numel, float *flag)
+{
+    zero_result r;
+    ZERO_CUDA__ENTER("cuda nonfinite");
+    if ((r = zero_cuda__check_buf("nonfinite", "x", x, dtype, numel)) != ZERO_OK) return r;
+    if (!flag) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda nonfinite: flag is NULL");
+    if (numel == 0) return ZERO_OK;
+    switch (dtype) {
+    case ZERO_F32: return zero_cuda__nonfinite_run<ZERO_F32>(d, stream, x, numel, flag);
+    case ZERO_F16: return zero_cuda__nonfinite_run<ZERO_F16>(d, stream, x, numel, flag);
+    case ZERO_BF16: return zero_cuda__nonfinite_run<ZERO_BF16>(d, stream, x, numel, flag);
+    default: return zero_cuda__nonfinite_run<ZERO_F64>(d, stream, x, numel, flag);
+    }
+}
+
+template <int DT>
+static zero_result zero_cuda__sumsq_run(const zero_cuda__device *d, cudaStream_t stream, double *scratch,
+                                        const void *x, size_t numel, double *acc)
+{
+    size_t nblocks = numel / ZERO_CUDA__SUMSQ_BLOCK + (numel % ZERO_CUDA__SUMSQ_BLOCK != 0), first = 0, n;
+    double *running = scratch + ZERO_CUDA__SUMSQ_CHUNK;
+    zero_result r;
+    if (nblocks == 0) { /* the host still adds 0.0 (-0.0 becomes +0.0) */
+        zero_cuda__sumsq_pass2<<<1, ZERO_CUDA__THREADS, 0, stream>>>(scratch, 0, running, 1, 1, acc);
+        return zero_cuda__launched("cuda sumsq: kernel launch");
+    }
+    for (first = 0; first < nblocks; first += n) {
+        n = nblocks - first < ZERO_CUDA__SUMSQ_CHUNK ? nblocks - first : ZERO_CUDA__SUMSQ_CHUNK;
+        zero_cuda__sumsq_pass1<DT><<<(unsigned)((8 * n + ZERO_CUDA__THREADS - 1) / ZERO_CUDA__THREADS),
+                                     ZERO_CUDA__THREADS, 0, stream>>>(x, numel, first, n, scratch);
+        if ((r = zero_cuda__launched("cuda sumsq: kernel launch")) != ZERO_OK) return r;
+        zero_cuda__sumsq_pass2<<<1, ZERO_CUDA__THREADS, 0, stream>>>(scratch, n, running, first == 0,
+                                                                     first + n == nblocks, acc);
+        if ((r = zero_cuda__launched("cuda sumsq: kernel launch")) != ZERO_OK) return r;
+    }
+    (void)d;
+    return ZERO_OK;
+}
+
+static zero_result zero_cuda__sumsq(zero_device *dev, zero_queue q, const void *x, zero_dtype dtype, size_t numel,
+                                    double *acc)
+{
+    zero_result r;
+    double *scratch;
+    ZERO_CUDA__ENTER("cuda sumsq");
+    if ((r = zero_cuda__check_buf("sumsq", "x", x, dtype, numel)) != ZERO_OK) return r;
+    if (!acc) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda sumsq: acc is NULL");
+    /* each queue has its own partials: sums on different queues may run at once */
+    scratch = d->scratch + (size_t)q * (ZERO_CUDA__SUMSQ_CHUNK + 1);
+    switch (dtype) {
+    case ZERO_F32: return zero_cuda__sumsq_run<ZERO_F32>(d, stream, scratch, x, numel, acc);
+    case ZERO_F16: return zero_cuda__sumsq_run<ZERO_F16>(d, stream, scratch, x, numel, acc);
+    case ZERO_BF16: return zero_cuda__sumsq_run<ZERO_BF16>(d, stream, scratch, x, numel, acc);
+    default: return zero_cuda__sumsq_run<ZERO_F64>(d, stream, scratch, x, numel, acc);
+    }
+}
+
+static zero_result zero_cuda__grad_mul(zero_device *dev, zero_queue q, const double *sumsq, const float *nonfinite,
+                                       float unscale, float clip_norm, float *out)
+{
+    ZERO_CUDA__ENTER("cuda grad_mul");
+    if (!sumsq || !nonfinite || !out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda grad_mul: %s is NULL",
+                          !sumsq ? "sumsq" : !nonfinite ? "nonfinite" : "out");
+    zero_cuda__grad_mul_kernel<<<1, 1, 0, stream>>>(sumsq, nonfinite, unscale, clip_norm, out);
+    return zero_cuda__launched("cuda grad_mul: kernel launch");
+}
+
+template <int G, int P>
+static zero_result zero_cuda__adam_run(const zero_cuda__device *d, cudaStream_t stream, const zero_adam_range *r,
+                                       const zero_adam_coefs *c, const float *mul, const float *skip)
+{
+    zero_cuda__adam_op<G, P> op;
+    const void *ptrs[5] = {r->master, r->m, r->v, r->grad, P ? r->param : NULL};
+    size_t es[5] = {4, 4, 4, zero_dtype_size((zero_dtype)G), P ? zero_dtype_size((zero_dtype)P) : 0};
+    op.master = r->master;
+    op.m = r->m;
+    op.v = r->v;
+    op.grad = r->grad;
+    op.param = r->param;
+    op.mul_ptr = mul;
+    op.skip = skip;
+    op.c = *c;
+    op.mul = 0.0f;
+    return zero_cuda__run_ew(d, stream, op, r->numel, ptrs, es, 5, 1, "cuda adam: kernel launch");
+}
+
+template <int G>
+static zero_result zero_cuda__adam_param(const zero_cuda__device *d, cudaStream_t stream, const zero_adam_range *r,
+                                         const zero_adam_coefs *c, const float *mul, const float *skip)
+{
+    if (!r->param) return zero_cuda__adam_run<G, 0>(d, stream, r, c, mul, skip);
+    switch (r->param_dtype) {
+    case ZERO_F32: return zero_cuda__adam_run<G, ZERO_F32>(d, stream, r, c, mul, skip);
+    case ZERO_F16: return zero_cuda__adam_run<G, ZERO_F16>(d, stream, r, c, mul, skip);
+    default: return zero_cuda__adam_run<G, ZERO_BF16>(d, stream, r, c, mul, skip);
+    }
+}
+
+static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_adam_range *range,
+                                   const zero_adam_coefs *coefs, const float *grad_mul, const float *skip)
+{
+    ZERO_CUDA__ENTER("cuda adam");
+    if (!range || !coefs || !grad_mul)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: %s is NULL",
+                          !range ? "range" : !coefs ? "coefs" : "grad_mul");
+    if (range->grad_dtype != ZERO_F32 && range->grad_dtype != ZERO_F16 && range->grad_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: grad_dtype = %d (%s): f32, f16 or bf16 only",
+                          (int)range->grad_dtype, zero_dtype_name(range->grad_dtype));
+    if (range->param && range->param_dtype != ZERO_F32 && range->param_dtype != ZERO_F16 &&
+        range->param_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: param_dtype = %d (%s): f32, f16 or bf16 only",
+                          (int)range->param_dtype, zero_dtype_name(range->param_dtype));
+    if (range->numel > 0 && (!range->master || !range->m || !range->v || !range->grad))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: %s is NULL with numel = %zu",
+                          !range->master ? "master" : !range->m ? "m" : !range->v ? "v" : "grad", range->numel);
+    if (range->numel > (size_t)-1 / 4)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "cuda adam: numel %zu overflows", range->numel);
+    {
+        zero_result r;
+        if ((r = zero_cuda__check_align("adam", "master", range->master, 4)) != ZERO_OK ||
+            (r = zero_cuda__check_align("adam", "m", range->m, 4)) != ZERO_OK ||
+            (r = zero_cuda__check_align("adam", "v", range->v, 4)) != ZERO_OK ||
+            (r = zero_cuda__check_align("adam", "grad", range->grad, zero_dtype_size(range->grad_dtype))) != ZERO_OK ||
+            (r = zero_cuda__check_align("adam", "param", range->param, zero_dtype_size(range->param_dtype))) != ZERO_OK)
+            return r;
+    }
+    if (range->numel == 0) return ZERO_OK;
+    switch (range->grad_dtype) {
+    case ZERO_F32: return zero_cuda__adam_param<ZERO_F32>(d, stream, range, coefs, grad_mul, skip);
+    case ZERO_F16: return zero_cuda__adam_param<ZERO_F16>(d, stream, range, coefs, grad_mul, skip);
+    default: return zero_cuda__adam_param<ZERO_BF16>(d, stream, range, coefs, grad_mul, skip);
+    }
+}
+
+/* ---- lifetime ---- */
+
+static void zero_cuda__destroy(zero_device *dev)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    zero_cuda__arena *a, *an;
+    zero_cuda__mem *f, *fn;
+    int q;
+    if (!d) return;
+    (void)guard.enter(d->ordinal, "cuda destroy");
+    for (q = 0; q < ZERO_QUEUE_COUNT; q++)
+        if (d->has_stream[q]) (void)cudaStreamSynchronize(d->streams[q]);
+    for (a = d->arenas; a; a = an) {
+        an = a->next;
+        zero_cuda__arena_release(d, a);
+    }
+    for (f = d->fallbacks; f; f = fn) {
+        fn = f->next;
+        (void)cudaFree(f->ptr);
+        zero__free(NULL, f);
+    }
+    for (f = d->pinned; f; f = fn) {
+        fn = f->next;
+        (void)cudaFreeHost(f->ptr);
+        zero__free(NULL, f);
+    }
+    (void)cudaFree(d->scratch);
+    for (q = 0; q < ZERO_QUEUE_COUNT; q++)
+        if (d->own_stream[q]) (void)cudaStreamDestroy(d->streams[q]);
+    pthread_mutex_destroy(&d->mu);
+    d->base.impl = NULL;
+    zero__free(NULL, d);
+}
+
+static const zero_device_ops zero_cuda__ops = {
+    "cuda",
+    zero_cuda__destroy,
+    zero_cuda__alloc,
+    zero_cuda__free,
+    zero_cuda__reserve,
+    zero_cuda__event_create,
+    zero_cuda__event_destroy,
+    zero_cuda__record,
+    zero_cuda__wait,
+    zero_cuda__sync,
+    zero_cuda__native_queue,
+    zero_cuda__copy,
+    zero_cuda__upload,
+    zero_cuda__download,
+    zero_cuda__fill_zero,
+    zero_cuda__cast,
+    zero_cuda__add,
+    zero_cuda__scale,
+    zero_cuda__nonfinite,
+    zero_cuda__sumsq,
+    zero_cuda__grad_mul,
+    zero_cuda__adam,
+};
+
+ZERODEF int zero_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+ZERODEF zero_result zero_cuda_device_create(const zero_cuda_desc *desc, zero_device **out)
+{
+    zero_cuda_desc def;
+    zero_cuda__device *d;
+    zero_cuda__guard guard;
+    zero_result res;
+    cudaError_t e;
+    int count = 0, q, rc;
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_device_create: out is NULL");
+    *out = NULL;
+    if (!desc) {
+        memset(&def, 0, sizeof def);
+        desc = &def;
+    }
+    e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_cuda_device_create: no CUDA device (%s)",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+    }
+    if (desc->device < 0 || desc->device >= count)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_device_create: device = %d with %d visible",
+                          desc->device, count);
+    if ((res = guard.enter(desc->device, "zero_cuda_device_create")) != ZERO_OK) return res;
+    d = (zero_cuda__device *)zero__alloc(NULL, sizeof *d);
+    if (!d) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_cuda_device_create: out of host memory");
+    memset(d, 0, sizeof *d);
+    rc = pthread_mutex_init(&d->mu, NULL);
+    if (rc != 0) {
+        zero__free(NULL, d);
+        return zero__fail(ZERO_ERROR_DEVICE, "zero_cuda_device_create: pthread_mutex_init failed: %s", strerror(rc));
+    }
+    d->ordinal = desc->device;
+    d->base.ops = &zero_cuda__ops;
+    d->base.impl = d;
+    res = ZERO_OK;
+    e = cudaDeviceGetAttribute(&d->sm_count, cudaDevAttrMultiProcessorCount, d->ordinal);
+    if (e != cudaSuccess) res = zero_cuda__err(e, "zero_cuda_device_create: cudaDeviceGetAttribute");
+    for (q = 0; q < ZERO_QUEUE_COUNT && res == ZERO_OK; q++) {
+        if (q == ZERO_QUEUE_COMPUTE && desc->compute_stream) {
+            d->streams[q] = (cudaStream_t)desc->compute_stream;
+            d->has_stream[q] = 1;
+            continue;
+        }
+        e = cudaStreamCreateWithFlags(&d->streams[q], cudaStreamNonBlocking);
+        if (e != cudaSuccess) res = zero_cuda__err(e, "zero_cuda_device_create: cudaStreamCreateWithFlags");
+        else d->own_stream[q] = d->has_stream[q] = 1;
+    }
+    if (res == ZERO_OK) {
+        e = cudaMalloc((void **)&d->scratch, sizeof(double) * ZERO_QUEUE_COUNT * (ZERO_CUDA__SUMSQ_CHUNK + 1));
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            d->scratch = NULL;
+            res = zero_cuda__err(e, "zero_cuda_device_create: cudaMalloc (scratch)");
+        } else {
+            d->cuda_mallocs++;
+        }
+    }
+    if (res != ZERO_OK) {
+        zero_cuda__destroy(&d->base);
+        return res;
+    }
+    *out = &d->base;
+    return ZERO_OK;
+}
+
+ZERODEF int zero_cuda_is_device(const zero_device *dev) { return zero_cuda__get(dev) != NULL; }
+
+ZERODEF int zero_cuda_device_ordinal(const zero_device *dev)
+{
+    const zero_cuda__device *d = zero_cuda__get(dev);
+    return d ? d->ordinal : -1;
+}
+
+ZERODEF zero_result zero_cuda_host_alloc(zero_device *dev, size_t bytes, void **out)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    zero_cuda__mem *m;
+    zero_result res;
+    cudaError_t e;
+    void *p = NULL;
+    if (out) *out = NULL;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_host_alloc: dev is not a CUDA device");
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_host_alloc: out is NULL");
+    if (bytes == 0) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_host_alloc: bytes = 0");
+    if ((res = guard.enter(d->ordinal, "zero_cuda_host_alloc")) != ZERO_OK) return res;
+    m = (zero_cuda__mem *)zero__alloc(NULL, sizeof *m);
+    if (!m) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_cuda_host_alloc: out of host memory");
+    e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        zero__free(NULL, m);
+        (void)cudaGetLastError();
+        return zero__fail(e == cudaErrorMemoryAllocation ? ZERO_ERROR_OUT_OF_MEMORY : ZERO_ERROR_DEVICE,
+                          "zero_cuda_host_alloc: cudaHostAlloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
+    }
+    m->ptr = p;
+    m->bytes = bytes;
+    m->category = ZERO_MEM_SCRATCH;
+    pthread_mutex_lock(&d->mu);
+    m->next = d->pinned;
+    d->pinned = m;
+    d->pinned_bytes += bytes;
+    pthread_mutex_unlock(&d->mu);
+    *out = p;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_cuda_host_free(zero_device *dev, void *ptr)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__mem **pm, *m;
+    cudaError_t e;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_host_free: dev is not a CUDA device");
+    if (!ptr) return ZERO_OK;
+    pthread_mutex_lock(&d->mu);
+    for (pm = &d->pinned; (m = *pm) != NULL; pm = &m->next)
+        if (m->ptr == ptr) break;
+    if (m) {
+        *pm = m->next;
+        d->pinned_bytes -= m->bytes;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!m)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_host_free: %p was not allocated by this device",
+                          ptr);
+    e = cudaFreeHost(m->ptr);
+    zero__free(NULL, m);
+    if (e != cudaSuccess) return zero_cuda__err(e, "zero_cuda_host_free: cudaFreeHost");
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_cuda_device_stats(zero_device *dev, zero_cuda_stats *out)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__arena *a;
+    zero_cuda__block *b;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_device_stats: dev is not a CUDA device");
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_device_stats: out is NULL");
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&d->mu);
+    memcpy(out->bytes, d->bytes, sizeof d->bytes);
+    out->allocations = d->allocations;
+    for (a = d->arenas; a; a = a->next) {
+        out->arena_bytes += a->bytes;
+        for (b = a->first; b; b = b->next)
+            if (!b->used) out->arena_free_bytes += b->size;
+    }
+    out->fallback_bytes = d->fallback_bytes;
+    out->pinned_bytes = d->pinned_bytes;
+    out->scratch_bytes = sizeof(double) * ZERO_QUEUE_COUNT * (ZERO_CUDA__SUMSQ_CHUNK + 1);
+    out->cuda_mallocs = d->cuda_mallocs;
+    pthread_mutex_unlock(&d->mu);
+    return ZERO_OK;
+}
+
+/* ======================================================================================
+   The multi-rank comm over device memory (ranks = threads of this process).
+
+   A collective on rank r, queue s:
+     1. record ev[POST] on s (everything queued before, the send buffer included, is done
+        when it fires), then all-gather every rank's post (kind, sizes, buffers, events)
+        over the host local comm: a rendezvous with the local comm's timeout;
+     2. check that all posts agree (every rank sees the same posts, so all give the same
+        verdict without another round);
+     3. make s wait for every peer's ev[POST] (cudaStreamWaitEvent across the streams of
+        one process: no host wait), then enqueue the data phase: copies, or a kernel that
+        reads every peer's buffer and writes only r's output;
+     4. record ev[END], host barrier, make s wait for every peer's ev[END]: later work on s
+        (which may overwrite r's buffers) starts only after every peer has read them.
+   all_reduce has two data phases (reduce slice r into r's recv; copy the other slices
+   from their owners' recv) with ev[MID] and a barrier between, so in-place works. An event
+   is recorded again only after a barrier every peer passes after its wait on the previous
+   record was enqueued, so no wait ever binds to the wrong record.
+   ====================================================================================== */
+
+enum { ZERO_CUDA__AG = 1, ZERO_CUDA__RS, ZERO_CUDA__AR, ZERO_CUDA__BC };
+enum { ZERO_CUDA__EV_POST = 0, ZERO_CUDA__EV_MID = 1, ZERO_CUDA__EV_END = 2 };
+
+typedef struct zero_cuda__post { /* all 8-byte fields: all-gathered as F64 (a plain copy) */
+    uint64_t kind, bad, dtype, op, root, numel;
+    uint64_t send, recv;
+    uint64_t ev[3];
+} zero_cuda__post;
+
+typedef struct zero_cuda__comm {
+    zero_comm base;
+    zero_comm *host;
+    zero_device *dev;
+    int ordinal;
+    cudaEvent_t ev[3];
+    cudaStream_t last; /* the queue of the last collective, for barrier */
+    int has_last;
+    zero_cuda__post *posts; /* [world] */
+} zero_cuda__comm;
+
+static void zero_cuda__comm_destroy(zero_comm *comm);
+
+static zero_cuda__comm *zero_cuda__comm_get(zero_comm *comm)
+{
+    if (!comm || !comm->ops || comm->ops->destroy != zero_cuda__comm_destroy || !comm->impl) return NULL;
+    return (zero_cuda__comm *)comm->impl;
+}
+
+static const char *zero_cuda__kind_name(int kind)
+{
+    switch (kind) {
+    case ZERO_CUDA__AG: return "all_gather";
+    case ZERO_CUDA__RS: return "reduce_scatter";
+    case ZERO_CUDA__AR: return "all_reduce";
+    case ZERO_CUDA__BC: return "broadcast";
+    }
+    return "?";
+}
+
+template <int DT>
+static zero_result zero_cuda__reduce_dt(cudaStream_t s, const zero_cuda__srcs *srcs, int n, void *dst, size_t numel,
+                                        zero_op op, int sm_count)
+{
+    unsigned grid = zero_cuda__grid(numel, sm_count, 8);
+    if (op == ZERO_OP_SUM) zero_cuda__reduce_kernel<DT, ZERO_OP_SUM><<<grid, ZERO_CUDA__THREADS, 0, s>>>(*srcs, n, dst, numel);
+    else zero_cuda__reduce_kernel<DT, ZERO_OP_MAX><<<grid, ZERO_CUDA__THREADS, 0, s>>>(*srcs, n, dst, numel);
+    return zero_cuda__launched("cuda comm: reduce kernel launch");
+}
+
+/* dst = op of the n sources (rank order); one source is a plain copy (no rounding), as the
+   local comm does. */
+static zero_result zero_cuda__reduce(cudaStream_t s, const zero_cuda__srcs *srcs, int n, void *dst, size_t numel,
+                                     zero_dtype dtype, zero_op op, int sm_count)
+{
+    if (numel == 0) return ZERO_OK;
+    if (n == 1) {
+        if (dst != srcs->p[0])
+            ZERO_CUDA__TRY(cudaMemcpyAsync(dst, srcs->p[0], numel * zero_dtype_size(dtype), cudaMemcpyDeviceToDevice, s),
+                           "cuda comm: cudaMemcpyAsync");
+        return ZERO_OK;
+    }
+    switch (dtype) {
+    case ZERO_F32: return zero_cuda__reduce_dt<ZERO_F32>(s, srcs, n, dst, numel, op, sm_count);
+    case ZERO_F16: return zero_cuda__reduce_dt<ZERO_F16>(s, srcs, n, dst, numel, op, sm_count);
+    case ZERO_BF16: return zero_cuda__reduce_dt<ZERO_BF16>(s, srcs, n, dst, numel, op, sm_count);
+    default: return zero_cuda__reduce_dt<ZERO_F64>(s, srcs, n, dst, numel, op, sm_count);
+    }
+}
+
+/* all_reduce's slice of rank r: whole 16-element runs (vector-friendly), the last short. */
+static void zero_cuda__slice(size_t numel, int world, int r, size_t *off, size_t *len)
+{
+    size_t chunk = (numel + (size_t)world - 1) / (size_t)world;
+    chunk = (chunk + 15) / 16 * 16;
+    *off = chunk * (size_t)r < numel ? chunk * (size_t)r : numel;
+    *len = numel - *off < chunk ? numel - *off : chunk;
+}
+
+/* Records ev[k] on s, runs a host barrier, makes s wait for every peer's ev[k]. */
+static zero_result zero_cuda__phase_end(zero_cuda__comm *c, cudaStream_t s, int k)
+{
+    zero_result res;
+    int p;
+    ZERO_CUDA__TRY(cudaEventRecord(c->ev[k], s), "cuda comm: cudaEventRecord");
+    res = c->host->ops->barrier(c->host);
+    if (res != ZERO_OK) return res;
+    for (p = 0; p < c->base.world; p++)
+        if (p != c->base.rank)
+            ZERO_CUDA__TRY(cudaStreamWaitEvent(s, (cudaEvent_t)(uintptr_t)c->posts[p].ev[k], 0),
+                           "cuda comm: cudaStreamWaitEvent");
+    return ZERO_OK;
+}
+
+/* The data phase(s) of rank r; the posts agree. */
+static zero_result zero_cuda__data(zero_cuda__comm *c, cudaStream_t s, const zero_cuda__post *me)
+{
+    const int world = c->base.world, rank = c->base.rank;
+    const zero_dtype dtype = (zero_dtype)me->dtype;
+    const zero_op op = (zero_op)me->op;
+    const size_t n = (size_t)me->numel, es = zero_dtype_size(dtype);
+    const zero_cuda__post *peer = c->posts;
+    const zero_cuda__device *d = zero_cuda__get(c->dev);
+    zero_cuda__srcs srcs;
+    zero_result res;
+    size_t off, len;
+    int i, from;
+    switch ((int)me->kind) {
+    case ZERO_CUDA__AG:
+        for (i = 0; i < world; i++) {
+            from = (rank + i) % world; /* spread the readers over the sources */
+            char *dst = (char *)(uintptr_t)me->recv + (size_t)from * n * es;
+            const void *src = (const void *)(uintptr_t)peer[from].send;
+            if (dst != src)
+                ZERO_CUDA__TRY(cudaMemcpyAsync(dst, src, n * es, cudaMemcpyDeviceToDevice, s), "cuda all_gather: cudaMemcpyAsync");
+        }
+        return ZERO_OK;
+    case ZERO_CUDA__RS:
+        for (i = 0; i < world; i++) srcs.p[i] = (const char *)(uintptr_t)peer[i].send + (size_t)rank * n * es;
+        return zero_cuda__reduce(s, &srcs, world, (void *)(uintptr_t)me->recv, n, dtype, op, d->sm_count);
+    case ZERO_CUDA__AR:
+        zero_cuda__slice(n, world, rank, &off, &len);
+        for (i = 0; i < world; i++) srcs.p[i] = (const char *)(uintptr_t)peer[i].send + off * es;
+        res = zero_cuda__reduce(s, &srcs, world, (char *)(uintptr_t)me->recv + off * es, len, dtype, op, d->sm_count);
+        if (res != ZERO_OK || world == 1) return res;
+        if ((res = zero_cuda__phase_end(c, s, ZERO_CUDA__EV_MID)) != ZERO_OK) return res;
+        for (i = 1; i < world; i++) {
+            from = (rank + i) % world;
+            zero_cuda__slice(n, world, from, &off, &len);
+            if (len)
+                ZERO_CUDA__TRY(cudaMemcpyAsync((char *)(uintptr_t)me->recv + off * es,
+                                               (const char *)(uintptr_t)peer[from].recv + off * es, len * es,
+                                               cudaMemcpyDeviceToDevice, s),
+                               "cuda all_reduce: cudaMemcpyAsync");
+        }
+        return ZERO_OK;
+    case ZERO_CUDA__BC:
+        if (rank != (int)me->root && me->recv != peer[me->root].recv)
+            ZERO_CUDA__TRY(cudaMemcpyAsync((void *)(uintptr_t)me->recv, (const void *)(uintptr_t)peer[me->root].recv,
+                                           n * es, cudaMemcpyDeviceToDevice, s),
+                           "cuda broadcast: cudaMemcpyAsync");
+        return ZERO_OK;
+    }
+    return ZERO_OK;
+}
+
+static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, void *queue)
+{
+    zero_cuda__comm *c = zero_cuda__comm_get(comm);
+    zero_cuda__guard guard;
+    const char *name = zero_cuda__kind_name((int)me->kind);
+    char why[160];
+    cudaStream_t s;
+    zero_result res, my_err = ZERO_ERROR_INVALID_ARGUMENT;
+    size_t es, total, bytes;
+    int p, world, rank;
+    if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda %s: comm is not a CUDA local comm", name);
+    world = comm->world;
+    rank = comm->rank;
+    s = queue ? (cudaStream_t)queue : (cudaStream_t)c->dev->ops->native_queue(c->dev, ZERO_QUEUE_COMM);
+    /* this rank's arguments, checked as the local comm checks them */
+    es = zero_dtype_size((zero_dtype)me->dtype);
+    total = (size_t)me->numel;
+    why[0] = '\0';
+    me->bad = 1;
+    if (es == 0) snprintf(why, sizeof why, "cuda %s: unknown dtype %d", name, (int)me->dtype);
+    else if (me->op != ZERO_OP_SUM && me->op != ZERO_OP_MAX) snprintf(why, sizeof why, "cuda %s: unknown op %d", name, (int)me->op);
+    else if ((int)me->root < 0 || (int)me->root >= world)
+        snprintf(why, sizeof why, "cuda %s: root = %d with world = %d", name, (int)me->root, world);
+    else if ((me->kind == ZERO_CUDA__AG || me->kind == ZERO_CUDA__RS) && zero__mul_size((size_t)me->numel, (size_t)world, &total) != 0)
+        snprintf(why, sizeof why, "cuda %s: numel %zu times world %d overflows", name, (size_t)me->numel, world);
+    else if (zero__mul_size(total, es, &bytes) != 0)
+        snprintf(why, sizeof why, "cuda %s: %zu elements overflow size_t bytes", name, total);
+    else if (me->numel > 0 && (!me->send || !me->recv))
+        snprintf(why, sizeof why, "cuda %s: %s is NULL with numel = %zu", name, !me->send ? "send" : "recv",
+                 (size_t)me->numel);
+    else if (me->send % es != 0 || me->recv % es != 0)
+        snprintf(why, sizeof why, "cuda %s: %s is not aligned to its element size (%zu)", name,
+                 me->send % es ? "send" : "recv", es);
+    else me->bad = 0;
+    for (p = 0; p < 3; p++) me->ev[p] = (uint64_t)(uintptr_t)c->ev[p];
+    if (!me->bad && guard.enter(c->ordinal, "cuda comm") != ZERO_OK) {
+        me->bad = 1; /* still take part in the rendezvous: peers must not wait for us */
+        my_err = ZERO_ERROR_DEVICE;
+        snprintf(why, sizeof why, "%.150s", zero_last_error());
+    }
+    if (!me->bad) {
+        cudaError_t e = cudaEventRecord(c->ev[ZERO_CUDA__EV_POST], s);
+        if (e != cudaSuccess) {
+            me->bad = 1;
+            my_err = ZERO_ERROR_DEVICE;
+            snprintf(why, sizeof why, "cuda %s: cudaEventRecord: %s", name, cudaGetErrorString(e));
+        }
+    }
+    res = c->host->ops->all_gather(c->host, me, c->posts, sizeof *me / 8, ZERO_F64, NULL);
+    if (res != ZERO_OK) return res;
+    for (p = 0; p < world; p++)
+        if (c->posts[p].bad) {
+            if (me->bad) return zero__fail(my_err, "%s", why);
+            return zero__fail(ZERO_ERROR_MISMATCH, "cuda %s (rank %d): rank %d passed invalid arguments", name, rank, p);
+        }
+    for (p = 0; p < world; p++) {
+        const zero_cuda__post *o = &c->posts[p];
+        if (o->kind != me->kind || o->numel != me->numel || o->dtype != me->dtype || o->op != me->op ||
+            o->root != me->root)
+            return zero__fail(ZERO_ERROR_MISMATCH,
+                              "cuda %s (rank %d): ranks disagree: rank %d called %s(numel %zu, %s, op %d, root %d)",
+                              name, rank, p, zero_cuda__kind_name((int)o->kind), (size_t)o->numel,
+                              zero_dtype_name((zero_dtype)o->dtype), (int)o->op, (int)o->root);
+    }
+    c->last = s;
+    c->has_last = 1;
+    if (me->numel == 0) return ZERO_OK; /* a checked synchronisation point */
+    for (p = 0; p < world; p++)
+        if (p != rank) {
+            cudaError_t e = cudaStreamWaitEvent(s, (cudaEvent_t)(uintptr_t)c->posts[p].ev[ZERO_CUDA__EV_POST], 0);
+            if (e != cudaSuccess) {
+                res = zero_cuda__err(e, "cuda comm: cudaStreamWaitEvent");
+                break;
+            }
+        }
+    if (res == ZERO_OK) res = zero_cuda__data(c, s, me);
+    if (res != ZERO_OK) {
+        /* wake the peers (they fail with COMM instead of timing out); ours is the cause */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        (void)zero_local_abort(c->host);
+        (void)cudaStreamSynchronize(s);
+        return zero__fail(res, "%s", msg);
+    }
+    return zero_cuda__phase_end(c, s, ZERO_CUDA__EV_END);
+}
+
+static zero_result zero_cuda__all_gather(zero_comm *comm, const void *send, void *recv, size_t send_numel,
+                                         zero_dtype dtype, void *queue)
+{
+    zero_cuda__post p;
+    memset(&p, 0, sizeof p);
+    p.kind = ZERO_CUDA__AG;
+    p.send = (uint64_t)(uintptr_t)send;
+    p.recv = (uint64_t)(uintptr_t)recv;
+    p.numel = send_numel;
+    p.dtype = (uint64_t)dtype;
+    return zero_cuda__collective(comm, &p, queue);
+}
+
+static zero_result zero_cuda__reduce_scatter(zero_comm *comm, const void *send, void *recv, size_t recv_numel,
+                                             zero_dtype dtype, zero_op op, void *queue)
+{
+    zero_cuda__post p;
+    memset(&p, 0, sizeof p);
+    p.kind = ZERO_CUDA__RS;
+    p.send = (uint64_t)(uintptr_t)send;
+    p.recv = (uint64_t)(uintptr_t)recv;
+    p.numel = recv_numel;
+    p.dtype = (uint64_t)dtype;
+    p.op = (uint64_t)op;
+    return zero_cuda__collective(comm, &p, queue);
+}
+
+static zero_result zero_cuda__all_reduce(zero_comm *comm, const void *send, void *recv, size_t numel,
+                                         zero_dtype dtype, zero_op op, void *queue)
+{
+    zero_cuda__post p;
+    memset(&p, 0, sizeof p);
+    p.kind = ZERO_CUDA__AR;
+    p.send = (uint64_t)(uintptr_t)send;
+    p.recv = (uint64_t)(uintptr_t)recv;
+    p.numel = numel;
+    p.dtype = (uint64_t)dtype;
+    p.op = (uint64_t)op;
+    return zero_cuda__collective(comm, &p, queue);
+}
+
+static zero_result zero_cuda__broadcast(zero_comm *comm, void *buf, size_t numel, zero_dtype dtype, int root,
+                                        void *queue)
+{
+    zero_cuda__post p;
+    memset(&p, 0, sizeof p);
+    p.kind = ZERO_CUDA__BC;
+    p.send = (uint64_t)(uintptr_t)buf;
+    p.recv = (uint64_t)(uintptr_t)buf;
+    p.numel = numel;
+    p.dtype = (uint64_t)dtype;
+    p.root = (uint64_t)(int64_t)root;
+    return zero_cuda__collective(comm, &p, queue);
+}
+
+static zero_result zero_cuda__barrier(zero_comm *comm)
+{
+    zero_cuda__comm *c = zero_cuda__comm_get(comm);
+    if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda barrier: comm is not a CUDA local comm");
+    if (c->has_last) {
+        zero_cuda__guard guard;
+        zero_result res = guard.enter(c->ordinal, "cuda barrier");
+        if (res != ZERO_OK) return res;
+        ZERO_CUDA__TRY(cudaStreamSynchronize(c->last), "cuda barrier: cudaStreamSynchronize");
+    }
+    return c->host->ops->barrier(c->host);
+}
+
+static void zero_cuda__comm_destroy(zero_comm *comm)
+{
+    zero_cuda__comm *c = zero_cuda__comm_get(comm);
+    zero_cuda__guard guard;
+    int k;
+    if (!c) return;
+    (void)guard.enter(c->ordinal, "cuda comm destroy");
+    if (c->has_last) (void)cudaStreamSynchronize(c->last);
+    for (k = 0; k < 3; k++)
+        if (c->ev[k]) (void)cudaEventDestroy(c->ev[k]);
+    zero__free(NULL, c->posts);
+    c->base.impl = NULL;
+    zero__free(NULL, c);
+}
+
+static const zero_comm_ops zero_cuda__comm_ops = {
+    "cuda-local",
+    zero_cuda__comm_destroy,
+    zero_cuda__all_gather,
+    zero_cuda__reduce_scatter,
+    zero_cuda__all_reduce,
+    zero_cuda__broadcast,
+    zero_cuda__barrier,
+    NULL,
+    NULL,
+};
+
+ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_device *dev, zero_comm **out)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__comm *c;
+    zero_cuda__guard guard;
+    zero_result res;
+    cudaError_t e = cudaSuccess;
+    int k;
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_local_comm_create: out is NULL");
+    *out = NULL;
+    if (!host_comm || !host_comm->ops)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_local_comm_create: host_comm is NULL");
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_local_comm_create: dev is not a CUDA device");
+    if (!host_comm->ops->name || strcmp(host_comm->ops->name, "local") != 0)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "zero_cuda_local_comm_create: host_comm is a '%s' comm, not a local comm (the ranks must "
+                          "be threads of this process)", host_comm->ops->name ? host_comm->ops->name : "?");
+    if (host_comm->world < 1 || host_comm->world > ZERO_CUDA_MAX_RANKS)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_cuda_local_comm_create: world = %d (at most %d)",
+                          host_comm->world, ZERO_CUDA_MAX_RANKS);
+    if ((res = guard.enter(d->ordinal, "zero_cuda_local_comm_create")) != ZERO_OK) return res;
+    c = (zero_cuda__comm *)zero__alloc(NULL, sizeof *c);
+    if (c) {
+        memset(c, 0, sizeof *c);
+        c->posts = (zero_cuda__post *)zero__alloc(NULL, (size_t)host_comm->world * sizeof *c->posts);
+    }
+    if (!c || !c->posts) {
+        if (c) zero__free(NULL, c);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_cuda_local_comm_create: out of host memory");
+    }
+    c->base.ops = &zero_cuda__comm_ops;
+    c->base.impl = c;
+    c->base.rank = host_comm->rank;
+    c->base.world = host_comm->world;
+    c->host = host_comm;
+    c->dev = dev;
+    c->ordinal = d->ordinal;
+    for (k = 0; k < 3 && e == cudaSuccess; k++) e = cudaEventCreateWithFlags(&c->ev[k], cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        zero_cuda__comm_destroy(&c->base);
+        return zero_cuda__err(e, "zero_cuda_local_comm_create: cudaEventCreateWithFlags");
+    }
+    *out = &c->base;
+    return ZERO_OK;
+}
+
+#endif /* ZERO_CUDA_IMPLEMENTATION */
