@@ -1292,10 +1292,10 @@ static inline float zero__f32_from_bits(uint32_t u)
     return f;
 }
 
-/* ---- scalar conversions on bit patterns ---- */
+/* ---- scalar conversions on bit patterns (ZERO_HOSTDEV: zero_cuda.h's kernels call them) ---- */
 
 /* fp32 -> fp16, round to nearest even. */
-static inline uint16_t zero__f32_to_f16_bits(uint32_t x)
+static inline ZERO_HOSTDEV uint16_t zero__f32_to_f16_bits(uint32_t x)
 {
     uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
     if (a > 0x7f800000u) /* NaN: quiet, top 9 payload bits kept (vcvtps2ph) */
@@ -1320,7 +1320,7 @@ static inline uint16_t zero__f32_to_f16_bits(uint32_t x)
 }
 
 /* fp16 -> fp32, exact; a NaN becomes quiet. */
-static inline uint32_t zero__f16_to_f32_bits(uint16_t h)
+static inline ZERO_HOSTDEV uint32_t zero__f16_to_f32_bits(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     if (e == 0x1f) return sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u);
@@ -1338,14 +1338,14 @@ static inline uint32_t zero__f16_to_f32_bits(uint16_t h)
 
 /* fp32 -> bf16, round to nearest even (a carry into the exponent is the right answer,
    including the overflow to inf). */
-static inline uint16_t zero__f32_to_bf16_bits(uint32_t x)
+static inline ZERO_HOSTDEV uint16_t zero__f32_to_bf16_bits(uint32_t x)
 {
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 /* bf16 -> fp32, exact; a NaN becomes quiet. */
-static inline uint32_t zero__bf16_to_f32_bits(uint16_t h)
+static inline ZERO_HOSTDEV uint32_t zero__bf16_to_f32_bits(uint16_t h)
 {
     uint32_t x = (uint32_t)h << 16;
     if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u;
@@ -1353,7 +1353,7 @@ static inline uint32_t zero__bf16_to_f32_bits(uint16_t h)
 }
 
 /* fp32 -> fp64 bits, exact; a NaN becomes quiet. */
-static inline uint64_t zero__f32_to_f64_bits(uint32_t x)
+static inline ZERO_HOSTDEV uint64_t zero__f32_to_f64_bits(uint32_t x)
 {
     uint64_t sign = (uint64_t)(x >> 31) << 63;
     uint32_t e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
@@ -1373,7 +1373,7 @@ static inline uint64_t zero__f32_to_f64_bits(uint32_t x)
 
 /* fp64 -> a binary format with ebits exponent and mbits mantissa bits (fp32: 8/23,
    fp16: 5/10, bf16: 8/7), rounded once to nearest even. NaN: quiet, top payload kept. */
-static inline uint32_t zero__f64_narrow_bits(uint64_t x, unsigned ebits, unsigned mbits)
+static inline ZERO_HOSTDEV uint32_t zero__f64_narrow_bits(uint64_t x, unsigned ebits, unsigned mbits)
 {
     uint32_t sign = (uint32_t)(x >> 63) << (ebits + mbits);
     uint64_t a = x & 0x7fffffffffffffffull, m;

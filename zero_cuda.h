@@ -212,10 +212,9 @@ struct zero_cuda__guard {
 };
 
 /* ======================================================================================
-   Conversions: the host's algorithms (zero.h, conversion section) for host and device,
-   integer arithmetic only, so the bits cannot depend on the hardware's cvt or on the
-   floating-point mode. tests/cuda/test_cuda_host.cu checks them against zero_convert()
-   for every fp16/bf16 pattern and a sweep of fp32/fp64 patterns.
+   Conversions: zero.h's own integer converters (zero__f32_to_f16_bits and friends, marked
+   ZERO_HOSTDEV) serve host and device alike, so the bits cannot depend on the hardware's
+   cvt or on the floating-point mode; below are only the bit casts.
    ====================================================================================== */
 
 ZERO_CUDA__HD uint32_t zero_cuda__f32_bits(float f)
@@ -262,109 +261,8 @@ ZERO_CUDA__HD double zero_cuda__f64_from(uint64_t u)
 #endif
 }
 
-/* fp32 bits -> fp16 bits, round to nearest even; NaN: quiet, top payload kept. */
-ZERO_CUDA__HD uint16_t zero_cuda__f32_to_f16(uint32_t x)
-{
-    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: inf */
-    if (a >= 0x38800000u) {                                   /* a normal fp16 */
-        uint32_t r = a - 0x38000000u;
-        r += 0xfffu + ((r >> 13) & 1u);
-        return (uint16_t)(sign | (r >> 13));
-    }
-    if (a <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: rounds to zero */
-    {
-        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e; /* 14..24 */
-        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (q & 1u))) q++;
-        return (uint16_t)(sign | q);
-    }
-}
-
-/* fp16 bits -> fp32 bits, exact; NaN quiet with its payload. */
-ZERO_CUDA__HD uint32_t zero_cuda__f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f) return sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u);
-    if (e == 0) {
-        if (m == 0) return sign;
-        e = 113;
-        while (!(m & 0x400u)) { /* a subnormal: at most 10 steps */
-            m <<= 1;
-            e--;
-        }
-        return sign | (e << 23) | ((m & 0x3ffu) << 13);
-    }
-    return sign | ((e + 112u) << 23) | (m << 13);
-}
-
-/* fp32 bits -> bf16 bits, round to nearest even; NaN: quiet, top payload kept. */
-ZERO_CUDA__HD uint16_t zero_cuda__f32_to_bf16(uint32_t x)
-{
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-/* bf16 bits -> fp32 bits, exact; NaN quiet. */
-ZERO_CUDA__HD uint32_t zero_cuda__bf16_to_f32(uint16_t h)
-{
-    uint32_t x = (uint32_t)h << 16;
-    if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u;
-    return x;
-}
-
-/* fp32 bits -> fp64 bits, exact; NaN quiet with its payload. */
-ZERO_CUDA__HD uint64_t zero_cuda__f32_to_f64(uint32_t x)
-{
-    uint64_t sign = (uint64_t)(x >> 31) << 63;
-    uint32_t e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
-    if (e == 0xff)
-        return sign | 0x7ff0000000000000ull | (m ? 0x8000000000000ull | ((uint64_t)m << 29) : 0u);
-    if (e == 0) {
-        if (m == 0) return sign;
-        e = 1;
-        while (!(m & 0x800000u)) {
-            m <<= 1;
-            e--; /* wraps below zero: the unsigned sum below still gives the exponent */
-        }
-        m &= 0x7fffffu;
-    }
-    return sign | ((uint64_t)(e + 896u) << 52) | ((uint64_t)m << 29);
-}
-
-/* fp64 bits -> a format of ebits/mbits (fp32 8/23, fp16 5/10, bf16 8/7), rounded once to
-   nearest even; NaN quiet, top payload kept. */
-ZERO_CUDA__HD uint32_t zero_cuda__f64_narrow(uint64_t x, unsigned ebits, unsigned mbits)
-{
-    uint32_t sign = (uint32_t)(x >> 63) << (ebits + mbits);
-    uint64_t a = x & 0x7fffffffffffffffull, m;
-    uint32_t emax = (1u << ebits) - 1u, inf = sign | (emax << mbits);
-    int te;
-    unsigned shift;
-    if (a > 0x7ff0000000000000ull)
-        return inf | (1u << (mbits - 1)) | (uint32_t)((a & 0xfffffffffffffull) >> (52 - mbits));
-    if (a == 0x7ff0000000000000ull) return inf;
-    if ((a >> 52) == 0) return sign;
-    m = (a & 0xfffffffffffffull) | 0x10000000000000ull;
-    te = (int)(a >> 52) - 1023 + (int)(emax >> 1);
-    if (te >= (int)emax) return inf;
-    shift = 52u - mbits;
-    if (te < 1) {
-        shift += (unsigned)(1 - te);
-        if (shift > 53u) return sign;
-        te = 1;
-    }
-    {
-        uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1u), half = 1ull << (shift - 1);
-        uint64_t r;
-        if (rem > half || (rem == half && (q & 1u))) q++;
-        if (shift > 52u - mbits) r = q;
-        else r = ((uint64_t)(te - 1) << mbits) + q;
-        if (r >= ((uint64_t)emax << mbits)) return inf;
-        return sign | (uint32_t)r;
-    }
-}
+/* The integer fp16/bf16/fp64 converters are zero.h's own (zero__f32_to_f16_bits and
+   friends, ZERO_HOSTDEV under nvcc), so kernels round exactly as the host does. */
 
 /* ======================================================================================
    Element access in kernels. fp16/bf16 are uint16_t bit patterns. ld8/st8 move the 8
@@ -398,13 +296,13 @@ template <> struct zero_cuda__io<ZERO_F32> {
 template <int DT> struct zero_cuda__io16 {
     static __device__ __forceinline__ float widen(uint32_t h)
     {
-        return zero_cuda__f32_from(DT == ZERO_F16 ? zero_cuda__f16_to_f32((uint16_t)h)
-                                                  : zero_cuda__bf16_to_f32((uint16_t)h));
+        return zero_cuda__f32_from(DT == ZERO_F16 ? zero__f16_to_f32_bits((uint16_t)h)
+                                                  : zero__bf16_to_f32_bits((uint16_t)h));
     }
     static __device__ __forceinline__ uint32_t narrow(float x)
     {
-        return DT == ZERO_F16 ? zero_cuda__f32_to_f16(zero_cuda__f32_bits(x))
-                              : zero_cuda__f32_to_bf16(zero_cuda__f32_bits(x));
+        return DT == ZERO_F16 ? zero__f32_to_f16_bits(zero_cuda__f32_bits(x))
+                              : zero__f32_to_bf16_bits(zero_cuda__f32_bits(x));
     }
     static __device__ __forceinline__ float ld(const void *p, size_t i)
     {
@@ -502,13 +400,13 @@ template <int D, int S> struct zero_cuda__cast64_op {
     {
         if (S == ZERO_F64) {
             uint64_t x = zero_cuda__f64_bits(((const double *)src)[i]);
-            if (D == ZERO_F32) ((float *)dst)[i] = zero_cuda__f32_from(zero_cuda__f64_narrow(x, 8, 23));
-            else ((uint16_t *)dst)[i] = (uint16_t)zero_cuda__f64_narrow(x, D == ZERO_F16 ? 5 : 8, D == ZERO_F16 ? 10 : 7);
+            if (D == ZERO_F32) ((float *)dst)[i] = zero_cuda__f32_from(zero__f64_narrow_bits(x, 8, 23));
+            else ((uint16_t *)dst)[i] = (uint16_t)zero__f64_narrow_bits(x, D == ZERO_F16 ? 5 : 8, D == ZERO_F16 ? 10 : 7);
         } else {
             uint32_t f = S == ZERO_F32 ? zero_cuda__f32_bits(((const float *)src)[i])
-                         : S == ZERO_F16 ? zero_cuda__f16_to_f32(((const uint16_t *)src)[i])
-                                         : zero_cuda__bf16_to_f32(((const uint16_t *)src)[i]);
-            ((double *)dst)[i] = zero_cuda__f64_from(zero_cuda__f32_to_f64(f));
+                         : S == ZERO_F16 ? zero__f16_to_f32_bits(((const uint16_t *)src)[i])
+                                         : zero__bf16_to_f32_bits(((const uint16_t *)src)[i]);
+            ((double *)dst)[i] = zero_cuda__f64_from(zero__f32_to_f64_bits(f));
         }
     }
     __device__ void eight(size_t i) const

@@ -51,8 +51,8 @@ static __global__ void init_kernel(void *g, zero_dtype dt, float *master, size_t
         uint32_t h = (uint32_t)(i * 2654435761u);
         float x = ((float)(h >> 8) * (1.0f / 16777216.0f) - 0.5f) * 0.01f;
         if (dt == ZERO_F32) ((float *)g)[i] = x;
-        else if (dt == ZERO_F16) ((uint16_t *)g)[i] = zero_cuda__f32_to_f16(zero_cuda__f32_bits(x));
-        else ((uint16_t *)g)[i] = zero_cuda__f32_to_bf16(zero_cuda__f32_bits(x));
+        else if (dt == ZERO_F16) ((uint16_t *)g)[i] = zero__f32_to_f16_bits(zero_cuda__f32_bits(x));
+        else ((uint16_t *)g)[i] = zero__f32_to_bf16_bits(zero_cuda__f32_bits(x));
         master[i] = x * 10.0f;
     }
 }
