@@ -1,7 +1,10 @@
-/* Compile test: zero.h with its implementation, in whatever language mode the Makefile
-   asks for. Uses a little of every section so each one is instantiated. */
+/* Compile test: zero.h with its implementation, and zero_nccl.h's launcher bootstrap (the
+   part that needs neither CUDA nor NCCL), in whatever language mode the Makefile asks for. */
 #define ZERO_IMPLEMENTATION
+#define ZERO_NCCL_IMPLEMENTATION
+#define ZERO_NCCL_BOOTSTRAP_ONLY
 #include "zero.h"
+#include "zero_nccl.h"
 #include <stdio.h>
 
 #ifndef ZERO_STATIC
@@ -16,6 +19,7 @@ int main(void)
     zero_plan_destroy(plan);
     if (zero_dtype_size(ZERO_BF16) != 2) bad++;
     if (zero_result_string(ZERO_ERROR_TIMEOUT)[0] == '\0') bad++;
+    if (zero_launcher_name(ZERO_LAUNCHER_NONE)[0] == '\0') bad++;
 #ifndef ZERO_STATIC
     bad += zero_compile_other();
 #endif
