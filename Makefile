@@ -46,7 +46,7 @@ build/san/test_%: tests/test_%.c $(HEADERS) $(wildcard tests/*.h) | build/san
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
-build/%: examples/%.c $(HEADERS) | build
+build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
 build/bench_%: bench/bench_%.c $(HEADERS) | build
@@ -114,7 +114,7 @@ CUDA_SRC := $(sort $(wildcard tests/cuda/*.cu bench/*.cu examples/*.cu))
 CUDA_BINS := $(patsubst %.cu,build/cuda/%,$(notdir $(CUDA_SRC)))
 vpath %.cu tests/cuda bench examples
 
-build/cuda/%: %.cu $(CUDA_HEADERS) tests/zt.h | build/cuda
+build/cuda/%: %.cu $(CUDA_HEADERS) $(wildcard tests/*.h examples/*.h) | build/cuda
 	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< -o $@ -lcublas $(NCCL_LIB) -lpthread
 
 cuda:

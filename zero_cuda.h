@@ -1860,59 +1860,44 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
     return zero_cuda__phase_end(c, s, ZERO_CUDA__EV_END);
 }
 
-static zero_result zero_cuda__all_gather(zero_comm *comm, const void *send, void *recv, size_t send_numel,
-                                         zero_dtype dtype, void *queue)
+/* Fill a post for one collective and run it: op is 0 for all_gather/broadcast, root is 0 but for broadcast. */
+static zero_result zero_cuda__post_run(zero_comm *comm, uint64_t kind, const void *send, void *recv, size_t numel,
+                                       zero_dtype dtype, uint64_t op, int root, void *queue)
 {
     zero_cuda__post p;
     memset(&p, 0, sizeof p);
-    p.kind = ZERO_CUDA__AG;
+    p.kind = kind;
     p.send = (uint64_t)(uintptr_t)send;
     p.recv = (uint64_t)(uintptr_t)recv;
-    p.numel = send_numel;
+    p.numel = numel;
     p.dtype = (uint64_t)dtype;
+    p.op = op;
+    p.root = (uint64_t)(int64_t)root;
     return zero_cuda__collective(comm, &p, queue);
+}
+
+static zero_result zero_cuda__all_gather(zero_comm *comm, const void *send, void *recv, size_t send_numel,
+                                         zero_dtype dtype, void *queue)
+{
+    return zero_cuda__post_run(comm, ZERO_CUDA__AG, send, recv, send_numel, dtype, 0, 0, queue);
 }
 
 static zero_result zero_cuda__reduce_scatter(zero_comm *comm, const void *send, void *recv, size_t recv_numel,
                                              zero_dtype dtype, zero_op op, void *queue)
 {
-    zero_cuda__post p;
-    memset(&p, 0, sizeof p);
-    p.kind = ZERO_CUDA__RS;
-    p.send = (uint64_t)(uintptr_t)send;
-    p.recv = (uint64_t)(uintptr_t)recv;
-    p.numel = recv_numel;
-    p.dtype = (uint64_t)dtype;
-    p.op = (uint64_t)op;
-    return zero_cuda__collective(comm, &p, queue);
+    return zero_cuda__post_run(comm, ZERO_CUDA__RS, send, recv, recv_numel, dtype, (uint64_t)op, 0, queue);
 }
 
 static zero_result zero_cuda__all_reduce(zero_comm *comm, const void *send, void *recv, size_t numel,
                                          zero_dtype dtype, zero_op op, void *queue)
 {
-    zero_cuda__post p;
-    memset(&p, 0, sizeof p);
-    p.kind = ZERO_CUDA__AR;
-    p.send = (uint64_t)(uintptr_t)send;
-    p.recv = (uint64_t)(uintptr_t)recv;
-    p.numel = numel;
-    p.dtype = (uint64_t)dtype;
-    p.op = (uint64_t)op;
-    return zero_cuda__collective(comm, &p, queue);
+    return zero_cuda__post_run(comm, ZERO_CUDA__AR, send, recv, numel, dtype, (uint64_t)op, 0, queue);
 }
 
 static zero_result zero_cuda__broadcast(zero_comm *comm, void *buf, size_t numel, zero_dtype dtype, int root,
                                         void *queue)
 {
-    zero_cuda__post p;
-    memset(&p, 0, sizeof p);
-    p.kind = ZERO_CUDA__BC;
-    p.send = (uint64_t)(uintptr_t)buf;
-    p.recv = (uint64_t)(uintptr_t)buf;
-    p.numel = numel;
-    p.dtype = (uint64_t)dtype;
-    p.root = (uint64_t)(int64_t)root;
-    return zero_cuda__collective(comm, &p, queue);
+    return zero_cuda__post_run(comm, ZERO_CUDA__BC, buf, buf, numel, dtype, 0, root, queue);
 }
 
 static zero_result zero_cuda__barrier(zero_comm *comm)

@@ -784,6 +784,27 @@ static void zero_nccl__peer_name(const struct sockaddr_storage *ss, char *out, s
 #define ZERO_NCCL__SEND_FLAGS 0
 #endif
 
+/* Waits until fd is ready for events (POLLIN or POLLOUT) or the deadline passes. 0 when
+   ready; -1 with errno (ETIMEDOUT at the deadline). */
+static int zero_nccl__poll_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        struct pollfd pfd;
+        int left = zero_nccl__left_ms(deadline), pr;
+        if (left == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        pfd.fd = fd;
+        pfd.events = events;
+        pfd.revents = 0;
+        pr = poll(&pfd, 1, left);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) return -1;
+        if (pr > 0) return 0;
+    }
+}
+
 /* Sends n bytes by the deadline. 0, or -1 with errno (ETIMEDOUT at the deadline). */
 static int zero_nccl__send_all(int fd, const void *buf, size_t n, int64_t deadline)
 {
@@ -797,21 +818,7 @@ static int zero_nccl__send_all(int fd, const void *buf, size_t n, int64_t deadli
         }
         if (s < 0 && errno == EINTR) continue;
         if (s < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        for (;;) {
-            struct pollfd pfd;
-            int left = zero_nccl__left_ms(deadline), pr;
-            if (left == 0) {
-                errno = ETIMEDOUT;
-                return -1;
-            }
-            pfd.fd = fd;
-            pfd.events = POLLOUT;
-            pfd.revents = 0;
-            pr = poll(&pfd, 1, left);
-            if (pr < 0 && errno == EINTR) continue;
-            if (pr < 0) return -1;
-            if (pr > 0) break;
-        }
+        if (zero_nccl__poll_fd(fd, POLLOUT, deadline) != 0) return -1;
     }
     return 0;
 }
@@ -831,21 +838,7 @@ static int zero_nccl__recv_all(int fd, void *buf, size_t n, int64_t deadline, si
         if (r == 0) return -2;
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        for (;;) {
-            struct pollfd pfd;
-            int left = zero_nccl__left_ms(deadline), pr;
-            if (left == 0) {
-                errno = ETIMEDOUT;
-                return -1;
-            }
-            pfd.fd = fd;
-            pfd.events = POLLIN;
-            pfd.revents = 0;
-            pr = poll(&pfd, 1, left);
-            if (pr < 0 && errno == EINTR) continue;
-            if (pr < 0) return -1;
-            if (pr > 0) break;
-        }
+        if (zero_nccl__poll_fd(fd, POLLIN, deadline) != 0) return -1;
     }
     return 0;
 }
@@ -1333,6 +1326,7 @@ static int zero_nccl__connect(const struct addrinfo *ai, int64_t deadline, char 
 {
     int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
     int err = 0;
+    socklen_t len = (socklen_t)sizeof err;
     if (fd < 0) {
         snprintf(why, size, "socket: %s", strerror(errno));
         return -1;
@@ -1348,33 +1342,20 @@ static int zero_nccl__connect(const struct addrinfo *ai, int64_t deadline, char 
             zero_nccl__close(fd);
             return -1;
         }
-        for (;;) { /* the connection proceeds asynchronously */
-            struct pollfd pfd;
-            int left = zero_nccl__left_ms(deadline), pr;
-            socklen_t len = (socklen_t)sizeof err;
-            if (left == 0) {
+        /* the connection proceeds asynchronously */
+        if (zero_nccl__poll_fd(fd, POLLOUT, deadline) != 0) {
+            if (errno == ETIMEDOUT)
                 snprintf(why, size, "connect: timed out");
-                zero_nccl__close(fd);
-                return -1;
-            }
-            pfd.fd = fd;
-            pfd.events = POLLOUT;
-            pfd.revents = 0;
-            pr = poll(&pfd, 1, left);
-            if (pr < 0 && errno == EINTR) continue;
-            if (pr < 0) {
+            else
                 snprintf(why, size, "poll: %s", strerror(errno));
-                zero_nccl__close(fd);
-                return -1;
-            }
-            if (pr == 0) continue;
-            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-            if (err != 0) {
-                snprintf(why, size, "connect: %s", strerror(err));
-                zero_nccl__close(fd);
-                return -1;
-            }
-            break;
+            zero_nccl__close(fd);
+            return -1;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (err != 0) {
+            snprintf(why, size, "connect: %s", strerror(err));
+            zero_nccl__close(fd);
+            return -1;
         }
     }
     zero_nccl__nodelay(fd);

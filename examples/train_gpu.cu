@@ -26,6 +26,7 @@
 #include "zero.h"
 #include "zero_cuda.h"
 #include "zero_nccl.h"
+#include "examples/mlp_common.h" /* shape, teacher, batches, tensors, initial values: as train_mlp.c */
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -36,60 +37,11 @@
 #include <string.h>
 #include <time.h>
 
-#define IN 32
-#define OUT 8
-#define NL 3
-#define TEACHER_H 64
-
 typedef struct opts {
     int stage, steps, accum, batch, hidden, print_every;
     zero_dtype dtype;
     float lr;
 } opts;
-
-/* ---- deterministic randomness: the same streams as train_mlp.c ----------------------- */
-
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float urand(uint64_t *s)
-{
-    *s = mix64(*s);
-    return (float)((double)(*s >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
-static float teacher_w1[TEACHER_H][IN], teacher_w2[OUT][TEACHER_H];
-
-static void teacher_init(void)
-{
-    uint64_t s = 12345;
-    int i, j;
-    for (i = 0; i < TEACHER_H; i++)
-        for (j = 0; j < IN; j++) teacher_w1[i][j] = urand(&s) * 0.6f;
-    for (i = 0; i < OUT; i++)
-        for (j = 0; j < TEACHER_H; j++) teacher_w2[i][j] = urand(&s) * 0.4f;
-}
-
-static void teacher(const float *x, float *y)
-{
-    float h[TEACHER_H];
-    int i, j;
-    for (i = 0; i < TEACHER_H; i++) {
-        float a = 0;
-        for (j = 0; j < IN; j++) a += teacher_w1[i][j] * x[j];
-        h[i] = tanhf(a);
-    }
-    for (i = 0; i < OUT; i++) {
-        float a = 0;
-        for (j = 0; j < TEACHER_H; j++) a += teacher_w2[i][j] * h[j];
-        y[i] = a;
-    }
-}
 
 /* ---- kernels (T = __half or __nv_bfloat16, the param dtype) ---------------------------- */
 
@@ -295,10 +247,9 @@ static zero_result train(const opts *o, const zero_bootstrap_desc *boot, int dev
     const zero_plan *plan;
     float *x = NULL, *t = NULL, *init = NULL;
     double *stats = NULL, t0, t_print;
-    int l, s, k, i, b;
+    int l, s, k, i;
     size_t es = zero_dtype_size(o->dtype), wide;
     memset(&m, 0, sizeof m);
-    memset(&d, 0, sizeof d);
     memset(&cd, 0, sizeof cd);
     memset(&nd, 0, sizeof nd);
     m.dims[0] = IN;
@@ -315,31 +266,14 @@ static zero_result train(const opts *o, const zero_bootstrap_desc *boot, int dev
     BLAS(cublasCreate(&blas));
     BLAS(cublasSetStream(blas, st));
 
-    d.stage = o->stage;
-    d.param_dtype = o->dtype;
-    d.accum_steps = o->accum;
-    d.adam.lr = o->lr;
-    d.adam.weight_decay = 0.01f;
-    d.clip_norm = 1.0f;
+    mlp_engine_desc(&d, o->stage, o->dtype, o->accum, o->lr);
     d.device = dev;
     d.comm = comm;
     TRY(zero_engine_create(&d, &e));
-    for (l = 0; l < NL; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "layer%d.weight", l);
-        TRY(zero_engine_add_tensor(e, name, (size_t)m.dims[l + 1] * m.dims[l], l, 0, &m.wid[l]));
-        snprintf(name, sizeof name, "layer%d.bias", l);
-        TRY(zero_engine_add_tensor(e, name, (size_t)m.dims[l + 1], l, ZERO_TENSOR_NO_DECAY, &m.bid[l]));
-    }
+    TRY(mlp_add_tensors(e, m.dims, m.wid, m.bid));
     TRY(zero_engine_commit(e));
     plan = zero_engine_plan(e);
-    for (l = 0; l < NL; l++) {
-        zero_tensor_info ti;
-        TRY(zero_plan_tensor(plan, m.wid[l], &ti));
-        m.woff[l] = ti.offset;
-        TRY(zero_plan_tensor(plan, m.bid[l], &ti));
-        m.boff[l] = ti.offset;
-    }
+    TRY(mlp_offsets(plan, m.wid, m.bid, m.woff, m.boff));
     /* activations: the user's memory, outside the engine's accounting */
     for (l = 0; l <= NL; l++) {
         size_t n = (size_t)B * m.dims[l];
@@ -362,14 +296,7 @@ static zero_result train(const opts *o, const zero_bootstrap_desc *boot, int dev
         goto done;
     }
     /* initial values, as train_mlp.c: the same on every rank */
-    for (l = 0; l < NL; l++) {
-        uint64_t sd = 777 + (uint64_t)l;
-        float a = 1.0f / sqrtf((float)m.dims[l]);
-        for (i = 0; i < m.dims[l + 1] * m.dims[l]; i++) init[i] = urand(&sd) * a;
-        TRY(zero_engine_set_tensor(e, m.wid[l], init));
-        for (i = 0; i < m.dims[l + 1]; i++) init[i] = 0.0f;
-        TRY(zero_engine_set_tensor(e, m.bid[l], init));
-    }
+    TRY(mlp_set_init(e, m.dims, m.wid, m.bid, init));
     if (rank == 0) {
         printf("ZeRO stage %d on %d rank(s) (CUDA device + NCCL %d, launcher: %s): MLP %d-%d-%d-%d, %s params, "
                "%d steps of %d micro-step(s) x %d samples per rank\n",
@@ -386,9 +313,7 @@ static zero_result train(const opts *o, const zero_bootstrap_desc *boot, int dev
         double loss = 0;
         CUDA(cudaMemsetAsync(m.loss, 0, sizeof(double), st));
         for (k = 0; k < o->accum; k++) {
-            uint64_t sd = mix64(((uint64_t)s * 1000003u + (uint64_t)k) * 4099u + (uint64_t)rank);
-            for (i = 0; i < B * IN; i++) x[i] = urand(&sd) * 1.7f;
-            for (b = 0; b < B; b++) teacher(x + b * IN, t + b * OUT);
+            mlp_batch(rank, s, k, B, x, t);
             if (o->dtype == ZERO_BF16) r = micro_step<__nv_bfloat16>(e, dev, blas, st, &m, o, x, t, scale);
             else r = micro_step<__half>(e, dev, blas, st, &m, o, x, t, scale);
             if (r != ZERO_OK) goto done;
@@ -478,11 +403,11 @@ int main(int argc, char **argv)
     o.steps = 300;
     o.accum = 1;
     o.batch = 16;
-    o.hidden = 128;
+    o.hidden = HID;
     o.print_every = 25;
     o.dtype = ZERO_F16;
     o.lr = 3e-3f;
-    for (a = 1; a < argc; a++) {
+    for (a = 1; a < argc; a += 2) { /* every option takes a value */
         const char *v = a + 1 < argc ? argv[a + 1] : NULL;
         if (!v) {
             usage();
@@ -506,7 +431,6 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
-        a++;
     }
     if (o.stage < 0 || o.stage > 3 || o.steps < 1 || o.accum < 1 || o.batch < 1 || o.hidden < 1 ||
         o.hidden > 65536 || o.print_every < 1) {

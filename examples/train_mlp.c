@@ -16,16 +16,13 @@
                        [--batch B] [--lr LR] */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
+#include "examples/mlp_common.h" /* shape, teacher, batches, tensors, initial values */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define IN 32
-#define HID 128
-#define OUT 8
-#define NL 3
 #define MAX_RANKS 64
 
 static const int dims[NL + 1] = {IN, HID, HID, OUT};
@@ -47,52 +44,6 @@ typedef struct run {
     size_t psi;             /* the plan's padded total                               */
     float final_scale;
 } run;
-
-/* ---- deterministic randomness ------------------------------------------------------------ */
-
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* uniform in [-1, 1) from a counter */
-static float urand(uint64_t *s)
-{
-    *s = mix64(*s);
-    return (float)((double)(*s >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
-/* The teacher: IN -> 64 (tanh) -> OUT, fixed weights. */
-static float teacher_w1[64][IN], teacher_w2[OUT][64];
-
-static void teacher_init(void)
-{
-    uint64_t s = 12345;
-    int i, j;
-    for (i = 0; i < 64; i++)
-        for (j = 0; j < IN; j++) teacher_w1[i][j] = urand(&s) * 0.6f;
-    for (i = 0; i < OUT; i++)
-        for (j = 0; j < 64; j++) teacher_w2[i][j] = urand(&s) * 0.4f;
-}
-
-static void teacher(const float *x, float *y)
-{
-    float h[64];
-    int i, j;
-    for (i = 0; i < 64; i++) {
-        float a = 0;
-        for (j = 0; j < IN; j++) a += teacher_w1[i][j] * x[j];
-        h[i] = tanhf(a);
-    }
-    for (i = 0; i < OUT; i++) {
-        float a = 0;
-        for (j = 0; j < 64; j++) a += teacher_w2[i][j] * h[j];
-        y[i] = a;
-    }
-}
 
 /* ---- one rank ---------------------------------------------------------------------------- */
 
@@ -128,32 +79,14 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     memset(dact, 0, sizeof dact);
 
     CHECK(zero_host_device_create(NULL, &dev));
-    memset(&d, 0, sizeof d);
-    d.stage = R->stage;
-    d.param_dtype = o->dtype;
-    d.accum_steps = o->accum;
-    d.adam.lr = o->lr;
-    d.adam.weight_decay = 0.01f;
-    d.clip_norm = 1.0f;
+    mlp_engine_desc(&d, R->stage, o->dtype, o->accum, o->lr);
     d.device = dev;
     d.comm = comm;
     CHECK(zero_engine_create(&d, &e));
-    for (l = 0; l < NL; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "layer%d.weight", l);
-        CHECK(zero_engine_add_tensor(e, name, (size_t)dims[l + 1] * dims[l], l, 0, &wid[l]));
-        snprintf(name, sizeof name, "layer%d.bias", l);
-        CHECK(zero_engine_add_tensor(e, name, (size_t)dims[l + 1], l, ZERO_TENSOR_NO_DECAY, &bid[l]));
-    }
+    CHECK(mlp_add_tensors(e, dims, wid, bid));
     CHECK(zero_engine_commit(e));
     plan = zero_engine_plan(e);
-    for (l = 0; l < NL; l++) {
-        zero_tensor_info ti;
-        zero_plan_tensor(plan, wid[l], &ti);
-        woff[l] = ti.offset;
-        zero_plan_tensor(plan, bid[l], &ti);
-        boff[l] = ti.offset;
-    }
+    CHECK(mlp_offsets(plan, wid, bid, woff, boff));
     /* buffers */
     for (l = 0; l <= NL; l++) {
         act[l] = (float *)malloc(sizeof(float) * (size_t)B * dims[l]);
@@ -174,14 +107,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         goto done;
     }
     /* Initial values: the same on every rank (seeded), set through the engine. */
-    for (l = 0; l < NL; l++) {
-        uint64_t sd = 777 + (uint64_t)l;
-        float a = 1.0f / sqrtf((float)dims[l]);
-        for (i = 0; i < dims[l + 1] * dims[l]; i++) init[i] = urand(&sd) * a;
-        CHECK(zero_engine_set_tensor(e, wid[l], init));
-        for (i = 0; i < dims[l + 1]; i++) init[i] = 0.0f;
-        CHECK(zero_engine_set_tensor(e, bid[l], init));
-    }
+    CHECK(mlp_set_init(e, dims, wid, bid, init));
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (s = 0; s < o->steps; s++) {
@@ -189,11 +115,9 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         float scale = zero_engine_loss_scale(e);
         double loss_sum = 0.0;
         for (k = 0; k < o->accum; k++) {
-            uint64_t sd = mix64(((uint64_t)s * 1000003u + (uint64_t)k) * 4099u + (uint64_t)rank);
             double loss = 0.0;
             float gscale;
-            for (i = 0; i < B * IN; i++) act[0][i] = urand(&sd) * 1.7f;
-            for (b = 0; b < B; b++) teacher(act[0] + b * IN, tgt + b * OUT);
+            mlp_batch(rank, s, k, B, act[0], tgt);
             /* forward, layer by layer: gather, convert, compute, release */
             for (l = 0; l < NL; l++) {
                 void *p;
@@ -335,7 +259,7 @@ int main(int argc, char **argv)
     o.dtype = ZERO_F16;
     o.lr = 3e-3f;
     o.stage = -1;
-    for (a = 1; a < argc; a++) {
+    for (a = 1; a < argc; a += 2) { /* every option takes a value */
         const char *v = a + 1 < argc ? argv[a + 1] : NULL;
         if (!v) {
             usage();
@@ -358,7 +282,6 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
-        a++;
     }
     if (o.stage > 3 || o.ranks < 1 || o.ranks > MAX_RANKS || o.steps < 1 || o.accum < 1 ||
         o.batch < 1) {

@@ -139,6 +139,124 @@ static int ec_is_fault(const ec_cfg *c, int step)
         if (r != ZERO_OK) goto done;                                                         \
     } while (0)
 
+/* The engine descriptor of cfg (device and comm left to the caller). */
+static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->stage = c->stage;
+    d->param_dtype = c->dtype;
+    d->grad_comm_dtype = c->comm_dtype;
+    d->accum_steps = c->accum;
+    d->adam.lr = c->lr;
+    d->adam.weight_decay = c->wd;
+    d->clip_norm = c->clip;
+    d->scaler.init_scale = c->init_scale;
+    d->scaler.window = c->window;
+    d->scaler.hysteresis = c->hysteresis;
+    d->reduce_bucket_numel = c->bucket;
+    d->max_live_numel = c->max_live;
+    d->prefetch_depth = c->prefetch;
+    d->persist_numel = c->persist;
+}
+
+/* Registers cfg's tensors as "t0", "t1", ... */
+static zero_result ec_add_tensors(zero_engine *e, const ec_cfg *c, int *ids)
+{
+    int t;
+    for (t = 0; t < c->ntensors; t++) {
+        char name[32];
+        zero_result r;
+        snprintf(name, sizeof name, "t%d", t);
+        r = zero_engine_add_tensor(e, name, c->sizes[t], c->groups[t], c->flags[t], &ids[t]);
+        if (r != ZERO_OK) return r;
+    }
+    return ZERO_OK;
+}
+
+/* Sets every tensor to ec_init_value; tmp holds at least the largest tensor. */
+static zero_result ec_set_init(zero_engine *e, const ec_cfg *c, const int *ids, float *tmp)
+{
+    int t;
+    for (t = 0; t < c->ntensors; t++) {
+        size_t i;
+        zero_result r;
+        for (i = 0; i < c->sizes[t]; i++) tmp[i] = ec_init_value(t, i);
+        r = zero_engine_set_tensor(e, ids[t], tmp);
+        if (r != ZERO_OK) return r;
+    }
+    return ZERO_OK;
+}
+
+/* The forward pass of one micro-step: gather and release every group, ascending. */
+static zero_result ec_forward(zero_engine *e, int G)
+{
+    int g;
+    void *pp;
+    for (g = 0; g < G; g++) {
+        zero_result r = zero_engine_gather(e, g, &pp);
+        if (r == ZERO_OK) r = zero_engine_release(e, g);
+        if (r != ZERO_OK) return r;
+    }
+    return ZERO_OK;
+}
+
+/* Writes the scaled synthetic gradients of group g's tensors into gp (group layout, host
+   memory) from the gathered params pp, with the configured fault. */
+static void ec_fill_grads(const ec_cfg *c, const zero_plan *plan, const int *ids, int g, int rank, int k,
+                          int s, float scale, const void *pp, void *gp)
+{
+    int t;
+    for (t = 0; t < c->ntensors; t++) {
+        zero_tensor_info ti;
+        size_t i;
+        if (c->groups[t] != g) continue;
+        zero_plan_tensor(plan, ids[t], &ti);
+        for (i = 0; i < ti.numel; i++) {
+            float p = ec_to_f32(pp, c->dtype, ti.offset + i);
+            double gv;
+            if (c->virt_world > 0) {
+                int vr;
+                gv = 0.0;
+                for (vr = 0; vr < c->virt_world; vr++)
+                    gv += ec_synth_grad(p, vr, k, s, i, t);
+                gv /= c->virt_world;
+            } else {
+                gv = ec_synth_grad(p, rank, k, s, i, t);
+            }
+            ec_from_f32(gp, c->dtype, ti.offset + i, (float)(gv * scale));
+        }
+        if (t == 0 && k == 0 && rank == c->fault_rank && ec_is_fault(c, s))
+            ec_from_f32(gp, c->dtype, ti.offset, c->fault_inf ? INFINITY : NAN);
+    }
+}
+
+/* Reads tensor t's master, m, v and params into the result; merges this rank's param
+   elements (whole or shard) into res->param[t]: the first holder writes, the others compare. */
+static zero_result ec_read_states(zero_engine *e, ec_ctx *ctx, int rank, int t, int id)
+{
+    const ec_cfg *c = ctx->cfg;
+    ec_result *res = ctx->res;
+    zero_range rg;
+    zero_result r;
+    size_t i, esz = zero_dtype_size(c->dtype);
+    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_MASTER, res->master[t], &rg)) != ZERO_OK) return r;
+    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_M, res->m[t], &rg)) != ZERO_OK) return r;
+    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_V, res->v[t], &rg)) != ZERO_OK) return r;
+    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_PARAM, ctx->param_rank[rank][t], &rg)) != ZERO_OK)
+        return r;
+    pthread_mutex_lock(&ctx->mu);
+    for (i = rg.offset; i < rg.offset + rg.numel; i++) {
+        unsigned char *dst = res->param[t] + i * esz;
+        unsigned char *src = ctx->param_rank[rank][t] + i * esz;
+        /* param[t] starts as 0xff bytes */
+        static const unsigned char ff[4] = {0xff, 0xff, 0xff, 0xff};
+        if (memcmp(dst, ff, esz) == 0) memcpy(dst, src, esz);
+        else if (memcmp(dst, src, esz) != 0) res->params_agree = 0;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return ZERO_OK;
+}
+
 static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
 {
     ec_ctx *ctx = (ec_ctx *)user;
@@ -153,7 +271,6 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     float *tmp = NULL;
     ec_wrap wrap;
     const zero_plan *plan;
-    memset(&d, 0, sizeof d);
     if (c->wrap_ops) {
         wrap.base = *comm;
         wrap.base.ops = c->wrap_ops;
@@ -161,29 +278,12 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         wrap.inner = comm;
         comm = &wrap.base;
     }
+    ec_engine_desc(c, &d);
     EC_TRY(zero_host_device_create(NULL, &dev));
-    d.stage = c->stage;
-    d.param_dtype = c->dtype;
-    d.grad_comm_dtype = c->comm_dtype;
-    d.accum_steps = c->accum;
-    d.adam.lr = c->lr;
-    d.adam.weight_decay = c->wd;
-    d.clip_norm = c->clip;
-    d.scaler.init_scale = c->init_scale;
-    d.scaler.window = c->window;
-    d.scaler.hysteresis = c->hysteresis;
-    d.reduce_bucket_numel = c->bucket;
-    d.max_live_numel = c->max_live;
-    d.prefetch_depth = c->prefetch;
-    d.persist_numel = c->persist;
     d.device = dev;
     d.comm = comm;
     EC_TRY(zero_engine_create(&d, &e));
-    for (t = 0; t < c->ntensors; t++) {
-        char name[32];
-        snprintf(name, sizeof name, "t%d", t);
-        EC_TRY(zero_engine_add_tensor(e, name, c->sizes[t], c->groups[t], c->flags[t], &ids[t]));
-    }
+    EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
     plan = zero_engine_plan(e);
     G = zero_plan_num_groups(plan);
@@ -206,11 +306,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
             if (c->sizes[t] > mx) mx = c->sizes[t];
         tmp = (float *)malloc(mx * sizeof(float));
     }
-    for (t = 0; t < c->ntensors; t++) {
-        size_t i;
-        for (i = 0; i < c->sizes[t]; i++) tmp[i] = ec_init_value(t, i);
-        EC_TRY(zero_engine_set_tensor(e, ids[t], tmp));
-    }
+    EC_TRY(ec_set_init(e, c, ids, tmp));
     for (s = 0; s < c->steps; s++) {
         zero_step_info info;
         zero_gather_stats gs = {0};
@@ -218,35 +314,11 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         if (rank == 0) res->loss_scale_before[s] = scale;
         for (k = 0; k < c->accum; k++) {
             void *pp, *gp;
-            for (g = 0; g < G; g++) {
-                EC_TRY(zero_engine_gather(e, g, &pp));
-                EC_TRY(zero_engine_release(e, g));
-            }
+            EC_TRY(ec_forward(e, G));
             for (g = G - 1; g >= 0; g--) {
                 EC_TRY(zero_engine_gather(e, g, &pp));
                 EC_TRY(zero_engine_grads(e, g, &gp));
-                for (t = 0; t < c->ntensors; t++) {
-                    zero_tensor_info ti;
-                    size_t i;
-                    if (c->groups[t] != g) continue;
-                    zero_plan_tensor(plan, ids[t], &ti);
-                    for (i = 0; i < ti.numel; i++) {
-                        float p = ec_to_f32(pp, c->dtype, ti.offset + i);
-                        double gv;
-                        if (c->virt_world > 0) {
-                            int vr;
-                            gv = 0.0;
-                            for (vr = 0; vr < c->virt_world; vr++)
-                                gv += ec_synth_grad(p, vr, k, s, i, t);
-                            gv /= c->virt_world;
-                        } else {
-                            gv = ec_synth_grad(p, rank, k, s, i, t);
-                        }
-                        ec_from_f32(gp, c->dtype, ti.offset + i, (float)(gv * scale));
-                    }
-                    if (t == 0 && k == 0 && rank == c->fault_rank && ec_is_fault(c, s))
-                        ec_from_f32(gp, c->dtype, ti.offset, c->fault_inf ? INFINITY : NAN);
-                }
+                ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
                 EC_TRY(zero_engine_release(e, g));
                 EC_TRY(zero_engine_grads_ready(e, g));
             }
@@ -261,27 +333,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     }
     zero_engine_memory_usage(e, &res->mem[rank]);
     zero_engine_gather_stats(e, &res->gstats[rank]);
-    for (t = 0; t < c->ntensors; t++) {
-        zero_range rg;
-        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_MASTER, res->master[t], &rg));
-        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_M, res->m[t], &rg));
-        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_V, res->v[t], &rg));
-        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_PARAM, ctx->param_rank[rank][t], &rg));
-        /* this rank's param elements: whole or shard; mark what it holds with a flag copy */
-        pthread_mutex_lock(&ctx->mu);
-        {
-            size_t i, esz = zero_dtype_size(c->dtype);
-            for (i = rg.offset; i < rg.offset + rg.numel; i++) {
-                unsigned char *dst = res->param[t] + i * esz;
-                unsigned char *src = ctx->param_rank[rank][t] + i * esz;
-                /* param[t] starts as 0xff bytes: the first holder writes, the others compare */
-                static const unsigned char ff[4] = {0xff, 0xff, 0xff, 0xff};
-                if (memcmp(dst, ff, esz) == 0) memcpy(dst, src, esz);
-                else if (memcmp(dst, src, esz) != 0) res->params_agree = 0;
-            }
-        }
-        pthread_mutex_unlock(&ctx->mu);
-    }
+    for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, ctx, rank, t, ids[t]));
 done:
     if (r != ZERO_OK && rank == 0) snprintf(res->err, sizeof res->err, "%s", zero_last_error());
     free(tmp);
@@ -302,16 +354,17 @@ static inline void ec_result_free(ec_result *res)
     free(res);
 }
 
-/* Runs cfg; the result is heap-allocated (free with ec_result_free). */
-static inline ec_result *ec_run(const ec_cfg *c)
+/* Runs cfg with fn as each rank's body on zero_local_run; ctx (zeroed by the caller) is
+   fn's state or its first member, user is what fn receives. The result is heap-allocated
+   (free with ec_result_free). */
+static inline ec_result *ec_run_with(const ec_cfg *c, ec_ctx *ctx,
+                                     zero_result (*fn)(int rank, zero_comm *comm, void *user), void *user)
 {
     ec_result *res = (ec_result *)calloc(1, sizeof *res);
-    ec_ctx ctx;
     int t, rk;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.cfg = c;
-    ctx.res = res;
-    pthread_mutex_init(&ctx.mu, NULL);
+    ctx->cfg = c;
+    ctx->res = res;
+    pthread_mutex_init(&ctx->mu, NULL);
     res->params_agree = 1;
     for (t = 0; t < c->ntensors; t++) {
         size_t n = c->sizes[t];
@@ -320,15 +373,23 @@ static inline ec_result *ec_run(const ec_cfg *c)
         res->v[t] = (float *)calloc(n, 4);
         res->param[t] = (unsigned char *)malloc(n * 4);
         memset(res->param[t], 0xff, n * 4);
-        for (rk = 0; rk < c->world; rk++) ctx.param_rank[rk][t] = (unsigned char *)calloc(n, 4);
+        for (rk = 0; rk < c->world; rk++) ctx->param_rank[rk][t] = (unsigned char *)calloc(n, 4);
     }
-    res->rc = zero_local_run(c->world, ec_rank_fn, &ctx);
+    res->rc = zero_local_run(c->world, fn, user);
     if (res->rc != ZERO_OK && !res->err[0])
         snprintf(res->err, sizeof res->err, "%s", zero_last_error());
     for (t = 0; t < c->ntensors; t++)
-        for (rk = 0; rk < c->world; rk++) free(ctx.param_rank[rk][t]);
-    pthread_mutex_destroy(&ctx.mu);
+        for (rk = 0; rk < c->world; rk++) free(ctx->param_rank[rk][t]);
+    pthread_mutex_destroy(&ctx->mu);
     return res;
+}
+
+/* Runs cfg on the host device; the result is heap-allocated (free with ec_result_free). */
+static inline ec_result *ec_run(const ec_cfg *c)
+{
+    ec_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    return ec_run_with(c, &ctx, ec_rank_fn, &ctx);
 }
 
 /* 1 when a and b hold the same bits for every tensor's master, m, v and params. */

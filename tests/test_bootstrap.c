@@ -29,22 +29,6 @@
 
 /* ---- helpers ---- */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
 static void random_id(unsigned char *id, size_t n, unsigned long long seed)
@@ -133,7 +117,7 @@ static int raw_connect(int port)
         a.sin_port = htons((unsigned short)port);
         if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
         close(fd);
-        sleep_ms(10);
+        zt_sleep_ms(10);
     }
     return -1;
 }
@@ -188,8 +172,8 @@ static int send_bytes(int fd, const void *p, size_t n)
 static size_t recv_some(int fd, void *buf, size_t n, int ms)
 {
     size_t got = 0;
-    double end = now_ms() + ms;
-    while (got < n && now_ms() < end) {
+    double end = zt_now_ms() + ms;
+    while (got < n && zt_now_ms() < end) {
         struct pollfd pfd;
         ssize_t r;
         pfd.fd = fd;
@@ -227,7 +211,7 @@ static pid_t spawn(child_fn fn, void *arg)
 static int reap(const pid_t *pids, int n, int deadline_ms, int *codes)
 {
     int done[MAX_CHILDREN] = {0}, left = n, i, bad = 0;
-    double end = now_ms() + deadline_ms;
+    double end = zt_now_ms() + deadline_ms;
     for (i = 0; i < n; i++) {
         codes[i] = -100;
         if (pids[i] <= 0) {
@@ -236,7 +220,7 @@ static int reap(const pid_t *pids, int n, int deadline_ms, int *codes)
             codes[i] = -101;
         }
     }
-    while (left > 0 && now_ms() < end) {
+    while (left > 0 && zt_now_ms() < end) {
         for (i = 0; i < n; i++) {
             int st = 0;
             pid_t w;
@@ -248,7 +232,7 @@ static int reap(const pid_t *pids, int n, int deadline_ms, int *codes)
                 codes[i] = w < 0 ? -102 : WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
             }
         }
-        if (left > 0) sleep_ms(5);
+        if (left > 0) zt_sleep_ms(5);
     }
     for (i = 0; i < n; i++) {
         if (!done[i]) { /* straggler: kill, then reap (prompt after SIGKILL) */
@@ -677,7 +661,7 @@ ZT_TEST(exchange_rank0_late)
         args[r].repeat = 1;
         pids[r - 1] = spawn(client_child, &args[r]);
     }
-    sleep_ms(300);
+    zt_sleep_ms(300);
     d0 = make_desc(0, 4, port, 15000);
     res = zero_bootstrap_exchange(&d0, id, sizeof id);
     ZT_CHECKF(res == ZERO_OK, "%s: %s", zero_result_string(res), zero_last_error());
@@ -698,12 +682,12 @@ ZT_TEST(port_in_use)
     if (blocker < 0) return;
     memset(id, 1, sizeof id);
     d = make_desc(0, 2, port, 5000);
-    t0 = now_ms();
+    t0 = zt_now_ms();
     r = zero_bootstrap_exchange(&d, id, sizeof id);
     ZT_CHECKF(r == ZERO_ERROR_IO, "%s", zero_result_string(r));
     ZT_CHECKF(contains(zero_last_error(), "in use") && contains(zero_last_error(), "MASTER_PORT"),
               "%s", zero_last_error());
-    ZT_CHECK(now_ms() - t0 < 1000); /* at once, not at the timeout */
+    ZT_CHECK(zt_now_ms() - t0 < 1000); /* at once, not at the timeout */
     ZT_CHECK(zero_bootstrap_listen(&d, &s) == ZERO_ERROR_IO && s == NULL);
     close(blocker);
 }
@@ -728,9 +712,9 @@ ZT_TEST(peer_never_arrives)
     a.want = ZERO_OK;
     a.repeat = 1;
     pid = spawn(client_child, &a);
-    t0 = now_ms();
+    t0 = zt_now_ms();
     r = zero_bootstrap_serve(s, id, sizeof id);
-    dt = now_ms() - t0;
+    dt = zt_now_ms() - t0;
     zero_bootstrap_server_close(s);
     ZT_CHECKF(r == ZERO_ERROR_TIMEOUT, "%s", zero_result_string(r));
     ZT_CHECKF(contains(zero_last_error(), "rank(s) 2 never got the id"), "%s", zero_last_error());
@@ -746,9 +730,9 @@ ZT_TEST(rank0_never_comes)
     double t0, dt;
     zero_result r;
     memset(id, 9, sizeof id);
-    t0 = now_ms();
+    t0 = zt_now_ms();
     r = zero_bootstrap_exchange(&d, id, sizeof id);
-    dt = now_ms() - t0;
+    dt = zt_now_ms() - t0;
     ZT_CHECKF(r == ZERO_ERROR_TIMEOUT, "%s", zero_result_string(r));
     ZT_CHECKF(contains(zero_last_error(), "could not get the id"), "%s", zero_last_error());
     ZT_CHECKF(dt >= 250 && dt < 2000, "took %.0f ms for a 300 ms deadline", dt);
@@ -802,9 +786,9 @@ static void expect_server_rejects(const unsigned char *bytes, size_t n, int read
     a.read_id_first = read_id_first;
     memset(id, 3, sizeof id);
     pid = spawn(fake_client, &a);
-    t0 = now_ms();
+    t0 = zt_now_ms();
     r = zero_bootstrap_serve(s, id, sizeof id);
-    dt = now_ms() - t0;
+    dt = zt_now_ms() - t0;
     zero_bootstrap_server_close(s);
     ZT_CHECKF(r == want, "got %s, wanted %s (%s)", zero_result_string(r), zero_result_string(want),
               zero_last_error());
@@ -855,7 +839,7 @@ static int fake_server(void *p)
     if (c < 0) return 3;
     if (recv_some(c, hello, sizeof hello, 3000) != sizeof hello) return 4;
     if (a->n && send_bytes(c, a->bytes, a->n) != 0) return 5;
-    sleep_ms(100);
+    zt_sleep_ms(100);
     close(c);
     return 0;
 }
@@ -880,9 +864,9 @@ static void expect_client_rejects(const unsigned char *bytes, size_t n, zero_res
     close(a.fd);
     d = make_desc(1, 2, port, 3000);
     memset(id, 0xee, sizeof id);
-    t0 = now_ms();
+    t0 = zt_now_ms();
     r = zero_bootstrap_exchange(&d, id, sizeof id);
-    dt = now_ms() - t0;
+    dt = zt_now_ms() - t0;
     ZT_CHECKF(r == want, "got %s, wanted %s (%s)", zero_result_string(r), zero_result_string(want),
               zero_last_error());
     ZT_CHECKF(contains(zero_last_error(), says), "message lacks \"%s\": %s", says, zero_last_error());
@@ -959,7 +943,7 @@ static int stray_child(void *p)
     fd = raw_connect(port);
     if (fd < 0) return 4;
     if (send_bytes(fd, "ZER", 3) != 0) return 5;
-    sleep_ms(1500); /* longer than the real exchange takes */
+    zt_sleep_ms(1500); /* longer than the real exchange takes */
     close(fd);
     return 0;
 }
@@ -978,7 +962,7 @@ ZT_TEST(stray_connections_ignored)
     port = zero_bootstrap_server_port(s);
     random_id(id, sizeof id, 13);
     pids[0] = spawn(stray_child, &port);
-    sleep_ms(100); /* the strays connect first */
+    zt_sleep_ms(100); /* the strays connect first */
     for (r = 1; r < 3; r++) {
         a[r - 1].desc = make_desc(r, 3, port, 10000);
         memcpy(a[r - 1].expect, id, ID_BYTES);

@@ -13,21 +13,6 @@
 enum { K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_REDUCE, K_BROADCAST };
 static const char *kind_name[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-    nanosleep(&ts, NULL);
-}
-
 /* ---- element helpers ---- */
 
 static float ld_f(zero_dtype dt, const unsigned char *p, size_t i)
@@ -477,16 +462,16 @@ static zero_result fail_fn(int rank, zero_comm *comm, void *user)
     if (rank == 2) {
         if (f->mode == 2) return ZERO_OK; /* leaves at once: its comm is destroyed */
         if (f->mode == 3) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "rank 2 gave up");
-        sleep_ms(f->sleep_ms);
+        zt_sleep_ms(f->sleep_ms);
         if (f->mode == 1) zero_local_abort(comm);
     }
-    t0 = now_ms();
+    t0 = zt_now_ms();
     f->res[rank] = comm->ops->all_reduce(comm, buf, buf, 64, ZERO_F32, ZERO_OP_SUM, NULL);
-    f->took_ms[rank] = now_ms() - t0;
+    f->took_ms[rank] = zt_now_ms() - t0;
     snprintf(f->msg[rank], sizeof f->msg[rank], "%s", zero_last_error());
-    t0 = now_ms();
+    t0 = zt_now_ms();
     f->later[rank] = comm->ops->barrier(comm);
-    f->later_ms[rank] = now_ms() - t0;
+    f->later_ms[rank] = zt_now_ms() - t0;
     return f->res[rank];
 }
 
@@ -706,10 +691,10 @@ ZT_TEST(many_small_collectives)
         stress s;
         memset(&s, 0, sizeof s);
         s.iters = zt_quick() ? 500 : 2000;
-        t0 = now_ms();
+        t0 = zt_now_ms();
         ZT_CHECKF(zero_local_run(worlds[wi], stress_fn, &s) == ZERO_OK, "%s", zero_last_error());
         for (r = 0; r < worlds[wi]; r++) ZT_CHECKF(s.errors[r] == 0, "N=%d rank %d: %d wrong", worlds[wi], r, s.errors[r]);
-        printf("  N=%d: %d collectives in %.1f ms\n", worlds[wi], s.iters, now_ms() - t0);
+        printf("  N=%d: %d collectives in %.1f ms\n", worlds[wi], s.iters, zt_now_ms() - t0);
     }
 }
 
@@ -745,9 +730,9 @@ ZT_TEST(large_in_place_all_reduce)
             b.h[r][i] = zero_f32_to_f16((float)((i * 7 + (size_t)r) % 100) * 0.25f);
         }
     }
-    t0 = now_ms();
+    t0 = zt_now_ms();
     ZT_CHECKF(zero_local_run(N, big_fn, &b) == ZERO_OK, "%s", zero_last_error());
-    printf("  all_reduce of %zu f32 + f16 elements on %d ranks: %.1f ms\n", b.n, N, now_ms() - t0);
+    printf("  all_reduce of %zu f32 + f16 elements on %d ranks: %.1f ms\n", b.n, N, zt_now_ms() - t0);
     for (r = 0; r < N; r++)
         for (i = 0; i < b.n; i++) {
             float want = 0.0f, wh = 0.0f;

@@ -8,9 +8,11 @@
    exit code. Set ZT_QUICK=1 for smaller sizes (the sanitizer build does). */
 #ifndef ZT_H
 #define ZT_H
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int zt_passed, zt_failed, zt_skipped;
 static int zt_cur_failures, zt_cur_skipped;
@@ -78,6 +80,24 @@ static inline unsigned long long zt_rand64(void)
 static inline void zt_seed(unsigned long long s) { zt_rng_state = s; }
 /* uniform in [0, 1) */
 static inline double zt_uniform(void) { return (double)(zt_rand64() >> 11) * (1.0 / 9007199254740992.0); }
+
+/* Milliseconds on the monotonic clock (timeouts, elapsed times). */
+static inline double zt_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Sleeps ms milliseconds, resuming when a signal interrupts. */
+static inline void zt_sleep_ms(int ms)
+{
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
 
 static inline int zt_summary(void)
 {

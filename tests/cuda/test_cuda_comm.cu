@@ -235,13 +235,6 @@ typedef struct misuse {
     int timeout_ms; /* longer under ZT_QUICK (sanitizers slow everything down) */
 } misuse;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static zero_result misuse_rank(int rank, zero_comm *comm, void *user)
 {
     misuse *m = (misuse *)user;
@@ -261,14 +254,11 @@ static zero_result misuse_rank(int rank, zero_comm *comm, void *user)
     if (m->got[rank][2] == ZERO_OK) m->got[rank][2] = dc->ops->barrier(dc);
     /* 3: rank 1 never comes: rank 0 times out (the local comm's timeout) */
     if (rank == 0) {
-        double t0 = now_ms();
+        double t0 = zt_now_ms();
         m->got[0][3] = dc->ops->broadcast(dc, buf, 16, ZERO_F32, 0, NULL);
-        m->ms = now_ms() - t0;
+        m->ms = zt_now_ms() - t0;
     } else {
-        struct timespec ts;
-        ts.tv_sec = 3 * m->timeout_ms / 1000;
-        ts.tv_nsec = (long)(3 * m->timeout_ms % 1000) * 1000000L;
-        nanosleep(&ts, NULL);
+        zt_sleep_ms(3 * m->timeout_ms);
         m->got[1][3] = ZERO_OK;
     }
 done:

@@ -20,7 +20,9 @@
 #define NTESTS 3
 
 /* ec_rank_fn with the device chosen and every param read / gradient write done through the
-   device's download / upload on the compute queue (the engine hands out device pointers). */
+   device's download / upload on the compute queue (the engine hands out device pointers);
+   the descriptor, tensors, initial values, gradients and state read-back are
+   engine_common.h's. */
 typedef struct cu_ctx {
     ec_ctx base;
     int use_cuda;
@@ -43,7 +45,7 @@ static zero_result cu_rank_fn(int rank, zero_comm *host_comm, void *user)
     size_t es = zero_dtype_size(c->dtype), maxg = 1;
     unsigned char *hp = NULL, *hg = NULL;
     float *tmp = NULL;
-    memset(&d, 0, sizeof d);
+    ec_engine_desc(c, &d);
     if (cx->use_cuda) {
         EC_TRY(zero_cuda_device_create(NULL, &dev));
         EC_TRY(zero_cuda_local_comm_create(host_comm, dev, &dcomm));
@@ -51,22 +53,10 @@ static zero_result cu_rank_fn(int rank, zero_comm *host_comm, void *user)
     } else {
         EC_TRY(zero_host_device_create(NULL, &dev));
     }
-    d.stage = c->stage;
-    d.param_dtype = c->dtype;
-    d.grad_comm_dtype = c->comm_dtype;
-    d.accum_steps = c->accum;
-    d.adam.lr = c->lr;
-    d.adam.weight_decay = c->wd;
-    d.clip_norm = c->clip;
-    d.persist_numel = c->persist;
     d.device = dev;
     d.comm = comm;
     EC_TRY(zero_engine_create(&d, &e));
-    for (t = 0; t < c->ntensors; t++) {
-        char name[32];
-        snprintf(name, sizeof name, "t%d", t);
-        EC_TRY(zero_engine_add_tensor(e, name, c->sizes[t], c->groups[t], c->flags[t], &ids[t]));
-    }
+    EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
     if (cx->use_cuda) {
         zero_cuda_stats st;
@@ -84,20 +74,13 @@ static zero_result cu_rank_fn(int rank, zero_comm *host_comm, void *user)
     hp = (unsigned char *)malloc(maxg * es);
     hg = (unsigned char *)malloc(maxg * es);
     tmp = (float *)malloc(maxg * sizeof(float));
-    for (t = 0; t < c->ntensors; t++) {
-        size_t i;
-        for (i = 0; i < c->sizes[t]; i++) tmp[i] = ec_init_value(t, i);
-        EC_TRY(zero_engine_set_tensor(e, ids[t], tmp));
-    }
+    EC_TRY(ec_set_init(e, c, ids, tmp));
     for (s = 0; s < c->steps; s++) {
         zero_step_info info;
         float scale = zero_engine_loss_scale(e);
         for (k = 0; k < c->accum; k++) {
             void *pp, *gp;
-            for (g = 0; g < G; g++) {
-                EC_TRY(zero_engine_gather(e, g, &pp));
-                EC_TRY(zero_engine_release(e, g));
-            }
+            EC_TRY(ec_forward(e, G));
             for (g = G - 1; g >= 0; g--) {
                 zero_group_info gi;
                 zero_plan_group(plan, g, &gi);
@@ -106,18 +89,7 @@ static zero_result cu_rank_fn(int rank, zero_comm *host_comm, void *user)
                 EC_TRY(dev->ops->download(dev, ZERO_QUEUE_COMPUTE, hp, pp, gi.numel * es));
                 EC_TRY(dev->ops->sync(dev, ZERO_QUEUE_COMPUTE));
                 memset(hg, 0, gi.numel * es); /* padding stays zero */
-                for (t = 0; t < c->ntensors; t++) {
-                    zero_tensor_info ti;
-                    size_t i;
-                    if (c->groups[t] != g) continue;
-                    zero_plan_tensor(plan, ids[t], &ti);
-                    for (i = 0; i < ti.numel; i++) {
-                        float p = ec_to_f32(hp, c->dtype, ti.offset + i);
-                        ec_from_f32(hg, c->dtype, ti.offset + i, (float)(ec_synth_grad(p, rank, k, s, i, t) * scale));
-                    }
-                    if (t == 0 && k == 0 && rank == c->fault_rank && ec_is_fault(c, s))
-                        ec_from_f32(hg, c->dtype, ti.offset, c->fault_inf ? INFINITY : NAN);
-                }
+                ec_fill_grads(c, plan, ids, g, rank, k, s, scale, hp, hg);
                 EC_TRY(dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, gp, hg, gi.numel * es));
                 EC_TRY(zero_engine_release(e, g));
                 EC_TRY(zero_engine_grads_ready(e, g));
@@ -131,22 +103,7 @@ static zero_result cu_rank_fn(int rank, zero_comm *host_comm, void *user)
         EC_TRY(zero_cuda_device_stats(dev, &st));
         cx->mallocs_at_end[rank] = st.cuda_mallocs;
     }
-    for (t = 0; t < c->ntensors; t++) {
-        zero_range rg;
-        size_t i;
-        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_MASTER, res->master[t], &rg));
-        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_M, res->m[t], &rg));
-        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_V, res->v[t], &rg));
-        EC_TRY(zero_engine_read_tensor(e, ids[t], ZERO_STATE_PARAM, cx->base.param_rank[rank][t], &rg));
-        pthread_mutex_lock(&cx->base.mu);
-        for (i = rg.offset; i < rg.offset + rg.numel; i++) {
-            static const unsigned char ff[4] = {0xff, 0xff, 0xff, 0xff};
-            unsigned char *dst = res->param[t] + i * es, *src = cx->base.param_rank[rank][t] + i * es;
-            if (memcmp(dst, ff, es) == 0) memcpy(dst, src, es);
-            else if (memcmp(dst, src, es) != 0) res->params_agree = 0;
-        }
-        pthread_mutex_unlock(&cx->base.mu);
-    }
+    for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, &cx->base, rank, t, ids[t]));
 done:
     if (r != ZERO_OK) {
         pthread_mutex_lock(&cx->base.mu);
@@ -162,32 +119,12 @@ done:
     return r;
 }
 
-/* ec_run with cu_rank_fn; *ctx_out receives the allocation counters. */
+/* ec_run with cu_rank_fn; cx receives the allocation counters. */
 static ec_result *cu_run(const ec_cfg *c, int use_cuda, cu_ctx *cx)
 {
-    ec_result *res = (ec_result *)calloc(1, sizeof *res);
-    int t, rk;
     memset(cx, 0, sizeof *cx);
-    cx->base.cfg = c;
-    cx->base.res = res;
     cx->use_cuda = use_cuda;
-    pthread_mutex_init(&cx->base.mu, NULL);
-    res->params_agree = 1;
-    for (t = 0; t < c->ntensors; t++) {
-        size_t n = c->sizes[t];
-        res->master[t] = (float *)calloc(n, 4);
-        res->m[t] = (float *)calloc(n, 4);
-        res->v[t] = (float *)calloc(n, 4);
-        res->param[t] = (unsigned char *)malloc(n * 4);
-        memset(res->param[t], 0xff, n * 4);
-        for (rk = 0; rk < c->world; rk++) cx->base.param_rank[rk][t] = (unsigned char *)calloc(n, 4);
-    }
-    res->rc = zero_local_run(c->world, cu_rank_fn, cx);
-    if (res->rc != ZERO_OK && !res->err[0]) snprintf(res->err, sizeof res->err, "%s", zero_last_error());
-    for (t = 0; t < c->ntensors; t++)
-        for (rk = 0; rk < c->world; rk++) free(cx->base.param_rank[rk][t]);
-    pthread_mutex_destroy(&cx->base.mu);
-    return res;
+    return ec_run_with(c, &cx->base, cu_rank_fn, cx);
 }
 
 /* CUDA stages 0-3 against CUDA stage 0, and CUDA stage 0 against the host device. */

@@ -45,13 +45,6 @@
 static int g_ndev = 0;
 static int g_version = 0;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Whether 'world' ranks fit: one GPU each, or several per GPU with NCCL >= 2.30. */
 static const char *cannot_run(int world)
 {
@@ -637,7 +630,7 @@ static zero_result hang_rank(int rank, int world, zero_comm *comm, void *user)
         Z_TRY(zero_nccl_wait(comm, 0));
     }
     if (rank == 0) {
-        double t0 = now_ms();
+        double t0 = zt_now_ms();
         zero_result got = comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st);
         if (got == ZERO_OK) {
             if (h->mode == 1) {
@@ -647,7 +640,7 @@ static zero_result hang_rank(int rank, int world, zero_comm *comm, void *user)
                 got = zero_nccl_wait(comm, 0);
             }
         }
-        h->elapsed_ms = now_ms() - t0;
+        h->elapsed_ms = zt_now_ms() - t0;
         h->got = got;
         snprintf(h->msg, sizeof h->msg, "%s", zero_last_error());
         h->later = comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st);
@@ -678,7 +671,7 @@ static void check_hang(int mode)
     pthread_mutex_init(&h.mu, NULL);
     pthread_cond_init(&h.cv, NULL);
     h.mode = mode;
-    t0 = now_ms();
+    t0 = zt_now_ms();
     (void)run_ranks(2, hang_rank, &h, timeout, mode == 0, NULL, err, sizeof err);
     ZT_CHECKF(h.got == ZERO_ERROR_TIMEOUT, "mode %d: got %s: %s", mode, zero_result_string(h.got), h.msg);
     ZT_CHECKF(h.elapsed_ms >= timeout * 0.9 && h.elapsed_ms < timeout * 3.0,
@@ -686,7 +679,7 @@ static void check_hang(int mode)
     ZT_CHECKF(strstr(h.msg, "abort") != NULL, "mode %d: %s", mode, h.msg);
     ZT_CHECKF(h.later == ZERO_ERROR_TIMEOUT, "mode %d: later call %s", mode, zero_result_string(h.later));
     /* both ranks, destroy included, are back within a few timeouts */
-    ZT_CHECKF(now_ms() - t0 < 6.0 * timeout + 30000, "mode %d: the run took %.0f ms", mode, now_ms() - t0);
+    ZT_CHECKF(zt_now_ms() - t0 < 6.0 * timeout + 30000, "mode %d: the run took %.0f ms", mode, zt_now_ms() - t0);
     pthread_mutex_destroy(&h.mu);
     pthread_cond_destroy(&h.cv);
 }
