@@ -910,8 +910,9 @@ typedef struct zero_engine_desc {
     zero_device *device;         /* required; not owned                                         */
     zero_comm *comm;             /* required; not owned. world = comm->world                    */
     zero_allocator allocator;    /* host-side memory of the engine; all NULL = ZERO_MALLOC      */
-    int host_threads;            /* threads for the engine's host-side work (conversions in
-                                    set/read_tensor, later offload); 0 = 1                       */
+    int host_threads;            /* reserved for host-side work (CPU offload, a later issue):
+                                    validated (>= 0; 0 = 1) but not used yet. The host device's
+                                    own 'threads' sets the Adam threads today.                    */
 } zero_engine_desc;
 
 typedef struct zero_engine zero_engine;
