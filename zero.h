@@ -1005,10 +1005,12 @@ ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc 
 ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, size_t numel,
                                            int group, unsigned flags, int *out_tensor);
 
-/* COLLECTIVE. Lays out the plan for comm->world, checks with one control all-reduce that
-   every rank has the same plan and settings (ZERO_ERROR_MISMATCH on every rank otherwise,
-   before any large allocation), then calls device->ops->reserve (if any) and allocates every
-   buffer; everything starts at zero. Nothing is allocated after this until destroy.
+/* COLLECTIVE. Lays out the plan for comm->world, calls device->ops->reserve (if any) and
+   allocates every buffer (everything starts at zero), then checks with one control
+   all-reduce, which every rank joins even after its own plan or allocation failed, that
+   every rank has the same plan and settings (ZERO_ERROR_MISMATCH on every rank otherwise)
+   and that every rank allocated (a rank's allocation failure fails every rank's commit with
+   its code). Nothing is allocated after this until destroy.
    Errors: INVALID_STATE if already committed or no tensor registered; INVALID_ARGUMENT for
    bad group ids or a stage-3 group larger than max_live_numel; MISMATCH; OUT_OF_MEMORY,
    DEVICE, COMM. After a failed commit the engine can only be destroyed. */
@@ -1021,8 +1023,8 @@ ZERODEF const zero_plan *zero_engine_plan(const zero_engine *e);
 /* Sets a tensor's values from numel fp32 host values (every rank passes the same): the
    master weights this rank owns and the params it stores (rounded to the param dtype).
    Moments are left as they are (zero after commit). Local, synchronous. Errors:
-   INVALID_STATE before commit or between micro-steps of a step; NOT_FOUND; INVALID_ARGUMENT
-   for NULL values. */
+   INVALID_STATE before commit, between micro-steps of a step, or while the tensor's group
+   is gathered (at every stage); NOT_FOUND; INVALID_ARGUMENT for NULL values. */
 ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const float *values);
 
 /* Reads this rank's copy of a tensor's state into host memory, in tensor coordinates:
@@ -4669,8 +4671,8 @@ ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow)
 
 #define ZERO__ENG_MAX_ALLOCS 16
 #define ZERO__ENG_SCRATCH_BYTES 64
-/* scratch layout (bytes): sumsq f64 at 0, flag f32 at 8, grad_mul out[2] f32 at 12..19,
-   hash check f64[4] at 32..63. */
+/* scratch layout (bytes): sumsq f64 at 0, flag f32 at 8, grad_mul out[2] f32 at 12..19;
+   at commit, the check f64[5] at 24..63 (hash halves, their negations, a failure code). */
 
 enum { ZERO__ENG_CREATED = 0, ZERO__ENG_COMMITTED = 1, ZERO__ENG_BROKEN = 2 };
 enum { ZERO__GRADS_NONE = 0, ZERO__GRADS_HANDED = 1, ZERO__GRADS_READY = 2 };
@@ -5126,6 +5128,11 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, zero__eng_fbits(e->adam.weight_decay));
     h = zero__eng_mix(h, zero__eng_fbits(e->scaler.scale));
     h = zero__eng_mix(h, (uint64_t)e->scaler.dynamic);
+    h = zero__eng_mix(h, zero__eng_fbits(e->scaler.factor));
+    h = zero__eng_mix(h, zero__eng_fbits(e->scaler.min_scale));
+    h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.window);
+    h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.hysteresis);
+    h = zero__eng_mix(h, (uint64_t)d->align_numel);
     for (t = 0; t < e->ntensors; t++) h = zero__eng_mix(h, (uint64_t)e->tflags[t]);
     return h;
 }
@@ -5223,12 +5230,17 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
     sz->cat[ZERO__B_BUCKET] = sz->cat[ZERO__B_TC] = sz->cat[ZERO__B_TS] = ZERO_MEM_BUCKET;
     if (e->stage >= 2) {
-        size_t want = e->d.reduce_bucket_numel, two = 0;
-        ovf |= zero__mul_size(e->M, 2, &two);
-        if (want < two) want = two;
+        /* ceil(max(B, 2M) / M) slots, computed without overflow (B may be SIZE_MAX: "one
+           bucket for everything"), capped at max(G, 2): each group holds at most one slot
+           per micro-step, so more slots could never be used. */
+        size_t want = e->d.reduce_bucket_numel, slots, cap = G > 2 ? (size_t)G : 2;
+        slots = want / e->M + (want % e->M != 0);
+        if (slots < 2) slots = 2;
+        if (slots > cap) slots = cap;
         e->bslot_numel = e->M;
-        e->nbslots = (int)((want + e->M - 1) / e->M);
-        ovf |= zero__mul_size((size_t)e->nbslots * e->M, e->p, &sz->bytes[ZERO__B_BUCKET]);
+        e->nbslots = (int)slots;
+        ovf |= zero__mul_size(slots, e->M, &want);
+        ovf |= zero__mul_size(want, e->p, &sz->bytes[ZERO__B_BUCKET]);
     }
     if (e->cd != e->gd) ovf |= zero__mul_size(e->M, e->c, &sz->bytes[ZERO__B_TC]);
     if (e->stage >= 1 && e->accum > 1) ovf |= zero__mul_size(Ms, e->c, &sz->bytes[ZERO__B_TS]);
@@ -5245,9 +5257,13 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
                               "max_live_numel = %zu",
                               e->Mnp, live);
         e->gslot_numel = e->Mnp;
-        e->ngslots = (int)(live / e->Mnp);
-        if (e->ngslots > G) e->ngslots = G;
-        ovf |= zero__mul_size((size_t)e->ngslots * e->Mnp, e->p, &sz->bytes[ZERO__B_GATHER]);
+        {   /* clamp in size_t first: max_live_numel may be SIZE_MAX ("no limit") */
+            size_t slots = live / e->Mnp;
+            if (slots > (size_t)G) slots = (size_t)G;
+            e->ngslots = (int)slots;
+            ovf |= zero__mul_size(slots, e->Mnp, &live);
+            ovf |= zero__mul_size(live, e->p, &sz->bytes[ZERO__B_GATHER]);
+        }
     }
     if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: sizes overflow size_t");
     return ZERO_OK;
@@ -5286,68 +5302,103 @@ static zero_result zero__eng_make_events(zero_engine *e)
 ZERODEF zero_result zero_engine_commit(zero_engine *e)
 {
     zero__eng_sizes sz;
-    zero_result r, plan_r;
+    zero_result r, plan_r, alloc_r = ZERO_OK;
     void *ptrs[ZERO__B_N];
     size_t total = 0;
     int i, nalloc = 0;
-    char plan_err[400];
+    char plan_err[400], alloc_err[400];
     uint64_t h;
-    double hv[4];
+    double hv[5];
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_commit: engine is NULL");
     if (e->state != ZERO__ENG_CREATED)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: already committed");
     /* From here on a failure leaves the engine broken (destroy only). */
     e->state = ZERO__ENG_COMMITTED;
     memset(ptrs, 0, sizeof ptrs);
-    plan_err[0] = '\0';
+    plan_err[0] = alloc_err[0] = '\0';
     plan_r = e->ntensors == 0
                  ? zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: no tensor registered")
                  : zero_plan_commit(e->plan, e->world, e->d.align_numel,
                                     e->stage == 3 ? e->d.persist_numel : 0);
     if (plan_r == ZERO_OK) plan_r = zero__eng_layout(e, &sz);
+    if (plan_r == ZERO_OK)
+        for (i = 0; i < sz.n; i++)
+            if (sz.bytes[i]) {
+                if (zero__add_size(total, sz.bytes[i], &total)) {
+                    plan_r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: total size");
+                    break;
+                }
+                nalloc++;
+            }
     if (plan_r != ZERO_OK) {
         zero__eng_copy_error(plan_err, sizeof plan_err);
         memset(&sz, 0, sizeof sz);
         sz.n = 1;
         sz.cat[0] = ZERO_MEM_SCRATCH;
         sz.bytes[0] = ZERO__ENG_SCRATCH_BYTES;
+        total = ZERO__ENG_SCRATCH_BYTES;
+        nalloc = 1;
     }
-    for (i = 0; i < sz.n; i++)
-        if (sz.bytes[i]) {
-            if (zero__add_size(total, sz.bytes[i], &total)) {
-                e->state = ZERO__ENG_BROKEN;
-                return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: total size");
-            }
-            nalloc++;
-        }
+    /* Every rank allocates first and then joins the check, also one whose plan or whose
+       allocations failed: it reports the failure through the check, so every rank fails
+       together and none waits in a collective for a rank that already returned. Only a rank
+       that cannot get even the 64-byte scratch (which the check runs on) returns at once;
+       its peers then wait until the comm fails (timeout, abort, or its comm destroyed). */
     if (e->dev->ops->reserve) {
         r = e->dev->ops->reserve(e->dev, total, (size_t)nalloc);
-        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_commit: reserve");
+        if (r != ZERO_OK) {
+            char prev[360];
+            zero__eng_copy_error(prev, sizeof prev);
+            alloc_r = r;
+            snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: reserve(%zu bytes): %s",
+                     total, prev);
+        }
     }
-    /* The scratch first: the hash check needs device memory. Every rank joins the check,
-       also one whose plan failed (it sends a value no hash has), so none waits forever. */
     r = zero__eng_alloc(e, sz.bytes[0], ZERO_MEM_SCRATCH, &ptrs[0]);
     if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_commit: scratch allocation");
     e->scratch = (unsigned char *)ptrs[0];
+    for (i = 1; i < sz.n && alloc_r == ZERO_OK; i++) {
+        r = zero__eng_alloc(e, sz.bytes[i], sz.cat[i], &ptrs[i]);
+        if (r != ZERO_OK) {
+            char prev[300];
+            zero__eng_copy_error(prev, sizeof prev);
+            alloc_r = r;
+            snprintf(alloc_err, sizeof alloc_err,
+                     "zero_engine_commit: allocating %zu bytes of %s: %s", sz.bytes[i],
+                     zero_mem_category_name(sz.cat[i]), prev);
+        }
+    }
+    if (e->dev->ops->event_create && !e->ev_c2m) {
+        r = e->dev->ops->event_create(e->dev, &e->ev_c2m);
+        if (r == ZERO_OK) r = e->dev->ops->event_create(e->dev, &e->ev_m2c);
+        if (r != ZERO_OK) /* the hand-offs below need them */
+            return zero__eng_break(e, r, "zero_engine_commit: event");
+    }
+    if (plan_r == ZERO_OK && alloc_r == ZERO_OK) {
+        r = zero__eng_make_events(e);
+        if (r != ZERO_OK) {
+            char prev[360];
+            zero__eng_copy_error(prev, sizeof prev);
+            alloc_r = r;
+            snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: events: %s", prev);
+        }
+    }
     h = plan_r == ZERO_OK ? zero__eng_hash(e) : 0;
     hv[0] = plan_r == ZERO_OK ? (double)(h >> 32) : -1.0;
     hv[1] = plan_r == ZERO_OK ? (double)(h & 0xffffffffu) : -1.0;
     hv[2] = -hv[0];
     hv[3] = -hv[1];
-    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->scratch + 32, hv, sizeof hv),
+    hv[4] = alloc_r != ZERO_OK ? -(double)alloc_r : 0.0; /* MAX: some failing rank's code */
+    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->scratch + 24, hv, sizeof hv),
                   "zero_engine_commit: upload");
-    if (e->dev->ops->event_create && !e->ev_c2m) {
-        ZERO__ENG_TRY(e, e->dev->ops->event_create(e->dev, &e->ev_c2m), "zero_engine_commit: event");
-        ZERO__ENG_TRY(e, e->dev->ops->event_create(e->dev, &e->ev_m2c), "zero_engine_commit: event");
-    }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                   "zero_engine_commit: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 32, e->scratch + 32, 4, ZERO_F64,
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 24, e->scratch + 24, 5, ZERO_F64,
                                           ZERO_OP_MAX, 1),
                   "zero_engine_commit: plan hash all-reduce");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
                   "zero_engine_commit: event");
-    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, hv, e->scratch + 32, sizeof hv),
+    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, hv, e->scratch + 24, sizeof hv),
                   "zero_engine_commit: download");
     ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "zero_engine_commit: sync");
     if (plan_r != ZERO_OK) {
@@ -5366,14 +5417,16 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                           (unsigned long long)(hv[0] >= 0.0 ? hv[0] : 0.0),
                           (unsigned long long)(hv[1] >= 0.0 ? hv[1] : 0.0));
     }
-    for (i = 1; i < sz.n; i++) {
-        r = zero__eng_alloc(e, sz.bytes[i], sz.cat[i], &ptrs[i]);
-        if (r != ZERO_OK) {
-            char what[96];
-            snprintf(what, sizeof what, "zero_engine_commit: allocating %zu bytes of %s",
-                     sz.bytes[i], zero_mem_category_name(sz.cat[i]));
-            return zero__eng_break(e, r, what);
-        }
+    if (alloc_r != ZERO_OK) {
+        e->state = ZERO__ENG_BROKEN;
+        return zero__fail(alloc_r, "%.400s", alloc_err);
+    }
+    if (hv[4] != 0.0) {
+        zero_result peer = (zero_result)(int)(-hv[4]);
+        e->state = ZERO__ENG_BROKEN;
+        return zero__fail(peer, "zero_engine_commit: another rank failed to allocate its "
+                                "buffers (%s); every rank's commit fails",
+                          zero_result_string(peer));
     }
     e->param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
@@ -5385,8 +5438,6 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     e->tc = (unsigned char *)ptrs[ZERO__B_TC];
     e->ts = (unsigned char *)ptrs[ZERO__B_TS];
     e->gather = (unsigned char *)ptrs[ZERO__B_GATHER];
-    r = zero__eng_make_events(e);
-    if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_commit: events");
     for (i = 0; i < e->nallocs; i++)
         ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, e->allocs[i].ptr,
                                                 e->allocs[i].bytes),
@@ -5959,13 +6010,18 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_set_tensor: in the middle of a step");
     if ((r = zero_plan_tensor(e->plan, tensor, &ti)) != ZERO_OK) return r;
-    if (e->stage == 3 && e->groups[ti.group].slot >= 0) {
-        if (e->groups[ti.group].refs > 0)
-            return zero__fail(ZERO_ERROR_INVALID_STATE,
-                              "zero_engine_set_tensor: group %d is gathered", ti.group);
-        zero__eng_drop_slot(e, e->groups[ti.group].slot); /* a stale prefetch */
-    }
+    /* The same rule at every stage, so a program that runs at stage 0 runs at stage 3. */
+    if (e->groups[ti.group].refs > 0)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "zero_engine_set_tensor: group %d is gathered (release it first)",
+                          ti.group);
     if ((r = zero__eng_parts_of(e, tensor, &pt)) != ZERO_OK) return r;
+    /* A prefetch's all-gather may still be reading the shard on COMM: order the uploads
+       after it; the prefetched copy is stale and dropped. */
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
+                  "zero_engine_set_tensor: event");
+    if (e->stage == 3 && e->groups[ti.group].slot >= 0)
+        zero__eng_drop_slot(e, e->groups[ti.group].slot);
     if (e->stage == 0) { /* stage 0 holds the whole master */
         pt.m0 = 0;
         pt.mn = ti.numel;

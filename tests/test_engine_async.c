@@ -518,9 +518,57 @@ ZT_TEST(engine_orders_its_queues)
         }
 }
 
+/* set_tensor right after a prefetch (stage 3): the upload of the shard must wait for the
+   all-gather still reading it on COMM. */
+static zero_result set_after_prefetch_rank(int rank, zero_comm *comm, void *user)
+{
+    arun *A = (arun *)user;
+    ec_wrap wrap;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r;
+    float vals[64];
+    int t0, i;
+    wrap.base = *comm;
+    wrap.base.ops = &vcc_ops;
+    wrap.base.impl = &wrap;
+    wrap.inner = comm;
+    if ((r = vc_create(&dev)) != ZERO_OK) return r;
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    d.device = dev;
+    d.comm = &wrap.base;
+    for (i = 0; i < 64; i++) vals[i] = (float)i;
+    r = zero_engine_create(&d, &e);
+    if (!r) r = zero_engine_add_tensor(e, "a", 64, 0, 0, &t0);
+    if (!r) r = zero_engine_add_tensor(e, "b", 64, 1, 0, NULL);
+    if (!r) r = zero_engine_commit(e);
+    if (!r) r = zero_engine_prefetch(e, 0);
+    if (!r) r = zero_engine_set_tensor(e, t0, vals);
+    A->races[rank] = vc_current->races;
+    memcpy(A->first[rank], vc_current->first_race, sizeof A->first[rank]);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+ZT_TEST(set_tensor_waits_for_prefetch)
+{
+    arun A;
+    zero_result r;
+    int rk;
+    memset(&A, 0, sizeof A);
+    r = zero_local_run(2, set_after_prefetch_rank, &A);
+    ZT_CHECKF(r == ZERO_OK, "%s", zero_last_error());
+    for (rk = 0; rk < 2; rk++)
+        ZT_CHECKF(A.races[rk] == 0, "rank %d: %d races, first: %s", rk, A.races[rk], A.first[rk]);
+}
+
 int main(void)
 {
     ZT_RUN(checker_detects_unordered_queues);
     ZT_RUN(engine_orders_its_queues);
+    ZT_RUN(set_tensor_waits_for_prefetch);
     return zt_summary();
 }
