@@ -4897,6 +4897,24 @@ static zero_result zero__eng_group_end(zero_engine *e)
     return e->comm->ops->group_end ? e->comm->ops->group_end(e->comm) : ZERO_OK;
 }
 
+/* A failure between group_start and group_end: break the engine, then close the comm's
+   group (NCCL's stays open per thread otherwise, and its queued calls would run on buffers
+   destroy frees), keeping the first failure's message. */
+static zero_result zero__eng_break_in_group(zero_engine *e, zero_result r, const char *what)
+{
+    char msg[512];
+    r = zero__eng_break(e, r, what);
+    snprintf(msg, sizeof msg, "%s", zero_last_error());
+    (void)zero__eng_group_end(e);
+    return zero__fail(r, "%s", msg);
+}
+
+#define ZERO__ENG_TRY_IN_GROUP(e, call, what)                                                 \
+    do {                                                                                     \
+        zero_result zr_ = (call);                                                            \
+        if (zr_ != ZERO_OK) return zero__eng_break_in_group((e), zr_, (what));               \
+    } while (0)
+
 /* ---- create / destroy / register ---------------------------------------------------------- */
 
 static int zero__eng_dtype_ok(zero_dtype d)
@@ -5542,7 +5560,8 @@ static zero_result zero__eng_flush(zero_engine *e)
     if (fuse) {
         ZERO__ENG_TRY(e, zero__eng_group_start(e), "gradient reduction: group_start");
         for (i = 0; i < e->npending; i++)
-            ZERO__ENG_TRY(e, zero__eng_reduce_one(e, e->pending[i], k, 1), "gradient reduction");
+            ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], k, 1),
+                                   "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
         if (e->stage == 0 && k > 0)
             for (i = 0; i < e->npending; i++) {
@@ -5915,10 +5934,10 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
             ZERO__ENG_TRY(e, zero__eng_group_start(e), "step: group_start");
             for (g = 0; g < e->G; g++) {
                 if (e->stage == 3 && !e->groups[g].persistent) continue;
-                ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
-                                                      zero__eng_param_whole(e, g),
-                                                      e->groups[g].shard_numel, e->gd),
-                              "step: all_gather of updated params");
+                ZERO__ENG_TRY_IN_GROUP(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
+                                                               zero__eng_param_whole(e, g),
+                                                               e->groups[g].shard_numel, e->gd),
+                                       "step: all_gather of updated params");
             }
             ZERO__ENG_TRY(e, zero__eng_group_end(e), "step: group_end");
             ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),

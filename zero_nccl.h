@@ -2115,10 +2115,13 @@ static void zero_nccl__destroy(zero_comm *comm)
 {
     zero_nccl__comm *c = zero_nccl__of(comm);
     int64_t deadline;
+    int healthy;
     if (!c) return;
     deadline = zero_nccl__deadline(c->timeout_ms);
-    if (c->failure == ZERO_OK && c->nccl && c->in_group == 0)
-        (void)zero_nccl__wait_until(c, deadline, "destroy");
+    pthread_mutex_lock(&c->lock); /* the watchdog may be writing these */
+    healthy = c->failure == ZERO_OK && c->nccl && c->in_group == 0;
+    pthread_mutex_unlock(&c->lock);
+    if (healthy) (void)zero_nccl__wait_until(c, deadline, "destroy");
     if (c->watchdog_running) {
         pthread_mutex_lock(&c->lock);
         c->stop = 1;
@@ -2370,7 +2373,11 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
     pthread_mutex_unlock(&c->lock);
     if (r != ZERO_OK) { /* settle aborted the communicator; zero_last_error has why */
         char text[640];
-        snprintf(text, sizeof text, "%s", zero_last_error());
+        snprintf(text, sizeof text, "%.560s%s", zero_last_error(),
+                 /* NCCL finds a duplicate GPU during the (asynchronous) init, not at the call */
+                 r == ZERO_ERROR_INVALID_STATE && zero_nccl_version() < ZERO_NCCL_MULTI_RANK_GPU_VERSION
+                     ? " (several ranks on one GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1)"
+                     : "");
         zero_nccl__free(c);
         return zero__fail(r, "%s", text);
     }

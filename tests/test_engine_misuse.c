@@ -322,6 +322,10 @@ ZT_TEST(failed_collective_leaves_engine_destroyable)
             ZT_CHECKF(r->rc == ZERO_ERROR_COMM, "stage %d fail at %d: %s", st, n,
                       zero_result_string(r->rc));
             ZT_CHECKF(strstr(r->err, "injected") != NULL, "detail kept: %s", r->err);
+            /* a failure inside group_start..group_end still closes the group (NCCL's is per
+               thread and would otherwise launch its calls on freed buffers) */
+            ZT_CHECKF(!ec_wrap_in_group[0] && !ec_wrap_in_group[1],
+                      "stage %d fail at %d: a comm group was left open", st, n);
             ec_result_free(r);
         }
     ec_wrap_reset(-1);
