@@ -626,8 +626,9 @@ typedef struct zero_device_ops {
     /* *flag (fp32, device) = 1 if any element is inf or NaN; left as it was otherwise. */
     zero_result (*nonfinite)(zero_device *dev, zero_queue q, const void *x, zero_dtype dtype,
                              size_t numel, float *flag);
-    /* *acc (fp64, device) += sum of x[i]^2 in fp64, in an order fixed by numel alone (so the
-       same bits run after run on one backend; host and CUDA orders differ). */
+    /* *acc (fp64, device) += sum of x[i]^2 in fp64, in an order fixed by numel alone (blocks
+       of 65536, 8 lanes by index mod 8, a fixed tree): the host and CUDA devices give the
+       same bits. */
     zero_result (*sumsq)(zero_device *dev, zero_queue q, const void *x, zero_dtype dtype,
                          size_t numel, double *acc);
     /* From the all-reduced sum of squares of the raw (scaled) gradients and the all-reduced

@@ -1156,7 +1156,7 @@ static zero_result zero_cuda__cast(zero_device *dev, zero_queue q, void *dst, ze
     if (zero_cuda__overlap(dst, numel * zero_dtype_size(dst_dtype), src, numel * zero_dtype_size(src_dtype)))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda cast: dst %p and src %p overlap", dst, src);
     if (dst_dtype == src_dtype) {
-        cudaError_t e = cudaMemcpyAsync(dst, src, numel * zero_dtype_size(dst_dtype), cudaMemcpyDeviceToDevice, stream);
+        cudaError_t e = cudaMemcpyAsync(dst, src, numel * zero_dtype_size(dst_dtype), cudaMemcpyDefault, stream);
         if (e != cudaSuccess) return zero_cuda__err(e, "cuda cast: cudaMemcpyAsync");
         return ZERO_OK;
     }
@@ -1294,14 +1294,20 @@ static zero_result zero_cuda__sumsq(zero_device *dev, zero_queue q, const void *
     ZERO_CUDA__ENTER("cuda sumsq");
     if ((r = zero_cuda__check_buf("sumsq", "x", x, dtype, numel)) != ZERO_OK) return r;
     if (!acc) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda sumsq: acc is NULL");
-    /* each queue has its own partials: sums on different queues may run at once */
+    /* each queue has its own partials: sums on different queues may run at once. Two host
+       threads summing on one queue must not interleave their launches (one's first pass
+       would overwrite the other's partials before its second pass read them): the launches
+       of one sum are made under the device's lock. */
     scratch = d->scratch + (size_t)q * (ZERO_CUDA__SUMSQ_CHUNK + 1);
+    pthread_mutex_lock(&d->mu);
     switch (dtype) {
-    case ZERO_F32: return zero_cuda__sumsq_run<ZERO_F32>(d, stream, scratch, x, numel, acc);
-    case ZERO_F16: return zero_cuda__sumsq_run<ZERO_F16>(d, stream, scratch, x, numel, acc);
-    case ZERO_BF16: return zero_cuda__sumsq_run<ZERO_BF16>(d, stream, scratch, x, numel, acc);
-    default: return zero_cuda__sumsq_run<ZERO_F64>(d, stream, scratch, x, numel, acc);
+    case ZERO_F32: r = zero_cuda__sumsq_run<ZERO_F32>(d, stream, scratch, x, numel, acc); break;
+    case ZERO_F16: r = zero_cuda__sumsq_run<ZERO_F16>(d, stream, scratch, x, numel, acc); break;
+    case ZERO_BF16: r = zero_cuda__sumsq_run<ZERO_BF16>(d, stream, scratch, x, numel, acc); break;
+    default: r = zero_cuda__sumsq_run<ZERO_F64>(d, stream, scratch, x, numel, acc); break;
     }
+    pthread_mutex_unlock(&d->mu);
+    return r;
 }
 
 static zero_result zero_cuda__grad_mul(zero_device *dev, zero_queue q, const double *sumsq, const float *nonfinite,
@@ -1706,18 +1712,38 @@ static void zero_cuda__slice(size_t numel, int world, int r, size_t *off, size_t
     *len = numel - *off < chunk ? numel - *off : chunk;
 }
 
-/* Records ev[k] on s, runs a host barrier, makes s wait for every peer's ev[k]. */
+/* A CUDA failure inside a collective, after the rendezvous: wake the peers (they fail with
+   COMM at their next rendezvous instead of timing out) and return the error. */
+static zero_result zero_cuda__comm_cuda_fail(zero_cuda__comm *c, cudaError_t e, const char *what)
+{
+    zero_result res = zero_cuda__err(e, what);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", zero_last_error());
+    (void)zero_local_abort(c->host);
+    return zero__fail(res, "%s", msg);
+}
+
+/* Records ev[k] on s, runs a host barrier, makes s wait for every peer's ev[k]. The last
+   phase (END) ends with a second barrier: a peer's event handles are used (the waits are
+   enqueued) only between the first barrier and the second, so once a rank has returned no
+   peer touches its events any more and it may destroy its comm at once (without it, a rank
+   leaving first could cudaEventDestroy its END event while a slower peer is still about
+   to cudaStreamWaitEvent on it). MID needs no second barrier: END's first one follows. */
 static zero_result zero_cuda__phase_end(zero_cuda__comm *c, cudaStream_t s, int k)
 {
     zero_result res;
+    cudaError_t e;
     int p;
-    ZERO_CUDA__TRY(cudaEventRecord(c->ev[k], s), "cuda comm: cudaEventRecord");
+    e = cudaEventRecord(c->ev[k], s);
+    if (e != cudaSuccess) return zero_cuda__comm_cuda_fail(c, e, "cuda comm: cudaEventRecord");
     res = c->host->ops->barrier(c->host);
     if (res != ZERO_OK) return res;
     for (p = 0; p < c->base.world; p++)
-        if (p != c->base.rank)
-            ZERO_CUDA__TRY(cudaStreamWaitEvent(s, (cudaEvent_t)(uintptr_t)c->posts[p].ev[k], 0),
-                           "cuda comm: cudaStreamWaitEvent");
+        if (p != c->base.rank) {
+            e = cudaStreamWaitEvent(s, (cudaEvent_t)(uintptr_t)c->posts[p].ev[k], 0);
+            if (e != cudaSuccess) return zero_cuda__comm_cuda_fail(c, e, "cuda comm: cudaStreamWaitEvent");
+        }
+    if (k == ZERO_CUDA__EV_END && c->base.world > 1) return c->host->ops->barrier(c->host);
     return ZERO_OK;
 }
 
@@ -1850,14 +1876,22 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
         }
     if (res == ZERO_OK) res = zero_cuda__data(c, s, me);
     if (res != ZERO_OK) {
-        /* wake the peers (they fail with COMM instead of timing out); ours is the cause */
+        /* wake the peers (they fail with COMM instead of timing out); ours is the cause.
+           Then let what was enqueued (reads of peers' buffers) finish before returning. */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", zero_last_error());
         (void)zero_local_abort(c->host);
         (void)cudaStreamSynchronize(s);
         return zero__fail(res, "%s", msg);
     }
-    return zero_cuda__phase_end(c, s, ZERO_CUDA__EV_END);
+    res = zero_cuda__phase_end(c, s, ZERO_CUDA__EV_END);
+    if (res != ZERO_OK) { /* a broken group: keep our reads of peers' buffers from outliving us */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        (void)cudaStreamSynchronize(s);
+        return zero__fail(res, "%s", msg);
+    }
+    return ZERO_OK;
 }
 
 /* Fill a post for one collective and run it: op is 0 for all_gather/broadcast, root is 0 but for broadcast. */

@@ -36,8 +36,11 @@ def parse_count(text):
 
 
 def run_ours(bench, n, runs, warmup):
-    out = subprocess.run([bench, "--params", str(n), "--runs", str(runs), "--warmup", str(warmup)],
-                         check=True, capture_output=True, text=True).stdout
+    proc = subprocess.run([bench, "--params", str(n), "--runs", str(runs), "--warmup", str(warmup)],
+                          capture_output=True, text=True)
+    out = proc.stdout
+    if proc.returncode != 0:  # show why (the bench prints the failing call on stderr)
+        raise RuntimeError("%s exited with %d:\n%s%s" % (bench, proc.returncode, out, proc.stderr))
     for line in out.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):]), out

@@ -132,6 +132,16 @@ static int setup(void)
 
 static zero_result gsync(void) { return G->ops->sync(G, ZERO_QUEUE_COMPUTE); }
 
+/* Host -> device outside the device's queues. A cudaMemcpy from pageable memory may return
+   before its DMA has landed (it is ordered on the legacy stream only), and the CUDA device's
+   streams are non-blocking (no implicit order with the legacy stream): without the device
+   sync, an op enqueued next could read the old bytes. */
+static cudaError_t h2d(void *dst, const void *src, size_t bytes)
+{
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
+
 /* ---- casts ---- */
 
 ZT_TEST(test_cast)
@@ -148,8 +158,8 @@ ZT_TEST(test_cast)
                     gen(sd, hA, tot, 1);
                     gen(dd, hB, tot, 1); /* dst garbage: outside the range it must stay */
                     memcpy(hC, hB, tot * zero_dtype_size(dd));
-                    CUDA_OK(cudaMemcpy(dA, hA, tot * zero_dtype_size(sd), cudaMemcpyHostToDevice));
-                    CUDA_OK(cudaMemcpy(dB, hB, tot * zero_dtype_size(dd), cudaMemcpyHostToDevice));
+                    CUDA_OK(h2d(dA, hA, tot * zero_dtype_size(sd)));
+                    CUDA_OK(h2d(dB, hB, tot * zero_dtype_size(dd)));
                     Z_OK(G->ops->cast(G, ZERO_QUEUE_COMPUTE, at(dB, dd, dof), dd, at(dA, sd, so), sd, n));
                     Z_OK(gsync());
                     Z_OK(H->ops->cast(H, ZERO_QUEUE_COMPUTE, at(hC, dd, dof), dd, at(hA, sd, so), sd, n));
@@ -178,8 +188,8 @@ ZT_TEST(test_add_scale)
                 gen(dt, hA, tot, 1);
                 gen(dt, hB, tot, 1);
                 memcpy(hC, hB, tot * es);
-                CUDA_OK(cudaMemcpy(dA, hA, tot * es, cudaMemcpyHostToDevice));
-                CUDA_OK(cudaMemcpy(dB, hB, tot * es, cudaMemcpyHostToDevice));
+                CUDA_OK(h2d(dA, hA, tot * es));
+                CUDA_OK(h2d(dB, hB, tot * es));
                 Z_OK(G->ops->add(G, ZERO_QUEUE_COMPUTE, at(dB, dt, dof), at(dA, dt, so), dt, n));
                 Z_OK(G->ops->scale(G, ZERO_QUEUE_COMPUTE, at(dB, dt, so), dt, n, s));
                 Z_OK(gsync());
@@ -218,8 +228,8 @@ ZT_TEST(test_nonfinite)
                         zero_dtype f32 = ZERO_F32;
                         Z_OK(zero_convert(at(hA, dt, (size_t)off + pos), dt, &bad, f32, 1, ZERO_SIMD_AUTO));
                     }
-                    CUDA_OK(cudaMemcpy(dA, hA, tot * es, cudaMemcpyHostToDevice));
-                    CUDA_OK(cudaMemcpy(dflag, &gflag, sizeof gflag, cudaMemcpyHostToDevice));
+                    CUDA_OK(h2d(dA, hA, tot * es));
+                    CUDA_OK(h2d(dflag, &gflag, sizeof gflag));
                     Z_OK(G->ops->nonfinite(G, ZERO_QUEUE_COMPUTE, at(dA, dt, (size_t)off), dt, n, dflag));
                     Z_OK(gsync());
                     CUDA_OK(cudaMemcpy(&gflag, dflag, sizeof gflag, cudaMemcpyDeviceToHost));
@@ -260,8 +270,8 @@ ZT_TEST(test_sumsq)
                     }
                     ref += x * x;
                 }
-                CUDA_OK(cudaMemcpy(dA, hA, tot * es, cudaMemcpyHostToDevice));
-                CUDA_OK(cudaMemcpy(dacc, &gacc, sizeof gacc, cudaMemcpyHostToDevice));
+                CUDA_OK(h2d(dA, hA, tot * es));
+                CUDA_OK(h2d(dacc, &gacc, sizeof gacc));
                 Z_OK(G->ops->sumsq(G, ZERO_QUEUE_COMPUTE, at(dA, dt, (size_t)off), dt, n, dacc));
                 Z_OK(gsync());
                 CUDA_OK(cudaMemcpy(&gacc, dacc, sizeof gacc, cudaMemcpyDeviceToHost));
@@ -274,7 +284,7 @@ ZT_TEST(test_sumsq)
     /* n = 0 still adds 0.0, as the host does (-0.0 becomes +0.0) */
     {
         double g = -0.0, h = -0.0;
-        CUDA_OK(cudaMemcpy(dacc, &g, 8, cudaMemcpyHostToDevice));
+        CUDA_OK(h2d(dacc, &g, 8));
         Z_OK(G->ops->sumsq(G, ZERO_QUEUE_COMPUTE, dA, ZERO_F32, 0, dacc));
         Z_OK(gsync());
         CUDA_OK(cudaMemcpy(&g, dacc, 8, cudaMemcpyDeviceToHost));
@@ -303,8 +313,8 @@ ZT_TEST(test_grad_mul)
             for (c = 0; c < 3; c++)
                 for (e = 0; e < 4; e++) {
                     float gout[2], hout[2];
-                    CUDA_OK(cudaMemcpy(ds, &sums[a], 8, cudaMemcpyHostToDevice));
-                    CUDA_OK(cudaMemcpy(df, &flags[b], 4, cudaMemcpyHostToDevice));
+                    CUDA_OK(h2d(ds, &sums[a], 8));
+                    CUDA_OK(h2d(df, &flags[b], 4));
                     Z_OK(G->ops->grad_mul(G, ZERO_QUEUE_COMM, ds, df, unscales[c], clips[e], dout));
                     Z_OK(G->ops->sync(G, ZERO_QUEUE_COMM));
                     CUDA_OK(cudaMemcpy(gout, dout, 8, cudaMemcpyDeviceToHost));
@@ -346,11 +356,11 @@ static void adam_case(zero_dtype gd, zero_dtype pd, size_t n, const int offs[3],
         goto done;
     }
     dskip = dmul + 1;
-    cudaMemcpy(dm, hm, b32 * 3, cudaMemcpyHostToDevice);
-    cudaMemcpy(dg, hg, b32, cudaMemcpyHostToDevice);
-    cudaMemcpy(dp, hp, b32, cudaMemcpyHostToDevice);
-    cudaMemcpy(dmul, &mul, 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(dskip, &skip, 4, cudaMemcpyHostToDevice);
+    if (h2d(dm, hm, b32 * 3) != cudaSuccess || h2d(dg, hg, b32) != cudaSuccess || h2d(dp, hp, b32) != cudaSuccess ||
+        h2d(dmul, &mul, 4) != cudaSuccess || h2d(dskip, &skip, 4) != cudaSuccess) {
+        ZT_CHECKF(0, "upload failed: %s", cudaGetErrorString(cudaGetLastError()));
+        goto done;
+    }
     hr.numel = dr.numel = n;
     hr.master = hm + offs[0];
     hr.m = hm + tot + offs[0];
@@ -370,8 +380,11 @@ static void adam_case(zero_dtype gd, zero_dtype pd, size_t n, const int offs[3],
         zero_result r3 = H->ops->adam(H, ZERO_QUEUE_COMPUTE, &hr, co, &mul, &skip);
         ZT_CHECKF(r1 == ZERO_OK && r2 == ZERO_OK && r3 == ZERO_OK, "adam: %s", zero_last_error());
     }
-    cudaMemcpy(gm, dm, b32 * 3, cudaMemcpyDeviceToHost);
-    cudaMemcpy(gp, dp, b32, cudaMemcpyDeviceToHost);
+    if (cudaMemcpy(gm, dm, b32 * 3, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(gp, dp, b32, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        ZT_CHECKF(0, "download failed: %s", cudaGetErrorString(cudaGetLastError()));
+        goto done;
+    }
     for (j = 0; j < 3; j++) {
         bad = first_diff(ZERO_F32, gm + (size_t)j * tot, hm + (size_t)j * tot, tot, 1);
         ZT_CHECKF(bad == tot, "adam g=%s p=%s n=%zu offs %d/%d/%d mul %g skip %g: %s[%zu] cuda %.9g host %.9g",
@@ -476,7 +489,10 @@ ZT_TEST(test_arena)
     Z_OK(d->ops->alloc(d, sizes[1] + sizes[2] + 200, ZERO_MEM_GRAD, &p[1]));
     Z_OK(zero_cuda_device_stats(d, &st));
     ZT_CHECK(st.cuda_mallocs == 3);
-    ZT_CHECK(d->ops->free(d, (char *)p[0] + 256) == ZERO_ERROR_INVALID_ARGUMENT);
+    /* inside a block, not its start (p[0] + 256 would be the new p[1]: first fit put it
+       at the hole's start, right after p[0]'s 256-byte block) */
+    ZT_CHECK(d->ops->free(d, (char *)p[0] + 64) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(d->ops->free(d, (char *)p[1] + 256) == ZERO_ERROR_INVALID_ARGUMENT);
     ZT_CHECK(d->ops->free(d, p[3]) == ZERO_ERROR_INVALID_ARGUMENT); /* freed already */
     ZT_CHECK(d->ops->alloc(d, 0, ZERO_MEM_GRAD, &extra) == ZERO_ERROR_INVALID_ARGUMENT);
     ZT_CHECK(d->ops->free(d, NULL) == ZERO_OK);
@@ -555,6 +571,7 @@ ZT_TEST(test_streams_events)
        result (a missing dependency would copy a partial one) */
     Z_OK(d->ops->fill_zero(d, ZERO_QUEUE_COMPUTE, x, n * 4));
     spin_kernel<<<(unsigned)(n / 256), 256, 0, (cudaStream_t)q[ZERO_QUEUE_COMPUTE]>>>(x, n, 20000);
+    CUDA_OK(cudaGetLastError());
     Z_OK(d->ops->scale(d, ZERO_QUEUE_COMPUTE, x, ZERO_F32, n, 2.0f));
     Z_OK(d->ops->record(d, ZERO_QUEUE_COMPUTE, ev));
     Z_OK(d->ops->wait(d, ZERO_QUEUE_COMM, ev));
@@ -653,31 +670,32 @@ ZT_TEST(test_past_2_31)
     acc = (double *)(fl + 2);
     /* sum of squares of all ones but the last (2.0): n + 3, exact in any order */
     fill16_kernel<<<4096, 256>>>(x, n, 0x3c00);
+    CUDA_OK(cudaGetLastError());
     {
         uint16_t two = 0x4000, inf = 0x7c00, one = 0x3c00, nan = 0x7e01;
         double s = 0.0;
         float f = 0.0f;
-        CUDA_OK(cudaMemcpy(x + n - 1, &two, 2, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(acc, &s, 8, cudaMemcpyHostToDevice));
+        CUDA_OK(h2d(x + n - 1, &two, 2));
+        CUDA_OK(h2d(acc, &s, 8));
         Z_OK(G->ops->sumsq(G, ZERO_QUEUE_COMPUTE, x, ZERO_F16, n, acc));
         Z_OK(gsync());
         CUDA_OK(cudaMemcpy(&s, acc, 8, cudaMemcpyDeviceToHost));
         ZT_CHECKF(s == (double)n + 3.0, "sumsq: %.17g, want %.17g", s, (double)n + 3.0);
         /* the non-finite check: none; inf at the last element; NaN just past 2^31 */
-        CUDA_OK(cudaMemcpy(fl, &f, 4, cudaMemcpyHostToDevice));
+        CUDA_OK(h2d(fl, &f, 4));
         Z_OK(G->ops->nonfinite(G, ZERO_QUEUE_COMPUTE, x, ZERO_F16, n, fl));
         Z_OK(gsync());
         CUDA_OK(cudaMemcpy(&f, fl, 4, cudaMemcpyDeviceToHost));
         ZT_CHECK(f == 0.0f);
-        CUDA_OK(cudaMemcpy(x + n - 1, &inf, 2, cudaMemcpyHostToDevice));
+        CUDA_OK(h2d(x + n - 1, &inf, 2));
         Z_OK(G->ops->nonfinite(G, ZERO_QUEUE_COMPUTE, x + 1, ZERO_F16, n - 1, fl)); /* misaligned too */
         Z_OK(gsync());
         CUDA_OK(cudaMemcpy(&f, fl, 4, cudaMemcpyDeviceToHost));
         ZT_CHECK(f == 1.0f);
         f = 0.0f;
-        CUDA_OK(cudaMemcpy(fl, &f, 4, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(x + n - 1, &one, 2, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(x + ((size_t)1 << 31) + 1, &nan, 2, cudaMemcpyHostToDevice));
+        CUDA_OK(h2d(fl, &f, 4));
+        CUDA_OK(h2d(x + n - 1, &one, 2));
+        CUDA_OK(h2d(x + ((size_t)1 << 31) + 1, &nan, 2));
         Z_OK(G->ops->nonfinite(G, ZERO_QUEUE_COMPUTE, x, ZERO_F16, n, fl));
         Z_OK(gsync());
         CUDA_OK(cudaMemcpy(&f, fl, 4, cudaMemcpyDeviceToHost));
@@ -685,6 +703,7 @@ ZT_TEST(test_past_2_31)
     }
     /* element kernels over hashed values: windows against the host device */
     fill_hashed_kernel<<<4096, 256>>>(x, n);
+    CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
     Z_OK(G->ops->cast(G, ZERO_QUEUE_COMPUTE, mvm, ZERO_F32, x, ZERO_F16, n));      /* master */
     Z_OK(G->ops->fill_zero(G, ZERO_QUEUE_COMPUTE, mvm + n, b32 * 2));              /* m, v */
@@ -698,8 +717,8 @@ ZT_TEST(test_past_2_31)
         memset(&desc, 0, sizeof desc);
         desc.weight_decay = 0.1f;
         Z_OK(zero_adam_coefs_make(&co, &desc, 0.1f, 1));
-        CUDA_OK(cudaMemcpy(mul, &one, 4, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(fl, &zero, 4, cudaMemcpyHostToDevice));
+        CUDA_OK(h2d(mul, &one, 4));
+        CUDA_OK(h2d(fl, &zero, 4));
         r.numel = n;
         r.master = mvm;
         r.m = mvm + n;
@@ -832,8 +851,8 @@ ZT_TEST(test_step_chain)
     r.param_dtype = ZERO_DTYPE_DEFAULT;
     for (pass = 0; pass < 2; pass++) {
         gen(ZERO_F16, hA, n, 0);
-        CUDA_OK(cudaMemcpy(g, hA, n * 2, cudaMemcpyHostToDevice));
-        if (pass == 1) CUDA_OK(cudaMemcpy(g + 17, &nan16, 2, cudaMemcpyHostToDevice));
+        CUDA_OK(h2d(g, hA, n * 2));
+        if (pass == 1) CUDA_OK(h2d(g + 17, &nan16, 2));
         Z_OK(G->ops->fill_zero(G, ZERO_QUEUE_COMPUTE, m, n * 12));
         Z_OK(G->ops->fill_zero(G, ZERO_QUEUE_COMPUTE, flag, 32));
         Z_OK(G->ops->nonfinite(G, ZERO_QUEUE_COMPUTE, g, ZERO_F16, n, flag));
