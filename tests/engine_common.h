@@ -491,3 +491,44 @@ static zero_result ec_wrap_ge(zero_comm *c)
 static zero_comm_ops ec_wrap_ops __attribute__((unused)) = {"wrap", ec_wrap_destroy, ec_wrap_ag, ec_wrap_rs, ec_wrap_ar,
                                     ec_wrap_bc, ec_wrap_barrier, ec_wrap_gs, ec_wrap_ge};
 #endif
+
+/* ---- the stage-equivalence check every engine test uses (needs tests/zt.h first) ---------- */
+#if defined(ZT_H) && !defined(EC_CHECK_IMPL)
+#define EC_CHECK_IMPL
+/* Runs stages 0-3 of one configuration and checks each against stage 0, bit for bit:
+   master, m, v and params of every tensor, every rank's step info. */
+static inline void ec_check_stages_identical(ec_cfg *c, const char *label)
+{
+    ec_result *ref = NULL;
+    int st, rk, s;
+    for (st = 0; st <= 3; st++) {
+        ec_result *r;
+        char why[160];
+        c->stage = st;
+        r = ec_run(c);
+        ZT_CHECKF(r->rc == ZERO_OK, "%s stage %d: %s", label, st, r->err);
+        ZT_CHECKF(r->params_agree, "%s stage %d: ranks hold different params", label, st);
+        for (s = 0; s < c->steps && r->rc == ZERO_OK; s++)
+            for (rk = 1; rk < c->world; rk++)
+                ZT_CHECKF(memcmp(&r->info[rk][s], &r->info[0][s], sizeof r->info[0][s]) == 0,
+                          "%s stage %d step %d: rank %d's step info differs", label, st, s, rk);
+        if (r->rc == ZERO_OK && c->steps > 0)
+            ZT_CHECKF(r->info[0][c->steps - 1].step == c->steps, "%s stage %d: %lld steps", label,
+                      st, (long long)r->info[0][c->steps - 1].step);
+        if (!ref) {
+            ref = r;
+            continue;
+        }
+        if (r->rc == ZERO_OK && ref->rc == ZERO_OK) {
+            ZT_CHECKF(ec_same_state(c, ref, r, why, sizeof why), "%s: stage %d vs 0: %s", label,
+                      st, why);
+            for (s = 0; s < c->steps; s++)
+                ZT_CHECKF(r->info[0][s].grad_norm == ref->info[0][s].grad_norm,
+                          "%s: stage %d step %d: norm %.9g vs %.9g", label, st, s,
+                          (double)r->info[0][s].grad_norm, (double)ref->info[0][s].grad_norm);
+        }
+        ec_result_free(r);
+    }
+    ec_result_free(ref);
+}
+#endif

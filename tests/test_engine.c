@@ -8,43 +8,6 @@
 
 static const char *dt_name(zero_dtype d) { return zero_dtype_name(d); }
 
-/* Runs stages 0-3 of one configuration and checks each against stage 0, bit for bit:
-   master, m, v and params of every tensor, every rank's step info. */
-static void check_stages_identical(ec_cfg *c, const char *label)
-{
-    ec_result *ref = NULL;
-    int st, rk, s;
-    for (st = 0; st <= 3; st++) {
-        ec_result *r;
-        char why[160];
-        c->stage = st;
-        r = ec_run(c);
-        ZT_CHECKF(r->rc == ZERO_OK, "%s stage %d: %s", label, st, r->err);
-        ZT_CHECKF(r->params_agree, "%s stage %d: ranks hold different params", label, st);
-        for (s = 0; s < c->steps && r->rc == ZERO_OK; s++)
-            for (rk = 1; rk < c->world; rk++)
-                ZT_CHECKF(memcmp(&r->info[rk][s], &r->info[0][s], sizeof r->info[0][s]) == 0,
-                          "%s stage %d step %d: rank %d's step info differs", label, st, s, rk);
-        if (r->rc == ZERO_OK && c->steps > 0)
-            ZT_CHECKF(r->info[0][c->steps - 1].step == c->steps, "%s stage %d: %lld steps", label,
-                      st, (long long)r->info[0][c->steps - 1].step);
-        if (!ref) {
-            ref = r;
-            continue;
-        }
-        if (r->rc == ZERO_OK && ref->rc == ZERO_OK) {
-            ZT_CHECKF(ec_same_state(c, ref, r, why, sizeof why), "%s: stage %d vs 0: %s", label,
-                      st, why);
-            for (s = 0; s < c->steps; s++)
-                ZT_CHECKF(r->info[0][s].grad_norm == ref->info[0][s].grad_norm,
-                          "%s: stage %d step %d: norm %.9g vs %.9g", label, st, s,
-                          (double)r->info[0][s].grad_norm, (double)ref->info[0][s].grad_norm);
-        }
-        ec_result_free(r);
-    }
-    ec_result_free(ref);
-}
-
 ZT_TEST(stages_bit_identical)
 {
     static const int worlds_full[] = {1, 2, 3, 4, 8}, worlds_quick[] = {1, 3, 4};
@@ -63,7 +26,7 @@ ZT_TEST(stages_bit_identical)
                 c.clip = 0.5f;  /* the norm is ~0.3..0.6: clipping on some steps */
                 snprintf(label, sizeof label, "N=%d %s accum=%d", worlds[wi], dt_name(dts[di]),
                          accums[ai]);
-                check_stages_identical(&c, label);
+                ec_check_stages_identical(&c, label);
             }
 }
 
@@ -74,18 +37,18 @@ ZT_TEST(stages_bit_identical_variants)
     ec_cfg c;
     ec_cfg_init(&c, 0, 3, ZERO_F16, 3, 10);
     c.comm_dtype = ZERO_F32;
-    check_stages_identical(&c, "N=3 f16 comm f32 accum=3");
+    ec_check_stages_identical(&c, "N=3 f16 comm f32 accum=3");
 
     ec_cfg_init(&c, 0, 4, ZERO_BF16, 1, 10);
     c.comm_dtype = ZERO_F32;
     c.persist = 20;
-    check_stages_identical(&c, "N=4 bf16 comm f32 accum=1");
+    ec_check_stages_identical(&c, "N=4 bf16 comm f32 accum=1");
 
     ec_cfg_init(&c, 0, 4, ZERO_F16, 2, 10);
     c.bucket = 1000; /* several groups per flush, in one group call */
     c.wrap_ops = &ec_wrap_ops;
     ec_wrap_reset(-1);
-    check_stages_identical(&c, "N=4 f16 bucket=1000 grouped");
+    ec_check_stages_identical(&c, "N=4 f16 bucket=1000 grouped");
     ZT_CHECKF(ec_wrap_group_calls > 0 && ec_wrap_grouped_colls > 0,
               "group calls %d, grouped collectives %d", ec_wrap_group_calls,
               ec_wrap_grouped_colls);
@@ -93,10 +56,10 @@ ZT_TEST(stages_bit_identical_variants)
     ec_cfg_init(&c, 0, 2, ZERO_F16, 1, 10);
     c.prefetch = 2;
     c.max_live = 3 * 256; /* 3 slots of the largest group (256 padded) */
-    check_stages_identical(&c, "N=2 f16 prefetch=2 tight pool");
+    ec_check_stages_identical(&c, "N=2 f16 prefetch=2 tight pool");
 
     ec_cfg_init(&c, 0, 3, ZERO_F32, 2, 10);
-    check_stages_identical(&c, "N=3 f32 accum=2");
+    ec_check_stages_identical(&c, "N=3 f32 accum=2");
 }
 
 ZT_TEST(deterministic_run_after_run)

@@ -12,36 +12,6 @@
 #include "tests/zt.h"
 #include "tests/engine_common.h"
 
-static void stages_identical(ec_cfg *c, const char *label)
-{
-    ec_result *ref = NULL;
-    int st, s;
-    for (st = 0; st <= 3; st++) {
-        ec_result *r;
-        char why[160];
-        c->stage = st;
-        r = ec_run(c);
-        ZT_CHECKF(r->rc == ZERO_OK, "%s stage %d: %s", label, st, r->err);
-        ZT_CHECKF(r->params_agree, "%s stage %d: ranks hold different params", label, st);
-        if (r->rc == ZERO_OK && c->steps > 0)
-            ZT_CHECKF(r->info[0][c->steps - 1].step == c->steps, "%s stage %d: %lld steps", label,
-                      st, (long long)r->info[0][c->steps - 1].step);
-        if (!ref) {
-            ref = r;
-            continue;
-        }
-        if (r->rc == ZERO_OK && ref->rc == ZERO_OK) {
-            ZT_CHECKF(ec_same_state(c, ref, r, why, sizeof why), "%s: stage %d vs 0: %s", label,
-                      st, why);
-            for (s = 0; s < c->steps; s++)
-                ZT_CHECKF(r->info[0][s].grad_norm == ref->info[0][s].grad_norm,
-                          "%s: stage %d step %d: norm differs", label, st, s);
-        }
-        ec_result_free(r);
-    }
-    if (ref) ec_result_free(ref);
-}
-
 /* reduce_bucket_numel = max_live_numel = SIZE_MAX: one flush per micro-step (a group call of
    every group), every group gathered at once; results bit-identical to stage 0. */
 ZT_TEST(unlimited_bucket_and_pool)
@@ -51,7 +21,7 @@ ZT_TEST(unlimited_bucket_and_pool)
     c.bucket = (size_t)-1;
     c.max_live = (size_t)-1;
     c.prefetch = 3;
-    stages_identical(&c, "N=3 bucket=max_live=SIZE_MAX");
+    ec_check_stages_identical(&c, "N=3 bucket=max_live=SIZE_MAX");
     c.wrap_ops = &ec_wrap_ops; /* the whole micro-step in one group call */
     c.accum = 1;
     c.stage = 2;
@@ -91,7 +61,7 @@ ZT_TEST(tiny_groups_and_big_group)
         c.persist = wi ? 0 : 2;
         c.max_live = 0;
         snprintf(label, sizeof label, "N=%d tiny groups", c.world);
-        stages_identical(&c, label);
+        ec_check_stages_identical(&c, label);
     }
 }
 
