@@ -428,6 +428,16 @@ typedef enum zero_op { ZERO_OP_SUM = 0, ZERO_OP_MAX = 1 } zero_op;
 
 typedef struct zero_comm zero_comm;
 
+/* A collective's identity beyond its arguments: which engine group it serves, in which role,
+   and the engine's running collective count. Ranks whose control flow diverged (rank 0
+   gathers group 0 while rank 1 gathers group 1 of the same size) call collectives with
+   equal arguments but different tags. role 0 means untagged: nothing to compare. */
+typedef struct zero_comm_tag {
+    int32_t group; /* engine group, -1 for none                                     */
+    int32_t role;  /* what the collective is for (the engine's roles); 0 = untagged */
+    uint64_t seq;  /* the caller's collective sequence number                        */
+} zero_comm_tag;
+
 typedef struct zero_comm_ops {
     const char *name;
     void (*destroy)(zero_comm *comm);
@@ -464,6 +474,10 @@ struct zero_comm {
     void *impl;
     int rank;
     int world;
+    zero_comm_tag tag; /* the identity of the next collective, set by the caller (the engine)
+                          before each call; all zero = untagged. Backends compare it across
+                          ranks where they can (docs/backends.md) and fail with
+                          ZERO_ERROR_MISMATCH naming both sides. */
 };
 
 /* Local comm declarations: N ranks as threads of one process.
