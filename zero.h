@@ -354,6 +354,16 @@ ZERODEF uint64_t zero_plan_hash(const zero_plan *plan);
      DeepSpeed's gpu_mem (per GPU), host_bytes its cpu_mem (per node), gather_bytes its
      largest_layer_memory. No breakdown by category (those fields are 0). */
 
+/* Where offloaded state lives (DeepSpeed's offload "device"). */
+typedef enum zero_offload_device {
+    ZERO_OFFLOAD_NONE = 0, /* on the device (no offload)                                */
+    ZERO_OFFLOAD_CPU = 1,  /* host memory (pinned through the device when it can)       */
+    ZERO_OFFLOAD_NVME = 2  /* files under nvme_path (ZeRO-Infinity)                     */
+} zero_offload_device;
+
+/* "none", "cpu", "nvme" or "?". */
+ZERODEF const char *zero_offload_device_name(zero_offload_device d);
+
 typedef enum zero_estimate_mode {
     ZERO_ESTIMATE_DEFAULT = 0, /* = PAPER */
     ZERO_ESTIMATE_PAPER = 1,
@@ -381,6 +391,12 @@ typedef struct zero_estimate_desc {
     int offload_params;           /* stage 3 with offload: parameters on the host too    */
     int no_zero_init;             /* stage 3: nonzero = without deepspeed.zero.Init      */
     double additional_buffer_factor; /* 0 = 1.5; finite and > 0                           */
+    /* paper mode only: the tiers of ZeRO-Offload / ZeRO-Infinity (docs/offload.md). */
+    zero_offload_device offload_optimizer; /* NONE (or 'offload' = 1: CPU); CPU: optimizer
+                                  state in host_bytes; NVME: in nvme_bytes                  */
+    zero_offload_device offload_param;     /* stage 3, with the optimizer offloaded: the
+                                  param shards leave the device for host_bytes (CPU) or
+                                  nvme_bytes (NVME)                                         */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -397,13 +413,16 @@ typedef struct zero_estimate {
     uint64_t host_bytes;      /* paper: offloaded optimizer state per rank;
                                  DeepSpeed: cpu_mem per node                             */
     uint64_t gather_bytes;    /* DeepSpeed stage 3: largest_layer_memory (inside device_bytes) */
+    uint64_t nvme_bytes;      /* paper mode: state per rank on the NVMe tier (offload_* = NVME) */
 } zero_estimate;
 
 /* Fills *out for desc. Errors (INVALID_ARGUMENT naming the field): NULL pointers, params 0
    or above ZERO_ESTIMATE_MAX_PARAMS, ranks < 1, stage outside 0..3 (2..3 for DeepSpeed), an
    unknown mode, byte sizes outside 0..1024, gpus_per_node < 0 or not dividing ranks,
    largest_layer_params missing (DeepSpeed stage 3) or above params, offload_params
-   without offload or outside DeepSpeed stage 3, a NaN, infinite or negative
+   without offload or outside DeepSpeed stage 3, offload_optimizer / offload_param out of
+   range or in DeepSpeed mode, offload_param without an offloaded optimizer or outside
+   stage 3, a NaN, infinite or negative
    additional_buffer_factor. OVERFLOW when a byte count does not fit 64 bits. *out is
    written only on success. */
 ZERODEF zero_result zero_estimate_compute(const zero_estimate_desc *desc, zero_estimate *out);
@@ -656,6 +675,13 @@ typedef struct zero_device_ops {
        before the call returns. */
     zero_result (*adam)(zero_device *dev, zero_queue q, const zero_adam_range *range,
                         const zero_adam_coefs *coefs, const float *grad_mul, const float *skip);
+    /* Optional (may be NULL): page-locked host memory for offload (fast, asynchronous
+       upload/download); host_free takes what host_alloc gave. */
+    zero_result (*host_alloc)(zero_device *dev, size_t bytes, void **out);
+    zero_result (*host_free)(zero_device *dev, void *ptr);
+    /* Optional (may be NULL): the device's memory capacity (its budget) and the bytes in use
+       now; the engine names them when an allocation does not fit. */
+    zero_result (*memory_info)(zero_device *dev, size_t *capacity, size_t *used);
 } zero_device_ops;
 
 struct zero_device {
@@ -671,7 +697,11 @@ struct zero_device {
    from the allocator, 64-byte aligned; the device keeps a table of its live allocations,
    so freeing a pointer it did not allocate returns ZERO_ERROR_INVALID_ARGUMENT instead of
    crashing. Every op validates its arguments (NULL with numel > 0, unknown dtype, queue
-   out of range) and returns an error rather than crash. The device is safe to use from
+   out of range) and returns an error rather than crash. With a capacity (a device memory
+   budget) an allocation that would take the live bytes past it fails with OUT_OF_MEMORY
+   naming the bytes asked, the budget and the bytes in use; memory_info reports both, so a
+   CPU run can prove that a model too large for "device" memory trains with offload
+   (docs/offload.md). The device is safe to use from
    several threads at once (allocation is locked; kernels share no state).
 
    Kernels (docs/backends.md): add, scale and cast compute in fp32 (fp64 for F64) and round
@@ -687,6 +717,9 @@ typedef struct zero_host_device_desc {
     zero_allocator allocator; /* all NULL = ZERO_MALLOC / ZERO_FREE                    */
     zero_simd simd;           /* AUTO = the best the CPU has; others must be supported */
     int threads;              /* worker threads for large kernels; 0 or 1 = the caller */
+    size_t capacity;          /* device memory budget in bytes: an alloc that would take the
+                                 live bytes past it fails with OUT_OF_MEMORY naming the bytes
+                                 asked and the budget; 0 = no limit                         */
 } zero_host_device_desc;
 
 /* A new host device. desc NULL = defaults. INVALID_ARGUMENT: threads < 0;
@@ -925,9 +958,29 @@ typedef struct zero_engine_desc {
     zero_device *device;         /* required; not owned                                         */
     zero_comm *comm;             /* required; not owned. world = comm->world                    */
     zero_allocator allocator;    /* host-side memory of the engine; all NULL = ZERO_MALLOC      */
-    int host_threads;            /* reserved for host-side work (CPU offload, a later issue):
-                                    validated (>= 0; 0 = 1) but not used yet. The host device's
-                                    own 'threads' sets the Adam threads today.                    */
+    int host_threads;            /* threads of the host Adam when the optimizer is offloaded
+                                    (>= 0; 0 = the online CPUs, at most 16; every count gives
+                                    the same bits). Without offload the device's own threads.  */
+    /* ZeRO-Offload / ZeRO-Infinity (docs/offload.md), with DeepSpeed's names and defaults:  */
+    zero_offload_device offload_optimizer; /* where this rank's fp32 master, m and v live and
+                                    the Adam step runs: NONE (device), CPU (host memory, host
+                                    Adam), NVME (files under nvme_path). Stages 1-3.            */
+    zero_offload_device offload_param; /* stage 3 only: where the fp16/bf16 param shards of
+                                    partitioned groups live between gathers (uploaded into
+                                    their gather slot before the all-gather). NONE, CPU, NVME.
+                                    Needs offload_optimizer != NONE (DeepSpeed's rule).         */
+    const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
+    int pin_memory;              /* 1 = host buffers through the device's pinned allocation
+                                    (dev->ops->host_alloc) when it has one; 0 = default = 1;
+                                    -1 = plain host memory from 'allocator'                     */
+    int buffer_count;            /* host staging buffers of the offloaded step's pipeline
+                                    (>= 2; 0 = 4, DeepSpeed's offload_optimizer default)         */
+    size_t buffer_size;          /* elements per staging buffer, at most (0 = 1e8, DeepSpeed's
+                                    offload_param default); a tile never exceeds it             */
+    size_t sub_group_size;       /* the offloaded step runs over tiles of at most this many
+                                    elements (0 = 1e9, DeepSpeed's default)                    */
+    size_t block_size;           /* NVMe I/O block in bytes (0 = 1 MiB; power of two >= 4096) */
+    int queue_depth;             /* NVMe requests in flight (0 = 8; 1..1024)                   */
 } zero_engine_desc;
 
 typedef struct zero_engine zero_engine;
@@ -976,6 +1029,14 @@ typedef struct zero_engine_memory {
     size_t peak_total_bytes; /* peak of the sum                                           */
     size_t allocations;      /* live device allocations                                   */
 } zero_engine_memory;
+
+/* The memory tiers of ZeRO-Infinity. */
+typedef enum zero_mem_tier {
+    ZERO_TIER_DEVICE = 0, /* the device's memory (what zero_engine_memory_usage reports)  */
+    ZERO_TIER_HOST = 1,   /* host memory: offloaded state and the host staging buffers    */
+    ZERO_TIER_NVME = 2,   /* bytes in the NVMe tier's files                               */
+    ZERO_TIER_COUNT = 3
+} zero_mem_tier;
 
 /* Stage 3 gather accounting (zeros at stages 0-2). Live numel counts gathered elements of
    non-persistent groups held in the gather pool, whether in use or prefetched. */
@@ -1110,6 +1171,16 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, float lr);
 
 /* Device bytes held by this rank's engine, by category, now and at peak. */
 ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_memory *out);
+
+/* Bytes this rank's engine holds on one tier, by category, now and at peak (since commit);
+   'allocations' counts the tier's buffers (files on NVME). ZERO_TIER_DEVICE gives what
+   zero_engine_memory_usage gives. Host tier: the offloaded fp32 master, m, v
+   (ZERO_MEM_MASTER/MOMENT1/MOMENT2), offloaded param shards (ZERO_MEM_PARAM) and the
+   staging buffers of the step (gradient tiles under ZERO_MEM_GRAD, param tiles under
+   ZERO_MEM_PARAM, both declared in docs/offload.md). INVALID_ARGUMENT for NULL or a tier
+   out of range. */
+ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
+                                            zero_engine_memory *out);
 
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
    the last step(); may be NULL) and since commit (may be NULL). Commit's hash check counts
@@ -2338,6 +2409,20 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
     if (r->offload_params && !(r->mode == ZERO_ESTIMATE_DEEPSPEED && r->stage == 3 && r->offload))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_params needs DeepSpeed mode, stage 3 and offload", fn);
+    if ((int)r->offload_optimizer < 0 || r->offload_optimizer > ZERO_OFFLOAD_NVME ||
+        (int)r->offload_param < 0 || r->offload_param > ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_optimizer = %d, offload_param = %d (none, cpu or nvme)", fn,
+                          (int)r->offload_optimizer, (int)r->offload_param);
+    if (r->mode == ZERO_ESTIMATE_DEEPSPEED && (r->offload_optimizer || r->offload_param))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_optimizer / offload_param are paper-mode settings (DeepSpeed "
+                          "mode: offload, offload_params)", fn);
+    if (r->offload && r->offload_optimizer == ZERO_OFFLOAD_NONE) r->offload_optimizer = ZERO_OFFLOAD_CPU;
+    if (r->offload_optimizer != ZERO_OFFLOAD_NONE) r->offload = 1;
+    if (r->offload_param != ZERO_OFFLOAD_NONE && (r->stage != 3 || !r->offload))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_param needs stage 3 and an offloaded optimizer", fn);
     if (r->mode == ZERO_ESTIMATE_DEEPSPEED) {
         if (r->stage < 2)
             return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -2373,7 +2458,13 @@ static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_es
         zero__mul_u64(on, (uint64_t)r->optimizer_bytes, &opt))
         return -1;
     e->optimizer_bytes = r->offload ? 0 : opt;
-    e->host_bytes = r->offload ? opt : 0;
+    e->host_bytes = r->offload_optimizer == ZERO_OFFLOAD_CPU ? opt : 0;
+    e->nvme_bytes = r->offload_optimizer == ZERO_OFFLOAD_NVME ? opt : 0;
+    if (r->offload_param != ZERO_OFFLOAD_NONE) { /* ZeRO-Infinity: 2 S leave the device */
+        uint64_t *tier = r->offload_param == ZERO_OFFLOAD_CPU ? &e->host_bytes : &e->nvme_bytes;
+        if (zero__add_u64(*tier, e->params_bytes, tier)) return -1;
+        e->params_bytes = 0;
+    }
     if (zero__add_u64(e->params_bytes, e->grads_bytes, &sum) ||
         zero__add_u64(sum, e->optimizer_bytes, &e->device_bytes))
         return -1;
@@ -3311,6 +3402,8 @@ typedef struct zero__host_device {
     size_t cap;   /* a power of two, or 0 */
     size_t count; /* live allocations */
     size_t bytes[ZERO_MEM_COUNT];
+    size_t capacity; /* the budget, 0 = none */
+    size_t live;     /* sum of bytes[] */
 } zero__host_device;
 
 struct zero_event {
@@ -3424,6 +3517,10 @@ static zero_result zero__host_alloc(zero_device *dev, size_t bytes, zero_mem_cat
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "host alloc: category %d out of range", (int)category);
     if (zero__add_size(bytes, 63, &total) != 0)
         return zero__fail(ZERO_ERROR_OVERFLOW, "host alloc: bytes = %zu overflows", bytes);
+    if (d->capacity && bytes > d->capacity) /* the rest of the budget check is under the lock */
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                          "host alloc: %zu bytes (%s) asked, device memory budget %zu bytes",
+                          bytes, zero_mem_category_name(category), d->capacity);
     s.raw = zero__alloc(&d->allocator, total);
     if (!s.raw)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "host alloc: %zu bytes (%s) failed", bytes,
@@ -3441,9 +3538,19 @@ static zero_result zero__host_alloc(zero_device *dev, size_t bytes, zero_mem_cat
         zero__free(&d->allocator, s.raw);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "host alloc: out of memory for the allocation table");
     }
+    if (d->capacity && (bytes > d->capacity || d->live > d->capacity - bytes)) {
+        size_t live = d->live;
+        pthread_mutex_unlock(&d->mu);
+        zero__free(&d->allocator, s.raw);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                          "host alloc: %zu bytes (%s) asked, device memory budget %zu bytes "
+                          "(%zu in use)",
+                          bytes, zero_mem_category_name(category), d->capacity, live);
+    }
     zero__host_put(d->table, d->cap, &s);
     d->count++;
     d->bytes[category] += bytes;
+    d->live += bytes;
     pthread_mutex_unlock(&d->mu);
     *out = s.ptr;
     return ZERO_OK;
@@ -3470,6 +3577,7 @@ static zero_result zero__host_free(zero_device *dev, void *ptr)
     zero__host_remove(d, i);
     d->count--;
     d->bytes[s.category] -= s.bytes;
+    d->live -= s.bytes;
     pthread_mutex_unlock(&d->mu);
     zero__free(&d->allocator, s.raw);
     return ZERO_OK;
@@ -4097,6 +4205,23 @@ static zero_result zero__host_adam(zero_device *dev, zero_queue q, const zero_ad
     return zero_adam_host(range, coefs, *grad_mul, d->simd, d->threads);
 }
 
+/* The budget (0 = none: the capacity reported is SIZE_MAX) and the live bytes. */
+static zero_result zero__host_memory_info(zero_device *dev, size_t *capacity, size_t *used)
+{
+    zero__host_device *d = zero__host_get(dev);
+    size_t live;
+    int rc;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "host memory_info: dev is not a host device");
+    rc = pthread_mutex_lock(&d->mu);
+    if (rc != 0)
+        return zero__fail(ZERO_ERROR_DEVICE, "host memory_info: pthread_mutex_lock failed: %s", strerror(rc));
+    live = d->live;
+    pthread_mutex_unlock(&d->mu);
+    if (capacity) *capacity = d->capacity ? d->capacity : (size_t)-1;
+    if (used) *used = live;
+    return ZERO_OK;
+}
+
 /* ---- lifetime ---- */
 
 static void zero__host_destroy(zero_device *dev)
@@ -4137,6 +4262,9 @@ static const zero_device_ops zero__host_ops = {
     zero__host_sumsq,
     zero__host_grad_mul,
     zero__host_adam,
+    NULL, /* host_alloc: host memory is the engine's own (the host tier) */
+    NULL,
+    zero__host_memory_info,
 };
 
 ZERODEF zero_result zero_host_device_create(const zero_host_device_desc *desc, zero_device **out)
@@ -4172,6 +4300,7 @@ ZERODEF zero_result zero_host_device_create(const zero_host_device_desc *desc, z
     d->allocator = desc->allocator;
     d->simd = desc->simd == ZERO_SIMD_AUTO ? zero_simd_detect() : desc->simd;
     d->threads = desc->threads > 1 ? desc->threads : 1;
+    d->capacity = desc->capacity;
     d->base.ops = &zero__host_ops;
     d->base.impl = d;
     *out = &d->base;
@@ -4717,6 +4846,21 @@ typedef struct zero__eng_allocation {
     zero_mem_category cat;
 } zero__eng_allocation;
 
+/* Offloaded step: a tile is up to tile_numel elements of one group's shard; a piece is one
+   tensor's part of a tile (what one host Adam call updates). */
+typedef struct zero__eng_tile {
+    int group;
+    size_t begin, numel; /* within the group's shard */
+    int first, count;    /* its pieces */
+} zero__eng_tile;
+
+typedef struct zero__eng_piece {
+    int tensor;
+    size_t off, numel; /* within the tile */
+} zero__eng_piece;
+
+#define ZERO__ENG_MAX_HOST_ALLOCS 8
+
 struct zero_engine {
     zero_engine_desc d; /* resolved */
     zero_adam_desc adam;
@@ -4759,9 +4903,28 @@ struct zero_engine {
     /* step */
     int64_t step;
     zero_traffic traffic_total, traffic_cur, traffic_last;
+    /* offload (ZeRO-Offload): host tier. With offload_optimizer master, m1, m2 are host
+       pointers; with offload_param the partitioned groups' param shards live in hparam
+       (group g at off_param[g]) and e->param holds the persistent groups only. */
+    int oopt, oparam;               /* offload_optimizer / offload_param != NONE          */
+    unsigned char *hparam;          /* host param shards (offload_param)                  */
+    size_t hparam_numel;
+    unsigned char *hgrad, *hpar;    /* staging: 2 gradient tiles (comm dtype), 2 param tiles */
+    size_t tile_numel;
+    zero__eng_tile *tiles;
+    zero__eng_piece *pieces;
+    int ntiles, npieces;
+    zero__eng_allocation hallocs[ZERO__ENG_MAX_HOST_ALLOCS];
+    int hpinned[ZERO__ENG_MAX_HOST_ALLOCS];
+    int nhallocs;
+    size_t hmem[ZERO_MEM_COUNT], hmem_peak[ZERO_MEM_COUNT], hmem_total, hmem_peak_total;
+    zero_event *ev_c2o, *ev_m2o, *ev_o2m; /* hand-offs to and from ZERO_QUEUE_OFFLOAD      */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
+
+static void zero__eng_free_host(zero_engine *e);
+static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g);
 
 ZERODEF const char *zero_coll_name(zero_coll kind)
 {
@@ -4932,6 +5095,81 @@ static zero_result zero__eng_break_in_group(zero_engine *e, zero_result r, const
 
 /* ---- create / destroy / register ---------------------------------------------------------- */
 
+ZERODEF const char *zero_offload_device_name(zero_offload_device d)
+{
+    switch (d) {
+    case ZERO_OFFLOAD_NONE: return "none";
+    case ZERO_OFFLOAD_CPU: return "cpu";
+    case ZERO_OFFLOAD_NVME: return "nvme";
+    }
+    return "?";
+}
+
+#include <unistd.h>
+
+/* The online CPUs, 1..16: the default host Adam threads. */
+static int zero__eng_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) return 1;
+    return n > 16 ? 16 : (int)n;
+}
+
+/* Validates and defaults the offload knobs of a descriptor (zero_engine_create). */
+static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    if ((int)d->offload_optimizer < 0 || d->offload_optimizer > ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: offload_optimizer = %d (none, cpu or nvme)",
+                          fn, (int)d->offload_optimizer);
+    if ((int)d->offload_param < 0 || d->offload_param > ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: offload_param = %d (none, cpu or nvme)",
+                          fn, (int)d->offload_param);
+    if (d->offload_optimizer != ZERO_OFFLOAD_NONE && d->stage == 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_optimizer = %s needs stage 1, 2 or 3 (stage 0 keeps the "
+                          "whole optimizer state on every rank)",
+                          fn, zero_offload_device_name(d->offload_optimizer));
+    if (d->offload_param != ZERO_OFFLOAD_NONE && d->stage != 3)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_param = %s needs stage 3 (stage %d keeps whole params on "
+                          "every rank); use offload_optimizer at stages 1-2",
+                          fn, zero_offload_device_name(d->offload_param), d->stage);
+    if (d->offload_param != ZERO_OFFLOAD_NONE && d->offload_optimizer == ZERO_OFFLOAD_NONE)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_param = %s needs offload_optimizer cpu or nvme (the host "
+                          "Adam writes the offloaded param shards)",
+                          fn, zero_offload_device_name(d->offload_param));
+    if ((d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME) &&
+        (!d->nvme_path || !d->nvme_path[0]))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload to nvme needs nvme_path (a directory for the tier's files)", fn);
+    if (d->pin_memory < -1 || d->pin_memory > 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: pin_memory = %d (-1, 0 or 1)", fn,
+                          d->pin_memory);
+    if (d->pin_memory == 0) d->pin_memory = 1;
+    if (d->buffer_count < 0 || d->buffer_count == 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: buffer_count = %d (0 or >= 2)", fn,
+                          d->buffer_count);
+    if (d->buffer_count == 0) d->buffer_count = 4;
+    if (d->buffer_size == 0) d->buffer_size = 100000000u;
+    if (d->sub_group_size == 0) d->sub_group_size = 1000000000u;
+    if (d->block_size == 0) d->block_size = (size_t)1 << 20;
+    if (d->block_size < 4096 || (d->block_size & (d->block_size - 1)) != 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: block_size = %zu (a power of two, at least 4096)", fn, d->block_size);
+    if (d->queue_depth < 0 || d->queue_depth > 1024)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: queue_depth = %d (0 or 1..1024)", fn,
+                          d->queue_depth);
+    if (d->queue_depth == 0) d->queue_depth = 8;
+    if (d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "%s: offload to nvme (ZeRO-Infinity) is not built yet: the NVMe tier's "
+                          "I/O engine is not wired into the engine; use cpu",
+                          fn);
+    return ZERO_OK;
+}
+
 static int zero__eng_dtype_ok(zero_dtype d)
 {
     return d == ZERO_F16 || d == ZERO_BF16 || d == ZERO_F32;
@@ -4971,7 +5209,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     if (d.host_threads < 0)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_create: host_threads = %d",
                           d.host_threads);
-    if (d.host_threads == 0) d.host_threads = 1;
+    if (d.host_threads == 0) d.host_threads = zero__eng_cpus();
+    if ((r = zero__eng_offload_resolve(&d)) != ZERO_OK) return r;
     if (d.align_numel == 0) d.align_numel = ZERO_DEFAULT_ALIGN_NUMEL;
     if (!d.device || !d.device->ops)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_create: device is NULL");
@@ -5022,6 +5261,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cd = d.grad_comm_dtype;
     e->p = zero_dtype_size(e->gd);
     e->c = zero_dtype_size(e->cd);
+    e->oopt = d.offload_optimizer != ZERO_OFFLOAD_NONE;
+    e->oparam = d.offload_param != ZERO_OFFLOAD_NONE;
     e->state = ZERO__ENG_CREATED;
     e->last_gathered = -1;
     *out = e;
@@ -5050,8 +5291,10 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
         if (e->nallocs > 0 && e->dev->ops->sync) {
             (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_COMM);
             (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+            if (e->oopt) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
         }
         zero__eng_free_device(e);
+        zero__eng_free_host(e);
         if (e->dev->ops->event_destroy) {
             if (e->groups)
                 for (g = 0; g < e->G; g++) {
@@ -5065,6 +5308,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
                     if (e->bslots[i].ev) e->dev->ops->event_destroy(e->dev, e->bslots[i].ev);
             if (e->ev_c2m) e->dev->ops->event_destroy(e->dev, e->ev_c2m);
             if (e->ev_m2c) e->dev->ops->event_destroy(e->dev, e->ev_m2c);
+            if (e->ev_c2o) e->dev->ops->event_destroy(e->dev, e->ev_c2o);
+            if (e->ev_m2o) e->dev->ops->event_destroy(e->dev, e->ev_m2o);
+            if (e->ev_o2m) e->dev->ops->event_destroy(e->dev, e->ev_o2m);
         }
     }
     zero__free(a, e->groups);
@@ -5166,6 +5412,8 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.window);
     h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.hysteresis);
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
+    h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
+    h = zero__eng_mix(h, (uint64_t)d->offload_param);
     for (t = 0; t < e->ntensors; t++) h = zero__eng_mix(h, (uint64_t)e->tflags[t]);
     return h;
 }
@@ -5208,7 +5456,7 @@ enum {
 static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
 {
     int g, G = zero_plan_num_groups(e->plan);
-    size_t ow = 0, os = 0, op = 0, pparam = 0, Ms;
+    size_t ow = 0, os = 0, op = 0, ohp = 0, pparam = 0, Ms;
     const zero_allocator *a = &e->d.allocator;
     int ovf = 0;
     e->G = G;
@@ -5237,6 +5485,11 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         ovf |= zero__add_size(ow, gi.numel, &ow);
         ovf |= zero__add_size(os, gi.shard_numel, &os);
         pparam = (e->stage == 3 && !eg->persistent) ? gi.shard_numel : gi.numel;
+        if (e->oparam && !eg->persistent) { /* the shard lives in the host tier (hparam) */
+            eg->off_param = ohp;
+            ovf |= zero__add_size(ohp, pparam, &ohp);
+            pparam = 0;
+        }
         ovf |= zero__add_size(op, pparam, &op);
         if (gi.numel > e->M) e->M = gi.numel;
         if (!eg->persistent && gi.numel > e->Mnp) e->Mnp = gi.numel;
@@ -5260,7 +5513,9 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
     sz->cat[ZERO__B_M2] = ZERO_MEM_MOMENT2;
     ovf |= zero__mul_size(e->stage == 0 ? e->P : e->S, 4, &sz->bytes[ZERO__B_MASTER]);
+    if (e->oopt) sz->bytes[ZERO__B_MASTER] = 0; /* in the host tier: zero__eng_offload_alloc */
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
+    e->hparam_numel = ohp;
     sz->cat[ZERO__B_BUCKET] = sz->cat[ZERO__B_TC] = sz->cat[ZERO__B_TS] = ZERO_MEM_BUCKET;
     if (e->stage >= 2) {
         /* ceil(max(B, 2M) / M) slots, computed without overflow (B may be SIZE_MAX: "one
@@ -5332,6 +5587,357 @@ static zero_result zero__eng_make_events(zero_engine *e)
     return r;
 }
 
+/* ---- offload: the host tier (ZeRO-Offload) ------------------------------------------------ */
+/* What this part owns: the engine's host-tier buffers (offloaded master/m/v, offloaded
+   stage-3 param shards, the staging tiles of the step), their accounting, the tiling of the
+   offloaded step, the step itself (grad tiles device -> host on ZERO_QUEUE_OFFLOAD, host
+   Adam, param tiles host -> device on ZERO_QUEUE_COMPUTE, overlapped), the upload of an
+   offloaded param shard before its all-gather, and the out-of-memory hint of commit. */
+
+/* Host memory of 'bytes' bytes (pinned through the device when it can and pin_memory
+   allows), zero-filled, counted in the host tier under cat. */
+static zero_result zero__eng_host_alloc(zero_engine *e, size_t bytes, zero_mem_category cat,
+                                        void **out)
+{
+    void *p = NULL;
+    int pinned = 0;
+    *out = NULL;
+    if (bytes == 0) return ZERO_OK;
+    if (e->nhallocs == ZERO__ENG_MAX_HOST_ALLOCS)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine: too many host allocations");
+    if (e->d.pin_memory > 0 && e->dev->ops->host_alloc && e->dev->ops->host_free) {
+        zero_result r = e->dev->ops->host_alloc(e->dev, bytes, &p);
+        if (r != ZERO_OK) return r;
+        pinned = 1;
+    } else {
+        p = zero__alloc(&e->d.allocator, bytes);
+        if (!p)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine: %zu bytes of host memory (%s)",
+                              bytes, zero_mem_category_name(cat));
+    }
+    memset(p, 0, bytes);
+    e->hallocs[e->nhallocs].ptr = p;
+    e->hallocs[e->nhallocs].bytes = bytes;
+    e->hallocs[e->nhallocs].cat = cat;
+    e->hpinned[e->nhallocs] = pinned;
+    e->nhallocs++;
+    e->hmem[cat] += bytes;
+    if (e->hmem[cat] > e->hmem_peak[cat]) e->hmem_peak[cat] = e->hmem[cat];
+    e->hmem_total += bytes;
+    if (e->hmem_total > e->hmem_peak_total) e->hmem_peak_total = e->hmem_total;
+    *out = p;
+    return ZERO_OK;
+}
+
+static void zero__eng_free_host(zero_engine *e)
+{
+    int i;
+    for (i = e->nhallocs - 1; i >= 0; i--) {
+        if (e->hpinned[i]) (void)e->dev->ops->host_free(e->dev, e->hallocs[i].ptr);
+        else zero__free(&e->d.allocator, e->hallocs[i].ptr);
+        e->hmem[e->hallocs[i].cat] -= e->hallocs[i].bytes;
+        e->hmem_total -= e->hallocs[i].bytes;
+    }
+    e->nhallocs = 0;
+    zero__free(&e->d.allocator, e->tiles);
+    zero__free(&e->d.allocator, e->pieces);
+    e->tiles = NULL;
+    e->pieces = NULL;
+    e->ntiles = e->npieces = 0;
+}
+
+/* The tiles of the offloaded step: each group's shard cut into runs of tile_numel elements,
+   and each tile's pieces (its intersections with the tensors this rank owns a part of). */
+static zero_result zero__eng_offload_plan(zero_engine *e)
+{
+    const zero_allocator *a = &e->d.allocator;
+    size_t T = e->d.sub_group_size, maxsh = 0, nt = 0, np = 0, b;
+    int g, t, pass;
+    for (g = 0; g < e->G; g++)
+        if (e->groups[g].shard_numel > maxsh) maxsh = e->groups[g].shard_numel;
+    if (e->d.buffer_size < T) T = e->d.buffer_size;
+    if (maxsh < T) T = maxsh;
+    if (T == 0) T = 1;
+    e->tile_numel = T;
+    for (pass = 0; pass < 2; pass++) { /* count, then fill */
+        nt = np = 0;
+        for (g = 0; g < e->G; g++) {
+            size_t sh = e->groups[g].shard_numel;
+            for (b = 0; b < sh; b += T) {
+                size_t n = sh - b < T ? sh - b : T;
+                if (pass) {
+                    e->tiles[nt].group = g;
+                    e->tiles[nt].begin = b;
+                    e->tiles[nt].numel = n;
+                    e->tiles[nt].first = (int)np;
+                }
+                for (t = 0; t < e->ntensors; t++) {
+                    zero_tensor_info ti;
+                    zero_range seg, shr;
+                    size_t lo, hi;
+                    zero_result r;
+                    memset(&ti, 0, sizeof ti);
+                    memset(&seg, 0, sizeof seg);
+                    memset(&shr, 0, sizeof shr);
+                    r = zero_plan_tensor(e->plan, t, &ti);
+                    if (r != ZERO_OK) return r;
+                    if (ti.group != g) continue;
+                    r = zero_plan_intersect(e->plan, t, e->rank, &seg);
+                    if (r == ZERO_OK) r = zero_plan_shard(e->plan, g, e->rank, &shr);
+                    if (r != ZERO_OK) return r;
+                    if (seg.numel == 0) continue;
+                    lo = seg.offset - shr.offset;
+                    hi = lo + seg.numel;
+                    if (lo < b) lo = b;
+                    if (hi > b + n) hi = b + n;
+                    if (lo >= hi) continue;
+                    if (pass) {
+                        e->pieces[np].tensor = t;
+                        e->pieces[np].off = lo - b;
+                        e->pieces[np].numel = hi - lo;
+                    }
+                    np++;
+                }
+                if (pass) e->tiles[nt].count = (int)np - e->tiles[nt].first;
+                nt++;
+            }
+        }
+        if (!pass) {
+            if (nt > (size_t)INT32_MAX || np > (size_t)INT32_MAX)
+                return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: too many offload tiles");
+            e->tiles = (zero__eng_tile *)zero__alloc(a, (nt ? nt : 1) * sizeof *e->tiles);
+            e->pieces = (zero__eng_piece *)zero__alloc(a, (np ? np : 1) * sizeof *e->pieces);
+            if (!e->tiles || !e->pieces)
+                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: offload tiles");
+        }
+    }
+    e->ntiles = (int)nt;
+    e->npieces = (int)np;
+    return ZERO_OK;
+}
+
+/* The host tier of commit: master, m, v of this rank's shard (S fp32 each), the offloaded
+   param shards, and the staging tiles: 2 x tile_numel gradient elements (comm dtype) and
+   2 x tile_numel param elements (param dtype). Plus the OFFLOAD hand-off events. */
+static zero_result zero__eng_offload_alloc(zero_engine *e)
+{
+    size_t sb, gb, pb;
+    void *p;
+    zero_result r;
+    if (!e->oopt) return ZERO_OK;
+    if (e->dev->ops->event_create) {
+        r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
+        if (r == ZERO_OK) r = e->dev->ops->event_create(e->dev, &e->ev_m2o);
+        if (r == ZERO_OK) r = e->dev->ops->event_create(e->dev, &e->ev_o2m);
+        if (r != ZERO_OK) return r;
+    }
+    if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
+    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->tile_numel, 2 * e->c, &gb) ||
+        zero__mul_size(e->tile_numel, 2 * e->p, &pb))
+        return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
+    if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MASTER, &p)) != ZERO_OK) return r;
+    e->master = (float *)p;
+    if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT1, &p)) != ZERO_OK) return r;
+    e->m1 = (float *)p;
+    if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT2, &p)) != ZERO_OK) return r;
+    e->m2 = (float *)p;
+    if (e->oparam && e->hparam_numel > 0) {
+        size_t hb;
+        if (zero__mul_size(e->hparam_numel, e->p, &hb))
+            return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
+        if ((r = zero__eng_host_alloc(e, hb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
+        e->hparam = (unsigned char *)p;
+    }
+    if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+    e->hgrad = (unsigned char *)p;
+    if ((r = zero__eng_host_alloc(e, pb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
+    e->hpar = (unsigned char *)p;
+    return ZERO_OK;
+}
+
+/* Orders queue 'to' after everything enqueued on 'from' so far, through ev. */
+static zero_result zero__eng_handoff_ev(zero_engine *e, zero_queue from, zero_queue to, zero_event *ev)
+{
+    zero_result r = zero__eng_record(e, from, ev);
+    if (r == ZERO_OK) r = zero__eng_wait(e, to, ev);
+    return r;
+}
+
+/* Stage 3 with offload_param: uploads this rank's offloaded shard of group g into its place
+   in the gather slot dst (on OFFLOAD, after the slot's earlier users on COMPUTE and COMM),
+   and orders COMM after it; the all-gather then runs in place. */
+static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned char *dst)
+{
+    const zero__eng_group *eg = &e->groups[g];
+    unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p;
+    zero_result r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
+    if (r == ZERO_OK)
+        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_OFFLOAD, mine, e->hparam + eg->off_param * e->p,
+                                eg->shard_numel * e->p);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
+    return r;
+}
+
+/* Where tile k's updated params go: a device pointer (uploaded from the staging tile), or
+   NULL when the group's shard is offloaded (the host Adam writes it in place). */
+static unsigned char *zero__eng_tile_param_dev(const zero_engine *e, const zero__eng_tile *tl)
+{
+    const zero__eng_group *eg = &e->groups[tl->group];
+    if (e->oparam && !eg->persistent) return NULL;
+    if (e->stage < 3) return e->param + (eg->off_whole + (size_t)e->rank * eg->shard_numel + tl->begin) * e->p;
+    if (eg->persistent) return e->param + (eg->off_param + (size_t)e->rank * eg->shard_numel + tl->begin) * e->p;
+    return e->param + (eg->off_param + tl->begin) * e->p;
+}
+
+static zero_result zero__eng_tile_download(zero_engine *e, int k)
+{
+    const zero__eng_tile *tl = &e->tiles[k];
+    const unsigned char *src = zero__eng_grad_acc_shard(e, tl->group) + tl->begin * e->c;
+    return e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD,
+                                 e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c, src,
+                                 tl->numel * e->c);
+}
+
+/* Host Adam over tile k's pieces (the same element expression as the device's adam op):
+   gradients from the staging tile, master/m/v in the host tier, params into the staging
+   tile (zero between pieces: the padding stays zero) or the offloaded shard. */
+static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
+                                       const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd)
+{
+    const zero__eng_tile *tl = &e->tiles[k];
+    const zero__eng_group *eg = &e->groups[tl->group];
+    const unsigned char *gbuf = e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c;
+    unsigned char *pbuf = zero__eng_tile_param_dev(e, tl)
+                              ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
+                              : e->hparam + (eg->off_param + tl->begin) * e->p;
+    size_t mbase = eg->off_shard + tl->begin;
+    int i;
+    if (zero__eng_tile_param_dev(e, tl)) memset(pbuf, 0, tl->numel * e->p);
+    for (i = tl->first; i < tl->first + tl->count; i++) {
+        const zero__eng_piece *pc = &e->pieces[i];
+        zero_adam_range ar;
+        zero_result r;
+        ar.numel = pc->numel;
+        ar.master = e->master + mbase + pc->off;
+        ar.m = e->m1 + mbase + pc->off;
+        ar.v = e->m2 + mbase + pc->off;
+        ar.grad = gbuf + pc->off * e->c;
+        ar.grad_dtype = e->cd;
+        ar.param = pbuf + pc->off * e->p;
+        ar.param_dtype = e->gd;
+        r = zero_adam_host(&ar, (e->tflags[pc->tensor] & ZERO_TENSOR_NO_DECAY) ? co_nowd : co_wd, mul,
+                           ZERO_SIMD_AUTO, pc->numel >= 65536 ? e->d.host_threads : 1);
+        if (r != ZERO_OK) return r;
+    }
+    return ZERO_OK;
+}
+
+/* The offloaded optimizer step, after the device computed the flag and the multiplier
+   (scratch + 8: flag, multiplier, norm). Pipeline over tiles k = 0..n-1 with two staging
+   tiles each way: the download of k+1 (OFFLOAD) and the upload of k-1 (COMPUTE) run while
+   the host Adam works on k; a host sync on OFFLOAD before Adam k (only download k is then
+   in flight) and on COMPUTE before upload k (only upload k-1 is) keeps each staging tile
+   free when it is reused. A skipped step moves nothing. */
+static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
+                                          const zero_adam_coefs *co_nowd)
+{
+    zero_device *dev = e->dev;
+    float fm[3];
+    int k;
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
+                  "step: download of the multiplier");
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
+    if (fm[0] != 0.0f || e->ntiles == 0) return ZERO_OK;
+    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o),
+                  "step: event");
+    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
+                  "step: event");
+    ZERO__ENG_TRY(e, zero__eng_tile_download(e, 0), "step: gradient tile download");
+    for (k = 0; k < e->ntiles; k++) {
+        unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
+        zero_result r;
+        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+        if (k + 1 < e->ntiles)
+            ZERO__ENG_TRY(e, zero__eng_tile_download(e, k + 1), "step: gradient tile download");
+        r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
+        if (dst) {
+            ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
+            ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst,
+                                              e->hpar + (size_t)(k & 1) * e->tile_numel * e->p,
+                                              e->tiles[k].numel * e->p),
+                          "step: param tile upload");
+        }
+    }
+    return ZERO_OK;
+}
+
+/* Replaces an out-of-memory commit message by one that names the bytes, the device budget
+   and the offload setting that would fit: each candidate's device bytes are the estimator's
+   model states (zero_estimate_compute, paper mode, this engine's dtypes) plus this
+   configuration's buffers (what it needs beyond its own estimate). */
+static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *msg, size_t n)
+{
+    static const struct { int stage3, opt, par; const char *name; } cand[] = {
+        {0, 1, 0, "offload_optimizer=cpu"},
+        {1, 1, 1, "stage 3 with offload_optimizer=cpu offload_param=cpu"},
+    };
+    zero_estimate_desc ed;
+    zero_estimate now, alt;
+    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0;
+    int i, k, nth = 0;
+    char fits[160];
+    const char *fail_cat = "?";
+    for (i = 0; i < sz->n; i++) (void)zero__add_size(need, sz->bytes[i], &need);
+    for (i = 1, k = 1; i < sz->n; i++) /* the failed one: the first not allocated */
+        if (sz->bytes[i]) {
+            if (k++ == e->nallocs) {
+                failed = sz->bytes[i];
+                fail_cat = zero_mem_category_name(sz->cat[i]);
+                break;
+            }
+        }
+    if (!e->dev->ops->memory_info || e->dev->ops->memory_info(e->dev, &cap, &used) != ZERO_OK ||
+        cap == (size_t)-1)
+        return;
+    avail = cap - (used - (e->mem_total <= used ? e->mem_total : used));
+    memset(&ed, 0, sizeof ed);
+    ed.params = e->P;
+    ed.ranks = e->world;
+    ed.stage = e->stage;
+    ed.param_bytes = (int)e->p;
+    ed.grad_bytes = (int)(e->stage >= 2 ? e->c : e->p);
+    ed.offload_optimizer = e->d.offload_optimizer;
+    ed.offload_param = e->d.offload_param;
+    if (zero_estimate_compute(&ed, &now) != ZERO_OK) return;
+    buffers = need > now.device_bytes ? need - (size_t)now.device_bytes : 0;
+    snprintf(fits, sizeof fits, "no offload setting fits");
+    for (i = 0; i < (int)(sizeof cand / sizeof cand[0]); i++) {
+        size_t dev_bytes;
+        if (cand[i].opt && e->oopt && !cand[i].par) continue;
+        if (cand[i].par && e->oparam) continue;
+        ed.stage = cand[i].stage3 ? 3 : e->stage;
+        if (ed.stage == 0) ed.stage = 1;
+        ed.grad_bytes = (int)(ed.stage >= 2 ? e->c : e->p);
+        ed.offload_optimizer = ZERO_OFFLOAD_CPU;
+        ed.offload_param = cand[i].par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+        if (zero_estimate_compute(&ed, &alt) != ZERO_OK) continue;
+        dev_bytes = (size_t)alt.device_bytes + buffers;
+        if (dev_bytes <= avail) {
+            snprintf(fits, sizeof fits, "%s would fit (%zu device bytes)", cand[i].name, dev_bytes);
+            break;
+        }
+        if (nth++ == 0)
+            snprintf(fits, sizeof fits, "no offload setting fits (%s needs %zu device bytes)",
+                     cand[i].name, dev_bytes);
+    }
+    snprintf(msg, n,
+             "zero_engine_commit: out of device memory: %zu bytes of %s asked; this configuration "
+             "needs %zu device bytes per rank, the device budget is %zu bytes (%zu free); %s",
+             failed, fail_cat, need, cap, avail, fits);
+}
+
 ZERODEF zero_result zero_engine_commit(zero_engine *e)
 {
     zero__eng_sizes sz;
@@ -5339,7 +5945,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     void *ptrs[ZERO__B_N];
     size_t total = 0;
     int i, nalloc = 0;
-    char plan_err[400], alloc_err[400];
+    char plan_err[400], alloc_err[480];
     uint64_t h;
     double hv[5];
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_commit: engine is NULL");
@@ -5401,6 +6007,17 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                      zero_mem_category_name(sz.cat[i]), prev);
         }
     }
+    if (alloc_r == ZERO_ERROR_OUT_OF_MEMORY && plan_r == ZERO_OK)
+        zero__eng_oom_hint(e, &sz, alloc_err, sizeof alloc_err);
+    if (alloc_r == ZERO_OK && plan_r == ZERO_OK) {
+        r = zero__eng_offload_alloc(e); /* the host tier */
+        if (r != ZERO_OK) {
+            char prev[340];
+            zero__eng_copy_error(prev, sizeof prev);
+            alloc_r = r;
+            snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: host tier (offload): %s", prev);
+        }
+    }
     if (e->dev->ops->event_create && !e->ev_c2m) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2m);
         if (r == ZERO_OK) r = e->dev->ops->event_create(e->dev, &e->ev_m2c);
@@ -5452,7 +6069,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     }
     if (alloc_r != ZERO_OK) {
         e->state = ZERO__ENG_BROKEN;
-        return zero__fail(alloc_r, "%.400s", alloc_err);
+        return zero__fail(alloc_r, "%.480s", alloc_err);
     }
     if (hv[4] != 0.0) {
         zero_result peer = (zero_result)(int)(-hv[4]);
@@ -5464,9 +6081,11 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     e->param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
     e->grad_acc = e->alias ? e->grad_user : (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
-    e->master = (float *)ptrs[ZERO__B_MASTER];
-    e->m1 = (float *)ptrs[ZERO__B_M1];
-    e->m2 = (float *)ptrs[ZERO__B_M2];
+    if (!e->oopt) { /* offloaded: host-tier pointers, set by zero__eng_offload_alloc */
+        e->master = (float *)ptrs[ZERO__B_MASTER];
+        e->m1 = (float *)ptrs[ZERO__B_M1];
+        e->m2 = (float *)ptrs[ZERO__B_M2];
+    }
     e->bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
     e->tc = (unsigned char *)ptrs[ZERO__B_TC];
     e->ts = (unsigned char *)ptrs[ZERO__B_TS];
@@ -5726,9 +6345,13 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, int s)
 {
     zero__eng_group *eg = &e->groups[g];
     unsigned char *dst = e->gather + (size_t)s * e->gslot_numel * e->p;
+    const unsigned char *src = e->param + eg->off_param * e->p;
+    if (e->oparam) { /* the shard comes up from the host tier into its place in the slot */
+        ZERO__ENG_TRY(e, zero__eng_offload_param_in(e, g, dst), "gather: upload of the offloaded shard");
+        src = dst + (size_t)e->rank * eg->shard_numel * e->p;
+    }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
-    ZERO__ENG_TRY(e, zero__eng_all_gather(e, e->param + eg->off_param * e->p, dst,
-                                          eg->shard_numel, e->gd),
+    ZERO__ENG_TRY(e, zero__eng_all_gather(e, src, dst, eg->shard_numel, e->gd),
                   "gather: all_gather");
     ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, eg->ev_gathered), "gather: event");
     e->gslots[s].group = g;
@@ -5897,7 +6520,8 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     r = zero_adam_coefs_make(&co_wd, &e->adam, e->adam.weight_decay, e->step + 1);
     if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->adam, 0.0f, e->step + 1);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
-    for (t = 0; t < e->ntensors; t++) {
+    if (e->oopt && (r = zero__eng_step_offload(e, &co_wd, &co_nowd)) != ZERO_OK) return r;
+    for (t = 0; t < e->ntensors && !e->oopt; t++) {
         zero_tensor_info ti;
         zero_range seg, sh;
         zero_adam_range ar;
@@ -5995,6 +6619,7 @@ typedef struct zero__eng_parts {
     size_t p0, pn, m0, mn;
     unsigned char *param;
     size_t master_off; /* element offset in master / m / v */
+    int param_host;    /* param is in the host tier (offload_param) */
 } zero__eng_parts;
 
 static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_parts *out)
@@ -6023,8 +6648,9 @@ static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_par
     } else {
         out->p0 = out->m0;
         out->pn = out->mn;
-        out->param = e->param + (eg->off_param + (seg.offset - sh.offset)) * e->p;
+        out->param = (e->oparam ? e->hparam : e->param) + (eg->off_param + (seg.offset - sh.offset)) * e->p;
     }
+    out->param_host = e->oparam && e->stage == 3 && !eg->persistent;
     return ZERO_OK;
 }
 
@@ -6070,11 +6696,17 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
             return r;
         }
     }
-    if (pt.pn > 0)
+    /* the host tier: an upload of a prefetch may still read the offloaded shard */
+    if (e->oopt) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
+    if (r == ZERO_OK && pt.pn > 0 && pt.param_host)
+        memcpy(pt.param, tmp ? (const void *)tmp : (const void *)(values + pt.p0), pt.pn * e->p);
+    else if (r == ZERO_OK && pt.pn > 0)
         r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, pt.param,
                                 tmp ? (const void *)tmp : (const void *)(values + pt.p0),
                                 pt.pn * e->p);
-    if (r == ZERO_OK && pt.mn > 0)
+    if (r == ZERO_OK && pt.mn > 0 && e->oopt)
+        memcpy(e->master + pt.master_off, values + pt.m0, pt.mn * sizeof(float));
+    else if (r == ZERO_OK && pt.mn > 0)
         r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
@@ -6106,7 +6738,9 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: kind = %d",
                           (int)kind);
     }
-    if (n > 0) {
+    if (n > 0 && (kind == ZERO_STATE_PARAM ? pt.param_host : e->oopt)) {
+        memcpy((unsigned char *)host_dst + off * esz, src, n * esz); /* the host tier */
+    } else if (n > 0) {
         r = e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE,
                                   (unsigned char *)host_dst + off * esz, src, n * esz);
         if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
@@ -6147,6 +6781,26 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
     out->total_bytes = e->mem_total;
     out->peak_total_bytes = e->mem_peak_total;
     out->allocations = (size_t)e->nallocs;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
+                                            zero_engine_memory *out)
+{
+    int k;
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_memory_tier: NULL");
+    if ((int)tier < 0 || tier >= ZERO_TIER_COUNT)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_memory_tier: tier = %d", (int)tier);
+    if (tier == ZERO_TIER_DEVICE) return zero_engine_memory_usage(e, out);
+    memset(out, 0, sizeof *out);
+    if (tier == ZERO_TIER_NVME) return ZERO_OK; /* no NVMe tier yet */
+    for (k = 0; k < ZERO_MEM_COUNT; k++) {
+        out->bytes[k] = e->hmem[k];
+        out->peak_bytes[k] = e->hmem_peak[k];
+    }
+    out->total_bytes = e->hmem_total;
+    out->peak_total_bytes = e->hmem_peak_total;
+    out->allocations = (size_t)e->nhallocs;
     return ZERO_OK;
 }
 

@@ -38,6 +38,11 @@ typedef struct ec_cfg {
        ranks' synthetic gradients (computed in double, rounded once). */
     int virt_world;
     zero_comm_ops *wrap_ops; /* optional: a comm wrapper (tests of group calls, failures) */
+    /* offload (tests/test_offload.c): the engine's knobs and the host device's budget */
+    zero_offload_device offload_opt, offload_param;
+    size_t sub_group;
+    int host_threads;
+    size_t device_capacity;
 } ec_cfg;
 
 typedef struct ec_result {
@@ -49,6 +54,7 @@ typedef struct ec_result {
     int params_agree;               /* every rank holding a param element has the same bits */
     zero_step_info info[EC_MAX_RANKS][EC_MAX_STEPS];
     zero_engine_memory mem[EC_MAX_RANKS];
+    zero_engine_memory host_mem[EC_MAX_RANKS]; /* the host tier (offload) */
     zero_traffic traffic_last[EC_MAX_RANKS][EC_MAX_STEPS];
     zero_gather_stats gstats[EC_MAX_RANKS];
     size_t live_after_step_max; /* the most non-persistent gathered numel seen after a step */
@@ -157,6 +163,10 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->max_live_numel = c->max_live;
     d->prefetch_depth = c->prefetch;
     d->persist_numel = c->persist;
+    d->offload_optimizer = c->offload_opt;
+    d->offload_param = c->offload_param;
+    d->sub_group_size = c->sub_group;
+    d->host_threads = c->host_threads;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */
@@ -279,7 +289,12 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         comm = &wrap.base;
     }
     ec_engine_desc(c, &d);
-    EC_TRY(zero_host_device_create(NULL, &dev));
+    {
+        zero_host_device_desc hd;
+        memset(&hd, 0, sizeof hd);
+        hd.capacity = c->device_capacity;
+        EC_TRY(zero_host_device_create(&hd, &dev));
+    }
     d.device = dev;
     d.comm = comm;
     EC_TRY(zero_engine_create(&d, &e));
@@ -332,6 +347,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         pthread_mutex_unlock(&ctx->mu);
     }
     zero_engine_memory_usage(e, &res->mem[rank]);
+    zero_engine_memory_tier(e, ZERO_TIER_HOST, &res->host_mem[rank]);
     zero_engine_gather_stats(e, &res->gstats[rank]);
     for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, ctx, rank, t, ids[t]));
 done:

@@ -1,0 +1,341 @@
+/* ZeRO-Offload in the engine: the knobs, the device memory budget, exactness of the
+   offloaded step against the same run without offload (bit for bit), and the accounting of
+   each tier against the ZeRO-Offload formula plus the declared staging buffers. */
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+#include "tests/zt.h"
+#include "tests/engine_common.h"
+
+/* Runs c with and without offload and checks master, m, v, params and every step's info
+   for the same bits. */
+static void check_offload_exact(ec_cfg *c, const char *label)
+{
+    ec_result *ref, *off;
+    char why[160];
+    int s, rk;
+    zero_offload_device oo = c->offload_opt, op = c->offload_param;
+    c->offload_opt = ZERO_OFFLOAD_NONE;
+    c->offload_param = ZERO_OFFLOAD_NONE;
+    ref = ec_run(c);
+    c->offload_opt = oo;
+    c->offload_param = op;
+    off = ec_run(c);
+    ZT_CHECKF(ref->rc == ZERO_OK, "%s (plain): %s", label, ref->err);
+    ZT_CHECKF(off->rc == ZERO_OK, "%s (offload): %s", label, off->err);
+    if (ref->rc == ZERO_OK && off->rc == ZERO_OK) {
+        ZT_CHECKF(off->params_agree, "%s: ranks hold different params", label);
+        ZT_CHECKF(ec_same_state(c, ref, off, why, sizeof why), "%s: %s", label, why);
+        for (s = 0; s < c->steps; s++)
+            for (rk = 0; rk < c->world; rk++)
+                ZT_CHECKF(memcmp(&ref->info[rk][s], &off->info[rk][s], sizeof ref->info[rk][s]) == 0,
+                          "%s: step %d rank %d: info differs (norm %.9g vs %.9g, skipped %d vs %d)",
+                          label, s, rk, (double)ref->info[rk][s].grad_norm,
+                          (double)off->info[rk][s].grad_norm, ref->info[rk][s].skipped,
+                          off->info[rk][s].skipped);
+    }
+    ec_result_free(ref);
+    ec_result_free(off);
+}
+
+/* Every stage where allowed, N in {1, 2, 4}, fp16 and bf16, with and without gradient
+   accumulation; tiles much smaller than a shard, so a tensor spans tiles and a tile spans
+   tensors and padding. */
+ZT_TEST(offloaded_step_is_bit_identical)
+{
+    static const int worlds[] = {1, 2, 4};
+    int st, wi, dt, acc, par;
+    int steps = zt_quick() ? 2 : 4;
+    for (st = 1; st <= 3; st++)
+        for (wi = 0; wi < 3; wi++)
+            for (dt = 0; dt < 2; dt++)
+                for (acc = 0; acc < 2; acc++)
+                    for (par = 0; par <= (st == 3); par++) {
+                        ec_cfg c;
+                        char label[128];
+                        ec_cfg_init(&c, st, worlds[wi], dt ? ZERO_BF16 : ZERO_F16, acc ? 3 : 1, steps);
+                        c.offload_opt = ZERO_OFFLOAD_CPU;
+                        c.offload_param = par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+                        c.sub_group = 23 + (size_t)wi * 7;
+                        c.host_threads = 1 + acc;
+                        c.clip = acc ? 0.05f : 0.0f; /* clipping active in half the runs */
+                        if (st == 3 && dt) c.persist = 20; /* a persistent group too */
+                        snprintf(label, sizeof label, "stage %d N %d %s accum %d param %s", st,
+                                 worlds[wi], dt ? "bf16" : "fp16", c.accum, par ? "cpu" : "none");
+                        check_offload_exact(&c, label);
+                    }
+}
+
+/* fp32 communication, buckets and prefetch, an inf step that is skipped on every rank, and
+   big tiles (one per group): still the same bits. */
+ZT_TEST(offload_exact_with_faults_and_settings)
+{
+    ec_cfg c;
+    int st;
+    for (st = 1; st <= 3; st++) {
+        char label[96];
+        ec_cfg_init(&c, st, 3, ZERO_F16, 2, 4);
+        c.comm_dtype = ZERO_F32;
+        c.bucket = 300;
+        c.prefetch = 2;
+        c.offload_opt = ZERO_OFFLOAD_CPU;
+        c.offload_param = st == 3 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+        c.fault_steps[0] = 1;
+        c.nfault = 1;
+        c.fault_rank = 2;
+        c.fault_inf = 1;
+        snprintf(label, sizeof label, "stage %d fp32 comm, skip at step 1", st);
+        check_offload_exact(&c, label);
+    }
+    /* the skipped step really was skipped (counted once, not by the offload path) */
+    ec_cfg_init(&c, 2, 2, ZERO_F16, 1, 3);
+    c.offload_opt = ZERO_OFFLOAD_CPU;
+    c.fault_steps[0] = 0;
+    c.nfault = 1;
+    c.fault_rank = 1;
+    {
+        ec_result *r = ec_run(&c);
+        ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+        ZT_CHECK(r->info[0][0].skipped == 1 && r->info[0][2].step == 2);
+        ec_result_free(r);
+    }
+}
+
+/* ---- knobs ---- */
+
+static zero_result create_with(zero_engine_desc *d, zero_device *dev, zero_comm *comm)
+{
+    zero_engine *e = NULL;
+    zero_result r;
+    d->device = dev;
+    d->comm = comm;
+    r = zero_engine_create(d, &e);
+    zero_engine_destroy(e);
+    return r;
+}
+
+static zero_result knobs_rank(int rank, zero_comm *comm, void *user)
+{
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL;
+    zero_engine_desc got;
+    (void)rank;
+    (void)user;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+#define DESC(...) (memset(&d, 0, sizeof d), __VA_ARGS__, &d)
+    ZT_CHECK(create_with(DESC(d.stage = 0, d.offload_optimizer = ZERO_OFFLOAD_CPU), dev, comm) ==
+             ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(strstr(zero_last_error(), "offload_optimizer") != NULL);
+    ZT_CHECK(create_with(DESC(d.stage = 2, d.offload_optimizer = ZERO_OFFLOAD_CPU,
+                              d.offload_param = ZERO_OFFLOAD_CPU), dev, comm) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(strstr(zero_last_error(), "offload_param") && strstr(zero_last_error(), "stage 3"));
+    ZT_CHECK(create_with(DESC(d.stage = 3, d.offload_param = ZERO_OFFLOAD_CPU), dev, comm) ==
+             ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(create_with(DESC(d.stage = 3, d.offload_optimizer = ZERO_OFFLOAD_NVME), dev, comm) ==
+             ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(strstr(zero_last_error(), "nvme_path") != NULL);
+    ZT_CHECK(create_with(DESC(d.stage = 1, d.offload_optimizer = (zero_offload_device)3), dev, comm) ==
+             ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(create_with(DESC(d.stage = 1, d.offload_optimizer = ZERO_OFFLOAD_CPU, d.block_size = 5000),
+                         dev, comm) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(create_with(DESC(d.stage = 1, d.offload_optimizer = ZERO_OFFLOAD_CPU, d.queue_depth = -1),
+                         dev, comm) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(create_with(DESC(d.stage = 1, d.offload_optimizer = ZERO_OFFLOAD_CPU, d.buffer_count = 1),
+                         dev, comm) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(create_with(DESC(d.stage = 1, d.pin_memory = 2), dev, comm) == ZERO_ERROR_INVALID_ARGUMENT);
+    /* defaults: DeepSpeed's */
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    d.offload_optimizer = ZERO_OFFLOAD_CPU;
+    d.offload_param = ZERO_OFFLOAD_CPU;
+    d.device = dev;
+    d.comm = comm;
+    memset(&got, 0, sizeof got);
+    ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
+    ZT_CHECK(zero_engine_get_desc(e, &got) == ZERO_OK);
+    ZT_CHECK(got.sub_group_size == 1000000000u && got.buffer_count == 4 &&
+             got.buffer_size == 100000000u && got.block_size == 1048576u && got.queue_depth == 8 &&
+             got.pin_memory == 1 && got.host_threads >= 1);
+    zero_engine_destroy(e);
+#undef DESC
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+ZT_TEST(knobs_validated_with_clear_errors)
+{
+    ZT_CHECK(zero_local_run(1, knobs_rank, NULL) == ZERO_OK);
+    ZT_CHECK(strcmp(zero_offload_device_name(ZERO_OFFLOAD_NVME), "nvme") == 0);
+}
+
+/* ---- the device memory budget ---- */
+
+ZT_TEST(host_device_budget)
+{
+    zero_host_device_desc hd;
+    zero_device *dev;
+    void *a = NULL, *b = NULL;
+    size_t cap = 0, used = 0;
+    char want[64];
+    memset(&hd, 0, sizeof hd);
+    hd.capacity = 1000;
+    ZT_CHECK(zero_host_device_create(&hd, &dev) == ZERO_OK);
+    ZT_CHECK(dev->ops->alloc(dev, 600, ZERO_MEM_PARAM, &a) == ZERO_OK);
+    ZT_CHECK(dev->ops->alloc(dev, 401, ZERO_MEM_MASTER, &b) == ZERO_ERROR_OUT_OF_MEMORY && b == NULL);
+    ZT_CHECK(strstr(zero_last_error(), "401 bytes") && strstr(zero_last_error(), "budget 1000"));
+    ZT_CHECK(dev->ops->memory_info(dev, &cap, &used) == ZERO_OK && cap == 1000 && used == 600);
+    ZT_CHECK(dev->ops->alloc(dev, 400, ZERO_MEM_MASTER, &b) == ZERO_OK); /* exactly full */
+    ZT_CHECK(dev->ops->free(dev, a) == ZERO_OK);
+    ZT_CHECK(dev->ops->alloc(dev, 600, ZERO_MEM_PARAM, &a) == ZERO_OK); /* freed bytes return */
+    ZT_CHECK(dev->ops->alloc(dev, 2000, ZERO_MEM_PARAM, &b) == ZERO_ERROR_OUT_OF_MEMORY);
+    snprintf(want, sizeof want, "%d bytes", 2000);
+    ZT_CHECK(strstr(zero_last_error(), want) != NULL);
+    zero_device_destroy(dev);
+    /* no budget: capacity reported as SIZE_MAX */
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    ZT_CHECK(dev->ops->memory_info(dev, &cap, NULL) == ZERO_OK && cap == (size_t)-1);
+    zero_device_destroy(dev);
+}
+
+/* A model whose states exceed the budget: commit fails on every rank with the message that
+   names the budget and the offload setting that fits; with that setting it trains. */
+ZT_TEST(over_budget_commit_names_the_fitting_offload)
+{
+    ec_cfg c;
+    ec_result *r;
+    size_t S, plain_dev, cap;
+    int world = 2;
+    ec_cfg_init(&c, 2, world, ZERO_F16, 1, 2);
+    c.sizes[5] = 4000; /* a bigger model so states dominate the buffers */
+    /* device bytes without offload and with, from a run without budget */
+    r = ec_run(&c);
+    ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+    plain_dev = r->mem[0].total_bytes;
+    S = r->plan_shard_total;
+    ec_result_free(r);
+    cap = plain_dev - 12 * S + 64; /* room for everything but the optimizer state */
+    c.device_capacity = cap;
+    r = ec_run(&c);
+    ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
+    ZT_CHECKF(strstr(r->err, "offload_optimizer=cpu would fit") != NULL, "%s", r->err);
+    ZT_CHECKF(strstr(r->err, "budget") != NULL, "%s", r->err);
+    ec_result_free(r);
+    c.offload_opt = ZERO_OFFLOAD_CPU;
+    r = ec_run(&c);
+    ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+    ZT_CHECK(r->mem[0].peak_total_bytes <= cap);
+    ec_result_free(r);
+    /* stage 3: only offloading the params too fits */
+    ec_cfg_init(&c, 3, world, ZERO_F16, 1, 2);
+    c.sizes[5] = 4000;
+    c.offload_opt = ZERO_OFFLOAD_CPU;
+    c.offload_param = ZERO_OFFLOAD_CPU;
+    r = ec_run(&c);
+    ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+    cap = r->mem[0].peak_total_bytes;
+    ec_result_free(r);
+    c.offload_opt = ZERO_OFFLOAD_NONE;
+    c.offload_param = ZERO_OFFLOAD_NONE;
+    c.device_capacity = cap + S; /* half of the 2 S bytes of param shards: only their offload fits */
+    r = ec_run(&c);
+    ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
+    ZT_CHECKF(strstr(r->err, "offload_param=cpu would fit") != NULL, "%s", r->err);
+    ec_result_free(r);
+}
+
+/* ---- accounting per tier ---- */
+
+/* Device and host bytes of every rank equal the ZeRO-Offload formula plus the declared
+   buffers: the device loses master, m, v (12 S); the host holds them, plus 2 staging tiles
+   each way (2 T c of gradients, 2 T p of params); with offload_param the partitioned
+   groups' param shards (p S_np) move from the device to the host. */
+ZT_TEST(tier_accounting_matches_the_formula)
+{
+    int st, par, rk;
+    for (st = 1; st <= 3; st++)
+        for (par = 0; par <= (st == 3); par++) {
+            ec_cfg c;
+            ec_result *plain, *off;
+            size_t T = 40, p = 2, S, Snp = 0;
+            ec_cfg_init(&c, st, 3, ZERO_F16, 2, 1);
+            c.comm_dtype = ZERO_F32;
+            if (st == 3) c.persist = 20;
+            plain = ec_run(&c);
+            c.offload_opt = ZERO_OFFLOAD_CPU;
+            c.offload_param = par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+            c.sub_group = T;
+            off = ec_run(&c);
+            ZT_CHECKF(plain->rc == ZERO_OK && off->rc == ZERO_OK, "%s %s", plain->err, off->err);
+            S = off->plan_shard_total;
+            if (st == 3) Snp = (off->plan_total - off->persist_total) / 3;
+            for (rk = 0; rk < 3; rk++) {
+                const zero_engine_memory *pd = &plain->mem[rk], *od = &off->mem[rk],
+                                         *oh = &off->host_mem[rk];
+                ZT_CHECK(od->bytes[ZERO_MEM_MASTER] == 0 && od->bytes[ZERO_MEM_MOMENT1] == 0 &&
+                         od->bytes[ZERO_MEM_MOMENT2] == 0);
+                ZT_CHECK(oh->bytes[ZERO_MEM_MASTER] == 4 * S && oh->bytes[ZERO_MEM_MOMENT1] == 4 * S &&
+                         oh->bytes[ZERO_MEM_MOMENT2] == 4 * S);
+                ZT_CHECK(od->total_bytes + 12 * S + (par ? p * Snp : 0) == pd->total_bytes);
+                ZT_CHECK(od->bytes[ZERO_MEM_PARAM] + (par ? p * Snp : 0) == pd->bytes[ZERO_MEM_PARAM]);
+                ZT_CHECK(oh->bytes[ZERO_MEM_GRAD] == 2 * T * 4); /* comm dtype f32 */
+                ZT_CHECKF(oh->bytes[ZERO_MEM_PARAM] == 2 * T * p + (par ? p * Snp : 0),
+                          "stage %d par %d: host params %zu", st, par, oh->bytes[ZERO_MEM_PARAM]);
+                ZT_CHECK(oh->total_bytes == 12 * S + 2 * T * (4 + p) + (par ? p * Snp : 0));
+                ZT_CHECK(oh->peak_total_bytes == oh->total_bytes);
+                ZT_CHECK(oh->allocations == (size_t)(par ? 6 : 5));
+                /* and the paper's offload row: device = the stage's params + grads */
+                ZT_CHECK(plain->host_mem[rk].total_bytes == 0);
+            }
+            ec_result_free(plain);
+            ec_result_free(off);
+        }
+}
+
+/* The estimator's offload rows (paper mode): the optimizer state moves to host or NVMe,
+   with offload_param the param shard too. */
+ZT_TEST(estimator_offload_tiers)
+{
+    zero_estimate_desc d;
+    zero_estimate a, b;
+    uint64_t mx_plain, mx_off;
+    memset(&d, 0, sizeof d);
+    d.params = 1000003;
+    d.ranks = 4;
+    d.stage = 3;
+    ZT_CHECK(zero_estimate_compute(&d, &a) == ZERO_OK);
+    d.offload_optimizer = ZERO_OFFLOAD_NVME;
+    d.offload_param = ZERO_OFFLOAD_CPU;
+    ZT_CHECK(zero_estimate_compute(&d, &b) == ZERO_OK);
+    ZT_CHECK(b.device_bytes == a.grads_bytes && b.params_bytes == 0);
+    ZT_CHECK(b.nvme_bytes == a.optimizer_bytes && b.host_bytes == a.params_bytes);
+    d.offload_param = ZERO_OFFLOAD_NONE;
+    d.stage = 2;
+    d.offload_param = ZERO_OFFLOAD_CPU;
+    ZT_CHECK(zero_estimate_compute(&d, &b) == ZERO_ERROR_INVALID_ARGUMENT);
+    d.offload_param = ZERO_OFFLOAD_NONE;
+    d.offload_optimizer = ZERO_OFFLOAD_NONE;
+    ZT_CHECK(zero_estimate_max_params(&d, 1u << 30, &mx_plain) == ZERO_OK);
+    d.offload_optimizer = ZERO_OFFLOAD_CPU;
+    ZT_CHECK(zero_estimate_max_params(&d, 1u << 30, &mx_off) == ZERO_OK);
+    /* stage 2, N = 4: 2 Psi + 14 Psi/4 = 5.5 Psi vs 2 Psi + 2 Psi/4 = 2.5 Psi */
+    ZT_CHECK(mx_off > 2 * mx_plain && mx_off < 3 * mx_plain);
+}
+
+ZT_TEST(memory_tier_query_errors)
+{
+    zero_engine_memory m;
+    ZT_CHECK(zero_engine_memory_tier(NULL, ZERO_TIER_HOST, &m) == ZERO_ERROR_INVALID_ARGUMENT);
+}
+
+int main(void)
+{
+    ZT_RUN(knobs_validated_with_clear_errors);
+    ZT_RUN(host_device_budget);
+    ZT_RUN(offloaded_step_is_bit_identical);
+    ZT_RUN(offload_exact_with_faults_and_settings);
+    ZT_RUN(over_budget_commit_names_the_fitting_offload);
+    ZT_RUN(tier_accounting_matches_the_formula);
+    ZT_RUN(estimator_offload_tiers);
+    ZT_RUN(memory_tier_query_errors);
+    return zt_summary();
+}
