@@ -829,7 +829,13 @@ static zero_result zero_cuda__reserve(zero_device *dev, size_t total_bytes, size
         pthread_mutex_unlock(&d->mu);
         zero__free(NULL, a);
         zero__free(NULL, b);
+        size_t fb = 0, tb = 0;
         (void)cudaGetLastError(); /* an OOM is not sticky: clear it */
+        if (e == cudaErrorMemoryAllocation && cudaMemGetInfo(&fb, &tb) == cudaSuccess)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                              "cuda reserve: %zu bytes asked, device memory %zu bytes (%zu free)", bytes, tb,
+                              fb);
+        (void)cudaGetLastError();
         return zero__fail(e == cudaErrorMemoryAllocation ? ZERO_ERROR_OUT_OF_MEMORY : ZERO_ERROR_DEVICE,
                           "cuda reserve: cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
     }
@@ -1423,6 +1429,24 @@ static void zero_cuda__destroy(zero_device *dev)
     zero__free(NULL, d);
 }
 
+/* The device's capacity (total memory) and the bytes in use on it (by every process), from
+   cudaMemGetInfo: the budget the engine names when an allocation does not fit. */
+static zero_result zero_cuda__memory_info(zero_device *dev, size_t *capacity, size_t *used)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    zero_result res;
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda memory_info: dev is not a CUDA device");
+    if ((res = guard.enter(d->ordinal, "cuda memory_info")) != ZERO_OK) return res;
+    e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) return zero_cuda__err(e, "cuda memory_info: cudaMemGetInfo");
+    if (capacity) *capacity = total_b;
+    if (used) *used = total_b - free_b;
+    return ZERO_OK;
+}
+
 static const zero_device_ops zero_cuda__ops = {
     "cuda",
     zero_cuda__destroy,
@@ -1446,6 +1470,9 @@ static const zero_device_ops zero_cuda__ops = {
     zero_cuda__sumsq,
     zero_cuda__grad_mul,
     zero_cuda__adam,
+    zero_cuda_host_alloc, /* pinned host memory for the offload tier */
+    zero_cuda_host_free,
+    zero_cuda__memory_info,
 };
 
 ZERODEF int zero_cuda_device_count(void)

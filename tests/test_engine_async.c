@@ -8,7 +8,14 @@
    after it). Every device byte range an op, a collective (on ZERO_QUEUE_COMM) or the user
    (reads of gathered params and writes of gradients, on ZERO_QUEUE_COMPUTE) touches is
    logged; two accesses from different queues, one a write, must be ordered by the clocks,
-   as CUDA streams would require. Any unordered pair is a race the CUDA device would hit. */
+   as CUDA streams would require. Any unordered pair is a race the CUDA device would hit.
+
+   Offload: uploads and downloads also log their host range (staging tiles, offloaded
+   shards), and with 'defer' set the transfers on ZERO_QUEUE_OFFLOAD really run late: they
+   wait in a list until the host syncs that queue or another queue waits on an event
+   recorded on it, as a DMA engine would, so host code that reads a downloaded tile (or
+   rewrites a buffer being uploaded) without the sync sees stale data and the run's state
+   differs from the plain run's. */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
@@ -37,11 +44,35 @@ typedef struct vc_dev {
     void *ptrs[64];
     size_t sizes[64];
     int nptrs;
+    /* deferred OFFLOAD transfers */
+    int defer;
+    struct {
+        int up;
+        void *dst;
+        const void *src;
+        size_t b;
+    } pend[512];
+    int npend;
 } vc_dev;
 
 typedef struct vc_event {
     uint64_t vc[NQ];
+    int q; /* the queue that recorded it */
 } vc_event;
+
+/* Runs the deferred OFFLOAD transfers, in order. */
+static zero_result vc_flush(vc_dev *v)
+{
+    int i;
+    zero_result r = ZERO_OK;
+    for (i = 0; i < v->npend && r == ZERO_OK; i++)
+        r = v->pend[i].up ? v->inner->ops->upload(v->inner, ZERO_QUEUE_OFFLOAD, v->pend[i].dst, v->pend[i].src,
+                                                  v->pend[i].b)
+                          : v->inner->ops->download(v->inner, ZERO_QUEUE_OFFLOAD, v->pend[i].dst,
+                                                    v->pend[i].src, v->pend[i].b);
+    v->npend = 0;
+    return r;
+}
 
 static ZERO__THREAD_LOCAL vc_dev *vc_current; /* the rank's checking device (for its comm) */
 
@@ -146,6 +177,7 @@ static zero_result vc_record(zero_device *d, zero_queue q, zero_event *ev)
     vc_dev *v = VD(d);
     vc_begin(v, (int)q);
     memcpy(((vc_event *)ev)->vc, v->clock[q], sizeof v->clock[q]);
+    ((vc_event *)ev)->q = (int)q;
     return ZERO_OK;
 }
 static zero_result vc_wait(zero_device *d, zero_queue q, zero_event *ev)
@@ -154,6 +186,7 @@ static zero_result vc_wait(zero_device *d, zero_queue q, zero_event *ev)
     int k;
     for (k = 0; k < NQ; k++)
         if (((vc_event *)ev)->vc[k] > v->clock[q][k]) v->clock[q][k] = ((vc_event *)ev)->vc[k];
+    if (((vc_event *)ev)->q == ZERO_QUEUE_OFFLOAD && q != ZERO_QUEUE_OFFLOAD) return vc_flush(v);
     return ZERO_OK;
 }
 static zero_result vc_sync(zero_device *d, zero_queue q)
@@ -162,6 +195,7 @@ static zero_result vc_sync(zero_device *d, zero_queue q)
     int k;
     for (k = 0; k < NQ; k++)
         if (v->clock[q][k] > v->host[k]) v->host[k] = v->clock[q][k];
+    if (q == ZERO_QUEUE_OFFLOAD) return vc_flush(v);
     return ZERO_OK;
 }
 static void *vc_native(zero_device *d, zero_queue q)
@@ -179,14 +213,32 @@ static zero_result vc_copy(zero_device *d, zero_queue q, void *dst, const void *
 }
 static zero_result vc_upload(zero_device *d, zero_queue q, void *dst, const void *h, size_t b)
 {
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, dst, b, 1, "upload");
+    vc_dev *v = VD(d);
+    vc_begin(v, q);
+    vc_touch(v, q, dst, b, 1, "upload");
+    vc_touch(v, q, h, b, 0, "upload host source");
+    if (v->defer && q == ZERO_QUEUE_OFFLOAD && v->npend < 512) {
+        v->pend[v->npend].up = 1;
+        v->pend[v->npend].dst = dst;
+        v->pend[v->npend].src = h;
+        v->pend[v->npend++].b = b;
+        return ZERO_OK;
+    }
     return IN(d)->ops->upload(IN(d), q, dst, h, b);
 }
 static zero_result vc_download(zero_device *d, zero_queue q, void *h, const void *src, size_t b)
 {
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, src, b, 0, "download");
+    vc_dev *v = VD(d);
+    vc_begin(v, q);
+    vc_touch(v, q, src, b, 0, "download");
+    vc_touch(v, q, h, b, 1, "download host destination");
+    if (v->defer && q == ZERO_QUEUE_OFFLOAD && v->npend < 512) {
+        v->pend[v->npend].up = 0;
+        v->pend[v->npend].dst = h;
+        v->pend[v->npend].src = src;
+        v->pend[v->npend++].b = b;
+        return ZERO_OK;
+    }
     return IN(d)->ops->download(IN(d), q, h, src, b);
 }
 static zero_result vc_fill(zero_device *d, zero_queue q, void *dst, size_t b)
@@ -349,6 +401,8 @@ static zero_comm_ops vcc_ops = {"vc", vcc_destroy, vcc_ag, vcc_rs, vcc_ar, vcc_b
 
 typedef struct arun {
     int stage, accum, steps, world;
+    int offload; /* 0 none, 1 optimizer on the CPU, 2 params too (stage 3); deferred transfers */
+    uint64_t hash[EC_MAX_RANKS]; /* FNV-1a of every tensor's master and params after the run */
     zero_dtype dt, cdt;
     size_t bucket, persist, max_live;
     int prefetch;
@@ -387,6 +441,12 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
     d.clip_norm = 0.5f;
     d.device = dev;
     d.comm = &wrap.base;
+    if (A->offload) {
+        d.offload_optimizer = ZERO_OFFLOAD_CPU;
+        d.offload_param = A->offload == 2 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+        d.sub_group_size = 29; /* many tiles: the pipeline's staging tiles are reused */
+        vc_current->defer = 1;
+    }
     r = zero_engine_create(&d, &e);
     for (t = 0; t < c.ntensors && !r; t++) {
         char name[16];
@@ -444,6 +504,18 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
         }
         if (!r) r = zero_engine_step(e, NULL);
     }
+    A->hash[rank] = 1469598103934665603ull;
+    for (t = 0; t < c.ntensors && !r; t++) {
+        unsigned char buf[512 * 4];
+        zero_range rg;
+        int kind;
+        size_t i;
+        for (kind = 0; kind < 2 && !r; kind++) {
+            memset(buf, 0, sizeof buf);
+            r = zero_engine_read_tensor(e, ids[t], kind ? ZERO_STATE_MASTER : ZERO_STATE_PARAM, buf, &rg);
+            for (i = 0; i < sizeof buf; i++) A->hash[rank] = (A->hash[rank] ^ buf[i]) * 1099511628211ull;
+        }
+    }
 out:
     A->races[rank] = vc_current->races;
     memcpy(A->first[rank], vc_current->first_race, sizeof A->first[rank]);
@@ -494,6 +566,38 @@ static void check_async(arun *A, const char *label)
     for (rk = 0; rk < A->world; rk++)
         ZT_CHECKF(A->races[rk] == 0, "%s rank %d: %d races, first: %s", label, rk, A->races[rk],
                   A->first[rk]);
+}
+
+/* The offloaded step on a device whose OFFLOAD transfers run late: no race, and the same
+   params and master weights as the plain run (a missing host sync would read stale tiles). */
+ZT_TEST(offload_orders_its_queues)
+{
+    int st, v, o;
+    for (st = 1; st <= 3; st++)
+        for (v = 0; v < 2; v++) {
+            uint64_t plain[EC_MAX_RANKS];
+            for (o = 0; o <= (st == 3 ? 2 : 1); o++) {
+                arun A;
+                char label[64];
+                int rk;
+                memset(&A, 0, sizeof A);
+                A.stage = st;
+                A.world = 3;
+                A.steps = 3;
+                A.dt = v ? ZERO_BF16 : ZERO_F16;
+                A.accum = v ? 2 : 1;
+                if (v) A.cdt = ZERO_F32;
+                if (v && st == 3) A.persist = 20;
+                A.offload = o;
+                snprintf(label, sizeof label, "stage %d variant %d offload %d", st, v, o);
+                check_async(&A, label);
+                for (rk = 0; rk < A.world; rk++) {
+                    if (o == 0) plain[rk] = A.hash[rk];
+                    else ZT_CHECKF(A.hash[rk] == plain[rk], "%s rank %d: state differs from the plain run",
+                                   label, rk);
+                }
+            }
+        }
 }
 
 ZT_TEST(engine_orders_its_queues)
@@ -569,6 +673,7 @@ int main(void)
 {
     ZT_RUN(checker_detects_unordered_queues);
     ZT_RUN(engine_orders_its_queues);
+    ZT_RUN(offload_orders_its_queues);
     ZT_RUN(set_tensor_waits_for_prefetch);
     return zt_summary();
 }
