@@ -5889,6 +5889,8 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     int i, k, nth = 0;
     char fits[160];
     const char *fail_cat = "?";
+    memset(&now, 0, sizeof now);
+    memset(&alt, 0, sizeof alt);
     for (i = 0; i < sz->n; i++) (void)zero__add_size(need, sz->bytes[i], &need);
     for (i = 1, k = 1; i < sz->n; i++) /* the failed one: the first not allocated */
         if (sz->bytes[i]) {
@@ -5925,7 +5927,8 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
         if (zero_estimate_compute(&ed, &alt) != ZERO_OK) continue;
         dev_bytes = (size_t)alt.device_bytes + buffers;
         if (dev_bytes <= avail) {
-            snprintf(fits, sizeof fits, "%s would fit (%zu device bytes)", cand[i].name, dev_bytes);
+            snprintf(fits, sizeof fits, "%s would fit (%zu device bytes)",
+                     e->stage == 3 && cand[i].stage3 ? cand[i].name + 13 : cand[i].name, dev_bytes);
             break;
         }
         if (nth++ == 0)

@@ -13,7 +13,15 @@
    step. The four stages print the same losses: their parameters are bit-identical.
 
        build/train_mlp [--stage S] [--ranks N] [--steps T] [--dtype f16|bf16] [--accum A]
-                       [--batch B] [--lr LR] */
+                       [--batch B] [--lr LR]
+
+   ZeRO-Offload (docs/offload.md): --device-memory SIZE gives each rank's host device a
+   budget (4MB, 64MiB, 300KiB or plain bytes); --offload-optimizer none|cpu|nvme,
+   --offload-param none|cpu|nvme and --nvme-path DIR set the engine's offload knobs. With
+   any of them it runs one stage (--stage, default 3) under the budget and the same run with
+   neither budget nor offload, and prints the bytes per tier, the step times and whether
+   the final losses are the same: over the budget without offload it stops at commit with
+   the engine's out-of-memory message. */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "examples/mlp_common.h" /* shape, teacher, batches, tensors, initial values */
@@ -31,6 +39,11 @@ typedef struct opts {
     int stage, ranks, steps, accum, batch;
     zero_dtype dtype;
     float lr;
+    /* offload demo */
+    int offload_demo;
+    size_t device_memory; /* 0 = no budget */
+    zero_offload_device oopt, oparam;
+    const char *nvme_path;
 } opts;
 
 typedef struct run {
@@ -40,6 +53,8 @@ typedef struct run {
     int skipped;            /* steps skipped for inf/NaN (rank 0's count)            */
     double seconds;         /* training loop, rank 0                                 */
     zero_engine_memory mem; /* rank 0                                                */
+    zero_engine_memory host_mem; /* rank 0, host tier (offload)                      */
+    int plain;              /* offload demo: the reference run (no budget, no offload)  */
     zero_traffic traffic;   /* rank 0, last step                                     */
     size_t psi;             /* the plan's padded total                               */
     float final_scale;
@@ -78,8 +93,22 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     memset(act, 0, sizeof act);
     memset(dact, 0, sizeof dact);
 
-    CHECK(zero_host_device_create(NULL, &dev));
+    {
+        zero_host_device_desc hd;
+        memset(&hd, 0, sizeof hd);
+        if (!R->plain) hd.capacity = o->device_memory;
+        CHECK(zero_host_device_create(&hd, &dev));
+    }
     mlp_engine_desc(&d, R->stage, o->dtype, o->accum, o->lr);
+    if (o->offload_demo) { /* both runs: one gather slot, no prefetch (small buffers) */
+        d.prefetch_depth = -1;
+        d.max_live_numel = (size_t)2 * HID * HID - 1;
+    }
+    if (o->offload_demo && !R->plain) {
+        d.offload_optimizer = o->oopt;
+        d.offload_param = o->oparam;
+        d.nvme_path = o->nvme_path;
+    }
     d.device = dev;
     d.comm = comm;
     CHECK(zero_engine_create(&d, &e));
@@ -185,6 +214,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     if (rank == 0) {
         R->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         zero_engine_memory_usage(e, &R->mem);
+        zero_engine_memory_tier(e, ZERO_TIER_HOST, &R->host_mem);
         zero_engine_traffic(e, &R->traffic, NULL);
         R->psi = zero_plan_total_numel(plan);
         R->final_scale = zero_engine_loss_scale(e);
@@ -243,7 +273,96 @@ static double states_of(const zero_engine_memory *m)
 static void usage(void)
 {
     fprintf(stderr, "usage: train_mlp [--stage 0..3] [--ranks N] [--steps T] [--dtype f16|bf16] "
-                    "[--accum A] [--batch B] [--lr LR]\n");
+                    "[--accum A] [--batch B] [--lr LR]\n"
+                    "                 [--device-memory SIZE] [--offload-optimizer none|cpu|nvme] "
+                    "[--offload-param none|cpu|nvme] [--nvme-path DIR]\n");
+}
+
+/* "4MB", "64MiB", "300KiB", "1GB" or plain bytes; 0 on a malformed size. */
+static size_t parse_size(const char *v)
+{
+    static const struct { const char *suffix; double mul; } units[] = {
+        {"", 1.0}, {"B", 1.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+    };
+    char *end;
+    double x = strtod(v, &end);
+    size_t u;
+    if (end == v || !(x > 0)) return 0;
+    for (u = 0; u < sizeof units / sizeof units[0]; u++)
+        if (!strcmp(end, units[u].suffix)) {
+            x *= units[u].mul;
+            return x < 1.8e19 ? (size_t)x : 0;
+        }
+    return 0;
+}
+
+static int parse_tier(const char *v, zero_offload_device *out)
+{
+    if (!strcmp(v, "none")) *out = ZERO_OFFLOAD_NONE;
+    else if (!strcmp(v, "cpu")) *out = ZERO_OFFLOAD_CPU;
+    else if (!strcmp(v, "nvme")) *out = ZERO_OFFLOAD_NVME;
+    else return -1;
+    return 0;
+}
+
+static double final_loss(const run *R, const opts *o)
+{
+    int rk, s, tail = o->steps >= 10 ? 10 : o->steps;
+    double l = 0;
+    for (rk = 0; rk < o->ranks; rk++)
+        for (s = o->steps - tail; s < o->steps; s++) l += R->loss[(size_t)s * o->ranks + rk];
+    return l / ((double)o->ranks * tail);
+}
+
+/* The offload demo: one stage under the device budget with the offload settings, and the
+   same stage with neither; per-tier bytes, step times and the final losses. */
+static int offload_demo(opts *o)
+{
+    run R[2];
+    int i;
+    const zero_engine_memory *dm, *hm;
+    if (o->stage < 0) o->stage = 3;
+    printf("ZeRO-Offload demo: stage %d, %d rank(s), MLP %d-%d-%d-%d (%s), %d steps; device budget "
+           "%zu B per rank, offload_optimizer %s, offload_param %s\n",
+           o->stage, o->ranks, IN, HID, HID, OUT, zero_dtype_name(o->dtype), o->steps,
+           o->device_memory, zero_offload_device_name(o->oopt), zero_offload_device_name(o->oparam));
+    for (i = 0; i < 2; i++) {
+        zero_result r;
+        memset(&R[i], 0, sizeof R[i]);
+        R[i].o = o;
+        R[i].stage = o->stage;
+        R[i].plain = i;
+        R[i].loss = (double *)calloc((size_t)o->steps * o->ranks, sizeof(double));
+        r = zero_local_run(o->ranks, rank_main, &R[i]);
+        if (r != ZERO_OK) {
+            fprintf(stderr, "%s run failed: %s: %s\n", i ? "plain" : "budgeted", zero_result_string(r),
+                    zero_last_error());
+            free(R[0].loss);
+            if (i) free(R[1].loss);
+            return 1;
+        }
+    }
+    for (i = 0; i < 2; i++) {
+        dm = &R[i].mem;
+        hm = &R[i].host_mem;
+        printf("%-9s device %8zu B (params %zu, grads %zu, master+m+v %zu, buffers %zu) peak %zu | "
+               "host %8zu B (master+m+v %zu, params %zu, staging grads %zu) | nvme 0 B | "
+               "%.3f ms/step | final loss %.6f\n",
+               i ? "plain:" : "offload:", dm->total_bytes, dm->bytes[ZERO_MEM_PARAM], dm->bytes[ZERO_MEM_GRAD],
+               dm->bytes[ZERO_MEM_MASTER] + dm->bytes[ZERO_MEM_MOMENT1] + dm->bytes[ZERO_MEM_MOMENT2],
+               dm->bytes[ZERO_MEM_BUCKET] + dm->bytes[ZERO_MEM_GATHER] + dm->bytes[ZERO_MEM_SCRATCH],
+               dm->peak_total_bytes, hm->total_bytes,
+               hm->bytes[ZERO_MEM_MASTER] + hm->bytes[ZERO_MEM_MOMENT1] + hm->bytes[ZERO_MEM_MOMENT2],
+               hm->bytes[ZERO_MEM_PARAM], hm->bytes[ZERO_MEM_GRAD], 1e3 * R[i].seconds / o->steps,
+               final_loss(&R[i], o));
+    }
+    i = memcmp(R[0].loss, R[1].loss, sizeof(double) * (size_t)o->steps * o->ranks) == 0;
+    printf("%s\n", i ? "same losses at every step as the plain run (bit-identical parameters)"
+                     : "WARNING: the losses differ from the plain run");
+    free(R[0].loss);
+    free(R[1].loss);
+    return i ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -271,6 +390,22 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[a], "--accum")) o.accum = atoi(v);
         else if (!strcmp(argv[a], "--batch")) o.batch = atoi(v);
         else if (!strcmp(argv[a], "--lr")) o.lr = (float)atof(v);
+        else if (!strcmp(argv[a], "--device-memory")) {
+            o.offload_demo = 1;
+            if ((o.device_memory = parse_size(v)) == 0) {
+                usage();
+                return 2;
+            }
+        } else if (!strcmp(argv[a], "--offload-optimizer") || !strcmp(argv[a], "--offload-param")) {
+            o.offload_demo = 1;
+            if (parse_tier(v, argv[a][10] == 'o' ? &o.oopt : &o.oparam) != 0) {
+                usage();
+                return 2;
+            }
+        } else if (!strcmp(argv[a], "--nvme-path")) {
+            o.offload_demo = 1;
+            o.nvme_path = v;
+        }
         else if (!strcmp(argv[a], "--dtype")) {
             if (!strcmp(v, "f16")) o.dtype = ZERO_F16;
             else if (!strcmp(v, "bf16")) o.dtype = ZERO_BF16;
@@ -290,6 +425,7 @@ int main(int argc, char **argv)
     }
     if (o.stage >= 0) first = last = o.stage;
     teacher_init();
+    if (o.offload_demo) return offload_demo(&o);
     printf("ZeRO on %d simulated ranks (threads, local comm, host device): MLP %d-%d-%d-%d, "
            "%s params, %d steps of %d micro-step(s) x %d samples per rank\n",
            o.ranks, IN, HID, HID, OUT, zero_dtype_name(o.dtype), o.steps, o.accum, o.batch);
