@@ -836,6 +836,210 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
 ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow);
 
 /* ======================================================================================
+   NVMe I/O: the I/O engine of ZeRO-Infinity's NVMe tier. Owns asynchronous reads and
+   writes of byte ranges between host buffers and per-rank files (io_uring through raw
+   syscalls, or a pool of threads doing pread/pwrite), O_DIRECT with aligned buffers and a
+   buffered fallback, the file store, and a checksum per written range. Linux; elsewhere
+   zero_io_create() returns ZERO_ERROR_UNSUPPORTED. docs/nvme.md has the longer story.
+   ====================================================================================== */
+/* NVMe I/O declarations.
+
+   MODEL
+       zero_io_create(&desc, &io)                  one engine (a ring or a thread pool)
+       zero_io_file_create(io, dir, "optim", rank, bytes, &f)
+                                                   one preallocated file, removed on destroy
+       zero_io_write(f, offset, buf, bytes, &t)    queued at once, split into block_size
+       zero_io_read(f, offset, buf, bytes, &t)     requests, queue_depth of them in flight
+       ... compute while the requests run ...
+       zero_io_wait(io, t)                         ZERO_OK, or the error of that transfer
+       zero_io_file_destroy(f); zero_io_destroy(io)
+
+   ALIGNMENT. offset must be a multiple of ZERO_IO_ALIGN. buf and bytes may be anything:
+   requests whose buffer address or length is not aligned go through an internal aligned
+   bounce buffer (a copy); buffers from zero_io_buffer_alloc() with offsets and lengths in
+   multiples of ZERO_IO_ALIGN go straight to the disk (no copy). A file's layout is
+   therefore best planned in multiples of ZERO_IO_ALIGN (zero_io_align_up()).
+
+   INTEGRITY. The file remembers every range written through it: offset, size and a 64-bit
+   checksum of its bytes (computed when the write is queued). A read must name exactly a
+   range written before (same offset and size; anything else is INVALID_ARGUMENT), and its
+   wait recomputes the checksum of what arrived: a file changed or truncated under the
+   engine, a short read or a write that failed gives ZERO_ERROR_IO naming the file, the
+   offset and the cause, never silently wrong bytes. A write that overlaps earlier ranges
+   forgets them.
+
+   ORDERING. Requests of different tickets may complete in any order. Do not read a range
+   whose write has not been waited for (INVALID_STATE), and do not touch a buffer between
+   the call that queued it and the wait for its ticket. Every call is thread-safe.
+
+   ERRORS. zero_io_wait() returns ZERO_ERROR_IO with "zero_io: read of <path> at offset
+   <o> (<n> bytes): <cause>" in zero_last_error(); the first failing request of a ticket
+   decides its error. A failed transfer leaves the engine usable: other tickets are not
+   affected, and the failed range reads as an error until it is written again. */
+
+#define ZERO_IO_ALIGN 4096u                  /* offsets, direct buffers and lengths          */
+#define ZERO_IO_DEFAULT_BLOCK_SIZE (1u << 20) /* bytes per request (DeepSpeed: 1 MiB)         */
+#define ZERO_IO_DEFAULT_QUEUE_DEPTH 8         /* requests in flight (DeepSpeed: 8)            */
+
+typedef enum zero_io_backend {
+    ZERO_IO_BACKEND_AUTO = 0,     /* io_uring where the kernel allows it, else threads       */
+    ZERO_IO_BACKEND_IO_URING = 1, /* io_uring or UNSUPPORTED at create (ENOSYS, EPERM, ...)  */
+    ZERO_IO_BACKEND_THREADS = 2   /* queue_depth threads doing pread / pwrite                */
+} zero_io_backend;
+
+typedef enum zero_io_direct {
+    ZERO_IO_DIRECT_DEFAULT = 0,  /* O_DIRECT; buffered where the file system refuses it,
+                                    said once through the log callback                       */
+    ZERO_IO_DIRECT_REQUIRE = 1,  /* O_DIRECT or UNSUPPORTED at zero_io_file_create()          */
+    ZERO_IO_DIRECT_OFF = 2       /* buffered I/O (the page cache)                             */
+} zero_io_direct;
+
+/* Receives one line of text (no newline) about a choice the engine made on its own (the
+   buffered fallback). Called from the thread that made the call, never with a lock held. */
+typedef void (*zero_io_log_fn)(const char *message, void *user);
+
+/* Zero-initialised = defaults. */
+typedef struct zero_io_desc {
+    size_t block_size;       /* bytes per request; 0 = 1 MiB; a multiple of ZERO_IO_ALIGN  */
+    int queue_depth;         /* requests in flight; 0 = 8; at most 1024                      */
+    zero_io_backend backend; /* AUTO = io_uring if available, else threads                   */
+    zero_io_direct direct;   /* DEFAULT = O_DIRECT with the buffered fallback                */
+    zero_io_log_fn log;      /* NULL = one line on stderr, prefixed "zero: "                 */
+    void *log_user;
+    zero_allocator allocator; /* the engine's own memory and zero_io_buffer_alloc(); all NULL
+                                 = ZERO_MALLOC / ZERO_FREE                                   */
+} zero_io_desc;
+
+typedef struct zero_io zero_io;
+typedef struct zero_io_file zero_io_file;
+
+/* A queued transfer. 0 is never a valid ticket. */
+typedef uint64_t zero_io_ticket;
+
+/* What an engine is and has done. */
+typedef struct zero_io_stats {
+    zero_io_backend backend;  /* resolved: IO_URING or THREADS                              */
+    size_t block_size;
+    int queue_depth;
+    int buffered_fallbacks;   /* files opened buffered because O_DIRECT was refused          */
+    uint64_t requests;        /* block requests completed (both directions)                  */
+    uint64_t bytes_read;      /* bytes delivered by completed reads                          */
+    uint64_t bytes_written;
+    uint64_t bounced;         /* requests that went through a bounce buffer                  */
+    int max_in_flight;        /* most requests in flight at once                             */
+} zero_io_stats;
+
+/* A new I/O engine. desc NULL = defaults. INVALID_ARGUMENT: block_size not a multiple of
+   ZERO_IO_ALIGN, queue_depth outside 0..1024, an unknown backend or direct mode;
+   UNSUPPORTED: backend IO_URING where io_uring_setup fails (the errno is in the message),
+   or not Linux; OUT_OF_MEMORY; IO: a thread could not be started. */
+ZERODEF zero_result zero_io_create(const zero_io_desc *desc, zero_io **out);
+
+/* Waits for every queued request to finish (their results are dropped), stops the threads,
+   closes the ring and frees the engine. Files must be destroyed first (their requests are
+   waited for there); a file still open is destroyed here too. NULL is ignored. */
+ZERODEF void zero_io_destroy(zero_io *io);
+
+/* Fills *out. INVALID_ARGUMENT for NULL. */
+ZERODEF zero_result zero_io_get_stats(zero_io *io, zero_io_stats *out);
+
+/* "io_uring" or "threads" ("auto" for AUTO). Never NULL. */
+ZERODEF const char *zero_io_backend_name(zero_io_backend backend);
+
+/* x rounded up to a multiple of ZERO_IO_ALIGN (x itself when it is one). */
+ZERO_INLINE uint64_t zero_io_align_up(uint64_t x)
+{
+    return (x + (ZERO_IO_ALIGN - 1u)) & ~(uint64_t)(ZERO_IO_ALIGN - 1u);
+}
+
+/* A host buffer of at least 'bytes' bytes (rounded up to ZERO_IO_ALIGN), aligned to
+   ZERO_IO_ALIGN, from the engine's allocator; contents undefined. The caller owns it and
+   frees it with zero_io_buffer_free() on the same engine. INVALID_ARGUMENT: io or out NULL,
+   bytes 0; OVERFLOW; OUT_OF_MEMORY. */
+ZERODEF zero_result zero_io_buffer_alloc(zero_io *io, size_t bytes, void **out);
+
+/* Frees a buffer from zero_io_buffer_alloc() of this engine. NULL is ignored. */
+ZERODEF void zero_io_buffer_free(zero_io *io, void *buf);
+
+/* A new file of 'bytes' bytes (rounded up to ZERO_IO_ALIGN) under the directory 'dir',
+   named "zero-<name>-r<rank>-<pid>-<n>.bin" (n counts files made by this process, so
+   ranks, engines and runs sharing a directory never collide), created exclusively,
+   preallocated (fallocate, so the space is reserved now and a full disk is an error here,
+   not in the middle of a step) and opened with O_DIRECT unless the engine's direct mode
+   says otherwise. The file is removed by zero_io_file_destroy(). Errors, each naming the
+   path and the cause: INVALID_ARGUMENT (NULL, empty name, name with '/', rank < 0,
+   bytes 0); IO: dir missing (ENOENT) or not a directory, not writable (EACCES, EROFS),
+   not enough space (ENOSPC, with the bytes asked and free), any other open / fallocate
+   failure; UNSUPPORTED: O_DIRECT refused under ZERO_IO_DIRECT_REQUIRE. Nothing is left
+   on disk on error. */
+ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
+                                        uint64_t bytes, zero_io_file **out);
+
+/* Waits for the file's queued requests, closes and removes it, and frees the handle.
+   NULL is ignored. */
+ZERODEF void zero_io_file_destroy(zero_io_file *file);
+
+/* The file's path (owned by the file), its size in bytes, and 1 when it is opened with
+   O_DIRECT, 0 when buffered. NULL file: NULL / 0 / 0. */
+ZERODEF const char *zero_io_file_path(const zero_io_file *file);
+ZERODEF uint64_t zero_io_file_size(const zero_io_file *file);
+ZERODEF int zero_io_file_direct(const zero_io_file *file);
+
+/* Queues a write of bytes [0, bytes) of buf to [offset, offset + bytes) of the file and
+   returns at once with *ticket; the data is on the file (not necessarily on the platter)
+   when zero_io_wait(io, *ticket) returns ZERO_OK. buf stays owned by the caller and must
+   not change until then. The range's checksum is taken now. INVALID_ARGUMENT: NULL,
+   bytes 0, offset not a multiple of ZERO_IO_ALIGN, a range past the file's end;
+   INVALID_STATE: a queued read of an overlapping range not yet waited for;
+   OUT_OF_MEMORY. Nothing is queued on error. */
+ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const void *buf,
+                                  size_t bytes, zero_io_ticket *ticket);
+
+/* Queues a read of [offset, offset + bytes) of the file into buf (which must not be read
+   until the wait). The range must be one written before, exactly (offset and size).
+   INVALID_ARGUMENT: NULL, bytes 0, an unaligned offset, a range never written or not
+   exactly as written; INVALID_STATE: its write not yet waited for; IO: its last write
+   failed; OUT_OF_MEMORY. Nothing is queued on error. */
+ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
+                                 zero_io_ticket *ticket);
+
+/* Blocks until every request of the ticket has finished and forgets the ticket. ZERO_OK,
+   or ZERO_ERROR_IO with zero_last_error() naming the operation, file, offset and cause
+   (an errno's text, "short read: n of m bytes at offset o (end of file: truncated under
+   the engine?)", "checksum mismatch: the file changed under the engine"). INVALID_ARGUMENT
+   for an unknown ticket (never queued, or already waited for). */
+ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket);
+
+/* Waits for every ticket queued on the engine; returns the first error (by ticket order)
+   and forgets all of them. */
+ZERODEF zero_result zero_io_wait_all(zero_io *io);
+
+/* Fault injection, for tests: the engine counts block requests as they are issued, from 1
+   after this call; request number 'request' then fails. kind ERRNO: with errno 'err'
+   (ENOSPC, EIO, ...) instead of being issued; SHORT: it transfers nothing, as at the end of
+   the file; OPEN_DIRECT: the next O_DIRECT open is refused with EINVAL, as tmpfs and
+   overlayfs used to (request is ignored). A NULL fault (or kind NONE) clears it. One-shot:
+   the fault fires once. INVALID_ARGUMENT for a NULL io or an unknown kind. */
+typedef enum zero_io_fault_kind {
+    ZERO_IO_FAULT_NONE = 0,
+    ZERO_IO_FAULT_ERRNO = 1,
+    ZERO_IO_FAULT_SHORT = 2,
+    ZERO_IO_FAULT_OPEN_DIRECT = 3
+} zero_io_fault_kind;
+
+typedef struct zero_io_fault {
+    zero_io_fault_kind kind;
+    uint64_t request; /* 1 = the next request                        */
+    int err;          /* ERRNO: the errno to report (e.g. ENOSPC, EIO) */
+} zero_io_fault;
+
+ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault);
+
+/* A 64-bit checksum of bytes (xxHash64's construction, seed 0; written here, not copied):
+   what the file store keeps per range. Exposed for tests and tools. */
+ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
+
+/* ======================================================================================
    Engine: ZeRO stages 0-3 over a zero_device and a zero_comm.
    ====================================================================================== */
 /* Engine declarations: ZeRO stages 0-3, written once against
@@ -4660,6 +4864,84 @@ ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow)
     }
     scaler->iter += 1;
 }
+/* NVMe I/O implementation: see the NVMe I/O declarations and docs/nvme.md. (Stubs: the
+   engine lands in the next commit.) */
+
+ZERODEF const char *zero_io_backend_name(zero_io_backend backend)
+{
+    switch (backend) {
+    case ZERO_IO_BACKEND_AUTO: return "auto";
+    case ZERO_IO_BACKEND_IO_URING: return "io_uring";
+    case ZERO_IO_BACKEND_THREADS: return "threads";
+    }
+    return "?";
+}
+
+ZERODEF zero_result zero_io_create(const zero_io_desc *desc, zero_io **out)
+{
+    (void)desc;
+    if (out) *out = NULL;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_create: not implemented yet");
+}
+ZERODEF void zero_io_destroy(zero_io *io) { (void)io; }
+ZERODEF zero_result zero_io_get_stats(zero_io *io, zero_io_stats *out)
+{
+    (void)io; (void)out;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_get_stats: not implemented yet");
+}
+ZERODEF zero_result zero_io_buffer_alloc(zero_io *io, size_t bytes, void **out)
+{
+    (void)io; (void)bytes;
+    if (out) *out = NULL;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_buffer_alloc: not implemented yet");
+}
+ZERODEF void zero_io_buffer_free(zero_io *io, void *buf) { (void)io; (void)buf; }
+ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
+                                        uint64_t bytes, zero_io_file **out)
+{
+    (void)io; (void)dir; (void)name; (void)rank; (void)bytes;
+    if (out) *out = NULL;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_file_create: not implemented yet");
+}
+ZERODEF void zero_io_file_destroy(zero_io_file *file) { (void)file; }
+ZERODEF const char *zero_io_file_path(const zero_io_file *file) { (void)file; return NULL; }
+ZERODEF uint64_t zero_io_file_size(const zero_io_file *file) { (void)file; return 0; }
+ZERODEF int zero_io_file_direct(const zero_io_file *file) { (void)file; return 0; }
+ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const void *buf,
+                                  size_t bytes, zero_io_ticket *ticket)
+{
+    (void)file; (void)offset; (void)buf; (void)bytes;
+    if (ticket) *ticket = 0;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_write: not implemented yet");
+}
+ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
+                                 zero_io_ticket *ticket)
+{
+    (void)file; (void)offset; (void)buf; (void)bytes;
+    if (ticket) *ticket = 0;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_read: not implemented yet");
+}
+ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket)
+{
+    (void)io; (void)ticket;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_wait: not implemented yet");
+}
+ZERODEF zero_result zero_io_wait_all(zero_io *io)
+{
+    (void)io;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_wait_all: not implemented yet");
+}
+ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault)
+{
+    (void)io; (void)fault;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_inject_fault: not implemented yet");
+}
+ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes)
+{
+    (void)data; (void)bytes;
+    return 0;
+}
+
 /* Engine implementation: ZeRO stages 0-3 over zero_device/zero_comm.
 
    Layout. The plan packs every group into a flat buffer of numel elements (padded to a
