@@ -5260,15 +5260,7 @@ static void zero__io_slot_finish(zero_io *io, zero__io_slot *s, int err, int eof
     io->in_flight--;
     op->outstanding--;
     if (op->outstanding == 0 && op->issued == op->bytes) {
-        long ri = zero__io_range_find(op->file, op->offset);
         op->done = 1;
-        if (ri >= 0) {
-            zero__io_range *r = &op->file->ranges[ri];
-            if (op->write && r->state == ZERO__RANGE_WRITING)
-                r->state = op->failed ? ZERO__RANGE_FAILED : ZERO__RANGE_VALID;
-            else if (!op->write && r->readers > 0)
-                r->readers--;
-        }
         pthread_cond_broadcast(&io->done);
     }
 }
@@ -6085,13 +6077,23 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
     return ZERO_OK;
 }
 
-/* Waits for op (found under the lock), forgets it and returns its result. */
+/* Waits for op (found under the lock), updates its range (a write's range becomes readable,
+   or failed; a read's range loses a reader), forgets it and returns its result. */
 static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
 {
     zero_result r = ZERO_OK;
     char msg[sizeof op->msg];
     int verify;
+    long ri;
     zero__io_wait_op(io, op);
+    ri = zero__io_range_find(op->file, op->offset); /* the range's state changes at the wait */
+    if (ri >= 0) {
+        zero__io_range *rg = &op->file->ranges[ri];
+        if (op->write && rg->state == ZERO__RANGE_WRITING)
+            rg->state = op->failed ? ZERO__RANGE_FAILED : ZERO__RANGE_VALID;
+        else if (!op->write && rg->readers > 0)
+            rg->readers--;
+    }
     verify = !op->write && !op->failed;
     if (op->failed) memcpy(msg, op->msg, sizeof msg);
     /* unlink now, check the bytes outside the lock: the op is no longer reachable */
