@@ -5127,6 +5127,8 @@ struct zero_io {
     int stop;
     zero__io_slot *slots;
     int *ready; /* threads: ring of ready slot indices */
+    int *pushed; /* io_uring: slots put on the ring since the last submit */
+    int npushed;
     int ready_head, ready_count;
     int in_flight;
     zero__io_op *ops, *ops_tail;
@@ -5283,18 +5285,35 @@ static void zero__io_uring_push(zero_io *io, int index)
     e->user_data = (uint64_t)index;
     io->sq_array[idx] = idx;
     __atomic_store_n(io->sq_tail, tail + 1, __ATOMIC_RELEASE);
+    io->pushed[io->npushed++] = index;
 }
 
-/* Submits what was pushed. Caller holds the lock. Returns 0 or an errno. */
-static int zero__io_uring_submit(zero_io *io, unsigned n)
+/* Submits what was pushed. Caller holds the lock. Returns 0 or an errno: then the requests
+   the kernel did not take are taken back off the ring and finished with that error (so no
+   one waits for a completion that cannot come), and every later request fails with it. */
+static int zero__io_uring_submit(zero_io *io)
 {
+    unsigned n = (unsigned)io->npushed;
+    int err = 0, tries = 0;
     while (n > 0) {
         long r = zero__syscall6(ZERO__NR_IO_URING_ENTER, io->ring_fd, (long)n, 0, 0, 0, 0);
-        if (r == -4 /* EINTR */ || r == -11 /* EAGAIN */ || r == -16 /* EBUSY */) continue;
-        if (r < 0) return (int)-r;
+        if ((r == -4 /* EINTR */ || r == -11 /* EAGAIN */ || r == -16 /* EBUSY */) && ++tries < 1000)
+            continue;
+        if (r <= 0) {
+            err = r < 0 ? (int)-r : EIO;
+            break;
+        }
         n -= (unsigned)r;
     }
-    return 0;
+    if (err) {
+        unsigned k;
+        __atomic_store_n(io->sq_tail, *io->sq_tail - n, __ATOMIC_RELEASE);
+        io->uring_fatal = err;
+        for (k = (unsigned)io->npushed - n; k < (unsigned)io->npushed; k++)
+            zero__io_slot_finish(io, &io->slots[io->pushed[k]], err, 0);
+    }
+    io->npushed = 0;
+    return err;
 }
 #endif
 
@@ -5373,12 +5392,7 @@ static void zero__io_fill(zero_io *io)
     }
 #if ZERO__IO_HAVE_URING
     if (pushed > 0) {
-        int err = zero__io_uring_submit(io, pushed);
-        if (err) {
-            /* The ring refused work it had room for: nothing can be trusted to complete, so
-               fail this engine's later requests (the pushed ones may still complete). */
-            io->uring_fatal = err;
-        }
+        zero__io_uring_submit(io);
         pthread_cond_signal(&io->work); /* the reaper has something to wait for */
     }
 #else
@@ -5480,10 +5494,7 @@ static void *zero__io_reaper(void *arg)
             }
         }
         __atomic_store_n(io->cq_head, head, __ATOMIC_RELEASE);
-        if (pushed > 0) {
-            int err = zero__io_uring_submit(io, pushed);
-            if (err) io->uring_fatal = err;
-        }
+        if (pushed > 0) zero__io_uring_submit(io);
         zero__io_fill(io);
     }
     pthread_mutex_unlock(&io->mu);
@@ -5570,6 +5581,7 @@ static void zero__io_free(zero_io *io)
         zero__free(&io->alloc, io->slots);
     }
     zero__free(&io->alloc, io->ready);
+    zero__free(&io->alloc, io->pushed);
     zero__free(&io->alloc, io->threads);
     zero__free(&io->alloc, io);
 }
@@ -5629,8 +5641,9 @@ ZERODEF zero_result zero_io_create(const zero_io_desc *desc, zero_io **out)
     io->next_ticket = 1;
     io->slots = (zero__io_slot *)zero__alloc(&a, (size_t)io->depth * sizeof *io->slots);
     io->ready = (int *)zero__alloc(&a, (size_t)io->depth * sizeof *io->ready);
+    io->pushed = (int *)zero__alloc(&a, (size_t)io->depth * sizeof *io->pushed);
     io->threads = (pthread_t *)zero__alloc(&a, (size_t)io->depth * sizeof *io->threads);
-    if (!io->slots || !io->ready || !io->threads) {
+    if (!io->slots || !io->ready || !io->pushed || !io->threads) {
         zero__io_free(io);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_create: slots for queue_depth %d", d.queue_depth);
     }
