@@ -6503,12 +6503,25 @@ struct zero_engine {
     int nhallocs;
     size_t hmem[ZERO_MEM_COUNT], hmem_peak[ZERO_MEM_COUNT], hmem_total, hmem_peak_total;
     zero_event *ev_c2o, *ev_m2o, *ev_o2m; /* hand-offs to and from ZERO_QUEUE_OFFLOAD      */
+    /* NVMe tier (ZeRO-Infinity): with offload_optimizer = nvme the master, m, v of tile k
+       live in the rank's file at tile_off[k] (master, m, v of its numel elements, one range
+       with one checksum), swapped through nswap host slots of swap_stride bytes. */
+    zero_io *io;
+    zero_io_file *fopt;
+    uint64_t *tile_off;
+    unsigned char *swap;
+    size_t swap_stride;
+    int nswap;
+    zero_io_ticket *swap_ticket; /* per slot: the read or write in flight, 0 = none */
+    size_t nvme_mem[ZERO_MEM_COUNT], nvme_total;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
 static void zero__eng_free_host(zero_engine *e);
 static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g);
+static zero_result zero__eng_nvme_alloc(zero_engine *e);
+static void zero__eng_nvme_free(zero_engine *e);
 
 ZERODEF const char *zero_coll_name(zero_coll kind)
 {
@@ -6746,10 +6759,10 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: queue_depth = %d (0 or 1..1024)", fn,
                           d->queue_depth);
     if (d->queue_depth == 0) d->queue_depth = 8;
-    if (d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME)
+    if (d->offload_param == ZERO_OFFLOAD_NVME)
         return zero__fail(ZERO_ERROR_UNSUPPORTED,
-                          "%s: offload to nvme (ZeRO-Infinity) is not built yet: the NVMe tier's "
-                          "I/O engine is not wired into the engine; use cpu",
+                          "%s: offload_param = nvme is not built yet (param shards on NVMe); use "
+                          "offload_param = cpu with offload_optimizer = nvme",
                           fn);
     return ZERO_OK;
 }
@@ -7223,6 +7236,11 @@ static void zero__eng_free_host(zero_engine *e)
         e->hmem_total -= e->hallocs[i].bytes;
     }
     e->nhallocs = 0;
+    if (e->swap) {
+        e->hmem[ZERO_MEM_SCRATCH] -= e->swap_stride * (size_t)e->nswap;
+        e->hmem_total -= e->swap_stride * (size_t)e->nswap;
+    }
+    zero__eng_nvme_free(e);
     zero__free(&e->d.allocator, e->tiles);
     zero__free(&e->d.allocator, e->pieces);
     e->tiles = NULL;
@@ -7319,12 +7337,16 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->tile_numel, 2 * e->c, &gb) ||
         zero__mul_size(e->tile_numel, 2 * e->p, &pb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
-    if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MASTER, &p)) != ZERO_OK) return r;
-    e->master = (float *)p;
-    if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT1, &p)) != ZERO_OK) return r;
-    e->m1 = (float *)p;
-    if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT2, &p)) != ZERO_OK) return r;
-    e->m2 = (float *)p;
+    if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME) {
+        if ((r = zero__eng_nvme_alloc(e)) != ZERO_OK) return r;
+    } else {
+        if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MASTER, &p)) != ZERO_OK) return r;
+        e->master = (float *)p;
+        if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT1, &p)) != ZERO_OK) return r;
+        e->m1 = (float *)p;
+        if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT2, &p)) != ZERO_OK) return r;
+        e->m2 = (float *)p;
+    }
     if (e->oparam && e->hparam_numel > 0) {
         size_t hb;
         if (zero__mul_size(e->hparam_numel, e->p, &hb))
@@ -7387,7 +7409,8 @@ static zero_result zero__eng_tile_download(zero_engine *e, int k)
    gradients from the staging tile, master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
-                                       const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd)
+                                       const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd,
+                                       float *mst, float *mm, float *vv)
 {
     const zero__eng_tile *tl = &e->tiles[k];
     const zero__eng_group *eg = &e->groups[tl->group];
@@ -7395,7 +7418,6 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
     unsigned char *pbuf = zero__eng_tile_param_dev(e, tl)
                               ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
                               : e->hparam + (eg->off_param + tl->begin) * e->p;
-    size_t mbase = eg->off_shard + tl->begin;
     int i;
     if (zero__eng_tile_param_dev(e, tl)) memset(pbuf, 0, tl->numel * e->p);
     for (i = tl->first; i < tl->first + tl->count; i++) {
@@ -7403,9 +7425,9 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
         zero_adam_range ar;
         zero_result r;
         ar.numel = pc->numel;
-        ar.master = e->master + mbase + pc->off;
-        ar.m = e->m1 + mbase + pc->off;
-        ar.v = e->m2 + mbase + pc->off;
+        ar.master = mst + pc->off;
+        ar.m = mm + pc->off;
+        ar.v = vv + pc->off;
         ar.grad = gbuf + pc->off * e->c;
         ar.grad_dtype = e->cd;
         ar.param = pbuf + pc->off * e->p;
@@ -7415,6 +7437,162 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
         if (r != ZERO_OK) return r;
     }
     return ZERO_OK;
+}
+
+/* ---- the NVMe tier of the optimizer state (ZeRO-Infinity) ---- */
+
+/* Waits for the transfer in flight on swap slot i (if any). */
+static zero_result zero__eng_swap_wait(zero_engine *e, int i)
+{
+    zero_io_ticket t = e->swap_ticket[i];
+    e->swap_ticket[i] = 0;
+    return t ? zero_io_wait(e->io, t) : ZERO_OK;
+}
+
+/* Reads tile k's master, m, v into its slot (after the slot's write behind finished). */
+static zero_result zero__eng_swap_in(zero_engine *e, int k)
+{
+    int i = k % e->nswap;
+    zero_result r = zero__eng_swap_wait(e, i);
+    if (r != ZERO_OK) return r;
+    return zero_io_read(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
+                        e->tiles[k].numel * 12, &e->swap_ticket[i]);
+}
+
+/* Writes tile k back from its slot, behind the next tile's Adam. */
+static zero_result zero__eng_swap_out(zero_engine *e, int k)
+{
+    int i = k % e->nswap;
+    return zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
+                         e->tiles[k].numel * 12, &e->swap_ticket[i]);
+}
+
+/* Every rank learns whether some rank's NVMe transfers failed in this step (one control
+   all-reduce; no rank waits in a later collective for one that gave up): on failure every
+   rank's engine breaks with the failing rank's cause (or a pointer to it). */
+static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err)
+{
+    double v[2];
+    zero_device *dev = e->dev;
+    v[0] = io_r != ZERO_OK ? -(double)io_r : 0.0;
+    v[1] = io_r != ZERO_OK ? (double)e->rank : -1.0;
+    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch + 24, v, sizeof v),
+                  "step: upload");
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 24, e->scratch + 24, 2, ZERO_F64,
+                                          ZERO_OP_MAX, 1),
+                  "step: all_reduce of the NVMe status");
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch + 24, sizeof v),
+                  "step: download");
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
+    if (v[0] == 0.0) return ZERO_OK;
+    if (e->state == ZERO__ENG_COMMITTED) e->state = ZERO__ENG_BROKEN;
+    if (io_r != ZERO_OK)
+        return zero__fail(io_r, "zero_engine_step: NVMe tier failed (engine broken): %.400s", io_err);
+    return zero__fail((zero_result)(int)(-v[0]),
+                      "zero_engine_step: the NVMe tier of rank %d failed (engine broken; its "
+                      "error names the file and the cause)",
+                      (int)v[1]);
+}
+
+/* Creates the I/O engine and the rank's optimizer file, the swap slots, and writes every
+   tile's zero state (a read names a range written before). */
+static zero_result zero__eng_nvme_alloc(zero_engine *e)
+{
+    zero_io_desc iod;
+    uint64_t off = 0;
+    size_t rec;
+    int k, i;
+    zero_result r;
+    void *p = NULL;
+    memset(&iod, 0, sizeof iod);
+    iod.block_size = e->d.block_size;
+    iod.queue_depth = e->d.queue_depth;
+    iod.allocator = e->d.allocator;
+    if ((r = zero_io_create(&iod, &e->io)) != ZERO_OK) return r;
+    rec = (size_t)zero_io_align_up((uint64_t)e->tile_numel * 12u);
+    e->tile_off = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1) * sizeof(uint64_t));
+    e->nswap = e->d.buffer_count < 3 ? 3 : e->d.buffer_count;
+    e->swap_ticket = (zero_io_ticket *)zero__alloc(&e->d.allocator, (size_t)e->nswap * sizeof(zero_io_ticket));
+    if (!e->tile_off || !e->swap_ticket)
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->swap_ticket, 0, (size_t)e->nswap * sizeof(zero_io_ticket));
+    for (k = 0; k < e->ntiles; k++) {
+        e->tile_off[k] = off;
+        off += zero_io_align_up((uint64_t)e->tiles[k].numel * 12u);
+    }
+    e->swap_stride = rec;
+    if ((r = zero_io_buffer_alloc(e->io, rec * (size_t)e->nswap, &p)) != ZERO_OK) return r;
+    e->swap = (unsigned char *)p;
+    memset(e->swap, 0, rec * (size_t)e->nswap);
+    e->hmem[ZERO_MEM_SCRATCH] += rec * (size_t)e->nswap; /* the swap slots: host tier */
+    e->hmem_peak[ZERO_MEM_SCRATCH] = e->hmem[ZERO_MEM_SCRATCH];
+    e->hmem_total += rec * (size_t)e->nswap;
+    if (e->hmem_total > e->hmem_peak_total) e->hmem_peak_total = e->hmem_total;
+    if (off == 0) return ZERO_OK;
+    if ((r = zero_io_file_create(e->io, e->d.nvme_path, "optim", e->rank, off, &e->fopt)) != ZERO_OK)
+        return r;
+    e->nvme_mem[ZERO_MEM_MASTER] = e->nvme_mem[ZERO_MEM_MOMENT1] = e->nvme_mem[ZERO_MEM_MOMENT2] = e->S * 4;
+    e->nvme_total = (size_t)zero_io_file_size(e->fopt);
+    e->nvme_mem[ZERO_MEM_SCRATCH] = e->nvme_total - 12 * e->S; /* alignment of the tiles */
+    for (k = 0; k < e->ntiles; k++) { /* zeros, from slot 0, queue_depth-bounded by the engine */
+        zero_io_ticket t;
+        if ((r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t)) != ZERO_OK) {
+            (void)zero_io_wait_all(e->io);
+            return r;
+        }
+    }
+    r = zero_io_wait_all(e->io);
+    for (i = 0; i < e->nswap; i++) e->swap_ticket[i] = 0;
+    return r;
+}
+
+static void zero__eng_nvme_free(zero_engine *e)
+{
+    if (!e->io) return;
+    (void)zero_io_wait_all(e->io);
+    zero_io_file_destroy(e->fopt);
+    zero_io_buffer_free(e->io, e->swap);
+    zero_io_destroy(e->io);
+    zero__free(&e->d.allocator, e->tile_off);
+    zero__free(&e->d.allocator, e->swap_ticket);
+    e->io = NULL;
+    e->fopt = NULL;
+    e->swap = NULL;
+    e->tile_off = NULL;
+    e->swap_ticket = NULL;
+}
+
+/* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
+   NVMe tier to out, or from in to the tier when in is not NULL, tile by tile (read, copy, and
+   for a write, write back). Synchronous;
+   used by set_tensor and read_tensor between steps. */
+static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
+                                        const float *in)
+{
+    int k;
+    zero_result r = ZERO_OK;
+    zero_io_ticket t;
+    float *sl = (float *)(void *)e->swap;
+    for (k = 0; k < e->ntiles && r == ZERO_OK; k++) {
+        const zero__eng_tile *tl = &e->tiles[k];
+        size_t lo = e->groups[tl->group].off_shard + tl->begin, hi = lo + tl->numel, a, b;
+        a = lo > off ? lo : off;
+        b = hi < off + n ? hi : off + n;
+        if (a >= b) continue;
+        r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) break;
+        if (in) {
+            memcpy(sl + (size_t)kind * tl->numel + (a - lo), in + (a - off), (b - a) * 4);
+            r = zero_io_write(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+            if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        } else {
+            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - lo), (b - a) * 4);
+        }
+    }
+    return r;
 }
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
@@ -7429,23 +7607,41 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     zero_device *dev = e->dev;
     float fm[3];
     int k;
+    zero_result io_r = ZERO_OK; /* the first NVMe failure: the step goes on to agree on it */
+    char io_err[400];
+    io_err[0] = '\0';
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-    if (fm[0] != 0.0f || e->ntiles == 0) return ZERO_OK;
+    if (fm[0] != 0.0f || e->ntiles == 0) return e->io ? zero__eng_nvme_agree(e, ZERO_OK, io_err) : ZERO_OK;
     ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o),
                   "step: event");
     ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
                   "step: event");
     ZERO__ENG_TRY(e, zero__eng_tile_download(e, 0), "step: gradient tile download");
+    if (e->io) io_r = zero__eng_swap_in(e, 0);
     for (k = 0; k < e->ntiles; k++) {
         unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
         zero_result r;
         ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
         if (k + 1 < e->ntiles)
             ZERO__ENG_TRY(e, zero__eng_tile_download(e, k + 1), "step: gradient tile download");
-        r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd);
-        if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
+        if (e->io) {
+            float *sl = (float *)(void *)(e->swap + (size_t)(k % e->nswap) * e->swap_stride);
+            size_t n = e->tiles[k].numel;
+            if (io_r == ZERO_OK) io_r = zero__eng_swap_wait(e, k % e->nswap);
+            if (io_r == ZERO_OK && k + 1 < e->ntiles) io_r = zero__eng_swap_in(e, k + 1);
+            if (io_r == ZERO_OK) {
+                r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, sl, sl + n, sl + 2 * n);
+                if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
+                io_r = zero__eng_swap_out(e, k);
+            }
+        } else {
+            const zero__eng_tile *tl = &e->tiles[k];
+            size_t mb = e->groups[tl->group].off_shard + tl->begin;
+            r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, e->master + mb, e->m1 + mb, e->m2 + mb);
+            if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
+        }
         if (dst) {
             ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
             ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst,
@@ -7453,6 +7649,15 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
                                               e->tiles[k].numel * e->p),
                           "step: param tile upload");
         }
+    }
+    if (e->io) {
+        int i;
+        for (i = 0; i < e->nswap; i++) /* every write behind is on the file */
+            if (io_r == ZERO_OK) io_r = zero__eng_swap_wait(e, i);
+        if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
+        (void)zero_io_wait_all(e->io);
+        for (i = 0; i < e->nswap; i++) e->swap_ticket[i] = 0;
+        return zero__eng_nvme_agree(e, io_r, io_err);
     }
     return ZERO_OK;
 }
@@ -8291,7 +8496,9 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
         r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, pt.param,
                                 tmp ? (const void *)tmp : (const void *)(values + pt.p0),
                                 pt.pn * e->p);
-    if (r == ZERO_OK && pt.mn > 0 && e->oopt)
+    if (r == ZERO_OK && pt.mn > 0 && e->io) {
+        r = zero__eng_nvme_state(e, pt.master_off, pt.mn, 0, NULL, values + pt.m0);
+    } else if (r == ZERO_OK && pt.mn > 0 && e->oopt)
         memcpy(e->master + pt.master_off, values + pt.m0, pt.mn * sizeof(float));
     else if (r == ZERO_OK && pt.mn > 0)
         r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->master + pt.master_off,
@@ -8318,14 +8525,17 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
     if ((r = zero__eng_parts_of(e, tensor, &pt)) != ZERO_OK) return r;
     switch (kind) {
     case ZERO_STATE_PARAM: src = pt.param; off = pt.p0; n = pt.pn; esz = e->p; break;
-    case ZERO_STATE_MASTER: src = e->master + pt.master_off; off = pt.m0; n = pt.mn; esz = 4; break;
-    case ZERO_STATE_M: src = e->m1 + pt.master_off; off = pt.m0; n = pt.mn; esz = 4; break;
-    case ZERO_STATE_V: src = e->m2 + pt.master_off; off = pt.m0; n = pt.mn; esz = 4; break;
+    case ZERO_STATE_MASTER: src = e->master ? e->master + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
+    case ZERO_STATE_M: src = e->m1 ? e->m1 + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
+    case ZERO_STATE_V: src = e->m2 ? e->m2 + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
     default:
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: kind = %d",
                           (int)kind);
     }
-    if (n > 0 && (kind == ZERO_STATE_PARAM ? pt.param_host : e->oopt)) {
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->io) { /* the NVMe tier */
+        r = zero__eng_nvme_state(e, pt.master_off, n, (int)kind - 1, (float *)host_dst + off, NULL);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: NVMe read");
+    } else if (n > 0 && (kind == ZERO_STATE_PARAM ? pt.param_host : e->oopt)) {
         memcpy((unsigned char *)host_dst + off * esz, src, n * esz); /* the host tier */
     } else if (n > 0) {
         r = e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE,
@@ -8380,7 +8590,12 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_memory_tier: tier = %d", (int)tier);
     if (tier == ZERO_TIER_DEVICE) return zero_engine_memory_usage(e, out);
     memset(out, 0, sizeof *out);
-    if (tier == ZERO_TIER_NVME) return ZERO_OK; /* no NVMe tier yet */
+    if (tier == ZERO_TIER_NVME) { /* files: constant from commit to destroy */
+        for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme_mem[k];
+        out->total_bytes = out->peak_total_bytes = e->nvme_total;
+        out->allocations = e->fopt ? 1u : 0u;
+        return ZERO_OK;
+    }
     for (k = 0; k < ZERO_MEM_COUNT; k++) {
         out->bytes[k] = e->hmem[k];
         out->peak_bytes[k] = e->hmem_peak[k];

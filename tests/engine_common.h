@@ -43,6 +43,7 @@ typedef struct ec_cfg {
     size_t sub_group;
     int host_threads;
     size_t device_capacity;
+    const char *nvme_path;
 } ec_cfg;
 
 typedef struct ec_result {
@@ -55,6 +56,7 @@ typedef struct ec_result {
     zero_step_info info[EC_MAX_RANKS][EC_MAX_STEPS];
     zero_engine_memory mem[EC_MAX_RANKS];
     zero_engine_memory host_mem[EC_MAX_RANKS]; /* the host tier (offload) */
+    zero_engine_memory nvme_mem[EC_MAX_RANKS]; /* the NVMe tier (offload) */
     zero_traffic traffic_last[EC_MAX_RANKS][EC_MAX_STEPS];
     zero_gather_stats gstats[EC_MAX_RANKS];
     size_t live_after_step_max; /* the most non-persistent gathered numel seen after a step */
@@ -167,6 +169,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->offload_param = c->offload_param;
     d->sub_group_size = c->sub_group;
     d->host_threads = c->host_threads;
+    d->nvme_path = c->nvme_path;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */
@@ -348,6 +351,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     }
     zero_engine_memory_usage(e, &res->mem[rank]);
     zero_engine_memory_tier(e, ZERO_TIER_HOST, &res->host_mem[rank]);
+    zero_engine_memory_tier(e, ZERO_TIER_NVME, &res->nvme_mem[rank]);
     zero_engine_gather_stats(e, &res->gstats[rank]);
     for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, ctx, rank, t, ids[t]));
 done:

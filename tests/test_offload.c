@@ -6,6 +6,11 @@
 #include "tests/zt.h"
 #include "tests/engine_common.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 /* Runs c with and without offload and checks master, m, v, params and every step's info
    for the same bits. */
 static void check_offload_exact(ec_cfg *c, const char *label)
@@ -134,6 +139,8 @@ static zero_result knobs_rank(int rank, zero_comm *comm, void *user)
     ZT_CHECK(create_with(DESC(d.stage = 3, d.offload_optimizer = ZERO_OFFLOAD_NVME), dev, comm) ==
              ZERO_ERROR_INVALID_ARGUMENT);
     ZT_CHECK(strstr(zero_last_error(), "nvme_path") != NULL);
+    ZT_CHECK(create_with(DESC(d.stage = 3, d.offload_optimizer = ZERO_OFFLOAD_NVME, d.nvme_path = "/tmp",
+                              d.offload_param = ZERO_OFFLOAD_NVME), dev, comm) == ZERO_ERROR_UNSUPPORTED);
     ZT_CHECK(create_with(DESC(d.stage = 1, d.offload_optimizer = (zero_offload_device)3), dev, comm) ==
              ZERO_ERROR_INVALID_ARGUMENT);
     ZT_CHECK(create_with(DESC(d.stage = 1, d.offload_optimizer = ZERO_OFFLOAD_CPU, d.block_size = 5000),
@@ -327,6 +334,195 @@ ZT_TEST(memory_tier_query_errors)
     ZT_CHECK(zero_engine_memory_tier(NULL, ZERO_TIER_HOST, &m) == ZERO_ERROR_INVALID_ARGUMENT);
 }
 
+
+/* ---- the NVMe tier (ZeRO-Infinity): optimizer state in files under nvme_path ---- */
+
+static char nvme_dir[256];
+
+static const char *make_nvme_dir(void)
+{
+    snprintf(nvme_dir, sizeof nvme_dir, "/tmp/zero-test-offload-XXXXXX");
+    return mkdtemp(nvme_dir);
+}
+
+/* The directory holds no file after the engines are gone (each removes its own). */
+static int dir_is_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
+    closedir(d);
+    return n == 0;
+}
+
+ZT_TEST(nvme_step_is_bit_identical)
+{
+    static const int worlds[] = {1, 2, 4};
+    const char *dir = make_nvme_dir();
+    int st, wi, dt, acc;
+    ZT_CHECK(dir != NULL);
+    if (!dir) return;
+    for (st = 1; st <= 3; st++)
+        for (wi = 0; wi < 3; wi++)
+            for (dt = 0; dt < 2; dt++)
+                for (acc = 0; acc < 2; acc++) {
+                    ec_cfg c;
+                    char label[128];
+                    if (zt_quick() && wi == 1) continue;
+                    ec_cfg_init(&c, st, worlds[wi], dt ? ZERO_BF16 : ZERO_F16, acc ? 2 : 1, 3);
+                    c.offload_opt = ZERO_OFFLOAD_NVME;
+                    c.offload_param = st == 3 && acc ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+                    c.nvme_path = dir;
+                    c.sub_group = 31; /* many tiles: reads ahead and writes behind overlap */
+                    c.clip = dt ? 0.05f : 0.0f;
+                    snprintf(label, sizeof label, "nvme stage %d N %d %s accum %d", st, worlds[wi],
+                             dt ? "bf16" : "fp16", c.accum);
+                    check_offload_exact(&c, label);
+                }
+    ZT_CHECK(dir_is_empty(dir));
+    rmdir(dir);
+}
+
+/* NVMe tier bytes: master, m, v of the shard (4 S each) plus the alignment of each tile's
+   record to ZERO_IO_ALIGN; the host keeps only the swap slots and the staging tiles. */
+ZT_TEST(nvme_tier_accounting)
+{
+    const char *dir = make_nvme_dir();
+    ec_cfg c;
+    ec_result *r;
+    int rk;
+    size_t T = 40;
+    ZT_CHECK(dir != NULL);
+    if (!dir) return;
+    ec_cfg_init(&c, 2, 2, ZERO_F16, 1, 1);
+    c.offload_opt = ZERO_OFFLOAD_NVME;
+    c.nvme_path = dir;
+    c.sub_group = T;
+    r = ec_run(&c);
+    ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+    for (rk = 0; rk < 2 && r->rc == ZERO_OK; rk++) {
+        const zero_engine_memory *n = &r->nvme_mem[rk], *h = &r->host_mem[rk], *d = &r->mem[rk];
+        size_t S = r->plan_shard_total, pad = n->bytes[ZERO_MEM_SCRATCH];
+        ZT_CHECK(n->bytes[ZERO_MEM_MASTER] == 4 * S && n->bytes[ZERO_MEM_MOMENT1] == 4 * S &&
+                 n->bytes[ZERO_MEM_MOMENT2] == 4 * S);
+        /* each tile's record (12 x its elements, at most 12 T bytes) is padded to the
+           alignment: less than one ZERO_IO_ALIGN per tile */
+        ZT_CHECK(n->total_bytes == 12 * S + pad && n->total_bytes % ZERO_IO_ALIGN == 0);
+        ZT_CHECK(pad < ZERO_IO_ALIGN * (S / T + (size_t)r->ngroups));
+        ZT_CHECK(n->allocations == 1);
+        ZT_CHECK(h->bytes[ZERO_MEM_MASTER] == 0 && h->bytes[ZERO_MEM_MOMENT1] == 0);
+        ZT_CHECK(h->bytes[ZERO_MEM_SCRATCH] == 4 * zero_io_align_up(12 * T)); /* 4 swap slots */
+        ZT_CHECK(d->bytes[ZERO_MEM_MASTER] == 0);
+    }
+    ec_result_free(r);
+    ZT_CHECK(dir_is_empty(dir));
+    rmdir(dir);
+}
+
+/* Faults: a missing nvme_path fails every rank's commit with the path named; a file changed
+   under the engine fails the next step on every rank (checksum per tile), no hang. */
+typedef struct fault_ctx {
+    const char *dir;
+    int corrupt; /* 1: overwrite bytes of rank 0's file between steps; 2: truncate it */
+    zero_result step_rc[2];
+    char err[2][512];
+} fault_ctx;
+
+static zero_result fault_rank(int rank, zero_comm *comm, void *user)
+{
+    fault_ctx *F = (fault_ctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r;
+    float vals[300];
+    int t, s, i;
+    memset(&d, 0, sizeof d);
+    d.stage = 2;
+    d.offload_optimizer = ZERO_OFFLOAD_NVME;
+    d.nvme_path = F->dir;
+    d.sub_group_size = 64;
+    if ((r = zero_host_device_create(NULL, &dev)) != ZERO_OK) return r;
+    d.device = dev;
+    d.comm = comm;
+    for (i = 0; i < 300; i++) vals[i] = 0.01f * (float)i;
+    r = zero_engine_create(&d, &e);
+    if (!r) r = zero_engine_add_tensor(e, "w", 300, 0, 0, &t);
+    if (!r) r = zero_engine_commit(e);
+    if (!r) r = zero_engine_set_tensor(e, t, vals);
+    if (r) {
+        snprintf(F->err[rank], sizeof F->err[rank], "%s", zero_last_error());
+        F->step_rc[rank] = r;
+        goto out;
+    }
+    for (s = 0; s < 2; s++) {
+        void *pp, *gp;
+        if ((r = zero_engine_gather(e, 0, &pp)) || (r = zero_engine_grads(e, 0, &gp))) break;
+        for (i = 0; i < 300; i++) ((uint16_t *)gp)[i] = zero_f32_to_f16(100.0f);
+        if ((r = zero_engine_release(e, 0)) || (r = zero_engine_grads_ready(e, 0))) break;
+        if (s == 1 && rank == 0 && F->corrupt) { /* between the steps: change rank 0's file */
+            DIR *dd = opendir(F->dir);
+            struct dirent *de;
+            while (dd && (de = readdir(dd)) != NULL) {
+                char path[512];
+                int fd;
+                if (!strstr(de->d_name, "-r0-")) continue;
+                snprintf(path, sizeof path, "%s/%s", F->dir, de->d_name);
+                fd = open(path, O_WRONLY);
+                if (fd >= 0) {
+                    if (F->corrupt == 1) {
+                        char junk[64];
+                        memset(junk, 0x5a, sizeof junk);
+                        ZT_CHECK(pwrite(fd, junk, sizeof junk, 100) == (ssize_t)sizeof junk);
+                    } else {
+                        ZT_CHECK(ftruncate(fd, 4096) == 0);
+                    }
+                    close(fd);
+                }
+            }
+            if (dd) closedir(dd);
+        }
+        r = zero_engine_step(e, NULL);
+        if (r) break;
+    }
+    F->step_rc[rank] = r;
+    snprintf(F->err[rank], sizeof F->err[rank], "%s", r ? zero_last_error() : "");
+out:
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+ZT_TEST(nvme_faults_fail_every_rank)
+{
+    fault_ctx F;
+    const char *dir = make_nvme_dir();
+    int mode;
+    ZT_CHECK(dir != NULL);
+    if (!dir) return;
+    /* a missing directory */
+    memset(&F, 0, sizeof F);
+    F.dir = "/nonexistent/zero-nvme";
+    ZT_CHECK(zero_local_run(2, fault_rank, &F) == ZERO_OK);
+    ZT_CHECK(F.step_rc[0] == ZERO_ERROR_IO && F.step_rc[1] == ZERO_ERROR_IO);
+    ZT_CHECKF(strstr(F.err[0], "/nonexistent/zero-nvme") != NULL, "%s", F.err[0]);
+    for (mode = 1; mode <= 2; mode++) {
+        memset(&F, 0, sizeof F);
+        F.dir = dir;
+        F.corrupt = mode;
+        ZT_CHECK(zero_local_run(2, fault_rank, &F) == ZERO_OK);
+        ZT_CHECKF(F.step_rc[0] == ZERO_ERROR_IO, "mode %d: %d %s", mode, (int)F.step_rc[0], F.err[0]);
+        ZT_CHECKF(F.step_rc[1] == ZERO_ERROR_IO, "mode %d: %d %s", mode, (int)F.step_rc[1], F.err[1]);
+        ZT_CHECKF(strstr(F.err[0], "NVMe") && strstr(F.err[0], dir), "%s", F.err[0]);
+        ZT_CHECKF(strstr(F.err[1], "rank 0") != NULL, "%s", F.err[1]);
+    }
+    ZT_CHECK(dir_is_empty(dir));
+    rmdir(dir);
+}
+
 int main(void)
 {
     ZT_RUN(knobs_validated_with_clear_errors);
@@ -337,5 +533,8 @@ int main(void)
     ZT_RUN(tier_accounting_matches_the_formula);
     ZT_RUN(estimator_offload_tiers);
     ZT_RUN(memory_tier_query_errors);
+    ZT_RUN(nvme_step_is_bit_identical);
+    ZT_RUN(nvme_tier_accounting);
+    ZT_RUN(nvme_faults_fail_every_rank);
     return zt_summary();
 }
