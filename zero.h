@@ -6514,6 +6514,14 @@ struct zero_engine {
     int nswap;
     zero_io_ticket *swap_ticket; /* per slot: the read or write in flight, 0 = none */
     size_t nvme_mem[ZERO_MEM_COUNT], nvme_total;
+    /* offload_param = nvme: partitioned group g's param shard is one range of fpar at
+       poff[g]; hpg holds two shards (the step alternates them by group parity, the gathers
+       use the first). */
+    zero_io_file *fpar;
+    uint64_t *poff;
+    unsigned char *hpg;
+    size_t hpg_stride;
+    zero_io_ticket hpg_ticket[2];
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -6522,6 +6530,8 @@ static void zero__eng_free_host(zero_engine *e);
 static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g);
 static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
+static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out);
+static zero_result zero__eng_hparam_put(zero_engine *e, int g);
 
 ZERODEF const char *zero_coll_name(zero_coll kind)
 {
@@ -6759,11 +6769,6 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: queue_depth = %d (0 or 1..1024)", fn,
                           d->queue_depth);
     if (d->queue_depth == 0) d->queue_depth = 8;
-    if (d->offload_param == ZERO_OFFLOAD_NVME)
-        return zero__fail(ZERO_ERROR_UNSUPPORTED,
-                          "%s: offload_param = nvme is not built yet (param shards on NVMe); use "
-                          "offload_param = cpu with offload_optimizer = nvme",
-                          fn);
     return ZERO_OK;
 }
 
@@ -7337,9 +7342,9 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->tile_numel, 2 * e->c, &gb) ||
         zero__mul_size(e->tile_numel, 2 * e->p, &pb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
-    if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME) {
+    if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME || e->d.offload_param == ZERO_OFFLOAD_NVME)
         if ((r = zero__eng_nvme_alloc(e)) != ZERO_OK) return r;
-    } else {
+    if (e->d.offload_optimizer != ZERO_OFFLOAD_NVME) {
         if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MASTER, &p)) != ZERO_OK) return r;
         e->master = (float *)p;
         if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT1, &p)) != ZERO_OK) return r;
@@ -7347,7 +7352,7 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT2, &p)) != ZERO_OK) return r;
         e->m2 = (float *)p;
     }
-    if (e->oparam && e->hparam_numel > 0) {
+    if (e->d.offload_param == ZERO_OFFLOAD_CPU && e->hparam_numel > 0) {
         size_t hb;
         if (zero__mul_size(e->hparam_numel, e->p, &hb))
             return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
@@ -7375,12 +7380,13 @@ static zero_result zero__eng_handoff_ev(zero_engine *e, zero_queue from, zero_qu
 static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned char *dst)
 {
     const zero__eng_group *eg = &e->groups[g];
-    unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p;
-    zero_result r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o);
+    unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p, *src = NULL;
+    zero_result r = zero__eng_hparam_get(e, g, &src); /* nvme: read ahead of the all-gather */
+    if (r != ZERO_OK) return r;
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o);
     if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
     if (r == ZERO_OK)
-        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_OFFLOAD, mine, e->hparam + eg->off_param * e->p,
-                                eg->shard_numel * e->p);
+        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_OFFLOAD, mine, src, eg->shard_numel * e->p);
     if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
     return r;
 }
@@ -7415,9 +7421,9 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
     const zero__eng_tile *tl = &e->tiles[k];
     const zero__eng_group *eg = &e->groups[tl->group];
     const unsigned char *gbuf = e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c;
-    unsigned char *pbuf = zero__eng_tile_param_dev(e, tl)
-                              ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
-                              : e->hparam + (eg->off_param + tl->begin) * e->p;
+    unsigned char *pbuf = zero__eng_tile_param_dev(e, tl) ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
+                          : e->fpar ? e->hpg + (size_t)(tl->group & 1) * e->hpg_stride + tl->begin * e->p
+                                    : e->hparam + (eg->off_param + tl->begin) * e->p;
     int i;
     if (zero__eng_tile_param_dev(e, tl)) memset(pbuf, 0, tl->numel * e->p);
     for (i = tl->first; i < tl->first + tl->count; i++) {
@@ -7496,6 +7502,77 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
                       (int)v[1]);
 }
 
+/* offload_param = nvme: the rank's param file (one range per partitioned group's shard,
+   written with zeros now) and the two host shard buffers. */
+static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
+{
+    uint64_t off = 0;
+    size_t maxb = 0;
+    int g;
+    zero_result r;
+    void *p = NULL;
+    e->poff = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)e->G * sizeof(uint64_t));
+    if (!e->poff) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    for (g = 0; g < e->G; g++) {
+        size_t b = e->groups[g].shard_numel * e->p;
+        e->poff[g] = off;
+        if (e->groups[g].persistent) continue;
+        off += zero_io_align_up(b);
+        if (b > maxb) maxb = b;
+        e->nvme_mem[ZERO_MEM_PARAM] += b;
+    }
+    if (off == 0) return ZERO_OK;
+    e->hpg_stride = (size_t)zero_io_align_up(maxb);
+    if ((r = zero_io_buffer_alloc(e->io, 2 * e->hpg_stride, &p)) != ZERO_OK) return r;
+    e->hpg = (unsigned char *)p;
+    memset(e->hpg, 0, 2 * e->hpg_stride);
+    e->hmem[ZERO_MEM_PARAM] += 2 * e->hpg_stride; /* host tier: the two shard buffers */
+    if (e->hmem[ZERO_MEM_PARAM] > e->hmem_peak[ZERO_MEM_PARAM]) e->hmem_peak[ZERO_MEM_PARAM] = e->hmem[ZERO_MEM_PARAM];
+    e->hmem_total += 2 * e->hpg_stride;
+    if (e->hmem_total > e->hmem_peak_total) e->hmem_peak_total = e->hmem_total;
+    if ((r = zero_io_file_create(e->io, e->d.nvme_path, "param", e->rank, off, &e->fpar)) != ZERO_OK)
+        return r;
+    e->nvme_total += (size_t)zero_io_file_size(e->fpar);
+    e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fpar) - e->nvme_mem[ZERO_MEM_PARAM];
+    for (g = 0; g < e->G; g++) {
+        zero_io_ticket t;
+        if (e->groups[g].persistent || e->groups[g].shard_numel == 0) continue;
+        if ((r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) != ZERO_OK) {
+            (void)zero_io_wait_all(e->io);
+            return r;
+        }
+    }
+    return zero_io_wait_all(e->io);
+}
+
+/* The host copy of offloaded group g's param shard: in place (cpu), or read from the file
+   into the first shard buffer (nvme; synchronous, after the uploads that read the buffer). */
+static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
+{
+    zero_io_ticket t;
+    zero_result r;
+    if (!e->fpar) {
+        *out = e->hparam + e->groups[g].off_param * e->p;
+        return ZERO_OK;
+    }
+    *out = e->hpg;
+    r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
+    if (r == ZERO_OK) r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
+    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    return r;
+}
+
+/* Writes the first shard buffer back as group g's shard (nvme; synchronous). */
+static zero_result zero__eng_hparam_put(zero_engine *e, int g)
+{
+    zero_io_ticket t;
+    zero_result r;
+    if (!e->fpar) return ZERO_OK;
+    r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
+    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    return r;
+}
+
 /* Creates the I/O engine and the rank's optimizer file, the swap slots, and writes every
    tile's zero state (a read names a range written before). */
 static zero_result zero__eng_nvme_alloc(zero_engine *e)
@@ -7511,6 +7588,9 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     iod.queue_depth = e->d.queue_depth;
     iod.allocator = e->d.allocator;
     if ((r = zero_io_create(&iod, &e->io)) != ZERO_OK) return r;
+    if (e->d.offload_param == ZERO_OFFLOAD_NVME && (r = zero__eng_nvme_param_alloc(e)) != ZERO_OK)
+        return r;
+    if (e->d.offload_optimizer != ZERO_OFFLOAD_NVME) return ZERO_OK;
     rec = (size_t)zero_io_align_up((uint64_t)e->tile_numel * 12u);
     e->tile_off = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1) * sizeof(uint64_t));
     e->nswap = e->d.buffer_count < 3 ? 3 : e->d.buffer_count;
@@ -7552,6 +7632,12 @@ static void zero__eng_nvme_free(zero_engine *e)
 {
     if (!e->io) return;
     (void)zero_io_wait_all(e->io);
+    zero_io_file_destroy(e->fpar);
+    zero_io_buffer_free(e->io, e->hpg);
+    zero__free(&e->d.allocator, e->poff);
+    e->fpar = NULL;
+    e->hpg = NULL;
+    e->poff = NULL;
     zero_io_file_destroy(e->fopt);
     zero_io_buffer_free(e->io, e->swap);
     zero_io_destroy(e->io);
@@ -7619,14 +7705,21 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
                   "step: event");
     ZERO__ENG_TRY(e, zero__eng_tile_download(e, 0), "step: gradient tile download");
-    if (e->io) io_r = zero__eng_swap_in(e, 0);
+    if (e->fopt) io_r = zero__eng_swap_in(e, 0);
     for (k = 0; k < e->ntiles; k++) {
         unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
         zero_result r;
         ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
         if (k + 1 < e->ntiles)
             ZERO__ENG_TRY(e, zero__eng_tile_download(e, k + 1), "step: gradient tile download");
-        if (e->io) {
+        if (e->fpar && !dst && io_r == ZERO_OK && e->tiles[k].begin == 0) { /* a group starts */
+            int x = e->tiles[k].group & 1;
+            zero_io_ticket t = e->hpg_ticket[x];
+            e->hpg_ticket[x] = 0;
+            if (t) io_r = zero_io_wait(e->io, t); /* its buffer's last write is done */
+            memset(e->hpg + (size_t)x * e->hpg_stride, 0, e->hpg_stride);
+        }
+        if (e->fopt) {
             float *sl = (float *)(void *)(e->swap + (size_t)(k % e->nswap) * e->swap_stride);
             size_t n = e->tiles[k].numel;
             if (io_r == ZERO_OK) io_r = zero__eng_swap_wait(e, k % e->nswap);
@@ -7642,6 +7735,12 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
             r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, e->master + mb, e->m1 + mb, e->m2 + mb);
             if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
         }
+        if (e->fpar && !dst && io_r == ZERO_OK &&
+            e->tiles[k].begin + e->tiles[k].numel == e->groups[e->tiles[k].group].shard_numel) {
+            int g = e->tiles[k].group; /* the group's shard is complete: write it behind */
+            io_r = zero_io_write(e->fpar, e->poff[g], e->hpg + (size_t)(g & 1) * e->hpg_stride,
+                                 e->groups[g].shard_numel * e->p, &e->hpg_ticket[g & 1]);
+        }
         if (dst) {
             ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
             ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst,
@@ -7652,11 +7751,16 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     }
     if (e->io) {
         int i;
-        for (i = 0; i < e->nswap; i++) /* every write behind is on the file */
+        for (i = 0; i < e->nswap && e->fopt; i++) /* every write behind is on the file */
             if (io_r == ZERO_OK) io_r = zero__eng_swap_wait(e, i);
+        for (i = 0; i < 2; i++) {
+            zero_io_ticket t = e->hpg_ticket[i];
+            e->hpg_ticket[i] = 0;
+            if (t && io_r == ZERO_OK) io_r = zero_io_wait(e->io, t);
+        }
         if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
         (void)zero_io_wait_all(e->io);
-        for (i = 0; i < e->nswap; i++) e->swap_ticket[i] = 0;
+        for (i = 0; i < e->nswap && e->fopt; i++) e->swap_ticket[i] = 0;
         return zero__eng_nvme_agree(e, io_r, io_err);
     }
     return ZERO_OK;
@@ -8411,7 +8515,8 @@ typedef struct zero__eng_parts {
     size_t p0, pn, m0, mn;
     unsigned char *param;
     size_t master_off; /* element offset in master / m / v */
-    int param_host;    /* param is in the host tier (offload_param) */
+    int param_host;    /* param is in the host tier (offload_param); NULL on NVMe */
+    size_t param_off;  /* stage 3 partitioned: element offset of param in the group's shard */
 } zero__eng_parts;
 
 static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_parts *out)
@@ -8440,7 +8545,9 @@ static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_par
     } else {
         out->p0 = out->m0;
         out->pn = out->mn;
-        out->param = (e->oparam ? e->hparam : e->param) + (eg->off_param + (seg.offset - sh.offset)) * e->p;
+        out->param_off = seg.offset - sh.offset;
+        out->param = e->fpar ? NULL
+                             : (e->oparam ? e->hparam : e->param) + (eg->off_param + out->param_off) * e->p;
     }
     out->param_host = e->oparam && e->stage == 3 && !eg->persistent;
     return ZERO_OK;
@@ -8490,13 +8597,20 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
     }
     /* the host tier: an upload of a prefetch may still read the offloaded shard */
     if (e->oopt) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK && pt.pn > 0 && pt.param_host)
+    if (r == ZERO_OK && pt.pn > 0 && pt.param_host && e->fpar) { /* read, change, write back */
+        unsigned char *hp = NULL;
+        r = zero__eng_hparam_get(e, ti.group, &hp);
+        if (r == ZERO_OK)
+            memcpy(hp + pt.param_off * e->p, tmp ? (const void *)tmp : (const void *)(values + pt.p0),
+                   pt.pn * e->p);
+        if (r == ZERO_OK) r = zero__eng_hparam_put(e, ti.group);
+    } else if (r == ZERO_OK && pt.pn > 0 && pt.param_host)
         memcpy(pt.param, tmp ? (const void *)tmp : (const void *)(values + pt.p0), pt.pn * e->p);
     else if (r == ZERO_OK && pt.pn > 0)
         r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, pt.param,
                                 tmp ? (const void *)tmp : (const void *)(values + pt.p0),
                                 pt.pn * e->p);
-    if (r == ZERO_OK && pt.mn > 0 && e->io) {
+    if (r == ZERO_OK && pt.mn > 0 && e->d.offload_optimizer == ZERO_OFFLOAD_NVME) {
         r = zero__eng_nvme_state(e, pt.master_off, pt.mn, 0, NULL, values + pt.m0);
     } else if (r == ZERO_OK && pt.mn > 0 && e->oopt)
         memcpy(e->master + pt.master_off, values + pt.m0, pt.mn * sizeof(float));
@@ -8532,9 +8646,17 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: kind = %d",
                           (int)kind);
     }
-    if (n > 0 && kind != ZERO_STATE_PARAM && e->io) { /* the NVMe tier */
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->d.offload_optimizer == ZERO_OFFLOAD_NVME) {
         r = zero__eng_nvme_state(e, pt.master_off, n, (int)kind - 1, (float *)host_dst + off, NULL);
         if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: NVMe read");
+    } else if (n > 0 && kind == ZERO_STATE_PARAM && pt.param_host && e->fpar) {
+        unsigned char *hp = NULL;
+        zero_tensor_info ti;
+        memset(&ti, 0, sizeof ti);
+        r = zero_plan_tensor(e->plan, tensor, &ti);
+        if (r == ZERO_OK) r = zero__eng_hparam_get(e, ti.group, &hp);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: NVMe read");
+        memcpy((unsigned char *)host_dst + off * esz, hp + pt.param_off * e->p, n * esz);
     } else if (n > 0 && (kind == ZERO_STATE_PARAM ? pt.param_host : e->oopt)) {
         memcpy((unsigned char *)host_dst + off * esz, src, n * esz); /* the host tier */
     } else if (n > 0) {
