@@ -5452,8 +5452,16 @@ static void *zero__io_reaper(void *arg)
             r = zero__syscall6(ZERO__NR_IO_URING_ENTER, io->ring_fd, 0, 1,
                                (long)ZERO__URING_ENTER_GETEVENTS, 0, 0);
             pthread_mutex_lock(&io->mu);
-            (void)r; /* EINTR and friends: look at the ring again */
-            continue;
+            if (r < 0 && r != -4 /* EINTR */ && r != -11 /* EAGAIN */ && r != -16 /* EBUSY */) {
+                /* the ring is broken (EBADF, EFAULT, ...): no completion will come, so
+                   fail what is in flight and everything after it rather than hang */
+                int i;
+                io->uring_fatal = (int)-r;
+                for (i = 0; i < io->depth; i++)
+                    if (io->slots[i].state == ZERO__SLOT_RUNNING && io->slots[i].op)
+                        zero__io_slot_finish(io, &io->slots[i], (int)-r, 0);
+            }
+            continue; /* EINTR and friends: look at the ring again */
         }
         while (head != tail) {
             zero__uring_cqe *c = &io->cqes[head & *io->cq_mask];
