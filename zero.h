@@ -1068,8 +1068,16 @@ typedef struct zero_io_fault {
 
 ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault);
 
-/* A 64-bit checksum of bytes (xxHash64's construction, seed 0; written here, not copied):
-   what the file store keeps per range. Exposed for tests and tools. */
+/* A 64-bit checksum of bytes: what the file store keeps per range. The bytes, zero-padded
+   to a multiple of 32, are read as little-endian 32-bit words w_0, w_1, ...; lane j
+   (0..7) takes words j, j + 8, j + 16, ... (K of them, K = padded bytes / 32) and keeps
+   Fletcher's two sums mod 2^64: A_j = sum of its words, B_j = sum over i of (K - i) * its
+   i-th word. h = bytes * P3, then for j = 0..7: h = mix(h, A_j), h = mix(h, B_j), where
+   mix(h, v) = (h ^ (rotl(v * P2, 31) * P1)) * P1 + P4, and the result is h after
+   xxHash64's final avalanche (P1..P4 are xxHash64's primes). Any change of one word, or a
+   swap of two different words, changes A or B; the length is in it too. Plain adds over
+   independent lanes, so it runs near memory speed (the engine checksums every byte it
+   moves). Exposed for tests and tools. NULL gives 0. */
 ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
 
 /* ======================================================================================
@@ -5018,80 +5026,61 @@ ZERODEF const char *zero_io_backend_name(zero_io_backend backend)
     return "?";
 }
 
-/* ---- checksum: xxHash64's construction, seed 0 ---- */
+/* ---- checksum: position-weighted sums (Fletcher's construction) over 8 lanes ---- */
 
 #define ZERO__XX_P1 0x9E3779B185EBCA87ull
 #define ZERO__XX_P2 0xC2B2AE3D27D4EB4Full
 #define ZERO__XX_P3 0x165667B19E3779F9ull
 #define ZERO__XX_P4 0x85EBCA77C2B2AE63ull
-#define ZERO__XX_P5 0x27D4EB2F165667C5ull
 
-static uint64_t zero__rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static uint64_t zero__xx_round(uint64_t acc, uint64_t in)
+static uint64_t zero__io_mix(uint64_t h, uint64_t v)
 {
-    acc += in * ZERO__XX_P2;
-    return zero__rotl64(acc, 31) * ZERO__XX_P1;
+    v *= ZERO__XX_P2;
+    v = ((v << 31) | (v >> 33)) * ZERO__XX_P1;
+    return (h ^ v) * ZERO__XX_P1 + ZERO__XX_P4;
 }
-static uint64_t zero__xx_merge(uint64_t h, uint64_t v)
+
+/* Adds whole 32-byte stripes of p into the lanes: a[j] += word, b[j] += a[j]. Plain adds of
+   independent lanes, so the compiler vectorizes the loop (SSE2 and up). */
+static void zero__io_sum_stripes(const unsigned char *p, size_t stripes, uint64_t *a, uint64_t *b)
 {
-    h ^= zero__xx_round(0, v);
-    return h * ZERO__XX_P1 + ZERO__XX_P4;
-}
-/* Little-endian loads (memcpy: no alignment or aliasing assumptions). */
-static uint64_t zero__io_ld64(const unsigned char *p)
-{
-    uint64_t v = 0;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(&v, p, 8);
+    uint64_t a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
+    uint64_t b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3], b4 = b[4], b5 = b[5], b6 = b[6], b7 = b[7];
+    size_t i;
+    for (i = 0; i < stripes; i++, p += 32) {
+        uint32_t w[8];
+        int k;
+        memcpy(w, p, 32);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        for (k = 0; k < 8; k++) w[k] = (w[k] >> 24) | ((w[k] >> 8) & 0xff00u) | ((w[k] << 8) & 0xff0000u) | (w[k] << 24);
 #else
-    int i;
-    for (i = 7; i >= 0; i--) v = (v << 8) | p[i];
+        (void)k;
 #endif
-    return v;
-}
-static uint32_t zero__io_ld32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+        a0 += w[0]; b0 += a0; a1 += w[1]; b1 += a1; a2 += w[2]; b2 += a2; a3 += w[3]; b3 += a3;
+        a4 += w[4]; b4 += a4; a5 += w[5]; b5 += a5; a6 += w[6]; b6 += a6; a7 += w[7]; b7 += a7;
+    }
+    a[0] = a0; a[1] = a1; a[2] = a2; a[3] = a3; a[4] = a4; a[5] = a5; a[6] = a6; a[7] = a7;
+    b[0] = b0; b[1] = b1; b[2] = b2; b[3] = b3; b[4] = b4; b[5] = b5; b[6] = b6; b[7] = b7;
 }
 
 ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes)
 {
-    const unsigned char *p = (const unsigned char *)data, *end = p + bytes;
-    uint64_t h;
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0}, h;
+    size_t whole = bytes / 32, rest = bytes % 32;
+    int j;
     if (!data) return 0;
-    if (bytes >= 32) {
-        uint64_t v1 = ZERO__XX_P1 + ZERO__XX_P2, v2 = ZERO__XX_P2, v3 = 0, v4 = 0 - ZERO__XX_P1;
-        const unsigned char *limit = end - 32;
-        do {
-            v1 = zero__xx_round(v1, zero__io_ld64(p));
-            v2 = zero__xx_round(v2, zero__io_ld64(p + 8));
-            v3 = zero__xx_round(v3, zero__io_ld64(p + 16));
-            v4 = zero__xx_round(v4, zero__io_ld64(p + 24));
-            p += 32;
-        } while (p <= limit);
-        h = zero__rotl64(v1, 1) + zero__rotl64(v2, 7) + zero__rotl64(v3, 12) + zero__rotl64(v4, 18);
-        h = zero__xx_merge(h, v1);
-        h = zero__xx_merge(h, v2);
-        h = zero__xx_merge(h, v3);
-        h = zero__xx_merge(h, v4);
-    } else {
-        h = ZERO__XX_P5;
+    zero__io_sum_stripes(p, whole, a, b);
+    if (rest) { /* the last stripe, zero-padded */
+        unsigned char tail[32];
+        memset(tail, 0, sizeof tail);
+        memcpy(tail, p + whole * 32, rest);
+        zero__io_sum_stripes(tail, 1, a, b);
     }
-    h += (uint64_t)bytes;
-    while (p + 8 <= end) {
-        h ^= zero__xx_round(0, zero__io_ld64(p));
-        h = zero__rotl64(h, 27) * ZERO__XX_P1 + ZERO__XX_P4;
-        p += 8;
-    }
-    if (p + 4 <= end) {
-        h ^= (uint64_t)zero__io_ld32(p) * ZERO__XX_P1;
-        h = zero__rotl64(h, 23) * ZERO__XX_P2 + ZERO__XX_P3;
-        p += 4;
-    }
-    while (p < end) {
-        h ^= (uint64_t)(*p) * ZERO__XX_P5;
-        h = zero__rotl64(h, 11) * ZERO__XX_P1;
-        p++;
+    h = (uint64_t)bytes * ZERO__XX_P3;
+    for (j = 0; j < 8; j++) {
+        h = zero__io_mix(h, a[j]);
+        h = zero__io_mix(h, b[j]);
     }
     h ^= h >> 33;
     h *= ZERO__XX_P2;
@@ -5592,8 +5581,16 @@ static void *zero__io_reaper(void *arg)
             r = zero__syscall6(ZERO__NR_IO_URING_ENTER, io->ring_fd, 0, 1,
                                (long)ZERO__URING_ENTER_GETEVENTS, 0, 0);
             pthread_mutex_lock(&io->mu);
-            (void)r; /* EINTR and friends: look at the ring again */
-            continue;
+            if (r < 0 && r != -4 /* EINTR */ && r != -11 /* EAGAIN */ && r != -16 /* EBUSY */) {
+                /* the ring is broken (EBADF, EFAULT, ...): no completion will come, so
+                   fail what is in flight and everything after it rather than hang */
+                int i;
+                io->uring_fatal = (int)-r;
+                for (i = 0; i < io->depth; i++)
+                    if (io->slots[i].state == ZERO__SLOT_RUNNING && io->slots[i].op)
+                        zero__io_slot_finish(io, &io->slots[i], (int)-r, 0);
+            }
+            continue; /* EINTR and friends: look at the ring again */
         }
         while (head != tail) {
             zero__uring_cqe *c = &io->cqes[head & *io->cq_mask];

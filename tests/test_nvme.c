@@ -1,5 +1,5 @@
-/* The NVMe I/O engine (zero_io_*): the checksum against xxHash64's published values (taken
-   from the reference implementation), round trips through both backends and both paths
+/* The NVMe I/O engine (zero_io_*): the checksum against its definition computed another
+   way, round trips through both backends and both paths
    (O_DIRECT and buffered) checked against the bytes written and against the file read with
    plain stdio, many tickets in flight, the buffered fallback said once, and the faults of
    ZeRO-Infinity's NVMe tier: a missing, unwritable or full nvme_path, a failed request, a
@@ -85,29 +85,81 @@ static void count_log(const char *message, void *user)
 
 /* ---- checksum ---- */
 
-ZT_TEST(checksum_matches_xxh64)
+/* The checksum's definition (zero.h), computed another way: B_j by its closed form
+   sum (K - i) w_i instead of running sums, words assembled from bytes by hand. */
+static uint64_t ref_mix(uint64_t h, uint64_t v)
 {
-    /* XXH64(seed 0) of bytes (7 i + 3) mod 256, from the reference implementation */
-    static const struct { size_t n; unsigned long long h; } v[] = {
-        {0, 0xef46db3751d8e999ull},   {1, 0x1f25c8d0bc1f4bb6ull},  {3, 0x31d2363f52e564c9ull},
-        {4, 0x9bb64b7d66ee9fdaull},   {7, 0x9a7b149959ce60d8ull},  {8, 0xdab99d95c6f90092ull},
-        {31, 0xa2aa5f33cc4a6119ull},  {32, 0x23c3c17ef790fd97ull}, {33, 0x50a7cfc7ba588784ull},
-        {63, 0x5e3e54b431c7493cull},  {64, 0x0eb64b3ef6eeb01full}, {100, 0xa61f8d4c170fe531ull},
-        {1000, 0x5f235fa033f1a3fbull}, {4099, 0x6243e90ade852967ull}};
-    unsigned char buf[4099];
-    size_t i;
-    for (i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 7 + 3);
-    for (i = 0; i < sizeof v / sizeof v[0]; i++)
-        ZT_CHECKF(zero_io_checksum(buf, v[i].n) == v[i].h, "n = %zu: %016llx, want %016llx", v[i].n,
-                  (unsigned long long)zero_io_checksum(buf, v[i].n), v[i].h);
-    ZT_CHECK(zero_io_checksum("abc", 3) == 0x44bc2cf5ad770999ull);
-    /* one flipped bit anywhere changes it */
-    for (i = 0; i < 64; i++) {
-        uint64_t h0 = zero_io_checksum(buf, 1000);
-        buf[i * 15] ^= 0x10;
-        ZT_CHECK(zero_io_checksum(buf, 1000) != h0);
-        buf[i * 15] ^= 0x10;
+    const uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full, P4 = 0x85EBCA77C2B2AE63ull;
+    v *= P2;
+    v = (v << 31) | (v >> 33);
+    v *= P1;
+    return (h ^ v) * P1 + P4;
+}
+
+static uint64_t ref_checksum(const unsigned char *p, size_t n)
+{
+    const uint64_t P2 = 0xC2B2AE3D27D4EB4Full, P3 = 0x165667B19E3779F9ull;
+    size_t padded = (n + 31) / 32 * 32, K = padded / 32, i;
+    uint64_t h = (uint64_t)n * P3;
+    int j, k;
+    for (j = 0; j < 8; j++) {
+        uint64_t A = 0, B = 0;
+        for (i = 0; i < K; i++) {
+            uint64_t w = 0;
+            for (k = 3; k >= 0; k--) {
+                size_t at = 32 * i + 4 * (size_t)j + (size_t)k;
+                w = (w << 8) | (at < n ? p[at] : 0u);
+            }
+            A += w;
+            B += (uint64_t)(K - i) * w;
+        }
+        h = ref_mix(h, A);
+        h = ref_mix(h, B);
     }
+    h ^= h >> 33;
+    h *= P2;
+    h ^= h >> 29;
+    h *= P3;
+    h ^= h >> 32;
+    return h;
+}
+
+ZT_TEST(checksum_definition_and_sensitivity)
+{
+    static const size_t sizes[] = {0, 1, 3, 4, 31, 32, 33, 63, 64, 100, 1000, 4099, 65536 + 5};
+    unsigned char *buf = (unsigned char *)malloc(65536 + 64);
+    size_t i;
+    ZT_CHECK(buf != NULL);
+    if (!buf) return;
+    fill(buf, 65536 + 64, 11);
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        ZT_CHECKF(zero_io_checksum(buf, sizes[i]) == ref_checksum(buf, sizes[i]), "n = %zu", sizes[i]);
+    /* all-ones words: the sums wrap mod 2^64 the same way */
+    memset(buf, 0xff, 65536);
+    ZT_CHECK(zero_io_checksum(buf, 65536) == ref_checksum(buf, 65536));
+    fill(buf, 65536 + 64, 12);
+    /* one flipped bit anywhere, two words swapped, a trailing zero byte: all change it */
+    for (i = 0; i < 200; i++) {
+        uint64_t h0 = zero_io_checksum(buf, 4099);
+        size_t at = (size_t)(zt_rand64() % 4099);
+        unsigned char bit = (unsigned char)(1u << (zt_rand64() % 8)), tmp[4];
+        buf[at] ^= bit;
+        ZT_CHECK(zero_io_checksum(buf, 4099) != h0);
+        buf[at] ^= bit;
+        if (memcmp(buf + 4 * (i % 500), buf + 4 * (i % 500) + 32, 4) != 0) {
+            memcpy(tmp, buf + 4 * (i % 500), 4); /* same lane, neighbouring stripes */
+            memcpy(buf + 4 * (i % 500), buf + 4 * (i % 500) + 32, 4);
+            memcpy(buf + 4 * (i % 500) + 32, tmp, 4);
+            ZT_CHECK(zero_io_checksum(buf, 4099) != h0);
+            memcpy(buf + 4 * (i % 500) + 32, buf + 4 * (i % 500), 4);
+            memcpy(buf + 4 * (i % 500), tmp, 4);
+        }
+        ZT_CHECK(zero_io_checksum(buf, 4099) == h0);
+    }
+    buf[100] = 0;
+    ZT_CHECK(zero_io_checksum(buf, 100) != zero_io_checksum(buf, 101));
+    ZT_CHECK(zero_io_checksum(NULL, 10) == 0);
+    free(buf);
 }
 
 /* ---- create: arguments ---- */
@@ -695,7 +747,7 @@ static void find_base_dir(void)
 int main(void)
 {
     find_base_dir();
-    ZT_RUN(checksum_matches_xxh64);
+    ZT_RUN(checksum_definition_and_sensitivity);
     ZT_RUN(create_arguments);
     ZT_RUN(buffers_are_aligned);
     ZT_RUN(round_trip_uring_direct);
