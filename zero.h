@@ -7611,8 +7611,8 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     if ((r = zero_io_file_create(e->io, e->d.nvme_path, "optim", e->rank, off, &e->fopt)) != ZERO_OK)
         return r;
     e->nvme_mem[ZERO_MEM_MASTER] = e->nvme_mem[ZERO_MEM_MOMENT1] = e->nvme_mem[ZERO_MEM_MOMENT2] = e->S * 4;
-    e->nvme_total = (size_t)zero_io_file_size(e->fopt);
-    e->nvme_mem[ZERO_MEM_SCRATCH] = e->nvme_total - 12 * e->S; /* alignment of the tiles */
+    e->nvme_total += (size_t)zero_io_file_size(e->fopt);
+    e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fopt) - 12 * e->S; /* tile alignment */
     for (k = 0; k < e->ntiles; k++) { /* zeros, from slot 0, queue_depth-bounded by the engine */
         zero_io_ticket t;
         if ((r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t)) != ZERO_OK) {
@@ -8712,7 +8712,7 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
     if (tier == ZERO_TIER_NVME) { /* files: constant from commit to destroy */
         for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme_mem[k];
         out->total_bytes = out->peak_total_bytes = e->nvme_total;
-        out->allocations = e->fopt ? 1u : 0u;
+        out->allocations = (e->fopt ? 1u : 0u) + (e->fpar ? 1u : 0u);
         return ZERO_OK;
     }
     for (k = 0; k < ZERO_MEM_COUNT; k++) {

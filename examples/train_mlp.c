@@ -54,6 +54,7 @@ typedef struct run {
     double seconds;         /* training loop, rank 0                                 */
     zero_engine_memory mem; /* rank 0                                                */
     zero_engine_memory host_mem; /* rank 0, host tier (offload)                      */
+    zero_engine_memory nvme_mem; /* rank 0, NVMe tier (offload)                      */
     int plain;              /* offload demo: the reference run (no budget, no offload)  */
     zero_traffic traffic;   /* rank 0, last step                                     */
     size_t psi;             /* the plan's padded total                               */
@@ -215,6 +216,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         R->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         zero_engine_memory_usage(e, &R->mem);
         zero_engine_memory_tier(e, ZERO_TIER_HOST, &R->host_mem);
+        zero_engine_memory_tier(e, ZERO_TIER_NVME, &R->nvme_mem);
         zero_engine_traffic(e, &R->traffic, NULL);
         R->psi = zero_plan_total_numel(plan);
         R->final_scale = zero_engine_loss_scale(e);
@@ -347,14 +349,18 @@ static int offload_demo(opts *o)
         dm = &R[i].mem;
         hm = &R[i].host_mem;
         printf("%-9s device %8zu B (params %zu, grads %zu, master+m+v %zu, buffers %zu) peak %zu | "
-               "host %8zu B (master+m+v %zu, params %zu, staging grads %zu) | nvme 0 B | "
-               "%.3f ms/step | final loss %.6f\n",
+               "host %8zu B (master+m+v %zu, params %zu, staging grads %zu, swap %zu) | nvme %zu B "
+               "(master+m+v %zu, params %zu) | %.3f ms/step | final loss %.6f\n",
                i ? "plain:" : "offload:", dm->total_bytes, dm->bytes[ZERO_MEM_PARAM], dm->bytes[ZERO_MEM_GRAD],
                dm->bytes[ZERO_MEM_MASTER] + dm->bytes[ZERO_MEM_MOMENT1] + dm->bytes[ZERO_MEM_MOMENT2],
                dm->bytes[ZERO_MEM_BUCKET] + dm->bytes[ZERO_MEM_GATHER] + dm->bytes[ZERO_MEM_SCRATCH],
                dm->peak_total_bytes, hm->total_bytes,
                hm->bytes[ZERO_MEM_MASTER] + hm->bytes[ZERO_MEM_MOMENT1] + hm->bytes[ZERO_MEM_MOMENT2],
-               hm->bytes[ZERO_MEM_PARAM], hm->bytes[ZERO_MEM_GRAD], 1e3 * R[i].seconds / o->steps,
+               hm->bytes[ZERO_MEM_PARAM], hm->bytes[ZERO_MEM_GRAD], hm->bytes[ZERO_MEM_SCRATCH],
+               R[i].nvme_mem.total_bytes,
+               R[i].nvme_mem.bytes[ZERO_MEM_MASTER] + R[i].nvme_mem.bytes[ZERO_MEM_MOMENT1] +
+                   R[i].nvme_mem.bytes[ZERO_MEM_MOMENT2],
+               R[i].nvme_mem.bytes[ZERO_MEM_PARAM], 1e3 * R[i].seconds / o->steps,
                final_loss(&R[i], o));
     }
     i = memcmp(R[0].loss, R[1].loss, sizeof(double) * (size_t)o->steps * o->ranks) == 0;

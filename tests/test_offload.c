@@ -420,6 +420,21 @@ ZT_TEST(nvme_tier_accounting)
         ZT_CHECK(d->bytes[ZERO_MEM_MASTER] == 0);
     }
     ec_result_free(r);
+    /* both on NVMe: the tier's total is the sum of its categories */
+    ec_cfg_init(&c, 3, 2, ZERO_F16, 1, 1);
+    c.offload_opt = ZERO_OFFLOAD_NVME;
+    c.offload_param = ZERO_OFFLOAD_NVME;
+    c.nvme_path = dir;
+    r = ec_run(&c);
+    ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+    if (r->rc == ZERO_OK) {
+        const zero_engine_memory *n = &r->nvme_mem[0];
+        size_t S = r->plan_shard_total, k, sum = 0;
+        for (k = 0; k < ZERO_MEM_COUNT; k++) sum += n->bytes[k];
+        ZT_CHECK(n->bytes[ZERO_MEM_MASTER] == 4 * S && n->bytes[ZERO_MEM_PARAM] == 2 * S);
+        ZT_CHECK(n->total_bytes == sum && n->allocations == 2);
+    }
+    ec_result_free(r);
     /* stage 3, optimizer on the CPU, param shards on NVMe (a skipped step in the middle):
        the same bits as the plain run; the NVMe tier holds p S of params plus alignment */
     ec_cfg_init(&c, 3, 2, ZERO_F16, 1, 3);
@@ -436,6 +451,7 @@ ZT_TEST(nvme_tier_accounting)
         const zero_engine_memory *n = &r->nvme_mem[rk], *d = &r->mem[rk];
         ZT_CHECK(n->bytes[ZERO_MEM_PARAM] == 2 * r->plan_shard_total && n->bytes[ZERO_MEM_MASTER] == 0);
         ZT_CHECK(n->total_bytes % ZERO_IO_ALIGN == 0 && n->total_bytes >= 2 * r->plan_shard_total);
+        ZT_CHECK(n->total_bytes == n->bytes[ZERO_MEM_PARAM] + n->bytes[ZERO_MEM_SCRATCH]);
         ZT_CHECK(d->bytes[ZERO_MEM_PARAM] == 0);
     }
     ec_result_free(r);
