@@ -278,6 +278,42 @@ ZT_TEST(help_goes_to_stdout)
     ZT_CHECK(R.status == 0 && strncmp(R.out, "usage: zero-estimate", 20) == 0);
 }
 
+/* --offload-optimizer / --offload-param: the rows equal the library's estimate (tiers), the
+   inverse fits, and misuse exits 2. */
+ZT_TEST(offload_tiers)
+{
+    zero_estimate_desc d;
+    zero_estimate e;
+    uint64_t mx;
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    run("--params 1000003 --ranks 7 --offload-optimizer nvme --offload-param cpu --json");
+    ZT_CHECK(R.status == 0);
+    memset(&d, 0, sizeof d);
+    d.params = 1000003;
+    d.ranks = 7;
+    d.stage = 3;
+    d.offload_optimizer = ZERO_OFFLOAD_NVME;
+    d.offload_param = ZERO_OFFLOAD_CPU;
+    ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK);
+    ZT_CHECK(json_u64(R.out, "nvme_bytes", 0) == e.nvme_bytes && e.nvme_bytes > 0);
+    ZT_CHECK(json_u64(R.out, "host_bytes", 0) == e.host_bytes && json_u64(R.out, "device_bytes", 0) == e.device_bytes);
+    ZT_CHECK(json_u64(R.out, "device_bytes", 1) == (uint64_t)-1); /* stage 3 only */
+    run("--max-params --memory 1GB --ranks 4 --stage 2 --offload-optimizer cpu --json");
+    ZT_CHECK(R.status == 0);
+    memset(&d, 0, sizeof d);
+    d.ranks = 4;
+    d.stage = 2;
+    d.offload_optimizer = ZERO_OFFLOAD_CPU;
+    ZT_CHECK(zero_estimate_max_params(&d, 1000000000ull, &mx) == ZERO_OK);
+    ZT_CHECK(json_u64(R.out, "max_params", 0) == mx);
+    run("--params 5 --ranks 2 --stage 2 --offload-optimizer cpu --offload-param cpu");
+    ZT_CHECK(R.status == 2);
+    run("--params 5 --ranks 2 --offload-optimizer disk");
+    ZT_CHECK(R.status == 2);
+    run("--params 5 --ranks 2 --offload-param nvme");
+    ZT_CHECK(R.status == 2);
+}
+
 int main(void)
 {
     ZT_RUN(table_paper_example);
@@ -287,5 +323,6 @@ int main(void)
     ZT_RUN(sizes_parse_exactly);
     ZT_RUN(bad_arguments_exit_2_with_usage);
     ZT_RUN(help_goes_to_stdout);
+    ZT_RUN(offload_tiers);
     return zt_summary();
 }

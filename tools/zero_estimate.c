@@ -5,6 +5,7 @@
      zero-estimate --params 7.5B --ranks 64 --stage 2 --offload --json
      zero-estimate --deepspeed --params 2851M --largest-layer 32M --ranks 8 --gpus-per-node 8
      zero-estimate --max-params --memory 32GB --ranks 1024 --stage 3
+     zero-estimate --params 7.5B --ranks 8 --stage 3 --offload-optimizer nvme --offload-param cpu
 
    docs/estimator.md documents the formulas, every option and every JSON key. */
 #define ZERO_IMPLEMENTATION
@@ -29,6 +30,11 @@ static const char *help_text =
     "  --ranks N            data-parallel ranks (GPUs), N >= 1\n"
     "  --stage S            one stage only (0-3; DeepSpeed mode: 2 or 3); default: all\n"
     "  --offload            optimizer state and step on the host (ZeRO-Offload)\n"
+    "  --offload-optimizer cpu|nvme\n"
+    "                       where the optimizer state lives: host memory (= --offload) or\n"
+    "                       NVMe (ZeRO-Infinity); adds host and nvme columns\n"
+    "  --offload-param cpu|nvme\n"
+    "                       stage 3, with --offload-optimizer: the param shards off the device\n"
     "  --param-bytes B      bytes per parameter (default 2: fp16/bf16)\n"
     "  --grad-bytes B       bytes per gradient (default 2)\n"
     "  --optimizer-bytes K  bytes of optimizer state per parameter (default 12: Adam's fp32\n"
@@ -206,6 +212,7 @@ typedef struct options {
     int have_params, have_ranks, stage, json, gib, max_params, have_memory, deepspeed;
     int offload, offload_params;
     uint64_t memory;
+    zero_offload_device oopt, oparam; /* paper mode tiers (--offload-optimizer, --offload-param) */
 } options;
 
 static int bad(const char *fmt, const char *a, const char *b)
@@ -228,6 +235,8 @@ static int make_rows(const options *o, row *rows, int *count)
             r->desc = o->base;
             r->desc.stage = s;
             r->desc.offload = o->offload;
+            r->desc.offload_optimizer = o->oopt;
+            r->desc.offload_param = s == 3 ? o->oparam : ZERO_OFFLOAD_NONE;
         } else if (s == 2) {
             int off;
             for (off = 1; off >= 0; off--) {
@@ -320,6 +329,12 @@ int main(int argc, char **argv)
             o.gib = 1;
         } else if (FLAG("--max-params")) {
             o.max_params = 1;
+        } else if (TAKES("--offload-optimizer") || TAKES("--offload-param")) {
+            zero_offload_device t = !strcmp(val, "cpu") ? ZERO_OFFLOAD_CPU
+                                    : !strcmp(val, "nvme") ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_NONE;
+            if (t == ZERO_OFFLOAD_NONE) return bad("%s '%s': want cpu or nvme", name, val);
+            if (name[10] == 'o') o.oopt = t;
+            else o.oparam = t;
         } else if (TAKES("--params")) {
             if (parse_scaled(val, count_units, &u, &why) || u == 0)
                 return bad("--params '%s': %s", val, why ? why : "must be at least 1");
@@ -401,6 +416,15 @@ int main(int argc, char **argv)
             return bad("--gpus-per-node, --largest-layer, --offload-params and --buffer-factor "
                        "need --deepspeed%s%s", "", "");
     }
+    if (o.deepspeed && (o.oopt || o.oparam))
+        return bad("--offload-optimizer and --offload-param are paper mode only (DeepSpeed mode: "
+                   "--offload, --offload-params)%s%s", "", "");
+    if (o.oparam && !o.oopt && !o.offload)
+        return bad("--offload-param needs --offload-optimizer (or --offload)%s%s", "", "");
+    if (o.oparam && o.stage >= 0 && o.stage != 3)
+        return bad("--offload-param is stage 3 only%s%s", "", "");
+    if (o.oparam && o.stage < 0) o.stage = 3; /* the only stage it applies to */
+    if (o.oopt) o.offload = 1;
     if (o.deepspeed && (o.base.param_bytes || o.base.grad_bytes || o.base.optimizer_bytes))
         return bad("--param-bytes, --grad-bytes and --optimizer-bytes are paper mode only%s%s", "", "");
 
@@ -439,6 +463,11 @@ int main(int argc, char **argv)
             else
                 printf(", \"partitions\": \"%s\", \"offload\": %s", partitions[r->desc.stage],
                        r->desc.offload ? "true" : "false");
+            if (!o.deepspeed && (o.oopt || o.oparam))
+                printf(", \"offload_optimizer\": \"%s\", \"offload_param\": \"%s\", \"nvme_bytes\": %llu",
+                       zero_offload_device_name(r->desc.offload_optimizer ? r->desc.offload_optimizer
+                                                                          : ZERO_OFFLOAD_CPU),
+                       zero_offload_device_name(r->desc.offload_param), (unsigned long long)e->nvme_bytes);
             if (o.max_params) printf(", \"max_params\": %llu", (unsigned long long)r->max_params);
             if (!o.deepspeed)
                 printf(", \"params_bytes\": %llu, \"grads_bytes\": %llu, \"optimizer_bytes\": %llu",
@@ -466,8 +495,13 @@ int main(int argc, char **argv)
             printf("DeepSpeed's estimators (estimate_zero2/zero3_model_states_mem_needs, as after "
                    "DeepSpeed PR #5099)\n");
         else
-            printf("ZeRO model states per rank (Rajbhandari et al., arXiv 1910.02054)%s\n",
-                   o.offload ? ", optimizer offloaded to the host (ZeRO-Offload)" : "");
+            printf("ZeRO model states per rank (Rajbhandari et al., arXiv 1910.02054)%s%s%s\n",
+                   o.offload ? (o.oopt == ZERO_OFFLOAD_NVME
+                                    ? ", optimizer state on NVMe (ZeRO-Infinity)"
+                                    : ", optimizer offloaded to the host (ZeRO-Offload)")
+                             : "",
+                   o.oparam ? ", stage-3 params on " : "",
+                   o.oparam ? (o.oparam == ZERO_OFFLOAD_NVME ? "NVMe" : "the host") : "");
         if (o.max_params) {
             commas(o.memory, a, sizeof a);
             human(o.memory, pick_scale(o.memory, o.gib), b, sizeof b);
@@ -519,13 +553,19 @@ int main(int argc, char **argv)
                 human(r->est.device_bytes, pick_scale(r->est.device_bytes, o.gib), c, sizeof c);
                 if (o.offload) human(r->est.host_bytes, pick_scale(r->est.host_bytes, o.gib), d, sizeof d);
                 else d[0] = '\0';
-                printf("%5d  %-10s  %21s  %-10s  %12s  %12s\n", r->desc.stage,
+                printf("%5d  %-10s  %21s  %-10s  %12s  %12s", r->desc.stage,
                        partitions[r->desc.stage], a, f, c, d);
+                if (o.oopt == ZERO_OFFLOAD_NVME || o.oparam == ZERO_OFFLOAD_NVME) {
+                    human(r->est.nvme_bytes, pick_scale(r->est.nvme_bytes, o.gib), d, sizeof d);
+                    printf("  %12s nvme", d);
+                }
+                printf("\n");
             }
         } else {
             printf("stage  partitions  %12s  %12s  %12s  %12s", "params", "grads", "optimizer",
                    o.offload ? "device" : "total");
             if (o.offload) printf("  %12s", "host");
+            if (o.oopt == ZERO_OFFLOAD_NVME || o.oparam == ZERO_OFFLOAD_NVME) printf("  %12s", "nvme");
             printf("  %8s\n", "saving");
             for (i = 0; i < nrows; i++) {
                 const row *r = &rows[i];
@@ -537,6 +577,10 @@ int main(int argc, char **argv)
                        a, b, c, d);
                 if (o.offload) {
                     human(r->est.host_bytes, sc, f, sizeof f);
+                    printf("  %12s", f);
+                }
+                if (o.oopt == ZERO_OFFLOAD_NVME || o.oparam == ZERO_OFFLOAD_NVME) {
+                    human(r->est.nvme_bytes, sc, f, sizeof f);
                     printf("  %12s", f);
                 }
                 printf("  %7.2fx\n", (double)baseline / (double)r->est.device_bytes);
