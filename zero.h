@@ -7702,7 +7702,10 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
                   "step: event");
     ZERO__ENG_TRY(e, zero__eng_tile_download(e, 0), "step: gradient tile download");
-    if (e->fopt) io_r = zero__eng_swap_in(e, 0);
+    /* NVMe: reads run nswap - 2 tiles ahead; the slot of tile k + nswap - 2 was last written
+       behind tile k - 2, so a read never waits for the write just issued */
+    for (k = 0; e->fopt && k < e->nswap - 2 && k < e->ntiles && io_r == ZERO_OK; k++)
+        io_r = zero__eng_swap_in(e, k);
     for (k = 0; k < e->ntiles; k++) {
         unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
         zero_result r;
@@ -7720,7 +7723,7 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
             float *sl = (float *)(void *)(e->swap + (size_t)(k % e->nswap) * e->swap_stride);
             size_t n = e->tiles[k].numel;
             if (io_r == ZERO_OK) io_r = zero__eng_swap_wait(e, k % e->nswap);
-            if (io_r == ZERO_OK && k + 1 < e->ntiles) io_r = zero__eng_swap_in(e, k + 1);
+            if (io_r == ZERO_OK && k + e->nswap - 2 < e->ntiles) io_r = zero__eng_swap_in(e, k + e->nswap - 2);
             if (io_r == ZERO_OK) {
                 r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, sl, sl + n, sl + 2 * n);
                 if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
@@ -8565,6 +8568,7 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
     if (e->micro != 0 || e->ready_in_micro != 0)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_set_tensor: in the middle of a step");
+    memset(&ti, 0, sizeof ti);
     if ((r = zero_plan_tensor(e->plan, tensor, &ti)) != ZERO_OK) return r;
     /* The same rule at every stage, so a program that runs at stage 0 runs at stage 3. */
     if (e->groups[ti.group].refs > 0)
