@@ -70,6 +70,14 @@
    plus declared buffers (reduce buckets, stage-3 gather buffers). Traffic per step: 2 Psi
    (N-1)/N elements at stages 0-2, 3 Psi (N-1)/N at stage 3.
 
+   OFFLOAD (ZeRO-Offload, ZeRO-Infinity; docs/offload.md). d.offload_optimizer = cpu moves
+   the K Psi / N bytes of fp32 master, m and v to host memory and the Adam step to the CPU
+   (stages 1-3); = nvme puts them in files under d.nvme_path. At stage 3 d.offload_param =
+   cpu | nvme also moves the 2 Psi / N param shards off the device. Results stay
+   bit-identical to the run without offload. zero_host_device_desc.capacity gives the host
+   device a memory budget, so a CPU run proves that a model too large for "device" memory
+   trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
+
    OPTIONS (define before including, in the implementation file)
        ZERO_STATIC            make every function static (private to one translation unit)
        ZERO_MALLOC(sz)        replace malloc; define ZERO_FREE(p) too, or neither
@@ -347,6 +355,9 @@ ZERODEF uint64_t zero_plan_hash(const zero_plan *plan);
      its optimizer bytes become 0, and host_bytes = the optimizer bytes the stage would have
      kept on the device (K Psi at stage 0, K S at stages 1-3); gradient shards stream to the
      host through a bounded staging buffer that is not counted (docs/estimator.md).
+     Tiers (ZeRO-Infinity, docs/offload.md): offload_optimizer = NVME reports the K S bytes
+     in nvme_bytes instead of host_bytes; offload_param (stage 3) moves the 2 S param
+     bytes off the device to host_bytes (CPU) or nvme_bytes (NVME).
      Constant-size buffers (reduce buckets, stage-3 gather buffers) are not counted either.
    - ZERO_ESTIMATE_DEEPSPEED: DeepSpeed's estimate_zero2_model_states_mem_needs (stage 2)
      and estimate_zero3_model_states_mem_needs (stage 3), re-derived from their published
@@ -1130,6 +1141,20 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    bit-identical parameters, master weights and moments at the same world size, run after
    run. See docs/engine.md for what preserves and what breaks this.
 
+   OFFLOAD (docs/offload.md). With offload_optimizer = cpu the rank's master, m and v live in
+   host memory (pinned through dev->ops->host_alloc when the device has it); the step keeps
+   the inf/NaN check, the norm and the clip coefficient on the device (the same bits), then
+   runs over tiles of at most sub_group_size elements: tile k+1's gradients go device -> host
+   on ZERO_QUEUE_OFFLOAD while the host Adam (zero_adam_host, host_threads threads, the same
+   element expression as the device's) updates tile k and tile k-1's params go host ->
+   device on ZERO_QUEUE_COMPUTE, ordered by events and host syncs. offload_optimizer = nvme
+   keeps each tile's master, m, v as one checksummed range of a per-rank file under
+   nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
+   buffer_count - 2 tiles ahead and written behind the Adam. offload_param (stage 3) keeps
+   the param shards of partitioned groups on the host (cpu) or in a file (nvme): a gather
+   (or a prefetch) uploads the shard into its gather slot and all-gathers in place. Every
+   configuration gives the same bits as the run without offload.
+
    ERRORS. Every call validates the state and arguments and returns an error (detail in
    zero_last_error()) instead of aborting; a failed call changes nothing unless it says
    otherwise. After a device or comm failure inside a collective call the engine is
@@ -1233,7 +1258,8 @@ typedef struct zero_traffic {
     double bytes[ZERO_COLL_COUNT]; /* the same in bytes of each call's dtype              */
 } zero_traffic;
 
-/* Device bytes this rank's engine holds, by category, now and at peak (since commit). */
+/* Bytes this rank's engine holds on one tier (the device, for zero_engine_memory_usage), by
+   category, now and at peak (since commit). */
 typedef struct zero_engine_memory {
     size_t bytes[ZERO_MEM_COUNT];
     size_t peak_bytes[ZERO_MEM_COUNT];
@@ -1301,7 +1327,12 @@ ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, siz
    its code). Nothing is allocated after this until destroy.
    Errors: INVALID_STATE if already committed or no tensor registered; INVALID_ARGUMENT for
    bad group ids or a stage-3 group larger than max_live_numel; MISMATCH; OUT_OF_MEMORY,
-   DEVICE, COMM. After a failed commit the engine can only be destroyed. */
+   DEVICE, COMM. After a failed commit the engine can only be destroyed.
+   Offload: commit also allocates the host tier and creates the NVMe files (IO naming the
+   path and cause: nvme_path missing, not writable, full). An OUT_OF_MEMORY from the device
+   (a budget) names the bytes asked, the bytes this configuration needs, the device's
+   capacity (dev->ops->memory_info) and the offload setting that would fit, by the
+   estimator's model states plus this configuration's buffers. */
 ZERODEF zero_result zero_engine_commit(zero_engine *e);
 
 /* The committed plan (layout queries: zero_plan_tensor, zero_plan_group, ...); NULL
@@ -1368,7 +1399,10 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group);
    prefetched groups (their values are stale). info may be NULL.
    Errors (nothing changed, engine usable): INVALID_STATE before commit, before any
    gradient, after a number of micro-steps other than accum_steps, or while a group is
-   still gathered (release every group first). COMM/DEVICE: engine broken. */
+   still gathered (release every group first). COMM/DEVICE: engine broken. IO (NVMe tier:
+   a read, write or checksum failed on some rank): every rank agrees on it through one
+   control all-reduce and returns it, its engine broken; the failing rank's message names
+   the file, offset and cause. */
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info);
 
 /* The scale to multiply the loss by in this step's micro-steps (1 without scaling). */
