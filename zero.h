@@ -7827,6 +7827,10 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
                 break;
             }
         }
+    if (strncmp(msg, "zero_engine_commit: reserve(", 28) == 0) { /* one arena for everything */
+        failed = need;
+        fail_cat = "all buffers (the device's reserve)";
+    }
     if (!e->dev->ops->memory_info || e->dev->ops->memory_info(e->dev, &cap, &used) != ZERO_OK ||
         cap == (size_t)-1)
         return;
