@@ -37,11 +37,32 @@ all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 build build/san build/compile build/cuda:
 	@mkdir -p $@
 
-build/test_%: tests/test_%.c $(HEADERS) $(wildcard tests/*.h) | build
+# The implementation is compiled once (build/zero_impl.o, and build/san/zero_impl.o for the
+# sanitizer run) and linked into every test program, except a test whose source defines
+# ZERO_IMPLEMENTATION itself (it reaches private zero__ functions or sets ZERO_MALLOC hooks):
+# that one is compiled alone. The test of ZERO_STATIC and single-file use is compile-tests.
+SELF_IMPL_SRC := $(shell grep -l '^[[:space:]]*\#[[:space:]]*define[[:space:]][[:space:]]*ZERO_IMPLEMENTATION' $(TEST_SRC) /dev/null 2>/dev/null)
+SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_SRC)))
+LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
+TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
+
+build/zero_impl.o: tests/zero_impl.c $(HEADERS) | build
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+build/san/zero_impl.o: tests/zero_impl.c $(HEADERS) | build/san
+	$(CC) $(SAN_FLAGS) -c $< -o $@
+
+$(SELF_TESTS): build/%: tests/%.c $(TEST_DEPS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
-build/san/test_%: tests/test_%.c $(HEADERS) $(wildcard tests/*.h) | build/san
+$(LINKED_TESTS): build/%: tests/%.c build/zero_impl.o $(TEST_DEPS) | build
+	$(CC) $(ALL_CFLAGS) $< build/zero_impl.o -o $@ $(LDLIBS)
+
+$(addprefix build/san/,$(notdir $(SELF_TESTS))): build/san/%: tests/%.c $(TEST_DEPS) | build/san
 	$(CC) $(SAN_FLAGS) $< -o $@ $(LDLIBS)
+
+$(addprefix build/san/,$(notdir $(LINKED_TESTS))): build/san/%: tests/%.c build/san/zero_impl.o $(TEST_DEPS) | build/san
+	$(CC) $(SAN_FLAGS) $< build/san/zero_impl.o -o $@ $(LDLIBS)
 
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
@@ -52,10 +73,16 @@ build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
 build/bench_%: bench/bench_%.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
 
-test: $(TESTS) $(TOOLS)
+# make test and test-sanitize build their programs in parallel (one job per core, unless
+# make was given -j) and tests/run.sh runs them in parallel (ZT_JOBS, default: the cores).
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
+test:
+	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS)
 	@bash tests/run.sh $(TESTS)
 
-test-sanitize: $(SAN_TESTS) $(TOOLS)
+test-sanitize:
+	@$(MAKE) --no-print-directory $(PAR) $(SAN_TESTS) $(TOOLS)
 	@ZT_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(SAN_TESTS)
 
 DEMO ?= build/train_mlp

@@ -1,7 +1,6 @@
 /* Host Adam/AdamW: against a double-precision reference with a derived error bound, bit
    identity across SIMD paths, thread counts and positions, the param output, the
    per-step constants, and every error path. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 

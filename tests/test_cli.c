@@ -1,7 +1,7 @@
 /* zero-estimate, run as a program from the repository root: its table, JSON and inverse
    give the right numbers (parsed back), sizes parse exactly, bad arguments exit 2 with a
    one-line message and the usage line on stderr. Skips when build/zero-estimate is absent. */
-#define ZERO_IMPLEMENTATION
+#define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen */
 #include "zero.h"
 #include "tests/zt.h"
 

@@ -9,7 +9,6 @@
    (reads of gathered params and writes of gradients, on ZERO_QUEUE_COMPUTE) touches is
    logged; two accesses from different queues, one a write, must be ordered by the clocks,
    as CUDA streams would require. Any unordered pair is a race the CUDA device would hit. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"
@@ -43,7 +42,7 @@ typedef struct vc_event {
     uint64_t vc[NQ];
 } vc_event;
 
-static ZERO__THREAD_LOCAL vc_dev *vc_current; /* the rank's checking device (for its comm) */
+static _Thread_local vc_dev *vc_current; /* the rank's checking device (for its comm) */
 
 static void vc_begin(vc_dev *d, int q)
 {

@@ -1,6 +1,5 @@
 /* The estimator: the paper's table and DeepSpeed's formulas against numbers worked by hand
    here, the inverse against its defining property, and the errors. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 

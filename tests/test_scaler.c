@@ -2,7 +2,6 @@
    from DeepSpeed's rule (see the scaler implementation in zero.h), plus a second simulator written
    differently (a run-length counter instead of iteration arithmetic) for long random
    patterns, modes, defaults and validation. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 
