@@ -589,14 +589,15 @@ typedef struct zero_adam_range {
     zero_dtype param_dtype;
 } zero_adam_range;
 
-/* Per-step constants of Adam/AdamW, made on the host (see the optimizer section). */
+/* Per-step constants of Adam/AdamW, made on the host from the double hyper-parameters
+   (zero_adam_coefs_make: each computed in double and rounded to float once). */
 typedef struct zero_adam_coefs {
-    float beta1, one_minus_beta1;
-    float beta2, one_minus_beta2;
+    float beta1, one_minus_beta1; /* (float)beta1, (float)(1 - beta1)        */
+    float beta2, one_minus_beta2; /* (float)beta2, (float)(1 - beta2)        */
     float step_size;    /* lr / (1 - beta1^t)                        */
     float inv_sqrt_bc2; /* 1 / sqrt(1 - beta2^t)                     */
     float eps;
-    float decay;        /* AdamW: 1 - lr * weight_decay; else 1      */
+    float neg_lr_wd;    /* AdamW: -(lr * weight_decay), p = fmaf(neg_lr_wd, p, p); else 0 */
     float l2;           /* Adam: weight_decay (added to the gradient); AdamW: 0 */
 } zero_adam_coefs;
 
@@ -734,7 +735,7 @@ ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, floa
     mm = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
     vv = fmaf(c->beta2, *v, (c->one_minus_beta2 * g) * g);
     denom = fmaf(sqrtf(vv), c->inv_sqrt_bc2, c->eps);
-    pp = (*p) * c->decay;
+    pp = fmaf(c->neg_lr_wd, *p, *p); /* p - lr*wd*p rounded once: the decay is not quantised */
     *p = fmaf(-c->step_size, mm / denom, pp);
     *m = mm;
     *v = vv;
@@ -744,30 +745,35 @@ ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, floa
 
 typedef enum zero_adam_mode {
     ZERO_ADAM_DEFAULT = 0, /* AdamW */
-    ZERO_ADAMW = 1,        /* decoupled weight decay: p *= 1 - lr * wd */
+    ZERO_ADAMW = 1,        /* decoupled weight decay: p -= lr * wd * p */
     ZERO_ADAM = 2          /* L2: wd * p added to the gradient         */
 } zero_adam_mode;
 
+/* The hyper-parameters are doubles, as the user (and PyTorch, DeepSpeed) write them: the
+   per-step fp32 constants are derived from them in double and rounded once, so 1 - beta2
+   is the float nearest 1e-3 for beta2 = 0.999, not 1 - 0.99900001f. */
 typedef struct zero_adam_desc {
     zero_adam_mode mode;
-    float lr;           /* 0 = 1e-3   */
-    float beta1;        /* 0 = 0.9    */
-    float beta2;        /* 0 = 0.999  */
-    float eps;          /* 0 = 1e-8   */
-    float weight_decay; /* 0 = none (tensors may opt out individually) */
+    double lr;           /* 0 = 1e-3   */
+    double beta1;        /* 0 = 0.9    */
+    double beta2;        /* 0 = 0.999  */
+    double eps;          /* 0 = 1e-8   */
+    double weight_decay; /* 0 = none (tensors may opt out individually) */
 } zero_adam_desc;
 
-/* Fills defaults and validates: lr finite and >= 0, betas in [0, 1), eps > 0, weight decay
-   finite and >= 0. INVALID_ARGUMENT names the field. */
+/* Fills defaults and validates: lr finite and >= 0, betas in [0, 1), eps finite and > 0,
+   weight decay finite and >= 0. INVALID_ARGUMENT names the field. */
 ZERODEF zero_result zero_adam_desc_resolve(zero_adam_desc *out, const zero_adam_desc *in);
 
 /* The constants of step t (1-based) for a tensor with weight decay wd (its own, or 0 when it
-   opts out), computed in double and rounded once to float: step_size = lr / (1 - beta1^t),
-   inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t); AdamW: decay = 1 - lr * wd, l2 = 0; Adam: decay = 1,
-   l2 = wd. desc is resolved first (zeros mean defaults). INVALID_ARGUMENT for step < 1, a
-   bad desc or wd, or a coefficient that is not finite in fp32. Nothing written on error. */
+   opts out), each computed in double and rounded once to float: beta1, 1 - beta1, beta2,
+   1 - beta2, eps, step_size = lr / (1 - beta1^t), inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t);
+   AdamW: neg_lr_wd = -(lr * wd), l2 = 0; Adam: neg_lr_wd = 0, l2 = wd. desc is resolved
+   first (zeros mean defaults). INVALID_ARGUMENT for step < 1, a bad desc or wd, a
+   coefficient that is not finite in fp32, an eps that is 0 in fp32 or a beta that rounds
+   to 1 in fp32. Nothing written on error. */
 ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_desc *desc,
-                                         float weight_decay, int64_t step);
+                                         double weight_decay, int64_t step);
 
 /* Adam/AdamW on the host over one range, each element by zero_adam_update() with its
    gradient multiplied by grad_mul first; param (if any) receives the rounded master
@@ -1106,7 +1112,7 @@ ZERODEF int64_t zero_engine_step_count(const zero_engine *e);
 
 /* Changes the learning rate from the next step on (schedules). INVALID_ARGUMENT for a
    negative or non-finite lr. */
-ZERODEF zero_result zero_engine_set_lr(zero_engine *e, float lr);
+ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
 
 /* Device bytes held by this rank's engine, by category, now and at peak. */
 ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_memory *out);
@@ -4220,27 +4226,27 @@ ZERODEF zero_result zero_adam_desc_resolve(zero_adam_desc *out, const zero_adam_
         memset(&d, 0, sizeof d);
     }
     if (d.mode == ZERO_ADAM_DEFAULT) d.mode = ZERO_ADAMW;
-    if (d.lr == 0.0f) d.lr = 1e-3f;
-    if (d.beta1 == 0.0f) d.beta1 = 0.9f;
-    if (d.beta2 == 0.0f) d.beta2 = 0.999f;
-    if (d.eps == 0.0f) d.eps = 1e-8f;
+    if (d.lr == 0.0) d.lr = 1e-3;
+    if (d.beta1 == 0.0) d.beta1 = 0.9;
+    if (d.beta2 == 0.0) d.beta2 = 0.999;
+    if (d.eps == 0.0) d.eps = 1e-8;
     if (d.mode != ZERO_ADAMW && d.mode != ZERO_ADAM)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_desc_resolve: mode = %d",
                           (int)d.mode);
     /* comparisons written so that NaN fails them */
-    if (!(d.lr >= 0.0f) || !isfinite(d.lr))
+    if (!(d.lr >= 0.0) || !isfinite(d.lr))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: lr = %g (must be finite and >= 0)", (double)d.lr);
-    if (!(d.beta1 >= 0.0f && d.beta1 < 1.0f))
+    if (!(d.beta1 >= 0.0 && d.beta1 < 1.0))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: beta1 = %g (must be in [0, 1))", (double)d.beta1);
-    if (!(d.beta2 >= 0.0f && d.beta2 < 1.0f))
+    if (!(d.beta2 >= 0.0 && d.beta2 < 1.0))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: beta2 = %g (must be in [0, 1))", (double)d.beta2);
-    if (!(d.eps > 0.0f) || !isfinite(d.eps))
+    if (!(d.eps > 0.0) || !isfinite(d.eps))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: eps = %g (must be finite and > 0)", (double)d.eps);
-    if (!(d.weight_decay >= 0.0f) || !isfinite(d.weight_decay))
+    if (!(d.weight_decay >= 0.0) || !isfinite(d.weight_decay))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: weight_decay = %g (must be finite and >= 0)",
                           (double)d.weight_decay);
@@ -4249,7 +4255,7 @@ ZERODEF zero_result zero_adam_desc_resolve(zero_adam_desc *out, const zero_adam_
 }
 
 ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_desc *desc,
-                                         float weight_decay, int64_t step)
+                                         double weight_decay, int64_t step)
 {
     zero_adam_desc d;
     zero_adam_coefs c;
@@ -4263,36 +4269,42 @@ ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_d
     if (step < 1)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_coefs_make: step = %lld (steps count from 1)", (long long)step);
-    if (!(weight_decay >= 0.0f) || !isfinite(weight_decay))
+    if (!(weight_decay >= 0.0) || !isfinite(weight_decay))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_coefs_make: weight_decay = %g (must be finite and >= 0)",
                           (double)weight_decay);
     t = (double)step;
-    lr = (double)d.lr;
-    b1 = (double)d.beta1;
-    b2 = (double)d.beta2;
-    wd = (double)weight_decay;
+    lr = d.lr;
+    b1 = d.beta1;
+    b2 = d.beta2;
+    wd = weight_decay;
     bc1 = 1.0 - pow(b1, t);
     bc2 = 1.0 - pow(b2, t);
-    c.beta1 = d.beta1;
+    c.beta1 = (float)b1;
     c.one_minus_beta1 = (float)(1.0 - b1);
-    c.beta2 = d.beta2;
+    c.beta2 = (float)b2;
     c.one_minus_beta2 = (float)(1.0 - b2);
     c.step_size = (float)(lr / bc1);
     c.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    c.eps = d.eps;
+    c.eps = (float)d.eps;
     if (d.mode == ZERO_ADAMW) {
-        c.decay = (float)(1.0 - lr * wd);
+        c.neg_lr_wd = (float)(-(lr * wd));
         c.l2 = 0.0f;
     } else {
-        c.decay = 1.0f;
-        c.l2 = weight_decay;
+        c.neg_lr_wd = 0.0f;
+        c.l2 = (float)wd;
     }
-    if (!isfinite(c.step_size) || !isfinite(c.inv_sqrt_bc2) || !isfinite(c.decay))
+    if (!(c.beta1 < 1.0f) || !(c.beta2 < 1.0f) || !(c.eps > 0.0f))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_adam_coefs_make: beta1 = %.17g, beta2 = %.17g, eps = %g: a beta "
+                          "that rounds to 1 or an eps that rounds to 0 in fp32",
+                          d.beta1, d.beta2, d.eps);
+    if (!isfinite(c.step_size) || !isfinite(c.inv_sqrt_bc2) || !isfinite(c.neg_lr_wd) ||
+        !isfinite(c.l2))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_coefs_make: lr = %g, weight_decay = %g at step %lld give a "
                           "coefficient that is not finite in fp32",
-                          (double)d.lr, (double)weight_decay, (long long)step);
+                          d.lr, weight_decay, (long long)step);
     *out = c;
     return ZERO_OK;
 }
@@ -4351,7 +4363,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
     const __m256 b1 = _mm256_set1_ps(c->beta1), omb1 = _mm256_set1_ps(c->one_minus_beta1);
     const __m256 b2 = _mm256_set1_ps(c->beta2), omb2 = _mm256_set1_ps(c->one_minus_beta2);
     const __m256 ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2), eps = _mm256_set1_ps(c->eps);
-    const __m256 decay = _mm256_set1_ps(c->decay), nstep = _mm256_set1_ps(-c->step_size);
+    const __m256 nlwd = _mm256_set1_ps(c->neg_lr_wd), nstep = _mm256_set1_ps(-c->step_size);
     size_t i = *pi;
     for (; i + 8 <= end; i += 8) {
         __m256 g, p, m, v, mm, vv, denom, pp;
@@ -4366,7 +4378,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
         mm = _mm256_fmadd_ps(b1, m, _mm256_mul_ps(omb1, g));
         vv = _mm256_fmadd_ps(b2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
         denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ibc2, eps);
-        pp = _mm256_mul_ps(p, decay);
+        pp = _mm256_fmadd_ps(nlwd, p, p);                                  /* fmaf(neg_lr_wd, p, p) */
         p = _mm256_fmadd_ps(nstep, _mm256_div_ps(mm, denom), pp);
         _mm256_storeu_ps(r->master + i, p);
         _mm256_storeu_ps(r->m + i, mm);
@@ -4386,7 +4398,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
     const __m512 b1 = _mm512_set1_ps(c->beta1), omb1 = _mm512_set1_ps(c->one_minus_beta1);
     const __m512 b2 = _mm512_set1_ps(c->beta2), omb2 = _mm512_set1_ps(c->one_minus_beta2);
     const __m512 ibc2 = _mm512_set1_ps(c->inv_sqrt_bc2), eps = _mm512_set1_ps(c->eps);
-    const __m512 decay = _mm512_set1_ps(c->decay), nstep = _mm512_set1_ps(-c->step_size);
+    const __m512 nlwd = _mm512_set1_ps(c->neg_lr_wd), nstep = _mm512_set1_ps(-c->step_size);
     size_t i = *pi;
     for (; i + 16 <= end; i += 16) {
         __m512 g, p, m, v, mm, vv, denom, pp;
@@ -4401,7 +4413,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
         mm = _mm512_fmadd_ps(b1, m, _mm512_mul_ps(omb1, g));
         vv = _mm512_fmadd_ps(b2, v, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
         denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), ibc2, eps);
-        pp = _mm512_mul_ps(p, decay);
+        pp = _mm512_fmadd_ps(nlwd, p, p);
         p = _mm512_fmadd_ps(nstep, _mm512_div_ps(mm, denom), pp);
         _mm512_storeu_ps(r->master + i, p);
         _mm512_storeu_ps(r->m + i, mm);
@@ -5138,6 +5150,13 @@ static uint64_t zero__eng_fbits(float f)
     return u;
 }
 
+static uint64_t zero__eng_dbits(double f)
+{
+    uint64_t u;
+    memcpy(&u, &f, 8);
+    return u;
+}
+
 /* Everything the ranks must agree on: the plan, the settings and the tensor flags. */
 static uint64_t zero__eng_hash(const zero_engine *e)
 {
@@ -5154,11 +5173,11 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->persist_numel);
     h = zero__eng_mix(h, zero__eng_fbits(d->clip_norm));
     h = zero__eng_mix(h, (uint64_t)e->adam.mode);
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.lr));
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.beta1));
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.beta2));
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.eps));
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.weight_decay));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.lr));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.beta1));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.beta2));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.eps));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.weight_decay));
     h = zero__eng_mix(h, zero__eng_fbits(e->scaler.scale));
     h = zero__eng_mix(h, (uint64_t)e->scaler.dynamic);
     h = zero__eng_mix(h, zero__eng_fbits(e->scaler.factor));
@@ -5895,7 +5914,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                   "step: grad_mul");
     /* 3. Adam/AdamW per (tensor x shard) segment; padding is never touched. */
     r = zero_adam_coefs_make(&co_wd, &e->adam, e->adam.weight_decay, e->step + 1);
-    if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->adam, 0.0f, e->step + 1);
+    if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->adam, 0.0, e->step + 1);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
     for (t = 0; t < e->ntensors; t++) {
         zero_tensor_info ti;
@@ -6125,12 +6144,12 @@ ZERODEF float zero_engine_loss_scale(const zero_engine *e) { return e ? e->scale
 
 ZERODEF int64_t zero_engine_step_count(const zero_engine *e) { return e ? e->step : 0; }
 
-ZERODEF zero_result zero_engine_set_lr(zero_engine *e, float lr)
+ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
 {
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_lr: engine is NULL");
-    if (!(lr >= 0.0f) || isinf(lr))
+    if (!(lr >= 0.0) || isinf(lr))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_lr: lr = %g (finite, >= 0)",
-                          (double)lr);
+                          lr);
     e->adam.lr = lr;
     e->d.adam.lr = lr;
     return ZERO_OK;

@@ -136,7 +136,7 @@ int main(int argc, char **argv)
     init_kernel<<<sm * 8, 256, 0, s>>>(grad, dt, master, n);
     CHECK_CUDA(cudaGetLastError());
     memset(&desc, 0, sizeof desc);
-    desc.weight_decay = 0.01f;
+    desc.weight_decay = 0.01;
     CHECK_ZERO(zero_adam_coefs_make(&co, &desc, desc.weight_decay, 1));
     r.numel = n;
     r.master = master;

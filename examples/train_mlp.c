@@ -30,7 +30,7 @@ static const int dims[NL + 1] = {IN, HID, HID, OUT};
 typedef struct opts {
     int stage, ranks, steps, accum, batch;
     zero_dtype dtype;
-    float lr;
+    double lr;
 } opts;
 
 typedef struct run {
@@ -257,7 +257,7 @@ int main(int argc, char **argv)
     o.accum = 1;
     o.batch = 16;
     o.dtype = ZERO_F16;
-    o.lr = 3e-3f;
+    o.lr = 3e-3;
     o.stage = -1;
     for (a = 1; a < argc; a += 2) { /* every option takes a value */
         const char *v = a + 1 < argc ? argv[a + 1] : NULL;
@@ -270,7 +270,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[a], "--steps")) o.steps = atoi(v);
         else if (!strcmp(argv[a], "--accum")) o.accum = atoi(v);
         else if (!strcmp(argv[a], "--batch")) o.batch = atoi(v);
-        else if (!strcmp(argv[a], "--lr")) o.lr = (float)atof(v);
+        else if (!strcmp(argv[a], "--lr")) o.lr = atof(v);
         else if (!strcmp(argv[a], "--dtype")) {
             if (!strcmp(v, "f16")) o.dtype = ZERO_F16;
             else if (!strcmp(v, "bf16")) o.dtype = ZERO_BF16;

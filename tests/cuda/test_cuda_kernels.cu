@@ -423,8 +423,8 @@ ZT_TEST(test_adam)
             zero_adam_coefs co;
             memset(&desc, 0, sizeof desc);
             desc.mode = mode ? ZERO_ADAM : ZERO_ADAMW;
-            desc.lr = 3e-3f;
-            desc.weight_decay = 0.05f;
+            desc.lr = 3e-3;
+            desc.weight_decay = 0.05;
             Z_OK(zero_adam_coefs_make(&co, &desc, desc.weight_decay, step));
             for (gi = 0; gi < 3; gi++)
                 for (pi = 0; pi < 4; pi++)
@@ -715,7 +715,7 @@ ZT_TEST(test_past_2_31)
         zero_adam_coefs co;
         zero_adam_range r;
         memset(&desc, 0, sizeof desc);
-        desc.weight_decay = 0.1f;
+        desc.weight_decay = 0.1;
         Z_OK(zero_adam_coefs_make(&co, &desc, 0.1f, 1));
         CUDA_OK(h2d(mul, &one, 4));
         CUDA_OK(h2d(fl, &zero, 4));
