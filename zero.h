@@ -1010,7 +1010,10 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
    collective. */
 ZERODEF void zero_engine_destroy(zero_engine *e);
 
-/* The descriptor with every default filled in (valid after create). */
+/* The descriptor with every default filled in (valid after create): the resolved Adam
+   and scaler settings (scaler.mode DYNAMIC or NONE in place of DEFAULT; init_scale 65536,
+   window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
+   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stage 3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
@@ -4566,6 +4569,16 @@ ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam
                     scale *= factor (kept if the product would not be finite)
    then iter += 1. */
 
+/* The numeric defaults of a scaler descriptor (DeepSpeed's), filled in place. */
+static void zero__scaler_defaults(zero_scaler_desc *d)
+{
+    if (d->init_scale == 0.0f) d->init_scale = 65536.0f;
+    if (d->window == 0) d->window = 1000;
+    if (d->hysteresis == 0) d->hysteresis = 2;
+    if (d->min_scale == 0.0f) d->min_scale = 1.0f;
+    if (d->factor == 0.0f) d->factor = 2.0f;
+}
+
 ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc *desc,
                                      zero_dtype param_dtype)
 {
@@ -4592,11 +4605,7 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
                               "resolved dtype (f16, bf16, f32 or f64)",
                               (int)param_dtype);
     }
-    if (d.init_scale == 0.0f) d.init_scale = 65536.0f;
-    if (d.window == 0) d.window = 1000;
-    if (d.hysteresis == 0) d.hysteresis = 2;
-    if (d.min_scale == 0.0f) d.min_scale = 1.0f;
-    if (d.factor == 0.0f) d.factor = 2.0f;
+    zero__scaler_defaults(&d);
     /* !(x > 0) also refuses NaN */
     if (!(d.init_scale > 0.0f) || !isfinite(d.init_scale))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -5010,6 +5019,10 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
         return zero__fail(r, "zero_engine_create: %.380s", prev);
     }
     d.adam = e->adam;
+    /* get_desc reports the scaler as it runs: the mode resolved, every default filled. */
+    zero__scaler_defaults(&d.scaler);
+    if (d.scaler.mode == ZERO_SCALER_DEFAULT)
+        d.scaler.mode = e->scaler.dynamic ? ZERO_SCALER_DYNAMIC : ZERO_SCALER_NONE;
     e->d = d;
     e->dev = d.device;
     e->comm = d.comm;
@@ -5281,7 +5294,13 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (e->stage == 3 && e->Mnp > 0) {
         size_t live = e->d.max_live_numel;
         if (live == 0) {
-            ovf |= zero__mul_size(e->Mnp, (size_t)(2 + e->depth), &live);
+            /* checked: a group of SIZE_MAX / 3 elements or more has no default pool */
+            if (zero__mul_size(e->Mnp, (size_t)(2 + e->depth), &live) != 0)
+                return zero__fail(ZERO_ERROR_OVERFLOW,
+                                  "zero_engine_commit: the default max_live_numel, (2 + prefetch "
+                                  "depth %d) x largest stage-3 group (%zu elements), overflows "
+                                  "size_t",
+                                  e->depth, e->Mnp);
             e->d.max_live_numel = live;
         }
         if (e->Mnp > live)
