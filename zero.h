@@ -5226,10 +5226,11 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     int ovf = 0;
     e->G = G;
     e->groups = (zero__eng_group *)zero__alloc(a, (size_t)G * sizeof *e->groups);
+    /* cleared at once: destroy reads the event pointers of every group whatever fails next */
+    if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
     if (!e->groups || !e->pending)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
-    memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->M = e->Mnp = 0;
     for (g = 0; g < G; g++) {
         zero_group_info gi;
