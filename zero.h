@@ -555,8 +555,9 @@ ZERODEF void zero_comm_destroy(zero_comm *comm);
    the group. Callable from any thread. INVALID_ARGUMENT when comm is not a local comm. */
 ZERODEF zero_result zero_local_abort(zero_comm *comm);
 
-/* Runs fn(rank, comm, user) on 'world' threads with a fresh group (default timeout) and
-   waits for all of them. A rank whose fn returns an error (or returns at all) destroys its
+/* Runs fn(rank, comm, user) on 'world' threads with a fresh group and waits for all of
+   them. The group has the default timeout (60 s) and allocator, and this call has no way to
+   change them: use zero_local_run_desc() to set timeout_ms (or the allocator). A rank whose fn returns an error (or returns at all) destroys its
    comm, so peers still waiting for it fail with ZERO_ERROR_COMM instead of hanging.
    Returns ZERO_OK when every rank returned ZERO_OK; otherwise the error of the lowest
    rank that failed before the group broke (the root cause), or else of the lowest failing
