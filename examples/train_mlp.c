@@ -346,6 +346,6 @@ int main(int argc, char **argv)
                                : "WARNING: the final losses differ between stages");
     if (!fell)
         printf("WARNING: the loss did not fall to half its first value in %d step(s) (more "
-               "steps, e.g. --steps 100, let it fall)\n", o.steps);
+               "steps, e.g. the default 300, let it fall)\n", o.steps);
     return ok ? 0 : 1;
 }
