@@ -87,9 +87,12 @@
 
    LICENSE: MIT, see the end of this file.
 */
-/* The implementation uses POSIX (threads, clocks, sockets). When zero.h is the first header
-   of the implementation file this asks the C library for it even under -std=c99/c11;
-   otherwise compile that file with -D_POSIX_C_SOURCE=200809L or as gnu99/gnu11. */
+/* The implementation uses POSIX (threads, clocks). When zero.h is the first header of the
+   implementation file this asks the C library for it even under -std=c99/c11; when another
+   header came first (<stdio.h>, ...) the implementation declares the few POSIX functions
+   the C library then hides (see the local comm), so it compiles whatever was included
+   first. zero_nccl.h's bootstrap (sockets) still wants zero.h first, or
+   -D_POSIX_C_SOURCE=200809L, or gnu99/gnu11. */
 #if defined(ZERO_IMPLEMENTATION) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && \
     !defined(_WIN32)
 #define _POSIX_C_SOURCE 200809L
@@ -438,6 +441,23 @@ typedef struct zero_comm_tag {
     uint64_t seq;  /* the caller's collective sequence number                        */
 } zero_comm_tag;
 
+/* The roles of zero_comm_tag.role: what each engine collective is for. A stage-3 prefetch
+   and a gather of the same group are one collective (both GATHER), so a rank that
+   prefetched and a rank that gathered on demand still agree. */
+typedef enum zero_comm_role {
+    ZERO_ROLE_NONE = 0,         /* untagged (direct comm users): the tag is not compared    */
+    ZERO_ROLE_GATHER = 1,       /* stage 3: all-gather of a group's params (gather/prefetch) */
+    ZERO_ROLE_GRAD_REDUCE = 2,  /* a group's gradients: all-reduce (stage 0), reduce-scatter */
+    ZERO_ROLE_PARAM_UPDATE = 3, /* step: all-gather of a group's updated param shards        */
+    ZERO_ROLE_FLAG = 4,         /* step: all-reduce (max) of the inf/NaN flag                */
+    ZERO_ROLE_NORM = 5,         /* step: all-reduce (sum) of the squared gradient norm       */
+    ZERO_ROLE_COMMIT = 6        /* commit: the plan-hash and allocation check                */
+} zero_comm_role;
+
+/* "gather", "grad_reduce", "param_update", "flag", "norm", "commit", "untagged" (role 0),
+   or "?" for a value outside the enum. Never NULL; for messages. */
+ZERODEF const char *zero_comm_role_name(int32_t role);
+
 typedef struct zero_comm_ops {
     const char *name;
     void (*destroy)(zero_comm *comm);
@@ -492,9 +512,12 @@ struct zero_comm {
      bit for bit the same elements of an all_reduce of the same input. MAX takes the
      largest element (NaN if any input is NaN).
    - Agreement. Every collective checks that all ranks called the same collective with the
-     same numel, dtype, op and root. If not, every rank returns ZERO_ERROR_MISMATCH (a rank
-     whose own arguments were invalid returns ZERO_ERROR_INVALID_ARGUMENT) and the group
-     stays usable.
+     same numel, dtype, op and root, and with the same comm->tag (group, role and seq)
+     where every rank's tag is set (role != 0; an untagged call is not compared on the
+     tag). If not, every rank returns ZERO_ERROR_MISMATCH with a message naming both sides,
+     e.g. "rank 0 all_gather group 0 (gather, seq 12) vs rank 1 all_gather group 1
+     (gather, seq 12)" (a rank whose own arguments were invalid returns
+     ZERO_ERROR_INVALID_ARGUMENT), and the group stays usable.
    - Failure. A rank that waits more than timeout_ms for its peers returns
      ZERO_ERROR_TIMEOUT, zero_local_abort() or destroying a comm makes waiting peers return
      ZERO_ERROR_COMM; either breaks the group, and every later collective on it fails at
@@ -532,8 +555,9 @@ ZERODEF void zero_comm_destroy(zero_comm *comm);
    the group. Callable from any thread. INVALID_ARGUMENT when comm is not a local comm. */
 ZERODEF zero_result zero_local_abort(zero_comm *comm);
 
-/* Runs fn(rank, comm, user) on 'world' threads with a fresh group (default timeout) and
-   waits for all of them. A rank whose fn returns an error (or returns at all) destroys its
+/* Runs fn(rank, comm, user) on 'world' threads with a fresh group and waits for all of
+   them. The group has the default timeout (60 s) and allocator, and this call has no way to
+   change them: use zero_local_run_desc() to set timeout_ms (or the allocator). A rank whose fn returns an error (or returns at all) destroys its
    comm, so peers still waiting for it fail with ZERO_ERROR_COMM instead of hanging.
    Returns ZERO_OK when every rank returned ZERO_OK; otherwise the error of the lowest
    rank that failed before the group broke (the root cause), or else of the lowest failing
@@ -1016,7 +1040,10 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
    collective. */
 ZERODEF void zero_engine_destroy(zero_engine *e);
 
-/* The descriptor with every default filled in (valid after create). */
+/* The descriptor with every default filled in (valid after create): the resolved Adam
+   and scaler settings (scaler.mode DYNAMIC or NONE in place of DEFAULT; init_scale 65536,
+   window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
+   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stage 3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
@@ -2542,6 +2569,22 @@ ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
 
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h> /* sysconf: cores online, for the rendezvous' spin */
+#include <sched.h>  /* sched_yield */
+
+/* The monotonic clock and the condition-variable clock are POSIX.1-2001. When the
+   implementation file included a libc header (<stdio.h>, ...) before zero.h under
+   -std=c99/c11, the request for POSIX at the top of this file came too late and glibc hides
+   them; declare the two functions (their signatures are fixed by POSIX) and the clock id
+   (1 on every Linux architecture) instead of failing with an implicit declaration. */
+#if !defined(CLOCK_MONOTONIC) && defined(__linux__)
+#include <sys/types.h> /* clockid_t */
+#define ZERO__CLOCK_MONOTONIC ((clockid_t)1)
+extern int clock_gettime(clockid_t clock_id, struct timespec *tp);
+extern int pthread_condattr_setclock(pthread_condattr_t *attr, clockid_t clock_id);
+#else
+#define ZERO__CLOCK_MONOTONIC CLOCK_MONOTONIC
+#endif
 
 enum {
     ZERO__LC_BARRIER = 1,
@@ -2565,6 +2608,7 @@ typedef struct zero__local_post {
     size_t numel;
     const void *send;
     void *recv;
+    zero_comm_tag tag; /* the caller's comm->tag at the call */
 } zero__local_post;
 
 struct zero_local_group {
@@ -2585,7 +2629,7 @@ struct zero_local_group {
     unsigned char *has_comm;  /* [world]                                                 */
     zero__local_post *posts;  /* [2][world]: by parity of the collective's sequence       */
     int verdict_ok[2];
-    char verdict_msg[2][320];
+    char verdict_msg[2][448];
 };
 
 typedef struct zero__local_comm {
@@ -2597,6 +2641,20 @@ typedef struct zero__local_comm {
 
 static void zero__local_destroy(zero_comm *comm);
 
+ZERODEF const char *zero_comm_role_name(int32_t role)
+{
+    switch (role) {
+    case ZERO_ROLE_NONE: return "untagged";
+    case ZERO_ROLE_GATHER: return "gather";
+    case ZERO_ROLE_GRAD_REDUCE: return "grad_reduce";
+    case ZERO_ROLE_PARAM_UPDATE: return "param_update";
+    case ZERO_ROLE_FLAG: return "flag";
+    case ZERO_ROLE_NORM: return "norm";
+    case ZERO_ROLE_COMMIT: return "commit";
+    }
+    return "?";
+}
+
 static const char *zero__local_kind_name(int kind)
 {
     switch (kind) {
@@ -2607,6 +2665,19 @@ static const char *zero__local_kind_name(int kind)
     case ZERO__LC_BROADCAST: return "broadcast";
     }
     return "?";
+}
+
+/* " group 0 (gather, seq 12)", " (flag, seq 40)", or "" when untagged. */
+static void zero__local_describe_tag(char *buf, size_t size, const zero_comm_tag *t)
+{
+    if (t->role == ZERO_ROLE_NONE)
+        buf[0] = '\0';
+    else if (t->group >= 0)
+        snprintf(buf, size, " group %d (%s, seq %llu)", (int)t->group, zero_comm_role_name(t->role),
+                 (unsigned long long)t->seq);
+    else
+        snprintf(buf, size, " (%s, seq %llu)", zero_comm_role_name(t->role),
+                 (unsigned long long)t->seq);
 }
 
 /* "all_reduce(numel 10, f32, sum)" */
@@ -2633,11 +2704,18 @@ static int zero__local_same(const zero__local_post *a, const zero__local_post *b
            a->dtype == b->dtype && a->op == b->op && a->root == b->root;
 }
 
+/* Tags agree when either side is untagged (role 0) or group, role and seq are equal. */
+static int zero__local_same_tag(const zero_comm_tag *a, const zero_comm_tag *b)
+{
+    return a->role == ZERO_ROLE_NONE || b->role == ZERO_ROLE_NONE ||
+           (a->group == b->group && a->role == b->role && a->seq == b->seq);
+}
+
 /* Under the lock, by the last rank to post: do all posts of parity 'par' agree? */
 static int zero__local_judge(zero_local_group *g, int par, unsigned long long seq)
 {
     const zero__local_post *p = g->posts + (size_t)par * (size_t)g->world;
-    char a[96], b[96];
+    char a[96], b[96], ta[64], tb[64];
     int r;
     for (r = 0; r < g->world; r++)
         if (p[r].bad) {
@@ -2650,9 +2728,21 @@ static int zero__local_judge(zero_local_group *g, int par, unsigned long long se
         if (!zero__local_same(&p[0], &p[r])) {
             zero__local_describe(a, sizeof a, &p[0]);
             zero__local_describe(b, sizeof b, &p[r]);
+            zero__local_describe_tag(ta, sizeof ta, &p[0].tag);
+            zero__local_describe_tag(tb, sizeof tb, &p[r].tag);
             snprintf(g->verdict_msg[par], sizeof g->verdict_msg[par],
-                     "ranks disagree at collective #%llu: rank 0 called %s, rank %d called %s",
-                     seq, a, r, b);
+                     "ranks disagree at collective #%llu: rank 0 called %s%s, rank %d called %s%s",
+                     seq, a, ta, r, b, tb);
+            return 0;
+        }
+    for (r = 1; r < g->world; r++)
+        if (!zero__local_same_tag(&p[0].tag, &p[r].tag)) {
+            /* same arguments, different purpose: the ranks' control flow diverged */
+            zero__local_describe_tag(ta, sizeof ta, &p[0].tag);
+            zero__local_describe_tag(tb, sizeof tb, &p[r].tag);
+            snprintf(g->verdict_msg[par], sizeof g->verdict_msg[par],
+                     "ranks disagree at collective #%llu: rank 0 %s%s vs rank %d %s%s", seq,
+                     zero__local_kind_name(p[0].kind), ta, r, zero__local_kind_name(p[r].kind), tb);
             return 0;
         }
     g->verdict_msg[par][0] = '\0';
@@ -2679,7 +2769,7 @@ static void zero__local_deadline(const zero_local_group *g, struct timespec *ts)
 #if defined(__APPLE__)
     clock_gettime(CLOCK_REALTIME, ts);
 #else
-    clock_gettime(CLOCK_MONOTONIC, ts); /* the cond waits on this clock (condattr) */
+    clock_gettime(ZERO__CLOCK_MONOTONIC, ts); /* the cond waits on this clock (condattr) */
 #endif
     ts->tv_sec += g->timeout_ms / 1000;
     ts->tv_nsec += (long)(g->timeout_ms % 1000) * 1000000L;
@@ -2885,6 +2975,7 @@ static zero_result zero__local_collective(zero_comm *comm, zero__local_post *p)
     rank = comm->rank;
     world = g->world;
     why[0] = '\0';
+    p->tag = comm->tag;
     zero__local_check(p, g, why, sizeof why);
     c->seq++;
     res = zero__local_sync(c, ZERO__SYNC_POST, p, &ok);
@@ -3097,7 +3188,7 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
         rc = pthread_condattr_init(&attr);
         if (rc == 0) {
 #if !defined(__APPLE__)
-            rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+            rc = pthread_condattr_setclock(&attr, ZERO__CLOCK_MONOTONIC);
 #endif
             if (rc == 0) rc = pthread_cond_init(&g->cv, &attr);
             pthread_condattr_destroy(&attr);
@@ -4578,6 +4669,16 @@ ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam
                     scale *= factor (kept if the product would not be finite)
    then iter += 1. */
 
+/* The numeric defaults of a scaler descriptor (DeepSpeed's), filled in place. */
+static void zero__scaler_defaults(zero_scaler_desc *d)
+{
+    if (d->init_scale == 0.0f) d->init_scale = 65536.0f;
+    if (d->window == 0) d->window = 1000;
+    if (d->hysteresis == 0) d->hysteresis = 2;
+    if (d->min_scale == 0.0f) d->min_scale = 1.0f;
+    if (d->factor == 0.0f) d->factor = 2.0f;
+}
+
 ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc *desc,
                                      zero_dtype param_dtype)
 {
@@ -4604,11 +4705,7 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
                               "resolved dtype (f16, bf16, f32 or f64)",
                               (int)param_dtype);
     }
-    if (d.init_scale == 0.0f) d.init_scale = 65536.0f;
-    if (d.window == 0) d.window = 1000;
-    if (d.hysteresis == 0) d.hysteresis = 2;
-    if (d.min_scale == 0.0f) d.min_scale = 1.0f;
-    if (d.factor == 0.0f) d.factor = 2.0f;
+    zero__scaler_defaults(&d);
     /* !(x > 0) also refuses NaN */
     if (!(d.init_scale > 0.0f) || !isfinite(d.init_scale))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -4771,6 +4868,7 @@ struct zero_engine {
     /* step */
     int64_t step;
     zero_traffic traffic_total, traffic_cur, traffic_last;
+    uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -4881,11 +4979,25 @@ static void zero__eng_count(zero_engine *e, zero_coll kind, double numel, zero_d
     e->traffic_total.bytes[kind] += bytes;
 }
 
-static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *recv,
-                                        size_t send_numel, zero_dtype dtype)
+/* Every engine collective carries its identity (group, role, running count) in the comm's
+   tag; the tag is cleared after the call so a direct user of the same comm is untagged. */
+static void zero__eng_tag(zero_engine *e, int group, zero_comm_role role)
 {
-    zero_result r = e->comm->ops->all_gather(e->comm, send, recv, send_numel, dtype,
-                                             zero__eng_comm_queue(e));
+    e->comm->tag.group = (int32_t)group;
+    e->comm->tag.role = (int32_t)role;
+    e->comm->tag.seq = e->coll_seq++;
+}
+
+static void zero__eng_untag(zero_engine *e) { memset(&e->comm->tag, 0, sizeof e->comm->tag); }
+
+static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *recv,
+                                        size_t send_numel, zero_dtype dtype, int group,
+                                        zero_comm_role role)
+{
+    zero_result r;
+    zero__eng_tag(e, group, role);
+    r = e->comm->ops->all_gather(e->comm, send, recv, send_numel, dtype, zero__eng_comm_queue(e));
+    zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(e->world - 1),
                         dtype);
@@ -4893,10 +5005,13 @@ static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *
 }
 
 static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, void *recv,
-                                            size_t recv_numel, zero_dtype dtype)
+                                            size_t recv_numel, zero_dtype dtype, int group)
 {
-    zero_result r = e->comm->ops->reduce_scatter(e->comm, send, recv, recv_numel, dtype,
-                                                 ZERO_OP_SUM, zero__eng_comm_queue(e));
+    zero_result r;
+    zero__eng_tag(e, group, ZERO_ROLE_GRAD_REDUCE);
+    r = e->comm->ops->reduce_scatter(e->comm, send, recv, recv_numel, dtype, ZERO_OP_SUM,
+                                     zero__eng_comm_queue(e));
+    zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, ZERO_COLL_REDUCE_SCATTER,
                         (double)recv_numel * (double)(e->world - 1), dtype);
@@ -4904,10 +5019,13 @@ static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, vo
 }
 
 static zero_result zero__eng_all_reduce(zero_engine *e, const void *send, void *recv,
-                                        size_t numel, zero_dtype dtype, zero_op op, int control)
+                                        size_t numel, zero_dtype dtype, zero_op op, int control,
+                                        int group, zero_comm_role role)
 {
-    zero_result r = e->comm->ops->all_reduce(e->comm, send, recv, numel, dtype, op,
-                                             zero__eng_comm_queue(e));
+    zero_result r;
+    zero__eng_tag(e, group, role);
+    r = e->comm->ops->all_reduce(e->comm, send, recv, numel, dtype, op, zero__eng_comm_queue(e));
+    zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, control ? ZERO_COLL_CONTROL : ZERO_COLL_ALL_REDUCE,
                         2.0 * (double)numel * (double)(e->world - 1) / (double)e->world, dtype);
@@ -5022,6 +5140,10 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
         return zero__fail(r, "zero_engine_create: %.380s", prev);
     }
     d.adam = e->adam;
+    /* get_desc reports the scaler as it runs: the mode resolved, every default filled. */
+    zero__scaler_defaults(&d.scaler);
+    if (d.scaler.mode == ZERO_SCALER_DEFAULT)
+        d.scaler.mode = e->scaler.dynamic ? ZERO_SCALER_DYNAMIC : ZERO_SCALER_NONE;
     e->d = d;
     e->dev = d.device;
     e->comm = d.comm;
@@ -5232,10 +5354,11 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     int ovf = 0;
     e->G = G;
     e->groups = (zero__eng_group *)zero__alloc(a, (size_t)G * sizeof *e->groups);
+    /* cleared at once: destroy reads the event pointers of every group whatever fails next */
+    if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
     if (!e->groups || !e->pending)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
-    memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->M = e->Mnp = 0;
     for (g = 0; g < G; g++) {
         zero_group_info gi;
@@ -5300,7 +5423,13 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (e->stage == 3 && e->Mnp > 0) {
         size_t live = e->d.max_live_numel;
         if (live == 0) {
-            ovf |= zero__mul_size(e->Mnp, (size_t)(2 + e->depth), &live);
+            /* checked: a group of SIZE_MAX / 3 elements or more has no default pool */
+            if (zero__mul_size(e->Mnp, (size_t)(2 + e->depth), &live) != 0)
+                return zero__fail(ZERO_ERROR_OVERFLOW,
+                                  "zero_engine_commit: the default max_live_numel, (2 + prefetch "
+                                  "depth %d) x largest stage-3 group (%zu elements), overflows "
+                                  "size_t",
+                                  e->depth, e->Mnp);
             e->d.max_live_numel = live;
         }
         if (e->Mnp > live)
@@ -5446,7 +5575,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                   "zero_engine_commit: event");
     ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 24, e->scratch + 24, 5, ZERO_F64,
-                                          ZERO_OP_MAX, 1),
+                                          ZERO_OP_MAX, 1, -1, ZERO_ROLE_COMMIT),
                   "zero_engine_commit: plan hash all-reduce");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
                   "zero_engine_commit: event");
@@ -5569,13 +5698,16 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int k, int collec
         src = e->tc;
     }
     if (e->stage == 0) {
-        if (k == 0) return zero__eng_all_reduce(e, src, acc, eg->numel, e->cd, ZERO_OP_SUM, 0);
-        r = zero__eng_all_reduce(e, src, src, eg->numel, e->cd, ZERO_OP_SUM, 0);
+        if (k == 0)
+            return zero__eng_all_reduce(e, src, acc, eg->numel, e->cd, ZERO_OP_SUM, 0, g,
+                                        ZERO_ROLE_GRAD_REDUCE);
+        r = zero__eng_all_reduce(e, src, src, eg->numel, e->cd, ZERO_OP_SUM, 0, g,
+                                 ZERO_ROLE_GRAD_REDUCE);
         if (r != ZERO_OK || collective_only) return r;
         return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, src, e->cd, eg->numel);
     }
-    if (k == 0) return zero__eng_reduce_scatter(e, src, acc, eg->shard_numel, e->cd);
-    r = zero__eng_reduce_scatter(e, src, e->ts, eg->shard_numel, e->cd);
+    if (k == 0) return zero__eng_reduce_scatter(e, src, acc, eg->shard_numel, e->cd, g);
+    r = zero__eng_reduce_scatter(e, src, e->ts, eg->shard_numel, e->cd, g);
     if (r != ZERO_OK) return r;
     return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, e->ts, e->cd, eg->shard_numel);
 }
@@ -5747,7 +5879,7 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, int s)
     unsigned char *dst = e->gather + (size_t)s * e->gslot_numel * e->p;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
     ZERO__ENG_TRY(e, zero__eng_all_gather(e, e->param + eg->off_param * e->p, dst,
-                                          eg->shard_numel, e->gd),
+                                          eg->shard_numel, e->gd, g, ZERO_ROLE_GATHER),
                   "gather: all_gather");
     ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, eg->ev_gathered), "gather: event");
     e->gslots[s].group = g;
@@ -5904,9 +6036,11 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     }
     /* 2. every rank agrees on skipping and on the norm. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, flag, flag, 1, ZERO_F32, ZERO_OP_MAX, 1),
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, flag, flag, 1, ZERO_F32, ZERO_OP_MAX, 1, -1,
+                                          ZERO_ROLE_FLAG),
                   "step: all_reduce of the inf/NaN flag");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, sumsq, sumsq, 1, ZERO_F64, ZERO_OP_SUM, 1),
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, sumsq, sumsq, 1, ZERO_F64, ZERO_OP_SUM, 1, -1,
+                                          ZERO_ROLE_NORM),
                   "step: all_reduce of the sum of squares");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->grad_mul(dev, ZERO_QUEUE_COMPUTE, sumsq, flag, unscale,
@@ -5970,7 +6104,8 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                 if (e->stage == 3 && !e->groups[g].persistent) continue;
                 ZERO__ENG_TRY_IN_GROUP(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
                                                                zero__eng_param_whole(e, g),
-                                                               e->groups[g].shard_numel, e->gd),
+                                                               e->groups[g].shard_numel, e->gd,
+                                                               g, ZERO_ROLE_PARAM_UPDATE),
                                        "step: all_gather of updated params");
             }
             ZERO__ENG_TRY(e, zero__eng_group_end(e), "step: group_end");

@@ -123,7 +123,8 @@ ZERODEF zero_result zero_cuda_device_stats(zero_device *dev, zero_cuda_stats *ou
    'queue' = a cudaStream_t of dev's GPU (NULL = dev's comm stream); they are enqueued and
    return without waiting for the GPU, with the local comm's semantics: rank-order SUM in
    fp32 (fp64 for F64) rounded once, NaN-propagating MAX, in-place forms, agreement checks
-   (MISMATCH / INVALID_ARGUMENT), timeouts (the local comm's). The host comm is used for
+   (MISMATCH / INVALID_ARGUMENT; the engine's comm->tag too, where both sides are tagged),
+   timeouts (the local comm's). The host comm is used for
    the rendezvous (posts, barriers) and is not owned: destroy the device comm first.
    All ranks on one GPU (or GPUs with peer access enabled: kernels read peers' buffers).
    At most ZERO_CUDA_MAX_RANKS ranks. Errors: INVALID_ARGUMENT (NULL, not a CUDA device);
@@ -1641,7 +1642,20 @@ typedef struct zero_cuda__post { /* all 8-byte fields: all-gathered as F64 (a pl
     uint64_t kind, bad, dtype, op, root, numel;
     uint64_t send, recv;
     uint64_t ev[3];
+    uint64_t tag_group, tag_role, tag_seq; /* the caller's comm->tag (zero.h); role 0 = untagged */
 } zero_cuda__post;
+
+/* " group 0 (gather, seq 12)", " (flag, seq 3)" or "" (untagged), for mismatch messages. */
+static void zero_cuda__tag_text(char *buf, size_t size, const zero_cuda__post *p)
+{
+    int32_t group = (int32_t)(int64_t)p->tag_group, role = (int32_t)p->tag_role;
+    if (role == ZERO_ROLE_NONE) buf[0] = '\0';
+    else if (group >= 0)
+        snprintf(buf, size, " group %d (%s, seq %llu)", (int)group, zero_comm_role_name(role),
+                 (unsigned long long)p->tag_seq);
+    else
+        snprintf(buf, size, " (%s, seq %llu)", zero_comm_role_name(role), (unsigned long long)p->tag_seq);
+}
 
 typedef struct zero_cuda__comm {
     zero_comm base;
@@ -1834,6 +1848,9 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
                  me->send % es ? "send" : "recv", es);
     else me->bad = 0;
     for (p = 0; p < 3; p++) me->ev[p] = (uint64_t)(uintptr_t)c->ev[p];
+    me->tag_group = (uint64_t)(int64_t)comm->tag.group;
+    me->tag_role = (uint64_t)(int64_t)comm->tag.role;
+    me->tag_seq = comm->tag.seq;
     if (!me->bad && guard.enter(c->ordinal, "cuda comm") != ZERO_OK) {
         me->bad = 1; /* still take part in the rendezvous: peers must not wait for us */
         my_err = ZERO_ERROR_DEVICE;
@@ -1862,6 +1879,21 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
                               "cuda %s (rank %d): ranks disagree: rank %d called %s(numel %zu, %s, op %d, root %d)",
                               name, rank, p, zero_cuda__kind_name((int)o->kind), (size_t)o->numel,
                               zero_dtype_name((zero_dtype)o->dtype), (int)o->op, (int)o->root);
+    }
+    /* Same arguments, different purpose (the engine's tag: group, role, seq) where both sides
+       are tagged: the ranks' control flow diverged. Every rank names rank 0 and the first
+       rank that differs from it, as the local comm does. */
+    for (p = 1; p < world; p++) {
+        const zero_cuda__post *a = &c->posts[0], *o = &c->posts[p];
+        if (a->tag_role != ZERO_ROLE_NONE && o->tag_role != ZERO_ROLE_NONE &&
+            (a->tag_group != o->tag_group || a->tag_role != o->tag_role || a->tag_seq != o->tag_seq)) {
+            char ta[64], tb[64];
+            zero_cuda__tag_text(ta, sizeof ta, a);
+            zero_cuda__tag_text(tb, sizeof tb, o);
+            return zero__fail(ZERO_ERROR_MISMATCH, "cuda %s (rank %d): ranks disagree: rank 0 %s%s vs rank %d %s%s",
+                              name, rank, zero_cuda__kind_name((int)a->kind), ta, p,
+                              zero_cuda__kind_name((int)o->kind), tb);
+        }
     }
     c->last = s;
     c->has_last = 1;
