@@ -415,8 +415,11 @@ ZERODEF zero_result zero_estimate_compute(const zero_estimate_desc *desc, zero_e
    *out + 1 is not computable). *out = 0 when not even the smallest model fits (one
    parameter; DeepSpeed stage 3: Psi = largest_layer_params); ZERO_ESTIMATE_MAX_PARAMS
    when every accepted Psi fits (DeepSpeed stage 3 with parameters offloaded: the device
-   holds 4 * largest layer whatever Psi is). Errors as zero_estimate_compute (params
-   aside); *out is written only on success. */
+   holds 4 * largest layer whatever Psi is). Only the device bytes decide what fits (one
+   past 64 bits never fits); OVERFLOW, as zero_estimate_compute gives for that Psi, when
+   the host bytes of the answer do not fit 64 bits (e.g. an extreme
+   additional_buffer_factor). Other errors as zero_estimate_compute (params aside); *out is
+   written only on success. */
 ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
                                              uint64_t device_memory, uint64_t *out);
 
@@ -2482,12 +2485,21 @@ static int zero__estimate_all(const zero_estimate_desc *r, uint64_t p, zero_esti
     return zero__estimate_ds_cpu(r, p, &e->host_bytes);
 }
 
-/* The inverse's predicate: Psi = p is computable and its device bytes fit. Monotone: once
-   false it stays false as p grows (every byte count is non-decreasing in p). */
+/* The inverse's predicate: Psi = p's device bytes are computable and fit. A device byte
+   count past 64 bits is more than any memory, so it does not fit; the host bytes are not
+   looked at (their overflow is the forward query's error, checked at the answer).
+   Monotone: once false it stays false as p grows (every byte count is non-decreasing). */
 static int zero__estimate_fits(const zero_estimate_desc *r, uint64_t p, uint64_t memory)
 {
     zero_estimate e;
-    return zero__estimate_all(r, p, &e) == 0 && e.device_bytes <= memory;
+    uint64_t gather;
+    memset(&e, 0, sizeof e);
+    if (r->mode == ZERO_ESTIMATE_PAPER) {
+        if (zero__estimate_paper(r, p, &e)) return 0;
+    } else if (zero__estimate_ds_gpu(r, p, &e.device_bytes, &gather)) {
+        return 0;
+    }
+    return e.device_bytes <= memory;
 }
 
 ZERODEF zero_result zero_estimate_compute(const zero_estimate_desc *desc, zero_estimate *out)
@@ -2523,13 +2535,23 @@ ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
     }
     hi = ZERO_ESTIMATE_MAX_PARAMS;
     if (zero__estimate_fits(&r, hi, device_memory)) {
-        *out = hi;
-        return ZERO_OK;
+        lo = hi;
+    } else {
+        while (hi - lo > 1) { /* fits(lo) and not fits(hi) */
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (zero__estimate_fits(&r, mid, device_memory)) lo = mid;
+            else hi = mid;
+        }
     }
-    while (hi - lo > 1) { /* fits(lo) and not fits(hi) */
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (zero__estimate_fits(&r, mid, device_memory)) lo = mid;
-        else hi = mid;
+    /* the answer must be one the forward query accepts: where its host bytes overflow, so
+       does zero_estimate_compute at the answer, and the inverse says so too */
+    {
+        zero_estimate e;
+        if (zero__estimate_all(&r, lo, &e))
+            return zero__fail(ZERO_ERROR_OVERFLOW,
+                              "zero_estimate_max_params: %llu params fit the device memory but "
+                              "their host bytes overflow 64 bits (additional_buffer_factor = %g)",
+                              (unsigned long long)lo, r.additional_buffer_factor);
     }
     *out = lo;
     return ZERO_OK;
