@@ -152,7 +152,8 @@ typedef enum zero_result {
     ZERO_ERROR_COMM = -8,             /* a collective failed (NCCL error kept)             */
     ZERO_ERROR_TIMEOUT = -9,          /* a peer or collective did not answer in time       */
     ZERO_ERROR_IO = -10,              /* a file or socket operation failed (errno kept)    */
-    ZERO_ERROR_UNSUPPORTED = -11      /* not available in this build or on this machine    */
+    ZERO_ERROR_UNSUPPORTED = -11,     /* not available in this build or on this machine    */
+    ZERO_ERROR_LOSS_SCALE = -12       /* inf/NaN gradients at the minimum loss scale (fp16) */
 } zero_result;
 
 /* A short constant description of a result ("invalid argument"). Never NULL. */
@@ -417,8 +418,11 @@ ZERODEF zero_result zero_estimate_compute(const zero_estimate_desc *desc, zero_e
    *out + 1 is not computable). *out = 0 when not even the smallest model fits (one
    parameter; DeepSpeed stage 3: Psi = largest_layer_params); ZERO_ESTIMATE_MAX_PARAMS
    when every accepted Psi fits (DeepSpeed stage 3 with parameters offloaded: the device
-   holds 4 * largest layer whatever Psi is). Errors as zero_estimate_compute (params
-   aside); *out is written only on success. */
+   holds 4 * largest layer whatever Psi is). Only the device bytes decide what fits (one
+   past 64 bits never fits); OVERFLOW, as zero_estimate_compute gives for that Psi, when
+   the host bytes of the answer do not fit 64 bits (e.g. an extreme
+   additional_buffer_factor). Other errors as zero_estimate_compute (params aside); *out is
+   written only on success. */
 ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
                                              uint64_t device_memory, uint64_t *out);
 
@@ -817,10 +821,12 @@ ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam
 /* ======================================================================================
    Scaler: dynamic loss scaling (fp16); bf16 and fp32 need none.
    ====================================================================================== */
-/* Scaler declarations. Dynamic loss scaling as DeepSpeed does it:
+/* Scaler declarations. Dynamic loss scaling as DeepSpeed (0.17.1 and later) does it:
    on an overflow the step is skipped and, once 'hysteresis' overflows have been absorbed,
-   the scale is divided by 'factor' (never below min_scale); after 'window' steps without
-   an overflow it is multiplied by 'factor'. */
+   the scale is divided by 'factor' (never below min_scale); the good step that follows
+   'window' good steps since the last overflow (or the start) multiplies it by 'factor'.
+   An overflow that would cut a scale already at min_scale is an error by default
+   (DeepSpeed's raise_error_at_min_scale = true); see zero_scaler_at_min. */
 
 typedef enum zero_scaler_mode {
     ZERO_SCALER_DEFAULT = 0, /* dynamic for fp16 params, none for bf16 / fp32 */
@@ -828,6 +834,13 @@ typedef enum zero_scaler_mode {
     ZERO_SCALER_STATIC = 2,  /* always init_scale */
     ZERO_SCALER_NONE = 3     /* scale 1 */
 } zero_scaler_mode;
+
+/* What an overflow does when the scale is already at min_scale and would be cut. */
+typedef enum zero_scaler_at_min {
+    ZERO_SCALER_AT_MIN_DEFAULT = 0, /* = ERROR, as DeepSpeed's raise_error_at_min_scale = true */
+    ZERO_SCALER_AT_MIN_ERROR = 1,   /* zero_engine_step returns ZERO_ERROR_LOSS_SCALE          */
+    ZERO_SCALER_AT_MIN_SKIP = 2     /* skip the step and go on (raise_error_at_min_scale=false) */
+} zero_scaler_at_min;
 
 typedef struct zero_scaler_desc {
     zero_scaler_mode mode;
@@ -837,6 +850,7 @@ typedef struct zero_scaler_desc {
     float min_scale;            /* 0 = 1                                     */
     float factor;               /* 0 = 2                                     */
     int consecutive_hysteresis; /* 1: a good step refills the hysteresis     */
+    zero_scaler_at_min at_min;  /* 0 = error (DeepSpeed's default)           */
 } zero_scaler_desc;
 
 typedef struct zero_scaler {
@@ -848,6 +862,7 @@ typedef struct zero_scaler {
     int cur_hysteresis; /* overflows still absorbed before a cut */
     int consecutive_hysteresis;
     int dynamic;
+    int error_at_min;          /* 1: an overflow that would cut min_scale is an error */
     int64_t iter;              /* updates so far                  */
     int64_t last_overflow_iter; /* -1 before the first overflow    */
 } zero_scaler;
@@ -862,8 +877,11 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
 /* One step's outcome: overflow != 0 when any rank saw inf/NaN (the step is skipped).
    Dynamic: DeepSpeed's rule (docs/optimizer.md); a growth that would make the scale
    infinite leaves it as it is. Static and none: the scale stays; iter and
-   last_overflow_iter still count. */
-ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow);
+   last_overflow_iter still count. Returns ZERO_OK, or ZERO_ERROR_LOSS_SCALE (dynamic,
+   error_at_min) for an overflow that would cut a scale already at min_scale: the scaler
+   is then left unchanged, as DeepSpeed leaves it when it raises. INVALID_ARGUMENT for a
+   NULL scaler. The error detail (zero_last_error) is set only by the engine's step. */
+ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow);
 
 /* ======================================================================================
    Engine: ZeRO stages 0-3 over a zero_device and a zero_comm.
@@ -1128,7 +1146,11 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group);
    prefetched groups (their values are stale). info may be NULL.
    Errors (nothing changed, engine usable): INVALID_STATE before commit, before any
    gradient, after a number of micro-steps other than accum_steps, or while a group is
-   still gathered (release every group first). COMM/DEVICE: engine broken. */
+   still gathered (release every group first). COMM/DEVICE: engine broken.
+   LOSS_SCALE (on every rank alike): the gradients overflowed while the dynamic loss scale
+   was already at scaler.min_scale, with scaler.at_min left at its default (DeepSpeed's
+   raise_error_at_min_scale): the step was skipped like any overflow (info filled, the
+   engine usable, the scaler unchanged), and the message says what to do. */
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info);
 
 /* The scale to multiply the loss by in this step's micro-steps (1 without scaling). */
@@ -1214,6 +1236,7 @@ ZERODEF const char *zero_result_string(zero_result result)
     case ZERO_ERROR_TIMEOUT: return "timeout";
     case ZERO_ERROR_IO: return "i/o error";
     case ZERO_ERROR_UNSUPPORTED: return "unsupported";
+    case ZERO_ERROR_LOSS_SCALE: return "overflow at the minimum loss scale";
     }
     return "unknown result";
 }
@@ -2489,12 +2512,21 @@ static int zero__estimate_all(const zero_estimate_desc *r, uint64_t p, zero_esti
     return zero__estimate_ds_cpu(r, p, &e->host_bytes);
 }
 
-/* The inverse's predicate: Psi = p is computable and its device bytes fit. Monotone: once
-   false it stays false as p grows (every byte count is non-decreasing in p). */
+/* The inverse's predicate: Psi = p's device bytes are computable and fit. A device byte
+   count past 64 bits is more than any memory, so it does not fit; the host bytes are not
+   looked at (their overflow is the forward query's error, checked at the answer).
+   Monotone: once false it stays false as p grows (every byte count is non-decreasing). */
 static int zero__estimate_fits(const zero_estimate_desc *r, uint64_t p, uint64_t memory)
 {
     zero_estimate e;
-    return zero__estimate_all(r, p, &e) == 0 && e.device_bytes <= memory;
+    uint64_t gather;
+    memset(&e, 0, sizeof e);
+    if (r->mode == ZERO_ESTIMATE_PAPER) {
+        if (zero__estimate_paper(r, p, &e)) return 0;
+    } else if (zero__estimate_ds_gpu(r, p, &e.device_bytes, &gather)) {
+        return 0;
+    }
+    return e.device_bytes <= memory;
 }
 
 ZERODEF zero_result zero_estimate_compute(const zero_estimate_desc *desc, zero_estimate *out)
@@ -2530,13 +2562,23 @@ ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
     }
     hi = ZERO_ESTIMATE_MAX_PARAMS;
     if (zero__estimate_fits(&r, hi, device_memory)) {
-        *out = hi;
-        return ZERO_OK;
+        lo = hi;
+    } else {
+        while (hi - lo > 1) { /* fits(lo) and not fits(hi) */
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (zero__estimate_fits(&r, mid, device_memory)) lo = mid;
+            else hi = mid;
+        }
     }
-    while (hi - lo > 1) { /* fits(lo) and not fits(hi) */
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (zero__estimate_fits(&r, mid, device_memory)) lo = mid;
-        else hi = mid;
+    /* the answer must be one the forward query accepts: where its host bytes overflow, so
+       does zero_estimate_compute at the answer, and the inverse says so too */
+    {
+        zero_estimate e;
+        if (zero__estimate_all(&r, lo, &e))
+            return zero__fail(ZERO_ERROR_OVERFLOW,
+                              "zero_estimate_max_params: %llu params fit the device memory but "
+                              "their host bytes overflow 64 bits (additional_buffer_factor = %g)",
+                              (unsigned long long)lo, r.additional_buffer_factor);
     }
     *out = lo;
     return ZERO_OK;
@@ -4659,12 +4701,17 @@ ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam
                           "zero_adam_host: pthread_join of worker %d failed", join_failed);
     return ZERO_OK;
 }
-/* Scaler implementation: DeepSpeed's DynamicLossScaler rule.
+/* Scaler implementation: DeepSpeed's DynamicLossScaler rule, as of DeepSpeed 0.17.1 (up
+   to 0.17.0 the growth test was (iter - last_overflow_iter) % window == 0, one step
+   earlier).
 
-   overflow:    if hysteresis == 1 or cur_hysteresis == 1: scale = max(scale / factor, min)
+   overflow:    if hysteresis == 1 or cur_hysteresis == 1:
+                    if error_at_min and scale == min: error, nothing changes
+                    scale = max(scale / factor, min)
                 else cur_hysteresis -= 1;  last_overflow_iter = iter
    no overflow: if consecutive_hysteresis: cur_hysteresis = hysteresis
-                if (iter - last_overflow_iter) % window == 0:
+                stable = iter - last_overflow_iter - 1
+                if stable > 0 and stable % window == 0:
                     if not consecutive_hysteresis: cur_hysteresis = hysteresis
                     scale *= factor (kept if the product would not be finite)
    then iter += 1. */
@@ -4694,6 +4741,9 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
     mode = (int)d.mode;
     if (mode < ZERO_SCALER_DEFAULT || mode > ZERO_SCALER_NONE)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_scaler_init: mode = %d", mode);
+    if ((int)d.at_min < ZERO_SCALER_AT_MIN_DEFAULT || (int)d.at_min > ZERO_SCALER_AT_MIN_SKIP)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_scaler_init: at_min = %d",
+                          (int)d.at_min);
     if (mode == ZERO_SCALER_DEFAULT) {
         if (param_dtype == ZERO_F16)
             mode = ZERO_SCALER_DYNAMIC;
@@ -4738,27 +4788,31 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
     s.cur_hysteresis = d.hysteresis;
     s.consecutive_hysteresis = d.consecutive_hysteresis != 0;
     s.dynamic = mode == ZERO_SCALER_DYNAMIC;
+    s.error_at_min = d.at_min != ZERO_SCALER_AT_MIN_SKIP;
     s.iter = 0;
     s.last_overflow_iter = -1;
     *scaler = s;
     return ZERO_OK;
 }
 
-ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow)
+ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow)
 {
-    if (!scaler) return;
+    if (!scaler) return ZERO_ERROR_INVALID_ARGUMENT;
     if (scaler->dynamic) {
         if (overflow) {
             if (scaler->hysteresis == 1 || scaler->cur_hysteresis == 1) {
                 float cut = scaler->scale / scaler->factor;
+                if (scaler->error_at_min && scaler->scale == scaler->min_scale)
+                    return ZERO_ERROR_LOSS_SCALE; /* nothing changed */
                 scaler->scale = cut > scaler->min_scale ? cut : scaler->min_scale;
             } else {
                 scaler->cur_hysteresis -= 1;
             }
             scaler->last_overflow_iter = scaler->iter;
         } else {
+            int64_t stable = scaler->iter - scaler->last_overflow_iter - 1; /* good steps before */
             if (scaler->consecutive_hysteresis) scaler->cur_hysteresis = scaler->hysteresis;
-            if ((scaler->iter - scaler->last_overflow_iter) % scaler->window == 0) {
+            if (stable > 0 && stable % scaler->window == 0) {
                 float grown = scaler->scale * scaler->factor;
                 if (!scaler->consecutive_hysteresis) scaler->cur_hysteresis = scaler->hysteresis;
                 if (isfinite(grown)) scaler->scale = grown; /* an inf scale would never recover */
@@ -4768,6 +4822,7 @@ ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow)
         scaler->last_overflow_iter = scaler->iter;
     }
     scaler->iter += 1;
+    return ZERO_OK;
 }
 /* Engine implementation: ZeRO stages 0-3 over zero_device/zero_comm.
 
@@ -5306,6 +5361,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, zero__eng_fbits(e->scaler.min_scale));
     h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.window);
     h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.hysteresis);
+    h = zero__eng_mix(h, (uint64_t)e->scaler.error_at_min);
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
     for (t = 0; t < e->ntensors; t++) h = zero__eng_mix(h, (uint64_t)e->tflags[t]);
     return h;
@@ -5993,7 +6049,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     double *sumsq;
     float *flag, *mul;
     zero_adam_coefs co_wd, co_nowd;
-    int g, t, i;
+    int g, t, i, at_min;
     if (r != ZERO_OK) return r;
     dev = e->dev;
     if (e->micro != e->accum || e->ready_in_micro != 0) {
@@ -6118,7 +6174,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                                         3 * sizeof(float)),
                   "step: download");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-    zero_scaler_update(&e->scaler, host[0] != 0.0f);
+    at_min = zero_scaler_update(&e->scaler, host[0] != 0.0f) == ZERO_ERROR_LOSS_SCALE;
     if (host[0] == 0.0f) e->step++;
     e->micro = 0;
     e->ready_in_micro = 0;
@@ -6138,6 +6194,15 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
         if (!info->skipped && e->d.clip_norm > 0.0f && host[2] > e->d.clip_norm)
             info->clip_coef = e->d.clip_norm / (host[2] + 1e-6f);
     }
+    if (at_min)
+        return zero__fail(ZERO_ERROR_LOSS_SCALE,
+                          "zero_engine_step: inf/NaN gradients at the minimum loss scale %g: the "
+                          "step was skipped (nothing updated; the engine stays usable) but the "
+                          "scale cannot go lower. fp16 training is diverging, or min_scale is "
+                          "too high: lower the learning rate or scaler.min_scale, look for "
+                          "inf/NaN in the loss or data, train in bf16, or set scaler.at_min = "
+                          "ZERO_SCALER_AT_MIN_SKIP to skip such steps and go on",
+                          (double)e->scaler.scale);
     return ZERO_OK;
 }
 

@@ -654,7 +654,9 @@ ZT_TEST(host_errors_write_nothing)
     ZT_CHECK(strstr(zero_last_error(), "param_dtype") != NULL);
     HOST_ERR(zero_adam_host(&ok, &c, 1.0f, (zero_simd)9, 1), ZERO_ERROR_INVALID_ARGUMENT);
     HOST_ERR(zero_adam_host(&ok, &c, 1.0f, ZERO_SIMD_AUTO, -1), ZERO_ERROR_INVALID_ARGUMENT);
-    if (zero_simd_detect() < ZERO_SIMD_AVX512)
+    /* ZERO_SIMD lowers what detect says, not what the CPU can: only without it does a
+       detected path below AVX-512 mean the CPU lacks it */
+    if (zero_simd_detect() < ZERO_SIMD_AVX512 && !getenv("ZERO_SIMD"))
         HOST_ERR(zero_adam_host(&ok, &c, 1.0f, ZERO_SIMD_AVX512, 1), ZERO_ERROR_UNSUPPORTED);
 #undef HOST_ERR
     /* numel 0: NULL pointers are fine and nothing happens */
