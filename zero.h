@@ -532,6 +532,11 @@ typedef struct zero_local_desc {
     int world;                /* ranks, >= 1                                           */
     int timeout_ms;           /* how long a rank waits for its peers; 0 = 60000        */
     zero_allocator allocator; /* for the group and its comms; all NULL = ZERO_MALLOC   */
+    int spin_us;              /* how long a rank waiting for its peers spins before it
+                                 sleeps on the condition variable; 0 = 50, negative =
+                                 never, at most 1000000. Never spins when world exceeds
+                                 the cores online (a spinning rank would then hold the
+                                 core a peer needs). */
 } zero_local_desc;
 
 typedef struct zero_local_group zero_local_group;
@@ -2564,7 +2569,6 @@ ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h> /* sysconf: cores online, for the rendezvous' spin */
-#include <sched.h>  /* sched_yield */
 
 /* The monotonic clock and the condition-variable clock are POSIX.1-2001. When the
    implementation file included a libc header (<stdio.h>, ...) before zero.h under
@@ -2579,6 +2583,27 @@ extern int pthread_condattr_setclock(pthread_condattr_t *attr, clockid_t clock_i
 #else
 #define ZERO__CLOCK_MONOTONIC CLOCK_MONOTONIC
 #endif
+
+/* Spinning needs atomics that C99, C11 and C++ compilers share: the GCC/Clang builtins.
+   Without them the rendezvous only sleeps (the same semantics, slower). */
+#if defined(__GNUC__) || defined(__clang__)
+#define ZERO__LOCAL_CAN_SPIN 1
+#define ZERO__LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ZERO__STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#if defined(__x86_64__) || defined(__i386__)
+#define ZERO__CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define ZERO__CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define ZERO__CPU_RELAX() ((void)0)
+#endif
+#else
+#define ZERO__LOCAL_CAN_SPIN 0
+#define ZERO__LOAD_ACQ(p) (*(p))
+#define ZERO__STORE_REL(p, v) (*(p) = (v))
+#define ZERO__CPU_RELAX() ((void)0)
+#endif
+#define ZERO__LOCAL_SPIN_US 50 /* default spin before sleeping */
 
 enum {
     ZERO__LC_BARRIER = 1,
@@ -2612,8 +2637,11 @@ struct zero_local_group {
     zero_simd simd; /* for the fp16/bf16 <-> fp32 tiles, resolved once */
     int world;
     int timeout_ms;
+    long spin_ns;             /* spin before sleeping at a sync point; 0 = never         */
     int arrived;              /* ranks waiting at the current sync point                 */
-    unsigned long long gen;   /* sync points completed                                   */
+    unsigned long long gen;   /* sync points completed (stored with release: spinners
+                                 read it without the lock)                               */
+    int stop;                 /* 1 once broken (atomic): ends a spin                     */
     int active;               /* ranks inside a data phase                               */
     zero_result broken;       /* ZERO_OK, or why every call now fails                    */
     char broken_msg[256];
@@ -2631,6 +2659,7 @@ typedef struct zero__local_comm {
     zero_local_group *group;
     unsigned long long seq; /* collectives this rank has called */
     const void **srcs;      /* [world]: the inputs of one reduction */
+    long spin_ns;           /* this rank's current spin budget (adaptive, <= group's) */
 } zero__local_comm;
 
 static void zero__local_destroy(zero_comm *comm);
@@ -2752,6 +2781,7 @@ static void zero__local_break(zero_local_group *g, zero_result why, const char *
     va_list ap;
     if (g->broken != ZERO_OK) return;
     g->broken = why;
+    ZERO__STORE_REL(&g->stop, 1);
     va_start(ap, fmt);
     vsnprintf(g->broken_msg, sizeof g->broken_msg, fmt, ap);
     va_end(ap);
@@ -2783,6 +2813,38 @@ static zero_result zero__local_fail_broken(zero_local_group *g, const char *what
     return zero__fail(why, "%s (rank %d): group is broken: %s", what, rank, g->broken_msg);
 }
 
+/* Called with the lock held by a rank that must wait for generation my_gen to end: drops
+   the lock and spins (reading gen with acquire, pausing the core) for up to spin_ns. Returns
+   1 (lock NOT held) when the generation ended; 0 (lock held again) when the spin ran out or
+   the group broke, and the caller sleeps on the condition variable as before. A spin never
+   outlasts the deadline: spin_ns is far below any timeout. */
+static int zero__local_spin(zero_local_group *g, unsigned long long my_gen, long spin_ns)
+{
+#if ZERO__LOCAL_CAN_SPIN
+    struct timespec t0, t;
+    long i;
+    pthread_mutex_unlock(&g->mu);
+    clock_gettime(ZERO__CLOCK_MONOTONIC, &t0);
+    for (i = 1;; i++) {
+        if (ZERO__LOAD_ACQ(&g->gen) != my_gen) return 1;
+        if (ZERO__LOAD_ACQ(&g->stop)) break;
+        ZERO__CPU_RELAX();
+        if ((i & 63) == 0) {
+            clock_gettime(ZERO__CLOCK_MONOTONIC, &t);
+            if ((long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > spin_ns)
+                break;
+        }
+    }
+    pthread_mutex_lock(&g->mu); /* cannot fail: the mutex was held by this thread a moment ago */
+    return 0;
+#else
+    (void)g;
+    (void)my_gen;
+    (void)spin_ns;
+    return 0;
+#endif
+}
+
 /* One sync point for rank c. At ZERO__SYNC_POST the rank publishes *post first; the
    verdict on all posts is then in *ok. MID and END close a data phase; POST (when the
    verdict is good and the call moves data) and MID open one. */
@@ -2807,16 +2869,32 @@ static zero_result zero__local_sync(zero__local_comm *c, int point, const zero__
     if (++g->arrived == world) {
         g->arrived = 0;
         memset(g->here, 0, (size_t)world);
-        g->gen++;
         if (point == ZERO__SYNC_POST) {
             g->verdict_ok[par] = zero__local_judge(g, par, c->seq);
             g->active = g->verdict_ok[par] && post->kind != ZERO__LC_BARRIER ? world : 0;
         } else if (point == ZERO__SYNC_MID) {
             g->active = world;
         }
+        /* release: a spinning peer that sees the new generation also sees the verdict, the
+           posts and every write its peers made before they arrived */
+        ZERO__STORE_REL(&g->gen, g->gen + 1);
         pthread_cond_broadcast(&g->cv);
     } else {
         my_gen = g->gen;
+        if (c->spin_ns > 0) {
+            /* Adaptive: a spin that ends in time doubles the next budget (up to the
+               group's), one that runs out halves it (down to 1 us, which keeps probing):
+               when peers keep arriving late (a busy machine, long compute between
+               collectives) spinning costs almost nothing. */
+            if (zero__local_spin(g, my_gen, c->spin_ns)) {
+                /* the generation moved while this rank spun without the lock (acquire):
+                   the same outcome as a wake-up below, without sleeping */
+                c->spin_ns = c->spin_ns * 2 < g->spin_ns ? c->spin_ns * 2 : g->spin_ns;
+                if (ok) *ok = g->verdict_ok[par];
+                return ZERO_OK;
+            }
+            c->spin_ns = c->spin_ns / 2 > 1000 ? c->spin_ns / 2 : 1000;
+        }
         while (g->gen == my_gen) {
             if (g->broken != ZERO_OK) return zero__local_fail_broken(g, what, rank);
             rc = pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
@@ -3162,6 +3240,12 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
     g->allocator = a;
     g->world = desc->world;
     g->timeout_ms = desc->timeout_ms ? desc->timeout_ms : 60000;
+    {   /* adaptive: spin only when every rank can have a core of its own */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int us = desc->spin_us == 0 ? ZERO__LOCAL_SPIN_US : desc->spin_us;
+        if (us > 1000000) us = 1000000; /* at most 1 s per sync point */
+        g->spin_ns = us > 0 && cores >= (long)desc->world && ZERO__LOCAL_CAN_SPIN ? (long)us * 1000L : 0;
+    }
     g->simd = zero_simd_detect();
     g->here = (unsigned char *)zero__alloc(&a, w);
     g->has_comm = (unsigned char *)zero__alloc(&a, w);
@@ -3236,6 +3320,7 @@ ZERODEF zero_result zero_local_comm_create(zero_local_group *group, int rank, ze
     c->base.rank = rank;
     c->base.world = group->world;
     c->group = group;
+    c->spin_ns = group->spin_ns;
     pthread_mutex_lock(&group->mu);
     if (group->has_comm[rank])
         res = zero__fail(ZERO_ERROR_INVALID_STATE, "zero_local_comm_create: rank %d already has a comm",
