@@ -29,36 +29,96 @@
 
    zero_cuda.h adds a CUDA device, zero_nccl.h an NCCL comm; the engine does not change.
 
-   QUICK START (one engine per rank; here 4 ranks as threads of one process)
+   QUICK START: a complete program (one engine per rank; here 4 ranks as threads of one
+   process). `make compile-tests` extracts the lines between the two markers and compiles
+   and runs them as they are.
+   ---- quick start: begin ----
+   #define ZERO_IMPLEMENTATION
+   #include "zero.h"
+   #include <stdio.h>
+   #include <string.h>
 
-       static zero_result rank_main(int rank, zero_comm *comm, void *user)
-       {
-           zero_device *dev; zero_engine *e; zero_engine_desc d; zero_step_info info;
-           int t, g, s;
-           zero_host_device_create(NULL, &dev);          // or zero_cuda_device_create
-           memset(&d, 0, sizeof d);                      // zero = defaults: fp16, AdamW
-           d.stage = 3; d.device = dev; d.comm = comm; d.adam.lr = 1e-3f;
-           zero_engine_create(&d, &e);
-           zero_engine_add_tensor(e, "w0", 4096 * 1024, 0, 0, &t);      // group 0 = layer 0
-           zero_engine_add_tensor(e, "b0", 1024, 0, ZERO_TENSOR_NO_DECAY, &t);
-           zero_engine_commit(e);                        // collective: layout, checks, memory
-           zero_engine_set_tensor(e, t, initial_values); // same values on every rank
-           for (s = 0; s < steps; s++) {
-               void *p, *dg;
-               for (g = 0; g < G; g++) { zero_engine_gather(e, g, &p); ...forward...;
-                                         zero_engine_release(e, g); }
-               for (g = G - 1; g >= 0; g--) {
-                   zero_engine_gather(e, g, &p); zero_engine_grads(e, g, &dg);
-                   ...write d(loss * zero_engine_loss_scale(e))/dp into dg...;
-                   zero_engine_release(e, g); zero_engine_grads_ready(e, g);
-               }
-               zero_engine_step(e, &info);               // info.skipped, .grad_norm, ...
-           }
-           zero_engine_destroy(e); zero_device_destroy(dev);
-           return ZERO_OK;                               // check every result in real code
+   #define G 2 // groups: the unit of gathering at stage 3, typically one layer each
+   #define T 4 // tensors
+   static const size_t numel[T] = {64 * 32, 32, 32 * 8, 8}; // w0, b0, w1, b1
+   static const int group_of[T] = {0, 0, 1, 1};
+
+   static zero_result rank_main(int rank, zero_comm *comm, void *user)
+   {
+       zero_device *dev = NULL;
+       zero_engine *e = NULL;
+       zero_engine_desc d;
+       zero_step_info info;
+       zero_result r;
+       int ids[T], t, g, s; // keep every tensor's id: they are 0, 1, ... in order
+       float init[64 * 32];
+       (void)user;
+       r = zero_host_device_create(NULL, &dev); // or zero_cuda_device_create (zero_cuda.h)
+       if (r != ZERO_OK) return r;
+       memset(&d, 0, sizeof d); // zero = defaults: fp16 params, AdamW, dynamic loss scale
+       d.stage = 3;
+       d.device = dev;
+       d.comm = comm;
+       d.adam.lr = 1e-3f;
+       r = zero_engine_create(&d, &e);
+       for (t = 0; t < T && r == ZERO_OK; t++) {
+           char name[8];
+           snprintf(name, sizeof name, "%c%d", t % 2 ? 'b' : 'w', t / 2);
+           r = zero_engine_add_tensor(e, name, numel[t], group_of[t],
+                                      t % 2 ? ZERO_TENSOR_NO_DECAY : 0, &ids[t]);
        }
-       ...
-       zero_local_run(4, rank_main, NULL);
+       if (r == ZERO_OK) r = zero_engine_commit(e); // collective: layout, checks, memory
+       for (t = 0; t < T && r == ZERO_OK; t++) { // the same values on every rank
+           size_t i;
+           for (i = 0; i < numel[t]; i++) init[i] = 0.01f * (float)((i * 7 + (size_t)t) % 13) - 0.06f;
+           r = zero_engine_set_tensor(e, ids[t], init);
+       }
+       for (s = 0; s < 3 && r == ZERO_OK; s++) {
+           void *p, *dg;
+           for (g = 0; g < G && r == ZERO_OK; g++) { // forward, layer by layer
+               r = zero_engine_gather(e, g, &p); // p: group g's flat params (fp16 here)
+               // ... layer g's forward reads its tensors in p, placed as in the backward ...
+               if (r == ZERO_OK) r = zero_engine_release(e, g);
+           }
+           for (g = G - 1; g >= 0 && r == ZERO_OK; g--) { // backward, in reverse
+               r = zero_engine_gather(e, g, &p);
+               if (r == ZERO_OK) r = zero_engine_grads(e, g, &dg); // zero-filled, same layout
+               for (t = 0; t < T && r == ZERO_OK; t++) {
+                   zero_tensor_info ti;
+                   size_t i;
+                   if (group_of[t] != g) continue;
+                   // tensor t is ti.numel elements at ti.offset of p and of dg
+                   r = zero_plan_tensor(zero_engine_plan(e), ids[t], &ti);
+                   for (i = 0; r == ZERO_OK && i < ti.numel; i++) {
+                       // the loss w^2 / 2 has gradient w; the engine wants d(loss * scale)/dw
+                       // in the param dtype (the host device's pointers are host memory;
+                       // with CUDA this loop is your kernel)
+                       // (bf16 params: zero_bf16_to_f32 and zero_f32_to_bf16)
+                       float w = zero_f16_to_f32(((const uint16_t *)p)[ti.offset + i]);
+                       float grad = w * zero_engine_loss_scale(e);
+                       ((uint16_t *)dg)[ti.offset + i] = zero_f32_to_f16(grad);
+                   }
+               }
+               if (r == ZERO_OK) r = zero_engine_release(e, g);
+               if (r == ZERO_OK) r = zero_engine_grads_ready(e, g); // collective
+           }
+           if (r == ZERO_OK) r = zero_engine_step(e, &info); // info.skipped, .grad_norm, ...
+           if (r == ZERO_OK && rank == 0)
+               printf("step %d: grad norm %.4f, loss scale %g\n", s, (double)info.grad_norm,
+                      (double)info.loss_scale);
+       }
+       zero_engine_destroy(e); // safe after any error
+       zero_device_destroy(dev);
+       return r;
+   }
+
+   int main(void)
+   {
+       zero_result r = zero_local_run(4, rank_main, NULL); // 4 ranks as threads
+       if (r != ZERO_OK) printf("%s: %s\n", zero_result_string(r), zero_last_error());
+       return r == ZERO_OK ? 0 : 1;
+   }
+   ---- quick start: end ----
 
    The same code runs at stages 0, 1, 2 and 3 (gather/release only count references below
    stage 3) and gives bit-identical parameters at every stage. examples/train_mlp.c is a
@@ -2572,14 +2632,20 @@ ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
 
 /* The monotonic clock and the condition-variable clock are POSIX.1-2001. When the
    implementation file included a libc header (<stdio.h>, ...) before zero.h under
-   -std=c99/c11, the request for POSIX at the top of this file came too late and glibc hides
-   them; declare the two functions (their signatures are fixed by POSIX) and the clock id
-   (1 on every Linux architecture) instead of failing with an implicit declaration. */
-#if !defined(CLOCK_MONOTONIC) && defined(__linux__)
+   -std=c99/c11, the request for POSIX at the top of this file came too late: glibc fixes
+   its feature set at the first header and then hides them. Declare what is hidden (the
+   signatures are fixed by POSIX; glibc's feature macros say what it declared) instead of
+   failing with an implicit declaration. Other C libraries read _POSIX_C_SOURCE per header
+   and see the request. */
 #include <sys/types.h> /* clockid_t */
-#define ZERO__CLOCK_MONOTONIC ((clockid_t)1)
+#if defined(__GLIBC__) && !defined(__USE_POSIX199309)
 extern int clock_gettime(clockid_t clock_id, struct timespec *tp);
+#endif
+#if defined(__GLIBC__) && !defined(__USE_XOPEN2K)
 extern int pthread_condattr_setclock(pthread_condattr_t *attr, clockid_t clock_id);
+#endif
+#if !defined(CLOCK_MONOTONIC) && defined(__linux__)
+#define ZERO__CLOCK_MONOTONIC ((clockid_t)1) /* the same id on every Linux architecture */
 #else
 #define ZERO__CLOCK_MONOTONIC CLOCK_MONOTONIC
 #endif
