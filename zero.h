@@ -594,9 +594,9 @@ typedef struct zero_local_desc {
     zero_allocator allocator; /* for the group and its comms; all NULL = ZERO_MALLOC   */
     int spin_us;              /* how long a rank waiting for its peers spins before it
                                  sleeps on the condition variable; 0 = 50, negative =
-                                 never, at most 1000000. Never spins when world exceeds
-                                 the cores online (a spinning rank would then hold the
-                                 core a peer needs). */
+                                 never; at most 1000000 and a quarter of the timeout.
+                                 Never spins when world exceeds the cores online (a
+                                 spinning rank would then hold the core a peer needs). */
 } zero_local_desc;
 
 typedef struct zero_local_group zero_local_group;
@@ -3310,6 +3310,7 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         int us = desc->spin_us == 0 ? ZERO__LOCAL_SPIN_US : desc->spin_us;
         if (us > 1000000) us = 1000000; /* at most 1 s per sync point */
+        if ((long)us > (long)g->timeout_ms * 250L) us = (int)((long)g->timeout_ms * 250L); /* < timeout / 4 */
         g->spin_ns = us > 0 && cores >= (long)desc->world && ZERO__LOCAL_CAN_SPIN ? (long)us * 1000L : 0;
     }
     g->simd = zero_simd_detect();
