@@ -621,8 +621,9 @@ ZERODEF void zero_comm_destroy(zero_comm *comm);
 ZERODEF zero_result zero_local_abort(zero_comm *comm);
 
 /* Runs fn(rank, comm, user) on 'world' threads with a fresh group and waits for all of
-   them. The group has the default timeout (60 s) and allocator, and this call has no way to
-   change them: use zero_local_run_desc() to set timeout_ms (or the allocator). A rank whose fn returns an error (or returns at all) destroys its
+   them. The group has the default timeout (60 s), spin and allocator, and this call has no
+   way to change them: use zero_local_run_desc() to set timeout_ms (or spin_us, the
+   allocator). A rank whose fn returns an error (or returns at all) destroys its
    comm, so peers still waiting for it fail with ZERO_ERROR_COMM instead of hanging.
    Returns ZERO_OK when every rank returned ZERO_OK; otherwise the error of the lowest
    rank that failed before the group broke (the root cause), or else of the lowest failing
@@ -2883,7 +2884,7 @@ static zero_result zero__local_fail_broken(zero_local_group *g, const char *what
    the lock and spins (reading gen with acquire, pausing the core) for up to spin_ns. Returns
    1 (lock NOT held) when the generation ended; 0 (lock held again) when the spin ran out or
    the group broke, and the caller sleeps on the condition variable as before. A spin never
-   outlasts the deadline: spin_ns is far below any timeout. */
+   outlasts the deadline: spin_ns is at most a quarter of the timeout. */
 static int zero__local_spin(zero_local_group *g, unsigned long long my_gen, long spin_ns)
 {
 #if ZERO__LOCAL_CAN_SPIN
@@ -3310,7 +3311,8 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         int us = desc->spin_us == 0 ? ZERO__LOCAL_SPIN_US : desc->spin_us;
         if (us > 1000000) us = 1000000; /* at most 1 s per sync point */
-        if ((long)us > (long)g->timeout_ms * 250L) us = (int)((long)g->timeout_ms * 250L); /* < timeout / 4 */
+        if ((long long)us > (long long)g->timeout_ms * 250) /* a quarter of the timeout */
+            us = (int)((long long)g->timeout_ms * 250);
         g->spin_ns = us > 0 && cores >= (long)desc->world && ZERO__LOCAL_CAN_SPIN ? (long)us * 1000L : 0;
     }
     g->simd = zero_simd_detect();
