@@ -102,6 +102,9 @@ compile-tests: | build/compile
 	    ./build/compile/$$cc-$$std; \
 	    $$cc -std=$$std $(WARN) -Werror=implicit-function-declaration -O1 -I. tests/compile/compile_first.c -o build/compile/$$cc-first-$$std -lm -pthread; \
 	    ./build/compile/$$cc-first-$$std; \
+	    awk '/---- quick start: end ----/{f=0} f; /---- quick start: begin ----/{f=1}' zero.h > build/compile/quickstart.c; \
+	    $$cc -std=$$std $(WARN) -O1 -I. build/compile/quickstart.c -o build/compile/$$cc-quickstart-$$std -lm -pthread; \
+	    ./build/compile/$$cc-quickstart-$$std >/dev/null; \
 	  done; \
 	  $$cc -std=c11 $(WARN) -O1 -I. -DZERO_STATIC tests/compile/compile_main.c -o build/compile/$$cc-static -lm -pthread; \
 	  ./build/compile/$$cc-static; \
@@ -109,7 +112,7 @@ compile-tests: | build/compile
 	for cxx in g++ clang++; do \
 	  $$cxx -std=c++17 $(WARN) -O1 -I. -x c++ $(COMPILE_SRC) -o build/compile/$$cxx-cxx17 -lm -pthread; \
 	  ./build/compile/$$cxx-cxx17; \
-	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>: ok"
+	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; the manual's quick start compiles and runs: ok"
 
 # ---- CUDA and NCCL ------------------------------------------------------------------------
 # nvcc: NVCC if given; else CUDA_HOME/bin/nvcc if CUDA_HOME is given; else nvcc on PATH;

@@ -29,36 +29,96 @@
 
    zero_cuda.h adds a CUDA device, zero_nccl.h an NCCL comm; the engine does not change.
 
-   QUICK START (one engine per rank; here 4 ranks as threads of one process)
+   QUICK START: a complete program (one engine per rank; here 4 ranks as threads of one
+   process). `make compile-tests` extracts the lines between the two markers and compiles
+   and runs them as they are.
+   ---- quick start: begin ----
+   #define ZERO_IMPLEMENTATION
+   #include "zero.h"
+   #include <stdio.h>
+   #include <string.h>
 
-       static zero_result rank_main(int rank, zero_comm *comm, void *user)
-       {
-           zero_device *dev; zero_engine *e; zero_engine_desc d; zero_step_info info;
-           int t, g, s;
-           zero_host_device_create(NULL, &dev);          // or zero_cuda_device_create
-           memset(&d, 0, sizeof d);                      // zero = defaults: fp16, AdamW
-           d.stage = 3; d.device = dev; d.comm = comm; d.adam.lr = 1e-3f;
-           zero_engine_create(&d, &e);
-           zero_engine_add_tensor(e, "w0", 4096 * 1024, 0, 0, &t);      // group 0 = layer 0
-           zero_engine_add_tensor(e, "b0", 1024, 0, ZERO_TENSOR_NO_DECAY, &t);
-           zero_engine_commit(e);                        // collective: layout, checks, memory
-           zero_engine_set_tensor(e, t, initial_values); // same values on every rank
-           for (s = 0; s < steps; s++) {
-               void *p, *dg;
-               for (g = 0; g < G; g++) { zero_engine_gather(e, g, &p); ...forward...;
-                                         zero_engine_release(e, g); }
-               for (g = G - 1; g >= 0; g--) {
-                   zero_engine_gather(e, g, &p); zero_engine_grads(e, g, &dg);
-                   ...write d(loss * zero_engine_loss_scale(e))/dp into dg...;
-                   zero_engine_release(e, g); zero_engine_grads_ready(e, g);
-               }
-               zero_engine_step(e, &info);               // info.skipped, .grad_norm, ...
-           }
-           zero_engine_destroy(e); zero_device_destroy(dev);
-           return ZERO_OK;                               // check every result in real code
+   #define G 2 // groups: the unit of gathering at stage 3, typically one layer each
+   #define T 4 // tensors
+   static const size_t numel[T] = {64 * 32, 32, 32 * 8, 8}; // w0, b0, w1, b1
+   static const int group_of[T] = {0, 0, 1, 1};
+
+   static zero_result rank_main(int rank, zero_comm *comm, void *user)
+   {
+       zero_device *dev = NULL;
+       zero_engine *e = NULL;
+       zero_engine_desc d;
+       zero_step_info info;
+       zero_result r;
+       int ids[T], t, g, s; // keep every tensor's id: they are 0, 1, ... in order
+       float init[64 * 32];
+       (void)user;
+       r = zero_host_device_create(NULL, &dev); // or zero_cuda_device_create (zero_cuda.h)
+       if (r != ZERO_OK) return r;
+       memset(&d, 0, sizeof d); // zero = defaults: fp16 params, AdamW, dynamic loss scale
+       d.stage = 3;
+       d.device = dev;
+       d.comm = comm;
+       d.adam.lr = 1e-3f;
+       r = zero_engine_create(&d, &e);
+       for (t = 0; t < T && r == ZERO_OK; t++) {
+           char name[8];
+           snprintf(name, sizeof name, "%c%d", t % 2 ? 'b' : 'w', t / 2);
+           r = zero_engine_add_tensor(e, name, numel[t], group_of[t],
+                                      t % 2 ? ZERO_TENSOR_NO_DECAY : 0, &ids[t]);
        }
-       ...
-       zero_local_run(4, rank_main, NULL);
+       if (r == ZERO_OK) r = zero_engine_commit(e); // collective: layout, checks, memory
+       for (t = 0; t < T && r == ZERO_OK; t++) { // the same values on every rank
+           size_t i;
+           for (i = 0; i < numel[t]; i++) init[i] = 0.01f * (float)((i * 7 + (size_t)t) % 13) - 0.06f;
+           r = zero_engine_set_tensor(e, ids[t], init);
+       }
+       for (s = 0; s < 3 && r == ZERO_OK; s++) {
+           void *p, *dg;
+           for (g = 0; g < G && r == ZERO_OK; g++) { // forward, layer by layer
+               r = zero_engine_gather(e, g, &p); // p: group g's flat params (fp16 here)
+               // ... layer g's forward reads its tensors in p, placed as in the backward ...
+               if (r == ZERO_OK) r = zero_engine_release(e, g);
+           }
+           for (g = G - 1; g >= 0 && r == ZERO_OK; g--) { // backward, in reverse
+               r = zero_engine_gather(e, g, &p);
+               if (r == ZERO_OK) r = zero_engine_grads(e, g, &dg); // zero-filled, same layout
+               for (t = 0; t < T && r == ZERO_OK; t++) {
+                   zero_tensor_info ti;
+                   size_t i;
+                   if (group_of[t] != g) continue;
+                   // tensor t is ti.numel elements at ti.offset of p and of dg
+                   r = zero_plan_tensor(zero_engine_plan(e), ids[t], &ti);
+                   for (i = 0; r == ZERO_OK && i < ti.numel; i++) {
+                       // the loss w^2 / 2 has gradient w; the engine wants d(loss * scale)/dw
+                       // in the param dtype (the host device's pointers are host memory;
+                       // with CUDA this loop is your kernel)
+                       // (bf16 params: zero_bf16_to_f32 and zero_f32_to_bf16)
+                       float w = zero_f16_to_f32(((const uint16_t *)p)[ti.offset + i]);
+                       float grad = w * zero_engine_loss_scale(e);
+                       ((uint16_t *)dg)[ti.offset + i] = zero_f32_to_f16(grad);
+                   }
+               }
+               if (r == ZERO_OK) r = zero_engine_release(e, g);
+               if (r == ZERO_OK) r = zero_engine_grads_ready(e, g); // collective
+           }
+           if (r == ZERO_OK) r = zero_engine_step(e, &info); // info.skipped, .grad_norm, ...
+           if (r == ZERO_OK && rank == 0)
+               printf("step %d: grad norm %.4f, loss scale %g\n", s, (double)info.grad_norm,
+                      (double)info.loss_scale);
+       }
+       zero_engine_destroy(e); // safe after any error
+       zero_device_destroy(dev);
+       return r;
+   }
+
+   int main(void)
+   {
+       zero_result r = zero_local_run(4, rank_main, NULL); // 4 ranks as threads
+       if (r != ZERO_OK) printf("%s: %s\n", zero_result_string(r), zero_last_error());
+       return r == ZERO_OK ? 0 : 1;
+   }
+   ---- quick start: end ----
 
    The same code runs at stages 0, 1, 2 and 3 (gather/release only count references below
    stage 3) and gives bit-identical parameters at every stage. examples/train_mlp.c is a
@@ -536,6 +596,11 @@ typedef struct zero_local_desc {
     int world;                /* ranks, >= 1                                           */
     int timeout_ms;           /* how long a rank waits for its peers; 0 = 60000        */
     zero_allocator allocator; /* for the group and its comms; all NULL = ZERO_MALLOC   */
+    int spin_us;              /* how long a rank waiting for its peers spins before it
+                                 sleeps on the condition variable; 0 = 50, negative =
+                                 never; at most 1000000 and a quarter of the timeout.
+                                 Never spins when world exceeds the cores online (a
+                                 spinning rank would then hold the core a peer needs). */
 } zero_local_desc;
 
 typedef struct zero_local_group zero_local_group;
@@ -560,8 +625,9 @@ ZERODEF void zero_comm_destroy(zero_comm *comm);
 ZERODEF zero_result zero_local_abort(zero_comm *comm);
 
 /* Runs fn(rank, comm, user) on 'world' threads with a fresh group and waits for all of
-   them. The group has the default timeout (60 s) and allocator, and this call has no way to
-   change them: use zero_local_run_desc() to set timeout_ms (or the allocator). A rank whose fn returns an error (or returns at all) destroys its
+   them. The group has the default timeout (60 s), spin and allocator, and this call has no
+   way to change them: use zero_local_run_desc() to set timeout_ms (or spin_us, the
+   allocator). A rank whose fn returns an error (or returns at all) destroys its
    comm, so peers still waiting for it fail with ZERO_ERROR_COMM instead of hanging.
    Returns ZERO_OK when every rank returned ZERO_OK; otherwise the error of the lowest
    rank that failed before the group broke (the root cause), or else of the lowest failing
@@ -2612,21 +2678,47 @@ ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h> /* sysconf: cores online, for the rendezvous' spin */
-#include <sched.h>  /* sched_yield */
 
 /* The monotonic clock and the condition-variable clock are POSIX.1-2001. When the
    implementation file included a libc header (<stdio.h>, ...) before zero.h under
-   -std=c99/c11, the request for POSIX at the top of this file came too late and glibc hides
-   them; declare the two functions (their signatures are fixed by POSIX) and the clock id
-   (1 on every Linux architecture) instead of failing with an implicit declaration. */
-#if !defined(CLOCK_MONOTONIC) && defined(__linux__)
+   -std=c99/c11, the request for POSIX at the top of this file came too late: glibc fixes
+   its feature set at the first header and then hides them. Declare what is hidden (the
+   signatures are fixed by POSIX; glibc's feature macros say what it declared) instead of
+   failing with an implicit declaration. Other C libraries read _POSIX_C_SOURCE per header
+   and see the request. */
 #include <sys/types.h> /* clockid_t */
-#define ZERO__CLOCK_MONOTONIC ((clockid_t)1)
+#if defined(__GLIBC__) && !defined(__USE_POSIX199309)
 extern int clock_gettime(clockid_t clock_id, struct timespec *tp);
+#endif
+#if defined(__GLIBC__) && !defined(__USE_XOPEN2K)
 extern int pthread_condattr_setclock(pthread_condattr_t *attr, clockid_t clock_id);
+#endif
+#if !defined(CLOCK_MONOTONIC) && defined(__linux__)
+#define ZERO__CLOCK_MONOTONIC ((clockid_t)1) /* the same id on every Linux architecture */
 #else
 #define ZERO__CLOCK_MONOTONIC CLOCK_MONOTONIC
 #endif
+
+/* Spinning needs atomics that C99, C11 and C++ compilers share: the GCC/Clang builtins.
+   Without them the rendezvous only sleeps (the same semantics, slower). */
+#if defined(__GNUC__) || defined(__clang__)
+#define ZERO__LOCAL_CAN_SPIN 1
+#define ZERO__LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ZERO__STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#if defined(__x86_64__) || defined(__i386__)
+#define ZERO__CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define ZERO__CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define ZERO__CPU_RELAX() ((void)0)
+#endif
+#else
+#define ZERO__LOCAL_CAN_SPIN 0
+#define ZERO__LOAD_ACQ(p) (*(p))
+#define ZERO__STORE_REL(p, v) (*(p) = (v))
+#define ZERO__CPU_RELAX() ((void)0)
+#endif
+#define ZERO__LOCAL_SPIN_US 50 /* default spin before sleeping */
 
 enum {
     ZERO__LC_BARRIER = 1,
@@ -2660,8 +2752,11 @@ struct zero_local_group {
     zero_simd simd; /* for the fp16/bf16 <-> fp32 tiles, resolved once */
     int world;
     int timeout_ms;
+    long spin_ns;             /* spin before sleeping at a sync point; 0 = never         */
     int arrived;              /* ranks waiting at the current sync point                 */
-    unsigned long long gen;   /* sync points completed                                   */
+    unsigned long long gen;   /* sync points completed (stored with release: spinners
+                                 read it without the lock)                               */
+    int stop;                 /* 1 once broken (atomic): ends a spin                     */
     int active;               /* ranks inside a data phase                               */
     zero_result broken;       /* ZERO_OK, or why every call now fails                    */
     char broken_msg[256];
@@ -2679,6 +2774,7 @@ typedef struct zero__local_comm {
     zero_local_group *group;
     unsigned long long seq; /* collectives this rank has called */
     const void **srcs;      /* [world]: the inputs of one reduction */
+    long spin_ns;           /* this rank's current spin budget (adaptive, <= group's) */
 } zero__local_comm;
 
 static void zero__local_destroy(zero_comm *comm);
@@ -2800,6 +2896,7 @@ static void zero__local_break(zero_local_group *g, zero_result why, const char *
     va_list ap;
     if (g->broken != ZERO_OK) return;
     g->broken = why;
+    ZERO__STORE_REL(&g->stop, 1);
     va_start(ap, fmt);
     vsnprintf(g->broken_msg, sizeof g->broken_msg, fmt, ap);
     va_end(ap);
@@ -2831,6 +2928,38 @@ static zero_result zero__local_fail_broken(zero_local_group *g, const char *what
     return zero__fail(why, "%s (rank %d): group is broken: %s", what, rank, g->broken_msg);
 }
 
+/* Called with the lock held by a rank that must wait for generation my_gen to end: drops
+   the lock and spins (reading gen with acquire, pausing the core) for up to spin_ns. Returns
+   1 (lock NOT held) when the generation ended; 0 (lock held again) when the spin ran out or
+   the group broke, and the caller sleeps on the condition variable as before. A spin never
+   outlasts the deadline: spin_ns is at most a quarter of the timeout. */
+static int zero__local_spin(zero_local_group *g, unsigned long long my_gen, long spin_ns)
+{
+#if ZERO__LOCAL_CAN_SPIN
+    struct timespec t0, t;
+    long i;
+    pthread_mutex_unlock(&g->mu);
+    clock_gettime(ZERO__CLOCK_MONOTONIC, &t0);
+    for (i = 1;; i++) {
+        if (ZERO__LOAD_ACQ(&g->gen) != my_gen) return 1;
+        if (ZERO__LOAD_ACQ(&g->stop)) break;
+        ZERO__CPU_RELAX();
+        if ((i & 63) == 0) {
+            clock_gettime(ZERO__CLOCK_MONOTONIC, &t);
+            if ((long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > spin_ns)
+                break;
+        }
+    }
+    pthread_mutex_lock(&g->mu); /* cannot fail: the mutex was held by this thread a moment ago */
+    return 0;
+#else
+    (void)g;
+    (void)my_gen;
+    (void)spin_ns;
+    return 0;
+#endif
+}
+
 /* One sync point for rank c. At ZERO__SYNC_POST the rank publishes *post first; the
    verdict on all posts is then in *ok. MID and END close a data phase; POST (when the
    verdict is good and the call moves data) and MID open one. */
@@ -2855,16 +2984,32 @@ static zero_result zero__local_sync(zero__local_comm *c, int point, const zero__
     if (++g->arrived == world) {
         g->arrived = 0;
         memset(g->here, 0, (size_t)world);
-        g->gen++;
         if (point == ZERO__SYNC_POST) {
             g->verdict_ok[par] = zero__local_judge(g, par, c->seq);
             g->active = g->verdict_ok[par] && post->kind != ZERO__LC_BARRIER ? world : 0;
         } else if (point == ZERO__SYNC_MID) {
             g->active = world;
         }
+        /* release: a spinning peer that sees the new generation also sees the verdict, the
+           posts and every write its peers made before they arrived */
+        ZERO__STORE_REL(&g->gen, g->gen + 1);
         pthread_cond_broadcast(&g->cv);
     } else {
         my_gen = g->gen;
+        if (c->spin_ns > 0) {
+            /* Adaptive: a spin that ends in time doubles the next budget (up to the
+               group's), one that runs out halves it (down to 1 us, which keeps probing):
+               when peers keep arriving late (a busy machine, long compute between
+               collectives) spinning costs almost nothing. */
+            if (zero__local_spin(g, my_gen, c->spin_ns)) {
+                /* the generation moved while this rank spun without the lock (acquire):
+                   the same outcome as a wake-up below, without sleeping */
+                c->spin_ns = c->spin_ns * 2 < g->spin_ns ? c->spin_ns * 2 : g->spin_ns;
+                if (ok) *ok = g->verdict_ok[par];
+                return ZERO_OK;
+            }
+            c->spin_ns = c->spin_ns / 2 > 1000 ? c->spin_ns / 2 : 1000;
+        }
         while (g->gen == my_gen) {
             if (g->broken != ZERO_OK) return zero__local_fail_broken(g, what, rank);
             rc = pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
@@ -3210,6 +3355,14 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
     g->allocator = a;
     g->world = desc->world;
     g->timeout_ms = desc->timeout_ms ? desc->timeout_ms : 60000;
+    {   /* adaptive: spin only when every rank can have a core of its own */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int us = desc->spin_us == 0 ? ZERO__LOCAL_SPIN_US : desc->spin_us;
+        if (us > 1000000) us = 1000000; /* at most 1 s per sync point */
+        if ((long long)us > (long long)g->timeout_ms * 250) /* a quarter of the timeout */
+            us = (int)((long long)g->timeout_ms * 250);
+        g->spin_ns = us > 0 && cores >= (long)desc->world && ZERO__LOCAL_CAN_SPIN ? (long)us * 1000L : 0;
+    }
     g->simd = zero_simd_detect();
     g->here = (unsigned char *)zero__alloc(&a, w);
     g->has_comm = (unsigned char *)zero__alloc(&a, w);
@@ -3284,6 +3437,7 @@ ZERODEF zero_result zero_local_comm_create(zero_local_group *group, int rank, ze
     c->base.rank = rank;
     c->base.world = group->world;
     c->group = group;
+    c->spin_ns = group->spin_ns;
     pthread_mutex_lock(&group->mu);
     if (group->has_comm[rank])
         res = zero__fail(ZERO_ERROR_INVALID_STATE, "zero_local_comm_create: rank %d already has a comm",

@@ -176,7 +176,7 @@ static zero_result dv_rank(int rank, zero_comm *comm, void *user)
     d.prefetch_depth = -1;
     if (r == ZERO_OK) r = zero_engine_create(&d, &e);
     for (g = 0; g < DV_G && r == ZERO_OK; g++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", g);
         r = zero_engine_add_tensor(e, name, dv_numel[g], g, 0, NULL);
     }
