@@ -975,7 +975,8 @@ ZERODEF void zero_io_buffer_free(zero_io *io, void *buf);
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out);
 
-/* Waits for the file's queued requests, closes and removes it, and frees the handle.
+/* Waits for the file's queued requests (their tickets are forgotten), closes and removes
+   the file, and frees the handle. Not while another thread waits for one of its tickets.
    NULL is ignored. */
 ZERODEF void zero_io_file_destroy(zero_io_file *file);
 
@@ -1006,12 +1007,14 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
 /* Blocks until every request of the ticket has finished and forgets the ticket. ZERO_OK,
    or ZERO_ERROR_IO with zero_last_error() naming the operation, file, offset and cause
    (an errno's text, "short read: n of m bytes at offset o (end of file: truncated under
-   the engine?)", "checksum mismatch: the file changed under the engine"). INVALID_ARGUMENT
-   for an unknown ticket (never queued, or already waited for). */
+   the engine?)", "checksum mismatch: the file changed under the engine"); then the
+   contents of a read's buffer are undefined (read into a staging buffer). INVALID_ARGUMENT
+   for an unknown ticket (never queued, already waited for, or being waited for by another
+   thread). */
 ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket);
 
-/* Waits for every ticket queued on the engine; returns the first error (by ticket order)
-   and forgets all of them. */
+/* Waits for every ticket queued on the engine (except those another thread is waiting for
+   in zero_io_wait) and forgets them; returns the first error, by ticket order. */
 ZERODEF zero_result zero_io_wait_all(zero_io *io);
 
 /* Fault injection, for tests: the engine counts block requests as they are issued, from 1
@@ -5082,6 +5085,7 @@ typedef struct zero__io_op {
     int outstanding;  /* requests in flight                                       */
     int done;
     int failed;
+    int claimed; /* a thread is waiting for it in zero_io_wait / wait_all */
     char msg[384];
     struct zero__io_op *next;       /* all ops, by ticket */
     struct zero__io_op *next_issue; /* ops with bytes left to issue */
@@ -6095,6 +6099,7 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     char msg[sizeof op->msg];
     int verify;
     long ri;
+    op->claimed = 1;
     zero__io_wait_op(io, op);
     ri = zero__io_range_find(op->file, op->offset); /* the range's state changes at the wait */
     if (ri >= 0) {
@@ -6143,10 +6148,11 @@ ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket)
     pthread_mutex_lock(&io->mu);
     for (op = io->ops; op && op->ticket != ticket; op = op->next) {
     }
-    if (!op || ticket == 0) {
+    if (!op || ticket == 0 || op->claimed) {
         pthread_mutex_unlock(&io->mu);
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
-                          "zero_io_wait: ticket %llu is unknown (never queued, or already waited for)",
+                          "zero_io_wait: ticket %llu is unknown (never queued, already waited for, "
+                          "or being waited for by another thread)",
                           (unsigned long long)ticket);
     }
     r = zero__io_finish(io, op);
@@ -6161,8 +6167,12 @@ ZERODEF zero_result zero_io_wait_all(zero_io *io)
     msg[0] = '\0';
     if (!io) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_wait_all: io is NULL");
     pthread_mutex_lock(&io->mu);
-    while (io->ops) {
-        zero_result r = zero__io_finish(io, io->ops);
+    for (;;) {
+        zero__io_op *op = io->ops;
+        zero_result r;
+        while (op && op->claimed) op = op->next; /* another thread's wait owns those */
+        if (!op) break;
+        r = zero__io_finish(io, op);
         if (r != ZERO_OK && first == ZERO_OK) {
             first = r;
             snprintf(msg, sizeof msg, "%s", zero_last_error());
