@@ -950,6 +950,221 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
 ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow);
 
 /* ======================================================================================
+   NVMe I/O: the I/O engine of ZeRO-Infinity's NVMe tier. Owns asynchronous reads and
+   writes of byte ranges between host buffers and per-rank files (io_uring through raw
+   syscalls, or a pool of threads doing pread/pwrite), O_DIRECT with aligned buffers and a
+   buffered fallback, the file store, and a checksum per written range. Linux; elsewhere
+   zero_io_create() returns ZERO_ERROR_UNSUPPORTED. docs/nvme.md has the longer story.
+   ====================================================================================== */
+/* NVMe I/O declarations.
+
+   MODEL
+       zero_io_create(&desc, &io)                  one engine (a ring or a thread pool)
+       zero_io_file_create(io, dir, "optim", rank, bytes, &f)
+                                                   one preallocated file, removed on destroy
+       zero_io_write(f, offset, buf, bytes, &t)    queued at once, split into block_size
+       zero_io_read(f, offset, buf, bytes, &t)     requests, queue_depth of them in flight
+       ... compute while the requests run ...
+       zero_io_wait(io, t)                         ZERO_OK, or the error of that transfer
+       zero_io_file_destroy(f); zero_io_destroy(io)
+
+   ALIGNMENT. offset must be a multiple of ZERO_IO_ALIGN. buf and bytes may be anything:
+   requests whose buffer address or length is not aligned go through an internal aligned
+   bounce buffer (a copy); buffers from zero_io_buffer_alloc() with offsets and lengths in
+   multiples of ZERO_IO_ALIGN go straight to the disk (no copy). A file's layout is
+   therefore best planned in multiples of ZERO_IO_ALIGN (zero_io_align_up()).
+
+   INTEGRITY. The file remembers every range written through it: offset, size and a 64-bit
+   checksum of its bytes (computed when the write is queued). A read must name exactly a
+   range written before (same offset and size; anything else is INVALID_ARGUMENT), and its
+   wait recomputes the checksum of what arrived: a file changed or truncated under the
+   engine, a short read or a write that failed gives ZERO_ERROR_IO naming the file, the
+   offset and the cause, never silently wrong bytes. A write that overlaps earlier ranges
+   forgets them.
+
+   ORDERING. Requests of different tickets may complete in any order. Do not read a range
+   whose write has not been waited for (INVALID_STATE), and do not touch a buffer between
+   the call that queued it and the wait for its ticket. Every call is thread-safe.
+
+   ERRORS. zero_io_wait() returns ZERO_ERROR_IO with "zero_io: read of <path> at offset
+   <o> (<n> bytes): <cause>" in zero_last_error(); the first failing request of a ticket
+   decides its error. A failed transfer leaves the engine usable: other tickets are not
+   affected, and the failed range reads as an error until it is written again. */
+
+#define ZERO_IO_ALIGN 4096u                  /* offsets, direct buffers and lengths          */
+#define ZERO_IO_DEFAULT_BLOCK_SIZE (1u << 20) /* bytes per request (DeepSpeed: 1 MiB)         */
+#define ZERO_IO_DEFAULT_QUEUE_DEPTH 8         /* requests in flight (DeepSpeed: 8)            */
+
+typedef enum zero_io_backend {
+    ZERO_IO_BACKEND_AUTO = 0,     /* io_uring where the kernel allows it, else threads       */
+    ZERO_IO_BACKEND_IO_URING = 1, /* io_uring or UNSUPPORTED at create (ENOSYS, EPERM, ...)  */
+    ZERO_IO_BACKEND_THREADS = 2   /* queue_depth threads doing pread / pwrite                */
+} zero_io_backend;
+
+typedef enum zero_io_direct {
+    ZERO_IO_DIRECT_DEFAULT = 0,  /* O_DIRECT; buffered where the file system refuses it,
+                                    said once through the log callback                       */
+    ZERO_IO_DIRECT_REQUIRE = 1,  /* O_DIRECT or UNSUPPORTED at zero_io_file_create()          */
+    ZERO_IO_DIRECT_OFF = 2       /* buffered I/O (the page cache)                             */
+} zero_io_direct;
+
+/* Receives one line of text (no newline) about a choice the engine made on its own (the
+   buffered fallback). Called from the thread that made the call, never with a lock held. */
+typedef void (*zero_io_log_fn)(const char *message, void *user);
+
+/* Zero-initialised = defaults. */
+typedef struct zero_io_desc {
+    size_t block_size;       /* bytes per request; 0 = 1 MiB; a multiple of ZERO_IO_ALIGN  */
+    int queue_depth;         /* requests in flight; 0 = 8; at most 1024                      */
+    zero_io_backend backend; /* AUTO = io_uring if available, else threads                   */
+    zero_io_direct direct;   /* DEFAULT = O_DIRECT with the buffered fallback                */
+    zero_io_log_fn log;      /* NULL = one line on stderr, prefixed "zero: "                 */
+    void *log_user;
+    zero_allocator allocator; /* the engine's own memory and zero_io_buffer_alloc(); all NULL
+                                 = ZERO_MALLOC / ZERO_FREE                                   */
+} zero_io_desc;
+
+typedef struct zero_io zero_io;
+typedef struct zero_io_file zero_io_file;
+
+/* A queued transfer. 0 is never a valid ticket. */
+typedef uint64_t zero_io_ticket;
+
+/* What an engine is and has done. */
+typedef struct zero_io_stats {
+    zero_io_backend backend;  /* resolved: IO_URING or THREADS                              */
+    size_t block_size;
+    int queue_depth;
+    int buffered_fallbacks;   /* files opened buffered because O_DIRECT was refused          */
+    uint64_t requests;        /* block requests completed (both directions)                  */
+    uint64_t bytes_read;      /* bytes delivered by completed reads                          */
+    uint64_t bytes_written;
+    uint64_t bounced;         /* requests that went through a bounce buffer                  */
+    int max_in_flight;        /* most requests in flight at once                             */
+} zero_io_stats;
+
+/* A new I/O engine. desc NULL = defaults. INVALID_ARGUMENT: block_size not a multiple of
+   ZERO_IO_ALIGN, queue_depth outside 0..1024, an unknown backend or direct mode;
+   UNSUPPORTED: backend IO_URING where io_uring_setup fails (the errno is in the message),
+   or not Linux; OUT_OF_MEMORY; IO: a thread could not be started. */
+ZERODEF zero_result zero_io_create(const zero_io_desc *desc, zero_io **out);
+
+/* Waits for every queued request to finish (their results are dropped), stops the threads,
+   closes the ring and frees the engine. Files must be destroyed first (their requests are
+   waited for there); a file still open is destroyed here too. NULL is ignored. */
+ZERODEF void zero_io_destroy(zero_io *io);
+
+/* Fills *out. INVALID_ARGUMENT for NULL. */
+ZERODEF zero_result zero_io_get_stats(zero_io *io, zero_io_stats *out);
+
+/* "io_uring" or "threads" ("auto" for AUTO). Never NULL. */
+ZERODEF const char *zero_io_backend_name(zero_io_backend backend);
+
+/* x rounded up to a multiple of ZERO_IO_ALIGN (x itself when it is one). */
+ZERO_INLINE uint64_t zero_io_align_up(uint64_t x)
+{
+    return (x + (ZERO_IO_ALIGN - 1u)) & ~(uint64_t)(ZERO_IO_ALIGN - 1u);
+}
+
+/* A host buffer of at least 'bytes' bytes (rounded up to ZERO_IO_ALIGN), aligned to
+   ZERO_IO_ALIGN, from the engine's allocator; contents undefined. The caller owns it and
+   frees it with zero_io_buffer_free() on the same engine. INVALID_ARGUMENT: io or out NULL,
+   bytes 0; OVERFLOW; OUT_OF_MEMORY. */
+ZERODEF zero_result zero_io_buffer_alloc(zero_io *io, size_t bytes, void **out);
+
+/* Frees a buffer from zero_io_buffer_alloc() of this engine. NULL is ignored. */
+ZERODEF void zero_io_buffer_free(zero_io *io, void *buf);
+
+/* A new file of 'bytes' bytes (rounded up to ZERO_IO_ALIGN) under the directory 'dir',
+   named "zero-<name>-r<rank>-<pid>-<n>.bin" (n counts files made by this process, so
+   ranks, engines and runs sharing a directory never collide), created exclusively,
+   preallocated (fallocate, so the space is reserved now and a full disk is an error here,
+   not in the middle of a step) and opened with O_DIRECT unless the engine's direct mode
+   says otherwise. The file is removed by zero_io_file_destroy(). Errors, each naming the
+   path and the cause: INVALID_ARGUMENT (NULL, empty name, name with '/', rank < 0,
+   bytes 0); IO: dir missing (ENOENT) or not a directory, not writable (EACCES, EROFS),
+   not enough space (ENOSPC, with the bytes asked and free), any other open / fallocate
+   failure; UNSUPPORTED: O_DIRECT refused under ZERO_IO_DIRECT_REQUIRE. Nothing is left
+   on disk on error. */
+ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
+                                        uint64_t bytes, zero_io_file **out);
+
+/* Waits for the file's queued requests (their tickets are forgotten), closes and removes
+   the file, and frees the handle. Not while another thread waits for one of its tickets.
+   NULL is ignored. */
+ZERODEF void zero_io_file_destroy(zero_io_file *file);
+
+/* The file's path (owned by the file), its size in bytes, and 1 when it is opened with
+   O_DIRECT, 0 when buffered. NULL file: NULL / 0 / 0. */
+ZERODEF const char *zero_io_file_path(const zero_io_file *file);
+ZERODEF uint64_t zero_io_file_size(const zero_io_file *file);
+ZERODEF int zero_io_file_direct(const zero_io_file *file);
+
+/* Queues a write of bytes [0, bytes) of buf to [offset, offset + bytes) of the file and
+   returns at once with *ticket; the data is on the file (not necessarily on the platter)
+   when zero_io_wait(io, *ticket) returns ZERO_OK. buf stays owned by the caller and must
+   not change until then. The range's checksum is taken now. INVALID_ARGUMENT: NULL,
+   bytes 0, offset not a multiple of ZERO_IO_ALIGN, a range past the file's end;
+   INVALID_STATE: a queued read of an overlapping range not yet waited for;
+   OUT_OF_MEMORY. Nothing is queued on error. */
+ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const void *buf,
+                                  size_t bytes, zero_io_ticket *ticket);
+
+/* Queues a read of [offset, offset + bytes) of the file into buf (which must not be read
+   until the wait). The range must be one written before, exactly (offset and size).
+   INVALID_ARGUMENT: NULL, bytes 0, an unaligned offset, a range never written or not
+   exactly as written; INVALID_STATE: its write not yet waited for; IO: its last write
+   failed; OUT_OF_MEMORY. Nothing is queued on error. */
+ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
+                                 zero_io_ticket *ticket);
+
+/* Blocks until every request of the ticket has finished and forgets the ticket. ZERO_OK,
+   or ZERO_ERROR_IO with zero_last_error() naming the operation, file, offset and cause
+   (an errno's text, "short read: n of m bytes at offset o (end of file: truncated under
+   the engine?)", "checksum mismatch: the file changed under the engine"); then the
+   contents of a read's buffer are undefined (read into a staging buffer). INVALID_ARGUMENT
+   for an unknown ticket (never queued, already waited for, or being waited for by another
+   thread). */
+ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket);
+
+/* Waits for every ticket queued on the engine (except those another thread is waiting for
+   in zero_io_wait) and forgets them; returns the first error, by ticket order. */
+ZERODEF zero_result zero_io_wait_all(zero_io *io);
+
+/* Fault injection, for tests: the engine counts block requests as they are issued, from 1
+   after this call; request number 'request' then fails. kind ERRNO: with errno 'err'
+   (ENOSPC, EIO, ...) instead of being issued; SHORT: it transfers nothing, as at the end of
+   the file; OPEN_DIRECT: the next O_DIRECT open is refused with EINVAL, as tmpfs and
+   overlayfs used to (request is ignored). A NULL fault (or kind NONE) clears it. One-shot:
+   the fault fires once. INVALID_ARGUMENT for a NULL io or an unknown kind. */
+typedef enum zero_io_fault_kind {
+    ZERO_IO_FAULT_NONE = 0,
+    ZERO_IO_FAULT_ERRNO = 1,
+    ZERO_IO_FAULT_SHORT = 2,
+    ZERO_IO_FAULT_OPEN_DIRECT = 3
+} zero_io_fault_kind;
+
+typedef struct zero_io_fault {
+    zero_io_fault_kind kind;
+    uint64_t request; /* 1 = the next request                        */
+    int err;          /* ERRNO: the errno to report (e.g. ENOSPC, EIO) */
+} zero_io_fault;
+
+ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault);
+
+/* A 64-bit checksum of bytes: what the file store keeps per range. The bytes, zero-padded
+   to a multiple of 32, are read as little-endian 32-bit words w_0, w_1, ...; lane j
+   (0..7) takes words j, j + 8, j + 16, ... (K of them, K = padded bytes / 32) and keeps
+   Fletcher's two sums mod 2^64: A_j = sum of its words, B_j = sum over i of (K - i) * its
+   i-th word. h = bytes * P3, then for j = 0..7: h = mix(h, A_j), h = mix(h, B_j), where
+   mix(h, v) = (h ^ (rotl(v * P2, 31) * P1)) * P1 + P4, and the result is h after
+   xxHash64's final avalanche (P1..P4 are xxHash64's primes). Any change of one word, or a
+   swap of two different words, changes A or B; the length is in it too. Plain adds over
+   independent lanes, so it runs near memory speed (the engine checksums every byte it
+   moves). Exposed for tests and tools. NULL gives 0. */
+ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
+
+/* ======================================================================================
    Engine: ZeRO stages 0-3 over a zero_device and a zero_comm.
    ====================================================================================== */
 /* Engine declarations: ZeRO stages 0-3, written once against
@@ -4978,6 +5193,1382 @@ ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow)
     scaler->iter += 1;
     return ZERO_OK;
 }
+/* NVMe I/O implementation: see the NVMe I/O declarations and docs/nvme.md.
+
+   One mutex per engine guards everything: the tickets (ops), the issue queue, the slots
+   and every file's range table. A ticket's bytes are cut into block_size requests lazily,
+   when a slot frees up, so at most queue_depth requests are in flight. Slots hold what a
+   request needs until it completes: the target, the iovec, a bounce buffer for unaligned
+   pieces in O_DIRECT mode. Completions run under the lock, refill the slots and wake the
+   waiters; checksums are computed outside it (on the thread that queues a write and on
+   the thread that waits for a read).
+
+   io_uring backend: the ring is set up through raw syscalls (no liburing): the queuing
+   thread writes SQEs and submits them under the lock; one reaper thread waits for CQEs
+   (io_uring_enter with GETEVENTS, lock released) and handles them under the lock. Threads
+   backend: workers take ready slots and run pread / pwrite loops. */
+
+ZERODEF const char *zero_io_backend_name(zero_io_backend backend)
+{
+    switch (backend) {
+    case ZERO_IO_BACKEND_AUTO: return "auto";
+    case ZERO_IO_BACKEND_IO_URING: return "io_uring";
+    case ZERO_IO_BACKEND_THREADS: return "threads";
+    }
+    return "?";
+}
+
+/* ---- checksum: position-weighted sums (Fletcher's construction) over 8 lanes ---- */
+
+#define ZERO__XX_P1 0x9E3779B185EBCA87ull
+#define ZERO__XX_P2 0xC2B2AE3D27D4EB4Full
+#define ZERO__XX_P3 0x165667B19E3779F9ull
+#define ZERO__XX_P4 0x85EBCA77C2B2AE63ull
+
+static uint64_t zero__io_mix(uint64_t h, uint64_t v)
+{
+    v *= ZERO__XX_P2;
+    v = ((v << 31) | (v >> 33)) * ZERO__XX_P1;
+    return (h ^ v) * ZERO__XX_P1 + ZERO__XX_P4;
+}
+
+/* Adds whole 32-byte stripes of p into the lanes: a[j] += word, b[j] += a[j]. Plain adds of
+   independent lanes, so the compiler vectorizes the loop (SSE2 and up). */
+static void zero__io_sum_stripes(const unsigned char *p, size_t stripes, uint64_t *a, uint64_t *b)
+{
+    uint64_t a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
+    uint64_t b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3], b4 = b[4], b5 = b[5], b6 = b[6], b7 = b[7];
+    size_t i;
+    for (i = 0; i < stripes; i++, p += 32) {
+        uint32_t w[8];
+        int k;
+        memcpy(w, p, 32);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        for (k = 0; k < 8; k++) w[k] = (w[k] >> 24) | ((w[k] >> 8) & 0xff00u) | ((w[k] << 8) & 0xff0000u) | (w[k] << 24);
+#else
+        (void)k;
+#endif
+        a0 += w[0]; b0 += a0; a1 += w[1]; b1 += a1; a2 += w[2]; b2 += a2; a3 += w[3]; b3 += a3;
+        a4 += w[4]; b4 += a4; a5 += w[5]; b5 += a5; a6 += w[6]; b6 += a6; a7 += w[7]; b7 += a7;
+    }
+    a[0] = a0; a[1] = a1; a[2] = a2; a[3] = a3; a[4] = a4; a[5] = a5; a[6] = a6; a[7] = a7;
+    b[0] = b0; b[1] = b1; b[2] = b2; b[3] = b3; b[4] = b4; b[5] = b5; b[6] = b6; b[7] = b7;
+}
+
+ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0}, h;
+    size_t whole = bytes / 32, rest = bytes % 32;
+    int j;
+    if (!data) return 0;
+    zero__io_sum_stripes(p, whole, a, b);
+    if (rest) { /* the last stripe, zero-padded */
+        unsigned char tail[32];
+        memset(tail, 0, sizeof tail);
+        memcpy(tail, p + whole * 32, rest);
+        zero__io_sum_stripes(tail, 1, a, b);
+    }
+    h = (uint64_t)bytes * ZERO__XX_P3;
+    for (j = 0; j < 8; j++) {
+        h = zero__io_mix(h, a[j]);
+        h = zero__io_mix(h, b[j]);
+    }
+    h ^= h >> 33;
+    h *= ZERO__XX_P2;
+    h ^= h >> 29;
+    h *= ZERO__XX_P3;
+    h ^= h >> 32;
+    return h;
+}
+
+#if defined(__linux__)
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+/* O_DIRECT is a GNU name; the implementation may be compiled without _GNU_SOURCE. */
+#ifndef O_DIRECT
+#if defined(__x86_64__) || defined(__i386__)
+#define O_DIRECT 040000
+#elif defined(__aarch64__) || defined(__arm__)
+#define O_DIRECT 0200000
+#endif
+#endif
+
+/* Raw system calls for io_uring (syscall() itself is a GNU/BSD declaration). Returns the
+   result or -errno. Architectures without a stub here use the thread pool. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ZERO__IO_HAVE_URING 1
+#define ZERO__NR_IO_URING_SETUP 425
+#define ZERO__NR_IO_URING_ENTER 426
+static long zero__syscall6(long n, long a, long b, long c, long d, long e, long f)
+{
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ __volatile__("syscall"
+                         : "=a"(ret)
+                         : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                         : "rcx", "r11", "memory");
+    return ret;
+}
+#else
+#define ZERO__IO_HAVE_URING 0
+#endif
+
+/* The kernel's io_uring ABI (include/uapi/linux/io_uring.h), the fields used here. */
+typedef struct zero__uring_sqe {
+    uint8_t opcode;
+    uint8_t flags;
+    uint16_t ioprio;
+    int32_t fd;
+    uint64_t off;
+    uint64_t addr;
+    uint32_t len;
+    uint32_t rw_flags;
+    uint64_t user_data;
+    uint16_t buf_index;
+    uint16_t personality;
+    int32_t splice_fd_in;
+    uint64_t addr3;
+    uint64_t pad2;
+} zero__uring_sqe;
+
+typedef struct zero__uring_cqe {
+    uint64_t user_data;
+    int32_t res;
+    uint32_t flags;
+} zero__uring_cqe;
+
+typedef struct zero__uring_params {
+    uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd;
+    uint32_t resv[3];
+    uint32_t sq_head, sq_tail, sq_ring_mask, sq_ring_entries, sq_flags, sq_dropped, sq_array,
+        sq_resv1;
+    uint64_t sq_user_addr;
+    uint32_t cq_head, cq_tail, cq_ring_mask, cq_ring_entries, cq_overflow, cq_cqes, cq_flags,
+        cq_resv1;
+    uint64_t cq_user_addr;
+} zero__uring_params;
+
+#define ZERO__URING_OP_READV 1
+#define ZERO__URING_OP_WRITEV 2
+#define ZERO__URING_ENTER_GETEVENTS 1u
+#define ZERO__URING_FEAT_SINGLE_MMAP 1u
+#define ZERO__URING_OFF_SQ_RING 0ll
+#define ZERO__URING_OFF_CQ_RING 0x8000000ll
+#define ZERO__URING_OFF_SQES 0x10000000ll
+
+typedef struct zero__iovec { /* struct iovec's layout */
+    void *base;
+    size_t len;
+} zero__iovec;
+
+/* A written range of a file: what a read must match. */
+enum { ZERO__RANGE_VALID = 0, ZERO__RANGE_WRITING = 1, ZERO__RANGE_FAILED = 2 };
+typedef struct zero__io_range {
+    uint64_t offset;
+    size_t bytes;
+    uint64_t sum;
+    int state;
+    int readers; /* queued reads not yet finished */
+} zero__io_range;
+
+struct zero_io_file {
+    zero_io *io;
+    int fd;
+    int direct;
+    char *path;
+    uint64_t size;
+    zero__io_range *ranges; /* sorted by offset, never overlapping */
+    size_t nranges, cap;
+    zero_io_file *next; /* the engine's list of files */
+};
+
+typedef struct zero__io_op {
+    zero_io_ticket ticket;
+    zero_io_file *file;
+    int write;
+    uint64_t offset;
+    size_t bytes;
+    unsigned char *buf;
+    uint64_t sum;     /* reads: the checksum recorded when the range was written */
+    size_t issued;    /* bytes cut into requests so far                          */
+    int outstanding;  /* requests in flight                                       */
+    int done;
+    int failed;
+    int claimed; /* a thread is waiting for it in zero_io_wait / wait_all */
+    char msg[384];
+    struct zero__io_op *next;       /* all ops, by ticket */
+    struct zero__io_op *next_issue; /* ops with bytes left to issue */
+} zero__io_op;
+
+enum { ZERO__SLOT_FREE = 0, ZERO__SLOT_READY = 1, ZERO__SLOT_RUNNING = 2 };
+typedef struct zero__io_slot {
+    int state;
+    zero__io_op *op;
+    uint64_t offset;       /* file offset of the request                  */
+    unsigned char *target; /* where the disk reads into / writes from     */
+    unsigned char *user;   /* the caller's bytes for this request         */
+    size_t len;            /* bytes of the request on disk (padded if bounced) */
+    size_t user_len;       /* bytes of the caller's buffer it covers      */
+    size_t done_bytes;     /* transferred so far (short transfers resume) */
+    unsigned char *bounce; /* block_size bytes, aligned; allocated on first use */
+    int bounced;
+    zero__iovec iov;
+} zero__io_slot;
+
+struct zero_io {
+    zero_allocator alloc;
+    zero_io_backend backend;
+    zero_io_direct direct;
+    size_t block_size;
+    int depth;
+    zero_io_log_fn log;
+    void *log_user;
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* a slot is ready (threads) / a request was submitted (uring) */
+    pthread_cond_t done; /* a ticket finished */
+    int stop;
+    zero__io_slot *slots;
+    int *ready; /* threads: ring of ready slot indices */
+    int *pushed; /* io_uring: slots put on the ring since the last submit */
+    int npushed;
+    int ready_head, ready_count;
+    int in_flight;
+    zero__io_op *ops, *ops_tail;
+    zero__io_op *issue_head, *issue_tail;
+    zero_io_ticket next_ticket;
+    zero_io_file *files;
+    pthread_t *threads;
+    int nthreads;
+    int logged_fallback;
+    zero_io_fault fault;
+    uint64_t fault_count;
+    zero_io_stats stats;
+    /* io_uring */
+    int ring_fd;
+    void *sq_map, *cq_map;
+    size_t sq_map_len, cq_map_len;
+    zero__uring_sqe *sqes;
+    size_t sqes_len;
+    uint32_t *sq_head, *sq_tail, *sq_mask, *sq_array;
+    uint32_t *cq_head, *cq_tail, *cq_mask;
+    zero__uring_cqe *cqes;
+    int uring_fatal; /* an unexpected io_uring_enter error: every later request fails */
+};
+
+static unsigned long zero__io_file_seq;        /* files made by this process */
+static pthread_mutex_t zero__io_seq_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- aligned buffers: the raw pointer is kept just below the aligned one ---- */
+
+static void *zero__io_aligned_alloc(const zero_allocator *a, size_t bytes)
+{
+    size_t total;
+    unsigned char *raw, *p;
+    if (zero__add_size(bytes, 2 * (size_t)ZERO_IO_ALIGN, &total) != 0) return NULL;
+    raw = (unsigned char *)zero__alloc(a, total);
+    if (!raw) return NULL;
+    p = (unsigned char *)(((uintptr_t)raw + sizeof(void *) + ZERO_IO_ALIGN - 1) &
+                          ~(uintptr_t)(ZERO_IO_ALIGN - 1));
+    memcpy(p - sizeof(void *), &raw, sizeof raw);
+    return p;
+}
+
+static void zero__io_aligned_free(const zero_allocator *a, void *p)
+{
+    void *raw;
+    if (!p) return;
+    memcpy(&raw, (unsigned char *)p - sizeof(void *), sizeof raw);
+    zero__free(a, raw);
+}
+
+ZERODEF zero_result zero_io_buffer_alloc(zero_io *io, size_t bytes, void **out)
+{
+    void *p;
+    size_t rounded;
+    if (out) *out = NULL;
+    if (!io || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_buffer_alloc: %s is NULL", io ? "out" : "io");
+    if (bytes == 0) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_buffer_alloc: bytes = 0");
+    if (bytes > (size_t)-1 - 4 * (size_t)ZERO_IO_ALIGN)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "zero_io_buffer_alloc: bytes = %zu overflows", bytes);
+    rounded = (size_t)zero_io_align_up(bytes);
+    p = zero__io_aligned_alloc(&io->alloc, rounded);
+    if (!p) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_buffer_alloc: %zu bytes", rounded);
+    *out = p;
+    return ZERO_OK;
+}
+
+ZERODEF void zero_io_buffer_free(zero_io *io, void *buf)
+{
+    if (!io || !buf) return;
+    zero__io_aligned_free(&io->alloc, buf);
+}
+
+/* ---- requests: cut, complete ---- */
+
+static void zero__io_log(zero_io *io, const char *msg)
+{
+    if (io->log)
+        io->log(msg, io->log_user);
+    else
+        fprintf(stderr, "zero: %s\n", msg);
+}
+
+static void zero__io_op_fail(zero__io_op *op, uint64_t at, const char *cause)
+{
+    if (op->failed) return;
+    op->failed = 1;
+    snprintf(op->msg, sizeof op->msg, "zero_io: %s of %s at offset %llu (%zu bytes): %s",
+             op->write ? "write" : "read", op->file->path, (unsigned long long)at, op->bytes, cause);
+    op->issued = op->bytes; /* issue nothing more of it */
+}
+
+/* The file's range that starts at offset, or -1. Caller holds the lock. */
+static long zero__io_range_find(const zero_io_file *f, uint64_t offset)
+{
+    size_t lo = 0, hi = f->nranges;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->ranges[mid].offset < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < f->nranges && f->ranges[lo].offset == offset) return (long)lo;
+    return -1;
+}
+
+/* A request finished: err = 0 and got = len on success. Caller holds the lock. */
+static void zero__io_slot_finish(zero_io *io, zero__io_slot *s, int err, int eof)
+{
+    zero__io_op *op = s->op;
+    char cause[160];
+    if (err) {
+        snprintf(cause, sizeof cause, "%s (errno %d)", strerror(err), err);
+        zero__io_op_fail(op, s->offset, cause);
+    } else if (eof) {
+        snprintf(cause, sizeof cause,
+                 "short %s: %zu of %zu bytes at offset %llu (end of file: truncated under the engine?)",
+                 op->write ? "write" : "read", s->done_bytes, s->len,
+                 (unsigned long long)(s->offset + s->done_bytes));
+        zero__io_op_fail(op, s->offset, cause);
+    } else {
+        if (!op->write && s->bounced) memcpy(s->user, s->target, s->user_len);
+        if (op->write)
+            io->stats.bytes_written += s->user_len;
+        else
+            io->stats.bytes_read += s->user_len;
+        io->stats.requests++;
+    }
+    s->state = ZERO__SLOT_FREE;
+    s->op = NULL;
+    io->in_flight--;
+    op->outstanding--;
+    if (op->outstanding == 0 && op->issued == op->bytes) {
+        op->done = 1;
+        pthread_cond_broadcast(&io->done);
+    }
+}
+
+#if ZERO__IO_HAVE_URING
+/* Puts slot s's request (its remaining part) on the ring. Caller holds the lock. */
+static void zero__io_uring_push(zero_io *io, int index)
+{
+    zero__io_slot *s = &io->slots[index];
+    uint32_t tail = *io->sq_tail, idx = tail & *io->sq_mask;
+    zero__uring_sqe *e = &io->sqes[idx];
+    memset(e, 0, sizeof *e);
+    s->iov.base = s->target + s->done_bytes;
+    s->iov.len = s->len - s->done_bytes;
+    e->opcode = s->op->write ? ZERO__URING_OP_WRITEV : ZERO__URING_OP_READV;
+    e->fd = s->op->file->fd;
+    e->off = s->offset + s->done_bytes;
+    e->addr = (uint64_t)(uintptr_t)&s->iov;
+    e->len = 1;
+    e->user_data = (uint64_t)index;
+    io->sq_array[idx] = idx;
+    __atomic_store_n(io->sq_tail, tail + 1, __ATOMIC_RELEASE);
+    io->pushed[io->npushed++] = index;
+}
+
+/* Submits what was pushed. Caller holds the lock. Returns 0 or an errno: then the requests
+   the kernel did not take are taken back off the ring and finished with that error (so no
+   one waits for a completion that cannot come), and every later request fails with it. */
+static int zero__io_uring_submit(zero_io *io)
+{
+    unsigned n = (unsigned)io->npushed;
+    int err = 0, tries = 0;
+    while (n > 0) {
+        long r = zero__syscall6(ZERO__NR_IO_URING_ENTER, io->ring_fd, (long)n, 0, 0, 0, 0);
+        if ((r == -4 /* EINTR */ || r == -11 /* EAGAIN */ || r == -16 /* EBUSY */) && ++tries < 1000)
+            continue;
+        if (r <= 0) {
+            err = r < 0 ? (int)-r : EIO;
+            break;
+        }
+        n -= (unsigned)r;
+    }
+    if (err) {
+        unsigned k;
+        __atomic_store_n(io->sq_tail, *io->sq_tail - n, __ATOMIC_RELEASE);
+        io->uring_fatal = err;
+        for (k = (unsigned)io->npushed - n; k < (unsigned)io->npushed; k++)
+            zero__io_slot_finish(io, &io->slots[io->pushed[k]], err, 0);
+    }
+    io->npushed = 0;
+    return err;
+}
+#endif
+
+/* Fills free slots from the issue queue. Caller holds the lock. */
+static void zero__io_fill(zero_io *io)
+{
+    unsigned pushed = 0;
+    while (io->in_flight < io->depth && io->issue_head) {
+        zero__io_op *op = io->issue_head;
+        zero__io_slot *s = NULL;
+        int i, fault_err = 0, fault_short = 0;
+        size_t piece;
+        if (op->issued >= op->bytes) { /* finished cutting (or failed): drop it */
+            io->issue_head = op->next_issue;
+            if (!io->issue_head) io->issue_tail = NULL;
+            op->next_issue = NULL;
+            continue;
+        }
+        for (i = 0; i < io->depth; i++)
+            if (io->slots[i].state == ZERO__SLOT_FREE) {
+                s = &io->slots[i];
+                break;
+            }
+        if (!s) break;
+        piece = op->bytes - op->issued;
+        if (piece > io->block_size) piece = io->block_size;
+        s->op = op;
+        s->offset = op->offset + op->issued;
+        s->user = op->buf + op->issued;
+        s->user_len = piece;
+        s->done_bytes = 0;
+        s->bounced = 0;
+        s->target = s->user;
+        s->len = piece;
+        if (op->file->direct && (((uintptr_t)s->user % ZERO_IO_ALIGN) != 0 || piece % ZERO_IO_ALIGN != 0)) {
+            if (!s->bounce) s->bounce = (unsigned char *)zero__io_aligned_alloc(&io->alloc, io->block_size);
+            if (!s->bounce) fault_err = ENOMEM;
+            s->bounced = 1;
+            s->target = s->bounce;
+            s->len = (size_t)zero_io_align_up(piece);
+            if (s->bounce && op->write) {
+                memcpy(s->bounce, s->user, piece);
+                memset(s->bounce + piece, 0, s->len - piece);
+            }
+            io->stats.bounced++;
+        }
+        op->issued += piece;
+        op->outstanding++;
+        io->in_flight++;
+        if (io->in_flight > io->stats.max_in_flight) io->stats.max_in_flight = io->in_flight;
+        s->state = ZERO__SLOT_RUNNING;
+        io->fault_count++;
+        if (io->fault.kind != ZERO_IO_FAULT_NONE && io->fault.kind != ZERO_IO_FAULT_OPEN_DIRECT &&
+            io->fault_count == io->fault.request) {
+            if (io->fault.kind == ZERO_IO_FAULT_ERRNO)
+                fault_err = io->fault.err ? io->fault.err : EIO;
+            else
+                fault_short = 1;
+            io->fault.kind = ZERO_IO_FAULT_NONE;
+        }
+        if (fault_err || fault_short || io->uring_fatal) {
+            zero__io_slot_finish(io, s, fault_err ? fault_err : io->uring_fatal, fault_short);
+            continue;
+        }
+        if (io->backend == ZERO_IO_BACKEND_THREADS) {
+            s->state = ZERO__SLOT_READY;
+            io->ready[(io->ready_head + io->ready_count) % io->depth] = (int)(s - io->slots);
+            io->ready_count++;
+            pthread_cond_signal(&io->work);
+        } else {
+#if ZERO__IO_HAVE_URING
+            zero__io_uring_push(io, (int)(s - io->slots));
+            pushed++;
+#endif
+        }
+    }
+#if ZERO__IO_HAVE_URING
+    if (pushed > 0) {
+        zero__io_uring_submit(io);
+        pthread_cond_signal(&io->work); /* the reaper has something to wait for */
+    }
+#else
+    (void)pushed;
+#endif
+}
+
+/* Threads backend: one worker. */
+static void *zero__io_worker(void *arg)
+{
+    zero_io *io = (zero_io *)arg;
+    pthread_mutex_lock(&io->mu);
+    for (;;) {
+        zero__io_slot *s;
+        int err = 0, eof = 0, fd, write;
+        while (!io->stop && io->ready_count == 0) pthread_cond_wait(&io->work, &io->mu);
+        if (io->ready_count == 0) break; /* stop, nothing left */
+        s = &io->slots[io->ready[io->ready_head]];
+        io->ready_head = (io->ready_head + 1) % io->depth;
+        io->ready_count--;
+        s->state = ZERO__SLOT_RUNNING;
+        fd = s->op->file->fd;
+        write = s->op->write;
+        pthread_mutex_unlock(&io->mu);
+        while (s->done_bytes < s->len) {
+            ssize_t r;
+            if (write)
+                r = pwrite(fd, s->target + s->done_bytes, s->len - s->done_bytes,
+                           (off_t)(s->offset + s->done_bytes));
+            else
+                r = pread(fd, s->target + s->done_bytes, s->len - s->done_bytes,
+                          (off_t)(s->offset + s->done_bytes));
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                err = errno;
+                break;
+            }
+            if (r == 0) {
+                eof = 1;
+                break;
+            }
+            s->done_bytes += (size_t)r;
+        }
+        pthread_mutex_lock(&io->mu);
+        zero__io_slot_finish(io, s, err, eof);
+        zero__io_fill(io);
+    }
+    pthread_mutex_unlock(&io->mu);
+    return NULL;
+}
+
+#if ZERO__IO_HAVE_URING
+/* io_uring backend: the reaper. */
+static void *zero__io_reaper(void *arg)
+{
+    zero_io *io = (zero_io *)arg;
+    pthread_mutex_lock(&io->mu);
+    for (;;) {
+        uint32_t head, tail;
+        unsigned pushed = 0;
+        while (!io->stop && io->in_flight == 0) pthread_cond_wait(&io->work, &io->mu);
+        if (io->in_flight == 0) break; /* stop, nothing in flight */
+        head = *io->cq_head;
+        tail = __atomic_load_n(io->cq_tail, __ATOMIC_ACQUIRE);
+        if (head == tail) {
+            long r;
+            pthread_mutex_unlock(&io->mu);
+            r = zero__syscall6(ZERO__NR_IO_URING_ENTER, io->ring_fd, 0, 1,
+                               (long)ZERO__URING_ENTER_GETEVENTS, 0, 0);
+            pthread_mutex_lock(&io->mu);
+            if (r < 0 && r != -4 /* EINTR */ && r != -11 /* EAGAIN */ && r != -16 /* EBUSY */) {
+                /* the ring is broken (EBADF, EFAULT, ...): no completion will come, so
+                   fail what is in flight and everything after it rather than hang */
+                int i;
+                io->uring_fatal = (int)-r;
+                for (i = 0; i < io->depth; i++)
+                    if (io->slots[i].state == ZERO__SLOT_RUNNING && io->slots[i].op)
+                        zero__io_slot_finish(io, &io->slots[i], (int)-r, 0);
+            }
+            continue; /* EINTR and friends: look at the ring again */
+        }
+        while (head != tail) {
+            zero__uring_cqe *c = &io->cqes[head & *io->cq_mask];
+            int index = (int)c->user_data, res = c->res;
+            zero__io_slot *s;
+            head++;
+            if (index < 0 || index >= io->depth) continue;
+            s = &io->slots[index];
+            if (s->state != ZERO__SLOT_RUNNING || !s->op) continue;
+            if (res == -4 /* EINTR */ || res == -11 /* EAGAIN */) {
+                zero__io_uring_push(io, index); /* again, as it was */
+                pushed++;
+                continue;
+            }
+            if (res < 0) {
+                zero__io_slot_finish(io, s, -res, 0);
+            } else if (res == 0) {
+                zero__io_slot_finish(io, s, 0, 1);
+            } else {
+                s->done_bytes += (size_t)res;
+                if (s->done_bytes < s->len) { /* a short transfer: the rest, as a new request */
+                    zero__io_uring_push(io, index);
+                    pushed++;
+                } else {
+                    zero__io_slot_finish(io, s, 0, 0);
+                }
+            }
+        }
+        __atomic_store_n(io->cq_head, head, __ATOMIC_RELEASE);
+        if (pushed > 0) zero__io_uring_submit(io);
+        zero__io_fill(io);
+    }
+    pthread_mutex_unlock(&io->mu);
+    return NULL;
+}
+
+static void zero__io_uring_close(zero_io *io)
+{
+    if (io->sqes) munmap(io->sqes, io->sqes_len);
+    if (io->cq_map && io->cq_map != io->sq_map) munmap(io->cq_map, io->cq_map_len);
+    if (io->sq_map) munmap(io->sq_map, io->sq_map_len);
+    if (io->ring_fd >= 0) close(io->ring_fd);
+    io->sqes = NULL;
+    io->sq_map = io->cq_map = NULL;
+    io->ring_fd = -1;
+}
+
+/* Sets up a ring of 'depth' entries. 0 or an errno (ENOSYS, EPERM, ...). */
+static int zero__io_uring_open(zero_io *io)
+{
+    zero__uring_params p;
+    unsigned char *sq, *cq;
+    long fd;
+    memset(&p, 0, sizeof p);
+    fd = zero__syscall6(ZERO__NR_IO_URING_SETUP, (long)io->depth, (long)(uintptr_t)&p, 0, 0, 0, 0);
+    if (fd < 0) return (int)-fd;
+    io->ring_fd = (int)fd;
+    io->sq_map_len = p.sq_array + p.sq_entries * sizeof(uint32_t);
+    io->cq_map_len = p.cq_cqes + p.cq_entries * sizeof(zero__uring_cqe);
+    if (p.features & ZERO__URING_FEAT_SINGLE_MMAP) {
+        if (io->cq_map_len > io->sq_map_len) io->sq_map_len = io->cq_map_len;
+        io->cq_map_len = io->sq_map_len;
+    }
+    io->sq_map = mmap(NULL, io->sq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED, io->ring_fd,
+                      ZERO__URING_OFF_SQ_RING);
+    if (io->sq_map == MAP_FAILED) {
+        int err = errno;
+        io->sq_map = NULL;
+        zero__io_uring_close(io);
+        return err;
+    }
+    if (p.features & ZERO__URING_FEAT_SINGLE_MMAP) {
+        io->cq_map = io->sq_map;
+    } else {
+        io->cq_map = mmap(NULL, io->cq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED, io->ring_fd,
+                          ZERO__URING_OFF_CQ_RING);
+        if (io->cq_map == MAP_FAILED) {
+            int err = errno;
+            io->cq_map = NULL;
+            zero__io_uring_close(io);
+            return err;
+        }
+    }
+    io->sqes_len = p.sq_entries * sizeof(zero__uring_sqe);
+    io->sqes = (zero__uring_sqe *)mmap(NULL, io->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+                                       io->ring_fd, ZERO__URING_OFF_SQES);
+    if ((void *)io->sqes == MAP_FAILED) {
+        int err = errno;
+        io->sqes = NULL;
+        zero__io_uring_close(io);
+        return err;
+    }
+    sq = (unsigned char *)io->sq_map;
+    cq = (unsigned char *)io->cq_map;
+    io->sq_head = (uint32_t *)(void *)(sq + p.sq_head);
+    io->sq_tail = (uint32_t *)(void *)(sq + p.sq_tail);
+    io->sq_mask = (uint32_t *)(void *)(sq + p.sq_ring_mask);
+    io->sq_array = (uint32_t *)(void *)(sq + p.sq_array);
+    io->cq_head = (uint32_t *)(void *)(cq + p.cq_head);
+    io->cq_tail = (uint32_t *)(void *)(cq + p.cq_tail);
+    io->cq_mask = (uint32_t *)(void *)(cq + p.cq_ring_mask);
+    io->cqes = (zero__uring_cqe *)(void *)(cq + p.cq_cqes);
+    return 0;
+}
+#endif /* ZERO__IO_HAVE_URING */
+
+/* ---- lifetime ---- */
+
+static void zero__io_free(zero_io *io)
+{
+    int i;
+    if (io->slots) {
+        for (i = 0; i < io->depth; i++) zero__io_aligned_free(&io->alloc, io->slots[i].bounce);
+        zero__free(&io->alloc, io->slots);
+    }
+    zero__free(&io->alloc, io->ready);
+    zero__free(&io->alloc, io->pushed);
+    zero__free(&io->alloc, io->threads);
+    zero__free(&io->alloc, io);
+}
+
+/* Stops the threads (after everything in flight finished). */
+static void zero__io_stop(zero_io *io)
+{
+    int i;
+    pthread_mutex_lock(&io->mu);
+    io->stop = 1;
+    pthread_cond_broadcast(&io->work);
+    pthread_mutex_unlock(&io->mu);
+    for (i = 0; i < io->nthreads; i++) pthread_join(io->threads[i], NULL);
+    io->nthreads = 0;
+}
+
+ZERODEF zero_result zero_io_create(const zero_io_desc *desc, zero_io **out)
+{
+    zero_io_desc d;
+    zero_io *io;
+    zero_allocator a;
+    int i, want;
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_create: out is NULL");
+    *out = NULL;
+    if (desc)
+        d = *desc;
+    else
+        memset(&d, 0, sizeof d);
+    if (d.block_size == 0) d.block_size = ZERO_IO_DEFAULT_BLOCK_SIZE;
+    if (d.queue_depth == 0) d.queue_depth = ZERO_IO_DEFAULT_QUEUE_DEPTH;
+    if (d.block_size % ZERO_IO_ALIGN != 0 || d.block_size > ((size_t)1 << 30))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_io_create: block_size = %zu (a multiple of %u, at most 1 GiB)",
+                          d.block_size, ZERO_IO_ALIGN);
+    if (d.queue_depth < 1 || d.queue_depth > 1024)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_create: queue_depth = %d (1..1024)",
+                          d.queue_depth);
+    if ((int)d.backend < 0 || (int)d.backend > (int)ZERO_IO_BACKEND_THREADS)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_create: backend = %d", (int)d.backend);
+    if ((int)d.direct < 0 || (int)d.direct > (int)ZERO_IO_DIRECT_OFF)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_create: direct = %d", (int)d.direct);
+#ifndef O_DIRECT
+    if (d.direct == ZERO_IO_DIRECT_REQUIRE)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_create: O_DIRECT is unknown on this platform");
+#endif
+    a = d.allocator;
+    io = (zero_io *)zero__alloc(&a, sizeof *io);
+    if (!io) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_create: %zu bytes", sizeof *io);
+    memset(io, 0, sizeof *io);
+    io->alloc = a;
+    io->direct = d.direct;
+    io->block_size = d.block_size;
+    io->depth = d.queue_depth;
+    io->log = d.log;
+    io->log_user = d.log_user;
+    io->ring_fd = -1;
+    io->next_ticket = 1;
+    io->slots = (zero__io_slot *)zero__alloc(&a, (size_t)io->depth * sizeof *io->slots);
+    io->ready = (int *)zero__alloc(&a, (size_t)io->depth * sizeof *io->ready);
+    io->pushed = (int *)zero__alloc(&a, (size_t)io->depth * sizeof *io->pushed);
+    io->threads = (pthread_t *)zero__alloc(&a, (size_t)io->depth * sizeof *io->threads);
+    if (!io->slots || !io->ready || !io->pushed || !io->threads) {
+        zero__io_free(io);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_create: slots for queue_depth %d", d.queue_depth);
+    }
+    memset(io->slots, 0, (size_t)io->depth * sizeof *io->slots);
+    io->backend = ZERO_IO_BACKEND_THREADS;
+    if (d.backend != ZERO_IO_BACKEND_THREADS) {
+        int err = ENOSYS;
+#if ZERO__IO_HAVE_URING
+        err = zero__io_uring_open(io);
+#endif
+        if (err == 0) {
+            io->backend = ZERO_IO_BACKEND_IO_URING;
+        } else if (d.backend == ZERO_IO_BACKEND_IO_URING) {
+            zero__io_free(io);
+            return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_create: io_uring_setup failed: %s (errno %d)",
+                              strerror(err), err);
+        }
+    }
+    if (pthread_mutex_init(&io->mu, NULL) != 0) {
+#if ZERO__IO_HAVE_URING
+        zero__io_uring_close(io);
+#endif
+        zero__io_free(io);
+        return zero__fail(ZERO_ERROR_IO, "zero_io_create: pthread_mutex_init failed");
+    }
+    if (pthread_cond_init(&io->work, NULL) != 0 || pthread_cond_init(&io->done, NULL) != 0) {
+        /* a failed init leaves nothing to destroy on Linux; destroying both is harmless */
+        pthread_mutex_destroy(&io->mu);
+#if ZERO__IO_HAVE_URING
+        zero__io_uring_close(io);
+#endif
+        zero__io_free(io);
+        return zero__fail(ZERO_ERROR_IO, "zero_io_create: pthread_cond_init failed");
+    }
+    want = io->backend == ZERO_IO_BACKEND_THREADS ? (io->depth < 64 ? io->depth : 64) : 1;
+    for (i = 0; i < want; i++) {
+        int rc = pthread_create(&io->threads[i], NULL,
+#if ZERO__IO_HAVE_URING
+                                io->backend == ZERO_IO_BACKEND_IO_URING ? zero__io_reaper :
+#endif
+                                zero__io_worker,
+                                io);
+        if (rc != 0) {
+            zero__io_stop(io);
+            pthread_cond_destroy(&io->work);
+            pthread_cond_destroy(&io->done);
+            pthread_mutex_destroy(&io->mu);
+#if ZERO__IO_HAVE_URING
+            zero__io_uring_close(io);
+#endif
+            zero__io_free(io);
+            return zero__fail(ZERO_ERROR_IO, "zero_io_create: pthread_create failed: %s", strerror(rc));
+        }
+        io->nthreads++;
+    }
+    io->stats.backend = io->backend;
+    io->stats.block_size = io->block_size;
+    io->stats.queue_depth = io->depth;
+    *out = io;
+    return ZERO_OK;
+}
+
+/* Waits until op is done. Caller holds the lock. */
+static void zero__io_wait_op(zero_io *io, zero__io_op *op)
+{
+    while (!op->done) pthread_cond_wait(&io->done, &io->mu);
+}
+
+/* Unlinks op from the engine's list and frees it. Caller holds the lock; op is done. */
+static void zero__io_drop_op(zero_io *io, zero__io_op *op)
+{
+    zero__io_op **pp = &io->ops, *prev = NULL;
+    while (*pp && *pp != op) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp) {
+        *pp = op->next;
+        if (io->ops_tail == op) io->ops_tail = prev;
+    }
+    zero__free(&io->alloc, op);
+}
+
+ZERODEF void zero_io_file_destroy(zero_io_file *file)
+{
+    zero_io *io;
+    zero_io_file **pp;
+    zero__io_op *op, *next;
+    if (!file) return;
+    io = file->io;
+    pthread_mutex_lock(&io->mu);
+    for (op = io->ops; op; op = next) { /* its tickets: waited for and forgotten */
+        next = op->next;
+        if (op->file != file) continue;
+        zero__io_wait_op(io, op);
+        next = op->next;
+        zero__io_drop_op(io, op);
+    }
+    for (pp = &io->files; *pp; pp = &(*pp)->next)
+        if (*pp == file) {
+            *pp = file->next;
+            break;
+        }
+    pthread_mutex_unlock(&io->mu);
+    if (file->fd >= 0) close(file->fd);
+    if (file->path) unlink(file->path);
+    zero__free(&io->alloc, file->path);
+    zero__free(&io->alloc, file->ranges);
+    zero__free(&io->alloc, file);
+}
+
+ZERODEF void zero_io_destroy(zero_io *io)
+{
+    zero__io_op *op;
+    if (!io) return;
+    while (io->files) zero_io_file_destroy(io->files);
+    pthread_mutex_lock(&io->mu);
+    while ((op = io->ops) != NULL) {
+        zero__io_wait_op(io, op);
+        zero__io_drop_op(io, op);
+    }
+    pthread_mutex_unlock(&io->mu);
+    zero__io_stop(io);
+    pthread_cond_destroy(&io->work);
+    pthread_cond_destroy(&io->done);
+    pthread_mutex_destroy(&io->mu);
+#if ZERO__IO_HAVE_URING
+    zero__io_uring_close(io);
+#endif
+    zero__io_free(io);
+}
+
+ZERODEF zero_result zero_io_get_stats(zero_io *io, zero_io_stats *out)
+{
+    if (!io || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_get_stats: %s is NULL", io ? "out" : "io");
+    pthread_mutex_lock(&io->mu);
+    *out = io->stats;
+    pthread_mutex_unlock(&io->mu);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault)
+{
+    if (!io) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_inject_fault: io is NULL");
+    if (fault && ((int)fault->kind < 0 || (int)fault->kind > (int)ZERO_IO_FAULT_OPEN_DIRECT))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_inject_fault: kind = %d", (int)fault->kind);
+    pthread_mutex_lock(&io->mu);
+    if (fault)
+        io->fault = *fault;
+    else
+        memset(&io->fault, 0, sizeof io->fault);
+    io->fault_count = 0;
+    pthread_mutex_unlock(&io->mu);
+    return ZERO_OK;
+}
+
+/* ---- files ---- */
+
+ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
+                                        uint64_t bytes, zero_io_file **out)
+{
+    zero_io_file *f;
+    struct stat st;
+    size_t len;
+    unsigned long seq;
+    int fd, err, try_direct, fault_direct = 0;
+    uint64_t size;
+    if (out) *out = NULL;
+    if (!io || !dir || !name || !out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_file_create: %s is NULL",
+                          !io ? "io" : !dir ? "dir" : !name ? "name" : "out");
+    if (name[0] == '\0' || strchr(name, '/'))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_file_create: name \"%s\" (not empty, no '/')", name);
+    if (dir[0] == '\0') return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_file_create: dir is empty");
+    if (rank < 0) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_file_create: rank = %d", rank);
+    if (bytes == 0) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_file_create: bytes = 0");
+    if (bytes > ((uint64_t)1 << 62))
+        return zero__fail(ZERO_ERROR_OVERFLOW, "zero_io_file_create: bytes = %llu", (unsigned long long)bytes);
+    size = zero_io_align_up(bytes);
+    if (stat(dir, &st) != 0) {
+        err = errno;
+        return zero__fail(ZERO_ERROR_IO, "zero_io_file_create: nvme path \"%s\": %s%s", dir, strerror(err),
+                          err == ENOENT ? " (the directory must exist)" : "");
+    }
+    if (!S_ISDIR(st.st_mode))
+        return zero__fail(ZERO_ERROR_IO, "zero_io_file_create: nvme path \"%s\" is not a directory", dir);
+    f = (zero_io_file *)zero__alloc(&io->alloc, sizeof *f);
+    len = strlen(dir) + strlen(name) + 96;
+    if (!f) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_file_create: %zu bytes", sizeof *f);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->io = io;
+    f->size = size;
+    f->path = (char *)zero__alloc(&io->alloc, len);
+    if (!f->path) {
+        zero__free(&io->alloc, f);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_file_create: %zu bytes", len);
+    }
+    pthread_mutex_lock(&zero__io_seq_mu);
+    seq = zero__io_file_seq++;
+    pthread_mutex_unlock(&zero__io_seq_mu);
+    snprintf(f->path, len, "%s%s%s-%s-r%d-%ld-%lu.bin", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
+             "zero", name, rank, (long)getpid(), seq);
+    fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        err = errno;
+        zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot create %s: %s%s", f->path, strerror(err),
+                   (err == EACCES || err == EROFS || err == EPERM) ? " (nvme path not writable)" : "");
+        zero__free(&io->alloc, f->path);
+        zero__free(&io->alloc, f);
+        return ZERO_ERROR_IO;
+    }
+    err = posix_fallocate(fd, 0, (off_t)size);
+    if (err == EINVAL || err == EOPNOTSUPP) err = ftruncate(fd, (off_t)size) == 0 ? 0 : errno;
+    if (err != 0) {
+        struct statvfs vfs;
+        unsigned long long avail = 0;
+        if (fstatvfs(fd, &vfs) == 0) avail = (unsigned long long)vfs.f_bavail * (unsigned long long)vfs.f_frsize;
+        zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot reserve %llu bytes for %s: %s (%llu bytes free)",
+                   (unsigned long long)size, f->path, strerror(err), avail);
+        close(fd);
+        unlink(f->path);
+        zero__free(&io->alloc, f->path);
+        zero__free(&io->alloc, f);
+        return ZERO_ERROR_IO;
+    }
+    f->fd = fd;
+    try_direct = io->direct != ZERO_IO_DIRECT_OFF;
+#ifdef O_DIRECT
+    if (try_direct) {
+        int dfd;
+        pthread_mutex_lock(&io->mu);
+        if (io->fault.kind == ZERO_IO_FAULT_OPEN_DIRECT) {
+            fault_direct = 1;
+            io->fault.kind = ZERO_IO_FAULT_NONE;
+        }
+        pthread_mutex_unlock(&io->mu);
+        if (fault_direct) {
+            dfd = -1;
+            err = EINVAL;
+        } else {
+            dfd = open(f->path, O_RDWR | O_CLOEXEC | O_DIRECT);
+            err = dfd < 0 ? errno : 0;
+        }
+        if (dfd >= 0) {
+            close(fd);
+            f->fd = dfd;
+            f->direct = 1;
+        } else if (io->direct == ZERO_IO_DIRECT_REQUIRE) {
+            zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_file_create: O_DIRECT refused for %s: %s",
+                       f->path, strerror(err));
+            close(fd);
+            unlink(f->path);
+            zero__free(&io->alloc, f->path);
+            zero__free(&io->alloc, f);
+            return ZERO_ERROR_UNSUPPORTED;
+        } else {
+            int first;
+            pthread_mutex_lock(&io->mu);
+            first = !io->logged_fallback;
+            io->logged_fallback = 1;
+            io->stats.buffered_fallbacks++;
+            pthread_mutex_unlock(&io->mu);
+            if (first) {
+                char msg[512];
+                snprintf(msg, sizeof msg,
+                         "zero_io: O_DIRECT refused on %s (%s); using buffered I/O (the page "
+                         "cache) for this engine's files",
+                         dir, strerror(err));
+                zero__io_log(io, msg);
+            }
+        }
+    }
+#else
+    (void)fault_direct;
+    if (try_direct) {
+        pthread_mutex_lock(&io->mu);
+        io->stats.buffered_fallbacks++;
+        pthread_mutex_unlock(&io->mu);
+    }
+#endif
+    pthread_mutex_lock(&io->mu);
+    f->next = io->files;
+    io->files = f;
+    pthread_mutex_unlock(&io->mu);
+    *out = f;
+    return ZERO_OK;
+}
+
+ZERODEF const char *zero_io_file_path(const zero_io_file *file) { return file ? file->path : NULL; }
+ZERODEF uint64_t zero_io_file_size(const zero_io_file *file) { return file ? file->size : 0; }
+ZERODEF int zero_io_file_direct(const zero_io_file *file) { return file ? file->direct : 0; }
+
+/* ---- transfers ---- */
+
+static zero_result zero__io_check(const char *what, zero_io_file *file, uint64_t offset, const void *buf,
+                                  size_t bytes, zero_io_ticket *ticket)
+{
+    if (ticket) *ticket = 0;
+    if (!file || !buf || !ticket)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", what,
+                          !file ? "file" : !buf ? "buf" : "ticket");
+    if (bytes == 0) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: bytes = 0", what);
+    if (offset % ZERO_IO_ALIGN != 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: offset %llu is not a multiple of %u", what,
+                          (unsigned long long)offset, ZERO_IO_ALIGN);
+    if (offset > file->size || (uint64_t)bytes > file->size - offset)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: range [%llu, +%zu) past the end of %s (%llu bytes)",
+                          what, (unsigned long long)offset, bytes, file->path,
+                          (unsigned long long)file->size);
+    return ZERO_OK;
+}
+
+/* Queues op (locked). */
+static void zero__io_enqueue(zero_io *io, zero__io_op *op)
+{
+    op->ticket = io->next_ticket++;
+    if (io->ops_tail)
+        io->ops_tail->next = op;
+    else
+        io->ops = op;
+    io->ops_tail = op;
+    if (io->issue_tail)
+        io->issue_tail->next_issue = op;
+    else
+        io->issue_head = op;
+    io->issue_tail = op;
+    zero__io_fill(io);
+}
+
+ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const void *buf,
+                                  size_t bytes, zero_io_ticket *ticket)
+{
+    zero_io *io;
+    zero__io_op *op;
+    size_t lo, hi;
+    uint64_t end;
+    zero_result r = zero__io_check("zero_io_write", file, offset, buf, bytes, ticket);
+    if (r != ZERO_OK) return r;
+    io = file->io;
+    op = (zero__io_op *)zero__alloc(&io->alloc, sizeof *op);
+    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: %zu bytes", sizeof *op);
+    memset(op, 0, sizeof *op);
+    op->file = file;
+    op->write = 1;
+    op->offset = offset;
+    op->bytes = bytes;
+    op->buf = (unsigned char *)(uintptr_t)buf; /* only read from */
+    op->sum = zero_io_checksum(buf, bytes);
+    end = offset + bytes;
+    pthread_mutex_lock(&io->mu);
+    /* the ranges it overlaps: a contiguous run [lo, hi) of the sorted table */
+    for (lo = 0; lo < file->nranges && file->ranges[lo].offset + file->ranges[lo].bytes <= offset; lo++) {
+    }
+    for (hi = lo; hi < file->nranges && file->ranges[hi].offset < end; hi++) {
+        if (file->ranges[hi].readers > 0 || file->ranges[hi].state == ZERO__RANGE_WRITING) {
+            pthread_mutex_unlock(&io->mu);
+            zero__free(&io->alloc, op);
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "zero_io_write: [%llu, +%zu) of %s overlaps a %s of [%llu, +%zu) not yet waited for",
+                              (unsigned long long)offset, bytes, file->path,
+                              file->ranges[hi].readers > 0 ? "read" : "write",
+                              (unsigned long long)file->ranges[hi].offset, file->ranges[hi].bytes);
+        }
+    }
+    if (hi - lo != 1) { /* the table changes size: 1 replaces hi - lo records */
+        size_t n = file->nranges - (hi - lo) + 1;
+        if (n > file->cap) {
+            size_t cap = file->cap ? 2 * file->cap : 16;
+            zero__io_range *t = (zero__io_range *)zero__alloc(&io->alloc, cap * sizeof *t);
+            if (!t) {
+                pthread_mutex_unlock(&io->mu);
+                zero__free(&io->alloc, op);
+                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", cap);
+            }
+            if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
+            zero__free(&io->alloc, file->ranges);
+            file->ranges = t;
+            file->cap = cap;
+        }
+        memmove(file->ranges + lo + 1, file->ranges + hi, (file->nranges - hi) * sizeof *file->ranges);
+        file->nranges = n;
+    }
+    file->ranges[lo].offset = offset;
+    file->ranges[lo].bytes = bytes;
+    file->ranges[lo].sum = op->sum;
+    file->ranges[lo].state = ZERO__RANGE_WRITING;
+    file->ranges[lo].readers = 0;
+    zero__io_enqueue(io, op);
+    *ticket = op->ticket;
+    pthread_mutex_unlock(&io->mu);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
+                                 zero_io_ticket *ticket)
+{
+    zero_io *io;
+    zero__io_op *op;
+    zero__io_range *rg;
+    long ri;
+    zero_result r = zero__io_check("zero_io_read", file, offset, buf, bytes, ticket);
+    if (r != ZERO_OK) return r;
+    io = file->io;
+    op = (zero__io_op *)zero__alloc(&io->alloc, sizeof *op);
+    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_read: %zu bytes", sizeof *op);
+    memset(op, 0, sizeof *op);
+    op->file = file;
+    op->offset = offset;
+    op->bytes = bytes;
+    op->buf = (unsigned char *)buf;
+    pthread_mutex_lock(&io->mu);
+    ri = zero__io_range_find(file, offset);
+    rg = ri >= 0 ? &file->ranges[ri] : NULL;
+    if (!rg || rg->bytes != bytes) {
+        pthread_mutex_unlock(&io->mu);
+        zero__free(&io->alloc, op);
+        if (!rg)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_io_read: no range written at offset %llu of %s (read back exactly "
+                              "the ranges written)",
+                              (unsigned long long)offset, file->path);
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_io_read: %zu bytes at offset %llu of %s, but %zu were written there",
+                          bytes, (unsigned long long)offset, file->path, rg->bytes);
+    }
+    if (rg->state != ZERO__RANGE_VALID) {
+        int writing = rg->state == ZERO__RANGE_WRITING;
+        pthread_mutex_unlock(&io->mu);
+        zero__free(&io->alloc, op);
+        if (writing)
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "zero_io_read: the write of [%llu, +%zu) of %s is not waited for yet",
+                              (unsigned long long)offset, bytes, file->path);
+        return zero__fail(ZERO_ERROR_IO,
+                          "zero_io_read: the last write of [%llu, +%zu) of %s failed; its contents are lost",
+                          (unsigned long long)offset, bytes, file->path);
+    }
+    rg->readers++;
+    op->sum = rg->sum;
+    zero__io_enqueue(io, op);
+    *ticket = op->ticket;
+    pthread_mutex_unlock(&io->mu);
+    return ZERO_OK;
+}
+
+/* Waits for op (found under the lock), updates its range (a write's range becomes readable,
+   or failed; a read's range loses a reader), forgets it and returns its result. */
+static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
+{
+    zero_result r = ZERO_OK;
+    char msg[sizeof op->msg];
+    int verify;
+    long ri;
+    op->claimed = 1;
+    zero__io_wait_op(io, op);
+    ri = zero__io_range_find(op->file, op->offset); /* the range's state changes at the wait */
+    if (ri >= 0) {
+        zero__io_range *rg = &op->file->ranges[ri];
+        if (op->write && rg->state == ZERO__RANGE_WRITING)
+            rg->state = op->failed ? ZERO__RANGE_FAILED : ZERO__RANGE_VALID;
+        else if (!op->write && rg->readers > 0)
+            rg->readers--;
+    }
+    verify = !op->write && !op->failed;
+    if (op->failed) memcpy(msg, op->msg, sizeof msg);
+    /* unlink now, check the bytes outside the lock: the op is no longer reachable */
+    {
+        zero__io_op **pp = &io->ops, *prev = NULL;
+        while (*pp && *pp != op) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        if (*pp) {
+            *pp = op->next;
+            if (io->ops_tail == op) io->ops_tail = prev;
+        }
+    }
+    pthread_mutex_unlock(&io->mu);
+    if (!verify && op->failed) {
+        r = zero__fail(ZERO_ERROR_IO, "%s", msg);
+    } else if (verify) {
+        uint64_t got = zero_io_checksum(op->buf, op->bytes);
+        if (got != op->sum)
+            r = zero__fail(ZERO_ERROR_IO,
+                           "zero_io: read of %s at offset %llu (%zu bytes): checksum mismatch "
+                           "(%016llx, written %016llx): the file changed under the engine",
+                           op->file->path, (unsigned long long)op->offset, op->bytes,
+                           (unsigned long long)got, (unsigned long long)op->sum);
+    }
+    zero__free(&io->alloc, op);
+    pthread_mutex_lock(&io->mu);
+    return r;
+}
+
+ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket)
+{
+    zero__io_op *op;
+    zero_result r;
+    if (!io) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_wait: io is NULL");
+    pthread_mutex_lock(&io->mu);
+    for (op = io->ops; op && op->ticket != ticket; op = op->next) {
+    }
+    if (!op || ticket == 0 || op->claimed) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_io_wait: ticket %llu is unknown (never queued, already waited for, "
+                          "or being waited for by another thread)",
+                          (unsigned long long)ticket);
+    }
+    r = zero__io_finish(io, op);
+    pthread_mutex_unlock(&io->mu);
+    return r;
+}
+
+ZERODEF zero_result zero_io_wait_all(zero_io *io)
+{
+    zero_result first = ZERO_OK;
+    char msg[512];
+    msg[0] = '\0';
+    if (!io) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_wait_all: io is NULL");
+    pthread_mutex_lock(&io->mu);
+    for (;;) {
+        zero__io_op *op = io->ops;
+        zero_result r;
+        while (op && op->claimed) op = op->next; /* another thread's wait owns those */
+        if (!op) break;
+        r = zero__io_finish(io, op);
+        if (r != ZERO_OK && first == ZERO_OK) {
+            first = r;
+            snprintf(msg, sizeof msg, "%s", zero_last_error());
+        }
+    }
+    pthread_mutex_unlock(&io->mu);
+    if (first != ZERO_OK) return zero__fail(first, "%s", msg);
+    return ZERO_OK;
+}
+
+#else /* not Linux */
+
+struct zero_io {
+    int unused;
+};
+
+ZERODEF zero_result zero_io_create(const zero_io_desc *desc, zero_io **out)
+{
+    (void)desc;
+    if (out) *out = NULL;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_create: the NVMe I/O engine needs Linux");
+}
+ZERODEF void zero_io_destroy(zero_io *io) { (void)io; }
+ZERODEF zero_result zero_io_get_stats(zero_io *io, zero_io_stats *out)
+{
+    (void)io; (void)out;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_get_stats: the NVMe I/O engine needs Linux");
+}
+ZERODEF zero_result zero_io_buffer_alloc(zero_io *io, size_t bytes, void **out)
+{
+    (void)io; (void)bytes;
+    if (out) *out = NULL;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_buffer_alloc: the NVMe I/O engine needs Linux");
+}
+ZERODEF void zero_io_buffer_free(zero_io *io, void *buf) { (void)io; (void)buf; }
+ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
+                                        uint64_t bytes, zero_io_file **out)
+{
+    (void)io; (void)dir; (void)name; (void)rank; (void)bytes;
+    if (out) *out = NULL;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_file_create: the NVMe I/O engine needs Linux");
+}
+ZERODEF void zero_io_file_destroy(zero_io_file *file) { (void)file; }
+ZERODEF const char *zero_io_file_path(const zero_io_file *file) { (void)file; return NULL; }
+ZERODEF uint64_t zero_io_file_size(const zero_io_file *file) { (void)file; return 0; }
+ZERODEF int zero_io_file_direct(const zero_io_file *file) { (void)file; return 0; }
+ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const void *buf,
+                                  size_t bytes, zero_io_ticket *ticket)
+{
+    (void)file; (void)offset; (void)buf; (void)bytes;
+    if (ticket) *ticket = 0;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_write: the NVMe I/O engine needs Linux");
+}
+ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
+                                 zero_io_ticket *ticket)
+{
+    (void)file; (void)offset; (void)buf; (void)bytes;
+    if (ticket) *ticket = 0;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_read: the NVMe I/O engine needs Linux");
+}
+ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket)
+{
+    (void)io; (void)ticket;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_wait: the NVMe I/O engine needs Linux");
+}
+ZERODEF zero_result zero_io_wait_all(zero_io *io)
+{
+    (void)io;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_wait_all: the NVMe I/O engine needs Linux");
+}
+ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault)
+{
+    (void)io; (void)fault;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_inject_fault: the NVMe I/O engine needs Linux");
+}
+
+#endif /* __linux__ */
+
 /* Engine implementation: ZeRO stages 0-3 over zero_device/zero_comm.
 
    Layout. The plan packs every group into a flat buffer of numel elements (padded to a
