@@ -73,7 +73,10 @@ typedef struct zero_cuda_desc {
     int device;           /* CUDA device ordinal                                          */
     void *compute_stream; /* your cudaStream_t for ZERO_QUEUE_COMPUTE (not owned, must
                              belong to 'device'); NULL = a new non-blocking stream. Pass
-                             cudaStreamLegacy or cudaStreamPerThread to use those.          */
+                             cudaStreamLegacy to use the legacy default stream.
+                             cudaStreamPerThread is refused (INVALID_ARGUMENT): it names a
+                             different stream on every host thread, and a comm or watchdog
+                             thread using it would order nothing against your work.        */
 } zero_cuda_desc;
 
 /* What a CUDA device holds now (zero_cuda_device_stats). */
@@ -90,6 +93,15 @@ typedef struct zero_cuda_stats {
 
 /* Visible CUDA devices; 0 when there is none or no driver (never an error). */
 ZERODEF int zero_cuda_device_count(void);
+
+/* Like zero_cuda_device_count, but tells "no GPU here" from "a GPU that cannot be used":
+   ZERO_OK with *count = the visible devices, 0 when CUDA says there is none
+   (cudaErrorNoDevice) or when no CUDA driver is installed at all (libcuda.so.1 cannot be
+   loaded); every other failure (a driver older than this CUDA runtime, a broken install, a
+   device in a bad state) is ZERO_ERROR_DEVICE with CUDA's error name and text in
+   zero_last_error(), and *count = 0. Test programs skip on 0 and fail on an error, so a
+   run on a misconfigured GPU machine cannot pass while testing nothing. */
+ZERODEF zero_result zero_cuda_device_probe(int *count);
 
 /* A new CUDA device. desc NULL = defaults. Makes no CUDA context current for you beyond
    what the calls need: every op sets desc->device current for its duration and restores
@@ -156,6 +168,7 @@ ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_devic
 #endif
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -1458,6 +1471,30 @@ ZERODEF int zero_cuda_device_count(void)
     return n;
 }
 
+ZERODEF zero_result zero_cuda_device_probe(int *count)
+{
+    int n = 0;
+    cudaError_t e;
+    void *lib;
+    if (!count) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_device_probe: count is NULL");
+    *count = 0;
+    e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) {
+        *count = n > 0 ? n : 0;
+        return ZERO_OK;
+    }
+    (void)cudaGetLastError();
+    if (e == cudaErrorNoDevice) return ZERO_OK;
+    /* The runtime reports a missing driver and an old one alike (cudaErrorInsufficientDriver):
+       only the absence of the driver library itself means "no GPU here". */
+    if (e == cudaErrorInsufficientDriver) {
+        lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!lib) return ZERO_OK;
+        dlclose(lib);
+    }
+    return zero__fail(ZERO_ERROR_DEVICE, "cudaGetDeviceCount: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 ZERODEF zero_result zero_cuda_device_create(const zero_cuda_desc *desc, zero_device **out)
 {
     zero_cuda_desc def;
@@ -1472,6 +1509,11 @@ ZERODEF zero_result zero_cuda_device_create(const zero_cuda_desc *desc, zero_dev
         memset(&def, 0, sizeof def);
         desc = &def;
     }
+    if (desc->compute_stream == (void *)cudaStreamPerThread)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_cuda_device_create: compute_stream = cudaStreamPerThread names another stream "
+                          "on every host thread (NCCL's and the watchdog's threads would not order against your "
+                          "work): pass a stream of your own (cudaStreamCreate) or cudaStreamLegacy");
     e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
         (void)cudaGetLastError();

@@ -348,7 +348,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_nccl: bad size range\n");
         return 2;
     }
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
+    if (zero_cuda_device_probe(&ndev) != ZERO_OK) {
+        fprintf(stderr, "bench_nccl: %s\n", zero_last_error());
+        return 1;
+    }
+    if (ndev <= 0) {
         printf("bench_nccl: skipped: no GPU visible\n");
         return 0;
     }

@@ -34,8 +34,38 @@ ZT_TEST(test_vector_head)
     ZT_CHECK(zero_cuda__head(p, es, 1) == -1);
 }
 
+/* The probe: without a GPU it must say 0 (skip), never an error, on a machine with no
+   driver; where it succeeds it agrees with zero_cuda_device_count. */
+ZT_TEST(test_probe)
+{
+    int n = -1;
+    zero_result r = zero_cuda_device_probe(&n);
+    ZT_CHECK(zero_cuda_device_probe(NULL) == ZERO_ERROR_INVALID_ARGUMENT);
+    if (r != ZERO_OK) {
+        ZT_CHECKF(r == ZERO_ERROR_DEVICE && n == 0 && strstr(zero_last_error(), "cudaGetDeviceCount"), "%s",
+                  zero_last_error());
+        printf("  (probe: %s)\n", zero_last_error());
+        return;
+    }
+    ZT_CHECK(n >= 0 && n == zero_cuda_device_count());
+}
+
+/* cudaStreamPerThread is refused before any CUDA call (so this runs without a GPU). */
+ZT_TEST(test_per_thread_stream_refused)
+{
+    zero_cuda_desc desc;
+    zero_device *dev = (zero_device *)&desc;
+    memset(&desc, 0, sizeof desc);
+    desc.compute_stream = (void *)cudaStreamPerThread;
+    ZT_CHECK(zero_cuda_device_create(&desc, &dev) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(dev == NULL);
+    ZT_CHECK(strstr(zero_last_error(), "cudaStreamPerThread") != NULL);
+}
+
 int main(void)
 {
     ZT_RUN(test_vector_head);
+    ZT_RUN(test_probe);
+    ZT_RUN(test_per_thread_stream_refused);
     return zt_summary();
 }

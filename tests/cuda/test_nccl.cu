@@ -941,7 +941,11 @@ ZT_TEST(test_nccl) { ZT_SKIP("no GPU visible"); }
 
 int main(void)
 {
-    g_ndev = zero_cuda_device_count();
+    if (zero_cuda_device_probe(&g_ndev) != ZERO_OK) { /* skip only without a GPU */
+        printf("  FAIL: %s\n", zero_last_error());
+        printf("zt: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
     if (g_ndev <= 0) {
         ZT_RUN(test_nccl);
         return zt_summary();
