@@ -159,13 +159,15 @@ static zero_result timed(zero_comm *comm, timer *tm, int raw, int kind, void *se
     if (cudaEventSynchronize(tm->stop) != cudaSuccess || cudaEventElapsedTime(&ms, tm->start, tm->stop) != cudaSuccess)
         return zero__fail(ZERO_ERROR_DEVICE, "cudaEventElapsedTime");
     t = (double)ms * 1e-3 / iters;
-    if (cudaMemcpy(tm->d_time, &t, sizeof t, cudaMemcpyHostToDevice) != cudaSuccess)
-        return zero__fail(ZERO_ERROR_DEVICE, "cudaMemcpy");
+    /* uploaded on the collective's stream, so the all_reduce below reads it */
+    if (cudaMemcpyAsync(tm->d_time, &t, sizeof t, cudaMemcpyHostToDevice, tm->st) != cudaSuccess)
+        return zero__fail(ZERO_ERROR_DEVICE, "cudaMemcpyAsync");
     r = comm->ops->all_reduce(comm, tm->d_time, tm->d_time, 1, ZERO_F64, ZERO_OP_MAX, tm->st);
     if (r == ZERO_OK) r = zero_nccl_wait(comm, 0);
     if (r != ZERO_OK) return r;
-    if (cudaMemcpy(&t, tm->d_time, sizeof t, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return zero__fail(ZERO_ERROR_DEVICE, "cudaMemcpy");
+    if (cudaMemcpyAsync(&t, tm->d_time, sizeof t, cudaMemcpyDeviceToHost, tm->st) != cudaSuccess ||
+        cudaStreamSynchronize(tm->st) != cudaSuccess)
+        return zero__fail(ZERO_ERROR_DEVICE, "cudaMemcpyAsync");
     *out = t;
     return ZERO_OK;
 }
@@ -189,7 +191,8 @@ static zero_result bench_rank(int rank, int world, zero_comm *comm, bench_shared
         cudaEventCreate(&tm.start) != cudaSuccess || cudaEventCreate(&tm.stop) != cudaSuccess ||
         cudaMalloc((void **)&tm.d_time, sizeof(double)) != cudaSuccess ||
         cudaMalloc(&send, cfg->max_bytes) != cudaSuccess || cudaMalloc(&recv, cfg->max_bytes) != cudaSuccess ||
-        cudaMemset(send, 0, cfg->max_bytes) != cudaSuccess || cudaMemset(recv, 0, cfg->max_bytes) != cudaSuccess) {
+        cudaMemsetAsync(send, 0, cfg->max_bytes, tm.st) != cudaSuccess ||
+        cudaMemsetAsync(recv, 0, cfg->max_bytes, tm.st) != cudaSuccess) { /* on the collectives' stream */
         r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "rank %d: CUDA setup for %zu-byte buffers failed: %s", rank,
                        cfg->max_bytes, cudaGetErrorString(cudaGetLastError()));
         goto done;
