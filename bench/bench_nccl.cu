@@ -1,5 +1,5 @@
 /* bench_nccl: bus bandwidth of each collective through zero_nccl.h's comm and through raw
-   NCCL calls on the same communicator, in the same run, 1 MB .. 1 GB.
+   NCCL calls on the same (blocking) communicator, in the same run, 1 MB .. 1 GB.
 
    Bandwidth as nccl-tests defines it (its doc/PERFORMANCE.md): S = the total buffer size
    in bytes (all_reduce and broadcast: the buffer; all_gather: the gathered output,
@@ -76,7 +76,10 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* One raw NCCL call on the non-blocking comm (lock held by the caller). */
+/* One raw NCCL call on the comm's own communicator (zero_nccl_handle: a plain blocking
+   ncclComm_t, so the call enqueues on this thread and returns, as the wrapper's do; lock
+   held by the caller). Both columns thus run the same NCCL path on the same communicator,
+   and their difference is the wrapper's own cost (checks, lock, one event per call). */
 static int raw_call(int kind, ncclComm_t nc, void *send, void *recv, size_t count, ncclDataType_t t,
                     cudaStream_t st)
 {
@@ -87,7 +90,7 @@ static int raw_call(int kind, ncclComm_t nc, void *send, void *recv, size_t coun
     case C_REDUCE_SCATTER: r = ncclReduceScatter(send, recv, count, t, ncclSum, nc, st); break;
     default: r = ncclBroadcast(recv, recv, count, t, 0, nc, st); break;
     }
-    if (r == ncclInProgress) { /* non-blocking comm: settle before the next call (60 s at most) */
+    if (r == ncclInProgress) { /* only a non-blocking comm says this: settle (60 s at most) */
         double deadline = now_s() + 60.0;
         while (r == ncclInProgress && now_s() < deadline) {
             ncclResult_t state = ncclInProgress;
