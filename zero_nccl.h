@@ -2445,6 +2445,7 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
     }
 
     cfg.blocking = 0; /* every call returns; we poll with deadlines */
+    cfg.splitShare = 1; /* NCCL reads it on the parent when splitting: the child shares */
     if (desc->name) cfg.commName = desc->name;
     pthread_mutex_lock(&c->lock);
     nr = ncclCommInitRankConfig(&c->nccl, world, id, rank, &cfg);
