@@ -21,8 +21,10 @@
             --dtype f32|f16|bf16 (default f32)  --ranks N (threads mode)  --reps N
             --strict (exit 1 when an overhead exceeds 5%) */
 #define ZERO_IMPLEMENTATION
+#define ZERO_CUDA_IMPLEMENTATION /* zero_cuda_device_probe */
 #define ZERO_NCCL_IMPLEMENTATION
 #include "zero.h"
+#include "zero_cuda.h"
 #include "zero_nccl.h"
 
 #include <cuda_runtime.h>
