@@ -31,7 +31,7 @@ EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(sort $(wildcard bench/*.c)))
 TOOLS    := build/zero-estimate
 
-.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean
+.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean print-nccl
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
 build build/san build/compile build/cuda:
@@ -125,17 +125,22 @@ NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin
 endif
 endif
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),/usr/local/cuda)
-# NCCL: NCCL_HOME if given, else next to CUDA, the system, or PyTorch's nvidia-nccl wheel
-# (site-packages/nvidia/nccl, a namespace package with include/ and lib/libnccl.so.2).
+# NCCL: NCCL_HOME if given, else next to CUDA, the system (NCCL_SEARCH), or a PyPI wheel
+# found by tools/find_nccl.py: site-packages/nvidia/nccl (nvidia-nccl-cu12) or
+# site-packages/nvidia/cu13 (CUDA 13 wheels), each with include/ and lib/libnccl.so.2.
+NCCL_SEARCH ?= /usr /usr/local
+PYTHON ?= python3
 ifeq ($(origin NCCL_HOME),undefined)
-NCCL_HOME := $(firstword $(foreach d,$(CUDA_HOME) /usr /usr/local \
-    $(shell python3 -c 'import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null), \
+NCCL_HOME := $(firstword $(foreach d,$(CUDA_HOME) $(NCCL_SEARCH) \
+    $(shell $(PYTHON) tools/find_nccl.py 2>/dev/null), \
     $(if $(wildcard $(d)/include/nccl.h),$(d))))
 endif
 NCCL_LIBDIR := $(firstword $(foreach d,$(NCCL_HOME)/lib $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib/x86_64-linux-gnu,$(if $(wildcard $(d)/libnccl.so*),$(d))))
 # A wheel ships only libnccl.so.2 (no libnccl.so for -lnccl): name the file then.
 NCCL_LIB := $(if $(NCCL_LIBDIR),$(if $(wildcard $(NCCL_LIBDIR)/libnccl.so),-lnccl,-l:$(notdir $(firstword $(wildcard $(NCCL_LIBDIR)/libnccl.so.*)))),-lnccl)
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+# sm_90 and sm_80 machine code, plus compute_90 PTX that the driver compiles for newer GPUs.
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_90,code=compute_90
 # nvcc's defaults are exact (-fmad=true cannot change zero_adam_update, whose multiply-adds
 # are explicit fmaf; IEEE division and square root): never add --use_fast_math.
 NVCC_FLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -I.
@@ -177,6 +182,10 @@ CUDA_BENCHES := $(filter build/cuda/bench_%,$(CUDA_BINS))
 bench-cuda: cuda
 	@if ! $(GPU_VISIBLE); then echo "bench-cuda: skipped: no GPU visible"; \
 	 else for b in $(CUDA_BENCHES); do echo "== $$b"; $$b || exit 1; done; fi
+
+# Where the NCCL search landed (tests/nccl_find.sh checks it on fake wheel layouts).
+print-nccl:
+	@echo "NCCL_HOME=$(NCCL_HOME)"; echo "NCCL_LIBDIR=$(NCCL_LIBDIR)"; echo "NCCL_LIB=$(NCCL_LIB)"
 
 clean:
 	rm -rf build

@@ -93,18 +93,24 @@
        zero_bootstrap_exchange    at most B; plus, for a host name (not a numeric address),
                                   the system resolver, whose own timeout (resolv.conf) bounds
                                   each getaddrinfo() call.
-       zero_nccl_create           at most B + T (the id, then NCCL's own rendezvous, polled).
+       zero_nccl_create           at most B + 2 T (the id, then NCCL's own rendezvous and
+                                  the split into the blocking communicator, each polled).
        all_gather, reduce_scatter, all_reduce, broadcast, group_end
-                                  enqueue only. The first collective between two peers also
-                                  connects them (NCCL connects lazily): at most T when a
-                                  peer never makes the matching call. A rank with 128 of its
+                                  enqueue only, on the calling thread (the collectives'
+                                  communicator is blocking). The first collective between
+                                  two peers also connects them (NCCL connects lazily): when
+                                  a peer never makes the matching call the watchdog aborts
+                                  at T + one period, through the init communicator whose
+                                  abort flag the blocked call shares (with disable_watchdog
+                                  nothing can end such a call). A rank with 128 of its
                                   collectives unfinished on one stream waits (at most T)
                                   for the oldest before enqueuing more, so NCCL's own work
                                   queue can never fill and block without a deadline.
        barrier                    at most 2 T (waits for this rank's collectives, then a
                                   one-element all-reduce).
        zero_nccl_wait             at most its timeout.
-       destroy                    at most 2 T (wait, ncclCommFinalize), then it aborts.
+       destroy                    at most 3 T (wait, ncclCommFinalize of both
+                                  communicators), then it aborts.
        anything else waiting for the GPU (cudaStreamSynchronize, the engine's step)
                                   a watchdog thread per comm aborts the communicator when a
                                   collective has not finished T after it was enqueued (or
@@ -230,7 +236,7 @@ ZERODEF void zero_bootstrap_server_close(zero_bootstrap_server *server);
 
 #ifndef ZERO_NCCL_BOOTSTRAP_ONLY
 /* ======================================================================================
-   NCCL comm: zero_comm_ops over one NCCL communicator (non-blocking, watched).
+   NCCL comm: zero_comm_ops over one NCCL communicator (blocking collectives, watched).
    ====================================================================================== */
 
 #define ZERO_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
@@ -257,9 +263,11 @@ typedef struct zero_nccl_desc {
 
 /* Creates this rank's comm: gets the id (unique_id, or ncclGetUniqueId on rank 0 and the
    TCP exchange), then ncclCommInitRankConfig with blocking = 0, polled until ready or the
-   timeout. COLLECTIVE over the job's processes. The comm also holds one CUDA stream, a
-   256-byte device scratch buffer (barrier) and 128 CUDA events; they are not counted by the
-   engine. Errors: INVALID_ARGUMENT; the bootstrap's; DEVICE (CUDA); COMM, INVALID_STATE,
+   timeout, then ncclCommSplit into a blocking communicator sharing its resources
+   (splitShare), polled likewise, on which the collectives run (a non-blocking one would
+   start a thread per collective). COLLECTIVE over the job's processes. The comm also holds
+   one CUDA stream, a 256-byte device scratch buffer (barrier) and 2048 CUDA events (128 per
+   stream it watches); they are not counted by the engine. Errors: INVALID_ARGUMENT; the bootstrap's; DEVICE (CUDA); COMM, INVALID_STATE,
    TIMEOUT from NCCL, with NCCL's message. *out is NULL on error. */
 ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out);
 
@@ -293,8 +301,11 @@ ZERODEF zero_result zero_nccl_status(zero_comm *comm);
    this and every later call returns ZERO_ERROR_COMM. Any thread (not a signal handler). */
 ZERODEF zero_result zero_nccl_abort(zero_comm *comm);
 
-/* The ncclComm_t, as a pointer (NULL once aborted). Hold zero_nccl_lock() around your own
-   NCCL calls on it while the watchdog runs; do not destroy it. */
+/* The ncclComm_t of the collectives, as a pointer (NULL once aborted): a blocking
+   communicator (split from the non-blocking one of the init, sharing its resources). Hold
+   zero_nccl_lock() around your own NCCL calls on it while the watchdog runs (the watchdog
+   cannot abort while you hold it, so a call of yours that hangs is not bounded by the
+   timeout); do not destroy it. */
 ZERODEF void *zero_nccl_handle(zero_comm *comm);
 ZERODEF void zero_nccl_lock(zero_comm *comm);
 ZERODEF void zero_nccl_unlock(zero_comm *comm);
@@ -1794,9 +1805,10 @@ ZERODEF zero_result zero_bootstrap_exchange(const zero_bootstrap_desc *desc, voi
    The NCCL comm.
    ====================================================================================== */
 #define ZERO_NCCL__MAX_STREAMS 16 /* distinct streams with collectives in flight */
-#define ZERO_NCCL__RING 8         /* events in flight per stream                 */
-#define ZERO_NCCL__EVERY 16       /* collectives per event while events are in flight:
-                                     at most RING x EVERY = 128 unconfirmed per stream */
+#define ZERO_NCCL__RING 128       /* events in flight per stream: one per collective
+                                     (or per group), recorded by the calling thread, so
+                                     at most 128 unconfirmed collectives per stream     */
+#define ZERO_NCCL__EVERY 1        /* collectives per event                          */
 
 /* The first collective an event covers (the first after the previous event). */
 typedef struct zero_nccl__mark {
@@ -1819,7 +1831,14 @@ typedef struct zero_nccl__slot {
 typedef struct zero_nccl__comm {
     zero_comm base;
     zero_allocator allocator;
-    ncclComm_t nccl;            /* NULL once aborted or destroyed                       */
+    ncclComm_t nccl;            /* the collectives' communicator: blocking (split from
+                                   'parent'); NULL once aborted or destroyed            */
+    ncclComm_t parent;          /* the non-blocking communicator of the init (deadline-
+                                   bounded); 'nccl' shares its resources and abort flag */
+    int in_call;                /* the caller is inside a blocking NCCL call on 'nccl',
+                                   without the lock: it must not be freed under it       */
+    int64_t call_start_ns;      /* when that call began (the watchdog bounds it by T)    */
+    const char *call_what;
     int device;
     int timeout_ms;
     zero_result failure;        /* ZERO_OK, or why every call now fails                  */
@@ -1860,18 +1879,30 @@ static void zero_nccl__detail(ncclComm_t comm, ncclResult_t r, char *out, size_t
              last && *last ? last : " (NCCL_DEBUG=WARN prints NCCL's own report)");
 }
 
-/* Lock held. Frees the NCCL communicator at once, or at group_end inside a group (NCCL's
-   group still refers to it). */
+/* Lock held. Frees the NCCL communicators at once, or at group_end inside a group (NCCL's
+   group still refers to them). While the calling thread is inside a blocking NCCL call on
+   'nccl' (in_call, e.g. stuck connecting to a dead peer), 'nccl' cannot be freed under
+   it: the parent is aborted instead, which raises the abort flag the child shares with it
+   (splitShare), so the blocked call returns with an error; the caller then finishes the
+   abort (abort_pending) when it takes the lock back. */
 static void zero_nccl__abort_locked(zero_nccl__comm *c)
 {
     int s;
-    if (!c->nccl) return;
+    if (!c->nccl && !c->parent) return;
+    if (c->in_call) { /* first: a call stuck inside ncclGroupEnd is inside a group too */
+        if (c->parent) (void)ncclCommAbort(c->parent);
+        c->parent = NULL;
+        c->abort_pending = 1;
+        return;
+    }
     if (c->in_group) {
         c->abort_pending = 1;
         return;
     }
-    (void)ncclCommAbort(c->nccl); /* synchronous; its result changes nothing now */
+    if (c->nccl) (void)ncclCommAbort(c->nccl); /* synchronous; its result changes nothing now */
     c->nccl = NULL;
+    if (c->parent) (void)ncclCommAbort(c->parent);
+    c->parent = NULL;
     for (s = 0; s < ZERO_NCCL__MAX_STREAMS; s++) {
         c->slots[s].count = 0;
         c->slots[s].unrecorded = 0;
@@ -2017,7 +2048,18 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
     int i;
     *busy = 0;
     if (c->failure != ZERO_OK) return zero_nccl__failed(c);
-    q = ncclCommGetAsyncError(c->nccl, &state);
+    if (c->in_call) { /* the caller is inside NCCL: no NCCL call here, only the deadline */
+        *busy = 1;
+        if (now - c->call_start_ns > (int64_t)c->timeout_ms * 1000000)
+            return zero_nccl__fatal(c, ZERO_ERROR_TIMEOUT,
+                                    "%s has been blocked inside NCCL for %.1f s (timeout %d ms): a "
+                                    "peer rank never connected (it crashed, hangs, or issued a "
+                                    "different sequence of collectives); the communicator was aborted",
+                                    c->call_what, (double)(now - c->call_start_ns) * 1e-9, c->timeout_ms);
+        q = ncclSuccess;
+    } else {
+        q = ncclCommGetAsyncError(c->nccl, &state);
+    }
     if (q != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
         char detail[400];
         ncclResult_t bad = q != ncclSuccess ? q : state;
@@ -2033,10 +2075,9 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
         if (!s->used) continue;
         r = zero_nccl__retire(c, s, now);
         if (r != ZERO_OK) return r;
-        if (s->unrecorded > 0 && s->count < ZERO_NCCL__RING) {
-            r = zero_nccl__record(c, s);
-            if (r != ZERO_OK) return r;
-        }
+        /* events are recorded by the calling thread only (zero_nccl__note), right after
+           its collectives: one recorded here, from another thread, could land behind
+           unrelated later work on the stream (a false timeout) or inside a graph capture */
         if (s->count > 0 || s->unrecorded > 0) *busy = 1;
     }
     return ZERO_OK;
@@ -2102,11 +2143,35 @@ static zero_result zero_nccl__note(zero_nccl__comm *c, zero_nccl__slot *s, const
         pthread_mutex_lock(&c->lock);
         if (c->failure != ZERO_OK) return zero_nccl__failed(c);
     }
-    if (s->unrecorded == 0) return ZERO_OK; /* the watchdog covered them meanwhile */
     return zero_nccl__record(c, s);
 }
 
 static const char *zero_nccl__what[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
+
+/* Lock held on entry and on return. A blocking NCCL call on c->nccl is made WITHOUT the
+   lock (in_call set), so the watchdog can still see the deadline pass and abort (through
+   the parent, see zero_nccl__abort_locked) while the call is stuck inside NCCL (enqueue
+   blocks only to connect to a peer, or on a full work queue, which the 128-per-stream
+   bound avoids). The caller's thread is the only one calling NCCL on c->nccl meanwhile:
+   the watchdog makes no NCCL call while in_call. Back under the lock, an abort that came
+   meanwhile is finished here (the communicator is free to go now). */
+static void zero_nccl__call_begin(zero_nccl__comm *c, const char *what)
+{
+    c->in_call = 1;
+    c->call_what = what;
+    c->call_start_ns = zero_nccl__now_ns();
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void zero_nccl__call_end(zero_nccl__comm *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->in_call = 0;
+    if (c->abort_pending && c->in_group == 0) {
+        c->abort_pending = 0;
+        zero_nccl__abort_locked(c);
+    }
+}
 
 static zero_nccl__comm *zero_nccl__of(zero_comm *comm);
 
@@ -2163,6 +2228,11 @@ static zero_result zero_nccl__coll(zero_comm *comm, int kind, const void *send, 
     if (kind == ZERO_NCCL__BC && (root < 0 || root >= comm->world))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_nccl broadcast: root = %d (world %d)",
                           root, comm->world);
+    if (stream == cudaStreamPerThread) /* NVIDIA/nccl#1976: another thread's stream there */
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_nccl %s: queue = cudaStreamPerThread names a different stream on "
+                          "every thread (NCCL's and the watchdog's included): pass a stream of your own",
+                          what);
     pthread_mutex_lock(&c->lock);
     if (c->failure != ZERO_OK) {
         r = zero_nccl__failed(c);
@@ -2178,13 +2248,19 @@ static zero_result zero_nccl__coll(zero_comm *comm, int kind, const void *send, 
         pthread_mutex_unlock(&c->lock);
         return r;
     }
-    switch (kind) {
-    case ZERO_NCCL__AG: nr = ncclAllGather(send, recv, numel, type, c->nccl, stream); break;
-    case ZERO_NCCL__RS: nr = ncclReduceScatter(send, recv, numel, type, red, c->nccl, stream); break;
-    case ZERO_NCCL__AR: nr = ncclAllReduce(send, recv, numel, type, red, c->nccl, stream); break;
-    default: nr = ncclBroadcast(recv, recv, numel, type, root, c->nccl, stream); break;
+    {
+        ncclComm_t nc = c->nccl;
+        zero_nccl__call_begin(c, what);
+        switch (kind) {
+        case ZERO_NCCL__AG: nr = ncclAllGather(send, recv, numel, type, nc, stream); break;
+        case ZERO_NCCL__RS: nr = ncclReduceScatter(send, recv, numel, type, red, nc, stream); break;
+        case ZERO_NCCL__AR: nr = ncclAllReduce(send, recv, numel, type, red, nc, stream); break;
+        default: nr = ncclBroadcast(recv, recv, numel, type, root, nc, stream); break;
+        }
+        zero_nccl__call_end(c);
     }
-    r = zero_nccl__settle(c, nr, what, zero_nccl__deadline(c->timeout_ms));
+    if (c->failure != ZERO_OK) r = zero_nccl__failed(c); /* the watchdog aborted meanwhile */
+    else r = zero_nccl__settle(c, nr, what, zero_nccl__deadline(c->timeout_ms));
     if (r == ZERO_OK) {
         if (c->in_group) s->group_ops++;
         else r = zero_nccl__note(c, s, what, 1);
@@ -2257,7 +2333,14 @@ static zero_result zero_nccl__group_end(zero_comm *comm)
         pthread_mutex_unlock(&c->lock);
         return r;
     }
-    nr = ncclGroupEnd(); /* even after a failure: NCCL's group must be closed */
+    if (c->in_group == 1) { /* the outermost end launches: blocking, without the lock */
+        zero_nccl__call_begin(c, "ncclGroupEnd");
+        nr = ncclGroupEnd(); /* even after a failure: NCCL's group must be closed */
+        pthread_mutex_lock(&c->lock);
+        c->in_call = 0;
+    } else {
+        nr = ncclGroupEnd();
+    }
     c->in_group--;
     if (c->in_group > 0) { /* nested: the outermost end enqueues */
         r = c->failure != ZERO_OK ? zero_nccl__failed(c) : zero_nccl__settle(c, nr, "ncclGroupEnd", zero_nccl__deadline(c->timeout_ms));
@@ -2391,14 +2474,25 @@ static void zero_nccl__destroy(zero_comm *comm)
         (void)zero_nccl__fatal(c, ZERO_ERROR_INVALID_STATE, "destroyed inside a group");
     }
     if (c->nccl) {
+        /* The blocking child's finalize returns once its operations are done: wait_until
+           above saw them finish, so it does not wait on peers. Then the non-blocking
+           parent's, polled with a deadline (settle works on c->nccl: swap it in). */
         ncclResult_t nr = ncclCommFinalize(c->nccl);
         zero_result r = zero_nccl__settle(c, nr, "ncclCommFinalize", zero_nccl__deadline(c->timeout_ms));
         if (r == ZERO_OK && c->nccl) {
             (void)ncclCommDestroy(c->nccl);
-            c->nccl = NULL;
-        } else {
-            zero_nccl__abort_locked(c);
+            c->nccl = c->parent;
+            c->parent = NULL;
+            if (c->nccl) {
+                nr = ncclCommFinalize(c->nccl);
+                r = zero_nccl__settle(c, nr, "ncclCommFinalize (parent)", zero_nccl__deadline(c->timeout_ms));
+                if (r == ZERO_OK && c->nccl) {
+                    (void)ncclCommDestroy(c->nccl);
+                    c->nccl = NULL;
+                }
+            }
         }
+        zero_nccl__abort_locked(c); /* whatever is left after a failure */
     }
     pthread_mutex_unlock(&c->lock);
     zero_nccl__free(c);
@@ -2595,7 +2689,7 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
         }
     e = cudaStreamCreateWithFlags(&c->internal, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMalloc((void **)&c->scratch, 256);
-    if (e == cudaSuccess) e = cudaMemset(c->scratch, 0, 256);
+    if (e == cudaSuccess) e = cudaMemsetAsync(c->scratch, 0, 256, c->internal); /* the barrier's stream */
     if (e != cudaSuccess) {
         zero_nccl__free(c);
         return zero__fail(ZERO_ERROR_DEVICE, "zero_nccl_create: stream or scratch: %s",
@@ -2603,6 +2697,7 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
     }
 
     cfg.blocking = 0; /* every call returns; we poll with deadlines */
+    cfg.splitShare = 1; /* NCCL reads it on the parent when splitting: the child shares */
     if (desc->name) cfg.commName = desc->name;
     pthread_mutex_lock(&c->lock);
     nr = ncclCommInitRankConfig(&c->nccl, world, id, rank, &cfg);
@@ -2622,6 +2717,24 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
                               : "");
     }
     r = zero_nccl__settle(c, nr, "ncclCommInitRankConfig", zero_nccl__deadline(timeout));
+    if (r == ZERO_OK) {
+        /* The collectives' communicator: a blocking child of the non-blocking one, sharing
+           its resources (splitShare: no second set of buffers) and its abort flag. On a
+           non-blocking communicator NCCL >= 2.23 runs every ncclGroupEnd, the implicit one
+           of each collective included, on a new thread and returns ncclInProgress; on a
+           blocking one a collective is enqueued by the calling thread and returns. The
+           split itself is collective and may finish in the background (the parent is
+           non-blocking): settle polls the child until it is ready or the deadline. */
+        ncclConfig_t ccfg = NCCL_CONFIG_INITIALIZER;
+        ccfg.blocking = 1;
+        ccfg.splitShare = 1;
+        if (desc->name) ccfg.commName = desc->name;
+        c->parent = c->nccl;
+        c->nccl = NULL;
+        nr = ncclCommSplit(c->parent, 0, rank, &c->nccl, &ccfg);
+        if (nr == ncclInProgress && !c->nccl) nr = ncclInternalError;
+        r = zero_nccl__settle(c, nr, "ncclCommSplit (the blocking communicator)", zero_nccl__deadline(timeout));
+    }
     pthread_mutex_unlock(&c->lock);
     if (r != ZERO_OK) { /* settle aborted the communicator; zero_last_error has why */
         char text[640];
