@@ -31,17 +31,38 @@ EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(sort $(wildcard bench/*.c)))
 TOOLS    := build/zero-estimate
 
-.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean
+.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean print-nccl
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
 build build/san build/compile build/cuda:
 	@mkdir -p $@
 
-build/test_%: tests/test_%.c $(HEADERS) $(wildcard tests/*.h) | build
+# The implementation is compiled once (build/zero_impl.o, and build/san/zero_impl.o for the
+# sanitizer run) and linked into every test program, except a test whose source defines
+# ZERO_IMPLEMENTATION itself (it reaches private zero__ functions or sets ZERO_MALLOC hooks):
+# that one is compiled alone. The test of ZERO_STATIC and single-file use is compile-tests.
+SELF_IMPL_SRC := $(shell grep -l '^[[:space:]]*\#[[:space:]]*define[[:space:]][[:space:]]*ZERO_IMPLEMENTATION' $(TEST_SRC) /dev/null 2>/dev/null)
+SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_SRC)))
+LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
+TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
+
+build/zero_impl.o: tests/zero_impl.c $(HEADERS) | build
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+build/san/zero_impl.o: tests/zero_impl.c $(HEADERS) | build/san
+	$(CC) $(SAN_FLAGS) -c $< -o $@
+
+$(SELF_TESTS): build/%: tests/%.c $(TEST_DEPS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
-build/san/test_%: tests/test_%.c $(HEADERS) $(wildcard tests/*.h) | build/san
+$(LINKED_TESTS): build/%: tests/%.c build/zero_impl.o $(TEST_DEPS) | build
+	$(CC) $(ALL_CFLAGS) $< build/zero_impl.o -o $@ $(LDLIBS)
+
+$(addprefix build/san/,$(notdir $(SELF_TESTS))): build/san/%: tests/%.c $(TEST_DEPS) | build/san
 	$(CC) $(SAN_FLAGS) $< -o $@ $(LDLIBS)
+
+$(addprefix build/san/,$(notdir $(LINKED_TESTS))): build/san/%: tests/%.c build/san/zero_impl.o $(TEST_DEPS) | build/san
+	$(CC) $(SAN_FLAGS) $< build/san/zero_impl.o -o $@ $(LDLIBS)
 
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
@@ -52,10 +73,16 @@ build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
 build/bench_%: bench/bench_%.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
 
-test: $(TESTS) $(TOOLS)
+# make test and test-sanitize build their programs in parallel (one job per core, unless
+# make was given -j) and tests/run.sh runs them in parallel (ZT_JOBS, default: the cores).
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
+test:
+	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS)
 	@bash tests/run.sh $(TESTS)
 
-test-sanitize: $(SAN_TESTS) $(TOOLS)
+test-sanitize:
+	@$(MAKE) --no-print-directory $(PAR) $(SAN_TESTS) $(TOOLS)
 	@ZT_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(SAN_TESTS)
 
 DEMO ?= build/train_mlp
@@ -73,6 +100,11 @@ compile-tests: | build/compile
 	  for std in c99 c11; do \
 	    $$cc -std=$$std $(WARN) -O1 -I. $(COMPILE_SRC) -o build/compile/$$cc-$$std -lm -pthread; \
 	    ./build/compile/$$cc-$$std; \
+	    $$cc -std=$$std $(WARN) -Werror=implicit-function-declaration -O1 -I. tests/compile/compile_first.c -o build/compile/$$cc-first-$$std -lm -pthread; \
+	    ./build/compile/$$cc-first-$$std; \
+	    awk '/---- quick start: end ----/{f=0} f; /---- quick start: begin ----/{f=1}' zero.h > build/compile/quickstart.c; \
+	    $$cc -std=$$std $(WARN) -O1 -I. build/compile/quickstart.c -o build/compile/$$cc-quickstart-$$std -lm -pthread; \
+	    ./build/compile/$$cc-quickstart-$$std >/dev/null; \
 	  done; \
 	  $$cc -std=c11 $(WARN) -O1 -I. -DZERO_STATIC tests/compile/compile_main.c -o build/compile/$$cc-static -lm -pthread; \
 	  ./build/compile/$$cc-static; \
@@ -80,7 +112,7 @@ compile-tests: | build/compile
 	for cxx in g++ clang++; do \
 	  $$cxx -std=c++17 $(WARN) -O1 -I. -x c++ $(COMPILE_SRC) -o build/compile/$$cxx-cxx17 -lm -pthread; \
 	  ./build/compile/$$cxx-cxx17; \
-	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang: ok"
+	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; the manual's quick start compiles and runs: ok"
 
 # ---- CUDA and NCCL ------------------------------------------------------------------------
 # nvcc: NVCC if given; else CUDA_HOME/bin/nvcc if CUDA_HOME is given; else nvcc on PATH;
@@ -93,17 +125,22 @@ NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin
 endif
 endif
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),/usr/local/cuda)
-# NCCL: NCCL_HOME if given, else next to CUDA, the system, or PyTorch's nvidia-nccl wheel
-# (site-packages/nvidia/nccl, a namespace package with include/ and lib/libnccl.so.2).
+# NCCL: NCCL_HOME if given, else next to CUDA, the system (NCCL_SEARCH), or a PyPI wheel
+# found by tools/find_nccl.py: site-packages/nvidia/nccl (nvidia-nccl-cu12) or
+# site-packages/nvidia/cu13 (CUDA 13 wheels), each with include/ and lib/libnccl.so.2.
+NCCL_SEARCH ?= /usr /usr/local
+PYTHON ?= python3
 ifeq ($(origin NCCL_HOME),undefined)
-NCCL_HOME := $(firstword $(foreach d,$(CUDA_HOME) /usr /usr/local \
-    $(shell python3 -c 'import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null), \
+NCCL_HOME := $(firstword $(foreach d,$(CUDA_HOME) $(NCCL_SEARCH) \
+    $(shell $(PYTHON) tools/find_nccl.py 2>/dev/null), \
     $(if $(wildcard $(d)/include/nccl.h),$(d))))
 endif
 NCCL_LIBDIR := $(firstword $(foreach d,$(NCCL_HOME)/lib $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib/x86_64-linux-gnu,$(if $(wildcard $(d)/libnccl.so*),$(d))))
 # A wheel ships only libnccl.so.2 (no libnccl.so for -lnccl): name the file then.
 NCCL_LIB := $(if $(NCCL_LIBDIR),$(if $(wildcard $(NCCL_LIBDIR)/libnccl.so),-lnccl,-l:$(notdir $(firstword $(wildcard $(NCCL_LIBDIR)/libnccl.so.*)))),-lnccl)
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+# sm_90 and sm_80 machine code, plus compute_90 PTX that the driver compiles for newer GPUs.
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_90,code=compute_90
 # nvcc's defaults are exact (-fmad=true cannot change zero_adam_update, whose multiply-adds
 # are explicit fmaf; IEEE division and square root): never add --use_fast_math.
 NVCC_FLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -I.
@@ -145,6 +182,10 @@ CUDA_BENCHES := $(filter build/cuda/bench_%,$(CUDA_BINS))
 bench-cuda: cuda
 	@if ! $(GPU_VISIBLE); then echo "bench-cuda: skipped: no GPU visible"; \
 	 else for b in $(CUDA_BENCHES); do echo "== $$b"; $$b || exit 1; done; fi
+
+# Where the NCCL search landed (tests/nccl_find.sh checks it on fake wheel layouts).
+print-nccl:
+	@echo "NCCL_HOME=$(NCCL_HOME)"; echo "NCCL_LIBDIR=$(NCCL_LIBDIR)"; echo "NCCL_LIB=$(NCCL_LIB)"
 
 clean:
 	rm -rf build

@@ -29,36 +29,96 @@
 
    zero_cuda.h adds a CUDA device, zero_nccl.h an NCCL comm; the engine does not change.
 
-   QUICK START (one engine per rank; here 4 ranks as threads of one process)
+   QUICK START: a complete program (one engine per rank; here 4 ranks as threads of one
+   process). `make compile-tests` extracts the lines between the two markers and compiles
+   and runs them as they are.
+   ---- quick start: begin ----
+   #define ZERO_IMPLEMENTATION
+   #include "zero.h"
+   #include <stdio.h>
+   #include <string.h>
 
-       static zero_result rank_main(int rank, zero_comm *comm, void *user)
-       {
-           zero_device *dev; zero_engine *e; zero_engine_desc d; zero_step_info info;
-           int t, g, s;
-           zero_host_device_create(NULL, &dev);          // or zero_cuda_device_create
-           memset(&d, 0, sizeof d);                      // zero = defaults: fp16, AdamW
-           d.stage = 3; d.device = dev; d.comm = comm; d.adam.lr = 1e-3f;
-           zero_engine_create(&d, &e);
-           zero_engine_add_tensor(e, "w0", 4096 * 1024, 0, 0, &t);      // group 0 = layer 0
-           zero_engine_add_tensor(e, "b0", 1024, 0, ZERO_TENSOR_NO_DECAY, &t);
-           zero_engine_commit(e);                        // collective: layout, checks, memory
-           zero_engine_set_tensor(e, t, initial_values); // same values on every rank
-           for (s = 0; s < steps; s++) {
-               void *p, *dg;
-               for (g = 0; g < G; g++) { zero_engine_gather(e, g, &p); ...forward...;
-                                         zero_engine_release(e, g); }
-               for (g = G - 1; g >= 0; g--) {
-                   zero_engine_gather(e, g, &p); zero_engine_grads(e, g, &dg);
-                   ...write d(loss * zero_engine_loss_scale(e))/dp into dg...;
-                   zero_engine_release(e, g); zero_engine_grads_ready(e, g);
-               }
-               zero_engine_step(e, &info);               // info.skipped, .grad_norm, ...
-           }
-           zero_engine_destroy(e); zero_device_destroy(dev);
-           return ZERO_OK;                               // check every result in real code
+   #define G 2 // groups: the unit of gathering at stage 3, typically one layer each
+   #define T 4 // tensors
+   static const size_t numel[T] = {64 * 32, 32, 32 * 8, 8}; // w0, b0, w1, b1
+   static const int group_of[T] = {0, 0, 1, 1};
+
+   static zero_result rank_main(int rank, zero_comm *comm, void *user)
+   {
+       zero_device *dev = NULL;
+       zero_engine *e = NULL;
+       zero_engine_desc d;
+       zero_step_info info;
+       zero_result r;
+       int ids[T], t, g, s; // keep every tensor's id: they are 0, 1, ... in order
+       float init[64 * 32];
+       (void)user;
+       r = zero_host_device_create(NULL, &dev); // or zero_cuda_device_create (zero_cuda.h)
+       if (r != ZERO_OK) return r;
+       memset(&d, 0, sizeof d); // zero = defaults: fp16 params, AdamW, dynamic loss scale
+       d.stage = 3;
+       d.device = dev;
+       d.comm = comm;
+       d.adam.lr = 1e-3f;
+       r = zero_engine_create(&d, &e);
+       for (t = 0; t < T && r == ZERO_OK; t++) {
+           char name[8];
+           snprintf(name, sizeof name, "%c%d", t % 2 ? 'b' : 'w', t / 2);
+           r = zero_engine_add_tensor(e, name, numel[t], group_of[t],
+                                      t % 2 ? ZERO_TENSOR_NO_DECAY : 0, &ids[t]);
        }
-       ...
-       zero_local_run(4, rank_main, NULL);
+       if (r == ZERO_OK) r = zero_engine_commit(e); // collective: layout, checks, memory
+       for (t = 0; t < T && r == ZERO_OK; t++) { // the same values on every rank
+           size_t i;
+           for (i = 0; i < numel[t]; i++) init[i] = 0.01f * (float)((i * 7 + (size_t)t) % 13) - 0.06f;
+           r = zero_engine_set_tensor(e, ids[t], init);
+       }
+       for (s = 0; s < 3 && r == ZERO_OK; s++) {
+           void *p, *dg;
+           for (g = 0; g < G && r == ZERO_OK; g++) { // forward, layer by layer
+               r = zero_engine_gather(e, g, &p); // p: group g's flat params (fp16 here)
+               // ... layer g's forward reads its tensors in p, placed as in the backward ...
+               if (r == ZERO_OK) r = zero_engine_release(e, g);
+           }
+           for (g = G - 1; g >= 0 && r == ZERO_OK; g--) { // backward, in reverse
+               r = zero_engine_gather(e, g, &p);
+               if (r == ZERO_OK) r = zero_engine_grads(e, g, &dg); // zero-filled, same layout
+               for (t = 0; t < T && r == ZERO_OK; t++) {
+                   zero_tensor_info ti;
+                   size_t i;
+                   if (group_of[t] != g) continue;
+                   // tensor t is ti.numel elements at ti.offset of p and of dg
+                   r = zero_plan_tensor(zero_engine_plan(e), ids[t], &ti);
+                   for (i = 0; r == ZERO_OK && i < ti.numel; i++) {
+                       // the loss w^2 / 2 has gradient w; the engine wants d(loss * scale)/dw
+                       // in the param dtype (the host device's pointers are host memory;
+                       // with CUDA this loop is your kernel)
+                       // (bf16 params: zero_bf16_to_f32 and zero_f32_to_bf16)
+                       float w = zero_f16_to_f32(((const uint16_t *)p)[ti.offset + i]);
+                       float grad = w * zero_engine_loss_scale(e);
+                       ((uint16_t *)dg)[ti.offset + i] = zero_f32_to_f16(grad);
+                   }
+               }
+               if (r == ZERO_OK) r = zero_engine_release(e, g);
+               if (r == ZERO_OK) r = zero_engine_grads_ready(e, g); // collective
+           }
+           if (r == ZERO_OK) r = zero_engine_step(e, &info); // info.skipped, .grad_norm, ...
+           if (r == ZERO_OK && rank == 0)
+               printf("step %d: grad norm %.4f, loss scale %g\n", s, (double)info.grad_norm,
+                      (double)info.loss_scale);
+       }
+       zero_engine_destroy(e); // safe after any error
+       zero_device_destroy(dev);
+       return r;
+   }
+
+   int main(void)
+   {
+       zero_result r = zero_local_run(4, rank_main, NULL); // 4 ranks as threads
+       if (r != ZERO_OK) printf("%s: %s\n", zero_result_string(r), zero_last_error());
+       return r == ZERO_OK ? 0 : 1;
+   }
+   ---- quick start: end ----
 
    The same code runs at stages 0, 1, 2 and 3 (gather/release only count references below
    stage 3) and gives bit-identical parameters at every stage. examples/train_mlp.c is a
@@ -95,9 +155,12 @@
 
    LICENSE: MIT, see the end of this file.
 */
-/* The implementation uses POSIX (threads, clocks, sockets). When zero.h is the first header
-   of the implementation file this asks the C library for it even under -std=c99/c11;
-   otherwise compile that file with -D_POSIX_C_SOURCE=200809L or as gnu99/gnu11. */
+/* The implementation uses POSIX (threads, clocks). When zero.h is the first header of the
+   implementation file this asks the C library for it even under -std=c99/c11; when another
+   header came first (<stdio.h>, ...) the implementation declares the few POSIX functions
+   the C library then hides (see the local comm), so it compiles whatever was included
+   first. zero_nccl.h's bootstrap (sockets) still wants zero.h first, or
+   -D_POSIX_C_SOURCE=200809L, or gnu99/gnu11. */
 #if defined(ZERO_IMPLEMENTATION) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && \
     !defined(_WIN32)
 #define _POSIX_C_SOURCE 200809L
@@ -157,7 +220,8 @@ typedef enum zero_result {
     ZERO_ERROR_COMM = -8,             /* a collective failed (NCCL error kept)             */
     ZERO_ERROR_TIMEOUT = -9,          /* a peer or collective did not answer in time       */
     ZERO_ERROR_IO = -10,              /* a file or socket operation failed (errno kept)    */
-    ZERO_ERROR_UNSUPPORTED = -11      /* not available in this build or on this machine    */
+    ZERO_ERROR_UNSUPPORTED = -11,     /* not available in this build or on this machine    */
+    ZERO_ERROR_LOSS_SCALE = -12       /* inf/NaN gradients at the minimum loss scale (fp16) */
 } zero_result;
 
 /* A short constant description of a result ("invalid argument"). Never NULL. */
@@ -444,8 +508,11 @@ ZERODEF zero_result zero_estimate_compute(const zero_estimate_desc *desc, zero_e
    *out + 1 is not computable). *out = 0 when not even the smallest model fits (one
    parameter; DeepSpeed stage 3: Psi = largest_layer_params); ZERO_ESTIMATE_MAX_PARAMS
    when every accepted Psi fits (DeepSpeed stage 3 with parameters offloaded: the device
-   holds 4 * largest layer whatever Psi is). Errors as zero_estimate_compute (params
-   aside); *out is written only on success. */
+   holds 4 * largest layer whatever Psi is). Only the device bytes decide what fits (one
+   past 64 bits never fits); OVERFLOW, as zero_estimate_compute gives for that Psi, when
+   the host bytes of the answer do not fit 64 bits (e.g. an extreme
+   additional_buffer_factor). Other errors as zero_estimate_compute (params aside); *out is
+   written only on success. */
 ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
                                              uint64_t device_memory, uint64_t *out);
 
@@ -467,6 +534,24 @@ typedef struct zero_comm_tag {
     int32_t role;  /* what the collective is for (the engine's roles); 0 = untagged */
     uint64_t seq;  /* the caller's collective sequence number                        */
 } zero_comm_tag;
+
+/* The roles of zero_comm_tag.role: what each engine collective is for. A stage-3 prefetch
+   and a gather of the same group are one collective (both GATHER), so a rank that
+   prefetched and a rank that gathered on demand still agree. */
+typedef enum zero_comm_role {
+    ZERO_ROLE_NONE = 0,         /* untagged (direct comm users): the tag is not compared    */
+    ZERO_ROLE_GATHER = 1,       /* stage 3: all-gather of a group's params (gather/prefetch) */
+    ZERO_ROLE_GRAD_REDUCE = 2,  /* a group's gradients: all-reduce (stage 0), reduce-scatter */
+    ZERO_ROLE_PARAM_UPDATE = 3, /* step: all-gather of a group's updated param shards        */
+    ZERO_ROLE_FLAG = 4,         /* step: all-reduce (max) of the inf/NaN flag                */
+    ZERO_ROLE_NORM = 5,         /* step: all-reduce (sum) of the squared gradient norm       */
+    ZERO_ROLE_COMMIT = 6,       /* commit: the plan-hash and allocation check                */
+    ZERO_ROLE_OFFLOAD = 7       /* step: all-reduce (max) of the NVMe tier's status (offload) */
+} zero_comm_role;
+
+/* "gather", "grad_reduce", "param_update", "flag", "norm", "commit", "offload", "untagged" (role 0),
+   or "?" for a value outside the enum. Never NULL; for messages. */
+ZERODEF const char *zero_comm_role_name(int32_t role);
 
 typedef struct zero_comm_ops {
     const char *name;
@@ -522,9 +607,12 @@ struct zero_comm {
      bit for bit the same elements of an all_reduce of the same input. MAX takes the
      largest element (NaN if any input is NaN).
    - Agreement. Every collective checks that all ranks called the same collective with the
-     same numel, dtype, op and root. If not, every rank returns ZERO_ERROR_MISMATCH (a rank
-     whose own arguments were invalid returns ZERO_ERROR_INVALID_ARGUMENT) and the group
-     stays usable.
+     same numel, dtype, op and root, and with the same comm->tag (group, role and seq)
+     where every rank's tag is set (role != 0; an untagged call is not compared on the
+     tag). If not, every rank returns ZERO_ERROR_MISMATCH with a message naming both sides,
+     e.g. "rank 0 all_gather group 0 (gather, seq 12) vs rank 1 all_gather group 1
+     (gather, seq 12)" (a rank whose own arguments were invalid returns
+     ZERO_ERROR_INVALID_ARGUMENT), and the group stays usable.
    - Failure. A rank that waits more than timeout_ms for its peers returns
      ZERO_ERROR_TIMEOUT, zero_local_abort() or destroying a comm makes waiting peers return
      ZERO_ERROR_COMM; either breaks the group, and every later collective on it fails at
@@ -539,6 +627,11 @@ typedef struct zero_local_desc {
     int world;                /* ranks, >= 1                                           */
     int timeout_ms;           /* how long a rank waits for its peers; 0 = 60000        */
     zero_allocator allocator; /* for the group and its comms; all NULL = ZERO_MALLOC   */
+    int spin_us;              /* how long a rank waiting for its peers spins before it
+                                 sleeps on the condition variable; 0 = 50, negative =
+                                 never; at most 1000000 and a quarter of the timeout.
+                                 Never spins when world exceeds the cores online (a
+                                 spinning rank would then hold the core a peer needs). */
 } zero_local_desc;
 
 typedef struct zero_local_group zero_local_group;
@@ -562,8 +655,10 @@ ZERODEF void zero_comm_destroy(zero_comm *comm);
    the group. Callable from any thread. INVALID_ARGUMENT when comm is not a local comm. */
 ZERODEF zero_result zero_local_abort(zero_comm *comm);
 
-/* Runs fn(rank, comm, user) on 'world' threads with a fresh group (default timeout) and
-   waits for all of them. A rank whose fn returns an error (or returns at all) destroys its
+/* Runs fn(rank, comm, user) on 'world' threads with a fresh group and waits for all of
+   them. The group has the default timeout (60 s), spin and allocator, and this call has no
+   way to change them: use zero_local_run_desc() to set timeout_ms (or spin_us, the
+   allocator). A rank whose fn returns an error (or returns at all) destroys its
    comm, so peers still waiting for it fail with ZERO_ERROR_COMM instead of hanging.
    Returns ZERO_OK when every rank returned ZERO_OK; otherwise the error of the lowest
    rank that failed before the group broke (the root cause), or else of the lowest failing
@@ -619,14 +714,15 @@ typedef struct zero_adam_range {
     zero_dtype param_dtype;
 } zero_adam_range;
 
-/* Per-step constants of Adam/AdamW, made on the host (see the optimizer section). */
+/* Per-step constants of Adam/AdamW, made on the host from the double hyper-parameters
+   (zero_adam_coefs_make: each computed in double and rounded to float once). */
 typedef struct zero_adam_coefs {
-    float beta1, one_minus_beta1;
-    float beta2, one_minus_beta2;
+    float beta1, one_minus_beta1; /* (float)beta1, (float)(1 - beta1)        */
+    float beta2, one_minus_beta2; /* (float)beta2, (float)(1 - beta2)        */
     float step_size;    /* lr / (1 - beta1^t)                        */
     float inv_sqrt_bc2; /* 1 / sqrt(1 - beta2^t)                     */
     float eps;
-    float decay;        /* AdamW: 1 - lr * weight_decay; else 1      */
+    float neg_lr_wd;    /* AdamW: -(lr * weight_decay), p = fmaf(neg_lr_wd, p, p); else 0 */
     float l2;           /* Adam: weight_decay (added to the gradient); AdamW: 0 */
 } zero_adam_coefs;
 
@@ -778,7 +874,7 @@ ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, floa
     mm = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
     vv = fmaf(c->beta2, *v, (c->one_minus_beta2 * g) * g);
     denom = fmaf(sqrtf(vv), c->inv_sqrt_bc2, c->eps);
-    pp = (*p) * c->decay;
+    pp = fmaf(c->neg_lr_wd, *p, *p); /* p - lr*wd*p rounded once: the decay is not quantised */
     *p = fmaf(-c->step_size, mm / denom, pp);
     *m = mm;
     *v = vv;
@@ -788,30 +884,35 @@ ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, floa
 
 typedef enum zero_adam_mode {
     ZERO_ADAM_DEFAULT = 0, /* AdamW */
-    ZERO_ADAMW = 1,        /* decoupled weight decay: p *= 1 - lr * wd */
+    ZERO_ADAMW = 1,        /* decoupled weight decay: p -= lr * wd * p */
     ZERO_ADAM = 2          /* L2: wd * p added to the gradient         */
 } zero_adam_mode;
 
+/* The hyper-parameters are doubles, as the user (and PyTorch, DeepSpeed) write them: the
+   per-step fp32 constants are derived from them in double and rounded once, so 1 - beta2
+   is the float nearest 1e-3 for beta2 = 0.999, not 1 - 0.99900001f. */
 typedef struct zero_adam_desc {
     zero_adam_mode mode;
-    float lr;           /* 0 = 1e-3   */
-    float beta1;        /* 0 = 0.9    */
-    float beta2;        /* 0 = 0.999  */
-    float eps;          /* 0 = 1e-8   */
-    float weight_decay; /* 0 = none (tensors may opt out individually) */
+    double lr;           /* 0 = 1e-3   */
+    double beta1;        /* 0 = 0.9    */
+    double beta2;        /* 0 = 0.999  */
+    double eps;          /* 0 = 1e-8   */
+    double weight_decay; /* 0 = none (tensors may opt out individually) */
 } zero_adam_desc;
 
-/* Fills defaults and validates: lr finite and >= 0, betas in [0, 1), eps > 0, weight decay
-   finite and >= 0. INVALID_ARGUMENT names the field. */
+/* Fills defaults and validates: lr finite and >= 0, betas in [0, 1), eps finite and > 0,
+   weight decay finite and >= 0. INVALID_ARGUMENT names the field. */
 ZERODEF zero_result zero_adam_desc_resolve(zero_adam_desc *out, const zero_adam_desc *in);
 
 /* The constants of step t (1-based) for a tensor with weight decay wd (its own, or 0 when it
-   opts out), computed in double and rounded once to float: step_size = lr / (1 - beta1^t),
-   inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t); AdamW: decay = 1 - lr * wd, l2 = 0; Adam: decay = 1,
-   l2 = wd. desc is resolved first (zeros mean defaults). INVALID_ARGUMENT for step < 1, a
-   bad desc or wd, or a coefficient that is not finite in fp32. Nothing written on error. */
+   opts out), each computed in double and rounded once to float: beta1, 1 - beta1, beta2,
+   1 - beta2, eps, step_size = lr / (1 - beta1^t), inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t);
+   AdamW: neg_lr_wd = -(lr * wd), l2 = 0; Adam: neg_lr_wd = 0, l2 = wd. desc is resolved
+   first (zeros mean defaults). INVALID_ARGUMENT for step < 1, a bad desc or wd, a
+   coefficient that is not finite in fp32, an eps that is 0 in fp32 or a beta that rounds
+   to 1 in fp32. Nothing written on error. */
 ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_desc *desc,
-                                         float weight_decay, int64_t step);
+                                         double weight_decay, int64_t step);
 
 /* Adam/AdamW on the host over one range, each element by zero_adam_update() with its
    gradient multiplied by grad_mul first; param (if any) receives the rounded master
@@ -831,10 +932,12 @@ ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam
 /* ======================================================================================
    Scaler: dynamic loss scaling (fp16); bf16 and fp32 need none.
    ====================================================================================== */
-/* Scaler declarations. Dynamic loss scaling as DeepSpeed does it:
+/* Scaler declarations. Dynamic loss scaling as DeepSpeed (0.17.1 and later) does it:
    on an overflow the step is skipped and, once 'hysteresis' overflows have been absorbed,
-   the scale is divided by 'factor' (never below min_scale); after 'window' steps without
-   an overflow it is multiplied by 'factor'. */
+   the scale is divided by 'factor' (never below min_scale); the good step that follows
+   'window' good steps since the last overflow (or the start) multiplies it by 'factor'.
+   An overflow that would cut a scale already at min_scale is an error by default
+   (DeepSpeed's raise_error_at_min_scale = true); see zero_scaler_at_min. */
 
 typedef enum zero_scaler_mode {
     ZERO_SCALER_DEFAULT = 0, /* dynamic for fp16 params, none for bf16 / fp32 */
@@ -842,6 +945,13 @@ typedef enum zero_scaler_mode {
     ZERO_SCALER_STATIC = 2,  /* always init_scale */
     ZERO_SCALER_NONE = 3     /* scale 1 */
 } zero_scaler_mode;
+
+/* What an overflow does when the scale is already at min_scale and would be cut. */
+typedef enum zero_scaler_at_min {
+    ZERO_SCALER_AT_MIN_DEFAULT = 0, /* = ERROR, as DeepSpeed's raise_error_at_min_scale = true */
+    ZERO_SCALER_AT_MIN_ERROR = 1,   /* zero_engine_step returns ZERO_ERROR_LOSS_SCALE          */
+    ZERO_SCALER_AT_MIN_SKIP = 2     /* skip the step and go on (raise_error_at_min_scale=false) */
+} zero_scaler_at_min;
 
 typedef struct zero_scaler_desc {
     zero_scaler_mode mode;
@@ -851,6 +961,7 @@ typedef struct zero_scaler_desc {
     float min_scale;            /* 0 = 1                                     */
     float factor;               /* 0 = 2                                     */
     int consecutive_hysteresis; /* 1: a good step refills the hysteresis     */
+    zero_scaler_at_min at_min;  /* 0 = error (DeepSpeed's default)           */
 } zero_scaler_desc;
 
 typedef struct zero_scaler {
@@ -862,6 +973,7 @@ typedef struct zero_scaler {
     int cur_hysteresis; /* overflows still absorbed before a cut */
     int consecutive_hysteresis;
     int dynamic;
+    int error_at_min;          /* 1: an overflow that would cut min_scale is an error */
     int64_t iter;              /* updates so far                  */
     int64_t last_overflow_iter; /* -1 before the first overflow    */
 } zero_scaler;
@@ -876,8 +988,11 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
 /* One step's outcome: overflow != 0 when any rank saw inf/NaN (the step is skipped).
    Dynamic: DeepSpeed's rule (docs/optimizer.md); a growth that would make the scale
    infinite leaves it as it is. Static and none: the scale stays; iter and
-   last_overflow_iter still count. */
-ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow);
+   last_overflow_iter still count. Returns ZERO_OK, or ZERO_ERROR_LOSS_SCALE (dynamic,
+   error_at_min) for an overflow that would cut a scale already at min_scale: the scaler
+   is then left unchanged, as DeepSpeed leaves it when it raises. INVALID_ARGUMENT for a
+   NULL scaler. The error detail (zero_last_error) is set only by the engine's step. */
+ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow);
 
 /* ======================================================================================
    NVMe I/O: the I/O engine of ZeRO-Infinity's NVMe tier. Owns asynchronous reads and
@@ -1019,7 +1134,8 @@ ZERODEF void zero_io_buffer_free(zero_io *io, void *buf);
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out);
 
-/* Waits for the file's queued requests, closes and removes it, and frees the handle.
+/* Waits for the file's queued requests (their tickets are forgotten), closes and removes
+   the file, and frees the handle. Not while another thread waits for one of its tickets.
    NULL is ignored. */
 ZERODEF void zero_io_file_destroy(zero_io_file *file);
 
@@ -1050,12 +1166,14 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
 /* Blocks until every request of the ticket has finished and forgets the ticket. ZERO_OK,
    or ZERO_ERROR_IO with zero_last_error() naming the operation, file, offset and cause
    (an errno's text, "short read: n of m bytes at offset o (end of file: truncated under
-   the engine?)", "checksum mismatch: the file changed under the engine"). INVALID_ARGUMENT
-   for an unknown ticket (never queued, or already waited for). */
+   the engine?)", "checksum mismatch: the file changed under the engine"); then the
+   contents of a read's buffer are undefined (read into a staging buffer). INVALID_ARGUMENT
+   for an unknown ticket (never queued, already waited for, or being waited for by another
+   thread). */
 ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket);
 
-/* Waits for every ticket queued on the engine; returns the first error (by ticket order)
-   and forgets all of them. */
+/* Waits for every ticket queued on the engine (except those another thread is waiting for
+   in zero_io_wait) and forgets them; returns the first error, by ticket order. */
 ZERODEF zero_result zero_io_wait_all(zero_io *io);
 
 /* Fault injection, for tests: the engine counts block requests as they are issued, from 1
@@ -1309,7 +1427,10 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
    collective. */
 ZERODEF void zero_engine_destroy(zero_engine *e);
 
-/* The descriptor with every default filled in (valid after create). */
+/* The descriptor with every default filled in (valid after create): the resolved Adam
+   and scaler settings (scaler.mode DYNAMIC or NONE in place of DEFAULT; init_scale 65536,
+   window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
+   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stage 3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
@@ -1399,7 +1520,11 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group);
    prefetched groups (their values are stale). info may be NULL.
    Errors (nothing changed, engine usable): INVALID_STATE before commit, before any
    gradient, after a number of micro-steps other than accum_steps, or while a group is
-   still gathered (release every group first). COMM/DEVICE: engine broken. IO (NVMe tier:
+   still gathered (release every group first). COMM/DEVICE: engine broken.
+   LOSS_SCALE (on every rank alike): the gradients overflowed while the dynamic loss scale
+   was already at scaler.min_scale, with scaler.at_min left at its default (DeepSpeed's
+   raise_error_at_min_scale): the step was skipped like any overflow (info filled, the
+   engine usable, the scaler unchanged), and the message says what to do. IO (NVMe tier:
    a read, write or checksum failed on some rank): every rank agrees on it through one
    control all-reduce and returns it, its engine broken; the failing rank's message names
    the file, offset and cause. */
@@ -1413,7 +1538,7 @@ ZERODEF int64_t zero_engine_step_count(const zero_engine *e);
 
 /* Changes the learning rate from the next step on (schedules). INVALID_ARGUMENT for a
    negative or non-finite lr. */
-ZERODEF zero_result zero_engine_set_lr(zero_engine *e, float lr);
+ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
 
 /* Device bytes held by this rank's engine, by category, now and at peak. */
 ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_memory *out);
@@ -1498,6 +1623,7 @@ ZERODEF const char *zero_result_string(zero_result result)
     case ZERO_ERROR_TIMEOUT: return "timeout";
     case ZERO_ERROR_IO: return "i/o error";
     case ZERO_ERROR_UNSUPPORTED: return "unsupported";
+    case ZERO_ERROR_LOSS_SCALE: return "overflow at the minimum loss scale";
     }
     return "unknown result";
 }
@@ -2793,12 +2919,21 @@ static int zero__estimate_all(const zero_estimate_desc *r, uint64_t p, zero_esti
     return zero__estimate_ds_cpu(r, p, &e->host_bytes);
 }
 
-/* The inverse's predicate: Psi = p is computable and its device bytes fit. Monotone: once
-   false it stays false as p grows (every byte count is non-decreasing in p). */
+/* The inverse's predicate: Psi = p's device bytes are computable and fit. A device byte
+   count past 64 bits is more than any memory, so it does not fit; the host bytes are not
+   looked at (their overflow is the forward query's error, checked at the answer).
+   Monotone: once false it stays false as p grows (every byte count is non-decreasing). */
 static int zero__estimate_fits(const zero_estimate_desc *r, uint64_t p, uint64_t memory)
 {
     zero_estimate e;
-    return zero__estimate_all(r, p, &e) == 0 && e.device_bytes <= memory;
+    uint64_t gather;
+    memset(&e, 0, sizeof e);
+    if (r->mode == ZERO_ESTIMATE_PAPER) {
+        if (zero__estimate_paper(r, p, &e)) return 0;
+    } else if (zero__estimate_ds_gpu(r, p, &e.device_bytes, &gather)) {
+        return 0;
+    }
+    return e.device_bytes <= memory;
 }
 
 ZERODEF zero_result zero_estimate_compute(const zero_estimate_desc *desc, zero_estimate *out)
@@ -2834,13 +2969,23 @@ ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
     }
     hi = ZERO_ESTIMATE_MAX_PARAMS;
     if (zero__estimate_fits(&r, hi, device_memory)) {
-        *out = hi;
-        return ZERO_OK;
+        lo = hi;
+    } else {
+        while (hi - lo > 1) { /* fits(lo) and not fits(hi) */
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (zero__estimate_fits(&r, mid, device_memory)) lo = mid;
+            else hi = mid;
+        }
     }
-    while (hi - lo > 1) { /* fits(lo) and not fits(hi) */
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (zero__estimate_fits(&r, mid, device_memory)) lo = mid;
-        else hi = mid;
+    /* the answer must be one the forward query accepts: where its host bytes overflow, so
+       does zero_estimate_compute at the answer, and the inverse says so too */
+    {
+        zero_estimate e;
+        if (zero__estimate_all(&r, lo, &e))
+            return zero__fail(ZERO_ERROR_OVERFLOW,
+                              "zero_estimate_max_params: %llu params fit the device memory but "
+                              "their host bytes overflow 64 bits (additional_buffer_factor = %g)",
+                              (unsigned long long)lo, r.additional_buffer_factor);
     }
     *out = lo;
     return ZERO_OK;
@@ -2873,6 +3018,48 @@ ZERODEF zero_result zero_estimate_max_params(const zero_estimate_desc *desc,
 
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h> /* sysconf: cores online, for the rendezvous' spin */
+
+/* The monotonic clock and the condition-variable clock are POSIX.1-2001. When the
+   implementation file included a libc header (<stdio.h>, ...) before zero.h under
+   -std=c99/c11, the request for POSIX at the top of this file came too late: glibc fixes
+   its feature set at the first header and then hides them. Declare what is hidden (the
+   signatures are fixed by POSIX; glibc's feature macros say what it declared) instead of
+   failing with an implicit declaration. Other C libraries read _POSIX_C_SOURCE per header
+   and see the request. */
+#include <sys/types.h> /* clockid_t */
+#if defined(__GLIBC__) && !defined(__USE_POSIX199309)
+extern int clock_gettime(clockid_t clock_id, struct timespec *tp);
+#endif
+#if defined(__GLIBC__) && !defined(__USE_XOPEN2K)
+extern int pthread_condattr_setclock(pthread_condattr_t *attr, clockid_t clock_id);
+#endif
+#if !defined(CLOCK_MONOTONIC) && defined(__linux__)
+#define ZERO__CLOCK_MONOTONIC ((clockid_t)1) /* the same id on every Linux architecture */
+#else
+#define ZERO__CLOCK_MONOTONIC CLOCK_MONOTONIC
+#endif
+
+/* Spinning needs atomics that C99, C11 and C++ compilers share: the GCC/Clang builtins.
+   Without them the rendezvous only sleeps (the same semantics, slower). */
+#if defined(__GNUC__) || defined(__clang__)
+#define ZERO__LOCAL_CAN_SPIN 1
+#define ZERO__LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ZERO__STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#if defined(__x86_64__) || defined(__i386__)
+#define ZERO__CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define ZERO__CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define ZERO__CPU_RELAX() ((void)0)
+#endif
+#else
+#define ZERO__LOCAL_CAN_SPIN 0
+#define ZERO__LOAD_ACQ(p) (*(p))
+#define ZERO__STORE_REL(p, v) (*(p) = (v))
+#define ZERO__CPU_RELAX() ((void)0)
+#endif
+#define ZERO__LOCAL_SPIN_US 50 /* default spin before sleeping */
 
 enum {
     ZERO__LC_BARRIER = 1,
@@ -2896,6 +3083,7 @@ typedef struct zero__local_post {
     size_t numel;
     const void *send;
     void *recv;
+    zero_comm_tag tag; /* the caller's comm->tag at the call */
 } zero__local_post;
 
 struct zero_local_group {
@@ -2905,8 +3093,11 @@ struct zero_local_group {
     zero_simd simd; /* for the fp16/bf16 <-> fp32 tiles, resolved once */
     int world;
     int timeout_ms;
+    long spin_ns;             /* spin before sleeping at a sync point; 0 = never         */
     int arrived;              /* ranks waiting at the current sync point                 */
-    unsigned long long gen;   /* sync points completed                                   */
+    unsigned long long gen;   /* sync points completed (stored with release: spinners
+                                 read it without the lock)                               */
+    int stop;                 /* 1 once broken (atomic): ends a spin                     */
     int active;               /* ranks inside a data phase                               */
     zero_result broken;       /* ZERO_OK, or why every call now fails                    */
     char broken_msg[256];
@@ -2916,7 +3107,7 @@ struct zero_local_group {
     unsigned char *has_comm;  /* [world]                                                 */
     zero__local_post *posts;  /* [2][world]: by parity of the collective's sequence       */
     int verdict_ok[2];
-    char verdict_msg[2][320];
+    char verdict_msg[2][448];
 };
 
 typedef struct zero__local_comm {
@@ -2924,9 +3115,25 @@ typedef struct zero__local_comm {
     zero_local_group *group;
     unsigned long long seq; /* collectives this rank has called */
     const void **srcs;      /* [world]: the inputs of one reduction */
+    long spin_ns;           /* this rank's current spin budget (adaptive, <= group's) */
 } zero__local_comm;
 
 static void zero__local_destroy(zero_comm *comm);
+
+ZERODEF const char *zero_comm_role_name(int32_t role)
+{
+    switch (role) {
+    case ZERO_ROLE_NONE: return "untagged";
+    case ZERO_ROLE_GATHER: return "gather";
+    case ZERO_ROLE_GRAD_REDUCE: return "grad_reduce";
+    case ZERO_ROLE_PARAM_UPDATE: return "param_update";
+    case ZERO_ROLE_FLAG: return "flag";
+    case ZERO_ROLE_NORM: return "norm";
+    case ZERO_ROLE_COMMIT: return "commit";
+    case ZERO_ROLE_OFFLOAD: return "offload";
+    }
+    return "?";
+}
 
 static const char *zero__local_kind_name(int kind)
 {
@@ -2938,6 +3145,19 @@ static const char *zero__local_kind_name(int kind)
     case ZERO__LC_BROADCAST: return "broadcast";
     }
     return "?";
+}
+
+/* " group 0 (gather, seq 12)", " (flag, seq 40)", or "" when untagged. */
+static void zero__local_describe_tag(char *buf, size_t size, const zero_comm_tag *t)
+{
+    if (t->role == ZERO_ROLE_NONE)
+        buf[0] = '\0';
+    else if (t->group >= 0)
+        snprintf(buf, size, " group %d (%s, seq %llu)", (int)t->group, zero_comm_role_name(t->role),
+                 (unsigned long long)t->seq);
+    else
+        snprintf(buf, size, " (%s, seq %llu)", zero_comm_role_name(t->role),
+                 (unsigned long long)t->seq);
 }
 
 /* "all_reduce(numel 10, f32, sum)" */
@@ -2964,11 +3184,18 @@ static int zero__local_same(const zero__local_post *a, const zero__local_post *b
            a->dtype == b->dtype && a->op == b->op && a->root == b->root;
 }
 
+/* Tags agree when either side is untagged (role 0) or group, role and seq are equal. */
+static int zero__local_same_tag(const zero_comm_tag *a, const zero_comm_tag *b)
+{
+    return a->role == ZERO_ROLE_NONE || b->role == ZERO_ROLE_NONE ||
+           (a->group == b->group && a->role == b->role && a->seq == b->seq);
+}
+
 /* Under the lock, by the last rank to post: do all posts of parity 'par' agree? */
 static int zero__local_judge(zero_local_group *g, int par, unsigned long long seq)
 {
     const zero__local_post *p = g->posts + (size_t)par * (size_t)g->world;
-    char a[96], b[96];
+    char a[96], b[96], ta[64], tb[64];
     int r;
     for (r = 0; r < g->world; r++)
         if (p[r].bad) {
@@ -2981,9 +3208,21 @@ static int zero__local_judge(zero_local_group *g, int par, unsigned long long se
         if (!zero__local_same(&p[0], &p[r])) {
             zero__local_describe(a, sizeof a, &p[0]);
             zero__local_describe(b, sizeof b, &p[r]);
+            zero__local_describe_tag(ta, sizeof ta, &p[0].tag);
+            zero__local_describe_tag(tb, sizeof tb, &p[r].tag);
             snprintf(g->verdict_msg[par], sizeof g->verdict_msg[par],
-                     "ranks disagree at collective #%llu: rank 0 called %s, rank %d called %s",
-                     seq, a, r, b);
+                     "ranks disagree at collective #%llu: rank 0 called %s%s, rank %d called %s%s",
+                     seq, a, ta, r, b, tb);
+            return 0;
+        }
+    for (r = 1; r < g->world; r++)
+        if (!zero__local_same_tag(&p[0].tag, &p[r].tag)) {
+            /* same arguments, different purpose: the ranks' control flow diverged */
+            zero__local_describe_tag(ta, sizeof ta, &p[0].tag);
+            zero__local_describe_tag(tb, sizeof tb, &p[r].tag);
+            snprintf(g->verdict_msg[par], sizeof g->verdict_msg[par],
+                     "ranks disagree at collective #%llu: rank 0 %s%s vs rank %d %s%s", seq,
+                     zero__local_kind_name(p[0].kind), ta, r, zero__local_kind_name(p[r].kind), tb);
             return 0;
         }
     g->verdict_msg[par][0] = '\0';
@@ -2999,6 +3238,7 @@ static void zero__local_break(zero_local_group *g, zero_result why, const char *
     va_list ap;
     if (g->broken != ZERO_OK) return;
     g->broken = why;
+    ZERO__STORE_REL(&g->stop, 1);
     va_start(ap, fmt);
     vsnprintf(g->broken_msg, sizeof g->broken_msg, fmt, ap);
     va_end(ap);
@@ -3010,7 +3250,7 @@ static void zero__local_deadline(const zero_local_group *g, struct timespec *ts)
 #if defined(__APPLE__)
     clock_gettime(CLOCK_REALTIME, ts);
 #else
-    clock_gettime(CLOCK_MONOTONIC, ts); /* the cond waits on this clock (condattr) */
+    clock_gettime(ZERO__CLOCK_MONOTONIC, ts); /* the cond waits on this clock (condattr) */
 #endif
     ts->tv_sec += g->timeout_ms / 1000;
     ts->tv_nsec += (long)(g->timeout_ms % 1000) * 1000000L;
@@ -3028,6 +3268,38 @@ static zero_result zero__local_fail_broken(zero_local_group *g, const char *what
         if (pthread_cond_wait(&g->cv, &g->mu) != 0) break; /* cannot fail on a held mutex */
     pthread_mutex_unlock(&g->mu);
     return zero__fail(why, "%s (rank %d): group is broken: %s", what, rank, g->broken_msg);
+}
+
+/* Called with the lock held by a rank that must wait for generation my_gen to end: drops
+   the lock and spins (reading gen with acquire, pausing the core) for up to spin_ns. Returns
+   1 (lock NOT held) when the generation ended; 0 (lock held again) when the spin ran out or
+   the group broke, and the caller sleeps on the condition variable as before. A spin never
+   outlasts the deadline: spin_ns is at most a quarter of the timeout. */
+static int zero__local_spin(zero_local_group *g, unsigned long long my_gen, long spin_ns)
+{
+#if ZERO__LOCAL_CAN_SPIN
+    struct timespec t0, t;
+    long i;
+    pthread_mutex_unlock(&g->mu);
+    clock_gettime(ZERO__CLOCK_MONOTONIC, &t0);
+    for (i = 1;; i++) {
+        if (ZERO__LOAD_ACQ(&g->gen) != my_gen) return 1;
+        if (ZERO__LOAD_ACQ(&g->stop)) break;
+        ZERO__CPU_RELAX();
+        if ((i & 63) == 0) {
+            clock_gettime(ZERO__CLOCK_MONOTONIC, &t);
+            if ((long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > spin_ns)
+                break;
+        }
+    }
+    pthread_mutex_lock(&g->mu); /* cannot fail: the mutex was held by this thread a moment ago */
+    return 0;
+#else
+    (void)g;
+    (void)my_gen;
+    (void)spin_ns;
+    return 0;
+#endif
 }
 
 /* One sync point for rank c. At ZERO__SYNC_POST the rank publishes *post first; the
@@ -3054,16 +3326,32 @@ static zero_result zero__local_sync(zero__local_comm *c, int point, const zero__
     if (++g->arrived == world) {
         g->arrived = 0;
         memset(g->here, 0, (size_t)world);
-        g->gen++;
         if (point == ZERO__SYNC_POST) {
             g->verdict_ok[par] = zero__local_judge(g, par, c->seq);
             g->active = g->verdict_ok[par] && post->kind != ZERO__LC_BARRIER ? world : 0;
         } else if (point == ZERO__SYNC_MID) {
             g->active = world;
         }
+        /* release: a spinning peer that sees the new generation also sees the verdict, the
+           posts and every write its peers made before they arrived */
+        ZERO__STORE_REL(&g->gen, g->gen + 1);
         pthread_cond_broadcast(&g->cv);
     } else {
         my_gen = g->gen;
+        if (c->spin_ns > 0) {
+            /* Adaptive: a spin that ends in time doubles the next budget (up to the
+               group's), one that runs out halves it (down to 1 us, which keeps probing):
+               when peers keep arriving late (a busy machine, long compute between
+               collectives) spinning costs almost nothing. */
+            if (zero__local_spin(g, my_gen, c->spin_ns)) {
+                /* the generation moved while this rank spun without the lock (acquire):
+                   the same outcome as a wake-up below, without sleeping */
+                c->spin_ns = c->spin_ns * 2 < g->spin_ns ? c->spin_ns * 2 : g->spin_ns;
+                if (ok) *ok = g->verdict_ok[par];
+                return ZERO_OK;
+            }
+            c->spin_ns = c->spin_ns / 2 > 1000 ? c->spin_ns / 2 : 1000;
+        }
         while (g->gen == my_gen) {
             if (g->broken != ZERO_OK) return zero__local_fail_broken(g, what, rank);
             rc = pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
@@ -3216,6 +3504,7 @@ static zero_result zero__local_collective(zero_comm *comm, zero__local_post *p)
     rank = comm->rank;
     world = g->world;
     why[0] = '\0';
+    p->tag = comm->tag;
     zero__local_check(p, g, why, sizeof why);
     c->seq++;
     res = zero__local_sync(c, ZERO__SYNC_POST, p, &ok);
@@ -3408,6 +3697,14 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
     g->allocator = a;
     g->world = desc->world;
     g->timeout_ms = desc->timeout_ms ? desc->timeout_ms : 60000;
+    {   /* adaptive: spin only when every rank can have a core of its own */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int us = desc->spin_us == 0 ? ZERO__LOCAL_SPIN_US : desc->spin_us;
+        if (us > 1000000) us = 1000000; /* at most 1 s per sync point */
+        if ((long long)us > (long long)g->timeout_ms * 250) /* a quarter of the timeout */
+            us = (int)((long long)g->timeout_ms * 250);
+        g->spin_ns = us > 0 && cores >= (long)desc->world && ZERO__LOCAL_CAN_SPIN ? (long)us * 1000L : 0;
+    }
     g->simd = zero_simd_detect();
     g->here = (unsigned char *)zero__alloc(&a, w);
     g->has_comm = (unsigned char *)zero__alloc(&a, w);
@@ -3428,7 +3725,7 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
         rc = pthread_condattr_init(&attr);
         if (rc == 0) {
 #if !defined(__APPLE__)
-            rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+            rc = pthread_condattr_setclock(&attr, ZERO__CLOCK_MONOTONIC);
 #endif
             if (rc == 0) rc = pthread_cond_init(&g->cv, &attr);
             pthread_condattr_destroy(&attr);
@@ -3482,6 +3779,7 @@ ZERODEF zero_result zero_local_comm_create(zero_local_group *group, int rank, ze
     c->base.rank = rank;
     c->base.world = group->world;
     c->group = group;
+    c->spin_ns = group->spin_ns;
     pthread_mutex_lock(&group->mu);
     if (group->has_comm[rank])
         res = zero__fail(ZERO_ERROR_INVALID_STATE, "zero_local_comm_create: rank %d already has a comm",
@@ -4595,27 +4893,27 @@ ZERODEF zero_result zero_adam_desc_resolve(zero_adam_desc *out, const zero_adam_
         memset(&d, 0, sizeof d);
     }
     if (d.mode == ZERO_ADAM_DEFAULT) d.mode = ZERO_ADAMW;
-    if (d.lr == 0.0f) d.lr = 1e-3f;
-    if (d.beta1 == 0.0f) d.beta1 = 0.9f;
-    if (d.beta2 == 0.0f) d.beta2 = 0.999f;
-    if (d.eps == 0.0f) d.eps = 1e-8f;
+    if (d.lr == 0.0) d.lr = 1e-3;
+    if (d.beta1 == 0.0) d.beta1 = 0.9;
+    if (d.beta2 == 0.0) d.beta2 = 0.999;
+    if (d.eps == 0.0) d.eps = 1e-8;
     if (d.mode != ZERO_ADAMW && d.mode != ZERO_ADAM)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_desc_resolve: mode = %d",
                           (int)d.mode);
     /* comparisons written so that NaN fails them */
-    if (!(d.lr >= 0.0f) || !isfinite(d.lr))
+    if (!(d.lr >= 0.0) || !isfinite(d.lr))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: lr = %g (must be finite and >= 0)", (double)d.lr);
-    if (!(d.beta1 >= 0.0f && d.beta1 < 1.0f))
+    if (!(d.beta1 >= 0.0 && d.beta1 < 1.0))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: beta1 = %g (must be in [0, 1))", (double)d.beta1);
-    if (!(d.beta2 >= 0.0f && d.beta2 < 1.0f))
+    if (!(d.beta2 >= 0.0 && d.beta2 < 1.0))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: beta2 = %g (must be in [0, 1))", (double)d.beta2);
-    if (!(d.eps > 0.0f) || !isfinite(d.eps))
+    if (!(d.eps > 0.0) || !isfinite(d.eps))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: eps = %g (must be finite and > 0)", (double)d.eps);
-    if (!(d.weight_decay >= 0.0f) || !isfinite(d.weight_decay))
+    if (!(d.weight_decay >= 0.0) || !isfinite(d.weight_decay))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_desc_resolve: weight_decay = %g (must be finite and >= 0)",
                           (double)d.weight_decay);
@@ -4624,7 +4922,7 @@ ZERODEF zero_result zero_adam_desc_resolve(zero_adam_desc *out, const zero_adam_
 }
 
 ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_desc *desc,
-                                         float weight_decay, int64_t step)
+                                         double weight_decay, int64_t step)
 {
     zero_adam_desc d;
     zero_adam_coefs c;
@@ -4638,36 +4936,42 @@ ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_d
     if (step < 1)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_coefs_make: step = %lld (steps count from 1)", (long long)step);
-    if (!(weight_decay >= 0.0f) || !isfinite(weight_decay))
+    if (!(weight_decay >= 0.0) || !isfinite(weight_decay))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_coefs_make: weight_decay = %g (must be finite and >= 0)",
                           (double)weight_decay);
     t = (double)step;
-    lr = (double)d.lr;
-    b1 = (double)d.beta1;
-    b2 = (double)d.beta2;
-    wd = (double)weight_decay;
+    lr = d.lr;
+    b1 = d.beta1;
+    b2 = d.beta2;
+    wd = weight_decay;
     bc1 = 1.0 - pow(b1, t);
     bc2 = 1.0 - pow(b2, t);
-    c.beta1 = d.beta1;
+    c.beta1 = (float)b1;
     c.one_minus_beta1 = (float)(1.0 - b1);
-    c.beta2 = d.beta2;
+    c.beta2 = (float)b2;
     c.one_minus_beta2 = (float)(1.0 - b2);
     c.step_size = (float)(lr / bc1);
     c.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    c.eps = d.eps;
+    c.eps = (float)d.eps;
     if (d.mode == ZERO_ADAMW) {
-        c.decay = (float)(1.0 - lr * wd);
+        c.neg_lr_wd = (float)(-(lr * wd));
         c.l2 = 0.0f;
     } else {
-        c.decay = 1.0f;
-        c.l2 = weight_decay;
+        c.neg_lr_wd = 0.0f;
+        c.l2 = (float)wd;
     }
-    if (!isfinite(c.step_size) || !isfinite(c.inv_sqrt_bc2) || !isfinite(c.decay))
+    if (!(c.beta1 < 1.0f) || !(c.beta2 < 1.0f) || !(c.eps > 0.0f))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_adam_coefs_make: beta1 = %.17g, beta2 = %.17g, eps = %g: a beta "
+                          "that rounds to 1 or an eps that rounds to 0 in fp32",
+                          d.beta1, d.beta2, d.eps);
+    if (!isfinite(c.step_size) || !isfinite(c.inv_sqrt_bc2) || !isfinite(c.neg_lr_wd) ||
+        !isfinite(c.l2))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_coefs_make: lr = %g, weight_decay = %g at step %lld give a "
                           "coefficient that is not finite in fp32",
-                          (double)d.lr, (double)weight_decay, (long long)step);
+                          d.lr, weight_decay, (long long)step);
     *out = c;
     return ZERO_OK;
 }
@@ -4726,7 +5030,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
     const __m256 b1 = _mm256_set1_ps(c->beta1), omb1 = _mm256_set1_ps(c->one_minus_beta1);
     const __m256 b2 = _mm256_set1_ps(c->beta2), omb2 = _mm256_set1_ps(c->one_minus_beta2);
     const __m256 ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2), eps = _mm256_set1_ps(c->eps);
-    const __m256 decay = _mm256_set1_ps(c->decay), nstep = _mm256_set1_ps(-c->step_size);
+    const __m256 nlwd = _mm256_set1_ps(c->neg_lr_wd), nstep = _mm256_set1_ps(-c->step_size);
     size_t i = *pi;
     for (; i + 8 <= end; i += 8) {
         __m256 g, p, m, v, mm, vv, denom, pp;
@@ -4741,7 +5045,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
         mm = _mm256_fmadd_ps(b1, m, _mm256_mul_ps(omb1, g));
         vv = _mm256_fmadd_ps(b2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
         denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ibc2, eps);
-        pp = _mm256_mul_ps(p, decay);
+        pp = _mm256_fmadd_ps(nlwd, p, p);                                  /* fmaf(neg_lr_wd, p, p) */
         p = _mm256_fmadd_ps(nstep, _mm256_div_ps(mm, denom), pp);
         _mm256_storeu_ps(r->master + i, p);
         _mm256_storeu_ps(r->m + i, mm);
@@ -4761,7 +5065,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
     const __m512 b1 = _mm512_set1_ps(c->beta1), omb1 = _mm512_set1_ps(c->one_minus_beta1);
     const __m512 b2 = _mm512_set1_ps(c->beta2), omb2 = _mm512_set1_ps(c->one_minus_beta2);
     const __m512 ibc2 = _mm512_set1_ps(c->inv_sqrt_bc2), eps = _mm512_set1_ps(c->eps);
-    const __m512 decay = _mm512_set1_ps(c->decay), nstep = _mm512_set1_ps(-c->step_size);
+    const __m512 nlwd = _mm512_set1_ps(c->neg_lr_wd), nstep = _mm512_set1_ps(-c->step_size);
     size_t i = *pi;
     for (; i + 16 <= end; i += 16) {
         __m512 g, p, m, v, mm, vv, denom, pp;
@@ -4776,7 +5080,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
         mm = _mm512_fmadd_ps(b1, m, _mm512_mul_ps(omb1, g));
         vv = _mm512_fmadd_ps(b2, v, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
         denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), ibc2, eps);
-        pp = _mm512_mul_ps(p, decay);
+        pp = _mm512_fmadd_ps(nlwd, p, p);
         p = _mm512_fmadd_ps(nstep, _mm512_div_ps(mm, denom), pp);
         _mm512_storeu_ps(r->master + i, p);
         _mm512_storeu_ps(r->m + i, mm);
@@ -4931,15 +5235,30 @@ ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam
                           "zero_adam_host: pthread_join of worker %d failed", join_failed);
     return ZERO_OK;
 }
-/* Scaler implementation: DeepSpeed's DynamicLossScaler rule.
+/* Scaler implementation: DeepSpeed's DynamicLossScaler rule, as of DeepSpeed 0.17.1 (up
+   to 0.17.0 the growth test was (iter - last_overflow_iter) % window == 0, one step
+   earlier).
 
-   overflow:    if hysteresis == 1 or cur_hysteresis == 1: scale = max(scale / factor, min)
+   overflow:    if hysteresis == 1 or cur_hysteresis == 1:
+                    if error_at_min and scale == min: error, nothing changes
+                    scale = max(scale / factor, min)
                 else cur_hysteresis -= 1;  last_overflow_iter = iter
    no overflow: if consecutive_hysteresis: cur_hysteresis = hysteresis
-                if (iter - last_overflow_iter) % window == 0:
+                stable = iter - last_overflow_iter - 1
+                if stable > 0 and stable % window == 0:
                     if not consecutive_hysteresis: cur_hysteresis = hysteresis
                     scale *= factor (kept if the product would not be finite)
    then iter += 1. */
+
+/* The numeric defaults of a scaler descriptor (DeepSpeed's), filled in place. */
+static void zero__scaler_defaults(zero_scaler_desc *d)
+{
+    if (d->init_scale == 0.0f) d->init_scale = 65536.0f;
+    if (d->window == 0) d->window = 1000;
+    if (d->hysteresis == 0) d->hysteresis = 2;
+    if (d->min_scale == 0.0f) d->min_scale = 1.0f;
+    if (d->factor == 0.0f) d->factor = 2.0f;
+}
 
 ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc *desc,
                                      zero_dtype param_dtype)
@@ -4956,6 +5275,9 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
     mode = (int)d.mode;
     if (mode < ZERO_SCALER_DEFAULT || mode > ZERO_SCALER_NONE)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_scaler_init: mode = %d", mode);
+    if ((int)d.at_min < ZERO_SCALER_AT_MIN_DEFAULT || (int)d.at_min > ZERO_SCALER_AT_MIN_SKIP)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_scaler_init: at_min = %d",
+                          (int)d.at_min);
     if (mode == ZERO_SCALER_DEFAULT) {
         if (param_dtype == ZERO_F16)
             mode = ZERO_SCALER_DYNAMIC;
@@ -4967,11 +5289,7 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
                               "resolved dtype (f16, bf16, f32 or f64)",
                               (int)param_dtype);
     }
-    if (d.init_scale == 0.0f) d.init_scale = 65536.0f;
-    if (d.window == 0) d.window = 1000;
-    if (d.hysteresis == 0) d.hysteresis = 2;
-    if (d.min_scale == 0.0f) d.min_scale = 1.0f;
-    if (d.factor == 0.0f) d.factor = 2.0f;
+    zero__scaler_defaults(&d);
     /* !(x > 0) also refuses NaN */
     if (!(d.init_scale > 0.0f) || !isfinite(d.init_scale))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -5004,27 +5322,31 @@ ZERODEF zero_result zero_scaler_init(zero_scaler *scaler, const zero_scaler_desc
     s.cur_hysteresis = d.hysteresis;
     s.consecutive_hysteresis = d.consecutive_hysteresis != 0;
     s.dynamic = mode == ZERO_SCALER_DYNAMIC;
+    s.error_at_min = d.at_min != ZERO_SCALER_AT_MIN_SKIP;
     s.iter = 0;
     s.last_overflow_iter = -1;
     *scaler = s;
     return ZERO_OK;
 }
 
-ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow)
+ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow)
 {
-    if (!scaler) return;
+    if (!scaler) return ZERO_ERROR_INVALID_ARGUMENT;
     if (scaler->dynamic) {
         if (overflow) {
             if (scaler->hysteresis == 1 || scaler->cur_hysteresis == 1) {
                 float cut = scaler->scale / scaler->factor;
+                if (scaler->error_at_min && scaler->scale == scaler->min_scale)
+                    return ZERO_ERROR_LOSS_SCALE; /* nothing changed */
                 scaler->scale = cut > scaler->min_scale ? cut : scaler->min_scale;
             } else {
                 scaler->cur_hysteresis -= 1;
             }
             scaler->last_overflow_iter = scaler->iter;
         } else {
+            int64_t stable = scaler->iter - scaler->last_overflow_iter - 1; /* good steps before */
             if (scaler->consecutive_hysteresis) scaler->cur_hysteresis = scaler->hysteresis;
-            if ((scaler->iter - scaler->last_overflow_iter) % scaler->window == 0) {
+            if (stable > 0 && stable % scaler->window == 0) {
                 float grown = scaler->scale * scaler->factor;
                 if (!scaler->consecutive_hysteresis) scaler->cur_hysteresis = scaler->hysteresis;
                 if (isfinite(grown)) scaler->scale = grown; /* an inf scale would never recover */
@@ -5034,6 +5356,7 @@ ZERODEF void zero_scaler_update(zero_scaler *scaler, int overflow)
         scaler->last_overflow_iter = scaler->iter;
     }
     scaler->iter += 1;
+    return ZERO_OK;
 }
 /* NVMe I/O implementation: see the NVMe I/O declarations and docs/nvme.md.
 
@@ -5245,6 +5568,7 @@ typedef struct zero__io_op {
     int outstanding;  /* requests in flight                                       */
     int done;
     int failed;
+    int claimed; /* a thread is waiting for it in zero_io_wait / wait_all */
     char msg[384];
     struct zero__io_op *next;       /* all ops, by ticket */
     struct zero__io_op *next_issue; /* ops with bytes left to issue */
@@ -6258,6 +6582,7 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     char msg[sizeof op->msg];
     int verify;
     long ri;
+    op->claimed = 1;
     zero__io_wait_op(io, op);
     ri = zero__io_range_find(op->file, op->offset); /* the range's state changes at the wait */
     if (ri >= 0) {
@@ -6306,10 +6631,11 @@ ZERODEF zero_result zero_io_wait(zero_io *io, zero_io_ticket ticket)
     pthread_mutex_lock(&io->mu);
     for (op = io->ops; op && op->ticket != ticket; op = op->next) {
     }
-    if (!op || ticket == 0) {
+    if (!op || ticket == 0 || op->claimed) {
         pthread_mutex_unlock(&io->mu);
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
-                          "zero_io_wait: ticket %llu is unknown (never queued, or already waited for)",
+                          "zero_io_wait: ticket %llu is unknown (never queued, already waited for, "
+                          "or being waited for by another thread)",
                           (unsigned long long)ticket);
     }
     r = zero__io_finish(io, op);
@@ -6324,8 +6650,12 @@ ZERODEF zero_result zero_io_wait_all(zero_io *io)
     msg[0] = '\0';
     if (!io) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_io_wait_all: io is NULL");
     pthread_mutex_lock(&io->mu);
-    while (io->ops) {
-        zero_result r = zero__io_finish(io, io->ops);
+    for (;;) {
+        zero__io_op *op = io->ops;
+        zero_result r;
+        while (op && op->claimed) op = op->next; /* another thread's wait owns those */
+        if (!op) break;
+        r = zero__io_finish(io, op);
         if (r != ZERO_OK && first == ZERO_OK) {
             first = r;
             snprintf(msg, sizeof msg, "%s", zero_last_error());
@@ -6553,6 +6883,7 @@ struct zero_engine {
     unsigned char *hpg;
     size_t hpg_stride;
     zero_io_ticket hpg_ticket[2];
+    uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -6670,11 +7001,25 @@ static void zero__eng_count(zero_engine *e, zero_coll kind, double numel, zero_d
     e->traffic_total.bytes[kind] += bytes;
 }
 
-static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *recv,
-                                        size_t send_numel, zero_dtype dtype)
+/* Every engine collective carries its identity (group, role, running count) in the comm's
+   tag; the tag is cleared after the call so a direct user of the same comm is untagged. */
+static void zero__eng_tag(zero_engine *e, int group, zero_comm_role role)
 {
-    zero_result r = e->comm->ops->all_gather(e->comm, send, recv, send_numel, dtype,
-                                             zero__eng_comm_queue(e));
+    e->comm->tag.group = (int32_t)group;
+    e->comm->tag.role = (int32_t)role;
+    e->comm->tag.seq = e->coll_seq++;
+}
+
+static void zero__eng_untag(zero_engine *e) { memset(&e->comm->tag, 0, sizeof e->comm->tag); }
+
+static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *recv,
+                                        size_t send_numel, zero_dtype dtype, int group,
+                                        zero_comm_role role)
+{
+    zero_result r;
+    zero__eng_tag(e, group, role);
+    r = e->comm->ops->all_gather(e->comm, send, recv, send_numel, dtype, zero__eng_comm_queue(e));
+    zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(e->world - 1),
                         dtype);
@@ -6682,10 +7027,13 @@ static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *
 }
 
 static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, void *recv,
-                                            size_t recv_numel, zero_dtype dtype)
+                                            size_t recv_numel, zero_dtype dtype, int group)
 {
-    zero_result r = e->comm->ops->reduce_scatter(e->comm, send, recv, recv_numel, dtype,
-                                                 ZERO_OP_SUM, zero__eng_comm_queue(e));
+    zero_result r;
+    zero__eng_tag(e, group, ZERO_ROLE_GRAD_REDUCE);
+    r = e->comm->ops->reduce_scatter(e->comm, send, recv, recv_numel, dtype, ZERO_OP_SUM,
+                                     zero__eng_comm_queue(e));
+    zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, ZERO_COLL_REDUCE_SCATTER,
                         (double)recv_numel * (double)(e->world - 1), dtype);
@@ -6693,10 +7041,13 @@ static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, vo
 }
 
 static zero_result zero__eng_all_reduce(zero_engine *e, const void *send, void *recv,
-                                        size_t numel, zero_dtype dtype, zero_op op, int control)
+                                        size_t numel, zero_dtype dtype, zero_op op, int control,
+                                        int group, zero_comm_role role)
 {
-    zero_result r = e->comm->ops->all_reduce(e->comm, send, recv, numel, dtype, op,
-                                             zero__eng_comm_queue(e));
+    zero_result r;
+    zero__eng_tag(e, group, role);
+    r = e->comm->ops->all_reduce(e->comm, send, recv, numel, dtype, op, zero__eng_comm_queue(e));
+    zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, control ? ZERO_COLL_CONTROL : ZERO_COLL_ALL_REDUCE,
                         2.0 * (double)numel * (double)(e->world - 1) / (double)e->world, dtype);
@@ -6882,6 +7233,10 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
         return zero__fail(r, "zero_engine_create: %.380s", prev);
     }
     d.adam = e->adam;
+    /* get_desc reports the scaler as it runs: the mode resolved, every default filled. */
+    zero__scaler_defaults(&d.scaler);
+    if (d.scaler.mode == ZERO_SCALER_DEFAULT)
+        d.scaler.mode = e->scaler.dynamic ? ZERO_SCALER_DYNAMIC : ZERO_SCALER_NONE;
     e->d = d;
     e->dev = d.device;
     e->comm = d.comm;
@@ -7017,6 +7372,13 @@ static uint64_t zero__eng_fbits(float f)
     return u;
 }
 
+static uint64_t zero__eng_dbits(double f)
+{
+    uint64_t u;
+    memcpy(&u, &f, 8);
+    return u;
+}
+
 /* Everything the ranks must agree on: the plan, the settings and the tensor flags. */
 static uint64_t zero__eng_hash(const zero_engine *e)
 {
@@ -7033,17 +7395,18 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->persist_numel);
     h = zero__eng_mix(h, zero__eng_fbits(d->clip_norm));
     h = zero__eng_mix(h, (uint64_t)e->adam.mode);
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.lr));
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.beta1));
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.beta2));
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.eps));
-    h = zero__eng_mix(h, zero__eng_fbits(e->adam.weight_decay));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.lr));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.beta1));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.beta2));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.eps));
+    h = zero__eng_mix(h, zero__eng_dbits(e->adam.weight_decay));
     h = zero__eng_mix(h, zero__eng_fbits(e->scaler.scale));
     h = zero__eng_mix(h, (uint64_t)e->scaler.dynamic);
     h = zero__eng_mix(h, zero__eng_fbits(e->scaler.factor));
     h = zero__eng_mix(h, zero__eng_fbits(e->scaler.min_scale));
     h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.window);
     h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.hysteresis);
+    h = zero__eng_mix(h, (uint64_t)e->scaler.error_at_min);
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
@@ -7094,10 +7457,11 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     int ovf = 0;
     e->G = G;
     e->groups = (zero__eng_group *)zero__alloc(a, (size_t)G * sizeof *e->groups);
+    /* cleared at once: destroy reads the event pointers of every group whatever fails next */
+    if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
     if (!e->groups || !e->pending)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
-    memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->M = e->Mnp = 0;
     for (g = 0; g < G; g++) {
         zero_group_info gi;
@@ -7169,7 +7533,13 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (e->stage == 3 && e->Mnp > 0) {
         size_t live = e->d.max_live_numel;
         if (live == 0) {
-            ovf |= zero__mul_size(e->Mnp, (size_t)(2 + e->depth), &live);
+            /* checked: a group of SIZE_MAX / 3 elements or more has no default pool */
+            if (zero__mul_size(e->Mnp, (size_t)(2 + e->depth), &live) != 0)
+                return zero__fail(ZERO_ERROR_OVERFLOW,
+                                  "zero_engine_commit: the default max_live_numel, (2 + prefetch "
+                                  "depth %d) x largest stage-3 group (%zu elements), overflows "
+                                  "size_t",
+                                  e->depth, e->Mnp);
             e->d.max_live_numel = live;
         }
         if (e->Mnp > live)
@@ -7517,7 +7887,7 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
                   "step: upload");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
     ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 24, e->scratch + 24, 2, ZERO_F64,
-                                          ZERO_OP_MAX, 1),
+                                          ZERO_OP_MAX, 1, -1, ZERO_ROLE_OFFLOAD),
                   "step: all_reduce of the NVMe status");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch + 24, sizeof v),
@@ -7978,7 +8348,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                   "zero_engine_commit: event");
     ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 24, e->scratch + 24, 5, ZERO_F64,
-                                          ZERO_OP_MAX, 1),
+                                          ZERO_OP_MAX, 1, -1, ZERO_ROLE_COMMIT),
                   "zero_engine_commit: plan hash all-reduce");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
                   "zero_engine_commit: event");
@@ -8103,13 +8473,16 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int k, int collec
         src = e->tc;
     }
     if (e->stage == 0) {
-        if (k == 0) return zero__eng_all_reduce(e, src, acc, eg->numel, e->cd, ZERO_OP_SUM, 0);
-        r = zero__eng_all_reduce(e, src, src, eg->numel, e->cd, ZERO_OP_SUM, 0);
+        if (k == 0)
+            return zero__eng_all_reduce(e, src, acc, eg->numel, e->cd, ZERO_OP_SUM, 0, g,
+                                        ZERO_ROLE_GRAD_REDUCE);
+        r = zero__eng_all_reduce(e, src, src, eg->numel, e->cd, ZERO_OP_SUM, 0, g,
+                                 ZERO_ROLE_GRAD_REDUCE);
         if (r != ZERO_OK || collective_only) return r;
         return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, src, e->cd, eg->numel);
     }
-    if (k == 0) return zero__eng_reduce_scatter(e, src, acc, eg->shard_numel, e->cd);
-    r = zero__eng_reduce_scatter(e, src, e->ts, eg->shard_numel, e->cd);
+    if (k == 0) return zero__eng_reduce_scatter(e, src, acc, eg->shard_numel, e->cd, g);
+    r = zero__eng_reduce_scatter(e, src, e->ts, eg->shard_numel, e->cd, g);
     if (r != ZERO_OK) return r;
     return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, e->ts, e->cd, eg->shard_numel);
 }
@@ -8285,7 +8658,7 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, int s)
         src = dst + (size_t)e->rank * eg->shard_numel * e->p;
     }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
-    ZERO__ENG_TRY(e, zero__eng_all_gather(e, src, dst, eg->shard_numel, e->gd),
+    ZERO__ENG_TRY(e, zero__eng_all_gather(e, src, dst, eg->shard_numel, e->gd, g, ZERO_ROLE_GATHER),
                   "gather: all_gather");
     ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, eg->ev_gathered), "gather: event");
     e->gslots[s].group = g;
@@ -8399,7 +8772,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     double *sumsq;
     float *flag, *mul;
     zero_adam_coefs co_wd, co_nowd;
-    int g, t, i;
+    int g, t, i, at_min;
     if (r != ZERO_OK) return r;
     dev = e->dev;
     if (e->micro != e->accum || e->ready_in_micro != 0) {
@@ -8442,9 +8815,11 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     }
     /* 2. every rank agrees on skipping and on the norm. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, flag, flag, 1, ZERO_F32, ZERO_OP_MAX, 1),
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, flag, flag, 1, ZERO_F32, ZERO_OP_MAX, 1, -1,
+                                          ZERO_ROLE_FLAG),
                   "step: all_reduce of the inf/NaN flag");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, sumsq, sumsq, 1, ZERO_F64, ZERO_OP_SUM, 1),
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, sumsq, sumsq, 1, ZERO_F64, ZERO_OP_SUM, 1, -1,
+                                          ZERO_ROLE_NORM),
                   "step: all_reduce of the sum of squares");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->grad_mul(dev, ZERO_QUEUE_COMPUTE, sumsq, flag, unscale,
@@ -8452,7 +8827,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                   "step: grad_mul");
     /* 3. Adam/AdamW per (tensor x shard) segment; padding is never touched. */
     r = zero_adam_coefs_make(&co_wd, &e->adam, e->adam.weight_decay, e->step + 1);
-    if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->adam, 0.0f, e->step + 1);
+    if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->adam, 0.0, e->step + 1);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
     if (e->oopt && (r = zero__eng_step_offload(e, &co_wd, &co_nowd)) != ZERO_OK) return r;
     for (t = 0; t < e->ntensors && !e->oopt; t++) {
@@ -8509,7 +8884,8 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                 if (e->stage == 3 && !e->groups[g].persistent) continue;
                 ZERO__ENG_TRY_IN_GROUP(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
                                                                zero__eng_param_whole(e, g),
-                                                               e->groups[g].shard_numel, e->gd),
+                                                               e->groups[g].shard_numel, e->gd,
+                                                               g, ZERO_ROLE_PARAM_UPDATE),
                                        "step: all_gather of updated params");
             }
             ZERO__ENG_TRY(e, zero__eng_group_end(e), "step: group_end");
@@ -8522,7 +8898,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                                         3 * sizeof(float)),
                   "step: download");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-    zero_scaler_update(&e->scaler, host[0] != 0.0f);
+    at_min = zero_scaler_update(&e->scaler, host[0] != 0.0f) == ZERO_ERROR_LOSS_SCALE;
     if (host[0] == 0.0f) e->step++;
     e->micro = 0;
     e->ready_in_micro = 0;
@@ -8542,6 +8918,15 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
         if (!info->skipped && e->d.clip_norm > 0.0f && host[2] > e->d.clip_norm)
             info->clip_coef = e->d.clip_norm / (host[2] + 1e-6f);
     }
+    if (at_min)
+        return zero__fail(ZERO_ERROR_LOSS_SCALE,
+                          "zero_engine_step: inf/NaN gradients at the minimum loss scale %g: the "
+                          "step was skipped (nothing updated; the engine stays usable) but the "
+                          "scale cannot go lower. fp16 training is diverging, or min_scale is "
+                          "too high: lower the learning rate or scaler.min_scale, look for "
+                          "inf/NaN in the loss or data, train in bf16, or set scaler.at_min = "
+                          "ZERO_SCALER_AT_MIN_SKIP to skip such steps and go on",
+                          (double)e->scaler.scale);
     return ZERO_OK;
 }
 
@@ -8717,12 +9102,12 @@ ZERODEF float zero_engine_loss_scale(const zero_engine *e) { return e ? e->scale
 
 ZERODEF int64_t zero_engine_step_count(const zero_engine *e) { return e ? e->step : 0; }
 
-ZERODEF zero_result zero_engine_set_lr(zero_engine *e, float lr)
+ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
 {
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_lr: engine is NULL");
-    if (!(lr >= 0.0f) || isinf(lr))
+    if (!(lr >= 0.0) || isinf(lr))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_lr: lr = %g (finite, >= 0)",
-                          (double)lr);
+                          lr);
     e->adam.lr = lr;
     e->d.adam.lr = lr;
     return ZERO_OK;

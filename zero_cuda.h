@@ -73,7 +73,10 @@ typedef struct zero_cuda_desc {
     int device;           /* CUDA device ordinal                                          */
     void *compute_stream; /* your cudaStream_t for ZERO_QUEUE_COMPUTE (not owned, must
                              belong to 'device'); NULL = a new non-blocking stream. Pass
-                             cudaStreamLegacy or cudaStreamPerThread to use those.          */
+                             cudaStreamLegacy to use the legacy default stream.
+                             cudaStreamPerThread is refused (INVALID_ARGUMENT): it names a
+                             different stream on every host thread, and a comm or watchdog
+                             thread using it would order nothing against your work.        */
 } zero_cuda_desc;
 
 /* What a CUDA device holds now (zero_cuda_device_stats). */
@@ -90,6 +93,15 @@ typedef struct zero_cuda_stats {
 
 /* Visible CUDA devices; 0 when there is none or no driver (never an error). */
 ZERODEF int zero_cuda_device_count(void);
+
+/* Like zero_cuda_device_count, but tells "no GPU here" from "a GPU that cannot be used":
+   ZERO_OK with *count = the visible devices, 0 when CUDA says there is none
+   (cudaErrorNoDevice) or when no CUDA driver is installed at all (libcuda.so.1 cannot be
+   loaded); every other failure (a driver older than this CUDA runtime, a broken install, a
+   device in a bad state) is ZERO_ERROR_DEVICE with CUDA's error name and text in
+   zero_last_error(), and *count = 0. Test programs skip on 0 and fail on an error, so a
+   run on a misconfigured GPU machine cannot pass while testing nothing. */
+ZERODEF zero_result zero_cuda_device_probe(int *count);
 
 /* A new CUDA device. desc NULL = defaults. Makes no CUDA context current for you beyond
    what the calls need: every op sets desc->device current for its duration and restores
@@ -114,6 +126,15 @@ ZERODEF zero_result zero_cuda_host_alloc(zero_device *dev, size_t bytes, void **
 /* NULL is ignored; INVALID_ARGUMENT for a pointer this device did not hand out. */
 ZERODEF zero_result zero_cuda_host_free(zero_device *dev, void *ptr);
 
+/* Launches the calls the device holds back to batch them: consecutive nonfinite/sumsq
+   calls on one queue become one launch over a table, as do consecutive adam calls (one
+   launch for all of a step's tensor segments). Every other op of the device, native_queue()
+   included, launches them first, so the engine and any caller that works through the ops
+   see the calls in order; call this only when you enqueue your own work directly on a
+   queue's stream (a handle you kept) right after such calls. Launch errors of held calls
+   are returned here (or by the next op). INVALID_ARGUMENT when dev is not a CUDA device. */
+ZERODEF zero_result zero_cuda_flush(zero_device *dev);
+
 /* Memory accounting of a CUDA device. INVALID_ARGUMENT when dev is not one. */
 ZERODEF zero_result zero_cuda_device_stats(zero_device *dev, zero_cuda_stats *out);
 
@@ -123,7 +144,8 @@ ZERODEF zero_result zero_cuda_device_stats(zero_device *dev, zero_cuda_stats *ou
    'queue' = a cudaStream_t of dev's GPU (NULL = dev's comm stream); they are enqueued and
    return without waiting for the GPU, with the local comm's semantics: rank-order SUM in
    fp32 (fp64 for F64) rounded once, NaN-propagating MAX, in-place forms, agreement checks
-   (MISMATCH / INVALID_ARGUMENT), timeouts (the local comm's). The host comm is used for
+   (MISMATCH / INVALID_ARGUMENT; the engine's comm->tag too, where both sides are tagged),
+   timeouts (the local comm's). The host comm is used for
    the rendezvous (posts, barriers) and is not owned: destroy the device comm first.
    All ranks on one GPU (or GPUs with peer access enabled: kernels read peers' buffers).
    At most ZERO_CUDA_MAX_RANKS ranks. Errors: INVALID_ARGUMENT (NULL, not a CUDA device);
@@ -156,16 +178,16 @@ ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_devic
 #endif
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <type_traits>
 
 #define ZERO_CUDA__HD static __host__ __device__ __forceinline__
 #define ZERO_CUDA__THREADS 256    /* threads per block of the element kernels              */
 #define ZERO_CUDA__ALIGN 256      /* arena block alignment (bytes)                          */
 #define ZERO_CUDA__SUMSQ_BLOCK ((size_t)ZERO_HOST_SUMSQ_BLOCK) /* the host device's block  */
-#define ZERO_CUDA__SUMSQ_CHUNK 16384 /* sumsq blocks per first-pass launch (partials held) */
-#define ZERO_CUDA__SUMSQ_UNROLL 16   /* loads in flight per lane in the first pass          */
 
 /* ---- errors ---- */
 
@@ -472,46 +494,6 @@ struct zero_cuda__scale64_op {
     }
 };
 
-/* Fused Adam/AdamW: fp32 master/m/v, gradient in G, param written in P (0 = none). The
-   multiplier and the skip flag are read from device memory by every thread. */
-template <int G, int P> struct zero_cuda__adam_op {
-    float *master, *m, *v;
-    const void *grad;
-    void *param;
-    const float *mul_ptr, *skip;
-    zero_adam_coefs c;
-    float mul;
-    __device__ bool begin()
-    {
-        if (skip && *skip != 0.0f) return false;
-        mul = *mul_ptr;
-        return true;
-    }
-    __device__ void one(size_t i) const
-    {
-        float p = master[i], mm = m[i], vv = v[i];
-        zero_adam_update(__fmul_rn(zero_cuda__io<G>::ld(grad, i), mul), &p, &mm, &vv, &c);
-        master[i] = p;
-        m[i] = mm;
-        v[i] = vv;
-        if constexpr (P != 0) zero_cuda__io<P>::st(param, i, p);
-    }
-    __device__ void eight(size_t i) const
-    {
-        float g[8], p[8], mm[8], vv[8];
-        zero_cuda__io<G>::ld8(grad, i, g);
-        zero_cuda__io<ZERO_F32>::ld8(master, i, p);
-        zero_cuda__io<ZERO_F32>::ld8(m, i, mm);
-        zero_cuda__io<ZERO_F32>::ld8(v, i, vv);
-#pragma unroll
-        for (int k = 0; k < 8; k++) zero_adam_update(__fmul_rn(g[k], mul), &p[k], &mm[k], &vv[k], &c);
-        zero_cuda__io<ZERO_F32>::st8(master, i, p);
-        zero_cuda__io<ZERO_F32>::st8(m, i, mm);
-        zero_cuda__io<ZERO_F32>::st8(v, i, vv);
-        if constexpr (P != 0) zero_cuda__io<P>::st8(param, i, p);
-    }
-};
-
 /* ---- reductions ---- */
 
 /* *flag = 1 if any element of x is inf or NaN (exponent bits all ones, as integers).
@@ -553,85 +535,344 @@ zero_cuda__nonfinite_kernel(const void *x, size_t numel, size_t head, size_t nve
     if (bad && threadIdx.x == 0) *flag = 1.0f;
 }
 
-/* One lane step of the sum of squares, as the host device does it: fp32/fp16/bf16 widen to
-   fp32, then acc + x*x in fp64 (the product is exact); fp64 uses fma(x, x, acc). */
-template <int DT> struct zero_cuda__sq {
-    typedef float T;
-    static __device__ __forceinline__ T ld(const void *x, size_t i)
-    {
-        if constexpr (DT == ZERO_F32) return __ldg((const float *)x + i);
-        else return zero_cuda__io<DT>::widen(__ldg((const unsigned short *)x + i));
+/* ---- sum of squares (and the non-finite check fused with it) over a table of buffers ----
+
+   The host device defines the result by its order (zero.h, ZERO_HOST_SUMSQ_BLOCK): blocks
+   of B = 65536 elements; in a block, lane k (0..7) adds x[i]^2 in fp64 for the i = k mod 8
+   of the block in increasing i (acc + (double)x * (double)x, the product exact; fma(x, x,
+   acc) for f64); the lanes combine as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); the block sums
+   are added in block order from 0.0; then *acc += total. Only the fp64 adds of each lane
+   form a chain; everything else is parallel. So one CUDA block of 256 threads does one
+   sumsq block at a time:
+
+     - the 65536 elements pass through shared memory in tiles of 2048: every thread loads
+       8 consecutive elements (16-byte loads: one for fp16/bf16, two for fp32, four for
+       fp64, coalesced across the block) as raw bits, and only then widens them (fp16's
+       subnormal loop no longer sits between loads), squares them (exact for fp32 and the
+       16-bit types; f64 stays raw for the lanes' fma) and stores 8 doubles to the tile;
+     - threads 0..7 (lane k) add tile[8 j + k] for j = 0..255 in order, while the other
+       threads already load the next tile (double buffer, one __syncthreads per tile);
+     - elements past the end of the buffer stage as +0.0 (acc + 0.0 == acc for every acc a
+       lane can hold: +0, positive, +inf, NaN), so the last tile needs no special order;
+     - the lanes combine by three shuffles; thread 0 writes the block's partial.
+
+   The non-finite check reads the same raw bits (exponent all ones), so a buffer asking for
+   both is read once. A table holds up to ZERO_CUDA__SQ_MAX pieces (a buffer, or a run of
+   its blocks when it has more than a launch can hold); the whole table is one launch:
+   blocks are assigned to CUDA blocks grid-stride, and the last CUDA block to finish (a
+   ticket counter) adds the partials of each piece in block order and does *acc += total
+   for the piece that ends a buffer (or keeps a running total for the next launch). */
+
+#define ZERO_CUDA__SQ_MAX 128    /* pieces per launch                              */
+#define ZERO_CUDA__SQ_TILE 2048  /* elements per shared-memory tile (8 per thread)  */
+#define ZERO_CUDA__SQ_PARTS 16384 /* block partials per launch (per-queue scratch)   */
+#define ZERO_CUDA__SCRATCH_Q (ZERO_CUDA__SQ_PARTS + 2) /* doubles of scratch per queue */
+
+enum { ZERO_CUDA__SQ_SUM = 1, ZERO_CUDA__SQ_NONFINITE = 2, ZERO_CUDA__SQ_FIRST = 4, ZERO_CUDA__SQ_LAST = 8 };
+
+typedef struct zero_cuda__sq_table {
+    const void *x[ZERO_CUDA__SQ_MAX];
+    size_t numel[ZERO_CUDA__SQ_MAX];       /* the whole buffer's                       */
+    size_t first_block[ZERO_CUDA__SQ_MAX]; /* this piece: blocks [first, first + count) */
+    size_t start[ZERO_CUDA__SQ_MAX + 1];   /* piece p's blocks are launch blocks [start[p], start[p + 1]) */
+    unsigned char flags[ZERO_CUDA__SQ_MAX];
+    int n;
+    double *acc;      /* += the sum of squares (pieces with SQ_SUM)              */
+    float *flag;      /* = 1 when a piece with SQ_NONFINITE has an inf or NaN     */
+    double *partials; /* ZERO_CUDA__SQ_PARTS, then the running total, then the ticket */
+} zero_cuda__sq_table;
+
+/* The piece holding launch block g: the last p with start[p] <= g (start is increasing;
+   empty pieces share their start with the next one). */
+ZERO_CUDA__HD int zero_cuda__find_piece(const size_t *start, int n, size_t g)
+{
+    int lo = 0, hi = n - 1, mid;
+    while (lo < hi) {
+        mid = (lo + hi + 1) / 2;
+        if (start[mid] <= g) lo = mid;
+        else hi = mid - 1;
     }
-    static __device__ __forceinline__ double add(double acc, T v)
-    {
-        double d = (double)v;
-        return __dadd_rn(acc, __dmul_rn(d, d));
-    }
-};
-template <> struct zero_cuda__sq<ZERO_F64> {
-    typedef double T;
-    static __device__ __forceinline__ T ld(const void *x, size_t i) { return __ldg((const double *)x + i); }
-    static __device__ __forceinline__ double add(double acc, T v) { return fma(v, v, acc); }
+    return lo;
+}
+
+/* Element i of x in dtype DT as raw bits (fp16/bf16: 16 bits, fp32: 32, fp64: 64). */
+template <int DT> struct zero_cuda__raw {
+    typedef typename std::conditional<DT == ZERO_F64, unsigned long long,
+                                      typename std::conditional<DT == ZERO_F32, uint32_t, uint16_t>::type>::type T;
 };
 
-/* First pass of the sum of squares, in the host device's order: sumsq block b (elements
-   [b B, (b + 1) B), B = ZERO_HOST_SUMSQ_BLOCK) has 8 lanes; lane k adds x[i]^2 for the
-   i = k mod 8 of the block in increasing order (thread 8 b + k does it, loads batched
-   UNROLL at a time), then the lanes combine as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) by
-   shuffles. partials[b - first] = the block's sum, for nblocks blocks from 'first'. */
+/* Thread t's 8 elements of a tile: raw bits, 16-byte loads when the whole 8 are inside the
+   buffer and x is 16-byte aligned (then every 8-element group is), else one by one with
+   +0 bits past the end. Loads only: nothing here depends on a loaded value. */
 template <int DT>
-static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
-zero_cuda__sumsq_pass1(const void *x, size_t numel, size_t first, size_t nblocks, double *partials)
+static __device__ __forceinline__ void zero_cuda__sq_load(const void *x, size_t numel, size_t i0, int vec,
+                                                          typename zero_cuda__raw<DT>::T *r)
 {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, b = t >> 3;
-    unsigned lane = threadIdx.x & 7u; /* blockDim is a multiple of 8 */
-    double acc = 0.0, o;
-    if (b < nblocks) {
-        size_t begin = (first + b) * ZERO_CUDA__SUMSQ_BLOCK;
-        size_t end = numel - begin < ZERO_CUDA__SUMSQ_BLOCK ? numel : begin + ZERO_CUDA__SUMSQ_BLOCK;
-        size_t i = begin + lane;
-        const size_t span = 8 * (ZERO_CUDA__SUMSQ_UNROLL - 1);
-        typename zero_cuda__sq<DT>::T v[ZERO_CUDA__SUMSQ_UNROLL];
-        for (; i < end && end - i > span; i += 8 * ZERO_CUDA__SUMSQ_UNROLL) {
+    typedef typename zero_cuda__raw<DT>::T T;
+    const T *p = (const T *)x;
+    if (vec && i0 + 8 <= numel) {
+        const uint4 *q = (const uint4 *)(p + i0);
+        uint4 u[sizeof(T) / 2];
 #pragma unroll
-            for (int u = 0; u < ZERO_CUDA__SUMSQ_UNROLL; u++) v[u] = zero_cuda__sq<DT>::ld(x, i + 8 * (size_t)u);
+        for (int k = 0; k < (int)(sizeof(T) / 2); k++) u[k] = __ldg(q + k);
+        memcpy(r, u, sizeof u);
+    } else {
 #pragma unroll
-            for (int u = 0; u < ZERO_CUDA__SUMSQ_UNROLL; u++) acc = zero_cuda__sq<DT>::add(acc, v[u]);
-        }
-        for (; i < end; i += 8) acc = zero_cuda__sq<DT>::add(acc, zero_cuda__sq<DT>::ld(x, i));
-    }
-    o = __shfl_down_sync(0xffffffffu, acc, 1);
-    if ((lane & 1u) == 0) acc = __dadd_rn(acc, o); /* l0+l1, l2+l3, l4+l5, l6+l7 */
-    o = __shfl_down_sync(0xffffffffu, acc, 2);
-    if ((lane & 3u) == 0) acc = __dadd_rn(acc, o); /* (l0+l1)+(l2+l3), (l4+l5)+(l6+l7) */
-    o = __shfl_down_sync(0xffffffffu, acc, 4);
-    if (lane == 0) {
-        acc = __dadd_rn(acc, o);
-        if (b < nblocks) partials[b] = acc;
+        for (int k = 0; k < 8; k++) r[k] = i0 + (size_t)k < numel ? __ldg(p + i0 + k) : (T)0;
     }
 }
 
-/* Second pass, one block: total = (first ? 0 : *running) + partials[0] + ... in order (the
-   host adds its block sums in order from 0), then *acc += total (last) or *running = total. */
-static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
-zero_cuda__sumsq_pass2(const double *partials, size_t n, double *running, int first, int last, double *acc)
+/* Raw bits -> what a lane adds (the exact square in fp64; f64: the value itself) and
+   whether it is inf or NaN. Host and device: tests/cuda/test_cuda_host.cu runs the whole
+   tile scheme through it on the CPU against the host device. */
+template <int DT>
+ZERO_CUDA__HD double zero_cuda__sq_stage(typename zero_cuda__raw<DT>::T r, int *bad)
 {
-    __shared__ double tile[ZERO_CUDA__THREADS];
-    double total = first ? 0.0 : *running;
-    size_t base, k, j, m;
-    for (base = 0; base < n; base += ZERO_CUDA__THREADS) {
-        k = base + threadIdx.x;
-        tile[threadIdx.x] = k < n ? partials[k] : 0.0;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            m = n - base < ZERO_CUDA__THREADS ? n - base : ZERO_CUDA__THREADS;
-            for (j = 0; j < m; j++) total = __dadd_rn(total, tile[j]);
+    if constexpr (DT == ZERO_F64) {
+        *bad |= (r & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        return zero_cuda__f64_from(r);
+    } else {
+        uint32_t f;
+        if constexpr (DT == ZERO_F32) {
+            f = r;
+            *bad |= (r & 0x7f800000u) == 0x7f800000u;
+        } else if constexpr (DT == ZERO_F16) {
+            f = zero__f16_to_f32_bits(r);
+            *bad |= (r & 0x7c00u) == 0x7c00u;
+        } else {
+            f = zero__bf16_to_f32_bits(r);
+            *bad |= (r & 0x7f80u) == 0x7f80u;
         }
-        __syncthreads();
+        double d = (double)zero_cuda__f32_from(f);
+        return d * d; /* exact: 24-bit significands, fp64 range */
     }
-    if (threadIdx.x == 0) {
-        if (last) *acc = __dadd_rn(*acc, total);
-        else *running = total;
+}
+
+/* One lane step: acc + v (v an exact square), or fma(x, x, acc) for f64. */
+template <int DT> ZERO_CUDA__HD double zero_cuda__sq_add(double acc, double v)
+{
+#ifdef __CUDA_ARCH__
+    if constexpr (DT == ZERO_F64) return fma(v, v, acc);
+    else return __dadd_rn(acc, v);
+#else
+    if constexpr (DT == ZERO_F64) return fma(v, v, acc);
+    else return acc + v;
+#endif
+}
+
+/* Piece p of a table is complete with sum 'total': a piece that ends its buffer adds it to
+   *acc (when it asked for a sum), any other keeps it as the running total for the piece
+   that continues the buffer in the next launch. Returns the starting total of piece p + 1
+   (0.0 when it starts a buffer, else the running total). Host and device. */
+ZERO_CUDA__HD double zero_cuda__sq_close(const zero_cuda__sq_table *tab, int p, double total, double *acc,
+                                         double *running)
+{
+    if (tab->flags[p] & ZERO_CUDA__SQ_LAST) {
+        if (tab->flags[p] & ZERO_CUDA__SQ_SUM) *acc = *acc + total;
+    } else {
+        *running = total;
+    }
+    if (p + 1 >= tab->n) return 0.0;
+    return (tab->flags[p + 1] & ZERO_CUDA__SQ_FIRST) ? 0.0 : *running;
+}
+
+/* The host's lane tree. */
+ZERO_CUDA__HD double zero_cuda__sq_tree(const double *l)
+{
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+template <int DT>
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__sumsq_kernel(const __grid_constant__ zero_cuda__sq_table tab)
+{
+    typedef typename zero_cuda__raw<DT>::T T;
+    __shared__ double tile[2][ZERO_CUDA__SQ_TILE];
+    __shared__ int last;
+    const unsigned t = threadIdx.x;
+    const size_t nblocks = tab.start[tab.n];
+    size_t g;
+    for (g = blockIdx.x; g < nblocks; g += gridDim.x) {
+        const int p = zero_cuda__find_piece(tab.start, tab.n, g); /* the same for the whole block */
+        const void *x = tab.x[p];
+        const size_t numel = tab.numel[p];
+        const size_t begin = (tab.first_block[p] + (g - tab.start[p])) * ZERO_CUDA__SUMSQ_BLOCK;
+        const size_t len = numel - begin < ZERO_CUDA__SUMSQ_BLOCK ? numel - begin : ZERO_CUDA__SUMSQ_BLOCK;
+        const int ntiles = (int)((len + ZERO_CUDA__SQ_TILE - 1) / ZERO_CUDA__SQ_TILE);
+        const int vec = ((uintptr_t)x & 15u) == 0;
+        T r[8];
+        double acc = 0.0;
+        int bad = 0, tt, k, j;
+        zero_cuda__sq_load<DT>(x, numel, begin + 8 * (size_t)t, vec, r);
+#pragma unroll
+        for (k = 0; k < 8; k++) tile[0][8 * t + k] = zero_cuda__sq_stage<DT>(r[k], &bad);
+        __syncthreads();
+        for (tt = 0; tt < ntiles; tt++) {
+            const int more = tt + 1 < ntiles;
+            if (more) /* in flight while the lanes add */
+                zero_cuda__sq_load<DT>(x, numel, begin + (size_t)(tt + 1) * ZERO_CUDA__SQ_TILE + 8 * (size_t)t, vec, r);
+            if (t < 8) {
+                const double *s = tile[tt & 1] + t;
+#pragma unroll 16
+                for (j = 0; j < ZERO_CUDA__SQ_TILE / 8; j++) acc = zero_cuda__sq_add<DT>(acc, s[8 * j]);
+            }
+            if (more) {
+#pragma unroll
+                for (k = 0; k < 8; k++) tile[(tt + 1) & 1][8 * t + k] = zero_cuda__sq_stage<DT>(r[k], &bad);
+            }
+            __syncthreads();
+        }
+        if (t < 8) { /* ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) */
+            double o = __shfl_down_sync(0xffu, acc, 1);
+            if ((t & 1u) == 0) acc = __dadd_rn(acc, o);
+            o = __shfl_down_sync(0xffu, acc, 2);
+            if ((t & 3u) == 0) acc = __dadd_rn(acc, o);
+            o = __shfl_down_sync(0xffu, acc, 4);
+            if (t == 0) tab.partials[g] = __dadd_rn(acc, o);
+        }
+        bad = __syncthreads_or(bad);
+        if (bad && t == 0 && (tab.flags[p] & ZERO_CUDA__SQ_NONFINITE)) *tab.flag = 1.0f;
+    }
+    /* the last CUDA block adds the partials in order */
+    __threadfence();
+    __syncthreads();
+    if (t == 0) {
+        unsigned *ticket = (unsigned *)(tab.partials + ZERO_CUDA__SQ_PARTS + 1);
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    {
+        double *running = tab.partials + ZERO_CUDA__SQ_PARTS;
+        double total = (tab.flags[0] & ZERO_CUDA__SQ_FIRST) ? 0.0 : *running;
+        int p = 0;
+        size_t base, m;
+        for (base = 0; base < nblocks; base += ZERO_CUDA__THREADS) {
+            tile[0][t] = base + t < nblocks ? __ldcg(tab.partials + base + t) : 0.0;
+            __syncthreads();
+            if (t == 0) {
+                m = nblocks - base < ZERO_CUDA__THREADS ? nblocks - base : ZERO_CUDA__THREADS;
+                for (size_t q = 0; q < m; q++) {
+                    while (base + q == tab.start[p + 1]) { /* piece p is complete */
+                        total = zero_cuda__sq_close(&tab, p, total, tab.acc, running);
+                        p++;
+                    }
+                    total = __dadd_rn(total, tile[0][q]);
+                }
+            }
+            __syncthreads();
+        }
+        if (t == 0) {
+            for (; p < tab.n; p++) /* the rest, empty pieces included */
+                total = zero_cuda__sq_close(&tab, p, total, tab.acc, running);
+            *(unsigned *)(tab.partials + ZERO_CUDA__SQ_PARTS + 1) = 0u; /* for the next launch */
+        }
+    }
+}
+
+/* ---- Adam over a table of ranges: one launch for every (tensor x shard) segment ----
+
+   Each range is cut into slots: slot 0 = its scalar head [0, h) (h = where every pointer
+   of the range is 16-byte aligned, 0..7; the whole range when they are misaligned
+   relative to each other), slot q >= 1 = the 8 elements from h + 8 (q - 1) (16-byte
+   accesses when all 8 are inside, else one by one). 256 slots make a chunk, one thread
+   each; chunks of all ranges are numbered in table order and taken grid-stride by CUDA
+   blocks, which find their range by a binary search over the chunk starts. Vector and
+   scalar elements run the same zero_adam_update, so an element's bits do not depend on
+   where it falls, nor on the table it came in. */
+
+#define ZERO_CUDA__ADAM_MAX 192 /* ranges per launch (the table is a kernel parameter) */
+#define ZERO_CUDA__ADAM_COEFS 4 /* distinct coefficient sets per launch                */
+
+typedef struct zero_cuda__adam_seg {
+    float *master, *m, *v;
+    const void *grad;
+    void *param;
+    size_t numel;
+    unsigned head;   /* 0..7; or 8: no 16-byte path (pointers misaligned to each other) */
+    unsigned coefs;  /* index into the table's coefficient sets                         */
+} zero_cuda__adam_seg;
+
+typedef struct zero_cuda__adam_table {
+    zero_cuda__adam_seg seg[ZERO_CUDA__ADAM_MAX];
+    size_t start[ZERO_CUDA__ADAM_MAX + 1]; /* range r's chunks: [start[r], start[r + 1]) */
+    zero_adam_coefs coefs[ZERO_CUDA__ADAM_COEFS];
+    const float *mul, *skip;
+    int n, ncoefs;
+} zero_cuda__adam_table;
+
+/* Slots of a range: 1 (the head) + the 8-element groups after it. */
+ZERO_CUDA__HD size_t zero_cuda__adam_slots(size_t numel, unsigned head)
+{
+    size_t h = head > 7 ? numel : (head < numel ? head : numel);
+    return 1 + (numel - h + 7) / 8;
+}
+
+/* Elements [*lo, *hi) of slot q of a range, and whether they go as one 16-byte vector. */
+ZERO_CUDA__HD int zero_cuda__adam_slot(size_t numel, unsigned head, size_t q, size_t *lo, size_t *hi)
+{
+    size_t h = head > 7 ? numel : (head < numel ? head : numel);
+    if (q == 0) {
+        *lo = 0;
+        *hi = h;
+        return 0;
+    }
+    *lo = h + 8 * (q - 1);
+    *hi = numel - *lo < 8 ? numel : *lo + 8;
+    return *hi - *lo == 8;
+}
+
+template <int G, int P>
+static __device__ __forceinline__ void zero_cuda__adam_one(const zero_cuda__adam_seg &s, size_t i, float mul,
+                                                           const zero_adam_coefs &c)
+{
+    float p = s.master[i], mm = s.m[i], vv = s.v[i];
+    zero_adam_update(__fmul_rn(zero_cuda__io<G>::ld(s.grad, i), mul), &p, &mm, &vv, &c);
+    s.master[i] = p;
+    s.m[i] = mm;
+    s.v[i] = vv;
+    if constexpr (P != 0) zero_cuda__io<P>::st(s.param, i, p);
+}
+
+template <int G, int P>
+static __device__ __forceinline__ void zero_cuda__adam_eight(const zero_cuda__adam_seg &s, size_t i, float mul,
+                                                             const zero_adam_coefs &c)
+{
+    float g[8], p[8], mm[8], vv[8];
+    /* every load first (raw for the 16-bit gradient), then the conversions and math */
+    zero_cuda__io<ZERO_F32>::ld8(s.master, i, p);
+    zero_cuda__io<ZERO_F32>::ld8(s.m, i, mm);
+    zero_cuda__io<ZERO_F32>::ld8(s.v, i, vv);
+    zero_cuda__io<G>::ld8(s.grad, i, g);
+#pragma unroll
+    for (int k = 0; k < 8; k++) zero_adam_update(__fmul_rn(g[k], mul), &p[k], &mm[k], &vv[k], &c);
+    zero_cuda__io<ZERO_F32>::st8(s.master, i, p);
+    zero_cuda__io<ZERO_F32>::st8(s.m, i, mm);
+    zero_cuda__io<ZERO_F32>::st8(s.v, i, vv);
+    if constexpr (P != 0) zero_cuda__io<P>::st8(s.param, i, p);
+}
+
+template <int G, int P>
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__adam_kernel(const __grid_constant__ zero_cuda__adam_table tab)
+{
+    const size_t nchunks = tab.start[tab.n];
+    size_t ch, q, lo, hi, i;
+    float mul;
+    if (tab.skip && *tab.skip != 0.0f) return; /* a skipped step reads and writes nothing */
+    mul = *tab.mul;
+    for (ch = blockIdx.x; ch < nchunks; ch += gridDim.x) {
+        const int r = zero_cuda__find_piece(tab.start, tab.n, ch);
+        const zero_cuda__adam_seg &s = tab.seg[r];
+        const zero_adam_coefs &c = tab.coefs[s.coefs];
+        q = (ch - tab.start[r]) * ZERO_CUDA__THREADS + threadIdx.x;
+        if (q >= zero_cuda__adam_slots(s.numel, s.head)) continue;
+        if (zero_cuda__adam_slot(s.numel, s.head, q, &lo, &hi)) {
+            zero_cuda__adam_eight<G, P>(s, lo, mul, c);
+        } else {
+            for (i = lo; i < hi; i++) zero_cuda__adam_one<G, P>(s, i, mul, c);
+        }
     }
 }
 
@@ -701,6 +942,31 @@ typedef struct zero_cuda__mem { /* a fallback allocation or a pinned buffer */
     zero_mem_category category;
 } zero_cuda__mem;
 
+/* Batched launches (one queue's): consecutive nonfinite/sumsq calls become one launch of
+   the sum-of-squares kernel over a table, consecutive adam calls one launch of the Adam
+   kernel over a table. The batch is launched (flushed) by the next op of the device that
+   is not a compatible call of the same kind (any queue), by native_queue(), by free,
+   reserve and destroy, and by zero_cuda_flush(). */
+#define ZERO_CUDA__SQ_REQS 256 /* nonfinite/sumsq calls held per queue */
+typedef struct zero_cuda__sq_req {
+    const void *x;
+    size_t numel;
+    unsigned char flags; /* ZERO_CUDA__SQ_SUM and/or ZERO_CUDA__SQ_NONFINITE */
+} zero_cuda__sq_req;
+
+enum { ZERO_CUDA__PEND_NONE = 0, ZERO_CUDA__PEND_STATS = 1, ZERO_CUDA__PEND_ADAM = 2 };
+
+typedef struct zero_cuda__pending {
+    int kind;
+    zero_dtype dtype;     /* stats: the buffers' dtype; adam: the gradient's          */
+    zero_dtype pdtype;    /* adam: the param's, or ZERO_DTYPE_COUNT-like -1 for none  */
+    double *acc;          /* stats                                                     */
+    float *flag;          /* stats                                                     */
+    int n;
+    zero_cuda__sq_req req[ZERO_CUDA__SQ_REQS];
+    zero_cuda__adam_table adam;
+} zero_cuda__pending;
+
 typedef struct zero_cuda__device {
     zero_device base;
     int ordinal;
@@ -708,8 +974,11 @@ typedef struct zero_cuda__device {
     cudaStream_t streams[ZERO_QUEUE_COUNT];
     int has_stream[ZERO_QUEUE_COUNT]; /* set: created here, or the user's */
     int own_stream[ZERO_QUEUE_COUNT]; /* created here: destroyed with the device */
-    double *scratch; /* per queue: ZERO_CUDA__SUMSQ_CHUNK partials + 1 running total */
-    pthread_mutex_t mu; /* guards the lists and counters below */
+    double *scratch; /* per queue: ZERO_CUDA__SQ_PARTS partials, a running total, a ticket */
+    pthread_mutex_t mu; /* guards the lists, counters and batches below */
+    zero_cuda__pending pend[ZERO_QUEUE_COUNT];
+    zero_result flush_err;   /* a launch failure of native_queue()'s flush, returned by   */
+    char flush_msg[512];     /* the device's next op                                      */
     zero_cuda__arena *arenas;
     zero_cuda__mem *fallbacks;
     zero_cuda__mem *pinned;
@@ -720,6 +989,7 @@ typedef struct zero_cuda__device {
 } zero_cuda__device;
 
 static void zero_cuda__destroy(zero_device *dev);
+static zero_result zero_cuda__flush(zero_cuda__device *d);
 
 static zero_cuda__device *zero_cuda__get(const zero_device *dev)
 {
@@ -728,14 +998,16 @@ static zero_cuda__device *zero_cuda__get(const zero_device *dev)
 }
 
 /* Every op: a CUDA device, a queue in range, its GPU current for the scope. */
-#define ZERO_CUDA__ENTER(what)                                                                \
+#define ZERO_CUDA__ENTER_D(what)                                                              \
     zero_cuda__device *d = zero_cuda__get(dev);                                              \
     zero_cuda__guard guard;                                                                  \
     zero_result enter_res;                                                                   \
     if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: dev is not a CUDA device", what); \
     if ((int)q < 0 || (int)q >= ZERO_QUEUE_COUNT)                                            \
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: queue %d out of range", what, (int)q); \
-    if ((enter_res = guard.enter(d->ordinal, what)) != ZERO_OK) return enter_res;          \
+    if ((enter_res = guard.enter(d->ordinal, what)) != ZERO_OK) return enter_res;
+#define ZERO_CUDA__ENTER(what)                                                                \
+    ZERO_CUDA__ENTER_D(what);                                                                \
     cudaStream_t stream = d->streams[q]
 
 /* A GPU load of an element must be aligned to its size (the host device would not care:
@@ -814,6 +1086,7 @@ static zero_result zero_cuda__reserve(zero_device *dev, size_t total_bytes, size
                           total_bytes, num_allocations);
     if (bytes == 0) return ZERO_OK;
     if ((res = guard.enter(d->ordinal, "cuda reserve")) != ZERO_OK) return res;
+    if ((res = zero_cuda__flush(d)) != ZERO_OK) return res; /* held calls may use an old arena */
     a = (zero_cuda__arena *)zero__alloc(NULL, sizeof *a);
     zero_cuda__block *b = (zero_cuda__block *)zero__alloc(NULL, sizeof *b);
     if (!a || !b) {
@@ -954,6 +1227,7 @@ static zero_result zero_cuda__free(zero_device *dev, void *ptr)
     if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda free: dev is not a CUDA device");
     if (!ptr) return ZERO_OK;
     if ((res = guard.enter(d->ordinal, "cuda free")) != ZERO_OK) return res; /* cudaFree below */
+    if ((res = zero_cuda__flush(d)) != ZERO_OK) return res; /* held calls may use the block */
     pthread_mutex_lock(&d->mu);
     for (a = d->arenas; a; a = a->next) {
         if (p < a->base || p >= a->base + a->bytes) continue;
@@ -1001,6 +1275,180 @@ static zero_result zero_cuda__free(zero_device *dev, void *ptr)
     return res;
 }
 
+/* ---- batched launches ---- */
+
+template <int DT>
+static zero_result zero_cuda__sq_launch(const zero_cuda__device *d, cudaStream_t stream, const zero_cuda__sq_table *tab)
+{
+    size_t nblocks = tab->start[tab->n];
+    size_t cap = (size_t)(d->sm_count > 0 ? d->sm_count : 1) * 6; /* 32 KiB of shared memory per block */
+    unsigned grid = (unsigned)(nblocks < cap ? (nblocks ? nblocks : 1) : cap);
+    zero_cuda__sumsq_kernel<DT><<<grid, ZERO_CUDA__THREADS, 0, stream>>>(*tab);
+    return zero_cuda__launched("cuda sumsq (batched): kernel launch");
+}
+
+static zero_result zero_cuda__sq_launch_dt(const zero_cuda__device *d, cudaStream_t stream, zero_dtype dt,
+                                           const zero_cuda__sq_table *tab)
+{
+    switch (dt) {
+    case ZERO_F32: return zero_cuda__sq_launch<ZERO_F32>(d, stream, tab);
+    case ZERO_F16: return zero_cuda__sq_launch<ZERO_F16>(d, stream, tab);
+    case ZERO_BF16: return zero_cuda__sq_launch<ZERO_BF16>(d, stream, tab);
+    default: return zero_cuda__sq_launch<ZERO_F64>(d, stream, tab);
+    }
+}
+
+template <int DT>
+static zero_result zero_cuda__nonfinite_run(const zero_cuda__device *d, cudaStream_t stream, const void *x,
+                                            size_t numel, float *flag)
+{
+    const size_t es = DT == ZERO_F64 ? 8 : DT == ZERO_F32 ? 4 : 2, per = 16 / es;
+    size_t head = 0, nvec = 0, h;
+    uintptr_t a = (uintptr_t)x;
+    if (a % es == 0) {
+        h = ((16u - a % 16u) % 16u) / es;
+        if (h < numel && numel - h >= per) {
+            head = h;
+            nvec = (numel - head) / per;
+        }
+    }
+    zero_cuda__nonfinite_kernel<DT><<<zero_cuda__grid(nvec + (numel - per * nvec), d->sm_count, 8),
+                                      ZERO_CUDA__THREADS, 0, stream>>>(x, numel, head, nvec, flag);
+    return zero_cuda__launched("cuda nonfinite: kernel launch");
+}
+
+/* Lock held. Launches queue q's held nonfinite/sumsq calls: the calls with a sum go into
+   sum-of-squares tables (ZERO_CUDA__SQ_MAX pieces and ZERO_CUDA__SQ_PARTS blocks per
+   launch; a buffer with more blocks is cut into pieces that carry a running total from
+   launch to launch), the non-finite check riding along where the same buffer asked for
+   both; a nonfinite call alone runs the plain non-finite kernel. */
+static zero_result zero_cuda__flush_stats(zero_cuda__device *d, int q)
+{
+    zero_cuda__pending *pd = &d->pend[q];
+    cudaStream_t stream = d->streams[q];
+    zero_cuda__sq_table tab;
+    zero_result r = ZERO_OK;
+    int i;
+    memset(&tab, 0, sizeof tab);
+    tab.acc = pd->acc;
+    tab.flag = pd->flag;
+    tab.partials = d->scratch + (size_t)q * ZERO_CUDA__SCRATCH_Q;
+    for (i = 0; i < pd->n && r == ZERO_OK; i++) {
+        const zero_cuda__sq_req *rq = &pd->req[i];
+        size_t nb = rq->numel / ZERO_CUDA__SUMSQ_BLOCK + (rq->numel % ZERO_CUDA__SUMSQ_BLOCK != 0), done = 0, take;
+        if (!(rq->flags & ZERO_CUDA__SQ_SUM)) {
+            if (rq->numel == 0) continue;
+            switch (pd->dtype) {
+            case ZERO_F32: r = zero_cuda__nonfinite_run<ZERO_F32>(d, stream, rq->x, rq->numel, pd->flag); break;
+            case ZERO_F16: r = zero_cuda__nonfinite_run<ZERO_F16>(d, stream, rq->x, rq->numel, pd->flag); break;
+            case ZERO_BF16: r = zero_cuda__nonfinite_run<ZERO_BF16>(d, stream, rq->x, rq->numel, pd->flag); break;
+            default: r = zero_cuda__nonfinite_run<ZERO_F64>(d, stream, rq->x, rq->numel, pd->flag); break;
+            }
+            continue;
+        }
+        do { /* pieces of this buffer, launching whenever the table is full */
+            size_t room = ZERO_CUDA__SQ_PARTS - tab.start[tab.n];
+            if (tab.n == ZERO_CUDA__SQ_MAX || (room == 0 && nb - done > 0)) {
+                r = zero_cuda__sq_launch_dt(d, stream, pd->dtype, &tab);
+                if (r != ZERO_OK) break;
+                tab.n = 0;
+                tab.start[0] = 0;
+                room = ZERO_CUDA__SQ_PARTS;
+            }
+            take = nb - done < room ? nb - done : room;
+            tab.x[tab.n] = rq->x;
+            tab.numel[tab.n] = rq->numel;
+            tab.first_block[tab.n] = done;
+            tab.flags[tab.n] = (unsigned char)(rq->flags | (done == 0 ? ZERO_CUDA__SQ_FIRST : 0) |
+                                               (done + take == nb ? ZERO_CUDA__SQ_LAST : 0));
+            tab.start[tab.n + 1] = tab.start[tab.n] + take;
+            tab.n++;
+            done += take;
+        } while (done < nb);
+    }
+    if (r == ZERO_OK && tab.n > 0) r = zero_cuda__sq_launch_dt(d, stream, pd->dtype, &tab);
+    return r;
+}
+
+template <int G, int P>
+static zero_result zero_cuda__adam_launch(const zero_cuda__device *d, cudaStream_t stream,
+                                          const zero_cuda__adam_table *tab)
+{
+    size_t nchunks = tab->start[tab->n];
+    unsigned grid = zero_cuda__grid(nchunks * ZERO_CUDA__THREADS, d->sm_count, 8);
+    if (nchunks == 0) return ZERO_OK;
+    zero_cuda__adam_kernel<G, P><<<grid, ZERO_CUDA__THREADS, 0, stream>>>(*tab);
+    return zero_cuda__launched("cuda adam (batched): kernel launch");
+}
+
+template <int G>
+static zero_result zero_cuda__adam_launch_p(const zero_cuda__device *d, cudaStream_t stream, int p,
+                                            const zero_cuda__adam_table *tab)
+{
+    switch (p) {
+    case 0: return zero_cuda__adam_launch<G, 0>(d, stream, tab);
+    case ZERO_F32: return zero_cuda__adam_launch<G, ZERO_F32>(d, stream, tab);
+    case ZERO_F16: return zero_cuda__adam_launch<G, ZERO_F16>(d, stream, tab);
+    default: return zero_cuda__adam_launch<G, ZERO_BF16>(d, stream, tab);
+    }
+}
+
+/* Lock held. Launches queue q's held calls (if any) and empties the batch. */
+static zero_result zero_cuda__flush_q(zero_cuda__device *d, int q)
+{
+    zero_cuda__pending *pd = &d->pend[q];
+    zero_result r = ZERO_OK;
+    if (pd->kind == ZERO_CUDA__PEND_STATS) {
+        r = zero_cuda__flush_stats(d, q);
+    } else if (pd->kind == ZERO_CUDA__PEND_ADAM) {
+        int p = (int)pd->pdtype;
+        switch (pd->dtype) {
+        case ZERO_F32: r = zero_cuda__adam_launch_p<ZERO_F32>(d, d->streams[q], p, &pd->adam); break;
+        case ZERO_F16: r = zero_cuda__adam_launch_p<ZERO_F16>(d, d->streams[q], p, &pd->adam); break;
+        default: r = zero_cuda__adam_launch_p<ZERO_BF16>(d, d->streams[q], p, &pd->adam); break;
+        }
+    }
+    pd->kind = ZERO_CUDA__PEND_NONE;
+    pd->n = 0;
+    return r;
+}
+
+/* Lock held. Every queue's batch, in queue order; the first error is returned (every batch
+   is emptied either way). */
+static zero_result zero_cuda__flush_locked(zero_cuda__device *d, int except)
+{
+    zero_result r = ZERO_OK, e;
+    int q;
+    for (q = 0; q < ZERO_QUEUE_COUNT; q++) {
+        if (q == except || d->pend[q].kind == ZERO_CUDA__PEND_NONE) continue;
+        e = zero_cuda__flush_q(d, q);
+        if (r == ZERO_OK) r = e;
+    }
+    return r;
+}
+
+/* Every op that is not a batched call starts here (the caller's device already current). */
+static zero_result zero_cuda__flush(zero_cuda__device *d)
+{
+    zero_result r;
+    int q, any = 0;
+    pthread_mutex_lock(&d->mu);
+    for (q = 0; q < ZERO_QUEUE_COUNT; q++) any |= d->pend[q].kind != ZERO_CUDA__PEND_NONE;
+    r = any ? zero_cuda__flush_locked(d, -1) : ZERO_OK;
+    if (r == ZERO_OK && d->flush_err != ZERO_OK) {
+        r = zero__fail(d->flush_err, "%s", d->flush_msg);
+        d->flush_err = ZERO_OK;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return r;
+}
+
+#define ZERO_CUDA__FLUSH()                                                                   \
+    do {                                                                                     \
+        zero_result flush_res = zero_cuda__flush(d);                                         \
+        if (flush_res != ZERO_OK) return flush_res;                                          \
+    } while (0)
+
 /* ---- queues and events: a zero_event is a cudaEvent_t ---- */
 
 static zero_result zero_cuda__event_create(zero_device *dev, zero_event **out)
@@ -1030,6 +1478,7 @@ static void zero_cuda__event_destroy(zero_device *dev, zero_event *ev)
 static zero_result zero_cuda__record(zero_device *dev, zero_queue q, zero_event *ev)
 {
     ZERO_CUDA__ENTER("cuda record");
+    ZERO_CUDA__FLUSH();
     if (!ev) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda record: event is NULL");
     ZERO_CUDA__TRY(cudaEventRecord((cudaEvent_t)ev, stream), "cuda record: cudaEventRecord");
     return ZERO_OK;
@@ -1038,6 +1487,7 @@ static zero_result zero_cuda__record(zero_device *dev, zero_queue q, zero_event 
 static zero_result zero_cuda__wait(zero_device *dev, zero_queue q, zero_event *ev)
 {
     ZERO_CUDA__ENTER("cuda wait");
+    ZERO_CUDA__FLUSH();
     if (!ev) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda wait: event is NULL");
     ZERO_CUDA__TRY(cudaStreamWaitEvent(stream, (cudaEvent_t)ev, 0), "cuda wait: cudaStreamWaitEvent");
     return ZERO_OK;
@@ -1046,6 +1496,7 @@ static zero_result zero_cuda__wait(zero_device *dev, zero_queue q, zero_event *e
 static zero_result zero_cuda__sync(zero_device *dev, zero_queue q)
 {
     ZERO_CUDA__ENTER("cuda sync");
+    ZERO_CUDA__FLUSH();
     ZERO_CUDA__TRY(cudaStreamSynchronize(stream), "cuda sync: cudaStreamSynchronize");
     return ZERO_OK;
 }
@@ -1053,7 +1504,20 @@ static zero_result zero_cuda__sync(zero_device *dev, zero_queue q)
 static void *zero_cuda__native_queue(zero_device *dev, zero_queue q)
 {
     zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
     if (!d || (int)q < 0 || (int)q >= ZERO_QUEUE_COUNT) return NULL;
+    /* whoever takes the stream (a comm, the user) enqueues after the held calls; a launch
+       error here shows at the stream's next sync (a kernel that never ran leaves its
+       outputs as they were), and in zero_last_error() */
+    if (guard.enter(d->ordinal, "cuda native_queue") == ZERO_OK) {
+        zero_result r = zero_cuda__flush(d);
+        if (r != ZERO_OK) { /* kept for the next op: native_queue has no error channel */
+            pthread_mutex_lock(&d->mu);
+            d->flush_err = r;
+            snprintf(d->flush_msg, sizeof d->flush_msg, "%s", zero_last_error());
+            pthread_mutex_unlock(&d->mu);
+        }
+    }
     return (void *)d->streams[q];
 }
 
@@ -1063,6 +1527,7 @@ static zero_result zero_cuda__move(zero_device *dev, zero_queue q, void *dst, co
                                    const char *what)
 {
     ZERO_CUDA__ENTER(what);
+    ZERO_CUDA__FLUSH();
     if (bytes > 0 && (!dst || !src))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with bytes = %zu", what,
                           dst ? "src" : "dst", bytes);
@@ -1097,6 +1562,7 @@ static zero_result zero_cuda__download(zero_device *dev, zero_queue q, void *hos
 static zero_result zero_cuda__fill_zero(zero_device *dev, zero_queue q, void *dst, size_t bytes)
 {
     ZERO_CUDA__ENTER("cuda fill_zero");
+    ZERO_CUDA__FLUSH();
     if (bytes > 0 && !dst)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda fill_zero: dst is NULL with bytes = %zu", bytes);
     if (bytes == 0) return ZERO_OK;
@@ -1156,6 +1622,7 @@ static zero_result zero_cuda__cast(zero_device *dev, zero_queue q, void *dst, ze
 {
     zero_result r;
     ZERO_CUDA__ENTER("cuda cast");
+    ZERO_CUDA__FLUSH();
     if ((r = zero_cuda__check_buf("cast", "dst", dst, dst_dtype, numel)) != ZERO_OK) return r;
     if ((r = zero_cuda__check_buf("cast", "src", src, src_dtype, numel)) != ZERO_OK) return r;
     if (numel == 0 || (dst == src && dst_dtype == src_dtype)) return ZERO_OK;
@@ -1181,6 +1648,7 @@ static zero_result zero_cuda__add(zero_device *dev, zero_queue q, void *dst, con
     size_t es[2];
     zero_result r;
     ZERO_CUDA__ENTER("cuda add");
+    ZERO_CUDA__FLUSH();
     if ((r = zero_cuda__check_buf("add", "dst", dst, dtype, numel)) != ZERO_OK) return r;
     if ((r = zero_cuda__check_buf("add", "src", src, dtype, numel)) != ZERO_OK) return r;
     es[0] = es[1] = zero_dtype_size(dtype);
@@ -1211,6 +1679,7 @@ static zero_result zero_cuda__scale(zero_device *dev, zero_queue q, void *x, zer
     size_t es[1];
     zero_result r;
     ZERO_CUDA__ENTER("cuda scale");
+    ZERO_CUDA__FLUSH();
     if ((r = zero_cuda__check_buf("scale", "x", x, dtype, numel)) != ZERO_OK) return r;
     es[0] = zero_dtype_size(dtype);
     switch (dtype) {
@@ -1233,87 +1702,81 @@ static zero_result zero_cuda__scale(zero_device *dev, zero_queue q, void *x, zer
     }
 }
 
-template <int DT>
-static zero_result zero_cuda__nonfinite_run(const zero_cuda__device *d, cudaStream_t stream, const void *x,
-                                            size_t numel, float *flag)
+/* Lock held: queue q's batch takes a call of 'kind' (the caller has checked it fits, or
+   the batch was launched). */
+static void zero_cuda__batch_open(zero_cuda__pending *pd, int kind, zero_dtype dtype, int pdtype)
 {
-    const size_t es = DT == ZERO_F64 ? 8 : DT == ZERO_F32 ? 4 : 2, per = 16 / es;
-    size_t head = 0, nvec = 0, h;
-    uintptr_t a = (uintptr_t)x;
-    if (a % es == 0) {
-        h = ((16u - a % 16u) % 16u) / es;
-        if (h < numel && numel - h >= per) {
-            head = h;
-            nvec = (numel - head) / per;
-        }
+    if (pd->kind != ZERO_CUDA__PEND_NONE) return;
+    pd->kind = kind;
+    pd->dtype = dtype;
+    pd->pdtype = (zero_dtype)pdtype;
+    pd->acc = NULL;
+    pd->flag = NULL;
+    pd->n = 0;
+    pd->adam.n = 0;
+    pd->adam.ncoefs = 0;
+    pd->adam.start[0] = 0;
+}
+
+/* A nonfinite (flag) or sumsq (acc) call joins queue q's batch. The same buffer asking for
+   both in a row becomes one request (read once). A call whose output overlaps its input
+   is launched alone, in order. */
+static zero_result zero_cuda__stats_add(zero_cuda__device *d, int q, const void *x, zero_dtype dtype, size_t numel,
+                                        double *acc, float *flag)
+{
+    zero_cuda__pending *pd = &d->pend[q];
+    unsigned char bit = acc ? ZERO_CUDA__SQ_SUM : ZERO_CUDA__SQ_NONFINITE;
+    size_t bytes = numel * zero_dtype_size(dtype);
+    int alone = acc ? zero_cuda__overlap(x, bytes, acc, sizeof *acc) : zero_cuda__overlap(x, bytes, flag, sizeof *flag);
+    zero_result r;
+    pthread_mutex_lock(&d->mu);
+    r = zero_cuda__flush_locked(d, q); /* launches keep the order of the calls */
+    if (r == ZERO_OK && pd->kind != ZERO_CUDA__PEND_NONE) {
+        int fits = pd->kind == ZERO_CUDA__PEND_STATS && pd->dtype == dtype && pd->n < ZERO_CUDA__SQ_REQS && !alone &&
+                   !(acc && pd->acc && pd->acc != acc) && !(flag && pd->flag && pd->flag != flag);
+        if (!fits) r = zero_cuda__flush_q(d, q);
     }
-    zero_cuda__nonfinite_kernel<DT><<<zero_cuda__grid(nvec + (numel - per * nvec), d->sm_count, 8),
-                                      ZERO_CUDA__THREADS, 0, stream>>>(x, numel, head, nvec, flag);
-    return zero_cuda__launched("cuda nonfinite: kernel launch");
+    if (r == ZERO_OK) {
+        zero_cuda__sq_req *last = pd->n > 0 ? &pd->req[pd->n - 1] : NULL;
+        zero_cuda__batch_open(pd, ZERO_CUDA__PEND_STATS, dtype, 0);
+        if (acc) pd->acc = acc;
+        if (flag) pd->flag = flag;
+        if (last && last->x == x && last->numel == numel && !(last->flags & bit)) {
+            last->flags |= bit;
+        } else {
+            pd->req[pd->n].x = x;
+            pd->req[pd->n].numel = numel;
+            pd->req[pd->n].flags = bit;
+            pd->n++;
+        }
+        if (alone) r = zero_cuda__flush_q(d, q);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return r;
 }
 
 static zero_result zero_cuda__nonfinite(zero_device *dev, zero_queue q, const void *x, zero_dtype dtype,
                                         size_t numel, float *flag)
 {
     zero_result r;
-    ZERO_CUDA__ENTER("cuda nonfinite");
+    ZERO_CUDA__ENTER_D("cuda nonfinite");
     if ((r = zero_cuda__check_buf("nonfinite", "x", x, dtype, numel)) != ZERO_OK) return r;
     if (!flag) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda nonfinite: flag is NULL");
-    if (numel == 0) return ZERO_OK;
-    switch (dtype) {
-    case ZERO_F32: return zero_cuda__nonfinite_run<ZERO_F32>(d, stream, x, numel, flag);
-    case ZERO_F16: return zero_cuda__nonfinite_run<ZERO_F16>(d, stream, x, numel, flag);
-    case ZERO_BF16: return zero_cuda__nonfinite_run<ZERO_BF16>(d, stream, x, numel, flag);
-    default: return zero_cuda__nonfinite_run<ZERO_F64>(d, stream, x, numel, flag);
-    }
-}
-
-template <int DT>
-static zero_result zero_cuda__sumsq_run(const zero_cuda__device *d, cudaStream_t stream, double *scratch,
-                                        const void *x, size_t numel, double *acc)
-{
-    size_t nblocks = numel / ZERO_CUDA__SUMSQ_BLOCK + (numel % ZERO_CUDA__SUMSQ_BLOCK != 0), first = 0, n;
-    double *running = scratch + ZERO_CUDA__SUMSQ_CHUNK;
-    zero_result r;
-    if (nblocks == 0) { /* the host still adds 0.0 (-0.0 becomes +0.0) */
-        zero_cuda__sumsq_pass2<<<1, ZERO_CUDA__THREADS, 0, stream>>>(scratch, 0, running, 1, 1, acc);
-        return zero_cuda__launched("cuda sumsq: kernel launch");
-    }
-    for (first = 0; first < nblocks; first += n) {
-        n = nblocks - first < ZERO_CUDA__SUMSQ_CHUNK ? nblocks - first : ZERO_CUDA__SUMSQ_CHUNK;
-        zero_cuda__sumsq_pass1<DT><<<(unsigned)((8 * n + ZERO_CUDA__THREADS - 1) / ZERO_CUDA__THREADS),
-                                     ZERO_CUDA__THREADS, 0, stream>>>(x, numel, first, n, scratch);
-        if ((r = zero_cuda__launched("cuda sumsq: kernel launch")) != ZERO_OK) return r;
-        zero_cuda__sumsq_pass2<<<1, ZERO_CUDA__THREADS, 0, stream>>>(scratch, n, running, first == 0,
-                                                                     first + n == nblocks, acc);
-        if ((r = zero_cuda__launched("cuda sumsq: kernel launch")) != ZERO_OK) return r;
-    }
-    (void)d;
-    return ZERO_OK;
+    if ((r = zero_cuda__check_align("nonfinite", "flag", flag, sizeof *flag)) != ZERO_OK) return r;
+    return zero_cuda__stats_add(d, (int)q, x, dtype, numel, NULL, flag);
 }
 
 static zero_result zero_cuda__sumsq(zero_device *dev, zero_queue q, const void *x, zero_dtype dtype, size_t numel,
                                     double *acc)
 {
     zero_result r;
-    double *scratch;
-    ZERO_CUDA__ENTER("cuda sumsq");
+    ZERO_CUDA__ENTER_D("cuda sumsq");
     if ((r = zero_cuda__check_buf("sumsq", "x", x, dtype, numel)) != ZERO_OK) return r;
     if (!acc) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda sumsq: acc is NULL");
-    /* each queue has its own partials: sums on different queues may run at once. Two host
-       threads summing on one queue must not interleave their launches (one's first pass
-       would overwrite the other's partials before its second pass read them): the launches
-       of one sum are made under the device's lock. */
-    scratch = d->scratch + (size_t)q * (ZERO_CUDA__SUMSQ_CHUNK + 1);
-    pthread_mutex_lock(&d->mu);
-    switch (dtype) {
-    case ZERO_F32: r = zero_cuda__sumsq_run<ZERO_F32>(d, stream, scratch, x, numel, acc); break;
-    case ZERO_F16: r = zero_cuda__sumsq_run<ZERO_F16>(d, stream, scratch, x, numel, acc); break;
-    case ZERO_BF16: r = zero_cuda__sumsq_run<ZERO_BF16>(d, stream, scratch, x, numel, acc); break;
-    default: r = zero_cuda__sumsq_run<ZERO_F64>(d, stream, scratch, x, numel, acc); break;
-    }
-    pthread_mutex_unlock(&d->mu);
-    return r;
+    if ((r = zero_cuda__check_align("sumsq", "acc", acc, sizeof *acc)) != ZERO_OK) return r;
+    /* each queue has its own partials: sums on different queues may run at once; a sum's
+       pieces are launched under the device's lock, in order, on its queue */
+    return zero_cuda__stats_add(d, (int)q, x, dtype, numel, acc, NULL);
 }
 
 static zero_result zero_cuda__grad_mul(zero_device *dev, zero_queue q, const double *sumsq, const float *nonfinite,
@@ -1323,45 +1786,18 @@ static zero_result zero_cuda__grad_mul(zero_device *dev, zero_queue q, const dou
     if (!sumsq || !nonfinite || !out)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda grad_mul: %s is NULL",
                           !sumsq ? "sumsq" : !nonfinite ? "nonfinite" : "out");
+    ZERO_CUDA__FLUSH();
     zero_cuda__grad_mul_kernel<<<1, 1, 0, stream>>>(sumsq, nonfinite, unscale, clip_norm, out);
     return zero_cuda__launched("cuda grad_mul: kernel launch");
-}
-
-template <int G, int P>
-static zero_result zero_cuda__adam_run(const zero_cuda__device *d, cudaStream_t stream, const zero_adam_range *r,
-                                       const zero_adam_coefs *c, const float *mul, const float *skip)
-{
-    zero_cuda__adam_op<G, P> op;
-    const void *ptrs[5] = {r->master, r->m, r->v, r->grad, P ? r->param : NULL};
-    size_t es[5] = {4, 4, 4, zero_dtype_size((zero_dtype)G), P ? zero_dtype_size((zero_dtype)P) : 0};
-    op.master = r->master;
-    op.m = r->m;
-    op.v = r->v;
-    op.grad = r->grad;
-    op.param = r->param;
-    op.mul_ptr = mul;
-    op.skip = skip;
-    op.c = *c;
-    op.mul = 0.0f;
-    return zero_cuda__run_ew(d, stream, op, r->numel, ptrs, es, 5, 1, "cuda adam: kernel launch");
-}
-
-template <int G>
-static zero_result zero_cuda__adam_param(const zero_cuda__device *d, cudaStream_t stream, const zero_adam_range *r,
-                                         const zero_adam_coefs *c, const float *mul, const float *skip)
-{
-    if (!r->param) return zero_cuda__adam_run<G, 0>(d, stream, r, c, mul, skip);
-    switch (r->param_dtype) {
-    case ZERO_F32: return zero_cuda__adam_run<G, ZERO_F32>(d, stream, r, c, mul, skip);
-    case ZERO_F16: return zero_cuda__adam_run<G, ZERO_F16>(d, stream, r, c, mul, skip);
-    default: return zero_cuda__adam_run<G, ZERO_BF16>(d, stream, r, c, mul, skip);
-    }
 }
 
 static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_adam_range *range,
                                    const zero_adam_coefs *coefs, const float *grad_mul, const float *skip)
 {
-    ZERO_CUDA__ENTER("cuda adam");
+    zero_cuda__pending *pd;
+    zero_result r;
+    int pdt, head, k, ci = -1;
+    ZERO_CUDA__ENTER_D("cuda adam");
     if (!range || !coefs || !grad_mul)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: %s is NULL",
                           !range ? "range" : !coefs ? "coefs" : "grad_mul");
@@ -1377,21 +1813,66 @@ static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_ad
                           !range->master ? "master" : !range->m ? "m" : !range->v ? "v" : "grad", range->numel);
     if (range->numel > (size_t)-1 / 4)
         return zero__fail(ZERO_ERROR_OVERFLOW, "cuda adam: numel %zu overflows", range->numel);
-    {
-        zero_result r;
-        if ((r = zero_cuda__check_align("adam", "master", range->master, 4)) != ZERO_OK ||
-            (r = zero_cuda__check_align("adam", "m", range->m, 4)) != ZERO_OK ||
-            (r = zero_cuda__check_align("adam", "v", range->v, 4)) != ZERO_OK ||
-            (r = zero_cuda__check_align("adam", "grad", range->grad, zero_dtype_size(range->grad_dtype))) != ZERO_OK ||
-            (r = zero_cuda__check_align("adam", "param", range->param, zero_dtype_size(range->param_dtype))) != ZERO_OK)
-            return r;
-    }
+    if ((r = zero_cuda__check_align("adam", "master", range->master, 4)) != ZERO_OK ||
+        (r = zero_cuda__check_align("adam", "m", range->m, 4)) != ZERO_OK ||
+        (r = zero_cuda__check_align("adam", "v", range->v, 4)) != ZERO_OK ||
+        (r = zero_cuda__check_align("adam", "grad", range->grad, zero_dtype_size(range->grad_dtype))) != ZERO_OK ||
+        (r = zero_cuda__check_align("adam", "param", range->param, zero_dtype_size(range->param_dtype))) != ZERO_OK ||
+        (r = zero_cuda__check_align("adam", "grad_mul", grad_mul, 4)) != ZERO_OK ||
+        (r = zero_cuda__check_align("adam", "skip", skip, 4)) != ZERO_OK)
+        return r;
     if (range->numel == 0) return ZERO_OK;
-    switch (range->grad_dtype) {
-    case ZERO_F32: return zero_cuda__adam_param<ZERO_F32>(d, stream, range, coefs, grad_mul, skip);
-    case ZERO_F16: return zero_cuda__adam_param<ZERO_F16>(d, stream, range, coefs, grad_mul, skip);
-    default: return zero_cuda__adam_param<ZERO_BF16>(d, stream, range, coefs, grad_mul, skip);
+    {
+        const void *ptrs[5] = {range->master, range->m, range->v, range->grad, range->param};
+        size_t es[5] = {4, 4, 4, zero_dtype_size(range->grad_dtype),
+                        range->param ? zero_dtype_size(range->param_dtype) : 0};
+        head = zero_cuda__head(ptrs, es, 5);
     }
+    pdt = range->param ? (int)range->param_dtype : 0;
+    pd = &d->pend[q];
+    pthread_mutex_lock(&d->mu);
+    r = zero_cuda__flush_locked(d, (int)q);
+    if (r == ZERO_OK && pd->kind != ZERO_CUDA__PEND_NONE) {
+        int fits = pd->kind == ZERO_CUDA__PEND_ADAM && pd->dtype == range->grad_dtype && (int)pd->pdtype == pdt &&
+                   pd->adam.mul == grad_mul && pd->adam.skip == skip && pd->adam.n < ZERO_CUDA__ADAM_MAX;
+        for (k = 0; fits && k < pd->adam.ncoefs; k++)
+            if (!memcmp(&pd->adam.coefs[k], coefs, sizeof *coefs)) ci = k;
+        if (fits && ci < 0 && pd->adam.ncoefs == ZERO_CUDA__ADAM_COEFS) fits = 0;
+        /* ranges of one launch run concurrently: one that overlaps a held one waits */
+        for (k = 0; fits && k < pd->adam.n; k++)
+            if (zero_cuda__overlap(pd->adam.seg[k].master, pd->adam.seg[k].numel * 4, range->master, range->numel * 4))
+                fits = 0;
+        if (!fits) {
+            r = zero_cuda__flush_q(d, (int)q);
+            ci = -1;
+        }
+    }
+    if (r == ZERO_OK) {
+        zero_cuda__adam_table *t = &pd->adam;
+        zero_cuda__adam_seg *sg;
+        size_t slots;
+        zero_cuda__batch_open(pd, ZERO_CUDA__PEND_ADAM, range->grad_dtype, pdt);
+        t->mul = grad_mul;
+        t->skip = skip;
+        if (ci < 0) {
+            ci = t->ncoefs++;
+            t->coefs[ci] = *coefs;
+        }
+        sg = &t->seg[t->n];
+        sg->master = range->master;
+        sg->m = range->m;
+        sg->v = range->v;
+        sg->grad = range->grad;
+        sg->param = range->param;
+        sg->numel = range->numel;
+        sg->head = head < 0 ? 8u : (unsigned)head;
+        sg->coefs = (unsigned)ci;
+        slots = zero_cuda__adam_slots(sg->numel, sg->head);
+        t->start[t->n + 1] = t->start[t->n] + (slots + ZERO_CUDA__THREADS - 1) / ZERO_CUDA__THREADS;
+        t->n++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return r;
 }
 
 /* ---- lifetime ---- */
@@ -1405,6 +1886,7 @@ static void zero_cuda__destroy(zero_device *dev)
     int q;
     if (!d) return;
     (void)guard.enter(d->ordinal, "cuda destroy");
+    (void)zero_cuda__flush(d);
     for (q = 0; q < ZERO_QUEUE_COUNT; q++)
         if (d->has_stream[q]) (void)cudaStreamSynchronize(d->streams[q]);
     for (a = d->arenas; a; a = an) {
@@ -1485,6 +1967,30 @@ ZERODEF int zero_cuda_device_count(void)
     return n;
 }
 
+ZERODEF zero_result zero_cuda_device_probe(int *count)
+{
+    int n = 0;
+    cudaError_t e;
+    void *lib;
+    if (!count) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_device_probe: count is NULL");
+    *count = 0;
+    e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) {
+        *count = n > 0 ? n : 0;
+        return ZERO_OK;
+    }
+    (void)cudaGetLastError();
+    if (e == cudaErrorNoDevice) return ZERO_OK;
+    /* The runtime reports a missing driver and an old one alike (cudaErrorInsufficientDriver):
+       only the absence of the driver library itself means "no GPU here". */
+    if (e == cudaErrorInsufficientDriver) {
+        lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!lib) return ZERO_OK;
+        dlclose(lib);
+    }
+    return zero__fail(ZERO_ERROR_DEVICE, "cudaGetDeviceCount: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 ZERODEF zero_result zero_cuda_device_create(const zero_cuda_desc *desc, zero_device **out)
 {
     zero_cuda_desc def;
@@ -1499,6 +2005,11 @@ ZERODEF zero_result zero_cuda_device_create(const zero_cuda_desc *desc, zero_dev
         memset(&def, 0, sizeof def);
         desc = &def;
     }
+    if (desc->compute_stream == (void *)cudaStreamPerThread)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_cuda_device_create: compute_stream = cudaStreamPerThread names another stream "
+                          "on every host thread (NCCL's and the watchdog's threads would not order against your "
+                          "work): pass a stream of your own (cudaStreamCreate) or cudaStreamLegacy");
     e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
         (void)cudaGetLastError();
@@ -1534,13 +2045,19 @@ ZERODEF zero_result zero_cuda_device_create(const zero_cuda_desc *desc, zero_dev
         else d->own_stream[q] = d->has_stream[q] = 1;
     }
     if (res == ZERO_OK) {
-        e = cudaMalloc((void **)&d->scratch, sizeof(double) * ZERO_QUEUE_COUNT * (ZERO_CUDA__SUMSQ_CHUNK + 1));
+        e = cudaMalloc((void **)&d->scratch, sizeof(double) * ZERO_QUEUE_COUNT * ZERO_CUDA__SCRATCH_Q);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             d->scratch = NULL;
             res = zero_cuda__err(e, "zero_cuda_device_create: cudaMalloc (scratch)");
         } else {
             d->cuda_mallocs++;
+            /* each queue's ticket (and running total) starts at 0, ordered on its stream */
+            for (q = 0; q < ZERO_QUEUE_COUNT && res == ZERO_OK; q++) {
+                e = cudaMemsetAsync(d->scratch + (size_t)q * ZERO_CUDA__SCRATCH_Q, 0,
+                                    sizeof(double) * ZERO_CUDA__SCRATCH_Q, d->streams[q]);
+                if (e != cudaSuccess) res = zero_cuda__err(e, "zero_cuda_device_create: cudaMemsetAsync (scratch)");
+            }
         }
     }
     if (res != ZERO_OK) {
@@ -1552,6 +2069,16 @@ ZERODEF zero_result zero_cuda_device_create(const zero_cuda_desc *desc, zero_dev
 }
 
 ZERODEF int zero_cuda_is_device(const zero_device *dev) { return zero_cuda__get(dev) != NULL; }
+
+ZERODEF zero_result zero_cuda_flush(zero_device *dev)
+{
+    zero_cuda__device *d = zero_cuda__get(dev);
+    zero_cuda__guard guard;
+    zero_result res;
+    if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_flush: dev is not a CUDA device");
+    if ((res = guard.enter(d->ordinal, "zero_cuda_flush")) != ZERO_OK) return res;
+    return zero_cuda__flush(d);
+}
 
 ZERODEF int zero_cuda_device_ordinal(const zero_device *dev)
 {
@@ -1600,6 +2127,12 @@ ZERODEF zero_result zero_cuda_host_free(zero_device *dev, void *ptr)
     cudaError_t e;
     if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_cuda_host_free: dev is not a CUDA device");
     if (!ptr) return ZERO_OK;
+    {
+        zero_cuda__guard guard; /* held calls may read the buffer: launch them first */
+        zero_result res = guard.enter(d->ordinal, "zero_cuda_host_free");
+        if (res == ZERO_OK) res = zero_cuda__flush(d);
+        if (res != ZERO_OK) return res;
+    }
     pthread_mutex_lock(&d->mu);
     for (pm = &d->pinned; (m = *pm) != NULL; pm = &m->next)
         if (m->ptr == ptr) break;
@@ -1635,7 +2168,7 @@ ZERODEF zero_result zero_cuda_device_stats(zero_device *dev, zero_cuda_stats *ou
     }
     out->fallback_bytes = d->fallback_bytes;
     out->pinned_bytes = d->pinned_bytes;
-    out->scratch_bytes = sizeof(double) * ZERO_QUEUE_COUNT * (ZERO_CUDA__SUMSQ_CHUNK + 1);
+    out->scratch_bytes = sizeof(double) * ZERO_QUEUE_COUNT * ZERO_CUDA__SCRATCH_Q;
     out->cuda_mallocs = d->cuda_mallocs;
     pthread_mutex_unlock(&d->mu);
     return ZERO_OK;
@@ -1668,7 +2201,20 @@ typedef struct zero_cuda__post { /* all 8-byte fields: all-gathered as F64 (a pl
     uint64_t kind, bad, dtype, op, root, numel;
     uint64_t send, recv;
     uint64_t ev[3];
+    uint64_t tag_group, tag_role, tag_seq; /* the caller's comm->tag (zero.h); role 0 = untagged */
 } zero_cuda__post;
+
+/* " group 0 (gather, seq 12)", " (flag, seq 3)" or "" (untagged), for mismatch messages. */
+static void zero_cuda__tag_text(char *buf, size_t size, const zero_cuda__post *p)
+{
+    int32_t group = (int32_t)(int64_t)p->tag_group, role = (int32_t)p->tag_role;
+    if (role == ZERO_ROLE_NONE) buf[0] = '\0';
+    else if (group >= 0)
+        snprintf(buf, size, " group %d (%s, seq %llu)", (int)group, zero_comm_role_name(role),
+                 (unsigned long long)p->tag_seq);
+    else
+        snprintf(buf, size, " (%s, seq %llu)", zero_comm_role_name(role), (unsigned long long)p->tag_seq);
+}
 
 typedef struct zero_cuda__comm {
     zero_comm base;
@@ -1861,6 +2407,9 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
                  me->send % es ? "send" : "recv", es);
     else me->bad = 0;
     for (p = 0; p < 3; p++) me->ev[p] = (uint64_t)(uintptr_t)c->ev[p];
+    me->tag_group = (uint64_t)(int64_t)comm->tag.group;
+    me->tag_role = (uint64_t)(int64_t)comm->tag.role;
+    me->tag_seq = comm->tag.seq;
     if (!me->bad && guard.enter(c->ordinal, "cuda comm") != ZERO_OK) {
         me->bad = 1; /* still take part in the rendezvous: peers must not wait for us */
         my_err = ZERO_ERROR_DEVICE;
@@ -1889,6 +2438,21 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
                               "cuda %s (rank %d): ranks disagree: rank %d called %s(numel %zu, %s, op %d, root %d)",
                               name, rank, p, zero_cuda__kind_name((int)o->kind), (size_t)o->numel,
                               zero_dtype_name((zero_dtype)o->dtype), (int)o->op, (int)o->root);
+    }
+    /* Same arguments, different purpose (the engine's tag: group, role, seq) where both sides
+       are tagged: the ranks' control flow diverged. Every rank names rank 0 and the first
+       rank that differs from it, as the local comm does. */
+    for (p = 1; p < world; p++) {
+        const zero_cuda__post *a = &c->posts[0], *o = &c->posts[p];
+        if (a->tag_role != ZERO_ROLE_NONE && o->tag_role != ZERO_ROLE_NONE &&
+            (a->tag_group != o->tag_group || a->tag_role != o->tag_role || a->tag_seq != o->tag_seq)) {
+            char ta[64], tb[64];
+            zero_cuda__tag_text(ta, sizeof ta, a);
+            zero_cuda__tag_text(tb, sizeof tb, o);
+            return zero__fail(ZERO_ERROR_MISMATCH, "cuda %s (rank %d): ranks disagree: rank 0 %s%s vs rank %d %s%s",
+                              name, rank, zero_cuda__kind_name((int)a->kind), ta, p,
+                              zero_cuda__kind_name((int)o->kind), tb);
+        }
     }
     c->last = s;
     c->has_last = 1;

@@ -63,16 +63,25 @@
        Port: ZERO_BOOTSTRAP_PORT; else MASTER_PORT, plus one when torchrun's agent already
        serves its store there (TORCHELASTIC_USE_AGENT_STORE=True); else, under Slurm,
        20000 + SLURM_JOB_ID % 10000; else 29500.
+       Listening address (rank 0): ZERO_BOOTSTRAP_BIND ("*" = every interface, or one
+       address of this host); unset: rank 0's address above when it is one of this host's
+       (a loopback address only when numeric or when every rank is on this node: a host
+       name that resolves to 127.0.1.1 here may be another address elsewhere), else every
+       interface.
        Timeouts: ZERO_BOOTSTRAP_TIMEOUT_MS (default 300000) for the id exchange,
        ZERO_NCCL_TIMEOUT_MS (default 600000) for the communicator.
        Missing companions (RANK without WORLD_SIZE), empty, non-numeric or out-of-range
        values are ZERO_ERROR_INVALID_ARGUMENT naming the variable and its value.
 
    THE EXCHANGE (zero_bootstrap_exchange)
-       Rank 0 listens on the port (every interface, IPv6 and IPv4, SO_REUSEADDR) and sends
-       the id to each rank that says hello; every other rank connects to rank 0's address,
-       retrying until the deadline because rank 0 may start late (or its name may not
-       resolve yet). Messages are framed: a 32-byte header (magic "ZER0", protocol version,
+       Rank 0 listens on the port (on the listening address above; every interface is IPv6
+       and IPv4; SO_REUSEADDR) and sends the id to each rank that says hello; every other
+       rank connects to rank 0's address, retrying until the deadline because rank 0 may
+       start late (or its name may not resolve yet); the error names the most informative
+       reason seen ("connection refused: nobody is listening on HOST:PORT" rather than the
+       last attempt's "timed out"). Bytes that cannot start a message (not the magic) fail
+       the exchange at once, showing what arrived. The bootstrap authenticates nobody: see
+       docs/nccl.md for what it trusts. Messages are framed: a 32-byte header (magic "ZER0", protocol version,
        type, world size, rank, id size, payload size, FNV-1a checksum of the payload,
        status) checked on both sides. Rank 0 returns once every rank has acknowledged the
        id. Errors: IO when the port is in use; TIMEOUT when a peer never arrives (rank 0)
@@ -84,18 +93,24 @@
        zero_bootstrap_exchange    at most B; plus, for a host name (not a numeric address),
                                   the system resolver, whose own timeout (resolv.conf) bounds
                                   each getaddrinfo() call.
-       zero_nccl_create           at most B + T (the id, then NCCL's own rendezvous, polled).
+       zero_nccl_create           at most B + 2 T (the id, then NCCL's own rendezvous and
+                                  the split into the blocking communicator, each polled).
        all_gather, reduce_scatter, all_reduce, broadcast, group_end
-                                  enqueue only. The first collective between two peers also
-                                  connects them (NCCL connects lazily): at most T when a
-                                  peer never makes the matching call. A rank with 128 of its
+                                  enqueue only, on the calling thread (the collectives'
+                                  communicator is blocking). The first collective between
+                                  two peers also connects them (NCCL connects lazily): when
+                                  a peer never makes the matching call the watchdog aborts
+                                  at T + one period, through the init communicator whose
+                                  abort flag the blocked call shares (with disable_watchdog
+                                  nothing can end such a call). A rank with 128 of its
                                   collectives unfinished on one stream waits (at most T)
                                   for the oldest before enqueuing more, so NCCL's own work
                                   queue can never fill and block without a deadline.
        barrier                    at most 2 T (waits for this rank's collectives, then a
                                   one-element all-reduce).
        zero_nccl_wait             at most its timeout.
-       destroy                    at most 2 T (wait, ncclCommFinalize), then it aborts.
+       destroy                    at most 3 T (wait, ncclCommFinalize of both
+                                  communicators), then it aborts.
        anything else waiting for the GPU (cudaStreamSynchronize, the engine's step)
                                   a watchdog thread per comm aborts the communicator when a
                                   collective has not finished T after it was enqueued (or
@@ -161,6 +176,13 @@ typedef struct zero_bootstrap_desc {
                                            rank 0 = any free port, zero_bootstrap_listen)   */
     int timeout_ms;                     /* for the whole exchange; 0 = the default           */
     zero_launcher launcher;             /* informational                                    */
+    char bind_addr[ZERO_BOOTSTRAP_ADDR_MAX]; /* rank 0: the local address to listen on.
+                                           "" = the default: addr when it is an address of
+                                           this host (a loopback one only when given as a
+                                           numeric address or when every rank is on this
+                                           node), else every interface; "*" = every
+                                           interface; else a host name or numeric address
+                                           of this host (ZERO_BOOTSTRAP_BIND)               */
 } zero_bootstrap_desc;
 
 /* Looks a variable up: its value, or NULL when unset. */
@@ -191,13 +213,18 @@ ZERODEF zero_result zero_bootstrap_exchange(const zero_bootstrap_desc *desc, voi
    serve. The server holds one listening socket; it may be inherited across fork(). */
 typedef struct zero_bootstrap_server zero_bootstrap_server;
 
-/* Listens on desc->port (0 = any free port) for desc->world - 1 peers. Errors:
-   INVALID_ARGUMENT; IO (port in use, with a hint); OUT_OF_MEMORY. */
+/* Listens on desc->port (0 = any free port) for desc->world - 1 peers, on the address
+   desc->bind_addr chooses (see zero_bootstrap_desc). Errors: INVALID_ARGUMENT; IO (port in
+   use, with a hint; a bind_addr that is not an address of this host); OUT_OF_MEMORY. */
 ZERODEF zero_result zero_bootstrap_listen(const zero_bootstrap_desc *desc,
                                           zero_bootstrap_server **out);
 
 /* The port the server listens on (the ephemeral one when asked for port 0); -1 for NULL. */
 ZERODEF int zero_bootstrap_server_port(const zero_bootstrap_server *server);
+
+/* The numeric address the server listens on, "*" for every interface; "" for NULL. Owned
+   by the server. */
+ZERODEF const char *zero_bootstrap_server_addr(const zero_bootstrap_server *server);
 
 /* Sends id to every peer, each once, and returns when all have acknowledged it, or at
    the desc's timeout counted from this call. Errors as zero_bootstrap_exchange. */
@@ -209,7 +236,7 @@ ZERODEF void zero_bootstrap_server_close(zero_bootstrap_server *server);
 
 #ifndef ZERO_NCCL_BOOTSTRAP_ONLY
 /* ======================================================================================
-   NCCL comm: zero_comm_ops over one NCCL communicator (non-blocking, watched).
+   NCCL comm: zero_comm_ops over one NCCL communicator (blocking collectives, watched).
    ====================================================================================== */
 
 #define ZERO_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
@@ -236,9 +263,11 @@ typedef struct zero_nccl_desc {
 
 /* Creates this rank's comm: gets the id (unique_id, or ncclGetUniqueId on rank 0 and the
    TCP exchange), then ncclCommInitRankConfig with blocking = 0, polled until ready or the
-   timeout. COLLECTIVE over the job's processes. The comm also holds one CUDA stream, a
-   256-byte device scratch buffer (barrier) and 128 CUDA events; they are not counted by the
-   engine. Errors: INVALID_ARGUMENT; the bootstrap's; DEVICE (CUDA); COMM, INVALID_STATE,
+   timeout, then ncclCommSplit into a blocking communicator sharing its resources
+   (splitShare), polled likewise, on which the collectives run (a non-blocking one would
+   start a thread per collective). COLLECTIVE over the job's processes. The comm also holds
+   one CUDA stream, a 256-byte device scratch buffer (barrier) and 2048 CUDA events (128 per
+   stream it watches); they are not counted by the engine. Errors: INVALID_ARGUMENT; the bootstrap's; DEVICE (CUDA); COMM, INVALID_STATE,
    TIMEOUT from NCCL, with NCCL's message. *out is NULL on error. */
 ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out);
 
@@ -272,8 +301,11 @@ ZERODEF zero_result zero_nccl_status(zero_comm *comm);
    this and every later call returns ZERO_ERROR_COMM. Any thread (not a signal handler). */
 ZERODEF zero_result zero_nccl_abort(zero_comm *comm);
 
-/* The ncclComm_t, as a pointer (NULL once aborted). Hold zero_nccl_lock() around your own
-   NCCL calls on it while the watchdog runs; do not destroy it. */
+/* The ncclComm_t of the collectives, as a pointer (NULL once aborted): a blocking
+   communicator (split from the non-blocking one of the init, sharing its resources). Hold
+   zero_nccl_lock() around your own NCCL calls on it while the watchdog runs (the watchdog
+   cannot abort while you hold it, so a call of yours that hangs is not bounded by the
+   timeout); do not destroy it. */
 ZERODEF void *zero_nccl_handle(zero_comm *comm);
 ZERODEF void zero_nccl_lock(zero_comm *comm);
 ZERODEF void zero_nccl_unlock(zero_comm *comm);
@@ -592,6 +624,20 @@ ZERODEF zero_result zero_bootstrap_env_from(zero_bootstrap_getenv_fn get, void *
     if (!have) port = ZERO_BOOTSTRAP_DEFAULT_PORT;
     d.port = (int)port;
 
+    /* Listening address (rank 0). */
+    v = get("ZERO_BOOTSTRAP_BIND", user);
+    if (v) {
+        if (v[0] == '\0')
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_bootstrap_env: ZERO_BOOTSTRAP_BIND is set but empty (\"*\" "
+                              "= every interface)");
+        if (strlen(v) >= sizeof d.bind_addr)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_bootstrap_env: ZERO_BOOTSTRAP_BIND is longer than %d bytes",
+                              ZERO_BOOTSTRAP_ADDR_MAX - 1);
+        memcpy(d.bind_addr, v, strlen(v) + 1);
+    }
+
     /* Timeout. */
     r = zero_nccl__env_int(get, user, "ZERO_BOOTSTRAP_TIMEOUT_MS", 1, INT_MAX, &d.timeout_ms,
                            &have);
@@ -739,6 +785,37 @@ static zero_result zero_nccl__check_common(const zero_nccl__hdr *h, int world, s
     return ZERO_OK;
 }
 
+/* Whether the first n bytes received can start a message: they must be the magic's. */
+static int zero_nccl__prefix_ok(const unsigned char *in, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n && i < 4; i++)
+        if (in[i] != (unsigned char)(ZERO_NCCL__MAGIC >> (24 - 8 * i))) return 0;
+    return 1;
+}
+
+/* Bytes as a quoted C string (printable ASCII as is, the rest escaped), at most 32. */
+static void zero_nccl__show_bytes(const unsigned char *in, size_t n, char *out, size_t size)
+{
+    size_t i, o = 0;
+    if (size < 8) return;
+    out[o++] = '"';
+    for (i = 0; i < n && i < 32 && o + 6 < size; i++) {
+        unsigned char c = in[i];
+        if (c == '\r' || c == '\n' || c == '\t') {
+            out[o++] = '\\';
+            out[o++] = c == '\r' ? 'r' : c == '\n' ? 'n' : 't';
+        } else if (c >= 32 && c < 127 && c != '"' && c != '\\') {
+            out[o++] = (char)c;
+        } else {
+            o += (size_t)snprintf(out + o, size - o, "\\x%02x", c);
+        }
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+    if (n > 32 && o + 4 < size) snprintf(out + o, size - o, "...");
+}
+
 /* ---- sockets ---- */
 
 static void zero_nccl__close(int fd)
@@ -843,6 +920,26 @@ static int zero_nccl__recv_all(int fd, void *buf, size_t n, int64_t deadline, si
     return 0;
 }
 
+/* Receives a message header by the deadline, checking each arrival against the magic.
+   As zero_nccl__recv_all, plus -3 as soon as the bytes cannot be a header. */
+static int zero_nccl__recv_hdr(int fd, unsigned char *buf, int64_t deadline, size_t *got)
+{
+    *got = 0;
+    while (*got < ZERO_NCCL__HDR) {
+        ssize_t r = recv(fd, buf + *got, ZERO_NCCL__HDR - *got, 0);
+        if (r > 0) {
+            *got += (size_t)r;
+            if (!zero_nccl__prefix_ok(buf, *got)) return -3;
+            continue;
+        }
+        if (r == 0) return -2;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        if (zero_nccl__poll_fd(fd, POLLIN, deadline) != 0) return -1;
+    }
+    return 0;
+}
+
 static zero_result zero_nccl__check_desc(const zero_bootstrap_desc *d, const char *who, int server)
 {
     if (!d) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", who);
@@ -861,6 +958,10 @@ static zero_result zero_nccl__check_desc(const zero_bootstrap_desc *d, const cha
     if (!server && (d->addr[0] == '\0' || memchr(d->addr, '\0', sizeof d->addr) == NULL))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: addr (rank 0's host) is empty or not NUL-terminated", who);
+    if (server && (memchr(d->addr, '\0', sizeof d->addr) == NULL ||
+                   memchr(d->bind_addr, '\0', sizeof d->bind_addr) == NULL))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: addr or bind_addr is not NUL-terminated", who);
     return ZERO_OK;
 }
 
@@ -876,74 +977,150 @@ struct zero_bootstrap_server {
     int port;
     int world;
     int timeout_ms;
+    char addr[64]; /* numeric, or "*" for every interface */
 };
 
-/* One listening socket on every interface: IPv6 accepting IPv4 too, else IPv4. */
-static zero_result zero_nccl__listen_fd(int port, int *out_fd, int *out_port)
+/* A listening socket on one socket address (port included). 0, or -1 with *err. */
+static int zero_nccl__listen_on(const struct sockaddr *sa, socklen_t salen, int *out_fd,
+                                int *out_port, int *err)
 {
-    int families[2] = {AF_INET6, AF_INET};
-    int i, fd = -1, err = 0, one = 1, zero = 0;
-    for (i = 0; i < 2; i++) {
-        struct sockaddr_storage ss;
-        socklen_t len;
-        memset(&ss, 0, sizeof ss);
-        fd = socket(families[i], SOCK_STREAM, 0);
-        if (fd < 0) {
-            err = errno;
-            continue;
+    struct sockaddr_storage ss;
+    socklen_t len = (socklen_t)sizeof ss;
+    int one = 1, zero = 0, ok, fd = socket(sa->sa_family, SOCK_STREAM, 0);
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    ok = zero_nccl__prepare_fd(fd) == 0 &&
+         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0;
+    /* every interface over IPv6 takes IPv4 too */
+    if (ok && sa->sa_family == AF_INET6 &&
+        IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr))
+        ok = setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0;
+    ok = ok && bind(fd, sa, salen) == 0 && listen(fd, SOMAXCONN) == 0 &&
+         getsockname(fd, (struct sockaddr *)&ss, &len) == 0;
+    if (!ok) {
+        *err = errno;
+        zero_nccl__close(fd);
+        return -1;
+    }
+    *out_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)(void *)&ss)->sin6_port)
+                                         : ntohs(((struct sockaddr_in *)(void *)&ss)->sin_port);
+    *out_fd = fd;
+    return 0;
+}
+
+static int zero_nccl__is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
+static int zero_nccl__is_numeric(const char *host)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* Every interface: IPv6 accepting IPv4 too, else IPv4. 0, or -1 with *err. */
+static int zero_nccl__listen_any(int port, int *out_fd, int *out_port, int *err)
+{
+    struct sockaddr_in6 a6;
+    struct sockaddr_in a4;
+    memset(&a6, 0, sizeof a6);
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr = in6addr_any;
+    a6.sin6_port = htons((uint16_t)port);
+    if (zero_nccl__listen_on((const struct sockaddr *)(const void *)&a6, (socklen_t)sizeof a6,
+                             out_fd, out_port, err) == 0)
+        return 0;
+    if (*err == EADDRINUSE || *err == EACCES) return -1; /* IPv4 would say the same */
+    memset(&a4, 0, sizeof a4);
+    a4.sin_family = AF_INET;
+    a4.sin_addr.s_addr = htonl(INADDR_ANY);
+    a4.sin_port = htons((uint16_t)port);
+    return zero_nccl__listen_on((const struct sockaddr *)(const void *)&a4, (socklen_t)sizeof a4,
+                                out_fd, out_port, err);
+}
+
+/* The addresses 'host' resolves to, in order, skipping loopback ones unless allowed: 0 on
+   the first that listens (its numeric form in addr); -1 with *err (EADDRNOTAVAIL when
+   none is an address of this host, 0 with *why set when host does not resolve). */
+static int zero_nccl__listen_host(const char *host, int port, int allow_loopback, int *out_fd,
+                                  int *out_port, char *addr, size_t addr_size, int *err,
+                                  const char **why)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    char port_str[16];
+    int rc;
+    *err = EADDRNOTAVAIL;
+    *why = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    snprintf(port_str, sizeof port_str, "%d", port);
+    rc = getaddrinfo(host, port_str, &hints, &res);
+    if (rc != 0) {
+        *err = 0;
+        *why = rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc);
+        return -1;
+    }
+    for (ai = res; ai; ai = ai->ai_next) {
+        int e = 0;
+        if (!allow_loopback && zero_nccl__is_loopback(ai->ai_addr)) continue;
+        if (zero_nccl__listen_on(ai->ai_addr, ai->ai_addrlen, out_fd, out_port, &e) == 0) {
+            if (getnameinfo(ai->ai_addr, ai->ai_addrlen, addr, (socklen_t)addr_size, NULL, 0,
+                            NI_NUMERICHOST) != 0)
+                snprintf(addr, addr_size, "%.60s", host);
+            freeaddrinfo(res);
+            return 0;
         }
-        if (zero_nccl__prepare_fd(fd) != 0 ||
-            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) {
-            err = errno;
-            zero_nccl__close(fd);
-            fd = -1;
-            continue;
+        if (*err == EADDRNOTAVAIL || e == EADDRINUSE || e == EACCES) *err = e;
+        if (e == EADDRINUSE || e == EACCES) break;
+    }
+    freeaddrinfo(res);
+    return -1;
+}
+
+/* Rank 0's listening socket on the address desc->bind_addr chooses (see its comment). */
+static zero_result zero_nccl__listen_fd(const zero_bootstrap_desc *d, int *out_fd, int *out_port,
+                                        char *addr, size_t addr_size)
+{
+    int port = d->port, err = 0, explicit_bind = d->bind_addr[0] != '\0';
+    const char *host = explicit_bind ? d->bind_addr : d->addr, *why = NULL;
+    if (host[0] != '\0' && strcmp(host, "*") != 0) {
+        int allow_loopback = explicit_bind || zero_nccl__is_numeric(host) ||
+                             d->local_world == d->world;
+        if (zero_nccl__listen_host(host, port, allow_loopback, out_fd, out_port, addr, addr_size,
+                                   &err, &why) == 0)
+            return ZERO_OK;
+        if (explicit_bind && why)
+            return zero__fail(ZERO_ERROR_IO,
+                              "zero_bootstrap_listen: cannot resolve the listening address "
+                              "\"%s\" (bind_addr, ZERO_BOOTSTRAP_BIND): %s",
+                              host, why);
+        if (explicit_bind && err != EADDRINUSE && err != EACCES)
+            return zero__fail(ZERO_ERROR_IO,
+                              "zero_bootstrap_listen: rank 0 cannot listen on %s port %d (bind_addr, "
+                              "ZERO_BOOTSTRAP_BIND): %s%s",
+                              host, port, strerror(err),
+                              err == EADDRNOTAVAIL ? ": it is not an address of this host (\"*\" "
+                                                     "listens on every interface)"
+                                                   : "");
+        /* the default: rank 0's address is not this host's (or resolves elsewhere): every
+           interface, as a port in use is reported below either way */
+    }
+    if (err != EADDRINUSE && err != EACCES) {
+        if (zero_nccl__listen_any(port, out_fd, out_port, &err) == 0) {
+            snprintf(addr, addr_size, "*");
+            return ZERO_OK;
         }
-        if (families[i] == AF_INET6) {
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)(void *)&ss;
-            if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) != 0) {
-                err = errno;
-                zero_nccl__close(fd);
-                fd = -1;
-                continue;
-            }
-            a->sin6_family = AF_INET6;
-            a->sin6_addr = in6addr_any;
-            a->sin6_port = htons((uint16_t)port);
-            len = (socklen_t)sizeof *a;
-        } else {
-            struct sockaddr_in *a = (struct sockaddr_in *)(void *)&ss;
-            a->sin_family = AF_INET;
-            a->sin_addr.s_addr = htonl(INADDR_ANY);
-            a->sin_port = htons((uint16_t)port);
-            len = (socklen_t)sizeof *a;
-        }
-        if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
-            err = errno;
-            zero_nccl__close(fd);
-            fd = -1;
-            if (err == EADDRINUSE || err == EACCES) break; /* IPv4 would say the same */
-            continue;
-        }
-        if (listen(fd, SOMAXCONN) != 0) {
-            err = errno;
-            zero_nccl__close(fd);
-            fd = -1;
-            if (err == EADDRINUSE) break;
-            continue;
-        }
-        len = (socklen_t)sizeof ss;
-        if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
-            err = errno;
-            zero_nccl__close(fd);
-            fd = -1;
-            continue;
-        }
-        *out_port = ss.ss_family == AF_INET6
-                        ? ntohs(((struct sockaddr_in6 *)(void *)&ss)->sin6_port)
-                        : ntohs(((struct sockaddr_in *)(void *)&ss)->sin_port);
-        *out_fd = fd;
-        return ZERO_OK;
     }
     if (err == EADDRINUSE)
         return zero__fail(ZERO_ERROR_IO,
@@ -976,7 +1153,8 @@ ZERODEF zero_result zero_bootstrap_listen(const zero_bootstrap_desc *desc,
                           "zero_bootstrap_listen: only rank 0 listens (rank = %d)", desc->rank);
     s = (zero_bootstrap_server *)zero__alloc(NULL, sizeof *s);
     if (!s) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_bootstrap_listen: out of memory");
-    r = zero_nccl__listen_fd(desc->port, &fd, &port);
+    s->addr[0] = '\0';
+    r = zero_nccl__listen_fd(desc, &fd, &port, s->addr, sizeof s->addr);
     if (r != ZERO_OK) {
         zero__free(NULL, s);
         return r;
@@ -994,6 +1172,11 @@ ZERODEF int zero_bootstrap_server_port(const zero_bootstrap_server *server)
     return server ? server->port : -1;
 }
 
+ZERODEF const char *zero_bootstrap_server_addr(const zero_bootstrap_server *server)
+{
+    return server ? server->addr : "";
+}
+
 ZERODEF void zero_bootstrap_server_close(zero_bootstrap_server *server)
 {
     if (!server) return;
@@ -1002,8 +1185,16 @@ ZERODEF void zero_bootstrap_server_close(zero_bootstrap_server *server)
 }
 
 enum { ZERO_NCCL__WAIT_HELLO = 0, ZERO_NCCL__SEND_ID = 1, ZERO_NCCL__WAIT_ACK = 2 };
-/* rank states on rank 0 */
-enum { ZERO_NCCL__ABSENT = 0, ZERO_NCCL__SERVING = 1, ZERO_NCCL__DONE = 2, ZERO_NCCL__LOST = 3 };
+/* rank states on rank 0: ABSENT (no hello), SERVING (hello accepted, the id going out),
+   SENT (the whole id sent, no ack yet), DONE (acknowledged), LOST (left after the id
+   went out, without acknowledging) */
+enum {
+    ZERO_NCCL__ABSENT = 0,
+    ZERO_NCCL__SERVING = 1,
+    ZERO_NCCL__DONE = 2,
+    ZERO_NCCL__LOST = 3,
+    ZERO_NCCL__SENT = 4
+};
 
 typedef struct zero_nccl__conn {
     int fd;
@@ -1092,6 +1283,15 @@ static zero_result zero_nccl__serve_conn(zero_nccl__serve_ctx *x, zero_nccl__con
             return ZERO_OK;
         }
         c->got += (size_t)n;
+        if (!zero_nccl__prefix_ok(c->in, c->got)) { /* fail fast: not our protocol */
+            char shown[160];
+            zero_nccl__show_bytes(c->in, c->got, shown, sizeof shown);
+            return zero__fail(ZERO_ERROR_COMM,
+                              "zero_bootstrap_serve: malformed message from peer %s: it sent %s, "
+                              "not the magic \"ZER0\": not a zero bootstrap peer (another "
+                              "program on this port?)",
+                              c->peer, shown);
+        }
         if (c->got < ZERO_NCCL__HDR) return ZERO_OK;
         if (c->state == ZERO_NCCL__WAIT_ACK) {
             r = zero_nccl__accept_ack(x, c);
@@ -1128,6 +1328,7 @@ static zero_result zero_nccl__serve_conn(zero_nccl__serve_ctx *x, zero_nccl__con
         if (c->sent == x->frame_bytes) {
             c->state = ZERO_NCCL__WAIT_ACK;
             c->got = 0;
+            x->rank_state[c->rank] = ZERO_NCCL__SENT;
         }
     }
     return ZERO_OK;
@@ -1141,7 +1342,8 @@ static void zero_nccl__list_ranks(const unsigned char *state, int world, int whi
     size_t o = 0;
     out[0] = '\0';
     for (r = 1; r < world; r++) {
-        if (state[r] != which && !(which == ZERO_NCCL__ABSENT && state[r] == ZERO_NCCL__SERVING))
+        if (state[r] != which && !(which == ZERO_NCCL__ABSENT && state[r] == ZERO_NCCL__SERVING) &&
+            !(which == ZERO_NCCL__LOST && state[r] == ZERO_NCCL__SENT))
             continue;
         n++;
         if (shown < 16 && o + 16 < size) {
@@ -1209,16 +1411,17 @@ ZERODEF zero_result zero_bootstrap_serve(zero_bootstrap_server *server, const vo
                                   &n_lost);
             lost_text[0] = '\0';
             if (n_lost)
-                snprintf(lost_text, sizeof lost_text, "%srank(s) %s took the id but never "
+                snprintf(lost_text, sizeof lost_text, "%srank(s) %s received the id but never "
                          "acknowledged it", n_absent ? "; " : "", lost);
             result = zero__fail(ZERO_ERROR_TIMEOUT,
                                 "zero_bootstrap_serve: rank 0 timed out after %d ms with %d of %d "
                                 "peers served: %s%s%s%s. Were all ranks started, with the same "
                                 "MASTER_ADDR, port %d and world size, and can they reach this "
-                                "host (firewall)?",
+                                "host (firewall; rank 0 listens on %s)?",
                                 server->timeout_ms, x.done, need, n_absent ? "rank(s) " : "",
                                 n_absent ? absent : "", n_absent ? " never got the id" : "",
-                                lost_text, server->port);
+                                lost_text, server->port,
+                                strcmp(server->addr, "*") == 0 ? "every interface" : server->addr);
             break;
         }
         listening = nconns < ZERO_NCCL__MAX_CONNS && zero_nccl__now_ns() >= accept_pause_until;
@@ -1321,12 +1524,27 @@ ZERODEF zero_result zero_bootstrap_serve(zero_bootstrap_server *server, const vo
 
 /* ---- the other ranks: connect and receive ---- */
 
-/* One connection attempt to one address, by the deadline. The fd, or -1 with 'why'. */
-static int zero_nccl__connect(const struct addrinfo *ai, int64_t deadline, char *why, size_t size)
+/* Why a connect to ai failed with errno err, naming the address. */
+static void zero_nccl__connect_why(const struct addrinfo *ai, int err, char *why, size_t size)
+{
+    char name[80];
+    zero_nccl__peer_name((const struct sockaddr_storage *)(const void *)ai->ai_addr, name,
+                         sizeof name);
+    if (err == ECONNREFUSED)
+        snprintf(why, size, "connection refused: nobody is listening on %s", name);
+    else
+        snprintf(why, size, "connect to %s: %s", name, strerror(err));
+}
+
+/* One connection attempt to one address, by the deadline. The fd, or -1 with 'why';
+   *cut = 1 when the attempt was still pending at the deadline (it says little). */
+static int zero_nccl__connect(const struct addrinfo *ai, int64_t deadline, char *why, size_t size,
+                              int *cut)
 {
     int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
     int err = 0;
     socklen_t len = (socklen_t)sizeof err;
+    *cut = 0;
     if (fd < 0) {
         snprintf(why, size, "socket: %s", strerror(errno));
         return -1;
@@ -1338,22 +1556,28 @@ static int zero_nccl__connect(const struct addrinfo *ai, int64_t deadline, char 
     }
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
         if (errno != EINPROGRESS && errno != EINTR) {
-            snprintf(why, size, "connect: %s", strerror(errno));
+            zero_nccl__connect_why(ai, errno, why, size);
             zero_nccl__close(fd);
             return -1;
         }
         /* the connection proceeds asynchronously */
         if (zero_nccl__poll_fd(fd, POLLOUT, deadline) != 0) {
-            if (errno == ETIMEDOUT)
-                snprintf(why, size, "connect: timed out");
-            else
+            if (errno == ETIMEDOUT) {
+                char name[80];
+                zero_nccl__peer_name((const struct sockaddr_storage *)(const void *)ai->ai_addr,
+                                     name, sizeof name);
+                snprintf(why, size, "connect to %s: no answer before the deadline (a firewall "
+                         "dropping packets, or a host that is down?)", name);
+                *cut = 1;
+            } else {
                 snprintf(why, size, "poll: %s", strerror(errno));
+            }
             zero_nccl__close(fd);
             return -1;
         }
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         if (err != 0) {
-            snprintf(why, size, "connect: %s", strerror(err));
+            zero_nccl__connect_why(ai, err, why, size);
             zero_nccl__close(fd);
             return -1;
         }
@@ -1390,13 +1614,31 @@ static zero_result zero_nccl__client_session(int fd, const zero_bootstrap_desc *
         *retry = 1;
         return ZERO_ERROR_IO;
     }
-    rc = zero_nccl__recv_all(fd, buf, ZERO_NCCL__HDR, deadline, &got);
+    rc = zero_nccl__recv_hdr(fd, buf, deadline, &got);
+    if (rc == -3) { /* fail fast: bytes that cannot start a message */
+        char shown[160];
+        zero_nccl__show_bytes(buf, got, shown, sizeof shown);
+        return zero__fail(ZERO_ERROR_COMM,
+                          "zero_bootstrap_exchange: rank %d: malformed message from %s: it sent "
+                          "%s, not the magic \"ZER0\": not a zero bootstrap peer (another "
+                          "program on this port? check MASTER_PORT / ZERO_BOOTSTRAP_PORT)",
+                          d->rank, from, shown);
+    }
     if (rc != 0) {
-        if (rc == -1 && errno == ETIMEDOUT)
+        if (rc == -1 && errno == ETIMEDOUT && got == 0)
             return zero__fail(ZERO_ERROR_TIMEOUT,
                               "zero_bootstrap_exchange: rank %d: connected to %s but got no "
                               "reply within %d ms",
                               d->rank, from, zero_nccl__timeout_of(d));
+        if (rc == -1 && errno == ETIMEDOUT) {
+            char shown[160];
+            zero_nccl__show_bytes(buf, got, shown, sizeof shown);
+            return zero__fail(ZERO_ERROR_TIMEOUT,
+                              "zero_bootstrap_exchange: rank %d: %s sent %zu of %d header bytes "
+                              "(%s) and then nothing within %d ms",
+                              d->rank, from, got, ZERO_NCCL__HDR, shown,
+                              zero_nccl__timeout_of(d));
+        }
         if (got == 0) { /* closed or reset before replying: rank 0 may be restarting */
             snprintf(why, why_size, "%s closed the connection without replying%s%s", from,
                      rc == -1 ? ": " : "", rc == -1 ? strerror(errno) : "");
@@ -1466,48 +1708,69 @@ static zero_result zero_nccl__client_session(int fd, const zero_bootstrap_desc *
     return ZERO_OK;
 }
 
+/* Connects to rank 0, retrying until the deadline. The reason reported at the deadline is
+   the most informative one seen: an attempt cut short by the deadline ("no answer before
+   the deadline") does not replace what an earlier attempt found out (connection refused,
+   name not resolved), and no attempt starts once the deadline has passed. */
 static zero_result zero_nccl__client(const zero_bootstrap_desc *d, void *id, size_t id_bytes)
 {
-    int timeout = zero_nccl__timeout_of(d);
+    int timeout = zero_nccl__timeout_of(d), have_why = 0;
     int64_t deadline = zero_nccl__deadline(timeout), backoff_ns = 10000000;
-    char port_str[16], why[768];
+    char port_str[16], why[768], attempt[768];
     snprintf(port_str, sizeof port_str, "%d", d->port);
     snprintf(why, sizeof why, "no attempt finished");
     for (;;) {
         struct addrinfo hints, *res = NULL, *ai;
-        int fd = -1, rc;
+        int fd = -1, rc, cut = 0;
         int64_t left;
         memset(&hints, 0, sizeof hints);
         hints.ai_family = AF_UNSPEC;
         hints.ai_socktype = SOCK_STREAM;
         hints.ai_flags = AI_NUMERICSERV;
+        attempt[0] = '\0';
         rc = getaddrinfo(d->addr, port_str, &hints, &res);
         if (rc != 0) {
             /* retried: in containers rank 0's name may resolve only once its pod is up */
-            snprintf(why, sizeof why, "cannot resolve \"%s\": %s", d->addr,
+            snprintf(attempt, sizeof attempt, "cannot resolve \"%s\": %s", d->addr,
                      rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
         } else {
-            for (ai = res; ai && fd < 0; ai = ai->ai_next)
-                fd = zero_nccl__connect(ai, deadline, why, sizeof why);
+            /* every address in turn; a cut-short attempt does not hide another's reason */
+            for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+                char one[768];
+                int one_cut = 0;
+                fd = zero_nccl__connect(ai, deadline, one, sizeof one, &one_cut);
+                if (fd < 0 && (!one_cut || attempt[0] == '\0')) {
+                    memcpy(attempt, one, sizeof attempt);
+                    cut = one_cut;
+                }
+            }
             freeaddrinfo(res);
         }
         if (fd >= 0) {
             int retry = 0;
-            zero_result r = zero_nccl__client_session(fd, d, id, id_bytes, deadline, &retry, why,
-                                                      sizeof why);
+            zero_result r = zero_nccl__client_session(fd, d, id, id_bytes, deadline, &retry,
+                                                      attempt, sizeof attempt);
             zero_nccl__close(fd);
             if (!retry) return r;
+            cut = 0;
+        }
+        if (attempt[0] != '\0' && !(cut && have_why)) {
+            memcpy(why, attempt, sizeof why);
+            have_why = 1;
         }
         left = deadline - zero_nccl__now_ns();
-        if (left <= 0)
+        if (left > 0) {
+            zero_nccl__sleep_ns(backoff_ns < left ? backoff_ns : left);
+            backoff_ns = backoff_ns * 2 > 500000000 ? 500000000 : backoff_ns * 2;
+            left = deadline - zero_nccl__now_ns();
+        }
+        if (left <= 1000000) /* under a millisecond: an attempt could only time out */
             return zero__fail(ZERO_ERROR_TIMEOUT,
                               "zero_bootstrap_exchange: rank %d could not get the id from rank 0 "
-                              "at %s:%d within %d ms (last: %s). Is rank 0 running, and do "
+                              "at %s:%d within %d ms (%s). Is rank 0 running, and do "
                               "MASTER_ADDR and the port (ZERO_BOOTSTRAP_PORT / MASTER_PORT) "
                               "match on every rank?",
                               d->rank, d->addr, d->port, timeout, why);
-        zero_nccl__sleep_ns(backoff_ns < left ? backoff_ns : left);
-        backoff_ns = backoff_ns * 2 > 500000000 ? 500000000 : backoff_ns * 2;
     }
 }
 
@@ -1542,9 +1805,10 @@ ZERODEF zero_result zero_bootstrap_exchange(const zero_bootstrap_desc *desc, voi
    The NCCL comm.
    ====================================================================================== */
 #define ZERO_NCCL__MAX_STREAMS 16 /* distinct streams with collectives in flight */
-#define ZERO_NCCL__RING 8         /* events in flight per stream                 */
-#define ZERO_NCCL__EVERY 16       /* collectives per event while events are in flight:
-                                     at most RING x EVERY = 128 unconfirmed per stream */
+#define ZERO_NCCL__RING 128       /* events in flight per stream: one per collective
+                                     (or per group), recorded by the calling thread, so
+                                     at most 128 unconfirmed collectives per stream     */
+#define ZERO_NCCL__EVERY 1        /* collectives per event                          */
 
 /* The first collective an event covers (the first after the previous event). */
 typedef struct zero_nccl__mark {
@@ -1567,7 +1831,14 @@ typedef struct zero_nccl__slot {
 typedef struct zero_nccl__comm {
     zero_comm base;
     zero_allocator allocator;
-    ncclComm_t nccl;            /* NULL once aborted or destroyed                       */
+    ncclComm_t nccl;            /* the collectives' communicator: blocking (split from
+                                   'parent'); NULL once aborted or destroyed            */
+    ncclComm_t parent;          /* the non-blocking communicator of the init (deadline-
+                                   bounded); 'nccl' shares its resources and abort flag */
+    int in_call;                /* the caller is inside a blocking NCCL call on 'nccl',
+                                   without the lock: it must not be freed under it       */
+    int64_t call_start_ns;      /* when that call began (the watchdog bounds it by T)    */
+    const char *call_what;
     int device;
     int timeout_ms;
     zero_result failure;        /* ZERO_OK, or why every call now fails                  */
@@ -1608,18 +1879,30 @@ static void zero_nccl__detail(ncclComm_t comm, ncclResult_t r, char *out, size_t
              last && *last ? last : " (NCCL_DEBUG=WARN prints NCCL's own report)");
 }
 
-/* Lock held. Frees the NCCL communicator at once, or at group_end inside a group (NCCL's
-   group still refers to it). */
+/* Lock held. Frees the NCCL communicators at once, or at group_end inside a group (NCCL's
+   group still refers to them). While the calling thread is inside a blocking NCCL call on
+   'nccl' (in_call, e.g. stuck connecting to a dead peer), 'nccl' cannot be freed under
+   it: the parent is aborted instead, which raises the abort flag the child shares with it
+   (splitShare), so the blocked call returns with an error; the caller then finishes the
+   abort (abort_pending) when it takes the lock back. */
 static void zero_nccl__abort_locked(zero_nccl__comm *c)
 {
     int s;
-    if (!c->nccl) return;
+    if (!c->nccl && !c->parent) return;
+    if (c->in_call) { /* first: a call stuck inside ncclGroupEnd is inside a group too */
+        if (c->parent) (void)ncclCommAbort(c->parent);
+        c->parent = NULL;
+        c->abort_pending = 1;
+        return;
+    }
     if (c->in_group) {
         c->abort_pending = 1;
         return;
     }
-    (void)ncclCommAbort(c->nccl); /* synchronous; its result changes nothing now */
+    if (c->nccl) (void)ncclCommAbort(c->nccl); /* synchronous; its result changes nothing now */
     c->nccl = NULL;
+    if (c->parent) (void)ncclCommAbort(c->parent);
+    c->parent = NULL;
     for (s = 0; s < ZERO_NCCL__MAX_STREAMS; s++) {
         c->slots[s].count = 0;
         c->slots[s].unrecorded = 0;
@@ -1765,7 +2048,18 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
     int i;
     *busy = 0;
     if (c->failure != ZERO_OK) return zero_nccl__failed(c);
-    q = ncclCommGetAsyncError(c->nccl, &state);
+    if (c->in_call) { /* the caller is inside NCCL: no NCCL call here, only the deadline */
+        *busy = 1;
+        if (now - c->call_start_ns > (int64_t)c->timeout_ms * 1000000)
+            return zero_nccl__fatal(c, ZERO_ERROR_TIMEOUT,
+                                    "%s has been blocked inside NCCL for %.1f s (timeout %d ms): a "
+                                    "peer rank never connected (it crashed, hangs, or issued a "
+                                    "different sequence of collectives); the communicator was aborted",
+                                    c->call_what, (double)(now - c->call_start_ns) * 1e-9, c->timeout_ms);
+        q = ncclSuccess;
+    } else {
+        q = ncclCommGetAsyncError(c->nccl, &state);
+    }
     if (q != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
         char detail[400];
         ncclResult_t bad = q != ncclSuccess ? q : state;
@@ -1781,10 +2075,9 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
         if (!s->used) continue;
         r = zero_nccl__retire(c, s, now);
         if (r != ZERO_OK) return r;
-        if (s->unrecorded > 0 && s->count < ZERO_NCCL__RING) {
-            r = zero_nccl__record(c, s);
-            if (r != ZERO_OK) return r;
-        }
+        /* events are recorded by the calling thread only (zero_nccl__note), right after
+           its collectives: one recorded here, from another thread, could land behind
+           unrelated later work on the stream (a false timeout) or inside a graph capture */
         if (s->count > 0 || s->unrecorded > 0) *busy = 1;
     }
     return ZERO_OK;
@@ -1850,11 +2143,35 @@ static zero_result zero_nccl__note(zero_nccl__comm *c, zero_nccl__slot *s, const
         pthread_mutex_lock(&c->lock);
         if (c->failure != ZERO_OK) return zero_nccl__failed(c);
     }
-    if (s->unrecorded == 0) return ZERO_OK; /* the watchdog covered them meanwhile */
     return zero_nccl__record(c, s);
 }
 
 static const char *zero_nccl__what[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
+
+/* Lock held on entry and on return. A blocking NCCL call on c->nccl is made WITHOUT the
+   lock (in_call set), so the watchdog can still see the deadline pass and abort (through
+   the parent, see zero_nccl__abort_locked) while the call is stuck inside NCCL (enqueue
+   blocks only to connect to a peer, or on a full work queue, which the 128-per-stream
+   bound avoids). The caller's thread is the only one calling NCCL on c->nccl meanwhile:
+   the watchdog makes no NCCL call while in_call. Back under the lock, an abort that came
+   meanwhile is finished here (the communicator is free to go now). */
+static void zero_nccl__call_begin(zero_nccl__comm *c, const char *what)
+{
+    c->in_call = 1;
+    c->call_what = what;
+    c->call_start_ns = zero_nccl__now_ns();
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void zero_nccl__call_end(zero_nccl__comm *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->in_call = 0;
+    if (c->abort_pending && c->in_group == 0) {
+        c->abort_pending = 0;
+        zero_nccl__abort_locked(c);
+    }
+}
 
 static zero_nccl__comm *zero_nccl__of(zero_comm *comm);
 
@@ -1911,6 +2228,11 @@ static zero_result zero_nccl__coll(zero_comm *comm, int kind, const void *send, 
     if (kind == ZERO_NCCL__BC && (root < 0 || root >= comm->world))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_nccl broadcast: root = %d (world %d)",
                           root, comm->world);
+    if (stream == cudaStreamPerThread) /* NVIDIA/nccl#1976: another thread's stream there */
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_nccl %s: queue = cudaStreamPerThread names a different stream on "
+                          "every thread (NCCL's and the watchdog's included): pass a stream of your own",
+                          what);
     pthread_mutex_lock(&c->lock);
     if (c->failure != ZERO_OK) {
         r = zero_nccl__failed(c);
@@ -1926,13 +2248,19 @@ static zero_result zero_nccl__coll(zero_comm *comm, int kind, const void *send, 
         pthread_mutex_unlock(&c->lock);
         return r;
     }
-    switch (kind) {
-    case ZERO_NCCL__AG: nr = ncclAllGather(send, recv, numel, type, c->nccl, stream); break;
-    case ZERO_NCCL__RS: nr = ncclReduceScatter(send, recv, numel, type, red, c->nccl, stream); break;
-    case ZERO_NCCL__AR: nr = ncclAllReduce(send, recv, numel, type, red, c->nccl, stream); break;
-    default: nr = ncclBroadcast(recv, recv, numel, type, root, c->nccl, stream); break;
+    {
+        ncclComm_t nc = c->nccl;
+        zero_nccl__call_begin(c, what);
+        switch (kind) {
+        case ZERO_NCCL__AG: nr = ncclAllGather(send, recv, numel, type, nc, stream); break;
+        case ZERO_NCCL__RS: nr = ncclReduceScatter(send, recv, numel, type, red, nc, stream); break;
+        case ZERO_NCCL__AR: nr = ncclAllReduce(send, recv, numel, type, red, nc, stream); break;
+        default: nr = ncclBroadcast(recv, recv, numel, type, root, nc, stream); break;
+        }
+        zero_nccl__call_end(c);
     }
-    r = zero_nccl__settle(c, nr, what, zero_nccl__deadline(c->timeout_ms));
+    if (c->failure != ZERO_OK) r = zero_nccl__failed(c); /* the watchdog aborted meanwhile */
+    else r = zero_nccl__settle(c, nr, what, zero_nccl__deadline(c->timeout_ms));
     if (r == ZERO_OK) {
         if (c->in_group) s->group_ops++;
         else r = zero_nccl__note(c, s, what, 1);
@@ -2005,7 +2333,14 @@ static zero_result zero_nccl__group_end(zero_comm *comm)
         pthread_mutex_unlock(&c->lock);
         return r;
     }
-    nr = ncclGroupEnd(); /* even after a failure: NCCL's group must be closed */
+    if (c->in_group == 1) { /* the outermost end launches: blocking, without the lock */
+        zero_nccl__call_begin(c, "ncclGroupEnd");
+        nr = ncclGroupEnd(); /* even after a failure: NCCL's group must be closed */
+        pthread_mutex_lock(&c->lock);
+        c->in_call = 0;
+    } else {
+        nr = ncclGroupEnd();
+    }
     c->in_group--;
     if (c->in_group > 0) { /* nested: the outermost end enqueues */
         r = c->failure != ZERO_OK ? zero_nccl__failed(c) : zero_nccl__settle(c, nr, "ncclGroupEnd", zero_nccl__deadline(c->timeout_ms));
@@ -2139,14 +2474,25 @@ static void zero_nccl__destroy(zero_comm *comm)
         (void)zero_nccl__fatal(c, ZERO_ERROR_INVALID_STATE, "destroyed inside a group");
     }
     if (c->nccl) {
+        /* The blocking child's finalize returns once its operations are done: wait_until
+           above saw them finish, so it does not wait on peers. Then the non-blocking
+           parent's, polled with a deadline (settle works on c->nccl: swap it in). */
         ncclResult_t nr = ncclCommFinalize(c->nccl);
         zero_result r = zero_nccl__settle(c, nr, "ncclCommFinalize", zero_nccl__deadline(c->timeout_ms));
         if (r == ZERO_OK && c->nccl) {
             (void)ncclCommDestroy(c->nccl);
-            c->nccl = NULL;
-        } else {
-            zero_nccl__abort_locked(c);
+            c->nccl = c->parent;
+            c->parent = NULL;
+            if (c->nccl) {
+                nr = ncclCommFinalize(c->nccl);
+                r = zero_nccl__settle(c, nr, "ncclCommFinalize (parent)", zero_nccl__deadline(c->timeout_ms));
+                if (r == ZERO_OK && c->nccl) {
+                    (void)ncclCommDestroy(c->nccl);
+                    c->nccl = NULL;
+                }
+            }
         }
+        zero_nccl__abort_locked(c); /* whatever is left after a failure */
     }
     pthread_mutex_unlock(&c->lock);
     zero_nccl__free(c);
@@ -2343,7 +2689,7 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
         }
     e = cudaStreamCreateWithFlags(&c->internal, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMalloc((void **)&c->scratch, 256);
-    if (e == cudaSuccess) e = cudaMemset(c->scratch, 0, 256);
+    if (e == cudaSuccess) e = cudaMemsetAsync(c->scratch, 0, 256, c->internal); /* the barrier's stream */
     if (e != cudaSuccess) {
         zero_nccl__free(c);
         return zero__fail(ZERO_ERROR_DEVICE, "zero_nccl_create: stream or scratch: %s",
@@ -2351,6 +2697,7 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
     }
 
     cfg.blocking = 0; /* every call returns; we poll with deadlines */
+    cfg.splitShare = 1; /* NCCL reads it on the parent when splitting: the child shares */
     if (desc->name) cfg.commName = desc->name;
     pthread_mutex_lock(&c->lock);
     nr = ncclCommInitRankConfig(&c->nccl, world, id, rank, &cfg);
@@ -2370,6 +2717,24 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
                               : "");
     }
     r = zero_nccl__settle(c, nr, "ncclCommInitRankConfig", zero_nccl__deadline(timeout));
+    if (r == ZERO_OK) {
+        /* The collectives' communicator: a blocking child of the non-blocking one, sharing
+           its resources (splitShare: no second set of buffers) and its abort flag. On a
+           non-blocking communicator NCCL >= 2.23 runs every ncclGroupEnd, the implicit one
+           of each collective included, on a new thread and returns ncclInProgress; on a
+           blocking one a collective is enqueued by the calling thread and returns. The
+           split itself is collective and may finish in the background (the parent is
+           non-blocking): settle polls the child until it is ready or the deadline. */
+        ncclConfig_t ccfg = NCCL_CONFIG_INITIALIZER;
+        ccfg.blocking = 1;
+        ccfg.splitShare = 1;
+        if (desc->name) ccfg.commName = desc->name;
+        c->parent = c->nccl;
+        c->nccl = NULL;
+        nr = ncclCommSplit(c->parent, 0, rank, &c->nccl, &ccfg);
+        if (nr == ncclInProgress && !c->nccl) nr = ncclInternalError;
+        r = zero_nccl__settle(c, nr, "ncclCommSplit (the blocking communicator)", zero_nccl__deadline(timeout));
+    }
     pthread_mutex_unlock(&c->lock);
     if (r != ZERO_OK) { /* settle aborted the communicator; zero_last_error has why */
         char text[640];

@@ -122,10 +122,10 @@ NOINLINE static void pass_update(float *u, const float *m, const float *v, float
     size_t i;
     for (i = b; i < e; i++) u[i] = step * m[i] / (sqrtf(v[i]) * ibc2 + eps);
 }
-NOINLINE static void pass_apply(float *p, const float *u, float decay, size_t b, size_t e)
+NOINLINE static void pass_apply(float *p, const float *u, float neg_lr_wd, size_t b, size_t e)
 {
     size_t i;
-    for (i = b; i < e; i++) p[i] = p[i] * decay - u[i];
+    for (i = b; i < e; i++) p[i] = (p[i] + neg_lr_wd * p[i]) - u[i];
 }
 NOINLINE static void pass_param(uint16_t *ph, const float *p, size_t b, size_t e)
 {
@@ -151,7 +151,7 @@ static void *naive_run(void *arg)
     pass_m(j->m, j->g, j->c->beta1, b, e);
     pass_v(j->v, j->g, j->c->beta2, b, e);
     pass_update(j->u, j->m, j->v, j->c->step_size, j->c->inv_sqrt_bc2, j->c->eps, b, e);
-    pass_apply(j->master, j->u, j->c->decay, b, e);
+    pass_apply(j->master, j->u, j->c->neg_lr_wd, b, e);
     pass_param(j->ph, j->master, b, e);
     return NULL;
 }
@@ -267,8 +267,8 @@ int main(void)
         tc[i] = 1.0f;
     }
     memset(&d, 0, sizeof d);
-    d.weight_decay = 0.01f;
-    if (zero_adam_desc_resolve(&d, &d) != ZERO_OK || zero_adam_coefs_make(&c, &d, 0.01f, 10) != ZERO_OK) {
+    d.weight_decay = 0.01;
+    if (zero_adam_desc_resolve(&d, &d) != ZERO_OK || zero_adam_coefs_make(&c, &d, 0.01, 10) != ZERO_OK) {
         fprintf(stderr, "bench_adam: %s\n", zero_last_error());
         return 1;
     }

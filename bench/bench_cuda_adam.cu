@@ -72,7 +72,7 @@ static float median(float *v, int n)
 int main(int argc, char **argv)
 {
     size_t n = (size_t)256 << 20, es, bytes_per, copy_bytes;
-    int runs = 20, warmup = 3, i, sm = 0;
+    int runs = 20, warmup = 3, i, sm = 0, ndev = 0;
     zero_dtype dt = ZERO_F16;
     zero_device *dev = NULL;
     cudaStream_t s;
@@ -107,7 +107,11 @@ int main(int argc, char **argv)
     if (runs < 1) runs = 1;
     if (n < 1024) n = 1024;
     n = (n + 7) / 8 * 8;
-    if (zero_cuda_device_count() == 0) {
+    if (zero_cuda_device_probe(&ndev) != ZERO_OK) {
+        fprintf(stderr, "bench_cuda_adam: %s\n", zero_last_error());
+        return 1;
+    }
+    if (ndev == 0) {
         printf("bench_cuda_adam: skipped: no CUDA device\n");
         return 0;
     }
@@ -136,7 +140,7 @@ int main(int argc, char **argv)
     init_kernel<<<sm * 8, 256, 0, s>>>(grad, dt, master, n);
     CHECK_CUDA(cudaGetLastError());
     memset(&desc, 0, sizeof desc);
-    desc.weight_decay = 0.01f;
+    desc.weight_decay = 0.01;
     CHECK_ZERO(zero_adam_coefs_make(&co, &desc, desc.weight_decay, 1));
     r.numel = n;
     r.master = master;

@@ -1,5 +1,5 @@
 /* bench_nccl: bus bandwidth of each collective through zero_nccl.h's comm and through raw
-   NCCL calls on the same communicator, in the same run, 1 MB .. 1 GB.
+   NCCL calls on the same (blocking) communicator, in the same run, 1 MB .. 1 GB.
 
    Bandwidth as nccl-tests defines it (its doc/PERFORMANCE.md): S = the total buffer size
    in bytes (all_reduce and broadcast: the buffer; all_gather: the gathered output,
@@ -21,8 +21,10 @@
             --dtype f32|f16|bf16 (default f32)  --ranks N (threads mode)  --reps N
             --strict (exit 1 when an overhead exceeds 5%) */
 #define ZERO_IMPLEMENTATION
+#define ZERO_CUDA_IMPLEMENTATION /* zero_cuda_device_probe */
 #define ZERO_NCCL_IMPLEMENTATION
 #include "zero.h"
+#include "zero_cuda.h"
 #include "zero_nccl.h"
 
 #include <cuda_runtime.h>
@@ -76,7 +78,10 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* One raw NCCL call on the non-blocking comm (lock held by the caller). */
+/* One raw NCCL call on the comm's own communicator (zero_nccl_handle: a plain blocking
+   ncclComm_t, so the call enqueues on this thread and returns, as the wrapper's do; lock
+   held by the caller). Both columns thus run the same NCCL path on the same communicator,
+   and their difference is the wrapper's own cost (checks, lock, one event per call). */
 static int raw_call(int kind, ncclComm_t nc, void *send, void *recv, size_t count, ncclDataType_t t,
                     cudaStream_t st)
 {
@@ -87,7 +92,7 @@ static int raw_call(int kind, ncclComm_t nc, void *send, void *recv, size_t coun
     case C_REDUCE_SCATTER: r = ncclReduceScatter(send, recv, count, t, ncclSum, nc, st); break;
     default: r = ncclBroadcast(recv, recv, count, t, 0, nc, st); break;
     }
-    if (r == ncclInProgress) { /* non-blocking comm: settle before the next call (60 s at most) */
+    if (r == ncclInProgress) { /* only a non-blocking comm says this: settle (60 s at most) */
         double deadline = now_s() + 60.0;
         while (r == ncclInProgress && now_s() < deadline) {
             ncclResult_t state = ncclInProgress;
@@ -159,13 +164,15 @@ static zero_result timed(zero_comm *comm, timer *tm, int raw, int kind, void *se
     if (cudaEventSynchronize(tm->stop) != cudaSuccess || cudaEventElapsedTime(&ms, tm->start, tm->stop) != cudaSuccess)
         return zero__fail(ZERO_ERROR_DEVICE, "cudaEventElapsedTime");
     t = (double)ms * 1e-3 / iters;
-    if (cudaMemcpy(tm->d_time, &t, sizeof t, cudaMemcpyHostToDevice) != cudaSuccess)
-        return zero__fail(ZERO_ERROR_DEVICE, "cudaMemcpy");
+    /* uploaded on the collective's stream, so the all_reduce below reads it */
+    if (cudaMemcpyAsync(tm->d_time, &t, sizeof t, cudaMemcpyHostToDevice, tm->st) != cudaSuccess)
+        return zero__fail(ZERO_ERROR_DEVICE, "cudaMemcpyAsync");
     r = comm->ops->all_reduce(comm, tm->d_time, tm->d_time, 1, ZERO_F64, ZERO_OP_MAX, tm->st);
     if (r == ZERO_OK) r = zero_nccl_wait(comm, 0);
     if (r != ZERO_OK) return r;
-    if (cudaMemcpy(&t, tm->d_time, sizeof t, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return zero__fail(ZERO_ERROR_DEVICE, "cudaMemcpy");
+    if (cudaMemcpyAsync(&t, tm->d_time, sizeof t, cudaMemcpyDeviceToHost, tm->st) != cudaSuccess ||
+        cudaStreamSynchronize(tm->st) != cudaSuccess)
+        return zero__fail(ZERO_ERROR_DEVICE, "cudaMemcpyAsync");
     *out = t;
     return ZERO_OK;
 }
@@ -189,7 +196,8 @@ static zero_result bench_rank(int rank, int world, zero_comm *comm, bench_shared
         cudaEventCreate(&tm.start) != cudaSuccess || cudaEventCreate(&tm.stop) != cudaSuccess ||
         cudaMalloc((void **)&tm.d_time, sizeof(double)) != cudaSuccess ||
         cudaMalloc(&send, cfg->max_bytes) != cudaSuccess || cudaMalloc(&recv, cfg->max_bytes) != cudaSuccess ||
-        cudaMemset(send, 0, cfg->max_bytes) != cudaSuccess || cudaMemset(recv, 0, cfg->max_bytes) != cudaSuccess) {
+        cudaMemsetAsync(send, 0, cfg->max_bytes, tm.st) != cudaSuccess ||
+        cudaMemsetAsync(recv, 0, cfg->max_bytes, tm.st) != cudaSuccess) { /* on the collectives' stream */
         r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "rank %d: CUDA setup for %zu-byte buffers failed: %s", rank,
                        cfg->max_bytes, cudaGetErrorString(cudaGetLastError()));
         goto done;
@@ -348,7 +356,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_nccl: bad size range\n");
         return 2;
     }
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
+    if (zero_cuda_device_probe(&ndev) != ZERO_OK) {
+        fprintf(stderr, "bench_nccl: %s\n", zero_last_error());
+        return 1;
+    }
+    if (ndev <= 0) {
         printf("bench_nccl: skipped: no GPU visible\n");
         return 0;
     }

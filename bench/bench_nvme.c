@@ -1,8 +1,9 @@
 /* bench_nvme.c - throughput of the NVMe I/O engine (zero_io_*) against fio, measured in the
    same run with the same file system, block size, queue depth and O_DIRECT.
 
-   The engine writes a file of --size bytes as tiles of --tile bytes (two tiles queued at a
-   time, so its queue stays full while the caller checksums the next tile), then reads them
+   The engine writes a file of --size bytes as tiles of --tile bytes (--ahead tiles queued at
+   a time, so its queue of queue_depth requests stays full while the caller checksums the
+   next tile; the requests in flight never exceed queue_depth), then reads them
    back (the wait verifies each tile's checksum: that cost is in the figure). fio does the
    same sequential pattern on its own file: --rw=write then --rw=read, --bs=block,
    --iodepth=depth, --direct=1, --ioengine=io_uring. Each measurement is repeated --reps
@@ -13,7 +14,7 @@
    figures are printed and the comparison is skipped with a line saying so.
 
        build/bench_nvme [--dir DIR] [--size BYTES] [--tile BYTES] [--block BYTES]
-                        [--depth N] [--reps N]
+                        [--depth N] [--reps N] [--ahead TILES]
 
    --dir must be a directory where O_DIRECT works (default: the first of /var/tmp, /tmp
    that takes it); the files are removed at the end. */
@@ -36,7 +37,7 @@ static double now(void)
 typedef struct opts {
     const char *dir;
     size_t size, tile, block;
-    int depth, reps;
+    int depth, reps, ahead;
 } opts;
 
 /* Engine: write then read the whole file; bytes per second of each. 0 on success. */
@@ -45,40 +46,41 @@ static int run_engine(const opts *o, zero_io_backend backend, double *wbps, doub
     zero_io_desc d;
     zero_io *io = NULL;
     zero_io_file *f = NULL;
-    unsigned char *buf[2] = {NULL, NULL};
-    zero_io_ticket t[2] = {0, 0};
-    size_t tiles = o->size / o->tile, k;
+    unsigned char *buf[16];
+    zero_io_ticket t[16];
+    size_t tiles = o->size / o->tile, k, A = (size_t)o->ahead;
     double t0;
     int rc = 1;
+    memset(buf, 0, sizeof buf);
+    memset(t, 0, sizeof t);
     memset(&d, 0, sizeof d);
     d.backend = backend;
     d.direct = ZERO_IO_DIRECT_REQUIRE;
     d.block_size = o->block;
     d.queue_depth = o->depth;
     if (zero_io_create(&d, &io) != ZERO_OK) goto out;
-    if (zero_io_buffer_alloc(io, o->tile, (void **)&buf[0]) != ZERO_OK) goto out;
-    if (zero_io_buffer_alloc(io, o->tile, (void **)&buf[1]) != ZERO_OK) goto out;
-    for (k = 0; k < o->tile; k++) {
-        buf[0][k] = (unsigned char)(k * 131u + 7u);
-        buf[1][k] = (unsigned char)(k * 17u + 3u);
+    for (k = 0; k < A; k++) {
+        size_t i;
+        if (zero_io_buffer_alloc(io, o->tile, (void **)&buf[k]) != ZERO_OK) goto out;
+        for (i = 0; i < o->tile; i++) buf[k][i] = (unsigned char)(i * (131u + 2u * k) + 7u);
     }
     if (zero_io_file_create(io, o->dir, "bench", 0, (uint64_t)tiles * o->tile, &f) != ZERO_OK) goto out;
-    /* write: tile k from buffer k % 2, at most two tiles queued */
+    /* write: tile k from buffer k % A, at most A tiles queued */
     t0 = now();
     for (k = 0; k < tiles; k++) {
-        if (t[k % 2] && zero_io_wait(io, t[k % 2]) != ZERO_OK) goto out;
-        t[k % 2] = 0;
-        if (zero_io_write(f, (uint64_t)k * o->tile, buf[k % 2], o->tile, &t[k % 2]) != ZERO_OK) goto out;
+        if (t[k % A] && zero_io_wait(io, t[k % A]) != ZERO_OK) goto out;
+        t[k % A] = 0;
+        if (zero_io_write(f, (uint64_t)k * o->tile, buf[k % A], o->tile, &t[k % A]) != ZERO_OK) goto out;
     }
     if (zero_io_wait_all(io) != ZERO_OK) goto out;
     *wbps = (double)tiles * (double)o->tile / (now() - t0);
-    t[0] = t[1] = 0;
+    memset(t, 0, sizeof t);
     /* read: the same, the wait checks each tile's checksum */
     t0 = now();
     for (k = 0; k < tiles; k++) {
-        if (t[k % 2] && zero_io_wait(io, t[k % 2]) != ZERO_OK) goto out;
-        t[k % 2] = 0;
-        if (zero_io_read(f, (uint64_t)k * o->tile, buf[k % 2], o->tile, &t[k % 2]) != ZERO_OK) goto out;
+        if (t[k % A] && zero_io_wait(io, t[k % A]) != ZERO_OK) goto out;
+        t[k % A] = 0;
+        if (zero_io_read(f, (uint64_t)k * o->tile, buf[k % A], o->tile, &t[k % A]) != ZERO_OK) goto out;
     }
     if (zero_io_wait_all(io) != ZERO_OK) goto out;
     *rbps = (double)tiles * (double)o->tile / (now() - t0);
@@ -86,10 +88,8 @@ static int run_engine(const opts *o, zero_io_backend backend, double *wbps, doub
 out:
     if (rc) fprintf(stderr, "bench_nvme: engine (%s): %s\n", zero_io_backend_name(backend), zero_last_error());
     zero_io_file_destroy(f);
-    if (io) {
-        zero_io_buffer_free(io, buf[0]);
-        zero_io_buffer_free(io, buf[1]);
-    }
+    if (io)
+        for (k = 0; k < 16; k++) zero_io_buffer_free(io, buf[k]);
     zero_io_destroy(io);
     return rc;
 }
@@ -161,6 +161,7 @@ int main(int argc, char **argv)
     o.block = ZERO_IO_DEFAULT_BLOCK_SIZE;
     o.depth = ZERO_IO_DEFAULT_QUEUE_DEPTH;
     o.reps = 3;
+    o.ahead = 4;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -173,15 +174,16 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--block") == 0) o.block = (size_t)strtoull(v, NULL, 0);
         else if (strcmp(a, "--depth") == 0) o.depth = atoi(v);
         else if (strcmp(a, "--reps") == 0) o.reps = atoi(v);
+        else if (strcmp(a, "--ahead") == 0) o.ahead = atoi(v);
         else {
             fprintf(stderr, "bench_nvme: unknown option %s\n", a);
             return 2;
         }
         i++;
     }
-    if (o.tile == 0 || o.tile % ZERO_IO_ALIGN || o.size < o.tile || o.reps < 1) {
-        fprintf(stderr, "bench_nvme: --tile must be a positive multiple of %u, --size >= --tile, --reps >= 1\n",
-                ZERO_IO_ALIGN);
+    if (o.tile == 0 || o.tile % ZERO_IO_ALIGN || o.size < o.tile || o.reps < 1 || o.ahead < 1 || o.ahead > 16) {
+        fprintf(stderr, "bench_nvme: --tile must be a positive multiple of %u, --size >= --tile, --reps >= 1, "
+                "--ahead 1..16\n", ZERO_IO_ALIGN);
         return 2;
     }
     o.size = o.size / o.tile * o.tile;
@@ -201,9 +203,9 @@ int main(int argc, char **argv)
     zero_io_destroy(probe);
     fio = have_fio();
     snprintf(fiofile, sizeof fiofile, "%s/zero-bench-fio-%ld.bin", o.dir, (long)getpid());
-    printf("bench_nvme: %s, %zu MiB file, block %zu KiB, queue depth %d, O_DIRECT, tiles of %zu MiB, "
-           "best of %d\n",
-           o.dir, o.size >> 20, o.block >> 10, o.depth, o.tile >> 20, o.reps);
+    printf("bench_nvme: %s, %zu MiB file, block %zu KiB, queue depth %d, O_DIRECT, tiles of %zu MiB "
+           "(%d queued ahead), best of %d\n",
+           o.dir, o.size >> 20, o.block >> 10, o.depth, o.tile >> 20, o.ahead, o.reps);
     if (!fio) printf("bench_nvme: fio not found on PATH: the fio comparison is skipped (apt-get install -y fio)\n");
     for (r = 0; r < o.reps; r++) {
         double w, rd;

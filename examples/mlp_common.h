@@ -78,14 +78,14 @@ static void mlp_batch(int rank, int step, int micro, int B, float *x, float *t)
 /* ---- the model in the engine ------------------------------------------------------------- */
 
 /* AdamW with weight decay 0.01, gradient clipping at 1; device and comm left to the caller. */
-static void mlp_engine_desc(zero_engine_desc *d, int stage, zero_dtype dtype, int accum, float lr)
+static void mlp_engine_desc(zero_engine_desc *d, int stage, zero_dtype dtype, int accum, double lr)
 {
     memset(d, 0, sizeof *d);
     d->stage = stage;
     d->param_dtype = dtype;
     d->accum_steps = accum;
     d->adam.lr = lr;
-    d->adam.weight_decay = 0.01f;
+    d->adam.weight_decay = 0.01;
     d->clip_norm = 1.0f;
 }
 

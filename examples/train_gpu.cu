@@ -40,7 +40,7 @@
 typedef struct opts {
     int stage, steps, accum, batch, hidden, print_every;
     zero_dtype dtype;
-    float lr;
+    double lr;
 } opts;
 
 /* ---- kernels (T = __half or __nv_bfloat16, the param dtype) ---------------------------- */
@@ -406,7 +406,7 @@ int main(int argc, char **argv)
     o.hidden = HID;
     o.print_every = 25;
     o.dtype = ZERO_F16;
-    o.lr = 3e-3f;
+    o.lr = 3e-3;
     for (a = 1; a < argc; a += 2) { /* every option takes a value */
         const char *v = a + 1 < argc ? argv[a + 1] : NULL;
         if (!v) {
@@ -419,7 +419,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[a], "--batch")) o.batch = atoi(v);
         else if (!strcmp(argv[a], "--hidden")) o.hidden = atoi(v);
         else if (!strcmp(argv[a], "--print")) o.print_every = atoi(v);
-        else if (!strcmp(argv[a], "--lr")) o.lr = (float)atof(v);
+        else if (!strcmp(argv[a], "--lr")) o.lr = atof(v);
         else if (!strcmp(argv[a], "--dtype")) {
             if (!strcmp(v, "f16")) o.dtype = ZERO_F16;
             else if (!strcmp(v, "bf16")) o.dtype = ZERO_BF16;

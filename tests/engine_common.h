@@ -447,6 +447,11 @@ static int ec_wrap_in_group[EC_MAX_RANKS];
 static int ec_wrap_grouped_colls;   /* collectives issued inside a group, over all ranks */
 static int ec_wrap_fail_at = -1;    /* fail the n-th collective (0-based) of every rank */
 static int ec_wrap_seq[EC_MAX_RANKS];
+/* The engine's tags seen by the wrapper (forwarded to the inner comm): collectives without a
+   role, and tags whose seq did not follow the rank's previous one. */
+static int ec_wrap_untagged;
+static int ec_wrap_seq_breaks;
+static long long ec_wrap_last_tag_seq[EC_MAX_RANKS];
 
 static zero_comm *ec_inner(zero_comm *c) { return ((ec_wrap *)c->impl)->inner; }
 
@@ -454,10 +459,16 @@ static zero_result ec_wrap_count(zero_comm *c)
 {
     zero_result r = ZERO_OK;
     pthread_mutex_lock(&ec_wrap_mu);
+    ec_inner(c)->tag = c->tag;
+    if (c->tag.role == 0) ec_wrap_untagged++;
+    if ((long long)c->tag.seq != ec_wrap_last_tag_seq[c->rank] + 1) ec_wrap_seq_breaks++;
+    ec_wrap_last_tag_seq[c->rank] = (long long)c->tag.seq;
     if (ec_wrap_in_group[c->rank]) ec_wrap_grouped_colls++;
     if (ec_wrap_seq[c->rank]++ == ec_wrap_fail_at) r = ZERO_ERROR_COMM;
     pthread_mutex_unlock(&ec_wrap_mu);
+#ifdef ZERO_IMPLEMENTATION /* zero__fail (the message) exists only in the implementation's file */
     if (r != ZERO_OK) return zero__fail(r, "ec_wrap: injected failure");
+#endif
     return r;
 }
 
@@ -466,6 +477,8 @@ static inline void ec_wrap_reset(int fail_at)
     int i;
     ec_wrap_group_calls = ec_wrap_grouped_colls = 0;
     for (i = 0; i < EC_MAX_RANKS; i++) ec_wrap_in_group[i] = ec_wrap_seq[i] = 0;
+    ec_wrap_untagged = ec_wrap_seq_breaks = 0;
+    for (i = 0; i < EC_MAX_RANKS; i++) ec_wrap_last_tag_seq[i] = -1;
     ec_wrap_fail_at = fail_at;
 }
 

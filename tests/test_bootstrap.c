@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -829,6 +830,7 @@ typedef struct fake_server_arg {
     int fd;
     unsigned char bytes[32 + ID_BYTES + 64];
     size_t n;
+    int hold_ms; /* how long to keep the connection open after answering; 0 = 100 */
 } fake_server_arg;
 
 static int fake_server(void *p)
@@ -839,13 +841,26 @@ static int fake_server(void *p)
     if (c < 0) return 3;
     if (recv_some(c, hello, sizeof hello, 3000) != sizeof hello) return 4;
     if (a->n && send_bytes(c, a->bytes, a->n) != 0) return 5;
-    zt_sleep_ms(100);
+    zt_sleep_ms(a->hold_ms > 0 ? a->hold_ms : 100);
     close(c);
     return 0;
 }
 
+static void expect_client_rejects_held(const unsigned char *bytes, size_t n, int hold_ms,
+                                       int timeout_ms, zero_result want, const char *says,
+                                       double max_ms);
+
 static void expect_client_rejects(const unsigned char *bytes, size_t n, zero_result want,
                                   const char *says)
+{
+    expect_client_rejects_held(bytes, n, 0, 3000, want, says, 2500);
+}
+
+/* The fake rank 0 answers 'bytes' and keeps the connection open hold_ms; the client (with
+   timeout_ms) must return 'want' within max_ms, saying 'says'. */
+static void expect_client_rejects_held(const unsigned char *bytes, size_t n, int hold_ms,
+                                       int timeout_ms, zero_result want, const char *says,
+                                       double max_ms)
 {
     fake_server_arg a;
     pid_t pid;
@@ -860,9 +875,10 @@ static void expect_client_rejects(const unsigned char *bytes, size_t n, zero_res
     if (a.fd < 0) return;
     memcpy(a.bytes, bytes, n);
     a.n = n;
+    a.hold_ms = hold_ms;
     pid = spawn(fake_server, &a);
     close(a.fd);
-    d = make_desc(1, 2, port, 3000);
+    d = make_desc(1, 2, port, timeout_ms);
     memset(id, 0xee, sizeof id);
     t0 = zt_now_ms();
     r = zero_bootstrap_exchange(&d, id, sizeof id);
@@ -870,7 +886,7 @@ static void expect_client_rejects(const unsigned char *bytes, size_t n, zero_res
     ZT_CHECKF(r == want, "got %s, wanted %s (%s)", zero_result_string(r), zero_result_string(want),
               zero_last_error());
     ZT_CHECKF(contains(zero_last_error(), says), "message lacks \"%s\": %s", says, zero_last_error());
-    ZT_CHECKF(dt < 2500, "took %.0f ms: should fail at once", dt);
+    ZT_CHECKF(dt < max_ms, "took %.0f ms (at most %.0f)", dt, max_ms);
     ZT_CHECK(id[0] == 0xee && id[ID_BYTES - 1] == 0xee); /* untouched */
     ZT_CHECK(reap(&pid, 1, 10000, &code) == 0);
 }
@@ -976,6 +992,187 @@ ZT_TEST(stray_connections_ignored)
     ZT_CHECK(reap(pids, 3, 15000, codes) == 0);
 }
 
+/* ---- the most informative reason ---- */
+
+/* Nobody listens on the port: after the deadline the reason is the refusal, naming the
+   address, not the timeout of a last attempt made with no time left. */
+ZT_TEST(wrong_port_says_connection_refused)
+{
+    int i, port = free_port();
+    for (i = 1; i <= 2; i++) { /* rank 1 by "localhost", rank 2 by 127.0.0.1 */
+        unsigned char id[ID_BYTES];
+        char where[64];
+        zero_bootstrap_desc d = make_desc(i, 3, port, 400);
+        double t0 = zt_now_ms(), dt;
+        zero_result r = zero_bootstrap_exchange(&d, id, sizeof id);
+        dt = zt_now_ms() - t0;
+        snprintf(where, sizeof where, ":%d", port);
+        ZT_CHECKF(r == ZERO_ERROR_TIMEOUT, "%s", zero_result_string(r));
+        ZT_CHECKF(contains(zero_last_error(), "connection refused: nobody is listening on") &&
+                      contains(zero_last_error(), where),
+                  "%s", zero_last_error());
+        ZT_CHECKF(!contains(zero_last_error(), "timed out") &&
+                      !contains(zero_last_error(), "before the deadline"),
+                  "%s", zero_last_error());
+        ZT_CHECKF(dt >= 350 && dt < 2000, "took %.0f ms for a 400 ms deadline", dt);
+    }
+}
+
+/* A port answering another protocol with fewer than 32 bytes, then silence: the client
+   fails at once (COMM) and shows what it got; bytes that start like the protocol and then
+   stop are a timeout that says how many arrived. */
+ZT_TEST(other_protocol_fails_fast)
+{
+    static const char ssh[] = "SSH-2.0-x\r\n";
+    unsigned char m[16];
+    expect_client_rejects_held((const unsigned char *)ssh, strlen(ssh), 3000, 8000,
+                               ZERO_ERROR_COMM, "\"SSH-2.0-x\\r\\n\"", 1500);
+    ZT_CHECK(contains(zero_last_error(), "not a zero bootstrap peer"));
+    put32(m, MAGIC);
+    memset(m + 4, 0, 6);
+    expect_client_rejects_held(m, 10, 1500, 400, ZERO_ERROR_TIMEOUT, "sent 10 of 32 header bytes",
+                               1400);
+    /* and on rank 0's side: a peer that sends a few foreign bytes and waits */
+    expect_server_rejects((const unsigned char *)ssh, strlen(ssh), 0, ZERO_ERROR_COMM, "SSH-2.0-x");
+}
+
+/* Rank 0's report at its deadline: a peer that received the id and never acknowledged it
+   (connection still open) is named as such, not as one that never got the id. */
+ZT_TEST(unacknowledged_id_is_reported_as_received)
+{
+    fake_client_arg a;
+    pid_t pid;
+    int code;
+    unsigned char id[ID_BYTES];
+    zero_bootstrap_desc d0 = make_desc(0, 2, 0, 400);
+    zero_bootstrap_server *s = NULL;
+    zero_result r;
+    ZT_CHECK(zero_bootstrap_listen(&d0, &s) == ZERO_OK);
+    if (!s) return;
+    memset(&a, 0, sizeof a);
+    a.port = zero_bootstrap_server_port(s);
+    a.read_id_first = 1; /* hello, read the id, then send nothing and wait */
+    a.n = 0;
+    memset(id, 4, sizeof id);
+    pid = spawn(fake_client, &a);
+    r = zero_bootstrap_serve(s, id, sizeof id);
+    zero_bootstrap_server_close(s);
+    ZT_CHECKF(r == ZERO_ERROR_TIMEOUT, "%s", zero_result_string(r));
+    ZT_CHECKF(contains(zero_last_error(), "rank(s) 1 received the id but never acknowledged it"),
+              "%s", zero_last_error());
+    ZT_CHECKF(!contains(zero_last_error(), "never got the id"), "%s", zero_last_error());
+    ZT_CHECK(reap(&pid, 1, 10000, &code) == 0);
+}
+
+/* ---- the listening address ---- */
+
+/* 1 when a TCP connection to ip:port is accepted within a second. */
+static int can_connect(const char *ip, int port)
+{
+    struct sockaddr_in a;
+    struct pollfd pfd;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok = 0, err = 0;
+    socklen_t len = sizeof err;
+    if (fd < 0) return 0;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((unsigned short)port);
+    if (inet_pton(AF_INET, ip, &a.sin_addr) != 1) {
+        close(fd);
+        return 0;
+    }
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        ok = 1;
+    } else if (errno == EINPROGRESS) {
+        pfd.fd = fd;
+        pfd.events = POLLOUT;
+        pfd.revents = 0;
+        ok = poll(&pfd, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+             err == 0;
+    }
+    close(fd);
+    return ok;
+}
+
+/* Listens with desc d and closes again; the address it chose ("" on failure) in out. */
+static zero_result listen_as(zero_bootstrap_desc d, char *out, size_t size)
+{
+    zero_bootstrap_server *s = NULL;
+    zero_result r = zero_bootstrap_listen(&d, &s);
+    out[0] = '\0';
+    if (r == ZERO_OK) snprintf(out, size, "%s", zero_bootstrap_server_addr(s));
+    zero_bootstrap_server_close(s);
+    return r;
+}
+
+ZT_TEST(listener_address)
+{
+    zero_bootstrap_desc d = make_desc(0, 2, 0, 1000);
+    zero_bootstrap_server *s = NULL;
+    char got[80];
+    int aliases;
+    /* every interface: 127.0.0.2 reaches it too (Linux routes 127/8 to lo) */
+    snprintf(d.bind_addr, sizeof d.bind_addr, "*");
+    ZT_CHECK(zero_bootstrap_listen(&d, &s) == ZERO_OK && s);
+    if (!s) return;
+    ZT_CHECK(strcmp(zero_bootstrap_server_addr(s), "*") == 0);
+    aliases = can_connect("127.0.0.2", zero_bootstrap_server_port(s));
+    ZT_CHECK(can_connect("127.0.0.1", zero_bootstrap_server_port(s)));
+    zero_bootstrap_server_close(s);
+    /* the default with a numeric local address (MASTER_ADDR=127.0.0.1): that address only */
+    d.bind_addr[0] = '\0';
+    ZT_CHECK(zero_bootstrap_listen(&d, &s) == ZERO_OK && s);
+    if (!s) return;
+    ZT_CHECKF(strcmp(zero_bootstrap_server_addr(s), "127.0.0.1") == 0, "%s",
+              zero_bootstrap_server_addr(s));
+    ZT_CHECK(can_connect("127.0.0.1", zero_bootstrap_server_port(s)));
+    if (aliases) ZT_CHECK(!can_connect("127.0.0.2", zero_bootstrap_server_port(s)));
+    zero_bootstrap_server_close(s);
+    /* an explicit address */
+    snprintf(d.bind_addr, sizeof d.bind_addr, "127.0.0.2");
+    ZT_CHECK(zero_bootstrap_listen(&d, &s) == ZERO_OK && s);
+    if (!s) return;
+    ZT_CHECK(strcmp(zero_bootstrap_server_addr(s), "127.0.0.2") == 0);
+    if (aliases) ZT_CHECK(!can_connect("127.0.0.1", zero_bootstrap_server_port(s)));
+    zero_bootstrap_server_close(s);
+    /* a host name that resolves to loopback is trusted only when every rank is local */
+    d.bind_addr[0] = '\0';
+    snprintf(d.addr, sizeof d.addr, "%s", g_name);
+    d.local_world = -1;
+    ZT_CHECK(listen_as(d, got, sizeof got) == ZERO_OK);
+    if (strcmp(g_name, "localhost") == 0) ZT_CHECKF(strcmp(got, "*") == 0, "%s", got);
+    d.local_world = d.world;
+    ZT_CHECK(listen_as(d, got, sizeof got) == ZERO_OK);
+    ZT_CHECKF(strcmp(got, "*") != 0 && got[0] != '\0', "%s", got);
+    /* rank 0's address is not one of this host's: every interface */
+    snprintf(d.addr, sizeof d.addr, "192.0.2.1"); /* TEST-NET-1 */
+    ZT_CHECK(listen_as(d, got, sizeof got) == ZERO_OK);
+    ZT_CHECKF(strcmp(got, "*") == 0, "%s", got);
+    /* an explicit address that is not this host's, or that does not resolve: IO, saying so */
+    snprintf(d.bind_addr, sizeof d.bind_addr, "192.0.2.1");
+    ZT_CHECK(zero_bootstrap_listen(&d, &s) == ZERO_ERROR_IO && s == NULL);
+    ZT_CHECKF(contains(zero_last_error(), "not an address of this host"), "%s", zero_last_error());
+    snprintf(d.bind_addr, sizeof d.bind_addr, "no-such-host.invalid");
+    ZT_CHECK(zero_bootstrap_listen(&d, &s) == ZERO_ERROR_IO && s == NULL);
+    ZT_CHECKF(contains(zero_last_error(), "cannot resolve"), "%s", zero_last_error());
+    ZT_CHECK(strcmp(zero_bootstrap_server_addr(NULL), "") == 0);
+}
+
+ZT_TEST(env_bind)
+{
+    zero_bootstrap_desc d;
+    ZT_CHECK(env_of(&d, "RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=10.1.2.3", "ZERO_BOOTSTRAP_BIND=*", N_,
+                    N_, N_, N_) == ZERO_OK);
+    ZT_CHECK(strcmp(d.bind_addr, "*") == 0);
+    ZT_CHECK(env_of(&d, "RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=10.1.2.3", N_, N_, N_, N_, N_) ==
+             ZERO_OK);
+    ZT_CHECK(d.bind_addr[0] == '\0'); /* the default */
+    ZT_CHECK(env_of(&d, "RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=10.1.2.3", "ZERO_BOOTSTRAP_BIND=",
+                    N_, N_, N_, N_) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(contains(zero_last_error(), "ZERO_BOOTSTRAP_BIND"));
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* the fake peers write to sockets rank 0 may have closed */
@@ -997,5 +1194,10 @@ int main(void)
     ZT_RUN(malformed_from_server);
     ZT_RUN(rank_claimed_twice);
     ZT_RUN(stray_connections_ignored);
+    ZT_RUN(wrong_port_says_connection_refused);
+    ZT_RUN(other_protocol_fails_fast);
+    ZT_RUN(unacknowledged_id_is_reported_as_received);
+    ZT_RUN(listener_address);
+    ZT_RUN(env_bind);
     return zt_summary();
 }

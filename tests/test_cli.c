@@ -1,7 +1,7 @@
 /* zero-estimate, run as a program from the repository root: its table, JSON and inverse
    give the right numbers (parsed back), sizes parse exactly, bad arguments exit 2 with a
    one-line message and the usage line on stderr. Skips when build/zero-estimate is absent. */
-#define ZERO_IMPLEMENTATION
+#define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen */
 #include "zero.h"
 #include "tests/zt.h"
 
@@ -212,7 +212,10 @@ ZT_TEST(sizes_parse_exactly)
     } mem[] = {{"32GB", 32000000000ull}, {"32G", 32000000000ull},     {"32GiB", 34359738368ull},
                {"1.5GiB", 1610612736ull}, {"0.5KiB", 512ull},          {"80e9", 80000000000ull},
                {"1TiB", 1099511627776ull}, {"16384", 16384ull},        {"0.25MB", 250000ull},
-               {"2.5e-1KiB", 256ull},     {"0", 0ull}};
+               {"2.5e-1KiB", 256ull},     {"0", 0ull},               {"1EB", 1000000000000000000ull},
+               {"1EiB", 1152921504606846976ull}, {"15EiB", 17293822569102704640ull},
+               {"0.5EB", 500000000000000000ull}, {"2e0EiB", 2305843009213693952ull},
+               {"1.5EiB", 1729382256910270464ull}};
     char args[256];
     size_t i;
     if (!have_tool()) ZT_SKIP(TOOL " not built");
@@ -253,7 +256,13 @@ ZT_TEST(bad_arguments_exit_2_with_usage)
         "--deepspeed --params 5 --ranks 8 --buffer-factor nan",
         "--deepspeed --params 5 --ranks 8 --buffer-factor -1",
         "--params 5 --ranks 8 --optimizer-bytes 0", "--params 5 --ranks 8 --param-bytes 2000",
-        "--params 9007199254740993 --ranks 8", "--ranks 99999999999 --params 5"};
+        "--params 9007199254740993 --ranks 8", "--ranks 99999999999 --params 5",
+        "--max-params --memory 16EiB --ranks 8", "--max-params --memory 19EB --ranks 8",
+        "--max-params --memory 1E --ranks 8", "--max-params --memory 1eB --ranks 8",
+        /* the inverse agrees with the forward query: host bytes past 64 bits are OVERFLOW */
+        "--deepspeed --max-params --memory 80GB --ranks 8 --stage 2 --offload --buffer-factor 1e12",
+        "--deepspeed --max-params --memory 80GB --ranks 8 --stage 2 --offload --buffer-factor 1e300",
+        "--deepspeed --params 40000000000 --ranks 8 --stage 2 --offload --buffer-factor 1e12"};
     size_t i;
     if (!have_tool()) ZT_SKIP(TOOL " not built");
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -265,7 +274,12 @@ ZT_TEST(bad_arguments_exit_2_with_usage)
                       strncmp(nl + 1, "usage: zero-estimate", 20) == 0,
                   "'%s': stderr '%s'", bad[i], R.err);
         ZT_CHECKF(R.out[0] == '\0', "'%s' printed to stdout", bad[i]);
+        if (strstr(bad[i], "--buffer-factor 1e"))
+            ZT_CHECKF(strstr(R.err, "overflow") != NULL, "'%s': %s", bad[i], R.err);
     }
+    /* EB is a unit, not an exponent: the message says what is wrong with a bad size */
+    run("--max-params --memory 16EiB --ranks 8");
+    ZT_CHECKF(strstr(R.err, "too large") != NULL, "%s", R.err);
 }
 
 ZT_TEST(help_goes_to_stdout)

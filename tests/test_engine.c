@@ -1,7 +1,6 @@
 /* The engine, numerics: stages 0-3 bit-identical; agreement with one rank on the whole
    batch; global norm and clipping; a non-finite gradient skips the step on every rank; the
    loss-scale sequence. (Accounting: test_engine_accounting.c; misuse: test_engine_misuse.c.) */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"

@@ -1,7 +1,6 @@
 /* The engine, accounting: bytes held per rank by category against DESIGN.md's table plus the
    declared buffers; bytes moved per step against the paper's volumes; the stage-3 gather
    pool's bound and that nothing non-persistent stays gathered after a step. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"

@@ -16,7 +16,6 @@
    recorded on it, as a DMA engine would, so host code that reads a downloaded tile (or
    rewrites a buffer being uploaded) without the sync sees stale data and the run's state
    differs from the plain run's. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"
@@ -74,7 +73,7 @@ static zero_result vc_flush(vc_dev *v)
     return r;
 }
 
-static ZERO__THREAD_LOCAL vc_dev *vc_current; /* the rank's checking device (for its comm) */
+static _Thread_local vc_dev *vc_current; /* the rank's checking device (for its comm) */
 
 static void vc_begin(vc_dev *d, int q)
 {

@@ -1,6 +1,5 @@
 /* The estimator: the paper's table and DeepSpeed's formulas against numbers worked by hand
    here, the inverse against its defining property, and the errors. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 
@@ -212,11 +211,41 @@ ZT_TEST(deepspeed_stage3_multi_node)
 
 /* ---- the inverse ---- */
 
+/* The forward query accepts Psi = p and its device bytes fit. */
+static int forward_fits(zero_estimate_desc d, uint64_t p, uint64_t memory)
+{
+    zero_estimate e;
+    d.params = p;
+    return zero_estimate_compute(&d, &e) == ZERO_OK && e.device_bytes <= memory;
+}
+
+/* The inverse agrees with the forward query: OK with psi: psi is accepted and fits and
+   psi + 1 does not; OVERFLOW: the largest Psi the forward query accepts and fits (found
+   here by bisection over the forward query alone, monotone in Psi) is followed by one the
+   forward query refuses with OVERFLOW, i.e. the bound is the host byte count, not the
+   device memory. */
 static int check_inverse(zero_estimate_desc d, uint64_t memory)
 {
     uint64_t psi = 0;
     zero_estimate e;
-    if (zero_estimate_max_params(&d, memory, &psi) != ZERO_OK) return 1;
+    zero_result r = zero_estimate_max_params(&d, memory, &psi);
+    if (r == ZERO_ERROR_OVERFLOW) {
+        uint64_t lo = d.mode == ZERO_ESTIMATE_DEEPSPEED && d.stage == 3 ? d.largest_layer_params : 1;
+        uint64_t hi = ZERO_ESTIMATE_MAX_PARAMS;
+        if (forward_fits(d, lo, memory)) {
+            if (forward_fits(d, hi, memory)) return 4; /* everything fits: no overflow */
+            while (hi - lo > 1) {
+                uint64_t mid = lo + (hi - lo) / 2;
+                if (forward_fits(d, mid, memory)) lo = mid;
+                else hi = mid;
+            }
+        } else {
+            hi = lo; /* the smallest model itself */
+        }
+        d.params = hi;
+        return zero_estimate_compute(&d, &e) == ZERO_ERROR_OVERFLOW ? 0 : 5;
+    }
+    if (r != ZERO_OK) return 1;
     if (psi == 0) { /* the smallest model must not fit */
         d.params = d.mode == ZERO_ESTIMATE_DEEPSPEED && d.stage == 3 ? d.largest_layer_params : 1;
         return zero_estimate_compute(&d, &e) == ZERO_OK && e.device_bytes <= memory;
@@ -297,6 +326,49 @@ ZT_TEST(inverse_deepspeed_edges)
     d.offload_params = 0;
     ZT_CHECK(zero_estimate_max_params(&d, 5000, &psi) == ZERO_OK && psi == 4003);
     ZT_CHECK(check_inverse(d, 5000) == 0);
+}
+
+/* An extreme additional_buffer_factor makes DeepSpeed's host bytes overflow long before the
+   device is full: the inverse used to take that for "does not fit" and answered the last
+   Psi before the overflow (or 0); it must say OVERFLOW, as the forward query does. */
+ZT_TEST(inverse_host_overflow_is_overflow)
+{
+    static const double factors[] = {1e300, 1e12, 1e8};
+    zero_estimate_desc d;
+    zero_estimate e;
+    uint64_t psi = 77;
+    size_t i;
+    memset(&d, 0, sizeof d);
+    d.mode = ZERO_ESTIMATE_DEEPSPEED;
+    d.ranks = 8;
+    d.stage = 2;
+    d.offload = 1; /* gpu 2 Psi; cpu Psi * max(4 * 8, 16) * factor */
+    for (i = 0; i < 3; i++) {
+        d.additional_buffer_factor = factors[i];
+        ZT_CHECKF(zero_estimate_max_params(&d, 80000000000ull, &psi) == ZERO_ERROR_OVERFLOW,
+                  "factor %g: %llu", factors[i], (unsigned long long)psi);
+        ZT_CHECK(psi == 77 && strstr(zero_last_error(), "overflow") != NULL);
+        ZT_CHECK(check_inverse(d, 80000000000ull) == 0);
+        d.params = 40000000000ull; /* the device answer: 2 Psi = 80e9 */
+        ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_ERROR_OVERFLOW);
+    }
+    /* a factor whose host bytes fit at the device answer: an ordinary answer */
+    d.additional_buffer_factor = 1e3;
+    ZT_CHECK(zero_estimate_max_params(&d, 80000000000ull, &psi) == ZERO_OK && psi == 40000000000ull);
+    ZT_CHECK(check_inverse(d, 80000000000ull) == 0);
+    /* a memory so small that nothing fits stays 0, whatever the host bytes */
+    d.additional_buffer_factor = 1e300;
+    ZT_CHECK(zero_estimate_max_params(&d, 1, &psi) == ZERO_OK && psi == 0);
+    /* every Psi fits the device (stage 3, everything offloaded): the answer 2^53 must be
+       one the forward query accepts */
+    d.stage = 3;
+    d.offload_params = 1;
+    d.largest_layer_params = 1000;
+    d.additional_buffer_factor = 1e6;
+    ZT_CHECK(zero_estimate_max_params(&d, 4000, &psi) == ZERO_ERROR_OVERFLOW);
+    ZT_CHECK(check_inverse(d, 4000) == 0);
+    d.additional_buffer_factor = 0;
+    ZT_CHECK(zero_estimate_max_params(&d, 4000, &psi) == ZERO_OK && psi == ZERO_ESTIMATE_MAX_PARAMS);
 }
 
 /* ---- errors ---- */
@@ -390,6 +462,7 @@ int main(void)
     ZT_RUN(deepspeed_stage3_multi_node);
     ZT_RUN(inverse_property_and_closed_forms);
     ZT_RUN(inverse_deepspeed_edges);
+    ZT_RUN(inverse_host_overflow_is_overflow);
     ZT_RUN(errors);
     return zt_summary();
 }

@@ -1,7 +1,6 @@
 /* The host device: every op against references written here (scalar conversions, sums in
    double and long double, a re-implementation of sumsq's documented order), alignment and
    bookkeeping of alloc/free, thread-count and SIMD-path independence, argument errors. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 

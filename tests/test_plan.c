@@ -1,5 +1,4 @@
 /* The partition plan: layout rules, shards, views, intersections, hash, every error path. */
-#define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "tests/zt.h"
 

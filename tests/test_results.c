@@ -8,7 +8,8 @@ ZT_TEST(result_strings_are_distinct)
     zero_result all[] = {ZERO_OK, ZERO_ERROR_INVALID_ARGUMENT, ZERO_ERROR_OUT_OF_MEMORY,
                          ZERO_ERROR_INVALID_STATE, ZERO_ERROR_NOT_FOUND, ZERO_ERROR_OVERFLOW,
                          ZERO_ERROR_MISMATCH, ZERO_ERROR_DEVICE, ZERO_ERROR_COMM,
-                         ZERO_ERROR_TIMEOUT, ZERO_ERROR_IO, ZERO_ERROR_UNSUPPORTED};
+                         ZERO_ERROR_TIMEOUT, ZERO_ERROR_IO, ZERO_ERROR_UNSUPPORTED,
+                         ZERO_ERROR_LOSS_SCALE};
     size_t n = sizeof all / sizeof all[0], i, j;
     for (i = 0; i < n; i++) {
         ZT_CHECK(zero_result_string(all[i]) != NULL);

@@ -53,7 +53,7 @@ static const char *help_text =
     "  --help               this text\n"
     "\n"
     "Numbers are exact: 7500000000, 7.5e9, 7.5B, 350M, 32K, 1.5T (K M B/G T P: powers of\n"
-    "1000). Memory: 32GB, 32G (10^9), 32GiB (2^30), KB MB TB PB, KiB MiB TiB PiB, or bytes.\n";
+    "1000). Memory: 32GB, 32G (10^9), 32GiB (2^30), KB MB TB PB EB, KiB MiB TiB PiB EiB, or bytes.\n";
 
 /* ---- strict, exact number parsing ---- */
 
@@ -69,8 +69,9 @@ static const unit count_units[] = {{"", 0, 0},  {"K", 3, 0},  {"k", 3, 0},  {"M"
 static const unit byte_units[] = {{"", 0, 0},    {"K", 3, 0},   {"k", 3, 0},    {"M", 6, 0},
                                   {"G", 9, 0},   {"T", 12, 0},  {"P", 15, 0},   {"KB", 3, 0},
                                   {"kB", 3, 0},  {"MB", 6, 0},  {"GB", 9, 0},   {"TB", 12, 0},
-                                  {"PB", 15, 0}, {"KiB", 0, 10}, {"MiB", 0, 20}, {"GiB", 0, 30},
-                                  {"TiB", 0, 40}, {"PiB", 0, 50}, {NULL, 0, 0}};
+                                  {"PB", 15, 0}, {"EB", 18, 0},  {"KiB", 0, 10}, {"MiB", 0, 20},
+                                  {"GiB", 0, 30}, {"TiB", 0, 40}, {"PiB", 0, 50}, {"EiB", 0, 60},
+                                  {NULL, 0, 0}};
 
 /* Parses digits[.digits][e[+-]digits] followed by one of the units, exactly: the value must
    be a whole number that fits 64 bits. 0 on success, else a reason in *why. */
@@ -105,7 +106,9 @@ static int parse_scaled(const char *s, const unit *units, uint64_t *out, const c
     }
     if (digits == 0) return *why = "not a number", -1;
     e10 += zeros;
-    if (*p == 'e' || *p == 'E') {
+    for (u = units; u->name; u++) /* a unit that starts with E (EB, EiB) is not an exponent */
+        if (strcmp(p, u->name) == 0) break;
+    if ((*p == 'e' || *p == 'E') && !u->name) {
         int neg = 0;
         long x = 0;
         p++;

@@ -230,7 +230,8 @@ ZT_TEST(test_collectives_vs_local)
 /* ---- disagreement, invalid arguments, timeout ---- */
 
 typedef struct misuse {
-    zero_result got[MAXW][4];
+    zero_result got[MAXW][5];
+    char tag_err[MAXW][512]; /* case 4's message */
     double ms;
     int timeout_ms; /* longer under ZT_QUICK (sanitizers slow everything down) */
 } misuse;
@@ -252,6 +253,13 @@ static zero_result misuse_rank(int rank, zero_comm *comm, void *user)
     /* 2: the group is still usable */
     m->got[rank][2] = dc->ops->all_gather(dc, buf, (char *)buf + 1024, 8, ZERO_F64, NULL);
     if (m->got[rank][2] == ZERO_OK) m->got[rank][2] = dc->ops->barrier(dc);
+    /* 4: equal arguments, different engine tags (rank r says group r): MISMATCH naming both */
+    dc->tag.group = rank;
+    dc->tag.role = ZERO_ROLE_GATHER;
+    dc->tag.seq = 5;
+    m->got[rank][4] = dc->ops->all_gather(dc, buf, (char *)buf + 1024, 8, ZERO_F64, NULL);
+    snprintf(m->tag_err[rank], sizeof m->tag_err[rank], "%s", zero_last_error());
+    memset(&dc->tag, 0, sizeof dc->tag);
     /* 3: rank 1 never comes: rank 0 times out (the local comm's timeout) */
     if (rank == 0) {
         double t0 = zt_now_ms();
@@ -282,6 +290,11 @@ ZT_TEST(test_misuse_and_timeout)
     ZT_CHECKF(m.got[0][1] == ZERO_ERROR_INVALID_ARGUMENT && m.got[1][1] == ZERO_ERROR_MISMATCH, "invalid: %d %d",
               m.got[0][1], m.got[1][1]);
     ZT_CHECKF(m.got[0][2] == ZERO_OK && m.got[1][2] == ZERO_OK, "after errors: %d %d", m.got[0][2], m.got[1][2]);
+    for (int r = 0; r < 2; r++)
+        ZT_CHECKF(m.got[r][4] == ZERO_ERROR_MISMATCH &&
+                      strstr(m.tag_err[r], "rank 0 all_gather group 0 (gather, seq 5) vs rank 1 all_gather group 1 "
+                                           "(gather, seq 5)") != NULL,
+                  "tags, rank %d: %d: %s", r, m.got[r][4], m.tag_err[r]);
     ZT_CHECKF(m.got[0][3] == ZERO_ERROR_TIMEOUT, "timeout: %d (%s)", m.got[0][3], zero_result_string(m.got[0][3]));
     ZT_CHECKF(m.ms < 2.5 * m.timeout_ms, "the timeout (%d ms) took %.0f ms", m.timeout_ms, m.ms);
 }
@@ -356,10 +369,18 @@ ZT_TEST(test_churn)
 
 int main(void)
 {
-    if (zero_cuda_device_count() == 0) {
-        printf("  skip: no CUDA device\n");
-        printf("zt: 0 passed, 0 failed, %d skipped\n", NTESTS);
-        return 0;
+    {
+        int ndev = 0; /* skip only without a GPU; an unusable one (old driver...) fails */
+        if (zero_cuda_device_probe(&ndev) != ZERO_OK) {
+            printf("  FAIL: %s\n", zero_last_error());
+            printf("zt: 0 passed, 1 failed, 0 skipped\n");
+            return 1;
+        }
+        if (ndev == 0) {
+            printf("  skip: no CUDA device\n");
+            printf("zt: 0 passed, 0 failed, %d skipped\n", NTESTS);
+            return 0;
+        }
     }
     ZT_RUN(test_create_checks);
     ZT_RUN(test_collectives_vs_local);
