@@ -6894,6 +6894,8 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out);
 static zero_result zero__eng_hparam_put(zero_engine *e, int g);
+static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
+                                        const char *what, int group);
 
 ZERODEF const char *zero_coll_name(zero_coll kind)
 {
@@ -7783,6 +7785,12 @@ static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned ch
     const zero__eng_group *eg = &e->groups[g];
     unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p, *src = NULL;
     zero_result r = zero__eng_hparam_get(e, g, &src); /* nvme: read ahead of the all-gather */
+    if (e->fpar) { /* every rank learns of a failed read before the all-gather: no hang */
+        char err[400];
+        err[0] = '\0';
+        if (r != ZERO_OK) zero__eng_copy_error(err, sizeof err);
+        r = zero__eng_nvme_agree(e, r, err, "zero_engine_gather", g);
+    }
     if (r != ZERO_OK) return r;
     r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o);
     if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
@@ -7877,7 +7885,8 @@ static zero_result zero__eng_swap_out(zero_engine *e, int k)
 /* Every rank learns whether some rank's NVMe transfers failed in this step (one control
    all-reduce; no rank waits in a later collective for one that gave up): on failure every
    rank's engine breaks with the failing rank's cause (or a pointer to it). */
-static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err)
+static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
+                                        const char *what, int group)
 {
     double v[2];
     zero_device *dev = e->dev;
@@ -7887,8 +7896,8 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
                   "step: upload");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
     ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 24, e->scratch + 24, 2, ZERO_F64,
-                                          ZERO_OP_MAX, 1, -1, ZERO_ROLE_OFFLOAD),
-                  "step: all_reduce of the NVMe status");
+                                          ZERO_OP_MAX, 1, group, ZERO_ROLE_OFFLOAD),
+                  "all_reduce of the NVMe status");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch + 24, sizeof v),
                   "step: download");
@@ -7896,11 +7905,11 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
     if (v[0] == 0.0) return ZERO_OK;
     if (e->state == ZERO__ENG_COMMITTED) e->state = ZERO__ENG_BROKEN;
     if (io_r != ZERO_OK)
-        return zero__fail(io_r, "zero_engine_step: NVMe tier failed (engine broken): %.400s", io_err);
+        return zero__fail(io_r, "%s: NVMe tier failed (engine broken): %.400s", what, io_err);
     return zero__fail((zero_result)(int)(-v[0]),
-                      "zero_engine_step: the NVMe tier of rank %d failed (engine broken; its "
-                      "error names the file and the cause)",
-                      (int)v[1]);
+                      "%s: the NVMe tier of rank %d failed (engine broken; its error names the "
+                      "file and the cause)",
+                      what, (int)v[1]);
 }
 
 /* offload_param = nvme: the rank's param file (one range per partitioned group's shard,
@@ -8100,7 +8109,8 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-    if (fm[0] != 0.0f || e->ntiles == 0) return e->io ? zero__eng_nvme_agree(e, ZERO_OK, io_err) : ZERO_OK;
+    if (fm[0] != 0.0f || e->ntiles == 0)
+        return e->io ? zero__eng_nvme_agree(e, ZERO_OK, io_err, "zero_engine_step", -1) : ZERO_OK;
     ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o),
                   "step: event");
     ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
@@ -8165,7 +8175,7 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
         if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
         (void)zero_io_wait_all(e->io);
         for (i = 0; i < e->nswap && e->fopt; i++) e->swap_ticket[i] = 0;
-        return zero__eng_nvme_agree(e, io_r, io_err);
+        return zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1);
     }
     return ZERO_OK;
 }

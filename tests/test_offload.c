@@ -463,7 +463,8 @@ ZT_TEST(nvme_tier_accounting)
    under the engine fails the next step on every rank (checksum per tile), no hang. */
 typedef struct fault_ctx {
     const char *dir;
-    int corrupt; /* 1: overwrite bytes of rank 0's file between steps; 2: truncate it */
+    int corrupt; /* 1: overwrite bytes of rank 0's file between steps; 2: truncate it;
+                    3: overwrite its stage-3 param file (the next gather fails) */
     zero_result step_rc[2];
     char err[2][512];
 } fault_ctx;
@@ -478,8 +479,9 @@ static zero_result fault_rank(int rank, zero_comm *comm, void *user)
     float vals[300];
     int t, s, i;
     memset(&d, 0, sizeof d);
-    d.stage = 2;
-    d.offload_optimizer = ZERO_OFFLOAD_NVME;
+    d.stage = F->corrupt == 3 ? 3 : 2;
+    d.offload_optimizer = F->corrupt == 3 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NVME;
+    d.offload_param = F->corrupt == 3 ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_NONE;
     d.nvme_path = F->dir;
     d.sub_group_size = 64;
     if ((r = zero_host_device_create(NULL, &dev)) != ZERO_OK) return r;
@@ -497,20 +499,18 @@ static zero_result fault_rank(int rank, zero_comm *comm, void *user)
     }
     for (s = 0; s < 2; s++) {
         void *pp, *gp;
-        if ((r = zero_engine_gather(e, 0, &pp)) || (r = zero_engine_grads(e, 0, &gp))) break;
-        for (i = 0; i < 300; i++) ((uint16_t *)gp)[i] = zero_f32_to_f16(100.0f);
-        if ((r = zero_engine_release(e, 0)) || (r = zero_engine_grads_ready(e, 0))) break;
         if (s == 1 && rank == 0 && F->corrupt) { /* between the steps: change rank 0's file */
             DIR *dd = opendir(F->dir);
             struct dirent *de;
             while (dd && (de = readdir(dd)) != NULL) {
                 char path[512];
                 int fd;
-                if (!strstr(de->d_name, "-r0-")) continue;
+                if (!strstr(de->d_name, "-r0-") || !strstr(de->d_name, F->corrupt == 3 ? "param" : "optim"))
+                    continue;
                 snprintf(path, sizeof path, "%s/%s", F->dir, de->d_name);
                 fd = open(path, O_WRONLY);
                 if (fd >= 0) {
-                    if (F->corrupt == 1) {
+                    if (F->corrupt != 2) {
                         char junk[64];
                         memset(junk, 0x5a, sizeof junk);
                         ZT_CHECK(pwrite(fd, junk, sizeof junk, 100) == (ssize_t)sizeof junk);
@@ -522,6 +522,9 @@ static zero_result fault_rank(int rank, zero_comm *comm, void *user)
             }
             if (dd) closedir(dd);
         }
+        if ((r = zero_engine_gather(e, 0, &pp)) || (r = zero_engine_grads(e, 0, &gp))) break;
+        for (i = 0; i < 300; i++) ((uint16_t *)gp)[i] = zero_f32_to_f16(100.0f);
+        if ((r = zero_engine_release(e, 0)) || (r = zero_engine_grads_ready(e, 0))) break;
         r = zero_engine_step(e, NULL);
         if (r) break;
     }
@@ -546,7 +549,7 @@ ZT_TEST(nvme_faults_fail_every_rank)
     ZT_CHECK(zero_local_run(2, fault_rank, &F) == ZERO_OK);
     ZT_CHECK(F.step_rc[0] == ZERO_ERROR_IO && F.step_rc[1] == ZERO_ERROR_IO);
     ZT_CHECKF(strstr(F.err[0], "/nonexistent/zero-nvme") != NULL, "%s", F.err[0]);
-    for (mode = 1; mode <= 2; mode++) {
+    for (mode = 1; mode <= 3; mode++) {
         memset(&F, 0, sizeof F);
         F.dir = dir;
         F.corrupt = mode;
