@@ -17,7 +17,7 @@
 #include "tests/engine_common.h"
 #pragma GCC diagnostic pop
 
-#define NTESTS 3
+#define NTESTS 4
 
 /* ec_rank_fn with the device chosen and every param read / gradient write done through the
    device's download / upload on the compute queue (the engine hands out device pointers);
@@ -237,6 +237,33 @@ ZT_TEST(test_larger_model)
     check_config(&c, "N=4 bf16 1.3M params");
 }
 
+/* ZeRO-Offload on the GPU: master, m, v in pinned host memory (the device's host_alloc),
+   gradient tiles down on the OFFLOAD stream, the host Adam, param tiles up; at stage 3 also
+   the param shards on the host. The same bits as the plain CUDA run. */
+ZT_TEST(test_offload_equals_plain)
+{
+    int st, par;
+    for (st = 1; st <= 3; st++)
+        for (par = 0; par <= (st == 3); par++) {
+            ec_cfg c;
+            cu_ctx cx;
+            ec_result *ref, *off;
+            char why[160];
+            ec_cfg_init(&c, st, 2, ZERO_F16, 2, 4);
+            c.clip = 0.5f;
+            c.sub_group = 37; /* many tiles: the staging tiles are reused */
+            ref = cu_run(&c, 1, &cx);
+            c.offload_opt = ZERO_OFFLOAD_CPU;
+            c.offload_param = par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+            off = cu_run(&c, 1, &cx);
+            ZT_CHECKF(ref->rc == ZERO_OK && off->rc == ZERO_OK, "stage %d: %s %s", st, ref->err, off->err);
+            if (ref->rc == ZERO_OK && off->rc == ZERO_OK)
+                ZT_CHECKF(ec_same_state(&c, ref, off, why, sizeof why), "stage %d param %d: %s", st, par, why);
+            ec_result_free(ref);
+            ec_result_free(off);
+        }
+}
+
 int main(void)
 {
     {
@@ -255,5 +282,6 @@ int main(void)
     ZT_RUN(test_stages_equal_and_equal_host);
     ZT_RUN(test_fp32_comm_and_skip);
     ZT_RUN(test_larger_model);
+    ZT_RUN(test_offload_equals_plain);
     return zt_summary();
 }
