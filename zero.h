@@ -432,7 +432,7 @@ ZERODEF uint64_t zero_plan_hash(const zero_plan *plan);
 /* Where offloaded state lives (DeepSpeed's offload "device"). */
 typedef enum zero_offload_device {
     ZERO_OFFLOAD_NONE = 0, /* on the device (no offload)                                */
-    ZERO_OFFLOAD_CPU = 1,  /* host memory (pinned through the device when it can)       */
+    ZERO_OFFLOAD_CPU = 1,  /* host memory (pinned through the device with pin_memory)   */
     ZERO_OFFLOAD_NVME = 2  /* files under nvme_path (ZeRO-Infinity)                     */
 } zero_offload_device;
 
@@ -1260,7 +1260,7 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    run. See docs/engine.md for what preserves and what breaks this.
 
    OFFLOAD (docs/offload.md). With offload_optimizer = cpu the rank's master, m and v live in
-   host memory (pinned through dev->ops->host_alloc when the device has it); the step keeps
+   host memory (pinned through dev->ops->host_alloc with pin_memory = 1); the step keeps
    the inf/NaN check, the norm and the clip coefficient on the device (the same bits), then
    runs over tiles of at most sub_group_size elements: tile k+1's gradients go device -> host
    on ZERO_QUEUE_OFFLOAD while the host Adam (zero_adam_host, host_threads threads, the same
@@ -1326,8 +1326,9 @@ typedef struct zero_engine_desc {
                                     Needs offload_optimizer != NONE (DeepSpeed's rule).         */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* 1 = host buffers through the device's pinned allocation
-                                    (dev->ops->host_alloc) when it has one; 0 = default = 1;
-                                    -1 = plain host memory from 'allocator'                     */
+                                    (dev->ops->host_alloc, cudaHostAlloc on CUDA) when it has
+                                    one; 0 = plain memory from 'allocator' (DeepSpeed's
+                                    default: false)                                             */
     int buffer_count;            /* host staging buffers of the offloaded step's pipeline
                                     (>= 2; 0 = 4, DeepSpeed's offload_optimizer default)         */
     size_t buffer_size;          /* elements per staging buffer, at most (0 = 1e8, DeepSpeed's
@@ -7135,10 +7136,9 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
         (!d->nvme_path || !d->nvme_path[0]))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload to nvme needs nvme_path (a directory for the tier's files)", fn);
-    if (d->pin_memory < -1 || d->pin_memory > 1)
-        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: pin_memory = %d (-1, 0 or 1)", fn,
+    if (d->pin_memory < 0 || d->pin_memory > 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: pin_memory = %d (0 or 1)", fn,
                           d->pin_memory);
-    if (d->pin_memory == 0) d->pin_memory = 1;
     if (d->buffer_count < 0 || d->buffer_count == 1)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: buffer_count = %d (0 or >= 2)", fn,
                           d->buffer_count);

@@ -44,6 +44,7 @@ typedef struct ec_cfg {
     int host_threads;
     size_t device_capacity;
     const char *nvme_path;
+    int pin_memory;
 } ec_cfg;
 
 typedef struct ec_result {
@@ -170,6 +171,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->sub_group_size = c->sub_group;
     d->host_threads = c->host_threads;
     d->nvme_path = c->nvme_path;
+    d->pin_memory = c->pin_memory;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */

@@ -160,6 +160,31 @@ static zero_result vc_free(zero_device *d, void *p)
         }
     return IN(d)->ops->free(IN(d), p);
 }
+/* Pinned host memory, as a GPU device would give it: counted, so the test sees the engine
+   take it (pin_memory = 1) and give every byte back. */
+static int vc_pinned_live, vc_pinned_total;
+static pthread_mutex_t vc_pinned_mu = PTHREAD_MUTEX_INITIALIZER;
+static zero_result vc_host_alloc(zero_device *d, size_t b, void **out)
+{
+    (void)d;
+    *out = calloc(1, b);
+    if (!*out) return ZERO_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&vc_pinned_mu);
+    vc_pinned_live++;
+    vc_pinned_total++;
+    pthread_mutex_unlock(&vc_pinned_mu);
+    return ZERO_OK;
+}
+static zero_result vc_host_free(zero_device *d, void *p)
+{
+    (void)d;
+    if (!p) return ZERO_OK;
+    free(p);
+    pthread_mutex_lock(&vc_pinned_mu);
+    vc_pinned_live--;
+    pthread_mutex_unlock(&vc_pinned_mu);
+    return ZERO_OK;
+}
 static zero_result vc_event_create(zero_device *d, zero_event **out)
 {
     (void)d;
@@ -341,6 +366,8 @@ static zero_result vc_create(zero_device **out)
     vc_ops.sumsq = vc_sumsq;
     vc_ops.grad_mul = vc_grad_mul;
     vc_ops.adam = vc_adam;
+    vc_ops.host_alloc = vc_host_alloc;
+    vc_ops.host_free = vc_host_free;
     v->base.ops = &vc_ops;
 #undef vc_ops
     v->base.impl = v;
@@ -444,6 +471,7 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
         d.offload_optimizer = ZERO_OFFLOAD_CPU;
         d.offload_param = A->offload == 2 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
         d.sub_group_size = 29; /* many tiles: the pipeline's staging tiles are reused */
+        d.pin_memory = 1;      /* host buffers from the device's host_alloc */
         vc_current->defer = 1;
     }
     r = zero_engine_create(&d, &e);
@@ -590,6 +618,9 @@ ZT_TEST(offload_orders_its_queues)
                 A.offload = o;
                 snprintf(label, sizeof label, "stage %d variant %d offload %d", st, v, o);
                 check_async(&A, label);
+                ZT_CHECKF(vc_pinned_live == 0, "%s: %d pinned buffers not given back", label, vc_pinned_live);
+                ZT_CHECKF((vc_pinned_total > 0) == (o > 0), "%s: pinned buffers taken: %d", label, vc_pinned_total);
+                vc_pinned_total = 0;
                 for (rk = 0; rk < A.world; rk++) {
                     if (o == 0) plain[rk] = A.hash[rk];
                     else ZT_CHECKF(A.hash[rk] == plain[rk], "%s rank %d: state differs from the plain run",

@@ -252,6 +252,7 @@ ZT_TEST(test_offload_equals_plain)
             ec_cfg_init(&c, st, 2, ZERO_F16, 2, 4);
             c.clip = 0.5f;
             c.sub_group = 37; /* many tiles: the staging tiles are reused */
+            c.pin_memory = 1; /* cudaHostAlloc through the device's host_alloc */
             ref = cu_run(&c, 1, &cx);
             c.offload_opt = ZERO_OFFLOAD_CPU;
             c.offload_param = par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
