@@ -8,6 +8,9 @@
 #   make test-cuda     run the GPU tests (one skip line without a GPU)
 #   make sanitize-cuda the GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
 #   make bench / bench-cuda
+#   make mpi           zero_mpi.h: build/train_mlp_mpi, the MPI tests and bench (skips without mpicc)
+#   make test-mpi      the MPI tests under mpirun with 2, 3 and 4 processes (one skip line without MPI)
+#   make bench-mpi     zero_mpi.h's collectives vs the MPI library's, 4 processes (docs/BENCHMARKS.md)
 CC      ?= cc
 CXX     ?= c++
 ifeq ($(origin CC),default)
@@ -31,7 +34,8 @@ EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(sort $(wildcard bench/*.c)))
 TOOLS    := build/zero-estimate
 
-.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean
+.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
+        mpi test-mpi bench-mpi
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
 build build/san build/compile build/cuda:
@@ -145,6 +149,50 @@ CUDA_BENCHES := $(filter build/cuda/bench_%,$(CUDA_BINS))
 bench-cuda: cuda
 	@if ! $(GPU_VISIBLE); then echo "bench-cuda: skipped: no GPU visible"; \
 	 else for b in $(CUDA_BENCHES); do echo "== $$b"; $$b || exit 1; done; fi
+
+# ---- MPI (zero_mpi.h) ------------------------------------------------------------------------
+# Open MPI: apt-get install openmpi-bin libopenmpi-dev. Tests run as wrapper scripts
+# build/mpi/<test>.np<N> (mpirun -np N <test>), so tests/run.sh counts them like any test.
+MPICC  ?= mpicc
+MPIRUN ?= mpirun
+MPI_NP ?= 2 3 4
+MPIRUN_FLAGS ?= --oversubscribe --bind-to none
+# mpirun refuses root without these (CI containers run as root); harmless otherwise.
+MPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+HAVE_MPI = command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/null 2>&1
+MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
+MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
+MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
+MPI_BINS := build/train_mlp_mpi build/mpi/bench_mpi $(MPI_TESTS)
+
+build/mpi:
+	@mkdir -p $@
+
+build/mpi/test_mpi_%: tests/mpi/test_mpi_%.c $(HEADERS) zero_mpi.h $(wildcard tests/*.h tests/mpi/*.h) | build/mpi
+	$(MPICC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+
+build/mpi/bench_mpi: bench/bench_mpi.c $(HEADERS) zero_mpi.h | build/mpi
+	$(MPICC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
+
+# The same program and flags as build/train_mlp, its ranks from mpirun.
+build/train_mlp_mpi: examples/train_mlp.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
+	$(MPICC) $(ALL_CFLAGS) -DZERO_MLP_MPI $< -o $@ $(LDLIBS)
+
+build/mpi/%.np2 build/mpi/%.np3 build/mpi/%.np4: build/mpi/% | build/mpi
+	@for n in $(MPI_NP); do printf '#!/bin/sh\nexec env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np %s %s "$$@"\n' $$n $< > $<.np$$n; chmod +x $<.np$$n; done
+
+mpi:
+	@if ! $(HAVE_MPI); then echo "mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
+	 else $(MAKE) --no-print-directory $(MPI_BINS) build/train_mlp && echo "mpi: built $(words $(MPI_BINS)) programs with $(MPICC)"; fi
+
+test-mpi:
+	@if ! $(HAVE_MPI); then echo "test-mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
+	   echo "0 passed, 0 failed, $(words $(MPI_RUNS) x) skipped"; \
+	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi && \
+	   bash tests/run.sh $(MPI_RUNS) tests/mpi/checksum.sh; fi
+
+bench-mpi: mpi
+	@if $(HAVE_MPI); then env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np 4 build/mpi/bench_mpi; fi
 
 clean:
 	rm -rf build

@@ -52,8 +52,8 @@
        TIMEOUT   a collective not complete by its deadline returns ZERO_ERROR_TIMEOUT and
                  breaks the comm; with abort_on_timeout set the process calls MPI_Abort
                  instead of returning. The timed-out MPI requests cannot be cancelled: the
-                 buffers of that call may still be written by MPI, and the comm's scratch is
-                 then never freed. After a timeout the sensible thing is to end the job.
+                 buffers of that call may still be written by MPI, and the comm's scratch and
+                 duplicated communicator are then never freed. After a timeout the sensible thing is to end the job.
        MISMATCH  ranks called different collectives (or the same with different arguments
                  or tags): every rank returns ZERO_ERROR_MISMATCH naming both calls; a rank
                  whose own arguments were invalid returns ZERO_ERROR_INVALID_ARGUMENT. The
@@ -833,9 +833,10 @@ static void zero__mpi_destroy(zero_comm *comm)
         (void)zero__mpi_collective(comm, ZERO__MPI_LEAVE, NULL, NULL, 0, ZERO_F32, ZERO_OP_SUM, 0);
         comm->tag = saved;
     }
-    /* After a timeout requests may still be pending: MPI frees the communicator once they
-       finish (MPI_Comm_free only marks it). */
-    MPI_Comm_free(&c->mc);
+    /* After a timeout, requests may still be pending on the communicator, and Open MPI's
+       progress engine follows freed communicators of pending nonblocking collectives: keep
+       it (and the buffers) for the rest of the process. */
+    if (!c->leak) MPI_Comm_free(&c->mc);
     comm->impl = NULL; /* a stale handle is then rejected, not followed */
     zero__mpi_free(c);
 }
