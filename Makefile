@@ -164,6 +164,11 @@ MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
 MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
 MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
 MPI_BINS := build/train_mlp_mpi build/mpi/bench_mpi $(MPI_TESTS)
+# Compile-only where nvcc is present: zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
+# over MPI, the device-memory path). Open MPI's wrapper flags; override for another MPI.
+MPI_CFLAGS ?= $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LIBS   ?= $(shell $(MPICC) --showme:link 2>/dev/null)
+MPI_CUDA_BINS := $(if $(NVCC),build/mpi/nccl_mpi_build)
 
 build/mpi:
 	@mkdir -p $@
@@ -174,6 +179,9 @@ build/mpi/test_mpi_%: tests/mpi/test_mpi_%.c $(HEADERS) zero_mpi.h $(wildcard te
 build/mpi/bench_mpi: bench/bench_mpi.c $(HEADERS) zero_mpi.h | build/mpi
 	$(MPICC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
 
+build/mpi/nccl_mpi_build: tests/mpi/nccl_mpi_build.cu $(CUDA_HEADERS) zero_mpi.h | build/mpi
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(MPI_CFLAGS) $< -o $@ $(NCCL_LIB) $(MPI_LIBS) -lpthread
+
 # The same program and flags as build/train_mlp, its ranks from mpirun.
 build/train_mlp_mpi: examples/train_mlp.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
 	$(MPICC) $(ALL_CFLAGS) -DZERO_MLP_MPI $< -o $@ $(LDLIBS)
@@ -183,7 +191,8 @@ build/mpi/%.np2 build/mpi/%.np3 build/mpi/%.np4: build/mpi/% | build/mpi
 
 mpi:
 	@if ! $(HAVE_MPI); then echo "mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
-	 else $(MAKE) --no-print-directory $(MPI_BINS) build/train_mlp && echo "mpi: built $(words $(MPI_BINS)) programs with $(MPICC)"; fi
+	 else $(MAKE) --no-print-directory $(MPI_BINS) $(MPI_CUDA_BINS) build/train_mlp && \
+	   echo "mpi: built $(words $(MPI_BINS) $(MPI_CUDA_BINS)) programs with $(MPICC)$(if $(MPI_CUDA_BINS), and $(NVCC) (compile only))"; fi
 
 test-mpi:
 	@if ! $(HAVE_MPI); then echo "test-mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \

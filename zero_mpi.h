@@ -91,6 +91,13 @@
 #ifndef ZERO_MPI_H
 #define ZERO_MPI_H
 
+/* MPI's deprecated C++ bindings are not needed (and not -Wpedantic clean) */
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
+#if defined(__cplusplus) && !defined(MPICH_SKIP_MPICXX)
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 #include <stddef.h>
 
