@@ -31,7 +31,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(patsubst tests/%.c,build/%,$(TEST_SRC))
 SAN_TESTS := $(patsubst tests/%.c,build/san/%,$(TEST_SRC))
 EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
-BENCHES  := $(patsubst bench/%.c,build/%,$(sort $(wildcard bench/*.c)))
+BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $(wildcard bench/*.c))))
 TOOLS    := build/zero-estimate
 
 .PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \

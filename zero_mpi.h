@@ -232,6 +232,11 @@ enum {
     ZERO__MPI_NF
 };
 
+/* How long a wait polls MPI without sleeping (then it sleeps 50 us between polls). */
+#ifndef ZERO_MPI_SPIN_MS
+#define ZERO_MPI_SPIN_MS 2.0
+#endif
+
 #define ZERO__MPI_MAGIC ((int64_t)0x5a45524f4d504901ll) /* "ZEROMPI" + protocol version 1 */
 #define ZERO__MPI_PIECE ((size_t)1 << 30)                /* bytes per message, fits an int */
 #define ZERO__MPI_TAG_DATA 0x5a31
@@ -327,6 +332,7 @@ static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, d
                                   const char *what, const char *phase)
 {
     unsigned polls = 0;
+    double start = 0;
     for (;;) {
         int done = 0, rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
@@ -338,14 +344,23 @@ static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, d
         }
         if (done) return ZERO_OK;
         if ((++polls & 31u) == 0) {
-            if (zero__mpi_now_ms() > deadline) {
+            double t = zero__mpi_now_ms();
+            if (start == 0) start = t;
+            if (t > deadline) {
                 c->leak = 1;
                 return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
                                        "rank %d timed out after %d ms in %s #%llu (%s): a peer "
                                        "did not join",
                                        c->base.rank, c->timeout_ms, what, c->seq, phase);
             }
-            sched_yield(); /* ranks may share cores (mpirun --oversubscribe) */
+            /* Spin for the first ZERO_MPI_SPIN_MS, then poll every 50 us: a rank waiting
+               for a slower peer leaves it the core (ranks may share cores). */
+            if (t - start < ZERO_MPI_SPIN_MS) {
+                sched_yield();
+            } else {
+                struct timespec ts = {0, 50000};
+                nanosleep(&ts, NULL);
+            }
         }
     }
 }
