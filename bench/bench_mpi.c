@@ -4,7 +4,8 @@
    Part 1: for each size (the whole buffer: all_gather's output, reduce_scatter's input,
    all_reduce's buffer; 4 KiB to 256 MiB of f32), the time of zero_mpi.h's all_gather,
    reduce_scatter and all_reduce (SUM) and of MPI_Allgather, MPI_Reduce_scatter_block and
-   MPI_Allreduce on the same buffers, in the same run, alternating. Bus bandwidth as
+   MPI_Allreduce on the same buffers, in the same run, alternating, the best of 3 rounds
+   of each (the machine may be busy). Bus bandwidth as
    nccl-tests defines it: algbw = size / time, busbw = algbw * (N-1)/N for all-gather and
    reduce-scatter, algbw * 2(N-1)/N for all-reduce; time = the slowest rank's mean. The
    ratio is ours / MPI's (above 1: ours is faster).
@@ -177,10 +178,16 @@ int main(int argc, char **argv)
     for (which = 0; which < 3; which++)
         for (total = 4096 / sizeof(float); total * sizeof(float) <= max_bytes; total *= 4) {
             double bytes = (double)total * sizeof(float), f = (double)(world - 1) / world, t_ours, t_mpi, b_ours, b_mpi;
-            int iters = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
+            int iters = bytes <= (1 << 20) ? 30 : bytes <= (16 << 20) ? 5 : 2;
             if (which == AR) f *= 2;
-            t_mpi = time_op(comm, which, 0, send, recv, total - total % (size_t)world, iters);
-            t_ours = time_op(comm, which, 1, send, recv, total - total % (size_t)world, iters);
+            int rep;
+            t_mpi = t_ours = 1e30;
+            for (rep = 0; rep < 3; rep++) { /* alternating; the best of 3 (a busy machine) */
+                double tm = time_op(comm, which, 0, send, recv, total - total % (size_t)world, iters);
+                double to = time_op(comm, which, 1, send, recv, total - total % (size_t)world, iters);
+                if (tm < t_mpi) t_mpi = tm;
+                if (to < t_ours) t_ours = to;
+            }
             b_ours = bytes / t_ours * f / 1e9;
             b_mpi = bytes / t_mpi * f / 1e9;
             if (me == 0) {
@@ -195,35 +202,39 @@ int main(int argc, char **argv)
     free(recv);
 
     if (me == 0)
-        printf("\nengine step, 8 groups x 500k params (4 M, fp16), %d timed steps after 1 warm-up\n"
+        printf("\nengine step, 8 groups x 500k params (4 M, fp16), %d timed steps after 1 warm-up, best of 3\n"
                "%-6s %16s %16s %8s\n",
                steps, "stage", "MPI ms/step", "threads ms/step", "ratio");
     for (st = 1; st <= 3; st += 2) {
         ebench B;
-        double t_mpi, t_thr = 0;
+        double t_mpi = 1e30, t_thr = 1e30;
         zero_result r;
-        memset(&B, 0, sizeof B);
-        B.stage = st;
-        B.steps = steps;
-        B.groups = 8;
-        B.numel = 500000;
-        sleepy_barrier();
-        r = engine_rank(me, comm, &B);
-        if (r != ZERO_OK) {
-            fprintf(stderr, "rank %d: engine over MPI: %s\n", me, zero_last_error());
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-        t_mpi = B.seconds;
-        MPI_Bcast(&t_mpi, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        sleepy_barrier();
-        if (me == 0) {
-            B.seconds = 0;
-            r = zero_local_run(world, engine_rank, &B);
+        int rep;
+        for (rep = 0; rep < 3; rep++) { /* alternating; the best of 3 */
+            memset(&B, 0, sizeof B);
+            B.stage = st;
+            B.steps = steps;
+            B.groups = 8;
+            B.numel = 500000;
+            sleepy_barrier();
+            r = engine_rank(me, comm, &B);
             if (r != ZERO_OK) {
-                fprintf(stderr, "threads: %s\n", zero_last_error());
+                fprintf(stderr, "rank %d: engine over MPI: %s\n", me, zero_last_error());
                 MPI_Abort(MPI_COMM_WORLD, 1);
             }
-            t_thr = B.seconds;
+            if (me == 0 && B.seconds < t_mpi) t_mpi = B.seconds;
+            sleepy_barrier();
+            if (me == 0) {
+                B.seconds = 0;
+                r = zero_local_run(world, engine_rank, &B);
+                if (r != ZERO_OK) {
+                    fprintf(stderr, "threads: %s\n", zero_last_error());
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                }
+                if (B.seconds < t_thr) t_thr = B.seconds;
+            }
+        }
+        if (me == 0) {
             printf("%-6d %16.2f %16.2f %8.2f\n", st, 1e3 * t_mpi / steps, 1e3 * t_thr / steps, t_mpi / t_thr);
             fflush(stdout);
         }
