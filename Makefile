@@ -198,7 +198,7 @@ test-mpi:
 	@if ! $(HAVE_MPI); then echo "test-mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
 	   echo "0 passed, 0 failed, $(words $(MPI_RUNS) x) skipped"; \
 	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi && \
-	   bash tests/run.sh $(MPI_RUNS) tests/mpi/checksum.sh; fi
+	   bash tests/run.sh $(MPI_RUNS) tests/mpi/abort.sh tests/mpi/checksum.sh; fi
 
 bench-mpi: mpi
 	@if $(HAVE_MPI); then env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np 4 build/mpi/bench_mpi; fi

@@ -127,8 +127,9 @@ typedef struct zero_mpi_desc {
    process's comm: rank and world are its MPI rank and size. MPI must be initialised.
    Destroy with zero_comm_destroy(). Errors: INVALID_ARGUMENT (NULL, negative timeout,
    half an allocator); INVALID_STATE (MPI not initialised or finalised); UNSUPPORTED
-   (desc->device is not the host device and MPI is not CUDA-aware); OUT_OF_MEMORY; TIMEOUT;
-   COMM (an MPI call failed, its error string kept). *out is written only on success. */
+   (desc->device is not the host device and MPI is not CUDA-aware); OUT_OF_MEMORY; TIMEOUT
+   (a rank did not join; the pending duplication keeps its small handle memory); COMM (an
+   MPI call failed, its error string kept). *out is written only on success. */
 ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out);
 
 /* 1 when comm was made by zero_mpi_create. */
@@ -510,7 +511,7 @@ static zero_result zero__mpi_exchange(zero__mpi_comm *c, const zero__mpi_xfer *x
                                       const char *what)
 {
     int world = c->base.world, rank = c->base.rank, s, rc = MPI_SUCCESS;
-    size_t n = 0, need = 0, bytes, off, k;
+    size_t n = 0, need = 0, bytes, off;
     for (s = 1; s < world; s++) {
         int p = (rank + s) % world;
         if (x->send_at(x->ctx, p, &bytes)) need += zero__mpi_pieces(bytes);
@@ -522,7 +523,7 @@ static zero_result zero__mpi_exchange(zero__mpi_comm *c, const zero__mpi_xfer *x
     for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
         int p = (rank + world - s) % world;
         unsigned char *dst = x->recv_at(x->ctx, p, &bytes);
-        for (off = 0, k = 0; dst && off < bytes && rc == MPI_SUCCESS; off += ZERO__MPI_PIECE, k++) {
+        for (off = 0; dst && off < bytes && rc == MPI_SUCCESS; off += ZERO__MPI_PIECE) {
             size_t len = bytes - off < ZERO__MPI_PIECE ? bytes - off : ZERO__MPI_PIECE;
             rc = MPI_Irecv(dst + off, (int)len, MPI_BYTE, p, tag, c->mc, &c->reqs[n++]);
         }
@@ -530,7 +531,7 @@ static zero_result zero__mpi_exchange(zero__mpi_comm *c, const zero__mpi_xfer *x
     for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
         int p = (rank + s) % world;
         const unsigned char *src = x->send_at(x->ctx, p, &bytes);
-        for (off = 0, k = 0; src && off < bytes && rc == MPI_SUCCESS; off += ZERO__MPI_PIECE, k++) {
+        for (off = 0; src && off < bytes && rc == MPI_SUCCESS; off += ZERO__MPI_PIECE) {
             size_t len = bytes - off < ZERO__MPI_PIECE ? bytes - off : ZERO__MPI_PIECE;
             rc = MPI_Isend((void *)(src + off), (int)len, MPI_BYTE, p, tag, c->mc, &c->reqs[n++]);
         }
@@ -891,7 +892,7 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     MPI_Comm zero_bytes_comm; /* all-zero bytes: "default" in a zeroed desc */
     zero__mpi_comm *c;
     zero_allocator a;
-    MPI_Comm base, dup = MPI_COMM_NULL;
+    MPI_Comm base;
     MPI_Request req;
     int inited = 0, finalized = 0, rank = 0, world = 0, rc, done = 0;
     unsigned polls = 0;
@@ -934,13 +935,14 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     c->simd = zero_simd_detect();
     deadline = zero__mpi_now_ms() + c->timeout_ms;
 
-    rc = MPI_Comm_idup(base, &dup, &req);
+    c->mc = MPI_COMM_NULL;
+    rc = MPI_Comm_idup(base, &c->mc, &req); /* written when it completes: c->mc, not a local */
     while (rc == MPI_SUCCESS) {
         rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS || done) break;
         if ((++polls & 31u) == 0) {
             if (zero__mpi_now_ms() > deadline) {
-                zero__free(&a, c);
+                /* c is kept: MPI writes c->mc when the duplication completes */
                 return zero__fail(ZERO_ERROR_TIMEOUT,
                                   "zero_mpi_create: MPI_Comm_idup did not complete in %d ms (a rank did not "
                                   "call zero_mpi_create)",
@@ -949,16 +951,15 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
             sched_yield();
         }
     }
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(dup, &rank);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(dup, &world);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(c->mc, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->mc, &rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->mc, &world);
     if (rc != MPI_SUCCESS) {
         zero__mpi_errtext(rc, e, sizeof e);
-        if (dup != MPI_COMM_NULL) MPI_Comm_free(&dup);
+        if (done && c->mc != MPI_COMM_NULL) MPI_Comm_free(&c->mc);
         zero__free(&a, c);
         return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: duplicating the communicator failed: %s", e);
     }
-    c->mc = dup;
     c->base.ops = &zero__mpi_ops;
     c->base.impl = c;
     c->base.rank = rank;

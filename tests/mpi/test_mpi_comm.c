@@ -389,9 +389,30 @@ ZT_TEST(timeout_when_a_rank_is_late)
     zero_comm_destroy(c);
 }
 
+/* tests/mpi/abort.sh runs this: abort_on_timeout ends the job (mpirun exits non-zero)
+   instead of returning, when the last rank sleeps through rank 0's collective. */
+static int abort_probe(void)
+{
+    zero_mpi_desc d;
+    zero_comm *c = NULL;
+    float x = 1, y;
+    memset(&d, 0, sizeof d);
+    d.timeout_ms = 200;
+    d.abort_on_timeout = 1;
+    if (zero_mpi_create(&d, &c) != ZERO_OK) return 3;
+    if (zm_rank == zm_world - 1) zt_sleep_ms(5000);
+    else c->ops->all_reduce(c, &x, &y, 1, ZERO_F32, ZERO_OP_SUM, NULL);
+    printf("abort probe: rank %d returned\n", zm_rank); /* only the late rank may get here */
+    fflush(stdout);
+    zero_comm_destroy(c);
+    MPI_Finalize();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     zm_init(&argc, &argv);
+    if (argc > 1 && !strcmp(argv[1], "--abort-probe")) return abort_probe();
     if (zm_world < 2) {
         if (zm_rank == 0) printf("test_mpi_comm: needs 2 or more processes (mpirun -np N)\n");
         ZM_RUN(collectives_equal_local_comm);
