@@ -163,6 +163,7 @@ HAVE_MPI = command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/nul
 MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
 MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
 MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
+MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh
 MPI_BINS := build/train_mlp_mpi build/mpi/bench_mpi $(MPI_TESTS)
 # Compile-only where nvcc is present: zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
 # over MPI, the device-memory path). Open MPI's wrapper flags; override for another MPI.
@@ -186,8 +187,11 @@ build/mpi/nccl_mpi_build: tests/mpi/nccl_mpi_build.cu $(CUDA_HEADERS) zero_mpi.h
 build/train_mlp_mpi: examples/train_mlp.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
 	$(MPICC) $(ALL_CFLAGS) -DZERO_MLP_MPI $< -o $@ $(LDLIBS)
 
-build/mpi/%.np2 build/mpi/%.np3 build/mpi/%.np4: build/mpi/% | build/mpi
-	@for n in $(MPI_NP); do printf '#!/bin/sh\nexec env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np %s %s "$$@"\n' $$n $< > $<.np$$n; chmod +x $<.np$$n; done
+define MPI_WRAPPER
+$(1).np$(2): $(1) | build/mpi
+	@printf '#!/bin/sh\nexec env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np $(2) $(1) "$$$$@"\n' > $$@; chmod +x $$@
+endef
+$(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(eval $(call MPI_WRAPPER,$(t),$(n)))))
 
 mpi:
 	@if ! $(HAVE_MPI); then echo "mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
@@ -196,9 +200,9 @@ mpi:
 
 test-mpi:
 	@if ! $(HAVE_MPI); then echo "test-mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
-	   echo "0 passed, 0 failed, $(words $(MPI_RUNS) x) skipped"; \
+	   echo "0 passed, 0 failed, $(words $(MPI_RUNS) $(MPI_SCRIPTS)) skipped"; \
 	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi && \
-	   bash tests/run.sh $(MPI_RUNS) tests/mpi/abort.sh tests/mpi/checksum.sh; fi
+	   MPIRUN="$(MPIRUN)" MPIRUN_FLAGS="$(MPIRUN_FLAGS)" MPI_NP="$(MPI_NP)" bash tests/run.sh $(MPI_RUNS) $(MPI_SCRIPTS); fi
 
 bench-mpi: mpi
 	@if $(HAVE_MPI); then env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np 4 build/mpi/bench_mpi; fi

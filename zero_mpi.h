@@ -46,7 +46,9 @@
           2 (N-1)/N for all_reduce, as the engine counts it. MPI_SUM is never used (its order
           is unspecified and MPI has no fp16 / bf16).
        Every wait polls MPI_Testall against the collective's deadline (timeout_ms from its
-       start): nothing blocks longer.
+       start): nothing blocks longer. It spins for ZERO_MPI_SPIN_MS (2 ms; define it before
+       the implementation to change it), then sleeps 50 us between polls, so a rank waiting
+       for a slower peer leaves it the core.
 
    FAILURE
        TIMEOUT   a collective not complete by its deadline returns ZERO_ERROR_TIMEOUT and
