@@ -26,5 +26,13 @@ for n in ${MPI_NP:-2 3 4}; do
     fi
   done
 done
+# the checksum sees the values: one more step changes it
+a=$(sum_of "$(build/train_mlp --ranks 2 --steps 30 --accum 2 --stage 0 2>&1)")
+b=$(sum_of "$(build/train_mlp --ranks 2 --steps 31 --accum 2 --stage 0 2>&1)")
+if [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]; then
+  echo "ok   checksum changes with the params: 30 steps $a, 31 steps $b"; passed=$((passed + 1))
+else
+  echo "FAIL checksum 30 vs 31 steps: '$a' '$b'"; failed=$((failed + 1))
+fi
 echo "zt: $passed passed, $failed failed, 0 skipped"
 [ "$failed" -eq 0 ]
