@@ -177,6 +177,8 @@ build/mpi:
 build/mpi/test_mpi_%: tests/mpi/test_mpi_%.c $(HEADERS) zero_mpi.h $(wildcard tests/*.h tests/mpi/*.h) | build/mpi
 	$(MPICC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
+build/mpi/test_mpi_pieces: tests/mpi/test_mpi_comm.c
+
 build/mpi/bench_mpi: bench/bench_mpi.c $(HEADERS) zero_mpi.h | build/mpi
 	$(MPICC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
 
