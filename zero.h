@@ -25,6 +25,8 @@
        device       the device interface; the host device (synchronous, on the CPU)
        optimizer    Adam / AdamW: one element expression shared by every backend
        scaler       dynamic loss scaling with DeepSpeed's defaults
+       nvme i/o     zero_io_*: asynchronous O_DIRECT file I/O (io_uring or a thread pool) with
+                    a checksum per range, for ZeRO-Infinity's NVMe tier (Linux)
        engine       stages 0-3 written once against the two interfaces above
 
    zero_cuda.h adds a CUDA device, zero_nccl.h an NCCL comm; the engine does not change.

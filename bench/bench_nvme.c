@@ -162,7 +162,7 @@ int main(int argc, char **argv)
     o.depth = ZERO_IO_DEFAULT_QUEUE_DEPTH;
     o.reps = 3;
     o.ahead = 4;
-    for (i = 1; i < argc; i++) {
+    for (i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             fprintf(stderr, "bench_nvme: %s needs a value\n", a);
@@ -179,7 +179,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_nvme: unknown option %s\n", a);
             return 2;
         }
-        i++;
     }
     if (o.tile == 0 || o.tile % ZERO_IO_ALIGN || o.size < o.tile || o.reps < 1 || o.ahead < 1 || o.ahead > 16) {
         fprintf(stderr, "bench_nvme: --tile must be a positive multiple of %u, --size >= --tile, --reps >= 1, "

@@ -310,6 +310,46 @@ ZT_TEST(round_trip_threads_buffered)
     round_trip(ZERO_IO_BACKEND_THREADS, ZERO_IO_DIRECT_OFF, base_dir[0] ? base_dir : "/tmp", 0);
 }
 
+/* Queue depths beyond the thread pool's 64 workers, a block size that is not a power of
+   two, and a depth of 1: the same bytes come back, and the requests in flight never exceed
+   the depth. */
+ZT_TEST(depths_and_block_sizes)
+{
+    static const struct { int backend, depth; size_t block; } cfg[] = {
+        {ZERO_IO_BACKEND_THREADS, 100, 4096}, {ZERO_IO_BACKEND_IO_URING, 100, 4096},
+        {ZERO_IO_BACKEND_THREADS, 1, 12288},  {ZERO_IO_BACKEND_IO_URING, 3, 12288}};
+    size_t n = zt_quick() ? (size_t)600000 : (size_t)2500000;
+    unsigned char *src = (unsigned char *)malloc(n), *dst = (unsigned char *)malloc(n);
+    size_t c;
+    char dir[600];
+    ZT_CHECK(src && dst);
+    if (!src || !dst) goto done;
+    fill(src, n, 77);
+    ZT_CHECK(make_dir(base_dir[0] ? base_dir : "/tmp", dir, sizeof dir) == 0);
+    for (c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        zero_io *io = make_io((zero_io_backend)cfg[c].backend, ZERO_IO_DIRECT_DEFAULT, cfg[c].block, cfg[c].depth);
+        zero_io_file *f = NULL;
+        zero_io_ticket t;
+        zero_io_stats st;
+        if (!io) continue; /* io_uring missing here */
+        memset(dst, 0, n);
+        ZT_CHECK(zero_io_file_create(io, dir, "deep", 0, n, &f) == ZERO_OK);
+        ZT_CHECK(zero_io_write(f, 0, src, n, &t) == ZERO_OK && zero_io_wait(io, t) == ZERO_OK);
+        ZT_CHECK(zero_io_read(f, 0, dst, n, &t) == ZERO_OK && zero_io_wait(io, t) == ZERO_OK);
+        ZT_CHECKF(memcmp(src, dst, n) == 0, "config %zu", c);
+        ZT_CHECK(zero_io_get_stats(io, &st) == ZERO_OK);
+        ZT_CHECKF(st.max_in_flight >= 1 && st.max_in_flight <= cfg[c].depth, "config %zu: %d in flight", c,
+                  st.max_in_flight);
+        ZT_CHECK(st.requests == 2 * ((n + cfg[c].block - 1) / cfg[c].block));
+        zero_io_file_destroy(f);
+        zero_io_destroy(io);
+    }
+    ZT_CHECK(remove_dir(dir) == 0);
+done:
+    free(src);
+    free(dst);
+}
+
 /* The buffered fallback: O_DIRECT refused (injected as EINVAL, what tmpfs and overlayfs
    answer) gives a buffered file that works, said once per engine through the log callback;
    with REQUIRE it is an error and no file is left. */
@@ -754,6 +794,7 @@ int main(void)
     ZT_RUN(round_trip_uring_buffered);
     ZT_RUN(round_trip_threads_direct);
     ZT_RUN(round_trip_threads_buffered);
+    ZT_RUN(depths_and_block_sizes);
     ZT_RUN(buffered_fallback_said_once);
     ZT_RUN(nvme_path_missing_or_not_a_directory);
     ZT_RUN(nvme_path_not_writable);
