@@ -253,8 +253,10 @@ static void comm_cost(void)
         if (op == OP_PTHREAD) ref = a;
         printf("%-34s %-14.2f %-10.2f %-14.2f %-10.2f\n", op_name[op], a, a / ref, b, b / ref);
     }
-    printf("\nstage-3 overhead per collective, %d groups x %zu fp16 params, %d timed steps, best of "
-           "%d: (step on %d ranks - step on 1 rank) / collectives per step\n", G, n, steps, REPS, R);
+    printf("\nstage-3 overhead per collective (per gather: 2 of every 3 collectives at stage 3 are "
+           "gathers of one group, the third its reduce-scatter), %d groups x %zu fp16 params, %d "
+           "timed steps, best of %d: (step on %d ranks - step on 1 rank) / collectives per step\n",
+           G, n, steps, REPS, R);
     printf("%-6s %-12s %-22s %-22s %-14s %-14s\n", "stage", "colls/step", "us/group/step N=1",
            "us/group/step N=2 spin", "N=2 sleep", "us/coll spin/sleep");
     for (st = 0; st <= 3; st += 3) {
