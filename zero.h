@@ -124,7 +124,8 @@
 
    The same code runs at stages 0, 1, 2 and 3 (gather/release only count references below
    stage 3) and gives bit-identical parameters at every stage. examples/train_mlp.c is a
-   complete program; docs/ has the longer story (engine.md, plan.md, optimizer.md, ...).
+   larger program (an MLP with a real forward and backward); docs/ has the longer story
+   (engine.md, plan.md, optimizer.md, ...).
 
    MEMORY PER RANK (Psi params, N ranks, K = 12; checked by the test suite)
        stage 0  (2 + 2 + K) Psi          stage 2  2 Psi + (2 + K) Psi / N
