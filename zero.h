@@ -24,7 +24,7 @@
        comm         the collective interface; the in-process local comm (ranks as threads)
        device       the device interface; the host device (synchronous, on the CPU)
        optimizer    Adam / AdamW: one element expression shared by every backend
-       scaler       dynamic loss scaling with DeepSpeed's defaults
+       scaler       dynamic loss scaling with DeepSpeed's rule (0.17.1+) and defaults
        engine       stages 0-3 written once against the two interfaces above
 
    zero_cuda.h adds a CUDA device, zero_nccl.h an NCCL comm; the engine does not change.
