@@ -24,7 +24,7 @@
        comm         the collective interface; the in-process local comm (ranks as threads)
        device       the device interface; the host device (synchronous, on the CPU)
        optimizer    Adam / AdamW: one element expression shared by every backend
-       scaler       dynamic loss scaling with DeepSpeed's defaults
+       scaler       dynamic loss scaling with DeepSpeed's rule (0.17.1+) and defaults
        nvme i/o     zero_io_*: asynchronous O_DIRECT file I/O (io_uring or a thread pool) with
                     a checksum per range, for ZeRO-Infinity's NVMe tier (Linux)
        engine       stages 0-3 written once against the two interfaces above
