@@ -28,6 +28,10 @@
                                      gradient multiplier, fused Adam/AdamW: bit-identical to
                                      the host device (zero_host_device_create) for the same
                                      inputs, NaN payloads of arithmetic results aside.
+                                     Consecutive nonfinite/sumsq calls on a queue, and
+                                     consecutive adam calls, are held and launched as one
+                                     kernel over a table by the device's next other op
+                                     (zero_cuda_flush() to force it).
        zero_cuda_host_alloc/free     pinned host memory (for offload).
        zero_cuda_local_comm_create   wraps a rank's local comm (zero_local_*, ranks as
                                      threads of this process) into a comm whose buffers are
