@@ -2491,6 +2491,9 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
                  r == ZERO_ERROR_INVALID_STATE && zero_nccl_version() < ZERO_NCCL_MULTI_RANK_GPU_VERSION
                      ? " (several ranks on one GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1)"
                      : "");
+        pthread_mutex_lock(&c->lock); /* a split refused synchronously left both alive */
+        zero_nccl__abort_locked(c);
+        pthread_mutex_unlock(&c->lock);
         zero_nccl__free(c);
         return zero__fail(r, "%s", text);
     }
