@@ -725,12 +725,12 @@ zero_cuda__sumsq_kernel(const __grid_constant__ zero_cuda__sq_table tab)
             }
             __syncthreads();
         }
-        if (t < 8) { /* ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) */
-            double o = __shfl_down_sync(0xffu, acc, 1);
+        if (t < 32) { /* warp 0, all lanes (8..31 hold 0.0, unused): ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) */
+            double o = __shfl_down_sync(0xffffffffu, acc, 1);
             if ((t & 1u) == 0) acc = __dadd_rn(acc, o);
-            o = __shfl_down_sync(0xffu, acc, 2);
+            o = __shfl_down_sync(0xffffffffu, acc, 2);
             if ((t & 3u) == 0) acc = __dadd_rn(acc, o);
-            o = __shfl_down_sync(0xffu, acc, 4);
+            o = __shfl_down_sync(0xffffffffu, acc, 4);
             if (t == 0) tab.partials[g] = __dadd_rn(acc, o);
         }
         bad = __syncthreads_or(bad);
