@@ -857,7 +857,7 @@ static __device__ __forceinline__ void zero_cuda__adam_eight(const zero_cuda__ad
 }
 
 template <int G, int P>
-static __global__ void __launch_bounds__(ZERO_CUDA__THREADS, 4) /* <= 64 registers: 4 blocks per SM */
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
 zero_cuda__adam_kernel(const __grid_constant__ zero_cuda__adam_table tab)
 {
     const size_t nchunks = tab.start[tab.n];
