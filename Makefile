@@ -41,10 +41,11 @@ all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 build build/san build/compile build/cuda:
 	@mkdir -p $@
 
-# The implementation is compiled once (build/zero_impl.o, and build/san/zero_impl.o for the
-# sanitizer run) and linked into every test program, except a test whose source defines
-# ZERO_IMPLEMENTATION itself (it reaches private zero__ functions or sets ZERO_MALLOC hooks):
-# that one is compiled alone. The test of ZERO_STATIC and single-file use is compile-tests.
+# The implementation (zero.h's, and zero_nccl.h's TCP bootstrap) is compiled once
+# (build/zero_impl.o, and build/san/zero_impl.o for the sanitizer run) and linked into every
+# test program, except a test whose source defines ZERO_IMPLEMENTATION itself (it reaches
+# private zero__ functions or sets ZERO_MALLOC hooks): that one is compiled alone. The test
+# of ZERO_STATIC and single-file use is compile-tests.
 SELF_IMPL_SRC := $(shell grep -l '^[[:space:]]*\#[[:space:]]*define[[:space:]][[:space:]]*ZERO_IMPLEMENTATION' $(TEST_SRC) /dev/null 2>/dev/null)
 SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_SRC)))
 LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))

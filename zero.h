@@ -61,7 +61,7 @@
        d.stage = 3;
        d.device = dev;
        d.comm = comm;
-       d.adam.lr = 1e-3f;
+       d.adam.lr = 1e-3;
        r = zero_engine_create(&d, &e);
        for (t = 0; t < T && r == ZERO_OK; t++) {
            char name[8];
@@ -6947,6 +6947,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     zero__scaler_defaults(&d.scaler);
     if (d.scaler.mode == ZERO_SCALER_DEFAULT)
         d.scaler.mode = e->scaler.dynamic ? ZERO_SCALER_DYNAMIC : ZERO_SCALER_NONE;
+    if (d.scaler.at_min == ZERO_SCALER_AT_MIN_DEFAULT)
+        d.scaler.at_min = e->scaler.error_at_min ? ZERO_SCALER_AT_MIN_ERROR : ZERO_SCALER_AT_MIN_SKIP;
     e->d = d;
     e->dev = d.device;
     e->comm = d.comm;

@@ -68,6 +68,8 @@ ZT_TEST(get_desc_fills_scaler_defaults)
         ZT_CHECKF(out.scaler.min_scale == 1.0f, "min_scale %g", (double)out.scaler.min_scale);
         ZT_CHECKF(out.scaler.factor == 2.0f, "factor %g", (double)out.scaler.factor);
         ZT_CHECK(out.scaler.consecutive_hysteresis == 0);
+        /* DeepSpeed's raise_error_at_min_scale = true, resolved */
+        ZT_CHECKF(out.scaler.at_min == ZERO_SCALER_AT_MIN_ERROR, "at_min %d", (int)out.scaler.at_min);
         /* the filled descriptor is itself valid and resolves to the same scaler */
         ZT_CHECK(zero_scaler_init(&sc, &out.scaler, out.param_dtype) == ZERO_OK);
         ZT_CHECK(sc.scale == (out.scaler.mode == ZERO_SCALER_DYNAMIC ? 65536.0f : 1.0f));
