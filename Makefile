@@ -8,6 +8,9 @@
 #   make test-cuda     run the GPU tests (one skip line without a GPU)
 #   make sanitize-cuda the GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
 #   make bench / bench-cuda
+#   make mpi           zero_mpi.h: build/train_mlp_mpi, the MPI tests and bench (skips without mpicc)
+#   make test-mpi      the MPI tests under mpirun with 2, 3 and 4 processes (one skip line without MPI)
+#   make bench-mpi     zero_mpi.h's collectives vs the MPI library's, 4 processes (docs/BENCHMARKS.md)
 CC      ?= cc
 CXX     ?= c++
 ifeq ($(origin CC),default)
@@ -28,19 +31,21 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(patsubst tests/%.c,build/%,$(TEST_SRC))
 SAN_TESTS := $(patsubst tests/%.c,build/san/%,$(TEST_SRC))
 EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
-BENCHES  := $(patsubst bench/%.c,build/%,$(sort $(wildcard bench/*.c)))
+BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $(wildcard bench/*.c))))
 TOOLS    := build/zero-estimate
 
-.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean print-nccl
+.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
+        print-nccl mpi test-mpi bench-mpi
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
 build build/san build/compile build/cuda:
 	@mkdir -p $@
 
-# The implementation is compiled once (build/zero_impl.o, and build/san/zero_impl.o for the
-# sanitizer run) and linked into every test program, except a test whose source defines
-# ZERO_IMPLEMENTATION itself (it reaches private zero__ functions or sets ZERO_MALLOC hooks):
-# that one is compiled alone. The test of ZERO_STATIC and single-file use is compile-tests.
+# The implementation (zero.h's, and zero_nccl.h's TCP bootstrap) is compiled once
+# (build/zero_impl.o, and build/san/zero_impl.o for the sanitizer run) and linked into every
+# test program, except a test whose source defines ZERO_IMPLEMENTATION itself (it reaches
+# private zero__ functions or sets ZERO_MALLOC hooks): that one is compiled alone. The test
+# of ZERO_STATIC and single-file use is compile-tests.
 SELF_IMPL_SRC := $(shell grep -l '^[[:space:]]*\#[[:space:]]*define[[:space:]][[:space:]]*ZERO_IMPLEMENTATION' $(TEST_SRC) /dev/null 2>/dev/null)
 SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_SRC)))
 LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
@@ -186,6 +191,64 @@ bench-cuda: cuda
 # Where the NCCL search landed (tests/nccl_find.sh checks it on fake wheel layouts).
 print-nccl:
 	@echo "NCCL_HOME=$(NCCL_HOME)"; echo "NCCL_LIBDIR=$(NCCL_LIBDIR)"; echo "NCCL_LIB=$(NCCL_LIB)"
+# ---- MPI (zero_mpi.h) ------------------------------------------------------------------------
+# Open MPI: apt-get install openmpi-bin libopenmpi-dev. Tests run as wrapper scripts
+# build/mpi/<test>.np<N> (mpirun -np N <test>), so tests/run.sh counts them like any test.
+MPICC  ?= mpicc
+MPIRUN ?= mpirun
+MPI_NP ?= 2 3 4
+MPIRUN_FLAGS ?= --oversubscribe --bind-to none
+# mpirun refuses root without these (CI containers run as root); harmless otherwise.
+MPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+HAVE_MPI = command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/null 2>&1
+MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
+MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
+MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
+MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh
+MPI_BINS := build/train_mlp_mpi build/mpi/bench_mpi $(MPI_TESTS)
+# Compile-only where nvcc is present: zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
+# over MPI, the device-memory path). Open MPI's wrapper flags; override for another MPI.
+MPI_CFLAGS ?= $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LIBS   ?= $(shell $(MPICC) --showme:link 2>/dev/null)
+MPI_CUDA_BINS := $(if $(NVCC),build/mpi/nccl_mpi_build)
+
+build/mpi:
+	@mkdir -p $@
+
+build/mpi/test_mpi_%: tests/mpi/test_mpi_%.c $(HEADERS) zero_mpi.h $(wildcard tests/*.h tests/mpi/*.h) | build/mpi
+	$(MPICC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+
+build/mpi/test_mpi_pieces: tests/mpi/test_mpi_comm.c
+
+build/mpi/bench_mpi: bench/bench_mpi.c $(HEADERS) zero_mpi.h | build/mpi
+	$(MPICC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
+
+build/mpi/nccl_mpi_build: tests/mpi/nccl_mpi_build.cu $(CUDA_HEADERS) zero_mpi.h | build/mpi
+	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $(MPI_CFLAGS) $< -o $@ $(NCCL_LIB) $(MPI_LIBS) -lpthread
+
+# The same program and flags as build/train_mlp, its ranks from mpirun.
+build/train_mlp_mpi: examples/train_mlp.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
+	$(MPICC) $(ALL_CFLAGS) -DZERO_MLP_MPI $< -o $@ $(LDLIBS)
+
+define MPI_WRAPPER
+$(1).np$(2): $(1) | build/mpi
+	@printf '#!/bin/sh\nexec env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np $(2) $(1) "$$$$@"\n' > $$@; chmod +x $$@
+endef
+$(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(eval $(call MPI_WRAPPER,$(t),$(n)))))
+
+mpi:
+	@if ! $(HAVE_MPI); then echo "mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
+	 else $(MAKE) --no-print-directory $(MPI_BINS) $(MPI_CUDA_BINS) build/train_mlp && \
+	   echo "mpi: built $(words $(MPI_BINS) $(MPI_CUDA_BINS)) programs with $(MPICC)$(if $(MPI_CUDA_BINS), and $(NVCC) (compile only))"; fi
+
+test-mpi:
+	@if ! $(HAVE_MPI); then echo "test-mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
+	   echo "0 passed, 0 failed, $(words $(MPI_RUNS) $(MPI_SCRIPTS)) skipped"; \
+	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi && \
+	   MPIRUN="$(MPIRUN)" MPIRUN_FLAGS="$(MPIRUN_FLAGS)" MPI_NP="$(MPI_NP)" bash tests/run.sh $(MPI_RUNS) $(MPI_SCRIPTS); fi
+
+bench-mpi: mpi
+	@if $(HAVE_MPI); then env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np 4 build/mpi/bench_mpi; fi
 
 clean:
 	rm -rf build

@@ -24,7 +24,7 @@
        comm         the collective interface; the in-process local comm (ranks as threads)
        device       the device interface; the host device (synchronous, on the CPU)
        optimizer    Adam / AdamW: one element expression shared by every backend
-       scaler       dynamic loss scaling with DeepSpeed's defaults
+       scaler       dynamic loss scaling with DeepSpeed's rule (0.17.1+) and defaults
        nvme i/o     zero_io_*: asynchronous O_DIRECT file I/O (io_uring or a thread pool) with
                     a checksum per range, for ZeRO-Infinity's NVMe tier (Linux)
        engine       stages 0-3 written once against the two interfaces above
@@ -61,7 +61,7 @@
        d.stage = 3;
        d.device = dev;
        d.comm = comm;
-       d.adam.lr = 1e-3f;
+       d.adam.lr = 1e-3;
        r = zero_engine_create(&d, &e);
        for (t = 0; t < T && r == ZERO_OK; t++) {
            char name[8];
@@ -124,7 +124,8 @@
 
    The same code runs at stages 0, 1, 2 and 3 (gather/release only count references below
    stage 3) and gives bit-identical parameters at every stage. examples/train_mlp.c is a
-   complete program; docs/ has the longer story (engine.md, plan.md, optimizer.md, ...).
+   larger program (an MLP with a real forward and backward); docs/ has the longer story
+   (engine.md, plan.md, optimizer.md, ...).
 
    MEMORY PER RANK (Psi params, N ranks, K = 12; checked by the test suite)
        stage 0  (2 + 2 + K) Psi          stage 2  2 Psi + (2 + K) Psi / N
@@ -7241,6 +7242,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     zero__scaler_defaults(&d.scaler);
     if (d.scaler.mode == ZERO_SCALER_DEFAULT)
         d.scaler.mode = e->scaler.dynamic ? ZERO_SCALER_DYNAMIC : ZERO_SCALER_NONE;
+    if (d.scaler.at_min == ZERO_SCALER_AT_MIN_DEFAULT)
+        d.scaler.at_min = e->scaler.error_at_min ? ZERO_SCALER_AT_MIN_ERROR : ZERO_SCALER_AT_MIN_SKIP;
     e->d = d;
     e->dev = d.device;
     e->comm = d.comm;

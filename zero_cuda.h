@@ -28,6 +28,10 @@
                                      gradient multiplier, fused Adam/AdamW: bit-identical to
                                      the host device (zero_host_device_create) for the same
                                      inputs, NaN payloads of arithmetic results aside.
+                                     Consecutive nonfinite/sumsq calls on a queue, and
+                                     consecutive adam calls, are held and launched as one
+                                     kernel over a table by the device's next other op
+                                     (zero_cuda_flush() to force it).
        zero_cuda_host_alloc/free     pinned host memory (for offload).
        zero_cuda_local_comm_create   wraps a rank's local comm (zero_local_*, ranks as
                                      threads of this process) into a comm whose buffers are
@@ -722,12 +726,12 @@ zero_cuda__sumsq_kernel(const __grid_constant__ zero_cuda__sq_table tab)
             }
             __syncthreads();
         }
-        if (t < 8) { /* ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) */
-            double o = __shfl_down_sync(0xffu, acc, 1);
+        if (t < 32) { /* warp 0, all lanes (8..31 hold 0.0, unused): ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) */
+            double o = __shfl_down_sync(0xffffffffu, acc, 1);
             if ((t & 1u) == 0) acc = __dadd_rn(acc, o);
-            o = __shfl_down_sync(0xffu, acc, 2);
+            o = __shfl_down_sync(0xffffffffu, acc, 2);
             if ((t & 3u) == 0) acc = __dadd_rn(acc, o);
-            o = __shfl_down_sync(0xffu, acc, 4);
+            o = __shfl_down_sync(0xffffffffu, acc, 4);
             if (t == 0) tab.partials[g] = __dadd_rn(acc, o);
         }
         bad = __syncthreads_or(bad);
@@ -1317,57 +1321,76 @@ static zero_result zero_cuda__nonfinite_run(const zero_cuda__device *d, cudaStre
     return zero_cuda__launched("cuda nonfinite: kernel launch");
 }
 
+/* Cuts held requests into sum-of-squares tables: calls launch(tab) for each full table and
+   the last one, nonfinite(req) for a request without a sum. At most max_pieces pieces and
+   parts blocks per table; a buffer with more blocks than fit is cut into pieces flagged
+   FIRST / LAST, carrying the running total between launches. tab holds acc, flag and
+   partials on entry. Shared with tests/cuda/test_cuda_host.cu (small budgets, on the CPU). */
+template <class Launch, class Nonfinite>
+static zero_result zero_cuda__sq_build(const zero_cuda__sq_req *req, int n, size_t parts, int max_pieces,
+                                       zero_cuda__sq_table *tab, Launch launch, Nonfinite nonfinite)
+{
+    zero_result r = ZERO_OK;
+    int i;
+    tab->n = 0;
+    tab->start[0] = 0;
+    for (i = 0; i < n && r == ZERO_OK; i++) {
+        const zero_cuda__sq_req *rq = &req[i];
+        size_t nb = rq->numel / ZERO_CUDA__SUMSQ_BLOCK + (rq->numel % ZERO_CUDA__SUMSQ_BLOCK != 0), done = 0, take;
+        if (!(rq->flags & ZERO_CUDA__SQ_SUM)) {
+            if (rq->numel > 0) r = nonfinite(rq);
+            continue;
+        }
+        do { /* pieces of this buffer, launching whenever the table is full */
+            size_t room = parts - tab->start[tab->n];
+            if (tab->n == max_pieces || (room == 0 && nb - done > 0)) {
+                r = launch(tab);
+                if (r != ZERO_OK) break;
+                tab->n = 0;
+                tab->start[0] = 0;
+                room = parts;
+            }
+            take = nb - done < room ? nb - done : room;
+            tab->x[tab->n] = rq->x;
+            tab->numel[tab->n] = rq->numel;
+            tab->first_block[tab->n] = done;
+            tab->flags[tab->n] = (unsigned char)(rq->flags | (done == 0 ? ZERO_CUDA__SQ_FIRST : 0) |
+                                                 (done + take == nb ? ZERO_CUDA__SQ_LAST : 0));
+            tab->start[tab->n + 1] = tab->start[tab->n] + take;
+            tab->n++;
+            done += take;
+        } while (done < nb);
+    }
+    if (r == ZERO_OK && tab->n > 0) r = launch(tab);
+    return r;
+}
+
 /* Lock held. Launches queue q's held nonfinite/sumsq calls: the calls with a sum go into
    sum-of-squares tables (ZERO_CUDA__SQ_MAX pieces and ZERO_CUDA__SQ_PARTS blocks per
-   launch; a buffer with more blocks is cut into pieces that carry a running total from
-   launch to launch), the non-finite check riding along where the same buffer asked for
-   both; a nonfinite call alone runs the plain non-finite kernel. */
+   launch), the non-finite check riding along where the same buffer asked for both; a
+   nonfinite call alone runs the plain non-finite kernel. */
 static zero_result zero_cuda__flush_stats(zero_cuda__device *d, int q)
 {
     zero_cuda__pending *pd = &d->pend[q];
     cudaStream_t stream = d->streams[q];
+    zero_dtype dt = pd->dtype;
+    float *flag = pd->flag;
     zero_cuda__sq_table tab;
-    zero_result r = ZERO_OK;
-    int i;
     memset(&tab, 0, sizeof tab);
     tab.acc = pd->acc;
     tab.flag = pd->flag;
     tab.partials = d->scratch + (size_t)q * ZERO_CUDA__SCRATCH_Q;
-    for (i = 0; i < pd->n && r == ZERO_OK; i++) {
-        const zero_cuda__sq_req *rq = &pd->req[i];
-        size_t nb = rq->numel / ZERO_CUDA__SUMSQ_BLOCK + (rq->numel % ZERO_CUDA__SUMSQ_BLOCK != 0), done = 0, take;
-        if (!(rq->flags & ZERO_CUDA__SQ_SUM)) {
-            if (rq->numel == 0) continue;
-            switch (pd->dtype) {
-            case ZERO_F32: r = zero_cuda__nonfinite_run<ZERO_F32>(d, stream, rq->x, rq->numel, pd->flag); break;
-            case ZERO_F16: r = zero_cuda__nonfinite_run<ZERO_F16>(d, stream, rq->x, rq->numel, pd->flag); break;
-            case ZERO_BF16: r = zero_cuda__nonfinite_run<ZERO_BF16>(d, stream, rq->x, rq->numel, pd->flag); break;
-            default: r = zero_cuda__nonfinite_run<ZERO_F64>(d, stream, rq->x, rq->numel, pd->flag); break;
+    return zero_cuda__sq_build(
+        pd->req, pd->n, ZERO_CUDA__SQ_PARTS, ZERO_CUDA__SQ_MAX, &tab,
+        [d, stream, dt](const zero_cuda__sq_table *t) { return zero_cuda__sq_launch_dt(d, stream, dt, t); },
+        [d, stream, dt, flag](const zero_cuda__sq_req *rq) {
+            switch (dt) {
+            case ZERO_F32: return zero_cuda__nonfinite_run<ZERO_F32>(d, stream, rq->x, rq->numel, flag);
+            case ZERO_F16: return zero_cuda__nonfinite_run<ZERO_F16>(d, stream, rq->x, rq->numel, flag);
+            case ZERO_BF16: return zero_cuda__nonfinite_run<ZERO_BF16>(d, stream, rq->x, rq->numel, flag);
+            default: return zero_cuda__nonfinite_run<ZERO_F64>(d, stream, rq->x, rq->numel, flag);
             }
-            continue;
-        }
-        do { /* pieces of this buffer, launching whenever the table is full */
-            size_t room = ZERO_CUDA__SQ_PARTS - tab.start[tab.n];
-            if (tab.n == ZERO_CUDA__SQ_MAX || (room == 0 && nb - done > 0)) {
-                r = zero_cuda__sq_launch_dt(d, stream, pd->dtype, &tab);
-                if (r != ZERO_OK) break;
-                tab.n = 0;
-                tab.start[0] = 0;
-                room = ZERO_CUDA__SQ_PARTS;
-            }
-            take = nb - done < room ? nb - done : room;
-            tab.x[tab.n] = rq->x;
-            tab.numel[tab.n] = rq->numel;
-            tab.first_block[tab.n] = done;
-            tab.flags[tab.n] = (unsigned char)(rq->flags | (done == 0 ? ZERO_CUDA__SQ_FIRST : 0) |
-                                               (done + take == nb ? ZERO_CUDA__SQ_LAST : 0));
-            tab.start[tab.n + 1] = tab.start[tab.n] + take;
-            tab.n++;
-            done += take;
-        } while (done < nb);
-    }
-    if (r == ZERO_OK && tab.n > 0) r = zero_cuda__sq_launch_dt(d, stream, pd->dtype, &tab);
-    return r;
+        });
 }
 
 template <int G, int P>

@@ -2457,6 +2457,21 @@ static void zero_nccl__destroy(zero_comm *comm)
     healthy = c->failure == ZERO_OK && c->nccl && c->in_group == 0;
     pthread_mutex_unlock(&c->lock);
     if (healthy) (void)zero_nccl__wait_until(c, deadline, "destroy");
+    /* The blocking child's finalize blocks without a deadline of its own: it runs while the
+       watchdog still does (flagged in_call), so a peer that never quiesces ends it at T. */
+    pthread_mutex_lock(&c->lock);
+    if (c->failure == ZERO_OK && c->nccl && c->in_group == 0) {
+        ncclComm_t child = c->nccl;
+        ncclResult_t nr;
+        zero_nccl__call_begin(c, "ncclCommFinalize");
+        nr = ncclCommFinalize(child);
+        zero_nccl__call_end(c);
+        if (c->failure == ZERO_OK && nr == ncclSuccess && c->nccl == child) {
+            (void)ncclCommDestroy(child); /* finalized: frees locally, without blocking */
+            c->nccl = NULL;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
     if (c->watchdog_running) {
         pthread_mutex_lock(&c->lock);
         c->stop = 1;
@@ -2466,34 +2481,27 @@ static void zero_nccl__destroy(zero_comm *comm)
         c->watchdog_running = 0;
     }
     pthread_mutex_lock(&c->lock);
-    if (c->in_group && c->nccl) { /* group_end never came: close NCCL's group, give up */
+    if (c->in_group && (c->nccl || c->parent)) { /* group_end never came: close NCCL's group, give up */
         while (c->in_group > 0) {
             (void)ncclGroupEnd();
             c->in_group--;
         }
         (void)zero_nccl__fatal(c, ZERO_ERROR_INVALID_STATE, "destroyed inside a group");
     }
-    if (c->nccl) {
-        /* The blocking child's finalize returns once its operations are done: wait_until
-           above saw them finish, so it does not wait on peers. Then the non-blocking
-           parent's, polled with a deadline (settle works on c->nccl: swap it in). */
-        ncclResult_t nr = ncclCommFinalize(c->nccl);
-        zero_result r = zero_nccl__settle(c, nr, "ncclCommFinalize", zero_nccl__deadline(c->timeout_ms));
+    if (!c->nccl && c->parent && c->failure == ZERO_OK) {
+        /* the non-blocking parent: finalize polled with a deadline (settle works on c->nccl) */
+        ncclResult_t nr;
+        zero_result r;
+        c->nccl = c->parent;
+        c->parent = NULL;
+        nr = ncclCommFinalize(c->nccl);
+        r = zero_nccl__settle(c, nr, "ncclCommFinalize", zero_nccl__deadline(c->timeout_ms));
         if (r == ZERO_OK && c->nccl) {
             (void)ncclCommDestroy(c->nccl);
-            c->nccl = c->parent;
-            c->parent = NULL;
-            if (c->nccl) {
-                nr = ncclCommFinalize(c->nccl);
-                r = zero_nccl__settle(c, nr, "ncclCommFinalize (parent)", zero_nccl__deadline(c->timeout_ms));
-                if (r == ZERO_OK && c->nccl) {
-                    (void)ncclCommDestroy(c->nccl);
-                    c->nccl = NULL;
-                }
-            }
+            c->nccl = NULL;
         }
-        zero_nccl__abort_locked(c); /* whatever is left after a failure */
     }
+    zero_nccl__abort_locked(c); /* whatever is left after a failure */
     pthread_mutex_unlock(&c->lock);
     zero_nccl__free(c);
 }
@@ -2743,6 +2751,9 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
                  r == ZERO_ERROR_INVALID_STATE && zero_nccl_version() < ZERO_NCCL_MULTI_RANK_GPU_VERSION
                      ? " (several ranks on one GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1)"
                      : "");
+        pthread_mutex_lock(&c->lock); /* a split refused synchronously left both alive */
+        zero_nccl__abort_locked(c);
+        pthread_mutex_unlock(&c->lock);
         zero_nccl__free(c);
         return zero__fail(r, "%s", text);
     }

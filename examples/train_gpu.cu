@@ -32,6 +32,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,12 @@ template <> __device__ __forceinline__ __half from_f<__half>(float x) { return _
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x)
 {
     return __float2bfloat16_rn(x);
+}
+
+/* Blocks of 'threads' covering n elements (n < 2^31, checked with the options). */
+static unsigned blocks_for(long long n, int threads)
+{
+    return (unsigned)((n + threads - 1) / threads);
 }
 
 /* act = f(z + bias), f = tanh for hidden layers; act16 = the same in T for the next GEMM. */
@@ -188,7 +195,7 @@ static zero_result micro_step(zero_engine *e, zero_device *dev, cublasHandle_t b
         BLAS(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, no, B, ni, &one, (T *)p + m->woff[l], ct, ni,
                           m->act16[l], ct, ni, &zero, m->z, CUDA_R_32F, no, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT));
-        bias_act<T><<<(B * no + threads - 1) / threads, threads, 0, st>>>(
+        bias_act<T><<<blocks_for((long long)B * no, threads), threads, 0, st>>>(
             m->z, (const T *)p + m->boff[l], m->act[l + 1], (T *)m->act16[l + 1], B, no, l < NL - 1);
         CUDA(cudaGetLastError());
         TRY(zero_engine_release(e, l));
@@ -206,14 +213,14 @@ static zero_result micro_step(zero_engine *e, zero_device *dev, cublasHandle_t b
         /* dW^T (ni x no) = X^T (ni x B) dZ (B x no), written in T into the engine's buffer */
         BLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, ni, no, B, &one, m->act16[l], ct, ni, m->dz16, ct, no,
                           &zero, (T *)g + m->woff[l], ct, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        bias_grad<T><<<(no + threads - 1) / threads, threads, 0, st>>>(m->dz, B, no, (T *)g + m->boff[l]);
+        bias_grad<T><<<blocks_for(no, threads), threads, 0, st>>>(m->dz, B, no, (T *)g + m->boff[l]);
         CUDA(cudaGetLastError());
         if (l > 0) {
             /* dX^T (ni x B) = W^T (ni x no) dZ^T (no x B), then through the previous tanh */
             BLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, B, no, &one, (T *)p + m->woff[l], ct, ni,
                               m->dz16, ct, no, &zero, m->dact[l], CUDA_R_32F, ni, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
-            tanh_back<T><<<(B * ni + threads - 1) / threads, threads, 0, st>>>(m->dact[l], m->act[l], B * ni, m->dz,
+            tanh_back<T><<<blocks_for((long long)B * ni, threads), threads, 0, st>>>(m->dact[l], m->act[l], B * ni, m->dz,
                                                                             (T *)m->dz16);
             CUDA(cudaGetLastError());
         }
@@ -319,6 +326,9 @@ static zero_result train(const opts *o, const zero_bootstrap_desc *boot, int dev
             if (r != ZERO_OK) goto done;
         }
         TRY(zero_engine_step(e, &info));
+        /* a step that waited through a watchdog abort reads undefined flag/norm values and
+           still returns OK: the comm says whether its collectives really finished */
+        if (zero_nccl_is(comm)) TRY(zero_nccl_status(comm));
         if ((s + 1) % o->print_every == 0 || s + 1 == o->steps) {
             /* the loss, averaged over ranks (an all-reduce on the compute stream) */
             TRY(comm->ops->all_reduce(comm, m.loss, m.loss, 1, ZERO_F64, ZERO_OP_SUM, st));
@@ -432,8 +442,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* the element kernels index batch x width in int: keep it (and the grids) in range */
     if (o.stage < 0 || o.stage > 3 || o.steps < 1 || o.accum < 1 || o.batch < 1 || o.hidden < 1 ||
-        o.hidden > 65536 || o.print_every < 1) {
+        o.hidden > 65536 || o.print_every < 1 || (long long)o.batch * (o.hidden > 128 ? o.hidden : 128) > INT_MAX / 2) {
         usage();
         return 2;
     }

@@ -21,7 +21,14 @@
    any of them it runs one stage (--stage, default 3) under the budget and the same run with
    neither budget nor offload, and prints the bytes per tier, the step times and whether
    the final losses are the same: over the budget without offload it stops at commit with
-   the engine's out-of-memory message. */
+   the engine's out-of-memory message.
+
+   Built with -DZERO_MLP_MPI by mpicc (make mpi: build/train_mlp_mpi), the ranks are the
+   processes of mpirun over zero_mpi.h's comm instead of threads; the rest is the same
+   program: mpirun -np 4 build/train_mlp_mpi --stage 3 prints the same table. Both end with
+   "params checksum: <16 hex digits>", FNV-1a 64 of every rank's share of the final
+   parameters (the params of its shard, ranks in order), equal for the same N, dtype and
+   steps at every stage and under either launcher. */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "examples/mlp_common.h" /* shape, teacher, batches, tensors, initial values */
@@ -30,6 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef ZERO_MLP_MPI
+#define ZERO_MPI_IMPLEMENTATION
+#include "zero_mpi.h"
+#endif
 
 #define MAX_RANKS 64
 
@@ -59,6 +70,8 @@ typedef struct run {
     zero_traffic traffic;   /* rank 0, last step                                     */
     size_t psi;             /* the plan's padded total                               */
     float final_scale;
+    unsigned char *share[MAX_RANKS]; /* each rank's share of the final params (checksum) */
+    size_t share_bytes[MAX_RANKS];
 } run;
 
 /* ---- one rank ---------------------------------------------------------------------------- */
@@ -74,6 +87,58 @@ static float to_f32(const void *p, zero_dtype dt, size_t i)
         r = (call);                                                                          \
         if (r != ZERO_OK) goto done;                                                         \
     } while (0)
+
+/* ---- the params checksum --------------------------------------------------------------- */
+
+/* Keeps this rank's share of the final params in R->share[rank]: for each tensor (layer by
+   layer, W then b), the param bytes of the range whose master weights this rank owns (its
+   shard), so the shares of ranks 0..N-1 hold every parameter once, at every stage. */
+static zero_result keep_share(zero_engine *e, const int *wid, const int *bid, int rank, run *R)
+{
+    const zero_plan *plan = zero_engine_plan(e);
+    size_t es = zero_dtype_size(R->o->dtype), used = 0, cap = 0;
+    float *master = NULL;
+    unsigned char *param = NULL, *out = NULL;
+    zero_result r = ZERO_OK;
+    int l, k;
+    for (l = 0; l < NL; l++) cap += (size_t)dims[l] * dims[l + 1] + dims[l + 1];
+    master = (float *)malloc(HID * HID * sizeof(float));
+    param = (unsigned char *)malloc(HID * HID * es);
+    out = (unsigned char *)malloc(cap * es);
+    if (!master || !param || !out) r = ZERO_ERROR_OUT_OF_MEMORY;
+    for (l = 0; l < NL && r == ZERO_OK; l++)
+        for (k = 0; k < 2 && r == ZERO_OK; k++) {
+            int id = k == 0 ? wid[l] : bid[l];
+            zero_range own, got;
+            zero_tensor_info ti;
+            r = zero_plan_tensor(plan, id, &ti);
+            if (r == ZERO_OK) r = zero_engine_read_tensor(e, id, ZERO_STATE_MASTER, master, &own);
+            if (r == ZERO_OK) r = zero_engine_read_tensor(e, id, ZERO_STATE_PARAM, param, &got);
+            if (r == ZERO_OK && (own.offset < got.offset || own.offset + own.numel > got.offset + got.numel))
+                r = ZERO_ERROR_INVALID_STATE; /* a rank always holds the params of its shard */
+            if (r == ZERO_OK) {
+                memcpy(out + used, param + own.offset * es, own.numel * es);
+                used += own.numel * es;
+            }
+        }
+    free(master);
+    free(param);
+    if (r != ZERO_OK) {
+        free(out);
+        return r;
+    }
+    R->share[rank] = out;
+    R->share_bytes[rank] = used;
+    return ZERO_OK;
+}
+
+/* FNV-1a 64 over bytes, continuing from h (start: 0xcbf29ce484222325). */
+static uint64_t fnv1a64(uint64_t h, const unsigned char *p, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
 
 static zero_result rank_main(int rank, zero_comm *comm, void *user)
 {
@@ -221,6 +286,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         R->psi = zero_plan_total_numel(plan);
         R->final_scale = zero_engine_loss_scale(e);
     }
+    CHECK(keep_share(e, wid, bid, rank, R));
 done:
     if (r != ZERO_OK) fprintf(stderr, "rank %d: %s: %s\n", rank, zero_result_string(r), zero_last_error());
     for (l = 0; l <= NL; l++) {
@@ -270,6 +336,50 @@ static double states_of(const zero_engine_memory *m)
 {
     return (double)(m->bytes[ZERO_MEM_PARAM] + m->bytes[ZERO_MEM_GRAD] + m->bytes[ZERO_MEM_MASTER] +
                     m->bytes[ZERO_MEM_MOMENT1] + m->bytes[ZERO_MEM_MOMENT2]);
+}
+
+/* Runs rank_main on every rank: threads of this process, or (ZERO_MLP_MPI) this process's
+   rank of mpirun's, whose losses and param shares then meet on rank 0. */
+static zero_result launch(run *R)
+{
+#ifdef ZERO_MLP_MPI
+    zero_mpi_desc md;
+    zero_comm *comm = NULL;
+    zero_result r;
+    int rk, n = R->o->ranks, lens[MAX_RANKS], offs[MAX_RANKS], len, total = 0;
+    unsigned char *all = NULL;
+    memset(&md, 0, sizeof md);
+    r = zero_mpi_create(&md, &comm);
+    if (r != ZERO_OK) return r;
+    r = rank_main(comm->rank, comm, R);
+    zero_comm_destroy(comm);
+    if (r != ZERO_OK) return r;
+    /* losses: each rank wrote its own column, the others are zero */
+    MPI_Allreduce(MPI_IN_PLACE, R->loss, R->o->steps * n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rk);
+    len = (int)R->share_bytes[rk];
+    MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rk == 0) {
+        int i;
+        for (i = 0; i < n; i++) offs[i] = total, total += lens[i];
+        all = (unsigned char *)malloc((size_t)total + 1);
+    }
+    MPI_Gatherv(R->share[rk], len, MPI_BYTE, all, lens, offs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rk == 0) {
+        int i;
+        free(R->share[0]);
+        R->share[0] = all;
+        R->share_bytes[0] = (size_t)total;
+        for (i = 1; i < n; i++) R->share[i] = NULL, R->share_bytes[i] = 0;
+    } else {
+        free(R->share[rk]);
+        R->share[rk] = NULL;
+        R->share_bytes[rk] = 0;
+    }
+    return ZERO_OK;
+#else
+    return zero_local_run(R->o->ranks, rank_main, R);
+#endif
 }
 
 static void usage(void)
@@ -323,6 +433,7 @@ static int offload_demo(opts *o)
 {
     run R[2];
     int i;
+    uint64_t sums[2];
     const zero_engine_memory *dm, *hm;
     if (o->stage < 0) o->stage = 3;
     printf("ZeRO-Offload demo: stage %d, %d rank(s), MLP %d-%d-%d-%d (%s), %d steps; device budget "
@@ -336,13 +447,24 @@ static int offload_demo(opts *o)
         R[i].stage = o->stage;
         R[i].plain = i;
         R[i].loss = (double *)calloc((size_t)o->steps * o->ranks, sizeof(double));
-        r = zero_local_run(o->ranks, rank_main, &R[i]);
+        r = launch(&R[i]);
         if (r != ZERO_OK) {
             fprintf(stderr, "%s run failed: %s: %s\n", i ? "plain" : "budgeted", zero_result_string(r),
                     zero_last_error());
             free(R[0].loss);
             if (i) free(R[1].loss);
+#ifdef ZERO_MLP_MPI
+            MPI_Abort(MPI_COMM_WORLD, 1); /* the peers may be waiting for this rank */
+#endif
             return 1;
+        }
+        { /* the final params, every rank's share in rank order */
+            int rk;
+            sums[i] = 0xcbf29ce484222325ull;
+            for (rk = 0; rk < o->ranks; rk++) {
+                sums[i] = fnv1a64(sums[i], R[i].share[rk], R[i].share_bytes[rk]);
+                free(R[i].share[rk]);
+            }
         }
     }
     for (i = 0; i < 2; i++) {
@@ -363,11 +485,17 @@ static int offload_demo(opts *o)
                R[i].nvme_mem.bytes[ZERO_MEM_PARAM], 1e3 * R[i].seconds / o->steps,
                final_loss(&R[i], o));
     }
-    i = memcmp(R[0].loss, R[1].loss, sizeof(double) * (size_t)o->steps * o->ranks) == 0;
-    printf("%s\n", i ? "same losses at every step as the plain run (bit-identical parameters)"
-                     : "WARNING: the losses differ from the plain run");
+    i = memcmp(R[0].loss, R[1].loss, sizeof(double) * (size_t)o->steps * o->ranks) == 0 &&
+        sums[0] == sums[1];
+    printf("%s (params checksum %016llx / %016llx)\n",
+           i ? "same losses at every step and the same final params as the plain run"
+             : "WARNING: the losses or params differ from the plain run",
+           (unsigned long long)sums[0], (unsigned long long)sums[1]);
     free(R[0].loss);
     free(R[1].loss);
+#ifdef ZERO_MLP_MPI
+    MPI_Finalize();
+#endif
     return i ? 0 : 1;
 }
 
@@ -376,6 +504,7 @@ int main(int argc, char **argv)
     opts o;
     int a, st, first = 0, last = 3, ok = 1, same = 1, fell = 1;
     double ref_loss = -1.0;
+    uint64_t checksum = 0;
     memset(&o, 0, sizeof o);
     o.ranks = 4;
     o.steps = 300;
@@ -430,9 +559,29 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o.stage >= 0) first = last = o.stage;
+#ifdef ZERO_MLP_MPI
+    {
+        int world = 0, me = 0, given = 0;
+        for (a = 1; a + 1 < argc; a += 2) given |= !strcmp(argv[a], "--ranks");
+        MPI_Init(&argc, &argv);
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        if ((given && o.ranks != world) || world > MAX_RANKS) {
+            if (me == 0) fprintf(stderr, "train_mlp_mpi: --ranks %d but mpirun started %d (max %d)\n", o.ranks, world, MAX_RANKS);
+            MPI_Finalize();
+            return 2;
+        }
+        o.ranks = world;
+        if (me != 0 && !freopen("/dev/null", "w", stdout)) return 1; /* rank 0 prints */
+    }
+#endif
     teacher_init();
     if (o.offload_demo) return offload_demo(&o);
+#ifdef ZERO_MLP_MPI
+    printf("ZeRO on %d MPI processes (mpirun, zero_mpi.h comm, host device): MLP %d-%d-%d-%d, "
+#else
     printf("ZeRO on %d simulated ranks (threads, local comm, host device): MLP %d-%d-%d-%d, "
+#endif
            "%s params, %d steps of %d micro-step(s) x %d samples per rank\n",
            o.ranks, IN, HID, HID, OUT, zero_dtype_name(o.dtype), o.steps, o.accum, o.batch);
     printf("%-5s | %-9s %-9s | %-23s | %-23s | %-8s\n", "", "loss", "", "model states B/rank",
@@ -448,11 +597,23 @@ int main(int argc, char **argv)
         R.o = &o;
         R.stage = st;
         R.loss = (double *)calloc((size_t)o.steps * o.ranks, sizeof(double));
-        r = zero_local_run(o.ranks, rank_main, &R);
+        r = launch(&R);
         if (r != ZERO_OK) {
             fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r), zero_last_error());
             free(R.loss);
+#ifdef ZERO_MLP_MPI
+            MPI_Abort(MPI_COMM_WORLD, 1); /* the peers may be waiting for this rank */
+#endif
             return 1;
+        }
+        { /* the checksum of the shares in rank order; every stage must give the same */
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (rk = 0; rk < o.ranks; rk++) {
+                h = fnv1a64(h, R.share[rk], R.share_bytes[rk]);
+                free(R.share[rk]);
+            }
+            if (st != first && h != checksum) ok = 0;
+            checksum = h;
         }
         for (rk = 0; rk < o.ranks; rk++) {
             l0 += R.loss[rk];
@@ -489,5 +650,9 @@ int main(int argc, char **argv)
     if (!fell)
         printf("WARNING: the loss did not fall to half its first value in %d step(s) (more "
                "steps, e.g. the default 300, let it fall)\n", o.steps);
+    printf("params checksum: %016llx\n", (unsigned long long)checksum);
+#ifdef ZERO_MLP_MPI
+    MPI_Finalize();
+#endif
     return ok ? 0 : 1;
 }

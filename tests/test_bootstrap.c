@@ -5,10 +5,9 @@
    arrives, rank 0 never coming, malformed messages from fake peers on either side, a rank
    claimed twice, stray connections. Children end with _exit() and are reaped with a
    deadline (stragglers are killed), so the test can neither hang nor leave processes. */
-#define ZERO_IMPLEMENTATION
+#define _POSIX_C_SOURCE 200809L /* the implementation (build/zero_impl.o) is linked in */
 #include "zero.h"
 #define ZERO_NCCL_BOOTSTRAP_ONLY
-#define ZERO_NCCL_IMPLEMENTATION
 #include "zero_nccl.h"
 #include "tests/zt.h"
 

@@ -68,6 +68,8 @@ ZT_TEST(get_desc_fills_scaler_defaults)
         ZT_CHECKF(out.scaler.min_scale == 1.0f, "min_scale %g", (double)out.scaler.min_scale);
         ZT_CHECKF(out.scaler.factor == 2.0f, "factor %g", (double)out.scaler.factor);
         ZT_CHECK(out.scaler.consecutive_hysteresis == 0);
+        /* DeepSpeed's raise_error_at_min_scale = true, resolved */
+        ZT_CHECKF(out.scaler.at_min == ZERO_SCALER_AT_MIN_ERROR, "at_min %d", (int)out.scaler.at_min);
         /* the filled descriptor is itself valid and resolves to the same scaler */
         ZT_CHECK(zero_scaler_init(&sc, &out.scaler, out.param_dtype) == ZERO_OK);
         ZT_CHECK(sc.scale == (out.scaler.mode == ZERO_SCALER_DYNAMIC ? 65536.0f : 1.0f));
@@ -150,14 +152,17 @@ ZT_TEST(stage3_default_pool_overflow)
 #define DV_G 3
 static const size_t dv_numel[DV_G] = {96, 96, 40};
 
-typedef enum dv_kind { DV_GATHER = 0, DV_GRADS_READY = 1, DV_SAME = 2 } dv_kind;
+typedef enum dv_kind { DV_GATHER = 0, DV_GRADS_READY = 1, DV_SAME = 2, DV_PREFETCH = 3 } dv_kind;
 
 typedef struct dv_ctx {
     int stage;
     dv_kind kind;
     zero_result rc[2];
     char err[2][512];
+    uint16_t gathered[2][96];
 } dv_ctx;
+
+static float dv_value(int g, size_t i) { return (float)(g + 1) + 0.01f * (float)i; }
 
 static zero_result dv_rank(int rank, zero_comm *comm, void *user)
 {
@@ -181,9 +186,19 @@ static zero_result dv_rank(int rank, zero_comm *comm, void *user)
         r = zero_engine_add_tensor(e, name, dv_numel[g], g, 0, NULL);
     }
     if (r == ZERO_OK) r = zero_engine_commit(e);
+    for (g = 0; g < DV_G && r == ZERO_OK; g++) { /* each group tells which it is */
+        float v[96];
+        size_t i;
+        for (i = 0; i < dv_numel[g]; i++) v[i] = dv_value(g, i);
+        r = zero_engine_set_tensor(e, g, v);
+    }
     if (r == ZERO_OK) {
         if (x->kind == DV_GATHER) {
             r = zero_engine_gather(e, mine, &p);
+        } else if (x->kind == DV_PREFETCH) { /* rank 0 prefetches group 1, rank 1 gathers it */
+            if (rank == 0) r = zero_engine_prefetch(e, 1);
+            if (r == ZERO_OK) r = zero_engine_gather(e, 1, &p);
+            if (r == ZERO_OK) memcpy(x->gathered[rank], p, sizeof x->gathered[rank]);
         } else {
             r = zero_engine_grads(e, mine, &p);
             if (r == ZERO_OK) r = zero_engine_grads_ready(e, mine);
@@ -227,6 +242,26 @@ ZT_TEST(diverging_gather_is_a_mismatch)
     x.kind = DV_SAME;
     dv_run(&x);
     ZT_CHECKF(x.rc[0] == ZERO_OK && x.rc[1] == ZERO_OK, "%s / %s", x.err[0], x.err[1]);
+}
+
+/* A prefetch and an on-demand gather of the same group are one collective (both GATHER):
+   rank 0 prefetching group 1 while rank 1 gathers it agrees, and both hold the same group. */
+ZT_TEST(prefetch_and_gather_agree)
+{
+    dv_ctx x;
+    memset(&x, 0, sizeof x);
+    x.stage = 3;
+    x.kind = DV_PREFETCH;
+    dv_run(&x);
+    ZT_CHECKF(x.rc[0] == ZERO_OK && x.rc[1] == ZERO_OK, "%s / %s", x.err[0], x.err[1]);
+    { /* both hold group 1 (tensor w1 at offset 0), as set */
+        int r;
+        size_t i;
+        for (r = 0; r < 2; r++)
+            for (i = 0; i < 96; i++)
+                ZT_CHECKF(x.gathered[r][i] == zero_f32_to_f16(dv_value(1, i)), "rank %d element %zu",
+                          r, i);
+    }
 }
 
 /* grads_ready on different groups at every stage: before the tag the ranks summed the
@@ -350,6 +385,7 @@ int main(void)
     ZT_RUN(get_desc_fills_scaler_defaults);
     ZT_RUN(stage3_default_pool_overflow);
     ZT_RUN(diverging_gather_is_a_mismatch);
+    ZT_RUN(prefetch_and_gather_agree);
     ZT_RUN(diverging_grads_ready_is_a_mismatch);
     ZT_RUN(local_comm_compares_tags);
     ZT_RUN(engine_tags_every_collective);

@@ -84,40 +84,31 @@ static void model_sumsq_launch(const zero_cuda__sq_table *tab, double *partials,
     }
 }
 
-/* Tables as the device's flush builds them, with a small block budget per launch so that
-   buffers are cut into pieces carried across launches. */
+/* Tables as the device's flush builds them (zero_cuda__sq_build itself), with small block
+   and piece budgets per launch so that buffers are cut into pieces carried across launches. */
 template <int DT>
-static void model_sumsq(const void *const *xs, const size_t *ns, int nbuf, size_t parts, double *acc, int *flag)
+static void model_sumsq(const void *const *xs, const size_t *ns, int nbuf, size_t parts, int pieces, double *acc,
+                        int *flag)
 {
     static zero_cuda__sq_table tab;
     static double partials[ZERO_CUDA__SQ_PARTS];
+    static zero_cuda__sq_req req[64];
     double running = -12345.0; /* garbage: a first piece must not read it */
     int i;
     memset(&tab, 0, sizeof tab);
     tab.acc = acc;
     for (i = 0; i < nbuf; i++) {
-        size_t nb = ns[i] / ZERO_CUDA__SUMSQ_BLOCK + (ns[i] % ZERO_CUDA__SUMSQ_BLOCK != 0), done = 0, take;
-        do {
-            size_t room = parts - tab.start[tab.n];
-            if (tab.n == ZERO_CUDA__SQ_MAX || (room == 0 && nb - done > 0)) {
-                model_sumsq_launch<DT>(&tab, partials, &running, flag);
-                tab.n = 0;
-                tab.start[0] = 0;
-                room = parts;
-            }
-            take = nb - done < room ? nb - done : room;
-            tab.x[tab.n] = xs[i];
-            tab.numel[tab.n] = ns[i];
-            tab.first_block[tab.n] = done;
-            tab.flags[tab.n] = (unsigned char)(ZERO_CUDA__SQ_SUM | ZERO_CUDA__SQ_NONFINITE |
-                                               (done == 0 ? ZERO_CUDA__SQ_FIRST : 0) |
-                                               (done + take == nb ? ZERO_CUDA__SQ_LAST : 0));
-            tab.start[tab.n + 1] = tab.start[tab.n] + take;
-            tab.n++;
-            done += take;
-        } while (done < nb);
+        req[i].x = xs[i];
+        req[i].numel = ns[i];
+        req[i].flags = ZERO_CUDA__SQ_SUM | ZERO_CUDA__SQ_NONFINITE;
     }
-    if (tab.n > 0) model_sumsq_launch<DT>(&tab, partials, &running, flag);
+    (void)zero_cuda__sq_build(
+        req, nbuf, parts, pieces, &tab,
+        [&](const zero_cuda__sq_table *t) {
+            model_sumsq_launch<DT>(t, partials, &running, flag);
+            return ZERO_OK;
+        },
+        [](const zero_cuda__sq_req *) { return ZERO_OK; });
 }
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -179,7 +170,7 @@ template <int DT> static void check_sumsq_dt(zero_device *host)
                 float hflag = 0.0f;
                 ZT_CHECK(host->ops->sumsq(host, ZERO_QUEUE_COMPUTE, x, dt, sizes[i], &want) == ZERO_OK);
                 ZT_CHECK(host->ops->nonfinite(host, ZERO_QUEUE_COMPUTE, x, dt, sizes[i], &hflag) == ZERO_OK);
-                model_sumsq<DT>(&x, &sizes[i], 1, ZERO_CUDA__SQ_PARTS, &got, &flag);
+                model_sumsq<DT>(&x, &sizes[i], 1, ZERO_CUDA__SQ_PARTS, ZERO_CUDA__SQ_MAX, &got, &flag);
                 ZT_CHECKF(memcmp(&want, &got, 8) == 0 || (want != want && got != got),
                           "%s n=%zu mis=%d: host %.17g model %.17g", zero_dtype_name(dt), sizes[i], mis, want, got);
                 ZT_CHECKF((hflag != 0.0f) == (flag != 0), "%s n=%zu: nonfinite host %g model %d",
@@ -193,16 +184,17 @@ template <int DT> static void check_sumsq_dt(zero_device *host)
             ns[i] = sizes[i];
             off += sizes[i] + 1;
         }
-        for (parts_case = 0; parts_case < 3; parts_case++) {
+        for (parts_case = 0; parts_case < 4; parts_case++) {
             size_t parts = parts_case == 0 ? ZERO_CUDA__SQ_PARTS : parts_case == 1 ? 2 : 1;
+            int pieces = parts_case == 3 ? 2 : ZERO_CUDA__SQ_MAX; /* 2 pieces per launch */
             double want = 0.0, got = 0.0;
             int flag = 0;
             for (i = 0; i < nsizes; i++)
                 ZT_CHECK(host->ops->sumsq(host, ZERO_QUEUE_COMPUTE, xs[i], dt, ns[i], &want) == ZERO_OK);
-            model_sumsq<DT>(xs, ns, nsizes, parts, &got, &flag);
+            model_sumsq<DT>(xs, ns, nsizes, parts, pieces, &got, &flag);
             ZT_CHECKF(memcmp(&want, &got, 8) == 0 || (want != want && got != got),
-                      "%s batch of %d, %zu blocks per launch: host %.17g model %.17g", zero_dtype_name(dt), nsizes,
-                      parts, want, got);
+                      "%s batch of %d, %zu blocks / %d pieces per launch: host %.17g model %.17g",
+                      zero_dtype_name(dt), nsizes, parts, pieces, want, got);
         }
     }
     free(buf);

@@ -1,0 +1,1077 @@
+/* zero_mpi.h - the MPI communicator for zero.h: ZeRO across processes and nodes.
+
+   WHAT IT IS
+   An add-on header for zero.h (include zero.h first). It gives the engine a zero_comm whose
+   ranks are the processes of an MPI communicator (mpirun, srun), one ZeRO rank per process,
+   on host memory (device memory where the MPI library is CUDA-aware). Its reductions equal
+   the local comm's bit for bit (rank order 0..N-1, fp32 accumulation, one rounding), so a
+   run under mpirun gives the same parameters as the same run on N threads. It also passes
+   NCCL's unique id with an MPI broadcast (zero_mpi_nccl_unique_id) for programs that
+   already run under mpirun.
+
+   Do this in the one file that defines ZERO_IMPLEMENTATION, after it:
+
+       #define ZERO_IMPLEMENTATION
+       #include "zero.h"
+       #define ZERO_MPI_IMPLEMENTATION
+       #include "zero_mpi.h"
+
+   and compile it with mpicc (or any C/C++ compiler given MPI's include path and library).
+   Every other file includes "zero.h" and "zero_mpi.h" without the defines.
+
+   A RANK'S PROGRAM (mpirun -np 4 ./train)
+       MPI_Init(&argc, &argv);
+       zero_mpi_desc md = {0};               // zero = MPI_COMM_WORLD, 60 s timeout
+       zero_comm *comm;
+       zero_mpi_create(&md, &comm);          // collective over the MPI communicator
+       ... engine_desc.comm = comm; rank = comm->rank, world = comm->world ...
+       zero_comm_destroy(comm);              // collective when healthy (see LEAVING)
+       MPI_Finalize();
+
+   HOW A COLLECTIVE RUNS (docs/mpi.md has the whole protocol and its cost)
+       1. Signature round: one MPI_Iallreduce(MAX) of 11 int64 fields and their bitwise
+          complements (kind, dtype, count, op, root, this comm's own sequence number, an
+          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq), so every rank
+          learns whether all ranks agree. On disagreement a second round (MPI_Iallgather of
+          the signatures) names the first rank that differs from rank 0, and every rank
+          returns ZERO_ERROR_MISMATCH with the same sentence; nothing is written.
+       2. Data round, point to point (MPI_Isend / MPI_Irecv of at most 1 GiB each):
+            all_gather      each rank sends its block to every peer
+            reduce_scatter  rank p receives block p of every peer's send (an all-to-all),
+                            then sums them in rank order 0..N-1 in fp32 and rounds once
+            all_reduce      the same on slice p of the buffer, then an all-gather of slices
+            broadcast       the root sends to every peer
+            barrier         the signature round alone
+          Traffic per rank is (N-1)/N of the buffer for all_gather and reduce_scatter, and
+          2 (N-1)/N for all_reduce, as the engine counts it. MPI_SUM is never used (its order
+          is unspecified and MPI has no fp16 / bf16).
+       Every wait polls MPI_Testall against the collective's deadline (timeout_ms from its
+       start): nothing blocks longer. It spins for ZERO_MPI_SPIN_MS (2 ms; define it before
+       the implementation to change it), then sleeps 50 us between polls, so a rank waiting
+       for a slower peer leaves it the core.
+
+   FAILURE
+       TIMEOUT   a collective not complete by its deadline returns ZERO_ERROR_TIMEOUT and
+                 breaks the comm; with abort_on_timeout set the process calls MPI_Abort
+                 instead of returning. The timed-out MPI requests cannot be cancelled: the
+                 buffers of that call may still be written by MPI, and the comm's scratch and
+                 duplicated communicator are then never freed. After a timeout the sensible thing is to end the job.
+       MISMATCH  ranks called different collectives (or the same with different arguments
+                 or tags): every rank returns ZERO_ERROR_MISMATCH naming both calls; a rank
+                 whose own arguments were invalid returns ZERO_ERROR_INVALID_ARGUMENT. The
+                 comm stays usable (when the ranks' sequences agree again).
+       COMM      an MPI call failed (MPI's error string kept), or a peer left (destroyed its
+                 comm) or called zero_mpi_abort() while this rank was in a collective: every
+                 rank in that collective returns ZERO_ERROR_COMM and the comm is broken.
+       A broken comm fails every later collective at once with the first cause.
+
+   LEAVING
+       zero_comm_destroy() on a healthy comm runs one last signature round (kind "leave",
+       bounded by timeout_ms), so a rank that leaves early (an error in its own code) makes
+       its peers' next collective fail with ZERO_ERROR_COMM at once instead of waiting for
+       the timeout; when every rank leaves together it is a barrier. On a broken comm it
+       only frees.
+
+   THREADS
+       One thread uses a comm at a time. MPI_THREAD_FUNNELED is enough when that is the
+       thread that initialised MPI; otherwise initialise MPI with MPI_THREAD_SERIALIZED.
+
+   DEVICE MEMORY
+       With desc.device set, buffers are that device's memory: the comm waits for the
+       device's comm queue, hands the pointers to MPI (which must then be CUDA-aware for
+       GPU memory: zero_mpi_cuda_aware(); zero_mpi_create fails otherwise), and reduces
+       on the host after downloading the received blocks (uploading the result). With the
+       host device this path runs anywhere (the tests use it); on GPUs it is compiled
+       but not verified (docs/mpi.md).
+
+   LICENSE: MIT, see the end of zero.h.
+*/
+#ifndef ZERO_H
+#error "zero_mpi.h: include zero.h before zero_mpi.h"
+#endif
+
+#ifndef ZERO_MPI_H
+#define ZERO_MPI_H
+
+/* MPI's deprecated C++ bindings are not needed (and not -Wpedantic clean) */
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
+#if defined(__cplusplus) && !defined(MPICH_SKIP_MPICXX)
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================================
+   MPI comm: one ZeRO rank per MPI process, reductions bit-identical to the local comm.
+   ====================================================================================== */
+
+#define ZERO_MPI_DEFAULT_TIMEOUT_MS 60000
+
+/* Zero means default. */
+typedef struct zero_mpi_desc {
+    MPI_Comm comm;            /* the ranks; all-zero bytes = MPI_COMM_WORLD. Duplicated at
+                                 create, so the caller's communicator carries none of the
+                                 comm's messages and may be freed afterwards                 */
+    int timeout_ms;           /* per collective, from its start; 0 = 60000                  */
+    int abort_on_timeout;     /* 1: MPI_Abort(comm, 1) on a timeout instead of returning    */
+    zero_device *device;      /* NULL: buffers are host memory; else this device's memory
+                                 (not owned; outlives the comm)                            */
+    zero_allocator allocator; /* for the comm's own memory; all NULL = ZERO_MALLOC          */
+} zero_mpi_desc;
+
+/* COLLECTIVE over desc->comm (MPI_Comm_idup, waited for at most timeout_ms). Creates this
+   process's comm: rank and world are its MPI rank and size. MPI must be initialised.
+   Destroy with zero_comm_destroy(). Errors: INVALID_ARGUMENT (NULL, negative timeout,
+   half an allocator); INVALID_STATE (MPI not initialised or finalised); UNSUPPORTED
+   (desc->device is not the host device and MPI is not CUDA-aware); OUT_OF_MEMORY; TIMEOUT
+   (a rank did not join; the pending duplication keeps its small handle memory); COMM (an
+   MPI call failed, its error string kept). *out is written only on success. */
+ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out);
+
+/* 1 when comm was made by zero_mpi_create. */
+ZERODEF int zero_mpi_is(const zero_comm *comm);
+
+/* ZERO_OK, or the error that broke the comm (zero_last_error() then has the cause).
+   INVALID_ARGUMENT when comm is not an MPI comm. Local. */
+ZERODEF zero_result zero_mpi_status(zero_comm *comm);
+
+/* For a rank that gives up: tells its peers (one signature round of kind "abort", at
+   most timeout_ms) and breaks the comm, so peers waiting in a collective, or entering
+   their next one, return ZERO_ERROR_COMM naming this rank. Returns ZERO_OK once the comm
+   is broken (also when the peers could not be told in time). INVALID_ARGUMENT when comm
+   is not an MPI comm. */
+ZERODEF zero_result zero_mpi_abort(zero_comm *comm);
+
+/* The duplicated communicator the comm runs on (to use MPI directly on the same ranks;
+   do not free it). MPI_COMM_NULL when comm is not an MPI comm. */
+ZERODEF MPI_Comm zero_mpi_handle(zero_comm *comm);
+
+/* 1 when this MPI library was built CUDA-aware and says so at run time
+   (MPIX_Query_cuda_support where the library has it; define ZERO_MPI_CUDA_AWARE=1 to
+   assert it for libraries without that query). */
+ZERODEF int zero_mpi_cuda_aware(void);
+
+/* COLLECTIVE over comm: root's 'bytes' bytes at buf are copied to buf on every rank
+   (MPI_Ibcast in pieces of at most 1 GiB, waited for at most timeout_ms; 0 = the default).
+   For ids and small configuration blobs. Errors: INVALID_ARGUMENT; TIMEOUT (the request
+   stays pending: end the job); COMM. */
+ZERODEF zero_result zero_mpi_bcast_bytes(MPI_Comm comm, int root, void *buf, size_t bytes,
+                                         int timeout_ms);
+
+#if defined(ZERO_NCCL_H) && !defined(ZERO_NCCL_BOOTSTRAP_ONLY)
+/* Declared when zero_nccl.h (the full header) was included before zero_mpi.h: rank
+   'root' of comm draws a fresh NCCL unique id (zero_nccl_unique_id) and broadcasts it, so
+   every rank holds the same ZERO_NCCL_ID_BYTES at id. Then, on each rank:
+       nd.unique_id = id; nd.rank = mpi_rank; nd.world = mpi_size; zero_nccl_create(&nd, &c);
+   No TCP bootstrap, no MASTER_ADDR. COLLECTIVE. Errors: those of zero_nccl_unique_id
+   (root only: the others then wait for the timeout) and zero_mpi_bcast_bytes. */
+ZERODEF zero_result zero_mpi_nccl_unique_id(MPI_Comm comm, int root, void *id, int timeout_ms);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZERO_MPI_H */
+
+/* ======================================================================================
+   IMPLEMENTATION
+   ====================================================================================== */
+#if defined(ZERO_MPI_IMPLEMENTATION) && !defined(ZERO_MPI_IMPLEMENTATION_DONE)
+#define ZERO_MPI_IMPLEMENTATION_DONE
+
+#ifndef ZERO_IMPLEMENTATION_DONE
+#error "zero_mpi.h: define ZERO_MPI_IMPLEMENTATION in the file that defines ZERO_IMPLEMENTATION, after including zero.h"
+#endif
+
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h> /* MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
+#endif
+#include <limits.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The MPI comm. A collective = a signature round (an MPI_Iallreduce of the call's
+   identity, the second round only on disagreement) then a data round of point-to-point
+   messages; reductions reuse the local comm's zero__local_reduce and zero__local_slice, so
+   the arithmetic is the same code, not a copy of it. */
+
+enum {
+    ZERO__MPI_BARRIER = 1,
+    ZERO__MPI_ALL_GATHER,
+    ZERO__MPI_REDUCE_SCATTER,
+    ZERO__MPI_ALL_REDUCE,
+    ZERO__MPI_BROADCAST,
+    ZERO__MPI_LEAVE,
+    ZERO__MPI_ABORT
+};
+
+/* Signature fields (int64 each). */
+enum {
+    ZERO__MPI_F_MAGIC,
+    ZERO__MPI_F_KIND,
+    ZERO__MPI_F_DTYPE,
+    ZERO__MPI_F_OP,
+    ZERO__MPI_F_ROOT,
+    ZERO__MPI_F_NUMEL,
+    ZERO__MPI_F_SEQ,
+    ZERO__MPI_F_BAD,
+    ZERO__MPI_F_ROLE,
+    ZERO__MPI_F_GROUP,
+    ZERO__MPI_F_TAGSEQ,
+    ZERO__MPI_NF
+};
+
+/* How long a wait polls MPI without sleeping (then it sleeps 50 us between polls). */
+#ifndef ZERO_MPI_SPIN_MS
+#define ZERO_MPI_SPIN_MS 2.0
+#endif
+
+#define ZERO__MPI_MAGIC ((int64_t)0x5a45524f4d504901ll) /* "ZEROMPI" + protocol version 1 */
+/* Bytes per message (counts are ints); tests shrink it to exercise the splitting. */
+#ifndef ZERO_MPI_PIECE_BYTES
+#define ZERO_MPI_PIECE_BYTES ((size_t)1 << 30)
+#endif
+#define ZERO__MPI_PIECE ((size_t)(ZERO_MPI_PIECE_BYTES))
+#define ZERO__MPI_TAG_DATA 0x5a31
+#define ZERO__MPI_TAG_GATHER 0x5a32
+
+typedef struct zero__mpi_comm {
+    zero_comm base;
+    MPI_Comm mc;
+    int timeout_ms, abort_on_timeout;
+    zero_device *device;
+    zero_allocator allocator;
+    zero_simd simd;
+    unsigned long long seq;  /* collectives called on this comm                         */
+    zero_result broken;      /* ZERO_OK, or why every call now fails                    */
+    char broken_msg[320];
+    int leak;                /* a timed-out request may still write sig/scratch: keep them */
+    int64_t *sig;            /* [4 * NF]: the Iallreduce's input (2 NF) and output (2 NF) */
+    int64_t *sigs;           /* [world * NF]: the disagreement round                      */
+    unsigned char *scratch;  /* received blocks of a reduction                             */
+    size_t scratch_bytes;
+    MPI_Request *reqs;       /* the data round's requests                                */
+    size_t nreqs_cap;
+    const void **srcs;       /* [world]: the inputs of one reduction                      */
+} zero__mpi_comm;
+
+static void zero__mpi_destroy(zero_comm *comm);
+
+static zero__mpi_comm *zero__mpi_get(zero_comm *comm)
+{
+    if (!comm || !comm->ops || comm->ops->destroy != zero__mpi_destroy || !comm->impl) return NULL;
+    return (zero__mpi_comm *)comm->impl;
+}
+
+static const char *zero__mpi_kind_name(int64_t kind)
+{
+    switch (kind) {
+    case ZERO__MPI_BARRIER: return "barrier";
+    case ZERO__MPI_ALL_GATHER: return "all_gather";
+    case ZERO__MPI_REDUCE_SCATTER: return "reduce_scatter";
+    case ZERO__MPI_ALL_REDUCE: return "all_reduce";
+    case ZERO__MPI_BROADCAST: return "broadcast";
+    case ZERO__MPI_LEAVE: return "leave";
+    case ZERO__MPI_ABORT: return "abort";
+    }
+    return "?";
+}
+
+static double zero__mpi_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* cannot fail with a valid clock and pointer */
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* "MPI_Isend: MPI_ERR_TRUNCATE: message truncated" into buf. */
+static void zero__mpi_errtext(int rc, char *buf, size_t size)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS || len <= 0)
+        snprintf(text, sizeof text, "MPI error %d", rc);
+    else
+        text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+    snprintf(buf, size, "%s", text);
+}
+
+/* Breaks the comm once (later causes are ignored); returns the error with its message. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static zero_result zero__mpi_break(zero__mpi_comm *c, zero_result why, const char *fmt, ...)
+{
+    va_list ap;
+    if (c->broken == ZERO_OK) {
+        c->broken = why;
+        va_start(ap, fmt);
+        vsnprintf(c->broken_msg, sizeof c->broken_msg, fmt, ap);
+        va_end(ap);
+    }
+    if (why == ZERO_ERROR_TIMEOUT && c->abort_on_timeout) {
+        fprintf(stderr, "zero_mpi: rank %d: %s: calling MPI_Abort (abort_on_timeout)\n",
+                c->base.rank, c->broken_msg);
+        fflush(stderr);
+        MPI_Abort(c->mc, 1);
+    }
+    return zero__fail(c->broken, "%s", c->broken_msg);
+}
+
+/* Polls n requests until all complete or the deadline passes. On a timeout the requests
+   stay pending (MPI cannot cancel collectives, nor reliably sends): the comm is broken and
+   its buffers are kept for the rest of the process. */
+static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, double deadline,
+                                  const char *what, const char *phase)
+{
+    unsigned polls = 0;
+    double start = 0;
+    for (;;) {
+        int done = 0, rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char e[MPI_MAX_ERROR_STRING + 1];
+            zero__mpi_errtext(rc, e, sizeof e);
+            c->leak = 1;
+            return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Testall in the %s failed: %s",
+                                   what, c->seq, c->base.rank, phase, e);
+        }
+        if (done) return ZERO_OK;
+        if ((++polls & 31u) == 0) {
+            double t = zero__mpi_now_ms();
+            if (start == 0) start = t;
+            if (t > deadline) {
+                c->leak = 1;
+                return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
+                                       "rank %d timed out after %d ms in %s #%llu (%s): a peer "
+                                       "did not join",
+                                       c->base.rank, c->timeout_ms, what, c->seq, phase);
+            }
+            /* Spin for the first ZERO_MPI_SPIN_MS, then poll every 50 us: a rank waiting
+               for a slower peer leaves it the core (ranks may share cores). */
+            if (t - start < ZERO_MPI_SPIN_MS) {
+                sched_yield();
+            } else {
+                struct timespec ts = {0, 50000};
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+}
+
+/* One signature as a readable call: "all_reduce(numel 8, f16, sum, tag role 2 group 1 seq 40)". */
+static void zero__mpi_describe(char *buf, size_t size, const int64_t *f)
+{
+    const char *name = zero__mpi_kind_name(f[ZERO__MPI_F_KIND]);
+    char tag[96];
+    int kind = (int)f[ZERO__MPI_F_KIND];
+    tag[0] = '\0';
+    if (f[ZERO__MPI_F_ROLE] != 0)
+        snprintf(tag, sizeof tag, ", tag role %lld group %lld seq %lld", (long long)f[ZERO__MPI_F_ROLE],
+                 (long long)f[ZERO__MPI_F_GROUP], (long long)f[ZERO__MPI_F_TAGSEQ]);
+    if (f[ZERO__MPI_F_MAGIC] != ZERO__MPI_MAGIC)
+        snprintf(buf, size, "a call of another zero_mpi.h version or program (magic %llx)",
+                 (unsigned long long)f[ZERO__MPI_F_MAGIC]);
+    else if (f[ZERO__MPI_F_BAD])
+        snprintf(buf, size, "%s(invalid arguments) as its #%lld", name, (long long)f[ZERO__MPI_F_SEQ]);
+    else if (kind == ZERO__MPI_BARRIER || kind == ZERO__MPI_LEAVE || kind == ZERO__MPI_ABORT)
+        snprintf(buf, size, "%s(%s) as its #%lld", name, tag[0] ? tag + 2 : "",
+                 (long long)f[ZERO__MPI_F_SEQ]);
+    else if (kind == ZERO__MPI_BROADCAST)
+        snprintf(buf, size, "broadcast(numel %llu, %s, root %lld%s) as its #%lld",
+                 (unsigned long long)f[ZERO__MPI_F_NUMEL],
+                 zero_dtype_name((zero_dtype)f[ZERO__MPI_F_DTYPE]), (long long)f[ZERO__MPI_F_ROOT], tag,
+                 (long long)f[ZERO__MPI_F_SEQ]);
+    else if (kind == ZERO__MPI_ALL_GATHER)
+        snprintf(buf, size, "all_gather(numel %llu, %s%s) as its #%lld",
+                 (unsigned long long)f[ZERO__MPI_F_NUMEL],
+                 zero_dtype_name((zero_dtype)f[ZERO__MPI_F_DTYPE]), tag, (long long)f[ZERO__MPI_F_SEQ]);
+    else
+        snprintf(buf, size, "%s(numel %llu, %s, %s%s) as its #%lld", name,
+                 (unsigned long long)f[ZERO__MPI_F_NUMEL],
+                 zero_dtype_name((zero_dtype)f[ZERO__MPI_F_DTYPE]),
+                 f[ZERO__MPI_F_OP] == ZERO_OP_MAX ? "max" : "sum", tag, (long long)f[ZERO__MPI_F_SEQ]);
+}
+
+/* The signature round. Returns ZERO_OK when every rank called the same thing; otherwise
+   the error every rank returns (INVALID_ARGUMENT for a rank's own bad arguments, its
+   'why'), with the comm broken where a peer left or aborted. */
+static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, double deadline,
+                                   const char *why)
+{
+    const char *what = zero__mpi_kind_name(mine[ZERO__MPI_F_KIND]);
+    int64_t *in = c->sig, *out = c->sig + 2 * ZERO__MPI_NF;
+    MPI_Request req;
+    zero_result res;
+    int i, r, world = c->base.world, rc, agree = 1, bad_rank = -1, other = -1, gone = -1;
+    char a[192], b[192];
+    for (i = 0; i < ZERO__MPI_NF; i++) {
+        in[i] = mine[i];
+        in[ZERO__MPI_NF + i] = ~mine[i]; /* max of the complements = complement of the min */
+    }
+    rc = MPI_Iallreduce(in, out, 2 * ZERO__MPI_NF, MPI_INT64_T, MPI_MAX, c->mc, &req);
+    if (rc != MPI_SUCCESS) {
+        char e[MPI_MAX_ERROR_STRING + 1];
+        zero__mpi_errtext(rc, e, sizeof e);
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Iallreduce failed: %s", what,
+                               c->seq, c->base.rank, e);
+    }
+    res = zero__mpi_wait(c, 1, &req, deadline, what, "signature round");
+    if (res != ZERO_OK) return res;
+    for (i = 0; i < ZERO__MPI_NF; i++)
+        if (out[i] != ~out[ZERO__MPI_NF + i]) agree = 0;
+    if (agree) return ZERO_OK;
+
+    /* Disagreement: every rank saw it, so every rank gathers the signatures to name it. */
+    rc = MPI_Iallgather(mine, ZERO__MPI_NF, MPI_INT64_T, c->sigs, ZERO__MPI_NF, MPI_INT64_T, c->mc, &req);
+    if (rc != MPI_SUCCESS) {
+        char e[MPI_MAX_ERROR_STRING + 1];
+        zero__mpi_errtext(rc, e, sizeof e);
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Iallgather failed: %s", what,
+                               c->seq, c->base.rank, e);
+    }
+    res = zero__mpi_wait(c, 1, &req, deadline, what, "disagreement round");
+    if (res != ZERO_OK) return res;
+    for (r = 0; r < world; r++) {
+        const int64_t *f = c->sigs + (size_t)r * ZERO__MPI_NF;
+        if (gone < 0 && (f[ZERO__MPI_F_KIND] == ZERO__MPI_LEAVE || f[ZERO__MPI_F_KIND] == ZERO__MPI_ABORT))
+            gone = r;
+        if (bad_rank < 0 && f[ZERO__MPI_F_BAD]) bad_rank = r;
+        if (other < 0 && memcmp(f, c->sigs, ZERO__MPI_NF * sizeof *f) != 0) other = r;
+    }
+    if (other < 0) other = 0; /* cannot happen: the max/min said they differ */
+    if (gone >= 0) {
+        const int64_t *g = c->sigs + (size_t)gone * ZERO__MPI_NF;
+        int peer = gone == 0 ? other : 0;
+        zero__mpi_describe(b, sizeof b, c->sigs + (size_t)peer * ZERO__MPI_NF);
+        return zero__mpi_break(c, ZERO_ERROR_COMM,
+                               "%s (rank %d): rank %d %s at its collective #%lld while rank %d called %s",
+                               what, c->base.rank, gone,
+                               g[ZERO__MPI_F_KIND] == ZERO__MPI_LEAVE ? "left the group (destroyed its comm)"
+                                                                      : "called zero_mpi_abort",
+                               (long long)g[ZERO__MPI_F_SEQ], peer, b);
+    }
+    if (mine[ZERO__MPI_F_BAD]) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s", why);
+    if (bad_rank >= 0)
+        return zero__fail(ZERO_ERROR_MISMATCH,
+                          "%s (rank %d): collective #%llu: rank %d passed invalid arguments to %s", what,
+                          c->base.rank, c->seq, bad_rank,
+                          zero__mpi_kind_name(c->sigs[(size_t)bad_rank * ZERO__MPI_NF + ZERO__MPI_F_KIND]));
+    zero__mpi_describe(a, sizeof a, c->sigs);
+    zero__mpi_describe(b, sizeof b, c->sigs + (size_t)other * ZERO__MPI_NF);
+    return zero__fail(ZERO_ERROR_MISMATCH, "%s (rank %d): ranks disagree: rank 0 called %s, rank %d called %s",
+                      what, c->base.rank, a, other, b);
+}
+
+/* ---- the data round ---- */
+
+static int zero__mpi_reqs(zero__mpi_comm *c, size_t n)
+{
+    MPI_Request *grown;
+    if (n <= c->nreqs_cap) return 1;
+    grown = (MPI_Request *)zero__alloc(&c->allocator, n * sizeof *grown);
+    if (!grown) return 0;
+    zero__free(&c->allocator, c->reqs);
+    c->reqs = grown;
+    c->nreqs_cap = n;
+    return 1;
+}
+
+static int zero__mpi_scratch(zero__mpi_comm *c, size_t bytes)
+{
+    unsigned char *grown;
+    if (bytes <= c->scratch_bytes) return 1;
+    grown = (unsigned char *)zero__alloc(&c->allocator, bytes);
+    if (!grown) return 0;
+    zero__free(&c->allocator, c->scratch);
+    c->scratch = grown;
+    c->scratch_bytes = bytes;
+    return 1;
+}
+
+/* Where rank c sends to / receives from peer p in one exchange (NULL/0: nothing). */
+typedef struct zero__mpi_xfer {
+    const unsigned char *(*send_at)(void *ctx, int peer, size_t *bytes);
+    unsigned char *(*recv_at)(void *ctx, int peer, size_t *bytes);
+    void *ctx;
+} zero__mpi_xfer;
+
+static size_t zero__mpi_pieces(size_t bytes) { return (bytes + ZERO__MPI_PIECE - 1) / ZERO__MPI_PIECE; }
+
+/* Posts every receive, then every send (peers in the order rank+1, rank+2, ... so no peer
+   is everyone's first), in pieces of at most ZERO__MPI_PIECE bytes, and waits. */
+static zero_result zero__mpi_exchange(zero__mpi_comm *c, const zero__mpi_xfer *x, int tag, double deadline,
+                                      const char *what)
+{
+    int world = c->base.world, rank = c->base.rank, s, rc = MPI_SUCCESS;
+    size_t n = 0, need = 0, bytes, off;
+    for (s = 1; s < world; s++) {
+        int p = (rank + s) % world;
+        if (x->send_at(x->ctx, p, &bytes)) need += zero__mpi_pieces(bytes);
+        if (x->recv_at(x->ctx, p, &bytes)) need += zero__mpi_pieces(bytes);
+    }
+    if (need == 0) return ZERO_OK;
+    if (need > (size_t)INT_MAX || !zero__mpi_reqs(c, need))
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu MPI requests", what, rank, need);
+    for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
+        int p = (rank + world - s) % world;
+        unsigned char *dst = x->recv_at(x->ctx, p, &bytes);
+        for (off = 0; dst && off < bytes && rc == MPI_SUCCESS; off += ZERO__MPI_PIECE) {
+            size_t len = bytes - off < ZERO__MPI_PIECE ? bytes - off : ZERO__MPI_PIECE;
+            rc = MPI_Irecv(dst + off, (int)len, MPI_BYTE, p, tag, c->mc, &c->reqs[n++]);
+        }
+    }
+    for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
+        int p = (rank + s) % world;
+        const unsigned char *src = x->send_at(x->ctx, p, &bytes);
+        for (off = 0; src && off < bytes && rc == MPI_SUCCESS; off += ZERO__MPI_PIECE) {
+            size_t len = bytes - off < ZERO__MPI_PIECE ? bytes - off : ZERO__MPI_PIECE;
+            rc = MPI_Isend((void *)(src + off), (int)len, MPI_BYTE, p, tag, c->mc, &c->reqs[n++]);
+        }
+    }
+    if (rc != MPI_SUCCESS) {
+        char e[MPI_MAX_ERROR_STRING + 1];
+        zero__mpi_errtext(rc, e, sizeof e);
+        c->leak = 1; /* the requests already posted stay pending */
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): posting a message failed: %s", what,
+                               c->seq, rank, e);
+    }
+    return zero__mpi_wait(c, (int)n, c->reqs, deadline, what, "data round");
+}
+
+/* The layouts of the exchanges. */
+typedef struct zero__mpi_lay {
+    const unsigned char *send;
+    unsigned char *recv;
+    unsigned char *scratch;
+    size_t block;   /* bytes per rank (all_gather, reduce_scatter, broadcast)            */
+    size_t numel, es;
+    int world, rank, root;
+} zero__mpi_lay;
+
+/* all_gather: my block to everyone; peer p's block into recv + p * block. */
+static const unsigned char *zero__mpi_ag_send(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    (void)p;
+    *bytes = l->block;
+    return l->block ? l->send : NULL;
+}
+static unsigned char *zero__mpi_ag_recv(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    *bytes = l->block;
+    return l->block ? l->recv + (size_t)p * l->block : NULL;
+}
+/* reduce_scatter: block p of my send to p; peer p's block 'rank' into scratch + p * block. */
+static const unsigned char *zero__mpi_rs_send(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    *bytes = l->block;
+    return l->block ? l->send + (size_t)p * l->block : NULL;
+}
+static unsigned char *zero__mpi_rs_recv(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    *bytes = l->block;
+    return l->block ? l->scratch + (size_t)p * l->block : NULL;
+}
+/* all_reduce, first half: slice p of my send to p; peer p's slice 'rank' into scratch. */
+static const unsigned char *zero__mpi_ar1_send(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    size_t off, len;
+    zero__local_slice(l->numel, l->es, l->world, p, &off, &len);
+    *bytes = len * l->es;
+    return len ? l->send + off * l->es : NULL;
+}
+static unsigned char *zero__mpi_ar1_recv(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    size_t off, len;
+    zero__local_slice(l->numel, l->es, l->world, l->rank, &off, &len);
+    *bytes = len * l->es;
+    return len ? l->scratch + (size_t)p * len * l->es : NULL;
+}
+/* all_reduce, second half: my reduced slice to everyone; peer p's into its place. */
+static const unsigned char *zero__mpi_ar2_send(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    size_t off, len;
+    (void)p;
+    zero__local_slice(l->numel, l->es, l->world, l->rank, &off, &len);
+    *bytes = len * l->es;
+    return len ? l->recv + off * l->es : NULL;
+}
+static unsigned char *zero__mpi_ar2_recv(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    size_t off, len;
+    zero__local_slice(l->numel, l->es, l->world, p, &off, &len);
+    *bytes = len * l->es;
+    return len ? l->recv + off * l->es : NULL;
+}
+/* broadcast: the root sends to everyone, the others receive from the root. */
+static const unsigned char *zero__mpi_bc_send(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    (void)p;
+    *bytes = l->block;
+    return l->rank == l->root && l->block ? l->send : NULL;
+}
+static unsigned char *zero__mpi_bc_recv(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    *bytes = l->block;
+    return l->rank != l->root && p == l->root && l->block ? l->recv : NULL;
+}
+
+/* Device memory: the device's comm queue must be idle before MPI touches its buffers. */
+static zero_result zero__mpi_dev_sync(zero__mpi_comm *c)
+{
+    return c->device ? c->device->ops->sync(c->device, ZERO_QUEUE_COMM) : ZERO_OK;
+}
+
+/* out (numel elements at 'dst', device memory when c->device) = the rank-ordered reduction
+   of srcs[0..world-1] (host memory, except srcs[rank] = own, on the device when c->device). */
+static zero_result zero__mpi_reduce(zero__mpi_comm *c, void *dst, const unsigned char *own,
+                                    unsigned char *host_own, size_t numel, zero_dtype dtype, zero_op op)
+{
+    zero_result r;
+    size_t bytes = numel * zero_dtype_size(dtype);
+    if (!c->device) {
+        c->srcs[c->base.rank] = own;
+        zero__local_reduce(dst, c->srcs, c->base.world, numel, dtype, op, c->simd);
+        return ZERO_OK;
+    }
+    /* Download my own block, reduce on the host into it, upload the result. */
+    r = c->device->ops->download(c->device, ZERO_QUEUE_COMM, host_own, own, bytes);
+    if (r == ZERO_OK) r = c->device->ops->sync(c->device, ZERO_QUEUE_COMM);
+    if (r != ZERO_OK) return r;
+    c->srcs[c->base.rank] = host_own;
+    zero__local_reduce(host_own, c->srcs, c->base.world, numel, dtype, op, c->simd);
+    r = c->device->ops->upload(c->device, ZERO_QUEUE_COMM, dst, host_own, bytes);
+    if (r == ZERO_OK) r = c->device->ops->sync(c->device, ZERO_QUEUE_COMM);
+    return r;
+}
+
+/* One collective, start to end. */
+static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *send, void *recv,
+                                        size_t numel, zero_dtype dtype, zero_op op, int root)
+{
+    zero__mpi_comm *c = zero__mpi_get(comm);
+    const char *what = zero__mpi_kind_name(kind);
+    int64_t f[ZERO__MPI_NF];
+    char why[192];
+    size_t es, total = numel, bytes = 0;
+    double deadline;
+    int world, rank, p, bad = 0;
+    zero__mpi_lay lay;
+    zero__mpi_xfer x;
+    zero_result res;
+    if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: comm is not an MPI comm", what);
+    if (c->broken != ZERO_OK)
+        return zero__fail(c->broken, "%s (rank %d): the comm is broken: %s", what, comm->rank, c->broken_msg);
+    world = comm->world;
+    rank = comm->rank;
+    deadline = zero__mpi_now_ms() + c->timeout_ms;
+    c->seq++;
+
+    /* This rank's arguments (validated first so a bad call still joins the round). */
+    why[0] = '\0';
+    es = zero_dtype_size(dtype);
+    if (kind != ZERO__MPI_BARRIER && kind != ZERO__MPI_LEAVE && kind != ZERO__MPI_ABORT) {
+        bad = 1;
+        if (es == 0) snprintf(why, sizeof why, "%s: unknown dtype %d", what, (int)dtype);
+        else if (op != ZERO_OP_SUM && op != ZERO_OP_MAX) snprintf(why, sizeof why, "%s: unknown op %d", what, (int)op);
+        else if (root < 0 || root >= world) snprintf(why, sizeof why, "%s: root = %d with world = %d", what, root, world);
+        else if ((kind == ZERO__MPI_ALL_GATHER || kind == ZERO__MPI_REDUCE_SCATTER) &&
+                 zero__mul_size(numel, (size_t)world, &total) != 0)
+            snprintf(why, sizeof why, "%s: numel %zu times world %d overflows", what, numel, world);
+        else if (zero__mul_size(total, es, &bytes) != 0 || bytes > (size_t)INT64_MAX)
+            snprintf(why, sizeof why, "%s: %zu elements of %s overflow", what, total, zero_dtype_name(dtype));
+        else if (numel > 0 && (!send || !recv))
+            snprintf(why, sizeof why, "%s: %s is NULL with numel = %zu", what,
+                     !send ? (kind == ZERO__MPI_BROADCAST ? "buf" : "send") : "recv", numel);
+        else bad = 0;
+    }
+    memset(f, 0, sizeof f);
+    f[ZERO__MPI_F_MAGIC] = ZERO__MPI_MAGIC;
+    f[ZERO__MPI_F_KIND] = kind;
+    f[ZERO__MPI_F_SEQ] = (int64_t)c->seq;
+    f[ZERO__MPI_F_BAD] = bad;
+    if (!bad && kind != ZERO__MPI_BARRIER && kind != ZERO__MPI_LEAVE && kind != ZERO__MPI_ABORT) {
+        f[ZERO__MPI_F_DTYPE] = (int64_t)dtype;
+        f[ZERO__MPI_F_NUMEL] = (int64_t)numel;
+        if (kind == ZERO__MPI_REDUCE_SCATTER || kind == ZERO__MPI_ALL_REDUCE) f[ZERO__MPI_F_OP] = (int64_t)op;
+        if (kind == ZERO__MPI_BROADCAST) f[ZERO__MPI_F_ROOT] = root;
+    }
+    if (comm->tag.role != 0) {
+        f[ZERO__MPI_F_ROLE] = comm->tag.role;
+        f[ZERO__MPI_F_GROUP] = comm->tag.group;
+        f[ZERO__MPI_F_TAGSEQ] = (int64_t)comm->tag.seq;
+    }
+    res = zero__mpi_agree(c, f, deadline, why);
+    if (res != ZERO_OK) return res;
+    if (kind == ZERO__MPI_BARRIER || kind == ZERO__MPI_LEAVE || kind == ZERO__MPI_ABORT || numel == 0)
+        return ZERO_OK;
+
+    /* The data round. */
+    res = zero__mpi_dev_sync(c);
+    if (res != ZERO_OK) return res;
+    memset(&lay, 0, sizeof lay);
+    lay.send = (const unsigned char *)send;
+    lay.recv = (unsigned char *)recv;
+    lay.numel = numel;
+    lay.es = es;
+    lay.world = world;
+    lay.rank = rank;
+    lay.root = root;
+    x.ctx = &lay;
+    switch (kind) {
+    case ZERO__MPI_ALL_GATHER: {
+        unsigned char *mine = lay.recv + (size_t)rank * numel * es;
+        lay.block = numel * es;
+        if (mine != lay.send) {
+            if (c->device) res = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, mine, send, lay.block);
+            else memcpy(mine, send, lay.block);
+            if (res != ZERO_OK) return res;
+        }
+        x.send_at = zero__mpi_ag_send;
+        x.recv_at = zero__mpi_ag_recv;
+        res = zero__mpi_exchange(c, &x, ZERO__MPI_TAG_GATHER, deadline, what);
+        if (res == ZERO_OK) res = zero__mpi_dev_sync(c);
+        return res;
+    }
+    case ZERO__MPI_BROADCAST:
+        lay.block = numel * es;
+        lay.send = lay.recv;
+        x.send_at = zero__mpi_bc_send;
+        x.recv_at = zero__mpi_bc_recv;
+        return zero__mpi_exchange(c, &x, ZERO__MPI_TAG_DATA, deadline, what);
+    case ZERO__MPI_REDUCE_SCATTER:
+        lay.block = numel * es;
+        if (!zero__mpi_scratch(c, (size_t)world * lay.block))
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu bytes of scratch", what, rank,
+                              (size_t)world * lay.block);
+        lay.scratch = c->scratch;
+        x.send_at = zero__mpi_rs_send;
+        x.recv_at = zero__mpi_rs_recv;
+        res = zero__mpi_exchange(c, &x, ZERO__MPI_TAG_DATA, deadline, what);
+        if (res != ZERO_OK) return res;
+        for (p = 0; p < world; p++) c->srcs[p] = lay.scratch + (size_t)p * lay.block;
+        return zero__mpi_reduce(c, recv, lay.send + (size_t)rank * lay.block,
+                                lay.scratch + (size_t)rank * lay.block, numel, dtype, op);
+    default: { /* ZERO__MPI_ALL_REDUCE */
+        size_t off, len;
+        zero__local_slice(numel, es, world, rank, &off, &len);
+        if (!zero__mpi_scratch(c, (size_t)world * len * es + 1))
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu bytes of scratch", what, rank,
+                              (size_t)world * len * es);
+        lay.scratch = c->scratch;
+        x.send_at = zero__mpi_ar1_send;
+        x.recv_at = zero__mpi_ar1_recv;
+        res = zero__mpi_exchange(c, &x, ZERO__MPI_TAG_DATA, deadline, what);
+        if (res != ZERO_OK) return res;
+        if (len) {
+            for (p = 0; p < world; p++) c->srcs[p] = lay.scratch + (size_t)p * len * es;
+            res = zero__mpi_reduce(c, lay.recv + off * es, lay.send + off * es,
+                                   lay.scratch + (size_t)rank * len * es, len, dtype, op);
+            if (res != ZERO_OK) return res;
+        }
+        x.send_at = zero__mpi_ar2_send;
+        x.recv_at = zero__mpi_ar2_recv;
+        return zero__mpi_exchange(c, &x, ZERO__MPI_TAG_GATHER, deadline, what);
+    }
+    }
+}
+
+static zero_result zero__mpi_all_gather(zero_comm *comm, const void *send, void *recv, size_t send_numel,
+                                        zero_dtype dtype, void *queue)
+{
+    (void)queue;
+    return zero__mpi_collective(comm, ZERO__MPI_ALL_GATHER, send, recv, send_numel, dtype, ZERO_OP_SUM, 0);
+}
+
+static zero_result zero__mpi_reduce_scatter(zero_comm *comm, const void *send, void *recv,
+                                            size_t recv_numel, zero_dtype dtype, zero_op op, void *queue)
+{
+    (void)queue;
+    return zero__mpi_collective(comm, ZERO__MPI_REDUCE_SCATTER, send, recv, recv_numel, dtype, op, 0);
+}
+
+static zero_result zero__mpi_all_reduce(zero_comm *comm, const void *send, void *recv, size_t numel,
+                                        zero_dtype dtype, zero_op op, void *queue)
+{
+    (void)queue;
+    return zero__mpi_collective(comm, ZERO__MPI_ALL_REDUCE, send, recv, numel, dtype, op, 0);
+}
+
+static zero_result zero__mpi_broadcast(zero_comm *comm, void *buf, size_t numel, zero_dtype dtype, int root,
+                                       void *queue)
+{
+    (void)queue;
+    return zero__mpi_collective(comm, ZERO__MPI_BROADCAST, buf, buf, numel, dtype, ZERO_OP_SUM, root);
+}
+
+static zero_result zero__mpi_barrier(zero_comm *comm)
+{
+    zero__mpi_comm *c = zero__mpi_get(comm);
+    zero_result r = c ? zero__mpi_dev_sync(c) : ZERO_OK;
+    if (r != ZERO_OK) return r;
+    return zero__mpi_collective(comm, ZERO__MPI_BARRIER, NULL, NULL, 0, ZERO_F32, ZERO_OP_SUM, 0);
+}
+
+/* ---- lifetime ---- */
+
+static void zero__mpi_free(zero__mpi_comm *c)
+{
+    zero_allocator a = c->allocator;
+    if (!c->leak) { /* else a pending request may still write these: keep them */
+        zero__free(&a, c->sig);
+        zero__free(&a, c->sigs);
+        zero__free(&a, c->scratch);
+    }
+    zero__free(&a, c->reqs);
+    zero__free(&a, (void *)c->srcs);
+    zero__free(&a, c);
+}
+
+static void zero__mpi_destroy(zero_comm *comm)
+{
+    zero__mpi_comm *c = zero__mpi_get(comm);
+    zero_comm_tag saved;
+    if (!c) return;
+    if (c->broken == ZERO_OK) {
+        /* The last round: peers still in a collective learn that this rank left. */
+        saved = comm->tag;
+        memset(&comm->tag, 0, sizeof comm->tag);
+        (void)zero__mpi_collective(comm, ZERO__MPI_LEAVE, NULL, NULL, 0, ZERO_F32, ZERO_OP_SUM, 0);
+        comm->tag = saved;
+    }
+    /* After a timeout, requests may still be pending on the communicator, and Open MPI's
+       progress engine follows freed communicators of pending nonblocking collectives: keep
+       it (and the buffers) for the rest of the process. */
+    if (!c->leak) MPI_Comm_free(&c->mc);
+    comm->impl = NULL; /* a stale handle is then rejected, not followed */
+    zero__mpi_free(c);
+}
+
+static const zero_comm_ops zero__mpi_ops = {
+    "mpi",
+    zero__mpi_destroy,
+    zero__mpi_all_gather,
+    zero__mpi_reduce_scatter,
+    zero__mpi_all_reduce,
+    zero__mpi_broadcast,
+    zero__mpi_barrier,
+    NULL,
+    NULL,
+};
+
+ZERODEF int zero_mpi_cuda_aware(void)
+{
+#if defined(ZERO_MPI_CUDA_AWARE) && ZERO_MPI_CUDA_AWARE
+    return 1;
+#elif defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+    return MPIX_Query_cuda_support() ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
+{
+    MPI_Comm zero_bytes_comm; /* all-zero bytes: "default" in a zeroed desc */
+    zero__mpi_comm *c;
+    zero_allocator a;
+    MPI_Comm base;
+    MPI_Request req;
+    int inited = 0, finalized = 0, rank = 0, world = 0, rc, done = 0;
+    unsigned polls = 0;
+    double deadline;
+    char e[MPI_MAX_ERROR_STRING + 1];
+    memset(&zero_bytes_comm, 0, sizeof zero_bytes_comm);
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_create: out is NULL");
+    *out = NULL;
+    if (!desc) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_create: desc is NULL");
+    if (desc->timeout_ms < 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_create: timeout_ms = %d (0 = default, else > 0)",
+                          desc->timeout_ms);
+    if ((desc->allocator.alloc != NULL) != (desc->allocator.free != NULL))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_mpi_create: allocator needs both alloc and free, or neither");
+    if (desc->device && (!desc->device->ops || !desc->device->ops->sync || !desc->device->ops->copy ||
+                         !desc->device->ops->upload || !desc->device->ops->download))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_create: device lacks sync/copy/upload/download");
+    if (desc->device && strcmp(desc->device->ops->name ? desc->device->ops->name : "", "host") != 0 &&
+        !zero_mpi_cuda_aware())
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "zero_mpi_create: buffers on device \"%s\" need a CUDA-aware MPI, and this MPI "
+                          "library is not (zero_mpi_cuda_aware() = 0)",
+                          desc->device->ops->name ? desc->device->ops->name : "?");
+    if (MPI_Initialized(&inited) != MPI_SUCCESS || !inited || MPI_Finalized(&finalized) != MPI_SUCCESS ||
+        finalized)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_mpi_create: MPI is %s (call MPI_Init first)",
+                          finalized ? "finalised" : "not initialised");
+    base = memcmp(&desc->comm, &zero_bytes_comm, sizeof base) == 0 ? MPI_COMM_WORLD : desc->comm;
+    if (base == MPI_COMM_NULL)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_create: desc->comm is MPI_COMM_NULL");
+    a = desc->allocator;
+    c = (zero__mpi_comm *)zero__alloc(&a, sizeof *c);
+    if (!c) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_mpi_create: out of memory");
+    memset(c, 0, sizeof *c);
+    c->allocator = a;
+    c->timeout_ms = desc->timeout_ms ? desc->timeout_ms : ZERO_MPI_DEFAULT_TIMEOUT_MS;
+    c->abort_on_timeout = desc->abort_on_timeout;
+    c->device = desc->device;
+    c->simd = zero_simd_detect();
+    deadline = zero__mpi_now_ms() + c->timeout_ms;
+
+    c->mc = MPI_COMM_NULL;
+    rc = MPI_Comm_idup(base, &c->mc, &req); /* written when it completes: c->mc, not a local */
+    while (rc == MPI_SUCCESS) {
+        rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done) break;
+        if ((++polls & 31u) == 0) {
+            if (zero__mpi_now_ms() > deadline) {
+                /* c is kept: MPI writes c->mc when the duplication completes */
+                return zero__fail(ZERO_ERROR_TIMEOUT,
+                                  "zero_mpi_create: MPI_Comm_idup did not complete in %d ms (a rank did not "
+                                  "call zero_mpi_create)",
+                                  desc->timeout_ms ? desc->timeout_ms : ZERO_MPI_DEFAULT_TIMEOUT_MS);
+            }
+            sched_yield();
+        }
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(c->mc, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->mc, &rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->mc, &world);
+    if (rc != MPI_SUCCESS) {
+        zero__mpi_errtext(rc, e, sizeof e);
+        if (done && c->mc != MPI_COMM_NULL) MPI_Comm_free(&c->mc);
+        zero__free(&a, c);
+        return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: duplicating the communicator failed: %s", e);
+    }
+    c->base.ops = &zero__mpi_ops;
+    c->base.impl = c;
+    c->base.rank = rank;
+    c->base.world = world;
+    c->sig = (int64_t *)zero__alloc(&a, 4 * ZERO__MPI_NF * sizeof(int64_t));
+    c->sigs = (int64_t *)zero__alloc(&a, (size_t)world * ZERO__MPI_NF * sizeof(int64_t));
+    c->srcs = (const void **)zero__alloc(&a, (size_t)world * sizeof *c->srcs);
+    if (!c->sig || !c->sigs || !c->srcs || !zero__mpi_reqs(c, 2 * (size_t)world)) {
+        MPI_Comm_free(&c->mc);
+        zero__mpi_free(c);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_mpi_create: out of memory (world %d)", world);
+    }
+    *out = &c->base;
+    return ZERO_OK;
+}
+
+ZERODEF int zero_mpi_is(const zero_comm *comm)
+{
+    return comm && comm->ops == &zero__mpi_ops && comm->impl != NULL;
+}
+
+ZERODEF zero_result zero_mpi_status(zero_comm *comm)
+{
+    zero__mpi_comm *c = zero__mpi_get(comm);
+    if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_status: comm is not an MPI comm");
+    if (c->broken != ZERO_OK) return zero__fail(c->broken, "%s", c->broken_msg);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_mpi_abort(zero_comm *comm)
+{
+    zero__mpi_comm *c = zero__mpi_get(comm);
+    if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_abort: comm is not an MPI comm");
+    if (c->broken == ZERO_OK) {
+        zero_comm_tag saved = comm->tag;
+        memset(&comm->tag, 0, sizeof comm->tag);
+        (void)zero__mpi_collective(comm, ZERO__MPI_ABORT, NULL, NULL, 0, ZERO_F32, ZERO_OP_SUM, 0);
+        comm->tag = saved;
+        if (c->broken == ZERO_OK) /* every rank aborted together */
+            (void)zero__mpi_break(c, ZERO_ERROR_COMM, "rank %d called zero_mpi_abort", comm->rank);
+    }
+    return ZERO_OK;
+}
+
+ZERODEF MPI_Comm zero_mpi_handle(zero_comm *comm)
+{
+    zero__mpi_comm *c = zero__mpi_get(comm);
+    return c ? c->mc : MPI_COMM_NULL;
+}
+
+ZERODEF zero_result zero_mpi_bcast_bytes(MPI_Comm comm, int root, void *buf, size_t bytes, int timeout_ms)
+{
+    double deadline;
+    size_t off;
+    int rc = MPI_SUCCESS, world = 0;
+    char e[MPI_MAX_ERROR_STRING + 1];
+    if (comm == MPI_COMM_NULL || (!buf && bytes) || timeout_ms < 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_mpi_bcast_bytes: comm is MPI_COMM_NULL, buf NULL or timeout_ms < 0");
+    rc = MPI_Comm_size(comm, &world);
+    if (rc == MPI_SUCCESS && (root < 0 || root >= world))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_bcast_bytes: root = %d with world = %d", root,
+                          world);
+    deadline = zero__mpi_now_ms() + (timeout_ms ? timeout_ms : ZERO_MPI_DEFAULT_TIMEOUT_MS);
+    for (off = 0; rc == MPI_SUCCESS && (off < bytes || (bytes == 0 && off == 0)); off += ZERO__MPI_PIECE) {
+        size_t len = bytes - off < ZERO__MPI_PIECE ? bytes - off : ZERO__MPI_PIECE;
+        MPI_Request req;
+        int done = 0;
+        unsigned polls = 0;
+        rc = MPI_Ibcast((unsigned char *)buf + off, (int)len, MPI_BYTE, root, comm, &req);
+        while (rc == MPI_SUCCESS && !done) {
+            rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (rc == MPI_SUCCESS && !done && (++polls & 31u) == 0) {
+                if (zero__mpi_now_ms() > deadline)
+                    return zero__fail(ZERO_ERROR_TIMEOUT,
+                                      "zero_mpi_bcast_bytes: not complete after %d ms (a rank did not join)",
+                                      timeout_ms ? timeout_ms : ZERO_MPI_DEFAULT_TIMEOUT_MS);
+                sched_yield();
+            }
+        }
+        if (bytes == 0) break;
+    }
+    if (rc != MPI_SUCCESS) {
+        zero__mpi_errtext(rc, e, sizeof e);
+        return zero__fail(ZERO_ERROR_COMM, "zero_mpi_bcast_bytes: %s", e);
+    }
+    return ZERO_OK;
+}
+
+#if defined(ZERO_NCCL_H) && !defined(ZERO_NCCL_BOOTSTRAP_ONLY)
+ZERODEF zero_result zero_mpi_nccl_unique_id(MPI_Comm comm, int root, void *id, int timeout_ms)
+{
+    int rank = -1;
+    if (!id) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_nccl_unique_id: id is NULL");
+    if (comm == MPI_COMM_NULL || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_mpi_nccl_unique_id: not a valid communicator");
+    if (rank == root) {
+        zero_result r = zero_nccl_unique_id(id);
+        if (r != ZERO_OK) return r; /* the others time out in the broadcast */
+    }
+    return zero_mpi_bcast_bytes(comm, root, id, ZERO_NCCL_ID_BYTES, timeout_ms);
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZERO_MPI_IMPLEMENTATION */
