@@ -29,7 +29,7 @@ TESTS    := $(patsubst tests/%.c,build/%,$(TEST_SRC))
 SAN_TESTS := $(patsubst tests/%.c,build/san/%,$(TEST_SRC))
 EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(sort $(wildcard bench/*.c)))
-TOOLS    := build/zero-estimate
+TOOLS    := build/zero-estimate build/zero-ckpt
 
 .PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
@@ -44,6 +44,9 @@ build/san/test_%: tests/test_%.c $(HEADERS) $(wildcard tests/*.h) | build/san
 	$(CC) $(SAN_FLAGS) $< -o $@ $(LDLIBS)
 
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+
+build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
 build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build

@@ -694,9 +694,10 @@ ZT_TEST(safetensors_round_trip)
     char dir[300], out[400];
     const zero_dtype dts[3] = {ZERO_F32, ZERO_F16, ZERO_BF16};
     int k;
+    const char *pyout = getenv("ZERO_ST_EXPORT_DIR"); /* the Python check reads these */
     ck_cfg(&c, 3, 2, ZERO_BF16, 2);
     c.nfault = 0;
-    snprintf(dir, sizeof dir, "%s/st", ck_root);
+    snprintf(dir, sizeof dir, "%s/st", pyout ? pyout : ck_root);
     memset(&a, 0, sizeof a);
     a.s1 = 2;
     a.save_dir = dir;
@@ -707,7 +708,8 @@ ZT_TEST(safetensors_round_trip)
         ck_job b;
         ec_result *rb;
         int t;
-        snprintf(out, sizeof out, "%s/model-%s.safetensors", ck_root, zero_dtype_name(dts[k]));
+        snprintf(out, sizeof out, "%s/model-%s.safetensors", pyout ? pyout : ck_root,
+                 zero_dtype_name(dts[k]));
         ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK);
         ZT_CHECKF(zero_checkpoint_export(ck, out, dts[k]) == ZERO_OK, "%s", zero_last_error());
         zero_checkpoint_close(ck);
@@ -734,7 +736,100 @@ ZT_TEST(safetensors_round_trip)
         c.world = 2;
         c.stage = 3;
     }
+    if (pyout && ra->rc == ZERO_OK) { /* names, shapes and the fp32 masters, for Python */
+        FILE *js, *bin;
+        size_t off = 0;
+        int t;
+        snprintf(out, sizeof out, "%s/expect.json", pyout);
+        js = fopen(out, "w");
+        snprintf(out, sizeof out, "%s/expect-f32.bin", pyout);
+        bin = fopen(out, "wb");
+        ZT_CHECK(js && bin);
+        if (js && bin) {
+            fprintf(js, "[");
+            for (t = 0; t < c.ntensors; t++) {
+                if (t == 0) fprintf(js, "{\"name\": \"t0\", \"shape\": [1, %zu], \"offset\": 0}", c.sizes[0]);
+                else fprintf(js, ", {\"name\": \"t%d\", \"shape\": [%zu], \"offset\": %zu}", t, c.sizes[t], off);
+                fwrite(ra->master[t], 4, c.sizes[t], bin);
+                off += c.sizes[t] * 4;
+            }
+            fprintf(js, "]\n");
+        }
+        if (js) fclose(js);
+        if (bin) fclose(bin);
+    }
     ec_result_free(ra);
+}
+
+/* build/zero-ckpt: usage errors exit 2, a good checkpoint verifies (0), a bad one exits 1
+   naming the file, export writes what the importer reads back. */
+ZT_TEST(tool_zero_ckpt)
+{
+    ec_cfg c;
+    ck_job a;
+    ec_result *ra;
+    char dir[300], cmd[900], out[400];
+    int rc;
+    FILE *f;
+    if (access("build/zero-ckpt", X_OK) != 0) ZT_SKIP("build/zero-ckpt not built (make build/zero-ckpt)");
+    ck_cfg(&c, 1, 2, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/tool", ck_root);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = dir;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
+    ec_result_free(ra);
+    rc = system("build/zero-ckpt >/dev/null 2>&1");
+    ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "no args: %d", rc);
+    snprintf(cmd, sizeof cmd, "build/zero-ckpt export %s x.safetensors --dtype f8 >/dev/null 2>&1", dir);
+    rc = system(cmd);
+    ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "bad dtype: %d", rc);
+    snprintf(cmd, sizeof cmd, "build/zero-ckpt info %s > %s/info.txt 2>&1", dir, ck_root);
+    rc = system(cmd);
+    ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "info: %d", rc);
+    snprintf(out, sizeof out, "%s/info.txt", ck_root);
+    f = fopen(out, "r");
+    if (f) {
+        char txt[8192];
+        size_t n = fread(txt, 1, sizeof txt - 1, f);
+        txt[n] = 0;
+        fclose(f);
+        ZT_CHECKF(strstr(txt, "step 2, world 2, stage 1, params f16") && strstr(txt, "tensor t0") &&
+                  strstr(txt, "shape [1, 37]") && strstr(txt, "verified"), "%s", txt);
+    }
+    snprintf(cmd, sizeof cmd, "build/zero-ckpt export %s %s/tool.safetensors --dtype bf16 >/dev/null", dir, ck_root);
+    rc = system(cmd);
+    ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "export: %d", rc);
+    {
+        ck_job b;
+        ec_result *rb;
+        snprintf(out, sizeof out, "%s/tool.safetensors", ck_root);
+        memset(&b, 0, sizeof b);
+        b.st_in = out;
+        rb = ck_run(&c, &b);
+        ZT_CHECKF(rb->rc == ZERO_OK, "import of the tool's export: %s", rb->err);
+        ec_result_free(rb);
+    }
+    {
+        char name[64], path[400];
+        zero__ck_shard_name(name, sizeof name, 1, 1);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        ck_flip(path, ck_size(path) - 1);
+        snprintf(cmd, sizeof cmd, "build/zero-ckpt info %s > %s/info.txt 2>&1", dir, ck_root);
+        rc = system(cmd);
+        ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "corrupt info: %d", rc);
+        snprintf(out, sizeof out, "%s/info.txt", ck_root);
+        f = fopen(out, "r");
+        if (f) {
+            char txt[8192];
+            size_t n = fread(txt, 1, sizeof txt - 1, f);
+            txt[n] = 0;
+            fclose(f);
+            ZT_CHECKF(strstr(txt, "-00001.shard: checksum mismatch"), "%s", txt);
+        }
+    }
 }
 
 ZT_TEST(safetensors_errors)
@@ -796,6 +891,7 @@ int main(void)
     ZT_RUN(kill_during_save);
     ZT_RUN(safetensors_round_trip);
     ZT_RUN(safetensors_errors);
+    ZT_RUN(tool_zero_ckpt);
     ck_rm_rf(ck_root);
     return zt_summary();
 }
