@@ -7082,6 +7082,9 @@ ZERODEF zero_result zero_checkpoint_get_tensor(const zero_checkpoint *ck, int te
     return ZERO_OK;
 }
 
+static zero_result zero__ck_check_shard_header(const zero_checkpoint *ck, const unsigned char *h,
+                                               const char *path, int q, uint32_t **sec_crc);
+
 /* Checks a shard file's header against the manifest; *sec_crc receives 4 G section
    checksums (caller frees). fd is the open file. */
 static zero_result zero__ck_check_shard(const zero_checkpoint *ck, int fd, const char *path,
@@ -7089,9 +7092,7 @@ static zero_result zero__ck_check_shard(const zero_checkpoint *ck, int fd, const
 {
     struct stat st;
     unsigned char *h;
-    zero__ck_rd rd;
     zero_result r;
-    uint32_t G = (uint32_t)ck->info.num_groups, i, crc;
     *sec_crc = NULL;
     if (fstat(fd, &st) != 0) return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(errno));
     if ((uint64_t)st.st_size != ck->file_bytes[q])
@@ -7099,15 +7100,22 @@ static zero_result zero__ck_check_shard(const zero_checkpoint *ck, int fd, const
                           "replaced)", path, (long long)st.st_size,
                           (unsigned long long)ck->file_bytes[q]);
     h = (unsigned char *)ZERO_MALLOC((size_t)ck->header_bytes);
-    *sec_crc = (uint32_t *)ZERO_MALLOC((size_t)G * 16u);
-    if (!h || !*sec_crc) {
-        ZERO_FREE(h);
-        ZERO_FREE(*sec_crc);
-        *sec_crc = NULL;
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header", path);
-    }
+    if (!h) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header", path);
     r = zero__ck_pread(fd, h, (size_t)ck->header_bytes, 0, path);
-    if (r != ZERO_OK) goto out;
+    if (r == ZERO_OK) r = zero__ck_check_shard_header(ck, h, path, q, sec_crc);
+    ZERO_FREE(h);
+    return r;
+}
+
+/* The header part of zero__ck_check_shard(): h holds ck->header_bytes bytes. */
+static zero_result zero__ck_check_shard_header(const zero_checkpoint *ck, const unsigned char *h,
+                                               const char *path, int q, uint32_t **sec_crc)
+{
+    zero__ck_rd rd;
+    zero_result r;
+    uint32_t G = (uint32_t)ck->info.num_groups, i, crc;
+    *sec_crc = (uint32_t *)ZERO_MALLOC((size_t)G * 16u);
+    if (!*sec_crc) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header", path);
     crc = zero__ck_le32(h + ck->header_bytes - 4);
     if (crc != ck->file_hcrc[q] || crc != zero_crc32c(0, h, (size_t)ck->header_bytes - 4)) {
         r = zero__fail(ZERO_ERROR_IO, "%s: header checksum mismatch (bytes 0..%llu: stored %08x, "
@@ -7147,7 +7155,6 @@ static zero_result zero__ck_check_shard(const zero_checkpoint *ck, int fd, const
     }
     r = ZERO_OK;
 out:
-    ZERO_FREE(h);
     if (r != ZERO_OK) {
         ZERO_FREE(*sec_crc);
         *sec_crc = NULL;
