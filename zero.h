@@ -6298,6 +6298,7 @@ ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_s
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -7178,10 +7179,22 @@ static zero_result zero__ck_stream(const zero_checkpoint *ck, int fd, const char
     uint32_t crc = 0;
     size_t per = chunk_bytes / esz * esz;
     zero_result r;
-    int i;
+    int i, direct;
+    /* One piece covering the whole section (no resharding): read straight into place,
+       checksumming each chunk while it is still in cache. */
+    direct = np == 1 && pc[0].src == 0 && pc[0].n * esz == bytes && dst_base != NULL;
+    if (per > ((size_t)4 << 20)) per = (size_t)4 << 20; /* cache-sized chunks */
     while (pos < bytes) {
         size_t c = (size_t)(bytes - pos < per ? bytes - pos : per);
         uint64_t e0 = pos / esz, e1 = (pos + c) / esz;
+        if (direct) {
+            unsigned char *dst = dst_base + pc[0].dst * esz + pos;
+            r = zero__ck_pread(fd, dst, c, off + pos, path);
+            if (r != ZERO_OK) return r;
+            crc = zero_crc32c(crc, dst, c);
+            pos += c;
+            continue;
+        }
         r = zero__ck_pread(fd, chunk, c, off + pos, path);
         if (r != ZERO_OK) return r;
         crc = zero_crc32c(crc, chunk, c);
@@ -7712,9 +7725,63 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir)
 
 typedef struct zero__ck_load {
     zero_engine *e;
-    int *map;                 /* checkpoint tensor -> engine tensor */
+    int same;                 /* the saving layout is the engine's: shard files map 1:1 */
+    int *tmap;                /* checkpoint tensor -> engine tensor */
     unsigned char *stage_buf; /* this rank's shard: master, m, v (fp32), params */
+    unsigned char *map;       /* same layout: this rank's shard file, mapped and verified */
+    size_t map_bytes;
 } zero__ck_load;
+
+/* Same layout: maps this rank's own shard file and verifies its header and every section
+   checksum over the mapping; the apply step then uploads straight from it (no staging). */
+static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
+{
+    char name[64], path[4200];
+    uint32_t *crcs = NULL;
+    zero_result r;
+    int fd, g, ki;
+    void *m;
+    zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->rank);
+    snprintf(path, sizeof path, "%s/%s", ck->dir, name);
+    fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path,
+                          L->e->rank, strerror(errno));
+    r = zero__ck_check_shard(ck, fd, path, L->e->rank, &crcs);
+    if (r != ZERO_OK) {
+        close(fd);
+        return r;
+    }
+#ifdef MAP_POPULATE
+    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+#else
+    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+#endif
+    close(fd);
+    if (m == MAP_FAILED) {
+        ZERO_FREE(crcs);
+        return zero__fail(ZERO_ERROR_IO, "%s: mmap of %llu bytes: %s", path,
+                          (unsigned long long)ck->shard_bytes, strerror(errno));
+    }
+    L->map = (unsigned char *)m;
+    L->map_bytes = (size_t)ck->shard_bytes;
+    for (g = 0; g < ck->info.num_groups && r == ZERO_OK; g++)
+        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+            uint64_t off = zero__ck_sec_off(ck, g, ki);
+            uint64_t bytes = ck->groups[g].shard_numel * zero__ck_sec_esz(ck, ki);
+            uint32_t c = zero_crc32c(0, L->map + off, (size_t)bytes);
+            if (c != crcs[g * 4 + ki]) {
+                int t = ck->groups[g].first_tensor;
+                r = zero__fail(ZERO_ERROR_IO, "%s: checksum mismatch in the %s section of group "
+                               "%d (bytes %llu..%llu; tensors from '%s'): stored %08x, computed "
+                               "%08x", path, zero__ck_kind_name(ki), g, (unsigned long long)off,
+                               (unsigned long long)(off + bytes - 1),
+                               t >= 0 ? ck->tensors[t].name : "?", crcs[g * 4 + ki], c);
+            }
+        }
+    ZERO_FREE(crcs);
+    return r;
+}
 
 static int zero__ck_want_load(void *ctx, const zero_checkpoint *ck, int q, int g, zero__ck_piece *pc)
 {
@@ -7730,8 +7797,8 @@ static int zero__ck_want_load(void *ctx, const zero_checkpoint *ck, int q, int g
         memset(&sn, 0, sizeof sn);
         memset(&shn, 0, sizeof shn);
         memset(&sq, 0, sizeof sq);
-        if (zero_plan_tensor(e->plan, L->map[t], &ti) != ZERO_OK ||
-            zero_plan_intersect(e->plan, L->map[t], e->rank, &sn) != ZERO_OK ||
+        if (zero_plan_tensor(e->plan, L->tmap[t], &ti) != ZERO_OK ||
+            zero_plan_intersect(e->plan, L->tmap[t], e->rank, &sn) != ZERO_OK ||
             zero_plan_shard(e->plan, ti.group, e->rank, &shn) != ZERO_OK ||
             zero_plan_intersect(ck->plan, t, q, &sq) != ZERO_OK)
             continue;
@@ -7802,7 +7869,7 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
     zero__ck_reader rdr;
     zero_traffic keep;
     size_t bytes = 0;
-    int g, ki, i;
+    int t, ki, i;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -7818,16 +7885,37 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
         r = zero__fail(r, "zero_engine_load: %.400s", prev);
     }
     if (r == ZERO_OK) {
-        L.map = (int *)ZERO_MALLOC((size_t)ck->info.num_tensors * sizeof(int));
+        L.tmap = (int *)ZERO_MALLOC((size_t)ck->info.num_tensors * sizeof(int));
+        if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
+    }
+    if (r == ZERO_OK) r = zero__ck_compat(e, ck, dir, L.tmap);
+    if (r == ZERO_OK) { /* same world, alignment, groups and tensor order: no resharding */
+        L.same = ck->info.world == e->world && ck->info.num_groups == e->G &&
+                 ck->info.align_numel == zero_plan_align(e->plan);
+        for (t = 0; L.same && t < ck->info.num_tensors; t++) {
+            zero_tensor_info ti;
+            memset(&ti, 0, sizeof ti);
+            zero_plan_tensor(e->plan, t, &ti);
+            L.same = L.tmap[t] == t && (uint64_t)ti.offset == ck->tensors[t].offset &&
+                     ti.group == (int)ck->tensors[t].group;
+        }
+        for (t = 0; L.same && t < e->G; t++)
+            L.same = ck->groups[t].shard_numel == e->groups[t].shard_numel;
+    }
+    if (r == ZERO_OK && !L.same) { /* resharding: staging filled from every file needed */
         if (zero__mul_size(e->S, 12u + e->p, &bytes) || bytes == 0) bytes = 0;
         L.stage_buf = bytes ? (unsigned char *)ZERO_MALLOC(bytes) : NULL;
-        if (!L.map || !L.stage_buf)
+        if (!L.stage_buf) /* not cleared: only tensor elements are read back */
             r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load: %zu bytes of staging", bytes);
-        else
-            memset(L.stage_buf, 0, bytes);
     }
-    if (r == ZERO_OK) r = zero__ck_compat(e, ck, dir, L.map);
-    if (r == ZERO_OK) {
+    if (r == ZERO_OK && L.same) {
+        r = zero__ck_map_own(ck, &L);
+        if (r != ZERO_OK) {
+            char prev[400];
+            zero__eng_copy_error(prev, sizeof prev);
+            r = zero__fail(r, "zero_engine_load: %.400s", prev);
+        }
+    } else if (r == ZERO_OK) {
         rdr.want = zero__ck_want_load;
         rdr.base = zero__ck_base_load;
         rdr.ctx = &L;
@@ -7845,12 +7933,27 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "load: event");
     for (i = 0; i < e->ngslots; i++)
         if (e->gslots[i].group >= 0) zero__eng_drop_slot(e, i);
-    for (g = 0; g < e->G && r == ZERO_OK; g++)
+    /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
+    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+        zero_tensor_info ti;
+        zero_range sn, shn;
+        size_t at;
+        memset(&ti, 0, sizeof ti);
+        memset(&sn, 0, sizeof sn);
+        memset(&shn, 0, sizeof shn);
+        r = zero_plan_tensor(e->plan, t, &ti);
+        if (r == ZERO_OK) r = zero_plan_intersect(e->plan, t, e->rank, &sn);
+        if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &shn);
+        if (r != ZERO_OK || sn.numel == 0) continue;
+        at = sn.offset - shn.offset;
         for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
             size_t esz = ki == 3 ? e->p : 4;
-            r = zero__ck_state_io(e, zero__ck_kinds[ki], g, 0, e->groups[g].shard_numel,
-                                  L.stage_buf + (size_t)ki * e->S * 4u + e->groups[g].off_shard * esz, 1);
+            unsigned char *src = L.map ? L.map + zero__ck_sec_off(ck, ti.group, ki) + at * esz
+                                       : L.stage_buf + (size_t)ki * e->S * 4u +
+                                             (e->groups[ti.group].off_shard + at) * esz;
+            r = zero__ck_state_io(e, zero__ck_kinds[ki], ti.group, at, sn.numel, src, 1);
         }
+    }
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
     if (r != ZERO_OK) {
         r = zero__eng_break(e, r, "zero_engine_load: upload");
@@ -7881,8 +7984,9 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
     e->scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
 out:
     e->traffic_cur = keep;
-    ZERO_FREE(L.map);
+    ZERO_FREE(L.tmap);
     ZERO_FREE(L.stage_buf);
+    if (L.map) munmap(L.map, L.map_bytes);
     zero_checkpoint_close(ck);
     return r;
 }
