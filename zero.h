@@ -26,6 +26,7 @@
        optimizer    Adam / AdamW: one element expression shared by every backend
        scaler       dynamic loss scaling with DeepSpeed's defaults
        engine       stages 0-3 written once against the two interfaces above
+       checkpoint   crash-safe sharded save/load, resharding, safetensors in and out
 
    zero_cuda.h adds a CUDA device, zero_nccl.h an NCCL comm; the engine does not change.
 
