@@ -1179,8 +1179,9 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
    everything it needs (manifest, file sizes, header and section checksums, the plan) and
    the ranks agree; only then is state changed. On error every rank returns the same code
    and message (naming the file, tensor or byte offset) and the engine is unchanged.
-   Call between steps with no group gathered. Host memory: this rank's shard of the state
-   (4 x 3 + param bytes per shard element). Errors: INVALID_STATE, NOT_FOUND (no
+   Call between steps with no group gathered. Host memory: with the saving layout (same
+   world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
+   resharding, this rank's new shard is staged (12 + param bytes per shard element). Errors: INVALID_STATE, NOT_FOUND (no
    checkpoint), IO (corrupt or truncated file), MISMATCH (plan or dtype differs),
    OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir);
@@ -6806,7 +6807,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     zero__ck_rd rd;
     zero_result r = ZERO_OK;
     uint32_t version, world, stage, dtype, align, G, T, i, crc;
-    uint64_t mbytes, namebytes = 0, off;
+    uint64_t mbytes, off;
     size_t namepos = 0;
     int k;
     *out = NULL;
@@ -6926,9 +6927,8 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
             }
         memcpy(ck->names + namepos, buf + rd.at, len);
         ck->names[namepos + len] = '\0';
-        t->name = ck->names + namepos; /* fixed up below if names moves: it does not */
+        t->name = ck->names + namepos;
         namepos += len + 1;
-        namebytes += len + 1;
         rd.at += len;
         t->group = (uint32_t)zero__ck_get(&rd, 4);
         t->flags = (uint32_t)zero__ck_get(&rd, 4);
@@ -6964,7 +6964,6 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
                        rd.bad ? "ends early" : "has extra bytes", rd.at);
         goto fail;
     }
-    (void)namebytes;
     /* Rebuild the saving run's plan and check that it lays out as recorded. */
     r = zero_plan_create(&ck->plan, NULL);
     for (i = 0; i < T && r == ZERO_OK; i++)

@@ -519,6 +519,42 @@ ZT_TEST(corruption_detected_everywhere)
     }
 }
 
+/* A save that cannot write fails on every rank with the same message; the engine trains on
+   and a later save elsewhere works (and equals a run that never failed). */
+ZT_TEST(save_failure_everywhere)
+{
+    ec_cfg c;
+    ck_job a, b;
+    ec_result *ra, *rb;
+    char bad[400], good[400], why[200];
+    FILE *f;
+    ck_cfg(&c, 3, 3, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(bad, sizeof bad, "%s/plainfile", ck_root);
+    f = fopen(bad, "w");
+    if (f) fclose(f);
+    snprintf(bad, sizeof bad, "%s/plainfile/ckpt", ck_root); /* its parent is a file */
+    snprintf(good, sizeof good, "%s/after-failure", ck_root);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = bad;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_ERROR_IO && strstr(ra->err, "plainfile/ckpt") != NULL, "%s: %s",
+              zero_result_string(ra->rc), ra->err);
+    ec_result_free(ra);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = good;
+    ra = ck_run(&c, &a);
+    memset(&b, 0, sizeof b);
+    b.load_dir = good;
+    rb = ck_run(&c, &b);
+    ZT_CHECKF(ra->rc == ZERO_OK && rb->rc == ZERO_OK && ec_same_state(&c, ra, rb, why, sizeof why),
+              "%s %s %s", ra->err, rb->err, why);
+    ec_result_free(ra);
+    ec_result_free(rb);
+}
+
 /* ---- crash safety ------------------------------------------------------------------------------ */
 
 #define KILL_T 6
@@ -898,6 +934,7 @@ int main(void)
     ZT_RUN(exact_resume);
     ZT_RUN(reshard_any_world_any_stage);
     ZT_RUN(corruption_detected_everywhere);
+    ZT_RUN(save_failure_everywhere);
     ZT_RUN(kill_during_save);
     ZT_RUN(safetensors_round_trip);
     ZT_RUN(safetensors_errors);
