@@ -65,6 +65,45 @@ ZT_TEST(crc32c_paths_agree)
     ZT_CHECK(zero_crc32c(0, buf, 4096) == ~zero__crc_sw(~0u, buf, 4096));
 }
 
+/* Shapes: registered, reported, carried by checkpoints; bad shapes refused, nothing added. */
+static zero_result shape_fn(int rank, zero_comm *comm, void *user)
+{
+    int *fails = (int *)user, nd = -1, id = -1;
+    uint64_t dims[ZERO_TENSOR_MAX_DIMS], d3[3] = {2, 3, 4}, d0[2] = {5, 0}, big[2] = {UINT64_MAX / 2, 4};
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    (void)rank;
+    memset(&d, 0, sizeof d);
+    zero_host_device_create(NULL, &dev);
+    d.device = dev;
+    d.comm = comm;
+    zero_engine_create(&d, &e);
+    if (zero_engine_add_tensor_shape(e, "w", 3, d3, 0, 0, &id) != ZERO_OK || id != 0) (*fails)++;
+    if (zero_engine_add_tensor_shape(e, "z", 2, d0, 0, 0, NULL) != ZERO_ERROR_INVALID_ARGUMENT) (*fails)++;
+    if (zero_engine_add_tensor_shape(e, "n", 0, d3, 0, 0, NULL) != ZERO_ERROR_INVALID_ARGUMENT) (*fails)++;
+    if (zero_engine_add_tensor_shape(e, "o", 2, big, 0, 0, NULL) != ZERO_ERROR_OVERFLOW) (*fails)++;
+    if (zero_engine_add_tensor_shape(e, "w", 1, d3, 0, 0, NULL) != ZERO_ERROR_INVALID_ARGUMENT) (*fails)++;
+    if (zero_engine_add_tensor(e, "b", 7, 0, 0, &id) != ZERO_OK || id != 1) (*fails)++;
+    if (zero_engine_commit(e) != ZERO_OK) (*fails)++;
+    if (zero_engine_tensor_shape(e, 0, &nd, dims) != ZERO_OK || nd != 3 || dims[0] != 2 ||
+        dims[1] != 3 || dims[2] != 4)
+        (*fails)++;
+    if (zero_engine_tensor_shape(e, 1, &nd, dims) != ZERO_OK || nd != 0) (*fails)++;
+    if (zero_engine_tensor_shape(e, 2, &nd, dims) != ZERO_ERROR_NOT_FOUND) (*fails)++;
+    if (zero_plan_num_tensors(zero_engine_plan(e)) != 2) (*fails)++;
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+ZT_TEST(tensor_shapes)
+{
+    int fails = 0;
+    ZT_CHECK(zero_local_run(1, shape_fn, &fails) == ZERO_OK);
+    ZT_CHECKF(fails == 0, "%d shape checks failed", fails);
+}
+
 /* ---- a job: train, load, save on N ranks --------------------------------------------------- */
 
 typedef struct ck_job {
@@ -931,6 +970,7 @@ int main(void)
     }
     ZT_RUN(crc32c_vectors);
     ZT_RUN(crc32c_paths_agree);
+    ZT_RUN(tensor_shapes);
     ZT_RUN(exact_resume);
     ZT_RUN(reshard_any_world_any_stage);
     ZT_RUN(corruption_detected_everywhere);
