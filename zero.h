@@ -7515,11 +7515,11 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     zero__ck_shard_name(name, sizeof name, gen, e->rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    chunk = (unsigned char *)ZERO_MALLOC(chunk_bytes);
-    crcs = (uint32_t *)ZERO_MALLOC((size_t)e->G * 16u);
+    chunk = (unsigned char *)zero__alloc(&e->d.allocator, chunk_bytes);
+    crcs = (uint32_t *)zero__alloc(&e->d.allocator, (size_t)e->G * 16u);
     if (!chunk || !crcs) {
-        ZERO_FREE(chunk);
-        ZERO_FREE(crcs);
+        zero__free(&e->d.allocator, chunk);
+        zero__free(&e->d.allocator, crcs);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -7593,8 +7593,8 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     }
 out:
     ZERO_FREE(hdr.p);
-    ZERO_FREE(chunk);
-    ZERO_FREE(crcs);
+    zero__free(&e->d.allocator, chunk);
+    zero__free(&e->d.allocator, crcs);
     return r;
 }
 
@@ -7885,7 +7885,7 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
         r = zero__fail(r, "zero_engine_load: %.400s", prev);
     }
     if (r == ZERO_OK) {
-        L.tmap = (int *)ZERO_MALLOC((size_t)ck->info.num_tensors * sizeof(int));
+        L.tmap = (int *)zero__alloc(&e->d.allocator, (size_t)ck->info.num_tensors * sizeof(int));
         if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
     }
     if (r == ZERO_OK) r = zero__ck_compat(e, ck, dir, L.tmap);
@@ -7904,7 +7904,7 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
     }
     if (r == ZERO_OK && !L.same) { /* resharding: staging filled from every file needed */
         if (zero__mul_size(e->S, 12u + e->p, &bytes) || bytes == 0) bytes = 0;
-        L.stage_buf = bytes ? (unsigned char *)ZERO_MALLOC(bytes) : NULL;
+        L.stage_buf = bytes ? (unsigned char *)zero__alloc(&e->d.allocator, bytes) : NULL;
         if (!L.stage_buf) /* not cleared: only tensor elements are read back */
             r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load: %zu bytes of staging", bytes);
     }
@@ -7930,7 +7930,10 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
     r = zero__ck_agree(e, r, NULL);
     if (r != ZERO_OK || e->state == ZERO__ENG_BROKEN) goto out;
     /* 3. apply: shards, the copies kept whole, then step, Adam settings, scaler */
-    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "load: event");
+    if ((r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
+        r = zero__eng_break(e, r, "zero_engine_load: event");
+        goto out;
+    }
     for (i = 0; i < e->ngslots; i++)
         if (e->gslots[i].group >= 0) zero__eng_drop_slot(e, i);
     /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
@@ -7984,8 +7987,8 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
     e->scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
 out:
     e->traffic_cur = keep;
-    ZERO_FREE(L.tmap);
-    ZERO_FREE(L.stage_buf);
+    zero__free(&e->d.allocator, L.tmap);
+    zero__free(&e->d.allocator, L.stage_buf);
     if (L.map) munmap(L.map, L.map_bytes);
     zero_checkpoint_close(ck);
     return r;
