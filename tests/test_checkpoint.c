@@ -882,7 +882,8 @@ ZT_TEST(tool_zero_ckpt)
         txt[n] = 0;
         fclose(f);
         ZT_CHECKF(strstr(txt, "step 2, world 2, stage 1, params f16") && strstr(txt, "tensor t0") &&
-                  strstr(txt, "shape [1, 37]") && strstr(txt, "verified"), "%s", txt);
+                  strstr(txt, "shape [1, 37]") && strstr(txt, "verified") &&
+                  strstr(txt, "-00001.shard  "), "%s", txt);
     }
     snprintf(cmd, sizeof cmd, "build/zero-ckpt export %s %s/tool.safetensors --dtype bf16 >/dev/null", dir, ck_root);
     rc = system(cmd);

@@ -9,6 +9,8 @@
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 
+#include <sys/stat.h>
+
 static int usage(void)
 {
     fprintf(stderr, "usage: zero-ckpt info DIR | zero-ckpt export DIR OUT.safetensors "
@@ -47,6 +49,16 @@ static int info(const char *dir)
     printf("  plan hash %016llx, %d groups, %d tensors, %llu bytes in %d shard files + manifest\n",
            (unsigned long long)in.plan_hash, in.num_groups, in.num_tensors,
            (unsigned long long)in.total_bytes, in.world);
+    for (t = 0; t < in.world; t++) { /* the shard files, by the names docs/checkpoint.md gives */
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/zero-%016llx-%05d.shard", dir,
+                 (unsigned long long)in.generation, t);
+        if (stat(path, &st) == 0)
+            printf("  rank %5d  %s  %lld bytes\n", t, path, (long long)st.st_size);
+        else
+            printf("  rank %5d  %s  MISSING\n", t, path);
+    }
     for (t = 0; t < in.num_tensors; t++) {
         zero_checkpoint_tensor ti;
         zero_checkpoint_get_tensor(ck, t, &ti);
