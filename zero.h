@@ -1168,8 +1168,10 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    manifest. Call between steps (not between micro-steps). Every rank returns the same
    result: a failure on any rank (I/O, a full disk) fails every rank's call with that
    rank's message; the engine is unchanged either way and the previous checkpoint in dir
-   stays loadable. Errors: INVALID_STATE (before commit, mid-step), IO, OUT_OF_MEMORY;
-   COMM/DEVICE (engine broken). Host memory: one 16 MiB staging buffer. */
+   stays loadable. Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
+   INVALID_STATE (before commit, mid-step) return at once without communicating (SPMD
+   programs make them on every rank alike); IO, OUT_OF_MEMORY; COMM/DEVICE (engine broken).
+   Host memory: one 16 MiB staging buffer. */
 ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
 
 /* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
@@ -1181,9 +1183,10 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
    and message (naming the file, tensor or byte offset) and the engine is unchanged.
    Call between steps with no group gathered. Host memory: with the saving layout (same
    world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
-   resharding, this rank's new shard is staged (12 + param bytes per shard element). Errors: INVALID_STATE, NOT_FOUND (no
-   checkpoint), IO (corrupt or truncated file), MISMATCH (plan or dtype differs),
-   OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
+   resharding, this rank's new shard is staged (12 + param bytes per shard element).
+   Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
+   save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
+   or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir);
 
 /* A checkpoint directory opened for reading without an engine (tools, export). */
