@@ -84,12 +84,14 @@ fuzz: $(FUZZERS)
 	    -print_final_stats=1 build/fuzz/work-$$f 2>&1 | grep -E "^(stat::number_of_executed_units|Done|==.*ERROR)"; \
 	done
 
-# The exports checked by the reference safetensors package (a venv with safetensors + numpy).
+# The exports checked by the reference safetensors package (a venv with safetensors + numpy),
+# and the checkpoint read by tests/read_checkpoint.py, written from docs/checkpoint.md alone.
 PYTHON ?= python3
 test-safetensors-py: build/test_checkpoint
 	@rm -rf build/st-py && mkdir -p build/st-py
 	ZERO_ST_EXPORT_DIR=build/st-py build/test_checkpoint >/dev/null
 	$(PYTHON) tests/check_safetensors.py build/st-py
+	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin
 
 DEMO ?= build/train_mlp
 demo: build/train_mlp
