@@ -113,6 +113,8 @@ typedef struct ck_job {
     int s0, s1;   /* steps [s0, s1) after it */
     int rename_tensor, grow_tensor, reflag_tensor;
     int expect_load_fail;
+    int prefetch_before_load; /* stage 3: a stale prefetched group must not survive the load */
+    unsigned char gathered0[EC_MAX_RANKS][64 * 4]; /* tensor 0 as gathered right after the load */
     zero_result load_rc[EC_MAX_RANKS];
     char load_msg[EC_MAX_RANKS][512];
     int unchanged[EC_MAX_RANKS];
@@ -205,6 +207,7 @@ static zero_result ck_rank_fn(int rank, zero_comm *comm, void *user)
     if (job->st_in) EC_TRY(zero_engine_load_safetensors(e, job->st_in));
     if (job->load_dir) {
         size_t nb = 0, nb2 = 0;
+        if (job->prefetch_before_load) EC_TRY(zero_engine_prefetch(e, 0));
         unsigned char *before = job->expect_load_fail ? ck_snapshot(e, c, ids, &nb) : NULL;
         r = zero_engine_load(e, job->load_dir);
         job->load_rc[rank] = r;
@@ -219,6 +222,15 @@ static zero_result ck_rank_fn(int rank, zero_comm *comm, void *user)
         }
         if (r != ZERO_OK) goto done;
         zero_engine_scaler_state(e, &job->scaler_loaded[rank]);
+        if (job->prefetch_before_load) {
+            void *pp;
+            zero_tensor_info ti;
+            EC_TRY(zero_engine_gather(e, 0, &pp));
+            zero_plan_tensor(zero_engine_plan(e), ids[0], &ti);
+            memcpy(job->gathered0[rank], (unsigned char *)pp + ti.offset * zero_dtype_size(c->dtype),
+                   ti.numel * zero_dtype_size(c->dtype));
+            EC_TRY(zero_engine_release(e, 0));
+        }
     }
     EC_TRY(ck_train(e, c, ids, rank, job->s0, job->s1, res));
     if (job->save_dir) EC_TRY(zero_engine_save(e, job->save_dir));
@@ -288,6 +300,7 @@ static void ck_resume_case(int stage, int world, zero_dtype dt, int T)
     b.load_dir = dir;
     b.s0 = T;
     b.s1 = 2 * T;
+    b.prefetch_before_load = 1;
     rb = ck_run(&c, &b);
     ZT_CHECKF(rs->rc == ZERO_OK && ra->rc == ZERO_OK && rb->rc == ZERO_OK,
               "stage %d N %d %s: %s | %s | %s", stage, world, zero_dtype_name(dt), rs->err,
@@ -305,6 +318,9 @@ static void ck_resume_case(int stage, int world, zero_dtype dt, int T)
             ZT_CHECK(s.step[rk] == b.step[rk]);
             ZT_CHECKF(ck_same_scaler(&a.scaler[rk], &b.scaler_loaded[rk]),
                       "rank %d: the loaded scaler state differs from the saved one", rk);
+            ZT_CHECKF(memcmp(b.gathered0[rk], ra->param[0], c.sizes[0] * zero_dtype_size(dt)) == 0,
+                      "stage %d N %d rank %d: tensor 0 gathered after the load is stale", stage,
+                      world, rk);
         }
         /* the scenario exercised what it claims: a skipped step in each half (fp16) */
         if (dt == ZERO_F16) ZT_CHECKF(s.step[0] == 2 * T - 2, "steps %lld", (long long)s.step[0]);
