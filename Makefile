@@ -32,10 +32,10 @@ TESTS    := $(patsubst tests/%.c,build/%,$(TEST_SRC))
 SAN_TESTS := $(patsubst tests/%.c,build/san/%,$(TEST_SRC))
 EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $(wildcard bench/*.c))))
-TOOLS    := build/zero-estimate
+TOOLS    := build/zero-estimate build/zero-ckpt
 
 .PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
-        print-nccl mpi test-mpi bench-mpi
+        print-nccl mpi test-mpi bench-mpi test-ckpt-kill fuzz test-safetensors-py
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
 build build/san build/compile build/cuda:
@@ -72,6 +72,9 @@ $(addprefix build/san/,$(notdir $(LINKED_TESTS))): build/san/%: tests/%.c build/
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
+build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) | build
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+
 build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -89,6 +92,37 @@ test:
 test-sanitize:
 	@$(MAKE) --no-print-directory $(PAR) $(SAN_TESTS) $(TOOLS)
 	@ZT_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(SAN_TESTS)
+
+# ---- checkpoints: the full kill test, libFuzzer harnesses, the Python safetensors check ----
+test-ckpt-kill: build/test_checkpoint
+	ZERO_CKPT_KILLS=$${ZERO_CKPT_KILLS:-200} build/test_checkpoint
+
+# make fuzz: each harness replays the committed corpus of malformed files, then fuzzes for
+# FUZZ_TIME seconds (FUZZ_RUNS=10000000 for a long run). Needs clang's libFuzzer runtime.
+FUZZ_CC ?= clang
+FUZZ_TIME ?= 20
+FUZZ_RUNS ?= -1
+FUZZERS := build/fuzz/fuzz_ckpt build/fuzz/fuzz_safetensors
+build/fuzz:
+	@mkdir -p $@
+build/fuzz/fuzz_%: fuzz/fuzz_%.c $(HEADERS) | build/fuzz
+	$(FUZZ_CC) -std=c11 $(WARN) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. $< -o $@ -lm -pthread
+fuzz: $(FUZZERS)
+	@set -e; for f in ckpt safetensors; do \
+	  echo "== fuzz_$$f: corpus replay"; build/fuzz/fuzz_$$f -runs=0 fuzz/corpus/$$f 2>&1 | tail -n 1; \
+	  rm -rf build/fuzz/work-$$f; cp -r fuzz/corpus/$$f build/fuzz/work-$$f; \
+	  echo "== fuzz_$$f: $(FUZZ_TIME) s"; build/fuzz/fuzz_$$f -max_total_time=$(FUZZ_TIME) -runs=$(FUZZ_RUNS) \
+	    -print_final_stats=1 build/fuzz/work-$$f 2>&1 | grep -E "^(stat::number_of_executed_units|Done|==.*ERROR)"; \
+	done
+
+# The exports checked by the reference safetensors package (a venv with safetensors + numpy),
+# and the checkpoint read by tests/read_checkpoint.py, written from docs/checkpoint.md alone.
+PYTHON ?= python3
+test-safetensors-py: build/test_checkpoint
+	@rm -rf build/st-py && mkdir -p build/st-py
+	ZERO_ST_EXPORT_DIR=build/st-py build/test_checkpoint >/dev/null
+	$(PYTHON) tests/check_safetensors.py build/st-py
+	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin
 
 DEMO ?= build/train_mlp
 demo: build/train_mlp

@@ -28,6 +28,7 @@
        nvme i/o     zero_io_*: asynchronous O_DIRECT file I/O (io_uring or a thread pool) with
                     a checksum per range, for ZeRO-Infinity's NVMe tier (Linux)
        engine       stages 0-3 written once against the two interfaces above
+       checkpoint   crash-safe sharded save/load, resharding, safetensors in and out
 
    zero_cuda.h adds a CUDA device, zero_nccl.h an NCCL comm; the engine does not change.
 
@@ -1571,6 +1572,124 @@ ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_s
 
 /* "all_gather", "reduce_scatter", "all_reduce", "broadcast", "control" or "?". */
 ZERODEF const char *zero_coll_name(zero_coll kind);
+
+/* ======================================================================================
+   Checkpoints: sharded, crash-safe, checksummed save and load of an engine's state, a
+   reader for checkpoint directories (consolidation, resharding), safetensors in and out.
+   ====================================================================================== */
+/* Checkpoint declarations. The byte format is in docs/checkpoint.md.
+
+   A checkpoint is a directory holding one shard file per rank of the saving run
+   (zero-<generation, 16 hex digits>-<rank, 5 digits>.shard: that rank's shard of every
+   group's fp32 master, m, v and params) and a manifest (zero.manifest: the plan, the step,
+   the Adam settings, the loss-scaler state, every shard file's size and header checksum).
+   Every file is written under a temporary name, fsynced, renamed and its directory fsynced;
+   the manifest is written last and is the commit point: a crash at any moment leaves the
+   previous checkpoint in the directory loadable, or the new one complete. Older
+   generations are removed after the new manifest is in place. Every file carries CRC32C
+   checksums (header, and each section) and its sizes. The ranks must see one directory
+   (one machine, or a shared file system). */
+
+#define ZERO_TENSOR_MAX_DIMS 8
+
+/* Like zero_engine_add_tensor(), with a shape (ndim 1..ZERO_TENSOR_MAX_DIMS, every dim
+   > 0; numel = their product) that checkpoints and safetensors exports carry. Tensors
+   added without a shape are exported as [numel]. Errors: those of add_tensor;
+   INVALID_ARGUMENT for a bad ndim, a zero dim or NULL dims; OVERFLOW. */
+ZERODEF zero_result zero_engine_add_tensor_shape(zero_engine *e, const char *name, int ndim,
+                                                 const uint64_t *dims, int group,
+                                                 unsigned flags, int *out_tensor);
+/* A tensor's shape: *ndim = 0 when it was added without one. */
+ZERODEF zero_result zero_engine_tensor_shape(const zero_engine *e, int tensor, int *ndim,
+                                             uint64_t dims[ZERO_TENSOR_MAX_DIMS]);
+/* A copy of the engine's loss-scaler state (the whole struct). */
+ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *out);
+
+/* CRC32C (Castagnoli, reflected, as in iSCSI/ext4): pass 0 first, then the previous
+   result to continue over more bytes. Uses SSE4.2 where the CPU has it (same result). */
+ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
+
+/* COLLECTIVE. Saves the engine's state to directory dir (created if missing; every rank
+   passes the same path): each rank writes its own shard file; rank 0 then writes the
+   manifest. Call between steps (not between micro-steps). Every rank returns the same
+   result: a failure on any rank (I/O, a full disk) fails every rank's call with that
+   rank's message; the engine is unchanged either way and the previous checkpoint in dir
+   stays loadable. Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
+   INVALID_STATE (before commit, mid-step) return at once without communicating (SPMD
+   programs make them on every rank alike); IO, OUT_OF_MEMORY; COMM/DEVICE (engine broken).
+   Host memory: one 16 MiB staging buffer. */
+ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
+
+/* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
+   into this committed engine: master, m, v, params, step, Adam settings and scaler state.
+   The engine's tensors must match the checkpoint's by name, size and flags (in any
+   grouping), and the param dtype must be the same. Every rank first reads and verifies
+   everything it needs (manifest, file sizes, header and section checksums, the plan) and
+   the ranks agree; only then is state changed. On error every rank returns the same code
+   and message (naming the file, tensor or byte offset) and the engine is unchanged.
+   Call between steps with no group gathered. Host memory: with the saving layout (same
+   world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
+   resharding, this rank's new shard is staged (12 + param bytes per shard element).
+   Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
+   save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
+   or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
+ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir);
+
+/* A checkpoint directory opened for reading without an engine (tools, export). */
+typedef struct zero_checkpoint zero_checkpoint;
+
+typedef struct zero_checkpoint_info {
+    uint64_t generation;
+    int world, stage;
+    zero_dtype param_dtype;
+    size_t align_numel;
+    int num_groups, num_tensors;
+    int64_t step;
+    uint64_t plan_hash;   /* zero_plan_hash() of the saving run's plan                   */
+    zero_adam_desc adam;  /* the saving engine's resolved Adam settings                  */
+    zero_scaler scaler;   /* its loss-scaler state                                       */
+    uint64_t total_bytes; /* manifest plus shard files                                    */
+} zero_checkpoint_info;
+
+typedef struct zero_checkpoint_tensor {
+    const char *name; /* owned by the checkpoint */
+    int group;
+    unsigned flags;
+    size_t numel;
+    int ndim;         /* 0: registered without a shape */
+    uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+} zero_checkpoint_tensor;
+
+/* Opens dir and verifies its manifest (size, checksum, a consistent plan). Reads no shard
+   file yet. Errors: NOT_FOUND (no manifest), IO (corrupt), OUT_OF_MEMORY. *out NULL then. */
+ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out);
+ZERODEF void zero_checkpoint_close(zero_checkpoint *ck);
+ZERODEF zero_result zero_checkpoint_get_info(const zero_checkpoint *ck, zero_checkpoint_info *out);
+ZERODEF zero_result zero_checkpoint_get_tensor(const zero_checkpoint *ck, int tensor,
+                                               zero_checkpoint_tensor *out);
+/* Reads every shard file whole and checks its size, header and every section checksum.
+   IO names the first bad file and byte range. */
+ZERODEF zero_result zero_checkpoint_verify(zero_checkpoint *ck);
+/* The whole of a tensor's saved state of one kind, consolidated from the shard files
+   (verifying the checksums of every section it reads): dst holds numel elements, fp32 for
+   MASTER/M/V, the param dtype for PARAM. */
+ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
+                                                zero_state_kind kind, void *dst);
+/* Writes every tensor to one .safetensors file at path (temporary name, fsync, rename):
+   dtype F32 = the fp32 master weights; F16 / BF16 = the saved params when the checkpoint's
+   param dtype is that, else the master rounded to nearest even. Names and shapes as
+   registered; __metadata__ holds format "pt" and the step. */
+ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path,
+                                           zero_dtype dtype);
+
+/* Local (every rank calls it with the same file). Sets every engine tensor from the
+   tensor of the same name in a .safetensors file (F32, F16 or BF16, converted to fp32 and
+   set as by zero_engine_set_tensor: master and params; moments untouched). Tensors in the
+   file but not in the engine are ignored. The whole header is checked first: NOT_FOUND
+   names a missing tensor; MISMATCH a size or shape that differs; UNSUPPORTED another
+   dtype; IO a malformed header or a short file; nothing is set then. Call when
+   zero_engine_set_tensor() may be called. */
+ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path);
 
 #ifdef __cplusplus
 }
@@ -6810,6 +6929,12 @@ typedef struct zero__eng_piece {
 
 #define ZERO__ENG_MAX_HOST_ALLOCS 8
 
+/* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
+typedef struct zero__eng_shape {
+    int ndim;
+    uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+} zero__eng_shape;
+
 struct zero_engine {
     zero_engine_desc d; /* resolved */
     zero_adam_desc adam;
@@ -6888,6 +7013,9 @@ struct zero_engine {
     size_t hpg_stride;
     zero_io_ticket hpg_ticket[2];
     uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
+    /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
+    zero__eng_shape *shapes;
+    int cap_shapes;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -7313,6 +7441,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->gslots);
     zero__free(a, e->pending);
     zero__free(a, e->tflags);
+    zero__free(a, e->shapes);
     zero_plan_destroy(e->plan);
     zero__free(a, e);
 }
@@ -9181,6 +9310,2399 @@ ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_s
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_gather_stats: NULL");
     *out = e->gstats;
     return ZERO_OK;
+}
+
+/* ======================================================================================
+   Checkpoints: the state accessors (the one place that reads and writes master, m, v and
+   params for checkpoints), CRC32C, the manifest and shard files, save, load, the reader,
+   safetensors. Format: docs/checkpoint.md.
+   ====================================================================================== */
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* ---- engine state accessors --------------------------------------------------------------- */
+
+/* Device address of element 'off' of this rank's shard of group g, kind k: fp32 master, m,
+   v (stage 0 keeps them whole: the shard is the rank's slice of the whole), or params (the
+   slice the step writes). Offload tiers plug in here and in zero__ck_state_io(). */
+static unsigned char *zero__ck_state_ptr(const zero_engine *e, zero_state_kind k, int g,
+                                         size_t off)
+{
+    const zero__eng_group *eg = &e->groups[g];
+    size_t base = e->stage == 0 ? eg->off_whole + (size_t)e->rank * eg->shard_numel
+                                : eg->off_shard;
+    switch (k) {
+    case ZERO_STATE_MASTER: return (unsigned char *)(e->master + base + off);
+    case ZERO_STATE_M: return (unsigned char *)(e->m1 + base + off);
+    case ZERO_STATE_V: return (unsigned char *)(e->m2 + base + off);
+    case ZERO_STATE_PARAM: return zero__eng_param_shard(e, g) + off * e->p;
+    }
+    return NULL;
+}
+
+/* The offload tiers' side of zero__ck_state_io: master, m, v in host memory or NVMe files
+   (offload_optimizer) and stage-3 param shards of partitioned groups in host memory or NVMe
+   files (offload_param); copied at once (the NVMe tier synchronously). *handled = 0 when
+   the state of kind k of group g is on the device. */
+static zero_result zero__ck_state_offload(zero_engine *e, zero_state_kind k, int g, size_t off,
+                                          size_t n, void *host, int to_device, int *handled)
+{
+    const zero__eng_group *eg = &e->groups[g];
+    zero_result r = ZERO_OK;
+    *handled = 0;
+    if (k != ZERO_STATE_PARAM && e->oopt) {
+        size_t at = eg->off_shard + off;
+        *handled = 1;
+        if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME)
+            return zero__eng_nvme_state(e, at, n, (int)k - 1, to_device ? NULL : (float *)host,
+                                        to_device ? (const float *)host : NULL);
+        {
+            float *base = k == ZERO_STATE_MASTER ? e->master : k == ZERO_STATE_M ? e->m1 : e->m2;
+            if (to_device) memcpy(base + at, host, n * 4);
+            else memcpy(host, base + at, n * 4);
+        }
+        return ZERO_OK;
+    }
+    if (k == ZERO_STATE_PARAM && e->oparam && e->stage == 3 && !eg->persistent) {
+        unsigned char *hp = NULL;
+        *handled = 1;
+        if (!e->fpar) { /* cpu: the shard in place */
+            r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD); /* a prefetch's upload reads it */
+            hp = e->hparam + (eg->off_param + off) * e->p;
+            if (r == ZERO_OK && to_device) memcpy(hp, host, n * e->p);
+            else if (r == ZERO_OK) memcpy(host, hp, n * e->p);
+            return r;
+        }
+        r = zero__eng_hparam_get(e, g, &hp); /* nvme: read the group's shard, change, write */
+        if (r != ZERO_OK) return r;
+        if (!to_device) {
+            memcpy(host, hp + off * e->p, n * e->p);
+            return ZERO_OK;
+        }
+        memcpy(hp + off * e->p, host, n * e->p);
+        return zero__eng_hparam_put(e, g);
+    }
+    return ZERO_OK;
+}
+
+/* Copies n elements from element 'off' of this rank's shard of group g, kind k, to host
+   memory (to_device 0) or from it (to_device 1). Enqueued on COMPUTE; the caller syncs.
+   Offloaded state (host memory, NVMe) is copied at once. */
+static zero_result zero__ck_state_io(zero_engine *e, zero_state_kind k, int g, size_t off,
+                                     size_t n, void *host, int to_device)
+{
+    size_t esz = k == ZERO_STATE_PARAM ? e->p : 4;
+    unsigned char *dev;
+    int handled = 0;
+    zero_result r;
+    if (n == 0) return ZERO_OK;
+    r = zero__ck_state_offload(e, k, g, off, n, host, to_device, &handled);
+    if (r != ZERO_OK || handled) return r;
+    dev = zero__ck_state_ptr(e, k, g, off);
+    return to_device ? e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, dev, host, n * esz)
+                     : e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, host, dev, n * esz);
+}
+
+/* After every rank wrote its shards: rebuild the copies kept whole (stage 0 master, m, v;
+   params at stages 0-2 and stage-3 persistent groups) by in-place all-gathers. */
+static zero_result zero__ck_state_spread(zero_engine *e)
+{
+    int g, k;
+    if (e->world == 1) return ZERO_OK;
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "load: event");
+    for (g = 0; g < e->G; g++) {
+        const zero__eng_group *eg = &e->groups[g];
+        if (e->stage == 0)
+            for (k = ZERO_STATE_MASTER; k <= ZERO_STATE_V; k++) {
+                float *base = k == ZERO_STATE_MASTER ? e->master : k == ZERO_STATE_M ? e->m1 : e->m2;
+                ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__ck_state_ptr(e, (zero_state_kind)k, g, 0),
+                                                      base + eg->off_whole, eg->shard_numel,
+                                                      ZERO_F32),
+                              "load: all_gather of stage-0 optimizer state");
+            }
+        if (e->stage < 3 || eg->persistent)
+            ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
+                                                  zero__eng_param_whole(e, g), eg->shard_numel,
+                                                  e->gd),
+                          "load: all_gather of params");
+    }
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "load: event");
+    return ZERO_OK;
+}
+
+/* ---- CRC32C ------------------------------------------------------------------------------- */
+
+static uint32_t zero__crc_tab[8][256];
+static pthread_once_t zero__crc_once = PTHREAD_ONCE_INIT;
+static int zero__crc_hw;
+
+static void zero__crc_init(void)
+{
+    uint32_t i, j, c;
+    for (i = 0; i < 256; i++) {
+        c = i;
+        for (j = 0; j < 8; j++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        zero__crc_tab[0][i] = c;
+    }
+    for (i = 0; i < 256; i++)
+        for (j = 1; j < 8; j++)
+            zero__crc_tab[j][i] = (zero__crc_tab[j - 1][i] >> 8) ^
+                                  zero__crc_tab[0][zero__crc_tab[j - 1][i] & 0xffu];
+#ifdef ZERO__X86_SIMD
+    {
+        unsigned a, b, cc, d;
+        if (__get_cpuid(1, &a, &b, &cc, &d)) zero__crc_hw = (cc >> 20) & 1u;
+    }
+    if (getenv("ZERO_CRC_PORTABLE")) zero__crc_hw = 0;
+#endif
+}
+
+static uint32_t zero__crc_sw(uint32_t c, const unsigned char *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7u)) {
+        c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
+                      (uint32_t)p[7] << 24;
+        c = zero__crc_tab[7][lo & 0xffu] ^ zero__crc_tab[6][(lo >> 8) & 0xffu] ^
+            zero__crc_tab[5][(lo >> 16) & 0xffu] ^ zero__crc_tab[4][lo >> 24] ^
+            zero__crc_tab[3][hi & 0xffu] ^ zero__crc_tab[2][(hi >> 8) & 0xffu] ^
+            zero__crc_tab[1][(hi >> 16) & 0xffu] ^ zero__crc_tab[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
+    return c;
+}
+
+#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t zero__crc_sse42(uint32_t c,
+                                                                   const unsigned char *p,
+                                                                   size_t n)
+{
+    uint64_t c64;
+    while (n && ((uintptr_t)p & 7u)) {
+        c = _mm_crc32_u8(c, *p++);
+        n--;
+    }
+    c64 = c;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = _mm_crc32_u64(c64, w);
+        p += 8;
+        n -= 8;
+    }
+    c = (uint32_t)c64;
+    while (n--) c = _mm_crc32_u8(c, *p++);
+    return c;
+}
+#endif
+
+ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint32_t c = ~crc;
+    pthread_once(&zero__crc_once, zero__crc_init);
+    if (!p || bytes == 0) return crc;
+#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
+    if (zero__crc_hw) return ~zero__crc_sse42(c, p, bytes);
+#endif
+    return ~zero__crc_sw(c, p, bytes);
+}
+
+/* ---- little-endian encoding --------------------------------------------------------------- */
+
+typedef struct zero__ck_buf { /* a growable write buffer; err set on allocation failure */
+    unsigned char *p;
+    size_t n, cap;
+    int err;
+} zero__ck_buf;
+
+static void zero__ck_put(zero__ck_buf *b, const void *src, size_t n)
+{
+    if (b->err) return;
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        unsigned char *q;
+        while (cap < b->n + n) cap *= 2;
+        q = (unsigned char *)ZERO_MALLOC(cap);
+        if (!q) {
+            b->err = 1;
+            return;
+        }
+        if (b->n) memcpy(q, b->p, b->n);
+        ZERO_FREE(b->p);
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+
+static void zero__ck_puts(zero__ck_buf *b, const char *s) { zero__ck_put(b, s, strlen(s)); }
+
+static void zero__ck_u32(zero__ck_buf *b, uint32_t v)
+{
+    unsigned char x[4];
+    int i;
+    for (i = 0; i < 4; i++) x[i] = (unsigned char)(v >> (8 * i));
+    zero__ck_put(b, x, 4);
+}
+
+static void zero__ck_u64(zero__ck_buf *b, uint64_t v)
+{
+    unsigned char x[8];
+    int i;
+    for (i = 0; i < 8; i++) x[i] = (unsigned char)(v >> (8 * i));
+    zero__ck_put(b, x, 8);
+}
+
+static void zero__ck_f64(zero__ck_buf *b, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    zero__ck_u64(b, u);
+}
+
+static void zero__ck_f32(zero__ck_buf *b, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    zero__ck_u32(b, u);
+}
+
+typedef struct zero__ck_rd { /* a bounds-checked reader; bad set on a read past the end */
+    const unsigned char *p;
+    size_t n, at;
+    int bad;
+} zero__ck_rd;
+
+static uint64_t zero__ck_get(zero__ck_rd *r, int bytes)
+{
+    uint64_t v = 0;
+    int i;
+    if (r->bad || r->n - r->at < (size_t)bytes) {
+        r->bad = 1;
+        return 0;
+    }
+    for (i = 0; i < bytes; i++) v |= (uint64_t)r->p[r->at + (size_t)i] << (8 * i);
+    r->at += (size_t)bytes;
+    return v;
+}
+
+static double zero__ck_get_f64(zero__ck_rd *r)
+{
+    uint64_t u = zero__ck_get(r, 8);
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+static float zero__ck_get_f32(zero__ck_rd *r)
+{
+    uint32_t u = (uint32_t)zero__ck_get(r, 4);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t zero__ck_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* ---- files -------------------------------------------------------------------------------- */
+
+static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t off,
+                                   const char *path)
+{
+    const unsigned char *p = (const unsigned char *)buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", path,
+                              (unsigned long long)off, strerror(errno));
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return ZERO_OK;
+}
+
+static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *path)
+{
+    unsigned char *p = (unsigned char *)buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return zero__fail(ZERO_ERROR_IO, "%s: read at byte %llu: %s", path,
+                              (unsigned long long)off, strerror(errno));
+        }
+        if (got == 0)
+            return zero__fail(ZERO_ERROR_IO, "%s: truncated: no bytes at offset %llu", path,
+                              (unsigned long long)off);
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return ZERO_OK;
+}
+
+static zero_result zero__ck_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY);
+    if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
+    if (fsync(fd) != 0 && errno != EINVAL) {
+        int er = errno;
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: fsync directory: %s", dir, strerror(er));
+    }
+    close(fd);
+    return ZERO_OK;
+}
+
+/* Writes a whole file at dir/name crash-safely: dir/name.tmp, fsync, rename, fsync dir. */
+static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
+                                       size_t n)
+{
+    char path[4200], tmp[4210];
+    int fd;
+    zero_result r;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
+    r = zero__ck_pwrite(fd, data, n, 0, tmp);
+    if (r == ZERO_OK && fsync(fd) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && r == ZERO_OK)
+        r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
+    if (r == ZERO_OK && rename(tmp, path) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: rename to %s: %s", tmp, path, strerror(errno));
+    if (r != ZERO_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        (void)unlink(tmp);
+        return zero__fail(r, "%s", msg);
+    }
+    return zero__ck_fsync_dir(dir);
+}
+
+/* Reads a whole (small) file into a new buffer; NOT_FOUND when it does not exist. */
+static zero_result zero__ck_slurp(const char *path, size_t max, unsigned char **out, size_t *n)
+{
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    zero_result r;
+    *out = NULL;
+    *n = 0;
+    if (fd < 0)
+        return zero__fail(errno == ENOENT ? ZERO_ERROR_NOT_FOUND : ZERO_ERROR_IO, "%s: open: %s",
+                          path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int er = errno;
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
+    }
+    if ((uint64_t)st.st_size > (uint64_t)max || st.st_size < 1) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: size %lld bytes (want 1..%zu)", path,
+                          (long long)st.st_size, max);
+    }
+    *out = (unsigned char *)ZERO_MALLOC((size_t)st.st_size);
+    if (!*out) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %lld bytes", path, (long long)st.st_size);
+    }
+    r = zero__ck_pread(fd, *out, (size_t)st.st_size, 0, path);
+    close(fd);
+    if (r != ZERO_OK) {
+        ZERO_FREE(*out);
+        *out = NULL;
+        return r;
+    }
+    *n = (size_t)st.st_size;
+    return ZERO_OK;
+}
+
+/* ---- shapes and scaler state ---------------------------------------------------------------- */
+
+ZERODEF zero_result zero_engine_add_tensor_shape(zero_engine *e, const char *name, int ndim,
+                                                 const uint64_t *dims, int group,
+                                                 unsigned flags, int *out_tensor)
+{
+    uint64_t numel = 1;
+    int i, id = -1;
+    zero_result r;
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_add_tensor_shape: engine is NULL");
+    if (ndim < 1 || ndim > ZERO_TENSOR_MAX_DIMS || !dims)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_add_tensor_shape: '%.200s': ndim = %d (1..%d, dims not NULL)",
+                          name ? name : "(null)", ndim, ZERO_TENSOR_MAX_DIMS);
+    for (i = 0; i < ndim; i++) {
+        if (dims[i] == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_add_tensor_shape: '%.200s': dims[%d] = 0",
+                              name ? name : "(null)", i);
+        if (numel > UINT64_MAX / dims[i] || numel * dims[i] > (uint64_t)SIZE_MAX)
+            return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_add_tensor_shape: '%.200s': "
+                              "the shape's product overflows", name ? name : "(null)");
+        numel *= dims[i];
+    }
+    if (e->state == ZERO__ENG_CREATED && e->ntensors >= e->cap_shapes) {
+        int cap = e->cap_shapes ? 2 * e->cap_shapes : 64;
+        zero__eng_shape *ns;
+        while (cap <= e->ntensors) cap *= 2;
+        ns = (zero__eng_shape *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *ns);
+        if (!ns) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_add_tensor_shape");
+        memset(ns, 0, (size_t)cap * sizeof *ns);
+        if (e->cap_shapes) memcpy(ns, e->shapes, (size_t)e->cap_shapes * sizeof *ns);
+        zero__free(&e->d.allocator, e->shapes);
+        e->shapes = ns;
+        e->cap_shapes = cap;
+    }
+    r = zero_engine_add_tensor(e, name, (size_t)numel, group, flags, &id);
+    if (r != ZERO_OK) return r;
+    e->shapes[id].ndim = ndim;
+    for (i = 0; i < ndim; i++) e->shapes[id].dims[i] = dims[i];
+    if (out_tensor) *out_tensor = id;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_tensor_shape(const zero_engine *e, int tensor, int *ndim,
+                                             uint64_t dims[ZERO_TENSOR_MAX_DIMS])
+{
+    int i;
+    if (!e || !ndim || !dims)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_tensor_shape: NULL");
+    if (tensor < 0 || tensor >= e->ntensors)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_tensor_shape: tensor %d unknown", tensor);
+    *ndim = tensor < e->cap_shapes ? e->shapes[tensor].ndim : 0;
+    for (i = 0; i < ZERO_TENSOR_MAX_DIMS; i++)
+        dims[i] = i < *ndim ? e->shapes[tensor].dims[i] : 0;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *out)
+{
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_scaler_state: NULL");
+    *out = e->scaler;
+    return ZERO_OK;
+}
+
+/* ---- the format ------------------------------------------------------------------------------ */
+
+#define ZERO__CK_VERSION 1u
+#define ZERO__CK_MANIFEST "zero.manifest"
+#define ZERO__CK_MAN_FIXED 184u   /* bytes before the group table */
+#define ZERO__CK_SHARD_FIXED 64u  /* bytes before the section table */
+#define ZERO__CK_SEC_BYTES 32u    /* one section table entry */
+#define ZERO__CK_CHUNK ((size_t)16 << 20)
+
+/* Section order within a group: master, m, v, params (the kind code is zero_state_kind). */
+static const zero_state_kind zero__ck_kinds[4] = {ZERO_STATE_MASTER, ZERO_STATE_M, ZERO_STATE_V,
+                                                  ZERO_STATE_PARAM};
+static const char *zero__ck_kind_name(int ki)
+{
+    static const char *names[4] = {"master", "m", "v", "params"};
+    return ki >= 0 && ki < 4 ? names[ki] : "?";
+}
+
+typedef struct zero__ck_tensor {
+    const char *name;
+    uint32_t group, flags;
+    uint64_t offset, numel;
+    int ndim;
+    uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+} zero__ck_tensor;
+
+typedef struct zero__ck_group {
+    uint64_t numel, shard_numel, used_numel;
+    uint64_t sec_off; /* byte offset of the group's master section in every shard file */
+    int first_tensor;
+} zero__ck_group;
+
+struct zero_checkpoint {
+    char dir[4096];
+    zero_checkpoint_info info;
+    zero__ck_group *groups;
+    zero__ck_tensor *tensors;
+    uint64_t *file_bytes;
+    uint32_t *file_hcrc;
+    char *names;
+    zero_plan *plan;       /* the saving run's plan, rebuilt from the manifest */
+    uint32_t psize;
+    uint64_t header_bytes; /* of every shard file */
+    uint64_t shard_bytes;  /* of every shard file */
+};
+
+static void zero__ck_free(zero_checkpoint *ck)
+{
+    if (!ck) return;
+    ZERO_FREE(ck->groups);
+    ZERO_FREE(ck->tensors);
+    ZERO_FREE(ck->file_bytes);
+    ZERO_FREE(ck->file_hcrc);
+    ZERO_FREE(ck->names);
+    zero_plan_destroy(ck->plan);
+    ZERO_FREE(ck);
+}
+
+ZERODEF void zero_checkpoint_close(zero_checkpoint *ck) { zero__ck_free(ck); }
+
+static size_t zero__ck_sec_esz(const zero_checkpoint *ck, int ki) { return ki == 3 ? ck->psize : 4; }
+
+static uint64_t zero__ck_sec_off(const zero_checkpoint *ck, int g, int ki)
+{
+    return ck->groups[g].sec_off + (uint64_t)ki * 4u * ck->groups[g].shard_numel;
+}
+
+/* Parses and checks a manifest held in memory; 'what' names it in errors. */
+static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, const char *what,
+                                           zero_checkpoint **out)
+{
+    zero_checkpoint *ck;
+    zero__ck_rd rd;
+    zero_result r = ZERO_OK;
+    uint32_t version, world, stage, dtype, align, G, T, i, crc;
+    uint64_t mbytes, off;
+    size_t namepos = 0;
+    int k;
+    *out = NULL;
+    if (n < ZERO__CK_MAN_FIXED + 4 || memcmp(buf, "ZEROMANI", 8) != 0)
+        return zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%zu bytes, bad magic)", what, n);
+    crc = zero__ck_le32(buf + n - 4);
+    if (crc != zero_crc32c(0, buf, n - 4))
+        return zero__fail(ZERO_ERROR_IO, "%s: checksum mismatch (stored %08x, computed %08x over "
+                          "bytes 0..%zu)", what, crc, zero_crc32c(0, buf, n - 4), n - 5);
+    memset(&rd, 0, sizeof rd);
+    rd.p = buf;
+    rd.n = n - 4;
+    rd.at = 8;
+    version = (uint32_t)zero__ck_get(&rd, 4);
+    (void)zero__ck_get(&rd, 4);
+    mbytes = zero__ck_get(&rd, 8);
+    if (version != ZERO__CK_VERSION)
+        return zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads %u)", what,
+                          version, ZERO__CK_VERSION);
+    if (mbytes != n)
+        return zero__fail(ZERO_ERROR_IO, "%s: %zu bytes but its header says %llu", what, n,
+                          (unsigned long long)mbytes);
+    ck = (zero_checkpoint *)ZERO_MALLOC(sizeof *ck);
+    if (!ck) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", what);
+    memset(ck, 0, sizeof *ck);
+    ck->info.generation = zero__ck_get(&rd, 8);
+    world = (uint32_t)zero__ck_get(&rd, 4);
+    stage = (uint32_t)zero__ck_get(&rd, 4);
+    dtype = (uint32_t)zero__ck_get(&rd, 4);
+    align = (uint32_t)zero__ck_get(&rd, 4);
+    G = (uint32_t)zero__ck_get(&rd, 4);
+    T = (uint32_t)zero__ck_get(&rd, 4);
+    ck->info.step = (int64_t)zero__ck_get(&rd, 8);
+    ck->info.adam.mode = (zero_adam_mode)(int)zero__ck_get(&rd, 4);
+    (void)zero__ck_get(&rd, 4);
+    ck->info.adam.lr = zero__ck_get_f64(&rd);
+    ck->info.adam.beta1 = zero__ck_get_f64(&rd);
+    ck->info.adam.beta2 = zero__ck_get_f64(&rd);
+    ck->info.adam.eps = zero__ck_get_f64(&rd);
+    ck->info.adam.weight_decay = zero__ck_get_f64(&rd);
+    ck->info.scaler.scale = zero__ck_get_f32(&rd);
+    ck->info.scaler.factor = zero__ck_get_f32(&rd);
+    ck->info.scaler.min_scale = zero__ck_get_f32(&rd);
+    ck->info.scaler.window = (int32_t)(uint32_t)zero__ck_get(&rd, 4);
+    ck->info.scaler.hysteresis = (int32_t)(uint32_t)zero__ck_get(&rd, 4);
+    ck->info.scaler.cur_hysteresis = (int32_t)(uint32_t)zero__ck_get(&rd, 4);
+    ck->info.scaler.consecutive_hysteresis = (int32_t)(uint32_t)zero__ck_get(&rd, 4);
+    ck->info.scaler.dynamic = (int32_t)(uint32_t)zero__ck_get(&rd, 4);
+    ck->info.scaler.iter = (int64_t)zero__ck_get(&rd, 8);
+    ck->info.scaler.last_overflow_iter = (int64_t)zero__ck_get(&rd, 8);
+    ck->info.scaler.error_at_min = (int32_t)(uint32_t)zero__ck_get(&rd, 4);
+    (void)zero__ck_get(&rd, 4);
+    (void)zero__ck_get(&rd, 8);
+    ck->info.plan_hash = zero__ck_get(&rd, 8);
+    if (world < 1 || world > 65536 || stage > 3 ||
+        (dtype != ZERO_F32 && dtype != ZERO_F16 && dtype != ZERO_BF16) || align < 1 ||
+        align > (1u << 20) || G < 1 || T < 1 || T < G ||
+        (uint64_t)G * 24u + (uint64_t)T * 33u + (uint64_t)world * 16u > n) {
+        r = zero__fail(ZERO_ERROR_IO, "%s: bad fields (world %u, stage %u, dtype %u, align %u, "
+                       "%u groups, %u tensors)", what, world, stage, dtype, align, G, T);
+        goto fail;
+    }
+    ck->info.world = (int)world;
+    ck->info.stage = (int)stage;
+    ck->info.param_dtype = (zero_dtype)dtype;
+    ck->info.align_numel = align;
+    ck->info.num_groups = (int)G;
+    ck->info.num_tensors = (int)T;
+    ck->psize = (uint32_t)zero_dtype_size((zero_dtype)dtype);
+    {   /* Adam and scaler values must be what an engine could hold */
+        zero_adam_desc ad;
+        const zero_scaler *s = &ck->info.scaler;
+        if (ck->info.adam.mode != ZERO_ADAMW && ck->info.adam.mode != ZERO_ADAM)
+            r = ZERO_ERROR_IO;
+        else if (zero_adam_desc_resolve(&ad, &ck->info.adam) != ZERO_OK || ck->info.adam.lr < 0 ||
+                 ck->info.adam.beta1 == 0 || ck->info.adam.beta2 == 0 || ck->info.adam.eps == 0)
+            r = ZERO_ERROR_IO;
+        else if (!(s->scale > 0.0f) || isinf(s->scale) || !(s->factor > 0.0f) ||
+                 isinf(s->factor) || !(s->min_scale > 0.0f) || isinf(s->min_scale) ||
+                 s->window < 1 || s->hysteresis < 1 || s->cur_hysteresis < 0 ||
+                 s->iter < 0 || s->last_overflow_iter < -1 || ck->info.step < 0)
+            r = ZERO_ERROR_IO;
+        if (r != ZERO_OK) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: Adam settings, scaler state or step out of range",
+                           what);
+            goto fail;
+        }
+    }
+    ck->groups = (zero__ck_group *)ZERO_MALLOC((size_t)G * sizeof *ck->groups);
+    ck->tensors = (zero__ck_tensor *)ZERO_MALLOC((size_t)T * sizeof *ck->tensors);
+    ck->file_bytes = (uint64_t *)ZERO_MALLOC((size_t)world * 8u);
+    ck->file_hcrc = (uint32_t *)ZERO_MALLOC((size_t)world * 4u);
+    ck->names = (char *)ZERO_MALLOC(n);
+    if (!ck->groups || !ck->tensors || !ck->file_bytes || !ck->file_hcrc || !ck->names) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", what);
+        goto fail;
+    }
+    memset(ck->tensors, 0, (size_t)T * sizeof *ck->tensors);
+    for (i = 0; i < G; i++) {
+        zero__ck_group *g = &ck->groups[i];
+        g->numel = zero__ck_get(&rd, 8);
+        g->shard_numel = zero__ck_get(&rd, 8);
+        g->used_numel = zero__ck_get(&rd, 8);
+        g->first_tensor = -1;
+    }
+    for (i = 0; i < T && !rd.bad; i++) {
+        zero__ck_tensor *t = &ck->tensors[i];
+        uint32_t len = (uint32_t)zero__ck_get(&rd, 4), j;
+        uint64_t prod = 1;
+        if (len < 1 || len > 255 || rd.n - rd.at < len) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: tensor %u: name length %u", what, i, len);
+            goto fail;
+        }
+        for (j = 0; j < len; j++)
+            if (buf[rd.at + j] == 0) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: tensor %u: NUL in its name", what, i);
+                goto fail;
+            }
+        memcpy(ck->names + namepos, buf + rd.at, len);
+        ck->names[namepos + len] = '\0';
+        t->name = ck->names + namepos;
+        namepos += len + 1;
+        rd.at += len;
+        t->group = (uint32_t)zero__ck_get(&rd, 4);
+        t->flags = (uint32_t)zero__ck_get(&rd, 4);
+        t->offset = zero__ck_get(&rd, 8);
+        t->numel = zero__ck_get(&rd, 8);
+        t->ndim = (int)(uint32_t)zero__ck_get(&rd, 4);
+        if (rd.bad) break;
+        if (t->group >= G || t->ndim < 0 || t->ndim > ZERO_TENSOR_MAX_DIMS || t->numel == 0 ||
+            t->numel > (uint64_t)SIZE_MAX || (t->flags & ~(uint32_t)ZERO_TENSOR_NO_DECAY)) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': bad group, flags, size or ndim", what,
+                           t->name);
+            goto fail;
+        }
+        for (k = 0; k < t->ndim; k++) {
+            t->dims[k] = zero__ck_get(&rd, 8);
+            if (t->dims[k] == 0 || prod > UINT64_MAX / t->dims[k]) prod = 0;
+            else prod *= t->dims[k];
+        }
+        if (t->ndim > 0 && prod != t->numel && !rd.bad) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': shape does not multiply to %llu",
+                           what, t->name, (unsigned long long)t->numel);
+            goto fail;
+        }
+        if (ck->groups[t->group].first_tensor < 0) ck->groups[t->group].first_tensor = (int)i;
+    }
+    for (i = 0; i < world; i++) {
+        ck->file_bytes[i] = zero__ck_get(&rd, 8);
+        ck->file_hcrc[i] = (uint32_t)zero__ck_get(&rd, 4);
+        (void)zero__ck_get(&rd, 4);
+    }
+    if (rd.bad || rd.at != rd.n) {
+        r = zero__fail(ZERO_ERROR_IO, "%s: %s at byte %zu", what,
+                       rd.bad ? "ends early" : "has extra bytes", rd.at);
+        goto fail;
+    }
+    /* Rebuild the saving run's plan and check that it lays out as recorded. */
+    r = zero_plan_create(&ck->plan, NULL);
+    for (i = 0; i < T && r == ZERO_OK; i++)
+        r = zero_plan_add(ck->plan, ck->tensors[i].name, (size_t)ck->tensors[i].numel,
+                          (int)ck->tensors[i].group, NULL);
+    if (r == ZERO_OK) r = zero_plan_commit(ck->plan, (int)world, align, 0);
+    if (r != ZERO_OK) {
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        r = zero__fail(ZERO_ERROR_IO, "%s: its plan does not lay out: %.380s", what, prev);
+        goto fail;
+    }
+    if (zero_plan_num_groups(ck->plan) != (int)G) {
+        r = zero__fail(ZERO_ERROR_IO, "%s: group count differs from the tensors' groups", what);
+        goto fail;
+    }
+    for (i = 0; i < T; i++) {
+        zero_tensor_info ti;
+        memset(&ti, 0, sizeof ti);
+        zero_plan_tensor(ck->plan, (int)i, &ti);
+        if ((uint64_t)ti.offset != ck->tensors[i].offset) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' at offset %llu, the plan puts it at %zu",
+                           what, ck->tensors[i].name, (unsigned long long)ck->tensors[i].offset,
+                           ti.offset);
+            goto fail;
+        }
+    }
+    ck->header_bytes = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * G + 4u;
+    off = ck->header_bytes;
+    for (i = 0; i < G; i++) {
+        zero_group_info gi;
+        uint64_t b;
+        memset(&gi, 0, sizeof gi);
+        zero_plan_group(ck->plan, (int)i, &gi);
+        if (gi.numel != ck->groups[i].numel || gi.shard_numel != ck->groups[i].shard_numel ||
+            gi.used_numel != ck->groups[i].used_numel) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: group %u sizes differ from the plan's", what, i);
+            goto fail;
+        }
+        ck->groups[i].sec_off = off;
+        b = ck->groups[i].shard_numel * (12u + ck->psize); /* no overflow: plan checked */
+        if (off > UINT64_MAX - b) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: shard size overflows", what);
+            goto fail;
+        }
+        off += b;
+    }
+    ck->shard_bytes = off;
+    ck->info.total_bytes = n;
+    for (i = 0; i < world; i++) {
+        if (ck->file_bytes[i] != off) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: shard file of rank %u recorded as %llu bytes; the "
+                           "plan makes it %llu", what, i, (unsigned long long)ck->file_bytes[i],
+                           (unsigned long long)off);
+            goto fail;
+        }
+        ck->info.total_bytes += off;
+    }
+    *out = ck;
+    return ZERO_OK;
+fail:
+    zero__ck_free(ck);
+    return r;
+}
+
+static void zero__ck_shard_name(char *dst, size_t n, uint64_t gen, int rank)
+{
+    snprintf(dst, n, "zero-%016llx-%05d.shard", (unsigned long long)gen, rank);
+}
+
+ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
+{
+    char path[4200];
+    unsigned char *buf;
+    size_t n;
+    zero_result r;
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_open: out is NULL");
+    *out = NULL;
+    if (!dir || !dir[0] || strlen(dir) >= 4000)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_open: bad dir");
+    snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
+    r = zero__ck_slurp(path, (size_t)1 << 30, &buf, &n);
+    if (r != ZERO_OK) {
+        if (r == ZERO_ERROR_NOT_FOUND)
+            return zero__fail(r, "%s: no checkpoint (no manifest): %s", dir, zero_last_error());
+        return r;
+    }
+    r = zero__ck_parse_manifest(buf, n, path, out);
+    ZERO_FREE(buf);
+    if (r == ZERO_OK) snprintf((*out)->dir, sizeof (*out)->dir, "%s", dir);
+    return r;
+}
+
+ZERODEF zero_result zero_checkpoint_get_info(const zero_checkpoint *ck, zero_checkpoint_info *out)
+{
+    if (!ck || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_get_info: NULL");
+    *out = ck->info;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_checkpoint_get_tensor(const zero_checkpoint *ck, int tensor,
+                                               zero_checkpoint_tensor *out)
+{
+    const zero__ck_tensor *t;
+    int k;
+    if (!ck || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_get_tensor: NULL");
+    if (tensor < 0 || tensor >= ck->info.num_tensors)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_checkpoint_get_tensor: tensor %d unknown", tensor);
+    t = &ck->tensors[tensor];
+    memset(out, 0, sizeof *out);
+    out->name = t->name;
+    out->group = (int)t->group;
+    out->flags = t->flags;
+    out->numel = (size_t)t->numel;
+    out->ndim = t->ndim;
+    for (k = 0; k < t->ndim; k++) out->dims[k] = t->dims[k];
+    return ZERO_OK;
+}
+
+static zero_result zero__ck_check_shard_header(const zero_checkpoint *ck, const unsigned char *h,
+                                               const char *path, int q, uint32_t **sec_crc);
+
+/* Checks a shard file's header against the manifest; *sec_crc receives 4 G section
+   checksums (caller frees). fd is the open file. */
+static zero_result zero__ck_check_shard(const zero_checkpoint *ck, int fd, const char *path,
+                                        int q, uint32_t **sec_crc)
+{
+    struct stat st;
+    unsigned char *h;
+    zero_result r;
+    *sec_crc = NULL;
+    if (fstat(fd, &st) != 0) return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(errno));
+    if ((uint64_t)st.st_size != ck->file_bytes[q])
+        return zero__fail(ZERO_ERROR_IO, "%s: %lld bytes, the manifest says %llu (truncated or "
+                          "replaced)", path, (long long)st.st_size,
+                          (unsigned long long)ck->file_bytes[q]);
+    h = (unsigned char *)ZERO_MALLOC((size_t)ck->header_bytes);
+    if (!h) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header", path);
+    r = zero__ck_pread(fd, h, (size_t)ck->header_bytes, 0, path);
+    if (r == ZERO_OK) r = zero__ck_check_shard_header(ck, h, path, q, sec_crc);
+    ZERO_FREE(h);
+    return r;
+}
+
+/* The header part of zero__ck_check_shard(): h holds ck->header_bytes bytes. */
+static zero_result zero__ck_check_shard_header(const zero_checkpoint *ck, const unsigned char *h,
+                                               const char *path, int q, uint32_t **sec_crc)
+{
+    zero__ck_rd rd;
+    zero_result r;
+    uint32_t G = (uint32_t)ck->info.num_groups, i, crc;
+    *sec_crc = (uint32_t *)ZERO_MALLOC((size_t)G * 16u);
+    if (!*sec_crc) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header", path);
+    crc = zero__ck_le32(h + ck->header_bytes - 4);
+    if (crc != ck->file_hcrc[q] || crc != zero_crc32c(0, h, (size_t)ck->header_bytes - 4)) {
+        r = zero__fail(ZERO_ERROR_IO, "%s: header checksum mismatch (bytes 0..%llu: stored %08x, "
+                       "manifest %08x, computed %08x)", path,
+                       (unsigned long long)ck->header_bytes - 1, crc, ck->file_hcrc[q],
+                       zero_crc32c(0, h, (size_t)ck->header_bytes - 4));
+        goto out;
+    }
+    memset(&rd, 0, sizeof rd);
+    rd.p = h;
+    rd.n = (size_t)ck->header_bytes - 4;
+    rd.at = 8;
+    if (memcmp(h, "ZEROSHRD", 8) != 0 || zero__ck_get(&rd, 4) != ZERO__CK_VERSION ||
+        zero__ck_get(&rd, 4) != ck->header_bytes || zero__ck_get(&rd, 8) != ck->info.generation ||
+        zero__ck_get(&rd, 4) != (uint64_t)q || zero__ck_get(&rd, 4) != (uint64_t)ck->info.world ||
+        zero__ck_get(&rd, 4) != 4u * G || zero__ck_get(&rd, 4) != (uint64_t)ck->info.param_dtype ||
+        zero__ck_get(&rd, 8) != ck->file_bytes[q]) {
+        r = zero__fail(ZERO_ERROR_IO, "%s: header does not match the manifest (generation %llu, "
+                       "rank %d of %d)", path, (unsigned long long)ck->info.generation, q,
+                       ck->info.world);
+        goto out;
+    }
+    rd.at = ZERO__CK_SHARD_FIXED;
+    for (i = 0; i < 4u * G; i++) {
+        int g = (int)(i / 4u), ki = (int)(i % 4u);
+        uint64_t kind = zero__ck_get(&rd, 4), grp = zero__ck_get(&rd, 4);
+        uint64_t off = zero__ck_get(&rd, 8), bytes = zero__ck_get(&rd, 8);
+        (*sec_crc)[i] = (uint32_t)zero__ck_get(&rd, 4);
+        (void)zero__ck_get(&rd, 4);
+        if (kind != (uint64_t)zero__ck_kinds[ki] || grp != (uint64_t)g ||
+            off != zero__ck_sec_off(ck, g, ki) ||
+            bytes != ck->groups[g].shard_numel * zero__ck_sec_esz(ck, ki)) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: section table entry %u (%s of group %d) does not "
+                           "match the plan", path, i, zero__ck_kind_name(ki), g);
+            goto out;
+        }
+    }
+    r = ZERO_OK;
+out:
+    if (r != ZERO_OK) {
+        ZERO_FREE(*sec_crc);
+        *sec_crc = NULL;
+    }
+    return r;
+}
+
+/* A part of a section wanted by a reader: section elements [src, src + n) go to element
+   dst of the destination (dst_base + dst * element size). */
+typedef struct zero__ck_piece {
+    uint64_t src, n, dst;
+} zero__ck_piece;
+
+/* Streams one whole section (so that its checksum can be checked), copying the pieces. */
+static zero_result zero__ck_stream(const zero_checkpoint *ck, int fd, const char *path, int g,
+                                   int ki, uint32_t want_crc, const zero__ck_piece *pc, int np,
+                                   unsigned char *dst_base, unsigned char *chunk, size_t chunk_bytes)
+{
+    size_t esz = zero__ck_sec_esz(ck, ki);
+    uint64_t bytes = ck->groups[g].shard_numel * esz, off = zero__ck_sec_off(ck, g, ki), pos = 0;
+    uint32_t crc = 0;
+    size_t per = chunk_bytes / esz * esz;
+    zero_result r;
+    int i, direct;
+    /* One piece covering the whole section (no resharding): read straight into place,
+       checksumming each chunk while it is still in cache. */
+    direct = np == 1 && pc[0].src == 0 && pc[0].n * esz == bytes && dst_base != NULL;
+    if (per > ((size_t)4 << 20)) per = (size_t)4 << 20; /* cache-sized chunks */
+    while (pos < bytes) {
+        size_t c = (size_t)(bytes - pos < per ? bytes - pos : per);
+        uint64_t e0 = pos / esz, e1 = (pos + c) / esz;
+        if (direct) {
+            unsigned char *dst = dst_base + pc[0].dst * esz + pos;
+            r = zero__ck_pread(fd, dst, c, off + pos, path);
+            if (r != ZERO_OK) return r;
+            crc = zero_crc32c(crc, dst, c);
+            pos += c;
+            continue;
+        }
+        r = zero__ck_pread(fd, chunk, c, off + pos, path);
+        if (r != ZERO_OK) return r;
+        crc = zero_crc32c(crc, chunk, c);
+        for (i = 0; i < np; i++) {
+            uint64_t lo = pc[i].src > e0 ? pc[i].src : e0;
+            uint64_t hi = pc[i].src + pc[i].n < e1 ? pc[i].src + pc[i].n : e1;
+            if (lo < hi)
+                memcpy(dst_base + (pc[i].dst + (lo - pc[i].src)) * esz, chunk + (lo - e0) * esz,
+                       (size_t)(hi - lo) * esz);
+        }
+        pos += c;
+    }
+    if (crc != want_crc) {
+        int t = ck->groups[g].first_tensor;
+        return zero__fail(ZERO_ERROR_IO, "%s: checksum mismatch in the %s section of group %d "
+                          "(bytes %llu..%llu; tensors from '%s'): stored %08x, computed %08x",
+                          path, zero__ck_kind_name(ki), g, (unsigned long long)off,
+                          (unsigned long long)(off + bytes - 1), t >= 0 ? ck->tensors[t].name : "?",
+                          want_crc, crc);
+    }
+    return ZERO_OK;
+}
+
+/* A reading plan: for each saved rank q and group g, which pieces some caller wants.
+   want(ctx, q, g, pieces, &np) fills the element pieces (dst in the caller's element
+   units); base(ctx, ki) gives the destination of kind ki (NULL: not wanted). */
+typedef struct zero__ck_reader {
+    int (*want)(void *ctx, const zero_checkpoint *ck, int q, int g, zero__ck_piece *pc);
+    unsigned char *(*base)(void *ctx, int ki);
+    void *ctx;
+} zero__ck_reader;
+
+static zero_result zero__ck_read(const zero_checkpoint *ck, const zero__ck_reader *rdr)
+{
+    int q, g, ki, maxpc = 1;
+    zero_result r = ZERO_OK;
+    zero__ck_piece *pc;
+    unsigned char *chunk;
+    size_t chunk_bytes = ZERO__CK_CHUNK;
+    for (g = 0; g < ck->info.num_groups; g++) {
+        int cnt = 0, t;
+        for (t = 0; t < ck->info.num_tensors; t++) cnt += ck->tensors[t].group == (uint32_t)g;
+        if (cnt > maxpc) maxpc = cnt;
+    }
+    pc = (zero__ck_piece *)ZERO_MALLOC((size_t)maxpc * sizeof *pc);
+    chunk = (unsigned char *)ZERO_MALLOC(chunk_bytes);
+    if (!pc || !chunk) {
+        ZERO_FREE(pc);
+        ZERO_FREE(chunk);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "checkpoint read: %zu bytes", chunk_bytes);
+    }
+    for (q = 0; q < ck->info.world && r == ZERO_OK; q++) {
+        char name[64], path[4200];
+        int fd = -1;
+        uint32_t *crcs = NULL;
+        zero__ck_shard_name(name, sizeof name, ck->info.generation, q);
+        snprintf(path, sizeof path, "%s/%s", ck->dir, name);
+        for (g = 0; g < ck->info.num_groups && r == ZERO_OK; g++) {
+            int np = rdr->want(rdr->ctx, ck, q, g, pc);
+            if (np == 0) continue;
+            if (fd < 0) {
+                fd = open(path, O_RDONLY);
+                if (fd < 0) {
+                    r = zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path, q,
+                                   strerror(errno));
+                    break;
+                }
+                r = zero__ck_check_shard(ck, fd, path, q, &crcs);
+                if (r != ZERO_OK) break;
+            }
+            for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+                unsigned char *b = rdr->base(rdr->ctx, ki);
+                if (b || np < 0)
+                    r = zero__ck_stream(ck, fd, path, g, ki, crcs[(size_t)g * 4u + (size_t)ki], pc,
+                                        np < 0 ? 0 : np, b, chunk, chunk_bytes);
+            }
+        }
+        if (fd >= 0) close(fd);
+        ZERO_FREE(crcs);
+    }
+    ZERO_FREE(pc);
+    ZERO_FREE(chunk);
+    return r;
+}
+
+/* verify: every section of every file, no pieces (want returns -1: stream everything). */
+static int zero__ck_want_all(void *ctx, const zero_checkpoint *ck, int q, int g, zero__ck_piece *pc)
+{
+    (void)ctx; (void)ck; (void)q; (void)g; (void)pc;
+    return -1;
+}
+static unsigned char *zero__ck_base_none(void *ctx, int ki)
+{
+    (void)ctx; (void)ki;
+    return NULL;
+}
+
+ZERODEF zero_result zero_checkpoint_verify(zero_checkpoint *ck)
+{
+    zero__ck_reader rdr;
+    if (!ck) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_verify: NULL");
+    rdr.want = zero__ck_want_all;
+    rdr.base = zero__ck_base_none;
+    rdr.ctx = NULL;
+    return zero__ck_read(ck, &rdr);
+}
+
+/* read_tensor: one tensor, one kind, whole. */
+typedef struct zero__ck_one {
+    int tensor, ki;
+    unsigned char *dst;
+} zero__ck_one;
+
+static int zero__ck_want_one(void *ctx, const zero_checkpoint *ck, int q, int g, zero__ck_piece *pc)
+{
+    zero__ck_one *o = (zero__ck_one *)ctx;
+    const zero__ck_tensor *t = &ck->tensors[o->tensor];
+    zero_range seg;
+    memset(&seg, 0, sizeof seg);
+    if (t->group != (uint32_t)g) return 0;
+    if (zero_plan_intersect(ck->plan, o->tensor, q, &seg) != ZERO_OK || seg.numel == 0) return 0;
+    pc[0].src = seg.offset - (uint64_t)q * ck->groups[g].shard_numel;
+    pc[0].n = seg.numel;
+    pc[0].dst = seg.offset - t->offset;
+    return 1;
+}
+
+static unsigned char *zero__ck_base_one(void *ctx, int ki)
+{
+    zero__ck_one *o = (zero__ck_one *)ctx;
+    return ki == o->ki ? o->dst : NULL;
+}
+
+ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
+                                                zero_state_kind kind, void *dst)
+{
+    zero__ck_one o;
+    zero__ck_reader rdr;
+    int ki;
+    if (!ck || !dst) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_read_tensor: NULL");
+    if (tensor < 0 || tensor >= ck->info.num_tensors)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_checkpoint_read_tensor: tensor %d unknown", tensor);
+    for (ki = 0; ki < 4 && zero__ck_kinds[ki] != kind; ki++) {}
+    if (ki == 4) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_read_tensor: kind %d", (int)kind);
+    o.tensor = tensor;
+    o.ki = ki;
+    o.dst = (unsigned char *)dst;
+    rdr.want = zero__ck_want_one;
+    rdr.base = zero__ck_base_one;
+    rdr.ctx = &o;
+    return zero__ck_read(ck, &rdr);
+}
+
+/* ---- collective agreement ------------------------------------------------------------------- */
+
+/* A control all-reduce of n (<= 8) doubles through the engine's scratch. */
+static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op op)
+{
+    zero_device *dev = e->dev;
+    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u),
+                  "checkpoint: upload");
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "checkpoint: event");
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1),
+                  "checkpoint: control all_reduce");
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "checkpoint: event");
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u),
+                  "checkpoint: download");
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "checkpoint: sync");
+    return ZERO_OK;
+}
+
+/* Every rank passes its own result r; all return the same: OK, or the code and message of
+   the lowest failing rank (shared over 5 control all-reduces of 8 doubles, 6 bytes each).
+   *val (may be NULL) is max-reduced along the way (rank 0 proposes a value). */
+static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
+{
+    enum { ROUNDS = 5, BYTES = ROUNDS * 8 * 6 };
+    char msg[BYTES];
+    unsigned char b[BYTES];
+    double v[8];
+    zero_result rr;
+    int f, i, j, k;
+    msg[0] = '\0';
+    if (r != ZERO_OK) snprintf(msg, sizeof msg, "%.238s", zero_last_error());
+    v[0] = r != ZERO_OK ? (double)(e->world - e->rank) : 0.0;
+    v[1] = val ? *val : 0.0;
+    if ((rr = zero__ck_allreduce(e, v, 2, ZERO_OP_MAX)) != ZERO_OK) return rr;
+    if (val) *val = v[1];
+    if (v[0] == 0.0) return ZERO_OK;
+    f = e->world - (int)v[0];
+    memset(b, 0, sizeof b);
+    if (e->rank == f) {
+        b[0] = (unsigned char)(-(int)r);
+        memcpy(b + 1, msg, strlen(msg) < BYTES - 2 ? strlen(msg) : BYTES - 2);
+    }
+    for (i = 0; i < ROUNDS; i++) {
+        for (j = 0; j < 8; j++) {
+            double d = 0.0;
+            for (k = 5; k >= 0; k--) d = d * 256.0 + (double)b[i * 48 + j * 6 + k];
+            v[j] = e->rank == f ? d : 0.0;
+        }
+        if ((rr = zero__ck_allreduce(e, v, 8, ZERO_OP_SUM)) != ZERO_OK) return rr;
+        for (j = 0; j < 8; j++) {
+            double d = v[j];
+            for (k = 0; k < 6; k++) {
+                double q = floor(d / 256.0);
+                b[i * 48 + j * 6 + k] = (unsigned char)(d - q * 256.0);
+                d = q;
+            }
+        }
+    }
+    b[BYTES - 1] = 0;
+    if (e->rank == f) return zero__fail(r, "%s", msg);
+    return zero__fail((zero_result)(-(int)b[0]), "%s (reported by rank %d)", (const char *)(b + 1), f);
+}
+
+static zero_result zero__ck_between_steps(const zero_engine *e, const char *fn, int need_released)
+{
+    int g;
+    if (e->micro != 0 || e->ready_in_micro != 0)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: in the middle of a step (%d micro-steps "
+                          "done)", fn, e->micro);
+    if (need_released)
+        for (g = 0; g < e->G; g++)
+            if (e->groups[g].refs > 0)
+                return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: group %d is gathered (release "
+                                  "every group first)", fn, g);
+    return ZERO_OK;
+}
+
+/* ---- save ------------------------------------------------------------------------------------ */
+
+/* 1 + the highest generation named by the manifest or any shard file in dir (0 if none). */
+static uint64_t zero__ck_next_gen(const char *dir)
+{
+    char path[4200];
+    unsigned char h[32];
+    uint64_t best = 0;
+    DIR *d = opendir(dir);
+    int fd;
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            const char *s = de->d_name;
+            char *end = NULL;
+            unsigned long long g;
+            if (strncmp(s, "zero-", 5) != 0) continue;
+            g = strtoull(s + 5, &end, 16);
+            if (end == s + 5 + 16 && *end == '-' && g > best) best = g;
+        }
+        closedir(d);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0) {
+            uint64_t g = 0;
+            int i;
+            for (i = 0; i < 8; i++) g |= (uint64_t)h[24 + i] << (8 * i);
+            if (g > best) best = g;
+        }
+        close(fd);
+    }
+    return best + 1;
+}
+
+/* Removes shard files of other generations and temporary files (best effort). */
+static void zero__ck_cleanup(const char *dir, uint64_t keep)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char path[4200];
+    if (!d) return;
+    while ((de = readdir(d)) != NULL) {
+        const char *s = de->d_name;
+        size_t L = strlen(s);
+        int kill = 0;
+        if (strncmp(s, "zero-", 5) == 0 && L > 6 &&
+            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0))) {
+            char *end = NULL;
+            unsigned long long g = strtoull(s + 5, &end, 16);
+            kill = !(end == s + 5 + 16 && g == keep && strcmp(s + L - 6, ".shard") == 0);
+        } else if (strcmp(s, ZERO__CK_MANIFEST ".tmp") == 0) {
+            kill = 1;
+        }
+        if (kill) {
+            snprintf(path, sizeof path, "%s/%s", dir, s);
+            (void)unlink(path);
+        }
+    }
+    closedir(d);
+}
+
+static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint64_t off,
+                               uint64_t bytes, uint32_t crc)
+{
+    zero__ck_u32(b, kind);
+    zero__ck_u32(b, g);
+    zero__ck_u64(b, off);
+    zero__ck_u64(b, bytes);
+    zero__ck_u32(b, crc);
+    zero__ck_u32(b, 0);
+}
+
+/* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync). */
+static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_t gen)
+{
+    char name[64], path[4200], tmp[4210];
+    uint64_t hb = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->G + 4u;
+    uint64_t off = hb;
+    zero__ck_buf hdr;
+    unsigned char *chunk = NULL;
+    uint32_t *crcs = NULL;
+    size_t chunk_bytes = ZERO__CK_CHUNK;
+    zero_result r = ZERO_OK;
+    int fd, g, ki;
+    memset(&hdr, 0, sizeof hdr);
+    zero__ck_shard_name(name, sizeof name, gen, e->rank);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    chunk = (unsigned char *)zero__alloc(&e->d.allocator, chunk_bytes);
+    crcs = (uint32_t *)zero__alloc(&e->d.allocator, (size_t)e->G * 16u);
+    if (!chunk || !crcs) {
+        zero__free(&e->d.allocator, chunk);
+        zero__free(&e->d.allocator, crcs);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
+        goto out;
+    }
+    /* Order the downloads after any collective still writing the buffers. */
+    r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
+    for (g = 0; g < e->G && r == ZERO_OK; g++)
+        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+            size_t esz = ki == 3 ? e->p : 4, per = chunk_bytes / esz, n = e->groups[g].shard_numel;
+            size_t pos = 0;
+            uint32_t crc = 0;
+            while (pos < n && r == ZERO_OK) {
+                size_t c = n - pos < per ? n - pos : per;
+                r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
+                if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+                if (r != ZERO_OK) {
+                    char prev[400];
+                    zero__eng_copy_error(prev, sizeof prev);
+                    r = zero__fail(r, "zero_engine_save: reading %s of group %d: %.380s",
+                                   zero__ck_kind_name(ki), g, prev);
+                    break;
+                }
+                crc = zero_crc32c(crc, chunk, c * esz);
+                r = zero__ck_pwrite(fd, chunk, c * esz, off + pos * esz, tmp);
+                pos += c;
+            }
+            crcs[g * 4 + ki] = crc;
+            off += (uint64_t)n * esz;
+        }
+    if (r == ZERO_OK) {
+        zero__ck_put(&hdr, "ZEROSHRD", 8);
+        zero__ck_u32(&hdr, ZERO__CK_VERSION);
+        zero__ck_u32(&hdr, (uint32_t)hb);
+        zero__ck_u64(&hdr, gen);
+        zero__ck_u32(&hdr, (uint32_t)e->rank);
+        zero__ck_u32(&hdr, (uint32_t)e->world);
+        zero__ck_u32(&hdr, 4u * (uint32_t)e->G);
+        zero__ck_u32(&hdr, (uint32_t)e->gd);
+        zero__ck_u64(&hdr, off);
+        zero__ck_u64(&hdr, 0);
+        zero__ck_u64(&hdr, 0);
+        {
+            uint64_t so = hb;
+            for (g = 0; g < e->G; g++)
+                for (ki = 0; ki < 4; ki++) {
+                    uint64_t bytes = (uint64_t)e->groups[g].shard_numel * (ki == 3 ? e->p : 4);
+                    zero__ck_sec_entry(&hdr, (uint32_t)zero__ck_kinds[ki], (uint32_t)g, so, bytes,
+                                       crcs[g * 4 + ki]);
+                    so += bytes;
+                }
+        }
+        zero__ck_u32(&hdr, zero_crc32c(0, hdr.p, hdr.n));
+        if (hdr.err || hdr.n != hb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: header");
+        else r = zero__ck_pwrite(fd, hdr.p, hdr.n, 0, tmp);
+    }
+    if (r == ZERO_OK && fsync(fd) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && r == ZERO_OK)
+        r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
+    if (r == ZERO_OK && rename(tmp, path) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
+    if (r == ZERO_OK) r = zero__ck_fsync_dir(dir);
+    if (r != ZERO_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        (void)unlink(tmp);
+        r = zero__fail(r, "%s", msg);
+    }
+out:
+    ZERO_FREE(hdr.p);
+    zero__free(&e->d.allocator, chunk);
+    zero__free(&e->d.allocator, crcs);
+    return r;
+}
+
+/* Rank 0, after every shard file is in place: the manifest (the commit point). */
+static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint64_t gen)
+{
+    zero__ck_buf b;
+    zero_result r = ZERO_OK;
+    uint64_t hb = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->G + 4u;
+    uint64_t fbytes = hb;
+    unsigned char *h;
+    int g, t, q;
+    memset(&b, 0, sizeof b);
+    for (g = 0; g < e->G; g++) fbytes += (uint64_t)e->groups[g].shard_numel * (12u + e->p);
+    h = (unsigned char *)ZERO_MALLOC((size_t)hb);
+    if (!h) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: manifest");
+    zero__ck_put(&b, "ZEROMANI", 8);
+    zero__ck_u32(&b, ZERO__CK_VERSION);
+    zero__ck_u32(&b, 0);
+    zero__ck_u64(&b, 0); /* total size, patched below */
+    zero__ck_u64(&b, gen);
+    zero__ck_u32(&b, (uint32_t)e->world);
+    zero__ck_u32(&b, (uint32_t)e->stage);
+    zero__ck_u32(&b, (uint32_t)e->gd);
+    zero__ck_u32(&b, (uint32_t)zero_plan_align(e->plan));
+    zero__ck_u32(&b, (uint32_t)e->G);
+    zero__ck_u32(&b, (uint32_t)e->ntensors);
+    zero__ck_u64(&b, (uint64_t)e->step);
+    zero__ck_u32(&b, (uint32_t)e->adam.mode);
+    zero__ck_u32(&b, 0);
+    zero__ck_f64(&b, (double)e->adam.lr);
+    zero__ck_f64(&b, (double)e->adam.beta1);
+    zero__ck_f64(&b, (double)e->adam.beta2);
+    zero__ck_f64(&b, (double)e->adam.eps);
+    zero__ck_f64(&b, (double)e->adam.weight_decay);
+    zero__ck_f32(&b, e->scaler.scale);
+    zero__ck_f32(&b, e->scaler.factor);
+    zero__ck_f32(&b, e->scaler.min_scale);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.window);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.hysteresis);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.cur_hysteresis);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.consecutive_hysteresis);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.dynamic);
+    zero__ck_u64(&b, (uint64_t)e->scaler.iter);
+    zero__ck_u64(&b, (uint64_t)e->scaler.last_overflow_iter);
+    zero__ck_u32(&b, (uint32_t)e->scaler.error_at_min); /* informative: load keeps its own */
+    zero__ck_u32(&b, 0);
+    zero__ck_u64(&b, 0);
+    zero__ck_u64(&b, zero_plan_hash(e->plan));
+    for (g = 0; g < e->G; g++) {
+        zero__ck_u64(&b, e->groups[g].numel);
+        zero__ck_u64(&b, e->groups[g].shard_numel);
+        zero__ck_u64(&b, e->groups[g].used_numel);
+    }
+    for (t = 0; t < e->ntensors; t++) {
+        zero_tensor_info ti;
+        int nd = t < e->cap_shapes ? e->shapes[t].ndim : 0, k;
+        memset(&ti, 0, sizeof ti);
+        zero_plan_tensor(e->plan, t, &ti);
+        zero__ck_u32(&b, (uint32_t)strlen(ti.name));
+        zero__ck_put(&b, ti.name, strlen(ti.name));
+        zero__ck_u32(&b, (uint32_t)ti.group);
+        zero__ck_u32(&b, e->tflags[t]);
+        zero__ck_u64(&b, ti.offset);
+        zero__ck_u64(&b, ti.numel);
+        zero__ck_u32(&b, (uint32_t)nd);
+        for (k = 0; k < nd; k++) zero__ck_u64(&b, e->shapes[t].dims[k]);
+    }
+    for (q = 0; q < e->world && r == ZERO_OK; q++) {
+        char name[64], path[4200];
+        int fd;
+        zero__ck_shard_name(name, sizeof name, gen, q);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        fd = open(path, O_RDONLY);
+        if (fd < 0) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: open: %s", path, strerror(errno));
+            break;
+        }
+        r = zero__ck_pread(fd, h, (size_t)hb, 0, path);
+        close(fd);
+        if (r != ZERO_OK) break;
+        zero__ck_u64(&b, fbytes);
+        zero__ck_u32(&b, zero__ck_le32(h + hb - 4));
+        zero__ck_u32(&b, 0);
+    }
+    if (r == ZERO_OK && !b.err) {
+        int i;
+        for (i = 0; i < 8; i++) b.p[16 + i] = (unsigned char)((uint64_t)(b.n + 4) >> (8 * i));
+        zero__ck_u32(&b, zero_crc32c(0, b.p, b.n));
+    }
+    if (r == ZERO_OK && b.err) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: manifest");
+    if (r == ZERO_OK) r = zero__ck_write_file(dir, ZERO__CK_MANIFEST, b.p, b.n);
+    ZERO_FREE(b.p);
+    ZERO_FREE(h);
+    return r;
+}
+
+ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_save");
+    zero_traffic keep;
+    double gen = 0.0;
+    if (r != ZERO_OK) return r;
+    if (!dir || !dir[0] || strlen(dir) >= 4000)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save: dir is NULL, empty or too long");
+    if ((r = zero__ck_between_steps(e, "zero_engine_save", 0)) != ZERO_OK) return r;
+    keep = e->traffic_cur;
+    /* 1. the directory and the generation (rank 0 proposes it) */
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
+    if (r == ZERO_OK && e->rank == 0) gen = (double)zero__ck_next_gen(dir);
+    r = zero__ck_agree(e, r, &gen);
+    /* 2. every rank's shard file */
+    if (r == ZERO_OK) r = zero__ck_agree(e, zero__ck_write_shard(e, dir, (uint64_t)gen), NULL);
+    /* 3. the manifest, then the older generations go */
+    if (r == ZERO_OK) {
+        zero_result mr = ZERO_OK;
+        if (e->rank == 0) {
+            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen);
+            if (mr == ZERO_OK) zero__ck_cleanup(dir, (uint64_t)gen);
+        }
+        r = zero__ck_agree(e, mr, NULL);
+    }
+    e->traffic_cur = keep;
+    return r;
+}
+
+/* ---- load ------------------------------------------------------------------------------------ */
+
+typedef struct zero__ck_load {
+    zero_engine *e;
+    int same;                 /* the saving layout is the engine's: shard files map 1:1 */
+    int *tmap;                /* checkpoint tensor -> engine tensor */
+    unsigned char *stage_buf; /* this rank's shard: master, m, v (fp32), params */
+    unsigned char *map;       /* same layout: this rank's shard file, mapped and verified */
+    size_t map_bytes;
+} zero__ck_load;
+
+/* Same layout: maps this rank's own shard file and verifies its header and every section
+   checksum over the mapping; the apply step then uploads straight from it (no staging). */
+static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
+{
+    char name[64], path[4200];
+    uint32_t *crcs = NULL;
+    zero_result r;
+    int fd, g, ki;
+    void *m;
+    zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->rank);
+    snprintf(path, sizeof path, "%s/%s", ck->dir, name);
+    fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path,
+                          L->e->rank, strerror(errno));
+    r = zero__ck_check_shard(ck, fd, path, L->e->rank, &crcs);
+    if (r != ZERO_OK) {
+        close(fd);
+        return r;
+    }
+#ifdef MAP_POPULATE
+    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+#else
+    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+#endif
+    close(fd);
+    if (m == MAP_FAILED) {
+        ZERO_FREE(crcs);
+        return zero__fail(ZERO_ERROR_IO, "%s: mmap of %llu bytes: %s", path,
+                          (unsigned long long)ck->shard_bytes, strerror(errno));
+    }
+    L->map = (unsigned char *)m;
+    L->map_bytes = (size_t)ck->shard_bytes;
+    for (g = 0; g < ck->info.num_groups && r == ZERO_OK; g++)
+        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+            uint64_t off = zero__ck_sec_off(ck, g, ki);
+            uint64_t bytes = ck->groups[g].shard_numel * zero__ck_sec_esz(ck, ki);
+            uint32_t c = zero_crc32c(0, L->map + off, (size_t)bytes);
+            if (c != crcs[g * 4 + ki]) {
+                int t = ck->groups[g].first_tensor;
+                r = zero__fail(ZERO_ERROR_IO, "%s: checksum mismatch in the %s section of group "
+                               "%d (bytes %llu..%llu; tensors from '%s'): stored %08x, computed "
+                               "%08x", path, zero__ck_kind_name(ki), g, (unsigned long long)off,
+                               (unsigned long long)(off + bytes - 1),
+                               t >= 0 ? ck->tensors[t].name : "?", crcs[g * 4 + ki], c);
+            }
+        }
+    ZERO_FREE(crcs);
+    return r;
+}
+
+static int zero__ck_want_load(void *ctx, const zero_checkpoint *ck, int q, int g, zero__ck_piece *pc)
+{
+    zero__ck_load *L = (zero__ck_load *)ctx;
+    zero_engine *e = L->e;
+    int t, np = 0;
+    for (t = ck->groups[g].first_tensor; t >= 0 && t < ck->info.num_tensors; t++) {
+        zero_tensor_info ti;
+        zero_range sn, shn, sq;
+        uint64_t a, b, lo, hi;
+        if (ck->tensors[t].group != (uint32_t)g) continue;
+        memset(&ti, 0, sizeof ti);
+        memset(&sn, 0, sizeof sn);
+        memset(&shn, 0, sizeof shn);
+        memset(&sq, 0, sizeof sq);
+        if (zero_plan_tensor(e->plan, L->tmap[t], &ti) != ZERO_OK ||
+            zero_plan_intersect(e->plan, L->tmap[t], e->rank, &sn) != ZERO_OK ||
+            zero_plan_shard(e->plan, ti.group, e->rank, &shn) != ZERO_OK ||
+            zero_plan_intersect(ck->plan, t, q, &sq) != ZERO_OK)
+            continue;
+        if (sn.numel == 0 || sq.numel == 0) continue;
+        a = sn.offset - ti.offset;
+        b = sq.offset - ck->tensors[t].offset;
+        lo = a > b ? a : b;
+        hi = a + sn.numel < b + sq.numel ? a + sn.numel : b + sq.numel;
+        if (lo >= hi) continue;
+        pc[np].src = (sq.offset - (uint64_t)q * ck->groups[g].shard_numel) + (lo - b);
+        pc[np].n = hi - lo;
+        pc[np].dst = e->groups[ti.group].off_shard + (sn.offset - shn.offset) + (lo - a);
+        np++;
+    }
+    return np;
+}
+
+static unsigned char *zero__ck_base_load(void *ctx, int ki)
+{
+    zero__ck_load *L = (zero__ck_load *)ctx;
+    return L->stage_buf + (size_t)ki * L->e->S * 4u;
+}
+
+/* The engine's tensors must be the checkpoint's: names, sizes, flags; the same dtype. */
+static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, const char *dir,
+                                   int *map)
+{
+    int t;
+    if (ck->info.param_dtype != e->gd)
+        return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s holds %s params, the engine "
+                          "uses %s", dir, zero_dtype_name(ck->info.param_dtype), zero_dtype_name(e->gd));
+    for (t = 0; t < ck->info.num_tensors; t++) {
+        const zero__ck_tensor *ct = &ck->tensors[t];
+        zero_tensor_info ti;
+        int id = -1;
+        if (zero_plan_find(e->plan, ct->name, &id) != ZERO_OK)
+            return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' of the "
+                              "checkpoint is not registered in the engine", dir, ct->name);
+        memset(&ti, 0, sizeof ti);
+        zero_plan_tensor(e->plan, id, &ti);
+        if ((uint64_t)ti.numel != ct->numel)
+            return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has %llu "
+                              "elements in the checkpoint, %zu in the engine", dir, ct->name,
+                              (unsigned long long)ct->numel, ti.numel);
+        if (e->tflags[id] != ct->flags)
+            return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has flags "
+                              "0x%x in the checkpoint, 0x%x in the engine", dir, ct->name,
+                              ct->flags, e->tflags[id]);
+        map[t] = id;
+    }
+    for (t = 0; t < e->ntensors; t++) {
+        zero_tensor_info ti;
+        memset(&ti, 0, sizeof ti);
+        zero_plan_tensor(e->plan, t, &ti);
+        int id = -1;
+        if (zero_plan_find(ck->plan, ti.name, &id) != ZERO_OK)
+            return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: engine tensor '%s' is "
+                              "not in the checkpoint", dir, ti.name);
+    }
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_load");
+    zero_checkpoint *ck = NULL;
+    zero__ck_load L;
+    zero__ck_reader rdr;
+    zero_traffic keep;
+    size_t bytes = 0;
+    int t, ki, i;
+    if (r != ZERO_OK) return r;
+    if (!dir || !dir[0] || strlen(dir) >= 4000)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
+    if ((r = zero__ck_between_steps(e, "zero_engine_load", 1)) != ZERO_OK) return r;
+    keep = e->traffic_cur;
+    memset(&L, 0, sizeof L);
+    L.e = e;
+    /* 1. read and verify everything this rank needs, changing nothing */
+    r = zero_checkpoint_open(dir, &ck);
+    if (r != ZERO_OK) {
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        r = zero__fail(r, "zero_engine_load: %.400s", prev);
+    }
+    if (r == ZERO_OK) {
+        L.tmap = (int *)zero__alloc(&e->d.allocator, (size_t)ck->info.num_tensors * sizeof(int));
+        if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
+    }
+    if (r == ZERO_OK) r = zero__ck_compat(e, ck, dir, L.tmap);
+    if (r == ZERO_OK) { /* same world, alignment, groups and tensor order: no resharding */
+        L.same = ck->info.world == e->world && ck->info.num_groups == e->G &&
+                 ck->info.align_numel == zero_plan_align(e->plan);
+        for (t = 0; L.same && t < ck->info.num_tensors; t++) {
+            zero_tensor_info ti;
+            memset(&ti, 0, sizeof ti);
+            zero_plan_tensor(e->plan, t, &ti);
+            L.same = L.tmap[t] == t && (uint64_t)ti.offset == ck->tensors[t].offset &&
+                     ti.group == (int)ck->tensors[t].group;
+        }
+        for (t = 0; L.same && t < e->G; t++)
+            L.same = ck->groups[t].shard_numel == e->groups[t].shard_numel;
+    }
+    if (r == ZERO_OK && !L.same) { /* resharding: staging filled from every file needed */
+        if (zero__mul_size(e->S, 12u + e->p, &bytes) || bytes == 0) bytes = 0;
+        L.stage_buf = bytes ? (unsigned char *)zero__alloc(&e->d.allocator, bytes) : NULL;
+        if (!L.stage_buf) /* not cleared: only tensor elements are read back */
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load: %zu bytes of staging", bytes);
+    }
+    if (r == ZERO_OK && L.same) {
+        r = zero__ck_map_own(ck, &L);
+        if (r != ZERO_OK) {
+            char prev[400];
+            zero__eng_copy_error(prev, sizeof prev);
+            r = zero__fail(r, "zero_engine_load: %.400s", prev);
+        }
+    } else if (r == ZERO_OK) {
+        rdr.want = zero__ck_want_load;
+        rdr.base = zero__ck_base_load;
+        rdr.ctx = &L;
+        r = zero__ck_read(ck, &rdr);
+        if (r != ZERO_OK) {
+            char prev[400];
+            zero__eng_copy_error(prev, sizeof prev);
+            r = zero__fail(r, "zero_engine_load: %.400s", prev);
+        }
+    }
+    /* 2. every rank agrees before anything changes */
+    r = zero__ck_agree(e, r, NULL);
+    if (r != ZERO_OK || e->state == ZERO__ENG_BROKEN) goto out;
+    /* 3. apply: shards, the copies kept whole, then step, Adam settings, scaler */
+    if ((r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
+        r = zero__eng_break(e, r, "zero_engine_load: event");
+        goto out;
+    }
+    for (i = 0; i < e->ngslots; i++)
+        if (e->gslots[i].group >= 0) zero__eng_drop_slot(e, i);
+    /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
+    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+        zero_tensor_info ti;
+        zero_range sn, shn;
+        size_t at;
+        memset(&ti, 0, sizeof ti);
+        memset(&sn, 0, sizeof sn);
+        memset(&shn, 0, sizeof shn);
+        r = zero_plan_tensor(e->plan, t, &ti);
+        if (r == ZERO_OK) r = zero_plan_intersect(e->plan, t, e->rank, &sn);
+        if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &shn);
+        if (r != ZERO_OK || sn.numel == 0) continue;
+        at = sn.offset - shn.offset;
+        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+            size_t esz = ki == 3 ? e->p : 4;
+            unsigned char *src = L.map ? L.map + zero__ck_sec_off(ck, ti.group, ki) + at * esz
+                                       : L.stage_buf + (size_t)ki * e->S * 4u +
+                                             (e->groups[ti.group].off_shard + at) * esz;
+            r = zero__ck_state_io(e, zero__ck_kinds[ki], ti.group, at, sn.numel, src, 1);
+        }
+    }
+    if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+    if (r != ZERO_OK) {
+        r = zero__eng_break(e, r, "zero_engine_load: upload");
+        goto out;
+    }
+    if ((r = zero__ck_state_spread(e)) != ZERO_OK) goto out;
+    if ((r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
+        r = zero__eng_break(e, r, "zero_engine_load: sync");
+        goto out;
+    }
+    e->step = ck->info.step;
+    e->adam.mode = ck->info.adam.mode;
+    e->adam.lr = ck->info.adam.lr;
+    e->adam.beta1 = ck->info.adam.beta1;
+    e->adam.beta2 = ck->info.adam.beta2;
+    e->adam.eps = ck->info.adam.eps;
+    e->adam.weight_decay = ck->info.adam.weight_decay;
+    e->d.adam = e->adam;
+    e->scaler.scale = ck->info.scaler.scale;
+    e->scaler.factor = ck->info.scaler.factor;
+    e->scaler.min_scale = ck->info.scaler.min_scale;
+    e->scaler.window = ck->info.scaler.window;
+    e->scaler.hysteresis = ck->info.scaler.hysteresis;
+    e->scaler.cur_hysteresis = ck->info.scaler.cur_hysteresis;
+    e->scaler.consecutive_hysteresis = ck->info.scaler.consecutive_hysteresis;
+    e->scaler.dynamic = ck->info.scaler.dynamic;
+    e->scaler.iter = ck->info.scaler.iter;
+    e->scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
+out:
+    e->traffic_cur = keep;
+    zero__free(&e->d.allocator, L.tmap);
+    zero__free(&e->d.allocator, L.stage_buf);
+    if (L.map) munmap(L.map, L.map_bytes);
+    zero_checkpoint_close(ck);
+    return r;
+}
+
+/* ---- safetensors ----------------------------------------------------------------------------- */
+
+/* One tensor of a safetensors header; data_offsets relative to the data after the header. */
+typedef struct zero__st_entry {
+    char *name;
+    char dtype[12];
+    int ndim;
+    uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+    uint64_t begin, end;
+} zero__st_entry;
+
+typedef struct zero__st_file {
+    zero__st_entry *ent;
+    int n, cap;
+} zero__st_file;
+
+static void zero__st_free(zero__st_file *f)
+{
+    int i;
+    for (i = 0; i < f->n; i++) ZERO_FREE(f->ent[i].name);
+    ZERO_FREE(f->ent);
+    f->ent = NULL;
+    f->n = f->cap = 0;
+}
+
+typedef struct zero__st_p {
+    const unsigned char *s;
+    size_t n, at;
+    const char *what;
+} zero__st_p;
+
+static zero_result zero__st_err(zero__st_p *p, const char *why)
+{
+    return zero__fail(ZERO_ERROR_IO, "%s: malformed safetensors header at byte %zu: %s", p->what,
+                      p->at, why);
+}
+
+static void zero__st_ws(zero__st_p *p)
+{
+    while (p->at < p->n && (p->s[p->at] == ' ' || p->s[p->at] == '\t' || p->s[p->at] == '\n' ||
+                            p->s[p->at] == '\r'))
+        p->at++;
+}
+
+static int zero__st_lit(zero__st_p *p, char c)
+{
+    zero__st_ws(p);
+    if (p->at < p->n && p->s[p->at] == (unsigned char)c) {
+        p->at++;
+        return 1;
+    }
+    return 0;
+}
+
+static int zero__st_hex(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A JSON string into a new NUL-terminated buffer (*out; NULL: skip it). */
+static zero_result zero__st_string(zero__st_p *p, char **out)
+{
+    char *o = NULL;
+    size_t k = 0;
+    if (out) *out = NULL;
+    if (!zero__st_lit(p, '"')) return zero__st_err(p, "expected a string");
+    if (out) {
+        o = (char *)ZERO_MALLOC(p->n - p->at + 1);
+        if (!o) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header string", p->what);
+    }
+    for (;;) {
+        unsigned c;
+        if (p->at >= p->n) {
+            ZERO_FREE(o);
+            return zero__st_err(p, "unterminated string");
+        }
+        c = p->s[p->at++];
+        if (c == '"') break;
+        if (c < 0x20) {
+            ZERO_FREE(o);
+            return zero__st_err(p, "control character in a string");
+        }
+        if (c == '\\') {
+            if (p->at >= p->n) {
+                ZERO_FREE(o);
+                return zero__st_err(p, "unterminated escape");
+            }
+            c = p->s[p->at++];
+            switch (c) {
+            case '"': case '\\': case '/': break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'n': c = '\n'; break;
+            case 'r': c = '\r'; break;
+            case 't': c = '\t'; break;
+            case 'u': {
+                unsigned u = 0;
+                int i;
+                for (i = 0; i < 4; i++) {
+                    int h = p->at < p->n ? zero__st_hex(p->s[p->at]) : -1;
+                    if (h < 0) {
+                        ZERO_FREE(o);
+                        return zero__st_err(p, "bad \\u escape");
+                    }
+                    u = u * 16u + (unsigned)h;
+                    p->at++;
+                }
+                if (u == 0) {
+                    ZERO_FREE(o);
+                    return zero__st_err(p, "\\u0000 in a string");
+                }
+                if (o) { /* UTF-8 of the code unit (surrogates kept as they are) */
+                    if (u < 0x80) o[k++] = (char)u;
+                    else if (u < 0x800) {
+                        o[k++] = (char)(0xC0 | (u >> 6));
+                        o[k++] = (char)(0x80 | (u & 0x3F));
+                    } else {
+                        o[k++] = (char)(0xE0 | (u >> 12));
+                        o[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
+                        o[k++] = (char)(0x80 | (u & 0x3F));
+                    }
+                }
+                continue;
+            }
+            default:
+                ZERO_FREE(o);
+                return zero__st_err(p, "unknown escape");
+            }
+        }
+        if (o) o[k++] = (char)c;
+    }
+    if (o) {
+        o[k] = '\0';
+        *out = o;
+    }
+    return ZERO_OK;
+}
+
+static zero_result zero__st_uint(zero__st_p *p, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t start;
+    zero__st_ws(p);
+    start = p->at;
+    while (p->at < p->n && p->s[p->at] >= '0' && p->s[p->at] <= '9') {
+        unsigned d = (unsigned)(p->s[p->at] - '0');
+        if (v > (UINT64_MAX - d) / 10u) return zero__st_err(p, "integer too large");
+        v = v * 10u + d;
+        p->at++;
+    }
+    if (p->at == start) return zero__st_err(p, "expected a non-negative integer");
+    if (p->at - start > 1 && p->s[start] == '0') return zero__st_err(p, "leading zero");
+    *out = v;
+    return ZERO_OK;
+}
+
+/* Skips any JSON value (for __metadata__), at most 32 levels deep. */
+static zero_result zero__st_skip(zero__st_p *p, int depth)
+{
+    zero_result r;
+    if (depth > 32) return zero__st_err(p, "nested too deeply");
+    zero__st_ws(p);
+    if (p->at >= p->n) return zero__st_err(p, "expected a value");
+    switch (p->s[p->at]) {
+    case '"': return zero__st_string(p, NULL);
+    case '{':
+        p->at++;
+        if (zero__st_lit(p, '}')) return ZERO_OK;
+        do {
+            if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+            if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
+            if ((r = zero__st_skip(p, depth + 1)) != ZERO_OK) return r;
+        } while (zero__st_lit(p, ','));
+        return zero__st_lit(p, '}') ? ZERO_OK : zero__st_err(p, "expected '}'");
+    case '[':
+        p->at++;
+        if (zero__st_lit(p, ']')) return ZERO_OK;
+        do {
+            if ((r = zero__st_skip(p, depth + 1)) != ZERO_OK) return r;
+        } while (zero__st_lit(p, ','));
+        return zero__st_lit(p, ']') ? ZERO_OK : zero__st_err(p, "expected ']'");
+    default: {
+        size_t start = p->at;
+        while (p->at < p->n && strchr("+-0123456789.eEtruefalsn", p->s[p->at]) && p->s[p->at]) p->at++;
+        return p->at > start ? ZERO_OK : zero__st_err(p, "unexpected character");
+    }
+    }
+}
+
+static size_t zero__st_dtype_size(const char *d)
+{
+    static const struct { const char *name; size_t size; } tab[] = {
+        {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
+        {"I8", 1}, {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1},
+        {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    size_t i;
+    for (i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (strcmp(d, tab[i].name) == 0) return tab[i].size;
+    return 0;
+}
+
+static int zero__st_cmp_begin(const void *a, const void *b)
+{
+    const zero__st_entry *x = *(const zero__st_entry *const *)a, *y = *(const zero__st_entry *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
+}
+
+/* Parses a safetensors JSON header of hn bytes whose data part holds data_bytes bytes, and
+   checks it: known dtypes, shapes whose size matches the offsets, offsets that tile the
+   data exactly, unique names. */
+static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t data_bytes,
+                                  const char *what, zero__st_file *out)
+{
+    zero__st_p p;
+    zero_result r = ZERO_OK;
+    zero__st_entry **order = NULL;
+    int i;
+    memset(out, 0, sizeof *out);
+    p.s = h;
+    p.n = hn;
+    p.at = 0;
+    p.what = what;
+    if (!zero__st_lit(&p, '{')) return zero__st_err(&p, "expected '{'");
+    if (zero__st_lit(&p, '}')) goto closed;
+    do {
+            char *key = NULL;
+            zero__st_entry ent;
+            int have_d = 0, have_s = 0, have_o = 0;
+            if ((r = zero__st_string(&p, &key)) != ZERO_OK) goto fail;
+            if (!zero__st_lit(&p, ':')) {
+                ZERO_FREE(key);
+                r = zero__st_err(&p, "expected ':'");
+                goto fail;
+            }
+            if (strcmp(key, "__metadata__") == 0) {
+                ZERO_FREE(key);
+                if ((r = zero__st_skip(&p, 0)) != ZERO_OK) goto fail;
+                continue;
+            }
+            memset(&ent, 0, sizeof ent);
+            ent.name = key;
+            if (!key[0] || strlen(key) > 255) {
+                ZERO_FREE(key);
+                r = zero__st_err(&p, "tensor name empty or longer than 255 bytes");
+                goto fail;
+            }
+            if (out->n == out->cap) {
+                int cap = out->cap ? out->cap * 2 : 16;
+                zero__st_entry *ne = (zero__st_entry *)ZERO_MALLOC((size_t)cap * sizeof *ne);
+                if (!ne) {
+                    ZERO_FREE(key);
+                    r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header", what);
+                    goto fail;
+                }
+                if (out->n) memcpy(ne, out->ent, (size_t)out->n * sizeof *ne);
+                ZERO_FREE(out->ent);
+                out->ent = ne;
+                out->cap = cap;
+            }
+            out->ent[out->n++] = ent;
+            if (!zero__st_lit(&p, '{')) {
+                r = zero__st_err(&p, "expected a tensor object");
+                goto fail;
+            }
+            do {
+                char *f = NULL;
+                zero__st_entry *E = &out->ent[out->n - 1];
+                if ((r = zero__st_string(&p, &f)) != ZERO_OK) goto fail;
+                if (!zero__st_lit(&p, ':')) {
+                    ZERO_FREE(f);
+                    r = zero__st_err(&p, "expected ':'");
+                    goto fail;
+                }
+                if (strcmp(f, "dtype") == 0 && !have_d) {
+                    char *d = NULL;
+                    have_d = 1;
+                    ZERO_FREE(f);
+                    if ((r = zero__st_string(&p, &d)) != ZERO_OK) goto fail;
+                    if (strlen(d) >= sizeof E->dtype || !zero__st_dtype_size(d)) {
+                        ZERO_FREE(d);
+                        r = zero__st_err(&p, "unknown dtype");
+                        goto fail;
+                    }
+                    strcpy(E->dtype, d);
+                    ZERO_FREE(d);
+                } else if (strcmp(f, "shape") == 0 && !have_s) {
+                    have_s = 1;
+                    ZERO_FREE(f);
+                    if (!zero__st_lit(&p, '[')) {
+                        r = zero__st_err(&p, "expected a shape array");
+                        goto fail;
+                    }
+                    if (!zero__st_lit(&p, ']')) {
+                        do {
+                            uint64_t v;
+                            if ((r = zero__st_uint(&p, &v)) != ZERO_OK) goto fail;
+                            if (E->ndim == ZERO_TENSOR_MAX_DIMS) {
+                                r = zero__st_err(&p, "more than 8 dimensions");
+                                goto fail;
+                            }
+                            E->dims[E->ndim++] = v;
+                        } while (zero__st_lit(&p, ','));
+                        if (!zero__st_lit(&p, ']')) {
+                            r = zero__st_err(&p, "expected ']'");
+                            goto fail;
+                        }
+                    }
+                } else if (strcmp(f, "data_offsets") == 0 && !have_o) {
+                    have_o = 1;
+                    ZERO_FREE(f);
+                    if (!zero__st_lit(&p, '[') || zero__st_uint(&p, &E->begin) != ZERO_OK ||
+                        !zero__st_lit(&p, ',') || zero__st_uint(&p, &E->end) != ZERO_OK ||
+                        !zero__st_lit(&p, ']')) {
+                        r = zero__st_err(&p, "data_offsets must be [begin, end]");
+                        goto fail;
+                    }
+                } else {
+                    ZERO_FREE(f);
+                    r = zero__st_err(&p, "unknown or repeated field in a tensor");
+                    goto fail;
+                }
+            } while (zero__st_lit(&p, ','));
+            if (!zero__st_lit(&p, '}')) {
+                r = zero__st_err(&p, "expected '}'");
+                goto fail;
+            }
+            if (!have_d || !have_s || !have_o) {
+                r = zero__st_err(&p, "a tensor lacks dtype, shape or data_offsets");
+                goto fail;
+            }
+        } while (zero__st_lit(&p, ','));
+    if (!zero__st_lit(&p, '}')) {
+        r = zero__st_err(&p, "expected '}'");
+        goto fail;
+    }
+closed:
+    zero__st_ws(&p);
+    if (p.at != p.n) {
+        r = zero__st_err(&p, "bytes after the header object");
+        goto fail;
+    }
+    /* sizes, names, tiling */
+    for (i = 0; i < out->n; i++) {
+        zero__st_entry *E = &out->ent[i];
+        uint64_t numel = 1, bytes;
+        int k, j;
+        for (k = 0; k < E->ndim; k++) {
+            if (E->dims[k] != 0 && numel > UINT64_MAX / E->dims[k]) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': shape overflows", what, E->name);
+                goto fail;
+            }
+            numel *= E->dims[k];
+        }
+        bytes = numel * zero__st_dtype_size(E->dtype);
+        if (numel > UINT64_MAX / 8u || E->end < E->begin || E->end - E->begin != bytes) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': data_offsets [%llu, %llu] do not hold "
+                           "its shape of %s", what, E->name, (unsigned long long)E->begin,
+                           (unsigned long long)E->end, E->dtype);
+            goto fail;
+        }
+        for (j = 0; j < i; j++)
+            if (strcmp(out->ent[j].name, E->name) == 0) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' appears twice", what, E->name);
+                goto fail;
+            }
+    }
+    if (out->n > 0) {
+        uint64_t at = 0;
+        order = (zero__st_entry **)ZERO_MALLOC((size_t)out->n * sizeof *order);
+        if (!order) {
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", what);
+            goto fail;
+        }
+        for (i = 0; i < out->n; i++) order[i] = &out->ent[i];
+        qsort(order, (size_t)out->n, sizeof *order, zero__st_cmp_begin);
+        for (i = 0; i < out->n; i++) {
+            if (order[i]->begin != at) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' starts at data byte %llu, expected "
+                               "%llu (holes or overlaps)", what, order[i]->name,
+                               (unsigned long long)order[i]->begin, (unsigned long long)at);
+                goto fail;
+            }
+            at = order[i]->end;
+        }
+        if (at != data_bytes) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: tensors end at data byte %llu, the file holds %llu",
+                           what, (unsigned long long)at, (unsigned long long)data_bytes);
+            goto fail;
+        }
+    } else if (data_bytes != 0) {
+        r = zero__fail(ZERO_ERROR_IO, "%s: no tensors but %llu data bytes", what,
+                       (unsigned long long)data_bytes);
+        goto fail;
+    }
+    ZERO_FREE(order);
+    return ZERO_OK;
+fail:
+    ZERO_FREE(order);
+    zero__st_free(out);
+    return r;
+}
+
+/* Opens a safetensors file and parses its header; *data_off = where the data starts. */
+static zero_result zero__st_open(const char *path, int *fd_out, zero__st_file *f, uint64_t *data_off)
+{
+    int fd;
+    struct stat st;
+    unsigned char lenb[8], *h;
+    uint64_t hn = 0;
+    zero_result r;
+    int i;
+    *fd_out = -1;
+    memset(f, 0, sizeof *f);
+    fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return zero__fail(errno == ENOENT ? ZERO_ERROR_NOT_FOUND : ZERO_ERROR_IO, "%s: open: %s",
+                          path, strerror(errno));
+    if (fstat(fd, &st) != 0 || st.st_size < 8) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: not a safetensors file (shorter than 8 bytes)", path);
+    }
+    r = zero__ck_pread(fd, lenb, 8, 0, path);
+    for (i = 0; i < 8; i++) hn |= (uint64_t)lenb[i] << (8 * i);
+    if (r == ZERO_OK && (hn < 2 || hn > ((uint64_t)100 << 20) || hn > (uint64_t)st.st_size - 8))
+        r = zero__fail(ZERO_ERROR_IO, "%s: header size %llu does not fit the file of %lld bytes "
+                       "(or exceeds 100 MB)", path, (unsigned long long)hn, (long long)st.st_size);
+    if (r != ZERO_OK) {
+        close(fd);
+        return r;
+    }
+    h = (unsigned char *)ZERO_MALLOC((size_t)hn);
+    if (!h) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header", path);
+    }
+    r = zero__ck_pread(fd, h, (size_t)hn, 8, path);
+    if (r == ZERO_OK) r = zero__st_parse(h, (size_t)hn, (uint64_t)st.st_size - 8 - hn, path, f);
+    ZERO_FREE(h);
+    if (r != ZERO_OK) {
+        close(fd);
+        return r;
+    }
+    *fd_out = fd;
+    *data_off = 8 + hn;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_load_safetensors");
+    zero__st_file f;
+    uint64_t data_off = 0;
+    int fd = -1, t, i, *which = NULL;
+    size_t maxn = 0;
+    unsigned char *raw = NULL;
+    float *vals = NULL;
+    if (r != ZERO_OK) return r;
+    if (!path) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
+    if ((r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1)) != ZERO_OK) return r;
+    if ((r = zero__st_open(path, &fd, &f, &data_off)) != ZERO_OK) return r;
+    which = (int *)ZERO_MALLOC((size_t)e->ntensors * sizeof(int));
+    if (!which) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
+    /* every check first: nothing is set unless all tensors are there and fit */
+    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+        zero_tensor_info ti;
+        zero__st_entry *E = NULL;
+        uint64_t numel = 1;
+        int k, nd = t < e->cap_shapes ? e->shapes[t].ndim : 0;
+        memset(&ti, 0, sizeof ti);
+        zero_plan_tensor(e->plan, t, &ti);
+        for (i = 0; i < f.n; i++)
+            if (strcmp(f.ent[i].name, ti.name) == 0) E = &f.ent[i];
+        if (!E) {
+            r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", path, ti.name);
+            break;
+        }
+        for (k = 0; k < E->ndim; k++) numel *= E->dims[k];
+        if (numel != ti.numel) {
+            r = zero__fail(ZERO_ERROR_MISMATCH, "%s: tensor '%s' has %llu elements, the engine's "
+                           "%zu", path, ti.name, (unsigned long long)numel, ti.numel);
+            break;
+        }
+        if (nd > 0) {
+            int same = nd == E->ndim;
+            for (k = 0; same && k < nd; k++) same = e->shapes[t].dims[k] == E->dims[k];
+            if (!same) {
+                r = zero__fail(ZERO_ERROR_MISMATCH, "%s: tensor '%s' has another shape than the "
+                               "engine's (same size)", path, ti.name);
+                break;
+            }
+        }
+        if (strcmp(E->dtype, "F32") != 0 && strcmp(E->dtype, "F16") != 0 &&
+            strcmp(E->dtype, "BF16") != 0) {
+            r = zero__fail(ZERO_ERROR_UNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 or BF16 can "
+                           "be loaded)", path, ti.name, E->dtype);
+            break;
+        }
+        which[t] = (int)(E - f.ent);
+        if (ti.numel > maxn) maxn = ti.numel;
+    }
+    if (r == ZERO_OK) {
+        raw = (unsigned char *)ZERO_MALLOC(maxn * 4u);
+        vals = (float *)ZERO_MALLOC(maxn * 4u);
+        if (!raw || !vals) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
+    }
+    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+        zero__st_entry *E = &f.ent[which[t]];
+        zero_dtype dt = strcmp(E->dtype, "F32") == 0 ? ZERO_F32
+                        : strcmp(E->dtype, "F16") == 0 ? ZERO_F16 : ZERO_BF16;
+        size_t n = (size_t)((E->end - E->begin) / zero_dtype_size(dt));
+        r = zero__ck_pread(fd, raw, (size_t)(E->end - E->begin), data_off + E->begin, path);
+        if (r == ZERO_OK) r = zero_convert(vals, ZERO_F32, raw, dt, n, ZERO_SIMD_AUTO);
+        if (r == ZERO_OK) r = zero_engine_set_tensor(e, t, vals);
+    }
+    ZERO_FREE(raw);
+    ZERO_FREE(vals);
+    ZERO_FREE(which);
+    zero__st_free(&f);
+    close(fd);
+    return r;
+}
+
+/* JSON string body with the escapes a name needs. */
+static void zero__st_put_name(zero__ck_buf *b, const char *s)
+{
+    zero__ck_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            zero__ck_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            zero__ck_put(b, esc, 6);
+        } else {
+            zero__ck_put(b, s, 1);
+        }
+    }
+    zero__ck_put(b, "\"", 1);
+}
+
+ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path, zero_dtype dtype)
+{
+    zero__ck_buf h;
+    char tmp[4200], num[64];
+    uint64_t at = 0, maxn = 0;
+    size_t esz;
+    int t, k, fd = -1;
+    unsigned char *buf = NULL, *out = NULL;
+    zero_result r = ZERO_OK;
+    uint64_t woff;
+    if (!ck || !path) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: NULL");
+    if (dtype != ZERO_F32 && dtype != ZERO_F16 && dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: dtype %d (f32, f16, bf16)",
+                          (int)dtype);
+    if (strlen(path) > 4000) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path too long");
+    esz = zero_dtype_size(dtype);
+    memset(&h, 0, sizeof h);
+    zero__ck_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"zero_step\":\"");
+    snprintf(num, sizeof num, "%lld\"}", (long long)ck->info.step);
+    zero__ck_put(&h, num, strlen(num));
+    for (t = 0; t < ck->info.num_tensors; t++) {
+        const zero__ck_tensor *T = &ck->tensors[t];
+        const char *dn = dtype == ZERO_F32 ? "F32" : dtype == ZERO_F16 ? "F16" : "BF16";
+        zero__ck_put(&h, ",", 1);
+        zero__st_put_name(&h, T->name);
+        zero__ck_puts(&h, ":{\"dtype\":\"");
+        zero__ck_put(&h, dn, strlen(dn));
+        zero__ck_puts(&h, "\",\"shape\":[");
+        if (T->ndim == 0) {
+            snprintf(num, sizeof num, "%llu", (unsigned long long)T->numel);
+            zero__ck_put(&h, num, strlen(num));
+        }
+        for (k = 0; k < T->ndim; k++) {
+            snprintf(num, sizeof num, "%s%llu", k ? "," : "", (unsigned long long)T->dims[k]);
+            zero__ck_put(&h, num, strlen(num));
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                 (unsigned long long)(at + T->numel * esz));
+        zero__ck_put(&h, num, strlen(num));
+        at += T->numel * esz;
+        if (T->numel > maxn) maxn = T->numel;
+    }
+    zero__ck_put(&h, "}", 1);
+    while (h.n % 8u) zero__ck_put(&h, " ", 1);
+    if (h.err) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
+    buf = (unsigned char *)ZERO_MALLOC((size_t)maxn * 4u);
+    out = (unsigned char *)ZERO_MALLOC((size_t)maxn * esz + 8u);
+    if (!buf || !out) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: %llu elements",
+                       (unsigned long long)maxn);
+        goto done;
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    for (k = 0; k < 8; k++) out[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
+    r = zero__ck_pwrite(fd, out, 8, 0, tmp);
+    if (r == ZERO_OK) r = zero__ck_pwrite(fd, h.p, h.n, 8, tmp);
+    woff = 8 + h.n;
+    for (t = 0; t < ck->info.num_tensors && r == ZERO_OK; t++) {
+        size_t n = (size_t)ck->tensors[t].numel;
+        if (dtype != ZERO_F32 && dtype == ck->info.param_dtype) {
+            r = zero_checkpoint_read_tensor(ck, t, ZERO_STATE_PARAM, out);
+        } else {
+            r = zero_checkpoint_read_tensor(ck, t, ZERO_STATE_MASTER, buf);
+            if (r == ZERO_OK) r = zero_convert(out, dtype, buf, ZERO_F32, n, ZERO_SIMD_AUTO);
+        }
+        if (r == ZERO_OK) r = zero__ck_pwrite(fd, out, n * esz, woff, tmp);
+        woff += (uint64_t)n * esz;
+    }
+    if (r == ZERO_OK && fsync(fd) != 0) r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && r == ZERO_OK) r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
+    fd = -1;
+    if (r == ZERO_OK && rename(tmp, path) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
+    if (r != ZERO_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        (void)unlink(tmp);
+        r = zero__fail(r, "%s", msg);
+    }
+done:
+    if (fd >= 0) close(fd);
+    ZERO_FREE(h.p);
+    ZERO_FREE(buf);
+    ZERO_FREE(out);
+    return r;
 }
 
 #ifdef __cplusplus

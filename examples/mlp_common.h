@@ -98,8 +98,11 @@ static zero_result mlp_add_tensors(zero_engine *e, const int *dims, int *wid, in
     for (l = 0; l < NL; l++) {
         char name[32];
         zero_result r;
+        uint64_t shape[2];
         snprintf(name, sizeof name, "layer%d.weight", l);
-        r = zero_engine_add_tensor(e, name, (size_t)dims[l + 1] * dims[l], l, 0, &wid[l]);
+        shape[0] = (uint64_t)dims[l + 1]; /* [out, in], row-major: PyTorch's nn.Linear layout */
+        shape[1] = (uint64_t)dims[l];
+        r = zero_engine_add_tensor_shape(e, name, 2, shape, l, 0, &wid[l]);
         if (r != ZERO_OK) return r;
         snprintf(name, sizeof name, "layer%d.bias", l);
         r = zero_engine_add_tensor(e, name, (size_t)dims[l + 1], l, ZERO_TENSOR_NO_DECAY, &bid[l]);

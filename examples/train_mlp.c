@@ -13,7 +13,12 @@
    step. The four stages print the same losses: their parameters are bit-identical.
 
        build/train_mlp [--stage S] [--ranks N] [--steps T] [--dtype f16|bf16] [--accum A]
-                       [--batch B] [--lr LR]
+                       [--batch B] [--lr LR] [--save DIR] [--save-every K] [--resume DIR]
+
+   --save DIR writes a checkpoint (zero_engine_save) every K steps and after the last one;
+   --resume DIR loads one (zero_engine_load, at any --ranks and --stage) and continues from
+   the step it holds: --steps stays the total, so a run resumed at step T with --steps 2T
+   ends where a straight run of 2T steps ends, bit for bit.
 
    ZeRO-Offload (docs/offload.md): --device-memory SIZE gives each rank's host device a
    budget (4MB, 64MiB, 300KiB or plain bytes); --offload-optimizer none|cpu|nvme,
@@ -55,6 +60,8 @@ typedef struct opts {
     size_t device_memory; /* 0 = no budget */
     zero_offload_device oopt, oparam;
     const char *nvme_path;
+    const char *save_dir, *resume_dir; /* checkpoints */
+    int save_every;
 } opts;
 
 typedef struct run {
@@ -72,6 +79,7 @@ typedef struct run {
     float final_scale;
     unsigned char *share[MAX_RANKS]; /* each rank's share of the final params (checksum) */
     size_t share_bytes[MAX_RANKS];
+    int first_step;         /* 0, or the step a --resume checkpoint holds         */
 } run;
 
 /* ---- one rank ---------------------------------------------------------------------------- */
@@ -203,9 +211,16 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     }
     /* Initial values: the same on every rank (seeded), set through the engine. */
     CHECK(mlp_set_init(e, dims, wid, bid, init));
+    if (o->resume_dir) { /* the loop index is the scaler's update count (skipped steps too) */
+        zero_scaler sc;
+        memset(&sc, 0, sizeof sc);
+        CHECK(zero_engine_load(e, o->resume_dir));
+        CHECK(zero_engine_scaler_state(e, &sc));
+        R->first_step = (int)sc.iter;
+    }
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (s = 0; s < o->steps; s++) {
+    for (s = R->first_step; s < o->steps; s++) {
         zero_step_info info;
         float scale = zero_engine_loss_scale(e);
         double loss_sum = 0.0;
@@ -275,6 +290,8 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         CHECK(zero_engine_step(e, &info));
         R->loss[(size_t)s * o->ranks + rank] = loss_sum / o->accum;
         if (rank == 0 && info.skipped) R->skipped++;
+        if (o->save_dir && ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == o->steps))
+            CHECK(zero_engine_save(e, o->save_dir));
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rank == 0) {
@@ -385,7 +402,8 @@ static zero_result launch(run *R)
 static void usage(void)
 {
     fprintf(stderr, "usage: train_mlp [--stage 0..3] [--ranks N] [--steps T] [--dtype f16|bf16] "
-                    "[--accum A] [--batch B] [--lr LR]\n"
+                    "[--accum A] [--batch B] [--lr LR] [--save DIR] [--save-every K] "
+                    "[--resume DIR]\n"
                     "                 [--device-memory SIZE] [--offload-optimizer none|cpu|nvme] "
                     "[--offload-param none|cpu|nvme] [--nvme-path DIR]\n");
 }
@@ -541,6 +559,9 @@ int main(int argc, char **argv)
             o.offload_demo = 1;
             o.nvme_path = v;
         }
+        else if (!strcmp(argv[a], "--save")) o.save_dir = v;
+        else if (!strcmp(argv[a], "--save-every")) o.save_every = atoi(v);
+        else if (!strcmp(argv[a], "--resume")) o.resume_dir = v;
         else if (!strcmp(argv[a], "--dtype")) {
             if (!strcmp(v, "f16")) o.dtype = ZERO_F16;
             else if (!strcmp(v, "bf16")) o.dtype = ZERO_BF16;
@@ -554,7 +575,7 @@ int main(int argc, char **argv)
         }
     }
     if (o.stage > 3 || o.ranks < 1 || o.ranks > MAX_RANKS || o.steps < 1 || o.accum < 1 ||
-        o.batch < 1) {
+        o.batch < 1 || o.save_every < 0) {
         usage();
         return 2;
     }
@@ -606,6 +627,13 @@ int main(int argc, char **argv)
 #endif
             return 1;
         }
+        if (R.first_step >= o.steps) {
+            fprintf(stderr, "stage %d: the checkpoint is at step %d, --steps is %d\n", st,
+                    R.first_step, o.steps);
+            free(R.loss);
+            return 1;
+        }
+        if (o.steps - tail < R.first_step) tail = o.steps - R.first_step;
         { /* the checksum of the shares in rank order; every stage must give the same */
             uint64_t h = 0xcbf29ce484222325ull;
             for (rk = 0; rk < o.ranks; rk++) {
@@ -616,7 +644,7 @@ int main(int argc, char **argv)
             checksum = h;
         }
         for (rk = 0; rk < o.ranks; rk++) {
-            l0 += R.loss[rk];
+            l0 += R.loss[(size_t)R.first_step * o.ranks + rk];
             for (s = o.steps - tail; s < o.steps; s++) l1 += R.loss[(size_t)s * o.ranks + rk];
         }
         l0 /= o.ranks;
@@ -633,7 +661,7 @@ int main(int argc, char **argv)
                1e3 * R.seconds / o.steps);
         if (ref_loss < 0) ref_loss = l1;
         else if (l1 != ref_loss) ok = same = 0;
-        if (!(l1 < 0.5 * l0)) ok = fell = 0;
+        if (!(l1 < 0.5 * l0) && R.first_step == 0) ok = fell = 0;
         free(R.loss);
         if (st == last)
             printf("Psi = %zu parameters (plan, padded); per rank also: buckets %zu B, gather "

@@ -1,0 +1,1001 @@
+/* test_checkpoint.c - checkpoints: CRC32C against published vectors, exact resume at every
+   stage / world / dtype with accumulation and loss-scaler events, resharding N -> N' and
+   stage s -> s', corruption (flipped byte, truncation, missing file, other plan) reported
+   on every rank with the engine unchanged, crash safety under SIGKILL, safetensors out and
+   in. Set ZERO_CKPT_KILLS=200 for the full kill test (make test-ckpt-kill). */
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+#include "tests/zt.h"
+#include "tests/engine_common.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+static char ck_root[256];
+
+static void ck_path(char *dst, size_t n, const char *name)
+{
+    snprintf(dst, n, "%s/%s", ck_root, name);
+}
+
+static void ck_rm_rf(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "rm -rf %s failed\n", dir);
+}
+
+/* ---- CRC32C ------------------------------------------------------------------------------- */
+
+ZT_TEST(crc32c_vectors)
+{
+    unsigned char buf[48];
+    int i;
+    /* RFC 3720 (iSCSI) appendix B.4 and the common check value */
+    ZT_CHECK(zero_crc32c(0, "123456789", 9) == 0xE3069283u);
+    memset(buf, 0, 32);
+    ZT_CHECKF(zero_crc32c(0, buf, 32) == 0x8A9136AAu, "%08x", zero_crc32c(0, buf, 32));
+    memset(buf, 0xff, 32);
+    ZT_CHECKF(zero_crc32c(0, buf, 32) == 0x62A8AB43u, "%08x", zero_crc32c(0, buf, 32));
+    for (i = 0; i < 32; i++) buf[i] = (unsigned char)i;
+    ZT_CHECKF(zero_crc32c(0, buf, 32) == 0x46DD794Eu, "%08x", zero_crc32c(0, buf, 32));
+    for (i = 0; i < 32; i++) buf[i] = (unsigned char)(31 - i);
+    ZT_CHECKF(zero_crc32c(0, buf, 32) == 0x113FDB5Cu, "%08x", zero_crc32c(0, buf, 32));
+    ZT_CHECK(zero_crc32c(0, NULL, 0) == 0);
+}
+
+/* The SSE4.2 path (when the CPU has it) and the table path agree at every length and
+   alignment, and continuing over pieces equals one pass. */
+ZT_TEST(crc32c_paths_agree)
+{
+    static unsigned char buf[4096 + 64];
+    size_t len, al;
+    uint32_t x = 12345;
+    for (len = 0; len < sizeof buf; len++) {
+        x = x * 1103515245u + 12345u;
+        buf[len] = (unsigned char)(x >> 16);
+    }
+    for (al = 0; al < 8; al++)
+        for (len = 0; len < 300; len += 7) {
+            uint32_t a = zero_crc32c(0, buf + al, len);
+            uint32_t b = ~zero__crc_sw(~0u, buf + al, len);
+            uint32_t c = zero_crc32c(zero_crc32c(0, buf + al, len / 3), buf + al + len / 3, len - len / 3);
+            ZT_CHECKF(a == b && a == c, "len %zu align %zu: %08x %08x %08x", len, al, a, b, c);
+        }
+    ZT_CHECK(zero_crc32c(0, buf, 4096) == ~zero__crc_sw(~0u, buf, 4096));
+}
+
+/* Shapes: registered, reported, carried by checkpoints; bad shapes refused, nothing added. */
+static zero_result shape_fn(int rank, zero_comm *comm, void *user)
+{
+    int *fails = (int *)user, nd = -1, id = -1;
+    uint64_t dims[ZERO_TENSOR_MAX_DIMS], d3[3] = {2, 3, 4}, d0[2] = {5, 0}, big[2] = {UINT64_MAX / 2, 4};
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    (void)rank;
+    memset(&d, 0, sizeof d);
+    zero_host_device_create(NULL, &dev);
+    d.device = dev;
+    d.comm = comm;
+    zero_engine_create(&d, &e);
+    if (zero_engine_add_tensor_shape(e, "w", 3, d3, 0, 0, &id) != ZERO_OK || id != 0) (*fails)++;
+    if (zero_engine_add_tensor_shape(e, "z", 2, d0, 0, 0, NULL) != ZERO_ERROR_INVALID_ARGUMENT) (*fails)++;
+    if (zero_engine_add_tensor_shape(e, "n", 0, d3, 0, 0, NULL) != ZERO_ERROR_INVALID_ARGUMENT) (*fails)++;
+    if (zero_engine_add_tensor_shape(e, "o", 2, big, 0, 0, NULL) != ZERO_ERROR_OVERFLOW) (*fails)++;
+    if (zero_engine_add_tensor_shape(e, "w", 1, d3, 0, 0, NULL) != ZERO_ERROR_INVALID_ARGUMENT) (*fails)++;
+    if (zero_engine_add_tensor(e, "b", 7, 0, 0, &id) != ZERO_OK || id != 1) (*fails)++;
+    if (zero_engine_commit(e) != ZERO_OK) (*fails)++;
+    if (zero_engine_tensor_shape(e, 0, &nd, dims) != ZERO_OK || nd != 3 || dims[0] != 2 ||
+        dims[1] != 3 || dims[2] != 4)
+        (*fails)++;
+    if (zero_engine_tensor_shape(e, 1, &nd, dims) != ZERO_OK || nd != 0) (*fails)++;
+    if (zero_engine_tensor_shape(e, 2, &nd, dims) != ZERO_ERROR_NOT_FOUND) (*fails)++;
+    if (zero_plan_num_tensors(zero_engine_plan(e)) != 2) (*fails)++;
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+ZT_TEST(tensor_shapes)
+{
+    int fails = 0;
+    ZT_CHECK(zero_local_run(1, shape_fn, &fails) == ZERO_OK);
+    ZT_CHECKF(fails == 0, "%d shape checks failed", fails);
+}
+
+/* ---- a job: train, load, save on N ranks --------------------------------------------------- */
+
+typedef struct ck_job {
+    ec_ctx base; /* first: ec_run_with fills cfg and res */
+    const char *load_dir, *save_dir, *st_in;
+    int pre;      /* steps [0, pre) before the load */
+    int s0, s1;   /* steps [s0, s1) after it */
+    int rename_tensor, grow_tensor, reflag_tensor;
+    int expect_load_fail;
+    int prefetch_before_load; /* stage 3: a stale prefetched group must not survive the load */
+    unsigned char gathered0[EC_MAX_RANKS][64 * 4]; /* tensor 0 as gathered right after the load */
+    zero_result load_rc[EC_MAX_RANKS];
+    char load_msg[EC_MAX_RANKS][512];
+    int unchanged[EC_MAX_RANKS];
+    zero_scaler scaler[EC_MAX_RANKS], scaler_loaded[EC_MAX_RANKS];
+    int64_t step[EC_MAX_RANKS];
+} ck_job;
+
+static zero_result ck_train(zero_engine *e, const ec_cfg *c, const int *ids, int rank, int from,
+                            int to, ec_result *res)
+{
+    const zero_plan *plan = zero_engine_plan(e);
+    int G = zero_plan_num_groups(plan), s, k, g;
+    zero_result r = ZERO_OK;
+    for (s = from; s < to; s++) {
+        zero_step_info info;
+        float scale = zero_engine_loss_scale(e);
+        for (k = 0; k < c->accum; k++) {
+            void *pp, *gp;
+            EC_TRY(ec_forward(e, G));
+            for (g = G - 1; g >= 0; g--) {
+                EC_TRY(zero_engine_gather(e, g, &pp));
+                EC_TRY(zero_engine_grads(e, g, &gp));
+                ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
+                EC_TRY(zero_engine_release(e, g));
+                EC_TRY(zero_engine_grads_ready(e, g));
+            }
+        }
+        EC_TRY(zero_engine_step(e, &info));
+        if (s < EC_MAX_STEPS) res->info[rank][s] = info;
+    }
+done:
+    return r;
+}
+
+/* A snapshot of every tensor's master, m, v and params as this rank holds them. */
+static unsigned char *ck_snapshot(zero_engine *e, const ec_cfg *c, const int *ids, size_t *bytes)
+{
+    size_t total = 0, at = 0;
+    int t, k;
+    unsigned char *buf;
+    for (t = 0; t < c->ntensors; t++) total += c->sizes[t] * 16;
+    buf = (unsigned char *)calloc(1, total);
+    for (t = 0; t < c->ntensors; t++)
+        for (k = 0; k < 4; k++) {
+            zero_range rg;
+            zero_engine_read_tensor(e, ids[t], (zero_state_kind)k, buf + at, &rg);
+            at += c->sizes[t] * 4;
+        }
+    *bytes = total;
+    return buf;
+}
+
+static zero_result ck_rank_fn(int rank, zero_comm *comm, void *user)
+{
+    ck_job *job = (ck_job *)user;
+    ec_ctx *ctx = &job->base;
+    const ec_cfg *c = ctx->cfg;
+    ec_result *res = ctx->res;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r = ZERO_OK;
+    int ids[EC_MAX_T], t;
+    float *tmp = NULL;
+    size_t mx = 1;
+    ec_engine_desc(c, &d);
+    EC_TRY(zero_host_device_create(NULL, &dev));
+    d.device = dev;
+    d.comm = comm;
+    EC_TRY(zero_engine_create(&d, &e));
+    for (t = 0; t < c->ntensors; t++) {
+        char name[32];
+        size_t n = c->sizes[t];
+        unsigned fl = c->flags[t];
+        snprintf(name, sizeof name, t == 1 && job->rename_tensor ? "renamed%d" : "t%d", t);
+        if (t == 2 && job->grow_tensor) n++;
+        if (t == 3 && job->reflag_tensor) fl ^= ZERO_TENSOR_NO_DECAY;
+        if (t == 0) {
+            uint64_t dims[2] = {1, n};
+            EC_TRY(zero_engine_add_tensor_shape(e, name, 2, dims, c->groups[t], fl, &ids[t]));
+        } else {
+            EC_TRY(zero_engine_add_tensor(e, name, n, c->groups[t], fl, &ids[t]));
+        }
+        if (n > mx) mx = n;
+    }
+    EC_TRY(zero_engine_commit(e));
+    tmp = (float *)malloc(mx * sizeof(float));
+    EC_TRY(ec_set_init(e, c, ids, tmp));
+    EC_TRY(ck_train(e, c, ids, rank, 0, job->pre, res));
+    if (job->st_in) EC_TRY(zero_engine_load_safetensors(e, job->st_in));
+    if (job->load_dir) {
+        size_t nb = 0, nb2 = 0;
+        if (job->prefetch_before_load) EC_TRY(zero_engine_prefetch(e, 0));
+        unsigned char *before = job->expect_load_fail ? ck_snapshot(e, c, ids, &nb) : NULL;
+        r = zero_engine_load(e, job->load_dir);
+        job->load_rc[rank] = r;
+        snprintf(job->load_msg[rank], sizeof job->load_msg[rank], "%s", r ? zero_last_error() : "");
+        if (before) {
+            unsigned char *after = ck_snapshot(e, c, ids, &nb2);
+            job->unchanged[rank] = nb == nb2 && memcmp(before, after, nb) == 0;
+            free(before);
+            free(after);
+            if (r == ZERO_OK) goto done;
+            r = ZERO_OK; /* the engine must still train */
+        }
+        if (r != ZERO_OK) goto done;
+        zero_engine_scaler_state(e, &job->scaler_loaded[rank]);
+        if (job->prefetch_before_load) {
+            void *pp;
+            zero_tensor_info ti;
+            EC_TRY(zero_engine_gather(e, 0, &pp));
+            zero_plan_tensor(zero_engine_plan(e), ids[0], &ti);
+            memcpy(job->gathered0[rank], (unsigned char *)pp + ti.offset * zero_dtype_size(c->dtype),
+                   ti.numel * zero_dtype_size(c->dtype));
+            EC_TRY(zero_engine_release(e, 0));
+        }
+    }
+    EC_TRY(ck_train(e, c, ids, rank, job->s0, job->s1, res));
+    if (job->save_dir) EC_TRY(zero_engine_save(e, job->save_dir));
+    zero_engine_scaler_state(e, &job->scaler[rank]);
+    job->step[rank] = zero_engine_step_count(e);
+    if (!job->rename_tensor && !job->grow_tensor && !job->reflag_tensor)
+        for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, ctx, rank, t, ids[t]));
+done:
+    if (r != ZERO_OK) {
+        pthread_mutex_lock(&ctx->mu);
+        if (!res->err[0]) snprintf(res->err, sizeof res->err, "rank %d: %.490s", rank, zero_last_error());
+        pthread_mutex_unlock(&ctx->mu);
+    }
+    free(tmp);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+static ec_result *ck_run(const ec_cfg *c, ck_job *job)
+{
+    return ec_run_with(c, &job->base, ck_rank_fn, job);
+}
+
+static int ck_same_scaler(const zero_scaler *a, const zero_scaler *b)
+{
+    return memcmp(&a->scale, &b->scale, 4) == 0 && a->factor == b->factor &&
+           a->min_scale == b->min_scale && a->window == b->window &&
+           a->hysteresis == b->hysteresis && a->cur_hysteresis == b->cur_hysteresis &&
+           a->consecutive_hysteresis == b->consecutive_hysteresis && a->dynamic == b->dynamic &&
+           a->iter == b->iter && a->last_overflow_iter == b->last_overflow_iter;
+}
+
+/* The fault schedule: an overflow before the save (hysteresis absorbs it) and one after. */
+static void ck_cfg(ec_cfg *c, int stage, int world, zero_dtype dt, int T)
+{
+    ec_cfg_init(c, stage, world, dt, 2, 2 * T);
+    c->window = 3;
+    c->hysteresis = 2;
+    c->init_scale = 1024.0f;
+    c->fault_rank = world - 1;
+    c->nfault = 2;
+    c->fault_steps[0] = 1;
+    c->fault_steps[1] = T; /* the first step after the resume: cur_hysteresis decides */
+}
+
+/* 2T steps straight == T steps, save, destroy, new engines, load, T steps. */
+static void ck_resume_case(int stage, int world, zero_dtype dt, int T)
+{
+    ec_cfg c;
+    ck_job a, b, s;
+    ec_result *ra, *rb, *rs;
+    char dir[300], why[200];
+    int rk;
+    ck_cfg(&c, stage, world, dt, T);
+    snprintf(dir, sizeof dir, "%s/resume-s%d-n%d-%s", ck_root, stage, world, zero_dtype_name(dt));
+    memset(&s, 0, sizeof s);
+    s.s0 = 0;
+    s.s1 = 2 * T;
+    rs = ck_run(&c, &s);
+    memset(&a, 0, sizeof a);
+    a.s0 = 0;
+    a.s1 = T;
+    a.save_dir = dir;
+    ra = ck_run(&c, &a);
+    memset(&b, 0, sizeof b);
+    b.load_dir = dir;
+    b.s0 = T;
+    b.s1 = 2 * T;
+    b.prefetch_before_load = 1;
+    rb = ck_run(&c, &b);
+    ZT_CHECKF(rs->rc == ZERO_OK && ra->rc == ZERO_OK && rb->rc == ZERO_OK,
+              "stage %d N %d %s: %s | %s | %s", stage, world, zero_dtype_name(dt), rs->err,
+              ra->err, rb->err);
+    if (rs->rc == ZERO_OK && rb->rc == ZERO_OK) {
+        ZT_CHECKF(ec_same_state(&c, rs, rb, why, sizeof why), "stage %d N %d %s: %s", stage,
+                  world, zero_dtype_name(dt), why);
+        for (rk = 0; rk < world; rk++) {
+            ZT_CHECKF(ck_same_scaler(&s.scaler[rk], &b.scaler[rk]),
+                      "stage %d N %d %s rank %d: scaler scale %g/%g hyst %d/%d iter %lld/%lld",
+                      stage, world, zero_dtype_name(dt), rk, (double)s.scaler[rk].scale,
+                      (double)b.scaler[rk].scale, s.scaler[rk].cur_hysteresis,
+                      b.scaler[rk].cur_hysteresis, (long long)s.scaler[rk].iter,
+                      (long long)b.scaler[rk].iter);
+            ZT_CHECK(s.step[rk] == b.step[rk]);
+            ZT_CHECKF(ck_same_scaler(&a.scaler[rk], &b.scaler_loaded[rk]),
+                      "rank %d: the loaded scaler state differs from the saved one", rk);
+            ZT_CHECKF(memcmp(b.gathered0[rk], ra->param[0], c.sizes[0] * zero_dtype_size(dt)) == 0,
+                      "stage %d N %d rank %d: tensor 0 gathered after the load is stale", stage,
+                      world, rk);
+        }
+        /* the scenario exercised what it claims: a skipped step in each half (fp16) */
+        if (dt == ZERO_F16) ZT_CHECKF(s.step[0] == 2 * T - 2, "steps %lld", (long long)s.step[0]);
+    }
+    ec_result_free(rs);
+    ec_result_free(ra);
+    ec_result_free(rb);
+}
+
+ZT_TEST(exact_resume)
+{
+    int stage, world, T = zt_quick() ? 3 : 4;
+    for (stage = 0; stage <= 3; stage++)
+        for (world = 1; world <= 4; world++) {
+            if (zt_quick() && world == 3) continue;
+            ck_resume_case(stage, world, ZERO_F16, T);
+            ck_resume_case(stage, world, ZERO_BF16, T);
+        }
+}
+
+/* ---- resharding ---------------------------------------------------------------------------- */
+
+static int ck_same_opt_state(const ec_cfg *c, const ec_result *a, const ec_result *b, char *why,
+                             size_t n)
+{
+    int t;
+    for (t = 0; t < c->ntensors; t++) {
+        size_t e = c->sizes[t] * 4;
+        if (memcmp(a->master[t], b->master[t], e) || memcmp(a->m[t], b->m[t], e) ||
+            memcmp(a->v[t], b->v[t], e) ||
+            memcmp(a->param[t], b->param[t], c->sizes[t] * zero_dtype_size(c->dtype))) {
+            snprintf(why, n, "tensor t%d differs", t);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+ZT_TEST(reshard_any_world_any_stage)
+{
+    static const int from[][2] = {{4, 3}, {3, 1}, {2, 2}, {1, 0}};
+    int f, nw, st, T = 3;
+    for (f = 0; f < 4; f++) {
+        ec_cfg c, c2;
+        ck_job a;
+        ec_result *ra;
+        char dir[300];
+        ck_cfg(&c, from[f][1], from[f][0], ZERO_BF16, T);
+        c.nfault = 0;
+        snprintf(dir, sizeof dir, "%s/reshard-%d", ck_root, f);
+        memset(&a, 0, sizeof a);
+        a.s0 = 0;
+        a.s1 = T;
+        a.save_dir = dir;
+        ra = ck_run(&c, &a);
+        ZT_CHECKF(ra->rc == ZERO_OK, "save N %d stage %d: %s", from[f][0], from[f][1], ra->err);
+        for (nw = 1; nw <= 8; nw++)
+            for (st = 0; st <= 3; st++) {
+                ck_job b, b2;
+                ec_result *rb, *rb2;
+                char why[200];
+                if (zt_quick() && (nw % 3) != (st % 3)) continue;
+                if (!zt_quick() && (nw + st + f) % 2) continue; /* half the grid, every N' and s' */
+                c2 = c;
+                c2.world = nw;
+                c2.stage = st;
+                /* loaded, no training: every tensor's state read back bit-identical */
+                memset(&b, 0, sizeof b);
+                b.load_dir = dir;
+                rb = ck_run(&c2, &b);
+                ZT_CHECKF(rb->rc == ZERO_OK, "N %d s %d -> N %d s %d: %s", from[f][0], from[f][1],
+                          nw, st, rb->err);
+                if (rb->rc == ZERO_OK && ra->rc == ZERO_OK) {
+                    ZT_CHECKF(ck_same_opt_state(&c, ra, rb, why, sizeof why),
+                              "N %d s %d -> N %d s %d: %s", from[f][0], from[f][1], nw, st, why);
+                    ZT_CHECKF(rb->params_agree, "params differ across ranks after reshard");
+                    ZT_CHECK(b.step[0] == T);
+                }
+                ec_result_free(rb);
+                /* and training continues (at the same N it equals the straight run) */
+                memset(&b2, 0, sizeof b2);
+                b2.load_dir = dir;
+                b2.s0 = T;
+                b2.s1 = T + 2;
+                rb2 = ck_run(&c2, &b2);
+                ZT_CHECKF(rb2->rc == ZERO_OK && b2.step[0] == T + 2, "continue N %d s %d: %s", nw,
+                          st, rb2->err);
+                if (nw == from[f][0] && rb2->rc == ZERO_OK) {
+                    ck_job s;
+                    ec_result *rs;
+                    ec_cfg c3 = c;
+                    c3.steps = T + 2;
+                    memset(&s, 0, sizeof s);
+                    s.s1 = T + 2;
+                    rs = ck_run(&c3, &s);
+                    ZT_CHECKF(rs->rc == ZERO_OK && ec_same_state(&c, rs, rb2, why, sizeof why),
+                              "stage %d -> %d at N %d continues differently: %s", from[f][1], st,
+                              nw, why);
+                    ec_result_free(rs);
+                }
+                ec_result_free(rb2);
+            }
+        ec_result_free(ra);
+    }
+}
+
+/* ---- corruption ------------------------------------------------------------------------------ */
+
+static void ck_flip(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    int ch;
+    if (!f) return;
+    if (off < 0) {
+        fseek(f, 0, SEEK_END);
+        off += ftell(f);
+    }
+    fseek(f, off, SEEK_SET);
+    ch = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(ch ^ 0x20, f);
+    fclose(f);
+}
+
+static long ck_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void ck_copy(const char *from, const char *to)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cp -f '%s' '%s'", from, to);
+    if (system(cmd) != 0) fprintf(stderr, "cp failed\n");
+}
+
+/* Loads dir into engines that trained 1 step; every rank must fail with code want, a message
+   containing needle, and an unchanged engine that still trains. */
+static void ck_expect_fail(const ec_cfg *c, const char *dir, zero_result want, const char *needle,
+                           int rename, int grow, int reflag, const char *label)
+{
+    ck_job b;
+    ec_result *rb;
+    int rk;
+    memset(&b, 0, sizeof b);
+    b.load_dir = dir;
+    b.pre = 1;
+    b.s0 = 1;
+    b.s1 = 2;
+    b.expect_load_fail = 1;
+    b.rename_tensor = rename;
+    b.grow_tensor = grow;
+    b.reflag_tensor = reflag;
+    rb = ck_run(c, &b);
+    ZT_CHECKF(rb->rc == ZERO_OK, "%s: the engine did not train after the failed load: %s", label, rb->err);
+    for (rk = 0; rk < c->world; rk++) {
+        ZT_CHECKF(b.load_rc[rk] == want, "%s: rank %d got %s: %s", label, rk,
+                  zero_result_string(b.load_rc[rk]), b.load_msg[rk]);
+        ZT_CHECKF(strstr(b.load_msg[rk], needle) != NULL, "%s: rank %d message lacks '%s': %s",
+                  label, rk, needle, b.load_msg[rk]);
+        ZT_CHECKF(b.unchanged[rk], "%s: rank %d's engine changed", label, rk);
+        ZT_CHECK(b.step[rk] == 2); /* 1 step before the failed load, 1 after */
+    }
+    ec_result_free(rb);
+}
+
+ZT_TEST(corruption_detected_everywhere)
+{
+    ec_cfg c;
+    ck_job a;
+    ec_result *ra;
+    char dir[300], f0[400], f1[400], man[400], bak[400], name[64];
+    ck_cfg(&c, 2, 3, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/corrupt", ck_root);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = dir;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
+    ec_result_free(ra);
+    zero__ck_shard_name(name, sizeof name, 1, 0);
+    snprintf(f0, sizeof f0, "%s/%s", dir, name);
+    zero__ck_shard_name(name, sizeof name, 1, 2);
+    snprintf(f1, sizeof f1, "%s/%s", dir, name);
+    snprintf(man, sizeof man, "%s/zero.manifest", dir);
+    snprintf(bak, sizeof bak, "%s/backup", ck_root);
+    ZT_CHECKF(ck_size(f0) > 0 && ck_size(f1) > 0, "shard files missing: %s", f0);
+    /* the good checkpoint loads (steps: pre 1 is replaced by the loaded 2) */
+    {
+        ck_job b;
+        ec_result *rb;
+        memset(&b, 0, sizeof b);
+        b.load_dir = dir;
+        b.pre = 1;
+        rb = ck_run(&c, &b);
+        ZT_CHECKF(rb->rc == ZERO_OK && b.step[0] == 2, "%s", rb->err);
+        ec_result_free(rb);
+    }
+    /* a flipped byte in the last data section of rank 2's file */
+    ck_copy(f1, bak);
+    ck_flip(f1, -3);
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "-00002.shard: checksum mismatch in the params section",
+                   0, 0, 0, "flipped data byte");
+    {   /* the same through the resharding reader (another world size and stage) */
+        ec_cfg c2 = c;
+        c2.world = 2;
+        c2.stage = 3;
+        ck_expect_fail(&c2, dir, ZERO_ERROR_IO, "-00002.shard: checksum mismatch in the params "
+                       "section", 0, 0, 0, "flipped data byte, resharding");
+    }
+    ck_copy(bak, f1);
+    /* a flipped byte in a shard header */
+    ck_flip(f1, 70);
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "header checksum mismatch", 0, 0, 0, "flipped header byte");
+    ck_copy(bak, f1);
+    /* a flipped byte in the manifest */
+    ck_copy(man, bak);
+    ck_flip(man, 100);
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "zero.manifest: checksum mismatch", 0, 0, 0, "manifest byte");
+    ck_copy(bak, man);
+    /* a truncated shard file */
+    ck_copy(f0, bak);
+    ZT_CHECK(truncate(f0, ck_size(f0) - 10) == 0);
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "-00000.shard: ", 0, 0, 0, "truncated");
+    ck_copy(bak, f0);
+    /* a missing shard file */
+    ZT_CHECK(rename(f1, bak) == 0);
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "missing shard file of rank 2", 0, 0, 0, "missing file");
+    ZT_CHECK(rename(bak, f1) == 0);
+    /* plans that differ: a name, a size, a flag */
+    ck_expect_fail(&c, dir, ZERO_ERROR_MISMATCH, "tensor 't1' of the checkpoint is not registered",
+                   1, 0, 0, "renamed tensor");
+    ck_expect_fail(&c, dir, ZERO_ERROR_MISMATCH, "tensor 't2' has 101 elements in the checkpoint, 102",
+                   0, 1, 0, "grown tensor");
+    ck_expect_fail(&c, dir, ZERO_ERROR_MISMATCH, "tensor 't3' has flags", 0, 0, 1, "flags");
+    /* no checkpoint at all */
+    ck_expect_fail(&c, ck_root, ZERO_ERROR_NOT_FOUND, "no checkpoint", 0, 0, 0, "no manifest");
+    /* the tool-side reader finds the same */
+    {
+        zero_checkpoint *ck = NULL;
+        ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK);
+        ZT_CHECK(ck && zero_checkpoint_verify(ck) == ZERO_OK);
+        ck_copy(f1, bak);
+        ck_flip(f1, ck_size(f1) / 2);
+        ZT_CHECK(ck && zero_checkpoint_verify(ck) == ZERO_ERROR_IO);
+        ZT_CHECKF(strstr(zero_last_error(), "checksum mismatch") != NULL, "%s", zero_last_error());
+        ck_copy(bak, f1);
+        zero_checkpoint_close(ck);
+    }
+}
+
+/* A save that cannot write fails on every rank with the same message; the engine trains on
+   and a later save elsewhere works (and equals a run that never failed). */
+ZT_TEST(save_failure_everywhere)
+{
+    ec_cfg c;
+    ck_job a, b;
+    ec_result *ra, *rb;
+    char bad[400], good[400], why[200];
+    FILE *f;
+    ck_cfg(&c, 3, 3, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(bad, sizeof bad, "%s/plainfile", ck_root);
+    f = fopen(bad, "w");
+    if (f) fclose(f);
+    snprintf(bad, sizeof bad, "%s/plainfile/ckpt", ck_root); /* its parent is a file */
+    snprintf(good, sizeof good, "%s/after-failure", ck_root);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = bad;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_ERROR_IO && strstr(ra->err, "plainfile/ckpt") != NULL, "%s: %s",
+              zero_result_string(ra->rc), ra->err);
+    ec_result_free(ra);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = good;
+    ra = ck_run(&c, &a);
+    memset(&b, 0, sizeof b);
+    b.load_dir = good;
+    rb = ck_run(&c, &b);
+    ZT_CHECKF(ra->rc == ZERO_OK && rb->rc == ZERO_OK && ec_same_state(&c, ra, rb, why, sizeof why),
+              "%s %s %s", ra->err, rb->err, why);
+    ec_result_free(ra);
+    ec_result_free(rb);
+}
+
+/* ---- crash safety ------------------------------------------------------------------------------ */
+
+#define KILL_T 6
+static const size_t kill_sizes[KILL_T] = {40000, 3, 25001, 777, 60000, 17};
+static const int kill_groups[KILL_T] = {0, 0, 1, 1, 2, 2};
+
+static float kill_value(int i, int t, size_t j) { return (float)i + 0.001f * (float)t + 1e-7f * (float)(j % 1000); }
+
+typedef struct kill_ctx {
+    int start;    /* first generation value the child writes */
+    int report;   /* pipe fd: the child writes each value whose save returned */
+    const char *dir;
+    int loaded;   /* parent: the value found */
+    int ok;
+} kill_ctx;
+
+static void kill_cfg(ec_cfg *c, int world)
+{
+    int t;
+    ec_cfg_init(c, 3, world, ZERO_F16, 1, 0);
+    c->ntensors = KILL_T;
+    for (t = 0; t < KILL_T; t++) {
+        c->sizes[t] = kill_sizes[t];
+        c->groups[t] = kill_groups[t];
+        c->flags[t] = 0;
+    }
+}
+
+static zero_result kill_engine(int rank, zero_comm *comm, int world, zero_device **dev, zero_engine **e, int *ids)
+{
+    ec_cfg c;
+    zero_engine_desc d;
+    zero_result r;
+    (void)rank;
+    kill_cfg(&c, world);
+    ec_engine_desc(&c, &d);
+    if ((r = zero_host_device_create(NULL, dev)) != ZERO_OK) return r;
+    d.device = *dev;
+    d.comm = comm;
+    if ((r = zero_engine_create(&d, e)) != ZERO_OK) return r;
+    if ((r = ec_add_tensors(*e, &c, ids)) != ZERO_OK) return r;
+    return zero_engine_commit(*e);
+}
+
+static zero_result kill_child_fn(int rank, zero_comm *comm, void *user)
+{
+    kill_ctx *k = (kill_ctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    int ids[KILL_T], i, t;
+    float *v = (float *)malloc(60000 * sizeof(float));
+    zero_result r = kill_engine(rank, comm, 2, &dev, &e, ids);
+    for (i = k->start; r == ZERO_OK; i++) {
+        for (t = 0; t < KILL_T && r == ZERO_OK; t++) {
+            size_t j;
+            for (j = 0; j < kill_sizes[t]; j++) v[j] = kill_value(i, t, j);
+            r = zero_engine_set_tensor(e, ids[t], v);
+        }
+        if (r == ZERO_OK) r = zero_engine_save(e, k->dir);
+        if (r == ZERO_OK && rank == 0 && write(k->report, &i, sizeof i) != (ssize_t)sizeof i) r = ZERO_ERROR_IO;
+    }
+    return r;
+}
+
+/* Parent: load into N=1 engines (a reshard too) and check every element comes from one save. */
+static zero_result kill_load_fn(int rank, zero_comm *comm, void *user)
+{
+    kill_ctx *k = (kill_ctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    int ids[KILL_T], t;
+    float *v = (float *)malloc(60000 * sizeof(float));
+    zero_result r = kill_engine(rank, comm, 1, &dev, &e, ids);
+    k->ok = 0;
+    if (r == ZERO_OK) r = zero_engine_load(e, k->dir);
+    if (r == ZERO_OK) {
+        zero_range rg;
+        int i;
+        r = zero_engine_read_tensor(e, ids[0], ZERO_STATE_MASTER, v, &rg);
+        i = (int)v[0];
+        k->loaded = i;
+        k->ok = 1;
+        for (t = 0; t < KILL_T && r == ZERO_OK; t++) {
+            size_t j;
+            r = zero_engine_read_tensor(e, ids[t], ZERO_STATE_MASTER, v, &rg);
+            for (j = 0; j < kill_sizes[t]; j++)
+                if (v[j] != kill_value(i, t, j)) k->ok = 0;
+        }
+    }
+    free(v);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+ZT_TEST(kill_during_save)
+{
+    const char *env = getenv("ZERO_CKPT_KILLS");
+    int kills = env ? atoi(env) : (zt_quick() ? 6 : 15), n, bad = 0, never = 0, good = 0;
+    int last = 0; /* the value of the checkpoint on disk (0 = none yet) */
+    char dir[300];
+    unsigned seed = 12345;
+    snprintf(dir, sizeof dir, "%s/kill", ck_root);
+    for (n = 0; n < kills; n++) {
+        int fds[2], got[4096], ngot = 0, st;
+        kill_ctx k;
+        pid_t pid;
+        ssize_t rd;
+        struct timespec ts;
+        memset(&k, 0, sizeof k);
+        if (pipe(fds) != 0) break;
+        k.start = last + 1;
+        k.report = fds[1];
+        k.dir = dir;
+        pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            zero_local_run(2, kill_child_fn, &k);
+            _exit(3);
+        }
+        close(fds[1]);
+        /* every other child first completes one save, so that kills also land in later
+           saves however slow this build is (sanitizers) */
+        if (n % 2 == 0 && read(fds[0], &got[ngot], sizeof(int)) == (ssize_t)sizeof(int)) ngot++;
+        seed = seed * 1103515245u + 12345u;
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long)((seed >> 8) % 40000u) * 1000L; /* 0..40 ms */
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        while ((rd = read(fds[0], &got[ngot], sizeof(int))) == (ssize_t)sizeof(int) && ngot < 4095) ngot++;
+        close(fds[0]);
+        if (zero_local_run(1, kill_load_fn, &k) != ZERO_OK) {
+            /* only acceptable before any checkpoint ever completed */
+            if (last != 0 || ngot > 0) {
+                bad++;
+                fprintf(stderr, "  kill %d: load failed after a completed save: %s\n", n, zero_last_error());
+            } else {
+                never++;
+            }
+            continue;
+        }
+        if (!k.ok) {
+            bad++;
+            fprintf(stderr, "  kill %d: checkpoint %d mixes saves\n", n, k.loaded);
+        } else {
+            int lo = ngot ? got[ngot - 1] : last, hi = ngot ? got[ngot - 1] + 1 : last + 1;
+            if (k.loaded < lo || k.loaded > hi) {
+                bad++;
+                fprintf(stderr, "  kill %d: loaded %d, expected %d or %d\n", n, k.loaded, lo, hi);
+            } else {
+                good++;
+            }
+            last = k.loaded;
+        }
+    }
+    printf("  kill test: %d kills, %d loads consistent, %d before any save, %d bad; last value %d\n",
+           kills, good, never, bad, last);
+    ZT_CHECK(bad == 0);
+    ZT_CHECK(good > 0);
+}
+
+/* ---- safetensors ------------------------------------------------------------------------------- */
+
+static void ck_write_raw(const char *path, const char *hdr, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = strlen(hdr);
+    unsigned char lb[8];
+    int i;
+    for (i = 0; i < 8; i++) lb[i] = (unsigned char)(hl >> (8 * i));
+    fwrite(lb, 1, 8, f);
+    fwrite(hdr, 1, hl, f);
+    if (n) fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+ZT_TEST(safetensors_round_trip)
+{
+    ec_cfg c;
+    ck_job a;
+    ec_result *ra;
+    char dir[300], out[400];
+    const zero_dtype dts[3] = {ZERO_F32, ZERO_F16, ZERO_BF16};
+    int k;
+    const char *pyout = getenv("ZERO_ST_EXPORT_DIR"); /* the Python check reads these */
+    ck_cfg(&c, 3, 2, ZERO_BF16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/st", pyout ? pyout : ck_root);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = dir;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
+    for (k = 0; k < 3; k++) {
+        zero_checkpoint *ck = NULL;
+        ck_job b;
+        ec_result *rb;
+        int t;
+        snprintf(out, sizeof out, "%s/model-%s.safetensors", pyout ? pyout : ck_root,
+                 zero_dtype_name(dts[k]));
+        ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK);
+        ZT_CHECKF(zero_checkpoint_export(ck, out, dts[k]) == ZERO_OK, "%s", zero_last_error());
+        zero_checkpoint_close(ck);
+        /* import into fresh engines at another N and stage: master = the exported values */
+        c.world = 3;
+        c.stage = 1;
+        memset(&b, 0, sizeof b);
+        b.st_in = out;
+        rb = ck_run(&c, &b);
+        ZT_CHECKF(rb->rc == ZERO_OK, "%s", rb->err);
+        for (t = 0; t < c.ntensors && rb->rc == ZERO_OK && ra->rc == ZERO_OK; t++) {
+            size_t i;
+            int bad = 0;
+            for (i = 0; i < c.sizes[t]; i++) {
+                float want = ra->master[t][i];
+                if (dts[k] == ZERO_F16) want = zero_f16_to_f32(zero_f32_to_f16(want));
+                if (dts[k] == ZERO_BF16) want = ec_to_f32(ra->param[t], ZERO_BF16, i); /* the params */
+                if (memcmp(&want, &rb->master[t][i], 4) != 0) bad++;
+                if (rb->m[t][i] != 0.0f) bad++;
+            }
+            ZT_CHECKF(bad == 0, "%s tensor %d: %d elements differ", zero_dtype_name(dts[k]), t, bad);
+        }
+        ec_result_free(rb);
+        c.world = 2;
+        c.stage = 3;
+    }
+    if (pyout && ra->rc == ZERO_OK) { /* names, shapes and the fp32 masters, for Python */
+        FILE *js, *bin;
+        size_t off = 0;
+        int t;
+        snprintf(out, sizeof out, "%s/expect.json", pyout);
+        js = fopen(out, "w");
+        snprintf(out, sizeof out, "%s/expect-f32.bin", pyout);
+        bin = fopen(out, "wb");
+        ZT_CHECK(js && bin);
+        if (js && bin) {
+            fprintf(js, "[");
+            for (t = 0; t < c.ntensors; t++) {
+                if (t == 0) fprintf(js, "{\"name\": \"t0\", \"shape\": [1, %zu], \"offset\": 0}", c.sizes[0]);
+                else fprintf(js, ", {\"name\": \"t%d\", \"shape\": [%zu], \"offset\": %zu}", t, c.sizes[t], off);
+                fwrite(ra->master[t], 4, c.sizes[t], bin);
+                off += c.sizes[t] * 4;
+            }
+            fprintf(js, "]\n");
+        }
+        if (js) fclose(js);
+        if (bin) fclose(bin);
+    }
+    ec_result_free(ra);
+}
+
+/* build/zero-ckpt: usage errors exit 2, a good checkpoint verifies (0), a bad one exits 1
+   naming the file, export writes what the importer reads back. */
+ZT_TEST(tool_zero_ckpt)
+{
+    ec_cfg c;
+    ck_job a;
+    ec_result *ra;
+    char dir[300], cmd[900], out[400];
+    int rc;
+    FILE *f;
+    if (access("build/zero-ckpt", X_OK) != 0) ZT_SKIP("build/zero-ckpt not built (make build/zero-ckpt)");
+    ck_cfg(&c, 1, 2, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/tool", ck_root);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = dir;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
+    ec_result_free(ra);
+    rc = system("build/zero-ckpt >/dev/null 2>&1");
+    ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "no args: %d", rc);
+    snprintf(cmd, sizeof cmd, "build/zero-ckpt export %s x.safetensors --dtype f8 >/dev/null 2>&1", dir);
+    rc = system(cmd);
+    ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "bad dtype: %d", rc);
+    snprintf(cmd, sizeof cmd, "build/zero-ckpt info %s > %s/info.txt 2>&1", dir, ck_root);
+    rc = system(cmd);
+    ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "info: %d", rc);
+    snprintf(out, sizeof out, "%s/info.txt", ck_root);
+    f = fopen(out, "r");
+    if (f) {
+        char txt[8192];
+        size_t n = fread(txt, 1, sizeof txt - 1, f);
+        txt[n] = 0;
+        fclose(f);
+        ZT_CHECKF(strstr(txt, "step 2, world 2, stage 1, params f16") && strstr(txt, "tensor t0") &&
+                  strstr(txt, "shape [1, 37]") && strstr(txt, "verified") &&
+                  strstr(txt, "-00001.shard  "), "%s", txt);
+    }
+    snprintf(cmd, sizeof cmd, "build/zero-ckpt export %s %s/tool.safetensors --dtype bf16 >/dev/null", dir, ck_root);
+    rc = system(cmd);
+    ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "export: %d", rc);
+    {
+        ck_job b;
+        ec_result *rb;
+        snprintf(out, sizeof out, "%s/tool.safetensors", ck_root);
+        memset(&b, 0, sizeof b);
+        b.st_in = out;
+        rb = ck_run(&c, &b);
+        ZT_CHECKF(rb->rc == ZERO_OK, "import of the tool's export: %s", rb->err);
+        ec_result_free(rb);
+    }
+    {
+        char name[64], path[400];
+        zero__ck_shard_name(name, sizeof name, 1, 1);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        ck_flip(path, ck_size(path) - 1);
+        snprintf(cmd, sizeof cmd, "build/zero-ckpt info %s > %s/info.txt 2>&1", dir, ck_root);
+        rc = system(cmd);
+        ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "corrupt info: %d", rc);
+        snprintf(out, sizeof out, "%s/info.txt", ck_root);
+        f = fopen(out, "r");
+        if (f) {
+            char txt[8192];
+            size_t n = fread(txt, 1, sizeof txt - 1, f);
+            txt[n] = 0;
+            fclose(f);
+            ZT_CHECKF(strstr(txt, "-00001.shard: checksum mismatch"), "%s", txt);
+        }
+    }
+}
+
+ZT_TEST(safetensors_errors)
+{
+    ec_cfg c;
+    char path[400];
+    static const struct { const char *hdr; size_t data; zero_result want; const char *needle; } cases[] = {
+        {"{\"t0\":{\"dtype\":\"F32\",\"shape\":[1,37],\"data_offsets\":[0,148]}}", 148,
+         ZERO_ERROR_NOT_FOUND, "no tensor named 't1'"},
+        {"{\"t0\":{\"dtype\":\"F32\",\"shape\":[1,36],\"data_offsets\":[0,144]}}", 144,
+         ZERO_ERROR_MISMATCH, "tensor 't0' has 36 elements"},
+        {"{\"t0\":{\"dtype\":\"F32\",\"shape\":[1,37],\"data_offsets\":[0,148]}", 148,
+         ZERO_ERROR_IO, "malformed safetensors header"},
+        {"{\"t0\":{\"dtype\":\"F32\",\"shape\":[1,37],\"data_offsets\":[0,140]}}", 140,
+         ZERO_ERROR_IO, "do not hold its shape"},
+        {"{\"t0\":{\"dtype\":\"F32\",\"shape\":[1,37],\"data_offsets\":[0,148]}}", 100,
+         ZERO_ERROR_IO, "the file holds 100"},
+        {"{\"t0\":{\"dtype\":\"Q4\",\"shape\":[1,37],\"data_offsets\":[0,148]}}", 148,
+         ZERO_ERROR_IO, "unknown dtype"},
+        {"{\"t0\":{\"dtype\":\"I32\",\"shape\":[1,37],\"data_offsets\":[0,148]}}", 148,
+         ZERO_ERROR_UNSUPPORTED, "tensor 't0' is I32"},
+        {"{\"t0\":{\"dtype\":\"F32\",\"shape\":[37],\"data_offsets\":[0,148]}}", 148,
+         ZERO_ERROR_MISMATCH, "tensor 't0' has another shape"},
+        {"{\"t0\":{\"dtype\":\"F32\",\"shape\":[37,1],\"data_offsets\":[0,148]},\"t1\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[148,168]}}", 168,
+         ZERO_ERROR_MISMATCH, "tensor 't0' has another shape"},
+    };
+    static unsigned char zeros[4096];
+    size_t i;
+    ck_cfg(&c, 2, 2, ZERO_F16, 1);
+    c.steps = 0;
+    ck_path(path, sizeof path, "bad.safetensors");
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_job b;
+        ec_result *rb;
+        ck_write_raw(path, cases[i].hdr, zeros, cases[i].data);
+        memset(&b, 0, sizeof b);
+        b.st_in = path;
+        rb = ck_run(&c, &b);
+        ZT_CHECKF(rb->rc == cases[i].want, "case %zu: %s (%s)", i, zero_result_string(rb->rc), rb->err);
+        ZT_CHECKF(strstr(rb->err, cases[i].needle) != NULL, "case %zu: %s", i, rb->err);
+        ec_result_free(rb);
+    }
+}
+
+int main(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(ck_root, sizeof ck_root, "%s/zero-ckpt-test-%d", tmp ? tmp : "/tmp", (int)getpid());
+    ck_rm_rf(ck_root);
+    if (mkdir(ck_root, 0755) != 0) {
+        perror(ck_root);
+        return 1;
+    }
+    ZT_RUN(crc32c_vectors);
+    ZT_RUN(crc32c_paths_agree);
+    ZT_RUN(tensor_shapes);
+    ZT_RUN(exact_resume);
+    ZT_RUN(reshard_any_world_any_stage);
+    ZT_RUN(corruption_detected_everywhere);
+    ZT_RUN(save_failure_everywhere);
+    ZT_RUN(kill_during_save);
+    ZT_RUN(safetensors_round_trip);
+    ZT_RUN(safetensors_errors);
+    ZT_RUN(tool_zero_ckpt);
+    ck_rm_rf(ck_root);
+    return zt_summary();
+}

@@ -1,0 +1,101 @@
+/* zero-ckpt - inspect, verify and export zero checkpoints.
+
+     zero-ckpt info DIR                    manifest, ranks, tensors, sizes; verifies every
+                                           checksum (exit 1 naming the first bad file)
+     zero-ckpt export DIR OUT.safetensors [--dtype f32|f16|bf16]
+                                           consolidated weights (default f32: the master)
+
+   Exit status: 0 ok, 1 a bad or missing checkpoint (message on stderr), 2 bad arguments. */
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+
+#include <sys/stat.h>
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: zero-ckpt info DIR | zero-ckpt export DIR OUT.safetensors "
+                    "[--dtype f32|f16|bf16]\n");
+    return 2;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "zero-ckpt: %s: %s\n", what, zero_last_error());
+    return 1;
+}
+
+static int info(const char *dir)
+{
+    zero_checkpoint *ck = NULL;
+    zero_checkpoint_info in;
+    int t, k;
+    if (zero_checkpoint_open(dir, &ck) != ZERO_OK) return fail("open");
+    zero_checkpoint_get_info(ck, &in);
+    printf("checkpoint %s\n", dir);
+    printf("  generation %llu, step %lld, world %d, stage %d, params %s, align %zu\n",
+           (unsigned long long)in.generation, (long long)in.step, in.world, in.stage,
+           zero_dtype_name(in.param_dtype), in.align_numel);
+    printf("  adam: %s lr %.9g beta1 %.9g beta2 %.9g eps %.9g weight_decay %.9g\n",
+           in.adam.mode == ZERO_ADAM ? "adam" : "adamw", (double)in.adam.lr,
+           (double)in.adam.beta1, (double)in.adam.beta2, (double)in.adam.eps,
+           (double)in.adam.weight_decay);
+    printf("  scaler: %s scale %.9g factor %g min %g window %d hysteresis %d/%d%s iter %lld "
+           "last overflow %lld\n",
+           in.scaler.dynamic ? "dynamic" : "fixed", (double)in.scaler.scale,
+           (double)in.scaler.factor, (double)in.scaler.min_scale, in.scaler.window,
+           in.scaler.cur_hysteresis, in.scaler.hysteresis,
+           in.scaler.consecutive_hysteresis ? " (consecutive)" : "", (long long)in.scaler.iter,
+           (long long)in.scaler.last_overflow_iter);
+    printf("  plan hash %016llx, %d groups, %d tensors, %llu bytes in %d shard files + manifest\n",
+           (unsigned long long)in.plan_hash, in.num_groups, in.num_tensors,
+           (unsigned long long)in.total_bytes, in.world);
+    for (t = 0; t < in.world; t++) { /* the shard files, by the names docs/checkpoint.md gives */
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/zero-%016llx-%05d.shard", dir,
+                 (unsigned long long)in.generation, t);
+        if (stat(path, &st) == 0)
+            printf("  rank %5d  %s  %lld bytes\n", t, path, (long long)st.st_size);
+        else
+            printf("  rank %5d  %s  MISSING\n", t, path);
+    }
+    for (t = 0; t < in.num_tensors; t++) {
+        zero_checkpoint_tensor ti;
+        zero_checkpoint_get_tensor(ck, t, &ti);
+        printf("  tensor %-32s group %3d  numel %12zu  shape [", ti.name, ti.group, ti.numel);
+        if (ti.ndim == 0) printf("%zu", ti.numel);
+        for (k = 0; k < ti.ndim; k++) printf("%s%llu", k ? ", " : "", (unsigned long long)ti.dims[k]);
+        printf("]%s\n", (ti.flags & ZERO_TENSOR_NO_DECAY) ? "  no-decay" : "");
+    }
+    if (zero_checkpoint_verify(ck) != ZERO_OK) {
+        int rc = fail("verify");
+        zero_checkpoint_close(ck);
+        return rc;
+    }
+    printf("  verified: sizes, header and section checksums of %d shard files ok\n", in.world);
+    zero_checkpoint_close(ck);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "info") == 0) return info(argv[2]);
+    if ((argc == 4 || argc == 6) && strcmp(argv[1], "export") == 0) {
+        zero_dtype dt = ZERO_F32;
+        zero_checkpoint *ck = NULL;
+        int rc = 0;
+        if (argc == 6) {
+            if (strcmp(argv[4], "--dtype") != 0) return usage();
+            if (strcmp(argv[5], "f32") == 0) dt = ZERO_F32;
+            else if (strcmp(argv[5], "f16") == 0) dt = ZERO_F16;
+            else if (strcmp(argv[5], "bf16") == 0) dt = ZERO_BF16;
+            else return usage();
+        }
+        if (zero_checkpoint_open(argv[2], &ck) != ZERO_OK) return fail("open");
+        if (zero_checkpoint_export(ck, argv[3], dt) != ZERO_OK) rc = fail("export");
+        else printf("wrote %s (%s)\n", argv[3], zero_dtype_name(dt));
+        zero_checkpoint_close(ck);
+        return rc;
+    }
+    return usage();
+}
