@@ -550,11 +550,12 @@ typedef enum zero_comm_role {
     ZERO_ROLE_FLAG = 4,         /* step: all-reduce (max) of the inf/NaN flag                */
     ZERO_ROLE_NORM = 5,         /* step: all-reduce (sum) of the squared gradient norm       */
     ZERO_ROLE_COMMIT = 6,       /* commit: the plan-hash and allocation check                */
-    ZERO_ROLE_OFFLOAD = 7       /* step: all-reduce (max) of the NVMe tier's status (offload) */
+    ZERO_ROLE_CHECKPOINT = 7,   /* save/load: agreement all-reduces, state rebuilt by gathers */
+    ZERO_ROLE_OFFLOAD = 8       /* step, gather: all-reduce (max) of the NVMe tier's status  */
 } zero_comm_role;
 
-/* "gather", "grad_reduce", "param_update", "flag", "norm", "commit", "offload", "untagged" (role 0),
-   or "?" for a value outside the enum. Never NULL; for messages. */
+/* "gather", "grad_reduce", "param_update", "flag", "norm", "commit", "checkpoint", "offload",
+   "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
 ZERODEF const char *zero_comm_role_name(int32_t role);
 
 typedef struct zero_comm_ops {
@@ -3253,6 +3254,7 @@ ZERODEF const char *zero_comm_role_name(int32_t role)
     case ZERO_ROLE_FLAG: return "flag";
     case ZERO_ROLE_NORM: return "norm";
     case ZERO_ROLE_COMMIT: return "commit";
+    case ZERO_ROLE_CHECKPOINT: return "checkpoint";
     case ZERO_ROLE_OFFLOAD: return "offload";
     }
     return "?";
@@ -9422,13 +9424,13 @@ static zero_result zero__ck_state_spread(zero_engine *e)
                 float *base = k == ZERO_STATE_MASTER ? e->master : k == ZERO_STATE_M ? e->m1 : e->m2;
                 ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__ck_state_ptr(e, (zero_state_kind)k, g, 0),
                                                       base + eg->off_whole, eg->shard_numel,
-                                                      ZERO_F32),
+                                                      ZERO_F32, g, ZERO_ROLE_CHECKPOINT),
                               "load: all_gather of stage-0 optimizer state");
             }
         if (e->stage < 3 || eg->persistent)
             ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
                                                   zero__eng_param_whole(e, g), eg->shard_numel,
-                                                  e->gd),
+                                                  e->gd, g, ZERO_ROLE_CHECKPOINT),
                           "load: all_gather of params");
     }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "load: event");
@@ -10429,7 +10431,8 @@ static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op 
     ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u),
                   "checkpoint: upload");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "checkpoint: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1),
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1,
+                                          -1, ZERO_ROLE_CHECKPOINT),
                   "checkpoint: control all_reduce");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "checkpoint: event");
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u),
