@@ -563,6 +563,133 @@ ZT_TEST(nvme_faults_fail_every_rank)
     rmdir(dir);
 }
 
+/* ---- checkpoints of offloaded runs ---- */
+
+/* Trains steps [s0, s1) of cfg on e (the harness' forward, backward and gradients). */
+static zero_result ck_train(zero_engine *e, const ec_cfg *c, const int *ids, int G, int rank, int s0, int s1)
+{
+    const zero_plan *plan = zero_engine_plan(e);
+    zero_result r = ZERO_OK;
+    int s, k, g;
+    for (s = s0; s < s1 && r == ZERO_OK; s++) {
+        float scale = zero_engine_loss_scale(e);
+        for (k = 0; k < c->accum && r == ZERO_OK; k++) {
+            if ((r = ec_forward(e, G)) != ZERO_OK) break;
+            for (g = G - 1; g >= 0 && r == ZERO_OK; g--) {
+                void *pp, *gp;
+                if ((r = zero_engine_gather(e, g, &pp)) != ZERO_OK) break;
+                if ((r = zero_engine_grads(e, g, &gp)) != ZERO_OK) break;
+                ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
+                if ((r = zero_engine_release(e, g)) == ZERO_OK) r = zero_engine_grads_ready(e, g);
+            }
+        }
+        if (r == ZERO_OK) r = zero_engine_step(e, NULL);
+    }
+    return r;
+}
+
+typedef struct ck_ctx {
+    ec_ctx base;
+    const char *ckdir, *nvme;
+    int split;
+    zero_offload_device save_opt, save_par, load_opt, load_par;
+} ck_ctx;
+
+/* Engine A (the save settings) trains steps [0, split) and saves; engine B (the load
+   settings) loads, trains the rest, and its state goes to the result. */
+static zero_result ck_rank(int rank, zero_comm *comm, void *user)
+{
+    ck_ctx *X = (ck_ctx *)user;
+    const ec_cfg *c = X->base.cfg;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r = ZERO_OK;
+    int ids[EC_MAX_T], t, phase, G;
+    float tmp[512];
+    if ((r = zero_host_device_create(NULL, &dev)) != ZERO_OK) return r;
+    for (phase = 0; phase < 2 && r == ZERO_OK; phase++) {
+        ec_engine_desc(c, &d);
+        d.device = dev;
+        d.comm = comm;
+        d.nvme_path = X->nvme;
+        d.offload_optimizer = phase ? X->load_opt : X->save_opt;
+        d.offload_param = phase ? X->load_par : X->save_par;
+        r = zero_engine_create(&d, &e);
+        if (r == ZERO_OK) r = ec_add_tensors(e, c, ids);
+        if (r == ZERO_OK) r = zero_engine_commit(e);
+        if (r != ZERO_OK) break;
+        G = zero_plan_num_groups(zero_engine_plan(e));
+        if (phase == 0) {
+            r = ec_set_init(e, c, ids, tmp);
+            if (r == ZERO_OK) r = ck_train(e, c, ids, G, rank, 0, X->split);
+            if (r == ZERO_OK) r = zero_engine_save(e, X->ckdir);
+        } else {
+            r = zero_engine_load(e, X->ckdir);
+            if (r == ZERO_OK) r = ck_train(e, c, ids, G, rank, X->split, c->steps);
+            for (t = 0; t < c->ntensors && r == ZERO_OK; t++) r = ec_read_states(e, &X->base, rank, t, ids[t]);
+        }
+        zero_engine_destroy(e);
+        e = NULL;
+    }
+    if (r != ZERO_OK && rank == 0) snprintf(X->base.res->err, sizeof X->base.res->err, "%s", zero_last_error());
+    zero_device_destroy(dev);
+    return r;
+}
+
+/* A run saved with its optimizer state (and stage-3 params) on the CPU or NVMe and loaded
+   into an engine with the same, another or no offload continues bit-identically to the
+   plain run without a checkpoint. */
+ZT_TEST(checkpoint_of_offloaded_state)
+{
+    static const zero_offload_device combos[][4] = {
+        /* save opt, save param, load opt, load param */
+        {ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE},
+        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE},
+        {ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE},
+        {ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME},
+        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_CPU},
+    };
+    const char *dir = make_nvme_dir();
+    char ckdir[300];
+    int st, ci;
+    ZT_CHECK(dir != NULL);
+    if (!dir) return;
+    snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
+    for (st = 1; st <= 3; st++)
+        for (ci = 0; ci < 5; ci++) {
+            ec_cfg c;
+            ck_ctx X;
+            ec_result *ref, *got;
+            char why[160];
+            if ((combos[ci][1] || combos[ci][3]) && st != 3) continue;
+            ec_cfg_init(&c, st, 2, ZERO_F16, 2, 4);
+            c.sub_group = 29;
+            ref = ec_run(&c);
+            memset(&X, 0, sizeof X);
+            X.ckdir = ckdir;
+            X.nvme = dir;
+            X.split = 2;
+            X.save_opt = combos[ci][0];
+            X.save_par = combos[ci][1];
+            X.load_opt = combos[ci][2];
+            X.load_par = combos[ci][3];
+            got = ec_run_with(&c, &X.base, ck_rank, &X);
+            ZT_CHECKF(ref->rc == ZERO_OK && got->rc == ZERO_OK, "stage %d combo %d: %s", st, ci, got->err);
+            if (ref->rc == ZERO_OK && got->rc == ZERO_OK)
+                ZT_CHECKF(ec_same_state(&c, ref, got, why, sizeof why), "stage %d combo %d: %s", st, ci, why);
+            ec_result_free(ref);
+            ec_result_free(got);
+        }
+    {   /* the checkpoint's files, then the directory */
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", ckdir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+    ZT_CHECK(dir_is_empty(dir));
+    rmdir(dir);
+}
+
 int main(void)
 {
     ZT_RUN(knobs_validated_with_clear_errors);
@@ -576,5 +703,6 @@ int main(void)
     ZT_RUN(nvme_step_is_bit_identical);
     ZT_RUN(nvme_tier_accounting);
     ZT_RUN(nvme_faults_fail_every_rank);
+    ZT_RUN(checkpoint_of_offloaded_state);
     return zt_summary();
 }
