@@ -1342,6 +1342,19 @@ typedef struct zero_engine_desc {
                                     elements (0 = 1e9, DeepSpeed's default)                    */
     size_t block_size;           /* NVMe I/O block in bytes (0 = 1 MiB; power of two >= 4096) */
     int queue_depth;             /* NVMe requests in flight (0 = 8; 1..1024)                   */
+    int async_step;              /* 1 = zero_engine_step(e, NULL) enqueues the step and returns
+                                    without waiting for the device: its verdict (skipped, norm)
+                                    reaches the loss scaler and the step count when the engine
+                                    next needs them (zero_engine_loss_scale, _step_count,
+                                    _last_step, the next step), read on the offload queue so
+                                    that wait covers this step's work only, not what you queued
+                                    after it. Queue the next forward pass before asking for the
+                                    loss scale to overlap them. Results are the same bits. A
+                                    step given an info pointer waits as before. 0 = always wait.
+                                    ZERO_ERROR_LOSS_SCALE of an enqueued step is returned by the
+                                    call that reads its verdict (_last_step, the next step, a
+                                    checkpoint save or load): that call then did nothing else;
+                                    the next call proceeds.                                      */
 } zero_engine_desc;
 
 typedef struct zero_engine zero_engine;
@@ -1541,6 +1554,11 @@ ZERODEF float zero_engine_loss_scale(const zero_engine *e);
 
 /* Optimizer steps taken (skipped steps not counted). */
 ZERODEF int64_t zero_engine_step_count(const zero_engine *e);
+
+/* The info of the last completed step (all zero before the first), waiting for it when it
+   was enqueued with async_step and info NULL. Errors: INVALID_ARGUMENT (NULL), the
+   device's (engine broken). */
+ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
 
 /* Changes the learning rate from the next step on (schedules). INVALID_ARGUMENT for a
    negative or non-finite lr. */
@@ -7018,6 +7036,11 @@ struct zero_engine {
     /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
     zero__eng_shape *shapes;
     int cap_shapes;
+    /* async_step: a step enqueued, its verdict not read yet */
+    int step_pending;
+    float pending_scale_used;
+    zero_event *ev_step;
+    zero_step_info last_info;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -7416,7 +7439,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
         if (e->nallocs > 0 && e->dev->ops->sync) {
             (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_COMM);
             (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
-            if (e->oopt) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
+            if (e->oopt || e->ev_step) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
         }
         zero__eng_free_device(e);
         zero__eng_free_host(e);
@@ -7436,6 +7459,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->ev_c2o) e->dev->ops->event_destroy(e->dev, e->ev_c2o);
             if (e->ev_m2o) e->dev->ops->event_destroy(e->dev, e->ev_m2o);
             if (e->ev_o2m) e->dev->ops->event_destroy(e->dev, e->ev_o2m);
+            if (e->ev_step) e->dev->ops->event_destroy(e->dev, e->ev_step);
         }
     }
     zero__free(a, e->groups);
@@ -8910,6 +8934,58 @@ ZERODEF zero_result zero_engine_release(zero_engine *e, int group)
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
+/* The step's verdict (host[0] flag, host[1] multiplier, host[2] norm) applied on the host:
+   the loss scaler, the step count, the step's info. */
+static zero_result zero__eng_step_verdict(zero_engine *e, const float *host, float scale_used)
+{
+    zero_step_info *info = &e->last_info;
+    int at_min = zero_scaler_update(&e->scaler, host[0] != 0.0f) == ZERO_ERROR_LOSS_SCALE;
+    if (host[0] == 0.0f) e->step++;
+    info->step = e->step;
+    info->skipped = host[0] != 0.0f;
+    info->loss_scale = scale_used;
+    info->next_loss_scale = e->scaler.scale;
+    info->grad_norm = host[2];
+    info->grad_mul = host[1];
+    info->clip_coef = 1.0f;
+    if (!info->skipped && e->d.clip_norm > 0.0f && host[2] > e->d.clip_norm)
+        info->clip_coef = e->d.clip_norm / (host[2] + 1e-6f);
+    if (at_min)
+        return zero__fail(ZERO_ERROR_LOSS_SCALE,
+                          "zero_engine_step: inf/NaN gradients at the minimum loss scale %g: the "
+                          "step was skipped (nothing updated; the engine stays usable) but the "
+                          "scale cannot go lower. fp16 training is diverging, or min_scale is "
+                          "too high: lower the learning rate or scaler.min_scale, look for "
+                          "inf/NaN in the loss or data, train in bf16, or set scaler.at_min = "
+                          "ZERO_SCALER_AT_MIN_SKIP to skip such steps and go on",
+                          (double)e->scaler.scale);
+    return ZERO_OK;
+}
+
+/* async_step: reads the verdict of the step enqueued last (on the offload queue, which
+   waited for the step's event, so the wait does not cover later compute work). */
+static zero_result zero__eng_step_complete(zero_engine *e)
+{
+    zero_device *dev = e->dev;
+    float host[3];
+    if (!e->step_pending) return ZERO_OK;
+    e->step_pending = 0;
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_OFFLOAD, host, e->scratch + 8, 3 * sizeof(float)),
+                  "step: download");
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync");
+    /* ZERO_ERROR_LOSS_SCALE of the pending step surfaces here, in the call that reads it */
+    return zero__eng_step_verdict(e, host, e->pending_scale_used);
+}
+
+ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info)
+{
+    zero_result r;
+    if (!e || !info) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_last_step: %s is NULL", e ? "info" : "e");
+    if (e->step_pending && (r = zero__eng_step_complete(e)) != ZERO_OK) return r;
+    *info = e->last_info;
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_step");
@@ -8918,8 +8994,9 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     double *sumsq;
     float *flag, *mul;
     zero_adam_coefs co_wd, co_nowd;
-    int g, t, i, at_min;
+    int g, t, i, at_min = 0;
     if (r != ZERO_OK) return r;
+    if ((r = zero__eng_step_complete(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->dev;
     if (e->micro != e->accum || e->ready_in_micro != 0) {
         if (e->micro == 0 && e->ready_in_micro == 0)
@@ -9039,13 +9116,20 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                           "step: event");
         }
     }
-    /* 5. one download: flag, multiplier, norm. */
-    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, host, e->scratch + 8,
-                                        3 * sizeof(float)),
-                  "step: download");
-    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-    at_min = zero_scaler_update(&e->scaler, host[0] != 0.0f) == ZERO_ERROR_LOSS_SCALE;
-    if (host[0] == 0.0f) e->step++;
+    /* 5. one download: flag, multiplier, norm (async_step: later, on the offload queue). */
+    if (e->d.async_step && !info) {
+        if (!e->ev_step) ZERO__ENG_TRY(e, dev->ops->event_create(dev, &e->ev_step), "step: event");
+        ZERO__ENG_TRY(e, dev->ops->record(dev, ZERO_QUEUE_COMPUTE, e->ev_step), "step: event");
+        ZERO__ENG_TRY(e, dev->ops->wait(dev, ZERO_QUEUE_OFFLOAD, e->ev_step), "step: event");
+        e->step_pending = 1;
+        e->pending_scale_used = scale_used;
+    } else {
+        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, host, e->scratch + 8,
+                                            3 * sizeof(float)),
+                      "step: download");
+        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
+        at_min = zero__eng_step_verdict(e, host, scale_used) == ZERO_ERROR_LOSS_SCALE;
+    }
     e->micro = 0;
     e->ready_in_micro = 0;
     e->last_gathered = -1;
@@ -9053,26 +9137,8 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     for (g = 0; g < e->G; g++) e->groups[g].grads_state = ZERO__GRADS_NONE;
     e->traffic_last = e->traffic_cur;
     memset(&e->traffic_cur, 0, sizeof e->traffic_cur);
-    if (info) {
-        info->step = e->step;
-        info->skipped = host[0] != 0.0f;
-        info->loss_scale = scale_used;
-        info->next_loss_scale = e->scaler.scale;
-        info->grad_norm = host[2];
-        info->grad_mul = host[1];
-        info->clip_coef = 1.0f;
-        if (!info->skipped && e->d.clip_norm > 0.0f && host[2] > e->d.clip_norm)
-            info->clip_coef = e->d.clip_norm / (host[2] + 1e-6f);
-    }
-    if (at_min)
-        return zero__fail(ZERO_ERROR_LOSS_SCALE,
-                          "zero_engine_step: inf/NaN gradients at the minimum loss scale %g: the "
-                          "step was skipped (nothing updated; the engine stays usable) but the "
-                          "scale cannot go lower. fp16 training is diverging, or min_scale is "
-                          "too high: lower the learning rate or scaler.min_scale, look for "
-                          "inf/NaN in the loss or data, train in bf16, or set scaler.at_min = "
-                          "ZERO_SCALER_AT_MIN_SKIP to skip such steps and go on",
-                          (double)e->scaler.scale);
+    if (info) *info = e->last_info;
+    if (at_min) return ZERO_ERROR_LOSS_SCALE; /* the verdict said why (zero_last_error) */
     return ZERO_OK;
 }
 
@@ -9244,9 +9310,20 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
 
 /* ---- queries ----------------------------------------------------------------------------- */
 
-ZERODEF float zero_engine_loss_scale(const zero_engine *e) { return e ? e->scaler.scale : 1.0f; }
+ZERODEF float zero_engine_loss_scale(const zero_engine *e)
+{
+    /* async_step: the scale depends on the pending step's verdict (the engine is the
+       caller's; const only promises the settings do not change). A failure breaks the
+       engine and shows at its next call. */
+    if (e && e->step_pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e);
+    return e ? e->scaler.scale : 1.0f;
+}
 
-ZERODEF int64_t zero_engine_step_count(const zero_engine *e) { return e ? e->step : 0; }
+ZERODEF int64_t zero_engine_step_count(const zero_engine *e)
+{
+    if (e && e->step_pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e);
+    return e ? e->step : 0;
+}
 
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
 {
@@ -9801,6 +9878,7 @@ ZERODEF zero_result zero_engine_tensor_shape(const zero_engine *e, int tensor, i
 ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *out)
 {
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_scaler_state: NULL");
+    if (e->step_pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e); /* as loss_scale */
     *out = e->scaler;
     return ZERO_OK;
 }
@@ -10486,9 +10564,11 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     return zero__fail((zero_result)(-(int)b[0]), "%s (reported by rank %d)", (const char *)(b + 1), f);
 }
 
-static zero_result zero__ck_between_steps(const zero_engine *e, const char *fn, int need_released)
+static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int need_released)
 {
     int g;
+    zero_result r = zero__eng_step_complete(e); /* async_step: the pending verdict first */
+    if (r != ZERO_OK) return r;
     if (e->micro != 0 || e->ready_in_micro != 0)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: in the middle of a step (%d micro-steps "
                           "done)", fn, e->micro);

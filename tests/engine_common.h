@@ -45,6 +45,7 @@ typedef struct ec_cfg {
     size_t device_capacity;
     const char *nvme_path;
     int pin_memory;
+    int async_step;          /* engine async_step: steps without info, read one step later */
 } ec_cfg;
 
 typedef struct ec_result {
@@ -172,6 +173,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->host_threads = c->host_threads;
     d->nvme_path = c->nvme_path;
     d->pin_memory = c->pin_memory;
+    d->async_step = c->async_step;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */
@@ -330,8 +332,9 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     for (s = 0; s < c->steps; s++) {
         zero_step_info info;
         zero_gather_stats gs = {0};
-        float scale = zero_engine_loss_scale(e);
+        float scale = zero_engine_loss_scale(e); /* async_step: completes step s - 1 */
         if (rank == 0) res->loss_scale_before[s] = scale;
+        if (c->async_step && s > 0) EC_TRY(zero_engine_last_step(e, &res->info[rank][s - 1]));
         for (k = 0; k < c->accum; k++) {
             void *pp, *gp;
             EC_TRY(ec_forward(e, G));
@@ -343,14 +346,15 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
                 EC_TRY(zero_engine_grads_ready(e, g));
             }
         }
-        EC_TRY(zero_engine_step(e, &info));
-        res->info[rank][s] = info;
+        EC_TRY(zero_engine_step(e, c->async_step ? NULL : &info));
+        if (!c->async_step) res->info[rank][s] = info;
         zero_engine_traffic(e, &res->traffic_last[rank][s], NULL);
         zero_engine_gather_stats(e, &gs);
         pthread_mutex_lock(&ctx->mu);
         if (gs.live_numel > res->live_after_step_max) res->live_after_step_max = gs.live_numel;
         pthread_mutex_unlock(&ctx->mu);
     }
+    if (c->async_step && c->steps > 0) EC_TRY(zero_engine_last_step(e, &res->info[rank][c->steps - 1]));
     zero_engine_memory_usage(e, &res->mem[rank]);
     zero_engine_memory_tier(e, ZERO_TIER_HOST, &res->host_mem[rank]);
     zero_engine_memory_tier(e, ZERO_TIER_NVME, &res->nvme_mem[rank]);
