@@ -5608,6 +5608,20 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes)
 #endif
 #endif
 
+/* As in the comm section: when the implementation file included a libc header before
+   zero.h under -std=c99/c11, glibc hides these POSIX.1-2008 names; declare them (their
+   signatures are fixed by POSIX) rather than fail. 64-bit only, where off_t has one width. */
+#if defined(__GLIBC__) && defined(__LP64__) && !defined(__USE_UNIX98) && !defined(__USE_XOPEN2K8)
+extern ssize_t pread(int fd, void *buf, size_t count, off_t offset);
+extern ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset);
+#endif
+#if defined(__GLIBC__) && defined(__LP64__) && !defined(__USE_XOPEN2K)
+extern int posix_fallocate(int fd, off_t offset, off_t len);
+#endif
+#if !defined(O_CLOEXEC) && defined(__O_CLOEXEC)
+#define O_CLOEXEC __O_CLOEXEC
+#endif
+
 /* Raw system calls for io_uring (syscall() itself is a GNU/BSD declaration). Returns the
    result or -errno. Architectures without a stub here use the thread pool. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
