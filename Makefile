@@ -238,7 +238,7 @@ HAVE_MPI = command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/nul
 MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
 MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
 MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
-MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh
+MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh tests/mpi/resume.sh
 MPI_BINS := build/train_mlp_mpi build/mpi/bench_mpi $(MPI_TESTS)
 # Compile-only where nvcc is present: zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
 # over MPI, the device-memory path). Open MPI's wrapper flags; override for another MPI.
