@@ -196,7 +196,7 @@ build/cuda/%: %.cu $(CUDA_HEADERS) $(wildcard tests/*.h examples/*.h) | build/cu
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "cuda: skipped: nvcc not found (set NVCC or CUDA_HOME)"; \
 	 elif [ -z "$(CUDA_SRC)" ]; then echo "cuda: nothing to build yet"; \
-	 else $(MAKE) --no-print-directory $(CUDA_BINS) && echo "cuda: built $(words $(CUDA_BINS)) programs with $(NVCC)"; fi
+	 else $(MAKE) --no-print-directory $(PAR) $(CUDA_BINS) && echo "cuda: built $(words $(CUDA_BINS)) programs with $(NVCC)"; fi
 
 # A GPU is visible when nvidia-smi lists one or, without nvidia-smi, a /dev/nvidiaN exists.
 # Each test program also checks cudaGetDeviceCount() and skips itself without a device.
