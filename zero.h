@@ -1351,10 +1351,11 @@ typedef struct zero_engine_desc {
                                     after it. Queue the next forward pass before asking for the
                                     loss scale to overlap them. Results are the same bits. A
                                     step given an info pointer waits as before. 0 = always wait.
-                                    ZERO_ERROR_LOSS_SCALE of an enqueued step is returned by the
-                                    call that reads its verdict (_last_step, the next step, a
-                                    checkpoint save or load): that call then did nothing else;
-                                    the next call proceeds.                                      */
+                                    ZERO_ERROR_LOSS_SCALE of an enqueued step is returned once,
+                                    by the next call that can return it (_last_step, the next
+                                    step, a checkpoint save or load), which then did nothing
+                                    else; the value queries (_loss_scale, _step_count) read the
+                                    verdict but leave its error to that call.                    */
 } zero_engine_desc;
 
 typedef struct zero_engine zero_engine;
@@ -7055,6 +7056,7 @@ struct zero_engine {
     float pending_scale_used;
     zero_event *ev_step;
     zero_step_info last_info;
+    int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -8948,9 +8950,23 @@ ZERODEF zero_result zero_engine_release(zero_engine *e, int group)
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
+/* The error of an overflow at the minimum loss scale (scaler.at_min = error). */
+static zero_result zero__eng_at_min_error(const zero_engine *e)
+{
+    return zero__fail(ZERO_ERROR_LOSS_SCALE,
+                      "zero_engine_step: inf/NaN gradients at the minimum loss scale %g: the "
+                      "step was skipped (nothing updated; the engine stays usable) but the "
+                      "scale cannot go lower. fp16 training is diverging, or min_scale is "
+                      "too high: lower the learning rate or scaler.min_scale, look for "
+                      "inf/NaN in the loss or data, train in bf16, or set scaler.at_min = "
+                      "ZERO_SCALER_AT_MIN_SKIP to skip such steps and go on",
+                      (double)e->scaler.scale);
+}
+
 /* The step's verdict (host[0] flag, host[1] multiplier, host[2] norm) applied on the host:
-   the loss scaler, the step count, the step's info. */
-static zero_result zero__eng_step_verdict(zero_engine *e, const float *host, float scale_used)
+   the loss scaler, the step count, the step's info. Returns 1 when the overflow came at the
+   minimum scale and the scaler is set to call that an error. */
+static int zero__eng_step_verdict(zero_engine *e, const float *host, float scale_used)
 {
     zero_step_info *info = &e->last_info;
     int at_min = zero_scaler_update(&e->scaler, host[0] != 0.0f) == ZERO_ERROR_LOSS_SCALE;
@@ -8964,20 +8980,13 @@ static zero_result zero__eng_step_verdict(zero_engine *e, const float *host, flo
     info->clip_coef = 1.0f;
     if (!info->skipped && e->d.clip_norm > 0.0f && host[2] > e->d.clip_norm)
         info->clip_coef = e->d.clip_norm / (host[2] + 1e-6f);
-    if (at_min)
-        return zero__fail(ZERO_ERROR_LOSS_SCALE,
-                          "zero_engine_step: inf/NaN gradients at the minimum loss scale %g: the "
-                          "step was skipped (nothing updated; the engine stays usable) but the "
-                          "scale cannot go lower. fp16 training is diverging, or min_scale is "
-                          "too high: lower the learning rate or scaler.min_scale, look for "
-                          "inf/NaN in the loss or data, train in bf16, or set scaler.at_min = "
-                          "ZERO_SCALER_AT_MIN_SKIP to skip such steps and go on",
-                          (double)e->scaler.scale);
-    return ZERO_OK;
+    return at_min;
 }
 
 /* async_step: reads the verdict of the step enqueued last (on the offload queue, which
-   waited for the step's event, so the wait does not cover later compute work). */
+   waited for the step's event, so the wait does not cover later compute work). An
+   at-minimum-scale overflow is kept in at_min_unreported until a call that can return it
+   (zero__eng_step_settle) does; value queries (loss scale, step count) only read. */
 static zero_result zero__eng_step_complete(zero_engine *e)
 {
     zero_device *dev = e->dev;
@@ -8987,17 +8996,28 @@ static zero_result zero__eng_step_complete(zero_engine *e)
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_OFFLOAD, host, e->scratch + 8, 3 * sizeof(float)),
                   "step: download");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync");
-    /* ZERO_ERROR_LOSS_SCALE of the pending step surfaces here, in the call that reads it */
-    return zero__eng_step_verdict(e, host, e->pending_scale_used);
+    if (zero__eng_step_verdict(e, host, e->pending_scale_used)) e->at_min_unreported = 1;
+    return ZERO_OK;
+}
+
+/* The pending verdict read, and its at-minimum-scale error returned once (by the next step,
+   zero_engine_last_step or a checkpoint call; that call then does nothing else). */
+static zero_result zero__eng_step_settle(zero_engine *e)
+{
+    zero_result r = zero__eng_step_complete(e);
+    if (r != ZERO_OK) return r;
+    if (!e->at_min_unreported) return ZERO_OK;
+    e->at_min_unreported = 0;
+    return zero__eng_at_min_error(e);
 }
 
 ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info)
 {
     zero_result r;
     if (!e || !info) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_last_step: %s is NULL", e ? "info" : "e");
-    if (e->step_pending && (r = zero__eng_step_complete(e)) != ZERO_OK) return r;
-    *info = e->last_info;
-    return ZERO_OK;
+    r = zero__eng_step_settle(e);
+    if (r == ZERO_OK || r == ZERO_ERROR_LOSS_SCALE) *info = e->last_info;
+    return r;
 }
 
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
@@ -9010,7 +9030,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     zero_adam_coefs co_wd, co_nowd;
     int g, t, i, at_min = 0;
     if (r != ZERO_OK) return r;
-    if ((r = zero__eng_step_complete(e)) != ZERO_OK) return r; /* the previous step's verdict */
+    if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->dev;
     if (e->micro != e->accum || e->ready_in_micro != 0) {
         if (e->micro == 0 && e->ready_in_micro == 0)
@@ -9142,7 +9162,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                                             3 * sizeof(float)),
                       "step: download");
         ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-        at_min = zero__eng_step_verdict(e, host, scale_used) == ZERO_ERROR_LOSS_SCALE;
+        at_min = zero__eng_step_verdict(e, host, scale_used);
     }
     e->micro = 0;
     e->ready_in_micro = 0;
@@ -9152,7 +9172,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     e->traffic_last = e->traffic_cur;
     memset(&e->traffic_cur, 0, sizeof e->traffic_cur);
     if (info) *info = e->last_info;
-    if (at_min) return ZERO_ERROR_LOSS_SCALE; /* the verdict said why (zero_last_error) */
+    if (at_min) return zero__eng_at_min_error(e);
     return ZERO_OK;
 }
 
@@ -10581,7 +10601,7 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
 static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int need_released)
 {
     int g;
-    zero_result r = zero__eng_step_complete(e); /* async_step: the pending verdict first */
+    zero_result r = zero__eng_step_settle(e); /* async_step: the pending verdict first */
     if (r != ZERO_OK) return r;
     if (e->micro != 0 || e->ready_in_micro != 0)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: in the middle of a step (%d micro-steps "

@@ -342,6 +342,8 @@ ZT_TEST(validation_names_the_field_and_writes_nothing)
    init_scale = min_scale = 1, hysteresis 1; rank 1 puts an inf in the first step. */
 typedef struct at_min_run {
     zero_scaler_at_min at_min;
+    int async;                   /* async_step: step(e, NULL), then the verdict is read later */
+    zero_result enqueued[2];     /* async: what step(e, NULL) returned                        */
     zero_result first[2], second[2];
     int skipped[2];
     int64_t steps_after_first[2], steps_after_second[2];
@@ -371,6 +373,7 @@ static zero_result at_min_rank(int rank, zero_comm *comm, void *user)
     d.scaler.init_scale = 1.0f;
     d.scaler.hysteresis = 1;
     d.scaler.at_min = A->at_min;
+    d.async_step = A->async;
     r = zero_engine_create(&d, &e);
     if (r == ZERO_OK) r = zero_engine_add_tensor(e, "w", 40, 0, 0, &t);
     if (r == ZERO_OK) r = zero_engine_commit(e);
@@ -385,7 +388,15 @@ static zero_result at_min_rank(int rank, zero_comm *comm, void *user)
         r = zero_engine_grads_ready(e, 0);
         if (r != ZERO_OK) break;
         memset(&info, 0, sizeof info);
-        r = zero_engine_step(e, &info);
+        if (A->async && k == 0) {
+            /* the step is enqueued; a value query reads the verdict but cannot return its
+               error, which the next call that can (here last_step) returns once */
+            A->enqueued[rank] = zero_engine_step(e, NULL);
+            (void)zero_engine_loss_scale(e);
+            r = zero_engine_last_step(e, &info);
+        } else {
+            r = zero_engine_step(e, &info);
+        }
         if (k == 0) {
             A->first[rank] = r;
             A->skipped[rank] = info.skipped;
@@ -406,10 +417,12 @@ static zero_result at_min_rank(int rank, zero_comm *comm, void *user)
 
 ZT_TEST(engine_step_reports_overflow_at_min_scale)
 {
-    int mode, rank;
-    for (mode = 0; mode < 2; mode++) {
+    int m, mode, rank;
+    for (m = 0; m < 3; m++) { /* default (error), SKIP, default with async_step */
         at_min_run A;
         memset(&A, 0, sizeof A);
+        mode = m == 1;
+        A.async = m == 2;
         A.at_min = mode ? ZERO_SCALER_AT_MIN_SKIP : ZERO_SCALER_AT_MIN_DEFAULT;
         A.first[0] = A.first[1] = A.second[0] = A.second[1] = ZERO_ERROR_INVALID_STATE;
         ZT_CHECKF(zero_local_run(2, at_min_rank, &A) == ZERO_OK, "%s", zero_last_error());
@@ -423,6 +436,7 @@ ZT_TEST(engine_step_reports_overflow_at_min_scale)
             ZT_CHECK(A.skipped[rank] == 1 && A.steps_after_first[rank] == 0);
             ZT_CHECK(A.master_kept[rank]);
             ZT_CHECK(A.second[rank] == ZERO_OK && A.steps_after_second[rank] == 1);
+            if (A.async) ZT_CHECKF(A.enqueued[rank] == ZERO_OK, "async enqueue %d", (int)A.enqueued[rank]);
         }
     }
 }
