@@ -7543,13 +7543,6 @@ static uint64_t zero__eng_mix(uint64_t h, uint64_t v)
     return h;
 }
 
-static uint64_t zero__eng_fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static uint64_t zero__eng_dbits(double f)
 {
     uint64_t u;
@@ -7571,17 +7564,17 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->max_live_numel);
     h = zero__eng_mix(h, (uint64_t)(int64_t)d->prefetch_depth);
     h = zero__eng_mix(h, (uint64_t)d->persist_numel);
-    h = zero__eng_mix(h, zero__eng_fbits(d->clip_norm));
+    h = zero__eng_mix(h, zero__f32_bits(d->clip_norm));
     h = zero__eng_mix(h, (uint64_t)e->adam.mode);
     h = zero__eng_mix(h, zero__eng_dbits(e->adam.lr));
     h = zero__eng_mix(h, zero__eng_dbits(e->adam.beta1));
     h = zero__eng_mix(h, zero__eng_dbits(e->adam.beta2));
     h = zero__eng_mix(h, zero__eng_dbits(e->adam.eps));
     h = zero__eng_mix(h, zero__eng_dbits(e->adam.weight_decay));
-    h = zero__eng_mix(h, zero__eng_fbits(e->scaler.scale));
+    h = zero__eng_mix(h, zero__f32_bits(e->scaler.scale));
     h = zero__eng_mix(h, (uint64_t)e->scaler.dynamic);
-    h = zero__eng_mix(h, zero__eng_fbits(e->scaler.factor));
-    h = zero__eng_mix(h, zero__eng_fbits(e->scaler.min_scale));
+    h = zero__eng_mix(h, zero__f32_bits(e->scaler.factor));
+    h = zero__eng_mix(h, zero__f32_bits(e->scaler.min_scale));
     h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.window);
     h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.hysteresis);
     h = zero__eng_mix(h, (uint64_t)e->scaler.error_at_min);

@@ -12,6 +12,7 @@
 #include "zero.h"
 #include "zero_cuda.h"
 #include "tests/zt.h"
+#include "tests/cuda/gpu_probe.h"
 
 #include <math.h>
 #include <time.h>
@@ -370,17 +371,8 @@ ZT_TEST(test_churn)
 int main(void)
 {
     {
-        int ndev = 0; /* skip only without a GPU; an unusable one (old driver...) fails */
-        if (zero_cuda_device_probe(&ndev) != ZERO_OK) {
-            printf("  FAIL: %s\n", zero_last_error());
-            printf("zt: 0 passed, 1 failed, 0 skipped\n");
-            return 1;
-        }
-        if (ndev == 0) {
-            printf("  skip: no CUDA device\n");
-            printf("zt: 0 passed, 0 failed, %d skipped\n", NTESTS);
-            return 0;
-        }
+        int rc = zt_gpu_probe(NTESTS); /* skip only without a GPU */
+        if (rc >= 0) return rc;
     }
     ZT_RUN(test_create_checks);
     ZT_RUN(test_collectives_vs_local);

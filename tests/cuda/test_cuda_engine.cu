@@ -11,6 +11,7 @@
 #include "zero.h"
 #include "zero_cuda.h"
 #include "tests/zt.h"
+#include "tests/cuda/gpu_probe.h"
 /* engine_common.h is C; as C++ its "= {0}" initialisers draw -Wmissing-field-initializers */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -268,17 +269,8 @@ ZT_TEST(test_offload_equals_plain)
 int main(void)
 {
     {
-        int ndev = 0; /* skip only without a GPU; an unusable one (old driver...) fails */
-        if (zero_cuda_device_probe(&ndev) != ZERO_OK) {
-            printf("  FAIL: %s\n", zero_last_error());
-            printf("zt: 0 passed, 1 failed, 0 skipped\n");
-            return 1;
-        }
-        if (ndev == 0) {
-            printf("  skip: no CUDA device\n");
-            printf("zt: 0 passed, 0 failed, %d skipped\n", NTESTS);
-            return 0;
-        }
+        int rc = zt_gpu_probe(NTESTS); /* skip only without a GPU */
+        if (rc >= 0) return rc;
     }
     ZT_RUN(test_stages_equal_and_equal_host);
     ZT_RUN(test_fp32_comm_and_skip);

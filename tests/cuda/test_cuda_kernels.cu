@@ -13,6 +13,7 @@
 #include "zero.h"
 #include "zero_cuda.h"
 #include "tests/zt.h"
+#include "tests/cuda/gpu_probe.h"
 
 #include <math.h>
 
@@ -967,17 +968,8 @@ ZT_TEST(test_step_chain)
 int main(void)
 {
     {
-        int ndev = 0; /* skip only without a GPU; an unusable one (old driver...) fails */
-        if (zero_cuda_device_probe(&ndev) != ZERO_OK) {
-            printf("  FAIL: %s\n", zero_last_error());
-            printf("zt: 0 passed, 1 failed, 0 skipped\n");
-            return 1;
-        }
-        if (ndev == 0) {
-            printf("  skip: no CUDA device\n");
-            printf("zt: 0 passed, 0 failed, %d skipped\n", NTESTS);
-            return 0;
-        }
+        int rc = zt_gpu_probe(NTESTS); /* skip only without a GPU */
+        if (rc >= 0) return rc;
     }
     if (zero_host_device_create(NULL, &H) != ZERO_OK || zero_cuda_device_create(NULL, &G) != ZERO_OK || !setup()) {
         printf("FAIL setup: %s\n", zero_last_error());
