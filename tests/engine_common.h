@@ -247,6 +247,30 @@ static void ec_fill_grads(const ec_cfg *c, const zero_plan *plan, const int *ids
     }
 }
 
+/* One step's micro-steps (forward, then backward group by group with the synthetic
+   gradients of step s at the given loss scale, each group made ready), without the
+   optimizer step itself. */
+static zero_result ec_micro_steps(const ec_cfg *c, zero_engine *e, const int *ids, int rank,
+                                  int s, float scale)
+{
+    const zero_plan *plan = zero_engine_plan(e);
+    int G = zero_plan_num_groups(plan), k, g;
+    zero_result r = ZERO_OK;
+    for (k = 0; k < c->accum; k++) {
+        void *pp, *gp;
+        EC_TRY(ec_forward(e, G));
+        for (g = G - 1; g >= 0; g--) {
+            EC_TRY(zero_engine_gather(e, g, &pp));
+            EC_TRY(zero_engine_grads(e, g, &gp));
+            ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
+            EC_TRY(zero_engine_release(e, g));
+            EC_TRY(zero_engine_grads_ready(e, g));
+        }
+    }
+done:
+    return r;
+}
+
 /* Reads tensor t's master, m, v and params into the result; merges this rank's param
    elements (whole or shard) into res->param[t]: the first holder writes, the others compare. */
 static zero_result ec_read_states(zero_engine *e, ec_ctx *ctx, int rank, int t, int id)
@@ -284,7 +308,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     zero_engine_desc d;
     zero_result r = ZERO_OK;
     int ids[EC_MAX_T];
-    int t, s, k, g, G = 0;
+    int t, s, g, G = 0;
     float *tmp = NULL;
     ec_wrap wrap;
     const zero_plan *plan;
@@ -335,17 +359,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         float scale = zero_engine_loss_scale(e); /* async_step: completes step s - 1 */
         if (rank == 0) res->loss_scale_before[s] = scale;
         if (c->async_step && s > 0) EC_TRY(zero_engine_last_step(e, &res->info[rank][s - 1]));
-        for (k = 0; k < c->accum; k++) {
-            void *pp, *gp;
-            EC_TRY(ec_forward(e, G));
-            for (g = G - 1; g >= 0; g--) {
-                EC_TRY(zero_engine_gather(e, g, &pp));
-                EC_TRY(zero_engine_grads(e, g, &gp));
-                ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
-                EC_TRY(zero_engine_release(e, g));
-                EC_TRY(zero_engine_grads_ready(e, g));
-            }
-        }
+        EC_TRY(ec_micro_steps(c, e, ids, rank, s, scale));
         EC_TRY(zero_engine_step(e, c->async_step ? NULL : &info));
         if (!c->async_step) res->info[rank][s] = info;
         zero_engine_traffic(e, &res->traffic_last[rank][s], NULL);

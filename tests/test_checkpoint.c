@@ -125,23 +125,12 @@ typedef struct ck_job {
 static zero_result ck_train(zero_engine *e, const ec_cfg *c, const int *ids, int rank, int from,
                             int to, ec_result *res)
 {
-    const zero_plan *plan = zero_engine_plan(e);
-    int G = zero_plan_num_groups(plan), s, k, g;
+    int s;
     zero_result r = ZERO_OK;
     for (s = from; s < to; s++) {
         zero_step_info info;
         float scale = zero_engine_loss_scale(e);
-        for (k = 0; k < c->accum; k++) {
-            void *pp, *gp;
-            EC_TRY(ec_forward(e, G));
-            for (g = G - 1; g >= 0; g--) {
-                EC_TRY(zero_engine_gather(e, g, &pp));
-                EC_TRY(zero_engine_grads(e, g, &gp));
-                ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
-                EC_TRY(zero_engine_release(e, g));
-                EC_TRY(zero_engine_grads_ready(e, g));
-            }
-        }
+        EC_TRY(ec_micro_steps(c, e, ids, rank, s, scale));
         EC_TRY(zero_engine_step(e, &info));
         if (s < EC_MAX_STEPS) res->info[rank][s] = info;
     }

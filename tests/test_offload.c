@@ -566,23 +566,13 @@ ZT_TEST(nvme_faults_fail_every_rank)
 /* ---- checkpoints of offloaded runs ---- */
 
 /* Trains steps [s0, s1) of cfg on e (the harness' forward, backward and gradients). */
-static zero_result ck_train(zero_engine *e, const ec_cfg *c, const int *ids, int G, int rank, int s0, int s1)
+static zero_result ck_train(zero_engine *e, const ec_cfg *c, const int *ids, int rank, int s0, int s1)
 {
-    const zero_plan *plan = zero_engine_plan(e);
     zero_result r = ZERO_OK;
-    int s, k, g;
+    int s;
     for (s = s0; s < s1 && r == ZERO_OK; s++) {
         float scale = zero_engine_loss_scale(e);
-        for (k = 0; k < c->accum && r == ZERO_OK; k++) {
-            if ((r = ec_forward(e, G)) != ZERO_OK) break;
-            for (g = G - 1; g >= 0 && r == ZERO_OK; g--) {
-                void *pp, *gp;
-                if ((r = zero_engine_gather(e, g, &pp)) != ZERO_OK) break;
-                if ((r = zero_engine_grads(e, g, &gp)) != ZERO_OK) break;
-                ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
-                if ((r = zero_engine_release(e, g)) == ZERO_OK) r = zero_engine_grads_ready(e, g);
-            }
-        }
+        r = ec_micro_steps(c, e, ids, rank, s, scale);
         if (r == ZERO_OK) r = zero_engine_step(e, NULL);
     }
     return r;
@@ -605,7 +595,7 @@ static zero_result ck_rank(int rank, zero_comm *comm, void *user)
     zero_engine *e = NULL;
     zero_engine_desc d;
     zero_result r = ZERO_OK;
-    int ids[EC_MAX_T], t, phase, G;
+    int ids[EC_MAX_T], t, phase;
     float tmp[512];
     if ((r = zero_host_device_create(NULL, &dev)) != ZERO_OK) return r;
     for (phase = 0; phase < 2 && r == ZERO_OK; phase++) {
@@ -619,14 +609,13 @@ static zero_result ck_rank(int rank, zero_comm *comm, void *user)
         if (r == ZERO_OK) r = ec_add_tensors(e, c, ids);
         if (r == ZERO_OK) r = zero_engine_commit(e);
         if (r != ZERO_OK) break;
-        G = zero_plan_num_groups(zero_engine_plan(e));
         if (phase == 0) {
             r = ec_set_init(e, c, ids, tmp);
-            if (r == ZERO_OK) r = ck_train(e, c, ids, G, rank, 0, X->split);
+            if (r == ZERO_OK) r = ck_train(e, c, ids, rank, 0, X->split);
             if (r == ZERO_OK) r = zero_engine_save(e, X->ckdir);
         } else {
             r = zero_engine_load(e, X->ckdir);
-            if (r == ZERO_OK) r = ck_train(e, c, ids, G, rank, X->split, c->steps);
+            if (r == ZERO_OK) r = ck_train(e, c, ids, rank, X->split, c->steps);
             for (t = 0; t < c->ntensors && r == ZERO_OK; t++) r = ec_read_states(e, &X->base, rank, t, ids[t]);
         }
         zero_engine_destroy(e);
