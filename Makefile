@@ -69,6 +69,12 @@ $(addprefix build/san/,$(notdir $(SELF_TESTS))): build/san/%: tests/%.c $(TEST_D
 $(addprefix build/san/,$(notdir $(LINKED_TESTS))): build/san/%: tests/%.c build/san/zero_impl.o $(TEST_DEPS) | build/san
 	$(CC) $(SAN_FLAGS) $< build/san/zero_impl.o -o $@ $(LDLIBS)
 
+# The NCCL comm against mocks of CUDA's and NCCL's entry points (CPU only): tests/mock
+# comes first on the include path, so zero_nccl.h's <cuda_runtime.h> and <nccl.h> are the mocks.
+build/test_nccl_mock: ALL_CFLAGS += -Itests/mock
+build/san/test_nccl_mock: SAN_FLAGS += -Itests/mock
+build/test_nccl_mock build/san/test_nccl_mock: $(wildcard tests/mock/*.h)
+
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
