@@ -190,7 +190,7 @@ CUDA_SRC := $(sort $(wildcard tests/cuda/*.cu bench/*.cu examples/*.cu))
 CUDA_BINS := $(patsubst %.cu,build/cuda/%,$(notdir $(CUDA_SRC)))
 vpath %.cu tests/cuda bench examples
 
-build/cuda/%: %.cu $(CUDA_HEADERS) $(wildcard tests/*.h tests/cuda/*.h examples/*.h) | build/cuda
+build/cuda/%: %.cu $(CUDA_HEADERS) $(wildcard tests/*.h tests/cuda/*.h examples/*.h examples/*.cuh) | build/cuda
 	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< -o $@ -lcublas $(NCCL_LIB) -lpthread
 
 cuda:
