@@ -124,7 +124,32 @@ typedef struct acts {
     int *uniq, *start, *pos;               /* [V], [V + 1], [N]: wte's backward lists  */
 } acts;
 
+/* What one stage's run gave (rank 0's view). */
+typedef struct stage_result {
+    double *loss;        /* [steps] mean train loss of each step            */
+    double val;          /* the validation loss after the last step         */
+    double ms_per_step;
+    int skipped;         /* steps skipped for inf/NaN                       */
+    float final_scale;   /* the loss scale after the last step              */
+    uint64_t checksum;   /* FNV-1a 64 of the final fp32 master weights      */
+    int ok;
+} stage_result;
+
+/* What every rank shares (the --ranks threads) or has alone (an NCCL process). */
+typedef struct shared {
+    const gpt2_opts *o;
+    const gpt2_data *data;
+    int device;
+    const zero_bootstrap_desc *boot; /* NCCL: the launcher's view; NULL for --ranks    */
+    float *final;                    /* every tensor's fp32 master, each rank writing
+                                        the part it owns (all of it with --ranks or one
+                                        process; this process's part over NCCL)        */
+    size_t total;                    /* elements of final                              */
+    stage_result res[4];             /* rank 0's results per stage                     */
+} shared;
+
 typedef struct gpu_run {
+    shared *sh;
     const gpt2_opts *o;
     const gpt2_data *data;
     int rank, world, stage;
@@ -531,6 +556,7 @@ static zero_result mean_loss(gpu_run *R, int which, double div, double *out)
 {
     zero_result r = ZERO_OK;
     double v = 0;
+    memset(&R->comm->tag, 0, sizeof R->comm->tag); /* untagged: the example's own collective */
     TRY(R->comm->ops->all_reduce(R->comm, R->a.loss_sum + which, R->a.loss_sum + which, 1, ZERO_F64, ZERO_OP_SUM,
                                  R->st));
     TRY(R->dev->ops->download(R->dev, ZERO_QUEUE_COMPUTE, &v, R->a.loss_sum + which, sizeof v));
@@ -558,11 +584,38 @@ done:
     return r;
 }
 
-typedef struct stage_result {
-    double *loss;     /* [steps] mean train loss of each step */
-    double val;       /* the last validation loss             */
-    int ok;
-} stage_result;
+
+static uint64_t fnv1a64(const void *p, size_t bytes)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < bytes; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* This rank's part of every tensor's fp32 master weights into sh->final (tensors in table
+   order, each whole: a rank writes only the range it owns). */
+static zero_result keep_params(gpu_run *R)
+{
+    const gpt2_config *c = &R->o->cfg;
+    size_t most = 0, at = 0;
+    int i;
+    float *buf;
+    zero_result r = ZERO_OK;
+    for (i = 0; i < gpt2_num_tensors(c); i++)
+        if (R->t[i].numel > most) most = R->t[i].numel;
+    if (!(buf = (float *)malloc(most * sizeof(float)))) return fail(ZERO_ERROR_OUT_OF_MEMORY, "malloc", "params");
+    for (i = 0; i < gpt2_num_tensors(c) && r == ZERO_OK; i++) {
+        zero_range own;
+        memset(&own, 0, sizeof own);
+        r = zero_engine_read_tensor(R->e, R->t[i].id, ZERO_STATE_MASTER, buf, &own);
+        if (r == ZERO_OK) memcpy(R->sh->final + at + own.offset, buf + own.offset, own.numel * sizeof(float));
+        at += R->t[i].numel;
+    }
+    free(buf);
+    return r;
+}
 
 static zero_result engine_desc(const gpu_run *R, zero_engine_desc *d)
 {
@@ -594,7 +647,7 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     zero_engine_desc d;
     zero_result r = ZERO_OK;
     FILE *csv = NULL;
-    double t_step, tokens = (double)o->batch * R->T * o->accum, val = -1;
+    double t_step, t_run, tokens = (double)o->batch * R->T * o->accum, val = -1;
     int s, k, i;
     size_t most[2] = {0, 0};
     R->e = NULL;
@@ -634,6 +687,7 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
             fprintf(csv, "step,loss,lr,grad_norm,val_loss\n");
         }
     }
+    t_run = seconds();
     for (s = 0; s < o->steps; s++) {
         zero_step_info info;
         double lr = gpt2_lr(o, s), loss, t0 = seconds();
@@ -655,22 +709,30 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
         val = -1;
         if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == o->steps) TRY(val_loss(R, &val));
         res->loss[s] = loss;
+        res->skipped += info.skipped != 0;
         if (R->rank == 0) {
-            if (s % o->log_every == 0 || s + 1 == o->steps || val >= 0) {
-                printf("step %5d | loss %.6f | lr %.4e | norm %8.4f | %8.2f ms | %9.0f tok/s%s", s + 1, loss, lr,
-                       (double)info.grad_norm, 1e3 * t_step, tokens / t_step, info.skipped ? " | skipped (inf/NaN)" : "");
+            int every = o->log_every > 0 ? o->log_every : 1;
+            if (s % every == 0 || s + 1 == o->steps || val >= 0) { /* train_gpt2.c's line */
+                printf("step %5d | loss %.6f | lr %.3e | norm %8.4f | %8.2f ms | %8.0f tok/s", s, loss, lr,
+                       (double)info.grad_norm, 1e3 * t_step, tokens / t_step);
                 if (val >= 0) printf(" | val %.6f", val);
-                printf("\n");
+                printf("%s\n", info.skipped ? " | skipped (inf/NaN)" : "");
                 fflush(stdout);
             }
-            if (csv) {
-                fprintf(csv, "%d,%.9g,%.9g,%.9g,", s + 1, loss, lr, (double)info.grad_norm);
-                if (val >= 0) fprintf(csv, "%.9g", val);
+            if (csv) { /* train_gpt2.c's --log: step,loss,lr,grad_norm,val_loss */
+                fprintf(csv, "%d,%.17g,%.17g,%.9g,", s, loss, lr, (double)info.grad_norm);
+                if (val >= 0) fprintf(csv, "%.17g", val);
                 fprintf(csv, "\n");
             }
         }
     }
     res->val = val;
+    res->ms_per_step = 1e3 * (seconds() - t_run) / o->steps;
+    res->final_scale = zero_engine_loss_scale(R->e);
+    /* the final master weights: every rank writes its part, then rank 0 hashes them all */
+    TRY(keep_params(R));
+    TRY(R->comm->ops->barrier(R->comm));
+    if (R->rank == 0) res->checksum = fnv1a64(R->sh->final, R->sh->total * sizeof(float));
     res->ok = 1;
 done:
     if (csv && fclose(csv) != 0 && r == ZERO_OK) r = fail(ZERO_ERROR_IO, o->log_path, "cannot write the log");
@@ -684,14 +746,6 @@ done:
     return r;
 }
 
-/* What every rank shares (the --ranks threads) or has alone (an NCCL process). */
-typedef struct shared {
-    const gpt2_opts *o;
-    const gpt2_data *data;
-    int device;
-    const zero_bootstrap_desc *boot; /* NCCL: the launcher's view; NULL for --ranks */
-    stage_result res[4];             /* rank 0's results per stage                  */
-} shared;
 
 /* Everything of one rank: the device and comm (the device comm over host_comm for
    --ranks, else NCCL), cuBLAS, the activations, then each stage asked for in turn. */
@@ -708,6 +762,7 @@ static zero_result rank_main(int rank, zero_comm *host_comm, void *user)
     size_t bytes;
     memset(&run, 0, sizeof run);
     memset(mine, 0, sizeof mine);
+    R->sh = sh;
     memset(&cd, 0, sizeof cd);
     memset(&nd, 0, sizeof nd);
     R->o = o;
@@ -788,20 +843,33 @@ done:
     return r;
 }
 
-/* The demo's verdict: every stage's losses, bit for bit. */
-static int compare_stages(const shared *sh, int steps)
+/* Rank 0's summary: a line per stage; with several stages whether their losses and final
+   parameters agree bit for bit (they must); the lines train_gpt2.c ends with. 'whole':
+   sh->final holds every rank's part (--ranks, or one process), so its checksum is the
+   model's. Returns 0, or 1 when the stages differ. */
+static int report(const shared *sh, int first, int last, int steps, int whole)
 {
     int st, s, same = 1;
-    for (st = 1; st < 4; st++)
-        for (s = 0; s < steps && same; s++)
-            if (memcmp(&sh->res[st].loss[s], &sh->res[0].loss[s], sizeof(double)) != 0) {
-                printf("stage %d differs from stage 0 at step %d: %.9g vs %.9g\n", st, s + 1, sh->res[st].loss[s],
-                       sh->res[0].loss[s]);
+    for (st = first; st <= last; st++) {
+        const stage_result *x = &sh->res[st];
+        printf("stage %d: first loss %.6f, final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, "
+               "final loss scale %g, params checksum %016llx%s\n",
+               st, x->loss[0], x->loss[steps - 1], x->val, x->ms_per_step, x->skipped, (double)x->final_scale,
+               (unsigned long long)x->checksum, whole ? "" : " (this process's part)");
+        for (s = 0; s < steps && st > first && same; s++)
+            if (memcmp(&x->loss[s], &sh->res[first].loss[s], sizeof(double)) != 0) {
+                printf("stage %d differs from stage %d at step %d: %.17g vs %.17g\n", st, first, s, x->loss[s],
+                       sh->res[first].loss[s]);
                 same = 0;
             }
-    printf("stages 0-3: first loss %.6f, final loss %.6f, val %.6f: %s\n", sh->res[0].loss[0],
-           sh->res[0].loss[steps - 1], sh->res[0].val, same ? "identical at every stage" : "DIFFERENT");
-    return same;
+        if (st > first && x->checksum != sh->res[first].checksum) same = 0;
+    }
+    if (first != last)
+        printf("%s\n", same ? "stages 0-3: identical losses and bit-identical parameters" : "WARNING: the stages differ");
+    printf("val loss: %.9g\n", sh->res[last].val);
+    if (whole) printf("params checksum: %016llx\n", (unsigned long long)sh->res[last].checksum);
+    fflush(stdout);
+    return same ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -810,6 +878,7 @@ int main(int argc, char **argv)
     gpt2_data data;
     shared sh;
     zero_bootstrap_desc boot;
+    memset(&boot, 0, sizeof boot);
     zero_result r;
     char err[8192] = ""; /* gpt2_data_load names paths of up to 4 KiB */
     int a, ranks_given = 0, count = 0, st, rc;
@@ -823,10 +892,9 @@ int main(int argc, char **argv)
         return 2;
     }
     o.sample = 0; /* text samples: the CPU example */
-    /* the kernels take rows and widths as int where cuBLAS does: keep them in range */
-    if ((long long)o.batch * o.cfg.seq * (long long)(o.cfg.vocab > 4 * o.cfg.channels ? o.cfg.vocab : 4 * o.cfg.channels) >
-        (long long)INT_MAX * 64) {
-        fprintf(stderr, PROG ": batch x seq x width is too large for this example\n");
+    /* cuBLAS takes the rows (batch x seq per rank) as int, the token lists hold positions */
+    if ((long long)o.batch * o.cfg.seq > INT_MAX) {
+        fprintf(stderr, PROG ": --batch x --seq must stay below 2^31\n");
         return 2;
     }
     r = zero_cuda_device_probe(&count);
@@ -845,6 +913,20 @@ int main(int argc, char **argv)
     memset(&sh, 0, sizeof sh);
     sh.o = &o;
     sh.data = &data;
+    {
+        gpt2_tensor *t = (gpt2_tensor *)calloc((size_t)gpt2_num_tensors(&o.cfg), sizeof(gpt2_tensor));
+        if (t) {
+            gpt2_param_table(&o.cfg, t);
+            for (a = 0; a < gpt2_num_tensors(&o.cfg); a++) sh.total += t[a].numel;
+            free(t);
+        }
+        sh.final = t ? (float *)calloc(sh.total, sizeof(float)) : NULL;
+        if (!sh.final) {
+            fprintf(stderr, PROG ": out of memory\n");
+            gpt2_data_free(&data);
+            return 1;
+        }
+    }
     if (ranks_given) { /* N ranks as threads on GPU 0 */
         sh.device = 0;
         r = zero_local_run(o.ranks, rank_main, &sh);
@@ -861,8 +943,10 @@ int main(int argc, char **argv)
         else fprintf(stderr, PROG ": %s\n", zero_last_error());
     }
     rc = r == ZERO_OK ? 0 : 1;
-    if (r == ZERO_OK && o.stage < 0 && sh.res[3].ok && sh.res[0].ok && !compare_stages(&sh, o.steps)) rc = 1;
+    if (r == ZERO_OK && sh.res[o.stage < 0 ? 3 : o.stage].ok) /* rank 0's process */
+        rc = report(&sh, o.stage < 0 ? 0 : o.stage, o.stage < 0 ? 3 : o.stage, o.steps, ranks_given || boot.world == 1);
     for (st = 0; st < 4; st++) free(sh.res[st].loss);
+    free(sh.final);
     gpt2_data_free(&data);
     return rc;
 }
