@@ -29,9 +29,10 @@
    the same parameter bits and every kernel here is deterministic).
 
    Not supported here (the CPU example has them): --device-memory (a budget of the host
-   device), --save/--resume, --sample. They are refused with a message.
+   device) and --save/--resume are refused with a message; --sample is ignored.
 
-   Status: compiled and linked with nvcc, warnings as errors; never run on a GPU. */
+   Status: compiled and linked with nvcc, warnings as errors; never run on a GPU.
+   docs/gpt2_cuda.md has the whole story and the GPU check (tools/gpt2_gpu_check.sh). */
 #define ZERO_IMPLEMENTATION
 #define ZERO_CUDA_IMPLEMENTATION
 #define ZERO_NCCL_IMPLEMENTATION
