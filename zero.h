@@ -1269,7 +1269,7 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    the inf/NaN check, the norm and the clip coefficient on the device (the same bits), then
    runs over tiles of at most sub_group_size elements: tile k+1's gradients go device -> host
    on ZERO_QUEUE_OFFLOAD while the host Adam (zero_adam_host, host_threads threads, the same
-   element expression as the device's) updates tile k and tile k-1's params go host ->
+   element expression as the device's) updates tile k and earlier tiles' params go host ->
    device on ZERO_QUEUE_COMPUTE, ordered by events and host syncs. offload_optimizer = nvme
    keeps each tile's master, m, v as one checksummed range of a per-rank file under
    nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
@@ -8262,10 +8262,12 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
    (scratch + 8: flag, multiplier, norm). Pipeline over tiles k = 0..n-1 with two staging
-   tiles each way: the download of k+1 (OFFLOAD) and the upload of k-1 (COMPUTE) run while
-   the host Adam works on k; a host sync on OFFLOAD before Adam k (only download k is then
-   in flight) and on COMPUTE before upload k (only upload k-1 is) keeps each staging tile
-   free when it is reused. A skipped step moves nothing. */
+   tiles each way: the download of k+1 (OFFLOAD) and the uploads of earlier tiles (COMPUTE)
+   run while the host Adam works on k. A host sync on OFFLOAD before Adam k (only download k
+   is then in flight) keeps the gradient tiles free; before Adam k writes param half k & 1,
+   a host sync on COMPUTE waits for the last upload from that half, whichever earlier tile
+   it was (tiles of offloaded shards upload nothing, so it need not be tile k - 2's). A
+   skipped step moves nothing. */
 static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
                                           const zero_adam_coefs *co_nowd)
 {
@@ -8273,6 +8275,7 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     float fm[3];
     int k;
     zero_result io_r = ZERO_OK; /* the first NVMe failure: the step goes on to agree on it */
+    int up_busy[2] = {0, 0};    /* an upload from param half i may still be reading it */
     char io_err[400];
     io_err[0] = '\0';
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
@@ -8302,6 +8305,10 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
             if (t) io_r = zero_io_wait(e->io, t); /* its buffer's last write is done */
             memset(e->hpg + (size_t)x * e->hpg_stride, 0, e->hpg_stride);
         }
+        if (dst && up_busy[k & 1]) { /* the Adam below rewrites the half that upload reads */
+            ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
+            up_busy[0] = up_busy[1] = 0;
+        }
         if (e->fopt) {
             float *sl = (float *)(void *)(e->swap + (size_t)(k % e->nswap) * e->swap_stride);
             size_t n = e->tiles[k].numel;
@@ -8325,11 +8332,11 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
                                  e->groups[g].shard_numel * e->p, &e->hpg_ticket[g & 1]);
         }
         if (dst) {
-            ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
             ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst,
                                               e->hpar + (size_t)(k & 1) * e->tile_numel * e->p,
                                               e->tiles[k].numel * e->p),
                           "step: param tile upload");
+            up_busy[k & 1] = 1;
         }
     }
     if (e->io) {
