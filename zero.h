@@ -1763,6 +1763,17 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    Host memory: one 16 MiB staging buffer. */
 ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
 
+/* COLLECTIVE. zero_engine_save() plus the caller's own state (DeepSpeed's client_state:
+   data-loader position, RNG state, epoch, anything a resume needs): rank 0's client_bytes
+   bytes at client are saved with the checkpoint, in a file of their own whose size and
+   CRC32C the manifest records (docs/checkpoint.md); the other ranks' client arguments are
+   ignored (they may pass NULL, 0). client_bytes 0 saves none (zero_engine_save() is that
+   case). The bytes are copied as they are: encode them portably if other machines load
+   them. Errors: those of zero_engine_save(); INVALID_ARGUMENT on every rank when rank 0
+   passes client NULL with client_bytes > 0. */
+ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, const void *client,
+                                            size_t client_bytes);
+
 /* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
    into this committed engine: master, m, v, params, step, Adam settings and scaler state.
    The engine's tensors must match the checkpoint's by name, size and flags (in any
@@ -1778,6 +1789,20 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
    or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir);
 
+/* COLLECTIVE. zero_engine_load() that also returns the client state saved by
+   zero_engine_save_client(): every rank receives rank 0's bytes in client (capacity bytes
+   there) and their count in *client_bytes (may be NULL). A checkpoint saved without client
+   state, or by a version that had none, gives 0 bytes. The client state is read and its
+   checksum checked with everything else before anything changes: a file that is missing,
+   of another size or with a bad checksum is IO naming it. A capacity smaller than the
+   saved state is INVALID_ARGUMENT on every rank with the engine and client unchanged and
+   the needed size in *client_bytes (so client NULL, capacity 0 asks for the size).
+   zero_checkpoint_info.client_bytes gives the size without an engine.
+   zero_engine_load() is this call with client NULL, capacity 0 and client_bytes NULL; it
+   ignores client state. Errors: those of zero_engine_load(). */
+ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, void *client,
+                                            size_t capacity, size_t *client_bytes);
+
 /* A checkpoint directory opened for reading without an engine (tools, export). */
 typedef struct zero_checkpoint zero_checkpoint;
 
@@ -1791,7 +1816,8 @@ typedef struct zero_checkpoint_info {
     uint64_t plan_hash;   /* zero_plan_hash() of the saving run's plan                   */
     zero_adam_desc adam;  /* the saving engine's resolved Adam settings                  */
     zero_scaler scaler;   /* its loss-scaler state                                       */
-    uint64_t total_bytes; /* manifest plus shard files                                    */
+    uint64_t total_bytes; /* manifest plus shard files (plus the client state file)      */
+    uint64_t client_bytes; /* client state saved by zero_engine_save_client() (0: none)   */
 } zero_checkpoint_info;
 
 typedef struct zero_checkpoint_tensor {
@@ -1818,6 +1844,9 @@ ZERODEF zero_result zero_checkpoint_verify(zero_checkpoint *ck);
    MASTER/M/V, the param dtype for PARAM. */
 ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
                                                 zero_state_kind kind, void *dst);
+/* The client state (zero_checkpoint_info.client_bytes bytes into dst; nothing when 0),
+   its size and checksum checked: IO names the file otherwise. */
+ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst);
 /* Writes every tensor to one .safetensors file at path (temporary name, fsync, rename):
    dtype F32 = the fp32 master weights; F16 / BF16 = the saved params when the checkpoint's
    param dtype is that, else the master rounded to nearest even. Names and shapes as
@@ -10739,7 +10768,8 @@ ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *
 
 /* ---- the format ------------------------------------------------------------------------------ */
 
-#define ZERO__CK_VERSION 1u
+#define ZERO__CK_VERSION 2u       /* of the manifest; version 1 (no client state) still loads */
+#define ZERO__CK_SHARD_VERSION 1u /* of the shard files */
 #define ZERO__CK_MANIFEST "zero.manifest"
 #define ZERO__CK_MAN_FIXED 184u   /* bytes before the group table */
 #define ZERO__CK_SHARD_FIXED 64u  /* bytes before the section table */
@@ -10781,6 +10811,7 @@ struct zero_checkpoint {
     uint32_t psize;
     uint64_t header_bytes; /* of every shard file */
     uint64_t shard_bytes;  /* of every shard file */
+    uint32_t client_crc;   /* CRC32C of the client state (info.client_bytes bytes) */
 };
 
 static void zero__ck_free(zero_checkpoint *ck)
@@ -10829,9 +10860,9 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     version = (uint32_t)zero__ck_get(&rd, 4);
     (void)zero__ck_get(&rd, 4);
     mbytes = zero__ck_get(&rd, 8);
-    if (version != ZERO__CK_VERSION)
-        return zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads %u)", what,
-                          version, ZERO__CK_VERSION);
+    if (version != 1u && version != ZERO__CK_VERSION)
+        return zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads 1..%u)",
+                          what, version, ZERO__CK_VERSION);
     if (mbytes != n)
         return zero__fail(ZERO_ERROR_IO, "%s: %zu bytes but its header says %llu", what, n,
                           (unsigned long long)mbytes);
@@ -10965,6 +10996,16 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
         ck->file_hcrc[i] = (uint32_t)zero__ck_get(&rd, 4);
         (void)zero__ck_get(&rd, 4);
     }
+    if (version >= 2u) { /* the client state entry */
+        ck->info.client_bytes = zero__ck_get(&rd, 8);
+        ck->client_crc = (uint32_t)zero__ck_get(&rd, 4);
+        (void)zero__ck_get(&rd, 4);
+        if (ck->info.client_bytes > (uint64_t)SIZE_MAX / 2u) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: client state of %llu bytes", what,
+                           (unsigned long long)ck->info.client_bytes);
+            goto fail;
+        }
+    }
     if (rd.bad || rd.at != rd.n) {
         r = zero__fail(ZERO_ERROR_IO, "%s: %s at byte %zu", what,
                        rd.bad ? "ends early" : "has extra bytes", rd.at);
@@ -11028,6 +11069,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
         }
         ck->info.total_bytes += off;
     }
+    ck->info.total_bytes += ck->info.client_bytes;
     *out = ck;
     return ZERO_OK;
 fail:
@@ -11038,6 +11080,54 @@ fail:
 static void zero__ck_shard_name(char *dst, size_t n, uint64_t gen, int rank)
 {
     snprintf(dst, n, "zero-%016llx-%05d.shard", (unsigned long long)gen, rank);
+}
+
+static void zero__ck_client_name(char *dst, size_t n, uint64_t gen)
+{
+    snprintf(dst, n, "zero-%016llx.client", (unsigned long long)gen);
+}
+
+/* Reads and checks the client state of ck into dst (info.client_bytes bytes). */
+static zero_result zero__ck_read_client(const zero_checkpoint *ck, void *dst)
+{
+    char name[64], path[4200];
+    struct stat st;
+    uint32_t crc;
+    zero_result r;
+    int fd;
+    if (ck->info.client_bytes == 0) return ZERO_OK;
+    zero__ck_client_name(name, sizeof name, ck->info.generation);
+    snprintf(path, sizeof path, "%s/%s", ck->dir, name);
+    fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return zero__fail(ZERO_ERROR_IO, "%s: client state file: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int er = errno;
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
+    }
+    if ((uint64_t)st.st_size != ck->info.client_bytes) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: client state of %lld bytes, the manifest says %llu "
+                          "(truncated or replaced)", path, (long long)st.st_size,
+                          (unsigned long long)ck->info.client_bytes);
+    }
+    r = zero__ck_pread(fd, dst, (size_t)ck->info.client_bytes, 0, path);
+    close(fd);
+    if (r != ZERO_OK) return r;
+    crc = zero_crc32c(0, dst, (size_t)ck->info.client_bytes);
+    if (crc != ck->client_crc)
+        return zero__fail(ZERO_ERROR_IO, "%s: client state checksum mismatch (bytes 0..%llu: "
+                          "stored %08x, computed %08x)", path,
+                          (unsigned long long)ck->info.client_bytes - 1, ck->client_crc, crc);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst)
+{
+    if (!ck || (!dst && ck->info.client_bytes))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_read_client: NULL");
+    return zero__ck_read_client(ck, dst);
 }
 
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
@@ -11135,7 +11225,7 @@ static zero_result zero__ck_check_shard_header(const zero_checkpoint *ck, const 
     rd.p = h;
     rd.n = (size_t)ck->header_bytes - 4;
     rd.at = 8;
-    if (memcmp(h, "ZEROSHRD", 8) != 0 || zero__ck_get(&rd, 4) != ZERO__CK_VERSION ||
+    if (memcmp(h, "ZEROSHRD", 8) != 0 || zero__ck_get(&rd, 4) != ZERO__CK_SHARD_VERSION ||
         zero__ck_get(&rd, 4) != ck->header_bytes || zero__ck_get(&rd, 8) != ck->info.generation ||
         zero__ck_get(&rd, 4) != (uint64_t)q || zero__ck_get(&rd, 4) != (uint64_t)ck->info.world ||
         zero__ck_get(&rd, 4) != 4u * G || zero__ck_get(&rd, 4) != (uint64_t)ck->info.param_dtype ||
@@ -11301,11 +11391,19 @@ static unsigned char *zero__ck_base_none(void *ctx, int ki)
 ZERODEF zero_result zero_checkpoint_verify(zero_checkpoint *ck)
 {
     zero__ck_reader rdr;
+    zero_result r;
+    unsigned char *cl;
     if (!ck) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_verify: NULL");
     rdr.want = zero__ck_want_all;
     rdr.base = zero__ck_base_none;
     rdr.ctx = NULL;
-    return zero__ck_read(ck, &rdr);
+    if ((r = zero__ck_read(ck, &rdr)) != ZERO_OK || ck->info.client_bytes == 0) return r;
+    cl = (unsigned char *)ZERO_MALLOC((size_t)ck->info.client_bytes);
+    if (!cl) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_verify: client state "
+                               "of %llu bytes", (unsigned long long)ck->info.client_bytes);
+    r = zero__ck_read_client(ck, cl);
+    ZERO_FREE(cl);
+    return r;
 }
 
 /* read_tensor: one tensor, one kind, whole. */
@@ -11452,7 +11550,7 @@ static uint64_t zero__ck_next_gen(const char *dir)
             unsigned long long g;
             if (strncmp(s, "zero-", 5) != 0) continue;
             g = strtoull(s + 5, &end, 16);
-            if (end == s + 5 + 16 && *end == '-' && g > best) best = g;
+            if (end == s + 5 + 16 && (*end == '-' || *end == '.') && g > best) best = g;
         }
         closedir(d);
     }
@@ -11482,10 +11580,13 @@ static void zero__ck_cleanup(const char *dir, uint64_t keep)
         size_t L = strlen(s);
         int kill = 0;
         if (strncmp(s, "zero-", 5) == 0 && L > 6 &&
-            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0))) {
+            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0) ||
+             (L > 7 && strcmp(s + L - 7, ".client") == 0) ||
+             (L > 11 && strcmp(s + L - 11, ".client.tmp") == 0))) {
             char *end = NULL;
             unsigned long long g = strtoull(s + 5, &end, 16);
-            kill = !(end == s + 5 + 16 && g == keep && strcmp(s + L - 6, ".shard") == 0);
+            kill = !(end == s + 5 + 16 && g == keep &&
+                     (strcmp(s + L - 6, ".shard") == 0 || strcmp(s + L - 7, ".client") == 0));
         } else if (strcmp(s, ZERO__CK_MANIFEST ".tmp") == 0) {
             kill = 1;
         }
@@ -11563,7 +11664,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         }
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
-        zero__ck_u32(&hdr, ZERO__CK_VERSION);
+        zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
         zero__ck_u32(&hdr, (uint32_t)hb);
         zero__ck_u64(&hdr, gen);
         zero__ck_u32(&hdr, (uint32_t)e->rank);
@@ -11608,7 +11709,8 @@ out:
 }
 
 /* Rank 0, after every shard file is in place: the manifest (the commit point). */
-static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint64_t gen)
+static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint64_t gen,
+                                           uint64_t client_bytes, uint32_t client_crc)
 {
     zero__ck_buf b;
     zero_result r = ZERO_OK;
@@ -11689,6 +11791,9 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
         zero__ck_u32(&b, zero__ck_le32(h + hb - 4));
         zero__ck_u32(&b, 0);
     }
+    zero__ck_u64(&b, client_bytes);
+    zero__ck_u32(&b, client_crc);
+    zero__ck_u32(&b, 0);
     if (r == ZERO_OK && !b.err) {
         int i;
         for (i = 0; i < 8; i++) b.p[16 + i] = (unsigned char)((uint64_t)(b.n + 4) >> (8 * i));
@@ -11703,9 +11808,16 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
 
 ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir)
 {
+    return zero_engine_save_client(e, dir, NULL, 0);
+}
+
+ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, const void *client,
+                                            size_t client_bytes)
+{
     zero_result r = zero__eng_usable(e, "zero_engine_save");
     zero_traffic keep;
     double gen = 0.0;
+    uint32_t client_crc = 0;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save: dir is NULL, empty or too long");
@@ -11714,15 +11826,28 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir)
     /* 1. the directory and the generation (rank 0 proposes it) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
+    if (r == ZERO_OK && e->rank == 0 && client_bytes > 0 && !client)
+        r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save_client: rank 0's client is "
+                       "NULL with client_bytes %zu", client_bytes);
     if (r == ZERO_OK && e->rank == 0) gen = (double)zero__ck_next_gen(dir);
     r = zero__ck_agree(e, r, &gen);
-    /* 2. every rank's shard file */
-    if (r == ZERO_OK) r = zero__ck_agree(e, zero__ck_write_shard(e, dir, (uint64_t)gen), NULL);
+    /* 2. every rank's shard file; rank 0's client state */
+    if (r == ZERO_OK) {
+        zero_result sr = ZERO_OK;
+        if (e->rank == 0 && client_bytes > 0) {
+            char name[64];
+            zero__ck_client_name(name, sizeof name, (uint64_t)gen);
+            client_crc = zero_crc32c(0, client, client_bytes);
+            sr = zero__ck_write_file(dir, name, client, client_bytes);
+        }
+        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, (uint64_t)gen);
+        r = zero__ck_agree(e, sr, NULL);
+    }
     /* 3. the manifest, then the older generations go */
     if (r == ZERO_OK) {
         zero_result mr = ZERO_OK;
         if (e->rank == 0) {
-            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen);
+            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen, client_bytes, client_crc);
             if (mr == ZERO_OK) zero__ck_cleanup(dir, (uint64_t)gen);
         }
         r = zero__ck_agree(e, mr, NULL);
@@ -11873,13 +11998,20 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
 
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
 {
+    return zero_engine_load_client(e, dir, NULL, 0, NULL);
+}
+
+ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, void *client,
+                                            size_t capacity, size_t *client_bytes)
+{
     zero_result r = zero__eng_usable(e, "zero_engine_load");
     zero_checkpoint *ck = NULL;
     zero__ck_load L;
     zero__ck_reader rdr;
     zero_traffic keep;
     size_t bytes = 0;
-    int t, ki, i;
+    unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
+    int t, ki, i, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -11899,6 +12031,23 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
         if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
     }
     if (r == ZERO_OK) r = zero__ck_compat(e, ck, dir, L.tmap);
+    if (r == ZERO_OK && want_client && ck->info.client_bytes > 0) {
+        if ((ck->info.client_bytes > (uint64_t)capacity || !client) && client_bytes)
+            *client_bytes = (size_t)ck->info.client_bytes; /* the size needed */
+        if (ck->info.client_bytes > (uint64_t)capacity || !client)
+            r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_client: %s holds %llu "
+                           "bytes of client state, the capacity is %zu", dir,
+                           (unsigned long long)ck->info.client_bytes, client ? capacity : 0);
+        if (r == ZERO_OK && !(cl = (unsigned char *)zero__alloc(&e->d.allocator,
+                                                                (size_t)ck->info.client_bytes)))
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load: client state of %llu bytes",
+                           (unsigned long long)ck->info.client_bytes);
+        if (r == ZERO_OK && (r = zero__ck_read_client(ck, cl)) != ZERO_OK) {
+            char prev[400];
+            zero__eng_copy_error(prev, sizeof prev);
+            r = zero__fail(r, "zero_engine_load: %.400s", prev);
+        }
+    }
     if (r == ZERO_OK) { /* same world, alignment, groups and tensor order: no resharding */
         L.same = ck->info.world == e->world && ck->info.num_groups == e->G &&
                  ck->info.align_numel == zero_plan_align(e->plan);
@@ -11995,8 +12144,13 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
     e->scaler.dynamic = ck->info.scaler.dynamic;
     e->scaler.iter = ck->info.scaler.iter;
     e->scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
+    if (want_client) {
+        if (cl) memcpy(client, cl, (size_t)ck->info.client_bytes);
+        if (client_bytes) *client_bytes = (size_t)ck->info.client_bytes;
+    }
 out:
     e->traffic_cur = keep;
+    zero__free(&e->d.allocator, cl);
     zero__free(&e->d.allocator, L.tmap);
     zero__free(&e->d.allocator, L.stage_buf);
     if (L.map) munmap(L.map, L.map_bytes);
