@@ -127,7 +127,8 @@ test-safetensors-py: build/test_checkpoint
 	@rm -rf build/st-py && mkdir -p build/st-py
 	ZERO_ST_EXPORT_DIR=build/st-py build/test_checkpoint >/dev/null
 	$(PYTHON) tests/check_safetensors.py build/st-py
-	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin
+	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin \
+	  build/st-py/expect-client.bin
 
 DEMO ?= build/train_mlp
 demo: build/train_mlp
@@ -195,7 +196,7 @@ CUDA_SRC := $(sort $(wildcard tests/cuda/*.cu bench/*.cu examples/*.cu))
 CUDA_BINS := $(patsubst %.cu,build/cuda/%,$(notdir $(CUDA_SRC)))
 vpath %.cu tests/cuda bench examples
 
-build/cuda/%: %.cu $(CUDA_HEADERS) $(wildcard tests/*.h tests/cuda/*.h examples/*.h) | build/cuda
+build/cuda/%: %.cu $(CUDA_HEADERS) $(wildcard tests/*.h tests/cuda/*.h examples/*.h examples/*.cuh) | build/cuda
 	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< -o $@ -lcublas $(NCCL_LIB) -lpthread
 
 # make cuda builds every CUDA program, and (with mpicc) tests/mpi/nccl_mpi_build.cu, the NCCL
