@@ -12465,7 +12465,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     zero_traffic keep;
     size_t bytes = 0;
     unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
-    int t, ki, i, want_client = client != NULL || client_bytes != NULL;
+    int t, ki, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
