@@ -6706,6 +6706,14 @@ static uint64_t zero__io_token(unsigned long seq)
     return h ^ r;
 }
 
+/* O_NOFOLLOW is POSIX.1-2008, hidden when the program asked for less: then a link to a
+   swap file may be opened; unlink() removes the link, never its target. */
+#ifdef O_NOFOLLOW
+#define ZERO__O_NOFOLLOW O_NOFOLLOW
+#else
+#define ZERO__O_NOFOLLOW 0
+#endif
+
 /* Whether a directory entry is one of the I/O engine's swap files: "zero-*-r*-" then a
    16-hex-digit token and ".bin" (names without a token come from engines that took no
    lock, whose liveness cannot be told: never removed). */
@@ -6736,10 +6744,10 @@ static int zero__io_sweep(zero_io *io, const char *dir)
         int fd;
         if (!zero__io_swap_name(de->d_name)) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path) continue;
-        fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        fd = open(path, O_RDONLY | ZERO__O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) continue;
         if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-            flock(fd, LOCK_EX | LOCK_NB) == 0 && lstat(path, &again) == 0 &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0 && stat(path, &again) == 0 &&
             again.st_ino == st.st_ino && again.st_dev == st.st_dev && unlink(path) == 0) {
             snprintf(msg, sizeof msg, "zero_io: removed %s (%lld bytes): a swap file of a job "
                      "that is gone (its lock was free)", path, (long long)st.st_size);
