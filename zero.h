@@ -1150,8 +1150,9 @@ ZERODEF void zero_io_buffer_free(zero_io *io, void *buf);
    not enough space (ENOSPC, with the bytes asked and free), any other open / fallocate
    failure; UNSUPPORTED: O_DIRECT refused under ZERO_IO_DIRECT_REQUIRE. Nothing is left
    on disk on error. First it removes the swap files under dir ("zero-*-r*-<token>.bin",
-   regular, this user's) whose lock is free, i.e. those of a job that is gone, each with a log line
-   (the engine's log callback, else stderr); a live job's files are left alone. */
+   regular, not empty, this user's) whose lock is free, i.e. those of a job that is gone,
+   each with a log line (the engine's log callback, else stderr); a live job's files are
+   left alone. */
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out);
 
@@ -6746,7 +6747,8 @@ static int zero__io_sweep(zero_io *io, const char *dir)
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path) continue;
         fd = open(path, O_RDONLY | ZERO__O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) continue;
-        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        /* an empty file may be a live job's between its create and its lock: left alone */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size > 0 &&
             flock(fd, LOCK_EX | LOCK_NB) == 0 && stat(path, &again) == 0 &&
             again.st_ino == st.st_ino && again.st_dev == st.st_dev && unlink(path) == 0) {
             snprintf(msg, sizeof msg, "zero_io: removed %s (%lld bytes): a swap file of a job "
@@ -6767,7 +6769,7 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
     struct stat st;
     size_t len;
     unsigned long seq;
-    int fd, err, try_direct, fault_direct = 0, attempt;
+    int fd, err, try_direct, fault_direct = 0, attempt, lk;
     uint64_t size;
     if (out) *out = NULL;
     if (!io || !dir || !name || !out)
@@ -6815,8 +6817,11 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
         fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0 && errno == EEXIST && attempt < 16) continue;
         if (fd < 0) break;
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &fs) == 0 && fs.st_nlink > 0) break;
-        err = errno;
+        lk = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+        if (lk != 0 && lk != EWOULDBLOCK && lk != EAGAIN)
+            break; /* no flock here (ENOLCK: some network file systems): a file without lock */
+        if (lk == 0 && fstat(fd, &fs) == 0 && fs.st_nlink > 0) break; /* ours, and still named */
+        err = lk ? lk : EEXIST;
         close(fd);
         fd = -1;
         if (attempt >= 16) {
@@ -6840,8 +6845,8 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
         if (fstatvfs(fd, &vfs) == 0) avail = (unsigned long long)vfs.f_bavail * (unsigned long long)vfs.f_frsize;
         zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot reserve %llu bytes for %s: %s (%llu bytes free)",
                    (unsigned long long)size, f->path, strerror(err), avail);
+        unlink(f->path); /* while locked */
         close(fd);
-        unlink(f->path);
         zero__free(&io->alloc, f->path);
         zero__free(&io->alloc, f);
         return ZERO_ERROR_IO;

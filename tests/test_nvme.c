@@ -812,6 +812,11 @@ ZT_TEST(swap_files_of_dead_jobs)
     ZT_CHECK(fd >= 0 && write(fd, "dead", 4) == 4);
     if (fd >= 0) close(fd);
     fd = open(other, O_CREAT | O_WRONLY, 0600);
+    ZT_CHECK(fd >= 0 && write(fd, "mine", 4) == 4);
+    if (fd >= 0) close(fd);
+    /* an empty one (a live job's between its create and its lock): left alone */
+    snprintf(path, sizeof path, "%s/zero-optim-r4-1-00000000000000aa.bin", dir);
+    fd = open(path, O_CREAT | O_WRONLY, 0600);
     if (fd >= 0) close(fd);
     /* the live job: a child process that takes its file's lock, waits, and is killed */
     ZT_CHECK(pipe(p1) == 0 && pipe(p2) == 0);
@@ -819,7 +824,7 @@ ZT_TEST(swap_files_of_dead_jobs)
     pid = fork();
     if (pid == 0) {
         int cfd = open(child_file, O_CREAT | O_RDWR | O_EXCL, 0600);
-        if (cfd < 0 || flock(cfd, LOCK_EX | LOCK_NB) != 0) _exit(1);
+        if (cfd < 0 || flock(cfd, LOCK_EX | LOCK_NB) != 0 || write(cfd, "live", 4) != 4) _exit(1);
         if (write(p1[1], "x", 1) != 1) _exit(1);
         if (read(p2[0], &c, 1) < 0) _exit(1); /* until killed */
         _exit(0);
@@ -836,7 +841,8 @@ ZT_TEST(swap_files_of_dead_jobs)
     ZT_CHECK(fa && fb && strcmp(zero_io_file_path(fa), zero_io_file_path(fb)) != 0);
     /* the dead job's file went, with a log line; the live one's, the user's and engine a's
        (live: b's create swept after a's) stay */
-    ZT_CHECK(!exists(dead) && exists(live) && exists(other));
+    ZT_CHECK(!exists(dead) && exists(live) && exists(other) && exists(path));
+    unlink(path);
     ZT_CHECK(fa && exists(zero_io_file_path(fa)));
     ZT_CHECKF(log_lines == 1 && contains(log_all, dead) && contains(log_all, "gone"), "%d lines: %s",
               log_lines, log_all);
