@@ -4242,8 +4242,8 @@ static void *zero__local_run_thread(void *arg)
         snprintf(t->msg, sizeof t->msg, "%s", zero_last_error());
         pthread_mutex_lock(&g->mu);
         t->first = g->broken == ZERO_OK;
-        zero__local_break(g, ZERO_ERROR_COMM, "rank %d's function failed: %s: %s", t->rank,
-                          zero_result_string(t->result), t->msg);
+        zero__local_break(g, ZERO_ERROR_COMM, "rank %d's function failed: %s%s%s", t->rank,
+                          zero_result_string(t->result), t->msg[0] ? ": " : "", t->msg);
         pthread_mutex_unlock(&g->mu);
     }
     zero_comm_destroy(t->comm); /* peers still waiting for this rank fail, not hang */
