@@ -551,11 +551,12 @@ typedef enum zero_comm_role {
     ZERO_ROLE_NORM = 5,         /* step: all-reduce (sum) of the squared gradient norm       */
     ZERO_ROLE_COMMIT = 6,       /* commit: the plan-hash and allocation check                */
     ZERO_ROLE_CHECKPOINT = 7,   /* save/load: agreement all-reduces, state rebuilt by gathers */
-    ZERO_ROLE_OFFLOAD = 8       /* step, gather: all-reduce (max) of the NVMe tier's status  */
+    ZERO_ROLE_OFFLOAD = 8,      /* step, gather: all-reduce (max) of the NVMe tier's status  */
+    ZERO_ROLE_USER = 9          /* zero_engine_allreduce: the user's values (a loss to log)  */
 } zero_comm_role;
 
 /* "gather", "grad_reduce", "param_update", "flag", "norm", "commit", "checkpoint", "offload",
-   "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
+   "user", "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
 ZERODEF const char *zero_comm_role_name(int32_t role);
 
 typedef struct zero_comm_ops {
@@ -1383,13 +1384,15 @@ typedef enum zero_coll {
     ZERO_COLL_ALL_REDUCE = 2,
     ZERO_COLL_BROADCAST = 3,
     ZERO_COLL_CONTROL = 4, /* small control all-reduces: inf flag, norm, plan hash  */
-    ZERO_COLL_COUNT = 5
+    ZERO_COLL_USER = 5,    /* zero_engine_allreduce: the user's own values          */
+    ZERO_COLL_COUNT = 6
 } zero_coll;
 
 /* Traffic per rank, as bus volume: an all-gather or reduce-scatter over a total of T
    elements moves T (N-1)/N per rank, an all-reduce 2 T (N-1)/N, a broadcast T (N-1)/N;
-   nothing at N = 1. Control all-reduces are counted apart (ZERO_COLL_CONTROL) so the
-   payload can be compared with the paper (2 Psi or 3 Psi per step, times (N-1)/N). */
+   nothing at N = 1. Control all-reduces are counted apart (ZERO_COLL_CONTROL), and so are
+   the user's (ZERO_COLL_USER, zero_engine_allreduce), so the payload can be compared with
+   the paper (2 Psi or 3 Psi per step, times (N-1)/N). */
 typedef struct zero_traffic {
     uint64_t calls[ZERO_COLL_COUNT];
     double numel[ZERO_COLL_COUNT]; /* elements moved per rank (exact below 2^53)          */
@@ -1564,6 +1567,22 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
 /* Changes the learning rate from the next step on (schedules). INVALID_ARGUMENT for a
    negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
+
+/* COLLECTIVE (every rank, same count, dtype and op, at the same point of the program).
+   All-reduces 'count' values of the user's in host memory 'buf' in place, through the
+   engine's comm: e.g. each rank's loss, summed for the log. dtype ZERO_F32 or ZERO_F64, op
+   ZERO_OP_SUM or ZERO_OP_MAX; the local comm sums in rank order (the same bits on every
+   rank). Each call is tagged ZERO_ROLE_USER, so a rank that calls it where another rank
+   calls one of the engine's own collectives fails with ZERO_ERROR_MISMATCH instead of
+   exchanging the wrong data (or hanging); its traffic is counted under ZERO_COLL_USER,
+   apart from the engine's. It goes through the engine's 64-byte device scratch, one
+   collective per 64 bytes, so it is meant for a few values. Call it between engine calls
+   (after commit; any time in a step, not between a group's grads and grads_ready unless
+   every rank does the same). Errors: INVALID_ARGUMENT (NULL buf with count > 0, another
+   dtype or op), INVALID_STATE (before commit, engine broken); COMM/DEVICE/MISMATCH (the
+   engine is broken, as after any failed collective). */
+ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t count, zero_dtype dtype,
+                                          zero_op op);
 
 /* Device bytes held by this rank's engine, by category, now and at peak. */
 ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_memory *out);
@@ -3275,6 +3294,7 @@ ZERODEF const char *zero_comm_role_name(int32_t role)
     case ZERO_ROLE_COMMIT: return "commit";
     case ZERO_ROLE_CHECKPOINT: return "checkpoint";
     case ZERO_ROLE_OFFLOAD: return "offload";
+    case ZERO_ROLE_USER: return "user";
     }
     return "?";
 }
@@ -7078,6 +7098,7 @@ ZERODEF const char *zero_coll_name(zero_coll kind)
     case ZERO_COLL_ALL_REDUCE: return "all_reduce";
     case ZERO_COLL_BROADCAST: return "broadcast";
     case ZERO_COLL_CONTROL: return "control";
+    case ZERO_COLL_USER: return "user";
     case ZERO_COLL_COUNT: break;
     }
     return "?";
@@ -9360,6 +9381,46 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
                           lr);
     e->adam.lr = lr;
     e->d.adam.lr = lr;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t count, zero_dtype dtype,
+                                          zero_op op)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_allreduce");
+    zero_device *dev;
+    size_t es, per, done, n;
+    if (r != ZERO_OK) return r;
+    if (!buf && count)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: buf is NULL (count %zu)",
+                          count);
+    if (dtype != ZERO_F32 && dtype != ZERO_F64)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: dtype %s (f32 or f64)",
+                          zero_dtype_name(dtype));
+    if (op != ZERO_OP_SUM && op != ZERO_OP_MAX)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: op %d (sum or max)",
+                          (int)op);
+    /* the scratch holds an enqueued step's verdict until it is read */
+    if (e->step_pending && (r = zero__eng_step_complete(e)) != ZERO_OK) return r;
+    dev = e->dev;
+    es = zero_dtype_size(dtype);
+    per = ZERO__ENG_SCRATCH_BYTES / es;
+    for (done = 0; done < count; done += n) {
+        unsigned char *host = (unsigned char *)buf + done * es;
+        n = count - done < per ? count - done : per;
+        ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->scratch, host, n * es),
+                      "allreduce: upload");
+        zero__eng_tag(e, -1, ZERO_ROLE_USER);
+        r = e->comm->ops->all_reduce(e->comm, e->scratch, e->scratch, n, dtype, op,
+                                     zero__eng_comm_queue(e));
+        zero__eng_untag(e);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
+        zero__eng_count(e, ZERO_COLL_USER, 2.0 * (double)n * (double)(e->world - 1) / (double)e->world,
+                        dtype);
+        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->scratch, n * es),
+                      "allreduce: download");
+        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
+    }
     return ZERO_OK;
 }
 
