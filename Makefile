@@ -156,13 +156,21 @@ compile-tests: | build/compile
 	    $$cc -std=$$std $(WARN) -O1 -I. build/compile/quickstart.c -o build/compile/$$cc-quickstart-$$std -lm -pthread; \
 	    ./build/compile/$$cc-quickstart-$$std >/dev/null; \
 	  done; \
+	  for std in c99 c11 gnu11; do \
+	    $$cc -std=$$std $(WARN) -Werror=implicit-function-declaration -O1 -I. tests/compile/compile_xsi.c -o build/compile/$$cc-xsi-$$std -lm -pthread; \
+	    ./build/compile/$$cc-xsi-$$std; \
+	  done; \
+	  if $$cc -std=c11 -ffast-math -I. -c tests/compile/compile_main.c -o build/compile/fastmath.o 2> build/compile/fastmath.log; then \
+	    echo "compile-tests: $$cc compiled the implementation under -ffast-math (it must refuse)"; exit 1; fi; \
+	  grep -q "without -ffast-math" build/compile/fastmath.log; \
+	  $$cc -std=c11 $(WARN) -ffast-math -I. -c tests/compile/compile_other.c -o build/compile/fastmath-user.o; \
 	  $$cc -std=c11 $(WARN) -O1 -I. -DZERO_STATIC tests/compile/compile_main.c -o build/compile/$$cc-static -lm -pthread; \
 	  ./build/compile/$$cc-static; \
 	done; \
 	for cxx in g++ clang++; do \
 	  $$cxx -std=c++17 $(WARN) -O1 -I. -x c++ $(COMPILE_SRC) -o build/compile/$$cxx-cxx17 -lm -pthread; \
 	  ./build/compile/$$cxx-cxx17; \
-	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; the manual's quick start compiles and runs: ok"
+	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; M_PI and XSI/BSD names after zero.h first (c99, c11, gnu11); the implementation refuses -ffast-math; the manual's quick start compiles and runs: ok"
 
 # ---- CUDA and NCCL ------------------------------------------------------------------------
 # nvcc: NVCC if given; else CUDA_HOME/bin/nvcc if CUDA_HOME is given; else nvcc on PATH;

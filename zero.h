@@ -159,15 +159,20 @@
 
    LICENSE: MIT, see the end of this file.
 */
-/* The implementation uses POSIX (threads, clocks). When zero.h is the first header of the
-   implementation file this asks the C library for it even under -std=c99/c11; when another
-   header came first (<stdio.h>, ...) the implementation declares the few POSIX functions
-   the C library then hides (see the local comm), so it compiles whatever was included
-   first. zero_nccl.h's bootstrap (sockets) still wants zero.h first, or
+/* The implementation uses POSIX (threads, clocks). In the compilers' default modes
+   (gnu99/gnu11, C++) the C library already offers it, with everything else it offers by
+   default (M_PI, XSI and BSD names): zero.h defines no feature macro then, so including it
+   first hides nothing from the user's code. Under strict ISO modes (-std=c99/c11,
+   __STRICT_ANSI__) with no feature macro given, zero.h first asks for X/Open 7
+   (_XOPEN_SOURCE 700: POSIX 2008 plus the XSI names, M_PI among them). When another header
+   came first (<stdio.h>, ...) the request comes too late; the implementation then declares
+   the few POSIX functions the C library hides (see the local comm), so it compiles
+   whatever was included first. zero_nccl.h's bootstrap (sockets) wants zero.h first, or
    -D_POSIX_C_SOURCE=200809L, or gnu99/gnu11. */
-#if defined(ZERO_IMPLEMENTATION) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && \
-    !defined(_WIN32)
-#define _POSIX_C_SOURCE 200809L
+#if defined(ZERO_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) &&         \
+    !defined(_BSD_SOURCE) && !defined(_POSIX_SOURCE) && !defined(_WIN32)
+#define _XOPEN_SOURCE 700
 #endif
 
 #ifndef ZERO_H
@@ -931,7 +936,7 @@ ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_d
    Every path and thread count gives the same bits for finite inputs (NaN payloads may
    differ). Errors: INVALID_ARGUMENT for a NULL range/coefs, a NULL buffer with numel > 0,
    a dtype outside the above, an unknown simd or threads < 0; nothing is written then.
-   Not for -ffast-math builds of the implementation file (approximate division/sqrt). */
+   The implementation refuses -ffast-math (#error): it allows approximate division/sqrt. */
 ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam_coefs *coefs,
                                    float grad_mul, zero_simd simd, int threads);
 
@@ -1741,6 +1746,14 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
    ====================================================================================== */
 #if defined(ZERO_IMPLEMENTATION) && !defined(ZERO_IMPLEMENTATION_DONE)
 #define ZERO_IMPLEMENTATION_DONE
+
+/* -ffast-math lets the compiler reassociate sums, use reciprocal approximations and flush
+   subnormals to zero: the Adam step, the conversions and the reductions would no longer
+   give the bits docs/optimizer.md promises (the same on every path and stage). The user's
+   own files may use it; the file that defines ZERO_IMPLEMENTATION may not. */
+#if defined(__FAST_MATH__)
+#error "zero.h: compile the file that defines ZERO_IMPLEMENTATION without -ffast-math (docs/optimizer.md)"
+#endif
 
 #include <errno.h>
 #include <stdarg.h>

@@ -119,7 +119,10 @@ def train_torch(a, init_path, train, mixed=None):
                              {'params': nodecay, 'weight_decay': 0.0}],
                             lr=a.lr, betas=(BETA1, BETA2), eps=EPS, foreach=False)
     master = {n: p.detach().clone() for n, p in params.items()}
+    # fp16: the engine's dynamic loss scaler with its defaults (docs/optimizer.md): initial
+    # 2^16, window 1000, hysteresis 2, factor 2; an overflow skips the step
     scale = 65536.0 if mixed == torch.float16 else 1.0
+    hyst, last_over, skipped = 2, -1, 0
     losses, norms, conds = [], [], []
     for s in range(a.steps):
         for g in opt.param_groups:
@@ -137,12 +140,24 @@ def train_torch(a, init_path, train, mixed=None):
             total += loss.item() / a.accum
         with torch.no_grad():
             cond = sum(float((p * p.grad).abs().sum()) for p in params.values()) / scale / total
+            overflow = False
             if mixed is not None:
                 for n, p in params.items():  # gradients in the param dtype, then unscaled
                     p.grad.copy_(round_to(p.grad, mixed) / scale)
+                    overflow = overflow or not bool(torch.isfinite(p.grad).all())
                     p.copy_(master[n])
-        norm = torch.nn.utils.clip_grad_norm_(list(params.values()), a.clip)
-        opt.step()
+        if overflow:  # skipped: nothing updated; the scaler shrinks after 'hysteresis' overflows
+            if hyst == 1:
+                scale = max(scale / 2, 1.0)
+            else:
+                hyst -= 1
+            last_over, skipped, norm = s, skipped + 1, float('nan')
+        else:
+            stable = s - last_over - 1
+            if stable > 0 and stable % 1000 == 0:
+                hyst, scale = 2, scale * 2
+            norm = torch.nn.utils.clip_grad_norm_(list(params.values()), a.clip)
+            opt.step()
         if mixed is not None:
             with torch.no_grad():
                 for n, p in params.items():
@@ -154,6 +169,7 @@ def train_torch(a, init_path, train, mixed=None):
         with torch.no_grad():
             for n, p in params.items():
                 p.copy_(master[n])
+    train_torch.skipped = skipped
     return losses, norms, conds, m
 
 
@@ -229,7 +245,7 @@ def main():
     ap.add_argument('--seed', type=int, default=1234)
     ap.add_argument('--curves', default='', help='also write every loss curve here (CSV) for tools/plot_loss.py')
     a = ap.parse_args()
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(1)  # one core, as the C example at 1 rank (2 threads contend on a shared 2-core machine)
     torch.use_deterministic_algorithms(True)
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
@@ -297,11 +313,12 @@ def main():
         worst = max(abs(cm['loss'][s] - emu[s]) / bound[s] for s in steps)
         vs32 = max_rel(cm['loss'], ref, steps)
         vsemu = max_rel(cm['loss'], emu, steps)
-        ck.check(f'{name}: every step within the derived bound of the emulation', worst <= 1.0 and cm.get('skipped', 0) == 0,
+        ck.check(f'{name}: every step within the derived bound of the emulation',
+                 worst <= 1.0 and cm.get('skipped', 0) == train_torch.skipped,
                  f'max |diff| / bound = {worst:.3f} (<= 1; bound at step 0 {bound[0] / emu[0]:.2e} rel, '
                  f'at the last {bound[-1] / emu[-1]:.2e} rel); max rel diff vs the emulation {vsemu:.2e}, '
                  f'vs PyTorch fp32 {vs32:.2e}; '
-                 f'{cm.get("skipped", 0)} skipped')
+                 f'{cm.get("skipped", 0)} step(s) skipped (the emulation: {train_torch.skipped})')
         curves[f'zero {name} 1 rank'] = [cm['loss'][s] for s in steps]
         curves[f'pytorch {name} emulation'] = emu
 
