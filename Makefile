@@ -132,6 +132,17 @@ test-safetensors-py: build/test_checkpoint
 	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin
 
 # make demo: the GPT-2 example at stages 0-3 on 4 ranks (threads); make demo-mlp: the MLP.
+# make test-gpt2: tests/gpt2_reference.py with PYTHON = a venv holding torch, transformers,
+# safetensors, numpy (tools/torch_venv.sh DIR makes one); GPT2_REF_FLAGS=--quick for the CI
+# subset. One skip line without torch.
+GPT2_REF_FLAGS ?=
+test-gpt2: build/train_gpt2 build/zero-ckpt
+	@if ! $(PYTHON) -c 'import torch, transformers, safetensors, numpy' >/dev/null 2>&1; then \
+	   echo "test-gpt2: skipped: $(PYTHON) has no torch/transformers (tools/torch_venv.sh DIR; make test-gpt2 PYTHON=DIR/bin/python)"; \
+	   echo "0 passed, 0 failed, 1 skipped"; \
+	 else if $(HAVE_MPI); then $(MAKE) --no-print-directory build/train_gpt2_mpi; fi; \
+	   $(PYTHON) tests/gpt2_reference.py $(GPT2_REF_FLAGS); fi
+
 DEMO ?= build/train_gpt2
 demo: build/train_gpt2
 	$(DEMO)
@@ -139,8 +150,9 @@ demo: build/train_gpt2
 demo-mlp: build/train_mlp
 	build/train_mlp
 
-bench: $(BENCHES)
+bench: $(BENCHES) build/train_gpt2
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+	@echo "== bench/gpt2.sh"; PYTHON="$(PYTHON)" sh bench/gpt2.sh
 
 # ---- compile tests: the header in every language mode we promise ------------------------
 COMPILE_SRC := tests/compile/compile_main.c tests/compile/compile_other.c

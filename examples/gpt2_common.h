@@ -577,18 +577,32 @@ static inline size_t gpt2_num_seqs(const gpt2_data *d, int val, int T)
     return ((val ? d->nval : d->ntrain) - 1) / (size_t)T;
 }
 
+/* The stride that walks a split's n windows in a scattered order visiting each once per
+   pass: the smallest integer >= 0.618 n that is coprime with n (1 for n <= 2). */
+static inline uint64_t gpt2_stride(uint64_t n)
+{
+    uint64_t s = (uint64_t)(0.6180339887498949 * (double)n), a, b, t;
+    if (n <= 2) return 1;
+    for (;; s++) {
+        for (a = s, b = n; b; t = a % b, a = b, b = t) {
+        }
+        if (a == 1) return s;
+    }
+}
+
 /* Inputs x and targets y (count x T each) of sequences [first, first + count) of global
-   batch 'batch' (B sequences each): sequence j of batch b is window (b B + j) mod the
-   split's windows. Rank r of N takes first = r B / N, count = B / N, so N ranks of B / N
-   read what one rank of B reads. Training batch b is micro-step (step * accum + k). */
+   batch 'batch' (B sequences each): sequence j of batch b is window ((b B + j) stride) mod
+   the split's windows (gpt2_stride: every window once per pass, neighbours far apart).
+   Rank r of N takes first = r B / N, count = B / N, so N ranks of B / N read what one rank
+   of B reads. Training batch b is micro-step (step * accum + k). */
 static inline void gpt2_batch(const gpt2_data *d, int val, uint64_t batch, int B, int T, int first, int count,
                               int *x, int *y)
 {
     const int32_t *tok = d->tokens + (val ? d->ntrain : 0);
-    uint64_t nseq = gpt2_num_seqs(d, val, T);
+    uint64_t nseq = gpt2_num_seqs(d, val, T), stride = gpt2_stride(nseq);
     int j, t;
     for (j = 0; j < count; j++) {
-        uint64_t w = (batch * (uint64_t)B + (uint64_t)(first + j)) % nseq;
+        uint64_t w = (batch * (uint64_t)B + (uint64_t)(first + j)) % nseq * stride % nseq;
         const int32_t *src = tok + w * (uint64_t)T;
         for (t = 0; t < T; t++) {
             x[j * T + t] = src[t];

@@ -306,7 +306,41 @@ typedef struct model {
     bwd_scratch s;
     float **bufs;               /* every buffer above, for freeing                */
     int nbufs;
+    double t_gather, t_reduce;  /* seconds in gathers and gradient hand-overs      */
 } model;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The engine calls of the forward and backward, timed for the per-step breakdown: gathers
+   (stage 3: all-gathers) and gradient hand-overs (their reductions). */
+static zero_result gather_timed(model *m, int g, void **p)
+{
+    double t = now_s();
+    zero_result r = zero_engine_gather(m->e, g, p);
+    m->t_gather += now_s() - t;
+    return r;
+}
+
+static zero_result grads_timed(model *m, int g, void **p)
+{
+    double t = now_s();
+    zero_result r = zero_engine_grads(m->e, g, p);
+    m->t_reduce += now_s() - t;
+    return r;
+}
+
+static zero_result grads_ready_timed(model *m, int g)
+{
+    double t = now_s();
+    zero_result r = zero_engine_grads_ready(m->e, g);
+    m->t_reduce += now_s() - t;
+    return r;
+}
 
 static float *model_alloc(model *m, size_t n)
 {
@@ -411,7 +445,7 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
     void *p;
     zero_result r;
     /* group 0 stays gathered through the forward: the head uses wte again */
-    if ((r = zero_engine_gather(m->e, 0, &p)) != ZERO_OK) return r;
+    if ((r = gather_timed(m, 0, &p)) != ZERO_OK) return r;
     if ((r = view_group(m, 0, p, emb)) != ZERO_OK) goto out;
     for (i = 0; i < BT; i++) { /* wte[token] + wpe[position] */
         const float *te = emb[GPT2_WTE] + (size_t)x[i] * C, *pe = emb[GPT2_WPE] + (size_t)(i % T) * C;
@@ -420,7 +454,7 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
     in = m->encoded;
     for (l = 0; l < c->layers; l++) {
         void *pb;
-        if ((r = zero_engine_gather(m->e, 1 + l, &pb)) != ZERO_OK) goto out;
+        if ((r = gather_timed(m, 1 + l, &pb)) != ZERO_OK) goto out;
         r = view_group(m, 1 + l, pb, w);
         if (r == ZERO_OK) block_forward(c, B, T, w, &m->acts[l], in);
         zero_engine_release(m->e, 1 + l);
@@ -472,7 +506,7 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
     memset(m->emb_grad, 0, sizeof(float) * m->emb_numel);
     for (k = 0; k < GPT2_EMB_TENSORS; k++) demb[k] = m->emb_grad + m->tab[k].offset;
     /* the head and the final norm: group 0 again */
-    if ((r = zero_engine_gather(m->e, 0, &p)) != ZERO_OK) return r;
+    if ((r = gather_timed(m, 0, &p)) != ZERO_OK) return r;
     r = view_group(m, 0, p, emb);
     if (r == ZERO_OK) {
         float *dlnf = m->s.dc;
@@ -500,8 +534,8 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
     for (l = c->layers - 1; l >= 0; l--) {
         int grp = 1 + l, first = gpt2_block_tensor(l, 0);
         float *gbase;
-        if ((r = zero_engine_gather(m->e, grp, &p)) != ZERO_OK) return r;
-        if ((r = view_group(m, grp, p, w)) == ZERO_OK) r = zero_engine_grads(m->e, grp, &g);
+        if ((r = gather_timed(m, grp, &p)) != ZERO_OK) return r;
+        if ((r = view_group(m, grp, p, w)) == ZERO_OK) r = grads_timed(m, grp, &g);
         if (r != ZERO_OK) {
             zero_engine_release(m->e, grp);
             return r;
@@ -512,7 +546,7 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         block_backward(c, B, T, w, dw, &m->acts[l], l ? m->acts[l - 1].res3 : m->encoded, m->dres, &m->s);
         if (m->dt != ZERO_F32) r = zero_convert(g, m->dt, gbase, ZERO_F32, m->blk_numel, ZERO_SIMD_AUTO);
         zero_engine_release(m->e, grp);
-        if (r != ZERO_OK || (r = zero_engine_grads_ready(m->e, grp)) != ZERO_OK) return r;
+        if (r != ZERO_OK || (r = grads_ready_timed(m, grp)) != ZERO_OK) return r;
     }
     for (i = 0; i < BT; i++) { /* the embeddings: wte[token] and wpe[position] += dres */
         float *dte = demb[GPT2_WTE] + (size_t)x[i] * C, *dpe = demb[GPT2_WPE] + (size_t)(i % T) * C;
@@ -522,9 +556,9 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
             dpe[k] += d[k];
         }
     }
-    if ((r = zero_engine_grads(m->e, 0, &g)) != ZERO_OK) return r;
+    if ((r = grads_timed(m, 0, &g)) != ZERO_OK) return r;
     r = zero_convert(g, m->dt, m->emb_grad, ZERO_F32, m->emb_numel, ZERO_SIMD_AUTO);
-    if (r == ZERO_OK) r = zero_engine_grads_ready(m->e, 0);
+    if (r == ZERO_OK) r = grads_ready_timed(m, 0);
     return r;
 }
 
@@ -541,7 +575,8 @@ typedef struct run {
     double first_loss, final_loss, val_loss;
     int first_step;         /* 0, or the step a --resume checkpoint holds            */
     int end_step;           /* --stop-at, or --steps                                 */
-    double seconds;         /* rank 0's training loop                                */
+    double seconds;         /* rank 0's training steps (validation and saving excluded) */
+    double t_gather, t_reduce, t_step; /* rank 0: seconds in gathers, gradient hand-overs, step() */
     zero_engine_memory mem; /* rank 0, device tier                                   */
     zero_traffic traffic;   /* rank 0, last step                                     */
     size_t psi;             /* the plan's padded total                               */
@@ -558,13 +593,6 @@ typedef struct run {
         r = (call);                                                                          \
         if (r != ZERO_OK) goto done;                                                         \
     } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The mean loss over every rank of val_batches validation batches. COLLECTIVE. */
 static zero_result val_loss(model *m, const run *R, int rank, int world, int *x, int *y, double *out)
@@ -658,7 +686,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     int *x = NULL, *y = NULL;
     gpt2_client cl;
     zero_result r = ZERO_OK;
-    double t0, tstep;
+    double tstep;
     memset(&m, 0, sizeof m);
     memset(&cl, 0, sizeof cl);
     cl.magic = GPT2_CLIENT_MAGIC;
@@ -716,10 +744,9 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         printf("per-rank memory (rank 0, stage %d):\n", R->stage);
         gpt2_print_memory(stdout, e, 0);
     }
-    t0 = now_s();
     for (s = R->first_step; s < R->end_step; s++) {
         zero_step_info info;
-        double loss = 0.0, lr = gpt2_lr(o, s), vl = -1.0;
+        double loss = 0.0, lr = gpt2_lr(o, s), vl = -1.0, t_opt;
         float scale;
         tstep = now_s();
         CHECK(zero_engine_set_lr(e, lr));
@@ -736,16 +763,22 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
             loss += model_loss(&m, y, B * T) / (double)(B * T);
             CHECK(model_backward(&m, x, y, scale));
         }
+        t_opt = now_s();
         CHECK(zero_engine_step(e, &info));
+        if (rank == 0) R->t_step += now_s() - t_opt;
         cl.next_step = s + 1;
         /* the log's loss: every rank's mean, through a tagged user all-reduce */
         CHECK(zero_engine_allreduce(e, &loss, 1, ZERO_F64, ZERO_OP_SUM));
         loss /= (double)world * o->accum;
         R->loss[s] = loss;
         if (info.skipped && rank == 0) R->skipped++;
-        if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == R->end_step)
-            CHECK(val_loss(&m, R, rank, world, x, y, &vl));
         tstep = now_s() - tstep;
+        if (rank == 0) R->seconds += tstep;
+        if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == R->end_step) {
+            double g0 = m.t_gather;
+            CHECK(val_loss(&m, R, rank, world, x, y, &vl));
+            m.t_gather = g0; /* the breakdown is of training steps */
+        }
         if (rank == 0) {
             int every = o->log_every ? o->log_every : 1;
             if (!R->quiet && (s % every == 0 || s + 1 == R->end_step || vl >= 0)) {
@@ -766,7 +799,8 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
             CHECK(zero_engine_save(e, o->save_dir));
     }
     if (rank == 0) {
-        R->seconds = now_s() - t0;
+        R->t_gather = m.t_gather;
+        R->t_reduce = m.t_reduce;
         zero_engine_memory_usage(e, &R->mem);
         zero_engine_traffic(e, &R->traffic, NULL);
         R->psi = zero_plan_total_numel(zero_engine_plan(e));
@@ -947,6 +981,13 @@ int main(int argc, char **argv)
             printf("final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, final loss scale %g\n",
                    R.loss[R.end_step - 1], R.val_loss, 1e3 * R.seconds / (R.end_step - R.first_step), R.skipped,
                    (double)R.final_scale);
+            {
+                double n = R.end_step - R.first_step, other = R.seconds - R.t_gather - R.t_reduce - R.t_step;
+                printf("per step (rank 0): %.2f ms model compute, %.2f ms gathers, %.2f ms gradient reductions, "
+                       "%.2f ms optimizer step; %.0f tokens/s\n",
+                       1e3 * other / n, 1e3 * R.t_gather / n, 1e3 * R.t_reduce / n, 1e3 * R.t_step / n,
+                       n * o.batch * o.accum * o.cfg.seq / R.seconds);
+            }
         }
         ref_sum = sum;
         ref_final = R.loss[R.end_step - 1];

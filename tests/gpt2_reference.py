@@ -35,7 +35,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file, load_file
+import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
+
+transformers.logging.set_verbosity_error()  # not its notes about the small config
 
 # --- the example's fixed settings (examples/gpt2_common.h) ------------------------------------
 BETA1, BETA2, EPS, WD = 0.9, 0.95, 1e-8, 0.1
@@ -58,10 +61,21 @@ def corpus_tokens(path, vocab):
     return tok[:len(tok) - nval], tok[len(tok) - nval:]
 
 
+def stride_of(n):
+    """gpt2_stride: the smallest integer >= 0.618 n coprime with n."""
+    if n <= 2:
+        return 1
+    s = int(0.6180339887498949 * n)
+    while math.gcd(s, n) != 1:
+        s += 1
+    return s
+
+
 def batch(split, b, B, T):
-    """Global batch b: sequence j is window (b B + j) mod the split's windows (gpt2_batch)."""
+    """Global batch b: sequence j is window ((b B + j) stride) mod the split's windows (gpt2_batch)."""
     nseq = (len(split) - 1) // T
-    rows = [(b * B + j) % nseq for j in range(B)]
+    stride = stride_of(nseq)
+    rows = [(b * B + j) % nseq * stride % nseq for j in range(B)]
     x = np.stack([split[w * T:w * T + T] for w in rows])
     y = np.stack([split[w * T + 1:w * T + T + 1] for w in rows])
     return torch.from_numpy(x), torch.from_numpy(y)
