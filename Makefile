@@ -129,7 +129,8 @@ test-safetensors-py: build/test_checkpoint
 	@rm -rf build/st-py && mkdir -p build/st-py
 	ZERO_ST_EXPORT_DIR=build/st-py build/test_checkpoint >/dev/null
 	$(PYTHON) tests/check_safetensors.py build/st-py
-	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin
+	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin \
+	  build/st-py/expect-client.bin
 
 # make demo: the GPT-2 example at stages 0-3 on 4 ranks (threads); make demo-mlp: the MLP.
 # make test-gpt2: tests/gpt2_reference.py with PYTHON = a venv holding torch, transformers,
