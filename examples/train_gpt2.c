@@ -728,13 +728,15 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     if (r != ZERO_OK) goto done;
     if (o->init_path) CHECK(zero_engine_load_safetensors(e, o->init_path));
     else CHECK(gpt2_set_init(e, c, m.tab, o->seed));
-    if (o->resume_dir) {
-        zero_scaler sc;
-        memset(&sc, 0, sizeof sc);
-        CHECK(zero_engine_load(e, o->resume_dir));
-        CHECK(zero_engine_scaler_state(e, &sc));
-        cl.next_step = (int64_t)sc.iter;
-        cl.next_batch = (uint64_t)sc.iter * (uint64_t)o->accum;
+    if (o->resume_dir) { /* the engine's state, and ours: the data position and the generator */
+        size_t got = 0;
+        CHECK(zero_engine_load_client(e, o->resume_dir, &cl, sizeof cl, &got));
+        if (got != sizeof cl || cl.magic != GPT2_CLIENT_MAGIC) {
+            r = ZERO_ERROR_MISMATCH;
+            fprintf(stderr, "rank %d: %s holds no train_gpt2 client state (%zu bytes)\n", rank, o->resume_dir, got);
+            zero_clear_error();
+            goto done;
+        }
     }
     R->first_step = (int)cl.next_step;
     x = (int *)malloc(sizeof(int) * (size_t)B * T);
@@ -796,7 +798,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         }
         if (vl >= 0) R->val_loss = vl;
         if (o->save_dir && ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == R->end_step))
-            CHECK(zero_engine_save(e, o->save_dir));
+            CHECK(zero_engine_save_client(e, o->save_dir, &cl, sizeof cl));
     }
     if (rank == 0) {
         R->t_gather = m.t_gather;
