@@ -67,13 +67,14 @@ static void matmul_backward(float *dx, float *dw, float *dbias, const float *dou
     if (dx) {
         for (c = 0; c < IC; c++)
             for (o = 0; o < OC; o++) wT[(size_t)o * IC + c] = w[(size_t)c * OC + o];
-        for (i = 0; i < rows; i++) {
-            float *d = dx + (size_t)i * IC;
-            const float *g = dout + (size_t)i * OC;
+        for (i = 0; i < rows; i += 4) {
+            int n = rows - i < 4 ? rows - i : 4;
             for (o = 0; o < OC; o++) {
                 const float *wr = wT + (size_t)o * IC;
-                float a = g[o];
-                for (c = 0; c < IC; c++) d[c] += a * wr[c];
+                for (r = 0; r < n; r++) {
+                    float *d = dx + (size_t)(i + r) * IC, a = dout[(size_t)(i + r) * OC + o];
+                    for (c = 0; c < IC; c++) d[c] += a * wr[c];
+                }
             }
         }
     }
@@ -204,20 +205,21 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
 
 /* gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
-static void gelu_forward(float *out, const float *x, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; i++) {
-        float v = x[i];
-        out[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
-    }
-}
-
-static void gelu_backward(float *dx, const float *x, const float *dout, size_t n)
+static void gelu_forward(float *out, float *tanh_out, const float *x, size_t n)
 {
     size_t i;
     for (i = 0; i < n; i++) {
         float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+        out[i] = 0.5f * v * (1.0f + th);
+        tanh_out[i] = th; /* for the backward: tanhf is the costliest part */
+    }
+}
+
+static void gelu_backward(float *dx, const float *x, const float *tanh_x, const float *dout, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float v = x[i], th = tanh_x[i];
         float d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
         dx[i] = d * dout[i];
     }
@@ -228,7 +230,7 @@ static void gelu_backward(float *dx, const float *x, const float *dout, size_t n
 /* What a block keeps from its forward for its backward. */
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3; /* res3: the block's output */
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fch_tanh, *res3; /* res3: the block's output */
 } block_acts;
 
 /* w[k]: the block's tensor k (GPT2_LN1_W ...) in fp32. */
@@ -242,7 +244,7 @@ static void block_forward(const gpt2_config *c, int B, int T, float *const *w, b
     for (i = 0; i < BT * C; i++) a->res2[i] += in[i];
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT2_LN2_W], w[GPT2_LN2_B], BT, C);
     matmul_forward(a->fch, a->ln2, w[GPT2_FC_W], w[GPT2_FC_B], BT, C, 4 * C);
-    gelu_forward(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+    gelu_forward(a->fch_gelu, a->fch_tanh, a->fch, (size_t)BT * 4 * C);
     matmul_forward(a->res3, a->fch_gelu, w[GPT2_FCPROJ_W], w[GPT2_FCPROJ_B], BT, 4 * C, C);
     for (i = 0; i < BT * C; i++) a->res3[i] += a->res2[i];
 }
@@ -267,7 +269,7 @@ static void block_backward(const gpt2_config *c, int B, int T, float *const *w, 
     memset(s->d4a, 0, sizeof(float) * n4);
     matmul_backward(s->d4a, dw[GPT2_FCPROJ_W], dw[GPT2_FCPROJ_B], dres, a->fch_gelu, w[GPT2_FCPROJ_W], s->wT, BT,
                     4 * C, C);
-    gelu_backward(s->d4b, a->fch, s->d4a, n4);
+    gelu_backward(s->d4b, a->fch, a->fch_tanh, s->d4a, n4);
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
     matmul_backward(s->dc, dw[GPT2_FC_W], dw[GPT2_FC_B], s->d4b, a->ln2, w[GPT2_FC_W], s->wT, BT, C, 4 * C);
     layernorm_backward(dres, dw[GPT2_LN2_W], dw[GPT2_LN2_B], s->dc, a->res2, w[GPT2_LN2_W], a->ln2_mean,
@@ -375,7 +377,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     m->emb_numel = gi.used_numel;
     if ((r = zero_plan_group(plan, 1, &gi)) != ZERO_OK) return r;
     m->blk_numel = gi.used_numel;
-    m->bufs = (float **)calloc(32 + 13 * (size_t)c->layers, sizeof(float *));
+    m->bufs = (float **)calloc(32 + 14 * (size_t)c->layers, sizeof(float *));
     m->acts = (block_acts *)calloc((size_t)c->layers, sizeof(block_acts));
     if (!m->bufs || !m->acts) return ZERO_ERROR_OUT_OF_MEMORY;
 #define M_ALLOC(p, n) ok = ok && ((p) = model_alloc(m, (n))) != NULL
@@ -400,6 +402,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
         M_ALLOC(a->ln2_rstd, BT);
         M_ALLOC(a->fch, BT * 4 * C);
         M_ALLOC(a->fch_gelu, BT * 4 * C);
+        M_ALLOC(a->fch_tanh, BT * 4 * C);
         M_ALLOC(a->res3, BT * C);
     }
     M_ALLOC(m->lnf, BT * C);
