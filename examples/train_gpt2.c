@@ -37,58 +37,68 @@
    The model's compute: fp32, row-major, BT = B * T rows of activations.
    ====================================================================================== */
 
-/* out[i][o] = bias[o] + sum_c x[i][c] w[c][o]  (Conv1D: w is [IC, OC]); 4 rows at a time so
-   each row of w is loaded once for four outputs, the inner loop running along o. */
-static void matmul_forward(float *out, const float *x, const float *w, const float *bias, int rows, int IC,
-                           int OC)
+/* out[m][n] += sum over k = 0, 1, ..., K-1 of a[m][k] b[k][n], with a[m][k] at a[m * ars + k * acs]
+   (so a may be read transposed) and b row-major with row length ldb; out has row length ldo.
+   Tiles of 4 rows x 64 columns are summed in local arrays the compiler keeps in vector
+   registers; each output still adds its K products one by one in k order, so the result is
+   the plain triple loop's, bit for bit. */
+#define MM_TILE 64
+static void matmul_acc(float *out, int ldo, const float *a, int ars, int acs, const float *b, int ldb, int M, int N,
+                       int K)
 {
-    int i, c, o, r;
-    for (i = 0; i < rows; i += 4) {
-        int n = rows - i < 4 ? rows - i : 4;
-        for (r = 0; r < n; r++)
-            for (o = 0; o < OC; o++) out[(size_t)(i + r) * OC + o] = bias ? bias[o] : 0.0f;
-        for (c = 0; c < IC; c++) {
-            const float *wr = w + (size_t)c * OC;
-            for (r = 0; r < n; r++) {
-                float a = x[(size_t)(i + r) * IC + c];
-                float *y = out + (size_t)(i + r) * OC;
-                for (o = 0; o < OC; o++) y[o] += a * wr[o];
+    int m, n0, k, r, j;
+    for (m = 0; m < M; m += 4) {
+        int mr = M - m < 4 ? M - m : 4;
+        for (n0 = 0; n0 < N; n0 += MM_TILE) {
+            int nn = N - n0 < MM_TILE ? N - n0 : MM_TILE;
+            float acc[4][MM_TILE];
+            for (r = 0; r < mr; r++)
+                for (j = 0; j < nn; j++) acc[r][j] = out[(size_t)(m + r) * ldo + n0 + j];
+            if (mr == 4 && nn == MM_TILE) { /* the common case, with constant bounds */
+                for (k = 0; k < K; k++) {
+                    const float *bk = b + (size_t)k * ldb + n0;
+                    for (r = 0; r < 4; r++) {
+                        float av = a[(size_t)(m + r) * ars + (size_t)k * acs];
+                        for (j = 0; j < MM_TILE; j++) acc[r][j] += av * bk[j];
+                    }
+                }
+            } else {
+                for (k = 0; k < K; k++) {
+                    const float *bk = b + (size_t)k * ldb + n0;
+                    for (r = 0; r < mr; r++) {
+                        float av = a[(size_t)(m + r) * ars + (size_t)k * acs];
+                        for (j = 0; j < nn; j++) acc[r][j] += av * bk[j];
+                    }
+                }
             }
+            for (r = 0; r < mr; r++)
+                for (j = 0; j < nn; j++) out[(size_t)(m + r) * ldo + n0 + j] = acc[r][j];
         }
     }
 }
 
-/* Backward of matmul_forward: dx += dout w^T (through wT, w transposed to [OC, IC], so the
-   inner loop runs along c), dw += x^T dout, dbias += column sums of dout. */
+/* out[i][o] = bias[o] + sum_c x[i][c] w[c][o]  (Conv1D: w is [IC, OC]). */
+static void matmul_forward(float *out, const float *x, const float *w, const float *bias, int rows, int IC,
+                           int OC)
+{
+    int i, o;
+    for (i = 0; i < rows; i++)
+        for (o = 0; o < OC; o++) out[(size_t)i * OC + o] = bias ? bias[o] : 0.0f;
+    matmul_acc(out, OC, x, IC, 1, w, OC, rows, OC, IC);
+}
+
+/* Backward of matmul_forward: dx += dout w^T (through wT, w transposed to [OC, IC]),
+   dw += x^T dout, dbias += column sums of dout. */
 static void matmul_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x,
                             const float *w, float *wT, int rows, int IC, int OC)
 {
-    int i, c, o, r;
+    int i, c, o;
     if (dx) {
         for (c = 0; c < IC; c++)
             for (o = 0; o < OC; o++) wT[(size_t)o * IC + c] = w[(size_t)c * OC + o];
-        for (i = 0; i < rows; i += 4) {
-            int n = rows - i < 4 ? rows - i : 4;
-            for (o = 0; o < OC; o++) {
-                const float *wr = wT + (size_t)o * IC;
-                for (r = 0; r < n; r++) {
-                    float *d = dx + (size_t)(i + r) * IC, a = dout[(size_t)(i + r) * OC + o];
-                    for (c = 0; c < IC; c++) d[c] += a * wr[c];
-                }
-            }
-        }
+        matmul_acc(dx, IC, dout, OC, 1, wT, IC, rows, IC, OC);
     }
-    for (i = 0; i < rows; i += 4) {
-        int n = rows - i < 4 ? rows - i : 4;
-        for (c = 0; c < IC; c++) {
-            float *dwr = dw + (size_t)c * OC;
-            for (r = 0; r < n; r++) {
-                float a = x[(size_t)(i + r) * IC + c];
-                const float *g = dout + (size_t)(i + r) * OC;
-                for (o = 0; o < OC; o++) dwr[o] += a * g[o];
-            }
-        }
-    }
+    matmul_acc(dw, OC, x, 1, IC, dout, OC, IC, OC, rows);
     if (dbias)
         for (i = 0; i < rows; i++)
             for (o = 0; o < OC; o++) dbias[o] += dout[(size_t)i * OC + o];
@@ -514,19 +524,8 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
     if (r == ZERO_OK) {
         float *dlnf = m->s.dc;
         memset(dlnf, 0, sizeof(float) * (size_t)BT * C);
-        for (i = 0; i < BT; i++) { /* dlnf = dlogits wte; dwte += dlogits^T lnf */
-            const float *dz = m->logits + (size_t)i * V, *xi = m->lnf + (size_t)i * C;
-            float *d = dlnf + (size_t)i * C;
-            for (k = 0; k < V; k++) {
-                const float *we = emb[GPT2_WTE] + (size_t)k * C;
-                float *dwe = demb[GPT2_WTE] + (size_t)k * C, a = dz[k];
-                int j;
-                for (j = 0; j < C; j++) {
-                    d[j] += a * we[j];
-                    dwe[j] += a * xi[j];
-                }
-            }
-        }
+        matmul_acc(dlnf, C, m->logits, V, 1, emb[GPT2_WTE], C, BT, C, V);         /* dlnf = dlogits wte      */
+        matmul_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, V, C, BT);      /* dwte += dlogits^T lnf   */
         memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
         layernorm_backward(m->dres, demb[GPT2_LNF_W], demb[GPT2_LNF_B], dlnf,
                            c->layers ? m->acts[c->layers - 1].res3 : m->encoded, emb[GPT2_LNF_W],
