@@ -231,7 +231,8 @@ typedef enum zero_result {
     ZERO_ERROR_INVALID_STATE = -3,    /* a call out of order: query before commit, ...     */
     ZERO_ERROR_NOT_FOUND = -4,        /* an unknown name, tensor or group                  */
     ZERO_ERROR_OVERFLOW = -5,         /* sizes whose sum or product does not fit size_t    */
-    ZERO_ERROR_MISMATCH = -6,         /* ranks disagree (plan hash, sizes)                 */
+    ZERO_ERROR_MISMATCH = -6,         /* ranks disagree (plan hash, sizes), or a checkpoint
+                                         and the engine do (tensors, dtype)                */
     ZERO_ERROR_DEVICE = -7,           /* the device backend failed (CUDA error kept)       */
     ZERO_ERROR_COMM = -8,             /* a collective failed (NCCL error kept)             */
     ZERO_ERROR_TIMEOUT = -9,          /* a peer or collective did not answer in time       */
@@ -912,7 +913,8 @@ typedef enum zero_adam_mode {
    is the float nearest 1e-3 for beta2 = 0.999, not 1 - 0.99900001f. */
 typedef struct zero_adam_desc {
     zero_adam_mode mode;
-    double lr;           /* 0 = 1e-3   */
+    double lr;           /* 0 = 1e-3 (a descriptor's 0 is "unset"; to train with a learning
+                            rate of 0, call zero_engine_set_lr(e, 0) after commit) */
     double beta1;        /* 0 = 0.9    */
     double beta2;        /* 0 = 0.999  */
     double eps;          /* 0 = 1e-8   */
@@ -1590,8 +1592,9 @@ ZERODEF int64_t zero_engine_step_count(const zero_engine *e);
    device's (engine broken). */
 ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
 
-/* Changes the learning rate from the next step on (schedules). INVALID_ARGUMENT for a
-   negative or non-finite lr. */
+/* Changes the learning rate from the next step on (schedules). lr = 0 sets 0 (the params
+   stop moving; weight decay too): unlike zero_adam_desc.lr, where 0 means the default 1e-3.
+   INVALID_ARGUMENT for a negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
 
 /* COLLECTIVE (every rank, same count, dtype and op, at the same point of the program).
@@ -1944,7 +1947,7 @@ ZERODEF const char *zero_result_string(zero_result result)
     case ZERO_ERROR_INVALID_STATE: return "invalid state";
     case ZERO_ERROR_NOT_FOUND: return "not found";
     case ZERO_ERROR_OVERFLOW: return "size overflow";
-    case ZERO_ERROR_MISMATCH: return "ranks disagree";
+    case ZERO_ERROR_MISMATCH: return "mismatch (ranks, or a file and the engine, disagree)";
     case ZERO_ERROR_DEVICE: return "device error";
     case ZERO_ERROR_COMM: return "communication error";
     case ZERO_ERROR_TIMEOUT: return "timeout";
@@ -7243,6 +7246,7 @@ struct zero_engine {
     zero_event *ev_step;
     zero_step_info last_info;
     int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
+    char broken[480];      /* why the engine is ZERO__ENG_BROKEN, for every later call       */
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
 };
 
@@ -7302,8 +7306,20 @@ static zero_result zero__eng_break(zero_engine *e, zero_result r, const char *wh
 {
     char prev[400];
     zero__eng_copy_error(prev, sizeof prev);
-    if (e && e->state == ZERO__ENG_COMMITTED) e->state = ZERO__ENG_BROKEN;
+    if (e && e->state == ZERO__ENG_COMMITTED) {
+        e->state = ZERO__ENG_BROKEN;
+        snprintf(e->broken, sizeof e->broken, "a device or comm failure in %.60s: %.200s", what, prev);
+    }
     return zero__fail(r, "zero_engine: %s failed (engine broken): %.380s", what, prev);
+}
+
+/* Marks the engine broken after a failed commit and returns its error (the message kept for
+   every later call). */
+static zero_result zero__eng_commit_failed(zero_engine *e, zero_result r, const char *msg)
+{
+    e->state = ZERO__ENG_BROKEN;
+    snprintf(e->broken, sizeof e->broken, "its commit failed (%s: %.360s)", zero_result_string(r), msg);
+    return zero__fail(r, "%.480s", msg);
 }
 
 #define ZERO__ENG_TRY(e, call, what)                                                          \
@@ -7319,8 +7335,8 @@ static zero_result zero__eng_usable(const zero_engine *e, const char *fn)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: engine not committed", fn);
     if (e->state == ZERO__ENG_BROKEN)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "%s: engine broken by an earlier device or comm failure; destroy it",
-                          fn);
+                          "%s: the engine is unusable (destroy it with zero_engine_destroy and "
+                          "create a new one): %s", fn, e->broken[0] ? e->broken : "an earlier failure");
     return ZERO_OK;
 }
 
@@ -8269,7 +8285,10 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
                   "step: download");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (v[0] == 0.0) return ZERO_OK;
-    if (e->state == ZERO__ENG_COMMITTED) e->state = ZERO__ENG_BROKEN;
+    if (e->state == ZERO__ENG_COMMITTED) {
+        e->state = ZERO__ENG_BROKEN;
+        snprintf(e->broken, sizeof e->broken, "the NVMe tier failed in %.60s", what);
+    }
     if (io_r != ZERO_OK)
         return zero__fail(io_r, "%s: NVMe tier failed (engine broken): %.400s", what, io_err);
     return zero__fail((zero_result)(int)(-v[0]),
@@ -8625,6 +8644,137 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
              failed, fail_cat, need, cap, avail, fits);
 }
 
+/* A control all-reduce of n (<= 8) doubles through the engine's scratch (the commit's
+   mismatch search, the checkpoint's agreement). */
+static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zero_op op,
+                                           zero_comm_role role, const char *what)
+{
+    zero_device *dev = e->dev;
+    char w[96];
+    snprintf(w, sizeof w, "%s: control all_reduce", what);
+    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u), w);
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), w);
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1,
+                                          -1, role), w);
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), w);
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u), w);
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), w);
+    return ZERO_OK;
+}
+
+/* The commit check's items, in order: the settings zero__eng_hash covers, each registered
+   tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
+   value as a number (for the range across ranks) and a description for the message. */
+enum { ZERO__ENG_NSETTINGS = 25 };
+static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
+{
+    const zero_engine_desc *d = &e->d;
+    if (i < ZERO__ENG_NSETTINGS) {
+        static const char *const names[ZERO__ENG_NSETTINGS] = {
+            "stage", "param_dtype", "grad_comm_dtype", "accum_steps", "reduce_bucket_numel",
+            "max_live_numel", "prefetch_depth", "persist_numel", "clip_norm", "adam.mode",
+            "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
+            "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
+            "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
+            "offload_optimizer", "offload_param"};
+        double v[ZERO__ENG_NSETTINGS];
+        v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
+        v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
+        v[5] = (double)d->max_live_numel; v[6] = d->prefetch_depth;
+        v[7] = (double)d->persist_numel; v[8] = d->clip_norm; v[9] = e->adam.mode;
+        v[10] = e->adam.lr; v[11] = e->adam.beta1; v[12] = e->adam.beta2; v[13] = e->adam.eps;
+        v[14] = e->adam.weight_decay; v[15] = e->scaler.scale; v[16] = e->scaler.dynamic;
+        v[17] = e->scaler.factor; v[18] = e->scaler.min_scale; v[19] = e->scaler.window;
+        v[20] = e->scaler.hysteresis; v[21] = e->scaler.error_at_min;
+        v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
+        *value = v[i];
+        snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
+        return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
+    }
+    i -= ZERO__ENG_NSETTINGS;
+    if (i < e->ntensors) {
+        zero_tensor_info ti;
+        uint64_t h = zero__eng_mix(0x7465ull, (uint64_t)i);
+        int k, nd = i < e->cap_shapes ? e->shapes[i].ndim : 0;
+        size_t len, at;
+        memset(&ti, 0, sizeof ti);
+        zero_plan_tensor(e->plan, i, &ti);
+        len = ti.name ? strlen(ti.name) : 0;
+        h = zero__fnv1a(h, ti.name ? ti.name : "", len);
+        h = zero__eng_mix(h, (uint64_t)ti.numel);
+        h = zero__eng_mix(h, (uint64_t)ti.group);
+        h = zero__eng_mix(h, (uint64_t)e->tflags[i]);
+        h = zero__eng_mix(h, (uint64_t)nd);
+        at = (size_t)snprintf(what, n, "tensor %d '%.64s' (numel %zu, group %d, flags %u%s", i,
+                              ti.name ? ti.name : "", ti.numel, ti.group, e->tflags[i],
+                              nd ? ", shape [" : "");
+        for (k = 0; k < nd; k++) {
+            h = zero__eng_mix(h, e->shapes[i].dims[k]);
+            if (at < n)
+                at += (size_t)snprintf(what + at, n - at, "%s%llu", k ? ", " : "",
+                                       (unsigned long long)e->shapes[i].dims[k]);
+        }
+        if (at < n) snprintf(what + at, n - at, "%s)", nd ? "]" : "");
+        *value = (double)ti.numel;
+        return h;
+    }
+    *value = -1.0; /* past this rank's tensors */
+    snprintf(what, n, "no tensor %d (it registered %d tensors)", i, e->ntensors);
+    return zero__eng_mix(0x6e74ull, (uint64_t)i);
+}
+
+/* After the commit's hash check failed on every rank (and no rank's plan failed): finds the
+   first item (setting or tensor) whose digest differs between ranks by a binary search over
+   prefix digests (log2 of the item count control all-reduces of 4 doubles), then the range
+   of its value across ranks, and writes the mismatch message naming it and this rank's
+   value into msg. Collective; returns a comm failure, else OK. */
+static zero_result zero__eng_find_mismatch(zero_engine *e, char *msg, size_t n)
+{
+    double v[4], val;
+    char what[200];
+    int lo = 0, hi, i;
+    zero_result r;
+    v[0] = ZERO__ENG_NSETTINGS + e->ntensors + 1; /* the items of the longest rank */
+    if ((r = zero__eng_ctl_allreduce(e, v, 1, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+        return r;
+    hi = (int)v[0];
+    /* invariant: the digests of items [0, lo) agree on every rank, those of [0, hi) do not */
+    for (i = 0; hi - lo > 1 || i == 0; i++) {
+        int mid = i == 0 ? hi : lo + (hi - lo) / 2, k, same;
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (k = 0; k < mid; k++) h = zero__eng_mix(h, zero__eng_item(e, k, &val, what, 0));
+        v[0] = (double)(h >> 32);
+        v[1] = (double)(h & 0xffffffffu);
+        v[2] = -v[0];
+        v[3] = -v[1];
+        if ((r = zero__eng_ctl_allreduce(e, v, 4, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+            return r;
+        same = v[0] == -v[2] && v[1] == -v[3];
+        if (i == 0 && same) { /* outside the items (the plan's layout): nothing to name */
+            snprintf(msg, n, "zero_engine_commit: ranks registered different tensors or settings");
+            return ZERO_OK;
+        }
+        if (i > 0 && same) lo = mid;
+        else hi = mid;
+    }
+    (void)zero__eng_item(e, lo, &val, what, sizeof what);
+    if (lo >= ZERO__ENG_NSETTINGS) { /* a tensor: each rank names its own */
+        snprintf(msg, n, "zero_engine_commit: ranks registered different tensors: the first "
+                 "difference is at tensor %d (registration order): rank %d has %s; every rank "
+                 "must add the same tensors in the same order", lo - ZERO__ENG_NSETTINGS,
+                 e->rank, what);
+        return ZERO_OK;
+    }
+    v[0] = val;
+    v[1] = -val;
+    if ((r = zero__eng_ctl_allreduce(e, v, 2, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+        return r;
+    snprintf(msg, n, "zero_engine_commit: ranks gave different settings: the first difference "
+             "is the %s on rank %d; across ranks it ranges over [%.17g, %.17g]; every rank "
+             "must use the same descriptor", what, e->rank, -v[1], v[0]);
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_commit(zero_engine *e)
 {
     zero__eng_sizes sz;
@@ -8636,8 +8786,13 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     uint64_t h;
     double hv[5];
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_commit: engine is NULL");
+    if (e->state == ZERO__ENG_BROKEN)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: a commit cannot be "
+                          "retried (destroy the engine and create a new one): %s",
+                          e->broken[0] ? e->broken : "an earlier failure");
     if (e->state != ZERO__ENG_CREATED)
-        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: already committed");
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: already committed (once, "
+                          "after the last add_tensor)");
     /* From here on a failure leaves the engine broken (destroy only). */
     e->state = ZERO__ENG_COMMITTED;
     memset(ptrs, 0, sizeof ptrs);
@@ -8744,32 +8899,25 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, hv, e->scratch + 24, sizeof hv),
                   "zero_engine_commit: download");
     ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "zero_engine_commit: sync");
-    if (plan_r != ZERO_OK) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(plan_r, "%.400s", plan_err);
-    }
+    if (plan_r != ZERO_OK) return zero__eng_commit_failed(e, plan_r, plan_err);
     if (hv[0] != -hv[2] || hv[1] != -hv[3]) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(ZERO_ERROR_MISMATCH,
-                          "zero_engine_commit: ranks registered different tensors or settings "
-                          "(rank %d plan hash %016llx; hashes across ranks range over "
-                          "[%08llx%08llx, %08llx%08llx])",
-                          e->rank, (unsigned long long)h,
-                          hv[2] <= 0.0 ? (unsigned long long)(-hv[2]) : 0ull,
-                          hv[3] <= 0.0 ? (unsigned long long)(-hv[3]) : 0ull,
-                          (unsigned long long)(hv[0] >= 0.0 ? hv[0] : 0.0),
-                          (unsigned long long)(hv[1] >= 0.0 ? hv[1] : 0.0));
+        char mm[600];
+        snprintf(mm, sizeof mm, "zero_engine_commit: ranks registered different tensors or settings "
+                 "(rank %d plan hash %016llx; a rank's plan failed)", e->rank, (unsigned long long)h);
+        if (hv[2] <= 0.0) { /* every plan committed: name the first difference (collective) */
+            r = zero__eng_find_mismatch(e, mm, sizeof mm);
+            if (r != ZERO_OK) return r;
+        }
+        return zero__eng_commit_failed(e, ZERO_ERROR_MISMATCH, mm);
     }
-    if (alloc_r != ZERO_OK) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(alloc_r, "%.480s", alloc_err);
-    }
+    if (alloc_r != ZERO_OK) return zero__eng_commit_failed(e, alloc_r, alloc_err);
     if (hv[4] != 0.0) {
         zero_result peer = (zero_result)(int)(-hv[4]);
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(peer, "zero_engine_commit: another rank failed to allocate its "
+        char pm[200];
+        snprintf(pm, sizeof pm, "zero_engine_commit: another rank failed to allocate its "
                                 "buffers (%s); every rank's commit fails",
-                          zero_result_string(peer));
+                 zero_result_string(peer));
+        return zero__eng_commit_failed(e, peer, pm);
     }
     e->param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
@@ -9223,6 +9371,28 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info)
     return r;
 }
 
+/* "groups 0, 3, 7" of the groups in gradient state st this micro-step (at most what fits);
+   returns how many there are. */
+static int zero__eng_list_groups(const zero_engine *e, int st, char *out, size_t n)
+{
+    size_t at = 0;
+    int g, k = 0;
+    out[0] = '\0';
+    for (g = 0; g < e->G; g++) {
+        if (e->groups[g].grads_state != st) continue;
+        if (at + 24 < n)
+            at += (size_t)snprintf(out + at, n - at, "%s%d", k ? ", " : "group ", g);
+        else if (at + 5 < n && out[at - 1] != '.')
+            at += (size_t)snprintf(out + at, n - at, ", ...");
+        k++;
+    }
+    if (k > 1 && at + 2 < n) { /* "group 1, 2" -> "groups 1, 2" */
+        memmove(out + 6, out + 5, at - 5 + 1);
+        out[5] = 's';
+    }
+    return k;
+}
+
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_step");
@@ -9236,13 +9406,24 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->dev;
     if (e->micro != e->accum || e->ready_in_micro != 0) {
-        if (e->micro == 0 && e->ready_in_micro == 0)
+        char handed[160], never[160];
+        int nh = zero__eng_list_groups(e, ZERO__GRADS_HANDED, handed, sizeof handed);
+        int nn = zero__eng_list_groups(e, ZERO__GRADS_NONE, never, sizeof never);
+        if (e->micro == 0 && e->ready_in_micro == 0 && nh == 0)
             return zero__fail(ZERO_ERROR_INVALID_STATE,
-                              "zero_engine_step: no gradients since the last step");
+                              "zero_engine_step: no gradients since the last step (each "
+                              "micro-step: zero_engine_grads, write, zero_engine_grads_ready "
+                              "for every group; accum_steps = %d micro-steps)", e->accum);
         return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "zero_engine_step: %d complete micro-steps (and %d of %d groups of "
-                          "the next), accum_steps = %d",
-                          e->micro, e->ready_in_micro, e->G, e->accum);
+                          "zero_engine_step: %d of accum_steps = %d micro-steps complete; in "
+                          "the current one %d of %d groups are ready%s%s%s%s%s (a micro-step "
+                          "is complete when every group is marked ready)",
+                          e->micro, e->accum, e->ready_in_micro, e->G,
+                          nh ? "; never marked ready after zero_engine_grads (call "
+                               "zero_engine_grads_ready): " : "", nh ? handed : "",
+                          nn && e->ready_in_micro + nh > 0 ? "; gradients never asked for: " : "",
+                          nn && e->ready_in_micro + nh > 0 ? never : "",
+                          e->micro + 1 < e->accum && nn + nh == 0 ? "; more micro-steps are due" : "");
     }
     for (g = 0; g < e->G; g++)
         if (e->groups[g].refs > 0)
@@ -11531,18 +11712,7 @@ ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
 /* A control all-reduce of n (<= 8) doubles through the engine's scratch. */
 static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op op)
 {
-    zero_device *dev = e->dev;
-    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u),
-                  "checkpoint: upload");
-    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "checkpoint: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1,
-                                          -1, ZERO_ROLE_CHECKPOINT),
-                  "checkpoint: control all_reduce");
-    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "checkpoint: event");
-    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u),
-                  "checkpoint: download");
-    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "checkpoint: sync");
-    return ZERO_OK;
+    return zero__eng_ctl_allreduce(e, v, n, op, ZERO_ROLE_CHECKPOINT, "checkpoint");
 }
 
 /* Every rank passes its own result r; all return the same: OK, or the code and message of
@@ -12037,8 +12207,8 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
 {
     int t;
     if (ck->info.param_dtype != e->gd)
-        return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s holds %s params, the engine "
-                          "uses %s", dir, zero_dtype_name(ck->info.param_dtype), zero_dtype_name(e->gd));
+        return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: dtype mismatch: %s holds %s "
+                          "params, the engine uses %s", dir, zero_dtype_name(ck->info.param_dtype), zero_dtype_name(e->gd));
     for (t = 0; t < ck->info.num_tensors; t++) {
         const zero__ck_tensor *ct = &ck->tensors[t];
         zero_tensor_info ti;
