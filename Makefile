@@ -95,9 +95,10 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 # With nvcc present, make test also builds and runs build/cuda/test_cuda_host (zero_cuda.h's
 # host-side logic; it needs no GPU). test_cli runs build/train_mlp and the tools as programs;
-# tests/make_targets.sh checks what the GPU and MPI targets compile (by stand-in compilers).
+# tests/make_targets.sh checks what the GPU and MPI targets compile (by stand-in compilers);
+# tests/readme_outputs.sh runs the command of each output README.md quotes and compares.
 CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
-SCRIPT_TESTS := tests/make_targets.sh
+SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh
 test:
 	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) build/train_mlp $(CUDA_HOST_TEST)
 	@bash tests/run.sh $(TESTS) $(CUDA_HOST_TEST) $(SCRIPT_TESTS)
