@@ -192,10 +192,9 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         CHECK(zero_host_device_create(&hd, &dev));
     }
     mlp_engine_desc(&d, R->stage, o->dtype, o->accum, o->lr);
-    if (o->offload_demo) { /* both runs: one gather slot, no prefetch (small buffers) */
+    if (o->offload_demo) /* both runs: no prefetch (the default arena: a layer's params and
+                            gradients, small next to the states) */
         d.prefetch_depth = -1;
-        d.max_live_numel = (size_t)2 * HID * HID - 1;
-    }
     if (o->offload_demo && !R->plain) {
         d.offload_optimizer = o->oopt;
         d.offload_param = o->oparam;
