@@ -70,6 +70,9 @@ $(addprefix build/san/,$(notdir $(SELF_TESTS))): build/san/%: tests/%.c $(TEST_D
 $(addprefix build/san/,$(notdir $(LINKED_TESTS))): build/san/%: tests/%.c build/san/zero_impl.o $(TEST_DEPS) | build/san
 	$(CC) $(SAN_FLAGS) $< build/san/zero_impl.o -o $@ $(LDLIBS)
 
+# The GPT example's activation-offload test runs the example: make test builds it first.
+build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
+
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
