@@ -99,8 +99,9 @@ PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 # tests/readme_outputs.sh runs the command of each output README.md quotes and compares.
 CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
 SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh
+README_PROGS := build/train_mlp $(filter build/train_gpt2,$(EXAMPLES)) # what README quotes
 test:
-	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) build/train_mlp $(CUDA_HOST_TEST)
+	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) $(README_PROGS) $(CUDA_HOST_TEST)
 	@bash tests/run.sh $(TESTS) $(CUDA_HOST_TEST) $(SCRIPT_TESTS)
 
 test-sanitize:
