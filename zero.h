@@ -7018,7 +7018,13 @@ struct zero_engine {
     int oopt, oparam;               /* offload_optimizer / offload_param != NONE          */
     unsigned char *hparam;          /* host param shards (offload_param)                  */
     size_t hparam_numel;
-    unsigned char *hgrad, *hpar;    /* staging: 2 gradient tiles (comm dtype), 2 param tiles */
+    /* the reduced gradients off the device (with offload_optimizer): each group's reduced
+       shard is downloaded into host_grad (S elements, comm dtype, group g at off_shard[g])
+       as the reduction produces it; micro-steps k > 0 land in host_grad_in (the largest
+       shard) and are added on the host, deferred until the next download or the step */
+    unsigned char *host_grad, *host_grad_in;
+    int host_grad_add; /* the group whose host add is pending, -1 none */
+    unsigned char *hpar; /* staging: 2 param tiles */
     size_t tile_numel;
     zero__eng_tile *tiles;
     zero__eng_piece *pieces;
@@ -7675,7 +7681,8 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->cat[ZERO__B_GRAD_USER] = ZERO_MEM_GRAD;
     if (e->stage <= 1) ovf |= zero__mul_size(e->P, e->p, &sz->bytes[ZERO__B_GRAD_USER]);
     sz->cat[ZERO__B_GRAD_ACC] = ZERO_MEM_GRAD;
-    if (!e->alias)
+    /* offload_optimizer: the accumulator is in the host tier (zero__eng_offload_alloc) */
+    if (!e->alias && !e->oopt)
         ovf |= zero__mul_size(e->stage == 0 ? e->P : e->S, e->c, &sz->bytes[ZERO__B_GRAD_ACC]);
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
@@ -7699,7 +7706,8 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         ovf |= zero__mul_size(want, e->p, &sz->bytes[ZERO__B_BUCKET]);
     }
     if (e->cd != e->gd) ovf |= zero__mul_size(e->M, e->c, &sz->bytes[ZERO__B_TC]);
-    if (e->stage >= 1 && e->accum > 1) ovf |= zero__mul_size(Ms, e->c, &sz->bytes[ZERO__B_TS]);
+    /* the reduce-scatter target before the add; offloaded gradients reduce in place */
+    if (e->stage >= 1 && e->accum > 1 && !e->oopt) ovf |= zero__mul_size(Ms, e->c, &sz->bytes[ZERO__B_TS]);
     sz->cat[ZERO__B_GATHER] = ZERO_MEM_GATHER;
     if (e->stage == 3 && e->Mnp > 0) {
         size_t live = e->d.max_live_numel;
@@ -7896,13 +7904,15 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
 }
 
 /* The host tier of commit: master, m, v of this rank's shard (S fp32 each), the offloaded
-   param shards, and the staging tiles: 2 x tile_numel gradient elements (comm dtype) and
-   2 x tile_numel param elements (param dtype). Plus the OFFLOAD hand-off events. */
+   param shards, the reduced gradients (S elements of the comm dtype, plus the largest shard
+   again to receive micro-steps k > 0 before their add), and 2 x tile_numel param elements
+   (param dtype) staging the step's uploads. Plus the OFFLOAD hand-off events. */
 static zero_result zero__eng_offload_alloc(zero_engine *e)
 {
-    size_t sb, gb, pb;
+    size_t sb, gb, gi, pb;
     void *p;
     zero_result r;
+    e->host_grad_add = -1;
     if (!e->oopt) return ZERO_OK;
     if (e->dev->ops->event_create) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
@@ -7911,7 +7921,8 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->tile_numel, 2 * e->c, &gb) ||
+    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->S, e->c, &gb) ||
+        zero__mul_size(e->M / (size_t)e->world, e->c, &gi) ||
         zero__mul_size(e->tile_numel, 2 * e->p, &pb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
     if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME || e->d.offload_param == ZERO_OFFLOAD_NVME)
@@ -7932,7 +7943,11 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         e->hparam = (unsigned char *)p;
     }
     if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-    e->hgrad = (unsigned char *)p;
+    e->host_grad = (unsigned char *)p;
+    if (e->accum > 1) {
+        if ((r = zero__eng_host_alloc(e, gi, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+        e->host_grad_in = (unsigned char *)p;
+    }
     if ((r = zero__eng_host_alloc(e, pb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
     e->hpar = (unsigned char *)p;
     return ZERO_OK;
@@ -7980,17 +7995,90 @@ static unsigned char *zero__eng_tile_param_dev(const zero_engine *e, const zero_
     return e->param + (eg->off_param + tl->begin) * e->p;
 }
 
-static zero_result zero__eng_tile_download(zero_engine *e, int k)
+/* The host device's kernel bodies over host-tier memory, for the reduced gradients that left
+   the device: the same code as its add, nonfinite and sumsq ops (and the device backends are
+   defined to give the same bits), so the accumulation, the inf/NaN verdict and the norm do
+   not change when the gradients move to the host. Returns the body's block sum. */
+static double zero__eng_host_kernel(const zero_engine *e, zero__host_body body, void *dst,
+                                    const void *src, size_t numel)
 {
-    const zero__eng_tile *tl = &e->tiles[k];
-    const unsigned char *src = zero__eng_grad_acc_shard(e, tl->group) + tl->begin * e->c;
-    return e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD,
-                                 e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c, src,
-                                 tl->numel * e->c);
+    zero__host_device hd;
+    zero__host_ctx c;
+    memset(&hd, 0, sizeof hd);
+    hd.simd = zero_simd_detect();
+    hd.threads = e->d.host_threads > 1 && numel >= 4 * (size_t)ZERO_HOST_SUMSQ_BLOCK ? e->d.host_threads : 1;
+    memset(&c, 0, sizeof c);
+    c.d = &hd;
+    c.dst = dst;
+    c.src = src;
+    c.dtype = e->cd;
+    return zero__host_for(&hd, numel, body, &c);
+}
+
+/* Finishes the pending host add of a micro-step k > 0 (its download waited for first). */
+static zero_result zero__eng_host_grad_settle(zero_engine *e)
+{
+    int g = e->host_grad_add;
+    const zero__eng_group *eg;
+    if (g < 0) return ZERO_OK;
+    e->host_grad_add = -1;
+    eg = &e->groups[g];
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
+    (void)zero__eng_host_kernel(e, zero__host_body_add, e->host_grad + eg->off_shard * e->c,
+                                e->host_grad_in, eg->shard_numel);
+    return ZERO_OK;
+}
+
+/* Group g's reduced shard of micro-step k, at dev_src on the device (written on COMM), leaves
+   the device: k = 0 downloads it into its place in host_grad, k > 0 into host_grad_in for an
+   add on the host (deferred). COMM then waits for the download, so whatever reuses dev_src
+   after an event recorded on COMM (the next cast, a bucket slot, a gradient slice) comes
+   after it. */
+static zero_result zero__eng_grad_out(zero_engine *e, int g, int k, const unsigned char *dev_src)
+{
+    const zero__eng_group *eg = &e->groups[g];
+    unsigned char *dst = e->host_grad + eg->off_shard * e->c;
+    zero_result r;
+    if (k > 0) {
+        if ((r = zero__eng_host_grad_settle(e)) != ZERO_OK) return r;
+        dst = e->host_grad_in;
+    }
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
+    if (r == ZERO_OK) r = e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD, dst, dev_src, eg->shard_numel * e->c);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
+    if (r == ZERO_OK && k > 0) e->host_grad_add = g;
+    return r;
+}
+
+/* The step's inf/NaN flag and sum of squares over the host-tier gradients: every download
+   waited for, then the host device's kernels over each group's shard in group order (the
+   order the device ops run in without offload), and the pair uploaded to the scratch as
+   the device ops would have left it (sumsq f64 at 0, flag f32 at 8). */
+static zero_result zero__eng_host_grad_norm(zero_engine *e)
+{
+    unsigned char v[16];
+    double sumsq = 0.0;
+    float flag = 0.0f, zero = 0.0f;
+    int g;
+    zero_result r = zero__eng_host_grad_settle(e);
+    if (r != ZERO_OK) return r;
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    for (g = 0; g < e->G; g++) {
+        const unsigned char *a = e->host_grad + e->groups[g].off_shard * e->c;
+        size_t n = e->groups[g].shard_numel;
+        if (zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, a, n) > 0.0) flag = 1.0f;
+        sumsq += zero__eng_host_kernel(e, zero__host_body_sumsq, NULL, a, n);
+    }
+    memcpy(v, &sumsq, 8);
+    memcpy(v + 8, &flag, 4);
+    memcpy(v + 12, &zero, 4);
+    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->scratch, v, sizeof v),
+                  "step: upload of the gradient norm");
+    return ZERO_OK;
 }
 
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
-   gradients from the staging tile, master/m/v in the host tier, params into the staging
+   gradients and master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
                                        const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd,
@@ -7998,7 +8086,7 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 {
     const zero__eng_tile *tl = &e->tiles[k];
     const zero__eng_group *eg = &e->groups[tl->group];
-    const unsigned char *gbuf = e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c;
+    const unsigned char *gbuf = e->host_grad + (eg->off_shard + tl->begin) * e->c;
     unsigned char *pbuf = zero__eng_tile_param_dev(e, tl) ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
                           : e->fpar ? e->hpg + (size_t)(tl->group & 1) * e->hpg_stride + tl->begin * e->p
                                     : e->hparam + (eg->off_param + tl->begin) * e->p;
@@ -8261,11 +8349,11 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
 }
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
-   (scratch + 8: flag, multiplier, norm). Pipeline over tiles k = 0..n-1 with two staging
-   tiles each way: the download of k+1 (OFFLOAD) and the upload of k-1 (COMPUTE) run while
-   the host Adam works on k; a host sync on OFFLOAD before Adam k (only download k is then
-   in flight) and on COMPUTE before upload k (only upload k-1 is) keeps each staging tile
-   free when it is reused. A skipped step moves nothing. */
+   (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
+   k = 0..n-1, the host Adam reads the gradients where the reduction left them (host_grad)
+   and the upload of tile k-1's params (COMPUTE) runs while it works on k; a host sync on
+   COMPUTE before upload k (only upload k-1 is in flight) keeps each of the two param
+   staging tiles free when it is reused. A skipped step moves nothing. */
 static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
                                           const zero_adam_coefs *co_nowd)
 {
@@ -8280,11 +8368,9 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (fm[0] != 0.0f || e->ntiles == 0)
         return e->io ? zero__eng_nvme_agree(e, ZERO_OK, io_err, "zero_engine_step", -1) : ZERO_OK;
-    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o),
-                  "step: event");
-    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
-                  "step: event");
-    ZERO__ENG_TRY(e, zero__eng_tile_download(e, 0), "step: gradient tile download");
+    /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
+       gathers that read the offloaded param shards are done before Adam rewrites them */
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
     /* NVMe: reads run nswap - 2 tiles ahead; the slot of tile k + nswap - 2 was last written
        behind tile k - 2, so a read never waits for the write just issued */
     for (k = 0; e->fopt && k < e->nswap - 2 && k < e->ntiles && io_r == ZERO_OK; k++)
@@ -8292,9 +8378,6 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     for (k = 0; k < e->ntiles; k++) {
         unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
         zero_result r;
-        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
-        if (k + 1 < e->ntiles)
-            ZERO__ENG_TRY(e, zero__eng_tile_download(e, k + 1), "step: gradient tile download");
         if (e->fpar && !dst && io_r == ZERO_OK && e->tiles[k].begin == 0) { /* a group starts */
             int x = e->tiles[k].group & 1;
             zero_io_ticket t = e->hpg_ticket[x];
@@ -8349,6 +8432,16 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     return ZERO_OK;
 }
 
+/* The device's model states of an estimate: with the optimizer offloaded the reduced
+   gradients (the estimator's shard at stages 2-3) live in the host tier; at stage 1 the
+   device keeps the whole user gradient buffer, which is the estimator's figure. */
+static size_t zero__eng_hint_states(const zero_estimate *x, int opt_offloaded)
+{
+    uint64_t b = x->device_bytes;
+    if (opt_offloaded && x->stage >= 2) b -= x->grads_bytes;
+    return (size_t)b;
+}
+
 /* Replaces an out-of-memory commit message by one that names the bytes, the device budget
    and the offload setting that would fit: each candidate's device bytes are the estimator's
    model states (zero_estimate_compute, paper mode, this engine's dtypes) plus this
@@ -8361,7 +8454,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     };
     zero_estimate_desc ed;
     zero_estimate now, alt;
-    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0;
+    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0, now_dev;
     int i, k, nth = 0;
     char fits[160];
     const char *fail_cat = "?";
@@ -8393,7 +8486,12 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     ed.offload_optimizer = e->d.offload_optimizer;
     ed.offload_param = e->d.offload_param;
     if (zero_estimate_compute(&ed, &now) != ZERO_OK) return;
-    buffers = need > now.device_bytes ? need - (size_t)now.device_bytes : 0;
+    now_dev = zero__eng_hint_states(&now, e->oopt);
+    buffers = need > now_dev ? need - now_dev : 0;
+    if (!e->oopt) { /* offloaded gradients reduce in place, into the host tier */
+        size_t stay = sz->bytes[ZERO__B_TS] + (e->stage <= 1 ? sz->bytes[ZERO__B_GRAD_ACC] : 0);
+        buffers = buffers > stay ? buffers - stay : 0;
+    }
     snprintf(fits, sizeof fits, "no offload setting fits");
     for (i = 0; i < (int)(sizeof cand / sizeof cand[0]); i++) {
         size_t dev_bytes;
@@ -8405,7 +8503,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
         ed.offload_optimizer = ZERO_OFFLOAD_CPU;
         ed.offload_param = cand[i].par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
         if (zero_estimate_compute(&ed, &alt) != ZERO_OK) continue;
-        dev_bytes = (size_t)alt.device_bytes + buffers;
+        dev_bytes = zero__eng_hint_states(&alt, 1) + buffers;
         if (dev_bytes <= avail) {
             snprintf(fits, sizeof fits, "%s would fit (%zu device bytes)",
                      e->stage == 3 && cand[i].stage3 ? cand[i].name + 13 : cand[i].name, dev_bytes);
@@ -8644,7 +8742,7 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int k, int collec
     zero__eng_group *eg = &e->groups[g];
     zero_device *dev = e->dev;
     unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g);
+    unsigned char *acc = e->oopt ? NULL : zero__eng_grad_acc(e, g); /* offload: host tier */
     zero_result r;
     if (e->cd != e->gd) {
         r = dev->ops->cast(dev, ZERO_QUEUE_COMM, e->tc, e->cd, src, e->gd, eg->numel);
@@ -8659,6 +8757,12 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int k, int collec
                                  ZERO_ROLE_GRAD_REDUCE);
         if (r != ZERO_OK || collective_only) return r;
         return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, src, e->cd, eg->numel);
+    }
+    if (e->oopt) { /* in place; the reduced shard then leaves the device */
+        unsigned char *mine = src + (size_t)e->rank * eg->shard_numel * e->c;
+        r = zero__eng_reduce_scatter(e, src, mine, eg->shard_numel, e->cd, g);
+        if (r != ZERO_OK || collective_only) return r;
+        return zero__eng_grad_out(e, g, k, mine);
     }
     if (k == 0) return zero__eng_reduce_scatter(e, src, acc, eg->shard_numel, e->cd, g);
     r = zero__eng_reduce_scatter(e, src, e->ts, eg->shard_numel, e->cd, g);
@@ -8683,6 +8787,12 @@ static zero_result zero__eng_flush(zero_engine *e)
             ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], k, 1),
                                    "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
+        for (i = 0; i < e->npending && e->oopt; i++) { /* fused only when cd == gd: in place */
+            int g = e->pending[i];
+            ZERO__ENG_TRY(e, zero__eng_grad_out(e, g, k, zero__eng_grad_user(e, g) +
+                                                             (size_t)e->rank * e->groups[g].shard_numel * e->c),
+                          "gradient offload");
+        }
         if (e->stage == 0 && k > 0)
             for (i = 0; i < e->npending; i++) {
                 int g = e->pending[i];
@@ -9055,7 +9165,8 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     /* 1. non-finite flag and sum of squares over this rank's shard of every group. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, e->scratch, 20), "step: fill");
-    for (g = 0; g < e->G; g++) {
+    if (e->oopt && (r = zero__eng_host_grad_norm(e)) != ZERO_OK) return r; /* host tier */
+    for (g = 0; g < e->G && !e->oopt; g++) {
         const unsigned char *a = zero__eng_grad_acc_shard(e, g);
         size_t n = e->groups[g].shard_numel;
         ZERO__ENG_TRY(e, dev->ops->nonfinite(dev, ZERO_QUEUE_COMPUTE, a, e->cd, n, flag),
