@@ -122,7 +122,8 @@ test-safetensors-py: build/test_checkpoint
 	@rm -rf build/st-py && mkdir -p build/st-py
 	ZERO_ST_EXPORT_DIR=build/st-py build/test_checkpoint >/dev/null
 	$(PYTHON) tests/check_safetensors.py build/st-py
-	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin
+	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin \
+	  build/st-py/expect-client.bin
 
 DEMO ?= build/train_mlp
 demo: build/train_mlp

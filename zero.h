@@ -142,6 +142,13 @@
    device a memory budget, so a CPU run proves that a model too large for "device" memory
    trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
 
+   ACTIVATIONS (ZeRO-R's activation offload, ZeRO-Infinity's activation tier;
+   docs/offload.md). With d.offload_activations = cpu | nvme, zero_engine_stash(e, key, buf,
+   bytes) parks a checkpointed activation (a block's input) in host memory or a file after
+   the forward, and zero_engine_fetch(e, key, buf, bytes) brings it back before the block's
+   recomputation in the backward, the NVMe tier reading ahead in reverse stash order. Local
+   to each rank; the bytes come back exactly.
+
    OPTIONS (define before including, in the implementation file)
        ZERO_STATIC            make every function static (private to one translation unit)
        ZERO_MALLOC(sz)        replace malloc; define ZERO_FREE(p) too, or neither
@@ -692,6 +699,7 @@ typedef enum zero_mem_category {
     ZERO_MEM_BUCKET,    /* reduce buckets                                         */
     ZERO_MEM_GATHER,    /* stage-3 gather buffers                                 */
     ZERO_MEM_SCRATCH,   /* flags, scalars, partial sums                           */
+    ZERO_MEM_ACTIVATION, /* the activation tier of zero_engine_stash (host, NVMe)  */
     ZERO_MEM_COUNT
 } zero_mem_category;
 
@@ -1269,7 +1277,7 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    the inf/NaN check, the norm and the clip coefficient on the device (the same bits), then
    runs over tiles of at most sub_group_size elements: tile k+1's gradients go device -> host
    on ZERO_QUEUE_OFFLOAD while the host Adam (zero_adam_host, host_threads threads, the same
-   element expression as the device's) updates tile k and tile k-1's params go host ->
+   element expression as the device's) updates tile k and earlier tiles' params go host ->
    device on ZERO_QUEUE_COMPUTE, ordered by events and host syncs. offload_optimizer = nvme
    keeps each tile's master, m, v as one checksummed range of a per-rank file under
    nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
@@ -1356,6 +1364,19 @@ typedef struct zero_engine_desc {
                                     step, a checkpoint save or load), which then did nothing
                                     else; the value queries (_loss_scale, _step_count) read the
                                     verdict but leave its error to that call.                    */
+    /* Activation offload (zero_engine_stash / zero_engine_fetch below; local to each rank,
+       not part of the plan hash):                                                           */
+    zero_offload_device offload_activations; /* where stashed activations live: NONE (no
+                                    activation tier; stash is INVALID_STATE), CPU (a host arena
+                                    of activation_host_bytes), NVME (a file of
+                                    activation_nvme_bytes under nvme_path, staged through
+                                    activation_host_bytes of host memory)                      */
+    size_t activation_host_bytes; /* the host budget of the activation tier. CPU: the arena,
+                                    required (> 0); NVME: the staging for transfers in flight
+                                    and prefetches, 0 = 64 MiB. Each stash takes its bytes
+                                    rounded up to ZERO_IO_ALIGN (4096).                        */
+    size_t activation_nvme_bytes; /* NVME: the file's size, required (> 0): the most bytes
+                                    stashed at once, each rounded up to ZERO_IO_ALIGN          */
 } zero_engine_desc;
 
 typedef struct zero_engine zero_engine;
@@ -1593,6 +1614,108 @@ ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_s
 /* "all_gather", "reduce_scatter", "all_reduce", "broadcast", "control" or "?". */
 ZERODEF const char *zero_coll_name(zero_coll kind);
 
+/* ---- Engine: activation offload (ZeRO-R's activation offload, ZeRO-Infinity's activation
+   tier). docs/offload.md "Activations". ------------------------------------------------- */
+/* With activation checkpointing a model keeps only each block's input through the forward
+   and recomputes the block in the backward. These calls park such a checkpoint outside the
+   device after the forward and bring it back before the backward:
+
+       forward, block l:   ... x[l+1] = block(l, x[l]) ...
+                           zero_engine_stash(e, l, x[l], bytes)    x[l] leaves the device
+       backward, block l:  zero_engine_fetch(e, l, buf, bytes)     x[l] comes back into buf
+                           recompute block l from buf, then its backward
+
+   The tier is offload_activations in the descriptor: CPU keeps the bytes in a host arena of
+   activation_host_bytes; NVME in a file of activation_nvme_bytes under nvme_path (created at
+   commit with zero_io_file_create, removed at destroy), through activation_host_bytes of host
+   staging. Both are allocated at commit; the calls allocate no memory (except the small key
+   table, which grows with the number of distinct keys). Everything is local to the rank: no
+   collective, and ranks may stash different keys and sizes.
+
+   KEYS. Any int. A key holds one buffer from its stash until its fetch (or drop); it can then
+   be stashed again (the next micro-step reuses the same keys).
+
+   QUEUES AND BUFFERS (the contract).
+   - stash: the copy reads device_src on ZERO_QUEUE_OFFLOAD after the work enqueued on
+     ZERO_QUEUE_COMPUTE before the call, which does not wait for it. device_src must not be
+     written or freed until that copy is done: compute-queue work enqueued after a later
+     zero_engine_stash_fence() or zero_engine_fetch() (both make COMPUTE wait, on the device,
+     for every stash copy enqueued so far) may overwrite it, and so may the host once it has
+     synchronised the compute queue after such a call. On the host device every copy is done
+     when the call returns.
+   - fetch: device_dst receives the bytes on ZERO_QUEUE_OFFLOAD after the work enqueued on
+     COMPUTE before the call (so device_dst may still be in use by it), and COMPUTE waits for
+     them: compute-queue work enqueued after the call reads them. The host blocks only for an
+     NVMe read that has not finished, never for the device copy.
+   - NVMe: a stash's bytes reach host staging by the device copy; the next stash or fetch
+     syncs the offload queue on the host and queues the file write (so the host runs at most
+     one stash ahead of the device's copies; likewise a fetch waits for the previous fetch's
+     copy before its staging is reused). Writes finish in the background; staging is given
+     back oldest first when a stash needs room. A fetch serves the bytes from staging when
+     they are still there (the last blocks of the forward are the first of the backward;
+     such a key is never written), and then reads the next key in reverse stash order, the
+     live key stashed last, into free staging ahead of its fetch (one prefetch in flight).
+
+   ACCOUNTING. zero_engine_memory_tier() counts the arena (CPU) or the staging (NVME) in the
+   host tier and the file in the NVMe tier, under ZERO_MEM_ACTIVATION, constant from commit to
+   destroy; nothing on the device (the buffers are the caller's). zero_engine_activation_stats()
+   reports what is stashed now, at peak, and how each fetch was served.
+
+   ERRORS. INVALID_STATE: no activation tier configured, before commit, a broken engine, a key
+   already stashed (fetch or drop it first), a key already fetched (each stash is fetched
+   once). NOT_FOUND: a key never stashed, or dropped. INVALID_ARGUMENT: NULL buffer, bytes 0, a fetch
+   whose bytes differ from the stash's, a stash larger than the staging (NVME). OUT_OF_MEMORY:
+   the tier is full (the message names the bytes asked, in use and the setting). IO: a write
+   or read of the file failed (the message names the file, offset and cause): a failed write
+   is reported by the fetch of its key, which then forgets the key; a failed read leaves the
+   key stashed (fetch may be tried again). DEVICE: a copy failed (the engine is broken). A
+   failed call changes nothing else; no call waits for another rank, so none can hang. */
+
+/* What zero_engine_activation_stats() reports. Byte counts are the callers' (not rounded). */
+typedef struct zero_activation_stats {
+    size_t live_bytes;       /* stashed and not yet fetched or dropped                       */
+    size_t peak_live_bytes;  /* most live at once since commit                               */
+    int live_keys;           /* keys stashed now                                             */
+    uint64_t stashes;        /* zero_engine_stash calls that succeeded                       */
+    uint64_t fetches;        /* zero_engine_fetch calls that succeeded                       */
+    uint64_t bytes_stashed;  /* sum over stashes                                             */
+    uint64_t bytes_fetched;  /* sum over fetches                                             */
+    /* NVME: how each fetch found its bytes (they sum to fetches); all 0 on CPU */
+    uint64_t staging_hits;   /* still in host staging from the stash (no read)               */
+    uint64_t prefetch_hits;  /* read ahead by a prefetch                                     */
+    uint64_t demand_reads;   /* read by the fetch itself                                     */
+    uint64_t prefetches;     /* reads started ahead of a fetch (a dropped one counts too)    */
+    uint64_t nvme_bytes_written; /* to the file, rounded to ZERO_IO_ALIGN per stash          */
+    uint64_t nvme_bytes_read;
+} zero_activation_stats;
+
+/* Parks 'bytes' bytes of device memory under 'key' in the activation tier: enqueues the copy
+   and returns (the contract above). Local. Errors above; on error nothing was enqueued and
+   the key is as it was. */
+ZERODEF zero_result zero_engine_stash(zero_engine *e, int key, const void *device_src,
+                                      size_t bytes);
+
+/* Makes ZERO_QUEUE_COMPUTE wait (on the device; the host does not block) for every stash
+   copy enqueued so far, so that compute work enqueued after it may overwrite their source
+   buffers. Local. INVALID_STATE without a tier, before commit or on a broken engine. */
+ZERODEF zero_result zero_engine_stash_fence(zero_engine *e);
+
+/* Brings key's bytes back into device_dst (bytes must equal the stash's); the key is then
+   free for a new stash (a second fetch is INVALID_STATE). Then starts the prefetch of the
+   next key in reverse stash order (NVME). Also a stash fence. Local. Errors above. */
+ZERODEF zero_result zero_engine_fetch(zero_engine *e, int key, void *device_dst, size_t bytes);
+
+/* Forgets a stashed key without fetching it (an evaluation forward, an aborted step),
+   waiting for its transfers. NOT_FOUND for a key not stashed now. Local. */
+ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key);
+
+/* Drops every stashed key. Local. INVALID_STATE without a tier or before commit. */
+ZERODEF zero_result zero_engine_stash_clear(zero_engine *e);
+
+/* The activation tier's use and counters (all zero without a tier). INVALID_ARGUMENT for
+   NULL. */
+ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_activation_stats *out);
+
 /* ======================================================================================
    Checkpoints: sharded, crash-safe, checksummed save and load of an engine's state, a
    reader for checkpoint directories (consolidation, resharding), safetensors in and out.
@@ -1640,6 +1763,17 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    Host memory: one 16 MiB staging buffer. */
 ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
 
+/* COLLECTIVE. zero_engine_save() plus the caller's own state (DeepSpeed's client_state:
+   data-loader position, RNG state, epoch, anything a resume needs): rank 0's client_bytes
+   bytes at client are saved with the checkpoint, in a file of their own whose size and
+   CRC32C the manifest records (docs/checkpoint.md); the other ranks' client arguments are
+   ignored (they may pass NULL, 0). client_bytes 0 saves none (zero_engine_save() is that
+   case). The bytes are copied as they are: encode them portably if other machines load
+   them. Errors: those of zero_engine_save(); INVALID_ARGUMENT on every rank when rank 0
+   passes client NULL with client_bytes > 0. */
+ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, const void *client,
+                                            size_t client_bytes);
+
 /* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
    into this committed engine: master, m, v, params, step, Adam settings and scaler state.
    The engine's tensors must match the checkpoint's by name, size and flags (in any
@@ -1655,6 +1789,20 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
    or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir);
 
+/* COLLECTIVE. zero_engine_load() that also returns the client state saved by
+   zero_engine_save_client(): every rank receives rank 0's bytes in client (capacity bytes
+   there) and their count in *client_bytes (may be NULL). A checkpoint saved without client
+   state, or by a version that had none, gives 0 bytes. The client state is read and its
+   checksum checked with everything else before anything changes: a file that is missing,
+   of another size or with a bad checksum is IO naming it. A capacity smaller than the
+   saved state is INVALID_ARGUMENT on every rank with the engine and client unchanged and
+   the needed size in *client_bytes (so client NULL, capacity 0 asks for the size).
+   zero_checkpoint_info.client_bytes gives the size without an engine.
+   zero_engine_load() is this call with client NULL, capacity 0 and client_bytes NULL; it
+   ignores client state. Errors: those of zero_engine_load(). */
+ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, void *client,
+                                            size_t capacity, size_t *client_bytes);
+
 /* A checkpoint directory opened for reading without an engine (tools, export). */
 typedef struct zero_checkpoint zero_checkpoint;
 
@@ -1668,7 +1816,8 @@ typedef struct zero_checkpoint_info {
     uint64_t plan_hash;   /* zero_plan_hash() of the saving run's plan                   */
     zero_adam_desc adam;  /* the saving engine's resolved Adam settings                  */
     zero_scaler scaler;   /* its loss-scaler state                                       */
-    uint64_t total_bytes; /* manifest plus shard files                                    */
+    uint64_t total_bytes; /* manifest plus shard files (plus the client state file)      */
+    uint64_t client_bytes; /* client state saved by zero_engine_save_client() (0: none)   */
 } zero_checkpoint_info;
 
 typedef struct zero_checkpoint_tensor {
@@ -1695,6 +1844,9 @@ ZERODEF zero_result zero_checkpoint_verify(zero_checkpoint *ck);
    MASTER/M/V, the param dtype for PARAM. */
 ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
                                                 zero_state_kind kind, void *dst);
+/* The client state (zero_checkpoint_info.client_bytes bytes into dst; nothing when 0),
+   its size and checksum checked: IO names the file otherwise. */
+ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst);
 /* Writes every tensor to one .safetensors file at path (temporary name, fsync, rename):
    dtype F32 = the fp32 master weights; F16 / BF16 = the saved params when the checkpoint's
    param dtype is that, else the master rounded to nearest even. Names and shapes as
@@ -1856,7 +2008,8 @@ ZERODEF const char *zero_dtype_name(zero_dtype dtype)
 ZERODEF const char *zero_mem_category_name(zero_mem_category category)
 {
     static const char *names[ZERO_MEM_COUNT] = {"param", "grad", "master", "moment1",
-                                                "moment2", "bucket", "gather", "scratch"};
+                                                "moment2", "bucket", "gather", "scratch",
+                                                "activation"};
     if ((int)category < 0 || category >= ZERO_MEM_COUNT) return "?";
     return names[category];
 }
@@ -6962,7 +7115,7 @@ typedef struct zero__eng_piece {
     size_t off, numel; /* within the tile */
 } zero__eng_piece;
 
-#define ZERO__ENG_MAX_HOST_ALLOCS 8
+#define ZERO__ENG_MAX_HOST_ALLOCS 12
 
 /* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
 typedef struct zero__eng_shape {
@@ -7063,7 +7216,15 @@ struct zero_engine {
     zero_event *ev_step;
     zero_step_info last_info;
     int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
+    struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
 };
+
+/* The activation tier: its subsection at the end of the engine. */
+struct zero__act;
+static zero_result zero__act_resolve(zero_engine_desc *d);
+static zero_result zero__act_alloc(zero_engine *e);
+static void zero__act_free(zero_engine *e);
+static void zero__act_account(const zero_engine *e, zero_mem_tier tier, zero_engine_memory *out);
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
@@ -7375,6 +7536,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
                           d.host_threads);
     if (d.host_threads == 0) d.host_threads = zero__eng_cpus();
     if ((r = zero__eng_offload_resolve(&d)) != ZERO_OK) return r;
+    if ((r = zero__act_resolve(&d)) != ZERO_OK) return r;
     if (d.align_numel == 0) d.align_numel = ZERO_DEFAULT_ALIGN_NUMEL;
     if (!d.device || !d.device->ops)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_create: device is NULL");
@@ -7463,6 +7625,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
             if (e->oopt || e->ev_step) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
         }
+        zero__act_free(e);
         zero__eng_free_device(e);
         zero__eng_free_host(e);
         if (e->dev->ops->event_destroy) {
@@ -8350,10 +8513,11 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
    (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
-   k = 0..n-1, the host Adam reads the gradients where the reduction left them (host_grad)
-   and the upload of tile k-1's params (COMPUTE) runs while it works on k; a host sync on
-   COMPUTE before upload k (only upload k-1 is in flight) keeps each of the two param
-   staging tiles free when it is reused. A skipped step moves nothing. */
+   k = 0..n-1, the host Adam reads the gradients where the reduction left them (host_grad),
+   and the uploads of earlier tiles' params (COMPUTE) run while it works on k. Before Adam k
+   writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
+   half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
+   not be tile k - 2's). A skipped step moves nothing. */
 static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
                                           const zero_adam_coefs *co_nowd)
 {
@@ -8361,6 +8525,7 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     float fm[3];
     int k;
     zero_result io_r = ZERO_OK; /* the first NVMe failure: the step goes on to agree on it */
+    int up_busy[2] = {0, 0};    /* an upload from param half i may still be reading it */
     char io_err[400];
     io_err[0] = '\0';
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
@@ -8385,6 +8550,10 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
             if (t) io_r = zero_io_wait(e->io, t); /* its buffer's last write is done */
             memset(e->hpg + (size_t)x * e->hpg_stride, 0, e->hpg_stride);
         }
+        if (dst && up_busy[k & 1]) { /* the Adam below rewrites the half that upload reads */
+            ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
+            up_busy[0] = up_busy[1] = 0;
+        }
         if (e->fopt) {
             float *sl = (float *)(void *)(e->swap + (size_t)(k % e->nswap) * e->swap_stride);
             size_t n = e->tiles[k].numel;
@@ -8408,11 +8577,11 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
                                  e->groups[g].shard_numel * e->p, &e->hpg_ticket[g & 1]);
         }
         if (dst) {
-            ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
             ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst,
                                               e->hpar + (size_t)(k & 1) * e->tile_numel * e->p,
                                               e->tiles[k].numel * e->p),
                           "step: param tile upload");
+            up_busy[k & 1] = 1;
         }
     }
     if (e->io) {
@@ -8598,6 +8767,12 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
             alloc_r = r;
             snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: host tier (offload): %s", prev);
         }
+    }
+    if (alloc_r == ZERO_OK && plan_r == ZERO_OK && (r = zero__act_alloc(e)) != ZERO_OK) {
+        char prev[340];
+        zero__eng_copy_error(prev, sizeof prev);
+        alloc_r = r;
+        snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: activation tier: %s", prev);
     }
     if (e->dev->ops->event_create && !e->ev_c2m) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2m);
@@ -9501,6 +9676,7 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
         for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme_mem[k];
         out->total_bytes = out->peak_total_bytes = e->nvme_total;
         out->allocations = (e->fopt ? 1u : 0u) + (e->fpar ? 1u : 0u);
+        zero__act_account(e, tier, out);
         return ZERO_OK;
     }
     for (k = 0; k < ZERO_MEM_COUNT; k++) {
@@ -9510,6 +9686,7 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
     out->total_bytes = e->hmem_total;
     out->peak_total_bytes = e->hmem_peak_total;
     out->allocations = (size_t)e->nhallocs;
+    zero__act_account(e, tier, out);
     return ZERO_OK;
 }
 
@@ -9526,6 +9703,684 @@ ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_s
 {
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_gather_stats: NULL");
     *out = e->gstats;
+    return ZERO_OK;
+}
+
+/* ---- Engine: activation offload ---------------------------------------------------------
+   What this part owns: the activation tier of zero_engine_stash / zero_engine_fetch: a host
+   arena (CPU) or a file with host staging (NVMe), the key table, the allocator of regions in
+   both spaces, the NVMe write-behind and read-ahead, and their accounting. The rest of the
+   engine reaches it only through zero__act_resolve (create), zero__act_alloc (commit),
+   zero__act_free (destroy) and zero__act_account (memory_tier).
+
+   Ordering. Stash copies (device -> host) and fetch copies (host -> device) all run on
+   ZERO_QUEUE_OFFLOAD, in order, so a host region freed by a fetch can take a later stash's
+   copy without a host wait. The host itself touches staging only after a sync of OFFLOAD:
+   NVMe writes of a stash's staging, and prefetch reads into staging, go to regions no copy
+   still uses (a region whose upload is in flight waits in 'quar' until the next sync). */
+
+#define ZERO__ACT_DEFAULT_STAGING ((size_t)64 << 20)
+
+enum { ZERO__ACT_EMPTY = 0, ZERO__ACT_STASHED = 1, ZERO__ACT_FETCHED = 2, ZERO__ACT_FAILED = 3 };
+/* NVMe: where a stashed key's bytes are in host staging. */
+enum {
+    ZERO__ACT_S_NONE = 0,  /* not in staging: in the file only                              */
+    ZERO__ACT_S_COPY = 1,  /* the device copy into staging is enqueued, the host not synced  */
+    ZERO__ACT_S_WRITE = 2, /* in staging; its file write in flight                           */
+    ZERO__ACT_S_CLEAN = 3, /* in staging and in the file                                     */
+    ZERO__ACT_S_READ = 4   /* a prefetch read into staging in flight                         */
+};
+
+typedef struct zero__act_region {
+    size_t off, len;
+} zero__act_region;
+
+/* Regions taken in [0, cap), sorted by offset; first fit. */
+typedef struct zero__act_space {
+    size_t cap, used_bytes;
+    zero__act_region *r;
+    int n;
+} zero__act_space;
+
+typedef struct zero__act_key {
+    int key, state;
+    size_t bytes, span; /* as stashed; rounded up to ZERO_IO_ALIGN */
+    uint64_t seq;       /* stash order */
+    size_t off;         /* in the arena (CPU) or the file (NVMe) */
+    int sstate;         /* NVMe: ZERO__ACT_S_* */
+    size_t soff;        /* its staging region when sstate != NONE */
+    zero_io_ticket ticket;
+    int prefetched;     /* its staging copy came from a prefetch */
+    char err[240];      /* FAILED: why its write failed */
+} zero__act_key;
+
+struct zero__act {
+    zero_offload_device tier;
+    unsigned char *host; /* CPU: the arena; NVMe: the staging */
+    size_t host_bytes, file_bytes;
+    int host_kind;       /* 0 allocator, 1 dev->ops->host_alloc, 2 zero_io_buffer_alloc */
+    zero__act_space hs, fs; /* host arena or staging; the file (NVMe) */
+    zero_io *io;
+    zero_io_file *file;
+    zero_event *ev_c2o, *ev_o2c;
+    zero__act_key *keys;
+    int nkeys, cap;      /* the spaces' region arrays hold 2 * cap + 2 */
+    size_t *quar;        /* staging regions an upload in flight reads (cap + 1 slots) */
+    int nquar, ncopy;    /* quarantined regions; keys in S_COPY */
+    uint64_t seq;
+    zero_activation_stats st;
+};
+
+static size_t zero__act_span(size_t bytes) { return (bytes + (ZERO_IO_ALIGN - 1u)) & ~(size_t)(ZERO_IO_ALIGN - 1u); }
+
+static int zero__act_space_alloc(zero__act_space *s, size_t len, size_t *off)
+{
+    size_t at = 0;
+    int i;
+    for (i = 0; i <= s->n; i++) {
+        size_t end = i < s->n ? s->r[i].off : s->cap;
+        if (end - at >= len) {
+            memmove(&s->r[i + 1], &s->r[i], (size_t)(s->n - i) * sizeof s->r[0]);
+            s->r[i].off = at;
+            s->r[i].len = len;
+            s->n++;
+            s->used_bytes += len;
+            *off = at;
+            return 1;
+        }
+        if (i < s->n) at = s->r[i].off + s->r[i].len;
+    }
+    return 0;
+}
+
+static void zero__act_space_free(zero__act_space *s, size_t off)
+{
+    int i;
+    for (i = 0; i < s->n; i++)
+        if (s->r[i].off == off) {
+            s->used_bytes -= s->r[i].len;
+            memmove(&s->r[i], &s->r[i + 1], (size_t)(s->n - i - 1) * sizeof s->r[0]);
+            s->n--;
+            return;
+        }
+}
+
+/* create: checks and resolves the descriptor's activation fields. */
+static zero_result zero__act_resolve(zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    if ((int)d->offload_activations < 0 || d->offload_activations > ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_activations = %d (none, cpu or nvme)", fn,
+                          (int)d->offload_activations);
+    if (d->offload_activations == ZERO_OFFLOAD_NONE) return ZERO_OK;
+    if (d->offload_activations == ZERO_OFFLOAD_CPU && d->activation_host_bytes == 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_activations = cpu needs activation_host_bytes (the host "
+                          "arena: the most bytes stashed at once)", fn);
+    if (d->offload_activations == ZERO_OFFLOAD_NVME) {
+        if (!d->nvme_path || !d->nvme_path[0])
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_activations = nvme needs nvme_path (a directory for "
+                              "the tier's file)", fn);
+        if (d->activation_nvme_bytes == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_activations = nvme needs activation_nvme_bytes (the "
+                              "file's size: the most bytes stashed at once)", fn);
+        if (d->activation_host_bytes == 0) d->activation_host_bytes = ZERO__ACT_DEFAULT_STAGING;
+    }
+    if (d->activation_host_bytes > SIZE_MAX - ZERO_IO_ALIGN ||
+        d->activation_nvme_bytes > SIZE_MAX - ZERO_IO_ALIGN)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: activation_host_bytes or activation_nvme_bytes "
+                          "too large", fn);
+    d->activation_host_bytes = zero__act_span(d->activation_host_bytes);
+    d->activation_nvme_bytes = zero__act_span(d->activation_nvme_bytes);
+    return ZERO_OK;
+}
+
+/* Room for one more key (and its regions) in the tables. */
+static zero_result zero__act_reserve(zero_engine *e, const char *fn)
+{
+    struct zero__act *a = e->act;
+    const zero_allocator *al = &e->d.allocator;
+    int cap = a->cap ? 2 * a->cap : 16;
+    zero__act_key *k;
+    zero__act_region *hr, *fr;
+    size_t *q;
+    if (a->nkeys < a->cap) return ZERO_OK;
+    k = (zero__act_key *)zero__alloc(al, (size_t)cap * sizeof *k);
+    hr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *hr);
+    fr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *fr);
+    q = (size_t *)zero__alloc(al, (size_t)(cap + 1) * sizeof *q);
+    if (!k || !hr || !fr || !q) {
+        zero__free(al, k);
+        zero__free(al, hr);
+        zero__free(al, fr);
+        zero__free(al, q);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: the key table (%d keys)", fn, cap);
+    }
+    memset(k, 0, (size_t)cap * sizeof *k);
+    if (a->nkeys) memcpy(k, a->keys, (size_t)a->nkeys * sizeof *k);
+    if (a->hs.n) memcpy(hr, a->hs.r, (size_t)a->hs.n * sizeof *hr);
+    if (a->fs.n) memcpy(fr, a->fs.r, (size_t)a->fs.n * sizeof *fr);
+    if (a->nquar) memcpy(q, a->quar, (size_t)a->nquar * sizeof *q);
+    zero__free(al, a->keys);
+    zero__free(al, a->hs.r);
+    zero__free(al, a->fs.r);
+    zero__free(al, a->quar);
+    a->keys = k;
+    a->hs.r = hr;
+    a->fs.r = fr;
+    a->quar = q;
+    a->cap = cap;
+    return ZERO_OK;
+}
+
+/* commit: the tier's host memory, file and events (nothing when offload_activations is
+   NONE). On error what was made stays in e->act for zero__act_free. */
+static zero_result zero__act_alloc(zero_engine *e)
+{
+    struct zero__act *a;
+    zero_result r;
+    void *p = NULL;
+    if (e->d.offload_activations == ZERO_OFFLOAD_NONE) return ZERO_OK;
+    a = (struct zero__act *)zero__alloc(&e->d.allocator, sizeof *a);
+    if (!a) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "activation tier: %zu bytes", sizeof *a);
+    memset(a, 0, sizeof *a);
+    e->act = a;
+    a->tier = e->d.offload_activations;
+    if ((r = zero__act_reserve(e, "activation tier")) != ZERO_OK) return r;
+    if (e->dev->ops->event_create) {
+        if ((r = e->dev->ops->event_create(e->dev, &a->ev_c2o)) != ZERO_OK) return r;
+        if ((r = e->dev->ops->event_create(e->dev, &a->ev_o2c)) != ZERO_OK) return r;
+    }
+    if (a->tier == ZERO_OFFLOAD_NVME) {
+        zero_io_desc iod;
+        memset(&iod, 0, sizeof iod);
+        iod.block_size = e->d.block_size;
+        iod.queue_depth = e->d.queue_depth;
+        iod.allocator = e->d.allocator;
+        if ((r = zero_io_create(&iod, &a->io)) != ZERO_OK) return r;
+        if ((r = zero_io_file_create(a->io, e->d.nvme_path, "act", e->rank,
+                                     (uint64_t)e->d.activation_nvme_bytes, &a->file)) != ZERO_OK)
+            return r;
+        a->file_bytes = (size_t)zero_io_file_size(a->file);
+        a->fs.cap = a->file_bytes;
+    }
+    if (e->d.pin_memory > 0 && e->dev->ops->host_alloc && e->dev->ops->host_free) {
+        if ((r = e->dev->ops->host_alloc(e->dev, e->d.activation_host_bytes, &p)) != ZERO_OK) return r;
+        a->host_kind = 1;
+    } else if (a->io) {
+        if ((r = zero_io_buffer_alloc(a->io, e->d.activation_host_bytes, &p)) != ZERO_OK) return r;
+        a->host_kind = 2;
+    } else if (!(p = zero__alloc(&e->d.allocator, e->d.activation_host_bytes))) {
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "activation tier: %zu bytes of host memory "
+                          "(activation_host_bytes)", e->d.activation_host_bytes);
+    }
+    a->host = (unsigned char *)p;
+    a->host_bytes = a->hs.cap = e->d.activation_host_bytes;
+    return ZERO_OK;
+}
+
+/* destroy: waits for the tier's transfers and frees everything. */
+static void zero__act_free(zero_engine *e)
+{
+    struct zero__act *a = e->act;
+    const zero_allocator *al = &e->d.allocator;
+    if (!a) return;
+    if (e->dev->ops->sync) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
+    if (a->io) (void)zero_io_wait_all(a->io);
+    zero_io_file_destroy(a->file);
+    if (a->host) {
+        if (a->host_kind == 1) (void)e->dev->ops->host_free(e->dev, a->host);
+        else if (a->host_kind == 2) zero_io_buffer_free(a->io, a->host);
+        else zero__free(al, a->host);
+    }
+    zero_io_destroy(a->io);
+    if (e->dev->ops->event_destroy) {
+        if (a->ev_c2o) e->dev->ops->event_destroy(e->dev, a->ev_c2o);
+        if (a->ev_o2c) e->dev->ops->event_destroy(e->dev, a->ev_o2c);
+    }
+    zero__free(al, a->keys);
+    zero__free(al, a->hs.r);
+    zero__free(al, a->fs.r);
+    zero__free(al, a->quar);
+    zero__free(al, a);
+    e->act = NULL;
+}
+
+/* memory_tier: the arena or staging (host) and the file (NVMe), under ZERO_MEM_ACTIVATION. */
+static void zero__act_account(const zero_engine *e, zero_mem_tier tier, zero_engine_memory *out)
+{
+    size_t b;
+    if (!e->act || tier == ZERO_TIER_DEVICE) return;
+    b = tier == ZERO_TIER_HOST ? (e->act->host ? e->act->host_bytes : 0) : e->act->file_bytes;
+    if (b == 0) return;
+    out->bytes[ZERO_MEM_ACTIVATION] += b;
+    out->peak_bytes[ZERO_MEM_ACTIVATION] += b;
+    out->total_bytes += b;
+    out->peak_total_bytes += b;
+    out->allocations++;
+}
+
+static zero_result zero__act_usable(const zero_engine *e, const char *fn)
+{
+    zero_result r = zero__eng_usable(e, fn);
+    if (r != ZERO_OK) return r;
+    if (!e->act)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: no activation tier (set offload_activations = cpu or nvme in the "
+                          "engine's descriptor)", fn);
+    return ZERO_OK;
+}
+
+/* usable, and a buffer and a size for key. */
+static zero_result zero__act_args(const zero_engine *e, const char *fn, int key, const void *buf,
+                                  size_t bytes)
+{
+    zero_result r = zero__act_usable(e, fn);
+    if (r != ZERO_OK) return r;
+    if (!buf || bytes == 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: key %d: buffer %s, bytes %zu", fn, key,
+                          buf ? "set" : "NULL", bytes);
+    return ZERO_OK;
+}
+
+static int zero__act_find(const struct zero__act *a, int key)
+{
+    int i;
+    for (i = 0; i < a->nkeys; i++)
+        if (a->keys[i].key == key) return i;
+    return -1;
+}
+
+/* The key's staging region goes back: at once, or (when an upload may still read it)
+   after the next sync of OFFLOAD. */
+static void zero__act_unstage(struct zero__act *a, zero__act_key *k, int quarantine)
+{
+    if (k->sstate == ZERO__ACT_S_NONE) return;
+    if (k->sstate == ZERO__ACT_S_COPY) a->ncopy--;
+    if (quarantine) a->quar[a->nquar++] = k->soff;
+    else zero__act_space_free(&a->hs, k->soff);
+    k->sstate = ZERO__ACT_S_NONE;
+    k->prefetched = 0;
+}
+
+/* A key whose write failed: it keeps nothing but the error, for its fetch. */
+static void zero__act_fail_key(struct zero__act *a, zero__act_key *k)
+{
+    zero__eng_copy_error(k->err, sizeof k->err);
+    zero__act_unstage(a, k, 0);
+    zero__act_space_free(&a->fs, k->off);
+    k->state = ZERO__ACT_FAILED;
+}
+
+/* Waits for the key's write or read in flight (S_WRITE, S_READ). A failed write fails the
+   key (its bytes exist nowhere else once staging is reused); a failed read is returned and
+   the key stays stashed, its staging given back. */
+static zero_result zero__act_finish(struct zero__act *a, zero__act_key *k)
+{
+    zero_result r;
+    if (k->sstate != ZERO__ACT_S_WRITE && k->sstate != ZERO__ACT_S_READ) return ZERO_OK;
+    r = zero_io_wait(a->io, k->ticket);
+    k->ticket = 0;
+    if (r == ZERO_OK) {
+        k->sstate = ZERO__ACT_S_CLEAN;
+        return ZERO_OK;
+    }
+    if (k->sstate == ZERO__ACT_S_WRITE) {
+        zero__act_fail_key(a, k);
+        return ZERO_OK;
+    }
+    zero__act_unstage(a, k, 0);
+    return r;
+}
+
+/* The host syncs OFFLOAD (when a stash copy or a quarantined region waits for it, or
+   'force'): the stashes' bytes are then in staging and go to the file (except the key
+   'skip', which a fetch takes straight from staging), and quarantined regions are free. */
+static zero_result zero__act_settle(zero_engine *e, int force, int skip)
+{
+    struct zero__act *a = e->act;
+    int i;
+    if (!force && a->ncopy == 0 && a->nquar == 0) return ZERO_OK;
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "activation tier: sync");
+    for (i = 0; i < a->nquar; i++) zero__act_space_free(&a->hs, a->quar[i]);
+    a->nquar = 0;
+    for (i = 0; i < a->nkeys && a->ncopy > 0; i++) {
+        zero__act_key *k = &a->keys[i];
+        if (k->sstate != ZERO__ACT_S_COPY) continue;
+        a->ncopy--;
+        if (i == skip) { /* never written: fetched from staging now */
+            k->sstate = ZERO__ACT_S_CLEAN;
+            continue;
+        }
+        /* the tail past the caller's bytes is written too (direct I/O wants whole blocks) */
+        memset(a->host + k->soff + k->bytes, 0, k->span - k->bytes);
+        if (zero_io_write(a->file, (uint64_t)k->off, a->host + k->soff, k->span, &k->ticket) != ZERO_OK) {
+            k->sstate = ZERO__ACT_S_CLEAN; /* nothing queued: unstage plainly */
+            zero__act_fail_key(a, k);
+            continue;
+        }
+        k->sstate = ZERO__ACT_S_WRITE;
+        a->st.nvme_bytes_written += k->span;
+    }
+    return ZERO_OK;
+}
+
+/* A staging region of 'span' bytes. prefetch_seq 0: for a stash or a fetch (anything may
+   be waited for or evicted: syncs, finished writes, clean copies, prefetches); otherwise
+   for a prefetch of the key stashed at prefetch_seq: only clean copies of keys stashed
+   before it are evicted, and nothing is waited for. 0 when nothing fits. */
+static int zero__act_stage(zero_engine *e, size_t span, uint64_t prefetch_seq, size_t *soff,
+                           zero_result *err)
+{
+    struct zero__act *a = e->act;
+    int pass, i;
+    *err = ZERO_OK;
+    for (pass = 0; pass < 4; pass++) {
+        if (zero__act_space_alloc(&a->hs, span, soff)) return 1;
+        if (prefetch_seq && pass > 1) return 0;
+        /* pass 0: settle; 1: clean copies, oldest first; 2: writes; 3: prefetches in flight */
+        if (pass == 0) {
+            if (!prefetch_seq && (*err = zero__act_settle(e, 0, -1)) != ZERO_OK) return 0;
+            continue;
+        }
+        for (;;) {
+            int best = -1;
+            for (i = 0; i < a->nkeys; i++) {
+                zero__act_key *k = &a->keys[i];
+                int want = pass == 1 ? k->sstate == ZERO__ACT_S_CLEAN
+                                     : pass == 2 ? k->sstate == ZERO__ACT_S_WRITE
+                                                 : k->sstate == ZERO__ACT_S_READ;
+                if (!want || (prefetch_seq && k->seq >= prefetch_seq)) continue;
+                if (best < 0 || k->seq < a->keys[best].seq) best = i;
+            }
+            if (best < 0) break;
+            (void)zero__act_finish(a, &a->keys[best]); /* a failed read only loses the prefetch */
+            zero__act_unstage(a, &a->keys[best], 0);
+            if (zero__act_space_alloc(&a->hs, span, soff)) return 1;
+        }
+    }
+    return zero__act_space_alloc(&a->hs, span, soff);
+}
+
+/* After a fetch: read the live key stashed last into staging, unless it is there already. */
+static void zero__act_prefetch(zero_engine *e)
+{
+    struct zero__act *a = e->act;
+    zero__act_key *k = NULL;
+    zero_result r;
+    size_t soff;
+    int i;
+    for (i = 0; i < a->nkeys; i++)
+        if (a->keys[i].state == ZERO__ACT_STASHED && (!k || a->keys[i].seq > k->seq)) k = &a->keys[i];
+    if (!k || k->sstate != ZERO__ACT_S_NONE) return;
+    if (!zero__act_stage(e, k->span, k->seq, &soff, &r)) return;
+    if (zero_io_read(a->file, (uint64_t)k->off, a->host + soff, k->span, &k->ticket) != ZERO_OK) {
+        zero__act_space_free(&a->hs, soff); /* the fetch will read it and report the error */
+        zero_clear_error();
+        return;
+    }
+    k->soff = soff;
+    k->sstate = ZERO__ACT_S_READ;
+    k->prefetched = 1;
+    a->st.prefetches++;
+    a->st.nvme_bytes_read += k->span;
+}
+
+ZERODEF zero_result zero_engine_stash(zero_engine *e, int key, const void *device_src, size_t bytes)
+{
+    const char *fn = "zero_engine_stash";
+    struct zero__act *a;
+    zero__act_key *k;
+    zero_result r;
+    size_t span, off = 0, soff = 0;
+    int i;
+    if ((r = zero__act_args(e, fn, key, device_src, bytes)) != ZERO_OK) return r;
+    a = e->act;
+    if (bytes > SIZE_MAX - ZERO_IO_ALIGN)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: key %d: bytes = %zu", fn, key, bytes);
+    span = zero__act_span(bytes);
+    i = zero__act_find(a, key);
+    if (i >= 0 && (a->keys[i].state == ZERO__ACT_STASHED || a->keys[i].state == ZERO__ACT_FAILED))
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: key %d is already stashed (%zu bytes); fetch or drop it first", fn,
+                          key, a->keys[i].bytes);
+    if (a->tier == ZERO_OFFLOAD_NVME && span > a->hs.cap)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: key %d: %zu bytes do not fit the staging (activation_host_bytes = "
+                          "%zu); raise it to at least %zu", fn, key, bytes, a->hs.cap, span);
+    {
+        zero__act_space *s = a->tier == ZERO_OFFLOAD_NVME ? &a->fs : &a->hs;
+        const char *setting = a->tier == ZERO_OFFLOAD_NVME ? "activation_nvme_bytes" : "activation_host_bytes";
+        if (span > s->cap - s->used_bytes)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                              "%s: key %d: the activation tier is full: %zu bytes asked (%zu "
+                              "with alignment), %zu of %zu in use by %d stashed keys; raise %s "
+                              "or fetch / drop keys first", fn, key, bytes, span, s->used_bytes,
+                              s->cap, a->st.live_keys, setting);
+    }
+    if (i < 0 && (r = zero__act_reserve(e, fn)) != ZERO_OK) return r;
+    if (a->tier == ZERO_OFFLOAD_NVME) {
+        if ((r = zero__act_settle(e, 0, -1)) != ZERO_OK) return r;
+        if (!zero__act_space_alloc(&a->fs, span, &off))
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                              "%s: key %d: %zu bytes asked, the activation file (%zu bytes) has "
+                              "%zu free but not in one piece; raise activation_nvme_bytes", fn,
+                              key, span, a->fs.cap, a->fs.cap - a->fs.used_bytes);
+        if (!zero__act_stage(e, span, 0, &soff, &r)) {
+            zero__act_space_free(&a->fs, off);
+            if (r != ZERO_OK) return r;
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: key %d: no staging for %zu bytes",
+                              fn, key, span);
+        }
+    } else if (!zero__act_space_alloc(&a->hs, span, &off)) {
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                          "%s: key %d: %zu bytes asked, the arena (%zu bytes) has %zu free but "
+                          "not in one piece; raise activation_host_bytes", fn, key, span, a->hs.cap,
+                          a->hs.cap - a->hs.used_bytes);
+    }
+    /* the copy reads device_src after the compute work enqueued so far */
+    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMPUTE, a->ev_c2o), "zero_engine_stash: event");
+    ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_OFFLOAD, a->ev_c2o), "zero_engine_stash: event");
+    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD,
+                                           a->host + (a->tier == ZERO_OFFLOAD_NVME ? soff : off),
+                                           device_src, bytes),
+                  "zero_engine_stash: copy to the host");
+    if (i < 0) i = a->nkeys++;
+    k = &a->keys[i];
+    memset(k, 0, sizeof *k);
+    k->key = key;
+    k->state = ZERO__ACT_STASHED;
+    k->bytes = bytes;
+    k->span = span;
+    k->seq = ++a->seq;
+    k->off = off;
+    if (a->tier == ZERO_OFFLOAD_NVME) {
+        k->sstate = ZERO__ACT_S_COPY;
+        k->soff = soff;
+        a->ncopy++;
+    }
+    a->st.stashes++;
+    a->st.bytes_stashed += bytes;
+    a->st.live_keys++;
+    a->st.live_bytes += bytes;
+    if (a->st.live_bytes > a->st.peak_live_bytes) a->st.peak_live_bytes = a->st.live_bytes;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_stash_fence(zero_engine *e)
+{
+    zero_result r;
+    if ((r = zero__act_usable(e, "zero_engine_stash_fence")) != ZERO_OK) return r;
+    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_OFFLOAD, e->act->ev_o2c), "zero_engine_stash_fence: event");
+    ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, e->act->ev_o2c), "zero_engine_stash_fence: event");
+    return ZERO_OK;
+}
+
+/* A key stashed now (STASHED or FAILED), or an error naming why not. */
+static zero_result zero__act_live_key(struct zero__act *a, int key, const char *fn, int *out)
+{
+    int i = zero__act_find(a, key);
+    *out = i;
+    if (i < 0) return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d was never stashed", fn, key);
+    if (a->keys[i].state == ZERO__ACT_FETCHED)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: key %d was already fetched (each stash is fetched once)", fn, key);
+    if (a->keys[i].state == ZERO__ACT_EMPTY)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (dropped, or its "
+                          "write failed and was reported)", fn, key);
+    return ZERO_OK;
+}
+
+/* r with the I/O engine's message, prefixed with the call and the key. */
+static zero_result zero__act_io_error(zero_result r, const char *fn, int key)
+{
+    char prev[300];
+    zero__eng_copy_error(prev, sizeof prev);
+    return zero__fail(r, "%s: key %d: %s", fn, key, prev);
+}
+
+/* The key leaves the tier (fetched, dropped or failed and reported). */
+static void zero__act_forget(struct zero__act *a, zero__act_key *k, int state)
+{
+    if (k->state == ZERO__ACT_STASHED) {
+        if (a->tier == ZERO_OFFLOAD_NVME) zero__act_space_free(&a->fs, k->off);
+        else zero__act_space_free(&a->hs, k->off);
+    }
+    a->st.live_keys--;
+    a->st.live_bytes -= k->bytes;
+    k->state = state;
+}
+
+/* A key whose write failed, reported (once) by its fetch. */
+static zero_result zero__act_lost(struct zero__act *a, zero__act_key *k, const char *fn)
+{
+    char msg[240];
+    memcpy(msg, k->err, sizeof msg);
+    zero__act_forget(a, k, ZERO__ACT_EMPTY);
+    return zero__fail(ZERO_ERROR_IO, "%s: key %d was lost, its write failed: %.200s", fn, k->key, msg);
+}
+
+ZERODEF zero_result zero_engine_fetch(zero_engine *e, int key, void *device_dst, size_t bytes)
+{
+    const char *fn = "zero_engine_fetch";
+    struct zero__act *a;
+    zero__act_key *k;
+    zero_result r;
+    const unsigned char *src;
+    int i;
+    if ((r = zero__act_args(e, fn, key, device_dst, bytes)) != ZERO_OK) return r;
+    a = e->act;
+    if ((r = zero__act_live_key(a, key, fn, &i)) != ZERO_OK) return r;
+    k = &a->keys[i];
+    if (k->state == ZERO__ACT_FAILED) return zero__act_lost(a, k, fn);
+    if (bytes != k->bytes)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: key %d was stashed with %zu bytes, the fetch asks for %zu", fn, key,
+                          k->bytes, bytes);
+    if (a->tier == ZERO_OFFLOAD_NVME) {
+        int hit = k->sstate == ZERO__ACT_S_COPY || k->sstate == ZERO__ACT_S_WRITE ||
+                  (k->sstate == ZERO__ACT_S_CLEAN && !k->prefetched);
+        int pre = k->prefetched;
+        /* uploads of earlier fetches are done after this: their staging comes back */
+        if ((r = zero__act_settle(e, k->sstate == ZERO__ACT_S_COPY, i)) != ZERO_OK) return r;
+        if (k->sstate == ZERO__ACT_S_WRITE) { /* the bytes are in staging: its result is moot */
+            (void)zero_io_wait(a->io, k->ticket);
+            zero_clear_error();
+            k->ticket = 0;
+            k->sstate = ZERO__ACT_S_CLEAN;
+        }
+        if (k->sstate == ZERO__ACT_S_READ && (r = zero__act_finish(a, k)) != ZERO_OK)
+            return zero__act_io_error(r, fn, key);
+        if (k->state == ZERO__ACT_FAILED) return zero__act_lost(a, k, fn); /* failed meanwhile */
+        if (k->sstate == ZERO__ACT_S_NONE) { /* read it now */
+            zero_io_ticket t;
+            size_t soff;
+            pre = hit = 0;
+            if (!zero__act_stage(e, k->span, 0, &soff, &r)) {
+                if (r != ZERO_OK) return r;
+                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: key %d: no staging for %zu bytes",
+                                  fn, key, k->span);
+            }
+            r = zero_io_read(a->file, (uint64_t)k->off, a->host + soff, k->span, &t);
+            if (r == ZERO_OK) r = zero_io_wait(a->io, t);
+            if (r != ZERO_OK) {
+                zero__act_space_free(&a->hs, soff);
+                return zero__act_io_error(r, fn, key);
+            }
+            a->st.nvme_bytes_read += k->span;
+            a->st.demand_reads++;
+            k->soff = soff;
+            k->sstate = ZERO__ACT_S_CLEAN;
+        }
+        if (hit) a->st.staging_hits++;
+        else if (pre) a->st.prefetch_hits++;
+        src = a->host + k->soff;
+    } else {
+        src = a->host + k->off;
+    }
+    /* device_dst is written after the compute work enqueued so far; compute waits for it */
+    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMPUTE, a->ev_c2o), "zero_engine_fetch: event");
+    ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_OFFLOAD, a->ev_c2o), "zero_engine_fetch: event");
+    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_OFFLOAD, device_dst, src, bytes),
+                  "zero_engine_fetch: copy to the device");
+    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_OFFLOAD, a->ev_o2c), "zero_engine_fetch: event");
+    ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, a->ev_o2c), "zero_engine_fetch: event");
+    zero__act_unstage(a, k, 1); /* the upload may still read it */
+    zero__act_forget(a, k, ZERO__ACT_FETCHED);
+    a->st.fetches++;
+    a->st.bytes_fetched += bytes;
+    if (a->tier == ZERO_OFFLOAD_NVME) zero__act_prefetch(e);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key)
+{
+    const char *fn = "zero_engine_stash_drop";
+    struct zero__act *a;
+    zero__act_key *k;
+    zero_result r;
+    int i;
+    if ((r = zero__act_usable(e, fn)) != ZERO_OK) return r;
+    a = e->act;
+    if ((r = zero__act_live_key(a, key, fn, &i)) != ZERO_OK) {
+        if (r == ZERO_ERROR_INVALID_STATE)
+            return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (fetched)", fn, key);
+        return r;
+    }
+    k = &a->keys[i];
+    if (k->sstate == ZERO__ACT_S_WRITE || k->sstate == ZERO__ACT_S_READ) {
+        (void)zero_io_wait(a->io, k->ticket);
+        zero_clear_error();
+        k->ticket = 0;
+    }
+    /* a copy into its staging or arena region may still run: on OFFLOAD, before any later
+       copy into the same region; staging waits for the next sync */
+    zero__act_unstage(a, k, k->sstate == ZERO__ACT_S_COPY);
+    zero__act_forget(a, k, ZERO__ACT_EMPTY);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_stash_clear(zero_engine *e)
+{
+    zero_result r;
+    int i;
+    if ((r = zero__act_usable(e, "zero_engine_stash_clear")) != ZERO_OK) return r;
+    for (i = 0; i < e->act->nkeys; i++) {
+        int st = e->act->keys[i].state;
+        if (st == ZERO__ACT_STASHED || st == ZERO__ACT_FAILED)
+            (void)zero_engine_stash_drop(e, e->act->keys[i].key);
+    }
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_activation_stats *out)
+{
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_activation_stats: NULL");
+    if (e->act) *out = e->act->st;
+    else memset(out, 0, sizeof *out);
     return ZERO_OK;
 }
 
@@ -10023,7 +10878,8 @@ ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *
 
 /* ---- the format ------------------------------------------------------------------------------ */
 
-#define ZERO__CK_VERSION 1u
+#define ZERO__CK_VERSION 2u       /* of the manifest; version 1 (no client state) still loads */
+#define ZERO__CK_SHARD_VERSION 1u /* of the shard files */
 #define ZERO__CK_MANIFEST "zero.manifest"
 #define ZERO__CK_MAN_FIXED 184u   /* bytes before the group table */
 #define ZERO__CK_SHARD_FIXED 64u  /* bytes before the section table */
@@ -10065,6 +10921,7 @@ struct zero_checkpoint {
     uint32_t psize;
     uint64_t header_bytes; /* of every shard file */
     uint64_t shard_bytes;  /* of every shard file */
+    uint32_t client_crc;   /* CRC32C of the client state (info.client_bytes bytes) */
 };
 
 static void zero__ck_free(zero_checkpoint *ck)
@@ -10113,9 +10970,9 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     version = (uint32_t)zero__ck_get(&rd, 4);
     (void)zero__ck_get(&rd, 4);
     mbytes = zero__ck_get(&rd, 8);
-    if (version != ZERO__CK_VERSION)
-        return zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads %u)", what,
-                          version, ZERO__CK_VERSION);
+    if (version != 1u && version != ZERO__CK_VERSION)
+        return zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads 1..%u)",
+                          what, version, ZERO__CK_VERSION);
     if (mbytes != n)
         return zero__fail(ZERO_ERROR_IO, "%s: %zu bytes but its header says %llu", what, n,
                           (unsigned long long)mbytes);
@@ -10249,6 +11106,16 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
         ck->file_hcrc[i] = (uint32_t)zero__ck_get(&rd, 4);
         (void)zero__ck_get(&rd, 4);
     }
+    if (version >= 2u) { /* the client state entry */
+        ck->info.client_bytes = zero__ck_get(&rd, 8);
+        ck->client_crc = (uint32_t)zero__ck_get(&rd, 4);
+        (void)zero__ck_get(&rd, 4);
+        if (ck->info.client_bytes > (uint64_t)SIZE_MAX / 2u) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: client state of %llu bytes", what,
+                           (unsigned long long)ck->info.client_bytes);
+            goto fail;
+        }
+    }
     if (rd.bad || rd.at != rd.n) {
         r = zero__fail(ZERO_ERROR_IO, "%s: %s at byte %zu", what,
                        rd.bad ? "ends early" : "has extra bytes", rd.at);
@@ -10312,6 +11179,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
         }
         ck->info.total_bytes += off;
     }
+    ck->info.total_bytes += ck->info.client_bytes;
     *out = ck;
     return ZERO_OK;
 fail:
@@ -10322,6 +11190,54 @@ fail:
 static void zero__ck_shard_name(char *dst, size_t n, uint64_t gen, int rank)
 {
     snprintf(dst, n, "zero-%016llx-%05d.shard", (unsigned long long)gen, rank);
+}
+
+static void zero__ck_client_name(char *dst, size_t n, uint64_t gen)
+{
+    snprintf(dst, n, "zero-%016llx.client", (unsigned long long)gen);
+}
+
+/* Reads and checks the client state of ck into dst (info.client_bytes bytes). */
+static zero_result zero__ck_read_client(const zero_checkpoint *ck, void *dst)
+{
+    char name[64], path[4200];
+    struct stat st;
+    uint32_t crc;
+    zero_result r;
+    int fd;
+    if (ck->info.client_bytes == 0) return ZERO_OK;
+    zero__ck_client_name(name, sizeof name, ck->info.generation);
+    snprintf(path, sizeof path, "%s/%s", ck->dir, name);
+    fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return zero__fail(ZERO_ERROR_IO, "%s: client state file: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int er = errno;
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
+    }
+    if ((uint64_t)st.st_size != ck->info.client_bytes) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: client state of %lld bytes, the manifest says %llu "
+                          "(truncated or replaced)", path, (long long)st.st_size,
+                          (unsigned long long)ck->info.client_bytes);
+    }
+    r = zero__ck_pread(fd, dst, (size_t)ck->info.client_bytes, 0, path);
+    close(fd);
+    if (r != ZERO_OK) return r;
+    crc = zero_crc32c(0, dst, (size_t)ck->info.client_bytes);
+    if (crc != ck->client_crc)
+        return zero__fail(ZERO_ERROR_IO, "%s: client state checksum mismatch (bytes 0..%llu: "
+                          "stored %08x, computed %08x)", path,
+                          (unsigned long long)ck->info.client_bytes - 1, ck->client_crc, crc);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst)
+{
+    if (!ck || (!dst && ck->info.client_bytes))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_read_client: NULL");
+    return zero__ck_read_client(ck, dst);
 }
 
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
@@ -10419,7 +11335,7 @@ static zero_result zero__ck_check_shard_header(const zero_checkpoint *ck, const 
     rd.p = h;
     rd.n = (size_t)ck->header_bytes - 4;
     rd.at = 8;
-    if (memcmp(h, "ZEROSHRD", 8) != 0 || zero__ck_get(&rd, 4) != ZERO__CK_VERSION ||
+    if (memcmp(h, "ZEROSHRD", 8) != 0 || zero__ck_get(&rd, 4) != ZERO__CK_SHARD_VERSION ||
         zero__ck_get(&rd, 4) != ck->header_bytes || zero__ck_get(&rd, 8) != ck->info.generation ||
         zero__ck_get(&rd, 4) != (uint64_t)q || zero__ck_get(&rd, 4) != (uint64_t)ck->info.world ||
         zero__ck_get(&rd, 4) != 4u * G || zero__ck_get(&rd, 4) != (uint64_t)ck->info.param_dtype ||
@@ -10585,11 +11501,19 @@ static unsigned char *zero__ck_base_none(void *ctx, int ki)
 ZERODEF zero_result zero_checkpoint_verify(zero_checkpoint *ck)
 {
     zero__ck_reader rdr;
+    zero_result r;
+    unsigned char *cl;
     if (!ck) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_verify: NULL");
     rdr.want = zero__ck_want_all;
     rdr.base = zero__ck_base_none;
     rdr.ctx = NULL;
-    return zero__ck_read(ck, &rdr);
+    if ((r = zero__ck_read(ck, &rdr)) != ZERO_OK || ck->info.client_bytes == 0) return r;
+    cl = (unsigned char *)ZERO_MALLOC((size_t)ck->info.client_bytes);
+    if (!cl) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_verify: client state "
+                               "of %llu bytes", (unsigned long long)ck->info.client_bytes);
+    r = zero__ck_read_client(ck, cl);
+    ZERO_FREE(cl);
+    return r;
 }
 
 /* read_tensor: one tensor, one kind, whole. */
@@ -10736,7 +11660,7 @@ static uint64_t zero__ck_next_gen(const char *dir)
             unsigned long long g;
             if (strncmp(s, "zero-", 5) != 0) continue;
             g = strtoull(s + 5, &end, 16);
-            if (end == s + 5 + 16 && *end == '-' && g > best) best = g;
+            if (end == s + 5 + 16 && (*end == '-' || *end == '.') && g > best) best = g;
         }
         closedir(d);
     }
@@ -10766,10 +11690,13 @@ static void zero__ck_cleanup(const char *dir, uint64_t keep)
         size_t L = strlen(s);
         int kill = 0;
         if (strncmp(s, "zero-", 5) == 0 && L > 6 &&
-            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0))) {
+            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0) ||
+             (L > 7 && strcmp(s + L - 7, ".client") == 0) ||
+             (L > 11 && strcmp(s + L - 11, ".client.tmp") == 0))) {
             char *end = NULL;
             unsigned long long g = strtoull(s + 5, &end, 16);
-            kill = !(end == s + 5 + 16 && g == keep && strcmp(s + L - 6, ".shard") == 0);
+            kill = !(end == s + 5 + 16 && g == keep &&
+                     (strcmp(s + L - 6, ".shard") == 0 || strcmp(s + L - 7, ".client") == 0));
         } else if (strcmp(s, ZERO__CK_MANIFEST ".tmp") == 0) {
             kill = 1;
         }
@@ -10847,7 +11774,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         }
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
-        zero__ck_u32(&hdr, ZERO__CK_VERSION);
+        zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
         zero__ck_u32(&hdr, (uint32_t)hb);
         zero__ck_u64(&hdr, gen);
         zero__ck_u32(&hdr, (uint32_t)e->rank);
@@ -10892,7 +11819,8 @@ out:
 }
 
 /* Rank 0, after every shard file is in place: the manifest (the commit point). */
-static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint64_t gen)
+static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint64_t gen,
+                                           uint64_t client_bytes, uint32_t client_crc)
 {
     zero__ck_buf b;
     zero_result r = ZERO_OK;
@@ -10973,6 +11901,9 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
         zero__ck_u32(&b, zero__ck_le32(h + hb - 4));
         zero__ck_u32(&b, 0);
     }
+    zero__ck_u64(&b, client_bytes);
+    zero__ck_u32(&b, client_crc);
+    zero__ck_u32(&b, 0);
     if (r == ZERO_OK && !b.err) {
         int i;
         for (i = 0; i < 8; i++) b.p[16 + i] = (unsigned char)((uint64_t)(b.n + 4) >> (8 * i));
@@ -10987,9 +11918,16 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
 
 ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir)
 {
+    return zero_engine_save_client(e, dir, NULL, 0);
+}
+
+ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, const void *client,
+                                            size_t client_bytes)
+{
     zero_result r = zero__eng_usable(e, "zero_engine_save");
     zero_traffic keep;
     double gen = 0.0;
+    uint32_t client_crc = 0;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save: dir is NULL, empty or too long");
@@ -10998,15 +11936,28 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir)
     /* 1. the directory and the generation (rank 0 proposes it) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
+    if (r == ZERO_OK && e->rank == 0 && client_bytes > 0 && !client)
+        r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save_client: rank 0's client is "
+                       "NULL with client_bytes %zu", client_bytes);
     if (r == ZERO_OK && e->rank == 0) gen = (double)zero__ck_next_gen(dir);
     r = zero__ck_agree(e, r, &gen);
-    /* 2. every rank's shard file */
-    if (r == ZERO_OK) r = zero__ck_agree(e, zero__ck_write_shard(e, dir, (uint64_t)gen), NULL);
+    /* 2. every rank's shard file; rank 0's client state */
+    if (r == ZERO_OK) {
+        zero_result sr = ZERO_OK;
+        if (e->rank == 0 && client_bytes > 0) {
+            char name[64];
+            zero__ck_client_name(name, sizeof name, (uint64_t)gen);
+            client_crc = zero_crc32c(0, client, client_bytes);
+            sr = zero__ck_write_file(dir, name, client, client_bytes);
+        }
+        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, (uint64_t)gen);
+        r = zero__ck_agree(e, sr, NULL);
+    }
     /* 3. the manifest, then the older generations go */
     if (r == ZERO_OK) {
         zero_result mr = ZERO_OK;
         if (e->rank == 0) {
-            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen);
+            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen, client_bytes, client_crc);
             if (mr == ZERO_OK) zero__ck_cleanup(dir, (uint64_t)gen);
         }
         r = zero__ck_agree(e, mr, NULL);
@@ -11157,13 +12108,20 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
 
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
 {
+    return zero_engine_load_client(e, dir, NULL, 0, NULL);
+}
+
+ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, void *client,
+                                            size_t capacity, size_t *client_bytes)
+{
     zero_result r = zero__eng_usable(e, "zero_engine_load");
     zero_checkpoint *ck = NULL;
     zero__ck_load L;
     zero__ck_reader rdr;
     zero_traffic keep;
     size_t bytes = 0;
-    int t, ki, i;
+    unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
+    int t, ki, i, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -11183,6 +12141,23 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
         if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
     }
     if (r == ZERO_OK) r = zero__ck_compat(e, ck, dir, L.tmap);
+    if (r == ZERO_OK && want_client && ck->info.client_bytes > 0) {
+        if ((ck->info.client_bytes > (uint64_t)capacity || !client) && client_bytes)
+            *client_bytes = (size_t)ck->info.client_bytes; /* the size needed */
+        if (ck->info.client_bytes > (uint64_t)capacity || !client)
+            r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_client: %s holds %llu "
+                           "bytes of client state, the capacity is %zu", dir,
+                           (unsigned long long)ck->info.client_bytes, client ? capacity : 0);
+        if (r == ZERO_OK && !(cl = (unsigned char *)zero__alloc(&e->d.allocator,
+                                                                (size_t)ck->info.client_bytes)))
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load: client state of %llu bytes",
+                           (unsigned long long)ck->info.client_bytes);
+        if (r == ZERO_OK && (r = zero__ck_read_client(ck, cl)) != ZERO_OK) {
+            char prev[400];
+            zero__eng_copy_error(prev, sizeof prev);
+            r = zero__fail(r, "zero_engine_load: %.400s", prev);
+        }
+    }
     if (r == ZERO_OK) { /* same world, alignment, groups and tensor order: no resharding */
         L.same = ck->info.world == e->world && ck->info.num_groups == e->G &&
                  ck->info.align_numel == zero_plan_align(e->plan);
@@ -11279,8 +12254,13 @@ ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
     e->scaler.dynamic = ck->info.scaler.dynamic;
     e->scaler.iter = ck->info.scaler.iter;
     e->scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
+    if (want_client) {
+        if (cl) memcpy(client, cl, (size_t)ck->info.client_bytes);
+        if (client_bytes) *client_bytes = (size_t)ck->info.client_bytes;
+    }
 out:
     e->traffic_cur = keep;
+    zero__free(&e->d.allocator, cl);
     zero__free(&e->d.allocator, L.tmap);
     zero__free(&e->d.allocator, L.stage_buf);
     if (L.map) munmap(L.map, L.map_bytes);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """An independent reader of zero checkpoints, written from docs/checkpoint.md alone (no
 library code): parses the manifest and every shard file, checks sizes and every CRC32C,
-reassembles each tensor's fp32 master, and compares with the values the engine reported.
+reassembles each tensor's fp32 master, and compares with the values the engine reported;
+reads the client state (manifest version 2) and compares it with EXPECT_CLIENT_BIN.
 
-usage: read_checkpoint.py CKPT_DIR EXPECT_JSON EXPECT_F32_BIN"""
+usage: read_checkpoint.py CKPT_DIR EXPECT_JSON EXPECT_F32_BIN [EXPECT_CLIENT_BIN]"""
 import json
 import os
 import struct
@@ -28,11 +29,12 @@ def crc32c(data):
 
 def main():
     d, expect_json, expect_bin = sys.argv[1:4]
+    expect_client = sys.argv[4] if len(sys.argv) > 4 else None
     assert crc32c(b"123456789") == 0xE3069283
     m = open(os.path.join(d, "zero.manifest"), "rb").read()
     assert m[:8] == b"ZEROMANI", "magic"
     version, _, total, gen = struct.unpack_from("<IIQQ", m, 8)
-    assert version == 1 and total == len(m), "version/size"
+    assert version in (1, 2) and total == len(m), "version/size"
     assert struct.unpack_from("<I", m, len(m) - 4)[0] == crc32c(m[:-4]), "manifest crc"
     world, stage, dtype, align, ng, nt = struct.unpack_from("<6I", m, 32)
     (step,) = struct.unpack_from("<q", m, 56)
@@ -56,7 +58,17 @@ def main():
     for _ in range(world):
         files.append(struct.unpack_from("<QI", m, at))
         at += 16
+    client_bytes, client_crc = 0, 0
+    if version >= 2:
+        client_bytes, client_crc = struct.unpack_from("<QI", m, at)
+        at += 16
     assert at == len(m) - 4, "manifest length"
+    client = b""
+    if client_bytes:
+        path = os.path.join(d, f"zero-{gen:016x}.client")
+        client = open(path, "rb").read()
+        assert len(client) == client_bytes, f"{path}: size"
+        assert crc32c(client) == client_crc, f"{path}: crc"
     H = 64 + 32 * 4 * ng + 4
     master = {}
     for name, g, off, numel, dims in tensors:
@@ -92,8 +104,12 @@ def main():
         if not np.array_equal(master[t["name"]].view(np.uint32), want.view(np.uint32)):
             print(f"FAIL {t['name']}: master differs")
             bad += 1
+    if expect_client is not None and client != open(expect_client, "rb").read():
+        print("FAIL client state differs")
+        bad += 1
     print(f"read_checkpoint: generation {gen}, step {step}, world {world}, stage {stage}, "
-          f"{nt} tensors, {world} shard files: every CRC32C ok, masters "
+          f"{nt} tensors, {world} shard files, {client_bytes} bytes of client state: every "
+          f"CRC32C ok, masters and client state "
           f"{'identical' if not bad else 'DIFFER'} to the engine's")
     return 1 if bad else 0
 

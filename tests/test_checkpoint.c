@@ -106,6 +106,8 @@ ZT_TEST(tensor_shapes)
 
 /* ---- a job: train, load, save on N ranks --------------------------------------------------- */
 
+#define CK_CLIENT_MAX 3000
+
 typedef struct ck_job {
     ec_ctx base; /* first: ec_run_with fills cfg and res */
     const char *load_dir, *save_dir, *st_in;
@@ -120,6 +122,14 @@ typedef struct ck_job {
     int unchanged[EC_MAX_RANKS];
     zero_scaler scaler[EC_MAX_RANKS], scaler_loaded[EC_MAX_RANKS];
     int64_t step[EC_MAX_RANKS];
+    /* client state: saved from 'client' (rank 0; the others pass other bytes), loaded with
+       zero_engine_load_client() into a buffer of client_cap bytes when load_client is set */
+    const unsigned char *client;
+    size_t client_n, client_cap;
+    int load_client, null_client0; /* null_client0: rank 0 passes NULL with client_n */
+    unsigned char client_got[EC_MAX_RANKS][CK_CLIENT_MAX];
+    size_t client_len[EC_MAX_RANKS];
+    int client_untouched[EC_MAX_RANKS]; /* the buffer kept its fill after a failed load */
 } ck_job;
 
 static zero_result ck_train(zero_engine *e, const ec_cfg *c, const int *ids, int rank, int from,
@@ -198,7 +208,18 @@ static zero_result ck_rank_fn(int rank, zero_comm *comm, void *user)
         size_t nb = 0, nb2 = 0;
         if (job->prefetch_before_load) EC_TRY(zero_engine_prefetch(e, 0));
         unsigned char *before = job->expect_load_fail ? ck_snapshot(e, c, ids, &nb) : NULL;
-        r = zero_engine_load(e, job->load_dir);
+        if (job->load_client) {
+            size_t k;
+            memset(job->client_got[rank], 0xA5, CK_CLIENT_MAX);
+            job->client_len[rank] = (size_t)-7;
+            r = zero_engine_load_client(e, job->load_dir, job->client_got[rank], job->client_cap,
+                                        &job->client_len[rank]);
+            job->client_untouched[rank] = 1;
+            for (k = 0; k < CK_CLIENT_MAX; k++)
+                if (job->client_got[rank][k] != 0xA5) job->client_untouched[rank] = 0;
+        } else {
+            r = zero_engine_load(e, job->load_dir);
+        }
         job->load_rc[rank] = r;
         snprintf(job->load_msg[rank], sizeof job->load_msg[rank], "%s", r ? zero_last_error() : "");
         if (before) {
@@ -222,7 +243,14 @@ static zero_result ck_rank_fn(int rank, zero_comm *comm, void *user)
         }
     }
     EC_TRY(ck_train(e, c, ids, rank, job->s0, job->s1, res));
-    if (job->save_dir) EC_TRY(zero_engine_save(e, job->save_dir));
+    if (job->save_dir && job->client) { /* only rank 0's bytes count */
+        static const unsigned char other[5] = {9, 9, 9, 9, 9};
+        EC_TRY(zero_engine_save_client(e, job->save_dir,
+                                       rank == 0 ? (job->null_client0 ? NULL : job->client) : other,
+                                       rank == 0 ? job->client_n : (size_t)rank % 5));
+    } else if (job->save_dir) {
+        EC_TRY(zero_engine_save(e, job->save_dir));
+    }
     zero_engine_scaler_state(e, &job->scaler[rank]);
     job->step[rank] = zero_engine_step_count(e);
     if (!job->rename_tensor && !job->grow_tensor && !job->reflag_tensor)
@@ -449,22 +477,27 @@ static void ck_copy(const char *from, const char *to)
 
 /* Loads dir into engines that trained 1 step; every rank must fail with code want, a message
    containing needle, and an unchanged engine that still trains. */
-static void ck_expect_fail(const ec_cfg *c, const char *dir, zero_result want, const char *needle,
-                           int rename, int grow, int reflag, const char *label)
+static void ck_fail_job(ck_job *b, const char *dir)
 {
-    ck_job b;
+    memset(b, 0, sizeof *b);
+    b->load_dir = dir;
+    b->pre = 1;
+    b->s0 = 1;
+    b->s1 = 2;
+    b->expect_load_fail = 1;
+}
+
+/* Runs the failing load b (from ck_fail_job) and checks code, message and engine on every
+   rank; with load_client set, also that the client buffer was not written. */
+static void ck_expect_fail_job(const ec_cfg *c, ck_job *bp, zero_result want, const char *needle,
+                               const char *label)
+{
+    ck_job b = *bp;
     ec_result *rb;
     int rk;
-    memset(&b, 0, sizeof b);
-    b.load_dir = dir;
-    b.pre = 1;
-    b.s0 = 1;
-    b.s1 = 2;
-    b.expect_load_fail = 1;
-    b.rename_tensor = rename;
-    b.grow_tensor = grow;
-    b.reflag_tensor = reflag;
     rb = ck_run(c, &b);
+    for (rk = 0; rk < c->world && b.load_client; rk++)
+        ZT_CHECKF(b.client_untouched[rk], "%s: rank %d's client buffer was written", label, rk);
     ZT_CHECKF(rb->rc == ZERO_OK, "%s: the engine did not train after the failed load: %s", label, rb->err);
     for (rk = 0; rk < c->world; rk++) {
         ZT_CHECKF(b.load_rc[rk] == want, "%s: rank %d got %s: %s", label, rk,
@@ -474,7 +507,19 @@ static void ck_expect_fail(const ec_cfg *c, const char *dir, zero_result want, c
         ZT_CHECKF(b.unchanged[rk], "%s: rank %d's engine changed", label, rk);
         ZT_CHECK(b.step[rk] == 2); /* 1 step before the failed load, 1 after */
     }
+    *bp = b;
     ec_result_free(rb);
+}
+
+static void ck_expect_fail(const ec_cfg *c, const char *dir, zero_result want, const char *needle,
+                           int rename, int grow, int reflag, const char *label)
+{
+    ck_job b;
+    ck_fail_job(&b, dir);
+    b.rename_tensor = rename;
+    b.grow_tensor = grow;
+    b.reflag_tensor = reflag;
+    ck_expect_fail_job(c, &b, want, needle, label);
 }
 
 ZT_TEST(corruption_detected_everywhere)
@@ -597,6 +642,239 @@ ZT_TEST(save_failure_everywhere)
               "%s %s %s", ra->err, rb->err, why);
     ec_result_free(ra);
     ec_result_free(rb);
+}
+
+/* ---- client state ------------------------------------------------------------------------------ */
+
+static void ck_client_bytes(unsigned char *b, size_t n, unsigned seed)
+{
+    size_t i;
+    uint32_t x = seed * 2654435761u + 1u;
+    for (i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        b[i] = (unsigned char)(x >> 16);
+    }
+}
+
+/* Loads dir at world/stage of c with a client buffer of cap bytes; every rank must get the
+   n reference bytes and the saved engine state (ref: the saving run's result). */
+static void ck_client_load_ok(const ec_cfg *c, const char *dir, const unsigned char *want,
+                              size_t n, size_t cap, const ec_result *ref, const char *label)
+{
+    ck_job b;
+    ec_result *rb;
+    char why[200];
+    int rk;
+    memset(&b, 0, sizeof b);
+    b.load_dir = dir;
+    b.pre = 1;
+    b.load_client = 1;
+    b.client_cap = cap;
+    rb = ck_run(c, &b);
+    ZT_CHECKF(rb->rc == ZERO_OK, "%s: %s", label, rb->err);
+    if (rb->rc == ZERO_OK && ref)
+        ZT_CHECKF(ec_same_state(c, ref, rb, why, sizeof why), "%s: %s", label, why);
+    for (rk = 0; rk < c->world && rb->rc == ZERO_OK; rk++) {
+        ZT_CHECKF(b.client_len[rk] == n, "%s: rank %d got %zu bytes of client state, want %zu",
+                  label, rk, b.client_len[rk], n);
+        ZT_CHECKF(n == 0 ? b.client_untouched[rk] : memcmp(b.client_got[rk], want, n) == 0,
+                  "%s: rank %d's client state differs from rank 0's", label, rk);
+        ZT_CHECKF(n >= CK_CLIENT_MAX || b.client_got[rk][n] == 0xA5,
+                  "%s: rank %d: bytes written past the client state", label, rk);
+    }
+    ec_result_free(rb);
+}
+
+/* zero_engine_save_client / zero_engine_load_client: rank 0's bytes reach every rank, at
+   the saving world and resharded to another world and stage, with the engine state; the
+   reader API sees the same; a save without client state loads as 0 bytes. */
+ZT_TEST(client_state_round_trip)
+{
+    static unsigned char blob[CK_CLIENT_MAX];
+    int world;
+    for (world = 1; world <= 4; world++) {
+        ec_cfg c, c2;
+        ck_job a;
+        ec_result *ra;
+        char dir[300], label[80];
+        size_t n = 1 + 613 * (size_t)world;
+        int stage = world % 4;
+        if (zt_quick() && world == 3) continue;
+        ck_cfg(&c, stage, world, ZERO_F16, 2);
+        c.nfault = 0;
+        ck_client_bytes(blob, n, (unsigned)world);
+        snprintf(dir, sizeof dir, "%s/client-n%d", ck_root, world);
+        memset(&a, 0, sizeof a);
+        a.s1 = 2;
+        a.save_dir = dir;
+        a.client = blob;
+        a.client_n = n;
+        ra = ck_run(&c, &a);
+        ZT_CHECKF(ra->rc == ZERO_OK, "save N %d: %s", world, ra->err);
+        snprintf(label, sizeof label, "N %d -> %d", world, world);
+        ck_client_load_ok(&c, dir, blob, n, CK_CLIENT_MAX, ra, label);
+        snprintf(label, sizeof label, "N %d -> %d, exact capacity", world, world);
+        ck_client_load_ok(&c, dir, blob, n, n, ra, label);
+        c2 = c;
+        c2.world = world % 4 + 1;
+        c2.stage = (stage + 1) % 4;
+        snprintf(label, sizeof label, "N %d stage %d -> N %d stage %d", world, stage, c2.world,
+                 c2.stage);
+        ck_client_load_ok(&c2, dir, blob, n, CK_CLIENT_MAX, NULL, label);
+        {   /* the reader API */
+            zero_checkpoint *ck = NULL;
+            zero_checkpoint_info in;
+            unsigned char got[CK_CLIENT_MAX];
+            ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK);
+            if (ck) {
+                zero_checkpoint_get_info(ck, &in);
+                ZT_CHECKF(in.client_bytes == n, "info: %llu bytes", (unsigned long long)in.client_bytes);
+                ZT_CHECK(zero_checkpoint_read_client(ck, got) == ZERO_OK && memcmp(got, blob, n) == 0);
+                ZT_CHECKF(zero_checkpoint_verify(ck) == ZERO_OK, "%s", zero_last_error());
+                zero_checkpoint_close(ck);
+            }
+        }
+        {   /* a later save without client state: 0 bytes, the old client file is gone */
+            ck_job p;
+            char old[400], name[64];
+            ec_result *rp;
+            memset(&p, 0, sizeof p);
+            p.s1 = 1;
+            p.save_dir = dir;
+            rp = ck_run(&c, &p);
+            ZT_CHECKF(rp->rc == ZERO_OK, "%s", rp->err);
+            ck_client_load_ok(&c, dir, blob, 0, CK_CLIENT_MAX, rp, "no client state");
+            zero__ck_client_name(name, sizeof name, 1);
+            snprintf(old, sizeof old, "%s/%s", dir, name);
+            ZT_CHECKF(ck_size(old) < 0, "%s left behind", old);
+            ec_result_free(rp);
+        }
+        ec_result_free(ra);
+    }
+}
+
+/* Rewrites dir's manifest as format version 1 wrote it (no client state entry). */
+static int ck_manifest_to_v1(const char *dir)
+{
+    char man[400];
+    FILE *f;
+    unsigned char buf[1 << 16];
+    size_t n, i;
+    uint32_t crc;
+    snprintf(man, sizeof man, "%s/zero.manifest", dir);
+    f = fopen(man, "rb");
+    if (!f) return 0;
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    if (n < 200 || n == sizeof buf) return 0;
+    n -= 16; /* the client entry (16 bytes) before the checksum goes */
+    buf[8] = 1;
+    for (i = 0; i < 8; i++) buf[16 + i] = (unsigned char)((uint64_t)n >> (8 * i));
+    crc = zero_crc32c(0, buf, n - 4);
+    for (i = 0; i < 4; i++) buf[n - 4 + i] = (unsigned char)(crc >> (8 * i));
+    f = fopen(man, "wb");
+    if (!f) return 0;
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    return 1;
+}
+
+/* A checkpoint in the format before client state (version 1) loads, with 0 bytes. */
+ZT_TEST(client_state_old_format)
+{
+    ec_cfg c;
+    ck_job a;
+    ec_result *ra;
+    char dir[300];
+    ck_cfg(&c, 2, 2, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/client-v1", ck_root);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = dir;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
+    ZT_CHECK(ck_manifest_to_v1(dir));
+    ck_client_load_ok(&c, dir, NULL, 0, CK_CLIENT_MAX, ra, "version 1 manifest");
+    ec_result_free(ra);
+}
+
+/* A corrupt, truncated or missing client state file, and a capacity too small, fail on
+   every rank before anything changes (engine and client buffer); too small reports the
+   size needed. */
+ZT_TEST(client_state_errors)
+{
+    static unsigned char blob[CK_CLIENT_MAX];
+    ec_cfg c;
+    ck_job a, b;
+    ec_result *ra;
+    char dir[300], cf[400], bak[400], name[64];
+    size_t n = 1000;
+    int rk;
+    ck_cfg(&c, 3, 3, ZERO_F16, 2);
+    c.nfault = 0;
+    ck_client_bytes(blob, n, 77);
+    snprintf(dir, sizeof dir, "%s/client-bad", ck_root);
+    memset(&a, 0, sizeof a);
+    a.s1 = 2;
+    a.save_dir = dir;
+    a.client = blob;
+    a.client_n = n;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
+    ec_result_free(ra);
+    zero__ck_client_name(name, sizeof name, 1);
+    snprintf(cf, sizeof cf, "%s/%s", dir, name);
+    snprintf(bak, sizeof bak, "%s/client-backup", ck_root);
+    ZT_CHECKF(ck_size(cf) == (long)n, "%s: %ld bytes", cf, ck_size(cf));
+    /* capacity too small by one byte; and NULL, 0 (the size query) */
+    ck_fail_job(&b, dir);
+    b.load_client = 1;
+    b.client_cap = n - 1;
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_INVALID_ARGUMENT, "1000 bytes of client state, the capacity is 999",
+                       "capacity too small");
+    for (rk = 0; rk < c.world; rk++)
+        ZT_CHECKF(b.client_len[rk] == n, "rank %d: needed size reported as %zu", rk, b.client_len[rk]);
+    /* a flipped byte */
+    ck_copy(cf, bak);
+    ck_flip(cf, 500);
+    ck_fail_job(&b, dir);
+    b.load_client = 1;
+    b.client_cap = CK_CLIENT_MAX;
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: client state checksum mismatch",
+                       "flipped client byte");
+    {   /* zero_checkpoint_verify (zero-ckpt info) finds it too */
+        zero_checkpoint *ck = NULL;
+        ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK);
+        ZT_CHECK(ck && zero_checkpoint_verify(ck) == ZERO_ERROR_IO &&
+                 strstr(zero_last_error(), "client state checksum mismatch"));
+        zero_checkpoint_close(ck);
+    }
+    ck_copy(bak, cf);
+    /* truncated, then missing */
+    ZT_CHECK(truncate(cf, (off_t)n - 1) == 0);
+    ck_fail_job(&b, dir);
+    b.load_client = 1;
+    b.client_cap = CK_CLIENT_MAX;
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: client state of 999 bytes, the manifest says 1000",
+                       "truncated client file");
+    ZT_CHECK(unlink(cf) == 0);
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: client state file", "missing client file");
+    ck_copy(bak, cf);
+    ck_client_load_ok(&c, dir, blob, n, CK_CLIENT_MAX, NULL, "restored client file");
+    {   /* rank 0 passing NULL with a size fails every rank's save */
+        memset(&a, 0, sizeof a);
+        a.s1 = 1;
+        a.save_dir = dir;
+        a.client = blob;
+        a.client_n = n;
+        a.null_client0 = 1;
+        ra = ck_run(&c, &a);
+        ZT_CHECKF(ra->rc == ZERO_ERROR_INVALID_ARGUMENT && strstr(ra->err, "client is NULL"), "%s: %s",
+                  zero_result_string(ra->rc), ra->err);
+        ec_result_free(ra);
+        ck_client_load_ok(&c, dir, blob, n, CK_CLIENT_MAX, NULL, "after the refused save");
+    }
 }
 
 /* ---- crash safety ------------------------------------------------------------------------------ */
@@ -785,12 +1063,16 @@ ZT_TEST(safetensors_round_trip)
     const zero_dtype dts[3] = {ZERO_F32, ZERO_F16, ZERO_BF16};
     int k;
     const char *pyout = getenv("ZERO_ST_EXPORT_DIR"); /* the Python check reads these */
+    unsigned char client[123];
     ck_cfg(&c, 3, 2, ZERO_BF16, 2);
     c.nfault = 0;
     snprintf(dir, sizeof dir, "%s/st", pyout ? pyout : ck_root);
+    ck_client_bytes(client, sizeof client, 5);
     memset(&a, 0, sizeof a);
     a.s1 = 2;
     a.save_dir = dir;
+    a.client = client; /* read back by tests/read_checkpoint.py */
+    a.client_n = sizeof client;
     ra = ck_run(&c, &a);
     ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
     for (k = 0; k < 3; k++) {
@@ -846,6 +1128,10 @@ ZT_TEST(safetensors_round_trip)
             fprintf(js, "]\n");
         }
         if (js) fclose(js);
+        if (bin) fclose(bin);
+        snprintf(out, sizeof out, "%s/expect-client.bin", pyout);
+        bin = fopen(out, "wb");
+        ZT_CHECK(bin && fwrite(client, 1, sizeof client, bin) == sizeof client);
         if (bin) fclose(bin);
     }
     ec_result_free(ra);
@@ -965,6 +1251,13 @@ ZT_TEST(safetensors_errors)
     }
 }
 
+/* CK_ONLY=part runs only the tests whose name contains it (while working on one). */
+#define CK_RUN(fn)                                                                           \
+    do {                                                                                     \
+        const char *only_ = getenv("CK_ONLY");                                               \
+        if (!only_ || strstr(#fn, only_)) ZT_RUN(fn);                                        \
+    } while (0)
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -974,17 +1267,20 @@ int main(void)
         perror(ck_root);
         return 1;
     }
-    ZT_RUN(crc32c_vectors);
-    ZT_RUN(crc32c_paths_agree);
-    ZT_RUN(tensor_shapes);
-    ZT_RUN(exact_resume);
-    ZT_RUN(reshard_any_world_any_stage);
-    ZT_RUN(corruption_detected_everywhere);
-    ZT_RUN(save_failure_everywhere);
-    ZT_RUN(kill_during_save);
-    ZT_RUN(safetensors_round_trip);
-    ZT_RUN(safetensors_errors);
-    ZT_RUN(tool_zero_ckpt);
+    CK_RUN(crc32c_vectors);
+    CK_RUN(crc32c_paths_agree);
+    CK_RUN(tensor_shapes);
+    CK_RUN(exact_resume);
+    CK_RUN(reshard_any_world_any_stage);
+    CK_RUN(corruption_detected_everywhere);
+    CK_RUN(save_failure_everywhere);
+    CK_RUN(client_state_round_trip);
+    CK_RUN(client_state_old_format);
+    CK_RUN(client_state_errors);
+    CK_RUN(kill_during_save);
+    CK_RUN(safetensors_round_trip);
+    CK_RUN(safetensors_errors);
+    CK_RUN(tool_zero_ckpt);
     ck_rm_rf(ck_root);
     return zt_summary();
 }

@@ -11,370 +11,19 @@
    as CUDA streams would require. Any unordered pair is a race the CUDA device would hit.
 
    Offload: uploads and downloads also log their host range (staging tiles, offloaded
-   shards), and with 'defer' set the transfers on ZERO_QUEUE_OFFLOAD really run late: they
-   wait in a list until the host syncs that queue or another queue waits on an event
-   recorded on it, as a DMA engine would, so host code that reads a downloaded tile (or
-   rewrites a buffer being uploaded) without the sync sees stale data and the run's state
-   differs from the plain run's. */
+   shards), and with 'defer' set transfers really run late: every transfer on
+   ZERO_QUEUE_OFFLOAD, and every upload on another queue whose host source is pinned memory
+   of this device (host_alloc; CUDA copies from pageable memory before the call returns).
+   They wait in a list per queue until the host syncs that queue, another queue waits on an
+   event recorded on it, or a later op of the same queue needs them done (stream order), as
+   a DMA engine would; so host code that reads a downloaded tile (or rewrites a pinned
+   buffer being uploaded) without the sync sees stale data (or uploads the new data in
+   place of the old) and the run's state differs from the plain run's. */
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"
 
-#define NQ 3
-
-typedef struct vc_access {
-    uintptr_t lo, hi;
-    int q;
-    uint64_t t;
-    int write;
-    const char *what;
-} vc_access;
-
-typedef struct vc_dev {
-    zero_device base;
-    zero_device *inner;
-    uint64_t clock[NQ][NQ];
-    uint64_t host[NQ];
-    vc_access *log;
-    size_t nlog, cap;
-    int races;
-    char first_race[256];
-    zero_device_ops ops;
-    void *ptrs[64];
-    size_t sizes[64];
-    int nptrs;
-    /* deferred OFFLOAD transfers */
-    int defer;
-    struct {
-        int up;
-        void *dst;
-        const void *src;
-        size_t b;
-    } pend[512];
-    int npend;
-} vc_dev;
-
-typedef struct vc_event {
-    uint64_t vc[NQ];
-    int q; /* the queue that recorded it */
-} vc_event;
-
-/* Runs the deferred OFFLOAD transfers, in order. */
-static zero_result vc_flush(vc_dev *v)
-{
-    int i;
-    zero_result r = ZERO_OK;
-    for (i = 0; i < v->npend && r == ZERO_OK; i++)
-        r = v->pend[i].up ? v->inner->ops->upload(v->inner, ZERO_QUEUE_OFFLOAD, v->pend[i].dst, v->pend[i].src,
-                                                  v->pend[i].b)
-                          : v->inner->ops->download(v->inner, ZERO_QUEUE_OFFLOAD, v->pend[i].dst,
-                                                    v->pend[i].src, v->pend[i].b);
-    v->npend = 0;
-    return r;
-}
-
-static _Thread_local vc_dev *vc_current; /* the rank's checking device (for its comm) */
-
-static void vc_begin(vc_dev *d, int q)
-{
-    int k;
-    for (k = 0; k < NQ; k++)
-        if (d->host[k] > d->clock[q][k]) d->clock[q][k] = d->host[k];
-    d->clock[q][q]++;
-}
-
-static void vc_touch(vc_dev *d, int q, const void *p, size_t bytes, int write, const char *what)
-{
-    uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
-    size_t i;
-    if (!p || bytes == 0) return;
-    for (i = 0; i < d->nlog; i++) {
-        vc_access *a = &d->log[i];
-        if (a->q == q || !(a->write || write) || a->hi <= lo || hi <= a->lo) continue;
-        if (d->clock[q][a->q] < a->t) {
-            if (d->races++ == 0)
-                snprintf(d->first_race, sizeof d->first_race,
-                         "%s %s on queue %d is not ordered after %s %s on queue %d",
-                         write ? "write" : "read", what, q, a->write ? "write" : "read", a->what,
-                         a->q);
-        }
-    }
-    /* Replace older accesses of the same queue and kind that this one covers. */
-    for (i = 0; i < d->nlog; i++) {
-        vc_access *a = &d->log[i];
-        if (a->q == q && a->write == write && a->lo >= lo && a->hi <= hi) {
-            *a = d->log[--d->nlog];
-            i--;
-        }
-    }
-    if (d->nlog == d->cap) {
-        d->cap = d->cap ? 2 * d->cap : 256;
-        d->log = (vc_access *)realloc(d->log, d->cap * sizeof *d->log);
-    }
-    d->log[d->nlog].lo = lo;
-    d->log[d->nlog].hi = hi;
-    d->log[d->nlog].q = q;
-    d->log[d->nlog].t = d->clock[q][q];
-    d->log[d->nlog].write = write;
-    d->log[d->nlog].what = what;
-    d->nlog++;
-}
-
-static vc_dev *VD(zero_device *d) { return (vc_dev *)d->impl; }
-static zero_device *IN(zero_device *d) { return VD(d)->inner; }
-
-static void vc_destroy(zero_device *d)
-{
-    vc_dev *v = VD(d);
-    zero_device_destroy(v->inner);
-    free(v->log);
-    free(v);
-}
-static zero_result vc_alloc(zero_device *d, size_t b, zero_mem_category c, void **out)
-{
-    vc_dev *v = VD(d);
-    zero_result r = IN(d)->ops->alloc(IN(d), b, c, out);
-    if (r == ZERO_OK && v->nptrs < 64) {
-        v->ptrs[v->nptrs] = *out;
-        v->sizes[v->nptrs++] = b;
-    }
-    return r;
-}
-static zero_result vc_free(zero_device *d, void *p)
-{
-    vc_dev *v = VD(d);
-    size_t i, bytes = 0;
-    int k;
-    for (k = 0; k < v->nptrs; k++)
-        if (v->ptrs[k] == p) {
-            bytes = v->sizes[k];
-            v->ptrs[k] = v->ptrs[--v->nptrs];
-            v->sizes[k] = v->sizes[v->nptrs];
-            break;
-        }
-    /* forget the allocation's accesses: its memory may come back in a new allocation */
-    for (i = 0; i < v->nlog; i++)
-        if (v->log[i].lo >= (uintptr_t)p && v->log[i].lo < (uintptr_t)p + bytes) {
-            v->log[i] = v->log[--v->nlog];
-            i--;
-        }
-    return IN(d)->ops->free(IN(d), p);
-}
-/* Pinned host memory, as a GPU device would give it: counted, so the test sees the engine
-   take it (pin_memory = 1) and give every byte back. */
-static int vc_pinned_live, vc_pinned_total;
-static pthread_mutex_t vc_pinned_mu = PTHREAD_MUTEX_INITIALIZER;
-static zero_result vc_host_alloc(zero_device *d, size_t b, void **out)
-{
-    (void)d;
-    *out = calloc(1, b);
-    if (!*out) return ZERO_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&vc_pinned_mu);
-    vc_pinned_live++;
-    vc_pinned_total++;
-    pthread_mutex_unlock(&vc_pinned_mu);
-    return ZERO_OK;
-}
-static zero_result vc_host_free(zero_device *d, void *p)
-{
-    (void)d;
-    if (!p) return ZERO_OK;
-    free(p);
-    pthread_mutex_lock(&vc_pinned_mu);
-    vc_pinned_live--;
-    pthread_mutex_unlock(&vc_pinned_mu);
-    return ZERO_OK;
-}
-static zero_result vc_event_create(zero_device *d, zero_event **out)
-{
-    (void)d;
-    *out = (zero_event *)calloc(1, sizeof(vc_event));
-    return *out ? ZERO_OK : ZERO_ERROR_OUT_OF_MEMORY;
-}
-static void vc_event_destroy(zero_device *d, zero_event *ev)
-{
-    (void)d;
-    free(ev);
-}
-static zero_result vc_record(zero_device *d, zero_queue q, zero_event *ev)
-{
-    vc_dev *v = VD(d);
-    vc_begin(v, (int)q);
-    memcpy(((vc_event *)ev)->vc, v->clock[q], sizeof v->clock[q]);
-    ((vc_event *)ev)->q = (int)q;
-    return ZERO_OK;
-}
-static zero_result vc_wait(zero_device *d, zero_queue q, zero_event *ev)
-{
-    vc_dev *v = VD(d);
-    int k;
-    for (k = 0; k < NQ; k++)
-        if (((vc_event *)ev)->vc[k] > v->clock[q][k]) v->clock[q][k] = ((vc_event *)ev)->vc[k];
-    if (((vc_event *)ev)->q == ZERO_QUEUE_OFFLOAD && q != ZERO_QUEUE_OFFLOAD) return vc_flush(v);
-    return ZERO_OK;
-}
-static zero_result vc_sync(zero_device *d, zero_queue q)
-{
-    vc_dev *v = VD(d);
-    int k;
-    for (k = 0; k < NQ; k++)
-        if (v->clock[q][k] > v->host[k]) v->host[k] = v->clock[q][k];
-    if (q == ZERO_QUEUE_OFFLOAD) return vc_flush(v);
-    return ZERO_OK;
-}
-static void *vc_native(zero_device *d, zero_queue q)
-{
-    (void)d;
-    (void)q;
-    return NULL;
-}
-static zero_result vc_copy(zero_device *d, zero_queue q, void *dst, const void *src, size_t b)
-{
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, src, b, 0, "copy src");
-    vc_touch(VD(d), q, dst, b, 1, "copy dst");
-    return IN(d)->ops->copy(IN(d), q, dst, src, b);
-}
-static zero_result vc_upload(zero_device *d, zero_queue q, void *dst, const void *h, size_t b)
-{
-    vc_dev *v = VD(d);
-    vc_begin(v, q);
-    vc_touch(v, q, dst, b, 1, "upload");
-    vc_touch(v, q, h, b, 0, "upload host source");
-    if (v->defer && q == ZERO_QUEUE_OFFLOAD && v->npend < 512) {
-        v->pend[v->npend].up = 1;
-        v->pend[v->npend].dst = dst;
-        v->pend[v->npend].src = h;
-        v->pend[v->npend++].b = b;
-        return ZERO_OK;
-    }
-    return IN(d)->ops->upload(IN(d), q, dst, h, b);
-}
-static zero_result vc_download(zero_device *d, zero_queue q, void *h, const void *src, size_t b)
-{
-    vc_dev *v = VD(d);
-    vc_begin(v, q);
-    vc_touch(v, q, src, b, 0, "download");
-    vc_touch(v, q, h, b, 1, "download host destination");
-    if (v->defer && q == ZERO_QUEUE_OFFLOAD && v->npend < 512) {
-        v->pend[v->npend].up = 0;
-        v->pend[v->npend].dst = h;
-        v->pend[v->npend].src = src;
-        v->pend[v->npend++].b = b;
-        return ZERO_OK;
-    }
-    return IN(d)->ops->download(IN(d), q, h, src, b);
-}
-static zero_result vc_fill(zero_device *d, zero_queue q, void *dst, size_t b)
-{
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, dst, b, 1, "fill_zero");
-    return IN(d)->ops->fill_zero(IN(d), q, dst, b);
-}
-static zero_result vc_cast(zero_device *d, zero_queue q, void *dst, zero_dtype dt, const void *src,
-                           zero_dtype st, size_t n)
-{
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, src, n * zero_dtype_size(st), 0, "cast src");
-    vc_touch(VD(d), q, dst, n * zero_dtype_size(dt), 1, "cast dst");
-    return IN(d)->ops->cast(IN(d), q, dst, dt, src, st, n);
-}
-static zero_result vc_add(zero_device *d, zero_queue q, void *dst, const void *src, zero_dtype dt,
-                          size_t n)
-{
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, src, n * zero_dtype_size(dt), 0, "add src");
-    vc_touch(VD(d), q, dst, n * zero_dtype_size(dt), 1, "add dst");
-    return IN(d)->ops->add(IN(d), q, dst, src, dt, n);
-}
-static zero_result vc_scale(zero_device *d, zero_queue q, void *x, zero_dtype dt, size_t n, float s)
-{
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, x, n * zero_dtype_size(dt), 1, "scale");
-    return IN(d)->ops->scale(IN(d), q, x, dt, n, s);
-}
-static zero_result vc_nonfinite(zero_device *d, zero_queue q, const void *x, zero_dtype dt,
-                                size_t n, float *flag)
-{
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, x, n * zero_dtype_size(dt), 0, "nonfinite");
-    vc_touch(VD(d), q, flag, 4, 1, "nonfinite flag");
-    return IN(d)->ops->nonfinite(IN(d), q, x, dt, n, flag);
-}
-static zero_result vc_sumsq(zero_device *d, zero_queue q, const void *x, zero_dtype dt, size_t n,
-                            double *acc)
-{
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, x, n * zero_dtype_size(dt), 0, "sumsq");
-    vc_touch(VD(d), q, acc, 8, 1, "sumsq acc");
-    return IN(d)->ops->sumsq(IN(d), q, x, dt, n, acc);
-}
-static zero_result vc_grad_mul(zero_device *d, zero_queue q, const double *ss, const float *nf,
-                               float unscale, float clip, float *out)
-{
-    vc_begin(VD(d), q);
-    vc_touch(VD(d), q, ss, 8, 0, "grad_mul sumsq");
-    vc_touch(VD(d), q, nf, 4, 0, "grad_mul flag");
-    vc_touch(VD(d), q, out, 8, 1, "grad_mul out");
-    return IN(d)->ops->grad_mul(IN(d), q, ss, nf, unscale, clip, out);
-}
-static zero_result vc_adam(zero_device *d, zero_queue q, const zero_adam_range *r,
-                           const zero_adam_coefs *c, const float *mul, const float *skip)
-{
-    vc_dev *v = VD(d);
-    vc_begin(v, q);
-    vc_touch(v, q, r->grad, r->numel * zero_dtype_size(r->grad_dtype), 0, "adam grad");
-    vc_touch(v, q, mul, 4, 0, "adam grad_mul");
-    vc_touch(v, q, skip, 4, 0, "adam skip");
-    vc_touch(v, q, r->master, r->numel * 4, 1, "adam master");
-    vc_touch(v, q, r->m, r->numel * 4, 1, "adam m");
-    vc_touch(v, q, r->v, r->numel * 4, 1, "adam v");
-    if (r->param) vc_touch(v, q, r->param, r->numel * zero_dtype_size(r->param_dtype), 1, "adam param");
-    return IN(d)->ops->adam(IN(d), q, r, c, mul, skip);
-}
-
-static zero_result vc_create(zero_device **out)
-{
-    vc_dev *v = (vc_dev *)calloc(1, sizeof *v);
-    zero_result r;
-    if (!v) return ZERO_ERROR_OUT_OF_MEMORY;
-    r = zero_host_device_create(NULL, &v->inner);
-    if (r) {
-        free(v);
-        return r;
-    }
-#define vc_ops v->ops
-    vc_ops = *v->inner->ops;
-    vc_ops.name = "vc";
-    vc_ops.destroy = vc_destroy;
-    vc_ops.alloc = vc_alloc;
-    vc_ops.free = vc_free;
-    vc_ops.event_create = vc_event_create;
-    vc_ops.event_destroy = vc_event_destroy;
-    vc_ops.record = vc_record;
-    vc_ops.wait = vc_wait;
-    vc_ops.sync = vc_sync;
-    vc_ops.native_queue = vc_native;
-    vc_ops.copy = vc_copy;
-    vc_ops.upload = vc_upload;
-    vc_ops.download = vc_download;
-    vc_ops.fill_zero = vc_fill;
-    vc_ops.cast = vc_cast;
-    vc_ops.add = vc_add;
-    vc_ops.scale = vc_scale;
-    vc_ops.nonfinite = vc_nonfinite;
-    vc_ops.sumsq = vc_sumsq;
-    vc_ops.grad_mul = vc_grad_mul;
-    vc_ops.adam = vc_adam;
-    vc_ops.host_alloc = vc_host_alloc;
-    vc_ops.host_free = vc_host_free;
-    v->base.ops = &vc_ops;
-#undef vc_ops
-    v->base.impl = v;
-    vc_current = v;
-    *out = &v->base;
-    return ZERO_OK;
-}
+#include "tests/vc_device.h"
 
 /* ---- the checking comm: collectives on ZERO_QUEUE_COMM ------------------------------------ */
 
@@ -384,7 +33,7 @@ static size_t world_of(zero_comm *c) { return (size_t)c->world; }
 static zero_result vcc_ag(zero_comm *c, const void *s, void *r, size_t n, zero_dtype d, void *q)
 {
     size_t b = n * zero_dtype_size(d);
-    vc_begin(vc_current, ZERO_QUEUE_COMM);
+    (void)vc_begin(vc_current, ZERO_QUEUE_COMM);
     vc_touch(vc_current, ZERO_QUEUE_COMM, s, b, 0, "all_gather send");
     vc_touch(vc_current, ZERO_QUEUE_COMM, r, b * world_of(c), 1, "all_gather recv");
     return CI(c)->ops->all_gather(CI(c), s, r, n, d, q);
@@ -393,7 +42,7 @@ static zero_result vcc_rs(zero_comm *c, const void *s, void *r, size_t n, zero_d
                           void *q)
 {
     size_t b = n * zero_dtype_size(d);
-    vc_begin(vc_current, ZERO_QUEUE_COMM);
+    (void)vc_begin(vc_current, ZERO_QUEUE_COMM);
     vc_touch(vc_current, ZERO_QUEUE_COMM, s, b * world_of(c), 0, "reduce_scatter send");
     vc_touch(vc_current, ZERO_QUEUE_COMM, r, b, 1, "reduce_scatter recv");
     return CI(c)->ops->reduce_scatter(CI(c), s, r, n, d, op, q);
@@ -402,14 +51,14 @@ static zero_result vcc_ar(zero_comm *c, const void *s, void *r, size_t n, zero_d
                           void *q)
 {
     size_t b = n * zero_dtype_size(d);
-    vc_begin(vc_current, ZERO_QUEUE_COMM);
+    (void)vc_begin(vc_current, ZERO_QUEUE_COMM);
     vc_touch(vc_current, ZERO_QUEUE_COMM, s, b, 0, "all_reduce send");
     vc_touch(vc_current, ZERO_QUEUE_COMM, r, b, 1, "all_reduce recv");
     return CI(c)->ops->all_reduce(CI(c), s, r, n, d, op, q);
 }
 static zero_result vcc_bc(zero_comm *c, void *b, size_t n, zero_dtype d, int root, void *q)
 {
-    vc_begin(vc_current, ZERO_QUEUE_COMM);
+    (void)vc_begin(vc_current, ZERO_QUEUE_COMM);
     vc_touch(vc_current, ZERO_QUEUE_COMM, b, n * zero_dtype_size(d), 1, "broadcast");
     return CI(c)->ops->broadcast(CI(c), b, n, d, root, q);
 }
@@ -432,6 +81,9 @@ typedef struct arun {
     zero_dtype dt, cdt;
     size_t bucket, persist, max_live;
     int prefetch;
+    int model;     /* 0: ec_default_model; 1: persistent, partitioned, persistent (below) */
+    int pin;       /* the engine's pin_memory when offloading (0: the default) */
+    int pinned;    /* out: whether the engine took pinned memory */
     int races[EC_MAX_RANKS];
     char first[EC_MAX_RANKS][256];
 } arun;
@@ -449,6 +101,19 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
     float vals[512];
     const zero_plan *plan;
     ec_cfg_init(&c, A->stage, A->world, A->dt, A->accum, A->steps);
+    if (A->model == 1) {
+        /* groups 0 and 2 persistent (fewer than persist_numel elements), group 1 partitioned:
+           with its shard in one tile, the offloaded step's tiles are persistent (param
+           staging tile 0), offloaded (no upload), persistent (staging tile 0 again) */
+        static const size_t sizes[] = {9, 3, 30, 11};
+        static const int groups[] = {0, 0, 1, 2};
+        for (t = 0; t < 4; t++) {
+            c.sizes[t] = sizes[t];
+            c.groups[t] = groups[t];
+            c.flags[t] = sizes[t] < 10 ? ZERO_TENSOR_NO_DECAY : 0;
+        }
+        c.ntensors = 4;
+    }
     wrap.base = *comm;
     wrap.base.ops = &vcc_ops;
     wrap.base.impl = &wrap;
@@ -471,7 +136,7 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
         d.offload_optimizer = ZERO_OFFLOAD_CPU;
         d.offload_param = A->offload == 2 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
         d.sub_group_size = 29; /* many tiles: the pipeline's staging tiles are reused */
-        d.pin_memory = 1;      /* host buffers from the device's host_alloc */
+        d.pin_memory = A->pin ? A->pin : 1; /* host buffers from the device's host_alloc */
         vc_current->defer = 1;
     }
     r = zero_engine_create(&d, &e);
@@ -499,7 +164,7 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
                 r = zero_engine_gather(e, g, &pp);
                 if (r) break;
                 /* the user's forward reads the group on the compute queue */
-                vc_begin(vc_current, ZERO_QUEUE_COMPUTE);
+                (void)vc_begin(vc_current, ZERO_QUEUE_COMPUTE);
                 vc_touch(vc_current, ZERO_QUEUE_COMPUTE, pp, gi.numel * zero_dtype_size(A->dt), 0,
                          "user forward");
                 r = zero_engine_release(e, g);
@@ -509,7 +174,7 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
                 zero_plan_group(plan, g, &gi);
                 if ((r = zero_engine_gather(e, g, &pp))) break;
                 if ((r = zero_engine_grads(e, g, &gp))) break;
-                vc_begin(vc_current, ZERO_QUEUE_COMPUTE);
+                (void)vc_begin(vc_current, ZERO_QUEUE_COMPUTE);
                 vc_touch(vc_current, ZERO_QUEUE_COMPUTE, pp, gi.numel * zero_dtype_size(A->dt), 0,
                          "user backward params");
                 vc_touch(vc_current, ZERO_QUEUE_COMPUTE, gp, gi.numel * zero_dtype_size(A->dt), 1,
@@ -563,7 +228,7 @@ ZT_TEST(checker_detects_unordered_queues)
     ZT_CHECK(dev->ops->alloc(dev, 256, ZERO_MEM_SCRATCH, &buf) == ZERO_OK);
     dev->ops->event_create(dev, &ev);
     dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, buf, 256);
-    vc_begin(v, ZERO_QUEUE_COMM);
+    (void)vc_begin(v, ZERO_QUEUE_COMM);
     vc_touch(v, ZERO_QUEUE_COMM, buf, 64, 0, "collective");
     ZT_CHECK(v->races == 1);
     dev->ops->record(dev, ZERO_QUEUE_COMM, ev); /* compute waits for the collective's read */
@@ -572,7 +237,7 @@ ZT_TEST(checker_detects_unordered_queues)
     ZT_CHECK(v->races == 1);
     dev->ops->record(dev, ZERO_QUEUE_COMPUTE, ev);
     dev->ops->wait(dev, ZERO_QUEUE_COMM, ev);
-    vc_begin(v, ZERO_QUEUE_COMM);
+    (void)vc_begin(v, ZERO_QUEUE_COMM);
     vc_touch(v, ZERO_QUEUE_COMM, buf, 64, 1, "collective");
     ZT_CHECK(v->races == 1);
     /* and the compute queue reusing it without waiting is a race again */
@@ -622,6 +287,43 @@ ZT_TEST(offload_orders_its_queues)
                 ZT_CHECKF((vc_pinned_total > 0) == (o > 0), "%s: pinned buffers taken: %d", label, vc_pinned_total);
                 vc_pinned_total = 0;
                 for (rk = 0; rk < A.world; rk++) {
+                    if (o == 0) plain[rk] = A.hash[rk];
+                    else ZT_CHECKF(A.hash[rk] == plain[rk], "%s rank %d: state differs from the plain run",
+                                   label, rk);
+                }
+            }
+        }
+}
+
+/* Stage 3 with both offloads and persistent groups: the tiles of the step go persistent,
+   offloaded, persistent, so the third tile's host Adam rewrites the param staging tile that
+   the first tile's upload (on COMPUTE, from pinned memory, deferred by the model) reads,
+   with no upload in between to have synced COMPUTE. The state must still equal the plain
+   run's (one and three steps, 1 and 2 micro-steps, world 2 and 3: group 1's shard is one
+   tile). */
+ZT_TEST(offload_waits_for_the_upload_of_its_param_tile)
+{
+    int w, v;
+    for (w = 2; w <= 3; w++)
+        for (v = 0; v < 2; v++) {
+            uint64_t plain[EC_MAX_RANKS];
+            int o, rk;
+            for (o = 0; o <= 2; o += 2) {
+                arun A;
+                char label[64];
+                memset(&A, 0, sizeof A);
+                A.stage = 3;
+                A.world = w;
+                A.steps = v ? 3 : 1;
+                A.accum = v ? 2 : 1;
+                A.dt = v ? ZERO_BF16 : ZERO_F16;
+                A.persist = 20;
+                A.model = 1;
+                A.offload = o;
+                snprintf(label, sizeof label, "world %d variant %d offload %d", w, v, o);
+                check_async(&A, label);
+                vc_pinned_total = 0;
+                for (rk = 0; rk < w; rk++) {
                     if (o == 0) plain[rk] = A.hash[rk];
                     else ZT_CHECKF(A.hash[rk] == plain[rk], "%s rank %d: state differs from the plain run",
                                    label, rk);
@@ -704,6 +406,7 @@ int main(void)
     ZT_RUN(checker_detects_unordered_queues);
     ZT_RUN(engine_orders_its_queues);
     ZT_RUN(offload_orders_its_queues);
+    ZT_RUN(offload_waits_for_the_upload_of_its_param_tile);
     ZT_RUN(set_tensor_waits_for_prefetch);
     return zt_summary();
 }

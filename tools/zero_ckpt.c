@@ -49,6 +49,9 @@ static int info(const char *dir)
     printf("  plan hash %016llx, %d groups, %d tensors, %llu bytes in %d shard files + manifest\n",
            (unsigned long long)in.plan_hash, in.num_groups, in.num_tensors,
            (unsigned long long)in.total_bytes, in.world);
+    if (in.client_bytes)
+        printf("  client state %llu bytes (zero-%016llx.client)\n",
+               (unsigned long long)in.client_bytes, (unsigned long long)in.generation);
     for (t = 0; t < in.world; t++) { /* the shard files, by the names docs/checkpoint.md gives */
         char path[4200];
         struct stat st;
