@@ -1176,6 +1176,15 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
 ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
                                  zero_io_ticket *ticket);
 
+/* Declares that [offset, offset + bytes) of the file holds zeros, as a file from
+   zero_io_file_create() does where nothing was written (its space is reserved with
+   posix_fallocate, whose unwritten extents read as zeros, or by extending it): the range
+   can then be read back as if written with zeros, without writing them (a read checks
+   that every byte arrived as zero instead of a checksum). INVALID_ARGUMENT as for
+   zero_io_write; INVALID_STATE: the range overlaps one written or declared before;
+   OUT_OF_MEMORY. */
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes);
+
 /* Blocks until every request of the ticket has finished and forgets the ticket. ZERO_OK,
    or ZERO_ERROR_IO with zero_last_error() naming the operation, file, offset and cause
    (an errno's text, "short read: n of m bytes at offset o (end of file: truncated under
@@ -1599,6 +1608,12 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
                                             zero_engine_memory *out);
 
+/* The I/O counters of the NVMe tier of the model states (offload_optimizer or offload_param
+   = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
+   since commit, so bytes_read / bytes_written show what a step, a checkpoint or set_tensor
+   moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
+ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
+
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
    the last step(); may be NULL) and since commit (may be NULL). Commit's hash check counts
    in the total only. */
@@ -1774,19 +1789,6 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
 ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, const void *client,
                                             size_t client_bytes);
 
-/* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
-   into this committed engine: master, m, v, params, step, Adam settings and scaler state.
-   The engine's tensors must match the checkpoint's by name, size and flags (in any
-   grouping), and the param dtype must be the same. Every rank first reads and verifies
-   everything it needs (manifest, file sizes, header and section checksums, the plan) and
-   the ranks agree; only then is state changed. On error every rank returns the same code
-   and message (naming the file, tensor or byte offset) and the engine is unchanged.
-   Call between steps with no group gathered. Host memory: with the saving layout (same
-   world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
-   resharding, this rank's new shard is staged (12 + param bytes per shard element).
-   Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
-   save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
-   or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir);
 
 /* COLLECTIVE. zero_engine_load() that also returns the client state saved by
@@ -5854,6 +5856,7 @@ typedef struct zero__io_range {
     uint64_t sum;
     int state;
     int readers; /* queued reads not yet finished */
+    int zeros;   /* declared by zero_io_declare_zeros: reads check for zeros, not the sum */
 } zero__io_range;
 
 struct zero_io_file {
@@ -5875,6 +5878,7 @@ typedef struct zero__io_op {
     size_t bytes;
     unsigned char *buf;
     uint64_t sum;     /* reads: the checksum recorded when the range was written */
+    int zeros;        /* reads of a declared zero range: every byte must be 0    */
     size_t issued;    /* bytes cut into requests so far                          */
     int outstanding;  /* requests in flight                                       */
     int done;
@@ -6827,6 +6831,7 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     file->ranges[lo].sum = op->sum;
     file->ranges[lo].state = ZERO__RANGE_WRITING;
     file->ranges[lo].readers = 0;
+    file->ranges[lo].zeros = 0;
     zero__io_enqueue(io, op);
     *ticket = op->ticket;
     pthread_mutex_unlock(&io->mu);
@@ -6879,8 +6884,52 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
     }
     rg->readers++;
     op->sum = rg->sum;
+    op->zeros = rg->zeros;
     zero__io_enqueue(io, op);
     *ticket = op->ticket;
+    pthread_mutex_unlock(&io->mu);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    zero_io *io;
+    size_t lo;
+    uint64_t end;
+    zero_result r;
+    zero_io_ticket unused;
+    r = zero__io_check("zero_io_declare_zeros", file, offset, &unused, bytes, &unused);
+    if (r != ZERO_OK) return r;
+    io = file->io;
+    end = offset + bytes;
+    pthread_mutex_lock(&io->mu);
+    for (lo = 0; lo < file->nranges && file->ranges[lo].offset + file->ranges[lo].bytes <= offset; lo++) {
+    }
+    if (lo < file->nranges && file->ranges[lo].offset < end) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "zero_io_declare_zeros: [%llu, +%zu) of %s overlaps a range written before",
+                          (unsigned long long)offset, bytes, file->path);
+    }
+    if (file->nranges + 1 > file->cap) {
+        size_t cap = file->cap ? 2 * file->cap : 16;
+        zero__io_range *t = (zero__io_range *)zero__alloc(&io->alloc, cap * sizeof *t);
+        if (!t) {
+            pthread_mutex_unlock(&io->mu);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_declare_zeros: range table of %zu", cap);
+        }
+        if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
+        zero__free(&io->alloc, file->ranges);
+        file->ranges = t;
+        file->cap = cap;
+    }
+    memmove(file->ranges + lo + 1, file->ranges + lo, (file->nranges - lo) * sizeof *file->ranges);
+    file->nranges++;
+    memset(&file->ranges[lo], 0, sizeof file->ranges[lo]);
+    file->ranges[lo].offset = offset;
+    file->ranges[lo].bytes = bytes;
+    file->ranges[lo].state = ZERO__RANGE_VALID;
+    file->ranges[lo].zeros = 1;
     pthread_mutex_unlock(&io->mu);
     return ZERO_OK;
 }
@@ -6920,6 +6969,14 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     pthread_mutex_unlock(&io->mu);
     if (!verify && op->failed) {
         r = zero__fail(ZERO_ERROR_IO, "%s", msg);
+    } else if (verify && op->zeros) {
+        size_t i = 0;
+        while (i < op->bytes && op->buf[i] == 0) i++;
+        if (i < op->bytes)
+            r = zero__fail(ZERO_ERROR_IO,
+                           "zero_io: read of %s at offset %llu (%zu bytes): byte %zu is not zero "
+                           "in a range declared zero: the file changed under the engine",
+                           op->file->path, (unsigned long long)op->offset, op->bytes, i);
     } else if (verify) {
         uint64_t got = zero_io_checksum(op->buf, op->bytes);
         if (got != op->sum)
@@ -7036,6 +7093,11 @@ ZERODEF zero_result zero_io_wait_all(zero_io *io)
 {
     (void)io;
     return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_wait_all: the NVMe I/O engine needs Linux");
+}
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    (void)file; (void)offset; (void)bytes;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_declare_zeros: the NVMe I/O engine needs Linux");
 }
 ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault)
 {
@@ -7206,6 +7268,12 @@ struct zero_engine {
     unsigned char *hpg;
     size_t hpg_stride;
     zero_io_ticket hpg_ticket[2];
+    /* between steps (set_tensor, read_tensor, checkpoints, gathers) the NVMe tier is reached
+       through two write-back caches: one tile record in swap slot 0 and one group's param
+       shard in hpg's first half; a cache is written back when another record or shard is
+       needed, at the end of a load, and before the step (which uses both buffers) */
+    int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot 0 (-1 none), changed */
+    int hpg_group, hpg_dirty;              /* group in hpg's first half (-1 none), changed */
     uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
     /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
     zero__eng_shape *shapes;
@@ -8076,6 +8144,7 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     void *p;
     zero_result r;
     e->host_grad_add = -1;
+    e->nvme_tile_cached = e->hpg_group = -1;
     if (!e->oopt) return ZERO_OK;
     if (e->dev->ops->event_create) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
@@ -8333,7 +8402,7 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
 }
 
 /* offload_param = nvme: the rank's param file (one range per partitioned group's shard,
-   written with zeros now) and the two host shard buffers. */
+   declared zero) and the two host shard buffers. */
 static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
 {
     uint64_t off = 0;
@@ -8364,19 +8433,55 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
         return r;
     e->nvme_total += (size_t)zero_io_file_size(e->fpar);
     e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fpar) - e->nvme_mem[ZERO_MEM_PARAM];
-    for (g = 0; g < e->G; g++) {
-        zero_io_ticket t;
+    for (g = 0; g < e->G; g++) { /* the preallocated file reads as zeros: nothing written */
         if (e->groups[g].persistent || e->groups[g].shard_numel == 0) continue;
-        if ((r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) != ZERO_OK) {
-            (void)zero_io_wait_all(e->io);
+        if ((r = zero_io_declare_zeros(e->fpar, e->poff[g], e->groups[g].shard_numel * e->p)) != ZERO_OK)
             return r;
-        }
     }
-    return zero_io_wait_all(e->io);
+    return ZERO_OK;
 }
 
-/* The host copy of offloaded group g's param shard: in place (cpu), or read from the file
-   into the first shard buffer (nvme; synchronous, after the uploads that read the buffer). */
+/* Writes back what the NVMe caches changed: the tile record in swap slot 0 (which = 1), the
+   param shard in hpg's first half (2), or both (3). Synchronous; the caches stay valid. */
+static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
+{
+    zero_io_ticket t;
+    zero_result r = ZERO_OK;
+    if ((which & 1) && e->nvme_tile_dirty && e->nvme_tile_cached >= 0) {
+        int k = e->nvme_tile_cached;
+        r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) return r;
+        e->nvme_tile_dirty = 0;
+    }
+    if ((which & 2) && e->hpg_dirty && e->hpg_group >= 0) {
+        int g = e->hpg_group;
+        r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) return r;
+        e->hpg_dirty = 0;
+    }
+    return r;
+}
+
+static zero_result zero__eng_nvme_flush(zero_engine *e)
+{
+    return zero__eng_nvme_flush_some(e, 3);
+}
+
+/* Flushes and empties the NVMe caches (before the step reuses their buffers). */
+static zero_result zero__eng_nvme_forget(zero_engine *e)
+{
+    zero_result r = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    e->nvme_tile_cached = e->hpg_group = -1;
+    e->nvme_tile_dirty = e->hpg_dirty = 0;
+    return r;
+}
+
+/* The host copy of offloaded group g's param shard: in place (cpu), or in the first shard
+   buffer (nvme): read from the file unless the buffer holds it already (the forward's gather
+   leaves it there for the backward's), after writing back the group it held if changed and
+   after the uploads that read the buffer. */
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
 {
     zero_io_ticket t;
@@ -8386,31 +8491,33 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
         return ZERO_OK;
     }
     *out = e->hpg;
+    if (e->hpg_group == g) return ZERO_OK;
+    if (e->hpg_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
+    e->hpg_group = -1;
     r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
     if (r == ZERO_OK) r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
     if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    if (r == ZERO_OK) e->hpg_group = g;
     return r;
 }
 
-/* Writes the first shard buffer back as group g's shard (nvme; synchronous). */
+/* Marks the first shard buffer (group g's shard, from zero__eng_hparam_get) changed: it is
+   written back by the next flush (nvme). */
 static zero_result zero__eng_hparam_put(zero_engine *e, int g)
 {
-    zero_io_ticket t;
-    zero_result r;
-    if (!e->fpar) return ZERO_OK;
-    r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-    return r;
+    if (e->fpar && e->hpg_group == g) e->hpg_dirty = 1;
+    return ZERO_OK;
 }
 
-/* Creates the I/O engine and the rank's optimizer file, the swap slots, and writes every
-   tile's zero state (a read names a range written before). */
+/* Creates the I/O engine and the rank's optimizer file and the swap slots, and declares
+   every tile's record as the zeros the preallocated file holds (no byte written: commit
+   costs no I/O whatever Psi). */
 static zero_result zero__eng_nvme_alloc(zero_engine *e)
 {
     zero_io_desc iod;
     uint64_t off = 0;
     size_t rec;
-    int k, i;
+    int k;
     zero_result r;
     void *p = NULL;
     memset(&iod, 0, sizeof iod);
@@ -8446,16 +8553,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->nvme_mem[ZERO_MEM_MASTER] = e->nvme_mem[ZERO_MEM_MOMENT1] = e->nvme_mem[ZERO_MEM_MOMENT2] = e->S * 4;
     e->nvme_total += (size_t)zero_io_file_size(e->fopt);
     e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fopt) - 12 * e->S; /* tile alignment */
-    for (k = 0; k < e->ntiles; k++) { /* zeros, from slot 0, queue_depth-bounded by the engine */
-        zero_io_ticket t;
-        if ((r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t)) != ZERO_OK) {
-            (void)zero_io_wait_all(e->io);
+    for (k = 0; k < e->ntiles; k++) /* the preallocated file reads as zeros: nothing written */
+        if ((r = zero_io_declare_zeros(e->fopt, e->tile_off[k], e->tiles[k].numel * 12u)) != ZERO_OK)
             return r;
-        }
-    }
-    r = zero_io_wait_all(e->io);
-    for (i = 0; i < e->nswap; i++) e->swap_ticket[i] = 0;
-    return r;
+    return ZERO_OK;
 }
 
 static void zero__eng_nvme_free(zero_engine *e)
@@ -8481,31 +8582,43 @@ static void zero__eng_nvme_free(zero_engine *e)
 }
 
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
-   NVMe tier to out, or from in to the tier when in is not NULL, tile by tile (read, copy, and
-   for a write, write back). Synchronous;
-   used by set_tensor and read_tensor between steps. */
+   NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
+   slot 0): a tile record is read once when first touched and written back when another is
+   needed or at a flush, so a run of calls in shard order moves each record once. Between
+   steps: set_tensor, read_tensor, checkpoints. */
 static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
                                         const float *in)
 {
-    int k;
+    int k, lo = 0, hi = e->ntiles;
     zero_result r = ZERO_OK;
     zero_io_ticket t;
     float *sl = (float *)(void *)e->swap;
-    for (k = 0; k < e->ntiles && r == ZERO_OK; k++) {
+    while (lo < hi) { /* the first tile ending after off (tiles are in shard order) */
+        int mid = lo + (hi - lo) / 2;
+        const zero__eng_tile *tl = &e->tiles[mid];
+        if (e->groups[tl->group].off_shard + tl->begin + tl->numel <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    for (k = lo; k < e->ntiles && r == ZERO_OK; k++) {
         const zero__eng_tile *tl = &e->tiles[k];
-        size_t lo = e->groups[tl->group].off_shard + tl->begin, hi = lo + tl->numel, a, b;
-        a = lo > off ? lo : off;
-        b = hi < off + n ? hi : off + n;
+        size_t tlo = e->groups[tl->group].off_shard + tl->begin, thi = tlo + tl->numel, a, b;
+        if (tlo >= off + n) break;
+        a = tlo > off ? tlo : off;
+        b = thi < off + n ? thi : off + n;
         if (a >= b) continue;
-        r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-        if (r != ZERO_OK) break;
-        if (in) {
-            memcpy(sl + (size_t)kind * tl->numel + (a - lo), in + (a - off), (b - a) * 4);
-            r = zero_io_write(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+        if (e->nvme_tile_cached != k) {
+            if (e->nvme_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK) break;
+            e->nvme_tile_cached = -1;
+            r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
             if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+            if (r != ZERO_OK) break;
+            e->nvme_tile_cached = k;
+        }
+        if (in) {
+            memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
+            e->nvme_tile_dirty = 1;
         } else {
-            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - lo), (b - a) * 4);
+            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
     }
     return r;
@@ -8528,11 +8641,15 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     int up_busy[2] = {0, 0};    /* an upload from param half i may still be reading it */
     char io_err[400];
     io_err[0] = '\0';
+    if (e->io) { /* the step reuses the caches' buffers: what they changed goes out first */
+        io_r = zero__eng_nvme_forget(e);
+        if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
+    }
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (fm[0] != 0.0f || e->ntiles == 0)
-        return e->io ? zero__eng_nvme_agree(e, ZERO_OK, io_err, "zero_engine_step", -1) : ZERO_OK;
+        return e->io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
     /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
        gathers that read the offloaded param shards are done before Adam rewrites them */
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
@@ -9661,6 +9778,13 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
     out->peak_total_bytes = e->mem_peak_total;
     out->allocations = (size_t)e->nallocs;
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out)
+{
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_nvme_stats: NULL");
+    memset(out, 0, sizeof *out);
+    return e->io ? zero_io_get_stats(e->io, out) : ZERO_OK;
 }
 
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
@@ -11747,15 +11871,22 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
         goto out;
     }
-    /* Order the downloads after any collective still writing the buffers. */
+    /* Order the downloads after any collective still writing the buffers; the NVMe caches
+       written back and emptied, so the save reads each record once, from the file. */
     r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
-    for (g = 0; g < e->G && r == ZERO_OK; g++)
-        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            size_t esz = ki == 3 ? e->p : 4, per = chunk_bytes / esz, n = e->groups[g].shard_numel;
-            size_t pos = 0;
-            uint32_t crc = 0;
-            while (pos < n && r == ZERO_OK) {
-                size_t c = n - pos < per ? n - pos : per;
+    if (r == ZERO_OK) r = zero__eng_nvme_forget(e);
+    /* Per group, chunk by chunk, the four sections of each chunk together: an NVMe tile record
+       (master, m and v of one tile) is then read once for all three (chunks never cross a
+       tile), and an NVMe param shard once per group. */
+    for (g = 0; g < e->G && r == ZERO_OK; g++) {
+        size_t n = e->groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
+        uint32_t crc[4] = {0, 0, 0, 0};
+        while (pos < n && r == ZERO_OK) {
+            size_t c = n - pos < per ? n - pos : per;
+            if (e->fopt && c > e->tile_numel - pos % e->tile_numel) c = e->tile_numel - pos % e->tile_numel;
+            for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+                size_t esz = ki == 3 ? e->p : 4;
+                uint64_t sec = off + (uint64_t)n * (ki == 3 ? 12u : 4u * (unsigned)ki);
                 r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
                 if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
                 if (r != ZERO_OK) {
@@ -11765,13 +11896,14 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
                                    zero__ck_kind_name(ki), g, prev);
                     break;
                 }
-                crc = zero_crc32c(crc, chunk, c * esz);
-                r = zero__ck_pwrite(fd, chunk, c * esz, off + pos * esz, tmp);
-                pos += c;
+                crc[ki] = zero_crc32c(crc[ki], chunk, c * esz);
+                r = zero__ck_pwrite(fd, chunk, c * esz, sec + pos * esz, tmp);
             }
-            crcs[g * 4 + ki] = crc;
-            off += (uint64_t)n * esz;
+            pos += c;
         }
+        for (ki = 0; ki < 4; ki++) crcs[g * 4 + ki] = crc[ki];
+        off += (uint64_t)n * (12u + e->p);
+    }
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
         zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
@@ -12106,6 +12238,36 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
     return ZERO_OK;
 }
 
+/* Load's apply step for elements [at, at + n) of this rank's shard of group g: master, m,
+   v and params, from the mapped shard file or the resharded staging buffer. */
+static zero_result zero__ck_apply(zero_engine *e, const zero_checkpoint *ck, const zero__ck_load *L,
+                                  int g, size_t at, size_t n)
+{
+    zero_result r = ZERO_OK;
+    int ki;
+    for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+        size_t esz = ki == 3 ? e->p : 4;
+        unsigned char *src = L->map ? L->map + zero__ck_sec_off(ck, g, ki) + at * esz
+                                    : L->stage_buf + (size_t)ki * e->S * 4u +
+                                          (e->groups[g].off_shard + at) * esz;
+        r = zero__ck_state_io(e, zero__ck_kinds[ki], g, at, n, src, 1);
+    }
+    return r;
+}
+
+/* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
+   into this committed engine: master, m, v, params, step, Adam settings and scaler state.
+   The engine's tensors must match the checkpoint's by name, size and flags (in any
+   grouping), and the param dtype must be the same. Every rank first reads and verifies
+   everything it needs (manifest, file sizes, header and section checksums, the plan) and
+   the ranks agree; only then is state changed. On error every rank returns the same code
+   and message (naming the file, tensor or byte offset) and the engine is unchanged.
+   Call between steps with no group gathered. Host memory: with the saving layout (same
+   world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
+   resharding, this rank's new shard is staged (12 + param bytes per shard element).
+   Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
+   save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
+   or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
 {
     return zero_engine_load_client(e, dir, NULL, 0, NULL);
@@ -12121,7 +12283,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     zero_traffic keep;
     size_t bytes = 0;
     unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
-    int t, ki, i, want_client = client != NULL || client_bytes != NULL;
+    int t, i, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -12205,8 +12367,19 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     }
     for (i = 0; i < e->ngslots; i++)
         if (e->gslots[i].group >= 0) zero__eng_drop_slot(e, i);
-    /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
-    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+    if (e->io) r = zero__eng_nvme_forget(e);
+    /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
+       the four kinds together, so an NVMe tile record and param shard are read and written
+       once. The padding between tensors is never written (the engine's stays 0). */
+    for (t = 0; e->oopt && t < e->ntiles && r == ZERO_OK; t++) {
+        const zero__eng_tile *tl = &e->tiles[t];
+        int pi;
+        for (pi = tl->first; pi < tl->first + tl->count && r == ZERO_OK; pi++)
+            r = zero__ck_apply(e, ck, &L, tl->group, tl->begin + e->pieces[pi].off, e->pieces[pi].numel);
+    }
+    if (r == ZERO_OK && e->io) r = zero__eng_nvme_flush(e);
+    /* else tensor by tensor */
+    for (t = 0; !e->oopt && t < e->ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
         zero_range sn, shn;
         size_t at;
@@ -12218,13 +12391,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &shn);
         if (r != ZERO_OK || sn.numel == 0) continue;
         at = sn.offset - shn.offset;
-        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            size_t esz = ki == 3 ? e->p : 4;
-            unsigned char *src = L.map ? L.map + zero__ck_sec_off(ck, ti.group, ki) + at * esz
-                                       : L.stage_buf + (size_t)ki * e->S * 4u +
-                                             (e->groups[ti.group].off_shard + at) * esz;
-            r = zero__ck_state_io(e, zero__ck_kinds[ki], ti.group, at, sn.numel, src, 1);
-        }
+        r = zero__ck_apply(e, ck, &L, ti.group, at, sn.numel);
     }
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
     if (r != ZERO_OK) {

@@ -668,6 +668,129 @@ out:
     return ZERO_OK;
 }
 
+/* ---- the NVMe tier between steps: each byte moved once ---- */
+
+typedef struct once_run {
+    const char *dir, *ckdir;
+    int failures;
+} once_run;
+
+static zero_result once_rank(int rank, zero_comm *comm, void *user)
+{
+    static const size_t sizes[] = {37, 300, 5, 1000, 13, 250};
+    static const int groups[] = {0, 0, 1, 2, 2, 3};
+    once_run *o = (once_run *)user;
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL, *e2 = NULL;
+    zero_engine_memory nv;
+    zero_io_stats s0, s1;
+    uint64_t bytes, rd, wr;
+    float *vals = NULL;
+    int t, pass;
+    (void)rank;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    vals = (float *)malloc(1000 * sizeof *vals);
+    for (pass = 0; pass < 2; pass++) {
+        zero_engine **pe = pass ? &e2 : &e;
+        memset(&d, 0, sizeof d);
+        d.stage = 3;
+        d.device = dev;
+        d.comm = comm;
+        d.offload_optimizer = ZERO_OFFLOAD_NVME;
+        d.offload_param = ZERO_OFFLOAD_NVME;
+        d.nvme_path = o->dir;
+        d.sub_group_size = 64; /* many tiles, tensors across tiles and tiles across tensors */
+        ZT_CHECK(zero_engine_create(&d, pe) == ZERO_OK);
+        for (t = 0; t < 6; t++) {
+            char name[16];
+            snprintf(name, sizeof name, "t%d", t);
+            ZT_CHECK(zero_engine_add_tensor(*pe, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
+        }
+        ZT_CHECK(zero_engine_commit(*pe) == ZERO_OK);
+    }
+    /* the tier's bytes: 12 S of optimizer records, p S_np of param shards */
+    ZT_CHECK(zero_engine_memory_tier(e, ZERO_TIER_NVME, &nv) == ZERO_OK);
+    bytes = nv.bytes[ZERO_MEM_MASTER] + nv.bytes[ZERO_MEM_MOMENT1] + nv.bytes[ZERO_MEM_MOMENT2] +
+            nv.bytes[ZERO_MEM_PARAM];
+    /* commit writes nothing: the preallocated files read as zeros */
+    ZT_CHECK(zero_engine_nvme_stats(e, &s0) == ZERO_OK);
+    ZT_CHECKF(s0.bytes_written == 0 && s0.bytes_read == 0, "commit moved %llu / %llu bytes",
+              (unsigned long long)s0.bytes_read, (unsigned long long)s0.bytes_written);
+    /* set_tensor of every tensor: each record and shard read at most once */
+    for (t = 0; t < 6; t++) {
+        size_t i;
+        for (i = 0; i < sizes[t]; i++) vals[i] = 0.001f * (float)(i + 7 * t);
+        ZT_CHECK(zero_engine_set_tensor(e, t, vals) == ZERO_OK);
+    }
+    ZT_CHECK(zero_engine_nvme_stats(e, &s1) == ZERO_OK);
+    ZT_CHECKF(s1.bytes_read <= bytes && s1.bytes_written <= bytes,
+              "set_tensor of every tensor read %llu, wrote %llu bytes of a %llu-byte tier",
+              (unsigned long long)s1.bytes_read, (unsigned long long)s1.bytes_written,
+              (unsigned long long)bytes);
+    /* the values are there */
+    ZT_CHECK(zero_engine_read_tensor(e, 3, ZERO_STATE_MASTER, vals, NULL) == ZERO_OK);
+    /* save reads every byte of the tier exactly once */
+    ZT_CHECK(zero_engine_nvme_stats(e, &s0) == ZERO_OK);
+    ZT_CHECK(zero_engine_save(e, o->ckdir) == ZERO_OK);
+    ZT_CHECK(zero_engine_nvme_stats(e, &s1) == ZERO_OK);
+    rd = s1.bytes_read - s0.bytes_read;
+    ZT_CHECKF(rd == bytes, "save read %llu bytes of a %llu-byte tier", (unsigned long long)rd,
+              (unsigned long long)bytes);
+    /* load: every record and shard read at most once and written at most once */
+    ZT_CHECK(zero_engine_nvme_stats(e2, &s0) == ZERO_OK);
+    ZT_CHECK(zero_engine_load(e2, o->ckdir) == ZERO_OK);
+    ZT_CHECK(zero_engine_nvme_stats(e2, &s1) == ZERO_OK);
+    rd = s1.bytes_read - s0.bytes_read;
+    wr = s1.bytes_written - s0.bytes_written;
+    ZT_CHECKF(rd <= bytes && wr <= bytes && wr > 0, "load read %llu, wrote %llu of a %llu-byte tier",
+              (unsigned long long)rd, (unsigned long long)wr, (unsigned long long)bytes);
+    for (t = 0; t < 6; t++) { /* and the loaded engine holds what the first one had */
+        float a[1000], b[1000];
+        zero_range ra, rb;
+        int k;
+        for (k = ZERO_STATE_MASTER; k <= ZERO_STATE_V; k++) {
+            ZT_CHECK(zero_engine_read_tensor(e, t, (zero_state_kind)k, a, &ra) == ZERO_OK);
+            ZT_CHECK(zero_engine_read_tensor(e2, t, (zero_state_kind)k, b, &rb) == ZERO_OK);
+            if (ra.numel != rb.numel ||
+                memcmp(a + ra.offset, b + rb.offset, ra.numel * sizeof(float)) != 0)
+                o->failures++;
+        }
+    }
+    free(vals);
+    zero_engine_destroy(e);
+    zero_engine_destroy(e2);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+/* The NVMe tier between steps, counted in bytes by the tier's I/O engine: commit writes
+   nothing (the preallocated files read as zeros), set_tensor of every tensor reads and
+   writes each record and param shard at most once (a write-back cache instead of a
+   read-modify-write per tensor), a save reads the tier exactly once, a load reads and
+   writes each at most once, and the loaded state equals the saved one. */
+ZT_TEST(nvme_tier_moves_each_byte_once)
+{
+    char d1[64], d2[64];
+    once_run o;
+    snprintf(d1, sizeof d1, "/tmp/zero-test-once-XXXXXX");
+    snprintf(d2, sizeof d2, "/tmp/zero-test-oncek-XXXXXX");
+    memset(&o, 0, sizeof o);
+    o.dir = mkdtemp(d1);
+    o.ckdir = mkdtemp(d2);
+    ZT_CHECK(o.dir && o.ckdir);
+    if (!o.dir || !o.ckdir) return;
+    ZT_CHECK(zero_local_run(2, once_rank, &o) == ZERO_OK);
+    ZT_CHECKF(o.failures == 0, "%d tensors differ after the load", o.failures);
+    ZT_CHECK(dir_is_empty(o.dir));
+    rmdir(o.dir);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", o.ckdir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+}
+
 ZT_TEST(nvme_faults_fail_every_rank)
 {
     fault_ctx F;
@@ -825,6 +948,7 @@ int main(void)
     ZT_RUN(memory_tier_query_errors);
     ZT_RUN(nvme_step_is_bit_identical);
     ZT_RUN(nvme_tier_accounting);
+    ZT_RUN(nvme_tier_moves_each_byte_once);
     ZT_RUN(nvme_faults_fail_every_rank);
     ZT_RUN(checkpoint_of_offloaded_state);
     return zt_summary();
