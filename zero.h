@@ -6756,6 +6756,23 @@ static zero_result zero__io_check(const char *what, zero_io_file *file, uint64_t
     return ZERO_OK;
 }
 
+/* Room for n records in the file's range table (locked); OUT_OF_MEMORY without a message. */
+static zero_result zero__io_ranges_reserve(zero_io_file *file, size_t n)
+{
+    size_t cap;
+    zero__io_range *t;
+    if (n <= file->cap) return ZERO_OK;
+    cap = file->cap ? 2 * file->cap : 16;
+    if (cap < n) cap = n;
+    t = (zero__io_range *)zero__alloc(&file->io->alloc, cap * sizeof *t);
+    if (!t) return ZERO_ERROR_OUT_OF_MEMORY;
+    if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
+    zero__free(&file->io->alloc, file->ranges);
+    file->ranges = t;
+    file->cap = cap;
+    return ZERO_OK;
+}
+
 /* Queues op (locked). */
 static void zero__io_enqueue(zero_io *io, zero__io_op *op)
 {
@@ -6810,18 +6827,10 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     }
     if (hi - lo != 1) { /* the table changes size: 1 replaces hi - lo records */
         size_t n = file->nranges - (hi - lo) + 1;
-        if (n > file->cap) {
-            size_t cap = file->cap ? 2 * file->cap : 16;
-            zero__io_range *t = (zero__io_range *)zero__alloc(&io->alloc, cap * sizeof *t);
-            if (!t) {
-                pthread_mutex_unlock(&io->mu);
-                zero__free(&io->alloc, op);
-                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", cap);
-            }
-            if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
-            zero__free(&io->alloc, file->ranges);
-            file->ranges = t;
-            file->cap = cap;
+        if (zero__io_ranges_reserve(file, n) != ZERO_OK) {
+            pthread_mutex_unlock(&io->mu);
+            zero__free(&io->alloc, op);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", n);
         }
         memmove(file->ranges + lo + 1, file->ranges + hi, (file->nranges - hi) * sizeof *file->ranges);
         file->nranges = n;
@@ -6911,17 +6920,10 @@ ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, s
                           "zero_io_declare_zeros: [%llu, +%zu) of %s overlaps a range written before",
                           (unsigned long long)offset, bytes, file->path);
     }
-    if (file->nranges + 1 > file->cap) {
-        size_t cap = file->cap ? 2 * file->cap : 16;
-        zero__io_range *t = (zero__io_range *)zero__alloc(&io->alloc, cap * sizeof *t);
-        if (!t) {
-            pthread_mutex_unlock(&io->mu);
-            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_declare_zeros: range table of %zu", cap);
-        }
-        if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
-        zero__free(&io->alloc, file->ranges);
-        file->ranges = t;
-        file->cap = cap;
+    if (zero__io_ranges_reserve(file, file->nranges + 1) != ZERO_OK) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_declare_zeros: range table of %zu",
+                          file->nranges + 1);
     }
     memmove(file->ranges + lo + 1, file->ranges + lo, (file->nranges - lo) * sizeof *file->ranges);
     file->nranges++;
