@@ -8730,6 +8730,58 @@ static size_t zero__eng_hint_states(const zero_estimate *x, int opt_offloaded)
     return (size_t)b;
 }
 
+/* When no offload setting fits (both offloads on already, or none enough): names the bulk
+   (the largest device buffer) and what would fit, each figure exact from this
+   configuration's sizes: a one-slot gather arena, smaller groups (the reduce buckets, cast
+   staging and gather slots are sized by the largest group), more ranks (the sharded model
+   states shrink as 1/N). Appended to out. */
+static void zero__eng_oom_bulk(const zero_engine *e, const zero__eng_sizes *sz, size_t need,
+                               size_t avail, char *out, size_t n)
+{
+    static const char *const names[ZERO__B_N] = {
+        "scratch", "params", "user gradients", "gradient accumulator", "master weights", "Adam m",
+        "Adam v", "reduce buckets", "cast staging", "reduce-scatter target", "gather arena"};
+    size_t bulk = 0, len = strlen(out), per = 0, mdep = 0, sharded = 0, fixed, one;
+    int i, ib = 0, any = 0;
+    for (i = 0; i < sz->n && i < ZERO__B_N; i++)
+        if (sz->bytes[i] > bulk) bulk = sz->bytes[i], ib = i;
+    len += (size_t)snprintf(out + len, len < n ? n - len : 0, ": the bulk is the %s (%zu bytes)",
+                            names[ib], bulk);
+    /* a one-slot arena (no prefetch) */
+    one = need - sz->bytes[ZERO__B_GATHER] + e->Mnp * e->p;
+    if (e->ngslots > 1 && len < n) {
+        len += (size_t)snprintf(out + len, n - len, "; max_live_numel=%zu with prefetch_depth=-1 %s (%zu bytes)",
+                                e->Mnp, one <= avail ? "would fit" : "needs", one);
+        any |= one <= avail;
+    }
+    /* smaller groups: per element of the largest group, the buffers it sizes */
+    if (e->stage >= 2) per += (size_t)e->nbslots * e->p, mdep += sz->bytes[ZERO__B_BUCKET];
+    if (sz->bytes[ZERO__B_TC]) per += e->c, mdep += sz->bytes[ZERO__B_TC];
+    if (sz->bytes[ZERO__B_TS]) per += e->c / (size_t)e->world, mdep += sz->bytes[ZERO__B_TS];
+    if (e->ngslots > 0) per += e->p, mdep += sz->bytes[ZERO__B_GATHER]; /* with one slot */
+    fixed = need - mdep;
+    if (per > 0 && avail > fixed && len < n) {
+        size_t m = (avail - fixed) / per;
+        if (m < e->M) len += (size_t)snprintf(out + len, n - len, "; groups of at most %zu elements "
+                                              "(the largest has %zu)%s would fit", m, e->M,
+                                              e->ngslots > 1 ? " and one gather slot" : "");
+        any = 1;
+    }
+    /* more ranks: the sharded states shrink as 1/N, the rest stays */
+    if (e->stage >= 1) sharded += sz->bytes[ZERO__B_MASTER] + sz->bytes[ZERO__B_M1] + sz->bytes[ZERO__B_M2];
+    if (e->stage >= 2) sharded += sz->bytes[ZERO__B_GRAD_ACC];
+    if (e->stage == 3 && !e->oparam) /* the partitioned groups' shards; persistent ones stay whole */
+        for (i = 0; i < e->G; i++)
+            if (!e->groups[i].persistent) sharded += e->groups[i].shard_numel * e->p;
+    if (sharded > 0 && need - sharded < avail && len < n) {
+        double r = (double)sharded * (double)e->world / (double)(avail - (need - sharded));
+        long nr = (long)r + 1;
+        if (nr > e->world) len += (size_t)snprintf(out + len, n - len, "; %ld ranks would fit", nr);
+        any = 1;
+    }
+    if (!any && len < n) (void)snprintf(out + len, n - len, "; the buffers alone exceed the budget");
+}
+
 /* Replaces an out-of-memory commit message by one that names the bytes, the device budget
    and the offload setting that would fit: each candidate's device bytes are the estimator's
    model states (zero_estimate_compute, paper mode, this engine's dtypes) plus this
@@ -8744,7 +8796,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     zero_estimate now, alt;
     size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0, now_dev;
     int i, k, nth = 0;
-    char fits[160];
+    char fits[320];
     const char *fail_cat = "?";
     memset(&now, 0, sizeof now);
     memset(&alt, 0, sizeof alt);
@@ -8801,6 +8853,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
             snprintf(fits, sizeof fits, "no offload setting fits (%s needs %zu device bytes)",
                      cand[i].name, dev_bytes);
     }
+    if (strncmp(fits, "no offload", 10) == 0) zero__eng_oom_bulk(e, sz, need, avail, fits, sizeof fits);
     snprintf(msg, n,
              "zero_engine_commit: out of device memory: %zu bytes of %s asked; this configuration "
              "needs %zu device bytes per rank, the device budget is %zu bytes (%zu free); %s",

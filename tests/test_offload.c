@@ -223,6 +223,25 @@ ZT_TEST(device_bytes_with_both_offloads_do_not_grow_with_psi)
         r = ec_run(&c);
         ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
         ec_result_free(r);
+        /* one byte less with both offloads: the message names the bulk and what fits */
+        ladder_model(&c, 16, where, dir);
+        c.device_capacity = dev[1] - 1;
+        r = ec_run(&c);
+        ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
+        ZT_CHECKF(strstr(r->err, "the bulk is the gather arena (1920 bytes)") &&
+                      strstr(r->err, "max_live_numel=320 with prefetch_depth=-1 would fit (1984 bytes)"),
+                  "%s", r->err);
+        ec_result_free(r);
+        /* below that: groups of at most (budget - scratch) / (2 bucket slots + 1 gather slot)
+           elements of 2 bytes = (1983 - 64) / 6 = 319 */
+        c.device_capacity = 1983;
+        r = ec_run(&c);
+        ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
+        ZT_CHECKF(strstr(r->err, "needs (1984 bytes)") &&
+                      strstr(r->err, "groups of at most 319 elements (the largest has 320) and one "
+                                     "gather slot would fit"),
+                  "%s", r->err);
+        ec_result_free(r);
     }
     if (dir) {
         ZT_CHECK(dir_is_empty(dir));
