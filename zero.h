@@ -7276,6 +7276,9 @@ struct zero_engine {
        needed, at the end of a load, and before the step (which uses both buffers) */
     int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot 0 (-1 none), changed */
     int hpg_group, hpg_dirty;              /* group in hpg's first half (-1 none), changed */
+    /* records (per tile) and param shards (per group) never written since commit: they hold
+       the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
+    unsigned char *tile_fresh, *group_fresh;
     uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
     /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
     zero__eng_shape *shapes;
@@ -8361,6 +8364,10 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
     int i = k % e->nswap;
     zero_result r = zero__eng_swap_wait(e, i);
     if (r != ZERO_OK) return r;
+    if (e->tile_fresh[k]) { /* still the file's zeros */
+        memset(e->swap + (size_t)i * e->swap_stride, 0, e->tiles[k].numel * 12);
+        return ZERO_OK;
+    }
     return zero_io_read(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                         e->tiles[k].numel * 12, &e->swap_ticket[i]);
 }
@@ -8369,6 +8376,7 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
 static zero_result zero__eng_swap_out(zero_engine *e, int k)
 {
     int i = k % e->nswap;
+    e->tile_fresh[k] = 0;
     return zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                          e->tiles[k].numel * 12, &e->swap_ticket[i]);
 }
@@ -8413,7 +8421,9 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     zero_result r;
     void *p = NULL;
     e->poff = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)e->G * sizeof(uint64_t));
-    if (!e->poff) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    e->group_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)e->G);
+    if (!e->poff || !e->group_fresh) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->group_fresh, 1, (size_t)e->G);
     for (g = 0; g < e->G; g++) {
         size_t b = e->groups[g].shard_numel * e->p;
         e->poff[g] = off;
@@ -8451,6 +8461,7 @@ static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
     zero_result r = ZERO_OK;
     if ((which & 1) && e->nvme_tile_dirty && e->nvme_tile_cached >= 0) {
         int k = e->nvme_tile_cached;
+        e->tile_fresh[k] = 0;
         r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t);
         if (r == ZERO_OK) r = zero_io_wait(e->io, t);
         if (r != ZERO_OK) return r;
@@ -8458,6 +8469,7 @@ static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
     }
     if ((which & 2) && e->hpg_dirty && e->hpg_group >= 0) {
         int g = e->hpg_group;
+        e->group_fresh[g] = 0;
         r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
         if (r == ZERO_OK) r = zero_io_wait(e->io, t);
         if (r != ZERO_OK) return r;
@@ -8497,8 +8509,10 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
     if (e->hpg_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
     e->hpg_group = -1;
     r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK) r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    if (r == ZERO_OK && e->group_fresh[g]) /* still the file's zeros */
+        memset(e->hpg, 0, e->groups[g].shard_numel * e->p);
+    else if (r == ZERO_OK && (r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) == ZERO_OK)
+        r = zero_io_wait(e->io, t);
     if (r == ZERO_OK) e->hpg_group = g;
     return r;
 }
@@ -8534,8 +8548,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->tile_off = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1) * sizeof(uint64_t));
     e->nswap = e->d.buffer_count < 3 ? 3 : e->d.buffer_count;
     e->swap_ticket = (zero_io_ticket *)zero__alloc(&e->d.allocator, (size_t)e->nswap * sizeof(zero_io_ticket));
-    if (!e->tile_off || !e->swap_ticket)
+    e->tile_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1));
+    if (!e->tile_off || !e->swap_ticket || !e->tile_fresh)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->tile_fresh, 1, (size_t)(e->ntiles ? e->ntiles : 1));
     memset(e->swap_ticket, 0, (size_t)e->nswap * sizeof(zero_io_ticket));
     for (k = 0; k < e->ntiles; k++) {
         e->tile_off[k] = off;
@@ -8576,6 +8592,9 @@ static void zero__eng_nvme_free(zero_engine *e)
     zero_io_destroy(e->io);
     zero__free(&e->d.allocator, e->tile_off);
     zero__free(&e->d.allocator, e->swap_ticket);
+    zero__free(&e->d.allocator, e->tile_fresh);
+    zero__free(&e->d.allocator, e->group_fresh);
+    e->tile_fresh = e->group_fresh = NULL;
     e->io = NULL;
     e->fopt = NULL;
     e->swap = NULL;
@@ -8611,9 +8630,13 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
         if (e->nvme_tile_cached != k) {
             if (e->nvme_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK) break;
             e->nvme_tile_cached = -1;
-            r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-            if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-            if (r != ZERO_OK) break;
+            if (e->tile_fresh[k]) {
+                memset(sl, 0, tl->numel * 12u);
+            } else {
+                r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+                if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+                if (r != ZERO_OK) break;
+            }
             e->nvme_tile_cached = k;
         }
         if (in) {
@@ -8692,6 +8715,7 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
         if (e->fpar && !dst && io_r == ZERO_OK &&
             e->tiles[k].begin + e->tiles[k].numel == e->groups[e->tiles[k].group].shard_numel) {
             int g = e->tiles[k].group; /* the group's shard is complete: write it behind */
+            e->group_fresh[g] = 0;
             io_r = zero_io_write(e->fpar, e->poff[g], e->hpg + (size_t)(g & 1) * e->hpg_stride,
                                  e->groups[g].shard_numel * e->p, &e->hpg_ticket[g & 1]);
         }
