@@ -7336,6 +7336,10 @@ struct zero_engine {
     /* records (per tile) and param shards (per group) never written since commit: they hold
        the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
     unsigned char *tile_fresh, *group_fresh;
+    /* stage-3 gathers read one group ahead of the shard they upload: group ra_group's shard
+       is being read into hpg's second half (ticket ra_ticket), -1 none */
+    int ra_group;
+    zero_io_ticket ra_ticket;
     uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
     /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
     zero__eng_shape *shapes;
@@ -7365,6 +7369,8 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out);
 static zero_result zero__eng_hparam_put(zero_engine *e, int g);
+static void zero__eng_ra_drop(zero_engine *e);
+static void zero__eng_ra_start(zero_engine *e, int g);
 static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
                                         const char *what, int group);
 
@@ -8300,7 +8306,7 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     void *p;
     zero_result r;
     e->host_grad_add = -1;
-    e->nvme_tile_cached = e->hpg_group = -1;
+    e->nvme_tile_cached = e->hpg_group = e->ra_group = -1;
     if (!e->oopt) return ZERO_OK;
     if (e->dev->ops->event_create) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
@@ -8357,6 +8363,7 @@ static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned ch
     const zero__eng_group *eg = &e->groups[g];
     unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p, *src = NULL;
     zero_result r = zero__eng_hparam_get(e, g, &src); /* nvme: read ahead of the all-gather */
+    if (r == ZERO_OK) zero__eng_ra_start(e, g);
     if (e->fpar) { /* every rank learns of a failed read before the all-gather: no hang */
         char err[400];
         err[0] = '\0';
@@ -8642,7 +8649,9 @@ static zero_result zero__eng_nvme_flush(zero_engine *e)
 /* Flushes and empties the NVMe caches (before the step reuses their buffers). */
 static zero_result zero__eng_nvme_forget(zero_engine *e)
 {
-    zero_result r = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    zero_result r;
+    if (e->io) zero__eng_ra_drop(e);
+    r = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
     e->nvme_tile_cached = e->hpg_group = -1;
     e->nvme_tile_dirty = e->hpg_dirty = 0;
     return r;
@@ -8665,12 +8674,41 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
     if (e->hpg_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
     e->hpg_group = -1;
     r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK && e->group_fresh[g]) /* still the file's zeros */
+    if (r == ZERO_OK && e->ra_group == g) { /* read ahead: wait for it, take it */
+        e->ra_group = -1;
+        r = zero_io_wait(e->io, e->ra_ticket);
+        if (r == ZERO_OK) memcpy(e->hpg, e->hpg + e->hpg_stride, e->groups[g].shard_numel * e->p);
+    } else if (r == ZERO_OK && e->group_fresh[g]) { /* still the file's zeros */
         memset(e->hpg, 0, e->groups[g].shard_numel * e->p);
-    else if (r == ZERO_OK && (r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) == ZERO_OK)
+    } else if (r == ZERO_OK && (r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) == ZERO_OK) {
         r = zero_io_wait(e->io, t);
+    }
     if (r == ZERO_OK) e->hpg_group = g;
     return r;
+}
+
+/* Waits for the read ahead (if any) and forgets it (its bytes are the file's: nothing lost). */
+static void zero__eng_ra_drop(zero_engine *e)
+{
+    if (e->ra_group < 0) return;
+    e->ra_group = -1;
+    (void)zero_io_wait(e->io, e->ra_ticket);
+}
+
+/* After group g's shard came up for a gather: starts reading the group the gathers will
+   want next (g + 1 going forward, g - 1 coming back) into hpg's second half, so its read
+   runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
+   gathered, with the prefetcher one group ahead). */
+static void zero__eng_ra_start(zero_engine *e, int g)
+{
+    int next = g + (e->last_gathered >= 0 && g < e->last_gathered ? -1 : 1);
+    if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
+    if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
+        e->groups[next].shard_numel == 0)
+        return;
+    if (zero_io_read(e->fpar, e->poff[next], e->hpg + e->hpg_stride,
+                     e->groups[next].shard_numel * e->p, &e->ra_ticket) == ZERO_OK)
+        e->ra_group = next;
 }
 
 /* Marks the first shard buffer (group g's shard, from zero__eng_hparam_get) changed: it is
