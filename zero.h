@@ -1327,7 +1327,8 @@ typedef struct zero_engine_desc {
                                     M2 when that is <= ZERO_ARENA_SMALL_NUMEL; SIZE_MAX = no
                                     limit. INVALID_ARGUMENT at commit (naming the group and the
                                     value that fits) if a group exceeds it.                    */
-    int prefetch_depth;          /* stage 3: groups gathered ahead; 0 = 1, negative = none      */
+    int prefetch_depth;          /* stage 3: gathers of the recorded order run ahead; 0 = 1,
+                                    negative = none                                            */
     size_t persist_numel;        /* stage 3: groups with fewer used elements stay whole on
                                     every rank (DeepSpeed's param_persistence_threshold);
                                     0 = none persistent (the paper's 3 Psi traffic)             */
@@ -1459,6 +1460,9 @@ typedef struct zero_gather_stats {
     uint64_t evictions;     /* prefetched groups dropped before use: for room, stale at a
                                step, a checkpoint load or set_tensor                       */
     uint64_t prefetch_wasted; /* prefetches issued and never used (= evictions)            */
+    int trace_len;            /* gathers and gradient buffers per micro-step in the
+                                 recorded order (0: none yet)                              */
+    uint64_t trace_records;   /* orders recorded: the first micro-step, and each change    */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
@@ -1554,10 +1558,13 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
    to its flat buffer (param dtype, group numel elements; tensor t at zero_plan_tensor's
    offset). Stage 3: all-gathers the group into the arena (max_live_numel; it takes the
    group's size) unless it is already gathered or persistent, making room by reducing
-   pending gradients and evicting prefetched groups not in use; then prefetches up to
-   prefetch_depth groups in the current direction (ascending in forward; descending once
-   gradients were requested in this micro-step or when g does not exceed the previous group
-   gathered) where they fit. Stages 0-2: the whole param buffer, no communication. Gathers
+   pending gradients and evicting prefetched groups not in use (the one used farthest
+   ahead); then prefetches. Prefetch follows the order of gathers (and gradient buffers)
+   that the first micro-step recorded: the next prefetch_depth gathers of that order, where
+   they fit beside the gradient buffers it asks for first; a group used twice is prefetched
+   where it is used next. A micro-step that departs from the order is re-recorded from the
+   point of departure (nothing is prefetched while recording; a prefetch the new order does
+   not use is dropped, never served stale). Stages 0-2: the whole param buffer, no communication. Gathers
    are counted: each needs a matching zero_engine_release(). Errors: NOT_FOUND for an
    unknown group; INVALID_STATE before commit or when the arena is full of groups in use and
    gradient buffers (the message names them and the max_live_numel that would fit). */
@@ -1569,8 +1576,9 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
 ZERODEF zero_result zero_engine_release(zero_engine *e, int group);
 
 /* COLLECTIVE at stage 3 (a prefetch is an all-gather). Starts gathering group g ahead of
-   use if it is not gathered and it fits the arena's free room; does nothing otherwise (a hint, not a
-   reference: no release needed). Stages 0-2: nothing. */
+   use if it is not gathered and it fits the arena's free room; does nothing otherwise (a
+   hint, not a use: not recorded in the order, and not a reference: no release needed).
+   Stages 0-2: nothing. */
 ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group);
 
 /* COLLECTIVE at stages 2-3, and for a group with several gradient parts (it may first
@@ -7209,7 +7217,11 @@ struct zero_engine {
     int *parts_req;       /* before commit: zero_engine_set_grad_parts, by group         */
     int cap_parts_req, total_parts;
     zero_gather_stats gstats;
-    int last_gathered, grads_seen; /* prefetch direction within a micro-step */
+    /* stage 3: the order of one micro-step's gathers and gradient buffers, as recorded
+       (entries 2 g for gather(g), 2 g + 1 for grads(g)); prefetch follows it */
+    int *trace;
+    int trace_len, trace_cap, trace_pos;
+    int trace_following; /* 1: trace is complete and this micro-step matches it so far  */
     /* events */
     zero_event *ev_c2m, *ev_m2c;
     /* micro-steps */
@@ -7670,7 +7682,6 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->oopt = d.offload_optimizer != ZERO_OFFLOAD_NONE;
     e->oparam = d.offload_param != ZERO_OFFLOAD_NONE;
     e->state = ZERO__ENG_CREATED;
-    e->last_gathered = -1;
     *out = e;
     return ZERO_OK;
 }
@@ -7723,6 +7734,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->pending);
     zero__free(a, e->pending_store);
     zero__free(a, e->parts_req);
+    zero__free(a, e->trace);
     zero__free(a, e->tflags);
     zero__free(a, e->shapes);
     zero_plan_destroy(e->plan);
@@ -7953,9 +7965,11 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
     e->pending_store = (unsigned char *)zero__alloc(a, (size_t)G);
+    e->trace_cap = 4 * G + 16; /* grows (host memory) if a micro-step uses groups more */
+    e->trace = (int *)zero__alloc(a, (size_t)e->trace_cap * sizeof *e->trace);
     e->cap_free = 2 * G + 2; /* live extents <= 2 G, so free ones <= 2 G + 1 */
     e->afree = (zero__eng_extent *)zero__alloc(a, (size_t)e->cap_free * sizeof *e->afree);
-    if (!e->groups || !e->pending || !e->pending_store || !e->afree)
+    if (!e->groups || !e->pending || !e->pending_store || !e->afree || !e->trace)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
     for (g = e->G; g < e->cap_parts_req; g++)
         if (e->parts_req[g] != 1)
@@ -9197,13 +9211,26 @@ static void zero__eng_drop_prefetched(zero_engine *e)
 
 static zero_result zero__eng_flush(zero_engine *e);
 
-/* Evicts the prefetched, unused group farthest from 'near' (in group order). 0 if none. */
+/* Where group g is gathered next in the recorded order, from the current position (a
+   large number when not again in this micro-step); without a trace, its distance from
+   'near' in group order. */
+static long zero__eng_next_use(const zero_engine *e, int g, int near)
+{
+    int j;
+    if (!e->trace_following) return g > near ? (long)(g - near) : (long)(near - g);
+    for (j = e->trace_pos; j < e->trace_len; j++)
+        if (e->trace[j] == 2 * g) return (long)(j - e->trace_pos);
+    return (long)e->trace_len + 1;
+}
+
+/* Evicts the prefetched, unused group used farthest ahead (Belady's choice). 0 if none. */
 static int zero__eng_evict_one(zero_engine *e, int near)
 {
-    int g, best = -1, bestd = -1;
+    int g, best = -1;
+    long bestd = -1;
     for (g = 0; g < e->G; g++)
         if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
-            int dd = g > near ? g - near : near - g;
+            long dd = zero__eng_next_use(e, g, near);
             if (dd > bestd) bestd = dd, best = g;
         }
     if (best < 0) return 0;
@@ -9248,6 +9275,59 @@ static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, in
                       "them ready first, or set max_live_numel >= %zu",
                       fn, g, zero__eng_group_name(e, g), what, n, e->arena_numel, held, np, ng,
                       largest, want);
+}
+
+/* ---- the trace: the order of a micro-step's gathers, recorded and followed ------------------ */
+/* The first micro-step records the order of its gathers and gradient buffers (stage 3);
+   later ones follow it, prefetching the groups it says come next. A call that departs
+   from it (another group, or the micro-step ends early or late) turns the rest of the
+   micro-step into a new recording, kept from the point where the order changed; nothing is
+   prefetched while recording, and a prefetch that the new order does not use is dropped
+   unused (counted as wasted), never served stale. DeepSpeed's module trace, per group. */
+
+static void zero__eng_trace_note(zero_engine *e, int entry)
+{
+    if (e->stage != 3) return;
+    if (e->trace_following) {
+        if (e->trace_pos < e->trace_len && e->trace[e->trace_pos] == entry) {
+            e->trace_pos++;
+            return;
+        }
+        e->trace_following = 0; /* the order changed: record from here */
+        e->trace_len = e->trace_pos;
+    }
+    if (e->trace_len < 0) return; /* gave up this micro-step (no memory) */
+    if (e->trace_len == e->trace_cap) {
+        int cap = e->trace_cap * 2, *nt;
+        nt = cap <= (1 << 24) ? (int *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *nt) : NULL;
+        if (!nt) {
+            e->trace_len = -1;
+            return;
+        }
+        memcpy(nt, e->trace, (size_t)e->trace_len * sizeof *nt);
+        zero__free(&e->d.allocator, e->trace);
+        e->trace = nt;
+        e->trace_cap = cap;
+    }
+    e->trace[e->trace_len++] = entry;
+    e->trace_pos = e->trace_len;
+}
+
+/* The micro-step ended: a recording becomes the trace; a trace followed to a different end
+   is cut there. */
+static void zero__eng_trace_end(zero_engine *e)
+{
+    if (e->stage != 3) return;
+    if (e->trace_following && e->trace_pos != e->trace_len) {
+        e->trace_len = e->trace_pos; /* it ended early: the rest of the old order is gone */
+        e->gstats.trace_records++;
+    } else if (!e->trace_following && e->trace_len > 0) {
+        e->gstats.trace_records++;
+    }
+    e->trace_following = e->trace_len > 0;
+    if (e->trace_len < 0) e->trace_len = 0;
+    e->trace_pos = 0;
+    e->gstats.trace_len = e->trace_len > 0 ? e->trace_len : 0;
 }
 
 /* ---- gradients ----------------------------------------------------------------------------- */
@@ -9392,6 +9472,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     if (e->stage >= 2) {
         size_t off;
         int x;
+        zero__eng_trace_note(e, 2 * group + 1);
         if ((r = zero__eng_arena_room(e, group, eg->numel, 1, &x)) != ZERO_OK) return r;
         if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
         ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 1, &off), "zero_engine_grads: event");
@@ -9405,7 +9486,6 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, ptr, eg->numel * e->p),
                   "zero_engine_grads: fill");
     eg->grads_state = ZERO__GRADS_HANDED;
-    e->grads_seen = 1;
     *out_grads = ptr;
     return ZERO_OK;
 }
@@ -9439,8 +9519,7 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
             e->groups[g].grads_state = ZERO__GRADS_NONE;
             e->groups[g].parts_ready = 0;
         }
-        e->last_gathered = -1;
-        e->grads_seen = 0;
+        zero__eng_trace_end(e);
     }
     return ZERO_OK;
 }
@@ -9484,11 +9563,37 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
     return zero__eng_issue_gather(e, g, off);
 }
 
+/* Prefetches the next prefetch_depth gathers of the recorded order (from the current
+   position) that are not gathered, in order, while each fits the arena's free room beside
+   the gradient buffers the order asks for before it (so a prefetch is never evicted for
+   them); stops at the first that does not fit. Nothing while recording. */
+static zero_result zero__eng_trace_prefetch(zero_engine *e)
+{
+    size_t reserved = 0;
+    int j, seen = 0;
+    if (!e->trace_following) return ZERO_OK;
+    for (j = e->trace_pos; j < e->trace_len && seen < e->depth; j++) {
+        int g = e->trace[j] >> 1, issued;
+        const zero__eng_group *h = &e->groups[g];
+        size_t free_numel = e->arena_numel - e->gstats.live_numel;
+        zero_result r;
+        if (e->trace[j] & 1) { /* a gradient buffer comes first: keep room for it */
+            if (h->goff == ZERO__ENG_NONE) reserved += h->numel;
+            continue;
+        }
+        seen++;
+        if (h->poff != ZERO__ENG_NONE) continue; /* in use or prefetched already */
+        if (free_numel < reserved || free_numel - reserved < h->numel) break;
+        if ((r = zero__eng_try_prefetch(e, g, &issued)) != ZERO_OK) return r;
+        if (!issued) break;
+    }
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_gather");
     zero__eng_group *eg;
-    int i, dir;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_gather")) != ZERO_OK) return r;
     if (!out_params)
@@ -9499,6 +9604,7 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         *out_params = zero__eng_param_whole(e, group);
         return ZERO_OK;
     }
+    zero__eng_trace_note(e, 2 * group);
     if (eg->poff == ZERO__ENG_NONE) {
         size_t off;
         int x;
@@ -9513,14 +9619,7 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
     if (eg->gathered_seq > e->compute_seq) e->compute_seq = eg->gathered_seq;
     eg->refs++;
     *out_params = zero__eng_param_whole(e, group);
-    /* Prefetch in the direction of travel: descending in backward. */
-    dir = (e->grads_seen || (e->last_gathered >= 0 && group <= e->last_gathered)) ? -1 : 1;
-    e->last_gathered = group;
-    for (i = 1; i <= e->depth; i++) {
-        int issued;
-        if ((r = zero__eng_try_prefetch(e, group + dir * i, &issued)) != ZERO_OK) return r;
-    }
-    return ZERO_OK;
+    return zero__eng_trace_prefetch(e);
 }
 
 ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group)
@@ -9797,8 +9896,6 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     }
     e->micro = 0;
     e->ready_in_micro = 0;
-    e->last_gathered = -1;
-    e->grads_seen = 0;
     for (g = 0; g < e->G; g++) e->groups[g].grads_state = ZERO__GRADS_NONE;
     e->traffic_last = e->traffic_cur;
     memset(&e->traffic_cur, 0, sizeof e->traffic_cur);
