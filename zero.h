@@ -131,8 +131,19 @@
    MEMORY PER RANK (Psi params, N ranks, K = 12; checked by the test suite)
        stage 0  (2 + 2 + K) Psi          stage 2  2 Psi + (2 + K) Psi / N
        stage 1  4 Psi + K Psi / N        stage 3  (2 + 2 + K) Psi / N
-   plus declared buffers (reduce buckets, stage-3 gather buffers). Traffic per step: 2 Psi
-   (N-1)/N elements at stages 0-2, 3 Psi (N-1)/N at stage 3.
+   plus declared buffers (the reduce bucket, the arena). Traffic per step: 2 Psi (N-1)/N
+   elements at stages 0-2, 3 Psi (N-1)/N at stage 3.
+
+   BUFFERS AND LARGE LAYERS (docs/engine.md). Stage-3 gathered params and stage 2-3
+   gradient buffers share one arena of d.max_live_numel elements, each taking its own size
+   (default: the largest group beside 2 + prefetch depth groups of the second-largest
+   size), so device bytes = model states + arena + bucket + scratch. Stage-3 prefetch
+   follows the order of gathers the first micro-step recorded. A layer too large for the
+   arena is registered in tiles and run tile by tile (memory-centric tiling):
+       zero_engine_add_tiled_tensor(e, "wte", rows, cols, K, first_group, flags, &t0);
+       zero_engine_tile_view(e, t0, i, &v);  // tile i: v.group, v.row0, v.rows, v.offset
+   and a weight used twice (a tied embedding) may hand in its two gradient contributions
+   one at a time: zero_engine_set_grad_parts(e, group, 2).
 
    OFFLOAD (ZeRO-Offload, ZeRO-Infinity; docs/offload.md). d.offload_optimizer = cpu moves
    the K Psi / N bytes of fp32 master, m and v to host memory and the Adam step to the CPU
@@ -1510,6 +1521,41 @@ ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc 
    after commit; INVALID_ARGUMENT for a negative group or parts outside 1..64 (commit: a
    group with no tensor); OUT_OF_MEMORY. */
 ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int parts);
+
+/* One tile of a tensor registered in tiles (zero_engine_add_tiled_tensor). */
+typedef struct zero_tile_view {
+    int tensor;    /* the tile's tensor id                                              */
+    int group;     /* its group: zero_engine_gather(group) / _grads(group) to use it    */
+    size_t row0;   /* its first row in the whole tensor                                 */
+    size_t rows;   /* its rows: elements [row0 * cols, (row0 + rows) * cols) of the whole */
+    size_t cols;
+    size_t offset; /* its first element in the group's flat buffer (0 before commit)    */
+} zero_tile_view;
+
+/* Local, before commit. Memory-centric tiling (ZeRO-Infinity): registers a rows x cols
+   row-major tensor as k_tiles tensors, each in its own group (first_group + i for tile i),
+   so that a layer too large for the arena (or for the memory target) is gathered, used and
+   given gradients one tile at a time: only a tile's params and gradients need to be live.
+   Tile i holds rows [row0_i, row0_i + rows_i), the rows split as evenly as possible (the
+   first rows % k_tiles tiles take one row more), and is named "<name>.tile<i>" with shape
+   [rows_i, cols]; *out_tensor = tile 0's tensor id (tile i is *out_tensor + i). Doing the
+   same arithmetic tile by tile gives the same bits as the whole tensor: every engine
+   operation is elementwise, in a fixed order per element (the global norm's fp64 sum is
+   grouped differently: its last bits may differ). Checkpoints hold the tiles as separate
+   tensors. Errors: INVALID_STATE after commit; INVALID_ARGUMENT for a NULL, empty or too
+   long name, rows or cols 0, k_tiles outside 1..rows, first_group < 0, unknown flags;
+   OVERFLOW; and those of zero_engine_add_tensor_shape for tile i (a name already taken,
+   OUT_OF_MEMORY), after which tiles 0..i-1 stay registered and the call can be repeated
+   under another name (or the engine destroyed). */
+ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *name, size_t rows,
+                                                 size_t cols, int k_tiles, int first_group,
+                                                 unsigned flags, int *out_tensor);
+
+/* Tile 'tile' of the tiled tensor whose tile 0 is tensor 'tensor' (the id
+   zero_engine_add_tiled_tensor returned). NOT_FOUND when tensor is not a tiled tensor's
+   tile 0 or tile is outside 0..k_tiles-1; INVALID_ARGUMENT for NULL. */
+ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int tile,
+                                          zero_tile_view *out);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
    ascending order in forward). flags: 0 or ZERO_TENSOR_NO_DECAY. Tensor ids are 0, 1, ...
@@ -7215,6 +7261,9 @@ struct zero_engine {
     uint64_t compute_seq; /* the compute queue is ordered after fences up to this one   */
     size_t bucket_piece;  /* per-rank elements of one staged reduction piece            */
     int *parts_req;       /* before commit: zero_engine_set_grad_parts, by group         */
+    int *tiled;           /* tiled tensors: (tile 0's id, k) pairs, zero_engine_tile_view */
+    size_t *tiled_dims;   /* their (rows, cols)                                          */
+    int ntiled, cap_tiled;
     int cap_parts_req, total_parts;
     zero_gather_stats gstats;
     /* stage 3: the order of one micro-step's gathers and gradient buffers, as recorded
@@ -7735,6 +7784,8 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->pending_store);
     zero__free(a, e->parts_req);
     zero__free(a, e->trace);
+    zero__free(a, e->tiled);
+    zero__free(a, e->tiled_dims);
     zero__free(a, e->tflags);
     zero__free(a, e->shapes);
     zero_plan_destroy(e->plan);
@@ -7800,6 +7851,104 @@ ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int pa
     }
     e->parts_req[group] = parts;
     return ZERO_OK;
+}
+
+/* Rows of tile k of a rows-row tensor in K tiles: the first rows % K take one more. */
+static void zero__eng_tile_rows(size_t rows, int K, int k, size_t *row0, size_t *n)
+{
+    size_t q = rows / (size_t)K, rm = rows % (size_t)K;
+    *n = q + ((size_t)k < rm);
+    *row0 = (size_t)k * q + ((size_t)k < rm ? (size_t)k : rm);
+}
+
+ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *name, size_t rows,
+                                                 size_t cols, int k_tiles, int first_group,
+                                                 unsigned flags, int *out_tensor)
+{
+    const char *fn = "zero_engine_add_tiled_tensor";
+    char tname[320];
+    int k, first = -1;
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
+    if (e->state != ZERO__ENG_CREATED)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: '%.200s' registered after commit", fn,
+                          name ? name : "(null)");
+    if (!name || !name[0] || strlen(name) > 240)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: name is NULL, empty or over 240 bytes", fn);
+    if (rows == 0 || cols == 0 || k_tiles < 1 || (size_t)k_tiles > rows || first_group < 0 ||
+        first_group > INT32_MAX - k_tiles)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: '%.200s': rows %zu, cols %zu, k_tiles %d, first_group %d (rows, cols "
+                          ">= 1, 1 <= k_tiles <= rows, first_group >= 0)",
+                          fn, name, rows, cols, k_tiles, first_group);
+    if (flags & ~(unsigned)ZERO_TENSOR_NO_DECAY)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: flags = 0x%x", fn, flags);
+    if (rows > SIZE_MAX / cols)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: '%.200s': %zu x %zu overflows", fn, name, rows, cols);
+    if (e->ntiled == e->cap_tiled) {
+        int cap = e->cap_tiled ? 2 * e->cap_tiled : 8;
+        int *nt = (int *)zero__alloc(&e->d.allocator, (size_t)cap * 3 * sizeof *nt);
+        size_t *nd = (size_t *)zero__alloc(&e->d.allocator, (size_t)cap * 2 * sizeof *nd);
+        if (!nt || !nd) {
+            zero__free(&e->d.allocator, nt);
+            zero__free(&e->d.allocator, nd);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", fn);
+        }
+        if (e->ntiled) {
+            memcpy(nt, e->tiled, (size_t)e->ntiled * 3 * sizeof *nt);
+            memcpy(nd, e->tiled_dims, (size_t)e->ntiled * 2 * sizeof *nd);
+        }
+        zero__free(&e->d.allocator, e->tiled);
+        zero__free(&e->d.allocator, e->tiled_dims);
+        e->tiled = nt;
+        e->tiled_dims = nd;
+        e->cap_tiled = cap;
+    }
+    for (k = 0; k < k_tiles; k++) {
+        uint64_t dims[2];
+        size_t row0, n;
+        int id;
+        zero_result r;
+        zero__eng_tile_rows(rows, k_tiles, k, &row0, &n);
+        dims[0] = (uint64_t)n;
+        dims[1] = (uint64_t)cols;
+        snprintf(tname, sizeof tname, "%s.tile%d", name, k);
+        r = zero_engine_add_tensor_shape(e, tname, 2, dims, first_group + k, flags, &id);
+        if (r != ZERO_OK) return r;
+        if (k == 0) first = id;
+    }
+    e->tiled[3 * e->ntiled] = first;
+    e->tiled[3 * e->ntiled + 1] = k_tiles;
+    e->tiled[3 * e->ntiled + 2] = first_group;
+    e->tiled_dims[2 * e->ntiled] = rows;
+    e->tiled_dims[2 * e->ntiled + 1] = cols;
+    e->ntiled++;
+    if (out_tensor) *out_tensor = first;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int tile,
+                                          zero_tile_view *out)
+{
+    int i;
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_tile_view: NULL");
+    for (i = 0; i < e->ntiled; i++) {
+        zero_tensor_info ti;
+        if (e->tiled[3 * i] != tensor) continue;
+        if (tile < 0 || tile >= e->tiled[3 * i + 1])
+            return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_tile_view: tile %d of %d", tile,
+                              e->tiled[3 * i + 1]);
+        memset(out, 0, sizeof *out);
+        memset(&ti, 0, sizeof ti);
+        out->tensor = tensor + tile;
+        out->group = e->tiled[3 * i + 2] + tile;
+        out->cols = e->tiled_dims[2 * i + 1];
+        zero__eng_tile_rows(e->tiled_dims[2 * i], e->tiled[3 * i + 1], tile, &out->row0, &out->rows);
+        if (e->state != ZERO__ENG_CREATED && zero_plan_tensor(e->plan, out->tensor, &ti) == ZERO_OK)
+            out->offset = ti.offset;
+        return ZERO_OK;
+    }
+    return zero__fail(ZERO_ERROR_NOT_FOUND,
+                      "zero_engine_tile_view: tensor %d is not tile 0 of a tiled tensor", tensor);
 }
 
 ZERODEF const zero_plan *zero_engine_plan(const zero_engine *e)

@@ -166,12 +166,26 @@ static zero_result gpt_register(zero_engine *e, const gpt_shape *s, gpt_model *m
     memset(m, 0, sizeof *m);
     if (!s->tiles) {
         r = gpt_add(e, m, "transformer.wte.weight", s->V * C, 0, GT_WTE, 0, 0);
-    } else {
+    } else { /* the helper: tile k in group k, its rows' view */
+        int first = -1;
+        r = zero_engine_add_tiled_tensor(e, "transformer.wte.weight", s->V, C, s->tiles, 0, 0, &first);
         for (k = 0; k < s->tiles && r == ZERO_OK; k++) {
+            zero_tile_view v;
             size_t row0, rows;
             gpt_tile_rows(s->V, s->tiles, k, &row0, &rows);
-            snprintf(name, sizeof name, "transformer.wte.weight.tile%d", k);
-            r = gpt_add(e, m, name, rows * C, k, GT_WTE, row0 * C, 0);
+            r = zero_engine_tile_view(e, first, k, &v);
+            if (r == ZERO_OK && (v.tensor != first + k || v.group != k || v.row0 != row0 ||
+                                 v.rows != rows || v.cols != C))
+                r = ZERO_ERROR_INVALID_STATE; /* the view disagrees with the split rule */
+            if (r == ZERO_OK) {
+                gpt_tensor *x = &m->t[m->n++];
+                x->id = v.tensor;
+                x->group = v.group;
+                x->logical = GT_WTE;
+                x->numel = v.rows * C;
+                x->logical_off = v.row0 * C;
+                m->logical_numel[GT_WTE] = s->V * C;
+            }
         }
     }
     if (r == ZERO_OK) r = gpt_add(e, m, "transformer.wpe.weight", s->T * C, s->tiles ? s->tiles : 0, GT_WPE, 0, 0);
@@ -682,6 +696,105 @@ ZT_TEST(trace_follows_a_changed_order)
     }
 }
 
+/* Memory-centric tiling: GPT's wte as 8 tile groups trains to the same bits as the whole
+   tensor (the same synthetic arithmetic per element, tile by tile), in an arena too small
+   for the whole embedding, where the untiled model fails commit naming the group and the
+   value that fits. */
+ZT_TEST(tiled_embedding_same_bits)
+{
+    grun cfg;
+    int st, rk;
+    for (st = 0; st <= 3; st += 1) {
+        grun *whole, *tiled;
+        char why[160];
+        size_t C, B;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.shape = gpt_small;
+        cfg.world = 4;
+        cfg.accum = 2;
+        cfg.steps = 2;
+        cfg.parts = 2;
+        cfg.stage = st;
+        whole = grun_run(&cfg);
+        cfg.shape.tiles = 8;
+        C = cfg.shape.C;
+        B = 12 * C * C + 13 * C;
+        /* the large-model default of the tiled model: the largest group (a block) + 3 */
+        cfg.max_live = st >= 2 ? 4 * B + 64 * 16 : 0;
+        tiled = grun_run(&cfg);
+        ZT_CHECKF(whole->err[0] == '\0' && tiled->err[0] == '\0', "stage %d: %s %s", st, whole->err, tiled->err);
+        if (whole->err[0] == '\0' && tiled->err[0] == '\0')
+            ZT_CHECKF(grun_same(whole, tiled, why, sizeof why), "stage %d tiled vs whole: %s", st, why);
+        if (st == 3 && tiled->err[0] == '\0')
+            for (rk = 0; rk < 4; rk++) {
+                const zero_gather_stats *g = &tiled->gs[rk];
+                ZT_CHECK(g->limit_numel == cfg.max_live && g->peak_live_numel <= g->limit_numel);
+                ZT_CHECK(g->prefetch_wasted == 0);
+            }
+        if (st == 3) { /* the whole embedding does not fit that arena */
+            grun *bad;
+            cfg.shape.tiles = 0;
+            bad = grun_run(&cfg);
+            ZT_CHECKF(strstr(bad->err, "transformer.wte.weight") && strstr(bad->err, "max_live_numel >= 153792"),
+                      "%s", bad->err);
+            grun_free(bad);
+        }
+        grun_free(whole);
+        grun_free(tiled);
+    }
+}
+
+/* The helper's errors and views. */
+static zero_result tile_api_rank(int rank, zero_comm *comm, void *user)
+{
+    int *bad = (int *)user, first = -1, first2 = -1;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_tile_view v;
+    (void)rank;
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    zero_host_device_create(NULL, &dev);
+    d.device = dev;
+    d.comm = comm;
+    zero_engine_create(&d, &e);
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 10, 3, 0, 0, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 10, 3, 11, 0, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 0, 3, 1, 0, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tiled_tensor(e, NULL, 10, 3, 1, 0, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 10, 3, 2, -1, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tensor(e, "b", 5, 0, 0, NULL) != ZERO_OK;
+    /* 10 rows in 4 tiles: 3, 3, 2, 2 rows, groups 1..4 */
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 10, 3, 4, 1, ZERO_TENSOR_NO_DECAY, &first) != ZERO_OK;
+    *bad |= first != 1;
+    *bad |= zero_engine_add_tiled_tensor(e, "u", 7, 2, 7, 5, 0, &first2) != ZERO_OK;
+    *bad |= zero_engine_tile_view(e, first, 4, &v) != ZERO_ERROR_NOT_FOUND;
+    *bad |= zero_engine_tile_view(e, 0, 0, &v) != ZERO_ERROR_NOT_FOUND;
+    *bad |= zero_engine_tile_view(e, first, 2, &v) != ZERO_OK || v.tensor != 3 || v.group != 3 ||
+            v.row0 != 6 || v.rows != 2 || v.cols != 3;
+    *bad |= zero_engine_commit(e) != ZERO_OK;
+    *bad |= zero_engine_add_tiled_tensor(e, "z", 4, 4, 2, 20, 0, NULL) != ZERO_ERROR_INVALID_STATE;
+    *bad |= zero_engine_tile_view(e, first2, 6, &v) != ZERO_OK || v.tensor != first2 + 6 ||
+            v.group != 11 || v.row0 != 6 || v.rows != 1 || v.offset != 0;
+    {
+        int nd;
+        uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+        *bad |= zero_engine_tensor_shape(e, first + 1, &nd, dims) != ZERO_OK || nd != 2 || dims[0] != 3 ||
+                dims[1] != 3;
+    }
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+ZT_TEST(tiled_tensor_api)
+{
+    int bad = 0;
+    ZT_CHECK(zero_local_run(1, tile_api_rank, &bad) == ZERO_OK);
+    ZT_CHECK(bad == 0);
+}
+
 /* zero_engine_set_grad_parts: errors, the micro-step's end, and at stages 0-1 the
    accumulator it makes separate (alias off). One rank. */
 static zero_result parts_rank(int rank, zero_comm *comm, void *user)
@@ -763,5 +876,7 @@ int main(void)
     ZT_RUN(gpt_step_fits_the_default_arena);
     ZT_RUN(trace_follows_a_changed_order);
     ZT_RUN(grad_parts_api);
+    ZT_RUN(tiled_embedding_same_bits);
+    ZT_RUN(tiled_tensor_api);
     return zt_summary();
 }
