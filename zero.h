@@ -1497,7 +1497,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e);
 /* The descriptor with every default filled in (valid after create): the resolved Adam
    and scaler settings (scaler.mode DYNAMIC or NONE in place of DEFAULT; init_scale 65536,
    window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
-   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stage 3. */
+   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stages 2-3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
 
 /* The default arena (max_live_numel = 0) holds the largest group's params and gradients at
