@@ -1811,10 +1811,13 @@ __attribute__((format(printf, 2, 3)))
 #endif
 static zero_result zero__fail(zero_result result, const char *fmt, ...)
 {
+    /* formatted aside first: an argument may be zero_last_error() itself */
+    char text[sizeof zero__error_text];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(zero__error_text, sizeof zero__error_text, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(zero__error_text, text, sizeof text);
     return result;
 }
 
@@ -9462,6 +9465,8 @@ ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_s
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -9765,10 +9770,26 @@ static uint32_t zero__ck_le32(const unsigned char *p)
 
 /* ---- files -------------------------------------------------------------------------------- */
 
+/* Test hooks (private; tests that define ZERO_IMPLEMENTATION set them). zero__ck_io_fault:
+   called before every checkpoint write with the file's path; a non-zero errno it returns
+   fails that write as the system would (ENOSPC ...). zero__ck_stage: called on every rank
+   at fixed points of load and save (where: 0 = before the manifest is opened, 1 = after),
+   so a test can change the directory between ranks deterministically.
+   zero__ck_bytes_read counts the bytes every checkpoint read asked for. */
+static int (*zero__ck_io_fault)(const char *path);
+static void (*zero__ck_stage)(int rank, int where, const char *dir);
+static uint64_t zero__ck_bytes_read;
+
 static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t off,
                                    const char *path)
 {
     const unsigned char *p = (const unsigned char *)buf;
+    if (zero__ck_io_fault && n > 0) {
+        int er = zero__ck_io_fault(path);
+        if (er)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", path,
+                              (unsigned long long)off, strerror(er));
+    }
     while (n > 0) {
         ssize_t w = pwrite(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
         if (w < 0) {
@@ -9786,6 +9807,7 @@ static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t o
 static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *path)
 {
     unsigned char *p = (unsigned char *)buf;
+    __atomic_fetch_add(&zero__ck_bytes_read, (uint64_t)n, __ATOMIC_RELAXED);
     while (n > 0) {
         ssize_t got = pread(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
         if (got < 0) {
@@ -9803,9 +9825,48 @@ static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, con
     return ZERO_OK;
 }
 
+/* Opens an existing checkpoint file for reading without blocking (a FIFO or device named
+   like a checkpoint file must not hang the reader) and refuses anything but a regular file.
+   what names the file's role in errors ("shard file of rank 3"). NOT_FOUND when it does not
+   exist (IO for a missing file when missing_is_io); EACCES says "permission denied". */
+static zero_result zero__ck_open_read(const char *path, const char *what, int missing_is_io,
+                                      int *fd_out, struct stat *st_out)
+{
+    struct stat st;
+    int fd, fl;
+    *fd_out = -1;
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int er = errno;
+        if (er == ENOENT)
+            return zero__fail(missing_is_io ? ZERO_ERROR_IO : ZERO_ERROR_NOT_FOUND,
+                              "%s: missing %s: %s", path, what, strerror(er));
+        if (er == EACCES || er == EPERM)
+            return zero__fail(ZERO_ERROR_IO, "%s: %s: permission denied", path, what);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s: open: %s", path, what, strerror(er));
+    }
+    if (fstat(fd, &st) != 0) {
+        int er = errno;
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s: stat: %s", path, what, strerror(er));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s is not a regular file (%s); refusing to read it",
+                          path, what, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode)
+                          ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)
+                          ? "a device" : S_ISSOCK(st.st_mode) ? "a socket" : "special");
+    }
+    fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    if (st_out) *st_out = st;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_fsync_dir(const char *dir)
 {
-    int fd = open(dir, O_RDONLY);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
     if (fsync(fd) != 0 && errno != EINVAL) {
         int er = errno;
@@ -9816,18 +9877,41 @@ static zero_result zero__ck_fsync_dir(const char *dir)
     return ZERO_OK;
 }
 
-/* Writes a whole file at dir/name crash-safely: dir/name.tmp, fsync, rename, fsync dir. */
-static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
-                                       size_t n)
+/* Creates a new temporary file for final path 'path': "<path>.<16 hex digits>.tmp", with
+   O_EXCL | O_NOFOLLOW (a name planted in advance, a symlink included, is never opened: a
+   fresh random name is tried instead). tmp receives the name. */
+static zero_result zero__ck_create_tmp(const char *path, char *tmp, size_t tmp_size, int *fd_out)
 {
-    char path[4200], tmp[4210];
-    int fd;
-    zero_result r;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-    r = zero__ck_pwrite(fd, data, n, 0, tmp);
+    static uint64_t counter;
+    int tries;
+    *fd_out = -1;
+    for (tries = 0; tries < 64; tries++) {
+        struct timespec ts;
+        uint64_t x = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED), z;
+        int fd;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        z = x * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 40 ^ (uint64_t)ts.tv_nsec ^
+            (uint64_t)ts.tv_sec << 20 ^ (uint64_t)(uintptr_t)&ts;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        if ((size_t)snprintf(tmp, tmp_size, "%s.%016llx.tmp", path, (unsigned long long)z) >= tmp_size)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: path too long", path);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            *fd_out = fd;
+            return ZERO_OK;
+        }
+        if (errno != EEXIST && errno != ELOOP)
+            return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
+    }
+    return zero__fail(ZERO_ERROR_IO, "%s: no unused temporary name after 64 tries", path);
+}
+
+/* fsync, close, rename over path and fsync the directory; the temporary goes on failure. */
+static zero_result zero__ck_commit_tmp(int fd, const char *tmp, const char *path, const char *dir,
+                                       zero_result r)
+{
     if (r == ZERO_OK && fsync(fd) != 0)
         r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && r == ZERO_OK)
@@ -9835,49 +9919,22 @@ static zero_result zero__ck_write_file(const char *dir, const char *name, const 
     if (r == ZERO_OK && rename(tmp, path) != 0)
         r = zero__fail(ZERO_ERROR_IO, "%s: rename to %s: %s", tmp, path, strerror(errno));
     if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        return zero__fail(r, "%s", msg);
-    }
-    return zero__ck_fsync_dir(dir);
-}
-
-/* Reads a whole (small) file into a new buffer; NOT_FOUND when it does not exist. */
-static zero_result zero__ck_slurp(const char *path, size_t max, unsigned char **out, size_t *n)
-{
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    zero_result r;
-    *out = NULL;
-    *n = 0;
-    if (fd < 0)
-        return zero__fail(errno == ENOENT ? ZERO_ERROR_NOT_FOUND : ZERO_ERROR_IO, "%s: open: %s",
-                          path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int er = errno;
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
-    }
-    if ((uint64_t)st.st_size > (uint64_t)max || st.st_size < 1) {
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: size %lld bytes (want 1..%zu)", path,
-                          (long long)st.st_size, max);
-    }
-    *out = (unsigned char *)ZERO_MALLOC((size_t)st.st_size);
-    if (!*out) {
-        close(fd);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %lld bytes", path, (long long)st.st_size);
-    }
-    r = zero__ck_pread(fd, *out, (size_t)st.st_size, 0, path);
-    close(fd);
-    if (r != ZERO_OK) {
-        ZERO_FREE(*out);
-        *out = NULL;
+        (void)unlink(tmp); /* zero__fail's text survives: unlink does not touch it */
         return r;
     }
-    *n = (size_t)st.st_size;
-    return ZERO_OK;
+    return dir ? zero__ck_fsync_dir(dir) : ZERO_OK;
+}
+
+/* Writes a whole file at dir/name crash-safely: a new temporary, fsync, rename, fsync dir. */
+static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
+                                       size_t n)
+{
+    char path[4200], tmp[4240];
+    int fd;
+    zero_result r;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) return r;
+    return zero__ck_commit_tmp(fd, tmp, path, dir, zero__ck_pwrite(fd, data, n, 0, tmp));
 }
 
 /* ---- shapes and scaler state ---------------------------------------------------------------- */
@@ -9992,6 +10049,7 @@ struct zero_checkpoint {
     uint64_t header_bytes; /* of every shard file */
     uint64_t shard_bytes;  /* of every shard file */
     uint32_t client_crc;   /* CRC32C of the client state (info.client_bytes bytes) */
+    uint32_t manifest_crc; /* the manifest's own checksum: with the generation, its identity */
 };
 
 static void zero__ck_free(zero_checkpoint *ck)
@@ -10049,6 +10107,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     ck = (zero_checkpoint *)ZERO_MALLOC(sizeof *ck);
     if (!ck) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", what);
     memset(ck, 0, sizeof *ck);
+    ck->manifest_crc = crc;
     ck->info.generation = zero__ck_get(&rd, 8);
     world = (uint32_t)zero__ck_get(&rd, 4);
     stage = (uint32_t)zero__ck_get(&rd, 4);
@@ -10278,14 +10337,7 @@ static zero_result zero__ck_read_client(const zero_checkpoint *ck, void *dst)
     if (ck->info.client_bytes == 0) return ZERO_OK;
     zero__ck_client_name(name, sizeof name, ck->info.generation);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(ZERO_ERROR_IO, "%s: client state file: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int er = errno;
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
-    }
+    if ((r = zero__ck_open_read(path, "client state file", 1, &fd, &st)) != ZERO_OK) return r;
     if ((uint64_t)st.st_size != ck->info.client_bytes) {
         close(fd);
         return zero__fail(ZERO_ERROR_IO, "%s: client state of %lld bytes, the manifest says %llu "
@@ -10310,6 +10362,63 @@ ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst)
     return zero__ck_read_client(ck, dst);
 }
 
+/* Reads a manifest: its fixed header first (magic, version, the size it declares and its
+   counts), then exactly the declared size, which must be the file's and no more than the
+   counts allow; so a huge or hostile file costs one small read. NOT_FOUND when missing. */
+static zero_result zero__ck_read_manifest(const char *path, unsigned char **out, size_t *n)
+{
+    unsigned char h[ZERO__CK_MAN_FIXED];
+    struct stat st;
+    uint64_t declared, bound;
+    uint32_t version, world, G, T;
+    zero_result r;
+    int fd, i;
+    *out = NULL;
+    *n = 0;
+    if ((r = zero__ck_open_read(path, "manifest", 0, &fd, &st)) != ZERO_OK) return r;
+    if (st.st_size < (off_t)ZERO__CK_MAN_FIXED + 4) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%lld bytes)", path,
+                          (long long)st.st_size);
+    }
+    if ((r = zero__ck_pread(fd, h, sizeof h, 0, path)) != ZERO_OK) {
+        close(fd);
+        return r;
+    }
+    for (declared = 0, i = 7; i >= 0; i--) declared = declared << 8 | h[16 + i];
+    version = zero__ck_le32(h + 8);
+    world = zero__ck_le32(h + 32);
+    G = zero__ck_le32(h + 48);
+    T = zero__ck_le32(h + 52);
+    /* the largest manifest these counts allow: every name 255 bytes, every shape 8 dims */
+    bound = ZERO__CK_MAN_FIXED + 24u * (uint64_t)G + (4u + 255u + 28u + 64u) * (uint64_t)T +
+            16u * (uint64_t)world + 16u + 4u;
+    r = ZERO_OK;
+    if (memcmp(h, "ZEROMANI", 8) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%lld bytes, bad magic)", path,
+                       (long long)st.st_size);
+    else if (version < 1u || version > ZERO__CK_VERSION)
+        r = zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads 1..%u)", path,
+                       version, ZERO__CK_VERSION);
+    else if (declared != (uint64_t)st.st_size)
+        r = zero__fail(ZERO_ERROR_IO, "%s: %lld bytes but its header says %llu", path,
+                       (long long)st.st_size, (unsigned long long)declared);
+    else if (declared > bound || declared > ((uint64_t)1 << 30))
+        r = zero__fail(ZERO_ERROR_IO, "%s: %llu bytes, more than its %u groups, %u tensors and %u "
+                       "ranks can take (%llu; at most 1 GiB)", path, (unsigned long long)declared,
+                       G, T, world, (unsigned long long)bound);
+    else if (!(*out = (unsigned char *)ZERO_MALLOC((size_t)declared)))
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %llu bytes", path,
+                       (unsigned long long)declared);
+    else if ((r = zero__ck_pread(fd, *out, (size_t)declared, 0, path)) != ZERO_OK) {
+        ZERO_FREE(*out);
+        *out = NULL;
+    }
+    close(fd);
+    if (r == ZERO_OK) *n = (size_t)declared;
+    return r;
+}
+
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
 {
     char path[4200];
@@ -10321,10 +10430,10 @@ ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_open: bad dir");
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    r = zero__ck_slurp(path, (size_t)1 << 30, &buf, &n);
+    r = zero__ck_read_manifest(path, &buf, &n);
     if (r != ZERO_OK) {
         if (r == ZERO_ERROR_NOT_FOUND)
-            return zero__fail(r, "%s: no checkpoint (no manifest): %s", dir, zero_last_error());
+            return zero__fail(r, "%s: no checkpoint (%s does not exist)", dir, path);
         return r;
     }
     r = zero__ck_parse_manifest(buf, n, path, out);
@@ -10532,12 +10641,9 @@ static zero_result zero__ck_read(const zero_checkpoint *ck, const zero__ck_reade
             int np = rdr->want(rdr->ctx, ck, q, g, pc);
             if (np == 0) continue;
             if (fd < 0) {
-                fd = open(path, O_RDONLY);
-                if (fd < 0) {
-                    r = zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path, q,
-                                   strerror(errno));
-                    break;
-                }
+                char what[64];
+                snprintf(what, sizeof what, "shard file of rank %d", q);
+                if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) break;
                 r = zero__ck_check_shard(ck, fd, path, q, &crcs);
                 if (r != ZERO_OK) break;
             }
@@ -10653,8 +10759,9 @@ static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op 
 
 /* Every rank passes its own result r; all return the same: OK, or the code and message of
    the lowest failing rank (shared over 5 control all-reduces of 8 doubles, 6 bytes each).
-   *val (may be NULL) is max-reduced along the way (rank 0 proposes a value). */
-static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
+   *val (may be NULL) is max-reduced along the way, exactly, as two 32-bit halves (rank 0
+   proposes a value, the others pass 0). */
+static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
 {
     enum { ROUNDS = 5, BYTES = ROUNDS * 8 * 6 };
     char msg[BYTES];
@@ -10665,9 +10772,10 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     msg[0] = '\0';
     if (r != ZERO_OK) snprintf(msg, sizeof msg, "%.238s", zero_last_error());
     v[0] = r != ZERO_OK ? (double)(e->world - e->rank) : 0.0;
-    v[1] = val ? *val : 0.0;
-    if ((rr = zero__ck_allreduce(e, v, 2, ZERO_OP_MAX)) != ZERO_OK) return rr;
-    if (val) *val = v[1];
+    v[1] = val ? (double)(*val >> 32) : 0.0;
+    v[2] = val ? (double)(*val & 0xffffffffu) : 0.0;
+    if ((rr = zero__ck_allreduce(e, v, 3, ZERO_OP_MAX)) != ZERO_OK) return rr;
+    if (val) *val = (uint64_t)v[1] << 32 | (uint64_t)v[2];
     if (v[0] == 0.0) return ZERO_OK;
     f = e->world - (int)v[0];
     memset(b, 0, sizeof b);
@@ -10696,6 +10804,26 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     return zero__fail((zero_result)(-(int)b[0]), "%s (reported by rank %d)", (const char *)(b + 1), f);
 }
 
+/* One control all-reduce: *same = 1 when every rank passed the same n (<= 2) values (each
+   sent exactly as two 32-bit halves; max(x) + max(C - x) = C only when all x are equal). */
+static zero_result zero__ck_same_u64(zero_engine *e, const uint64_t *vals, int n, int *same)
+{
+    const double C = 4294967295.0;
+    double v[8];
+    zero_result r;
+    int i;
+    for (i = 0; i < 2 * n; i++) {
+        double half = (double)(i % 2 ? vals[i / 2] & 0xffffffffu : vals[i / 2] >> 32);
+        v[2 * i] = half;
+        v[2 * i + 1] = C - half;
+    }
+    if ((r = zero__ck_allreduce(e, v, 4 * n, ZERO_OP_MAX)) != ZERO_OK) return r;
+    *same = 1;
+    for (i = 0; i < 2 * n; i++)
+        if (v[2 * i] + v[2 * i + 1] != C) *same = 0;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int need_released)
 {
     int g;
@@ -10714,68 +10842,204 @@ static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int ne
 
 /* ---- save ------------------------------------------------------------------------------------ */
 
-/* 1 + the highest generation named by the manifest or any shard file in dir (0 if none). */
-static uint64_t zero__ck_next_gen(const char *dir)
+/* The generation a file name of the format carries ("zero-<16 hex digits>-..." or
+   "zero-<16 hex digits>.client..."); 0 when the name is not one. */
+static int zero__ck_name_gen(const char *s, uint64_t *gen)
+{
+    char *end = NULL;
+    unsigned long long g;
+    if (strncmp(s, "zero-", 5) != 0) return 0;
+    g = strtoull(s + 5, &end, 16);
+    if (end != s + 5 + 16 || (*end != '-' && *end != '.')) return 0;
+    *gen = (uint64_t)g;
+    return 1;
+}
+
+/* The generation the manifest in dir names (0: none or unreadable). Never blocks. */
+static uint64_t zero__ck_manifest_gen(const char *dir)
 {
     char path[4200];
     unsigned char h[32];
-    uint64_t best = 0;
-    DIR *d = opendir(dir);
-    int fd;
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            const char *s = de->d_name;
-            char *end = NULL;
-            unsigned long long g;
-            if (strncmp(s, "zero-", 5) != 0) continue;
-            g = strtoull(s + 5, &end, 16);
-            if (end == s + 5 + 16 && (*end == '-' || *end == '.') && g > best) best = g;
-        }
-        closedir(d);
-    }
+    uint64_t g = 0;
+    int fd, i;
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0) {
-            uint64_t g = 0;
-            int i;
-            for (i = 0; i < 8; i++) g |= (uint64_t)h[24 + i] << (8 * i);
-            if (g > best) best = g;
-        }
-        close(fd);
-    }
-    return best + 1;
+    if (zero__ck_open_read(path, "manifest", 0, &fd, NULL) != ZERO_OK) return 0;
+    if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0)
+        for (i = 7; i >= 0; i--) g = g << 8 | h[24 + i];
+    close(fd);
+    return g;
 }
 
-/* Removes shard files of other generations and temporary files (best effort). */
-static void zero__ck_cleanup(const char *dir, uint64_t keep)
+static int zero__ck_cmp_u64(const void *a, const void *b)
 {
-    DIR *d = opendir(dir);
-    struct dirent *de;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* The generation of the next save: 1 + the highest generation that the manifest or any file
+   of dir names, as a 64-bit integer. After 2^64 - 1 it wraps to the lowest generation no
+   file names (>= 1), so that a new generation never reuses a present file's. A manifest
+   that is not a regular file is refused. */
+static zero_result zero__ck_next_gen(const char *dir, uint64_t *out)
+{
     char path[4200];
+    uint64_t best = 0, *all = NULL, g;
+    size_t n = 0, cap = 0, i;
+    struct stat st;
+    DIR *d;
+    zero_result r = ZERO_OK;
+    *out = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return zero__fail(ZERO_ERROR_IO, "%s: the manifest is not a regular file; refusing to "
+                          "save over it", path);
+    d = opendir(dir);
+    if (!d) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
+    for (;;) {
+        struct dirent *de = readdir(d);
+        if (!de) break;
+        if (!zero__ck_name_gen(de->d_name, &g)) continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            uint64_t *na = (uint64_t *)ZERO_MALLOC(nc * sizeof *na);
+            if (!na) {
+                r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: directory listing");
+                break;
+            }
+            if (n) memcpy(na, all, n * sizeof *na);
+            ZERO_FREE(all);
+            all = na;
+            cap = nc;
+        }
+        all[n++] = g;
+        if (g > best) best = g;
+    }
+    closedir(d);
+    g = zero__ck_manifest_gen(dir);
+    if (g > best) best = g;
+    if (r == ZERO_OK && best < UINT64_MAX) {
+        *out = best + 1;
+    } else if (r == ZERO_OK) { /* wrap-around: the lowest generation no file names */
+        uint64_t want = 1;
+        if (n) qsort(all, n, sizeof *all, zero__ck_cmp_u64);
+        for (i = 0; i < n; i++) {
+            if (all[i] == want) want++;
+            else if (all[i] > want) break;
+        }
+        if (want == g) want++; /* the manifest's (kept when its shard files are gone) */
+        *out = want;
+    }
+    ZERO_FREE(all);
+    return r;
+}
+
+/* 1 for the temporaries of this format: "zero-<16 hex>...tmp" and "zero.manifest...tmp". */
+static int zero__ck_is_tmp(const char *s)
+{
+    size_t L = strlen(s);
+    uint64_t g;
+    if (L < 4 || strcmp(s + L - 4, ".tmp") != 0) return 0;
+    return zero__ck_name_gen(s, &g) || strncmp(s, ZERO__CK_MANIFEST ".", 14) == 0;
+}
+
+/* Removes, best effort: keep_only: every file of another generation than keep and every
+   temporary; else: the files of generation keep that this rank wrote (its shard file; rank
+   0 also the client state file). */
+static void zero__ck_cleanup(const char *dir, uint64_t keep, int keep_only, int rank)
+{
+    DIR *d;
+    struct dirent *de;
+    char path[4200], name[64];
+    if (!keep_only) {
+        zero__ck_shard_name(name, sizeof name, keep, rank);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        (void)unlink(path);
+        if (rank == 0) {
+            zero__ck_client_name(name, sizeof name, keep);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            (void)unlink(path);
+        }
+        return;
+    }
+    d = opendir(dir);
     if (!d) return;
     while ((de = readdir(d)) != NULL) {
         const char *s = de->d_name;
-        size_t L = strlen(s);
-        int kill = 0;
-        if (strncmp(s, "zero-", 5) == 0 && L > 6 &&
-            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0) ||
-             (L > 7 && strcmp(s + L - 7, ".client") == 0) ||
-             (L > 11 && strcmp(s + L - 11, ".client.tmp") == 0))) {
-            char *end = NULL;
-            unsigned long long g = strtoull(s + 5, &end, 16);
-            kill = !(end == s + 5 + 16 && g == keep &&
-                     (strcmp(s + L - 6, ".shard") == 0 || strcmp(s + L - 7, ".client") == 0));
-        } else if (strcmp(s, ZERO__CK_MANIFEST ".tmp") == 0) {
-            kill = 1;
-        }
-        if (kill) {
+        uint64_t g;
+        if (zero__ck_is_tmp(s) || (zero__ck_name_gen(s, &g) && g != keep)) {
             snprintf(path, sizeof path, "%s/%s", dir, s);
             (void)unlink(path);
         }
     }
     closedir(d);
+}
+
+/* The save lock, dir/zero.lock: rank 0 creates it (O_EXCL) for the whole save, holds an
+   flock on it and writes "pid P host H" into it. Another save finds it and fails at once,
+   unless its holder is gone (the flock is free, or P is dead on this host): a stale lock
+   is removed and taken. */
+static zero_result zero__ck_lock(const char *dir, int *fd_out)
+{
+    char path[4200], host[256], buf[400];
+    int tries;
+    *fd_out = -1;
+    snprintf(path, sizeof path, "%s/zero.lock", dir);
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    for (tries = 0; tries < 4; tries++) {
+        struct stat st, st2;
+        long pid = 0;
+        char other[256];
+        ssize_t got;
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), stale = 0;
+        if (fd >= 0) {
+            int n = snprintf(buf, sizeof buf, "pid %ld host %s\n", (long)getpid(), host);
+            zero_result r = flock(fd, LOCK_EX | LOCK_NB) == 0
+                                ? zero__ck_pwrite(fd, buf, (size_t)n, 0, path)
+                                : zero__fail(ZERO_ERROR_IO, "%s: flock: %s", path, strerror(errno));
+            if (r != ZERO_OK) {
+                (void)unlink(path);
+                close(fd);
+                return r;
+            }
+            *fd_out = fd;
+            return ZERO_OK;
+        }
+        if (errno != EEXIST)
+            return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(errno));
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* released meanwhile */
+            return zero__fail(ZERO_ERROR_IO, "%s: the save lock: %s", path, strerror(errno));
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return zero__fail(ZERO_ERROR_IO, "%s: the save lock is not a regular file", path);
+        }
+        got = pread(fd, buf, sizeof buf - 1, 0);
+        buf[got > 0 ? got : 0] = '\0';
+        snprintf(other, sizeof other, "?");
+        if (sscanf(buf, "pid %ld host %255s", &pid, other) < 1) pid = 0;
+        if (got > 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) stale = 1; /* its holder is gone */
+        else if (pid > 0 && strcmp(other, host) == 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            stale = 1;
+        if (stale && stat(path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
+            (void)unlink(path);
+        close(fd);
+        if (!stale)
+            return zero__fail(ZERO_ERROR_IO, "another save is in progress in %s (pid %ld, host %s; "
+                              "%s)", dir, pid, other, path);
+    }
+    return zero__fail(ZERO_ERROR_IO, "%s: could not take the save lock", path);
+}
+
+static void zero__ck_unlock(const char *dir, int fd)
+{
+    char path[4200];
+    if (fd < 0) return;
+    snprintf(path, sizeof path, "%s/zero.lock", dir);
+    (void)unlink(path);
+    close(fd);
 }
 
 static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint64_t off,
@@ -10792,7 +11056,7 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
 /* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync). */
 static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_t gen)
 {
-    char name[64], path[4200], tmp[4210];
+    char name[64], path[4200], tmp[4240];
     uint64_t hb = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->G + 4u;
     uint64_t off = hb;
     zero__ck_buf hdr;
@@ -10804,7 +11068,6 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     memset(&hdr, 0, sizeof hdr);
     zero__ck_shard_name(name, sizeof name, gen, e->rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     chunk = (unsigned char *)zero__alloc(&e->d.allocator, chunk_bytes);
     crcs = (uint32_t *)zero__alloc(&e->d.allocator, (size_t)e->G * 16u);
     if (!chunk || !crcs) {
@@ -10812,11 +11075,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         zero__free(&e->d.allocator, crcs);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-        goto out;
-    }
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto out;
     /* Order the downloads after any collective still writing the buffers. */
     r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
     for (g = 0; g < e->G && r == ZERO_OK; g++)
@@ -10868,19 +11127,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         if (hdr.err || hdr.n != hb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: header");
         else r = zero__ck_pwrite(fd, hdr.p, hdr.n, 0, tmp);
     }
-    if (r == ZERO_OK && fsync(fd) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && r == ZERO_OK)
-        r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (r == ZERO_OK && rename(tmp, path) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
-    if (r == ZERO_OK) r = zero__ck_fsync_dir(dir);
-    if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        r = zero__fail(r, "%s", msg);
-    }
+    r = zero__ck_commit_tmp(fd, tmp, path, dir, r);
 out:
     ZERO_FREE(hdr.p);
     zero__free(&e->d.allocator, chunk);
@@ -10959,11 +11206,8 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
         int fd;
         zero__ck_shard_name(name, sizeof name, gen, q);
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        fd = open(path, O_RDONLY);
-        if (fd < 0) {
-            r = zero__fail(ZERO_ERROR_IO, "%s: open: %s", path, strerror(errno));
+        if ((r = zero__ck_open_read(path, "shard file just written", 1, &fd, NULL)) != ZERO_OK)
             break;
-        }
         r = zero__ck_pread(fd, h, (size_t)hb, 0, path);
         close(fd);
         if (r != ZERO_OK) break;
@@ -10996,42 +11240,55 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
 {
     zero_result r = zero__eng_usable(e, "zero_engine_save");
     zero_traffic keep;
-    double gen = 0.0;
+    uint64_t gen = 0;
     uint32_t client_crc = 0;
+    int lock = -1;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save: dir is NULL, empty or too long");
     if ((r = zero__ck_between_steps(e, "zero_engine_save", 0)) != ZERO_OK) return r;
     keep = e->traffic_cur;
-    /* 1. the directory and the generation (rank 0 proposes it) */
+    /* 1. the directory, the save lock and the generation (rank 0 takes and proposes them) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
     if (r == ZERO_OK && e->rank == 0 && client_bytes > 0 && !client)
         r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save_client: rank 0's client is "
                        "NULL with client_bytes %zu", client_bytes);
-    if (r == ZERO_OK && e->rank == 0) gen = (double)zero__ck_next_gen(dir);
+    if (r == ZERO_OK && e->rank == 0) r = zero__ck_lock(dir, &lock);
+    if (r == ZERO_OK && e->rank == 0) r = zero__ck_next_gen(dir, &gen);
+    if (r != ZERO_OK) {
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        r = zero__fail(r, "zero_engine_save: %.400s", prev);
+    }
     r = zero__ck_agree(e, r, &gen);
-    /* 2. every rank's shard file; rank 0's client state */
+    /* 2. every rank's shard file; rank 0's client state. A failure anywhere removes this
+       generation's files on every rank (each its own), so no orphan outlives the save. */
     if (r == ZERO_OK) {
         zero_result sr = ZERO_OK;
         if (e->rank == 0 && client_bytes > 0) {
             char name[64];
-            zero__ck_client_name(name, sizeof name, (uint64_t)gen);
+            zero__ck_client_name(name, sizeof name, gen);
             client_crc = zero_crc32c(0, client, client_bytes);
             sr = zero__ck_write_file(dir, name, client, client_bytes);
         }
-        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, (uint64_t)gen);
+        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, gen);
         r = zero__ck_agree(e, sr, NULL);
-    }
-    /* 3. the manifest, then the older generations go */
-    if (r == ZERO_OK) {
-        zero_result mr = ZERO_OK;
-        if (e->rank == 0) {
-            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen, client_bytes, client_crc);
-            if (mr == ZERO_OK) zero__ck_cleanup(dir, (uint64_t)gen);
+        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->rank);
+        else {
+            /* 3. the manifest (the commit point), then the older generations go */
+            zero_result mr = ZERO_OK;
+            if (e->rank == 0) {
+                mr = zero__ck_write_manifest(e, dir, gen, client_bytes, client_crc);
+                if (mr == ZERO_OK) zero__ck_cleanup(dir, gen, 1, 0);
+            }
+            r = zero__ck_agree(e, mr, NULL);
+            /* not committed (the manifest names another generation): this one goes */
+            if (r != ZERO_OK && zero__ck_manifest_gen(dir) != gen)
+                zero__ck_cleanup(dir, gen, 0, e->rank);
         }
-        r = zero__ck_agree(e, mr, NULL);
     }
+    if (e->rank == 0) zero__ck_unlock(dir, lock);
     e->traffic_cur = keep;
     return r;
 }
@@ -11058,10 +11315,11 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
     void *m;
     zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->rank);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path,
-                          L->e->rank, strerror(errno));
+    {
+        char what[64];
+        snprintf(what, sizeof what, "shard file of rank %d", L->e->rank);
+        if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) return r;
+    }
     r = zero__ck_check_shard(ck, fd, path, L->e->rank, &crcs);
     if (r != ZERO_OK) {
         close(fd);
@@ -11137,7 +11395,19 @@ static unsigned char *zero__ck_base_load(void *ctx, int ki)
     return L->stage_buf + (size_t)ki * L->e->S * 4u;
 }
 
-/* The engine's tensors must be the checkpoint's: names, sizes, flags; the same dtype. */
+/* "[d0, d1, ...]" into dst. */
+static void zero__ck_shape_str(char *dst, size_t n, int ndim, const uint64_t *dims)
+{
+    size_t at = 0;
+    int k;
+    at += (size_t)snprintf(dst, n, "[");
+    for (k = 0; k < ndim && at < n; k++)
+        at += (size_t)snprintf(dst + at, n - at, "%s%llu", k ? ", " : "", (unsigned long long)dims[k]);
+    if (at < n) snprintf(dst + at, n - at, "]");
+}
+
+/* The engine's tensors must be the checkpoint's: names, sizes, flags, and shapes where
+   both recorded one; the same dtype. */
 static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, const char *dir,
                                    int *map)
 {
@@ -11162,6 +11432,18 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
             return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has flags "
                               "0x%x in the checkpoint, 0x%x in the engine", dir, ct->name,
                               ct->flags, e->tflags[id]);
+        {
+            int nd = id < e->cap_shapes ? e->shapes[id].ndim : 0, k, same = nd == ct->ndim;
+            for (k = 0; same && k < nd; k++) same = e->shapes[id].dims[k] == ct->dims[k];
+            if (nd > 0 && ct->ndim > 0 && !same) {
+                char a[200], b[200];
+                zero__ck_shape_str(a, sizeof a, ct->ndim, ct->dims);
+                zero__ck_shape_str(b, sizeof b, nd, e->shapes[id].dims);
+                return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has "
+                                  "shape %s in the checkpoint, %s in the engine", dir, ct->name,
+                                  a, b);
+            }
+        }
         map[t] = id;
     }
     for (t = 0; t < e->ntensors; t++) {
@@ -11199,13 +11481,34 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     keep = e->traffic_cur;
     memset(&L, 0, sizeof L);
     L.e = e;
-    /* 1. read and verify everything this rank needs, changing nothing */
+    /* 1. every rank opens the manifest, and all hold the same one (generation and
+       checksum: a save that commits meanwhile, or ranks given different directories, would
+       otherwise load different steps), or none goes on */
+    if (zero__ck_stage) zero__ck_stage(e->rank, 0, dir);
     r = zero_checkpoint_open(dir, &ck);
+    if (zero__ck_stage) zero__ck_stage(e->rank, 1, dir);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
         r = zero__fail(r, "zero_engine_load: %.400s", prev);
     }
+    r = zero__ck_agree(e, r, NULL);
+    if (r == ZERO_OK) {
+        uint64_t id[2];
+        int same = 0;
+        id[0] = ck->info.generation;
+        id[1] = ck->manifest_crc;
+        if ((r = zero__ck_same_u64(e, id, 2, &same)) != ZERO_OK) goto out;
+        if (!same)
+            r = zero__ck_agree(e, zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: the ranks "
+                               "opened different checkpoints (rank %d: %s, generation %llu, "
+                               "manifest checksum %08x): a save into the directory committed "
+                               "meanwhile, or the ranks were given different directories; "
+                               "nothing was loaded", e->rank, dir,
+                               (unsigned long long)id[0], (unsigned)id[1]), NULL);
+    }
+    if (r != ZERO_OK) goto out;
+    /* 2. read and verify everything this rank needs, changing nothing */
     if (r == ZERO_OK) {
         L.tmap = (int *)zero__alloc(&e->d.allocator, (size_t)ck->info.num_tensors * sizeof(int));
         if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
@@ -11265,10 +11568,10 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
             r = zero__fail(r, "zero_engine_load: %.400s", prev);
         }
     }
-    /* 2. every rank agrees before anything changes */
+    /* 3. every rank agrees before anything changes */
     r = zero__ck_agree(e, r, NULL);
     if (r != ZERO_OK || e->state == ZERO__ENG_BROKEN) goto out;
-    /* 3. apply: shards, the copies kept whole, then step, Adam settings, scaler */
+    /* 4. apply: shards, the copies kept whole, then step, Adam settings, scaler */
     if ((r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
         r = zero__eng_break(e, r, "zero_engine_load: event");
         goto out;

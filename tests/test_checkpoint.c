@@ -859,7 +859,7 @@ ZT_TEST(client_state_errors)
     ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: client state of 999 bytes, the manifest says 1000",
                        "truncated client file");
     ZT_CHECK(unlink(cf) == 0);
-    ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: client state file", "missing client file");
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: missing client state file", "missing client file");
     ck_copy(bak, cf);
     ck_client_load_ok(&c, dir, blob, n, CK_CLIENT_MAX, NULL, "restored client file");
     {   /* rank 0 passing NULL with a size fails every rank's save */
