@@ -10290,11 +10290,14 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
             goto fail;
         }
         ck->groups[i].sec_off = off;
-        b = ck->groups[i].shard_numel * (12u + ck->psize); /* no overflow: plan checked */
-        if (off > UINT64_MAX - b) {
-            r = zero__fail(ZERO_ERROR_IO, "%s: shard size overflows", what);
+        /* bytes, not elements: the plan checked counts, the product can still wrap */
+        if (ck->groups[i].shard_numel > (UINT64_MAX - off) / (12u + ck->psize)) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: group %u: %llu elements per shard overflow a "
+                           "64-bit byte size", what, i,
+                           (unsigned long long)ck->groups[i].shard_numel);
             goto fail;
         }
+        b = ck->groups[i].shard_numel * (12u + ck->psize);
         off += b;
     }
     ck->shard_bytes = off;
@@ -12190,9 +12193,9 @@ static void zero__st_put_name(zero__ck_buf *b, const char *s)
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path, zero_dtype dtype)
 {
     zero__ck_buf h;
-    char tmp[4200], num[64];
+    char tmp[4240], num[64];
     uint64_t at = 0, maxn = 0;
-    size_t esz;
+    size_t esz, bytes = 0;
     int t, k, fd = -1;
     unsigned char *buf = NULL, *out = NULL;
     zero_result r = ZERO_OK;
@@ -12201,7 +12204,21 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     if (dtype != ZERO_F32 && dtype != ZERO_F16 && dtype != ZERO_BF16)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: dtype %d (f32, f16, bf16)",
                           (int)dtype);
-    if (strlen(path) > 4000) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path too long");
+    if (!path[0] || strlen(path) > 4000)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path empty or too long");
+    {   /* never inside a checkpoint directory: the output could replace one of its files */
+        char parent[4200], man[4300];
+        struct stat a, b;
+        const char *slash = strrchr(path, '/');
+        if (!slash) snprintf(parent, sizeof parent, ".");
+        else if (slash == path) snprintf(parent, sizeof parent, "/");
+        else snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
+        snprintf(man, sizeof man, "%s/%s", parent, ZERO__CK_MANIFEST);
+        if ((stat(parent, &a) == 0 && stat(ck->dir, &b) == 0 && a.st_dev == b.st_dev &&
+             a.st_ino == b.st_ino) || lstat(man, &b) == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: refusing to "
+                              "write %s inside a checkpoint directory (%s)", path, parent);
+    }
     esz = zero_dtype_size(dtype);
     memset(&h, 0, sizeof h);
     zero__ck_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"zero_step\":\"");
@@ -12223,6 +12240,12 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
             snprintf(num, sizeof num, "%s%llu", k ? "," : "", (unsigned long long)T->dims[k]);
             zero__ck_put(&h, num, strlen(num));
         }
+        if (T->numel > (UINT64_MAX - at) / esz) { /* bytes, not elements: no wrap */
+            r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_checkpoint_export: tensor '%s': %llu "
+                           "elements overflow a 64-bit byte size", T->name,
+                           (unsigned long long)T->numel);
+            goto done;
+        }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
                  (unsigned long long)(at + T->numel * esz));
         zero__ck_put(&h, num, strlen(num));
@@ -12231,20 +12254,23 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     }
     zero__ck_put(&h, "}", 1);
     while (h.n % 8u) zero__ck_put(&h, " ", 1);
-    if (h.err) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
-    buf = (unsigned char *)ZERO_MALLOC((size_t)maxn * 4u);
-    out = (unsigned char *)ZERO_MALLOC((size_t)maxn * esz + 8u);
+    if (h.err) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
+        goto done;
+    }
+    if (maxn > (uint64_t)SIZE_MAX || zero__mul_size((size_t)maxn, 4u, &bytes) || bytes > SIZE_MAX - 8u) {
+        r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_checkpoint_export: %llu elements",
+                       (unsigned long long)maxn);
+        goto done;
+    }
+    buf = (unsigned char *)ZERO_MALLOC(bytes);
+    out = (unsigned char *)ZERO_MALLOC(bytes + 8u);
     if (!buf || !out) {
         r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: %llu elements",
                        (unsigned long long)maxn);
         goto done;
     }
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto done;
     for (k = 0; k < 8; k++) out[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
     r = zero__ck_pwrite(fd, out, 8, 0, tmp);
     if (r == ZERO_OK) r = zero__ck_pwrite(fd, h.p, h.n, 8, tmp);
@@ -12260,17 +12286,8 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
         if (r == ZERO_OK) r = zero__ck_pwrite(fd, out, n * esz, woff, tmp);
         woff += (uint64_t)n * esz;
     }
-    if (r == ZERO_OK && fsync(fd) != 0) r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && r == ZERO_OK) r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
+    r = zero__ck_commit_tmp(fd, tmp, path, NULL, r);
     fd = -1;
-    if (r == ZERO_OK && rename(tmp, path) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
-    if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        r = zero__fail(r, "%s", msg);
-    }
 done:
     if (fd >= 0) close(fd);
     ZERO_FREE(h.p);

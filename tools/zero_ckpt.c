@@ -2,8 +2,10 @@
 
      zero-ckpt info DIR                    manifest, ranks, tensors, sizes; verifies every
                                            checksum (exit 1 naming the first bad file)
-     zero-ckpt export DIR OUT.safetensors [--dtype f32|f16|bf16]
-                                           consolidated weights (default f32: the master)
+     zero-ckpt export DIR OUT.safetensors [--dtype f32|f16|bf16] [--force]
+                                           consolidated weights (default f32: the master);
+                                           refuses an existing OUT without --force, and any
+                                           OUT inside a checkpoint directory
 
    Exit status: 0 ok, 1 a bad or missing checkpoint (message on stderr), 2 bad arguments. */
 #define ZERO_IMPLEMENTATION
@@ -14,7 +16,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: zero-ckpt info DIR | zero-ckpt export DIR OUT.safetensors "
-                    "[--dtype f32|f16|bf16]\n");
+                    "[--dtype f32|f16|bf16] [--force]\n");
     return 2;
 }
 
@@ -83,16 +85,27 @@ static int info(const char *dir)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "info") == 0) return info(argv[2]);
-    if ((argc == 4 || argc == 6) && strcmp(argv[1], "export") == 0) {
+    if (argc >= 4 && argc <= 7 && strcmp(argv[1], "export") == 0) {
         zero_dtype dt = ZERO_F32;
         zero_checkpoint *ck = NULL;
-        int rc = 0;
-        if (argc == 6) {
-            if (strcmp(argv[4], "--dtype") != 0) return usage();
-            if (strcmp(argv[5], "f32") == 0) dt = ZERO_F32;
-            else if (strcmp(argv[5], "f16") == 0) dt = ZERO_F16;
-            else if (strcmp(argv[5], "bf16") == 0) dt = ZERO_BF16;
-            else return usage();
+        struct stat st;
+        int rc = 0, i, force = 0;
+        for (i = 4; i < argc; i++) {
+            if (strcmp(argv[i], "--force") == 0) {
+                force = 1;
+            } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+                i++;
+                if (strcmp(argv[i], "f32") == 0) dt = ZERO_F32;
+                else if (strcmp(argv[i], "f16") == 0) dt = ZERO_F16;
+                else if (strcmp(argv[i], "bf16") == 0) dt = ZERO_BF16;
+                else return usage();
+            } else {
+                return usage();
+            }
+        }
+        if (!force && lstat(argv[3], &st) == 0) {
+            fprintf(stderr, "zero-ckpt: export: %s exists (add --force to replace it)\n", argv[3]);
+            return 1;
         }
         if (zero_checkpoint_open(argv[2], &ck) != ZERO_OK) return fail("open");
         if (zero_checkpoint_export(ck, argv[3], dt) != ZERO_OK) rc = fail("export");
