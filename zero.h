@@ -9771,12 +9771,13 @@ static uint32_t zero__ck_le32(const unsigned char *p)
 /* ---- files -------------------------------------------------------------------------------- */
 
 /* Test hooks (private; tests that define ZERO_IMPLEMENTATION set them). zero__ck_io_fault:
-   called before every checkpoint write with the file's path; a non-zero errno it returns
-   fails that write as the system would (ENOSPC ...). zero__ck_stage: called on every rank
+   called before every checkpoint write (op 'w') and every open of an existing checkpoint
+   file for reading (op 'o') with the file's path; a non-zero errno it returns fails that
+   call as the system would (ENOSPC, EACCES ...). zero__ck_stage: called on every rank
    at fixed points of load and save (where: 0 = before the manifest is opened, 1 = after),
    so a test can change the directory between ranks deterministically.
    zero__ck_bytes_read counts the bytes every checkpoint read asked for. */
-static int (*zero__ck_io_fault)(const char *path);
+static int (*zero__ck_io_fault)(const char *path, int op);
 static void (*zero__ck_stage)(int rank, int where, const char *dir);
 static uint64_t zero__ck_bytes_read;
 
@@ -9785,7 +9786,7 @@ static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t o
 {
     const unsigned char *p = (const unsigned char *)buf;
     if (zero__ck_io_fault && n > 0) {
-        int er = zero__ck_io_fault(path);
+        int er = zero__ck_io_fault(path, 'w');
         if (er)
             return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", path,
                               (unsigned long long)off, strerror(er));
@@ -9834,10 +9835,11 @@ static zero_result zero__ck_open_read(const char *path, const char *what, int mi
 {
     struct stat st;
     int fd, fl;
+    int er = zero__ck_io_fault ? zero__ck_io_fault(path, 'o') : 0;
     *fd_out = -1;
-    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    fd = er ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
-        int er = errno;
+        if (!er) er = errno;
         if (er == ENOENT)
             return zero__fail(missing_is_io ? ZERO_ERROR_IO : ZERO_ERROR_NOT_FOUND,
                               "%s: missing %s: %s", path, what, strerror(er));
@@ -9846,7 +9848,7 @@ static zero_result zero__ck_open_read(const char *path, const char *what, int mi
         return zero__fail(ZERO_ERROR_IO, "%s: %s: open: %s", path, what, strerror(er));
     }
     if (fstat(fd, &st) != 0) {
-        int er = errno;
+        er = errno;
         close(fd);
         return zero__fail(ZERO_ERROR_IO, "%s: %s: stat: %s", path, what, strerror(er));
     }
