@@ -1603,7 +1603,9 @@ ZERODEF const char *zero_coll_name(zero_coll kind);
    (zero-<generation, 16 hex digits>-<rank, 5 digits>.shard: that rank's shard of every
    group's fp32 master, m, v and params) and a manifest (zero.manifest: the plan, the step,
    the Adam settings, the loss-scaler state, every shard file's size and header checksum).
-   Every file is written under a temporary name, fsynced, renamed and its directory fsynced;
+   Every file is written under a new temporary name (a random suffix, created with O_EXCL |
+   O_NOFOLLOW: a planted file or symlink is never written through), fsynced, renamed and its
+   directory fsynced;
    the manifest is written last and is the commit point: a crash at any moment leaves the
    previous checkpoint in the directory loadable, or the new one complete. Older
    generations are removed after the new manifest is in place. Every file carries CRC32C
@@ -1633,8 +1635,14 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    passes the same path): each rank writes its own shard file; rank 0 then writes the
    manifest. Call between steps (not between micro-steps). Every rank returns the same
    result: a failure on any rank (I/O, a full disk) fails every rank's call with that
-   rank's message; the engine is unchanged either way and the previous checkpoint in dir
-   stays loadable. Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
+   rank's message, and every rank removes the files it wrote for this save; the engine is
+   unchanged either way and the previous checkpoint in dir stays loadable. Rank 0 holds
+   dir/zero.lock for the whole save: a save into a directory that another live save holds
+   fails at once with IO "another save is in progress in DIR (pid P, host H)"; a lock whose
+   holder is gone (its flock released, or its pid dead on this host) is taken over. The
+   generation is a 64-bit integer (after 2^64 - 1 it wraps to the lowest one no file of dir
+   names). A manifest in dir that is not a regular file (a FIFO) is IO, never opened.
+   Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
    INVALID_STATE (before commit, mid-step) return at once without communicating (SPMD
    programs make them on every rank alike); IO, OUT_OF_MEMORY; COMM/DEVICE (engine broken).
    Host memory: one 16 MiB staging buffer. */
@@ -1653,10 +1661,15 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
 
 /* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
    into this committed engine: master, m, v, params, step, Adam settings and scaler state.
-   The engine's tensors must match the checkpoint's by name, size and flags (in any
-   grouping), and the param dtype must be the same. Every rank first reads and verifies
-   everything it needs (manifest, file sizes, header and section checksums, the plan) and
-   the ranks agree; only then is state changed. On error every rank returns the same code
+   The engine's tensors must match the checkpoint's by name, size, flags and shape (where
+   both recorded one; in any grouping), and the param dtype must be the same. Every rank
+   opens the manifest and the ranks agree on its identity (generation and checksum): ranks
+   given different directories, or opening it before and after a concurrent save's commit,
+   get MISMATCH on every rank. Every rank then reads and verifies everything it needs
+   (manifest, file sizes, header and section checksums, the plan) and the ranks agree; only
+   then is state changed. A manifest or shard file that is not a regular file (a FIFO, a
+   device) is IO, never read; a shard file without read permission is IO "permission
+   denied". On error every rank returns the same code
    and message (naming the file, tensor or byte offset) and the engine is unchanged.
    Call between steps with no group gathered. Host memory: with the saving layout (same
    world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
@@ -1706,8 +1719,11 @@ typedef struct zero_checkpoint_tensor {
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
 } zero_checkpoint_tensor;
 
-/* Opens dir and verifies its manifest (size, checksum, a consistent plan). Reads no shard
-   file yet. Errors: NOT_FOUND (no manifest), IO (corrupt), OUT_OF_MEMORY. *out NULL then. */
+/* Opens dir and verifies its manifest (size, checksum, a consistent plan, every byte size
+   computed without wrapping). Reads no shard file yet, and of the manifest first its fixed
+   header: a file whose size differs from the one its header declares, or exceeds what its
+   counts allow, is refused without reading the rest. Errors: NOT_FOUND (no manifest), IO
+   (corrupt, or not a regular file), OUT_OF_MEMORY. *out NULL then. */
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out);
 ZERODEF void zero_checkpoint_close(zero_checkpoint *ck);
 ZERODEF zero_result zero_checkpoint_get_info(const zero_checkpoint *ck, zero_checkpoint_info *out);
@@ -1724,10 +1740,12 @@ ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
 /* The client state (zero_checkpoint_info.client_bytes bytes into dst; nothing when 0),
    its size and checksum checked: IO names the file otherwise. */
 ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst);
-/* Writes every tensor to one .safetensors file at path (temporary name, fsync, rename):
-   dtype F32 = the fp32 master weights; F16 / BF16 = the saved params when the checkpoint's
-   param dtype is that, else the master rounded to nearest even. Names and shapes as
-   registered; __metadata__ holds format "pt" and the step. */
+/* Writes every tensor to one .safetensors file at path (a new temporary "path.<random>.tmp"
+   created with O_EXCL | O_NOFOLLOW, fsync, rename over path): dtype F32 = the fp32 master
+   weights; F16 / BF16 = the saved params when the checkpoint's param dtype is that, else
+   the master rounded to nearest even. Names and shapes as registered; __metadata__ holds
+   format "pt" and the step. INVALID_ARGUMENT for a path inside a checkpoint directory
+   (ck's, or any holding a zero.manifest); OVERFLOW for sizes that do not fit. */
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path,
                                            zero_dtype dtype);
 
