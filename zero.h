@@ -142,6 +142,13 @@
    device a memory budget, so a CPU run proves that a model too large for "device" memory
    trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
 
+   ACTIVATIONS (ZeRO-R's activation offload, ZeRO-Infinity's activation tier;
+   docs/offload.md). With d.offload_activations = cpu | nvme, zero_engine_stash(e, key, buf,
+   bytes) parks a checkpointed activation (a block's input) in host memory or a file after
+   the forward, and zero_engine_fetch(e, key, buf, bytes) brings it back before the block's
+   recomputation in the backward, the NVMe tier reading ahead in reverse stash order. Local
+   to each rank; the bytes come back exactly.
+
    OPTIONS (define before including, in the implementation file)
        ZERO_STATIC            make every function static (private to one translation unit)
        ZERO_MALLOC(sz)        replace malloc; define ZERO_FREE(p) too, or neither
@@ -219,7 +226,8 @@ typedef enum zero_result {
     ZERO_ERROR_INVALID_STATE = -3,    /* a call out of order: query before commit, ...     */
     ZERO_ERROR_NOT_FOUND = -4,        /* an unknown name, tensor or group                  */
     ZERO_ERROR_OVERFLOW = -5,         /* sizes whose sum or product does not fit size_t    */
-    ZERO_ERROR_MISMATCH = -6,         /* ranks disagree (plan hash, sizes)                 */
+    ZERO_ERROR_MISMATCH = -6,         /* ranks disagree (plan hash, sizes), or a checkpoint
+                                         and the engine do (tensors, dtype)                */
     ZERO_ERROR_DEVICE = -7,           /* the device backend failed (CUDA error kept)       */
     ZERO_ERROR_COMM = -8,             /* a collective failed (NCCL error kept)             */
     ZERO_ERROR_TIMEOUT = -9,          /* a peer or collective did not answer in time       */
@@ -692,6 +700,7 @@ typedef enum zero_mem_category {
     ZERO_MEM_BUCKET,    /* reduce buckets                                         */
     ZERO_MEM_GATHER,    /* stage-3 gather buffers                                 */
     ZERO_MEM_SCRATCH,   /* flags, scalars, partial sums                           */
+    ZERO_MEM_ACTIVATION, /* the activation tier of zero_engine_stash (host, NVMe)  */
     ZERO_MEM_COUNT
 } zero_mem_category;
 
@@ -898,7 +907,8 @@ typedef enum zero_adam_mode {
    is the float nearest 1e-3 for beta2 = 0.999, not 1 - 0.99900001f. */
 typedef struct zero_adam_desc {
     zero_adam_mode mode;
-    double lr;           /* 0 = 1e-3   */
+    double lr;           /* 0 = 1e-3 (a descriptor's 0 is "unset"; to train with a learning
+                            rate of 0, call zero_engine_set_lr(e, 0) after commit) */
     double beta1;        /* 0 = 0.9    */
     double beta2;        /* 0 = 0.999  */
     double eps;          /* 0 = 1e-8   */
@@ -1356,6 +1366,19 @@ typedef struct zero_engine_desc {
                                     step, a checkpoint save or load), which then did nothing
                                     else; the value queries (_loss_scale, _step_count) read the
                                     verdict but leave its error to that call.                    */
+    /* Activation offload (zero_engine_stash / zero_engine_fetch below; local to each rank,
+       not part of the plan hash):                                                           */
+    zero_offload_device offload_activations; /* where stashed activations live: NONE (no
+                                    activation tier; stash is INVALID_STATE), CPU (a host arena
+                                    of activation_host_bytes), NVME (a file of
+                                    activation_nvme_bytes under nvme_path, staged through
+                                    activation_host_bytes of host memory)                      */
+    size_t activation_host_bytes; /* the host budget of the activation tier. CPU: the arena,
+                                    required (> 0); NVME: the staging for transfers in flight
+                                    and prefetches, 0 = 64 MiB. Each stash takes its bytes
+                                    rounded up to ZERO_IO_ALIGN (4096).                        */
+    size_t activation_nvme_bytes; /* NVME: the file's size, required (> 0): the most bytes
+                                    stashed at once, each rounded up to ZERO_IO_ALIGN          */
 } zero_engine_desc;
 
 typedef struct zero_engine zero_engine;
@@ -1561,8 +1584,9 @@ ZERODEF int64_t zero_engine_step_count(const zero_engine *e);
    device's (engine broken). */
 ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
 
-/* Changes the learning rate from the next step on (schedules). INVALID_ARGUMENT for a
-   negative or non-finite lr. */
+/* Changes the learning rate from the next step on (schedules). lr = 0 sets 0 (the params
+   stop moving; weight decay too): unlike zero_adam_desc.lr, where 0 means the default 1e-3.
+   INVALID_ARGUMENT for a negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
 
 /* Device bytes held by this rank's engine, by category, now and at peak. */
@@ -1592,6 +1616,108 @@ ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_s
 
 /* "all_gather", "reduce_scatter", "all_reduce", "broadcast", "control" or "?". */
 ZERODEF const char *zero_coll_name(zero_coll kind);
+
+/* ---- Engine: activation offload (ZeRO-R's activation offload, ZeRO-Infinity's activation
+   tier). docs/offload.md "Activations". ------------------------------------------------- */
+/* With activation checkpointing a model keeps only each block's input through the forward
+   and recomputes the block in the backward. These calls park such a checkpoint outside the
+   device after the forward and bring it back before the backward:
+
+       forward, block l:   ... x[l+1] = block(l, x[l]) ...
+                           zero_engine_stash(e, l, x[l], bytes)    x[l] leaves the device
+       backward, block l:  zero_engine_fetch(e, l, buf, bytes)     x[l] comes back into buf
+                           recompute block l from buf, then its backward
+
+   The tier is offload_activations in the descriptor: CPU keeps the bytes in a host arena of
+   activation_host_bytes; NVME in a file of activation_nvme_bytes under nvme_path (created at
+   commit with zero_io_file_create, removed at destroy), through activation_host_bytes of host
+   staging. Both are allocated at commit; the calls allocate no memory (except the small key
+   table, which grows with the number of distinct keys). Everything is local to the rank: no
+   collective, and ranks may stash different keys and sizes.
+
+   KEYS. Any int. A key holds one buffer from its stash until its fetch (or drop); it can then
+   be stashed again (the next micro-step reuses the same keys).
+
+   QUEUES AND BUFFERS (the contract).
+   - stash: the copy reads device_src on ZERO_QUEUE_OFFLOAD after the work enqueued on
+     ZERO_QUEUE_COMPUTE before the call, which does not wait for it. device_src must not be
+     written or freed until that copy is done: compute-queue work enqueued after a later
+     zero_engine_stash_fence() or zero_engine_fetch() (both make COMPUTE wait, on the device,
+     for every stash copy enqueued so far) may overwrite it, and so may the host once it has
+     synchronised the compute queue after such a call. On the host device every copy is done
+     when the call returns.
+   - fetch: device_dst receives the bytes on ZERO_QUEUE_OFFLOAD after the work enqueued on
+     COMPUTE before the call (so device_dst may still be in use by it), and COMPUTE waits for
+     them: compute-queue work enqueued after the call reads them. The host blocks only for an
+     NVMe read that has not finished, never for the device copy.
+   - NVMe: a stash's bytes reach host staging by the device copy; the next stash or fetch
+     syncs the offload queue on the host and queues the file write (so the host runs at most
+     one stash ahead of the device's copies; likewise a fetch waits for the previous fetch's
+     copy before its staging is reused). Writes finish in the background; staging is given
+     back oldest first when a stash needs room. A fetch serves the bytes from staging when
+     they are still there (the last blocks of the forward are the first of the backward;
+     such a key is never written), and then reads the next key in reverse stash order, the
+     live key stashed last, into free staging ahead of its fetch (one prefetch in flight).
+
+   ACCOUNTING. zero_engine_memory_tier() counts the arena (CPU) or the staging (NVME) in the
+   host tier and the file in the NVMe tier, under ZERO_MEM_ACTIVATION, constant from commit to
+   destroy; nothing on the device (the buffers are the caller's). zero_engine_activation_stats()
+   reports what is stashed now, at peak, and how each fetch was served.
+
+   ERRORS. INVALID_STATE: no activation tier configured, before commit, a broken engine, a key
+   already stashed (fetch or drop it first), a key already fetched (each stash is fetched
+   once). NOT_FOUND: a key never stashed, or dropped. INVALID_ARGUMENT: NULL buffer, bytes 0, a fetch
+   whose bytes differ from the stash's, a stash larger than the staging (NVME). OUT_OF_MEMORY:
+   the tier is full (the message names the bytes asked, in use and the setting). IO: a write
+   or read of the file failed (the message names the file, offset and cause): a failed write
+   is reported by the fetch of its key, which then forgets the key; a failed read leaves the
+   key stashed (fetch may be tried again). DEVICE: a copy failed (the engine is broken). A
+   failed call changes nothing else; no call waits for another rank, so none can hang. */
+
+/* What zero_engine_activation_stats() reports. Byte counts are the callers' (not rounded). */
+typedef struct zero_activation_stats {
+    size_t live_bytes;       /* stashed and not yet fetched or dropped                       */
+    size_t peak_live_bytes;  /* most live at once since commit                               */
+    int live_keys;           /* keys stashed now                                             */
+    uint64_t stashes;        /* zero_engine_stash calls that succeeded                       */
+    uint64_t fetches;        /* zero_engine_fetch calls that succeeded                       */
+    uint64_t bytes_stashed;  /* sum over stashes                                             */
+    uint64_t bytes_fetched;  /* sum over fetches                                             */
+    /* NVME: how each fetch found its bytes (they sum to fetches); all 0 on CPU */
+    uint64_t staging_hits;   /* still in host staging from the stash (no read)               */
+    uint64_t prefetch_hits;  /* read ahead by a prefetch                                     */
+    uint64_t demand_reads;   /* read by the fetch itself                                     */
+    uint64_t prefetches;     /* reads started ahead of a fetch (a dropped one counts too)    */
+    uint64_t nvme_bytes_written; /* to the file, rounded to ZERO_IO_ALIGN per stash          */
+    uint64_t nvme_bytes_read;
+} zero_activation_stats;
+
+/* Parks 'bytes' bytes of device memory under 'key' in the activation tier: enqueues the copy
+   and returns (the contract above). Local. Errors above; on error nothing was enqueued and
+   the key is as it was. */
+ZERODEF zero_result zero_engine_stash(zero_engine *e, int key, const void *device_src,
+                                      size_t bytes);
+
+/* Makes ZERO_QUEUE_COMPUTE wait (on the device; the host does not block) for every stash
+   copy enqueued so far, so that compute work enqueued after it may overwrite their source
+   buffers. Local. INVALID_STATE without a tier, before commit or on a broken engine. */
+ZERODEF zero_result zero_engine_stash_fence(zero_engine *e);
+
+/* Brings key's bytes back into device_dst (bytes must equal the stash's); the key is then
+   free for a new stash (a second fetch is INVALID_STATE). Then starts the prefetch of the
+   next key in reverse stash order (NVME). Also a stash fence. Local. Errors above. */
+ZERODEF zero_result zero_engine_fetch(zero_engine *e, int key, void *device_dst, size_t bytes);
+
+/* Forgets a stashed key without fetching it (an evaluation forward, an aborted step),
+   waiting for its transfers. NOT_FOUND for a key not stashed now. Local. */
+ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key);
+
+/* Drops every stashed key. Local. INVALID_STATE without a tier or before commit. */
+ZERODEF zero_result zero_engine_stash_clear(zero_engine *e);
+
+/* The activation tier's use and counters (all zero without a tier). INVALID_ARGUMENT for
+   NULL. */
+ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_activation_stats *out);
 
 /* ======================================================================================
    Checkpoints: sharded, crash-safe, checksummed save and load of an engine's state, a
@@ -1807,7 +1933,7 @@ ZERODEF const char *zero_result_string(zero_result result)
     case ZERO_ERROR_INVALID_STATE: return "invalid state";
     case ZERO_ERROR_NOT_FOUND: return "not found";
     case ZERO_ERROR_OVERFLOW: return "size overflow";
-    case ZERO_ERROR_MISMATCH: return "ranks disagree";
+    case ZERO_ERROR_MISMATCH: return "mismatch (ranks, or a file and the engine, disagree)";
     case ZERO_ERROR_DEVICE: return "device error";
     case ZERO_ERROR_COMM: return "communication error";
     case ZERO_ERROR_TIMEOUT: return "timeout";
@@ -1906,7 +2032,8 @@ ZERODEF const char *zero_dtype_name(zero_dtype dtype)
 ZERODEF const char *zero_mem_category_name(zero_mem_category category)
 {
     static const char *names[ZERO_MEM_COUNT] = {"param", "grad", "master", "moment1",
-                                                "moment2", "bucket", "gather", "scratch"};
+                                                "moment2", "bucket", "gather", "scratch",
+                                                "activation"};
     if ((int)category < 0 || category >= ZERO_MEM_COUNT) return "?";
     return names[category];
 }
@@ -7107,7 +7234,16 @@ struct zero_engine {
     zero_event *ev_step;
     zero_step_info last_info;
     int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
+    char broken[480];      /* why the engine is ZERO__ENG_BROKEN, for every later call       */
+    struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
 };
+
+/* The activation tier: its subsection at the end of the engine. */
+struct zero__act;
+static zero_result zero__act_resolve(zero_engine_desc *d);
+static zero_result zero__act_alloc(zero_engine *e);
+static void zero__act_free(zero_engine *e);
+static void zero__act_account(const zero_engine *e, zero_mem_tier tier, zero_engine_memory *out);
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
@@ -7157,8 +7293,20 @@ static zero_result zero__eng_break(zero_engine *e, zero_result r, const char *wh
 {
     char prev[400];
     zero__eng_copy_error(prev, sizeof prev);
-    if (e && e->state == ZERO__ENG_COMMITTED) e->state = ZERO__ENG_BROKEN;
+    if (e && e->state == ZERO__ENG_COMMITTED) {
+        e->state = ZERO__ENG_BROKEN;
+        snprintf(e->broken, sizeof e->broken, "a device or comm failure in %.60s: %.200s", what, prev);
+    }
     return zero__fail(r, "zero_engine: %s failed (engine broken): %.380s", what, prev);
+}
+
+/* Marks the engine broken after a failed commit and returns its error (the message kept for
+   every later call). */
+static zero_result zero__eng_commit_failed(zero_engine *e, zero_result r, const char *msg)
+{
+    e->state = ZERO__ENG_BROKEN;
+    snprintf(e->broken, sizeof e->broken, "its commit failed (%s: %.360s)", zero_result_string(r), msg);
+    return zero__fail(r, "%.480s", msg);
 }
 
 #define ZERO__ENG_TRY(e, call, what)                                                          \
@@ -7174,8 +7322,8 @@ static zero_result zero__eng_usable(const zero_engine *e, const char *fn)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: engine not committed", fn);
     if (e->state == ZERO__ENG_BROKEN)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "%s: engine broken by an earlier device or comm failure; destroy it",
-                          fn);
+                          "%s: the engine is unusable (destroy it with zero_engine_destroy and "
+                          "create a new one): %s", fn, e->broken[0] ? e->broken : "an earlier failure");
     return ZERO_OK;
 }
 
@@ -7419,6 +7567,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
                           d.host_threads);
     if (d.host_threads == 0) d.host_threads = zero__eng_cpus();
     if ((r = zero__eng_offload_resolve(&d)) != ZERO_OK) return r;
+    if ((r = zero__act_resolve(&d)) != ZERO_OK) return r;
     if (d.align_numel == 0) d.align_numel = ZERO_DEFAULT_ALIGN_NUMEL;
     if (!d.device || !d.device->ops)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_create: device is NULL");
@@ -7507,6 +7656,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
             if (e->oopt || e->ev_step) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
         }
+        zero__act_free(e);
         zero__eng_free_device(e);
         zero__eng_free_host(e);
         if (e->dev->ops->event_destroy) {
@@ -8122,7 +8272,10 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
                   "step: download");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (v[0] == 0.0) return ZERO_OK;
-    if (e->state == ZERO__ENG_COMMITTED) e->state = ZERO__ENG_BROKEN;
+    if (e->state == ZERO__ENG_COMMITTED) {
+        e->state = ZERO__ENG_BROKEN;
+        snprintf(e->broken, sizeof e->broken, "the NVMe tier failed in %.60s", what);
+    }
     if (io_r != ZERO_OK)
         return zero__fail(io_r, "%s: NVMe tier failed (engine broken): %.400s", what, io_err);
     return zero__fail((zero_result)(int)(-v[0]),
@@ -8478,6 +8631,137 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
              failed, fail_cat, need, cap, avail, fits);
 }
 
+/* A control all-reduce of n (<= 8) doubles through the engine's scratch (the commit's
+   mismatch search, the checkpoint's agreement). */
+static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zero_op op,
+                                           zero_comm_role role, const char *what)
+{
+    zero_device *dev = e->dev;
+    char w[96];
+    snprintf(w, sizeof w, "%s: control all_reduce", what);
+    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u), w);
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), w);
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1,
+                                          -1, role), w);
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), w);
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u), w);
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), w);
+    return ZERO_OK;
+}
+
+/* The commit check's items, in order: the settings zero__eng_hash covers, each registered
+   tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
+   value as a number (for the range across ranks) and a description for the message. */
+enum { ZERO__ENG_NSETTINGS = 25 };
+static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
+{
+    const zero_engine_desc *d = &e->d;
+    if (i < ZERO__ENG_NSETTINGS) {
+        static const char *const names[ZERO__ENG_NSETTINGS] = {
+            "stage", "param_dtype", "grad_comm_dtype", "accum_steps", "reduce_bucket_numel",
+            "max_live_numel", "prefetch_depth", "persist_numel", "clip_norm", "adam.mode",
+            "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
+            "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
+            "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
+            "offload_optimizer", "offload_param"};
+        double v[ZERO__ENG_NSETTINGS];
+        v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
+        v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
+        v[5] = (double)d->max_live_numel; v[6] = d->prefetch_depth;
+        v[7] = (double)d->persist_numel; v[8] = d->clip_norm; v[9] = e->adam.mode;
+        v[10] = e->adam.lr; v[11] = e->adam.beta1; v[12] = e->adam.beta2; v[13] = e->adam.eps;
+        v[14] = e->adam.weight_decay; v[15] = e->scaler.scale; v[16] = e->scaler.dynamic;
+        v[17] = e->scaler.factor; v[18] = e->scaler.min_scale; v[19] = e->scaler.window;
+        v[20] = e->scaler.hysteresis; v[21] = e->scaler.error_at_min;
+        v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
+        *value = v[i];
+        snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
+        return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
+    }
+    i -= ZERO__ENG_NSETTINGS;
+    if (i < e->ntensors) {
+        zero_tensor_info ti;
+        uint64_t h = zero__eng_mix(0x7465ull, (uint64_t)i);
+        int k, nd = i < e->cap_shapes ? e->shapes[i].ndim : 0;
+        size_t len, at;
+        memset(&ti, 0, sizeof ti);
+        zero_plan_tensor(e->plan, i, &ti);
+        len = ti.name ? strlen(ti.name) : 0;
+        h = zero__fnv1a(h, ti.name ? ti.name : "", len);
+        h = zero__eng_mix(h, (uint64_t)ti.numel);
+        h = zero__eng_mix(h, (uint64_t)ti.group);
+        h = zero__eng_mix(h, (uint64_t)e->tflags[i]);
+        h = zero__eng_mix(h, (uint64_t)nd);
+        at = (size_t)snprintf(what, n, "tensor %d '%.64s' (numel %zu, group %d, flags %u%s", i,
+                              ti.name ? ti.name : "", ti.numel, ti.group, e->tflags[i],
+                              nd ? ", shape [" : "");
+        for (k = 0; k < nd; k++) {
+            h = zero__eng_mix(h, e->shapes[i].dims[k]);
+            if (at < n)
+                at += (size_t)snprintf(what + at, n - at, "%s%llu", k ? ", " : "",
+                                       (unsigned long long)e->shapes[i].dims[k]);
+        }
+        if (at < n) snprintf(what + at, n - at, "%s)", nd ? "]" : "");
+        *value = (double)ti.numel;
+        return h;
+    }
+    *value = -1.0; /* past this rank's tensors */
+    snprintf(what, n, "no tensor %d (it registered %d tensors)", i, e->ntensors);
+    return zero__eng_mix(0x6e74ull, (uint64_t)i);
+}
+
+/* After the commit's hash check failed on every rank (and no rank's plan failed): finds the
+   first item (setting or tensor) whose digest differs between ranks by a binary search over
+   prefix digests (log2 of the item count control all-reduces of 4 doubles), then the range
+   of its value across ranks, and writes the mismatch message naming it and this rank's
+   value into msg. Collective; returns a comm failure, else OK. */
+static zero_result zero__eng_find_mismatch(zero_engine *e, char *msg, size_t n)
+{
+    double v[4], val;
+    char what[200];
+    int lo = 0, hi, i;
+    zero_result r;
+    v[0] = ZERO__ENG_NSETTINGS + e->ntensors + 1; /* the items of the longest rank */
+    if ((r = zero__eng_ctl_allreduce(e, v, 1, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+        return r;
+    hi = (int)v[0];
+    /* invariant: the digests of items [0, lo) agree on every rank, those of [0, hi) do not */
+    for (i = 0; hi - lo > 1 || i == 0; i++) {
+        int mid = i == 0 ? hi : lo + (hi - lo) / 2, k, same;
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (k = 0; k < mid; k++) h = zero__eng_mix(h, zero__eng_item(e, k, &val, what, 0));
+        v[0] = (double)(h >> 32);
+        v[1] = (double)(h & 0xffffffffu);
+        v[2] = -v[0];
+        v[3] = -v[1];
+        if ((r = zero__eng_ctl_allreduce(e, v, 4, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+            return r;
+        same = v[0] == -v[2] && v[1] == -v[3];
+        if (i == 0 && same) { /* outside the items (the plan's layout): nothing to name */
+            snprintf(msg, n, "zero_engine_commit: ranks registered different tensors or settings");
+            return ZERO_OK;
+        }
+        if (i > 0 && same) lo = mid;
+        else hi = mid;
+    }
+    (void)zero__eng_item(e, lo, &val, what, sizeof what);
+    if (lo >= ZERO__ENG_NSETTINGS) { /* a tensor: each rank names its own */
+        snprintf(msg, n, "zero_engine_commit: ranks registered different tensors: the first "
+                 "difference is at tensor %d (registration order): rank %d has %s; every rank "
+                 "must add the same tensors in the same order", lo - ZERO__ENG_NSETTINGS,
+                 e->rank, what);
+        return ZERO_OK;
+    }
+    v[0] = val;
+    v[1] = -val;
+    if ((r = zero__eng_ctl_allreduce(e, v, 2, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+        return r;
+    snprintf(msg, n, "zero_engine_commit: ranks gave different settings: the first difference "
+             "is the %s on rank %d; across ranks it ranges over [%.17g, %.17g]; every rank "
+             "must use the same descriptor", what, e->rank, -v[1], v[0]);
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_commit(zero_engine *e)
 {
     zero__eng_sizes sz;
@@ -8489,8 +8773,13 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     uint64_t h;
     double hv[5];
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_commit: engine is NULL");
+    if (e->state == ZERO__ENG_BROKEN)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: a commit cannot be "
+                          "retried (destroy the engine and create a new one): %s",
+                          e->broken[0] ? e->broken : "an earlier failure");
     if (e->state != ZERO__ENG_CREATED)
-        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: already committed");
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: already committed (once, "
+                          "after the last add_tensor)");
     /* From here on a failure leaves the engine broken (destroy only). */
     e->state = ZERO__ENG_COMMITTED;
     memset(ptrs, 0, sizeof ptrs);
@@ -8558,6 +8847,12 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
             snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: host tier (offload): %s", prev);
         }
     }
+    if (alloc_r == ZERO_OK && plan_r == ZERO_OK && (r = zero__act_alloc(e)) != ZERO_OK) {
+        char prev[340];
+        zero__eng_copy_error(prev, sizeof prev);
+        alloc_r = r;
+        snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: activation tier: %s", prev);
+    }
     if (e->dev->ops->event_create && !e->ev_c2m) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2m);
         if (r == ZERO_OK) r = e->dev->ops->event_create(e->dev, &e->ev_m2c);
@@ -8591,32 +8886,25 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, hv, e->scratch + 24, sizeof hv),
                   "zero_engine_commit: download");
     ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "zero_engine_commit: sync");
-    if (plan_r != ZERO_OK) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(plan_r, "%.400s", plan_err);
-    }
+    if (plan_r != ZERO_OK) return zero__eng_commit_failed(e, plan_r, plan_err);
     if (hv[0] != -hv[2] || hv[1] != -hv[3]) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(ZERO_ERROR_MISMATCH,
-                          "zero_engine_commit: ranks registered different tensors or settings "
-                          "(rank %d plan hash %016llx; hashes across ranks range over "
-                          "[%08llx%08llx, %08llx%08llx])",
-                          e->rank, (unsigned long long)h,
-                          hv[2] <= 0.0 ? (unsigned long long)(-hv[2]) : 0ull,
-                          hv[3] <= 0.0 ? (unsigned long long)(-hv[3]) : 0ull,
-                          (unsigned long long)(hv[0] >= 0.0 ? hv[0] : 0.0),
-                          (unsigned long long)(hv[1] >= 0.0 ? hv[1] : 0.0));
+        char mm[600];
+        snprintf(mm, sizeof mm, "zero_engine_commit: ranks registered different tensors or settings "
+                 "(rank %d plan hash %016llx; a rank's plan failed)", e->rank, (unsigned long long)h);
+        if (hv[2] <= 0.0) { /* every plan committed: name the first difference (collective) */
+            r = zero__eng_find_mismatch(e, mm, sizeof mm);
+            if (r != ZERO_OK) return r;
+        }
+        return zero__eng_commit_failed(e, ZERO_ERROR_MISMATCH, mm);
     }
-    if (alloc_r != ZERO_OK) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(alloc_r, "%.480s", alloc_err);
-    }
+    if (alloc_r != ZERO_OK) return zero__eng_commit_failed(e, alloc_r, alloc_err);
     if (hv[4] != 0.0) {
         zero_result peer = (zero_result)(int)(-hv[4]);
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(peer, "zero_engine_commit: another rank failed to allocate its "
+        char pm[200];
+        snprintf(pm, sizeof pm, "zero_engine_commit: another rank failed to allocate its "
                                 "buffers (%s); every rank's commit fails",
-                          zero_result_string(peer));
+                 zero_result_string(peer));
+        return zero__eng_commit_failed(e, peer, pm);
     }
     e->param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
@@ -9070,6 +9358,28 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info)
     return r;
 }
 
+/* "groups 0, 3, 7" of the groups in gradient state st this micro-step (at most what fits);
+   returns how many there are. */
+static int zero__eng_list_groups(const zero_engine *e, int st, char *out, size_t n)
+{
+    size_t at = 0;
+    int g, k = 0;
+    out[0] = '\0';
+    for (g = 0; g < e->G; g++) {
+        if (e->groups[g].grads_state != st) continue;
+        if (at + 24 < n)
+            at += (size_t)snprintf(out + at, n - at, "%s%d", k ? ", " : "group ", g);
+        else if (at + 5 < n && out[at - 1] != '.')
+            at += (size_t)snprintf(out + at, n - at, ", ...");
+        k++;
+    }
+    if (k > 1 && at + 2 < n) { /* "group 1, 2" -> "groups 1, 2" */
+        memmove(out + 6, out + 5, at - 5 + 1);
+        out[5] = 's';
+    }
+    return k;
+}
+
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_step");
@@ -9083,13 +9393,24 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->dev;
     if (e->micro != e->accum || e->ready_in_micro != 0) {
-        if (e->micro == 0 && e->ready_in_micro == 0)
+        char handed[160], never[160];
+        int nh = zero__eng_list_groups(e, ZERO__GRADS_HANDED, handed, sizeof handed);
+        int nn = zero__eng_list_groups(e, ZERO__GRADS_NONE, never, sizeof never);
+        if (e->micro == 0 && e->ready_in_micro == 0 && nh == 0)
             return zero__fail(ZERO_ERROR_INVALID_STATE,
-                              "zero_engine_step: no gradients since the last step");
+                              "zero_engine_step: no gradients since the last step (each "
+                              "micro-step: zero_engine_grads, write, zero_engine_grads_ready "
+                              "for every group; accum_steps = %d micro-steps)", e->accum);
         return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "zero_engine_step: %d complete micro-steps (and %d of %d groups of "
-                          "the next), accum_steps = %d",
-                          e->micro, e->ready_in_micro, e->G, e->accum);
+                          "zero_engine_step: %d of accum_steps = %d micro-steps complete; in "
+                          "the current one %d of %d groups are ready%s%s%s%s%s (a micro-step "
+                          "is complete when every group is marked ready)",
+                          e->micro, e->accum, e->ready_in_micro, e->G,
+                          nh ? "; never marked ready after zero_engine_grads (call "
+                               "zero_engine_grads_ready): " : "", nh ? handed : "",
+                          nn && e->ready_in_micro + nh > 0 ? "; gradients never asked for: " : "",
+                          nn && e->ready_in_micro + nh > 0 ? never : "",
+                          e->micro + 1 < e->accum && nn + nh == 0 ? "; more micro-steps are due" : "");
     }
     for (g = 0; g < e->G; g++)
         if (e->groups[g].refs > 0)
@@ -9447,6 +9768,7 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
         for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme_mem[k];
         out->total_bytes = out->peak_total_bytes = e->nvme_total;
         out->allocations = (e->fopt ? 1u : 0u) + (e->fpar ? 1u : 0u);
+        zero__act_account(e, tier, out);
         return ZERO_OK;
     }
     for (k = 0; k < ZERO_MEM_COUNT; k++) {
@@ -9456,6 +9778,7 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
     out->total_bytes = e->hmem_total;
     out->peak_total_bytes = e->hmem_peak_total;
     out->allocations = (size_t)e->nhallocs;
+    zero__act_account(e, tier, out);
     return ZERO_OK;
 }
 
@@ -9472,6 +9795,684 @@ ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_s
 {
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_gather_stats: NULL");
     *out = e->gstats;
+    return ZERO_OK;
+}
+
+/* ---- Engine: activation offload ---------------------------------------------------------
+   What this part owns: the activation tier of zero_engine_stash / zero_engine_fetch: a host
+   arena (CPU) or a file with host staging (NVMe), the key table, the allocator of regions in
+   both spaces, the NVMe write-behind and read-ahead, and their accounting. The rest of the
+   engine reaches it only through zero__act_resolve (create), zero__act_alloc (commit),
+   zero__act_free (destroy) and zero__act_account (memory_tier).
+
+   Ordering. Stash copies (device -> host) and fetch copies (host -> device) all run on
+   ZERO_QUEUE_OFFLOAD, in order, so a host region freed by a fetch can take a later stash's
+   copy without a host wait. The host itself touches staging only after a sync of OFFLOAD:
+   NVMe writes of a stash's staging, and prefetch reads into staging, go to regions no copy
+   still uses (a region whose upload is in flight waits in 'quar' until the next sync). */
+
+#define ZERO__ACT_DEFAULT_STAGING ((size_t)64 << 20)
+
+enum { ZERO__ACT_EMPTY = 0, ZERO__ACT_STASHED = 1, ZERO__ACT_FETCHED = 2, ZERO__ACT_FAILED = 3 };
+/* NVMe: where a stashed key's bytes are in host staging. */
+enum {
+    ZERO__ACT_S_NONE = 0,  /* not in staging: in the file only                              */
+    ZERO__ACT_S_COPY = 1,  /* the device copy into staging is enqueued, the host not synced  */
+    ZERO__ACT_S_WRITE = 2, /* in staging; its file write in flight                           */
+    ZERO__ACT_S_CLEAN = 3, /* in staging and in the file                                     */
+    ZERO__ACT_S_READ = 4   /* a prefetch read into staging in flight                         */
+};
+
+typedef struct zero__act_region {
+    size_t off, len;
+} zero__act_region;
+
+/* Regions taken in [0, cap), sorted by offset; first fit. */
+typedef struct zero__act_space {
+    size_t cap, used_bytes;
+    zero__act_region *r;
+    int n;
+} zero__act_space;
+
+typedef struct zero__act_key {
+    int key, state;
+    size_t bytes, span; /* as stashed; rounded up to ZERO_IO_ALIGN */
+    uint64_t seq;       /* stash order */
+    size_t off;         /* in the arena (CPU) or the file (NVMe) */
+    int sstate;         /* NVMe: ZERO__ACT_S_* */
+    size_t soff;        /* its staging region when sstate != NONE */
+    zero_io_ticket ticket;
+    int prefetched;     /* its staging copy came from a prefetch */
+    char err[240];      /* FAILED: why its write failed */
+} zero__act_key;
+
+struct zero__act {
+    zero_offload_device tier;
+    unsigned char *host; /* CPU: the arena; NVMe: the staging */
+    size_t host_bytes, file_bytes;
+    int host_kind;       /* 0 allocator, 1 dev->ops->host_alloc, 2 zero_io_buffer_alloc */
+    zero__act_space hs, fs; /* host arena or staging; the file (NVMe) */
+    zero_io *io;
+    zero_io_file *file;
+    zero_event *ev_c2o, *ev_o2c;
+    zero__act_key *keys;
+    int nkeys, cap;      /* the spaces' region arrays hold 2 * cap + 2 */
+    size_t *quar;        /* staging regions an upload in flight reads (cap + 1 slots) */
+    int nquar, ncopy;    /* quarantined regions; keys in S_COPY */
+    uint64_t seq;
+    zero_activation_stats st;
+};
+
+static size_t zero__act_span(size_t bytes) { return (bytes + (ZERO_IO_ALIGN - 1u)) & ~(size_t)(ZERO_IO_ALIGN - 1u); }
+
+static int zero__act_space_alloc(zero__act_space *s, size_t len, size_t *off)
+{
+    size_t at = 0;
+    int i;
+    for (i = 0; i <= s->n; i++) {
+        size_t end = i < s->n ? s->r[i].off : s->cap;
+        if (end - at >= len) {
+            memmove(&s->r[i + 1], &s->r[i], (size_t)(s->n - i) * sizeof s->r[0]);
+            s->r[i].off = at;
+            s->r[i].len = len;
+            s->n++;
+            s->used_bytes += len;
+            *off = at;
+            return 1;
+        }
+        if (i < s->n) at = s->r[i].off + s->r[i].len;
+    }
+    return 0;
+}
+
+static void zero__act_space_free(zero__act_space *s, size_t off)
+{
+    int i;
+    for (i = 0; i < s->n; i++)
+        if (s->r[i].off == off) {
+            s->used_bytes -= s->r[i].len;
+            memmove(&s->r[i], &s->r[i + 1], (size_t)(s->n - i - 1) * sizeof s->r[0]);
+            s->n--;
+            return;
+        }
+}
+
+/* create: checks and resolves the descriptor's activation fields. */
+static zero_result zero__act_resolve(zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    if ((int)d->offload_activations < 0 || d->offload_activations > ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_activations = %d (none, cpu or nvme)", fn,
+                          (int)d->offload_activations);
+    if (d->offload_activations == ZERO_OFFLOAD_NONE) return ZERO_OK;
+    if (d->offload_activations == ZERO_OFFLOAD_CPU && d->activation_host_bytes == 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_activations = cpu needs activation_host_bytes (the host "
+                          "arena: the most bytes stashed at once)", fn);
+    if (d->offload_activations == ZERO_OFFLOAD_NVME) {
+        if (!d->nvme_path || !d->nvme_path[0])
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_activations = nvme needs nvme_path (a directory for "
+                              "the tier's file)", fn);
+        if (d->activation_nvme_bytes == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_activations = nvme needs activation_nvme_bytes (the "
+                              "file's size: the most bytes stashed at once)", fn);
+        if (d->activation_host_bytes == 0) d->activation_host_bytes = ZERO__ACT_DEFAULT_STAGING;
+    }
+    if (d->activation_host_bytes > SIZE_MAX - ZERO_IO_ALIGN ||
+        d->activation_nvme_bytes > SIZE_MAX - ZERO_IO_ALIGN)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: activation_host_bytes or activation_nvme_bytes "
+                          "too large", fn);
+    d->activation_host_bytes = zero__act_span(d->activation_host_bytes);
+    d->activation_nvme_bytes = zero__act_span(d->activation_nvme_bytes);
+    return ZERO_OK;
+}
+
+/* Room for one more key (and its regions) in the tables. */
+static zero_result zero__act_reserve(zero_engine *e, const char *fn)
+{
+    struct zero__act *a = e->act;
+    const zero_allocator *al = &e->d.allocator;
+    int cap = a->cap ? 2 * a->cap : 16;
+    zero__act_key *k;
+    zero__act_region *hr, *fr;
+    size_t *q;
+    if (a->nkeys < a->cap) return ZERO_OK;
+    k = (zero__act_key *)zero__alloc(al, (size_t)cap * sizeof *k);
+    hr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *hr);
+    fr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *fr);
+    q = (size_t *)zero__alloc(al, (size_t)(cap + 1) * sizeof *q);
+    if (!k || !hr || !fr || !q) {
+        zero__free(al, k);
+        zero__free(al, hr);
+        zero__free(al, fr);
+        zero__free(al, q);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: the key table (%d keys)", fn, cap);
+    }
+    memset(k, 0, (size_t)cap * sizeof *k);
+    if (a->nkeys) memcpy(k, a->keys, (size_t)a->nkeys * sizeof *k);
+    if (a->hs.n) memcpy(hr, a->hs.r, (size_t)a->hs.n * sizeof *hr);
+    if (a->fs.n) memcpy(fr, a->fs.r, (size_t)a->fs.n * sizeof *fr);
+    if (a->nquar) memcpy(q, a->quar, (size_t)a->nquar * sizeof *q);
+    zero__free(al, a->keys);
+    zero__free(al, a->hs.r);
+    zero__free(al, a->fs.r);
+    zero__free(al, a->quar);
+    a->keys = k;
+    a->hs.r = hr;
+    a->fs.r = fr;
+    a->quar = q;
+    a->cap = cap;
+    return ZERO_OK;
+}
+
+/* commit: the tier's host memory, file and events (nothing when offload_activations is
+   NONE). On error what was made stays in e->act for zero__act_free. */
+static zero_result zero__act_alloc(zero_engine *e)
+{
+    struct zero__act *a;
+    zero_result r;
+    void *p = NULL;
+    if (e->d.offload_activations == ZERO_OFFLOAD_NONE) return ZERO_OK;
+    a = (struct zero__act *)zero__alloc(&e->d.allocator, sizeof *a);
+    if (!a) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "activation tier: %zu bytes", sizeof *a);
+    memset(a, 0, sizeof *a);
+    e->act = a;
+    a->tier = e->d.offload_activations;
+    if ((r = zero__act_reserve(e, "activation tier")) != ZERO_OK) return r;
+    if (e->dev->ops->event_create) {
+        if ((r = e->dev->ops->event_create(e->dev, &a->ev_c2o)) != ZERO_OK) return r;
+        if ((r = e->dev->ops->event_create(e->dev, &a->ev_o2c)) != ZERO_OK) return r;
+    }
+    if (a->tier == ZERO_OFFLOAD_NVME) {
+        zero_io_desc iod;
+        memset(&iod, 0, sizeof iod);
+        iod.block_size = e->d.block_size;
+        iod.queue_depth = e->d.queue_depth;
+        iod.allocator = e->d.allocator;
+        if ((r = zero_io_create(&iod, &a->io)) != ZERO_OK) return r;
+        if ((r = zero_io_file_create(a->io, e->d.nvme_path, "act", e->rank,
+                                     (uint64_t)e->d.activation_nvme_bytes, &a->file)) != ZERO_OK)
+            return r;
+        a->file_bytes = (size_t)zero_io_file_size(a->file);
+        a->fs.cap = a->file_bytes;
+    }
+    if (e->d.pin_memory > 0 && e->dev->ops->host_alloc && e->dev->ops->host_free) {
+        if ((r = e->dev->ops->host_alloc(e->dev, e->d.activation_host_bytes, &p)) != ZERO_OK) return r;
+        a->host_kind = 1;
+    } else if (a->io) {
+        if ((r = zero_io_buffer_alloc(a->io, e->d.activation_host_bytes, &p)) != ZERO_OK) return r;
+        a->host_kind = 2;
+    } else if (!(p = zero__alloc(&e->d.allocator, e->d.activation_host_bytes))) {
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "activation tier: %zu bytes of host memory "
+                          "(activation_host_bytes)", e->d.activation_host_bytes);
+    }
+    a->host = (unsigned char *)p;
+    a->host_bytes = a->hs.cap = e->d.activation_host_bytes;
+    return ZERO_OK;
+}
+
+/* destroy: waits for the tier's transfers and frees everything. */
+static void zero__act_free(zero_engine *e)
+{
+    struct zero__act *a = e->act;
+    const zero_allocator *al = &e->d.allocator;
+    if (!a) return;
+    if (e->dev->ops->sync) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
+    if (a->io) (void)zero_io_wait_all(a->io);
+    zero_io_file_destroy(a->file);
+    if (a->host) {
+        if (a->host_kind == 1) (void)e->dev->ops->host_free(e->dev, a->host);
+        else if (a->host_kind == 2) zero_io_buffer_free(a->io, a->host);
+        else zero__free(al, a->host);
+    }
+    zero_io_destroy(a->io);
+    if (e->dev->ops->event_destroy) {
+        if (a->ev_c2o) e->dev->ops->event_destroy(e->dev, a->ev_c2o);
+        if (a->ev_o2c) e->dev->ops->event_destroy(e->dev, a->ev_o2c);
+    }
+    zero__free(al, a->keys);
+    zero__free(al, a->hs.r);
+    zero__free(al, a->fs.r);
+    zero__free(al, a->quar);
+    zero__free(al, a);
+    e->act = NULL;
+}
+
+/* memory_tier: the arena or staging (host) and the file (NVMe), under ZERO_MEM_ACTIVATION. */
+static void zero__act_account(const zero_engine *e, zero_mem_tier tier, zero_engine_memory *out)
+{
+    size_t b;
+    if (!e->act || tier == ZERO_TIER_DEVICE) return;
+    b = tier == ZERO_TIER_HOST ? (e->act->host ? e->act->host_bytes : 0) : e->act->file_bytes;
+    if (b == 0) return;
+    out->bytes[ZERO_MEM_ACTIVATION] += b;
+    out->peak_bytes[ZERO_MEM_ACTIVATION] += b;
+    out->total_bytes += b;
+    out->peak_total_bytes += b;
+    out->allocations++;
+}
+
+static zero_result zero__act_usable(const zero_engine *e, const char *fn)
+{
+    zero_result r = zero__eng_usable(e, fn);
+    if (r != ZERO_OK) return r;
+    if (!e->act)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: no activation tier (set offload_activations = cpu or nvme in the "
+                          "engine's descriptor)", fn);
+    return ZERO_OK;
+}
+
+/* usable, and a buffer and a size for key. */
+static zero_result zero__act_args(const zero_engine *e, const char *fn, int key, const void *buf,
+                                  size_t bytes)
+{
+    zero_result r = zero__act_usable(e, fn);
+    if (r != ZERO_OK) return r;
+    if (!buf || bytes == 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: key %d: buffer %s, bytes %zu", fn, key,
+                          buf ? "set" : "NULL", bytes);
+    return ZERO_OK;
+}
+
+static int zero__act_find(const struct zero__act *a, int key)
+{
+    int i;
+    for (i = 0; i < a->nkeys; i++)
+        if (a->keys[i].key == key) return i;
+    return -1;
+}
+
+/* The key's staging region goes back: at once, or (when an upload may still read it)
+   after the next sync of OFFLOAD. */
+static void zero__act_unstage(struct zero__act *a, zero__act_key *k, int quarantine)
+{
+    if (k->sstate == ZERO__ACT_S_NONE) return;
+    if (k->sstate == ZERO__ACT_S_COPY) a->ncopy--;
+    if (quarantine) a->quar[a->nquar++] = k->soff;
+    else zero__act_space_free(&a->hs, k->soff);
+    k->sstate = ZERO__ACT_S_NONE;
+    k->prefetched = 0;
+}
+
+/* A key whose write failed: it keeps nothing but the error, for its fetch. */
+static void zero__act_fail_key(struct zero__act *a, zero__act_key *k)
+{
+    zero__eng_copy_error(k->err, sizeof k->err);
+    zero__act_unstage(a, k, 0);
+    zero__act_space_free(&a->fs, k->off);
+    k->state = ZERO__ACT_FAILED;
+}
+
+/* Waits for the key's write or read in flight (S_WRITE, S_READ). A failed write fails the
+   key (its bytes exist nowhere else once staging is reused); a failed read is returned and
+   the key stays stashed, its staging given back. */
+static zero_result zero__act_finish(struct zero__act *a, zero__act_key *k)
+{
+    zero_result r;
+    if (k->sstate != ZERO__ACT_S_WRITE && k->sstate != ZERO__ACT_S_READ) return ZERO_OK;
+    r = zero_io_wait(a->io, k->ticket);
+    k->ticket = 0;
+    if (r == ZERO_OK) {
+        k->sstate = ZERO__ACT_S_CLEAN;
+        return ZERO_OK;
+    }
+    if (k->sstate == ZERO__ACT_S_WRITE) {
+        zero__act_fail_key(a, k);
+        return ZERO_OK;
+    }
+    zero__act_unstage(a, k, 0);
+    return r;
+}
+
+/* The host syncs OFFLOAD (when a stash copy or a quarantined region waits for it, or
+   'force'): the stashes' bytes are then in staging and go to the file (except the key
+   'skip', which a fetch takes straight from staging), and quarantined regions are free. */
+static zero_result zero__act_settle(zero_engine *e, int force, int skip)
+{
+    struct zero__act *a = e->act;
+    int i;
+    if (!force && a->ncopy == 0 && a->nquar == 0) return ZERO_OK;
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "activation tier: sync");
+    for (i = 0; i < a->nquar; i++) zero__act_space_free(&a->hs, a->quar[i]);
+    a->nquar = 0;
+    for (i = 0; i < a->nkeys && a->ncopy > 0; i++) {
+        zero__act_key *k = &a->keys[i];
+        if (k->sstate != ZERO__ACT_S_COPY) continue;
+        a->ncopy--;
+        if (i == skip) { /* never written: fetched from staging now */
+            k->sstate = ZERO__ACT_S_CLEAN;
+            continue;
+        }
+        /* the tail past the caller's bytes is written too (direct I/O wants whole blocks) */
+        memset(a->host + k->soff + k->bytes, 0, k->span - k->bytes);
+        if (zero_io_write(a->file, (uint64_t)k->off, a->host + k->soff, k->span, &k->ticket) != ZERO_OK) {
+            k->sstate = ZERO__ACT_S_CLEAN; /* nothing queued: unstage plainly */
+            zero__act_fail_key(a, k);
+            continue;
+        }
+        k->sstate = ZERO__ACT_S_WRITE;
+        a->st.nvme_bytes_written += k->span;
+    }
+    return ZERO_OK;
+}
+
+/* A staging region of 'span' bytes. prefetch_seq 0: for a stash or a fetch (anything may
+   be waited for or evicted: syncs, finished writes, clean copies, prefetches); otherwise
+   for a prefetch of the key stashed at prefetch_seq: only clean copies of keys stashed
+   before it are evicted, and nothing is waited for. 0 when nothing fits. */
+static int zero__act_stage(zero_engine *e, size_t span, uint64_t prefetch_seq, size_t *soff,
+                           zero_result *err)
+{
+    struct zero__act *a = e->act;
+    int pass, i;
+    *err = ZERO_OK;
+    for (pass = 0; pass < 4; pass++) {
+        if (zero__act_space_alloc(&a->hs, span, soff)) return 1;
+        if (prefetch_seq && pass > 1) return 0;
+        /* pass 0: settle; 1: clean copies, oldest first; 2: writes; 3: prefetches in flight */
+        if (pass == 0) {
+            if (!prefetch_seq && (*err = zero__act_settle(e, 0, -1)) != ZERO_OK) return 0;
+            continue;
+        }
+        for (;;) {
+            int best = -1;
+            for (i = 0; i < a->nkeys; i++) {
+                zero__act_key *k = &a->keys[i];
+                int want = pass == 1 ? k->sstate == ZERO__ACT_S_CLEAN
+                                     : pass == 2 ? k->sstate == ZERO__ACT_S_WRITE
+                                                 : k->sstate == ZERO__ACT_S_READ;
+                if (!want || (prefetch_seq && k->seq >= prefetch_seq)) continue;
+                if (best < 0 || k->seq < a->keys[best].seq) best = i;
+            }
+            if (best < 0) break;
+            (void)zero__act_finish(a, &a->keys[best]); /* a failed read only loses the prefetch */
+            zero__act_unstage(a, &a->keys[best], 0);
+            if (zero__act_space_alloc(&a->hs, span, soff)) return 1;
+        }
+    }
+    return zero__act_space_alloc(&a->hs, span, soff);
+}
+
+/* After a fetch: read the live key stashed last into staging, unless it is there already. */
+static void zero__act_prefetch(zero_engine *e)
+{
+    struct zero__act *a = e->act;
+    zero__act_key *k = NULL;
+    zero_result r;
+    size_t soff;
+    int i;
+    for (i = 0; i < a->nkeys; i++)
+        if (a->keys[i].state == ZERO__ACT_STASHED && (!k || a->keys[i].seq > k->seq)) k = &a->keys[i];
+    if (!k || k->sstate != ZERO__ACT_S_NONE) return;
+    if (!zero__act_stage(e, k->span, k->seq, &soff, &r)) return;
+    if (zero_io_read(a->file, (uint64_t)k->off, a->host + soff, k->span, &k->ticket) != ZERO_OK) {
+        zero__act_space_free(&a->hs, soff); /* the fetch will read it and report the error */
+        zero_clear_error();
+        return;
+    }
+    k->soff = soff;
+    k->sstate = ZERO__ACT_S_READ;
+    k->prefetched = 1;
+    a->st.prefetches++;
+    a->st.nvme_bytes_read += k->span;
+}
+
+ZERODEF zero_result zero_engine_stash(zero_engine *e, int key, const void *device_src, size_t bytes)
+{
+    const char *fn = "zero_engine_stash";
+    struct zero__act *a;
+    zero__act_key *k;
+    zero_result r;
+    size_t span, off = 0, soff = 0;
+    int i;
+    if ((r = zero__act_args(e, fn, key, device_src, bytes)) != ZERO_OK) return r;
+    a = e->act;
+    if (bytes > SIZE_MAX - ZERO_IO_ALIGN)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: key %d: bytes = %zu", fn, key, bytes);
+    span = zero__act_span(bytes);
+    i = zero__act_find(a, key);
+    if (i >= 0 && (a->keys[i].state == ZERO__ACT_STASHED || a->keys[i].state == ZERO__ACT_FAILED))
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: key %d is already stashed (%zu bytes); fetch or drop it first", fn,
+                          key, a->keys[i].bytes);
+    if (a->tier == ZERO_OFFLOAD_NVME && span > a->hs.cap)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: key %d: %zu bytes do not fit the staging (activation_host_bytes = "
+                          "%zu); raise it to at least %zu", fn, key, bytes, a->hs.cap, span);
+    {
+        zero__act_space *s = a->tier == ZERO_OFFLOAD_NVME ? &a->fs : &a->hs;
+        const char *setting = a->tier == ZERO_OFFLOAD_NVME ? "activation_nvme_bytes" : "activation_host_bytes";
+        if (span > s->cap - s->used_bytes)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                              "%s: key %d: the activation tier is full: %zu bytes asked (%zu "
+                              "with alignment), %zu of %zu in use by %d stashed keys; raise %s "
+                              "or fetch / drop keys first", fn, key, bytes, span, s->used_bytes,
+                              s->cap, a->st.live_keys, setting);
+    }
+    if (i < 0 && (r = zero__act_reserve(e, fn)) != ZERO_OK) return r;
+    if (a->tier == ZERO_OFFLOAD_NVME) {
+        if ((r = zero__act_settle(e, 0, -1)) != ZERO_OK) return r;
+        if (!zero__act_space_alloc(&a->fs, span, &off))
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                              "%s: key %d: %zu bytes asked, the activation file (%zu bytes) has "
+                              "%zu free but not in one piece; raise activation_nvme_bytes", fn,
+                              key, span, a->fs.cap, a->fs.cap - a->fs.used_bytes);
+        if (!zero__act_stage(e, span, 0, &soff, &r)) {
+            zero__act_space_free(&a->fs, off);
+            if (r != ZERO_OK) return r;
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: key %d: no staging for %zu bytes",
+                              fn, key, span);
+        }
+    } else if (!zero__act_space_alloc(&a->hs, span, &off)) {
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY,
+                          "%s: key %d: %zu bytes asked, the arena (%zu bytes) has %zu free but "
+                          "not in one piece; raise activation_host_bytes", fn, key, span, a->hs.cap,
+                          a->hs.cap - a->hs.used_bytes);
+    }
+    /* the copy reads device_src after the compute work enqueued so far */
+    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMPUTE, a->ev_c2o), "zero_engine_stash: event");
+    ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_OFFLOAD, a->ev_c2o), "zero_engine_stash: event");
+    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD,
+                                           a->host + (a->tier == ZERO_OFFLOAD_NVME ? soff : off),
+                                           device_src, bytes),
+                  "zero_engine_stash: copy to the host");
+    if (i < 0) i = a->nkeys++;
+    k = &a->keys[i];
+    memset(k, 0, sizeof *k);
+    k->key = key;
+    k->state = ZERO__ACT_STASHED;
+    k->bytes = bytes;
+    k->span = span;
+    k->seq = ++a->seq;
+    k->off = off;
+    if (a->tier == ZERO_OFFLOAD_NVME) {
+        k->sstate = ZERO__ACT_S_COPY;
+        k->soff = soff;
+        a->ncopy++;
+    }
+    a->st.stashes++;
+    a->st.bytes_stashed += bytes;
+    a->st.live_keys++;
+    a->st.live_bytes += bytes;
+    if (a->st.live_bytes > a->st.peak_live_bytes) a->st.peak_live_bytes = a->st.live_bytes;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_stash_fence(zero_engine *e)
+{
+    zero_result r;
+    if ((r = zero__act_usable(e, "zero_engine_stash_fence")) != ZERO_OK) return r;
+    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_OFFLOAD, e->act->ev_o2c), "zero_engine_stash_fence: event");
+    ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, e->act->ev_o2c), "zero_engine_stash_fence: event");
+    return ZERO_OK;
+}
+
+/* A key stashed now (STASHED or FAILED), or an error naming why not. */
+static zero_result zero__act_live_key(struct zero__act *a, int key, const char *fn, int *out)
+{
+    int i = zero__act_find(a, key);
+    *out = i;
+    if (i < 0) return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d was never stashed", fn, key);
+    if (a->keys[i].state == ZERO__ACT_FETCHED)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: key %d was already fetched (each stash is fetched once)", fn, key);
+    if (a->keys[i].state == ZERO__ACT_EMPTY)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (dropped, or its "
+                          "write failed and was reported)", fn, key);
+    return ZERO_OK;
+}
+
+/* r with the I/O engine's message, prefixed with the call and the key. */
+static zero_result zero__act_io_error(zero_result r, const char *fn, int key)
+{
+    char prev[300];
+    zero__eng_copy_error(prev, sizeof prev);
+    return zero__fail(r, "%s: key %d: %s", fn, key, prev);
+}
+
+/* The key leaves the tier (fetched, dropped or failed and reported). */
+static void zero__act_forget(struct zero__act *a, zero__act_key *k, int state)
+{
+    if (k->state == ZERO__ACT_STASHED) {
+        if (a->tier == ZERO_OFFLOAD_NVME) zero__act_space_free(&a->fs, k->off);
+        else zero__act_space_free(&a->hs, k->off);
+    }
+    a->st.live_keys--;
+    a->st.live_bytes -= k->bytes;
+    k->state = state;
+}
+
+/* A key whose write failed, reported (once) by its fetch. */
+static zero_result zero__act_lost(struct zero__act *a, zero__act_key *k, const char *fn)
+{
+    char msg[240];
+    memcpy(msg, k->err, sizeof msg);
+    zero__act_forget(a, k, ZERO__ACT_EMPTY);
+    return zero__fail(ZERO_ERROR_IO, "%s: key %d was lost, its write failed: %.200s", fn, k->key, msg);
+}
+
+ZERODEF zero_result zero_engine_fetch(zero_engine *e, int key, void *device_dst, size_t bytes)
+{
+    const char *fn = "zero_engine_fetch";
+    struct zero__act *a;
+    zero__act_key *k;
+    zero_result r;
+    const unsigned char *src;
+    int i;
+    if ((r = zero__act_args(e, fn, key, device_dst, bytes)) != ZERO_OK) return r;
+    a = e->act;
+    if ((r = zero__act_live_key(a, key, fn, &i)) != ZERO_OK) return r;
+    k = &a->keys[i];
+    if (k->state == ZERO__ACT_FAILED) return zero__act_lost(a, k, fn);
+    if (bytes != k->bytes)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: key %d was stashed with %zu bytes, the fetch asks for %zu", fn, key,
+                          k->bytes, bytes);
+    if (a->tier == ZERO_OFFLOAD_NVME) {
+        int hit = k->sstate == ZERO__ACT_S_COPY || k->sstate == ZERO__ACT_S_WRITE ||
+                  (k->sstate == ZERO__ACT_S_CLEAN && !k->prefetched);
+        int pre = k->prefetched;
+        /* uploads of earlier fetches are done after this: their staging comes back */
+        if ((r = zero__act_settle(e, k->sstate == ZERO__ACT_S_COPY, i)) != ZERO_OK) return r;
+        if (k->sstate == ZERO__ACT_S_WRITE) { /* the bytes are in staging: its result is moot */
+            (void)zero_io_wait(a->io, k->ticket);
+            zero_clear_error();
+            k->ticket = 0;
+            k->sstate = ZERO__ACT_S_CLEAN;
+        }
+        if (k->sstate == ZERO__ACT_S_READ && (r = zero__act_finish(a, k)) != ZERO_OK)
+            return zero__act_io_error(r, fn, key);
+        if (k->state == ZERO__ACT_FAILED) return zero__act_lost(a, k, fn); /* failed meanwhile */
+        if (k->sstate == ZERO__ACT_S_NONE) { /* read it now */
+            zero_io_ticket t;
+            size_t soff;
+            pre = hit = 0;
+            if (!zero__act_stage(e, k->span, 0, &soff, &r)) {
+                if (r != ZERO_OK) return r;
+                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: key %d: no staging for %zu bytes",
+                                  fn, key, k->span);
+            }
+            r = zero_io_read(a->file, (uint64_t)k->off, a->host + soff, k->span, &t);
+            if (r == ZERO_OK) r = zero_io_wait(a->io, t);
+            if (r != ZERO_OK) {
+                zero__act_space_free(&a->hs, soff);
+                return zero__act_io_error(r, fn, key);
+            }
+            a->st.nvme_bytes_read += k->span;
+            a->st.demand_reads++;
+            k->soff = soff;
+            k->sstate = ZERO__ACT_S_CLEAN;
+        }
+        if (hit) a->st.staging_hits++;
+        else if (pre) a->st.prefetch_hits++;
+        src = a->host + k->soff;
+    } else {
+        src = a->host + k->off;
+    }
+    /* device_dst is written after the compute work enqueued so far; compute waits for it */
+    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMPUTE, a->ev_c2o), "zero_engine_fetch: event");
+    ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_OFFLOAD, a->ev_c2o), "zero_engine_fetch: event");
+    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_OFFLOAD, device_dst, src, bytes),
+                  "zero_engine_fetch: copy to the device");
+    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_OFFLOAD, a->ev_o2c), "zero_engine_fetch: event");
+    ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, a->ev_o2c), "zero_engine_fetch: event");
+    zero__act_unstage(a, k, 1); /* the upload may still read it */
+    zero__act_forget(a, k, ZERO__ACT_FETCHED);
+    a->st.fetches++;
+    a->st.bytes_fetched += bytes;
+    if (a->tier == ZERO_OFFLOAD_NVME) zero__act_prefetch(e);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key)
+{
+    const char *fn = "zero_engine_stash_drop";
+    struct zero__act *a;
+    zero__act_key *k;
+    zero_result r;
+    int i;
+    if ((r = zero__act_usable(e, fn)) != ZERO_OK) return r;
+    a = e->act;
+    if ((r = zero__act_live_key(a, key, fn, &i)) != ZERO_OK) {
+        if (r == ZERO_ERROR_INVALID_STATE)
+            return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (fetched)", fn, key);
+        return r;
+    }
+    k = &a->keys[i];
+    if (k->sstate == ZERO__ACT_S_WRITE || k->sstate == ZERO__ACT_S_READ) {
+        (void)zero_io_wait(a->io, k->ticket);
+        zero_clear_error();
+        k->ticket = 0;
+    }
+    /* a copy into its staging or arena region may still run: on OFFLOAD, before any later
+       copy into the same region; staging waits for the next sync */
+    zero__act_unstage(a, k, k->sstate == ZERO__ACT_S_COPY);
+    zero__act_forget(a, k, ZERO__ACT_EMPTY);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_stash_clear(zero_engine *e)
+{
+    zero_result r;
+    int i;
+    if ((r = zero__act_usable(e, "zero_engine_stash_clear")) != ZERO_OK) return r;
+    for (i = 0; i < e->act->nkeys; i++) {
+        int st = e->act->keys[i].state;
+        if (st == ZERO__ACT_STASHED || st == ZERO__ACT_FAILED)
+            (void)zero_engine_stash_drop(e, e->act->keys[i].key);
+    }
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_activation_stats *out)
+{
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_activation_stats: NULL");
+    if (e->act) *out = e->act->st;
+    else memset(out, 0, sizeof *out);
     return ZERO_OK;
 }
 
@@ -10766,18 +11767,7 @@ ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
 /* A control all-reduce of n (<= 8) doubles through the engine's scratch. */
 static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op op)
 {
-    zero_device *dev = e->dev;
-    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u),
-                  "checkpoint: upload");
-    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "checkpoint: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1,
-                                          -1, ZERO_ROLE_CHECKPOINT),
-                  "checkpoint: control all_reduce");
-    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "checkpoint: event");
-    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u),
-                  "checkpoint: download");
-    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "checkpoint: sync");
-    return ZERO_OK;
+    return zero__eng_ctl_allreduce(e, v, n, op, ZERO_ROLE_CHECKPOINT, "checkpoint");
 }
 
 /* Every rank passes its own result r; all return the same: OK, or the code and message of
@@ -11436,8 +12426,8 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
 {
     int t;
     if (ck->info.param_dtype != e->gd)
-        return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s holds %s params, the engine "
-                          "uses %s", dir, zero_dtype_name(ck->info.param_dtype), zero_dtype_name(e->gd));
+        return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: dtype mismatch: %s holds %s "
+                          "params, the engine uses %s", dir, zero_dtype_name(ck->info.param_dtype), zero_dtype_name(e->gd));
     for (t = 0; t < ck->info.num_tensors; t++) {
         const zero__ck_tensor *ct = &ck->tensors[t];
         zero_tensor_info ti;

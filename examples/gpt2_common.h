@@ -1,0 +1,650 @@
+/* gpt2_common.h - everything of the GPT-2 example that is not compute, shared by
+   examples/train_gpt2.c (CPU) and a CUDA twin: the configuration and its flags, the
+   parameter table (Hugging Face GPT2LMHeadModel's names and shapes, one group per block
+   and one for the embeddings), the deterministic initial values, the data (byte-level text
+   or llm.c .bin token files, a train/val split, each rank's slice of every global batch),
+   the learning-rate schedule, the client state a checkpoint carries, and the paper's
+   formulas the demo prints beside the engine's measurements.
+
+   Plain C that also compiles as C++ (nvcc); include it after zero.h (with
+   ZERO_IMPLEMENTATION where the program defines it). Every function is static inline, so
+   a program uses what it needs. docs/gpt2.md describes the model and its flags. */
+#ifndef GPT2_COMMON_H
+#define GPT2_COMMON_H
+#include "zero.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define GPT2_MAX_RANKS 64
+#define GPT2_LN_EPS 1e-5f /* GPT2Config.layer_norm_epsilon */
+/* AdamW as GPT-2 / llm.c train it: betas 0.9 / 0.95, eps 1e-8, decay 0.1 on 2-D weights. */
+#define GPT2_BETA1 0.9
+#define GPT2_BETA2 0.95
+#define GPT2_EPS 1e-8
+#define GPT2_WEIGHT_DECAY 0.1
+#define GPT2_BIN_MAGIC 20240520 /* llm.c's token file header */
+#define GPT2_DEFAULT_DATA "/usr/share/common-licenses"
+
+/* ---- configuration ------------------------------------------------------------------------ */
+
+typedef struct gpt2_config {
+    int layers;   /* n_layer                                    */
+    int heads;    /* n_head                                     */
+    int channels; /* n_embd (C)                                 */
+    int seq;      /* the training sequence length T (<= max_seq) */
+    int max_seq;  /* n_positions: rows of wpe (0 = seq)          */
+    int vocab;    /* vocab_size (V): 256 for bytes               */
+} gpt2_config;
+
+typedef struct gpt2_opts {
+    gpt2_config cfg;
+    int batch;            /* sequences per micro-step over all ranks; each rank takes batch/ranks */
+    int stage;            /* 0..3, -1 = the demo: every stage in turn           */
+    int ranks;            /* threads (or mpirun's processes)                    */
+    int steps;            /* optimizer steps (total, also when resuming)        */
+    int accum;            /* micro-steps per step                               */
+    zero_dtype dtype;     /* params and gradients: F32, BF16 or F16             */
+    double lr;            /* peak learning rate                                 */
+    double lr_min_frac;   /* the cosine ends at lr * lr_min_frac                */
+    int warmup;           /* linear warmup steps                                */
+    float clip;           /* global gradient-norm clip, 0 = none                */
+    int val_every;        /* validation loss every K steps (and after the last); 0 = only at the end */
+    int val_batches;      /* batches of the validation loss                     */
+    int sample;           /* bytes/tokens generated at the end, 0 = none        */
+    int log_every;        /* a line every K steps (the first and last always)   */
+    /* offload (docs/offload.md), as in train_mlp */
+    size_t device_memory; /* per-rank device budget, 0 = none                   */
+    zero_offload_device oopt, oparam;
+    const char *nvme_path;
+    /* files */
+    const char *save_dir, *resume_dir; /* checkpoints                           */
+    int save_every;                    /* save every K steps and after the last */
+    const char *init_path;             /* start from a .safetensors file        */
+    const char *data_path;             /* a directory of text files, a text file or a .bin */
+    const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
+    const char *logits_path;           /* step 0: rank 0's logits (fp32) of its first micro-batch */
+    uint64_t seed;                     /* initial values and sampling           */
+} gpt2_opts;
+
+/* The small default model: learns visibly within a few minutes on 2 cores. */
+static inline void gpt2_opts_default(gpt2_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->cfg.layers = 4;
+    o->cfg.heads = 4;
+    o->cfg.channels = 64;
+    o->cfg.seq = 64;
+    o->cfg.vocab = 256;
+    o->batch = 8;
+    o->stage = -1;
+    o->ranks = 4;
+    o->steps = 200;
+    o->accum = 1;
+    o->dtype = ZERO_F32;
+    o->lr = 3e-3;
+    o->lr_min_frac = 0.1;
+    o->warmup = 10;
+    o->clip = 1.0f;
+    o->val_every = 50;
+    o->val_batches = 4;
+    o->sample = 200;
+    o->log_every = 1;
+    o->seed = 1337;
+}
+
+static inline void gpt2_usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s [options]\n"
+            "model:  --layers L --heads H --channels C --seq T --vocab V (default 4 4 64 64 256)\n"
+            "        --preset 124M|1558M   GPT-2 small / XL shapes (T 1024, V 50257)\n"
+            "        --init FILE.safetensors   start from a Hugging Face GPT-2 file\n"
+            "data:   --data DIR|FILE|FILE.bin (default %s; text = bytes, .bin = llm.c tokens)\n"
+            "        --batch B   sequences per micro-step over all ranks (default 8)\n"
+            "train:  --stage 0..3 (default: the demo, every stage)  --ranks N (default 4)\n"
+            "        --steps S --accum A --dtype f32|bf16|f16 --lr LR --lr-min-frac F\n"
+            "        --warmup W --clip X (0 = none) --seed S\n"
+            "        --val-every K --val-batches K --sample N --log-every K\n"
+            "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
+            "         --offload-param none|cpu|nvme --nvme-path DIR\n"
+            "files:  --save DIR --save-every K --resume DIR --log FILE.csv --dump-logits FILE\n",
+            prog, GPT2_DEFAULT_DATA);
+}
+
+/* "4MB", "64MiB", "300KiB", "1GB" or plain bytes; 0 on a malformed size. */
+static inline size_t gpt2_parse_size(const char *v)
+{
+    static const struct {
+        const char *suffix;
+        double mul;
+    } units[] = {
+        {"", 1.0}, {"B", 1.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+    };
+    char *end;
+    double x = strtod(v, &end);
+    size_t u;
+    if (end == v || !(x > 0)) return 0;
+    for (u = 0; u < sizeof units / sizeof units[0]; u++)
+        if (!strcmp(end, units[u].suffix)) {
+            x *= units[u].mul;
+            return x < 1.8e19 ? (size_t)x : 0;
+        }
+    return 0;
+}
+
+static inline int gpt2_parse_tier(const char *v, zero_offload_device *out)
+{
+    if (!strcmp(v, "none")) *out = ZERO_OFFLOAD_NONE;
+    else if (!strcmp(v, "cpu")) *out = ZERO_OFFLOAD_CPU;
+    else if (!strcmp(v, "nvme")) *out = ZERO_OFFLOAD_NVME;
+    else return -1;
+    return 0;
+}
+
+/* Parses argv into o (defaults first: gpt2_opts_default). Returns 0, 1 for --help (usage
+   printed to stdout) or 2 on an error (message and usage on stderr). */
+static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
+{
+    int a;
+    for (a = 1; a < argc; a += 2) {
+        const char *k = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            gpt2_usage(stdout, argv[0]);
+            return 1;
+        }
+        if (!v) {
+            fprintf(stderr, "%s: %s needs a value\n", argv[0], k);
+            gpt2_usage(stderr, argv[0]);
+            return 2;
+        }
+        if (!strcmp(k, "--layers")) o->cfg.layers = atoi(v);
+        else if (!strcmp(k, "--heads")) o->cfg.heads = atoi(v);
+        else if (!strcmp(k, "--channels")) o->cfg.channels = atoi(v);
+        else if (!strcmp(k, "--seq")) o->cfg.seq = atoi(v);
+        else if (!strcmp(k, "--vocab")) o->cfg.vocab = atoi(v);
+        else if (!strcmp(k, "--preset")) {
+            if (!strcmp(v, "124M")) {
+                o->cfg.layers = 12, o->cfg.heads = 12, o->cfg.channels = 768;
+            } else if (!strcmp(v, "1558M")) {
+                o->cfg.layers = 48, o->cfg.heads = 25, o->cfg.channels = 1600;
+            } else bad = 1;
+            o->cfg.seq = o->cfg.max_seq = 1024;
+            o->cfg.vocab = 50257;
+        } else if (!strcmp(k, "--batch")) o->batch = atoi(v);
+        else if (!strcmp(k, "--stage")) o->stage = atoi(v), bad = o->stage < 0 || o->stage > 3;
+        else if (!strcmp(k, "--ranks")) o->ranks = atoi(v);
+        else if (!strcmp(k, "--steps")) o->steps = atoi(v);
+        else if (!strcmp(k, "--accum")) o->accum = atoi(v);
+        else if (!strcmp(k, "--dtype")) {
+            if (!strcmp(v, "f32") || !strcmp(v, "fp32")) o->dtype = ZERO_F32;
+            else if (!strcmp(v, "bf16")) o->dtype = ZERO_BF16;
+            else if (!strcmp(v, "f16") || !strcmp(v, "fp16")) o->dtype = ZERO_F16;
+            else bad = 1;
+        } else if (!strcmp(k, "--lr")) o->lr = atof(v);
+        else if (!strcmp(k, "--lr-min-frac")) o->lr_min_frac = atof(v);
+        else if (!strcmp(k, "--warmup")) o->warmup = atoi(v);
+        else if (!strcmp(k, "--clip")) o->clip = (float)atof(v);
+        else if (!strcmp(k, "--val-every")) o->val_every = atoi(v);
+        else if (!strcmp(k, "--val-batches")) o->val_batches = atoi(v);
+        else if (!strcmp(k, "--sample")) o->sample = atoi(v);
+        else if (!strcmp(k, "--log-every")) o->log_every = atoi(v);
+        else if (!strcmp(k, "--seed")) o->seed = (uint64_t)strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--device-memory")) bad = (o->device_memory = gpt2_parse_size(v)) == 0;
+        else if (!strcmp(k, "--offload-optimizer")) bad = gpt2_parse_tier(v, &o->oopt) != 0;
+        else if (!strcmp(k, "--offload-param")) bad = gpt2_parse_tier(v, &o->oparam) != 0;
+        else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
+        else if (!strcmp(k, "--save")) o->save_dir = v;
+        else if (!strcmp(k, "--save-every")) o->save_every = atoi(v);
+        else if (!strcmp(k, "--resume")) o->resume_dir = v;
+        else if (!strcmp(k, "--init")) o->init_path = v;
+        else if (!strcmp(k, "--data")) o->data_path = v;
+        else if (!strcmp(k, "--log")) o->log_path = v;
+        else if (!strcmp(k, "--dump-logits")) o->logits_path = v;
+        else {
+            fprintf(stderr, "%s: unknown option %s\n", argv[0], k);
+            gpt2_usage(stderr, argv[0]);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "%s: bad value for %s: %s\n", argv[0], k, v);
+            return 2;
+        }
+    }
+    if (o->cfg.max_seq == 0 || o->cfg.max_seq < o->cfg.seq) o->cfg.max_seq = o->cfg.seq;
+    {
+        const gpt2_config *c = &o->cfg;
+        const char *why = NULL;
+        if (c->layers < 1 || c->heads < 1 || c->channels < 1 || c->seq < 2 || c->vocab < 2)
+            why = "--layers, --heads, --channels, --vocab must be >= 1 and --seq >= 2";
+        else if (c->channels % c->heads) why = "--channels must be a multiple of --heads";
+        else if (o->ranks < 1 || o->ranks > GPT2_MAX_RANKS) why = "--ranks must be 1..64";
+        else if (o->batch < 1 || o->batch % o->ranks) why = "--batch must be a multiple of --ranks";
+        else if (o->steps < 1 || o->accum < 1) why = "--steps and --accum must be >= 1";
+        else if (!(o->lr >= 0) || !(o->lr_min_frac >= 0) || o->warmup < 0 || !(o->clip >= 0))
+            why = "--lr, --lr-min-frac, --warmup, --clip must be >= 0";
+        else if (o->val_every < 0 || o->val_batches < 1 || o->sample < 0 || o->log_every < 1 ||
+                 o->save_every < 0)
+            why = "--val-every, --sample, --save-every >= 0; --val-batches, --log-every >= 1";
+        if (why) {
+            fprintf(stderr, "%s: %s\n", argv[0], why);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* ---- the learning-rate schedule ---------------------------------------------------------- */
+
+/* llm.c's: linear warmup over the first 'warmup' steps (lr * (s + 1) / warmup), then a
+   cosine from lr down to lr * lr_min_frac at the last step. In double; the reference
+   (tests/gpt2_reference.py) computes the same expression. */
+static inline double gpt2_lr(const gpt2_opts *o, int step)
+{
+    double lo = o->lr * o->lr_min_frac, ratio;
+    if (step < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
+    if (o->steps - 1 <= o->warmup) return o->lr;
+    ratio = (double)(step - o->warmup) / (double)(o->steps - 1 - o->warmup);
+    return lo + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (o->lr - lo);
+}
+
+/* ---- the parameter table ----------------------------------------------------------------- */
+
+/* The tensors of one block, in Hugging Face's order (Conv1D weights are [in, out]). */
+enum {
+    GPT2_LN1_W, GPT2_LN1_B, GPT2_QKV_W, GPT2_QKV_B, GPT2_ATTPROJ_W, GPT2_ATTPROJ_B,
+    GPT2_LN2_W, GPT2_LN2_B, GPT2_FC_W, GPT2_FC_B, GPT2_FCPROJ_W, GPT2_FCPROJ_B,
+    GPT2_BLOCK_TENSORS
+};
+/* The embeddings group (group 0): wte (also the LM head: tied), wpe and the final norm. */
+enum { GPT2_WTE, GPT2_WPE, GPT2_LNF_W, GPT2_LNF_B, GPT2_EMB_TENSORS };
+
+typedef struct gpt2_tensor {
+    char name[64];
+    int ndim;
+    uint64_t dims[2];
+    size_t numel;
+    int group;      /* 0 = embeddings, 1 + l = block l */
+    unsigned flags; /* ZERO_TENSOR_NO_DECAY on everything that is not 2-D */
+    int id;         /* the engine's tensor id (gpt2_add_tensors)          */
+    size_t offset;  /* in the group's buffer (gpt2_offsets)               */
+} gpt2_tensor;
+
+/* Tensors: GPT2_EMB_TENSORS, then GPT2_BLOCK_TENSORS per block. */
+static inline int gpt2_num_tensors(const gpt2_config *c)
+{
+    return GPT2_EMB_TENSORS + GPT2_BLOCK_TENSORS * c->layers;
+}
+/* Index in the table of tensor k (GPT2_LN1_W ...) of block l. */
+static inline int gpt2_block_tensor(int l, int k) { return GPT2_EMB_TENSORS + GPT2_BLOCK_TENSORS * l + k; }
+
+/* Fills t[gpt2_num_tensors(c)] with every parameter's HF name, shape, group and flags. */
+static inline void gpt2_param_table(const gpt2_config *c, gpt2_tensor *t)
+{
+    static const char *const suffix[GPT2_BLOCK_TENSORS] = {
+        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    uint64_t C = (uint64_t)c->channels;
+    /* [in, out] of each block weight, [n] of each vector */
+    uint64_t d0[GPT2_BLOCK_TENSORS] = {C, C, C, 3 * C, C, C, C, C, C, 4 * C, 4 * C, C};
+    uint64_t d1[GPT2_BLOCK_TENSORS] = {0, 0, 3 * C, 0, C, 0, 0, 0, 4 * C, 0, C, 0};
+    int i, l, k;
+    memset(t, 0, sizeof *t * (size_t)gpt2_num_tensors(c));
+    snprintf(t[GPT2_WTE].name, sizeof t->name, "transformer.wte.weight");
+    t[GPT2_WTE].ndim = 2, t[GPT2_WTE].dims[0] = (uint64_t)c->vocab, t[GPT2_WTE].dims[1] = C;
+    snprintf(t[GPT2_WPE].name, sizeof t->name, "transformer.wpe.weight");
+    t[GPT2_WPE].ndim = 2, t[GPT2_WPE].dims[0] = (uint64_t)c->max_seq, t[GPT2_WPE].dims[1] = C;
+    snprintf(t[GPT2_LNF_W].name, sizeof t->name, "transformer.ln_f.weight");
+    snprintf(t[GPT2_LNF_B].name, sizeof t->name, "transformer.ln_f.bias");
+    t[GPT2_LNF_W].ndim = t[GPT2_LNF_B].ndim = 1;
+    t[GPT2_LNF_W].dims[0] = t[GPT2_LNF_B].dims[0] = C;
+    for (l = 0; l < c->layers; l++)
+        for (k = 0; k < GPT2_BLOCK_TENSORS; k++) {
+            gpt2_tensor *x = &t[gpt2_block_tensor(l, k)];
+            snprintf(x->name, sizeof x->name, "transformer.h.%d.%s", l, suffix[k]);
+            x->group = 1 + l;
+            x->dims[0] = d0[k];
+            x->dims[1] = d1[k];
+            x->ndim = d1[k] ? 2 : 1;
+        }
+    for (i = 0; i < gpt2_num_tensors(c); i++) {
+        t[i].numel = (size_t)t[i].dims[0] * (size_t)(t[i].ndim == 2 ? t[i].dims[1] : 1);
+        t[i].flags = t[i].ndim == 2 ? 0u : ZERO_TENSOR_NO_DECAY; /* decay 2-D weights only */
+    }
+}
+
+/* Registers the table's tensors (with shapes) and records their ids. */
+static inline zero_result gpt2_add_tensors(zero_engine *e, const gpt2_config *c, gpt2_tensor *t)
+{
+    int i;
+    for (i = 0; i < gpt2_num_tensors(c); i++) {
+        zero_result r = zero_engine_add_tensor_shape(e, t[i].name, t[i].ndim, t[i].dims, t[i].group,
+                                                     t[i].flags, &t[i].id);
+        if (r != ZERO_OK) return r;
+    }
+    return ZERO_OK;
+}
+
+/* After commit: each tensor's offset in its group's buffer. */
+static inline zero_result gpt2_offsets(const zero_plan *plan, const gpt2_config *c, gpt2_tensor *t)
+{
+    int i;
+    for (i = 0; i < gpt2_num_tensors(c); i++) {
+        zero_tensor_info ti;
+        zero_result r = zero_plan_tensor(plan, t[i].id, &ti);
+        if (r != ZERO_OK) return r;
+        t[i].offset = ti.offset;
+    }
+    return ZERO_OK;
+}
+
+/* ---- deterministic initial values -------------------------------------------------------- */
+
+/* splitmix64: one 64-bit state, one step per draw. */
+static inline uint64_t gpt2_rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* uniform in [0, 1) with 53 bits */
+static inline double gpt2_rng_uniform(uint64_t *s) { return (double)(gpt2_rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+/* standard normal (Box-Muller, one value per two draws) */
+static inline double gpt2_rng_normal(uint64_t *s)
+{
+    double u1 = gpt2_rng_uniform(s), u2 = gpt2_rng_uniform(s);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2);
+}
+
+/* GPT-2's initialisation: weights N(0, 0.02), the two residual projections (attn.c_proj,
+   mlp.c_proj) N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1. Tensor i draws from
+   its own stream (seed, i), so values do not depend on ranks or stages. vals holds the
+   tensor's numel floats. */
+static inline void gpt2_init_values(const gpt2_config *c, const gpt2_tensor *t, int i, uint64_t seed, float *vals)
+{
+    size_t n = t[i].numel, j;
+    int k = i >= GPT2_EMB_TENSORS ? (i - GPT2_EMB_TENSORS) % GPT2_BLOCK_TENSORS : -1;
+    int is_ln_w = i == GPT2_LNF_W || k == GPT2_LN1_W || k == GPT2_LN2_W;
+    uint64_t s = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    double std = 0.02;
+    if (k == GPT2_ATTPROJ_W || k == GPT2_FCPROJ_W) std = 0.02 / sqrt(2.0 * c->layers);
+    for (j = 0; j < n; j++)
+        vals[j] = t[i].ndim == 2 ? (float)(std * gpt2_rng_normal(&s)) : (is_ln_w ? 1.0f : 0.0f);
+}
+
+/* Sets every tensor to its initial value (the same on every rank). */
+static inline zero_result gpt2_set_init(zero_engine *e, const gpt2_config *c, const gpt2_tensor *t, uint64_t seed)
+{
+    size_t most = 0;
+    int i;
+    float *vals;
+    zero_result r = ZERO_OK;
+    for (i = 0; i < gpt2_num_tensors(c); i++)
+        if (t[i].numel > most) most = t[i].numel;
+    vals = (float *)malloc(most * sizeof(float));
+    if (!vals) return ZERO_ERROR_OUT_OF_MEMORY;
+    for (i = 0; i < gpt2_num_tensors(c) && r == ZERO_OK; i++) {
+        gpt2_init_values(c, t, i, seed, vals);
+        r = zero_engine_set_tensor(e, t[i].id, vals);
+    }
+    free(vals);
+    return r;
+}
+
+/* ---- data -------------------------------------------------------------------------------- */
+
+/* Tokens of one corpus: the train split first, then the validation split (the last tenth).
+   Text (a directory of files, or one file) is bytes, one token each; files in a directory
+   are the regular files directly in it (links followed), in strcmp order of their names,
+   concatenated. A file ending in .bin is llm.c's format: 256 int32 header (magic 20240520,
+   version 1, token count) and uint16 tokens. */
+typedef struct gpt2_data {
+    int32_t *tokens;
+    size_t ntrain, nval; /* tokens[0, ntrain) train, tokens[ntrain, ntrain + nval) val */
+} gpt2_data;
+
+static inline void gpt2_data_free(gpt2_data *d)
+{
+    free(d->tokens);
+    memset(d, 0, sizeof *d);
+}
+
+static inline int gpt2__cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Appends the bytes of file path to *buf (capacity *cap, length *len). 0 or -1. */
+static inline int gpt2__append_file(const char *path, unsigned char **buf, size_t *len, size_t *cap)
+{
+    FILE *f = fopen(path, "rb");
+    size_t got;
+    if (!f) return -1;
+    for (;;) {
+        if (*cap - *len < 65536) {
+            size_t nc = *cap * 2 + 65536;
+            unsigned char *nb = (unsigned char *)realloc(*buf, nc);
+            if (!nb) {
+                fclose(f);
+                return -1;
+            }
+            *buf = nb, *cap = nc;
+        }
+        got = fread(*buf + *len, 1, *cap - *len, f);
+        *len += got;
+        if (got == 0) break;
+    }
+    got = (size_t)ferror(f);
+    fclose(f);
+    return got ? -1 : 0;
+}
+
+/* Loads path (NULL = GPT2_DEFAULT_DATA) for a model of vocab V and sequence length T. On
+   failure returns -1 with a sentence in err. */
+static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, char *err, size_t errlen)
+{
+    struct stat st;
+    size_t n = 0, i, len = 0, cap = 0;
+    unsigned char *buf = NULL;
+    memset(d, 0, sizeof *d);
+    if (!path) path = GPT2_DEFAULT_DATA;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "--data %s: no such file or directory", path);
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        DIR *dir = opendir(path);
+        struct dirent *de;
+        char **names = NULL;
+        size_t count = 0, ncap = 0;
+        if (!dir) {
+            snprintf(err, errlen, "--data %s: cannot open the directory", path);
+            return -1;
+        }
+        while ((de = readdir(dir)) != NULL) {
+            char full[4096];
+            struct stat fs;
+            if (de->d_name[0] == '.') continue;
+            snprintf(full, sizeof full, "%s/%s", path, de->d_name);
+            if (stat(full, &fs) != 0 || !S_ISREG(fs.st_mode)) continue;
+            if (count == ncap) {
+                char **nn = (char **)realloc(names, sizeof(char *) * (ncap = ncap * 2 + 16));
+                if (!nn) break;
+                names = nn;
+            }
+            names[count] = (char *)malloc(strlen(de->d_name) + 1);
+            if (!names[count]) break;
+            strcpy(names[count++], de->d_name);
+        }
+        closedir(dir);
+        if (count) qsort(names, count, sizeof(char *), gpt2__cmp_names);
+        for (i = 0; i < count; i++) {
+            char full[4096];
+            snprintf(full, sizeof full, "%s/%s", path, names[i]);
+            if (gpt2__append_file(full, &buf, &len, &cap) != 0) {
+                snprintf(err, errlen, "--data: cannot read %s", full);
+                len = 0;
+                count = i; /* free the rest below */
+                break;
+            }
+        }
+        for (i = 0; i < count; i++) free(names[i]);
+        free(names);
+        if (!buf || len == 0) {
+            if (!buf || err[0] == '\0') snprintf(err, errlen, "--data %s: no text in its files", path);
+            free(buf);
+            return -1;
+        }
+    } else if (gpt2__append_file(path, &buf, &len, &cap) != 0) {
+        snprintf(err, errlen, "--data %s: cannot read it", path);
+        free(buf);
+        return -1;
+    }
+    n = strlen(path);
+    if (n >= 4 && !strcmp(path + n - 4, ".bin")) { /* llm.c tokens */
+        int32_t hdr[256];
+        if (len < sizeof hdr) {
+            snprintf(err, errlen, "--data %s: shorter than llm.c's 1024-byte header", path);
+            free(buf);
+            return -1;
+        }
+        memcpy(hdr, buf, sizeof hdr);
+        if (hdr[0] != GPT2_BIN_MAGIC || hdr[1] != 1 || hdr[2] < 0 ||
+            (size_t)hdr[2] * 2 > len - sizeof hdr) {
+            snprintf(err, errlen, "--data %s: not an llm.c token file (magic %d, version %d, %d tokens)",
+                     path, (int)hdr[0], (int)hdr[1], (int)hdr[2]);
+            free(buf);
+            return -1;
+        }
+        n = (size_t)hdr[2];
+        d->tokens = (int32_t *)malloc(sizeof(int32_t) * (n ? n : 1));
+        for (i = 0; d->tokens && i < n; i++) {
+            uint16_t tk;
+            memcpy(&tk, buf + sizeof hdr + 2 * i, 2);
+            d->tokens[i] = tk;
+            if ((int)tk >= V) {
+                snprintf(err, errlen, "--data %s: token %u at %zu is outside --vocab %d", path, (unsigned)tk, i, V);
+                free(buf);
+                gpt2_data_free(d);
+                return -1;
+            }
+        }
+    } else {
+        if (V < 256) {
+            snprintf(err, errlen, "--data %s: text is bytes and needs --vocab >= 256 (it is %d)", path, V);
+            free(buf);
+            return -1;
+        }
+        n = len;
+        d->tokens = (int32_t *)malloc(sizeof(int32_t) * (n ? n : 1));
+        for (i = 0; d->tokens && i < n; i++) d->tokens[i] = buf[i];
+    }
+    free(buf);
+    if (!d->tokens) {
+        snprintf(err, errlen, "--data %s: out of memory", path);
+        return -1;
+    }
+    d->nval = n / 10;
+    d->ntrain = n - d->nval;
+    if (d->ntrain < (size_t)T + 1 || d->nval < (size_t)T + 1) {
+        snprintf(err, errlen, "--data %s: %zu tokens are too few for sequences of %d (each split needs %d)",
+                 path, n, T, T + 1);
+        gpt2_data_free(d);
+        return -1;
+    }
+    return 0;
+}
+
+/* Sequences of the split: non-overlapping windows of T + 1 tokens starting every T. */
+static inline size_t gpt2_num_seqs(const gpt2_data *d, int val, int T)
+{
+    return ((val ? d->nval : d->ntrain) - 1) / (size_t)T;
+}
+
+/* Inputs x and targets y (count x T each) of sequences [first, first + count) of global
+   batch 'batch' (B sequences each): sequence j of batch b is window (b B + j) mod the
+   split's windows. Rank r of N takes first = r B / N, count = B / N, so N ranks of B / N
+   read what one rank of B reads. Training batch b is micro-step (step * accum + k). */
+static inline void gpt2_batch(const gpt2_data *d, int val, uint64_t batch, int B, int T, int first, int count,
+                              int *x, int *y)
+{
+    const int32_t *tok = d->tokens + (val ? d->ntrain : 0);
+    uint64_t nseq = gpt2_num_seqs(d, val, T);
+    int j, t;
+    for (j = 0; j < count; j++) {
+        uint64_t w = (batch * (uint64_t)B + (uint64_t)(first + j)) % nseq;
+        const int32_t *src = tok + w * (uint64_t)T;
+        for (t = 0; t < T; t++) {
+            x[j * T + t] = src[t];
+            y[j * T + t] = src[t + 1];
+        }
+    }
+}
+
+/* ---- checkpoint client state ------------------------------------------------------------- */
+
+/* What a checkpoint carries besides the engine's state, so a resumed run continues the
+   straight run's data stream and schedule exactly. */
+typedef struct gpt2_client {
+    uint64_t magic;      /* GPT2_CLIENT_MAGIC                               */
+    int64_t next_step;   /* the step the resumed run starts at              */
+    uint64_t next_batch; /* the training batch it reads first               */
+    uint64_t rng;        /* the sampling generator's state                  */
+} gpt2_client;
+#define GPT2_CLIENT_MAGIC 0x3274706730726f7aull
+
+/* ---- the paper's formulas ---------------------------------------------------------------- */
+
+/* Model states per rank (DESIGN.md's table, K = 12) for params and gradients of 'es' bytes
+   each: (2 es + 12) Psi split as the stage says; with accumulation (A > 1) stages 0 and 1
+   also keep an accumulator of the reduced gradients (whole at stage 0, a shard at 1). */
+static inline double gpt2_formula_states(int stage, double psi, double n, int accum, double es)
+{
+    switch (stage) {
+    case 0: return (2 * es + 12) * psi + (accum > 1 ? es * psi : 0);
+    case 1: return 2 * es * psi + 12 * psi / n + (accum > 1 ? es * psi / n : 0);
+    case 2: return es * psi + (es + 12) * psi / n;
+    default: return (2 * es + 12) * psi / n;
+    }
+}
+
+/* Payload bytes per rank per step: the paper's 2 Psi (3 Psi at stage 3) elements times
+   (N-1)/N, gradients reduced once per micro-step (A of them), 'es' bytes each. */
+static inline double gpt2_formula_traffic(int stage, double psi, double n, double a, double es)
+{
+    double f = (n - 1) / n * es;
+    switch (stage) {
+    case 0: return 2 * a * psi * f;
+    case 1:
+    case 2: return (a + 1) * psi * f;
+    default: return 3 * a * psi * f;
+    }
+}
+
+/* ---- memory report ----------------------------------------------------------------------- */
+
+/* One line per tier with bytes: this rank's engine memory by category. */
+static inline void gpt2_print_memory(FILE *f, zero_engine *e, int rank)
+{
+    static const char *const tier_name[ZERO_TIER_COUNT] = {"device", "host", "nvme"};
+    int t, k;
+    for (t = 0; t < ZERO_TIER_COUNT; t++) {
+        zero_engine_memory m;
+        if (zero_engine_memory_tier(e, (zero_mem_tier)t, &m) != ZERO_OK || (m.total_bytes == 0 && t > 0)) continue;
+        fprintf(f, "rank %d %-6s %10zu B:", rank, tier_name[t], m.total_bytes);
+        for (k = 0; k < ZERO_MEM_COUNT; k++)
+            if (m.bytes[k]) fprintf(f, " %s %zu", zero_mem_category_name((zero_mem_category)k), m.bytes[k]);
+        fprintf(f, "\n");
+    }
+}
+#endif
