@@ -11903,7 +11903,7 @@ static zero_result zero__ck_next_gen(const char *dir, uint64_t *out)
     zero_result r = ZERO_OK;
     *out = 0;
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return zero__fail(ZERO_ERROR_IO, "%s: the manifest is not a regular file; refusing to "
                           "save over it", path);
     d = opendir(dir);
