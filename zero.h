@@ -154,6 +154,7 @@
        ZERO_MALLOC(sz)        replace malloc; define ZERO_FREE(p) too, or neither
        ZERO_FREE(p)           replace free
        ZERO_NO_SIMD           use only the portable paths (same bits, slower)
+       ZERO_DEBUG             debug mode on by default (zero_engine_desc.debug_guards)
 
    ENVIRONMENT
        ZERO_SIMD=portable|avx2|avx512   caps the host kernels' instruction set (never above
@@ -164,17 +165,31 @@
    never exits or aborts on bad input; zero_last_error() gives a readable sentence naming
    the argument and value at fault (kept per thread). A failed call changes nothing.
 
+   WHILE INTEGRATING
+   Build with -fsanitize=address,undefined (the suite runs so: make test-sanitize) and turn
+   on the debug mode (d.debug_guards = 1, or compile with ZERO_DEBUG): the buffers that
+   zero_engine_gather and zero_engine_grads hand out are then copies followed by guard
+   bytes, checked at zero_engine_release and zero_engine_grads_ready, so a write past a
+   buffer (fp32 gradients into an fp16 buffer, an index past the group's numel) is an
+   INVALID_STATE naming the group and the buffer instead of a corrupted heap. Note that
+   d.adam.lr = 0 means the default 1e-3, while zero_engine_set_lr(e, 0) sets 0.
+
    LICENSE: MIT, see the end of this file.
 */
-/* The implementation uses POSIX (threads, clocks). When zero.h is the first header of the
-   implementation file this asks the C library for it even under -std=c99/c11; when another
-   header came first (<stdio.h>, ...) the implementation declares the few POSIX functions
-   the C library then hides (see the local comm), so it compiles whatever was included
-   first. zero_nccl.h's bootstrap (sockets) still wants zero.h first, or
+/* The implementation uses POSIX (threads, clocks). In the compilers' default modes
+   (gnu99/gnu11, C++) the C library already offers it, with everything else it offers by
+   default (M_PI, XSI and BSD names): zero.h defines no feature macro then, so including it
+   first hides nothing from the user's code. Under strict ISO modes (-std=c99/c11,
+   __STRICT_ANSI__) with no feature macro given, zero.h first asks for X/Open 7
+   (_XOPEN_SOURCE 700: POSIX 2008 plus the XSI names, M_PI among them). When another header
+   came first (<stdio.h>, ...) the request comes too late; the implementation then declares
+   the few POSIX functions the C library hides (see the local comm), so it compiles
+   whatever was included first. zero_nccl.h's bootstrap (sockets) wants zero.h first, or
    -D_POSIX_C_SOURCE=200809L, or gnu99/gnu11. */
-#if defined(ZERO_IMPLEMENTATION) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && \
-    !defined(_WIN32)
-#define _POSIX_C_SOURCE 200809L
+#if defined(ZERO_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) &&         \
+    !defined(_BSD_SOURCE) && !defined(_POSIX_SOURCE) && !defined(_WIN32)
+#define _XOPEN_SOURCE 700
 #endif
 
 #ifndef ZERO_H
@@ -367,9 +382,11 @@ ZERODEF zero_result zero_plan_create(zero_plan **out, const zero_allocator *allo
 ZERODEF void zero_plan_destroy(zero_plan *plan);
 
 /* Registers a tensor of numel (> 0) elements in group 'group' (>= 0). Names are unique,
-   non-empty, at most 255 bytes (the plan keeps a copy). Tensor ids are 0, 1, 2... in
-   registration order; out_tensor may be NULL. Errors: after commit (INVALID_STATE); NULL,
-   empty, too long or duplicate name, numel 0, negative group (INVALID_ARGUMENT);
+   non-empty, at most 255 bytes of UTF-8 (the plan keeps a copy; a name that is not UTF-8
+   is refused, since safetensors headers and checkpoints store names as JSON/UTF-8 text).
+   Tensor ids are 0, 1, 2... in registration order; out_tensor may be NULL. Errors: after
+   commit (INVALID_STATE); NULL, empty, too long, not UTF-8 or duplicate name, numel 0,
+   negative group (INVALID_ARGUMENT);
    OUT_OF_MEMORY. A failed add changes nothing. */
 ZERODEF zero_result zero_plan_add(zero_plan *plan, const char *name, size_t numel, int group,
                                   int *out_tensor);
@@ -559,11 +576,12 @@ typedef enum zero_comm_role {
     ZERO_ROLE_NORM = 5,         /* step: all-reduce (sum) of the squared gradient norm       */
     ZERO_ROLE_COMMIT = 6,       /* commit: the plan-hash and allocation check                */
     ZERO_ROLE_CHECKPOINT = 7,   /* save/load: agreement all-reduces, state rebuilt by gathers */
-    ZERO_ROLE_OFFLOAD = 8       /* step, gather: all-reduce (max) of the NVMe tier's status  */
+    ZERO_ROLE_OFFLOAD = 8,      /* step, gather: all-reduce (max) of the NVMe tier's status  */
+    ZERO_ROLE_USER = 9          /* zero_engine_allreduce: the user's values (a loss to log)  */
 } zero_comm_role;
 
 /* "gather", "grad_reduce", "param_update", "flag", "norm", "commit", "checkpoint", "offload",
-   "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
+   "user", "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
 ZERODEF const char *zero_comm_role_name(int32_t role);
 
 typedef struct zero_comm_ops {
@@ -697,8 +715,8 @@ typedef enum zero_mem_category {
     ZERO_MEM_MASTER,    /* fp32 master weights                                    */
     ZERO_MEM_MOMENT1,   /* Adam m                                                 */
     ZERO_MEM_MOMENT2,   /* Adam v                                                 */
-    ZERO_MEM_BUCKET,    /* reduce buckets                                         */
-    ZERO_MEM_GATHER,    /* stage-3 gather buffers                                 */
+    ZERO_MEM_BUCKET,    /* reduce bucket; the stage-2 arena (gradient buffers)    */
+    ZERO_MEM_GATHER,    /* the stage-3 arena (gathered params, gradient buffers)  */
     ZERO_MEM_SCRATCH,   /* flags, scalars, partial sums                           */
     ZERO_MEM_ACTIVATION, /* the activation tier of zero_engine_stash (host, NVMe)  */
     ZERO_MEM_COUNT
@@ -940,7 +958,7 @@ ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_d
    Every path and thread count gives the same bits for finite inputs (NaN payloads may
    differ). Errors: INVALID_ARGUMENT for a NULL range/coefs, a NULL buffer with numel > 0,
    a dtype outside the above, an unknown simd or threads < 0; nothing is written then.
-   Not for -ffast-math builds of the implementation file (approximate division/sqrt). */
+   The implementation refuses -ffast-math (#error): it allows approximate division/sqrt. */
 ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam_coefs *coefs,
                                    float grad_mul, zero_simd simd, int threads);
 
@@ -1136,16 +1154,21 @@ ZERODEF zero_result zero_io_buffer_alloc(zero_io *io, size_t bytes, void **out);
 ZERODEF void zero_io_buffer_free(zero_io *io, void *buf);
 
 /* A new file of 'bytes' bytes (rounded up to ZERO_IO_ALIGN) under the directory 'dir',
-   named "zero-<name>-r<rank>-<pid>-<n>.bin" (n counts files made by this process, so
-   ranks, engines and runs sharing a directory never collide), created exclusively,
-   preallocated (fallocate, so the space is reserved now and a full disk is an error here,
+   named "zero-<name>-r<rank>-<pid>-<token>.bin" (token: 16 random hex digits, so jobs that
+   share a directory never collide, even with the same pid in different containers or after
+   a restart; a name that exists draws another token), created exclusively (O_EXCL), locked
+   with flock(LOCK_EX) for as long as the file lives (its job holds it; the kernel drops it
+   when the job dies, even by kill -9), preallocated (fallocate, so the space is reserved now and a full disk is an error here,
    not in the middle of a step) and opened with O_DIRECT unless the engine's direct mode
    says otherwise. The file is removed by zero_io_file_destroy(). Errors, each naming the
    path and the cause: INVALID_ARGUMENT (NULL, empty name, name with '/', rank < 0,
    bytes 0); IO: dir missing (ENOENT) or not a directory, not writable (EACCES, EROFS),
    not enough space (ENOSPC, with the bytes asked and free), any other open / fallocate
    failure; UNSUPPORTED: O_DIRECT refused under ZERO_IO_DIRECT_REQUIRE. Nothing is left
-   on disk on error. */
+   on disk on error. First it removes the swap files under dir ("zero-*-r*-<token>.bin",
+   regular, not empty, this user's) whose lock is free, i.e. those of a job that is gone,
+   each with a log line (the engine's log callback, else stderr); a live job's files are
+   left alone. */
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out);
 
@@ -1285,7 +1308,7 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
    buffer_count - 2 tiles ahead and written behind the Adam. offload_param (stage 3) keeps
    the param shards of partitioned groups on the host (cpu) or in a file (nvme): a gather
-   (or a prefetch) uploads the shard into its gather slot and all-gathers in place. Every
+   (or a prefetch) uploads the shard into its arena extent and all-gathers in place. Every
    configuration gives the same bits as the run without offload.
 
    ERRORS. Every call validates the state and arguments and returns an error (detail in
@@ -1313,13 +1336,20 @@ typedef struct zero_engine_desc {
     int accum_steps;             /* micro-steps per step; 0 = 1                                 */
     size_t reduce_bucket_numel;  /* ready gradients are reduced once they total this many
                                     elements (and at the end of every micro-step); 0 = each
-                                    group as soon as it is ready. Stages 2-3: the gradient
-                                    bucket pool holds max(this, 2 x largest group) elements,
-                                    in slots of the largest group's size.                        */
-    size_t max_live_numel;       /* stage 3: gathered elements held at once, at most (the
-                                    gather pool: slots of the largest non-persistent group);
-                                    0 = (2 + prefetch depth) x largest non-persistent group.
-                                    INVALID_ARGUMENT at commit if one group exceeds it.          */
+                                    group as soon as it is ready, SIZE_MAX = once per
+                                    micro-step. Also the reduce bucket: a reduction that needs
+                                    staging (grad_comm_dtype != param_dtype) runs through a
+                                    bucket of N x b comm-dtype elements, b = this / N (0: the
+                                    second-largest group / N; at most the largest shard), a
+                                    large group in bucket-sized pieces (same bits).             */
+    size_t max_live_numel;       /* stages 2-3: the arena, elements of the param dtype held at
+                                    once by stage-3 gathered params (in use or prefetched) and
+                                    gradient buffers (zero_engine_grads), each its own size;
+                                    0 = the largest group M + (2 + prefetch depth) x the second
+                                    largest M2 (stage 2: M + 2 M2), and at least 2 M + depth x
+                                    M2 when that is <= ZERO_ARENA_SMALL_NUMEL; SIZE_MAX = no
+                                    limit. INVALID_ARGUMENT at commit (naming the group and the
+                                    value that fits) if a group exceeds it.                    */
     int prefetch_depth;          /* stage 3: groups gathered ahead; 0 = 1, negative = none      */
     size_t persist_numel;        /* stage 3: groups with fewer used elements stay whole on
                                     every rank (DeepSpeed's param_persistence_threshold);
@@ -1337,7 +1367,7 @@ typedef struct zero_engine_desc {
                                     Adam), NVME (files under nvme_path). Stages 1-3.            */
     zero_offload_device offload_param; /* stage 3 only: where the fp16/bf16 param shards of
                                     partitioned groups live between gathers (uploaded into
-                                    their gather slot before the all-gather). NONE, CPU, NVME.
+                                    their arena extent before the all-gather). NONE, CPU, NVME.
                                     Needs offload_optimizer != NONE (DeepSpeed's rule).         */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* 1 = host buffers through the device's pinned allocation
@@ -1379,7 +1409,20 @@ typedef struct zero_engine_desc {
                                     rounded up to ZERO_IO_ALIGN (4096).                        */
     size_t activation_nvme_bytes; /* NVME: the file's size, required (> 0): the most bytes
                                     stashed at once, each rounded up to ZERO_IO_ALIGN          */
+    int debug_guards;            /* debug mode while integrating: 1 = zero_engine_gather and
+                                    zero_engine_grads hand out a copy of the group's buffer
+                                    followed by ZERO_DEBUG_GUARD_BYTES guard bytes, checked at
+                                    zero_engine_release and zero_engine_grads_ready (which copy
+                                    the gradients in); a changed guard byte is INVALID_STATE
+                                    naming the group, the buffer, its size and dtype (writing
+                                    fp32 values into an fp16 buffer is the usual cause). Costs
+                                    two copies of each group on the device (not counted in
+                                    zero_engine_memory_usage) and a device sync per check.
+                                    0 = on when the implementation is compiled with ZERO_DEBUG
+                                    defined, else off; -1 = off. Local (not in the plan hash). */
 } zero_engine_desc;
+
+#define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
 
 typedef struct zero_engine zero_engine;
 
@@ -1406,13 +1449,15 @@ typedef enum zero_coll {
     ZERO_COLL_ALL_REDUCE = 2,
     ZERO_COLL_BROADCAST = 3,
     ZERO_COLL_CONTROL = 4, /* small control all-reduces: inf flag, norm, plan hash  */
-    ZERO_COLL_COUNT = 5
+    ZERO_COLL_USER = 5,    /* zero_engine_allreduce: the user's own values          */
+    ZERO_COLL_COUNT = 6
 } zero_coll;
 
 /* Traffic per rank, as bus volume: an all-gather or reduce-scatter over a total of T
    elements moves T (N-1)/N per rank, an all-reduce 2 T (N-1)/N, a broadcast T (N-1)/N;
-   nothing at N = 1. Control all-reduces are counted apart (ZERO_COLL_CONTROL) so the
-   payload can be compared with the paper (2 Psi or 3 Psi per step, times (N-1)/N). */
+   nothing at N = 1. Control all-reduces are counted apart (ZERO_COLL_CONTROL), and so are
+   the user's (ZERO_COLL_USER, zero_engine_allreduce), so the payload can be compared with
+   the paper (2 Psi or 3 Psi per step, times (N-1)/N). */
 typedef struct zero_traffic {
     uint64_t calls[ZERO_COLL_COUNT];
     double numel[ZERO_COLL_COUNT]; /* elements moved per rank (exact below 2^53)          */
@@ -1437,19 +1482,21 @@ typedef enum zero_mem_tier {
     ZERO_TIER_COUNT = 3
 } zero_mem_tier;
 
-/* Stage 3 gather accounting (zeros at stages 0-2). Live numel counts gathered elements of
-   non-persistent groups held in the gather pool, whether in use or prefetched. */
+/* The arena's accounting (stages 2-3; zeros at stages 0-1): the device buffer of
+   max_live_numel elements that holds stage-3 gathered params (in use or prefetched) and
+   stage 2-3 gradient buffers, each taking its group's size. */
 typedef struct zero_gather_stats {
-    size_t limit_numel;     /* the pool: slots * slot_numel (<= max_live_numel)          */
-    size_t slot_numel;      /* largest non-persistent group                              */
-    int slots;
-    size_t live_numel;      /* gathered now                                              */
-    size_t peak_live_numel; /* most gathered at once since commit                        */
-    int live_groups;        /* non-persistent groups gathered now (in use or prefetched) */
-    uint64_t gathers;       /* all-gathers issued for non-persistent groups              */
-    uint64_t prefetches;    /* of which issued ahead of use                              */
-    uint64_t prefetch_hits; /* gathers served by a prefetch                              */
-    uint64_t evictions;     /* prefetched groups dropped unused                          */
+    size_t limit_numel;     /* the arena: max_live_numel, at most what can ever be live    */
+    size_t live_numel;      /* arena elements held now (params and gradient buffers)       */
+    size_t peak_live_numel; /* most held at once since commit (<= limit_numel)             */
+    size_t grad_live_numel; /* of live_numel: gradient buffers handed out, not yet reduced */
+    int live_groups;        /* non-persistent groups gathered now (in use or prefetched)   */
+    uint64_t gathers;       /* all-gathers issued for non-persistent groups                */
+    uint64_t prefetches;    /* of which issued ahead of use                                */
+    uint64_t prefetch_hits; /* gathers served by a prefetch (prefetches used)              */
+    uint64_t evictions;     /* prefetched groups dropped before use: for room, stale at a
+                               step, a checkpoint load or set_tensor                       */
+    uint64_t prefetch_wasted; /* prefetches issued and never used (= evictions)            */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
@@ -1475,6 +1522,28 @@ ZERODEF void zero_engine_destroy(zero_engine *e);
    window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
    prefetch_depth, align_numel, host_threads; max_live_numel after commit at stage 3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
+
+/* The default arena (max_live_numel = 0) holds the largest group's params and gradients at
+   once (plus the prefetches) when that is at most this many elements; docs/engine.md. */
+#define ZERO_ARENA_SMALL_NUMEL ((size_t)1 << 24)
+
+/* Most gradient parts a group may have (zero_engine_set_grad_parts). */
+#define ZERO_MAX_GRAD_PARTS 64
+
+/* Local, before commit: group g's gradient arrives in 'parts' separate contributions per
+   micro-step (default 1), for a weight used twice whose contributions are far apart in the
+   backward, e.g. a tied embedding (the LM head's gradient at the start of the backward, the
+   lookup's at the end). Each contribution is one zero_engine_grads (a zero-filled buffer) /
+   write / zero_engine_grads_ready, reduced on its own, so the group's gradient buffer is not
+   held between the uses. Contributions accumulate like micro-steps: the first of the step
+   stores, each later one is added with one rounding, in call order, the same at every stage
+   (so stages stay bit-identical; the sum differs in the last bits from writing both
+   contributions into one buffer). A micro-step ends when every group has made all its
+   parts ready. Costs one more reduction of the group per extra part, and at stages 0-1 the
+   accumulator separate from the gradient buffer (docs/engine.md). Errors: INVALID_STATE
+   after commit; INVALID_ARGUMENT for a negative group or parts outside 1..64 (commit: a
+   group with no tensor); OUT_OF_MEMORY. */
+ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int parts);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
    ascending order in forward). flags: 0 or ZERO_TENSOR_NO_DECAY. Tensor ids are 0, 1, ...
@@ -1521,37 +1590,45 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
 
 /* COLLECTIVE at stage 3. Makes group g's parameters available and returns a device pointer
    to its flat buffer (param dtype, group numel elements; tensor t at zero_plan_tensor's
-   offset). Stage 3: all-gathers the group into a gather-pool slot unless it is already
-   gathered or persistent, then prefetches up to prefetch_depth groups in the current
-   direction (ascending in forward; descending once gradients were requested in this
-   micro-step or when g does not exceed the previous group gathered) while slots are free.
-   Stages 0-2: the whole param buffer, no communication. Gathers are counted: each needs a
-   matching zero_engine_release(). Errors: NOT_FOUND for an unknown group; INVALID_STATE
-   before commit or when the pool is full of groups in use (release some first). */
+   offset). Stage 3: all-gathers the group into the arena (max_live_numel; it takes the
+   group's size) unless it is already gathered or persistent, making room by reducing
+   pending gradients and evicting prefetched groups not in use; then prefetches up to
+   prefetch_depth groups in the current direction (ascending in forward; descending once
+   gradients were requested in this micro-step or when g does not exceed the previous group
+   gathered) where they fit. Stages 0-2: the whole param buffer, no communication. Gathers
+   are counted: each needs a matching zero_engine_release(). Errors: NOT_FOUND for an
+   unknown group; INVALID_STATE before commit or when the arena is full of groups in use and
+   gradient buffers (the message names them and the max_live_numel that would fit). */
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params);
 
-/* Ends one use of group g's parameters. Stage 3: when the count drops to zero the slot is
-   returned to the pool (after the compute work already enqueued). Persistent groups stay.
+/* Ends one use of group g's parameters. Stage 3: when the count drops to zero its extent is
+   returned to the arena (after the compute work already enqueued). Persistent groups stay.
    Errors: NOT_FOUND; INVALID_STATE when g is not gathered (released twice). */
 ZERODEF zero_result zero_engine_release(zero_engine *e, int group);
 
 /* COLLECTIVE at stage 3 (a prefetch is an all-gather). Starts gathering group g ahead of
-   use if it is not gathered and a slot is free; does nothing otherwise (a hint, not a
+   use if it is not gathered and it fits the arena's free room; does nothing otherwise (a hint, not a
    reference: no release needed). Stages 0-2: nothing. */
 ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group);
 
-/* COLLECTIVE at stages 2-3 (when every bucket slot is taken it first reduces the ready
-   groups still pending). The buffer for this micro-step's gradients of group g (param
-   dtype, group numel elements, tensor layout as in gather), zero-filled. Stages 0-1: a
-   slice of the whole gradient buffer; stages 2-3: a slot of the bucket pool. Calling it again before
-   grads_ready returns the same buffer unchanged. Errors: NOT_FOUND; INVALID_STATE before
-   commit, when g is already ready in this micro-step, when the step's micro-steps are all
-   done, or (stages 2-3) when every bucket slot is held by groups not yet ready. */
+/* COLLECTIVE at stages 2-3, and for a group with several gradient parts (it may first
+   reduce the gradients still pending). The buffer for this micro-step's gradients of group g
+   (param dtype, group numel elements, tensor layout as in gather), zero-filled. Stages 0-1:
+   a slice of the whole gradient buffer; stages 2-3: an extent of the arena (max_live_numel),
+   made room for by reducing pending gradients and evicting prefetched groups not in use.
+   Calling it again before grads_ready returns the same buffer unchanged. A group far larger
+   than the others (an untiled embedding): ask for its gradients after releasing its params
+   where the backward allows it (a linear layer's weight gradient needs no weights), so the
+   two need not share the arena. Errors: NOT_FOUND; INVALID_STATE before commit, when g is
+   already ready in this micro-step (all its parts), when the step's micro-steps are all
+   done, or (stages 2-3) when the arena is full of gathered groups in use and gradient
+   buffers not yet ready (the message names them and the max_live_numel that would fit). */
 ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grads);
 
-/* COLLECTIVE. Group g's gradients for this micro-step are written (by work enqueued on the
-   compute queue before this call). Its reduction starts (or joins the pending bucket);
-   once every group is ready the micro-step is complete. The buffer must not be touched
+/* COLLECTIVE. Group g's gradients for this micro-step (or this part of them) are written (by
+   work enqueued on the compute queue before this call). Its reduction starts (or joins the
+   pending bucket); once every group has made all its parts ready the micro-step is
+   complete. The buffer must not be touched
    afterwards. Errors: NOT_FOUND; INVALID_STATE when zero_engine_grads(g) was not called in
    this micro-step, or g is already ready; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group);
@@ -1588,6 +1665,22 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
    stop moving; weight decay too): unlike zero_adam_desc.lr, where 0 means the default 1e-3.
    INVALID_ARGUMENT for a negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
+
+/* COLLECTIVE (every rank, same count, dtype and op, at the same point of the program).
+   All-reduces 'count' values of the user's in host memory 'buf' in place, through the
+   engine's comm: e.g. each rank's loss, summed for the log. dtype ZERO_F32 or ZERO_F64, op
+   ZERO_OP_SUM or ZERO_OP_MAX; the local comm sums in rank order (the same bits on every
+   rank). Each call is tagged ZERO_ROLE_USER, so a rank that calls it where another rank
+   calls one of the engine's own collectives fails with ZERO_ERROR_MISMATCH instead of
+   exchanging the wrong data (or hanging); its traffic is counted under ZERO_COLL_USER,
+   apart from the engine's. It goes through the engine's 64-byte device scratch, one
+   collective per 64 bytes, so it is meant for a few values. Call it between engine calls
+   (after commit; any time in a step, not between a group's grads and grads_ready unless
+   every rank does the same). Errors: INVALID_ARGUMENT (NULL buf with count > 0, another
+   dtype or op), INVALID_STATE (before commit, engine broken); COMM/DEVICE/MISMATCH (the
+   engine is broken, as after any failed collective). */
+ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t count, zero_dtype dtype,
+                                          zero_op op);
 
 /* Device bytes held by this rank's engine, by category, now and at peak. */
 ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_memory *out);
@@ -1875,13 +1968,17 @@ ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst);
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path,
                                            zero_dtype dtype);
 
-/* Local (every rank calls it with the same file). Sets every engine tensor from the
+/* COLLECTIVE (every rank calls it with the same file). Sets every engine tensor from the
    tensor of the same name in a .safetensors file (F32, F16 or BF16, converted to fp32 and
    set as by zero_engine_set_tensor: master and params; moments untouched). Tensors in the
-   file but not in the engine are ignored. The whole header is checked first: NOT_FOUND
-   names a missing tensor; MISMATCH a size or shape that differs; UNSUPPORTED another
-   dtype; IO a malformed header or a short file; nothing is set then. Call when
-   zero_engine_set_tensor() may be called. */
+   file but not in the engine are ignored. Every rank checks the whole header and
+   allocates its buffers first, then the ranks agree: if any rank fails (NOT_FOUND names a
+   missing tensor; MISMATCH a size or shape that differs; UNSUPPORTED another dtype; IO a
+   malformed header or a short file; OUT_OF_MEMORY), every rank returns that error (its
+   message, "reported by rank k" on the others) and no rank has changed anything. Only a
+   read or device error while setting, after the agreement, can leave a rank half set: its
+   engine is then unusable (later calls say so). Call when zero_engine_set_tensor() may be
+   called, between steps, with every group released. */
 ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path);
 
 #ifdef __cplusplus
@@ -1895,6 +1992,14 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
    ====================================================================================== */
 #if defined(ZERO_IMPLEMENTATION) && !defined(ZERO_IMPLEMENTATION_DONE)
 #define ZERO_IMPLEMENTATION_DONE
+
+/* -ffast-math lets the compiler reassociate sums, use reciprocal approximations and flush
+   subnormals to zero: the Adam step, the conversions and the reductions would no longer
+   give the bits docs/optimizer.md promises (the same on every path and stage). The user's
+   own files may use it; the file that defines ZERO_IMPLEMENTATION may not. */
+#if defined(__FAST_MATH__)
+#error "zero.h: compile the file that defines ZERO_IMPLEMENTATION without -ffast-math (docs/optimizer.md)"
+#endif
 
 #include <errno.h>
 #include <stdarg.h>
@@ -2592,6 +2697,32 @@ struct zero_plan {
 #define ZERO__FNV_OFFSET 0xcbf29ce484222325ull
 #define ZERO__FNV_PRIME 0x100000001b3ull
 
+/* The offset of the first byte of s[0, n) that is not well-formed UTF-8 (RFC 3629: no
+   overlong forms, no surrogates, nothing above U+10FFFF), or n when all of it is. */
+static size_t zero__utf8_bad(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i], need, min, cp, k;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) need = 1, min = 0x80, cp = c & 0x1Fu;
+        else if (c >= 0xE0 && c <= 0xEF) need = 2, min = 0x800, cp = c & 0x0Fu;
+        else if (c >= 0xF0 && c <= 0xF4) need = 3, min = 0x10000, cp = c & 0x07u;
+        else return i;
+        if (n - i <= need) return i;
+        for (k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0u) != 0x80u) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3Fu);
+        }
+        if (cp < min || cp > 0x10FFFFu || (cp >= 0xD800u && cp <= 0xDFFFu)) return i;
+        i += need + 1;
+    }
+    return n;
+}
+
 static uint64_t zero__fnv1a(uint64_t h, const void *data, size_t bytes)
 {
     const unsigned char *p = (const unsigned char *)data;
@@ -2702,6 +2833,12 @@ ZERODEF zero_result zero_plan_add(zero_plan *plan, const char *name, size_t nume
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_plan_add: name \"%.32s...\" is longer than %d bytes", name,
                           ZERO__PLAN_MAX_NAME);
+    if (zero__utf8_bad((const unsigned char *)name, len) != len)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_plan_add: tensor name is not UTF-8 (byte %zu of %zu is 0x%02x): "
+                          "names must be UTF-8, as safetensors and JSON readers require",
+                          zero__utf8_bad((const unsigned char *)name, len) + 1, len,
+                          (unsigned)(unsigned char)name[zero__utf8_bad((const unsigned char *)name, len)]);
     if (numel == 0)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_plan_add: tensor \"%s\": numel = 0",
                           name);
@@ -3452,6 +3589,7 @@ ZERODEF const char *zero_comm_role_name(int32_t role)
     case ZERO_ROLE_COMMIT: return "commit";
     case ZERO_ROLE_CHECKPOINT: return "checkpoint";
     case ZERO_ROLE_OFFLOAD: return "offload";
+    case ZERO_ROLE_USER: return "user";
     }
     return "?";
 }
@@ -4158,8 +4296,8 @@ static void *zero__local_run_thread(void *arg)
         snprintf(t->msg, sizeof t->msg, "%s", zero_last_error());
         pthread_mutex_lock(&g->mu);
         t->first = g->broken == ZERO_OK;
-        zero__local_break(g, ZERO_ERROR_COMM, "rank %d's function failed: %s: %s", t->rank,
-                          zero_result_string(t->result), t->msg);
+        zero__local_break(g, ZERO_ERROR_COMM, "rank %d's function failed: %s%s%s", t->rank,
+                          zero_result_string(t->result), t->msg[0] ? ": " : "", t->msg);
         pthread_mutex_unlock(&g->mu);
     }
     zero_comm_destroy(t->comm); /* peers still waiting for this rank fail, not hang */
@@ -5770,8 +5908,10 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes)
 
 #if defined(__linux__)
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h> /* flock: a swap file's lock, held while its job lives */
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -5883,6 +6023,8 @@ typedef struct zero__io_range {
 struct zero_io_file {
     zero_io *io;
     int fd;
+    int lock_fd; /* holds flock(LOCK_EX) on the file while it lives (fd itself, or the
+                    buffered descriptor kept open beside an O_DIRECT fd) */
     int direct;
     char *path;
     uint64_t size;
@@ -6567,8 +6709,9 @@ ZERODEF void zero_io_file_destroy(zero_io_file *file)
             break;
         }
     pthread_mutex_unlock(&io->mu);
+    if (file->path) unlink(file->path); /* while locked: no sweep can take a new file's name */
     if (file->fd >= 0) close(file->fd);
-    if (file->path) unlink(file->path);
+    if (file->lock_fd >= 0 && file->lock_fd != file->fd) close(file->lock_fd);
     zero__free(&io->alloc, file->path);
     zero__free(&io->alloc, file->ranges);
     zero__free(&io->alloc, file);
@@ -6621,6 +6764,81 @@ ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault
 
 /* ---- files ---- */
 
+/* 64 unpredictable-enough bits for a file name: the kernel's random bytes when it gives
+   them, mixed with the time, the pid, a per-process counter and an address. */
+static uint64_t zero__io_token(unsigned long seq)
+{
+    uint64_t h = ZERO__FNV_OFFSET, r = 0;
+    struct timespec ts;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &r, sizeof r) != (ssize_t)sizeof r) r = 0;
+        close(fd);
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    h = zero__fnv1a_u64(h, r);
+    h = zero__fnv1a_u64(h, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+    h = zero__fnv1a_u64(h, (uint64_t)getpid());
+    h = zero__fnv1a_u64(h, (uint64_t)seq);
+    h = zero__fnv1a_u64(h, (uint64_t)(uintptr_t)&ts);
+    return h ^ r;
+}
+
+/* O_NOFOLLOW is POSIX.1-2008, hidden when the program asked for less: then a link to a
+   swap file may be opened; unlink() removes the link, never its target. */
+#ifdef O_NOFOLLOW
+#define ZERO__O_NOFOLLOW O_NOFOLLOW
+#else
+#define ZERO__O_NOFOLLOW 0
+#endif
+
+/* Whether a directory entry is one of the I/O engine's swap files: "zero-*-r*-" then a
+   16-hex-digit token and ".bin" (names without a token come from engines that took no
+   lock, whose liveness cannot be told: never removed). */
+static int zero__io_swap_name(const char *n)
+{
+    size_t len = strlen(n), i;
+    if (len < 5 + 3 + 1 + 16 + 4 || strncmp(n, "zero-", 5) != 0 || strcmp(n + len - 4, ".bin") != 0 ||
+        n[len - 21] != '-' || !strstr(n, "-r"))
+        return 0;
+    for (i = len - 20; i < len - 4; i++)
+        if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* Removes the swap files in dir that no live job holds: each live file is flock()ed by its
+   job (zero_io_file_create), so a file whose lock can be taken belongs to a job that is
+   gone (killed, crashed). Only regular files of this user with the engine's name pattern;
+   each removal is logged. Returns how many were removed. Best effort: errors skip a file. */
+static int zero__io_sweep(zero_io *io, const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int removed = 0;
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL) {
+        char path[4200], msg[4400];
+        struct stat st, again;
+        int fd;
+        if (!zero__io_swap_name(de->d_name)) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path) continue;
+        fd = open(path, O_RDONLY | ZERO__O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) continue;
+        /* an empty file may be a live job's between its create and its lock: left alone */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size > 0 &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0 && stat(path, &again) == 0 &&
+            again.st_ino == st.st_ino && again.st_dev == st.st_dev && unlink(path) == 0) {
+            snprintf(msg, sizeof msg, "zero_io: removed %s (%lld bytes): a swap file of a job "
+                     "that is gone (its lock was free)", path, (long long)st.st_size);
+            zero__io_log(io, msg);
+            removed++;
+        }
+        close(fd); /* drops the lock */
+    }
+    closedir(d);
+    return removed;
+}
+
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out)
 {
@@ -6628,7 +6846,7 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
     struct stat st;
     size_t len;
     unsigned long seq;
-    int fd, err, try_direct, fault_direct = 0;
+    int fd, err, try_direct, fault_direct = 0, attempt, lk;
     uint64_t size;
     if (out) *out = NULL;
     if (!io || !dir || !name || !out)
@@ -6654,6 +6872,7 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
     if (!f) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_file_create: %zu bytes", sizeof *f);
     memset(f, 0, sizeof *f);
     f->fd = -1;
+    f->lock_fd = -1;
     f->io = io;
     f->size = size;
     f->path = (char *)zero__alloc(&io->alloc, len);
@@ -6661,12 +6880,32 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
         zero__free(&io->alloc, f);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_file_create: %zu bytes", len);
     }
-    pthread_mutex_lock(&zero__io_seq_mu);
-    seq = zero__io_file_seq++;
-    pthread_mutex_unlock(&zero__io_seq_mu);
-    snprintf(f->path, len, "%s%s%s-%s-r%d-%ld-%lu.bin", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
-             "zero", name, rank, (long)getpid(), seq);
-    fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    (void)zero__io_sweep(io, dir); /* the files of dead jobs first: their space is ours */
+    /* A random token in the name, created exclusively and locked; a name taken (another
+       job's, or a sweep that removed it between our open and our lock) draws another. */
+    for (attempt = 0;; attempt++) {
+        struct stat fs;
+        pthread_mutex_lock(&zero__io_seq_mu);
+        seq = zero__io_file_seq++;
+        pthread_mutex_unlock(&zero__io_seq_mu);
+        snprintf(f->path, len, "%s%s%s-%s-r%d-%ld-%016llx.bin", dir,
+                 dir[strlen(dir) - 1] == '/' ? "" : "/", "zero", name, rank, (long)getpid(),
+                 (unsigned long long)zero__io_token(seq));
+        fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST && attempt < 16) continue;
+        if (fd < 0) break;
+        lk = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+        if (lk != 0 && lk != EWOULDBLOCK && lk != EAGAIN)
+            break; /* no flock here (ENOLCK: some network file systems): a file without lock */
+        if (lk == 0 && fstat(fd, &fs) == 0 && fs.st_nlink > 0) break; /* ours, and still named */
+        err = lk ? lk : EEXIST;
+        close(fd);
+        fd = -1;
+        if (attempt >= 16) {
+            errno = err ? err : EEXIST;
+            break;
+        }
+    }
     if (fd < 0) {
         err = errno;
         zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot create %s: %s%s", f->path, strerror(err),
@@ -6683,13 +6922,14 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
         if (fstatvfs(fd, &vfs) == 0) avail = (unsigned long long)vfs.f_bavail * (unsigned long long)vfs.f_frsize;
         zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot reserve %llu bytes for %s: %s (%llu bytes free)",
                    (unsigned long long)size, f->path, strerror(err), avail);
+        unlink(f->path); /* while locked */
         close(fd);
-        unlink(f->path);
         zero__free(&io->alloc, f->path);
         zero__free(&io->alloc, f);
         return ZERO_ERROR_IO;
     }
     f->fd = fd;
+    f->lock_fd = fd;
     try_direct = io->direct != ZERO_IO_DIRECT_OFF;
 #ifdef O_DIRECT
     if (try_direct) {
@@ -6707,15 +6947,14 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
             dfd = open(f->path, O_RDWR | O_CLOEXEC | O_DIRECT);
             err = dfd < 0 ? errno : 0;
         }
-        if (dfd >= 0) {
-            close(fd);
+        if (dfd >= 0) { /* fd stays open: it holds the lock */
             f->fd = dfd;
             f->direct = 1;
         } else if (io->direct == ZERO_IO_DIRECT_REQUIRE) {
             zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_file_create: O_DIRECT refused for %s: %s",
                        f->path, strerror(err));
-            close(fd);
             unlink(f->path);
+            close(fd);
             zero__free(&io->alloc, f->path);
             zero__free(&io->alloc, f);
             return ZERO_ERROR_UNSUPPORTED;
@@ -7090,8 +7329,9 @@ ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault
 
    Queues. Work the user enqueues on COMPUTE is handed to COMM by recording ev_c2m on
    COMPUTE and making COMM wait on it; COMM work is handed back by ev_m2c. Buffers reused by
-   COMPUTE after COMM read them (bucket slots, stage 0-1 gradient slices) wait on an event
-   recorded on COMM after the reduction that read them. */
+   COMPUTE after COMM touched them (arena extents: a gradient buffer reduced, a prefetch
+   never used; stage 0-1 gradient slices) wait on an event recorded on COMM after that work
+   (the extent's fence). */
 
 #define ZERO__ENG_MAX_ALLOCS 16
 #define ZERO__ENG_SCRATCH_BYTES 64
@@ -7101,24 +7341,33 @@ ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault
 enum { ZERO__ENG_CREATED = 0, ZERO__ENG_COMMITTED = 1, ZERO__ENG_BROKEN = 2 };
 enum { ZERO__GRADS_NONE = 0, ZERO__GRADS_HANDED = 1, ZERO__GRADS_READY = 2 };
 
+#define ZERO__ENG_NONE ((size_t)-1) /* no arena extent */
+
 typedef struct zero__eng_group {
     size_t numel, shard_numel, used_numel;
     int persistent; /* stage 3 only */
     size_t off_whole, off_shard, off_param;
-    int refs;            /* outstanding user gathers                          */
-    int slot;            /* stage 3 gather slot, -1 when not gathered         */
-    int grads_state;     /* ZERO__GRADS_*                                     */
-    int bucket;          /* stages 2-3: bucket slot of this micro-step        */
-    zero_event *ev_gathered; /* stage 3: recorded on COMM after the all-gather */
-    zero_event *ev_reduced;  /* stages 0-1: recorded on COMM after the reduction */
+    int refs;            /* outstanding user gathers                                      */
+    size_t poff;         /* stage 3: arena offset of the gathered params, or NONE         */
+    size_t goff;         /* stages 2-3: arena offset of the gradient buffer, or NONE      */
+    int grads_state;     /* ZERO__GRADS_*                                                 */
+    int parts;           /* gradient contributions per micro-step (zero_engine_set_grad_parts) */
+    int parts_ready;     /* of which made ready in this micro-step                        */
+    zero_event *ev_gathered; /* stage 3: recorded on COMM after the all-gather            */
+    zero_event *ev_reduced;  /* recorded on COMM after the reduction that read the buffer */
+    uint64_t gathered_seq, reduced_seq; /* their fence numbers (zero__eng_fence)          */
     int reduced_valid;
 } zero__eng_group;
 
-typedef struct zero__eng_slot {
-    int group;      /* -1 free */
-    zero_event *ev; /* buckets: recorded on COMM after the reduction that read the slot */
-    int ev_valid;
-} zero__eng_slot;
+/* A free extent of the arena. fence/fence_seq: the latest event recorded on COMM after COMM
+   work that touched it (an all-gather never waited for, a reduction that read a gradient
+   buffer); compute-queue work reusing the extent waits on it first. Events are recorded on
+   one in-order queue, so the latest of two covers both. */
+typedef struct zero__eng_extent {
+    size_t off, numel;
+    zero_event *fence;
+    uint64_t fence_seq;
+} zero__eng_extent;
 
 typedef struct zero__eng_allocation {
     void *ptr;
@@ -7147,6 +7396,12 @@ typedef struct zero__eng_shape {
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
 } zero__eng_shape;
 
+#ifdef ZERO_DEBUG
+#define ZERO__DEBUG_DEFAULT 1 /* zero_engine_desc.debug_guards = 0 means on */
+#else
+#define ZERO__DEBUG_DEFAULT 0
+#endif
+
 struct zero_engine {
     zero_engine_desc d; /* resolved */
     zero_adam_desc adam;
@@ -7164,18 +7419,22 @@ struct zero_engine {
     zero__eng_group *groups;
     size_t P, S, M, Mnp;
     int alias; /* the accumulator is the user gradient buffer (stages 0-1, accum 1, cd == gd) */
-    /* device buffers */
-    unsigned char *param, *grad_user, *grad_acc, *bucket, *tc, *ts, *gather, *scratch;
+    /* device buffers: bucket = the staging of reductions that need one (comm dtype),
+       arena = stage-3 gathered params and stage 2-3 gradient buffers (param dtype) */
+    unsigned char *param, *grad_user, *grad_acc, *bucket, *arena, *scratch;
     float *master, *m1, *m2;
     zero__eng_allocation allocs[ZERO__ENG_MAX_ALLOCS];
     int nallocs;
     size_t mem[ZERO_MEM_COUNT], mem_peak[ZERO_MEM_COUNT], mem_total, mem_peak_total;
-    /* stage 2-3 gradient buckets, stage 3 gather slots */
-    zero__eng_slot *bslots;
-    int nbslots, bcursor;
-    zero__eng_slot *gslots;
-    int ngslots;
-    size_t gslot_numel, bslot_numel;
+    /* the arena (stages 2-3): free extents sorted by offset, best fit */
+    size_t arena_numel, M2;
+    zero__eng_extent *afree;
+    int nfree, cap_free;
+    uint64_t fence_seq;   /* fence events recorded on COMM so far                       */
+    uint64_t compute_seq; /* the compute queue is ordered after fences up to this one   */
+    size_t bucket_piece;  /* per-rank elements of one staged reduction piece            */
+    int *parts_req;       /* before commit: zero_engine_set_grad_parts, by group         */
+    int cap_parts_req, total_parts;
     zero_gather_stats gstats;
     int last_gathered, grads_seen; /* prefetch direction within a micro-step */
     /* events */
@@ -7184,6 +7443,7 @@ struct zero_engine {
     int micro;          /* complete micro-steps in this step                 */
     int ready_in_micro; /* groups ready in the current micro-step            */
     int *pending;
+    unsigned char *pending_store; /* per pending entry: the step's first contribution (stores) */
     int npending;
     size_t pending_numel;
     /* step */
@@ -7235,6 +7495,9 @@ struct zero_engine {
     zero_step_info last_info;
     int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
     char broken[480];      /* why the engine is ZERO__ENG_BROKEN, for every later call       */
+    int guards;            /* debug_guards resolved: hand out guarded copies               */
+    void **dbg;            /* debug_guards: per group, its param copy [2g] and grad copy [2g+1]
+                              (device memory, allocated on first use), each + guard bytes  */
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
 };
 
@@ -7264,6 +7527,7 @@ ZERODEF const char *zero_coll_name(zero_coll kind)
     case ZERO_COLL_ALL_REDUCE: return "all_reduce";
     case ZERO_COLL_BROADCAST: return "broadcast";
     case ZERO_COLL_CONTROL: return "control";
+    case ZERO_COLL_USER: return "user";
     case ZERO_COLL_COUNT: break;
     }
     return "?";
@@ -7353,6 +7617,16 @@ static zero_result zero__eng_handoff(zero_engine *e, zero_queue from, zero_queue
     zero_event *ev = from == ZERO_QUEUE_COMPUTE ? e->ev_c2m : e->ev_m2c;
     zero_result r = zero__eng_record(e, from, ev);
     if (r == ZERO_OK) r = zero__eng_wait(e, to, ev);
+    /* compute now follows every fence recorded on COMM so far */
+    if (r == ZERO_OK && from == ZERO_QUEUE_COMM && to == ZERO_QUEUE_COMPUTE) e->compute_seq = e->fence_seq;
+    return r;
+}
+
+/* Records ev on COMM as the next fence; its number goes to *seq. */
+static zero_result zero__eng_fence(zero_engine *e, zero_event *ev, uint64_t *seq)
+{
+    zero_result r = zero__eng_record(e, ZERO_QUEUE_COMM, ev);
+    if (r == ZERO_OK) *seq = ++e->fence_seq;
     return r;
 }
 
@@ -7646,7 +7920,7 @@ static void zero__eng_free_device(zero_engine *e)
 ZERODEF void zero_engine_destroy(zero_engine *e)
 {
     const zero_allocator *a;
-    int g, i;
+    int g;
     if (!e) return;
     a = &e->d.allocator;
     if (e->dev) {
@@ -7657,6 +7931,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->oopt || e->ev_step) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
         }
         zero__act_free(e);
+        if (e->dbg)
+            for (g = 0; g < 2 * e->G; g++)
+                if (e->dbg[g]) (void)e->dev->ops->free(e->dev, e->dbg[g]);
         zero__eng_free_device(e);
         zero__eng_free_host(e);
         if (e->dev->ops->event_destroy) {
@@ -7667,9 +7944,6 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
                     if (e->groups[g].ev_reduced)
                         e->dev->ops->event_destroy(e->dev, e->groups[g].ev_reduced);
                 }
-            if (e->bslots)
-                for (i = 0; i < e->nbslots; i++)
-                    if (e->bslots[i].ev) e->dev->ops->event_destroy(e->dev, e->bslots[i].ev);
             if (e->ev_c2m) e->dev->ops->event_destroy(e->dev, e->ev_c2m);
             if (e->ev_m2c) e->dev->ops->event_destroy(e->dev, e->ev_m2c);
             if (e->ev_c2o) e->dev->ops->event_destroy(e->dev, e->ev_c2o);
@@ -7678,10 +7952,12 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->ev_step) e->dev->ops->event_destroy(e->dev, e->ev_step);
         }
     }
+    zero__free(a, e->dbg);
     zero__free(a, e->groups);
-    zero__free(a, e->bslots);
-    zero__free(a, e->gslots);
+    zero__free(a, e->afree);
     zero__free(a, e->pending);
+    zero__free(a, e->pending_store);
+    zero__free(a, e->parts_req);
     zero__free(a, e->tflags);
     zero__free(a, e->shapes);
     zero_plan_destroy(e->plan);
@@ -7722,6 +7998,30 @@ ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, siz
     e->tflags[id] = flags;
     e->ntensors = id + 1;
     if (out_tensor) *out_tensor = id;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int parts)
+{
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_grad_parts: engine is NULL");
+    if (e->state != ZERO__ENG_CREATED)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_set_grad_parts: after commit");
+    if (group < 0 || parts < 1 || parts > ZERO_MAX_GRAD_PARTS)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_set_grad_parts: group %d, parts %d (group >= 0, 1..%d parts)",
+                          group, parts, ZERO_MAX_GRAD_PARTS);
+    if (group >= e->cap_parts_req) {
+        int cap = e->cap_parts_req ? e->cap_parts_req : 16, i;
+        int *np;
+        while (cap <= group) cap *= 2;
+        np = (int *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *np);
+        if (!np) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_grad_parts");
+        for (i = 0; i < cap; i++) np[i] = i < e->cap_parts_req ? e->parts_req[i] : 1;
+        zero__free(&e->d.allocator, e->parts_req);
+        e->parts_req = np;
+        e->cap_parts_req = cap;
+    }
+    e->parts_req[group] = parts;
     return ZERO_OK;
 }
 
@@ -7782,6 +8082,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
     for (t = 0; t < e->ntensors; t++) h = zero__eng_mix(h, (uint64_t)e->tflags[t]);
+    for (t = 0; t < e->G; t++) h = zero__eng_mix(h, (uint64_t)e->groups[t].parts);
     return h;
 }
 
@@ -7816,8 +8117,63 @@ typedef struct zero__eng_sizes {
 
 enum {
     ZERO__B_SCRATCH = 0, ZERO__B_PARAM, ZERO__B_GRAD_USER, ZERO__B_GRAD_ACC, ZERO__B_MASTER,
-    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_TC, ZERO__B_TS, ZERO__B_GATHER, ZERO__B_N
+    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_ARENA, ZERO__B_N
 };
+
+/* The first tensor of group g, for messages. */
+static const char *zero__eng_group_name(const zero_engine *e, int g)
+{
+    zero_group_info gi;
+    zero_tensor_info ti;
+    memset(&gi, 0, sizeof gi);
+    memset(&ti, 0, sizeof ti);
+    if (zero_plan_group(e->plan, g, &gi) != ZERO_OK || gi.num_tensors < 1 ||
+        zero_plan_tensor(e->plan, gi.tensors[0], &ti) != ZERO_OK || !ti.name)
+        return "?";
+    return ti.name;
+}
+
+/* The arena (stages 2-3): max_live_numel elements of the param dtype, where each gathered
+   group (stage 3) and each gradient buffer takes its own size. Default: the largest group
+   beside (2 + prefetch depth) groups of the second-largest size (stage 2: 2), i.e. a
+   layer's params, its gradients and its prefetches next to the largest group (a held
+   gradient or gathered params); and at least the largest group's params and gradients at
+   once plus the prefetches when that is at most ZERO_ARENA_SMALL_NUMEL elements, so small
+   models run any call pattern at the defaults. Clamped to what can ever be live at once:
+   every group's gradients (P) and, at stage 3, every non-persistent group's params. */
+static zero_result zero__eng_arena_size(zero_engine *e)
+{
+    size_t live = e->d.max_live_numel, all = e->P, np = 0, dflt, both;
+    int g, big = 0;
+    for (g = e->G - 1; g >= 0; g--) {
+        if (e->stage == 3 && !e->groups[g].persistent) np += e->groups[g].numel;
+        if (e->groups[g].numel == e->M) big = g; /* the first largest group */
+    }
+    if (zero__add_size(all, np, &all) != 0) all = (size_t)-1;
+    if (live == 0) {
+        size_t d = e->stage == 3 ? (size_t)e->depth : 0;
+        if (zero__mul_size(e->M2, 2 + d, &dflt) != 0 || zero__add_size(dflt, e->M, &dflt) != 0)
+            return zero__fail(ZERO_ERROR_OVERFLOW,
+                              "zero_engine_commit: the default max_live_numel, the largest group "
+                              "(%zu elements) + %zu x the second largest (%zu), overflows size_t",
+                              e->M, (size_t)(2 + d), e->M2);
+        if (zero__mul_size(e->M2, d, &both) == 0 && zero__add_size(both, 2 * e->M, &both) == 0 &&
+            e->M <= (size_t)-1 / 2 && both <= ZERO_ARENA_SMALL_NUMEL && both > dflt)
+            dflt = both;
+        live = dflt;
+        e->d.max_live_numel = live;
+    }
+    if (e->M > live)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_commit: group %d ('%.120s', %zu elements) does not fit the "
+                          "arena: max_live_numel = %zu; set max_live_numel >= %zu (the group's "
+                          "gathered params or its gradient buffer; both at once: %zu), or register "
+                          "the tensor in tiles (zero_engine_add_tiled_tensor)",
+                          big, zero__eng_group_name(e, big), e->M, live, e->M,
+                          e->M <= (size_t)-1 / 2 ? 2 * e->M : e->M);
+    e->arena_numel = live < all ? live : all;
+    return ZERO_OK;
+}
 
 /* Fills the group table and the sizes from the committed plan. */
 static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
@@ -7825,15 +8181,25 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     int g, G = zero_plan_num_groups(e->plan);
     size_t ow = 0, os = 0, op = 0, ohp = 0, pparam = 0, Ms;
     const zero_allocator *a = &e->d.allocator;
-    int ovf = 0;
+    int ovf = 0, multi = 0;
     e->G = G;
     e->groups = (zero__eng_group *)zero__alloc(a, (size_t)G * sizeof *e->groups);
     /* cleared at once: destroy reads the event pointers of every group whatever fails next */
     if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
-    if (!e->groups || !e->pending)
+    e->pending_store = (unsigned char *)zero__alloc(a, (size_t)G);
+    e->cap_free = 2 * G + 2; /* live extents <= 2 G, so free ones <= 2 G + 1 */
+    e->afree = (zero__eng_extent *)zero__alloc(a, (size_t)e->cap_free * sizeof *e->afree);
+    if (!e->groups || !e->pending || !e->pending_store || !e->afree)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
-    e->M = e->Mnp = 0;
+    for (g = e->G; g < e->cap_parts_req; g++)
+        if (e->parts_req[g] != 1)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_commit: zero_engine_set_grad_parts on group %d, which "
+                              "has no tensor (groups 0..%d)",
+                              g, G - 1);
+    e->M = e->Mnp = e->M2 = 0;
+    e->total_parts = 0;
     for (g = 0; g < G; g++) {
         zero_group_info gi;
         zero__eng_group *eg = &e->groups[g];
@@ -7848,8 +8214,10 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         eg->off_whole = ow;
         eg->off_shard = os;
         eg->off_param = op;
-        eg->slot = -1;
-        eg->bucket = -1;
+        eg->poff = eg->goff = ZERO__ENG_NONE;
+        eg->parts = g < e->cap_parts_req ? e->parts_req[g] : 1;
+        multi |= eg->parts > 1;
+        e->total_parts += eg->parts;
         ovf |= zero__add_size(ow, gi.numel, &ow);
         ovf |= zero__add_size(os, gi.shard_numel, &os);
         pparam = (e->stage == 3 && !eg->persistent) ? gi.shard_numel : gi.numel;
@@ -7859,13 +8227,21 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
             pparam = 0;
         }
         ovf |= zero__add_size(op, pparam, &op);
-        if (gi.numel > e->M) e->M = gi.numel;
+        if (gi.numel > e->M) {
+            e->M2 = e->M;
+            e->M = gi.numel;
+        } else if (gi.numel > e->M2) {
+            e->M2 = gi.numel;
+        }
         if (!eg->persistent && gi.numel > e->Mnp) e->Mnp = gi.numel;
     }
+    if (G == 1) e->M2 = e->M; /* one group: its own gradient beside its params */
     e->P = ow;
     e->S = os;
     Ms = e->M / (size_t)e->world;
-    e->alias = e->stage <= 1 && e->accum == 1 && e->cd == e->gd;
+    /* the user's gradient buffer holds the reduced values (in place) only when no later
+       contribution of the step is zero-filled into it: one micro-step, one part */
+    e->alias = e->stage <= 1 && e->accum == 1 && e->cd == e->gd && !multi;
     memset(sz, 0, sizeof *sz);
     sz->n = ZERO__B_N;
     sz->cat[ZERO__B_SCRATCH] = ZERO_MEM_SCRATCH;
@@ -7884,80 +8260,54 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (e->oopt) sz->bytes[ZERO__B_MASTER] = 0; /* in the host tier: zero__eng_offload_alloc */
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
     e->hparam_numel = ohp;
-    sz->cat[ZERO__B_BUCKET] = sz->cat[ZERO__B_TC] = sz->cat[ZERO__B_TS] = ZERO_MEM_BUCKET;
-    if (e->stage >= 2) {
-        /* ceil(max(B, 2M) / M) slots, computed without overflow (B may be SIZE_MAX: "one
-           bucket for everything"), capped at max(G, 2): each group holds at most one slot
-           per micro-step, so more slots could never be used. */
-        size_t want = e->d.reduce_bucket_numel, slots, cap = G > 2 ? (size_t)G : 2;
-        slots = want / e->M + (want % e->M != 0);
-        if (slots < 2) slots = 2;
-        if (slots > cap) slots = cap;
-        e->bslot_numel = e->M;
-        e->nbslots = (int)slots;
-        ovf |= zero__mul_size(slots, e->M, &want);
-        ovf |= zero__mul_size(want, e->p, &sz->bytes[ZERO__B_BUCKET]);
+    /* The bucket stages the reductions whose comm dtype differs from the param dtype: a
+       group goes through it in pieces of N x b elements (b per rank), b from
+       reduce_bucket_numel (0: the second-largest group; SIZE_MAX: the largest), at most the
+       largest shard. Reductions in the param dtype read the gradient buffer directly. */
+    sz->cat[ZERO__B_BUCKET] = ZERO_MEM_BUCKET;
+    {
+        size_t R = e->d.reduce_bucket_numel, b;
+        if (R == 0) R = e->M2;
+        else if (R == (size_t)-1) R = e->M;
+        b = R / (size_t)e->world;
+        if (b > Ms) b = Ms;
+        if (b < 1) b = 1;
+        e->bucket_piece = b;
+        if (e->cd != e->gd) {
+            size_t n = 0;
+            ovf |= zero__mul_size(b, (size_t)e->world, &n);
+            ovf |= zero__mul_size(n, e->c, &sz->bytes[ZERO__B_BUCKET]);
+        }
     }
-    if (e->cd != e->gd) ovf |= zero__mul_size(e->M, e->c, &sz->bytes[ZERO__B_TC]);
-    if (e->stage >= 1 && e->accum > 1) ovf |= zero__mul_size(Ms, e->c, &sz->bytes[ZERO__B_TS]);
-    sz->cat[ZERO__B_GATHER] = ZERO_MEM_GATHER;
-    if (e->stage == 3 && e->Mnp > 0) {
-        size_t live = e->d.max_live_numel;
-        if (live == 0) {
-            /* checked: a group of SIZE_MAX / 3 elements or more has no default pool */
-            if (zero__mul_size(e->Mnp, (size_t)(2 + e->depth), &live) != 0)
-                return zero__fail(ZERO_ERROR_OVERFLOW,
-                                  "zero_engine_commit: the default max_live_numel, (2 + prefetch "
-                                  "depth %d) x largest stage-3 group (%zu elements), overflows "
-                                  "size_t",
-                                  e->depth, e->Mnp);
-            e->d.max_live_numel = live;
-        }
-        if (e->Mnp > live)
-            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
-                              "zero_engine_commit: a stage-3 group of %zu elements exceeds "
-                              "max_live_numel = %zu",
-                              e->Mnp, live);
-        e->gslot_numel = e->Mnp;
-        {   /* clamp in size_t first: max_live_numel may be SIZE_MAX ("no limit") */
-            size_t slots = live / e->Mnp;
-            if (slots > (size_t)G) slots = (size_t)G;
-            e->ngslots = (int)slots;
-            ovf |= zero__mul_size(slots, e->Mnp, &live);
-            ovf |= zero__mul_size(live, e->p, &sz->bytes[ZERO__B_GATHER]);
-        }
+    /* counted as GATHER at stage 3; at stage 2 it holds gradient buffers only: BUCKET */
+    sz->cat[ZERO__B_ARENA] = e->stage == 3 ? ZERO_MEM_GATHER : ZERO_MEM_BUCKET;
+    if (e->stage >= 2) {
+        zero_result r = zero__eng_arena_size(e);
+        if (r != ZERO_OK) return r;
+        ovf |= zero__mul_size(e->arena_numel, e->p, &sz->bytes[ZERO__B_ARENA]);
     }
     if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: sizes overflow size_t");
+    if (e->stage >= 2) {
+        e->afree[0].off = 0;
+        e->afree[0].numel = e->arena_numel;
+        e->afree[0].fence = NULL;
+        e->afree[0].fence_seq = 0;
+        e->nfree = 1;
+    }
     return ZERO_OK;
 }
 
 static zero_result zero__eng_make_events(zero_engine *e)
 {
-    const zero_allocator *a = &e->d.allocator;
     zero_device *dev = e->dev;
-    int g, i;
+    int g;
     zero_result r = ZERO_OK;
-    if (e->nbslots > 0) {
-        e->bslots = (zero__eng_slot *)zero__alloc(a, (size_t)e->nbslots * sizeof *e->bslots);
-        if (!e->bslots) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit");
-        memset(e->bslots, 0, (size_t)e->nbslots * sizeof *e->bslots);
-        for (i = 0; i < e->nbslots; i++) e->bslots[i].group = -1;
-    }
-    if (e->ngslots > 0) {
-        e->gslots = (zero__eng_slot *)zero__alloc(a, (size_t)e->ngslots * sizeof *e->gslots);
-        if (!e->gslots) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit");
-        memset(e->gslots, 0, (size_t)e->ngslots * sizeof *e->gslots);
-        for (i = 0; i < e->ngslots; i++) e->gslots[i].group = -1;
-    }
     if (!dev->ops->event_create) return ZERO_OK;
     for (g = 0; g < e->G && r == ZERO_OK; g++) {
         if (e->stage == 3 && !e->groups[g].persistent)
             r = dev->ops->event_create(dev, &e->groups[g].ev_gathered);
-        if (r == ZERO_OK && e->stage <= 1)
-            r = dev->ops->event_create(dev, &e->groups[g].ev_reduced);
+        if (r == ZERO_OK) r = dev->ops->event_create(dev, &e->groups[g].ev_reduced);
     }
-    for (i = 0; i < e->nbslots && r == ZERO_OK; i++)
-        r = dev->ops->event_create(dev, &e->bslots[i].ev);
     return r;
 }
 
@@ -8147,7 +8497,7 @@ static zero_result zero__eng_handoff_ev(zero_engine *e, zero_queue from, zero_qu
 }
 
 /* Stage 3 with offload_param: uploads this rank's offloaded shard of group g into its place
-   in the gather slot dst (on OFFLOAD, after the slot's earlier users on COMPUTE and COMM),
+   in its arena extent dst (on OFFLOAD, after the extent's earlier users on COMPUTE and COMM),
    and orders COMM after it; the all-gather then runs in place. */
 static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned char *dst)
 {
@@ -8782,6 +9132,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                           "after the last add_tensor)");
     /* From here on a failure leaves the engine broken (destroy only). */
     e->state = ZERO__ENG_COMMITTED;
+    e->guards = e->d.debug_guards > 0 || (e->d.debug_guards == 0 && ZERO__DEBUG_DEFAULT);
     memset(ptrs, 0, sizeof ptrs);
     plan_err[0] = alloc_err[0] = '\0';
     plan_r = e->ntensors == 0
@@ -8915,17 +9266,13 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
         e->m2 = (float *)ptrs[ZERO__B_M2];
     }
     e->bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
-    e->tc = (unsigned char *)ptrs[ZERO__B_TC];
-    e->ts = (unsigned char *)ptrs[ZERO__B_TS];
-    e->gather = (unsigned char *)ptrs[ZERO__B_GATHER];
+    e->arena = (unsigned char *)ptrs[ZERO__B_ARENA];
     for (i = 0; i < e->nallocs; i++)
         ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, e->allocs[i].ptr,
                                                 e->allocs[i].bytes),
                       "zero_engine_commit: fill");
     ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "zero_engine_commit: sync");
-    e->gstats.slots = e->ngslots;
-    e->gstats.slot_numel = e->gslot_numel;
-    e->gstats.limit_numel = (size_t)e->ngslots * e->gslot_numel;
+    e->gstats.limit_numel = e->arena_numel;
     /* The hash check counts in the total only. */
     memset(&e->traffic_cur, 0, sizeof e->traffic_cur);
     return ZERO_OK;
@@ -8939,8 +9286,8 @@ static unsigned char *zero__eng_param_whole(const zero_engine *e, int g)
     const zero__eng_group *eg = &e->groups[g];
     if (e->stage < 3) return e->param + eg->off_whole * e->p;
     if (eg->persistent) return e->param + eg->off_param * e->p;
-    if (eg->slot < 0) return NULL;
-    return e->gather + (size_t)eg->slot * e->gslot_numel * e->p;
+    if (eg->poff == ZERO__ENG_NONE) return NULL;
+    return e->arena + eg->poff * e->p;
 }
 
 /* Where this rank's updated param shard of group g is written by the step. */
@@ -8958,8 +9305,8 @@ static unsigned char *zero__eng_grad_user(const zero_engine *e, int g)
 {
     const zero__eng_group *eg = &e->groups[g];
     if (e->stage <= 1) return e->grad_user + eg->off_whole * e->p;
-    if (eg->bucket < 0) return NULL;
-    return e->bucket + (size_t)eg->bucket * e->bslot_numel * e->p;
+    if (eg->goff == ZERO__ENG_NONE) return NULL;
+    return e->arena + eg->goff * e->p;
 }
 
 /* The accumulated gradient (comm dtype) of group g: stage 0 the whole group, else the
@@ -8980,82 +9327,365 @@ static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g)
     return a;
 }
 
+/* ---- the arena ------------------------------------------------------------------------------ */
+/* Stage-3 gathered params and stage 2-3 gradient buffers share one device buffer of
+   max_live_numel elements; each takes its own size (best fit among the free extents, the
+   lowest such). Decisions follow the call sequence alone, so every rank places alike. */
+
+/* The free extent a request of n elements takes, or -1: the smallest that fits (the lowest
+   of equals). Compute-queue users (gradient buffers) prefer an extent without a pending
+   fence, so a buffer still being reduced on COMM is reused last. */
+static int zero__eng_arena_find(const zero_engine *e, size_t n, int for_compute)
+{
+    int i, best = -1, pass;
+    for (pass = 0; pass < 2 && best < 0; pass++)
+        for (i = 0; i < e->nfree; i++) {
+            const zero__eng_extent *x = &e->afree[i];
+            if (x->numel < n) continue;
+            if (pass == 0 && for_compute && x->fence_seq > e->compute_seq) continue;
+            if (best < 0 || x->numel < e->afree[best].numel) best = i;
+        }
+    return best;
+}
+
+/* Takes n elements at the start of free extent i. Compute-queue users wait for its fence. */
+static zero_result zero__eng_arena_take(zero_engine *e, int i, size_t n, int for_compute, size_t *off)
+{
+    zero__eng_extent *x = &e->afree[i];
+    zero_result r = ZERO_OK;
+    *off = x->off;
+    if (for_compute && x->fence_seq > e->compute_seq) {
+        r = zero__eng_wait(e, ZERO_QUEUE_COMPUTE, x->fence);
+        if (r != ZERO_OK) return r;
+        e->compute_seq = x->fence_seq;
+    }
+    x->off += n;
+    x->numel -= n;
+    if (x->numel == 0) {
+        memmove(x, x + 1, (size_t)(e->nfree - i - 1) * sizeof *x);
+        e->nfree--;
+    }
+    e->gstats.live_numel += n;
+    if (e->gstats.live_numel > e->gstats.peak_live_numel)
+        e->gstats.peak_live_numel = e->gstats.live_numel;
+    return r;
+}
+
+/* Returns [off, off + n) to the free extents, merging neighbours; fence/seq: the event on
+   COMM after the last COMM work on it (the latest of merged fences is kept). */
+static void zero__eng_arena_give(zero_engine *e, size_t off, size_t n, zero_event *fence, uint64_t seq)
+{
+    int i = 0, j;
+    zero__eng_extent *x;
+    while (i < e->nfree && e->afree[i].off < off) i++;
+    if (i > 0 && e->afree[i - 1].off + e->afree[i - 1].numel == off) { /* grow the left one */
+        x = &e->afree[i - 1];
+        x->numel += n;
+    } else {
+        memmove(&e->afree[i + 1], &e->afree[i], (size_t)(e->nfree - i) * sizeof *e->afree);
+        e->nfree++;
+        x = &e->afree[i];
+        x->off = off;
+        x->numel = n;
+        x->fence = NULL;
+        x->fence_seq = 0;
+        i++;
+    }
+    if (seq > x->fence_seq) {
+        x->fence = fence;
+        x->fence_seq = seq;
+    }
+    j = (int)(x - e->afree) + 1; /* absorb the right neighbour */
+    if (j < e->nfree && x->off + x->numel == e->afree[j].off) {
+        x->numel += e->afree[j].numel;
+        if (e->afree[j].fence_seq > x->fence_seq) {
+            x->fence = e->afree[j].fence;
+            x->fence_seq = e->afree[j].fence_seq;
+        }
+        memmove(&e->afree[j], &e->afree[j + 1], (size_t)(e->nfree - j - 1) * sizeof *e->afree);
+        e->nfree--;
+    }
+    e->gstats.live_numel -= n;
+}
+
+/* Drops gathered group g's params from the arena (a release, an eviction, a stale copy). */
+static void zero__eng_drop_params(zero_engine *e, int g)
+{
+    zero__eng_group *eg = &e->groups[g];
+    if (eg->poff == ZERO__ENG_NONE) return;
+    zero__eng_arena_give(e, eg->poff, eg->numel, eg->ev_gathered, eg->gathered_seq);
+    eg->poff = ZERO__ENG_NONE;
+    e->gstats.live_groups--;
+}
+
+/* Drops every prefetched group nobody uses (their values are about to go stale): wasted. */
+static void zero__eng_drop_prefetched(zero_engine *e)
+{
+    int g;
+    if (e->stage != 3) return;
+    for (g = 0; g < e->G; g++)
+        if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
+            zero__eng_drop_params(e, g);
+            e->gstats.evictions++;
+            e->gstats.prefetch_wasted++;
+        }
+}
+
+static zero_result zero__eng_flush(zero_engine *e);
+
+/* Evicts the prefetched, unused group farthest from 'near' (in group order). 0 if none. */
+static int zero__eng_evict_one(zero_engine *e, int near)
+{
+    int g, best = -1, bestd = -1;
+    for (g = 0; g < e->G; g++)
+        if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
+            int dd = g > near ? g - near : near - g;
+            if (dd > bestd) bestd = dd, best = g;
+        }
+    if (best < 0) return 0;
+    zero__eng_drop_params(e, best);
+    e->gstats.evictions++;
+    e->gstats.prefetch_wasted++;
+    return 1;
+}
+
+/* Room for n elements for group g: the free extents, then pending reductions flushed (their
+   gradient buffers return), then prefetched groups evicted. -1 when nothing helps. */
+static zero_result zero__eng_arena_room(zero_engine *e, int g, size_t n, int for_compute, int *out)
+{
+    int i = zero__eng_arena_find(e, n, for_compute);
+    if (i < 0 && e->npending > 0) {
+        zero_result r = zero__eng_flush(e);
+        if (r != ZERO_OK) return r;
+        i = zero__eng_arena_find(e, n, for_compute);
+    }
+    while (i < 0 && zero__eng_evict_one(e, g)) i = zero__eng_arena_find(e, n, for_compute);
+    *out = i;
+    return ZERO_OK;
+}
+
+/* The message of a full arena: what holds it and the setting that would fit. */
+static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, int g, size_t n,
+                                        const char *what)
+{
+    size_t held = e->gstats.live_numel, want, largest = 0;
+    int i, np = 0, ng = 0;
+    for (i = 0; i < e->nfree; i++)
+        if (e->afree[i].numel > largest) largest = e->afree[i].numel;
+    for (i = 0; i < e->G; i++) {
+        np += e->groups[i].poff != ZERO__ENG_NONE;
+        ng += e->groups[i].goff != ZERO__ENG_NONE;
+    }
+    want = held + n < held ? (size_t)-1 : held + n;
+    return zero__fail(ZERO_ERROR_INVALID_STATE,
+                      "%s: group %d ('%.100s'): no room for its %s (%zu elements) in the arena "
+                      "(max_live_numel = %zu): %zu elements held by %d gathered group(s) and %d "
+                      "gradient buffer(s), the largest free extent %zu; release groups or make "
+                      "them ready first, or set max_live_numel >= %zu",
+                      fn, g, zero__eng_group_name(e, g), what, n, e->arena_numel, held, np, ng,
+                      largest, want);
+}
+
 /* ---- gradients ----------------------------------------------------------------------------- */
 
-/* Reduces group g's gradients of micro-step k (on COMM, after the hand-off). fused: only the
-   collective, the caller runs zero__eng_reduce_post after the group call. */
-static zero_result zero__eng_reduce_one(zero_engine *e, int g, int k, int collective_only)
+/* Reduces group g's gradients through the bucket, in pieces (the comm dtype differs from
+   the param dtype): each piece cast into the bucket, reduced (all-reduce at stage 0,
+   reduce-scatter of b elements per rank at stages 1-3) into the accumulator when 'store',
+   else in place and added. Every element meets the same sums as in one piece. */
+static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
 {
     zero__eng_group *eg = &e->groups[g];
     zero_device *dev = e->dev;
-    unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g);
-    zero_result r;
-    if (e->cd != e->gd) {
-        r = dev->ops->cast(dev, ZERO_QUEUE_COMM, e->tc, e->cd, src, e->gd, eg->numel);
-        if (r != ZERO_OK) return r;
-        src = e->tc;
-    }
+    const unsigned char *src = zero__eng_grad_user(e, g);
+    unsigned char *acc = zero__eng_grad_acc(e, g), *bk = e->bucket;
+    size_t N = (size_t)e->world, b = e->bucket_piece, j, n, r;
+    zero_result x = ZERO_OK;
     if (e->stage == 0) {
-        if (k == 0)
-            return zero__eng_all_reduce(e, src, acc, eg->numel, e->cd, ZERO_OP_SUM, 0, g,
-                                        ZERO_ROLE_GRAD_REDUCE);
-        r = zero__eng_all_reduce(e, src, src, eg->numel, e->cd, ZERO_OP_SUM, 0, g,
-                                 ZERO_ROLE_GRAD_REDUCE);
-        if (r != ZERO_OK || collective_only) return r;
-        return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, src, e->cd, eg->numel);
+        for (j = 0; j < eg->numel && x == ZERO_OK; j += n) {
+            n = eg->numel - j < N * b ? eg->numel - j : N * b;
+            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk, e->cd, src + j * e->p, e->gd, n);
+            if (x == ZERO_OK)
+                x = zero__eng_all_reduce(e, bk, store ? acc + j * e->c : bk, n, e->cd, ZERO_OP_SUM,
+                                         0, g, ZERO_ROLE_GRAD_REDUCE);
+            if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, bk, e->cd, n);
+        }
+        return x;
     }
-    if (k == 0) return zero__eng_reduce_scatter(e, src, acc, eg->shard_numel, e->cd, g);
-    r = zero__eng_reduce_scatter(e, src, e->ts, eg->shard_numel, e->cd, g);
-    if (r != ZERO_OK) return r;
-    return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, e->ts, e->cd, eg->shard_numel);
+    for (j = 0; j < eg->shard_numel && x == ZERO_OK; j += n) {
+        unsigned char *mine;
+        n = eg->shard_numel - j < b ? eg->shard_numel - j : b;
+        mine = bk + (size_t)e->rank * n * e->c;
+        for (r = 0; r < N && x == ZERO_OK; r++)
+            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk + r * n * e->c, e->cd,
+                               src + (r * eg->shard_numel + j) * e->p, e->gd, n);
+        if (x == ZERO_OK) x = zero__eng_reduce_scatter(e, bk, store ? acc + j * e->c : mine, n, e->cd, g);
+        if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, mine, e->cd, n);
+    }
+    return x;
+}
+
+/* Where the reduced values of a contribution that is added (not stored) land before the
+   add: the user's buffer itself (an in-place reduction). */
+static unsigned char *zero__eng_reduced_in_place(const zero_engine *e, int g)
+{
+    unsigned char *src = zero__eng_grad_user(e, g);
+    if (e->stage == 0) return src;
+    return src + (size_t)e->rank * e->groups[g].shard_numel * e->p;
+}
+
+/* Reduces group g's gradients of this contribution (on COMM, after the hand-off). store:
+   the step's first contribution of the group (the collective writes the accumulator); else
+   the collective runs in place in the user's buffer and the result is added (one rounding).
+   collective_only: only the collective (fused in a group call; the caller adds after). */
+static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int collective_only)
+{
+    zero__eng_group *eg = &e->groups[g];
+    unsigned char *src = zero__eng_grad_user(e, g);
+    unsigned char *acc = zero__eng_grad_acc(e, g), *dst = store ? acc : zero__eng_reduced_in_place(e, g);
+    zero_result r;
+    if (e->cd != e->gd) return zero__eng_reduce_staged(e, g, store);
+    if (e->stage == 0)
+        r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cd, ZERO_OP_SUM, 0, g, ZERO_ROLE_GRAD_REDUCE);
+    else
+        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cd, g);
+    if (r != ZERO_OK || store || collective_only) return r;
+    return e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, acc, dst, e->cd,
+                            e->stage == 0 ? eg->numel : eg->shard_numel);
 }
 
 /* Reduces every pending group, in the order they became ready. Consecutive groups whose
-   reduction is one collective on distinct buffers go into one group call. */
+   reduction is one collective on distinct buffers (comm dtype = param dtype) go into one
+   group call; the adds of contributions after the first follow it. */
 static zero_result zero__eng_flush(zero_engine *e)
 {
-    int i, k = e->micro;
-    int fuse;
+    int i, fuse;
     if (e->npending == 0) return ZERO_OK;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                   "gradient reduction: event");
-    fuse = e->npending > 1 && e->cd == e->gd && (e->stage == 0 || k == 0) &&
-           e->comm->ops->group_start != NULL;
+    fuse = e->npending > 1 && e->cd == e->gd && e->comm->ops->group_start != NULL;
     if (fuse) {
         ZERO__ENG_TRY(e, zero__eng_group_start(e), "gradient reduction: group_start");
         for (i = 0; i < e->npending; i++)
-            ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], k, 1),
+            ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 1),
                                    "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
-        if (e->stage == 0 && k > 0)
-            for (i = 0; i < e->npending; i++) {
-                int g = e->pending[i];
-                ZERO__ENG_TRY(e, e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, zero__eng_grad_acc(e, g),
-                                                  zero__eng_grad_user(e, g), e->cd,
-                                                  e->groups[g].numel),
-                              "gradient accumulation");
-            }
+        for (i = 0; i < e->npending; i++) {
+            int g = e->pending[i];
+            if (e->pending_store[i]) continue;
+            ZERO__ENG_TRY(e, e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, zero__eng_grad_acc(e, g),
+                                              zero__eng_reduced_in_place(e, g), e->cd,
+                                              e->stage == 0 ? e->groups[g].numel
+                                                            : e->groups[g].shard_numel),
+                          "gradient accumulation");
+        }
     } else {
         for (i = 0; i < e->npending; i++)
-            ZERO__ENG_TRY(e, zero__eng_reduce_one(e, e->pending[i], k, 0), "gradient reduction");
+            ZERO__ENG_TRY(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 0),
+                          "gradient reduction");
     }
     for (i = 0; i < e->npending; i++) {
         zero__eng_group *eg = &e->groups[e->pending[i]];
-        if (eg->bucket >= 0) {
-            zero__eng_slot *s = &e->bslots[eg->bucket];
-            ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, s->ev), "gradient reduction: event");
-            s->ev_valid = 1;
-            s->group = -1;
-            eg->bucket = -1;
-        } else if (eg->ev_reduced) {
-            ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, eg->ev_reduced),
-                          "gradient reduction: event");
-            eg->reduced_valid = 1;
+        ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_reduced, &eg->reduced_seq), "gradient reduction: event");
+        eg->reduced_valid = 1;
+        if (eg->goff != ZERO__ENG_NONE) { /* stages 2-3: the buffer returns to the arena */
+            zero__eng_arena_give(e, eg->goff, eg->numel, eg->ev_reduced, eg->reduced_seq);
+            eg->goff = ZERO__ENG_NONE;
+            e->gstats.grad_live_numel -= eg->numel;
         }
     }
     e->npending = 0;
     e->pending_numel = 0;
+    return ZERO_OK;
+}
+
+/* ---- debug mode: guarded copies of the buffers handed out (debug_guards) ---------------- */
+
+#define ZERO__GUARD_BYTE 0xA5
+
+/* Group g's copy (k = 0 params, 1 gradients): numel elements then the guard bytes, written
+   when the copy is made. */
+static zero_result zero__eng_dbg_buf(zero_engine *e, int g, int k, unsigned char **out)
+{
+    size_t bytes = e->groups[g].numel * e->p;
+    void **slot;
+    zero_result r;
+    *out = NULL;
+    if (!e->dbg) {
+        e->dbg = (void **)zero__alloc(&e->d.allocator, 2 * (size_t)e->G * sizeof(void *));
+        if (!e->dbg) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "debug guards: %d groups", e->G);
+        memset(e->dbg, 0, 2 * (size_t)e->G * sizeof(void *));
+    }
+    slot = &e->dbg[2 * g + k];
+    if (!*slot) {
+        unsigned char pat[ZERO_DEBUG_GUARD_BYTES];
+        void *p = NULL;
+        r = e->dev->ops->alloc(e->dev, bytes + ZERO_DEBUG_GUARD_BYTES, ZERO_MEM_SCRATCH, &p);
+        if (r != ZERO_OK) {
+            char prev[300];
+            zero__eng_copy_error(prev, sizeof prev);
+            return zero__fail(r, "debug guards: group %d's %s copy (%zu bytes): %s", g,
+                              k ? "gradient" : "param", bytes + ZERO_DEBUG_GUARD_BYTES, prev);
+        }
+        memset(pat, ZERO__GUARD_BYTE, sizeof pat);
+        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, (unsigned char *)p + bytes, pat, sizeof pat);
+        if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+        if (r != ZERO_OK) {
+            (void)e->dev->ops->free(e->dev, p);
+            return zero__eng_break(e, r, "debug guards: upload");
+        }
+        *slot = p;
+    }
+    *out = (unsigned char *)*slot;
+    return ZERO_OK;
+}
+
+/* Checks the guard bytes after group g's copy k (if made): INVALID_STATE naming the group,
+   the buffer and the first changed byte; the guard is written again. */
+static zero_result zero__eng_dbg_check(zero_engine *e, int g, int k, const char *fn)
+{
+    unsigned char got[ZERO_DEBUG_GUARD_BYTES];
+    size_t bytes, i;
+    unsigned char *p;
+    if (!e->guards || !e->dbg || !e->dbg[2 * g + k]) return ZERO_OK;
+    p = (unsigned char *)e->dbg[2 * g + k];
+    bytes = e->groups[g].numel * e->p;
+    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, got, p + bytes, sizeof got),
+                  "debug guards: download");
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
+    for (i = 0; i < sizeof got; i++)
+        if (got[i] != ZERO__GUARD_BYTE) {
+            unsigned char pat[ZERO_DEBUG_GUARD_BYTES];
+            memset(pat, ZERO__GUARD_BYTE, sizeof pat);
+            ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, p + bytes, pat, sizeof pat),
+                          "debug guards: upload");
+            ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "%s: group %d's %s buffer was written past its end: guard byte %zu "
+                              "after its %zu bytes (%zu elements of %s) is 0x%02x (writing another "
+                              "dtype, e.g. fp32 values into this %s buffer, or an index past the "
+                              "group's %zu elements)", fn, g, k ? "gradient" : "param", i, bytes,
+                              e->groups[g].numel, zero_dtype_name(e->gd), (unsigned)got[i],
+                              zero_dtype_name(e->gd), e->groups[g].numel);
+        }
+    return ZERO_OK;
+}
+
+/* What the user gets for group g's buffer real (k = 0 params, 1 gradients): real, or in
+   debug mode the guarded copy (params copied in; gradients zeroed). */
+static zero_result zero__eng_dbg_hand(zero_engine *e, int g, int k, unsigned char *real, void **out)
+{
+    unsigned char *c;
+    zero_result r;
+    *out = real;
+    if (!e->guards) return ZERO_OK;
+    if ((r = zero__eng_dbg_buf(e, g, k, &c)) != ZERO_OK) return r;
+    if (k == 0)
+        ZERO__ENG_TRY(e, e->dev->ops->copy(e->dev, ZERO_QUEUE_COMPUTE, c, real, e->groups[g].numel * e->p),
+                      "debug guards: copy");
+    else
+        ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, c, e->groups[g].numel * e->p),
+                      "debug guards: fill");
+    *out = c;
     return ZERO_OK;
 }
 
@@ -9064,49 +9694,36 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     zero_result r = zero__eng_usable(e, "zero_engine_grads");
     zero__eng_group *eg;
     unsigned char *ptr;
+    int i;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_grads")) != ZERO_OK) return r;
     if (!out_grads)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_grads: out_grads is NULL");
     eg = &e->groups[group];
     if (eg->grads_state == ZERO__GRADS_HANDED) {
-        *out_grads = zero__eng_grad_user(e, group);
+        *out_grads = e->guards ? e->dbg[2 * group + 1] : (void *)zero__eng_grad_user(e, group);
         return ZERO_OK;
     }
     if (eg->grads_state == ZERO__GRADS_READY)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "zero_engine_grads: group %d is already ready in this micro-step",
-                          group);
+                          "zero_engine_grads: group %d is already ready in this micro-step%s",
+                          group, eg->parts > 1 ? " (all its gradient parts)" : "");
     if (e->micro >= e->accum)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_grads: all %d micro-steps of this step are done; call "
                           "zero_engine_step()",
                           e->accum);
+    /* an earlier part of this group still waiting for its reduction reads the buffer */
+    for (i = 0; i < e->npending; i++)
+        if (e->pending[i] == group && (r = zero__eng_flush(e)) != ZERO_OK) return r;
     if (e->stage >= 2) {
-        int i, s = -1;
-        for (i = 0; i < e->nbslots && s < 0; i++) {
-            int j = (e->bcursor + i) % e->nbslots;
-            if (e->bslots[j].group < 0) s = j;
-        }
-        if (s < 0 && e->npending > 0) {
-            if ((r = zero__eng_flush(e)) != ZERO_OK) return r;
-            for (i = 0; i < e->nbslots && s < 0; i++) {
-                int j = (e->bcursor + i) % e->nbslots;
-                if (e->bslots[j].group < 0) s = j;
-            }
-        }
-        if (s < 0)
-            return zero__fail(ZERO_ERROR_INVALID_STATE,
-                              "zero_engine_grads: all %d gradient buckets are held by groups "
-                              "not yet ready (call zero_engine_grads_ready first, or raise "
-                              "reduce_bucket_numel)",
-                              e->nbslots);
-        e->bcursor = (s + 1) % e->nbslots;
-        if (e->bslots[s].ev_valid)
-            ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, e->bslots[s].ev),
-                          "zero_engine_grads: event");
-        e->bslots[s].group = group;
-        eg->bucket = s;
+        size_t off;
+        int x;
+        if ((r = zero__eng_arena_room(e, group, eg->numel, 1, &x)) != ZERO_OK) return r;
+        if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
+        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 1, &off), "zero_engine_grads: event");
+        eg->goff = off;
+        e->gstats.grad_live_numel += eg->numel;
     } else if (eg->reduced_valid) {
         ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_reduced),
                       "zero_engine_grads: event");
@@ -9114,9 +9731,9 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     ptr = zero__eng_grad_user(e, group);
     ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, ptr, eg->numel * e->p),
                   "zero_engine_grads: fill");
+    if ((r = zero__eng_dbg_hand(e, group, 1, ptr, out_grads)) != ZERO_OK) return r;
     eg->grads_state = ZERO__GRADS_HANDED;
     e->grads_seen = 1;
-    *out_grads = ptr;
     return ZERO_OK;
 }
 
@@ -9134,16 +9751,29 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
                           eg->grads_state == ZERO__GRADS_READY
                               ? "is already ready in this micro-step"
                               : "has no gradient buffer (call zero_engine_grads first)");
-    eg->grads_state = ZERO__GRADS_READY;
+    if (e->guards) { /* the copies' guards, then the gradients into the engine's buffer */
+        if ((r = zero__eng_dbg_check(e, group, 1, "zero_engine_grads_ready")) != ZERO_OK) return r;
+        if (eg->refs > 0 && (r = zero__eng_dbg_check(e, group, 0, "zero_engine_grads_ready")) != ZERO_OK)
+            return r;
+        ZERO__ENG_TRY(e, e->dev->ops->copy(e->dev, ZERO_QUEUE_COMPUTE, zero__eng_grad_user(e, group),
+                                           e->dbg[2 * group + 1], eg->numel * e->p),
+                      "debug guards: copy");
+    }
+    e->pending_store[e->npending] = (unsigned char)(e->micro == 0 && eg->parts_ready == 0);
     e->pending[e->npending++] = group;
+    eg->parts_ready++;
+    eg->grads_state = eg->parts_ready == eg->parts ? ZERO__GRADS_READY : ZERO__GRADS_NONE;
     e->pending_numel += eg->numel;
     e->ready_in_micro++;
-    if (e->ready_in_micro == e->G || e->pending_numel >= e->d.reduce_bucket_numel)
+    if (e->ready_in_micro == e->total_parts || e->pending_numel >= e->d.reduce_bucket_numel)
         if ((r = zero__eng_flush(e)) != ZERO_OK) return r;
-    if (e->ready_in_micro == e->G) {
+    if (e->ready_in_micro == e->total_parts) {
         e->micro++;
         e->ready_in_micro = 0;
-        for (g = 0; g < e->G; g++) e->groups[g].grads_state = ZERO__GRADS_NONE;
+        for (g = 0; g < e->G; g++) {
+            e->groups[g].grads_state = ZERO__GRADS_NONE;
+            e->groups[g].parts_ready = 0;
+        }
         e->last_gathered = -1;
         e->grads_seen = 0;
     }
@@ -9152,59 +9782,41 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
 
 /* ---- stage 3 gathering ------------------------------------------------------------------- */
 
-static int zero__eng_free_gslot(const zero_engine *e)
-{
-    int i;
-    for (i = 0; i < e->ngslots; i++)
-        if (e->gslots[i].group < 0) return i;
-    return -1;
-}
-
-static void zero__eng_drop_slot(zero_engine *e, int s)
-{
-    int g = e->gslots[s].group;
-    if (g < 0) return;
-    e->groups[g].slot = -1;
-    e->gslots[s].group = -1;
-    e->gstats.live_numel -= e->groups[g].numel;
-    e->gstats.live_groups--;
-}
-
-/* All-gathers non-persistent group g into slot s (on COMM, after COMPUTE's work so far:
-   the step's updates of the shard and the uses of the slot's previous group). */
-static zero_result zero__eng_issue_gather(zero_engine *e, int g, int s)
+/* All-gathers non-persistent group g into the arena at off (on COMM, after COMPUTE's work so
+   far: the step's updates of the shard and every earlier use of the extent). */
+static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
 {
     zero__eng_group *eg = &e->groups[g];
-    unsigned char *dst = e->gather + (size_t)s * e->gslot_numel * e->p;
+    unsigned char *dst = e->arena + off * e->p;
     const unsigned char *src = e->param + eg->off_param * e->p;
-    if (e->oparam) { /* the shard comes up from the host tier into its place in the slot */
+    eg->poff = off; /* the extent is the group's from here on, even if the gather fails */
+    e->gstats.live_groups++;
+    if (e->oparam) { /* the shard comes up from the host tier into its place in the extent */
         ZERO__ENG_TRY(e, zero__eng_offload_param_in(e, g, dst), "gather: upload of the offloaded shard");
         src = dst + (size_t)e->rank * eg->shard_numel * e->p;
     }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
     ZERO__ENG_TRY(e, zero__eng_all_gather(e, src, dst, eg->shard_numel, e->gd, g, ZERO_ROLE_GATHER),
                   "gather: all_gather");
-    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, eg->ev_gathered), "gather: event");
-    e->gslots[s].group = g;
-    eg->slot = s;
+    ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
     e->gstats.gathers++;
-    e->gstats.live_numel += eg->numel;
-    e->gstats.live_groups++;
-    if (e->gstats.live_numel > e->gstats.peak_live_numel)
-        e->gstats.peak_live_numel = e->gstats.live_numel;
     return ZERO_OK;
 }
 
+/* Gathers group g ahead of use if it is not gathered and fits without evicting anything. */
 static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
 {
-    int s;
+    size_t off;
+    int x;
+    zero_result r;
     *issued = 0;
-    if (g < 0 || g >= e->G || e->groups[g].persistent || e->groups[g].slot >= 0) return ZERO_OK;
-    s = zero__eng_free_gslot(e);
-    if (s < 0) return ZERO_OK;
+    if (g < 0 || g >= e->G || e->groups[g].persistent || e->groups[g].poff != ZERO__ENG_NONE) return ZERO_OK;
+    x = zero__eng_arena_find(e, e->groups[g].numel, 0);
+    if (x < 0) return ZERO_OK;
+    if ((r = zero__eng_arena_take(e, x, e->groups[g].numel, 0, &off)) != ZERO_OK) return r;
     *issued = 1;
     e->gstats.prefetches++;
-    return zero__eng_issue_gather(e, g, s);
+    return zero__eng_issue_gather(e, g, off);
 }
 
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params)
@@ -9218,38 +9830,26 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_gather: out_params is NULL");
     eg = &e->groups[group];
     if (e->stage < 3 || eg->persistent) {
+        if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
+            return r;
         eg->refs++;
-        *out_params = zero__eng_param_whole(e, group);
         return ZERO_OK;
     }
-    if (eg->slot < 0) {
-        int s = zero__eng_free_gslot(e);
-        if (s < 0) {
-            /* Evict a prefetched group nobody uses yet: the one farthest ahead. */
-            int best = -1, bestd = -1;
-            for (i = 0; i < e->ngslots; i++) {
-                int h = e->gslots[i].group;
-                if (h >= 0 && e->groups[h].refs == 0) {
-                    int dd = h > group ? h - group : group - h;
-                    if (dd > bestd) bestd = dd, best = i;
-                }
-            }
-            if (best < 0)
-                return zero__fail(ZERO_ERROR_INVALID_STATE,
-                                  "zero_engine_gather: group %d: all %d gather slots hold groups "
-                                  "in use (release some, or raise max_live_numel)",
-                                  group, e->ngslots);
-            zero__eng_drop_slot(e, best);
-            e->gstats.evictions++;
-            s = best;
-        }
-        if ((r = zero__eng_issue_gather(e, group, s)) != ZERO_OK) return r;
+    if (eg->poff == ZERO__ENG_NONE) {
+        size_t off;
+        int x;
+        if ((r = zero__eng_arena_room(e, group, eg->numel, 0, &x)) != ZERO_OK) return r;
+        if (x < 0) return zero__eng_arena_full(e, "zero_engine_gather", group, eg->numel, "params");
+        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 0, &off), "gather: arena");
+        if ((r = zero__eng_issue_gather(e, group, off)) != ZERO_OK) return r;
     } else if (eg->refs == 0) {
         e->gstats.prefetch_hits++;
     }
     ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_gathered), "gather: event");
+    if (eg->gathered_seq > e->compute_seq) e->compute_seq = eg->gathered_seq;
+    if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
+        return r;
     eg->refs++;
-    *out_params = zero__eng_param_whole(e, group);
     /* Prefetch in the direction of travel: descending in backward. */
     dir = (e->grads_seen || (e->last_gathered >= 0 && group <= e->last_gathered)) ? -1 : 1;
     e->last_gathered = group;
@@ -9281,8 +9881,9 @@ ZERODEF zero_result zero_engine_release(zero_engine *e, int group)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_release: group %d is not gathered (released twice?)",
                           group);
+    if ((r = zero__eng_dbg_check(e, group, 0, "zero_engine_release")) != ZERO_OK) return r;
     eg->refs--;
-    if (eg->refs == 0 && e->stage == 3 && !eg->persistent) zero__eng_drop_slot(e, eg->slot);
+    if (eg->refs == 0 && e->stage == 3 && !eg->persistent) zero__eng_drop_params(e, group);
     return ZERO_OK;
 }
 
@@ -9388,7 +9989,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     double *sumsq;
     float *flag, *mul;
     zero_adam_coefs co_wd, co_nowd;
-    int g, t, i, at_min = 0;
+    int g, t, at_min = 0;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->dev;
@@ -9403,9 +10004,10 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                               "for every group; accum_steps = %d micro-steps)", e->accum);
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_step: %d of accum_steps = %d micro-steps complete; in "
-                          "the current one %d of %d groups are ready%s%s%s%s%s (a micro-step "
-                          "is complete when every group is marked ready)",
-                          e->micro, e->accum, e->ready_in_micro, e->G,
+                          "the current one %d of %d %s ready%s%s%s%s%s (a micro-step is "
+                          "complete when every group is marked ready)",
+                          e->micro, e->accum, e->ready_in_micro, e->total_parts,
+                          e->total_parts == e->G ? "groups are" : "gradient parts (of all groups) are",
                           nh ? "; never marked ready after zero_engine_grads (call "
                                "zero_engine_grads_ready): " : "", nh ? handed : "",
                           nn && e->ready_in_micro + nh > 0 ? "; gradients never asked for: " : "",
@@ -9419,11 +10021,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                               "release every group before the step",
                               g, e->groups[g].refs);
     /* Prefetched groups hold the old values. */
-    for (i = 0; i < e->ngslots; i++)
-        if (e->gslots[i].group >= 0) {
-            zero__eng_drop_slot(e, i);
-            e->gstats.evictions++;
-        }
+    zero__eng_drop_prefetched(e);
     scale_used = e->scaler.scale;
     unscale = (float)(1.0 / ((double)scale_used * (double)e->world * (double)e->accum));
     sumsq = (double *)(void *)e->scratch;
@@ -9593,7 +10191,10 @@ static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_par
     return ZERO_OK;
 }
 
-ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const float *values)
+/* zero_engine_set_tensor; conv (NULL: allocated here) holds the params this rank stores,
+   converted (numel * param size bytes at most), so that a caller that allocated it first
+   meets no allocation failure half way. */
+static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float *values, void *conv)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_set_tensor");
     zero_tensor_info ti;
@@ -9620,19 +10221,22 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
        after it; the prefetched copy is stale and dropped. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
                   "zero_engine_set_tensor: event");
-    if (e->stage == 3 && e->groups[ti.group].slot >= 0)
-        zero__eng_drop_slot(e, e->groups[ti.group].slot);
+    if (e->stage == 3 && e->groups[ti.group].poff != ZERO__ENG_NONE) {
+        zero__eng_drop_params(e, ti.group); /* a prefetch, never used */
+        e->gstats.evictions++;
+        e->gstats.prefetch_wasted++;
+    }
     if (e->stage == 0) { /* stage 0 holds the whole master */
         pt.m0 = 0;
         pt.mn = ti.numel;
         pt.master_off = e->groups[ti.group].off_whole + ti.offset;
     }
     if (pt.pn > 0 && e->gd != ZERO_F32) {
-        tmp = zero__alloc(&e->d.allocator, pt.pn * e->p);
+        tmp = conv ? conv : zero__alloc(&e->d.allocator, pt.pn * e->p);
         if (!tmp) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_tensor");
         r = zero_convert(tmp, e->gd, values + pt.p0, ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
         if (r != ZERO_OK) {
-            zero__free(&e->d.allocator, tmp);
+            if (tmp != conv) zero__free(&e->d.allocator, tmp);
             return r;
         }
     }
@@ -9659,9 +10263,14 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
         r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
-    zero__free(&e->d.allocator, tmp);
+    if (tmp != conv) zero__free(&e->d.allocator, tmp);
     if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_set_tensor: upload");
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const float *values)
+{
+    return zero__eng_set_tensor(e, tensor, values, NULL);
 }
 
 ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_state_kind kind,
@@ -9738,6 +10347,46 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
                           lr);
     e->adam.lr = lr;
     e->d.adam.lr = lr;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t count, zero_dtype dtype,
+                                          zero_op op)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_allreduce");
+    zero_device *dev;
+    size_t es, per, done, n;
+    if (r != ZERO_OK) return r;
+    if (!buf && count)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: buf is NULL (count %zu)",
+                          count);
+    if (dtype != ZERO_F32 && dtype != ZERO_F64)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: dtype %s (f32 or f64)",
+                          zero_dtype_name(dtype));
+    if (op != ZERO_OP_SUM && op != ZERO_OP_MAX)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: op %d (sum or max)",
+                          (int)op);
+    /* the scratch holds an enqueued step's verdict until it is read */
+    if (e->step_pending && (r = zero__eng_step_complete(e)) != ZERO_OK) return r;
+    dev = e->dev;
+    es = zero_dtype_size(dtype);
+    per = ZERO__ENG_SCRATCH_BYTES / es;
+    for (done = 0; done < count; done += n) {
+        unsigned char *host = (unsigned char *)buf + done * es;
+        n = count - done < per ? count - done : per;
+        ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->scratch, host, n * es),
+                      "allreduce: upload");
+        zero__eng_tag(e, -1, ZERO_ROLE_USER);
+        r = e->comm->ops->all_reduce(e->comm, e->scratch, e->scratch, n, dtype, op,
+                                     zero__eng_comm_queue(e));
+        zero__eng_untag(e);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
+        zero__eng_count(e, ZERO_COLL_USER, 2.0 * (double)n * (double)(e->world - 1) / (double)e->world,
+                        dtype);
+        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->scratch, n * es),
+                      "allreduce: download");
+        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
+    }
     return ZERO_OK;
 }
 
@@ -12486,7 +13135,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     zero_traffic keep;
     size_t bytes = 0;
     unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
-    int t, ki, i, want_client = client != NULL || client_bytes != NULL;
+    int t, ki, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -12589,8 +13238,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         r = zero__eng_break(e, r, "zero_engine_load: event");
         goto out;
     }
-    for (i = 0; i < e->ngslots; i++)
-        if (e->gslots[i].group >= 0) zero__eng_drop_slot(e, i);
+    zero__eng_drop_prefetched(e);
     /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
     for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
@@ -12668,6 +13316,8 @@ typedef struct zero__st_entry {
 typedef struct zero__st_file {
     zero__st_entry *ent;
     int n, cap;
+    int *by_name;       /* entry indices sorted by name (unique names: strictly increasing) */
+    uint64_t compares;  /* name comparisons the sort made (n log2 n at most; tests read it) */
 } zero__st_file;
 
 static void zero__st_free(zero__st_file *f)
@@ -12675,8 +13325,41 @@ static void zero__st_free(zero__st_file *f)
     int i;
     for (i = 0; i < f->n; i++) ZERO_FREE(f->ent[i].name);
     ZERO_FREE(f->ent);
+    ZERO_FREE(f->by_name);
     f->ent = NULL;
+    f->by_name = NULL;
     f->n = f->cap = 0;
+}
+
+/* Merge sort of entry indices a[0, n) by name (tmp: n ints): at most n ceil(log2 n) name
+   comparisons whatever the names, counted in f->compares. */
+static void zero__st_sort_names(zero__st_file *f, int *a, int *tmp, int n)
+{
+    int h = n / 2, i = 0, j, k = 0;
+    if (n < 2) return;
+    zero__st_sort_names(f, a, tmp, h);
+    zero__st_sort_names(f, a + h, tmp, n - h);
+    j = h;
+    while (i < h && j < n) {
+        f->compares++;
+        tmp[k++] = strcmp(f->ent[a[i]].name, f->ent[a[j]].name) <= 0 ? a[i++] : a[j++];
+    }
+    while (i < h) tmp[k++] = a[i++];
+    while (j < n) tmp[k++] = a[j++];
+    memcpy(a, tmp, (size_t)n * sizeof *a);
+}
+
+/* The entry named name (binary search over by_name), or NULL. */
+static zero__st_entry *zero__st_find(const zero__st_file *f, const char *name)
+{
+    int lo = 0, hi = f->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(f->ent[f->by_name[mid]].name, name);
+        if (c == 0) return &f->ent[f->by_name[mid]];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
 }
 
 typedef struct zero__st_p {
@@ -12716,35 +13399,50 @@ static int zero__st_hex(int c)
     return -1;
 }
 
-/* A JSON string into a new NUL-terminated buffer (*out; NULL: skip it). */
+/* 4 hex digits at p->at as a code unit; -1 if they are not there. */
+static long zero__st_hex4(zero__st_p *p)
+{
+    long u = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        int h = p->at < p->n ? zero__st_hex(p->s[p->at]) : -1;
+        if (h < 0) return -1;
+        u = u * 16 + h;
+        p->at++;
+    }
+    return u;
+}
+
+/* A JSON string into a new NUL-terminated buffer (*out; NULL: skip it) no larger than the
+   string's bytes in the header (escapes only shrink). Raw bytes must be UTF-8 and \u
+   escapes well-formed (surrogates in pairs): the result is UTF-8. */
 static zero_result zero__st_string(zero__st_p *p, char **out)
 {
     char *o = NULL;
-    size_t k = 0;
+    size_t k = 0, end;
     if (out) *out = NULL;
     if (!zero__st_lit(p, '"')) return zero__st_err(p, "expected a string");
+    for (end = p->at; end < p->n && p->s[end] != '"'; end++) /* the closing quote */
+        if (p->s[end] == '\\') end++;
+    if (end >= p->n) {
+        p->at = p->n;
+        return zero__st_err(p, "unterminated string");
+    }
+    if (zero__utf8_bad(p->s + p->at, end - p->at) != end - p->at) {
+        p->at += zero__utf8_bad(p->s + p->at, end - p->at);
+        return zero__st_err(p, "a string is not UTF-8");
+    }
     if (out) {
-        o = (char *)ZERO_MALLOC(p->n - p->at + 1);
+        o = (char *)ZERO_MALLOC(end - p->at + 1);
         if (!o) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header string", p->what);
     }
     for (;;) {
-        unsigned c;
-        if (p->at >= p->n) {
-            ZERO_FREE(o);
-            return zero__st_err(p, "unterminated string");
-        }
-        c = p->s[p->at++];
+        unsigned c = p->s[p->at++];
+        const char *bad = NULL;
         if (c == '"') break;
-        if (c < 0x20) {
-            ZERO_FREE(o);
-            return zero__st_err(p, "control character in a string");
-        }
-        if (c == '\\') {
-            if (p->at >= p->n) {
-                ZERO_FREE(o);
-                return zero__st_err(p, "unterminated escape");
-            }
-            c = p->s[p->at++];
+        if (c < 0x20) bad = "control character in a string";
+        else if (c == '\\') {
+            c = p->s[p->at++]; /* before the closing quote: found above */
             switch (c) {
             case '"': case '\\': case '/': break;
             case 'b': c = '\b'; break;
@@ -12753,38 +13451,42 @@ static zero_result zero__st_string(zero__st_p *p, char **out)
             case 'r': c = '\r'; break;
             case 't': c = '\t'; break;
             case 'u': {
-                unsigned u = 0;
-                int i;
-                for (i = 0; i < 4; i++) {
-                    int h = p->at < p->n ? zero__st_hex(p->s[p->at]) : -1;
-                    if (h < 0) {
-                        ZERO_FREE(o);
-                        return zero__st_err(p, "bad \\u escape");
-                    }
-                    u = u * 16u + (unsigned)h;
-                    p->at++;
-                }
-                if (u == 0) {
-                    ZERO_FREE(o);
-                    return zero__st_err(p, "\\u0000 in a string");
-                }
-                if (o) { /* UTF-8 of the code unit (surrogates kept as they are) */
+                long u = zero__st_hex4(p), lo = -1;
+                if (u >= 0xD800 && u <= 0xDBFF && p->at + 1 < p->n && p->s[p->at] == '\\' &&
+                    p->s[p->at + 1] == 'u') {
+                    p->at += 2;
+                    lo = zero__st_hex4(p);
+                    if (lo < 0xDC00 || lo > 0xDFFF) u = -2;
+                    else u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (u >= 0xD800 && u <= 0xDFFF) u = -2;
+                if (u == -1) bad = "bad \\u escape";
+                else if (u == -2) bad = "a \\u escape of an unpaired surrogate";
+                else if (u == 0) bad = "\\u0000 in a string";
+                else if (o) { /* its UTF-8 (at most as long as the escape) */
                     if (u < 0x80) o[k++] = (char)u;
                     else if (u < 0x800) {
                         o[k++] = (char)(0xC0 | (u >> 6));
                         o[k++] = (char)(0x80 | (u & 0x3F));
-                    } else {
+                    } else if (u < 0x10000) {
                         o[k++] = (char)(0xE0 | (u >> 12));
+                        o[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
+                        o[k++] = (char)(0x80 | (u & 0x3F));
+                    } else {
+                        o[k++] = (char)(0xF0 | (u >> 18));
+                        o[k++] = (char)(0x80 | ((u >> 12) & 0x3F));
                         o[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
                         o[k++] = (char)(0x80 | (u & 0x3F));
                     }
                 }
-                continue;
+                if (!bad) continue;
+                break;
             }
-            default:
-                ZERO_FREE(o);
-                return zero__st_err(p, "unknown escape");
+            default: bad = "unknown escape";
             }
+        }
+        if (bad) {
+            ZERO_FREE(o);
+            return zero__st_err(p, bad);
         }
         if (o) o[k++] = (char)c;
     }
@@ -12813,37 +13515,22 @@ static zero_result zero__st_uint(zero__st_p *p, uint64_t *out)
     return ZERO_OK;
 }
 
-/* Skips any JSON value (for __metadata__), at most 32 levels deep. */
-static zero_result zero__st_skip(zero__st_p *p, int depth)
+/* __metadata__'s value: an object whose values are strings (safetensors' str -> str map),
+   read and dropped. */
+static zero_result zero__st_metadata(zero__st_p *p)
 {
     zero_result r;
-    if (depth > 32) return zero__st_err(p, "nested too deeply");
-    zero__st_ws(p);
-    if (p->at >= p->n) return zero__st_err(p, "expected a value");
-    switch (p->s[p->at]) {
-    case '"': return zero__st_string(p, NULL);
-    case '{':
-        p->at++;
-        if (zero__st_lit(p, '}')) return ZERO_OK;
-        do {
-            if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
-            if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
-            if ((r = zero__st_skip(p, depth + 1)) != ZERO_OK) return r;
-        } while (zero__st_lit(p, ','));
-        return zero__st_lit(p, '}') ? ZERO_OK : zero__st_err(p, "expected '}'");
-    case '[':
-        p->at++;
-        if (zero__st_lit(p, ']')) return ZERO_OK;
-        do {
-            if ((r = zero__st_skip(p, depth + 1)) != ZERO_OK) return r;
-        } while (zero__st_lit(p, ','));
-        return zero__st_lit(p, ']') ? ZERO_OK : zero__st_err(p, "expected ']'");
-    default: {
-        size_t start = p->at;
-        while (p->at < p->n && strchr("+-0123456789.eEtruefalsn", p->s[p->at]) && p->s[p->at]) p->at++;
-        return p->at > start ? ZERO_OK : zero__st_err(p, "unexpected character");
-    }
-    }
+    if (!zero__st_lit(p, '{')) return zero__st_err(p, "__metadata__ must be an object of strings");
+    if (zero__st_lit(p, '}')) return ZERO_OK;
+    do {
+        if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+        if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
+        zero__st_ws(p);
+        if (p->at >= p->n || p->s[p->at] != '"')
+            return zero__st_err(p, "a __metadata__ value is not a string");
+        if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+    } while (zero__st_lit(p, ','));
+    return zero__st_lit(p, '}') ? ZERO_OK : zero__st_err(p, "expected '}'");
 }
 
 static size_t zero__st_dtype_size(const char *d)
@@ -12873,7 +13560,7 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
     zero__st_p p;
     zero_result r = ZERO_OK;
     zero__st_entry **order = NULL;
-    int i;
+    int i, have_meta = 0, *tmp = NULL;
     memset(out, 0, sizeof *out);
     p.s = h;
     p.n = hn;
@@ -12893,7 +13580,11 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
             }
             if (strcmp(key, "__metadata__") == 0) {
                 ZERO_FREE(key);
-                if ((r = zero__st_skip(&p, 0)) != ZERO_OK) goto fail;
+                if (have_meta++) {
+                    r = zero__st_err(&p, "__metadata__ appears twice");
+                    goto fail;
+                }
+                if ((r = zero__st_metadata(&p)) != ZERO_OK) goto fail;
                 continue;
             }
             memset(&ent, 0, sizeof ent);
@@ -12904,7 +13595,12 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
                 goto fail;
             }
             if (out->n == out->cap) {
-                int cap = out->cap ? out->cap * 2 : 16;
+                int cap = out->cap ? (out->cap > 0x3fffffff ? 0x7fffffff : out->cap * 2) : 16;
+                if (out->n == 0x7fffffff) {
+                    ZERO_FREE(key);
+                    r = zero__st_err(&p, "too many tensors");
+                    goto fail;
+                }
                 zero__st_entry *ne = (zero__st_entry *)ZERO_MALLOC((size_t)cap * sizeof *ne);
                 if (!ne) {
                     ZERO_FREE(key);
@@ -13002,7 +13698,7 @@ closed:
     for (i = 0; i < out->n; i++) {
         zero__st_entry *E = &out->ent[i];
         uint64_t numel = 1, bytes;
-        int k, j;
+        int k;
         for (k = 0; k < E->ndim; k++) {
             if (E->dims[k] != 0 && numel > UINT64_MAX / E->dims[k]) {
                 r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': shape overflows", what, E->name);
@@ -13017,9 +13713,23 @@ closed:
                            (unsigned long long)E->end, E->dtype);
             goto fail;
         }
-        for (j = 0; j < i; j++)
-            if (strcmp(out->ent[j].name, E->name) == 0) {
-                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' appears twice", what, E->name);
+    }
+    /* unique names: sorted, then neighbours compared (O(n log n), whatever the names) */
+    if (out->n > 0) {
+        out->by_name = (int *)ZERO_MALLOC((size_t)out->n * sizeof(int));
+        tmp = (int *)ZERO_MALLOC((size_t)out->n * sizeof(int));
+        if (!out->by_name || !tmp) {
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %d tensor names", what, out->n);
+            goto fail;
+        }
+        for (i = 0; i < out->n; i++) out->by_name[i] = i;
+        zero__st_sort_names(out, out->by_name, tmp, out->n);
+        ZERO_FREE(tmp);
+        tmp = NULL;
+        for (i = 1; i < out->n; i++)
+            if (strcmp(out->ent[out->by_name[i - 1]].name, out->ent[out->by_name[i]].name) == 0) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' appears twice", what,
+                               out->ent[out->by_name[i]].name);
                 goto fail;
             }
     }
@@ -13055,6 +13765,7 @@ closed:
     return ZERO_OK;
 fail:
     ZERO_FREE(order);
+    ZERO_FREE(tmp);
     zero__st_free(out);
     return r;
 }
@@ -13109,14 +13820,21 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     zero_result r = zero__eng_usable(e, "zero_engine_load_safetensors");
     zero__st_file f;
     uint64_t data_off = 0;
-    int fd = -1, t, i, *which = NULL;
+    int fd = -1, t, *which = NULL;
     size_t maxn = 0;
-    unsigned char *raw = NULL;
+    unsigned char *raw = NULL, *conv = NULL;
     float *vals = NULL;
+    memset(&f, 0, sizeof f);
     if (r != ZERO_OK) return r;
-    if (!path) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
-    if ((r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1)) != ZERO_OK) return r;
-    if ((r = zero__st_open(path, &fd, &f, &data_off)) != ZERO_OK) return r;
+    /* Every check and allocation of every rank first, then one agreement: a rank that
+       fails (argument, header, allocation) fails every rank's call before anything is set. */
+    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
+    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1);
+    if (r == ZERO_OK) r = zero__st_open(path, &fd, &f, &data_off);
+    if (r != ZERO_OK) {
+        r = zero__ck_agree(e, r, NULL);
+        return r;
+    }
     which = (int *)ZERO_MALLOC((size_t)e->ntensors * sizeof(int));
     if (!which) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
     /* every check first: nothing is set unless all tensors are there and fit */
@@ -13127,8 +13845,7 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         int k, nd = t < e->cap_shapes ? e->shapes[t].ndim : 0;
         memset(&ti, 0, sizeof ti);
         zero_plan_tensor(e->plan, t, &ti);
-        for (i = 0; i < f.n; i++)
-            if (strcmp(f.ent[i].name, ti.name) == 0) E = &f.ent[i];
+        E = zero__st_find(&f, ti.name);
         if (!E) {
             r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", path, ti.name);
             break;
@@ -13160,8 +13877,12 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     if (r == ZERO_OK) {
         raw = (unsigned char *)ZERO_MALLOC(maxn * 4u);
         vals = (float *)ZERO_MALLOC(maxn * 4u);
-        if (!raw || !vals) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
+        conv = e->gd != ZERO_F32 ? (unsigned char *)zero__alloc(&e->d.allocator, maxn * e->p) : NULL;
+        if (!raw || !vals || (e->gd != ZERO_F32 && !conv))
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors: buffers "
+                           "for %zu elements", maxn);
     }
+    r = zero__ck_agree(e, r, NULL); /* from here on every rank sets every tensor */
     for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
         zero__st_entry *E = &f.ent[which[t]];
         zero_dtype dt = strcmp(E->dtype, "F32") == 0 ? ZERO_F32
@@ -13169,13 +13890,21 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         size_t n = (size_t)((E->end - E->begin) / zero_dtype_size(dt));
         r = zero__ck_pread(fd, raw, (size_t)(E->end - E->begin), data_off + E->begin, path);
         if (r == ZERO_OK) r = zero_convert(vals, ZERO_F32, raw, dt, n, ZERO_SIMD_AUTO);
-        if (r == ZERO_OK) r = zero_engine_set_tensor(e, t, vals);
+        if (r == ZERO_OK) r = zero__eng_set_tensor(e, t, vals, conv);
+        if (r != ZERO_OK && t > 0 && e->state == ZERO__ENG_COMMITTED) { /* half set: unusable */
+            char why[300];
+            zero__eng_copy_error(why, sizeof why);
+            e->state = ZERO__ENG_BROKEN;
+            snprintf(e->broken, sizeof e->broken, "zero_engine_load_safetensors failed after "
+                     "setting %d of %d tensors: %.200s", t, e->ntensors, why);
+        }
     }
     ZERO_FREE(raw);
     ZERO_FREE(vals);
+    if (conv) zero__free(&e->d.allocator, conv);
     ZERO_FREE(which);
     zero__st_free(&f);
-    close(fd);
+    if (fd >= 0) close(fd);
     return r;
 }
 
@@ -13234,6 +13963,15 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     zero__ck_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"zero_step\":\"");
     snprintf(num, sizeof num, "%lld\"}", (long long)ck->info.step);
     zero__ck_put(&h, num, strlen(num));
+    for (t = 0; t < ck->info.num_tensors; t++) { /* JSON text is UTF-8: refuse other bytes */
+        size_t len = strlen(ck->tensors[t].name);
+        if (zero__utf8_bad((const unsigned char *)ck->tensors[t].name, len) != len) {
+            ZERO_FREE(h.p);
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: tensor %d's "
+                              "name is not UTF-8 (byte %zu): a safetensors header cannot hold it",
+                              t, zero__utf8_bad((const unsigned char *)ck->tensors[t].name, len) + 1);
+        }
+    }
     for (t = 0; t < ck->info.num_tensors; t++) {
         const zero__ck_tensor *T = &ck->tensors[t];
         const char *dn = dtype == ZERO_F32 ? "F32" : dtype == ZERO_F16 ? "F16" : "BF16";
