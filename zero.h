@@ -1201,6 +1201,15 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
 ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
                                  zero_io_ticket *ticket);
 
+/* Declares that [offset, offset + bytes) of the file holds zeros, as a file from
+   zero_io_file_create() does where nothing was written (its space is reserved with
+   posix_fallocate, whose unwritten extents read as zeros, or by extending it): the range
+   can then be read back as if written with zeros, without writing them (a read checks
+   that every byte arrived as zero instead of a checksum). INVALID_ARGUMENT as for
+   zero_io_write; INVALID_STATE: the range overlaps one written or declared before;
+   OUT_OF_MEMORY. */
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes);
+
 /* Blocks until every request of the ticket has finished and forgets the ticket. ZERO_OK,
    or ZERO_ERROR_IO with zero_last_error() naming the operation, file, offset and cause
    (an errno's text, "short read: n of m bytes at offset o (end of file: truncated under
@@ -1694,6 +1703,12 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
    out of range. */
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
                                             zero_engine_memory *out);
+
+/* The I/O counters of the NVMe tier of the model states (offload_optimizer or offload_param
+   = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
+   since commit, so bytes_read / bytes_written show what a step, a checkpoint or set_tensor
+   moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
+ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
 
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
    the last step(); may be NULL) and since commit (may be NULL). Commit's hash check counts
@@ -6018,6 +6033,7 @@ typedef struct zero__io_range {
     uint64_t sum;
     int state;
     int readers; /* queued reads not yet finished */
+    int zeros;   /* declared by zero_io_declare_zeros: reads check for zeros, not the sum */
 } zero__io_range;
 
 struct zero_io_file {
@@ -6041,6 +6057,7 @@ typedef struct zero__io_op {
     size_t bytes;
     unsigned char *buf;
     uint64_t sum;     /* reads: the checksum recorded when the range was written */
+    int zeros;        /* reads of a declared zero range: every byte must be 0    */
     size_t issued;    /* bytes cut into requests so far                          */
     int outstanding;  /* requests in flight                                       */
     int done;
@@ -7015,6 +7032,23 @@ static zero_result zero__io_check(const char *what, zero_io_file *file, uint64_t
     return ZERO_OK;
 }
 
+/* Room for n records in the file's range table (locked); OUT_OF_MEMORY without a message. */
+static zero_result zero__io_ranges_reserve(zero_io_file *file, size_t n)
+{
+    size_t cap;
+    zero__io_range *t;
+    if (n <= file->cap) return ZERO_OK;
+    cap = file->cap ? 2 * file->cap : 16;
+    if (cap < n) cap = n;
+    t = (zero__io_range *)zero__alloc(&file->io->alloc, cap * sizeof *t);
+    if (!t) return ZERO_ERROR_OUT_OF_MEMORY;
+    if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
+    zero__free(&file->io->alloc, file->ranges);
+    file->ranges = t;
+    file->cap = cap;
+    return ZERO_OK;
+}
+
 /* Queues op (locked). */
 static void zero__io_enqueue(zero_io *io, zero__io_op *op)
 {
@@ -7069,18 +7103,10 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     }
     if (hi - lo != 1) { /* the table changes size: 1 replaces hi - lo records */
         size_t n = file->nranges - (hi - lo) + 1;
-        if (n > file->cap) {
-            size_t cap = file->cap ? 2 * file->cap : 16;
-            zero__io_range *t = (zero__io_range *)zero__alloc(&io->alloc, cap * sizeof *t);
-            if (!t) {
-                pthread_mutex_unlock(&io->mu);
-                zero__free(&io->alloc, op);
-                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", cap);
-            }
-            if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
-            zero__free(&io->alloc, file->ranges);
-            file->ranges = t;
-            file->cap = cap;
+        if (zero__io_ranges_reserve(file, n) != ZERO_OK) {
+            pthread_mutex_unlock(&io->mu);
+            zero__free(&io->alloc, op);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", n);
         }
         memmove(file->ranges + lo + 1, file->ranges + hi, (file->nranges - hi) * sizeof *file->ranges);
         file->nranges = n;
@@ -7090,6 +7116,7 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     file->ranges[lo].sum = op->sum;
     file->ranges[lo].state = ZERO__RANGE_WRITING;
     file->ranges[lo].readers = 0;
+    file->ranges[lo].zeros = 0;
     zero__io_enqueue(io, op);
     *ticket = op->ticket;
     pthread_mutex_unlock(&io->mu);
@@ -7142,8 +7169,45 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
     }
     rg->readers++;
     op->sum = rg->sum;
+    op->zeros = rg->zeros;
     zero__io_enqueue(io, op);
     *ticket = op->ticket;
+    pthread_mutex_unlock(&io->mu);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    zero_io *io;
+    size_t lo;
+    uint64_t end;
+    zero_result r;
+    zero_io_ticket unused;
+    r = zero__io_check("zero_io_declare_zeros", file, offset, &unused, bytes, &unused);
+    if (r != ZERO_OK) return r;
+    io = file->io;
+    end = offset + bytes;
+    pthread_mutex_lock(&io->mu);
+    for (lo = 0; lo < file->nranges && file->ranges[lo].offset + file->ranges[lo].bytes <= offset; lo++) {
+    }
+    if (lo < file->nranges && file->ranges[lo].offset < end) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "zero_io_declare_zeros: [%llu, +%zu) of %s overlaps a range written before",
+                          (unsigned long long)offset, bytes, file->path);
+    }
+    if (zero__io_ranges_reserve(file, file->nranges + 1) != ZERO_OK) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_declare_zeros: range table of %zu",
+                          file->nranges + 1);
+    }
+    memmove(file->ranges + lo + 1, file->ranges + lo, (file->nranges - lo) * sizeof *file->ranges);
+    file->nranges++;
+    memset(&file->ranges[lo], 0, sizeof file->ranges[lo]);
+    file->ranges[lo].offset = offset;
+    file->ranges[lo].bytes = bytes;
+    file->ranges[lo].state = ZERO__RANGE_VALID;
+    file->ranges[lo].zeros = 1;
     pthread_mutex_unlock(&io->mu);
     return ZERO_OK;
 }
@@ -7183,6 +7247,14 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     pthread_mutex_unlock(&io->mu);
     if (!verify && op->failed) {
         r = zero__fail(ZERO_ERROR_IO, "%s", msg);
+    } else if (verify && op->zeros) {
+        size_t i = 0;
+        while (i < op->bytes && op->buf[i] == 0) i++;
+        if (i < op->bytes)
+            r = zero__fail(ZERO_ERROR_IO,
+                           "zero_io: read of %s at offset %llu (%zu bytes): byte %zu is not zero "
+                           "in a range declared zero: the file changed under the engine",
+                           op->file->path, (unsigned long long)op->offset, op->bytes, i);
     } else if (verify) {
         uint64_t got = zero_io_checksum(op->buf, op->bytes);
         if (got != op->sum)
@@ -7300,6 +7372,11 @@ ZERODEF zero_result zero_io_wait_all(zero_io *io)
     (void)io;
     return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_wait_all: the NVMe I/O engine needs Linux");
 }
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    (void)file; (void)offset; (void)bytes;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_declare_zeros: the NVMe I/O engine needs Linux");
+}
 ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault)
 {
     (void)io; (void)fault;
@@ -7388,7 +7465,7 @@ typedef struct zero__eng_piece {
     size_t off, numel; /* within the tile */
 } zero__eng_piece;
 
-#define ZERO__ENG_MAX_HOST_ALLOCS 8
+#define ZERO__ENG_MAX_HOST_ALLOCS 12
 
 /* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
 typedef struct zero__eng_shape {
@@ -7455,7 +7532,13 @@ struct zero_engine {
     int oopt, oparam;               /* offload_optimizer / offload_param != NONE          */
     unsigned char *hparam;          /* host param shards (offload_param)                  */
     size_t hparam_numel;
-    unsigned char *hgrad, *hpar;    /* staging: 2 gradient tiles (comm dtype), 2 param tiles */
+    /* the reduced gradients off the device (with offload_optimizer): each group's reduced
+       shard is downloaded into host_grad (S elements, comm dtype, group g at off_shard[g])
+       as the reduction produces it; micro-steps k > 0 land in host_grad_in (the largest
+       shard) and are added on the host, deferred until the next download or the step */
+    unsigned char *host_grad, *host_grad_in;
+    int host_grad_add; /* the group whose host add is pending, -1 none */
+    unsigned char *hpar; /* staging: 2 param tiles */
     size_t tile_numel;
     zero__eng_tile *tiles;
     zero__eng_piece *pieces;
@@ -7484,6 +7567,19 @@ struct zero_engine {
     unsigned char *hpg;
     size_t hpg_stride;
     zero_io_ticket hpg_ticket[2];
+    /* between steps (set_tensor, read_tensor, checkpoints, gathers) the NVMe tier is reached
+       through two write-back caches: one tile record in swap slot 0 and one group's param
+       shard in hpg's first half; a cache is written back when another record or shard is
+       needed, at the end of a load, and before the step (which uses both buffers) */
+    int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot 0 (-1 none), changed */
+    int hpg_group, hpg_dirty;              /* group in hpg's first half (-1 none), changed */
+    /* records (per tile) and param shards (per group) never written since commit: they hold
+       the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
+    unsigned char *tile_fresh, *group_fresh;
+    /* stage-3 gathers read one group ahead of the shard they upload: group ra_group's shard
+       is being read into hpg's second half (ticket ra_ticket), -1 none */
+    int ra_group;
+    zero_io_ticket ra_ticket;
     uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
     /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
     zero__eng_shape *shapes;
@@ -7516,6 +7612,8 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out);
 static zero_result zero__eng_hparam_put(zero_engine *e, int g);
+static void zero__eng_ra_drop(zero_engine *e);
+static void zero__eng_ra_start(zero_engine *e, int g);
 static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
                                         const char *what, int group);
 
@@ -8251,7 +8349,8 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->cat[ZERO__B_GRAD_USER] = ZERO_MEM_GRAD;
     if (e->stage <= 1) ovf |= zero__mul_size(e->P, e->p, &sz->bytes[ZERO__B_GRAD_USER]);
     sz->cat[ZERO__B_GRAD_ACC] = ZERO_MEM_GRAD;
-    if (!e->alias)
+    /* offload_optimizer: the accumulator is in the host tier (zero__eng_offload_alloc) */
+    if (!e->alias && !e->oopt)
         ovf |= zero__mul_size(e->stage == 0 ? e->P : e->S, e->c, &sz->bytes[ZERO__B_GRAD_ACC]);
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
@@ -8446,13 +8545,16 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
 }
 
 /* The host tier of commit: master, m, v of this rank's shard (S fp32 each), the offloaded
-   param shards, and the staging tiles: 2 x tile_numel gradient elements (comm dtype) and
-   2 x tile_numel param elements (param dtype). Plus the OFFLOAD hand-off events. */
+   param shards, the reduced gradients (S elements of the comm dtype, plus the largest shard
+   again to receive micro-steps k > 0 before their add), and 2 x tile_numel param elements
+   (param dtype) staging the step's uploads. Plus the OFFLOAD hand-off events. */
 static zero_result zero__eng_offload_alloc(zero_engine *e)
 {
-    size_t sb, gb, pb;
+    size_t sb, gb, gi, pb;
     void *p;
     zero_result r;
+    e->host_grad_add = -1;
+    e->nvme_tile_cached = e->hpg_group = e->ra_group = -1;
     if (!e->oopt) return ZERO_OK;
     if (e->dev->ops->event_create) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
@@ -8461,7 +8563,8 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->tile_numel, 2 * e->c, &gb) ||
+    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->S, e->c, &gb) ||
+        zero__mul_size(e->M / (size_t)e->world, e->c, &gi) ||
         zero__mul_size(e->tile_numel, 2 * e->p, &pb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
     if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME || e->d.offload_param == ZERO_OFFLOAD_NVME)
@@ -8482,7 +8585,11 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         e->hparam = (unsigned char *)p;
     }
     if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-    e->hgrad = (unsigned char *)p;
+    e->host_grad = (unsigned char *)p;
+    if (e->accum > 1) {
+        if ((r = zero__eng_host_alloc(e, gi, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+        e->host_grad_in = (unsigned char *)p;
+    }
     if ((r = zero__eng_host_alloc(e, pb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
     e->hpar = (unsigned char *)p;
     return ZERO_OK;
@@ -8504,6 +8611,7 @@ static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned ch
     const zero__eng_group *eg = &e->groups[g];
     unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p, *src = NULL;
     zero_result r = zero__eng_hparam_get(e, g, &src); /* nvme: read ahead of the all-gather */
+    if (r == ZERO_OK) zero__eng_ra_start(e, g);
     if (e->fpar) { /* every rank learns of a failed read before the all-gather: no hang */
         char err[400];
         err[0] = '\0';
@@ -8530,17 +8638,92 @@ static unsigned char *zero__eng_tile_param_dev(const zero_engine *e, const zero_
     return e->param + (eg->off_param + tl->begin) * e->p;
 }
 
-static zero_result zero__eng_tile_download(zero_engine *e, int k)
+/* The host device's kernel bodies over host-tier memory, for the reduced gradients that left
+   the device: the same code as its add, nonfinite and sumsq ops (and the device backends are
+   defined to give the same bits), so the accumulation, the inf/NaN verdict and the norm do
+   not change when the gradients move to the host. Returns the body's block sum. */
+static double zero__eng_host_kernel(const zero_engine *e, zero__host_body body, void *dst,
+                                    const void *src, size_t numel)
 {
-    const zero__eng_tile *tl = &e->tiles[k];
-    const unsigned char *src = zero__eng_grad_acc_shard(e, tl->group) + tl->begin * e->c;
-    return e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD,
-                                 e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c, src,
-                                 tl->numel * e->c);
+    zero__host_device hd;
+    zero__host_ctx c;
+    memset(&hd, 0, sizeof hd);
+    hd.simd = zero_simd_detect();
+    hd.threads = e->d.host_threads > 1 && numel >= 4 * (size_t)ZERO_HOST_SUMSQ_BLOCK ? e->d.host_threads : 1;
+    memset(&c, 0, sizeof c);
+    c.d = &hd;
+    c.dst = dst;
+    c.src = src;
+    c.dtype = e->cd;
+    return zero__host_for(&hd, numel, body, &c);
+}
+
+/* Finishes the pending host add of a micro-step k > 0 (its download waited for first). */
+static zero_result zero__eng_host_grad_settle(zero_engine *e)
+{
+    int g = e->host_grad_add;
+    const zero__eng_group *eg;
+    if (g < 0) return ZERO_OK;
+    e->host_grad_add = -1;
+    eg = &e->groups[g];
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
+    (void)zero__eng_host_kernel(e, zero__host_body_add, e->host_grad + eg->off_shard * e->c,
+                                e->host_grad_in, eg->shard_numel);
+    return ZERO_OK;
+}
+
+/* Elements [j, j + n) of group g's reduced shard, at dev_src on the device (written on
+   COMM), leave the device: the step's first contribution ('store') is downloaded into its
+   place in host_grad, a later one into host_grad_in for an add on the host (deferred until
+   the next download needs host_grad_in, or the step). COMM then waits for the download, so
+   whatever reuses dev_src after an event recorded on COMM (the next piece's cast into the
+   bucket, the gradient buffer's return to the arena, a gradient slice) comes after it. */
+static zero_result zero__eng_grad_out(zero_engine *e, int g, int store, const unsigned char *dev_src,
+                                      size_t j, size_t n)
+{
+    const zero__eng_group *eg = &e->groups[g];
+    unsigned char *dst = e->host_grad + (eg->off_shard + j) * e->c;
+    zero_result r;
+    if (!store) {
+        if (j == 0 && (r = zero__eng_host_grad_settle(e)) != ZERO_OK) return r;
+        dst = e->host_grad_in + j * e->c;
+    }
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
+    if (r == ZERO_OK) r = e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD, dst, dev_src, n * e->c);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
+    if (r == ZERO_OK && !store && j + n == eg->shard_numel) e->host_grad_add = g;
+    return r;
+}
+
+/* The step's inf/NaN flag and sum of squares over the host-tier gradients: every download
+   waited for, then the host device's kernels over each group's shard in group order (the
+   order the device ops run in without offload), and the pair uploaded to the scratch as
+   the device ops would have left it (sumsq f64 at 0, flag f32 at 8). */
+static zero_result zero__eng_host_grad_norm(zero_engine *e)
+{
+    unsigned char v[16];
+    double sumsq = 0.0;
+    float flag = 0.0f, zero = 0.0f;
+    int g;
+    zero_result r = zero__eng_host_grad_settle(e);
+    if (r != ZERO_OK) return r;
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    for (g = 0; g < e->G; g++) {
+        const unsigned char *a = e->host_grad + e->groups[g].off_shard * e->c;
+        size_t n = e->groups[g].shard_numel;
+        if (zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, a, n) > 0.0) flag = 1.0f;
+        sumsq += zero__eng_host_kernel(e, zero__host_body_sumsq, NULL, a, n);
+    }
+    memcpy(v, &sumsq, 8);
+    memcpy(v + 8, &flag, 4);
+    memcpy(v + 12, &zero, 4);
+    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->scratch, v, sizeof v),
+                  "step: upload of the gradient norm");
+    return ZERO_OK;
 }
 
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
-   gradients from the staging tile, master/m/v in the host tier, params into the staging
+   gradients and master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
                                        const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd,
@@ -8548,7 +8731,7 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 {
     const zero__eng_tile *tl = &e->tiles[k];
     const zero__eng_group *eg = &e->groups[tl->group];
-    const unsigned char *gbuf = e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c;
+    const unsigned char *gbuf = e->host_grad + (eg->off_shard + tl->begin) * e->c;
     unsigned char *pbuf = zero__eng_tile_param_dev(e, tl) ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
                           : e->fpar ? e->hpg + (size_t)(tl->group & 1) * e->hpg_stride + tl->begin * e->p
                                     : e->hparam + (eg->off_param + tl->begin) * e->p;
@@ -8589,6 +8772,10 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
     int i = k % e->nswap;
     zero_result r = zero__eng_swap_wait(e, i);
     if (r != ZERO_OK) return r;
+    if (e->tile_fresh[k]) { /* still the file's zeros */
+        memset(e->swap + (size_t)i * e->swap_stride, 0, e->tiles[k].numel * 12);
+        return ZERO_OK;
+    }
     return zero_io_read(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                         e->tiles[k].numel * 12, &e->swap_ticket[i]);
 }
@@ -8597,6 +8784,7 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
 static zero_result zero__eng_swap_out(zero_engine *e, int k)
 {
     int i = k % e->nswap;
+    e->tile_fresh[k] = 0;
     return zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                          e->tiles[k].numel * 12, &e->swap_ticket[i]);
 }
@@ -8635,7 +8823,7 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
 }
 
 /* offload_param = nvme: the rank's param file (one range per partitioned group's shard,
-   written with zeros now) and the two host shard buffers. */
+   declared zero) and the two host shard buffers. */
 static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
 {
     uint64_t off = 0;
@@ -8644,7 +8832,9 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     zero_result r;
     void *p = NULL;
     e->poff = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)e->G * sizeof(uint64_t));
-    if (!e->poff) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    e->group_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)e->G);
+    if (!e->poff || !e->group_fresh) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->group_fresh, 1, (size_t)e->G);
     for (g = 0; g < e->G; g++) {
         size_t b = e->groups[g].shard_numel * e->p;
         e->poff[g] = off;
@@ -8666,19 +8856,59 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
         return r;
     e->nvme_total += (size_t)zero_io_file_size(e->fpar);
     e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fpar) - e->nvme_mem[ZERO_MEM_PARAM];
-    for (g = 0; g < e->G; g++) {
-        zero_io_ticket t;
+    for (g = 0; g < e->G; g++) { /* the preallocated file reads as zeros: nothing written */
         if (e->groups[g].persistent || e->groups[g].shard_numel == 0) continue;
-        if ((r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) != ZERO_OK) {
-            (void)zero_io_wait_all(e->io);
+        if ((r = zero_io_declare_zeros(e->fpar, e->poff[g], e->groups[g].shard_numel * e->p)) != ZERO_OK)
             return r;
-        }
     }
-    return zero_io_wait_all(e->io);
+    return ZERO_OK;
 }
 
-/* The host copy of offloaded group g's param shard: in place (cpu), or read from the file
-   into the first shard buffer (nvme; synchronous, after the uploads that read the buffer). */
+/* Writes back what the NVMe caches changed: the tile record in swap slot 0 (which = 1), the
+   param shard in hpg's first half (2), or both (3). Synchronous; the caches stay valid. */
+static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
+{
+    zero_io_ticket t;
+    zero_result r = ZERO_OK;
+    if ((which & 1) && e->nvme_tile_dirty && e->nvme_tile_cached >= 0) {
+        int k = e->nvme_tile_cached;
+        e->tile_fresh[k] = 0;
+        r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) return r;
+        e->nvme_tile_dirty = 0;
+    }
+    if ((which & 2) && e->hpg_dirty && e->hpg_group >= 0) {
+        int g = e->hpg_group;
+        e->group_fresh[g] = 0;
+        r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) return r;
+        e->hpg_dirty = 0;
+    }
+    return r;
+}
+
+static zero_result zero__eng_nvme_flush(zero_engine *e)
+{
+    return zero__eng_nvme_flush_some(e, 3);
+}
+
+/* Flushes and empties the NVMe caches (before the step reuses their buffers). */
+static zero_result zero__eng_nvme_forget(zero_engine *e)
+{
+    zero_result r;
+    if (e->io) zero__eng_ra_drop(e);
+    r = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    e->nvme_tile_cached = e->hpg_group = -1;
+    e->nvme_tile_dirty = e->hpg_dirty = 0;
+    return r;
+}
+
+/* The host copy of offloaded group g's param shard: in place (cpu), or in the first shard
+   buffer (nvme): read from the file unless the buffer holds it already (the forward's gather
+   leaves it there for the backward's), after writing back the group it held if changed and
+   after the uploads that read the buffer. */
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
 {
     zero_io_ticket t;
@@ -8688,31 +8918,64 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
         return ZERO_OK;
     }
     *out = e->hpg;
+    if (e->hpg_group == g) return ZERO_OK;
+    if (e->hpg_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
+    e->hpg_group = -1;
     r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK) r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    if (r == ZERO_OK && e->ra_group == g) { /* read ahead: wait for it, take it */
+        e->ra_group = -1;
+        r = zero_io_wait(e->io, e->ra_ticket);
+        if (r == ZERO_OK) memcpy(e->hpg, e->hpg + e->hpg_stride, e->groups[g].shard_numel * e->p);
+    } else if (r == ZERO_OK && e->group_fresh[g]) { /* still the file's zeros */
+        memset(e->hpg, 0, e->groups[g].shard_numel * e->p);
+    } else if (r == ZERO_OK && (r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) == ZERO_OK) {
+        r = zero_io_wait(e->io, t);
+    }
+    if (r == ZERO_OK) e->hpg_group = g;
     return r;
 }
 
-/* Writes the first shard buffer back as group g's shard (nvme; synchronous). */
+/* Waits for the read ahead (if any) and forgets it (its bytes are the file's: nothing lost). */
+static void zero__eng_ra_drop(zero_engine *e)
+{
+    if (e->ra_group < 0) return;
+    e->ra_group = -1;
+    (void)zero_io_wait(e->io, e->ra_ticket);
+}
+
+/* After group g's shard came up for a gather: starts reading the group the gathers will
+   want next (g + 1 going forward, g - 1 coming back) into hpg's second half, so its read
+   runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
+   gathered, with the prefetcher one group ahead). */
+static void zero__eng_ra_start(zero_engine *e, int g)
+{
+    int next = g + (e->last_gathered >= 0 && g < e->last_gathered ? -1 : 1);
+    if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
+    if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
+        e->groups[next].shard_numel == 0)
+        return;
+    if (zero_io_read(e->fpar, e->poff[next], e->hpg + e->hpg_stride,
+                     e->groups[next].shard_numel * e->p, &e->ra_ticket) == ZERO_OK)
+        e->ra_group = next;
+}
+
+/* Marks the first shard buffer (group g's shard, from zero__eng_hparam_get) changed: it is
+   written back by the next flush (nvme). */
 static zero_result zero__eng_hparam_put(zero_engine *e, int g)
 {
-    zero_io_ticket t;
-    zero_result r;
-    if (!e->fpar) return ZERO_OK;
-    r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-    return r;
+    if (e->fpar && e->hpg_group == g) e->hpg_dirty = 1;
+    return ZERO_OK;
 }
 
-/* Creates the I/O engine and the rank's optimizer file, the swap slots, and writes every
-   tile's zero state (a read names a range written before). */
+/* Creates the I/O engine and the rank's optimizer file and the swap slots, and declares
+   every tile's record as the zeros the preallocated file holds (no byte written: commit
+   costs no I/O whatever Psi). */
 static zero_result zero__eng_nvme_alloc(zero_engine *e)
 {
     zero_io_desc iod;
     uint64_t off = 0;
     size_t rec;
-    int k, i;
+    int k;
     zero_result r;
     void *p = NULL;
     memset(&iod, 0, sizeof iod);
@@ -8727,8 +8990,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->tile_off = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1) * sizeof(uint64_t));
     e->nswap = e->d.buffer_count < 3 ? 3 : e->d.buffer_count;
     e->swap_ticket = (zero_io_ticket *)zero__alloc(&e->d.allocator, (size_t)e->nswap * sizeof(zero_io_ticket));
-    if (!e->tile_off || !e->swap_ticket)
+    e->tile_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1));
+    if (!e->tile_off || !e->swap_ticket || !e->tile_fresh)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->tile_fresh, 1, (size_t)(e->ntiles ? e->ntiles : 1));
     memset(e->swap_ticket, 0, (size_t)e->nswap * sizeof(zero_io_ticket));
     for (k = 0; k < e->ntiles; k++) {
         e->tile_off[k] = off;
@@ -8748,16 +9013,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->nvme_mem[ZERO_MEM_MASTER] = e->nvme_mem[ZERO_MEM_MOMENT1] = e->nvme_mem[ZERO_MEM_MOMENT2] = e->S * 4;
     e->nvme_total += (size_t)zero_io_file_size(e->fopt);
     e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fopt) - 12 * e->S; /* tile alignment */
-    for (k = 0; k < e->ntiles; k++) { /* zeros, from slot 0, queue_depth-bounded by the engine */
-        zero_io_ticket t;
-        if ((r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t)) != ZERO_OK) {
-            (void)zero_io_wait_all(e->io);
+    for (k = 0; k < e->ntiles; k++) /* the preallocated file reads as zeros: nothing written */
+        if ((r = zero_io_declare_zeros(e->fopt, e->tile_off[k], e->tiles[k].numel * 12u)) != ZERO_OK)
             return r;
-        }
-    }
-    r = zero_io_wait_all(e->io);
-    for (i = 0; i < e->nswap; i++) e->swap_ticket[i] = 0;
-    return r;
+    return ZERO_OK;
 }
 
 static void zero__eng_nvme_free(zero_engine *e)
@@ -8775,6 +9034,9 @@ static void zero__eng_nvme_free(zero_engine *e)
     zero_io_destroy(e->io);
     zero__free(&e->d.allocator, e->tile_off);
     zero__free(&e->d.allocator, e->swap_ticket);
+    zero__free(&e->d.allocator, e->tile_fresh);
+    zero__free(&e->d.allocator, e->group_fresh);
+    e->tile_fresh = e->group_fresh = NULL;
     e->io = NULL;
     e->fopt = NULL;
     e->swap = NULL;
@@ -8783,44 +9045,59 @@ static void zero__eng_nvme_free(zero_engine *e)
 }
 
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
-   NVMe tier to out, or from in to the tier when in is not NULL, tile by tile (read, copy, and
-   for a write, write back). Synchronous;
-   used by set_tensor and read_tensor between steps. */
+   NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
+   slot 0): a tile record is read once when first touched and written back when another is
+   needed or at a flush, so a run of calls in shard order moves each record once. Between
+   steps: set_tensor, read_tensor, checkpoints. */
 static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
                                         const float *in)
 {
-    int k;
+    int k, lo = 0, hi = e->ntiles;
     zero_result r = ZERO_OK;
     zero_io_ticket t;
     float *sl = (float *)(void *)e->swap;
-    for (k = 0; k < e->ntiles && r == ZERO_OK; k++) {
+    while (lo < hi) { /* the first tile ending after off (tiles are in shard order) */
+        int mid = lo + (hi - lo) / 2;
+        const zero__eng_tile *tl = &e->tiles[mid];
+        if (e->groups[tl->group].off_shard + tl->begin + tl->numel <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    for (k = lo; k < e->ntiles && r == ZERO_OK; k++) {
         const zero__eng_tile *tl = &e->tiles[k];
-        size_t lo = e->groups[tl->group].off_shard + tl->begin, hi = lo + tl->numel, a, b;
-        a = lo > off ? lo : off;
-        b = hi < off + n ? hi : off + n;
+        size_t tlo = e->groups[tl->group].off_shard + tl->begin, thi = tlo + tl->numel, a, b;
+        if (tlo >= off + n) break;
+        a = tlo > off ? tlo : off;
+        b = thi < off + n ? thi : off + n;
         if (a >= b) continue;
-        r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-        if (r != ZERO_OK) break;
+        if (e->nvme_tile_cached != k) {
+            if (e->nvme_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK) break;
+            e->nvme_tile_cached = -1;
+            if (e->tile_fresh[k]) {
+                memset(sl, 0, tl->numel * 12u);
+            } else {
+                r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+                if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+                if (r != ZERO_OK) break;
+            }
+            e->nvme_tile_cached = k;
+        }
         if (in) {
-            memcpy(sl + (size_t)kind * tl->numel + (a - lo), in + (a - off), (b - a) * 4);
-            r = zero_io_write(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-            if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+            memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
+            e->nvme_tile_dirty = 1;
         } else {
-            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - lo), (b - a) * 4);
+            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
     }
     return r;
 }
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
-   (scratch + 8: flag, multiplier, norm). Pipeline over tiles k = 0..n-1 with two staging
-   tiles each way: the download of k+1 (OFFLOAD) and the uploads of earlier tiles (COMPUTE)
-   run while the host Adam works on k. A host sync on OFFLOAD before Adam k (only download k
-   is then in flight) keeps the gradient tiles free; before Adam k writes param half k & 1,
-   a host sync on COMPUTE waits for the last upload from that half, whichever earlier tile
-   it was (tiles of offloaded shards upload nothing, so it need not be tile k - 2's). A
-   skipped step moves nothing. */
+   (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
+   k = 0..n-1, the host Adam reads the gradients where the reduction left them (host_grad),
+   and the uploads of earlier tiles' params (COMPUTE) run while it works on k. Before Adam k
+   writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
+   half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
+   not be tile k - 2's). A skipped step moves nothing. */
 static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
                                           const zero_adam_coefs *co_nowd)
 {
@@ -8831,16 +9108,18 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     int up_busy[2] = {0, 0};    /* an upload from param half i may still be reading it */
     char io_err[400];
     io_err[0] = '\0';
+    if (e->io) { /* the step reuses the caches' buffers: what they changed goes out first */
+        io_r = zero__eng_nvme_forget(e);
+        if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
+    }
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (fm[0] != 0.0f || e->ntiles == 0)
-        return e->io ? zero__eng_nvme_agree(e, ZERO_OK, io_err, "zero_engine_step", -1) : ZERO_OK;
-    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o),
-                  "step: event");
-    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
-                  "step: event");
-    ZERO__ENG_TRY(e, zero__eng_tile_download(e, 0), "step: gradient tile download");
+        return e->io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
+    /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
+       gathers that read the offloaded param shards are done before Adam rewrites them */
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
     /* NVMe: reads run nswap - 2 tiles ahead; the slot of tile k + nswap - 2 was last written
        behind tile k - 2, so a read never waits for the write just issued */
     for (k = 0; e->fopt && k < e->nswap - 2 && k < e->ntiles && io_r == ZERO_OK; k++)
@@ -8848,9 +9127,6 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     for (k = 0; k < e->ntiles; k++) {
         unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
         zero_result r;
-        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
-        if (k + 1 < e->ntiles)
-            ZERO__ENG_TRY(e, zero__eng_tile_download(e, k + 1), "step: gradient tile download");
         if (e->fpar && !dst && io_r == ZERO_OK && e->tiles[k].begin == 0) { /* a group starts */
             int x = e->tiles[k].group & 1;
             zero_io_ticket t = e->hpg_ticket[x];
@@ -8881,6 +9157,7 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
         if (e->fpar && !dst && io_r == ZERO_OK &&
             e->tiles[k].begin + e->tiles[k].numel == e->groups[e->tiles[k].group].shard_numel) {
             int g = e->tiles[k].group; /* the group's shard is complete: write it behind */
+            e->group_fresh[g] = 0;
             io_r = zero_io_write(e->fpar, e->poff[g], e->hpg + (size_t)(g & 1) * e->hpg_stride,
                                  e->groups[g].shard_numel * e->p, &e->hpg_ticket[g & 1]);
         }
@@ -8909,6 +9186,67 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     return ZERO_OK;
 }
 
+/* The device's model states of an estimate: with the optimizer offloaded the reduced
+   gradients (the estimator's shard at stages 2-3) live in the host tier; at stage 1 the
+   device keeps the whole user gradient buffer, which is the estimator's figure. */
+static size_t zero__eng_hint_states(const zero_estimate *x, int opt_offloaded)
+{
+    uint64_t b = x->device_bytes;
+    if (opt_offloaded && x->stage >= 2) b -= x->grads_bytes;
+    return (size_t)b;
+}
+
+/* When no offload setting fits (both offloads on already, or none enough): names the bulk
+   (the largest device buffer) and what would fit, each figure exact from this
+   configuration's sizes: an arena of twice the largest group (its params and its gradient
+   buffer at once, no prefetch), smaller groups (the arena and the cast staging scale with
+   the largest group), more ranks (the sharded model states shrink as 1/N). Appended to
+   out. */
+static void zero__eng_oom_bulk(const zero_engine *e, const zero__eng_sizes *sz, size_t need,
+                               size_t avail, char *out, size_t n)
+{
+    static const char *const names[ZERO__B_N] = {
+        "scratch", "params", "user gradients", "gradient accumulator", "master weights", "Adam m",
+        "Adam v", "reduce bucket", "arena"};
+    size_t bulk = 0, len = strlen(out), per = 0, mdep, sharded = 0, fixed, two;
+    int i, ib = 0, any = 0;
+    for (i = 0; i < sz->n && i < ZERO__B_N; i++)
+        if (sz->bytes[i] > bulk) bulk = sz->bytes[i], ib = i;
+    len += (size_t)snprintf(out + len, len < n ? n - len : 0, ": the bulk is the %s (%zu bytes)",
+                            names[ib], bulk);
+    mdep = sz->bytes[ZERO__B_ARENA] + sz->bytes[ZERO__B_BUCKET];
+    if (e->stage >= 2 && e->arena_numel > 2 * e->M && len < n) {
+        two = need - sz->bytes[ZERO__B_ARENA] + 2 * e->M * e->p;
+        len += (size_t)snprintf(out + len, n - len, "; max_live_numel=%zu with prefetch_depth=-1 %s (%zu bytes)",
+                                2 * e->M, two <= avail ? "would fit" : "needs", two);
+        any |= two <= avail;
+    }
+    /* smaller groups: per element of the largest group, an arena of two groups and the staging */
+    if (e->stage >= 2) per += 2 * e->p;
+    if (sz->bytes[ZERO__B_BUCKET]) per += e->c;
+    fixed = need - mdep;
+    if (per > 0 && avail > fixed && len < n) {
+        size_t m = (avail - fixed) / per;
+        if (m < e->M) len += (size_t)snprintf(out + len, n - len, "; groups of at most %zu elements "
+                                              "(the largest has %zu) with max_live_numel=%zu would fit",
+                                              m, e->M, 2 * m);
+        any = 1;
+    }
+    /* more ranks: the sharded states shrink as 1/N, the rest stays */
+    if (e->stage >= 1) sharded += sz->bytes[ZERO__B_MASTER] + sz->bytes[ZERO__B_M1] + sz->bytes[ZERO__B_M2];
+    if (e->stage >= 2) sharded += sz->bytes[ZERO__B_GRAD_ACC];
+    if (e->stage == 3 && !e->oparam) /* the partitioned groups' shards; persistent ones stay whole */
+        for (i = 0; i < e->G; i++)
+            if (!e->groups[i].persistent) sharded += e->groups[i].shard_numel * e->p;
+    if (sharded > 0 && need - sharded < avail && len < n) {
+        double r = (double)sharded * (double)e->world / (double)(avail - (need - sharded));
+        long nr = (long)r + 1;
+        if (nr > e->world) len += (size_t)snprintf(out + len, n - len, "; %ld ranks would fit", nr);
+        any = 1;
+    }
+    if (!any && len < n) (void)snprintf(out + len, n - len, "; the buffers alone exceed the budget");
+}
+
 /* Replaces an out-of-memory commit message by one that names the bytes, the device budget
    and the offload setting that would fit: each candidate's device bytes are the estimator's
    model states (zero_estimate_compute, paper mode, this engine's dtypes) plus this
@@ -8921,9 +9259,9 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     };
     zero_estimate_desc ed;
     zero_estimate now, alt;
-    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0;
+    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0, now_dev;
     int i, k, nth = 0;
-    char fits[160];
+    char fits[320];
     const char *fail_cat = "?";
     memset(&now, 0, sizeof now);
     memset(&alt, 0, sizeof alt);
@@ -8953,7 +9291,12 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     ed.offload_optimizer = e->d.offload_optimizer;
     ed.offload_param = e->d.offload_param;
     if (zero_estimate_compute(&ed, &now) != ZERO_OK) return;
-    buffers = need > now.device_bytes ? need - (size_t)now.device_bytes : 0;
+    now_dev = zero__eng_hint_states(&now, e->oopt);
+    buffers = need > now_dev ? need - now_dev : 0;
+    if (!e->oopt) { /* offloaded gradients reduce in place, into the host tier */
+        size_t stay = e->stage <= 1 ? sz->bytes[ZERO__B_GRAD_ACC] : 0;
+        buffers = buffers > stay ? buffers - stay : 0;
+    }
     snprintf(fits, sizeof fits, "no offload setting fits");
     for (i = 0; i < (int)(sizeof cand / sizeof cand[0]); i++) {
         size_t dev_bytes;
@@ -8965,7 +9308,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
         ed.offload_optimizer = ZERO_OFFLOAD_CPU;
         ed.offload_param = cand[i].par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
         if (zero_estimate_compute(&ed, &alt) != ZERO_OK) continue;
-        dev_bytes = (size_t)alt.device_bytes + buffers;
+        dev_bytes = zero__eng_hint_states(&alt, 1) + buffers;
         if (dev_bytes <= avail) {
             snprintf(fits, sizeof fits, "%s would fit (%zu device bytes)",
                      e->stage == 3 && cand[i].stage3 ? cand[i].name + 13 : cand[i].name, dev_bytes);
@@ -8975,6 +9318,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
             snprintf(fits, sizeof fits, "no offload setting fits (%s needs %zu device bytes)",
                      cand[i].name, dev_bytes);
     }
+    if (strncmp(fits, "no offload", 10) == 0) zero__eng_oom_bulk(e, sz, need, avail, fits, sizeof fits);
     snprintf(msg, n,
              "zero_engine_commit: out of device memory: %zu bytes of %s asked; this configuration "
              "needs %zu device bytes per rank, the device budget is %zu bytes (%zu free); %s",
@@ -9497,7 +9841,7 @@ static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
     zero__eng_group *eg = &e->groups[g];
     zero_device *dev = e->dev;
     const unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g), *bk = e->bucket;
+    unsigned char *acc = e->oopt ? NULL : zero__eng_grad_acc(e, g), *bk = e->bucket; /* offload: host */
     size_t N = (size_t)e->world, b = e->bucket_piece, j, n, r;
     zero_result x = ZERO_OK;
     if (e->stage == 0) {
@@ -9518,6 +9862,11 @@ static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
         for (r = 0; r < N && x == ZERO_OK; r++)
             x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk + r * n * e->c, e->cd,
                                src + (r * eg->shard_numel + j) * e->p, e->gd, n);
+        if (x == ZERO_OK && e->oopt) { /* in place; the piece then leaves the device */
+            x = zero__eng_reduce_scatter(e, bk, mine, n, e->cd, g);
+            if (x == ZERO_OK) x = zero__eng_grad_out(e, g, store, mine, j, n);
+            continue;
+        }
         if (x == ZERO_OK) x = zero__eng_reduce_scatter(e, bk, store ? acc + j * e->c : mine, n, e->cd, g);
         if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, mine, e->cd, n);
     }
@@ -9541,9 +9890,17 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int co
 {
     zero__eng_group *eg = &e->groups[g];
     unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g), *dst = store ? acc : zero__eng_reduced_in_place(e, g);
+    unsigned char *acc, *dst;
     zero_result r;
     if (e->cd != e->gd) return zero__eng_reduce_staged(e, g, store);
+    if (e->oopt) { /* in place; the reduced shard then leaves the device (stages 1-3) */
+        dst = zero__eng_reduced_in_place(e, g);
+        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cd, g);
+        if (r != ZERO_OK || collective_only) return r;
+        return zero__eng_grad_out(e, g, store, dst, 0, eg->shard_numel);
+    }
+    acc = zero__eng_grad_acc(e, g);
+    dst = store ? acc : zero__eng_reduced_in_place(e, g);
     if (e->stage == 0)
         r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cd, ZERO_OP_SUM, 0, g, ZERO_ROLE_GRAD_REDUCE);
     else
@@ -9569,7 +9926,13 @@ static zero_result zero__eng_flush(zero_engine *e)
             ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 1),
                                    "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
-        for (i = 0; i < e->npending; i++) {
+        for (i = 0; i < e->npending && e->oopt; i++) { /* reduced in place: off the device */
+            int g = e->pending[i];
+            ZERO__ENG_TRY(e, zero__eng_grad_out(e, g, e->pending_store[i], zero__eng_reduced_in_place(e, g),
+                                                0, e->groups[g].shard_numel),
+                          "gradient offload");
+        }
+        for (i = 0; i < e->npending && !e->oopt; i++) {
             int g = e->pending[i];
             if (e->pending_store[i]) continue;
             ZERO__ENG_TRY(e, e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, zero__eng_grad_acc(e, g),
@@ -10031,7 +10394,8 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     /* 1. non-finite flag and sum of squares over this rank's shard of every group. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, e->scratch, 20), "step: fill");
-    for (g = 0; g < e->G; g++) {
+    if (e->oopt && (r = zero__eng_host_grad_norm(e)) != ZERO_OK) return r; /* host tier */
+    for (g = 0; g < e->G && !e->oopt; g++) {
         const unsigned char *a = zero__eng_grad_acc_shard(e, g);
         size_t n = e->groups[g].shard_numel;
         ZERO__ENG_TRY(e, dev->ops->nonfinite(dev, ZERO_QUEUE_COMPUTE, a, e->cd, n, flag),
@@ -10402,6 +10766,13 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
     out->peak_total_bytes = e->mem_peak_total;
     out->allocations = (size_t)e->nallocs;
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out)
+{
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_nvme_stats: NULL");
+    memset(out, 0, sizeof *out);
+    return e->io ? zero_io_get_stats(e->io, out) : ZERO_OK;
 }
 
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
@@ -12738,15 +13109,22 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     }
     if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto out;
-    /* Order the downloads after any collective still writing the buffers. */
+    /* Order the downloads after any collective still writing the buffers; the NVMe caches
+       written back and emptied, so the save reads each record once, from the file. */
     r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
-    for (g = 0; g < e->G && r == ZERO_OK; g++)
-        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            size_t esz = ki == 3 ? e->p : 4, per = chunk_bytes / esz, n = e->groups[g].shard_numel;
-            size_t pos = 0;
-            uint32_t crc = 0;
-            while (pos < n && r == ZERO_OK) {
-                size_t c = n - pos < per ? n - pos : per;
+    if (r == ZERO_OK) r = zero__eng_nvme_forget(e);
+    /* Per group, chunk by chunk, the four sections of each chunk together: an NVMe tile record
+       (master, m and v of one tile) is then read once for all three (chunks never cross a
+       tile), and an NVMe param shard once per group. */
+    for (g = 0; g < e->G && r == ZERO_OK; g++) {
+        size_t n = e->groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
+        uint32_t crc[4] = {0, 0, 0, 0};
+        while (pos < n && r == ZERO_OK) {
+            size_t c = n - pos < per ? n - pos : per;
+            if (e->fopt && c > e->tile_numel - pos % e->tile_numel) c = e->tile_numel - pos % e->tile_numel;
+            for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+                size_t esz = ki == 3 ? e->p : 4;
+                uint64_t sec = off + (uint64_t)n * (ki == 3 ? 12u : 4u * (unsigned)ki);
                 r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
                 if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
                 if (r != ZERO_OK) {
@@ -12756,13 +13134,14 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
                                    zero__ck_kind_name(ki), g, prev);
                     break;
                 }
-                crc = zero_crc32c(crc, chunk, c * esz);
-                r = zero__ck_pwrite(fd, chunk, c * esz, off + pos * esz, tmp);
-                pos += c;
+                crc[ki] = zero_crc32c(crc[ki], chunk, c * esz);
+                r = zero__ck_pwrite(fd, chunk, c * esz, sec + pos * esz, tmp);
             }
-            crcs[g * 4 + ki] = crc;
-            off += (uint64_t)n * esz;
+            pos += c;
         }
+        for (ki = 0; ki < 4; ki++) crcs[g * 4 + ki] = crc[ki];
+        off += (uint64_t)n * (12u + e->p);
+    }
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
         zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
@@ -13120,6 +13499,23 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
     return ZERO_OK;
 }
 
+/* Load's apply step for elements [at, at + n) of this rank's shard of group g: master, m,
+   v and params, from the mapped shard file or the resharded staging buffer. */
+static zero_result zero__ck_apply(zero_engine *e, const zero_checkpoint *ck, const zero__ck_load *L,
+                                  int g, size_t at, size_t n)
+{
+    zero_result r = ZERO_OK;
+    int ki;
+    for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+        size_t esz = ki == 3 ? e->p : 4;
+        unsigned char *src = L->map ? L->map + zero__ck_sec_off(ck, g, ki) + at * esz
+                                    : L->stage_buf + (size_t)ki * e->S * 4u +
+                                          (e->groups[g].off_shard + at) * esz;
+        r = zero__ck_state_io(e, zero__ck_kinds[ki], g, at, n, src, 1);
+    }
+    return r;
+}
+
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
 {
     return zero_engine_load_client(e, dir, NULL, 0, NULL);
@@ -13135,7 +13531,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     zero_traffic keep;
     size_t bytes = 0;
     unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
-    int t, ki, want_client = client != NULL || client_bytes != NULL;
+    int t, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -13239,8 +13635,19 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         goto out;
     }
     zero__eng_drop_prefetched(e);
-    /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
-    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+    if (e->io) r = zero__eng_nvme_forget(e);
+    /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
+       the four kinds together, so an NVMe tile record and param shard are read and written
+       once. The padding between tensors is never written (the engine's stays 0). */
+    for (t = 0; e->oopt && t < e->ntiles && r == ZERO_OK; t++) {
+        const zero__eng_tile *tl = &e->tiles[t];
+        int pi;
+        for (pi = tl->first; pi < tl->first + tl->count && r == ZERO_OK; pi++)
+            r = zero__ck_apply(e, ck, &L, tl->group, tl->begin + e->pieces[pi].off, e->pieces[pi].numel);
+    }
+    if (r == ZERO_OK && e->io) r = zero__eng_nvme_flush(e);
+    /* else tensor by tensor */
+    for (t = 0; !e->oopt && t < e->ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
         zero_range sn, shn;
         size_t at;
@@ -13252,13 +13659,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &shn);
         if (r != ZERO_OK || sn.numel == 0) continue;
         at = sn.offset - shn.offset;
-        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            size_t esz = ki == 3 ? e->p : 4;
-            unsigned char *src = L.map ? L.map + zero__ck_sec_off(ck, ti.group, ki) + at * esz
-                                       : L.stage_buf + (size_t)ki * e->S * 4u +
-                                             (e->groups[ti.group].off_shard + at) * esz;
-            r = zero__ck_state_io(e, zero__ck_kinds[ki], ti.group, at, sn.numel, src, 1);
-        }
+        r = zero__ck_apply(e, ck, &L, ti.group, at, sn.numel);
     }
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
     if (r != ZERO_OK) {
