@@ -11511,6 +11511,21 @@ ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_acti
 #include <sys/types.h>
 #include <unistd.h>
 
+/* As in the NVMe section: names glibc hides when a libc header came before zero.h under
+   -std=c99/c11 (the values and signatures are fixed by the kernel and POSIX). */
+#if !defined(O_NOFOLLOW) && defined(__O_NOFOLLOW)
+#define O_NOFOLLOW __O_NOFOLLOW
+#endif
+#if !defined(O_DIRECTORY) && defined(__O_DIRECTORY)
+#define O_DIRECTORY __O_DIRECTORY
+#endif
+#ifndef O_DIRECTORY
+#define O_DIRECTORY 0
+#endif
+#if defined(__GLIBC__) && !defined(__USE_MISC) && !defined(__USE_UNIX98)
+extern int gethostname(char *name, size_t len);
+#endif
+
 /* ---- engine state accessors --------------------------------------------------------------- */
 
 /* Device address of element 'off' of this rank's shard of group g, kind k: fp32 master, m,
@@ -11896,7 +11911,7 @@ static zero_result zero__ck_open_read(const char *path, const char *what, int mi
         return zero__fail(ZERO_ERROR_IO, "%s: %s is not a regular file (%s); refusing to read it",
                           path, what, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode)
                           ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)
-                          ? "a device" : S_ISSOCK(st.st_mode) ? "a socket" : "special");
+                          ? "a device" : "special");
     }
     fl = fcntl(fd, F_GETFL);
     if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -14355,7 +14370,7 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
         else snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
         snprintf(man, sizeof man, "%s/%s", parent, ZERO__CK_MANIFEST);
         if ((stat(parent, &a) == 0 && stat(ck->dir, &b) == 0 && a.st_dev == b.st_dev &&
-             a.st_ino == b.st_ino) || lstat(man, &b) == 0)
+             a.st_ino == b.st_ino) || stat(man, &b) == 0)
             return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: refusing to "
                               "write %s inside a checkpoint directory (%s)", path, parent);
     }
