@@ -1,7 +1,8 @@
 # zero - build, test and bench. Everything lands in build/.
 #   make               the CPU library tests, examples, tools and benches
 #   make test          the CPU suite (ends with "N passed, N failed, N skipped")
-#   make demo          the main job
+#   make demo          the GPT-2 example at stages 0-3 on 4 ranks (make demo-mlp: the MLP)
+#   make test-gpt2     the GPT-2 example against PyTorch / Hugging Face (PYTHON: a venv with torch)
 #   make test-sanitize the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make compile-tests zero.h as C99 -pedantic, C11, C++17 and ZERO_STATIC, gcc and clang
 #   make cuda          compile and link the CUDA/NCCL parts with nvcc (skips without it)
@@ -34,7 +35,7 @@ EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $(wildcard bench/*.c))))
 TOOLS    := build/zero-estimate build/zero-ckpt
 
-.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
+.PHONY: all test demo demo-mlp test-gpt2 test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
         print-nccl mpi test-mpi bench-mpi test-ckpt-kill fuzz test-safetensors-py
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
@@ -50,6 +51,9 @@ SELF_IMPL_SRC := $(shell grep -l '^[[:space:]]*\#[[:space:]]*define[[:space:]][[
 SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_SRC)))
 LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
 TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
+
+# tests that run a bench's code at a small size
+build/test_infinity build/san/test_infinity: bench/bench_infinity.c
 
 build/zero_impl.o: tests/zero_impl.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
@@ -69,6 +73,9 @@ $(addprefix build/san/,$(notdir $(SELF_TESTS))): build/san/%: tests/%.c $(TEST_D
 $(addprefix build/san/,$(notdir $(LINKED_TESTS))): build/san/%: tests/%.c build/san/zero_impl.o $(TEST_DEPS) | build/san
 	$(CC) $(SAN_FLAGS) $< build/san/zero_impl.o -o $@ $(LDLIBS)
 
+# The GPT example's activation-offload test runs the example: make test builds it first.
+build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
+
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -77,6 +84,13 @@ build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) | build
 
 build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+
+# The GPT-2 example's loops want the vectoriser: -O3 -march=native changes no result bit
+# (no FMA contraction, also with clang, whose default contracts; no reassociation without
+# -ffast-math).
+GPT2_OPT := -O3 -march=native -ffp-contract=off
+build/train_gpt2: examples/train_gpt2.c $(HEADERS) $(wildcard examples/*.h) | build
+	$(CC) $(ALL_CFLAGS) $(GPT2_OPT) $< -o $@ $(LDLIBS)
 
 build/bench_%: bench/bench_%.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
@@ -87,11 +101,13 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 # With nvcc present, make test also builds and runs build/cuda/test_cuda_host (zero_cuda.h's
 # host-side logic; it needs no GPU). test_cli runs build/train_mlp and the tools as programs;
-# tests/make_targets.sh checks what the GPU and MPI targets compile (by stand-in compilers).
+# tests/make_targets.sh checks what the GPU and MPI targets compile (by stand-in compilers);
+# tests/readme_outputs.sh runs the command of each output README.md quotes and compares.
 CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
-SCRIPT_TESTS := tests/make_targets.sh
+SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh
+README_PROGS := build/train_mlp $(filter build/train_gpt2,$(EXAMPLES)) # what README quotes
 test:
-	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) build/train_mlp $(CUDA_HOST_TEST)
+	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) $(README_PROGS) $(CUDA_HOST_TEST)
 	@bash tests/run.sh $(TESTS) $(CUDA_HOST_TEST) $(SCRIPT_TESTS)
 
 test-sanitize:
@@ -130,12 +146,29 @@ test-safetensors-py: build/test_checkpoint
 	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin \
 	  build/st-py/expect-client.bin
 
-DEMO ?= build/train_mlp
-demo: build/train_mlp
+# make demo: the GPT-2 example at stages 0-3 on 4 ranks (threads); make demo-mlp: the MLP.
+# make test-gpt2: tests/gpt2_reference.py with PYTHON = a venv holding torch, transformers,
+# safetensors, numpy (tools/torch_venv.sh DIR makes one); GPT2_REF_FLAGS=--quick for the CI
+# subset. One skip line without torch.
+GPT2_REF_FLAGS ?=
+test-gpt2: build/train_gpt2 build/zero-ckpt
+	@if ! $(PYTHON) -c 'import torch, transformers, safetensors, numpy' >/dev/null 2>&1; then \
+	   echo "test-gpt2: skipped: $(PYTHON) has no torch/transformers (tools/torch_venv.sh DIR; make test-gpt2 PYTHON=DIR/bin/python)"; \
+	   echo "0 passed, 0 failed, 1 skipped"; \
+	 else if $(HAVE_MPI); then $(MAKE) --no-print-directory build/train_gpt2_mpi; fi; \
+	   $(PYTHON) tests/gpt2_reference.py $(GPT2_REF_FLAGS); fi
+
+DEMO ?= build/train_gpt2
+demo: build/train_gpt2
 	$(DEMO)
 
-bench: $(BENCHES)
-	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+demo-mlp: build/train_mlp
+	build/train_mlp
+
+# bench_infinity is run by hand (Psi = 4B: ~64 GB of files, many minutes; docs/BENCHMARKS.md)
+bench: $(BENCHES) build/train_gpt2
+	@for b in $(filter-out build/bench_infinity,$(BENCHES)); do echo "== $$b"; $$b || exit 1; done
+	@echo "== bench/gpt2.sh"; PYTHON="$(PYTHON)" sh bench/gpt2.sh
 
 # ---- compile tests: the header in every language mode we promise ------------------------
 COMPILE_SRC := tests/compile/compile_main.c tests/compile/compile_other.c
@@ -151,13 +184,21 @@ compile-tests: | build/compile
 	    $$cc -std=$$std $(WARN) -O1 -I. build/compile/quickstart.c -o build/compile/$$cc-quickstart-$$std -lm -pthread; \
 	    ./build/compile/$$cc-quickstart-$$std >/dev/null; \
 	  done; \
+	  for std in c99 c11 gnu11; do \
+	    $$cc -std=$$std $(WARN) -Werror=implicit-function-declaration -O1 -I. tests/compile/compile_xsi.c -o build/compile/$$cc-xsi-$$std -lm -pthread; \
+	    ./build/compile/$$cc-xsi-$$std; \
+	  done; \
+	  if $$cc -std=c11 -ffast-math -I. -c tests/compile/compile_main.c -o build/compile/fastmath.o 2> build/compile/fastmath.log; then \
+	    echo "compile-tests: $$cc compiled the implementation under -ffast-math (it must refuse)"; exit 1; fi; \
+	  grep -q "without -ffast-math" build/compile/fastmath.log; \
+	  $$cc -std=c11 $(WARN) -ffast-math -I. -c tests/compile/compile_other.c -o build/compile/fastmath-user.o; \
 	  $$cc -std=c11 $(WARN) -O1 -I. -DZERO_STATIC tests/compile/compile_main.c -o build/compile/$$cc-static -lm -pthread; \
 	  ./build/compile/$$cc-static; \
 	done; \
 	for cxx in g++ clang++; do \
 	  $$cxx -std=c++17 $(WARN) -O1 -I. -x c++ $(COMPILE_SRC) -o build/compile/$$cxx-cxx17 -lm -pthread; \
 	  ./build/compile/$$cxx-cxx17; \
-	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; the manual's quick start compiles and runs: ok"
+	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; M_PI and XSI/BSD names after zero.h first (c99, c11, gnu11); the implementation refuses -ffast-math; the manual's quick start compiles and runs: ok"
 
 # ---- CUDA and NCCL ------------------------------------------------------------------------
 # nvcc: NVCC if given; else CUDA_HOME/bin/nvcc if CUDA_HOME is given; else nvcc on PATH;
@@ -253,8 +294,8 @@ HAVE_MPI = { command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/n
 MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
 MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
 MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
-MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh tests/mpi/resume.sh
-MPI_BINS := build/train_mlp_mpi build/mpi/bench_mpi $(MPI_TESTS)
+MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh tests/mpi/resume.sh tests/mpi/gpt2.sh
+MPI_BINS := build/train_mlp_mpi build/train_gpt2_mpi build/mpi/bench_mpi $(MPI_TESTS)
 # make cuda (not make mpi) compiles zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
 # over MPI, the device-memory path) when mpicc is present. Open MPI's wrapper flags; override
 # for another MPI.
@@ -279,6 +320,9 @@ build/mpi/nccl_mpi_build: tests/mpi/nccl_mpi_build.cu $(CUDA_HEADERS) zero_mpi.h
 build/train_mlp_mpi: examples/train_mlp.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
 	$(MPICC) $(ALL_CFLAGS) -DZERO_MLP_MPI $< -o $@ $(LDLIBS)
 
+build/train_gpt2_mpi: examples/train_gpt2.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
+	$(MPICC) $(ALL_CFLAGS) $(GPT2_OPT) -DZERO_GPT2_MPI $< -o $@ $(LDLIBS)
+
 define MPI_WRAPPER
 $(1).np$(2): $(1) | build/mpi
 	@printf '#!/bin/sh\nexec env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np $(2) $(1) "$$$$@"\n' > $$@; chmod +x $$@
@@ -293,7 +337,7 @@ mpi:
 test-mpi:
 	@if ! $(HAVE_MPI); then echo "test-mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
 	   echo "0 passed, 0 failed, $(words $(MPI_RUNS) $(MPI_SCRIPTS)) skipped"; \
-	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi && \
+	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi build/train_gpt2 build/train_gpt2_mpi && \
 	   MPIRUN="$(MPIRUN)" MPIRUN_FLAGS="$(MPIRUN_FLAGS)" MPI_NP="$(MPI_NP)" bash tests/run.sh $(MPI_RUNS) $(MPI_SCRIPTS); fi
 
 bench-mpi: mpi

@@ -165,6 +165,7 @@
        ZERO_MALLOC(sz)        replace malloc; define ZERO_FREE(p) too, or neither
        ZERO_FREE(p)           replace free
        ZERO_NO_SIMD           use only the portable paths (same bits, slower)
+       ZERO_DEBUG             debug mode on by default (zero_engine_desc.debug_guards)
 
    ENVIRONMENT
        ZERO_SIMD=portable|avx2|avx512   caps the host kernels' instruction set (never above
@@ -175,17 +176,31 @@
    never exits or aborts on bad input; zero_last_error() gives a readable sentence naming
    the argument and value at fault (kept per thread). A failed call changes nothing.
 
+   WHILE INTEGRATING
+   Build with -fsanitize=address,undefined (the suite runs so: make test-sanitize) and turn
+   on the debug mode (d.debug_guards = 1, or compile with ZERO_DEBUG): the buffers that
+   zero_engine_gather and zero_engine_grads hand out are then copies followed by guard
+   bytes, checked at zero_engine_release and zero_engine_grads_ready, so a write past a
+   buffer (fp32 gradients into an fp16 buffer, an index past the group's numel) is an
+   INVALID_STATE naming the group and the buffer instead of a corrupted heap. Note that
+   d.adam.lr = 0 means the default 1e-3, while zero_engine_set_lr(e, 0) sets 0.
+
    LICENSE: MIT, see the end of this file.
 */
-/* The implementation uses POSIX (threads, clocks). When zero.h is the first header of the
-   implementation file this asks the C library for it even under -std=c99/c11; when another
-   header came first (<stdio.h>, ...) the implementation declares the few POSIX functions
-   the C library then hides (see the local comm), so it compiles whatever was included
-   first. zero_nccl.h's bootstrap (sockets) still wants zero.h first, or
+/* The implementation uses POSIX (threads, clocks). In the compilers' default modes
+   (gnu99/gnu11, C++) the C library already offers it, with everything else it offers by
+   default (M_PI, XSI and BSD names): zero.h defines no feature macro then, so including it
+   first hides nothing from the user's code. Under strict ISO modes (-std=c99/c11,
+   __STRICT_ANSI__) with no feature macro given, zero.h first asks for X/Open 7
+   (_XOPEN_SOURCE 700: POSIX 2008 plus the XSI names, M_PI among them). When another header
+   came first (<stdio.h>, ...) the request comes too late; the implementation then declares
+   the few POSIX functions the C library hides (see the local comm), so it compiles
+   whatever was included first. zero_nccl.h's bootstrap (sockets) wants zero.h first, or
    -D_POSIX_C_SOURCE=200809L, or gnu99/gnu11. */
-#if defined(ZERO_IMPLEMENTATION) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && \
-    !defined(_WIN32)
-#define _POSIX_C_SOURCE 200809L
+#if defined(ZERO_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) &&         \
+    !defined(_BSD_SOURCE) && !defined(_POSIX_SOURCE) && !defined(_WIN32)
+#define _XOPEN_SOURCE 700
 #endif
 
 #ifndef ZERO_H
@@ -378,9 +393,11 @@ ZERODEF zero_result zero_plan_create(zero_plan **out, const zero_allocator *allo
 ZERODEF void zero_plan_destroy(zero_plan *plan);
 
 /* Registers a tensor of numel (> 0) elements in group 'group' (>= 0). Names are unique,
-   non-empty, at most 255 bytes (the plan keeps a copy). Tensor ids are 0, 1, 2... in
-   registration order; out_tensor may be NULL. Errors: after commit (INVALID_STATE); NULL,
-   empty, too long or duplicate name, numel 0, negative group (INVALID_ARGUMENT);
+   non-empty, at most 255 bytes of UTF-8 (the plan keeps a copy; a name that is not UTF-8
+   is refused, since safetensors headers and checkpoints store names as JSON/UTF-8 text).
+   Tensor ids are 0, 1, 2... in registration order; out_tensor may be NULL. Errors: after
+   commit (INVALID_STATE); NULL, empty, too long, not UTF-8 or duplicate name, numel 0,
+   negative group (INVALID_ARGUMENT);
    OUT_OF_MEMORY. A failed add changes nothing. */
 ZERODEF zero_result zero_plan_add(zero_plan *plan, const char *name, size_t numel, int group,
                                   int *out_tensor);
@@ -570,11 +587,12 @@ typedef enum zero_comm_role {
     ZERO_ROLE_NORM = 5,         /* step: all-reduce (sum) of the squared gradient norm       */
     ZERO_ROLE_COMMIT = 6,       /* commit: the plan-hash and allocation check                */
     ZERO_ROLE_CHECKPOINT = 7,   /* save/load: agreement all-reduces, state rebuilt by gathers */
-    ZERO_ROLE_OFFLOAD = 8       /* step, gather: all-reduce (max) of the NVMe tier's status  */
+    ZERO_ROLE_OFFLOAD = 8,      /* step, gather: all-reduce (max) of the NVMe tier's status  */
+    ZERO_ROLE_USER = 9          /* zero_engine_allreduce: the user's values (a loss to log)  */
 } zero_comm_role;
 
 /* "gather", "grad_reduce", "param_update", "flag", "norm", "commit", "checkpoint", "offload",
-   "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
+   "user", "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
 ZERODEF const char *zero_comm_role_name(int32_t role);
 
 typedef struct zero_comm_ops {
@@ -951,7 +969,7 @@ ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_d
    Every path and thread count gives the same bits for finite inputs (NaN payloads may
    differ). Errors: INVALID_ARGUMENT for a NULL range/coefs, a NULL buffer with numel > 0,
    a dtype outside the above, an unknown simd or threads < 0; nothing is written then.
-   Not for -ffast-math builds of the implementation file (approximate division/sqrt). */
+   The implementation refuses -ffast-math (#error): it allows approximate division/sqrt. */
 ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam_coefs *coefs,
                                    float grad_mul, zero_simd simd, int threads);
 
@@ -1147,16 +1165,21 @@ ZERODEF zero_result zero_io_buffer_alloc(zero_io *io, size_t bytes, void **out);
 ZERODEF void zero_io_buffer_free(zero_io *io, void *buf);
 
 /* A new file of 'bytes' bytes (rounded up to ZERO_IO_ALIGN) under the directory 'dir',
-   named "zero-<name>-r<rank>-<pid>-<n>.bin" (n counts files made by this process, so
-   ranks, engines and runs sharing a directory never collide), created exclusively,
-   preallocated (fallocate, so the space is reserved now and a full disk is an error here,
+   named "zero-<name>-r<rank>-<pid>-<token>.bin" (token: 16 random hex digits, so jobs that
+   share a directory never collide, even with the same pid in different containers or after
+   a restart; a name that exists draws another token), created exclusively (O_EXCL), locked
+   with flock(LOCK_EX) for as long as the file lives (its job holds it; the kernel drops it
+   when the job dies, even by kill -9), preallocated (fallocate, so the space is reserved now and a full disk is an error here,
    not in the middle of a step) and opened with O_DIRECT unless the engine's direct mode
    says otherwise. The file is removed by zero_io_file_destroy(). Errors, each naming the
    path and the cause: INVALID_ARGUMENT (NULL, empty name, name with '/', rank < 0,
    bytes 0); IO: dir missing (ENOENT) or not a directory, not writable (EACCES, EROFS),
    not enough space (ENOSPC, with the bytes asked and free), any other open / fallocate
    failure; UNSUPPORTED: O_DIRECT refused under ZERO_IO_DIRECT_REQUIRE. Nothing is left
-   on disk on error. */
+   on disk on error. First it removes the swap files under dir ("zero-*-r*-<token>.bin",
+   regular, not empty, this user's) whose lock is free, i.e. those of a job that is gone,
+   each with a log line (the engine's log callback, else stderr); a live job's files are
+   left alone. */
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out);
 
@@ -1188,6 +1211,15 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
    failed; OUT_OF_MEMORY. Nothing is queued on error. */
 ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
                                  zero_io_ticket *ticket);
+
+/* Declares that [offset, offset + bytes) of the file holds zeros, as a file from
+   zero_io_file_create() does where nothing was written (its space is reserved with
+   posix_fallocate, whose unwritten extents read as zeros, or by extending it): the range
+   can then be read back as if written with zeros, without writing them (a read checks
+   that every byte arrived as zero instead of a checksum). INVALID_ARGUMENT as for
+   zero_io_write; INVALID_STATE: the range overlaps one written or declared before;
+   OUT_OF_MEMORY. */
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes);
 
 /* Blocks until every request of the ticket has finished and forgets the ticket. ZERO_OK,
    or ZERO_ERROR_IO with zero_last_error() naming the operation, file, offset and cause
@@ -1398,7 +1430,20 @@ typedef struct zero_engine_desc {
                                     rounded up to ZERO_IO_ALIGN (4096).                        */
     size_t activation_nvme_bytes; /* NVME: the file's size, required (> 0): the most bytes
                                     stashed at once, each rounded up to ZERO_IO_ALIGN          */
+    int debug_guards;            /* debug mode while integrating: 1 = zero_engine_gather and
+                                    zero_engine_grads hand out a copy of the group's buffer
+                                    followed by ZERO_DEBUG_GUARD_BYTES guard bytes, checked at
+                                    zero_engine_release and zero_engine_grads_ready (which copy
+                                    the gradients in); a changed guard byte is INVALID_STATE
+                                    naming the group, the buffer, its size and dtype (writing
+                                    fp32 values into an fp16 buffer is the usual cause). Costs
+                                    two copies of each group on the device (not counted in
+                                    zero_engine_memory_usage) and a device sync per check.
+                                    0 = on when the implementation is compiled with ZERO_DEBUG
+                                    defined, else off; -1 = off. Local (not in the plan hash). */
 } zero_engine_desc;
+
+#define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
 
 typedef struct zero_engine zero_engine;
 
@@ -1425,13 +1470,15 @@ typedef enum zero_coll {
     ZERO_COLL_ALL_REDUCE = 2,
     ZERO_COLL_BROADCAST = 3,
     ZERO_COLL_CONTROL = 4, /* small control all-reduces: inf flag, norm, plan hash  */
-    ZERO_COLL_COUNT = 5
+    ZERO_COLL_USER = 5,    /* zero_engine_allreduce: the user's own values          */
+    ZERO_COLL_COUNT = 6
 } zero_coll;
 
 /* Traffic per rank, as bus volume: an all-gather or reduce-scatter over a total of T
    elements moves T (N-1)/N per rank, an all-reduce 2 T (N-1)/N, a broadcast T (N-1)/N;
-   nothing at N = 1. Control all-reduces are counted apart (ZERO_COLL_CONTROL) so the
-   payload can be compared with the paper (2 Psi or 3 Psi per step, times (N-1)/N). */
+   nothing at N = 1. Control all-reduces are counted apart (ZERO_COLL_CONTROL), and so are
+   the user's (ZERO_COLL_USER, zero_engine_allreduce), so the payload can be compared with
+   the paper (2 Psi or 3 Psi per step, times (N-1)/N). */
 typedef struct zero_traffic {
     uint64_t calls[ZERO_COLL_COUNT];
     double numel[ZERO_COLL_COUNT]; /* elements moved per rank (exact below 2^53)          */
@@ -1682,6 +1729,22 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
    INVALID_ARGUMENT for a negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
 
+/* COLLECTIVE (every rank, same count, dtype and op, at the same point of the program).
+   All-reduces 'count' values of the user's in host memory 'buf' in place, through the
+   engine's comm: e.g. each rank's loss, summed for the log. dtype ZERO_F32 or ZERO_F64, op
+   ZERO_OP_SUM or ZERO_OP_MAX; the local comm sums in rank order (the same bits on every
+   rank). Each call is tagged ZERO_ROLE_USER, so a rank that calls it where another rank
+   calls one of the engine's own collectives fails with ZERO_ERROR_MISMATCH instead of
+   exchanging the wrong data (or hanging); its traffic is counted under ZERO_COLL_USER,
+   apart from the engine's. It goes through the engine's 64-byte device scratch, one
+   collective per 64 bytes, so it is meant for a few values. Call it between engine calls
+   (after commit; any time in a step, not between a group's grads and grads_ready unless
+   every rank does the same). Errors: INVALID_ARGUMENT (NULL buf with count > 0, another
+   dtype or op), INVALID_STATE (before commit, engine broken); COMM/DEVICE/MISMATCH (the
+   engine is broken, as after any failed collective). */
+ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t count, zero_dtype dtype,
+                                          zero_op op);
+
 /* Device bytes held by this rank's engine, by category, now and at peak. */
 ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_memory *out);
 
@@ -1694,6 +1757,12 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
    out of range. */
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
                                             zero_engine_memory *out);
+
+/* The I/O counters of the NVMe tier of the model states (offload_optimizer or offload_param
+   = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
+   since commit, so bytes_read / bytes_written show what a step, a checkpoint or set_tensor
+   moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
+ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
 
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
    the last step(); may be NULL) and since commit (may be NULL). Commit's hash check counts
@@ -1822,7 +1891,9 @@ ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_acti
    (zero-<generation, 16 hex digits>-<rank, 5 digits>.shard: that rank's shard of every
    group's fp32 master, m, v and params) and a manifest (zero.manifest: the plan, the step,
    the Adam settings, the loss-scaler state, every shard file's size and header checksum).
-   Every file is written under a temporary name, fsynced, renamed and its directory fsynced;
+   Every file is written under a new temporary name (a random suffix, created with O_EXCL |
+   O_NOFOLLOW: a planted file or symlink is never written through), fsynced, renamed and its
+   directory fsynced;
    the manifest is written last and is the commit point: a crash at any moment leaves the
    previous checkpoint in the directory loadable, or the new one complete. Older
    generations are removed after the new manifest is in place. Every file carries CRC32C
@@ -1852,8 +1923,14 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    passes the same path): each rank writes its own shard file; rank 0 then writes the
    manifest. Call between steps (not between micro-steps). Every rank returns the same
    result: a failure on any rank (I/O, a full disk) fails every rank's call with that
-   rank's message; the engine is unchanged either way and the previous checkpoint in dir
-   stays loadable. Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
+   rank's message, and every rank removes the files it wrote for this save; the engine is
+   unchanged either way and the previous checkpoint in dir stays loadable. Rank 0 holds
+   dir/zero.lock for the whole save: a save into a directory that another live save holds
+   fails at once with IO "another save is in progress in DIR (pid P, host H)"; a lock whose
+   holder is gone (its flock released, or its pid dead on this host) is taken over. The
+   generation is a 64-bit integer (after 2^64 - 1 it wraps to the lowest one no file of dir
+   names). A manifest in dir that is not a regular file (a FIFO) is IO, never opened.
+   Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
    INVALID_STATE (before commit, mid-step) return at once without communicating (SPMD
    programs make them on every rank alike); IO, OUT_OF_MEMORY; COMM/DEVICE (engine broken).
    Host memory: one 16 MiB staging buffer. */
@@ -1872,10 +1949,15 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
 
 /* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
    into this committed engine: master, m, v, params, step, Adam settings and scaler state.
-   The engine's tensors must match the checkpoint's by name, size and flags (in any
-   grouping), and the param dtype must be the same. Every rank first reads and verifies
-   everything it needs (manifest, file sizes, header and section checksums, the plan) and
-   the ranks agree; only then is state changed. On error every rank returns the same code
+   The engine's tensors must match the checkpoint's by name, size, flags and shape (where
+   both recorded one; in any grouping), and the param dtype must be the same. Every rank
+   opens the manifest and the ranks agree on its identity (generation and checksum): ranks
+   given different directories, or opening it before and after a concurrent save's commit,
+   get MISMATCH on every rank. Every rank then reads and verifies everything it needs
+   (manifest, file sizes, header and section checksums, the plan) and the ranks agree; only
+   then is state changed. A manifest or shard file that is not a regular file (a FIFO, a
+   device) is IO, never read; a shard file without read permission is IO "permission
+   denied". On error every rank returns the same code
    and message (naming the file, tensor or byte offset) and the engine is unchanged.
    Call between steps with no group gathered. Host memory: with the saving layout (same
    world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
@@ -1925,8 +2007,11 @@ typedef struct zero_checkpoint_tensor {
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
 } zero_checkpoint_tensor;
 
-/* Opens dir and verifies its manifest (size, checksum, a consistent plan). Reads no shard
-   file yet. Errors: NOT_FOUND (no manifest), IO (corrupt), OUT_OF_MEMORY. *out NULL then. */
+/* Opens dir and verifies its manifest (size, checksum, a consistent plan, every byte size
+   computed without wrapping). Reads no shard file yet, and of the manifest first its fixed
+   header: a file whose size differs from the one its header declares, or exceeds what its
+   counts allow, is refused without reading the rest. Errors: NOT_FOUND (no manifest), IO
+   (corrupt, or not a regular file), OUT_OF_MEMORY. *out NULL then. */
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out);
 ZERODEF void zero_checkpoint_close(zero_checkpoint *ck);
 ZERODEF zero_result zero_checkpoint_get_info(const zero_checkpoint *ck, zero_checkpoint_info *out);
@@ -1943,20 +2028,26 @@ ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
 /* The client state (zero_checkpoint_info.client_bytes bytes into dst; nothing when 0),
    its size and checksum checked: IO names the file otherwise. */
 ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst);
-/* Writes every tensor to one .safetensors file at path (temporary name, fsync, rename):
-   dtype F32 = the fp32 master weights; F16 / BF16 = the saved params when the checkpoint's
-   param dtype is that, else the master rounded to nearest even. Names and shapes as
-   registered; __metadata__ holds format "pt" and the step. */
+/* Writes every tensor to one .safetensors file at path (a new temporary "path.<random>.tmp"
+   created with O_EXCL | O_NOFOLLOW, fsync, rename over path): dtype F32 = the fp32 master
+   weights; F16 / BF16 = the saved params when the checkpoint's param dtype is that, else
+   the master rounded to nearest even. Names and shapes as registered; __metadata__ holds
+   format "pt" and the step. INVALID_ARGUMENT for a path inside a checkpoint directory
+   (ck's, or any holding a zero.manifest); OVERFLOW for sizes that do not fit. */
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path,
                                            zero_dtype dtype);
 
-/* Local (every rank calls it with the same file). Sets every engine tensor from the
+/* COLLECTIVE (every rank calls it with the same file). Sets every engine tensor from the
    tensor of the same name in a .safetensors file (F32, F16 or BF16, converted to fp32 and
    set as by zero_engine_set_tensor: master and params; moments untouched). Tensors in the
-   file but not in the engine are ignored. The whole header is checked first: NOT_FOUND
-   names a missing tensor; MISMATCH a size or shape that differs; UNSUPPORTED another
-   dtype; IO a malformed header or a short file; nothing is set then. Call when
-   zero_engine_set_tensor() may be called. */
+   file but not in the engine are ignored. Every rank checks the whole header and
+   allocates its buffers first, then the ranks agree: if any rank fails (NOT_FOUND names a
+   missing tensor; MISMATCH a size or shape that differs; UNSUPPORTED another dtype; IO a
+   malformed header or a short file; OUT_OF_MEMORY), every rank returns that error (its
+   message, "reported by rank k" on the others) and no rank has changed anything. Only a
+   read or device error while setting, after the agreement, can leave a rank half set: its
+   engine is then unusable (later calls say so). Call when zero_engine_set_tensor() may be
+   called, between steps, with every group released. */
 ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path);
 
 #ifdef __cplusplus
@@ -1970,6 +2061,14 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
    ====================================================================================== */
 #if defined(ZERO_IMPLEMENTATION) && !defined(ZERO_IMPLEMENTATION_DONE)
 #define ZERO_IMPLEMENTATION_DONE
+
+/* -ffast-math lets the compiler reassociate sums, use reciprocal approximations and flush
+   subnormals to zero: the Adam step, the conversions and the reductions would no longer
+   give the bits docs/optimizer.md promises (the same on every path and stage). The user's
+   own files may use it; the file that defines ZERO_IMPLEMENTATION may not. */
+#if defined(__FAST_MATH__)
+#error "zero.h: compile the file that defines ZERO_IMPLEMENTATION without -ffast-math (docs/optimizer.md)"
+#endif
 
 #include <errno.h>
 #include <stdarg.h>
@@ -2030,10 +2129,13 @@ __attribute__((format(printf, 2, 3)))
 #endif
 static zero_result zero__fail(zero_result result, const char *fmt, ...)
 {
+    /* formatted aside first: an argument may be zero_last_error() itself */
+    char text[sizeof zero__error_text];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(zero__error_text, sizeof zero__error_text, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(zero__error_text, text, sizeof text);
     return result;
 }
 
@@ -2664,6 +2766,32 @@ struct zero_plan {
 #define ZERO__FNV_OFFSET 0xcbf29ce484222325ull
 #define ZERO__FNV_PRIME 0x100000001b3ull
 
+/* The offset of the first byte of s[0, n) that is not well-formed UTF-8 (RFC 3629: no
+   overlong forms, no surrogates, nothing above U+10FFFF), or n when all of it is. */
+static size_t zero__utf8_bad(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i], need, min, cp, k;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) need = 1, min = 0x80, cp = c & 0x1Fu;
+        else if (c >= 0xE0 && c <= 0xEF) need = 2, min = 0x800, cp = c & 0x0Fu;
+        else if (c >= 0xF0 && c <= 0xF4) need = 3, min = 0x10000, cp = c & 0x07u;
+        else return i;
+        if (n - i <= need) return i;
+        for (k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0u) != 0x80u) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3Fu);
+        }
+        if (cp < min || cp > 0x10FFFFu || (cp >= 0xD800u && cp <= 0xDFFFu)) return i;
+        i += need + 1;
+    }
+    return n;
+}
+
 static uint64_t zero__fnv1a(uint64_t h, const void *data, size_t bytes)
 {
     const unsigned char *p = (const unsigned char *)data;
@@ -2774,6 +2902,12 @@ ZERODEF zero_result zero_plan_add(zero_plan *plan, const char *name, size_t nume
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_plan_add: name \"%.32s...\" is longer than %d bytes", name,
                           ZERO__PLAN_MAX_NAME);
+    if (zero__utf8_bad((const unsigned char *)name, len) != len)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_plan_add: tensor name is not UTF-8 (byte %zu of %zu is 0x%02x): "
+                          "names must be UTF-8, as safetensors and JSON readers require",
+                          zero__utf8_bad((const unsigned char *)name, len) + 1, len,
+                          (unsigned)(unsigned char)name[zero__utf8_bad((const unsigned char *)name, len)]);
     if (numel == 0)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_plan_add: tensor \"%s\": numel = 0",
                           name);
@@ -3524,6 +3658,7 @@ ZERODEF const char *zero_comm_role_name(int32_t role)
     case ZERO_ROLE_COMMIT: return "commit";
     case ZERO_ROLE_CHECKPOINT: return "checkpoint";
     case ZERO_ROLE_OFFLOAD: return "offload";
+    case ZERO_ROLE_USER: return "user";
     }
     return "?";
 }
@@ -4230,8 +4365,8 @@ static void *zero__local_run_thread(void *arg)
         snprintf(t->msg, sizeof t->msg, "%s", zero_last_error());
         pthread_mutex_lock(&g->mu);
         t->first = g->broken == ZERO_OK;
-        zero__local_break(g, ZERO_ERROR_COMM, "rank %d's function failed: %s: %s", t->rank,
-                          zero_result_string(t->result), t->msg);
+        zero__local_break(g, ZERO_ERROR_COMM, "rank %d's function failed: %s%s%s", t->rank,
+                          zero_result_string(t->result), t->msg[0] ? ": " : "", t->msg);
         pthread_mutex_unlock(&g->mu);
     }
     zero_comm_destroy(t->comm); /* peers still waiting for this rank fail, not hang */
@@ -5842,8 +5977,10 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes)
 
 #if defined(__linux__)
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h> /* flock: a swap file's lock, held while its job lives */
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -5950,11 +6087,14 @@ typedef struct zero__io_range {
     uint64_t sum;
     int state;
     int readers; /* queued reads not yet finished */
+    int zeros;   /* declared by zero_io_declare_zeros: reads check for zeros, not the sum */
 } zero__io_range;
 
 struct zero_io_file {
     zero_io *io;
     int fd;
+    int lock_fd; /* holds flock(LOCK_EX) on the file while it lives (fd itself, or the
+                    buffered descriptor kept open beside an O_DIRECT fd) */
     int direct;
     char *path;
     uint64_t size;
@@ -5971,6 +6111,7 @@ typedef struct zero__io_op {
     size_t bytes;
     unsigned char *buf;
     uint64_t sum;     /* reads: the checksum recorded when the range was written */
+    int zeros;        /* reads of a declared zero range: every byte must be 0    */
     size_t issued;    /* bytes cut into requests so far                          */
     int outstanding;  /* requests in flight                                       */
     int done;
@@ -6639,8 +6780,9 @@ ZERODEF void zero_io_file_destroy(zero_io_file *file)
             break;
         }
     pthread_mutex_unlock(&io->mu);
+    if (file->path) unlink(file->path); /* while locked: no sweep can take a new file's name */
     if (file->fd >= 0) close(file->fd);
-    if (file->path) unlink(file->path);
+    if (file->lock_fd >= 0 && file->lock_fd != file->fd) close(file->lock_fd);
     zero__free(&io->alloc, file->path);
     zero__free(&io->alloc, file->ranges);
     zero__free(&io->alloc, file);
@@ -6693,6 +6835,81 @@ ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault
 
 /* ---- files ---- */
 
+/* 64 unpredictable-enough bits for a file name: the kernel's random bytes when it gives
+   them, mixed with the time, the pid, a per-process counter and an address. */
+static uint64_t zero__io_token(unsigned long seq)
+{
+    uint64_t h = ZERO__FNV_OFFSET, r = 0;
+    struct timespec ts;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &r, sizeof r) != (ssize_t)sizeof r) r = 0;
+        close(fd);
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    h = zero__fnv1a_u64(h, r);
+    h = zero__fnv1a_u64(h, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+    h = zero__fnv1a_u64(h, (uint64_t)getpid());
+    h = zero__fnv1a_u64(h, (uint64_t)seq);
+    h = zero__fnv1a_u64(h, (uint64_t)(uintptr_t)&ts);
+    return h ^ r;
+}
+
+/* O_NOFOLLOW is POSIX.1-2008, hidden when the program asked for less: then a link to a
+   swap file may be opened; unlink() removes the link, never its target. */
+#ifdef O_NOFOLLOW
+#define ZERO__O_NOFOLLOW O_NOFOLLOW
+#else
+#define ZERO__O_NOFOLLOW 0
+#endif
+
+/* Whether a directory entry is one of the I/O engine's swap files: "zero-*-r*-" then a
+   16-hex-digit token and ".bin" (names without a token come from engines that took no
+   lock, whose liveness cannot be told: never removed). */
+static int zero__io_swap_name(const char *n)
+{
+    size_t len = strlen(n), i;
+    if (len < 5 + 3 + 1 + 16 + 4 || strncmp(n, "zero-", 5) != 0 || strcmp(n + len - 4, ".bin") != 0 ||
+        n[len - 21] != '-' || !strstr(n, "-r"))
+        return 0;
+    for (i = len - 20; i < len - 4; i++)
+        if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* Removes the swap files in dir that no live job holds: each live file is flock()ed by its
+   job (zero_io_file_create), so a file whose lock can be taken belongs to a job that is
+   gone (killed, crashed). Only regular files of this user with the engine's name pattern;
+   each removal is logged. Returns how many were removed. Best effort: errors skip a file. */
+static int zero__io_sweep(zero_io *io, const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int removed = 0;
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL) {
+        char path[4200], msg[4400];
+        struct stat st, again;
+        int fd;
+        if (!zero__io_swap_name(de->d_name)) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path) continue;
+        fd = open(path, O_RDONLY | ZERO__O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) continue;
+        /* an empty file may be a live job's between its create and its lock: left alone */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size > 0 &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0 && stat(path, &again) == 0 &&
+            again.st_ino == st.st_ino && again.st_dev == st.st_dev && unlink(path) == 0) {
+            snprintf(msg, sizeof msg, "zero_io: removed %s (%lld bytes): a swap file of a job "
+                     "that is gone (its lock was free)", path, (long long)st.st_size);
+            zero__io_log(io, msg);
+            removed++;
+        }
+        close(fd); /* drops the lock */
+    }
+    closedir(d);
+    return removed;
+}
+
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out)
 {
@@ -6700,7 +6917,7 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
     struct stat st;
     size_t len;
     unsigned long seq;
-    int fd, err, try_direct, fault_direct = 0;
+    int fd, err, try_direct, fault_direct = 0, attempt, lk;
     uint64_t size;
     if (out) *out = NULL;
     if (!io || !dir || !name || !out)
@@ -6726,6 +6943,7 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
     if (!f) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_file_create: %zu bytes", sizeof *f);
     memset(f, 0, sizeof *f);
     f->fd = -1;
+    f->lock_fd = -1;
     f->io = io;
     f->size = size;
     f->path = (char *)zero__alloc(&io->alloc, len);
@@ -6733,12 +6951,32 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
         zero__free(&io->alloc, f);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_file_create: %zu bytes", len);
     }
-    pthread_mutex_lock(&zero__io_seq_mu);
-    seq = zero__io_file_seq++;
-    pthread_mutex_unlock(&zero__io_seq_mu);
-    snprintf(f->path, len, "%s%s%s-%s-r%d-%ld-%lu.bin", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
-             "zero", name, rank, (long)getpid(), seq);
-    fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    (void)zero__io_sweep(io, dir); /* the files of dead jobs first: their space is ours */
+    /* A random token in the name, created exclusively and locked; a name taken (another
+       job's, or a sweep that removed it between our open and our lock) draws another. */
+    for (attempt = 0;; attempt++) {
+        struct stat fs;
+        pthread_mutex_lock(&zero__io_seq_mu);
+        seq = zero__io_file_seq++;
+        pthread_mutex_unlock(&zero__io_seq_mu);
+        snprintf(f->path, len, "%s%s%s-%s-r%d-%ld-%016llx.bin", dir,
+                 dir[strlen(dir) - 1] == '/' ? "" : "/", "zero", name, rank, (long)getpid(),
+                 (unsigned long long)zero__io_token(seq));
+        fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST && attempt < 16) continue;
+        if (fd < 0) break;
+        lk = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+        if (lk != 0 && lk != EWOULDBLOCK && lk != EAGAIN)
+            break; /* no flock here (ENOLCK: some network file systems): a file without lock */
+        if (lk == 0 && fstat(fd, &fs) == 0 && fs.st_nlink > 0) break; /* ours, and still named */
+        err = lk ? lk : EEXIST;
+        close(fd);
+        fd = -1;
+        if (attempt >= 16) {
+            errno = err ? err : EEXIST;
+            break;
+        }
+    }
     if (fd < 0) {
         err = errno;
         zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot create %s: %s%s", f->path, strerror(err),
@@ -6755,13 +6993,14 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
         if (fstatvfs(fd, &vfs) == 0) avail = (unsigned long long)vfs.f_bavail * (unsigned long long)vfs.f_frsize;
         zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot reserve %llu bytes for %s: %s (%llu bytes free)",
                    (unsigned long long)size, f->path, strerror(err), avail);
+        unlink(f->path); /* while locked */
         close(fd);
-        unlink(f->path);
         zero__free(&io->alloc, f->path);
         zero__free(&io->alloc, f);
         return ZERO_ERROR_IO;
     }
     f->fd = fd;
+    f->lock_fd = fd;
     try_direct = io->direct != ZERO_IO_DIRECT_OFF;
 #ifdef O_DIRECT
     if (try_direct) {
@@ -6779,15 +7018,14 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
             dfd = open(f->path, O_RDWR | O_CLOEXEC | O_DIRECT);
             err = dfd < 0 ? errno : 0;
         }
-        if (dfd >= 0) {
-            close(fd);
+        if (dfd >= 0) { /* fd stays open: it holds the lock */
             f->fd = dfd;
             f->direct = 1;
         } else if (io->direct == ZERO_IO_DIRECT_REQUIRE) {
             zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_file_create: O_DIRECT refused for %s: %s",
                        f->path, strerror(err));
-            close(fd);
             unlink(f->path);
+            close(fd);
             zero__free(&io->alloc, f->path);
             zero__free(&io->alloc, f);
             return ZERO_ERROR_UNSUPPORTED;
@@ -6848,6 +7086,23 @@ static zero_result zero__io_check(const char *what, zero_io_file *file, uint64_t
     return ZERO_OK;
 }
 
+/* Room for n records in the file's range table (locked); OUT_OF_MEMORY without a message. */
+static zero_result zero__io_ranges_reserve(zero_io_file *file, size_t n)
+{
+    size_t cap;
+    zero__io_range *t;
+    if (n <= file->cap) return ZERO_OK;
+    cap = file->cap ? 2 * file->cap : 16;
+    if (cap < n) cap = n;
+    t = (zero__io_range *)zero__alloc(&file->io->alloc, cap * sizeof *t);
+    if (!t) return ZERO_ERROR_OUT_OF_MEMORY;
+    if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
+    zero__free(&file->io->alloc, file->ranges);
+    file->ranges = t;
+    file->cap = cap;
+    return ZERO_OK;
+}
+
 /* Queues op (locked). */
 static void zero__io_enqueue(zero_io *io, zero__io_op *op)
 {
@@ -6902,18 +7157,10 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     }
     if (hi - lo != 1) { /* the table changes size: 1 replaces hi - lo records */
         size_t n = file->nranges - (hi - lo) + 1;
-        if (n > file->cap) {
-            size_t cap = file->cap ? 2 * file->cap : 16;
-            zero__io_range *t = (zero__io_range *)zero__alloc(&io->alloc, cap * sizeof *t);
-            if (!t) {
-                pthread_mutex_unlock(&io->mu);
-                zero__free(&io->alloc, op);
-                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", cap);
-            }
-            if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
-            zero__free(&io->alloc, file->ranges);
-            file->ranges = t;
-            file->cap = cap;
+        if (zero__io_ranges_reserve(file, n) != ZERO_OK) {
+            pthread_mutex_unlock(&io->mu);
+            zero__free(&io->alloc, op);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", n);
         }
         memmove(file->ranges + lo + 1, file->ranges + hi, (file->nranges - hi) * sizeof *file->ranges);
         file->nranges = n;
@@ -6923,6 +7170,7 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     file->ranges[lo].sum = op->sum;
     file->ranges[lo].state = ZERO__RANGE_WRITING;
     file->ranges[lo].readers = 0;
+    file->ranges[lo].zeros = 0;
     zero__io_enqueue(io, op);
     *ticket = op->ticket;
     pthread_mutex_unlock(&io->mu);
@@ -6975,8 +7223,45 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
     }
     rg->readers++;
     op->sum = rg->sum;
+    op->zeros = rg->zeros;
     zero__io_enqueue(io, op);
     *ticket = op->ticket;
+    pthread_mutex_unlock(&io->mu);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    zero_io *io;
+    size_t lo;
+    uint64_t end;
+    zero_result r;
+    zero_io_ticket unused;
+    r = zero__io_check("zero_io_declare_zeros", file, offset, &unused, bytes, &unused);
+    if (r != ZERO_OK) return r;
+    io = file->io;
+    end = offset + bytes;
+    pthread_mutex_lock(&io->mu);
+    for (lo = 0; lo < file->nranges && file->ranges[lo].offset + file->ranges[lo].bytes <= offset; lo++) {
+    }
+    if (lo < file->nranges && file->ranges[lo].offset < end) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "zero_io_declare_zeros: [%llu, +%zu) of %s overlaps a range written before",
+                          (unsigned long long)offset, bytes, file->path);
+    }
+    if (zero__io_ranges_reserve(file, file->nranges + 1) != ZERO_OK) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_declare_zeros: range table of %zu",
+                          file->nranges + 1);
+    }
+    memmove(file->ranges + lo + 1, file->ranges + lo, (file->nranges - lo) * sizeof *file->ranges);
+    file->nranges++;
+    memset(&file->ranges[lo], 0, sizeof file->ranges[lo]);
+    file->ranges[lo].offset = offset;
+    file->ranges[lo].bytes = bytes;
+    file->ranges[lo].state = ZERO__RANGE_VALID;
+    file->ranges[lo].zeros = 1;
     pthread_mutex_unlock(&io->mu);
     return ZERO_OK;
 }
@@ -7016,6 +7301,14 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     pthread_mutex_unlock(&io->mu);
     if (!verify && op->failed) {
         r = zero__fail(ZERO_ERROR_IO, "%s", msg);
+    } else if (verify && op->zeros) {
+        size_t i = 0;
+        while (i < op->bytes && op->buf[i] == 0) i++;
+        if (i < op->bytes)
+            r = zero__fail(ZERO_ERROR_IO,
+                           "zero_io: read of %s at offset %llu (%zu bytes): byte %zu is not zero "
+                           "in a range declared zero: the file changed under the engine",
+                           op->file->path, (unsigned long long)op->offset, op->bytes, i);
     } else if (verify) {
         uint64_t got = zero_io_checksum(op->buf, op->bytes);
         if (got != op->sum)
@@ -7133,6 +7426,11 @@ ZERODEF zero_result zero_io_wait_all(zero_io *io)
     (void)io;
     return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_wait_all: the NVMe I/O engine needs Linux");
 }
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    (void)file; (void)offset; (void)bytes;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_declare_zeros: the NVMe I/O engine needs Linux");
+}
 ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault)
 {
     (void)io; (void)fault;
@@ -7221,13 +7519,19 @@ typedef struct zero__eng_piece {
     size_t off, numel; /* within the tile */
 } zero__eng_piece;
 
-#define ZERO__ENG_MAX_HOST_ALLOCS 8
+#define ZERO__ENG_MAX_HOST_ALLOCS 12
 
 /* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
 typedef struct zero__eng_shape {
     int ndim;
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
 } zero__eng_shape;
+
+#ifdef ZERO_DEBUG
+#define ZERO__DEBUG_DEFAULT 1 /* zero_engine_desc.debug_guards = 0 means on */
+#else
+#define ZERO__DEBUG_DEFAULT 0
+#endif
 
 struct zero_engine {
     zero_engine_desc d; /* resolved */
@@ -7289,7 +7593,13 @@ struct zero_engine {
     int oopt, oparam;               /* offload_optimizer / offload_param != NONE          */
     unsigned char *hparam;          /* host param shards (offload_param)                  */
     size_t hparam_numel;
-    unsigned char *hgrad, *hpar;    /* staging: 2 gradient tiles (comm dtype), 2 param tiles */
+    /* the reduced gradients off the device (with offload_optimizer): each group's reduced
+       shard is downloaded into host_grad (S elements, comm dtype, group g at off_shard[g])
+       as the reduction produces it; micro-steps k > 0 land in host_grad_in (the largest
+       shard) and are added on the host, deferred until the next download or the step */
+    unsigned char *host_grad, *host_grad_in;
+    int host_grad_add; /* the group whose host add is pending, -1 none */
+    unsigned char *hpar; /* staging: 2 param tiles */
     size_t tile_numel;
     zero__eng_tile *tiles;
     zero__eng_piece *pieces;
@@ -7318,6 +7628,19 @@ struct zero_engine {
     unsigned char *hpg;
     size_t hpg_stride;
     zero_io_ticket hpg_ticket[2];
+    /* between steps (set_tensor, read_tensor, checkpoints, gathers) the NVMe tier is reached
+       through two write-back caches: one tile record in swap slot 0 and one group's param
+       shard in hpg's first half; a cache is written back when another record or shard is
+       needed, at the end of a load, and before the step (which uses both buffers) */
+    int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot 0 (-1 none), changed */
+    int hpg_group, hpg_dirty;              /* group in hpg's first half (-1 none), changed */
+    /* records (per tile) and param shards (per group) never written since commit: they hold
+       the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
+    unsigned char *tile_fresh, *group_fresh;
+    /* stage-3 gathers read one group ahead of the shard they upload: group ra_group's shard
+       is being read into hpg's second half (ticket ra_ticket), -1 none */
+    int ra_group;
+    zero_io_ticket ra_ticket;
     uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
     /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
     zero__eng_shape *shapes;
@@ -7329,6 +7652,9 @@ struct zero_engine {
     zero_step_info last_info;
     int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
     char broken[480];      /* why the engine is ZERO__ENG_BROKEN, for every later call       */
+    int guards;            /* debug_guards resolved: hand out guarded copies               */
+    void **dbg;            /* debug_guards: per group, its param copy [2g] and grad copy [2g+1]
+                              (device memory, allocated on first use), each + guard bytes  */
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
 };
 
@@ -7347,6 +7673,8 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out);
 static zero_result zero__eng_hparam_put(zero_engine *e, int g);
+static void zero__eng_ra_drop(zero_engine *e);
+static void zero__eng_ra_start(zero_engine *e, int g);
 static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
                                         const char *what, int group);
 
@@ -7358,6 +7686,7 @@ ZERODEF const char *zero_coll_name(zero_coll kind)
     case ZERO_COLL_ALL_REDUCE: return "all_reduce";
     case ZERO_COLL_BROADCAST: return "broadcast";
     case ZERO_COLL_CONTROL: return "control";
+    case ZERO_COLL_USER: return "user";
     case ZERO_COLL_COUNT: break;
     }
     return "?";
@@ -7760,6 +8089,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->oopt || e->ev_step) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
         }
         zero__act_free(e);
+        if (e->dbg)
+            for (g = 0; g < 2 * e->G; g++)
+                if (e->dbg[g]) (void)e->dev->ops->free(e->dev, e->dbg[g]);
         zero__eng_free_device(e);
         zero__eng_free_host(e);
         if (e->dev->ops->event_destroy) {
@@ -7778,6 +8110,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->ev_step) e->dev->ops->event_destroy(e->dev, e->ev_step);
         }
     }
+    zero__free(a, e->dbg);
     zero__free(a, e->groups);
     zero__free(a, e->afree);
     zero__free(a, e->pending);
@@ -8179,7 +8512,8 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->cat[ZERO__B_GRAD_USER] = ZERO_MEM_GRAD;
     if (e->stage <= 1) ovf |= zero__mul_size(e->P, e->p, &sz->bytes[ZERO__B_GRAD_USER]);
     sz->cat[ZERO__B_GRAD_ACC] = ZERO_MEM_GRAD;
-    if (!e->alias)
+    /* offload_optimizer: the accumulator is in the host tier (zero__eng_offload_alloc) */
+    if (!e->alias && !e->oopt)
         ovf |= zero__mul_size(e->stage == 0 ? e->P : e->S, e->c, &sz->bytes[ZERO__B_GRAD_ACC]);
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
@@ -8374,13 +8708,16 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
 }
 
 /* The host tier of commit: master, m, v of this rank's shard (S fp32 each), the offloaded
-   param shards, and the staging tiles: 2 x tile_numel gradient elements (comm dtype) and
-   2 x tile_numel param elements (param dtype). Plus the OFFLOAD hand-off events. */
+   param shards, the reduced gradients (S elements of the comm dtype, plus the largest shard
+   again to receive micro-steps k > 0 before their add), and 2 x tile_numel param elements
+   (param dtype) staging the step's uploads. Plus the OFFLOAD hand-off events. */
 static zero_result zero__eng_offload_alloc(zero_engine *e)
 {
-    size_t sb, gb, pb;
+    size_t sb, gb, gi, pb;
     void *p;
     zero_result r;
+    e->host_grad_add = -1;
+    e->nvme_tile_cached = e->hpg_group = e->ra_group = -1;
     if (!e->oopt) return ZERO_OK;
     if (e->dev->ops->event_create) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
@@ -8389,7 +8726,8 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->tile_numel, 2 * e->c, &gb) ||
+    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->S, e->c, &gb) ||
+        zero__mul_size(e->M / (size_t)e->world, e->c, &gi) ||
         zero__mul_size(e->tile_numel, 2 * e->p, &pb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
     if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME || e->d.offload_param == ZERO_OFFLOAD_NVME)
@@ -8410,7 +8748,11 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         e->hparam = (unsigned char *)p;
     }
     if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-    e->hgrad = (unsigned char *)p;
+    e->host_grad = (unsigned char *)p;
+    if (e->accum > 1) {
+        if ((r = zero__eng_host_alloc(e, gi, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+        e->host_grad_in = (unsigned char *)p;
+    }
     if ((r = zero__eng_host_alloc(e, pb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
     e->hpar = (unsigned char *)p;
     return ZERO_OK;
@@ -8432,6 +8774,7 @@ static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned ch
     const zero__eng_group *eg = &e->groups[g];
     unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p, *src = NULL;
     zero_result r = zero__eng_hparam_get(e, g, &src); /* nvme: read ahead of the all-gather */
+    if (r == ZERO_OK) zero__eng_ra_start(e, g);
     if (e->fpar) { /* every rank learns of a failed read before the all-gather: no hang */
         char err[400];
         err[0] = '\0';
@@ -8458,17 +8801,92 @@ static unsigned char *zero__eng_tile_param_dev(const zero_engine *e, const zero_
     return e->param + (eg->off_param + tl->begin) * e->p;
 }
 
-static zero_result zero__eng_tile_download(zero_engine *e, int k)
+/* The host device's kernel bodies over host-tier memory, for the reduced gradients that left
+   the device: the same code as its add, nonfinite and sumsq ops (and the device backends are
+   defined to give the same bits), so the accumulation, the inf/NaN verdict and the norm do
+   not change when the gradients move to the host. Returns the body's block sum. */
+static double zero__eng_host_kernel(const zero_engine *e, zero__host_body body, void *dst,
+                                    const void *src, size_t numel)
 {
-    const zero__eng_tile *tl = &e->tiles[k];
-    const unsigned char *src = zero__eng_grad_acc_shard(e, tl->group) + tl->begin * e->c;
-    return e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD,
-                                 e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c, src,
-                                 tl->numel * e->c);
+    zero__host_device hd;
+    zero__host_ctx c;
+    memset(&hd, 0, sizeof hd);
+    hd.simd = zero_simd_detect();
+    hd.threads = e->d.host_threads > 1 && numel >= 4 * (size_t)ZERO_HOST_SUMSQ_BLOCK ? e->d.host_threads : 1;
+    memset(&c, 0, sizeof c);
+    c.d = &hd;
+    c.dst = dst;
+    c.src = src;
+    c.dtype = e->cd;
+    return zero__host_for(&hd, numel, body, &c);
+}
+
+/* Finishes the pending host add of a micro-step k > 0 (its download waited for first). */
+static zero_result zero__eng_host_grad_settle(zero_engine *e)
+{
+    int g = e->host_grad_add;
+    const zero__eng_group *eg;
+    if (g < 0) return ZERO_OK;
+    e->host_grad_add = -1;
+    eg = &e->groups[g];
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
+    (void)zero__eng_host_kernel(e, zero__host_body_add, e->host_grad + eg->off_shard * e->c,
+                                e->host_grad_in, eg->shard_numel);
+    return ZERO_OK;
+}
+
+/* Elements [j, j + n) of group g's reduced shard, at dev_src on the device (written on
+   COMM), leave the device: the step's first contribution ('store') is downloaded into its
+   place in host_grad, a later one into host_grad_in for an add on the host (deferred until
+   the next download needs host_grad_in, or the step). COMM then waits for the download, so
+   whatever reuses dev_src after an event recorded on COMM (the next piece's cast into the
+   bucket, the gradient buffer's return to the arena, a gradient slice) comes after it. */
+static zero_result zero__eng_grad_out(zero_engine *e, int g, int store, const unsigned char *dev_src,
+                                      size_t j, size_t n)
+{
+    const zero__eng_group *eg = &e->groups[g];
+    unsigned char *dst = e->host_grad + (eg->off_shard + j) * e->c;
+    zero_result r;
+    if (!store) {
+        if (j == 0 && (r = zero__eng_host_grad_settle(e)) != ZERO_OK) return r;
+        dst = e->host_grad_in + j * e->c;
+    }
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
+    if (r == ZERO_OK) r = e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD, dst, dev_src, n * e->c);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
+    if (r == ZERO_OK && !store && j + n == eg->shard_numel) e->host_grad_add = g;
+    return r;
+}
+
+/* The step's inf/NaN flag and sum of squares over the host-tier gradients: every download
+   waited for, then the host device's kernels over each group's shard in group order (the
+   order the device ops run in without offload), and the pair uploaded to the scratch as
+   the device ops would have left it (sumsq f64 at 0, flag f32 at 8). */
+static zero_result zero__eng_host_grad_norm(zero_engine *e)
+{
+    unsigned char v[16];
+    double sumsq = 0.0;
+    float flag = 0.0f, zero = 0.0f;
+    int g;
+    zero_result r = zero__eng_host_grad_settle(e);
+    if (r != ZERO_OK) return r;
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    for (g = 0; g < e->G; g++) {
+        const unsigned char *a = e->host_grad + e->groups[g].off_shard * e->c;
+        size_t n = e->groups[g].shard_numel;
+        if (zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, a, n) > 0.0) flag = 1.0f;
+        sumsq += zero__eng_host_kernel(e, zero__host_body_sumsq, NULL, a, n);
+    }
+    memcpy(v, &sumsq, 8);
+    memcpy(v + 8, &flag, 4);
+    memcpy(v + 12, &zero, 4);
+    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->scratch, v, sizeof v),
+                  "step: upload of the gradient norm");
+    return ZERO_OK;
 }
 
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
-   gradients from the staging tile, master/m/v in the host tier, params into the staging
+   gradients and master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
                                        const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd,
@@ -8476,7 +8894,7 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 {
     const zero__eng_tile *tl = &e->tiles[k];
     const zero__eng_group *eg = &e->groups[tl->group];
-    const unsigned char *gbuf = e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c;
+    const unsigned char *gbuf = e->host_grad + (eg->off_shard + tl->begin) * e->c;
     unsigned char *pbuf = zero__eng_tile_param_dev(e, tl) ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
                           : e->fpar ? e->hpg + (size_t)(tl->group & 1) * e->hpg_stride + tl->begin * e->p
                                     : e->hparam + (eg->off_param + tl->begin) * e->p;
@@ -8517,6 +8935,10 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
     int i = k % e->nswap;
     zero_result r = zero__eng_swap_wait(e, i);
     if (r != ZERO_OK) return r;
+    if (e->tile_fresh[k]) { /* still the file's zeros */
+        memset(e->swap + (size_t)i * e->swap_stride, 0, e->tiles[k].numel * 12);
+        return ZERO_OK;
+    }
     return zero_io_read(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                         e->tiles[k].numel * 12, &e->swap_ticket[i]);
 }
@@ -8525,6 +8947,7 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
 static zero_result zero__eng_swap_out(zero_engine *e, int k)
 {
     int i = k % e->nswap;
+    e->tile_fresh[k] = 0;
     return zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                          e->tiles[k].numel * 12, &e->swap_ticket[i]);
 }
@@ -8563,7 +8986,7 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
 }
 
 /* offload_param = nvme: the rank's param file (one range per partitioned group's shard,
-   written with zeros now) and the two host shard buffers. */
+   declared zero) and the two host shard buffers. */
 static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
 {
     uint64_t off = 0;
@@ -8572,7 +8995,9 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     zero_result r;
     void *p = NULL;
     e->poff = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)e->G * sizeof(uint64_t));
-    if (!e->poff) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    e->group_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)e->G);
+    if (!e->poff || !e->group_fresh) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->group_fresh, 1, (size_t)e->G);
     for (g = 0; g < e->G; g++) {
         size_t b = e->groups[g].shard_numel * e->p;
         e->poff[g] = off;
@@ -8594,19 +9019,59 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
         return r;
     e->nvme_total += (size_t)zero_io_file_size(e->fpar);
     e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fpar) - e->nvme_mem[ZERO_MEM_PARAM];
-    for (g = 0; g < e->G; g++) {
-        zero_io_ticket t;
+    for (g = 0; g < e->G; g++) { /* the preallocated file reads as zeros: nothing written */
         if (e->groups[g].persistent || e->groups[g].shard_numel == 0) continue;
-        if ((r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) != ZERO_OK) {
-            (void)zero_io_wait_all(e->io);
+        if ((r = zero_io_declare_zeros(e->fpar, e->poff[g], e->groups[g].shard_numel * e->p)) != ZERO_OK)
             return r;
-        }
     }
-    return zero_io_wait_all(e->io);
+    return ZERO_OK;
 }
 
-/* The host copy of offloaded group g's param shard: in place (cpu), or read from the file
-   into the first shard buffer (nvme; synchronous, after the uploads that read the buffer). */
+/* Writes back what the NVMe caches changed: the tile record in swap slot 0 (which = 1), the
+   param shard in hpg's first half (2), or both (3). Synchronous; the caches stay valid. */
+static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
+{
+    zero_io_ticket t;
+    zero_result r = ZERO_OK;
+    if ((which & 1) && e->nvme_tile_dirty && e->nvme_tile_cached >= 0) {
+        int k = e->nvme_tile_cached;
+        e->tile_fresh[k] = 0;
+        r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) return r;
+        e->nvme_tile_dirty = 0;
+    }
+    if ((which & 2) && e->hpg_dirty && e->hpg_group >= 0) {
+        int g = e->hpg_group;
+        e->group_fresh[g] = 0;
+        r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) return r;
+        e->hpg_dirty = 0;
+    }
+    return r;
+}
+
+static zero_result zero__eng_nvme_flush(zero_engine *e)
+{
+    return zero__eng_nvme_flush_some(e, 3);
+}
+
+/* Flushes and empties the NVMe caches (before the step reuses their buffers). */
+static zero_result zero__eng_nvme_forget(zero_engine *e)
+{
+    zero_result r;
+    if (e->io) zero__eng_ra_drop(e);
+    r = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    e->nvme_tile_cached = e->hpg_group = -1;
+    e->nvme_tile_dirty = e->hpg_dirty = 0;
+    return r;
+}
+
+/* The host copy of offloaded group g's param shard: in place (cpu), or in the first shard
+   buffer (nvme): read from the file unless the buffer holds it already (the forward's gather
+   leaves it there for the backward's), after writing back the group it held if changed and
+   after the uploads that read the buffer. */
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
 {
     zero_io_ticket t;
@@ -8616,31 +9081,64 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
         return ZERO_OK;
     }
     *out = e->hpg;
+    if (e->hpg_group == g) return ZERO_OK;
+    if (e->hpg_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
+    e->hpg_group = -1;
     r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK) r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    if (r == ZERO_OK && e->ra_group == g) { /* read ahead: wait for it, take it */
+        e->ra_group = -1;
+        r = zero_io_wait(e->io, e->ra_ticket);
+        if (r == ZERO_OK) memcpy(e->hpg, e->hpg + e->hpg_stride, e->groups[g].shard_numel * e->p);
+    } else if (r == ZERO_OK && e->group_fresh[g]) { /* still the file's zeros */
+        memset(e->hpg, 0, e->groups[g].shard_numel * e->p);
+    } else if (r == ZERO_OK && (r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) == ZERO_OK) {
+        r = zero_io_wait(e->io, t);
+    }
+    if (r == ZERO_OK) e->hpg_group = g;
     return r;
 }
 
-/* Writes the first shard buffer back as group g's shard (nvme; synchronous). */
+/* Waits for the read ahead (if any) and forgets it (its bytes are the file's: nothing lost). */
+static void zero__eng_ra_drop(zero_engine *e)
+{
+    if (e->ra_group < 0) return;
+    e->ra_group = -1;
+    (void)zero_io_wait(e->io, e->ra_ticket);
+}
+
+/* After group g's shard came up for a gather: starts reading the group the gathers will
+   want next (g + 1 going forward, g - 1 coming back) into hpg's second half, so its read
+   runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
+   gathered, with the prefetcher one group ahead). */
+static void zero__eng_ra_start(zero_engine *e, int g)
+{
+    int next = g + (e->last_gathered >= 0 && g < e->last_gathered ? -1 : 1);
+    if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
+    if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
+        e->groups[next].shard_numel == 0)
+        return;
+    if (zero_io_read(e->fpar, e->poff[next], e->hpg + e->hpg_stride,
+                     e->groups[next].shard_numel * e->p, &e->ra_ticket) == ZERO_OK)
+        e->ra_group = next;
+}
+
+/* Marks the first shard buffer (group g's shard, from zero__eng_hparam_get) changed: it is
+   written back by the next flush (nvme). */
 static zero_result zero__eng_hparam_put(zero_engine *e, int g)
 {
-    zero_io_ticket t;
-    zero_result r;
-    if (!e->fpar) return ZERO_OK;
-    r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-    return r;
+    if (e->fpar && e->hpg_group == g) e->hpg_dirty = 1;
+    return ZERO_OK;
 }
 
-/* Creates the I/O engine and the rank's optimizer file, the swap slots, and writes every
-   tile's zero state (a read names a range written before). */
+/* Creates the I/O engine and the rank's optimizer file and the swap slots, and declares
+   every tile's record as the zeros the preallocated file holds (no byte written: commit
+   costs no I/O whatever Psi). */
 static zero_result zero__eng_nvme_alloc(zero_engine *e)
 {
     zero_io_desc iod;
     uint64_t off = 0;
     size_t rec;
-    int k, i;
+    int k;
     zero_result r;
     void *p = NULL;
     memset(&iod, 0, sizeof iod);
@@ -8655,8 +9153,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->tile_off = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1) * sizeof(uint64_t));
     e->nswap = e->d.buffer_count < 3 ? 3 : e->d.buffer_count;
     e->swap_ticket = (zero_io_ticket *)zero__alloc(&e->d.allocator, (size_t)e->nswap * sizeof(zero_io_ticket));
-    if (!e->tile_off || !e->swap_ticket)
+    e->tile_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1));
+    if (!e->tile_off || !e->swap_ticket || !e->tile_fresh)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->tile_fresh, 1, (size_t)(e->ntiles ? e->ntiles : 1));
     memset(e->swap_ticket, 0, (size_t)e->nswap * sizeof(zero_io_ticket));
     for (k = 0; k < e->ntiles; k++) {
         e->tile_off[k] = off;
@@ -8676,16 +9176,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->nvme_mem[ZERO_MEM_MASTER] = e->nvme_mem[ZERO_MEM_MOMENT1] = e->nvme_mem[ZERO_MEM_MOMENT2] = e->S * 4;
     e->nvme_total += (size_t)zero_io_file_size(e->fopt);
     e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fopt) - 12 * e->S; /* tile alignment */
-    for (k = 0; k < e->ntiles; k++) { /* zeros, from slot 0, queue_depth-bounded by the engine */
-        zero_io_ticket t;
-        if ((r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t)) != ZERO_OK) {
-            (void)zero_io_wait_all(e->io);
+    for (k = 0; k < e->ntiles; k++) /* the preallocated file reads as zeros: nothing written */
+        if ((r = zero_io_declare_zeros(e->fopt, e->tile_off[k], e->tiles[k].numel * 12u)) != ZERO_OK)
             return r;
-        }
-    }
-    r = zero_io_wait_all(e->io);
-    for (i = 0; i < e->nswap; i++) e->swap_ticket[i] = 0;
-    return r;
+    return ZERO_OK;
 }
 
 static void zero__eng_nvme_free(zero_engine *e)
@@ -8703,6 +9197,9 @@ static void zero__eng_nvme_free(zero_engine *e)
     zero_io_destroy(e->io);
     zero__free(&e->d.allocator, e->tile_off);
     zero__free(&e->d.allocator, e->swap_ticket);
+    zero__free(&e->d.allocator, e->tile_fresh);
+    zero__free(&e->d.allocator, e->group_fresh);
+    e->tile_fresh = e->group_fresh = NULL;
     e->io = NULL;
     e->fopt = NULL;
     e->swap = NULL;
@@ -8711,44 +9208,59 @@ static void zero__eng_nvme_free(zero_engine *e)
 }
 
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
-   NVMe tier to out, or from in to the tier when in is not NULL, tile by tile (read, copy, and
-   for a write, write back). Synchronous;
-   used by set_tensor and read_tensor between steps. */
+   NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
+   slot 0): a tile record is read once when first touched and written back when another is
+   needed or at a flush, so a run of calls in shard order moves each record once. Between
+   steps: set_tensor, read_tensor, checkpoints. */
 static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
                                         const float *in)
 {
-    int k;
+    int k, lo = 0, hi = e->ntiles;
     zero_result r = ZERO_OK;
     zero_io_ticket t;
     float *sl = (float *)(void *)e->swap;
-    for (k = 0; k < e->ntiles && r == ZERO_OK; k++) {
+    while (lo < hi) { /* the first tile ending after off (tiles are in shard order) */
+        int mid = lo + (hi - lo) / 2;
+        const zero__eng_tile *tl = &e->tiles[mid];
+        if (e->groups[tl->group].off_shard + tl->begin + tl->numel <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    for (k = lo; k < e->ntiles && r == ZERO_OK; k++) {
         const zero__eng_tile *tl = &e->tiles[k];
-        size_t lo = e->groups[tl->group].off_shard + tl->begin, hi = lo + tl->numel, a, b;
-        a = lo > off ? lo : off;
-        b = hi < off + n ? hi : off + n;
+        size_t tlo = e->groups[tl->group].off_shard + tl->begin, thi = tlo + tl->numel, a, b;
+        if (tlo >= off + n) break;
+        a = tlo > off ? tlo : off;
+        b = thi < off + n ? thi : off + n;
         if (a >= b) continue;
-        r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-        if (r != ZERO_OK) break;
+        if (e->nvme_tile_cached != k) {
+            if (e->nvme_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK) break;
+            e->nvme_tile_cached = -1;
+            if (e->tile_fresh[k]) {
+                memset(sl, 0, tl->numel * 12u);
+            } else {
+                r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+                if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+                if (r != ZERO_OK) break;
+            }
+            e->nvme_tile_cached = k;
+        }
         if (in) {
-            memcpy(sl + (size_t)kind * tl->numel + (a - lo), in + (a - off), (b - a) * 4);
-            r = zero_io_write(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-            if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+            memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
+            e->nvme_tile_dirty = 1;
         } else {
-            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - lo), (b - a) * 4);
+            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
     }
     return r;
 }
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
-   (scratch + 8: flag, multiplier, norm). Pipeline over tiles k = 0..n-1 with two staging
-   tiles each way: the download of k+1 (OFFLOAD) and the uploads of earlier tiles (COMPUTE)
-   run while the host Adam works on k. A host sync on OFFLOAD before Adam k (only download k
-   is then in flight) keeps the gradient tiles free; before Adam k writes param half k & 1,
-   a host sync on COMPUTE waits for the last upload from that half, whichever earlier tile
-   it was (tiles of offloaded shards upload nothing, so it need not be tile k - 2's). A
-   skipped step moves nothing. */
+   (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
+   k = 0..n-1, the host Adam reads the gradients where the reduction left them (host_grad),
+   and the uploads of earlier tiles' params (COMPUTE) run while it works on k. Before Adam k
+   writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
+   half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
+   not be tile k - 2's). A skipped step moves nothing. */
 static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
                                           const zero_adam_coefs *co_nowd)
 {
@@ -8759,16 +9271,18 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     int up_busy[2] = {0, 0};    /* an upload from param half i may still be reading it */
     char io_err[400];
     io_err[0] = '\0';
+    if (e->io) { /* the step reuses the caches' buffers: what they changed goes out first */
+        io_r = zero__eng_nvme_forget(e);
+        if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
+    }
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (fm[0] != 0.0f || e->ntiles == 0)
-        return e->io ? zero__eng_nvme_agree(e, ZERO_OK, io_err, "zero_engine_step", -1) : ZERO_OK;
-    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o),
-                  "step: event");
-    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
-                  "step: event");
-    ZERO__ENG_TRY(e, zero__eng_tile_download(e, 0), "step: gradient tile download");
+        return e->io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
+    /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
+       gathers that read the offloaded param shards are done before Adam rewrites them */
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
     /* NVMe: reads run nswap - 2 tiles ahead; the slot of tile k + nswap - 2 was last written
        behind tile k - 2, so a read never waits for the write just issued */
     for (k = 0; e->fopt && k < e->nswap - 2 && k < e->ntiles && io_r == ZERO_OK; k++)
@@ -8776,9 +9290,6 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     for (k = 0; k < e->ntiles; k++) {
         unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
         zero_result r;
-        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
-        if (k + 1 < e->ntiles)
-            ZERO__ENG_TRY(e, zero__eng_tile_download(e, k + 1), "step: gradient tile download");
         if (e->fpar && !dst && io_r == ZERO_OK && e->tiles[k].begin == 0) { /* a group starts */
             int x = e->tiles[k].group & 1;
             zero_io_ticket t = e->hpg_ticket[x];
@@ -8809,6 +9320,7 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
         if (e->fpar && !dst && io_r == ZERO_OK &&
             e->tiles[k].begin + e->tiles[k].numel == e->groups[e->tiles[k].group].shard_numel) {
             int g = e->tiles[k].group; /* the group's shard is complete: write it behind */
+            e->group_fresh[g] = 0;
             io_r = zero_io_write(e->fpar, e->poff[g], e->hpg + (size_t)(g & 1) * e->hpg_stride,
                                  e->groups[g].shard_numel * e->p, &e->hpg_ticket[g & 1]);
         }
@@ -8837,6 +9349,67 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     return ZERO_OK;
 }
 
+/* The device's model states of an estimate: with the optimizer offloaded the reduced
+   gradients (the estimator's shard at stages 2-3) live in the host tier; at stage 1 the
+   device keeps the whole user gradient buffer, which is the estimator's figure. */
+static size_t zero__eng_hint_states(const zero_estimate *x, int opt_offloaded)
+{
+    uint64_t b = x->device_bytes;
+    if (opt_offloaded && x->stage >= 2) b -= x->grads_bytes;
+    return (size_t)b;
+}
+
+/* When no offload setting fits (both offloads on already, or none enough): names the bulk
+   (the largest device buffer) and what would fit, each figure exact from this
+   configuration's sizes: an arena of twice the largest group (its params and its gradient
+   buffer at once, no prefetch), smaller groups (the arena and the cast staging scale with
+   the largest group), more ranks (the sharded model states shrink as 1/N). Appended to
+   out. */
+static void zero__eng_oom_bulk(const zero_engine *e, const zero__eng_sizes *sz, size_t need,
+                               size_t avail, char *out, size_t n)
+{
+    static const char *const names[ZERO__B_N] = {
+        "scratch", "params", "user gradients", "gradient accumulator", "master weights", "Adam m",
+        "Adam v", "reduce bucket", "arena"};
+    size_t bulk = 0, len = strlen(out), per = 0, mdep, sharded = 0, fixed, two;
+    int i, ib = 0, any = 0;
+    for (i = 0; i < sz->n && i < ZERO__B_N; i++)
+        if (sz->bytes[i] > bulk) bulk = sz->bytes[i], ib = i;
+    len += (size_t)snprintf(out + len, len < n ? n - len : 0, ": the bulk is the %s (%zu bytes)",
+                            names[ib], bulk);
+    mdep = sz->bytes[ZERO__B_ARENA] + sz->bytes[ZERO__B_BUCKET];
+    if (e->stage >= 2 && e->arena_numel > 2 * e->M && len < n) {
+        two = need - sz->bytes[ZERO__B_ARENA] + 2 * e->M * e->p;
+        len += (size_t)snprintf(out + len, n - len, "; max_live_numel=%zu with prefetch_depth=-1 %s (%zu bytes)",
+                                2 * e->M, two <= avail ? "would fit" : "needs", two);
+        any |= two <= avail;
+    }
+    /* smaller groups: per element of the largest group, an arena of two groups and the staging */
+    if (e->stage >= 2) per += 2 * e->p;
+    if (sz->bytes[ZERO__B_BUCKET]) per += e->c;
+    fixed = need - mdep;
+    if (per > 0 && avail > fixed && len < n) {
+        size_t m = (avail - fixed) / per;
+        if (m < e->M) len += (size_t)snprintf(out + len, n - len, "; groups of at most %zu elements "
+                                              "(the largest has %zu) with max_live_numel=%zu would fit",
+                                              m, e->M, 2 * m);
+        any = 1;
+    }
+    /* more ranks: the sharded states shrink as 1/N, the rest stays */
+    if (e->stage >= 1) sharded += sz->bytes[ZERO__B_MASTER] + sz->bytes[ZERO__B_M1] + sz->bytes[ZERO__B_M2];
+    if (e->stage >= 2) sharded += sz->bytes[ZERO__B_GRAD_ACC];
+    if (e->stage == 3 && !e->oparam) /* the partitioned groups' shards; persistent ones stay whole */
+        for (i = 0; i < e->G; i++)
+            if (!e->groups[i].persistent) sharded += e->groups[i].shard_numel * e->p;
+    if (sharded > 0 && need - sharded < avail && len < n) {
+        double r = (double)sharded * (double)e->world / (double)(avail - (need - sharded));
+        long nr = (long)r + 1;
+        if (nr > e->world) len += (size_t)snprintf(out + len, n - len, "; %ld ranks would fit", nr);
+        any = 1;
+    }
+    if (!any && len < n) (void)snprintf(out + len, n - len, "; the buffers alone exceed the budget");
+}
+
 /* Replaces an out-of-memory commit message by one that names the bytes, the device budget
    and the offload setting that would fit: each candidate's device bytes are the estimator's
    model states (zero_estimate_compute, paper mode, this engine's dtypes) plus this
@@ -8849,9 +9422,9 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     };
     zero_estimate_desc ed;
     zero_estimate now, alt;
-    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0;
+    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0, now_dev;
     int i, k, nth = 0;
-    char fits[160];
+    char fits[320];
     const char *fail_cat = "?";
     memset(&now, 0, sizeof now);
     memset(&alt, 0, sizeof alt);
@@ -8881,7 +9454,12 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     ed.offload_optimizer = e->d.offload_optimizer;
     ed.offload_param = e->d.offload_param;
     if (zero_estimate_compute(&ed, &now) != ZERO_OK) return;
-    buffers = need > now.device_bytes ? need - (size_t)now.device_bytes : 0;
+    now_dev = zero__eng_hint_states(&now, e->oopt);
+    buffers = need > now_dev ? need - now_dev : 0;
+    if (!e->oopt) { /* offloaded gradients reduce in place, into the host tier */
+        size_t stay = e->stage <= 1 ? sz->bytes[ZERO__B_GRAD_ACC] : 0;
+        buffers = buffers > stay ? buffers - stay : 0;
+    }
     snprintf(fits, sizeof fits, "no offload setting fits");
     for (i = 0; i < (int)(sizeof cand / sizeof cand[0]); i++) {
         size_t dev_bytes;
@@ -8893,7 +9471,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
         ed.offload_optimizer = ZERO_OFFLOAD_CPU;
         ed.offload_param = cand[i].par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
         if (zero_estimate_compute(&ed, &alt) != ZERO_OK) continue;
-        dev_bytes = (size_t)alt.device_bytes + buffers;
+        dev_bytes = zero__eng_hint_states(&alt, 1) + buffers;
         if (dev_bytes <= avail) {
             snprintf(fits, sizeof fits, "%s would fit (%zu device bytes)",
                      e->stage == 3 && cand[i].stage3 ? cand[i].name + 13 : cand[i].name, dev_bytes);
@@ -8903,6 +9481,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
             snprintf(fits, sizeof fits, "no offload setting fits (%s needs %zu device bytes)",
                      cand[i].name, dev_bytes);
     }
+    if (strncmp(fits, "no offload", 10) == 0) zero__eng_oom_bulk(e, sz, need, avail, fits, sizeof fits);
     snprintf(msg, n,
              "zero_engine_commit: out of device memory: %zu bytes of %s asked; this configuration "
              "needs %zu device bytes per rank, the device budget is %zu bytes (%zu free); %s",
@@ -9060,6 +9639,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                           "after the last add_tensor)");
     /* From here on a failure leaves the engine broken (destroy only). */
     e->state = ZERO__ENG_COMMITTED;
+    e->guards = e->d.debug_guards > 0 || (e->d.debug_guards == 0 && ZERO__DEBUG_DEFAULT);
     memset(ptrs, 0, sizeof ptrs);
     plan_err[0] = alloc_err[0] = '\0';
     plan_r = e->ntensors == 0
@@ -9490,7 +10070,7 @@ static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
     zero__eng_group *eg = &e->groups[g];
     zero_device *dev = e->dev;
     const unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g), *bk = e->bucket;
+    unsigned char *acc = e->oopt ? NULL : zero__eng_grad_acc(e, g), *bk = e->bucket; /* offload: host */
     size_t N = (size_t)e->world, b = e->bucket_piece, j, n, r;
     zero_result x = ZERO_OK;
     if (e->stage == 0) {
@@ -9511,6 +10091,11 @@ static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
         for (r = 0; r < N && x == ZERO_OK; r++)
             x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk + r * n * e->c, e->cd,
                                src + (r * eg->shard_numel + j) * e->p, e->gd, n);
+        if (x == ZERO_OK && e->oopt) { /* in place; the piece then leaves the device */
+            x = zero__eng_reduce_scatter(e, bk, mine, n, e->cd, g);
+            if (x == ZERO_OK) x = zero__eng_grad_out(e, g, store, mine, j, n);
+            continue;
+        }
         if (x == ZERO_OK) x = zero__eng_reduce_scatter(e, bk, store ? acc + j * e->c : mine, n, e->cd, g);
         if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, mine, e->cd, n);
     }
@@ -9534,9 +10119,17 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int co
 {
     zero__eng_group *eg = &e->groups[g];
     unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g), *dst = store ? acc : zero__eng_reduced_in_place(e, g);
+    unsigned char *acc, *dst;
     zero_result r;
     if (e->cd != e->gd) return zero__eng_reduce_staged(e, g, store);
+    if (e->oopt) { /* in place; the reduced shard then leaves the device (stages 1-3) */
+        dst = zero__eng_reduced_in_place(e, g);
+        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cd, g);
+        if (r != ZERO_OK || collective_only) return r;
+        return zero__eng_grad_out(e, g, store, dst, 0, eg->shard_numel);
+    }
+    acc = zero__eng_grad_acc(e, g);
+    dst = store ? acc : zero__eng_reduced_in_place(e, g);
     if (e->stage == 0)
         r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cd, ZERO_OP_SUM, 0, g, ZERO_ROLE_GRAD_REDUCE);
     else
@@ -9562,7 +10155,13 @@ static zero_result zero__eng_flush(zero_engine *e)
             ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 1),
                                    "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
-        for (i = 0; i < e->npending; i++) {
+        for (i = 0; i < e->npending && e->oopt; i++) { /* reduced in place: off the device */
+            int g = e->pending[i];
+            ZERO__ENG_TRY(e, zero__eng_grad_out(e, g, e->pending_store[i], zero__eng_reduced_in_place(e, g),
+                                                0, e->groups[g].shard_numel),
+                          "gradient offload");
+        }
+        for (i = 0; i < e->npending && !e->oopt; i++) {
             int g = e->pending[i];
             if (e->pending_store[i]) continue;
             ZERO__ENG_TRY(e, e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, zero__eng_grad_acc(e, g),
@@ -9591,6 +10190,97 @@ static zero_result zero__eng_flush(zero_engine *e)
     return ZERO_OK;
 }
 
+/* ---- debug mode: guarded copies of the buffers handed out (debug_guards) ---------------- */
+
+#define ZERO__GUARD_BYTE 0xA5
+
+/* Group g's copy (k = 0 params, 1 gradients): numel elements then the guard bytes, written
+   when the copy is made. */
+static zero_result zero__eng_dbg_buf(zero_engine *e, int g, int k, unsigned char **out)
+{
+    size_t bytes = e->groups[g].numel * e->p;
+    void **slot;
+    zero_result r;
+    *out = NULL;
+    if (!e->dbg) {
+        e->dbg = (void **)zero__alloc(&e->d.allocator, 2 * (size_t)e->G * sizeof(void *));
+        if (!e->dbg) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "debug guards: %d groups", e->G);
+        memset(e->dbg, 0, 2 * (size_t)e->G * sizeof(void *));
+    }
+    slot = &e->dbg[2 * g + k];
+    if (!*slot) {
+        unsigned char pat[ZERO_DEBUG_GUARD_BYTES];
+        void *p = NULL;
+        r = e->dev->ops->alloc(e->dev, bytes + ZERO_DEBUG_GUARD_BYTES, ZERO_MEM_SCRATCH, &p);
+        if (r != ZERO_OK) {
+            char prev[300];
+            zero__eng_copy_error(prev, sizeof prev);
+            return zero__fail(r, "debug guards: group %d's %s copy (%zu bytes): %s", g,
+                              k ? "gradient" : "param", bytes + ZERO_DEBUG_GUARD_BYTES, prev);
+        }
+        memset(pat, ZERO__GUARD_BYTE, sizeof pat);
+        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, (unsigned char *)p + bytes, pat, sizeof pat);
+        if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+        if (r != ZERO_OK) {
+            (void)e->dev->ops->free(e->dev, p);
+            return zero__eng_break(e, r, "debug guards: upload");
+        }
+        *slot = p;
+    }
+    *out = (unsigned char *)*slot;
+    return ZERO_OK;
+}
+
+/* Checks the guard bytes after group g's copy k (if made): INVALID_STATE naming the group,
+   the buffer and the first changed byte; the guard is written again. */
+static zero_result zero__eng_dbg_check(zero_engine *e, int g, int k, const char *fn)
+{
+    unsigned char got[ZERO_DEBUG_GUARD_BYTES];
+    size_t bytes, i;
+    unsigned char *p;
+    if (!e->guards || !e->dbg || !e->dbg[2 * g + k]) return ZERO_OK;
+    p = (unsigned char *)e->dbg[2 * g + k];
+    bytes = e->groups[g].numel * e->p;
+    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, got, p + bytes, sizeof got),
+                  "debug guards: download");
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
+    for (i = 0; i < sizeof got; i++)
+        if (got[i] != ZERO__GUARD_BYTE) {
+            unsigned char pat[ZERO_DEBUG_GUARD_BYTES];
+            memset(pat, ZERO__GUARD_BYTE, sizeof pat);
+            ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, p + bytes, pat, sizeof pat),
+                          "debug guards: upload");
+            ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "%s: group %d's %s buffer was written past its end: guard byte %zu "
+                              "after its %zu bytes (%zu elements of %s) is 0x%02x (writing another "
+                              "dtype, e.g. fp32 values into this %s buffer, or an index past the "
+                              "group's %zu elements)", fn, g, k ? "gradient" : "param", i, bytes,
+                              e->groups[g].numel, zero_dtype_name(e->gd), (unsigned)got[i],
+                              zero_dtype_name(e->gd), e->groups[g].numel);
+        }
+    return ZERO_OK;
+}
+
+/* What the user gets for group g's buffer real (k = 0 params, 1 gradients): real, or in
+   debug mode the guarded copy (params copied in; gradients zeroed). */
+static zero_result zero__eng_dbg_hand(zero_engine *e, int g, int k, unsigned char *real, void **out)
+{
+    unsigned char *c;
+    zero_result r;
+    *out = real;
+    if (!e->guards) return ZERO_OK;
+    if ((r = zero__eng_dbg_buf(e, g, k, &c)) != ZERO_OK) return r;
+    if (k == 0)
+        ZERO__ENG_TRY(e, e->dev->ops->copy(e->dev, ZERO_QUEUE_COMPUTE, c, real, e->groups[g].numel * e->p),
+                      "debug guards: copy");
+    else
+        ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, c, e->groups[g].numel * e->p),
+                      "debug guards: fill");
+    *out = c;
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grads)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_grads");
@@ -9603,7 +10293,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_grads: out_grads is NULL");
     eg = &e->groups[group];
     if (eg->grads_state == ZERO__GRADS_HANDED) {
-        *out_grads = zero__eng_grad_user(e, group);
+        *out_grads = e->guards ? e->dbg[2 * group + 1] : (void *)zero__eng_grad_user(e, group);
         return ZERO_OK;
     }
     if (eg->grads_state == ZERO__GRADS_READY)
@@ -9634,8 +10324,8 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     ptr = zero__eng_grad_user(e, group);
     ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, ptr, eg->numel * e->p),
                   "zero_engine_grads: fill");
+    if ((r = zero__eng_dbg_hand(e, group, 1, ptr, out_grads)) != ZERO_OK) return r;
     eg->grads_state = ZERO__GRADS_HANDED;
-    *out_grads = ptr;
     return ZERO_OK;
 }
 
@@ -9653,6 +10343,14 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
                           eg->grads_state == ZERO__GRADS_READY
                               ? "is already ready in this micro-step"
                               : "has no gradient buffer (call zero_engine_grads first)");
+    if (e->guards) { /* the copies' guards, then the gradients into the engine's buffer */
+        if ((r = zero__eng_dbg_check(e, group, 1, "zero_engine_grads_ready")) != ZERO_OK) return r;
+        if (eg->refs > 0 && (r = zero__eng_dbg_check(e, group, 0, "zero_engine_grads_ready")) != ZERO_OK)
+            return r;
+        ZERO__ENG_TRY(e, e->dev->ops->copy(e->dev, ZERO_QUEUE_COMPUTE, zero__eng_grad_user(e, group),
+                                           e->dbg[2 * group + 1], eg->numel * e->p),
+                      "debug guards: copy");
+    }
     e->pending_store[e->npending] = (unsigned char)(e->micro == 0 && eg->parts_ready == 0);
     e->pending[e->npending++] = group;
     eg->parts_ready++;
@@ -9749,8 +10447,9 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_gather: out_params is NULL");
     eg = &e->groups[group];
     if (e->stage < 3 || eg->persistent) {
+        if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
+            return r;
         eg->refs++;
-        *out_params = zero__eng_param_whole(e, group);
         return ZERO_OK;
     }
     zero__eng_trace_note(e, 2 * group);
@@ -9766,8 +10465,9 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
     }
     ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_gathered), "gather: event");
     if (eg->gathered_seq > e->compute_seq) e->compute_seq = eg->gathered_seq;
+    if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
+        return r;
     eg->refs++;
-    *out_params = zero__eng_param_whole(e, group);
     return zero__eng_trace_prefetch(e);
 }
 
@@ -9792,6 +10492,7 @@ ZERODEF zero_result zero_engine_release(zero_engine *e, int group)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_release: group %d is not gathered (released twice?)",
                           group);
+    if ((r = zero__eng_dbg_check(e, group, 0, "zero_engine_release")) != ZERO_OK) return r;
     eg->refs--;
     if (eg->refs == 0 && e->stage == 3 && !eg->persistent) zero__eng_drop_params(e, group);
     return ZERO_OK;
@@ -9941,7 +10642,8 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     /* 1. non-finite flag and sum of squares over this rank's shard of every group. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, e->scratch, 20), "step: fill");
-    for (g = 0; g < e->G; g++) {
+    if (e->oopt && (r = zero__eng_host_grad_norm(e)) != ZERO_OK) return r; /* host tier */
+    for (g = 0; g < e->G && !e->oopt; g++) {
         const unsigned char *a = zero__eng_grad_acc_shard(e, g);
         size_t n = e->groups[g].shard_numel;
         ZERO__ENG_TRY(e, dev->ops->nonfinite(dev, ZERO_QUEUE_COMPUTE, a, e->cd, n, flag),
@@ -10099,7 +10801,10 @@ static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_par
     return ZERO_OK;
 }
 
-ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const float *values)
+/* zero_engine_set_tensor; conv (NULL: allocated here) holds the params this rank stores,
+   converted (numel * param size bytes at most), so that a caller that allocated it first
+   meets no allocation failure half way. */
+static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float *values, void *conv)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_set_tensor");
     zero_tensor_info ti;
@@ -10137,11 +10842,11 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
         pt.master_off = e->groups[ti.group].off_whole + ti.offset;
     }
     if (pt.pn > 0 && e->gd != ZERO_F32) {
-        tmp = zero__alloc(&e->d.allocator, pt.pn * e->p);
+        tmp = conv ? conv : zero__alloc(&e->d.allocator, pt.pn * e->p);
         if (!tmp) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_tensor");
         r = zero_convert(tmp, e->gd, values + pt.p0, ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
         if (r != ZERO_OK) {
-            zero__free(&e->d.allocator, tmp);
+            if (tmp != conv) zero__free(&e->d.allocator, tmp);
             return r;
         }
     }
@@ -10168,9 +10873,14 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
         r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
-    zero__free(&e->d.allocator, tmp);
+    if (tmp != conv) zero__free(&e->d.allocator, tmp);
     if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_set_tensor: upload");
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const float *values)
+{
+    return zero__eng_set_tensor(e, tensor, values, NULL);
 }
 
 ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_state_kind kind,
@@ -10250,6 +10960,46 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
     return ZERO_OK;
 }
 
+ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t count, zero_dtype dtype,
+                                          zero_op op)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_allreduce");
+    zero_device *dev;
+    size_t es, per, done, n;
+    if (r != ZERO_OK) return r;
+    if (!buf && count)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: buf is NULL (count %zu)",
+                          count);
+    if (dtype != ZERO_F32 && dtype != ZERO_F64)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: dtype %s (f32 or f64)",
+                          zero_dtype_name(dtype));
+    if (op != ZERO_OP_SUM && op != ZERO_OP_MAX)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: op %d (sum or max)",
+                          (int)op);
+    /* the scratch holds an enqueued step's verdict until it is read */
+    if (e->step_pending && (r = zero__eng_step_complete(e)) != ZERO_OK) return r;
+    dev = e->dev;
+    es = zero_dtype_size(dtype);
+    per = ZERO__ENG_SCRATCH_BYTES / es;
+    for (done = 0; done < count; done += n) {
+        unsigned char *host = (unsigned char *)buf + done * es;
+        n = count - done < per ? count - done : per;
+        ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->scratch, host, n * es),
+                      "allreduce: upload");
+        zero__eng_tag(e, -1, ZERO_ROLE_USER);
+        r = e->comm->ops->all_reduce(e->comm, e->scratch, e->scratch, n, dtype, op,
+                                     zero__eng_comm_queue(e));
+        zero__eng_untag(e);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
+        zero__eng_count(e, ZERO_COLL_USER, 2.0 * (double)n * (double)(e->world - 1) / (double)e->world,
+                        dtype);
+        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->scratch, n * es),
+                      "allreduce: download");
+        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
+    }
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_memory *out)
 {
     int k;
@@ -10262,6 +11012,13 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
     out->peak_total_bytes = e->mem_peak_total;
     out->allocations = (size_t)e->nallocs;
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out)
+{
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_nvme_stats: NULL");
+    memset(out, 0, sizeof *out);
+    return e->io ? zero_io_get_stats(e->io, out) : ZERO_OK;
 }
 
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
@@ -10993,10 +11750,27 @@ ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_acti
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+/* As in the NVMe section: names glibc hides when a libc header came before zero.h under
+   -std=c99/c11 (the values and signatures are fixed by the kernel and POSIX). */
+#if !defined(O_NOFOLLOW) && defined(__O_NOFOLLOW)
+#define O_NOFOLLOW __O_NOFOLLOW
+#endif
+#if !defined(O_DIRECTORY) && defined(__O_DIRECTORY)
+#define O_DIRECTORY __O_DIRECTORY
+#endif
+#ifndef O_DIRECTORY
+#define O_DIRECTORY 0
+#endif
+#if defined(__GLIBC__) && !defined(__USE_MISC) && !defined(__USE_UNIX98)
+extern int gethostname(char *name, size_t len);
+#endif
 
 /* ---- engine state accessors --------------------------------------------------------------- */
 
@@ -11296,10 +12070,27 @@ static uint32_t zero__ck_le32(const unsigned char *p)
 
 /* ---- files -------------------------------------------------------------------------------- */
 
+/* Test hooks (private; tests that define ZERO_IMPLEMENTATION set them). zero__ck_io_fault:
+   called before every checkpoint write (op 'w') and every open of an existing checkpoint
+   file for reading (op 'o') with the file's path; a non-zero errno it returns fails that
+   call as the system would (ENOSPC, EACCES ...). zero__ck_stage: called on every rank
+   at fixed points of load and save (where: 0 = before the manifest is opened, 1 = after),
+   so a test can change the directory between ranks deterministically.
+   zero__ck_bytes_read counts the bytes every checkpoint read asked for. */
+static int (*zero__ck_io_fault)(const char *path, int op);
+static void (*zero__ck_stage)(int rank, int where, const char *dir);
+static uint64_t zero__ck_bytes_read;
+
 static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t off,
                                    const char *path)
 {
     const unsigned char *p = (const unsigned char *)buf;
+    if (zero__ck_io_fault && n > 0) {
+        int er = zero__ck_io_fault(path, 'w');
+        if (er)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", path,
+                              (unsigned long long)off, strerror(er));
+    }
     while (n > 0) {
         ssize_t w = pwrite(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
         if (w < 0) {
@@ -11317,6 +12108,7 @@ static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t o
 static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *path)
 {
     unsigned char *p = (unsigned char *)buf;
+    __atomic_fetch_add(&zero__ck_bytes_read, (uint64_t)n, __ATOMIC_RELAXED);
     while (n > 0) {
         ssize_t got = pread(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
         if (got < 0) {
@@ -11334,9 +12126,49 @@ static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, con
     return ZERO_OK;
 }
 
+/* Opens an existing checkpoint file for reading without blocking (a FIFO or device named
+   like a checkpoint file must not hang the reader) and refuses anything but a regular file.
+   what names the file's role in errors ("shard file of rank 3"). NOT_FOUND when it does not
+   exist (IO for a missing file when missing_is_io); EACCES says "permission denied". */
+static zero_result zero__ck_open_read(const char *path, const char *what, int missing_is_io,
+                                      int *fd_out, struct stat *st_out)
+{
+    struct stat st;
+    int fd, fl;
+    int er = zero__ck_io_fault ? zero__ck_io_fault(path, 'o') : 0;
+    *fd_out = -1;
+    fd = er ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        if (!er) er = errno;
+        if (er == ENOENT)
+            return zero__fail(missing_is_io ? ZERO_ERROR_IO : ZERO_ERROR_NOT_FOUND,
+                              "%s: missing %s: %s", path, what, strerror(er));
+        if (er == EACCES || er == EPERM)
+            return zero__fail(ZERO_ERROR_IO, "%s: %s: permission denied", path, what);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s: open: %s", path, what, strerror(er));
+    }
+    if (fstat(fd, &st) != 0) {
+        er = errno;
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s: stat: %s", path, what, strerror(er));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s is not a regular file (%s); refusing to read it",
+                          path, what, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode)
+                          ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)
+                          ? "a device" : "special");
+    }
+    fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    if (st_out) *st_out = st;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_fsync_dir(const char *dir)
 {
-    int fd = open(dir, O_RDONLY);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
     if (fsync(fd) != 0 && errno != EINVAL) {
         int er = errno;
@@ -11347,18 +12179,41 @@ static zero_result zero__ck_fsync_dir(const char *dir)
     return ZERO_OK;
 }
 
-/* Writes a whole file at dir/name crash-safely: dir/name.tmp, fsync, rename, fsync dir. */
-static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
-                                       size_t n)
+/* Creates a new temporary file for final path 'path': "<path>.<16 hex digits>.tmp", with
+   O_EXCL | O_NOFOLLOW (a name planted in advance, a symlink included, is never opened: a
+   fresh random name is tried instead). tmp receives the name. */
+static zero_result zero__ck_create_tmp(const char *path, char *tmp, size_t tmp_size, int *fd_out)
 {
-    char path[4200], tmp[4210];
-    int fd;
-    zero_result r;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-    r = zero__ck_pwrite(fd, data, n, 0, tmp);
+    static uint64_t counter;
+    int tries;
+    *fd_out = -1;
+    for (tries = 0; tries < 64; tries++) {
+        struct timespec ts;
+        uint64_t x = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED), z;
+        int fd;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        z = x * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 40 ^ (uint64_t)ts.tv_nsec ^
+            (uint64_t)ts.tv_sec << 20 ^ (uint64_t)(uintptr_t)&ts;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        if ((size_t)snprintf(tmp, tmp_size, "%s.%016llx.tmp", path, (unsigned long long)z) >= tmp_size)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: path too long", path);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            *fd_out = fd;
+            return ZERO_OK;
+        }
+        if (errno != EEXIST && errno != ELOOP)
+            return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
+    }
+    return zero__fail(ZERO_ERROR_IO, "%s: no unused temporary name after 64 tries", path);
+}
+
+/* fsync, close, rename over path and fsync the directory; the temporary goes on failure. */
+static zero_result zero__ck_commit_tmp(int fd, const char *tmp, const char *path, const char *dir,
+                                       zero_result r)
+{
     if (r == ZERO_OK && fsync(fd) != 0)
         r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && r == ZERO_OK)
@@ -11366,49 +12221,22 @@ static zero_result zero__ck_write_file(const char *dir, const char *name, const 
     if (r == ZERO_OK && rename(tmp, path) != 0)
         r = zero__fail(ZERO_ERROR_IO, "%s: rename to %s: %s", tmp, path, strerror(errno));
     if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        return zero__fail(r, "%s", msg);
-    }
-    return zero__ck_fsync_dir(dir);
-}
-
-/* Reads a whole (small) file into a new buffer; NOT_FOUND when it does not exist. */
-static zero_result zero__ck_slurp(const char *path, size_t max, unsigned char **out, size_t *n)
-{
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    zero_result r;
-    *out = NULL;
-    *n = 0;
-    if (fd < 0)
-        return zero__fail(errno == ENOENT ? ZERO_ERROR_NOT_FOUND : ZERO_ERROR_IO, "%s: open: %s",
-                          path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int er = errno;
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
-    }
-    if ((uint64_t)st.st_size > (uint64_t)max || st.st_size < 1) {
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: size %lld bytes (want 1..%zu)", path,
-                          (long long)st.st_size, max);
-    }
-    *out = (unsigned char *)ZERO_MALLOC((size_t)st.st_size);
-    if (!*out) {
-        close(fd);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %lld bytes", path, (long long)st.st_size);
-    }
-    r = zero__ck_pread(fd, *out, (size_t)st.st_size, 0, path);
-    close(fd);
-    if (r != ZERO_OK) {
-        ZERO_FREE(*out);
-        *out = NULL;
+        (void)unlink(tmp); /* zero__fail's text survives: unlink does not touch it */
         return r;
     }
-    *n = (size_t)st.st_size;
-    return ZERO_OK;
+    return dir ? zero__ck_fsync_dir(dir) : ZERO_OK;
+}
+
+/* Writes a whole file at dir/name crash-safely: a new temporary, fsync, rename, fsync dir. */
+static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
+                                       size_t n)
+{
+    char path[4200], tmp[4240];
+    int fd;
+    zero_result r;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) return r;
+    return zero__ck_commit_tmp(fd, tmp, path, dir, zero__ck_pwrite(fd, data, n, 0, tmp));
 }
 
 /* ---- shapes and scaler state ---------------------------------------------------------------- */
@@ -11523,6 +12351,7 @@ struct zero_checkpoint {
     uint64_t header_bytes; /* of every shard file */
     uint64_t shard_bytes;  /* of every shard file */
     uint32_t client_crc;   /* CRC32C of the client state (info.client_bytes bytes) */
+    uint32_t manifest_crc; /* the manifest's own checksum: with the generation, its identity */
 };
 
 static void zero__ck_free(zero_checkpoint *ck)
@@ -11580,6 +12409,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     ck = (zero_checkpoint *)ZERO_MALLOC(sizeof *ck);
     if (!ck) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", what);
     memset(ck, 0, sizeof *ck);
+    ck->manifest_crc = crc;
     ck->info.generation = zero__ck_get(&rd, 8);
     world = (uint32_t)zero__ck_get(&rd, 4);
     stage = (uint32_t)zero__ck_get(&rd, 4);
@@ -11762,11 +12592,14 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
             goto fail;
         }
         ck->groups[i].sec_off = off;
-        b = ck->groups[i].shard_numel * (12u + ck->psize); /* no overflow: plan checked */
-        if (off > UINT64_MAX - b) {
-            r = zero__fail(ZERO_ERROR_IO, "%s: shard size overflows", what);
+        /* bytes, not elements: the plan checked counts, the product can still wrap */
+        if (ck->groups[i].shard_numel > (UINT64_MAX - off) / (12u + ck->psize)) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: group %u: %llu elements per shard overflow a "
+                           "64-bit byte size", what, i,
+                           (unsigned long long)ck->groups[i].shard_numel);
             goto fail;
         }
+        b = ck->groups[i].shard_numel * (12u + ck->psize);
         off += b;
     }
     ck->shard_bytes = off;
@@ -11809,14 +12642,7 @@ static zero_result zero__ck_read_client(const zero_checkpoint *ck, void *dst)
     if (ck->info.client_bytes == 0) return ZERO_OK;
     zero__ck_client_name(name, sizeof name, ck->info.generation);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(ZERO_ERROR_IO, "%s: client state file: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int er = errno;
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
-    }
+    if ((r = zero__ck_open_read(path, "client state file", 1, &fd, &st)) != ZERO_OK) return r;
     if ((uint64_t)st.st_size != ck->info.client_bytes) {
         close(fd);
         return zero__fail(ZERO_ERROR_IO, "%s: client state of %lld bytes, the manifest says %llu "
@@ -11841,6 +12667,63 @@ ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst)
     return zero__ck_read_client(ck, dst);
 }
 
+/* Reads a manifest: its fixed header first (magic, version, the size it declares and its
+   counts), then exactly the declared size, which must be the file's and no more than the
+   counts allow; so a huge or hostile file costs one small read. NOT_FOUND when missing. */
+static zero_result zero__ck_read_manifest(const char *path, unsigned char **out, size_t *n)
+{
+    unsigned char h[ZERO__CK_MAN_FIXED];
+    struct stat st;
+    uint64_t declared, bound;
+    uint32_t version, world, G, T;
+    zero_result r;
+    int fd, i;
+    *out = NULL;
+    *n = 0;
+    if ((r = zero__ck_open_read(path, "manifest", 0, &fd, &st)) != ZERO_OK) return r;
+    if (st.st_size < (off_t)ZERO__CK_MAN_FIXED + 4) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%lld bytes)", path,
+                          (long long)st.st_size);
+    }
+    if ((r = zero__ck_pread(fd, h, sizeof h, 0, path)) != ZERO_OK) {
+        close(fd);
+        return r;
+    }
+    for (declared = 0, i = 7; i >= 0; i--) declared = declared << 8 | h[16 + i];
+    version = zero__ck_le32(h + 8);
+    world = zero__ck_le32(h + 32);
+    G = zero__ck_le32(h + 48);
+    T = zero__ck_le32(h + 52);
+    /* the largest manifest these counts allow: every name 255 bytes, every shape 8 dims */
+    bound = ZERO__CK_MAN_FIXED + 24u * (uint64_t)G + (4u + 255u + 28u + 64u) * (uint64_t)T +
+            16u * (uint64_t)world + 16u + 4u;
+    r = ZERO_OK;
+    if (memcmp(h, "ZEROMANI", 8) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%lld bytes, bad magic)", path,
+                       (long long)st.st_size);
+    else if (version < 1u || version > ZERO__CK_VERSION)
+        r = zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads 1..%u)", path,
+                       version, ZERO__CK_VERSION);
+    else if (declared != (uint64_t)st.st_size)
+        r = zero__fail(ZERO_ERROR_IO, "%s: %lld bytes but its header says %llu", path,
+                       (long long)st.st_size, (unsigned long long)declared);
+    else if (declared > bound || declared > ((uint64_t)1 << 30))
+        r = zero__fail(ZERO_ERROR_IO, "%s: %llu bytes, more than its %u groups, %u tensors and %u "
+                       "ranks can take (%llu; at most 1 GiB)", path, (unsigned long long)declared,
+                       G, T, world, (unsigned long long)bound);
+    else if (!(*out = (unsigned char *)ZERO_MALLOC((size_t)declared)))
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %llu bytes", path,
+                       (unsigned long long)declared);
+    else if ((r = zero__ck_pread(fd, *out, (size_t)declared, 0, path)) != ZERO_OK) {
+        ZERO_FREE(*out);
+        *out = NULL;
+    }
+    close(fd);
+    if (r == ZERO_OK) *n = (size_t)declared;
+    return r;
+}
+
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
 {
     char path[4200];
@@ -11852,10 +12735,10 @@ ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_open: bad dir");
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    r = zero__ck_slurp(path, (size_t)1 << 30, &buf, &n);
+    r = zero__ck_read_manifest(path, &buf, &n);
     if (r != ZERO_OK) {
         if (r == ZERO_ERROR_NOT_FOUND)
-            return zero__fail(r, "%s: no checkpoint (no manifest): %s", dir, zero_last_error());
+            return zero__fail(r, "%s: no checkpoint (%s does not exist)", dir, path);
         return r;
     }
     r = zero__ck_parse_manifest(buf, n, path, out);
@@ -12063,12 +12946,9 @@ static zero_result zero__ck_read(const zero_checkpoint *ck, const zero__ck_reade
             int np = rdr->want(rdr->ctx, ck, q, g, pc);
             if (np == 0) continue;
             if (fd < 0) {
-                fd = open(path, O_RDONLY);
-                if (fd < 0) {
-                    r = zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path, q,
-                                   strerror(errno));
-                    break;
-                }
+                char what[64];
+                snprintf(what, sizeof what, "shard file of rank %d", q);
+                if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) break;
                 r = zero__ck_check_shard(ck, fd, path, q, &crcs);
                 if (r != ZERO_OK) break;
             }
@@ -12173,8 +13053,9 @@ static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op 
 
 /* Every rank passes its own result r; all return the same: OK, or the code and message of
    the lowest failing rank (shared over 5 control all-reduces of 8 doubles, 6 bytes each).
-   *val (may be NULL) is max-reduced along the way (rank 0 proposes a value). */
-static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
+   *val (may be NULL) is max-reduced along the way, exactly, as two 32-bit halves (rank 0
+   proposes a value, the others pass 0). */
+static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
 {
     enum { ROUNDS = 5, BYTES = ROUNDS * 8 * 6 };
     char msg[BYTES];
@@ -12185,9 +13066,10 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     msg[0] = '\0';
     if (r != ZERO_OK) snprintf(msg, sizeof msg, "%.238s", zero_last_error());
     v[0] = r != ZERO_OK ? (double)(e->world - e->rank) : 0.0;
-    v[1] = val ? *val : 0.0;
-    if ((rr = zero__ck_allreduce(e, v, 2, ZERO_OP_MAX)) != ZERO_OK) return rr;
-    if (val) *val = v[1];
+    v[1] = val ? (double)(*val >> 32) : 0.0;
+    v[2] = val ? (double)(*val & 0xffffffffu) : 0.0;
+    if ((rr = zero__ck_allreduce(e, v, 3, ZERO_OP_MAX)) != ZERO_OK) return rr;
+    if (val) *val = (uint64_t)v[1] << 32 | (uint64_t)v[2];
     if (v[0] == 0.0) return ZERO_OK;
     f = e->world - (int)v[0];
     memset(b, 0, sizeof b);
@@ -12216,6 +13098,26 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     return zero__fail((zero_result)(-(int)b[0]), "%s (reported by rank %d)", (const char *)(b + 1), f);
 }
 
+/* One control all-reduce: *same = 1 when every rank passed the same n (<= 2) values (each
+   sent exactly as two 32-bit halves; max(x) + max(C - x) = C only when all x are equal). */
+static zero_result zero__ck_same_u64(zero_engine *e, const uint64_t *vals, int n, int *same)
+{
+    const double C = 4294967295.0;
+    double v[8];
+    zero_result r;
+    int i;
+    for (i = 0; i < 2 * n; i++) {
+        double half = (double)(i % 2 ? vals[i / 2] & 0xffffffffu : vals[i / 2] >> 32);
+        v[2 * i] = half;
+        v[2 * i + 1] = C - half;
+    }
+    if ((r = zero__ck_allreduce(e, v, 4 * n, ZERO_OP_MAX)) != ZERO_OK) return r;
+    *same = 1;
+    for (i = 0; i < 2 * n; i++)
+        if (v[2 * i] + v[2 * i + 1] != C) *same = 0;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int need_released)
 {
     int g;
@@ -12234,68 +13136,204 @@ static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int ne
 
 /* ---- save ------------------------------------------------------------------------------------ */
 
-/* 1 + the highest generation named by the manifest or any shard file in dir (0 if none). */
-static uint64_t zero__ck_next_gen(const char *dir)
+/* The generation a file name of the format carries ("zero-<16 hex digits>-..." or
+   "zero-<16 hex digits>.client..."); 0 when the name is not one. */
+static int zero__ck_name_gen(const char *s, uint64_t *gen)
+{
+    char *end = NULL;
+    unsigned long long g;
+    if (strncmp(s, "zero-", 5) != 0) return 0;
+    g = strtoull(s + 5, &end, 16);
+    if (end != s + 5 + 16 || (*end != '-' && *end != '.')) return 0;
+    *gen = (uint64_t)g;
+    return 1;
+}
+
+/* The generation the manifest in dir names (0: none or unreadable). Never blocks. */
+static uint64_t zero__ck_manifest_gen(const char *dir)
 {
     char path[4200];
     unsigned char h[32];
-    uint64_t best = 0;
-    DIR *d = opendir(dir);
-    int fd;
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            const char *s = de->d_name;
-            char *end = NULL;
-            unsigned long long g;
-            if (strncmp(s, "zero-", 5) != 0) continue;
-            g = strtoull(s + 5, &end, 16);
-            if (end == s + 5 + 16 && (*end == '-' || *end == '.') && g > best) best = g;
-        }
-        closedir(d);
-    }
+    uint64_t g = 0;
+    int fd, i;
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0) {
-            uint64_t g = 0;
-            int i;
-            for (i = 0; i < 8; i++) g |= (uint64_t)h[24 + i] << (8 * i);
-            if (g > best) best = g;
-        }
-        close(fd);
-    }
-    return best + 1;
+    if (zero__ck_open_read(path, "manifest", 0, &fd, NULL) != ZERO_OK) return 0;
+    if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0)
+        for (i = 7; i >= 0; i--) g = g << 8 | h[24 + i];
+    close(fd);
+    return g;
 }
 
-/* Removes shard files of other generations and temporary files (best effort). */
-static void zero__ck_cleanup(const char *dir, uint64_t keep)
+static int zero__ck_cmp_u64(const void *a, const void *b)
 {
-    DIR *d = opendir(dir);
-    struct dirent *de;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* The generation of the next save: 1 + the highest generation that the manifest or any file
+   of dir names, as a 64-bit integer. After 2^64 - 1 it wraps to the lowest generation no
+   file names (>= 1), so that a new generation never reuses a present file's. A manifest
+   that is not a regular file is refused. */
+static zero_result zero__ck_next_gen(const char *dir, uint64_t *out)
+{
     char path[4200];
+    uint64_t best = 0, *all = NULL, g;
+    size_t n = 0, cap = 0, i;
+    struct stat st;
+    DIR *d;
+    zero_result r = ZERO_OK;
+    *out = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return zero__fail(ZERO_ERROR_IO, "%s: the manifest is not a regular file; refusing to "
+                          "save over it", path);
+    d = opendir(dir);
+    if (!d) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
+    for (;;) {
+        struct dirent *de = readdir(d);
+        if (!de) break;
+        if (!zero__ck_name_gen(de->d_name, &g)) continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            uint64_t *na = (uint64_t *)ZERO_MALLOC(nc * sizeof *na);
+            if (!na) {
+                r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: directory listing");
+                break;
+            }
+            if (n) memcpy(na, all, n * sizeof *na);
+            ZERO_FREE(all);
+            all = na;
+            cap = nc;
+        }
+        all[n++] = g;
+        if (g > best) best = g;
+    }
+    closedir(d);
+    g = zero__ck_manifest_gen(dir);
+    if (g > best) best = g;
+    if (r == ZERO_OK && best < UINT64_MAX) {
+        *out = best + 1;
+    } else if (r == ZERO_OK) { /* wrap-around: the lowest generation no file names */
+        uint64_t want = 1;
+        if (n) qsort(all, n, sizeof *all, zero__ck_cmp_u64);
+        for (i = 0; i < n; i++) {
+            if (all[i] == want) want++;
+            else if (all[i] > want) break;
+        }
+        if (want == g) want++; /* the manifest's (kept when its shard files are gone) */
+        *out = want;
+    }
+    ZERO_FREE(all);
+    return r;
+}
+
+/* 1 for the temporaries of this format: "zero-<16 hex>...tmp" and "zero.manifest...tmp". */
+static int zero__ck_is_tmp(const char *s)
+{
+    size_t L = strlen(s);
+    uint64_t g;
+    if (L < 4 || strcmp(s + L - 4, ".tmp") != 0) return 0;
+    return zero__ck_name_gen(s, &g) || strncmp(s, ZERO__CK_MANIFEST ".", 14) == 0;
+}
+
+/* Removes, best effort: keep_only: every file of another generation than keep and every
+   temporary; else: the files of generation keep that this rank wrote (its shard file; rank
+   0 also the client state file). */
+static void zero__ck_cleanup(const char *dir, uint64_t keep, int keep_only, int rank)
+{
+    DIR *d;
+    struct dirent *de;
+    char path[4200], name[64];
+    if (!keep_only) {
+        zero__ck_shard_name(name, sizeof name, keep, rank);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        (void)unlink(path);
+        if (rank == 0) {
+            zero__ck_client_name(name, sizeof name, keep);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            (void)unlink(path);
+        }
+        return;
+    }
+    d = opendir(dir);
     if (!d) return;
     while ((de = readdir(d)) != NULL) {
         const char *s = de->d_name;
-        size_t L = strlen(s);
-        int kill = 0;
-        if (strncmp(s, "zero-", 5) == 0 && L > 6 &&
-            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0) ||
-             (L > 7 && strcmp(s + L - 7, ".client") == 0) ||
-             (L > 11 && strcmp(s + L - 11, ".client.tmp") == 0))) {
-            char *end = NULL;
-            unsigned long long g = strtoull(s + 5, &end, 16);
-            kill = !(end == s + 5 + 16 && g == keep &&
-                     (strcmp(s + L - 6, ".shard") == 0 || strcmp(s + L - 7, ".client") == 0));
-        } else if (strcmp(s, ZERO__CK_MANIFEST ".tmp") == 0) {
-            kill = 1;
-        }
-        if (kill) {
+        uint64_t g;
+        if (zero__ck_is_tmp(s) || (zero__ck_name_gen(s, &g) && g != keep)) {
             snprintf(path, sizeof path, "%s/%s", dir, s);
             (void)unlink(path);
         }
     }
     closedir(d);
+}
+
+/* The save lock, dir/zero.lock: rank 0 creates it (O_EXCL) for the whole save, holds an
+   flock on it and writes "pid P host H" into it. Another save finds it and fails at once,
+   unless its holder is gone (the flock is free, or P is dead on this host): a stale lock
+   is removed and taken. */
+static zero_result zero__ck_lock(const char *dir, int *fd_out)
+{
+    char path[4200], host[256], buf[400];
+    int tries;
+    *fd_out = -1;
+    snprintf(path, sizeof path, "%s/zero.lock", dir);
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    for (tries = 0; tries < 4; tries++) {
+        struct stat st, st2;
+        long pid = 0;
+        char other[256];
+        ssize_t got;
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), stale = 0;
+        if (fd >= 0) {
+            int n = snprintf(buf, sizeof buf, "pid %ld host %s\n", (long)getpid(), host);
+            zero_result r = flock(fd, LOCK_EX | LOCK_NB) == 0
+                                ? zero__ck_pwrite(fd, buf, (size_t)n, 0, path)
+                                : zero__fail(ZERO_ERROR_IO, "%s: flock: %s", path, strerror(errno));
+            if (r != ZERO_OK) {
+                (void)unlink(path);
+                close(fd);
+                return r;
+            }
+            *fd_out = fd;
+            return ZERO_OK;
+        }
+        if (errno != EEXIST)
+            return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(errno));
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* released meanwhile */
+            return zero__fail(ZERO_ERROR_IO, "%s: the save lock: %s", path, strerror(errno));
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return zero__fail(ZERO_ERROR_IO, "%s: the save lock is not a regular file", path);
+        }
+        got = pread(fd, buf, sizeof buf - 1, 0);
+        buf[got > 0 ? got : 0] = '\0';
+        snprintf(other, sizeof other, "?");
+        if (sscanf(buf, "pid %ld host %255s", &pid, other) < 1) pid = 0;
+        if (got > 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) stale = 1; /* its holder is gone */
+        else if (pid > 0 && strcmp(other, host) == 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            stale = 1;
+        if (stale && stat(path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
+            (void)unlink(path);
+        close(fd);
+        if (!stale)
+            return zero__fail(ZERO_ERROR_IO, "another save is in progress in %s (pid %ld, host %s; "
+                              "%s)", dir, pid, other, path);
+    }
+    return zero__fail(ZERO_ERROR_IO, "%s: could not take the save lock", path);
+}
+
+static void zero__ck_unlock(const char *dir, int fd)
+{
+    char path[4200];
+    if (fd < 0) return;
+    snprintf(path, sizeof path, "%s/zero.lock", dir);
+    (void)unlink(path);
+    close(fd);
 }
 
 static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint64_t off,
@@ -12312,7 +13350,7 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
 /* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync). */
 static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_t gen)
 {
-    char name[64], path[4200], tmp[4210];
+    char name[64], path[4200], tmp[4240];
     uint64_t hb = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->G + 4u;
     uint64_t off = hb;
     zero__ck_buf hdr;
@@ -12324,7 +13362,6 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     memset(&hdr, 0, sizeof hdr);
     zero__ck_shard_name(name, sizeof name, gen, e->rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     chunk = (unsigned char *)zero__alloc(&e->d.allocator, chunk_bytes);
     crcs = (uint32_t *)zero__alloc(&e->d.allocator, (size_t)e->G * 16u);
     if (!chunk || !crcs) {
@@ -12332,20 +13369,23 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         zero__free(&e->d.allocator, crcs);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-        goto out;
-    }
-    /* Order the downloads after any collective still writing the buffers. */
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto out;
+    /* Order the downloads after any collective still writing the buffers; the NVMe caches
+       written back and emptied, so the save reads each record once, from the file. */
     r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
-    for (g = 0; g < e->G && r == ZERO_OK; g++)
-        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            size_t esz = ki == 3 ? e->p : 4, per = chunk_bytes / esz, n = e->groups[g].shard_numel;
-            size_t pos = 0;
-            uint32_t crc = 0;
-            while (pos < n && r == ZERO_OK) {
-                size_t c = n - pos < per ? n - pos : per;
+    if (r == ZERO_OK) r = zero__eng_nvme_forget(e);
+    /* Per group, chunk by chunk, the four sections of each chunk together: an NVMe tile record
+       (master, m and v of one tile) is then read once for all three (chunks never cross a
+       tile), and an NVMe param shard once per group. */
+    for (g = 0; g < e->G && r == ZERO_OK; g++) {
+        size_t n = e->groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
+        uint32_t crc[4] = {0, 0, 0, 0};
+        while (pos < n && r == ZERO_OK) {
+            size_t c = n - pos < per ? n - pos : per;
+            if (e->fopt && c > e->tile_numel - pos % e->tile_numel) c = e->tile_numel - pos % e->tile_numel;
+            for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+                size_t esz = ki == 3 ? e->p : 4;
+                uint64_t sec = off + (uint64_t)n * (ki == 3 ? 12u : 4u * (unsigned)ki);
                 r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
                 if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
                 if (r != ZERO_OK) {
@@ -12355,13 +13395,14 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
                                    zero__ck_kind_name(ki), g, prev);
                     break;
                 }
-                crc = zero_crc32c(crc, chunk, c * esz);
-                r = zero__ck_pwrite(fd, chunk, c * esz, off + pos * esz, tmp);
-                pos += c;
+                crc[ki] = zero_crc32c(crc[ki], chunk, c * esz);
+                r = zero__ck_pwrite(fd, chunk, c * esz, sec + pos * esz, tmp);
             }
-            crcs[g * 4 + ki] = crc;
-            off += (uint64_t)n * esz;
+            pos += c;
         }
+        for (ki = 0; ki < 4; ki++) crcs[g * 4 + ki] = crc[ki];
+        off += (uint64_t)n * (12u + e->p);
+    }
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
         zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
@@ -12388,19 +13429,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         if (hdr.err || hdr.n != hb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: header");
         else r = zero__ck_pwrite(fd, hdr.p, hdr.n, 0, tmp);
     }
-    if (r == ZERO_OK && fsync(fd) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && r == ZERO_OK)
-        r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (r == ZERO_OK && rename(tmp, path) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
-    if (r == ZERO_OK) r = zero__ck_fsync_dir(dir);
-    if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        r = zero__fail(r, "%s", msg);
-    }
+    r = zero__ck_commit_tmp(fd, tmp, path, dir, r);
 out:
     ZERO_FREE(hdr.p);
     zero__free(&e->d.allocator, chunk);
@@ -12479,11 +13508,8 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
         int fd;
         zero__ck_shard_name(name, sizeof name, gen, q);
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        fd = open(path, O_RDONLY);
-        if (fd < 0) {
-            r = zero__fail(ZERO_ERROR_IO, "%s: open: %s", path, strerror(errno));
+        if ((r = zero__ck_open_read(path, "shard file just written", 1, &fd, NULL)) != ZERO_OK)
             break;
-        }
         r = zero__ck_pread(fd, h, (size_t)hb, 0, path);
         close(fd);
         if (r != ZERO_OK) break;
@@ -12516,42 +13542,55 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
 {
     zero_result r = zero__eng_usable(e, "zero_engine_save");
     zero_traffic keep;
-    double gen = 0.0;
+    uint64_t gen = 0;
     uint32_t client_crc = 0;
+    int lock = -1;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save: dir is NULL, empty or too long");
     if ((r = zero__ck_between_steps(e, "zero_engine_save", 0)) != ZERO_OK) return r;
     keep = e->traffic_cur;
-    /* 1. the directory and the generation (rank 0 proposes it) */
+    /* 1. the directory, the save lock and the generation (rank 0 takes and proposes them) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
     if (r == ZERO_OK && e->rank == 0 && client_bytes > 0 && !client)
         r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save_client: rank 0's client is "
                        "NULL with client_bytes %zu", client_bytes);
-    if (r == ZERO_OK && e->rank == 0) gen = (double)zero__ck_next_gen(dir);
+    if (r == ZERO_OK && e->rank == 0) r = zero__ck_lock(dir, &lock);
+    if (r == ZERO_OK && e->rank == 0) r = zero__ck_next_gen(dir, &gen);
+    if (r != ZERO_OK) {
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        r = zero__fail(r, "zero_engine_save: %.400s", prev);
+    }
     r = zero__ck_agree(e, r, &gen);
-    /* 2. every rank's shard file; rank 0's client state */
+    /* 2. every rank's shard file; rank 0's client state. A failure anywhere removes this
+       generation's files on every rank (each its own), so no orphan outlives the save. */
     if (r == ZERO_OK) {
         zero_result sr = ZERO_OK;
         if (e->rank == 0 && client_bytes > 0) {
             char name[64];
-            zero__ck_client_name(name, sizeof name, (uint64_t)gen);
+            zero__ck_client_name(name, sizeof name, gen);
             client_crc = zero_crc32c(0, client, client_bytes);
             sr = zero__ck_write_file(dir, name, client, client_bytes);
         }
-        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, (uint64_t)gen);
+        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, gen);
         r = zero__ck_agree(e, sr, NULL);
-    }
-    /* 3. the manifest, then the older generations go */
-    if (r == ZERO_OK) {
-        zero_result mr = ZERO_OK;
-        if (e->rank == 0) {
-            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen, client_bytes, client_crc);
-            if (mr == ZERO_OK) zero__ck_cleanup(dir, (uint64_t)gen);
+        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->rank);
+        else {
+            /* 3. the manifest (the commit point), then the older generations go */
+            zero_result mr = ZERO_OK;
+            if (e->rank == 0) {
+                mr = zero__ck_write_manifest(e, dir, gen, client_bytes, client_crc);
+                if (mr == ZERO_OK) zero__ck_cleanup(dir, gen, 1, 0);
+            }
+            r = zero__ck_agree(e, mr, NULL);
+            /* not committed (the manifest names another generation): this one goes */
+            if (r != ZERO_OK && zero__ck_manifest_gen(dir) != gen)
+                zero__ck_cleanup(dir, gen, 0, e->rank);
         }
-        r = zero__ck_agree(e, mr, NULL);
     }
+    if (e->rank == 0) zero__ck_unlock(dir, lock);
     e->traffic_cur = keep;
     return r;
 }
@@ -12578,10 +13617,11 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
     void *m;
     zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->rank);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path,
-                          L->e->rank, strerror(errno));
+    {
+        char what[64];
+        snprintf(what, sizeof what, "shard file of rank %d", L->e->rank);
+        if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) return r;
+    }
     r = zero__ck_check_shard(ck, fd, path, L->e->rank, &crcs);
     if (r != ZERO_OK) {
         close(fd);
@@ -12657,7 +13697,19 @@ static unsigned char *zero__ck_base_load(void *ctx, int ki)
     return L->stage_buf + (size_t)ki * L->e->S * 4u;
 }
 
-/* The engine's tensors must be the checkpoint's: names, sizes, flags; the same dtype. */
+/* "[d0, d1, ...]" into dst. */
+static void zero__ck_shape_str(char *dst, size_t n, int ndim, const uint64_t *dims)
+{
+    size_t at = 0;
+    int k;
+    at += (size_t)snprintf(dst, n, "[");
+    for (k = 0; k < ndim && at < n; k++)
+        at += (size_t)snprintf(dst + at, n - at, "%s%llu", k ? ", " : "", (unsigned long long)dims[k]);
+    if (at < n) snprintf(dst + at, n - at, "]");
+}
+
+/* The engine's tensors must be the checkpoint's: names, sizes, flags, and shapes where
+   both recorded one; the same dtype. */
 static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, const char *dir,
                                    int *map)
 {
@@ -12682,6 +13734,18 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
             return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has flags "
                               "0x%x in the checkpoint, 0x%x in the engine", dir, ct->name,
                               ct->flags, e->tflags[id]);
+        {
+            int nd = id < e->cap_shapes ? e->shapes[id].ndim : 0, k, same = nd == ct->ndim;
+            for (k = 0; same && k < nd; k++) same = e->shapes[id].dims[k] == ct->dims[k];
+            if (nd > 0 && ct->ndim > 0 && !same) {
+                char a[200], b[200];
+                zero__ck_shape_str(a, sizeof a, ct->ndim, ct->dims);
+                zero__ck_shape_str(b, sizeof b, nd, e->shapes[id].dims);
+                return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has "
+                                  "shape %s in the checkpoint, %s in the engine", dir, ct->name,
+                                  a, b);
+            }
+        }
         map[t] = id;
     }
     for (t = 0; t < e->ntensors; t++) {
@@ -12694,6 +13758,23 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
                               "not in the checkpoint", dir, ti.name);
     }
     return ZERO_OK;
+}
+
+/* Load's apply step for elements [at, at + n) of this rank's shard of group g: master, m,
+   v and params, from the mapped shard file or the resharded staging buffer. */
+static zero_result zero__ck_apply(zero_engine *e, const zero_checkpoint *ck, const zero__ck_load *L,
+                                  int g, size_t at, size_t n)
+{
+    zero_result r = ZERO_OK;
+    int ki;
+    for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+        size_t esz = ki == 3 ? e->p : 4;
+        unsigned char *src = L->map ? L->map + zero__ck_sec_off(ck, g, ki) + at * esz
+                                    : L->stage_buf + (size_t)ki * e->S * 4u +
+                                          (e->groups[g].off_shard + at) * esz;
+        r = zero__ck_state_io(e, zero__ck_kinds[ki], g, at, n, src, 1);
+    }
+    return r;
 }
 
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
@@ -12711,7 +13792,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     zero_traffic keep;
     size_t bytes = 0;
     unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
-    int t, ki, want_client = client != NULL || client_bytes != NULL;
+    int t, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -12719,13 +13800,34 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     keep = e->traffic_cur;
     memset(&L, 0, sizeof L);
     L.e = e;
-    /* 1. read and verify everything this rank needs, changing nothing */
+    /* 1. every rank opens the manifest, and all hold the same one (generation and
+       checksum: a save that commits meanwhile, or ranks given different directories, would
+       otherwise load different steps), or none goes on */
+    if (zero__ck_stage) zero__ck_stage(e->rank, 0, dir);
     r = zero_checkpoint_open(dir, &ck);
+    if (zero__ck_stage) zero__ck_stage(e->rank, 1, dir);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
         r = zero__fail(r, "zero_engine_load: %.400s", prev);
     }
+    r = zero__ck_agree(e, r, NULL);
+    if (r == ZERO_OK) {
+        uint64_t id[2];
+        int same = 0;
+        id[0] = ck->info.generation;
+        id[1] = ck->manifest_crc;
+        if ((r = zero__ck_same_u64(e, id, 2, &same)) != ZERO_OK) goto out;
+        if (!same)
+            r = zero__ck_agree(e, zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: the ranks "
+                               "opened different checkpoints (rank %d: %s, generation %llu, "
+                               "manifest checksum %08x): a save into the directory committed "
+                               "meanwhile, or the ranks were given different directories; "
+                               "nothing was loaded", e->rank, dir,
+                               (unsigned long long)id[0], (unsigned)id[1]), NULL);
+    }
+    if (r != ZERO_OK) goto out;
+    /* 2. read and verify everything this rank needs, changing nothing */
     if (r == ZERO_OK) {
         L.tmap = (int *)zero__alloc(&e->d.allocator, (size_t)ck->info.num_tensors * sizeof(int));
         if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
@@ -12785,17 +13887,28 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
             r = zero__fail(r, "zero_engine_load: %.400s", prev);
         }
     }
-    /* 2. every rank agrees before anything changes */
+    /* 3. every rank agrees before anything changes */
     r = zero__ck_agree(e, r, NULL);
     if (r != ZERO_OK || e->state == ZERO__ENG_BROKEN) goto out;
-    /* 3. apply: shards, the copies kept whole, then step, Adam settings, scaler */
+    /* 4. apply: shards, the copies kept whole, then step, Adam settings, scaler */
     if ((r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
         r = zero__eng_break(e, r, "zero_engine_load: event");
         goto out;
     }
     zero__eng_drop_prefetched(e);
-    /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
-    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+    if (e->io) r = zero__eng_nvme_forget(e);
+    /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
+       the four kinds together, so an NVMe tile record and param shard are read and written
+       once. The padding between tensors is never written (the engine's stays 0). */
+    for (t = 0; e->oopt && t < e->ntiles && r == ZERO_OK; t++) {
+        const zero__eng_tile *tl = &e->tiles[t];
+        int pi;
+        for (pi = tl->first; pi < tl->first + tl->count && r == ZERO_OK; pi++)
+            r = zero__ck_apply(e, ck, &L, tl->group, tl->begin + e->pieces[pi].off, e->pieces[pi].numel);
+    }
+    if (r == ZERO_OK && e->io) r = zero__eng_nvme_flush(e);
+    /* else tensor by tensor */
+    for (t = 0; !e->oopt && t < e->ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
         zero_range sn, shn;
         size_t at;
@@ -12807,13 +13920,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &shn);
         if (r != ZERO_OK || sn.numel == 0) continue;
         at = sn.offset - shn.offset;
-        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            size_t esz = ki == 3 ? e->p : 4;
-            unsigned char *src = L.map ? L.map + zero__ck_sec_off(ck, ti.group, ki) + at * esz
-                                       : L.stage_buf + (size_t)ki * e->S * 4u +
-                                             (e->groups[ti.group].off_shard + at) * esz;
-            r = zero__ck_state_io(e, zero__ck_kinds[ki], ti.group, at, sn.numel, src, 1);
-        }
+        r = zero__ck_apply(e, ck, &L, ti.group, at, sn.numel);
     }
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
     if (r != ZERO_OK) {
@@ -12871,6 +13978,8 @@ typedef struct zero__st_entry {
 typedef struct zero__st_file {
     zero__st_entry *ent;
     int n, cap;
+    int *by_name;       /* entry indices sorted by name (unique names: strictly increasing) */
+    uint64_t compares;  /* name comparisons the sort made (n log2 n at most; tests read it) */
 } zero__st_file;
 
 static void zero__st_free(zero__st_file *f)
@@ -12878,8 +13987,41 @@ static void zero__st_free(zero__st_file *f)
     int i;
     for (i = 0; i < f->n; i++) ZERO_FREE(f->ent[i].name);
     ZERO_FREE(f->ent);
+    ZERO_FREE(f->by_name);
     f->ent = NULL;
+    f->by_name = NULL;
     f->n = f->cap = 0;
+}
+
+/* Merge sort of entry indices a[0, n) by name (tmp: n ints): at most n ceil(log2 n) name
+   comparisons whatever the names, counted in f->compares. */
+static void zero__st_sort_names(zero__st_file *f, int *a, int *tmp, int n)
+{
+    int h = n / 2, i = 0, j, k = 0;
+    if (n < 2) return;
+    zero__st_sort_names(f, a, tmp, h);
+    zero__st_sort_names(f, a + h, tmp, n - h);
+    j = h;
+    while (i < h && j < n) {
+        f->compares++;
+        tmp[k++] = strcmp(f->ent[a[i]].name, f->ent[a[j]].name) <= 0 ? a[i++] : a[j++];
+    }
+    while (i < h) tmp[k++] = a[i++];
+    while (j < n) tmp[k++] = a[j++];
+    memcpy(a, tmp, (size_t)n * sizeof *a);
+}
+
+/* The entry named name (binary search over by_name), or NULL. */
+static zero__st_entry *zero__st_find(const zero__st_file *f, const char *name)
+{
+    int lo = 0, hi = f->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(f->ent[f->by_name[mid]].name, name);
+        if (c == 0) return &f->ent[f->by_name[mid]];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
 }
 
 typedef struct zero__st_p {
@@ -12919,35 +14061,50 @@ static int zero__st_hex(int c)
     return -1;
 }
 
-/* A JSON string into a new NUL-terminated buffer (*out; NULL: skip it). */
+/* 4 hex digits at p->at as a code unit; -1 if they are not there. */
+static long zero__st_hex4(zero__st_p *p)
+{
+    long u = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        int h = p->at < p->n ? zero__st_hex(p->s[p->at]) : -1;
+        if (h < 0) return -1;
+        u = u * 16 + h;
+        p->at++;
+    }
+    return u;
+}
+
+/* A JSON string into a new NUL-terminated buffer (*out; NULL: skip it) no larger than the
+   string's bytes in the header (escapes only shrink). Raw bytes must be UTF-8 and \u
+   escapes well-formed (surrogates in pairs): the result is UTF-8. */
 static zero_result zero__st_string(zero__st_p *p, char **out)
 {
     char *o = NULL;
-    size_t k = 0;
+    size_t k = 0, end;
     if (out) *out = NULL;
     if (!zero__st_lit(p, '"')) return zero__st_err(p, "expected a string");
+    for (end = p->at; end < p->n && p->s[end] != '"'; end++) /* the closing quote */
+        if (p->s[end] == '\\') end++;
+    if (end >= p->n) {
+        p->at = p->n;
+        return zero__st_err(p, "unterminated string");
+    }
+    if (zero__utf8_bad(p->s + p->at, end - p->at) != end - p->at) {
+        p->at += zero__utf8_bad(p->s + p->at, end - p->at);
+        return zero__st_err(p, "a string is not UTF-8");
+    }
     if (out) {
-        o = (char *)ZERO_MALLOC(p->n - p->at + 1);
+        o = (char *)ZERO_MALLOC(end - p->at + 1);
         if (!o) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header string", p->what);
     }
     for (;;) {
-        unsigned c;
-        if (p->at >= p->n) {
-            ZERO_FREE(o);
-            return zero__st_err(p, "unterminated string");
-        }
-        c = p->s[p->at++];
+        unsigned c = p->s[p->at++];
+        const char *bad = NULL;
         if (c == '"') break;
-        if (c < 0x20) {
-            ZERO_FREE(o);
-            return zero__st_err(p, "control character in a string");
-        }
-        if (c == '\\') {
-            if (p->at >= p->n) {
-                ZERO_FREE(o);
-                return zero__st_err(p, "unterminated escape");
-            }
-            c = p->s[p->at++];
+        if (c < 0x20) bad = "control character in a string";
+        else if (c == '\\') {
+            c = p->s[p->at++]; /* before the closing quote: found above */
             switch (c) {
             case '"': case '\\': case '/': break;
             case 'b': c = '\b'; break;
@@ -12956,38 +14113,42 @@ static zero_result zero__st_string(zero__st_p *p, char **out)
             case 'r': c = '\r'; break;
             case 't': c = '\t'; break;
             case 'u': {
-                unsigned u = 0;
-                int i;
-                for (i = 0; i < 4; i++) {
-                    int h = p->at < p->n ? zero__st_hex(p->s[p->at]) : -1;
-                    if (h < 0) {
-                        ZERO_FREE(o);
-                        return zero__st_err(p, "bad \\u escape");
-                    }
-                    u = u * 16u + (unsigned)h;
-                    p->at++;
-                }
-                if (u == 0) {
-                    ZERO_FREE(o);
-                    return zero__st_err(p, "\\u0000 in a string");
-                }
-                if (o) { /* UTF-8 of the code unit (surrogates kept as they are) */
+                long u = zero__st_hex4(p), lo = -1;
+                if (u >= 0xD800 && u <= 0xDBFF && p->at + 1 < p->n && p->s[p->at] == '\\' &&
+                    p->s[p->at + 1] == 'u') {
+                    p->at += 2;
+                    lo = zero__st_hex4(p);
+                    if (lo < 0xDC00 || lo > 0xDFFF) u = -2;
+                    else u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (u >= 0xD800 && u <= 0xDFFF) u = -2;
+                if (u == -1) bad = "bad \\u escape";
+                else if (u == -2) bad = "a \\u escape of an unpaired surrogate";
+                else if (u == 0) bad = "\\u0000 in a string";
+                else if (o) { /* its UTF-8 (at most as long as the escape) */
                     if (u < 0x80) o[k++] = (char)u;
                     else if (u < 0x800) {
                         o[k++] = (char)(0xC0 | (u >> 6));
                         o[k++] = (char)(0x80 | (u & 0x3F));
-                    } else {
+                    } else if (u < 0x10000) {
                         o[k++] = (char)(0xE0 | (u >> 12));
+                        o[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
+                        o[k++] = (char)(0x80 | (u & 0x3F));
+                    } else {
+                        o[k++] = (char)(0xF0 | (u >> 18));
+                        o[k++] = (char)(0x80 | ((u >> 12) & 0x3F));
                         o[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
                         o[k++] = (char)(0x80 | (u & 0x3F));
                     }
                 }
-                continue;
+                if (!bad) continue;
+                break;
             }
-            default:
-                ZERO_FREE(o);
-                return zero__st_err(p, "unknown escape");
+            default: bad = "unknown escape";
             }
+        }
+        if (bad) {
+            ZERO_FREE(o);
+            return zero__st_err(p, bad);
         }
         if (o) o[k++] = (char)c;
     }
@@ -13016,37 +14177,22 @@ static zero_result zero__st_uint(zero__st_p *p, uint64_t *out)
     return ZERO_OK;
 }
 
-/* Skips any JSON value (for __metadata__), at most 32 levels deep. */
-static zero_result zero__st_skip(zero__st_p *p, int depth)
+/* __metadata__'s value: an object whose values are strings (safetensors' str -> str map),
+   read and dropped. */
+static zero_result zero__st_metadata(zero__st_p *p)
 {
     zero_result r;
-    if (depth > 32) return zero__st_err(p, "nested too deeply");
-    zero__st_ws(p);
-    if (p->at >= p->n) return zero__st_err(p, "expected a value");
-    switch (p->s[p->at]) {
-    case '"': return zero__st_string(p, NULL);
-    case '{':
-        p->at++;
-        if (zero__st_lit(p, '}')) return ZERO_OK;
-        do {
-            if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
-            if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
-            if ((r = zero__st_skip(p, depth + 1)) != ZERO_OK) return r;
-        } while (zero__st_lit(p, ','));
-        return zero__st_lit(p, '}') ? ZERO_OK : zero__st_err(p, "expected '}'");
-    case '[':
-        p->at++;
-        if (zero__st_lit(p, ']')) return ZERO_OK;
-        do {
-            if ((r = zero__st_skip(p, depth + 1)) != ZERO_OK) return r;
-        } while (zero__st_lit(p, ','));
-        return zero__st_lit(p, ']') ? ZERO_OK : zero__st_err(p, "expected ']'");
-    default: {
-        size_t start = p->at;
-        while (p->at < p->n && strchr("+-0123456789.eEtruefalsn", p->s[p->at]) && p->s[p->at]) p->at++;
-        return p->at > start ? ZERO_OK : zero__st_err(p, "unexpected character");
-    }
-    }
+    if (!zero__st_lit(p, '{')) return zero__st_err(p, "__metadata__ must be an object of strings");
+    if (zero__st_lit(p, '}')) return ZERO_OK;
+    do {
+        if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+        if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
+        zero__st_ws(p);
+        if (p->at >= p->n || p->s[p->at] != '"')
+            return zero__st_err(p, "a __metadata__ value is not a string");
+        if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+    } while (zero__st_lit(p, ','));
+    return zero__st_lit(p, '}') ? ZERO_OK : zero__st_err(p, "expected '}'");
 }
 
 static size_t zero__st_dtype_size(const char *d)
@@ -13076,7 +14222,7 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
     zero__st_p p;
     zero_result r = ZERO_OK;
     zero__st_entry **order = NULL;
-    int i;
+    int i, have_meta = 0, *tmp = NULL;
     memset(out, 0, sizeof *out);
     p.s = h;
     p.n = hn;
@@ -13096,7 +14242,11 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
             }
             if (strcmp(key, "__metadata__") == 0) {
                 ZERO_FREE(key);
-                if ((r = zero__st_skip(&p, 0)) != ZERO_OK) goto fail;
+                if (have_meta++) {
+                    r = zero__st_err(&p, "__metadata__ appears twice");
+                    goto fail;
+                }
+                if ((r = zero__st_metadata(&p)) != ZERO_OK) goto fail;
                 continue;
             }
             memset(&ent, 0, sizeof ent);
@@ -13107,7 +14257,12 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
                 goto fail;
             }
             if (out->n == out->cap) {
-                int cap = out->cap ? out->cap * 2 : 16;
+                int cap = out->cap ? (out->cap > 0x3fffffff ? 0x7fffffff : out->cap * 2) : 16;
+                if (out->n == 0x7fffffff) {
+                    ZERO_FREE(key);
+                    r = zero__st_err(&p, "too many tensors");
+                    goto fail;
+                }
                 zero__st_entry *ne = (zero__st_entry *)ZERO_MALLOC((size_t)cap * sizeof *ne);
                 if (!ne) {
                     ZERO_FREE(key);
@@ -13205,7 +14360,7 @@ closed:
     for (i = 0; i < out->n; i++) {
         zero__st_entry *E = &out->ent[i];
         uint64_t numel = 1, bytes;
-        int k, j;
+        int k;
         for (k = 0; k < E->ndim; k++) {
             if (E->dims[k] != 0 && numel > UINT64_MAX / E->dims[k]) {
                 r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': shape overflows", what, E->name);
@@ -13220,9 +14375,23 @@ closed:
                            (unsigned long long)E->end, E->dtype);
             goto fail;
         }
-        for (j = 0; j < i; j++)
-            if (strcmp(out->ent[j].name, E->name) == 0) {
-                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' appears twice", what, E->name);
+    }
+    /* unique names: sorted, then neighbours compared (O(n log n), whatever the names) */
+    if (out->n > 0) {
+        out->by_name = (int *)ZERO_MALLOC((size_t)out->n * sizeof(int));
+        tmp = (int *)ZERO_MALLOC((size_t)out->n * sizeof(int));
+        if (!out->by_name || !tmp) {
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %d tensor names", what, out->n);
+            goto fail;
+        }
+        for (i = 0; i < out->n; i++) out->by_name[i] = i;
+        zero__st_sort_names(out, out->by_name, tmp, out->n);
+        ZERO_FREE(tmp);
+        tmp = NULL;
+        for (i = 1; i < out->n; i++)
+            if (strcmp(out->ent[out->by_name[i - 1]].name, out->ent[out->by_name[i]].name) == 0) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' appears twice", what,
+                               out->ent[out->by_name[i]].name);
                 goto fail;
             }
     }
@@ -13258,6 +14427,7 @@ closed:
     return ZERO_OK;
 fail:
     ZERO_FREE(order);
+    ZERO_FREE(tmp);
     zero__st_free(out);
     return r;
 }
@@ -13312,14 +14482,21 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     zero_result r = zero__eng_usable(e, "zero_engine_load_safetensors");
     zero__st_file f;
     uint64_t data_off = 0;
-    int fd = -1, t, i, *which = NULL;
+    int fd = -1, t, *which = NULL;
     size_t maxn = 0;
-    unsigned char *raw = NULL;
+    unsigned char *raw = NULL, *conv = NULL;
     float *vals = NULL;
+    memset(&f, 0, sizeof f);
     if (r != ZERO_OK) return r;
-    if (!path) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
-    if ((r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1)) != ZERO_OK) return r;
-    if ((r = zero__st_open(path, &fd, &f, &data_off)) != ZERO_OK) return r;
+    /* Every check and allocation of every rank first, then one agreement: a rank that
+       fails (argument, header, allocation) fails every rank's call before anything is set. */
+    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
+    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1);
+    if (r == ZERO_OK) r = zero__st_open(path, &fd, &f, &data_off);
+    if (r != ZERO_OK) {
+        r = zero__ck_agree(e, r, NULL);
+        return r;
+    }
     which = (int *)ZERO_MALLOC((size_t)e->ntensors * sizeof(int));
     if (!which) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
     /* every check first: nothing is set unless all tensors are there and fit */
@@ -13330,8 +14507,7 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         int k, nd = t < e->cap_shapes ? e->shapes[t].ndim : 0;
         memset(&ti, 0, sizeof ti);
         zero_plan_tensor(e->plan, t, &ti);
-        for (i = 0; i < f.n; i++)
-            if (strcmp(f.ent[i].name, ti.name) == 0) E = &f.ent[i];
+        E = zero__st_find(&f, ti.name);
         if (!E) {
             r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", path, ti.name);
             break;
@@ -13363,8 +14539,12 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     if (r == ZERO_OK) {
         raw = (unsigned char *)ZERO_MALLOC(maxn * 4u);
         vals = (float *)ZERO_MALLOC(maxn * 4u);
-        if (!raw || !vals) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
+        conv = e->gd != ZERO_F32 ? (unsigned char *)zero__alloc(&e->d.allocator, maxn * e->p) : NULL;
+        if (!raw || !vals || (e->gd != ZERO_F32 && !conv))
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors: buffers "
+                           "for %zu elements", maxn);
     }
+    r = zero__ck_agree(e, r, NULL); /* from here on every rank sets every tensor */
     for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
         zero__st_entry *E = &f.ent[which[t]];
         zero_dtype dt = strcmp(E->dtype, "F32") == 0 ? ZERO_F32
@@ -13372,13 +14552,21 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         size_t n = (size_t)((E->end - E->begin) / zero_dtype_size(dt));
         r = zero__ck_pread(fd, raw, (size_t)(E->end - E->begin), data_off + E->begin, path);
         if (r == ZERO_OK) r = zero_convert(vals, ZERO_F32, raw, dt, n, ZERO_SIMD_AUTO);
-        if (r == ZERO_OK) r = zero_engine_set_tensor(e, t, vals);
+        if (r == ZERO_OK) r = zero__eng_set_tensor(e, t, vals, conv);
+        if (r != ZERO_OK && t > 0 && e->state == ZERO__ENG_COMMITTED) { /* half set: unusable */
+            char why[300];
+            zero__eng_copy_error(why, sizeof why);
+            e->state = ZERO__ENG_BROKEN;
+            snprintf(e->broken, sizeof e->broken, "zero_engine_load_safetensors failed after "
+                     "setting %d of %d tensors: %.200s", t, e->ntensors, why);
+        }
     }
     ZERO_FREE(raw);
     ZERO_FREE(vals);
+    if (conv) zero__free(&e->d.allocator, conv);
     ZERO_FREE(which);
     zero__st_free(&f);
-    close(fd);
+    if (fd >= 0) close(fd);
     return r;
 }
 
@@ -13406,9 +14594,9 @@ static void zero__st_put_name(zero__ck_buf *b, const char *s)
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path, zero_dtype dtype)
 {
     zero__ck_buf h;
-    char tmp[4200], num[64];
+    char tmp[4240], num[64];
     uint64_t at = 0, maxn = 0;
-    size_t esz;
+    size_t esz, bytes = 0;
     int t, k, fd = -1;
     unsigned char *buf = NULL, *out = NULL;
     zero_result r = ZERO_OK;
@@ -13417,12 +14605,35 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     if (dtype != ZERO_F32 && dtype != ZERO_F16 && dtype != ZERO_BF16)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: dtype %d (f32, f16, bf16)",
                           (int)dtype);
-    if (strlen(path) > 4000) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path too long");
+    if (!path[0] || strlen(path) > 4000)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path empty or too long");
+    {   /* never inside a checkpoint directory: the output could replace one of its files */
+        char parent[4200], man[4300];
+        struct stat a, b;
+        const char *slash = strrchr(path, '/');
+        if (!slash) snprintf(parent, sizeof parent, ".");
+        else if (slash == path) snprintf(parent, sizeof parent, "/");
+        else snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
+        snprintf(man, sizeof man, "%s/%s", parent, ZERO__CK_MANIFEST);
+        if ((stat(parent, &a) == 0 && stat(ck->dir, &b) == 0 && a.st_dev == b.st_dev &&
+             a.st_ino == b.st_ino) || stat(man, &b) == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: refusing to "
+                              "write %s inside a checkpoint directory (%s)", path, parent);
+    }
     esz = zero_dtype_size(dtype);
     memset(&h, 0, sizeof h);
     zero__ck_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"zero_step\":\"");
     snprintf(num, sizeof num, "%lld\"}", (long long)ck->info.step);
     zero__ck_put(&h, num, strlen(num));
+    for (t = 0; t < ck->info.num_tensors; t++) { /* JSON text is UTF-8: refuse other bytes */
+        size_t len = strlen(ck->tensors[t].name);
+        if (zero__utf8_bad((const unsigned char *)ck->tensors[t].name, len) != len) {
+            ZERO_FREE(h.p);
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: tensor %d's "
+                              "name is not UTF-8 (byte %zu): a safetensors header cannot hold it",
+                              t, zero__utf8_bad((const unsigned char *)ck->tensors[t].name, len) + 1);
+        }
+    }
     for (t = 0; t < ck->info.num_tensors; t++) {
         const zero__ck_tensor *T = &ck->tensors[t];
         const char *dn = dtype == ZERO_F32 ? "F32" : dtype == ZERO_F16 ? "F16" : "BF16";
@@ -13439,6 +14650,12 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
             snprintf(num, sizeof num, "%s%llu", k ? "," : "", (unsigned long long)T->dims[k]);
             zero__ck_put(&h, num, strlen(num));
         }
+        if (T->numel > (UINT64_MAX - at) / esz) { /* bytes, not elements: no wrap */
+            r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_checkpoint_export: tensor '%s': %llu "
+                           "elements overflow a 64-bit byte size", T->name,
+                           (unsigned long long)T->numel);
+            goto done;
+        }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
                  (unsigned long long)(at + T->numel * esz));
         zero__ck_put(&h, num, strlen(num));
@@ -13447,20 +14664,23 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     }
     zero__ck_put(&h, "}", 1);
     while (h.n % 8u) zero__ck_put(&h, " ", 1);
-    if (h.err) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
-    buf = (unsigned char *)ZERO_MALLOC((size_t)maxn * 4u);
-    out = (unsigned char *)ZERO_MALLOC((size_t)maxn * esz + 8u);
+    if (h.err) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
+        goto done;
+    }
+    if (maxn > (uint64_t)SIZE_MAX || zero__mul_size((size_t)maxn, 4u, &bytes) || bytes > SIZE_MAX - 8u) {
+        r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_checkpoint_export: %llu elements",
+                       (unsigned long long)maxn);
+        goto done;
+    }
+    buf = (unsigned char *)ZERO_MALLOC(bytes);
+    out = (unsigned char *)ZERO_MALLOC(bytes + 8u);
     if (!buf || !out) {
         r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: %llu elements",
                        (unsigned long long)maxn);
         goto done;
     }
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto done;
     for (k = 0; k < 8; k++) out[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
     r = zero__ck_pwrite(fd, out, 8, 0, tmp);
     if (r == ZERO_OK) r = zero__ck_pwrite(fd, h.p, h.n, 8, tmp);
@@ -13476,17 +14696,8 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
         if (r == ZERO_OK) r = zero__ck_pwrite(fd, out, n * esz, woff, tmp);
         woff += (uint64_t)n * esz;
     }
-    if (r == ZERO_OK && fsync(fd) != 0) r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && r == ZERO_OK) r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
+    r = zero__ck_commit_tmp(fd, tmp, path, NULL, r);
     fd = -1;
-    if (r == ZERO_OK && rename(tmp, path) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
-    if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        r = zero__fail(r, "%s", msg);
-    }
 done:
     if (fd >= 0) close(fd);
     ZERO_FREE(h.p);
