@@ -8239,7 +8239,7 @@ ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *nam
     for (k = 0; k < k_tiles; k++) {
         uint64_t dims[2];
         size_t row0, n;
-        int id;
+        int id = -1;
         zero_result r;
         zero__eng_tile_rows(rows, k_tiles, k, &row0, &n);
         dims[0] = (uint64_t)n;
@@ -9107,12 +9107,14 @@ static void zero__eng_ra_drop(zero_engine *e)
 }
 
 /* After group g's shard came up for a gather: starts reading the group the gathers will
-   want next (g + 1 going forward, g - 1 coming back) into hpg's second half, so its read
+   want next (the recorded order's next group not gathered; g + 1 before one is recorded) into hpg's second half, so its read
    runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
    gathered, with the prefetcher one group ahead). */
+static int zero__eng_trace_next(const zero_engine *e, int g);
+
 static void zero__eng_ra_start(zero_engine *e, int g)
 {
-    int next = g + (e->last_gathered >= 0 && g < e->last_gathered ? -1 : 1);
+    int next = zero__eng_trace_next(e, g);
     if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
     if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
         e->groups[next].shard_numel == 0)
@@ -10040,6 +10042,20 @@ static void zero__eng_trace_note(zero_engine *e, int entry)
     }
     e->trace[e->trace_len++] = entry;
     e->trace_pos = e->trace_len;
+}
+
+/* The group the recorded order gathers next that is not gathered now (g + 1 without a
+   trace): what the NVMe tier reads ahead. */
+static int zero__eng_trace_next(const zero_engine *e, int g)
+{
+    int j;
+    if (!e->trace_following) return g + 1;
+    for (j = e->trace_pos; j < e->trace_len; j++) {
+        int h = e->trace[j] >> 1;
+        if (!(e->trace[j] & 1) && h != g && e->groups[h].poff == ZERO__ENG_NONE && !e->groups[h].persistent)
+            return h;
+    }
+    return -1;
 }
 
 /* The micro-step ended: a recording becomes the trace; a trace followed to a different end
