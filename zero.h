@@ -131,8 +131,19 @@
    MEMORY PER RANK (Psi params, N ranks, K = 12; checked by the test suite)
        stage 0  (2 + 2 + K) Psi          stage 2  2 Psi + (2 + K) Psi / N
        stage 1  4 Psi + K Psi / N        stage 3  (2 + 2 + K) Psi / N
-   plus declared buffers (reduce buckets, stage-3 gather buffers). Traffic per step: 2 Psi
-   (N-1)/N elements at stages 0-2, 3 Psi (N-1)/N at stage 3.
+   plus declared buffers (the reduce bucket, the arena). Traffic per step: 2 Psi (N-1)/N
+   elements at stages 0-2, 3 Psi (N-1)/N at stage 3.
+
+   BUFFERS AND LARGE LAYERS (docs/engine.md). Stage-3 gathered params and stage 2-3
+   gradient buffers share one arena of d.max_live_numel elements, each taking its own size
+   (default: the largest group beside 2 + prefetch depth groups of the second-largest
+   size), so device bytes = model states + arena + bucket + scratch. Stage-3 prefetch
+   follows the order of gathers the first micro-step recorded. A layer too large for the
+   arena is registered in tiles and run tile by tile (memory-centric tiling):
+       zero_engine_add_tiled_tensor(e, "wte", rows, cols, K, first_group, flags, &t0);
+       zero_engine_tile_view(e, t0, i, &v);  // tile i: v.group, v.row0, v.rows, v.offset
+   and a weight used twice (a tied embedding) may hand in its two gradient contributions
+   one at a time: zero_engine_set_grad_parts(e, group, 2).
 
    OFFLOAD (ZeRO-Offload, ZeRO-Infinity; docs/offload.md). d.offload_optimizer = cpu moves
    the K Psi / N bytes of fp32 master, m and v to host memory and the Adam step to the CPU
@@ -1359,7 +1370,8 @@ typedef struct zero_engine_desc {
                                     M2 when that is <= ZERO_ARENA_SMALL_NUMEL; SIZE_MAX = no
                                     limit. INVALID_ARGUMENT at commit (naming the group and the
                                     value that fits) if a group exceeds it.                    */
-    int prefetch_depth;          /* stage 3: groups gathered ahead; 0 = 1, negative = none      */
+    int prefetch_depth;          /* stage 3: gathers of the recorded order run ahead; 0 = 1,
+                                    negative = none                                            */
     size_t persist_numel;        /* stage 3: groups with fewer used elements stay whole on
                                     every rank (DeepSpeed's param_persistence_threshold);
                                     0 = none persistent (the paper's 3 Psi traffic)             */
@@ -1506,6 +1518,9 @@ typedef struct zero_gather_stats {
     uint64_t evictions;     /* prefetched groups dropped before use: for room, stale at a
                                step, a checkpoint load or set_tensor                       */
     uint64_t prefetch_wasted; /* prefetches issued and never used (= evictions)            */
+    int trace_len;            /* gathers and gradient buffers per micro-step in the
+                                 recorded order (0: none yet)                              */
+    uint64_t trace_records;   /* orders recorded: the first micro-step, and each change    */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
@@ -1529,7 +1544,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e);
 /* The descriptor with every default filled in (valid after create): the resolved Adam
    and scaler settings (scaler.mode DYNAMIC or NONE in place of DEFAULT; init_scale 65536,
    window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
-   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stage 3. */
+   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stages 2-3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
 
 /* The default arena (max_live_numel = 0) holds the largest group's params and gradients at
@@ -1553,6 +1568,41 @@ ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc 
    after commit; INVALID_ARGUMENT for a negative group or parts outside 1..64 (commit: a
    group with no tensor); OUT_OF_MEMORY. */
 ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int parts);
+
+/* One tile of a tensor registered in tiles (zero_engine_add_tiled_tensor). */
+typedef struct zero_tile_view {
+    int tensor;    /* the tile's tensor id                                              */
+    int group;     /* its group: zero_engine_gather(group) / _grads(group) to use it    */
+    size_t row0;   /* its first row in the whole tensor                                 */
+    size_t rows;   /* its rows: elements [row0 * cols, (row0 + rows) * cols) of the whole */
+    size_t cols;
+    size_t offset; /* its first element in the group's flat buffer (0 before commit)    */
+} zero_tile_view;
+
+/* Local, before commit. Memory-centric tiling (ZeRO-Infinity): registers a rows x cols
+   row-major tensor as k_tiles tensors, each in its own group (first_group + i for tile i),
+   so that a layer too large for the arena (or for the memory target) is gathered, used and
+   given gradients one tile at a time: only a tile's params and gradients need to be live.
+   Tile i holds rows [row0_i, row0_i + rows_i), the rows split as evenly as possible (the
+   first rows % k_tiles tiles take one row more), and is named "<name>.tile<i>" with shape
+   [rows_i, cols]; *out_tensor = tile 0's tensor id (tile i is *out_tensor + i). Doing the
+   same arithmetic tile by tile gives the same bits as the whole tensor: every engine
+   operation is elementwise, in a fixed order per element (the global norm's fp64 sum is
+   grouped differently: its last bits may differ). Checkpoints hold the tiles as separate
+   tensors. Errors: INVALID_STATE after commit; INVALID_ARGUMENT for a NULL, empty or too
+   long name, rows or cols 0, k_tiles outside 1..rows, first_group < 0, unknown flags;
+   OVERFLOW; and those of zero_engine_add_tensor_shape for tile i (a name already taken,
+   OUT_OF_MEMORY), after which tiles 0..i-1 stay registered and the call can be repeated
+   under another name (or the engine destroyed). */
+ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *name, size_t rows,
+                                                 size_t cols, int k_tiles, int first_group,
+                                                 unsigned flags, int *out_tensor);
+
+/* Tile 'tile' of the tiled tensor whose tile 0 is tensor 'tensor' (the id
+   zero_engine_add_tiled_tensor returned). NOT_FOUND when tensor is not a tiled tensor's
+   tile 0 or tile is outside 0..k_tiles-1; INVALID_ARGUMENT for NULL. */
+ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int tile,
+                                          zero_tile_view *out);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
    ascending order in forward). flags: 0 or ZERO_TENSOR_NO_DECAY. Tensor ids are 0, 1, ...
@@ -1601,10 +1651,13 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
    to its flat buffer (param dtype, group numel elements; tensor t at zero_plan_tensor's
    offset). Stage 3: all-gathers the group into the arena (max_live_numel; it takes the
    group's size) unless it is already gathered or persistent, making room by reducing
-   pending gradients and evicting prefetched groups not in use; then prefetches up to
-   prefetch_depth groups in the current direction (ascending in forward; descending once
-   gradients were requested in this micro-step or when g does not exceed the previous group
-   gathered) where they fit. Stages 0-2: the whole param buffer, no communication. Gathers
+   pending gradients and evicting prefetched groups not in use (the one used farthest
+   ahead); then prefetches. Prefetch follows the order of gathers (and gradient buffers)
+   that the first micro-step recorded: the next prefetch_depth gathers of that order, where
+   they fit beside the gradient buffers it asks for first; a group used twice is prefetched
+   where it is used next. A micro-step that departs from the order is re-recorded from the
+   point of departure (nothing is prefetched while recording; a prefetch the new order does
+   not use is dropped, never served stale). Stages 0-2: the whole param buffer, no communication. Gathers
    are counted: each needs a matching zero_engine_release(). Errors: NOT_FOUND for an
    unknown group; INVALID_STATE before commit or when the arena is full of groups in use and
    gradient buffers (the message names them and the max_live_numel that would fit). */
@@ -1616,8 +1669,9 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
 ZERODEF zero_result zero_engine_release(zero_engine *e, int group);
 
 /* COLLECTIVE at stage 3 (a prefetch is an all-gather). Starts gathering group g ahead of
-   use if it is not gathered and it fits the arena's free room; does nothing otherwise (a hint, not a
-   reference: no release needed). Stages 0-2: nothing. */
+   use if it is not gathered and it fits the arena's free room; does nothing otherwise (a
+   hint, not a use: not recorded in the order, and not a reference: no release needed).
+   Stages 0-2: nothing. */
 ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group);
 
 /* COLLECTIVE at stages 2-3, and for a group with several gradient parts (it may first
@@ -1837,7 +1891,9 @@ ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_acti
    (zero-<generation, 16 hex digits>-<rank, 5 digits>.shard: that rank's shard of every
    group's fp32 master, m, v and params) and a manifest (zero.manifest: the plan, the step,
    the Adam settings, the loss-scaler state, every shard file's size and header checksum).
-   Every file is written under a temporary name, fsynced, renamed and its directory fsynced;
+   Every file is written under a new temporary name (a random suffix, created with O_EXCL |
+   O_NOFOLLOW: a planted file or symlink is never written through), fsynced, renamed and its
+   directory fsynced;
    the manifest is written last and is the commit point: a crash at any moment leaves the
    previous checkpoint in the directory loadable, or the new one complete. Older
    generations are removed after the new manifest is in place. Every file carries CRC32C
@@ -1867,8 +1923,14 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    passes the same path): each rank writes its own shard file; rank 0 then writes the
    manifest. Call between steps (not between micro-steps). Every rank returns the same
    result: a failure on any rank (I/O, a full disk) fails every rank's call with that
-   rank's message; the engine is unchanged either way and the previous checkpoint in dir
-   stays loadable. Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
+   rank's message, and every rank removes the files it wrote for this save; the engine is
+   unchanged either way and the previous checkpoint in dir stays loadable. Rank 0 holds
+   dir/zero.lock for the whole save: a save into a directory that another live save holds
+   fails at once with IO "another save is in progress in DIR (pid P, host H)"; a lock whose
+   holder is gone (its flock released, or its pid dead on this host) is taken over. The
+   generation is a 64-bit integer (after 2^64 - 1 it wraps to the lowest one no file of dir
+   names). A manifest in dir that is not a regular file (a FIFO) is IO, never opened.
+   Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
    INVALID_STATE (before commit, mid-step) return at once without communicating (SPMD
    programs make them on every rank alike); IO, OUT_OF_MEMORY; COMM/DEVICE (engine broken).
    Host memory: one 16 MiB staging buffer. */
@@ -1885,6 +1947,24 @@ ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
 ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, const void *client,
                                             size_t client_bytes);
 
+/* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
+   into this committed engine: master, m, v, params, step, Adam settings and scaler state.
+   The engine's tensors must match the checkpoint's by name, size, flags and shape (where
+   both recorded one; in any grouping), and the param dtype must be the same. Every rank
+   opens the manifest and the ranks agree on its identity (generation and checksum): ranks
+   given different directories, or opening it before and after a concurrent save's commit,
+   get MISMATCH on every rank. Every rank then reads and verifies everything it needs
+   (manifest, file sizes, header and section checksums, the plan) and the ranks agree; only
+   then is state changed. A manifest or shard file that is not a regular file (a FIFO, a
+   device) is IO, never read; a shard file without read permission is IO "permission
+   denied". On error every rank returns the same code
+   and message (naming the file, tensor or byte offset) and the engine is unchanged.
+   Call between steps with no group gathered. Host memory: with the saving layout (same
+   world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
+   resharding, this rank's new shard is staged (12 + param bytes per shard element).
+   Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
+   save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
+   or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir);
 
 /* COLLECTIVE. zero_engine_load() that also returns the client state saved by
@@ -1927,8 +2007,11 @@ typedef struct zero_checkpoint_tensor {
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
 } zero_checkpoint_tensor;
 
-/* Opens dir and verifies its manifest (size, checksum, a consistent plan). Reads no shard
-   file yet. Errors: NOT_FOUND (no manifest), IO (corrupt), OUT_OF_MEMORY. *out NULL then. */
+/* Opens dir and verifies its manifest (size, checksum, a consistent plan, every byte size
+   computed without wrapping). Reads no shard file yet, and of the manifest first its fixed
+   header: a file whose size differs from the one its header declares, or exceeds what its
+   counts allow, is refused without reading the rest. Errors: NOT_FOUND (no manifest), IO
+   (corrupt, or not a regular file), OUT_OF_MEMORY. *out NULL then. */
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out);
 ZERODEF void zero_checkpoint_close(zero_checkpoint *ck);
 ZERODEF zero_result zero_checkpoint_get_info(const zero_checkpoint *ck, zero_checkpoint_info *out);
@@ -1945,10 +2028,12 @@ ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
 /* The client state (zero_checkpoint_info.client_bytes bytes into dst; nothing when 0),
    its size and checksum checked: IO names the file otherwise. */
 ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst);
-/* Writes every tensor to one .safetensors file at path (temporary name, fsync, rename):
-   dtype F32 = the fp32 master weights; F16 / BF16 = the saved params when the checkpoint's
-   param dtype is that, else the master rounded to nearest even. Names and shapes as
-   registered; __metadata__ holds format "pt" and the step. */
+/* Writes every tensor to one .safetensors file at path (a new temporary "path.<random>.tmp"
+   created with O_EXCL | O_NOFOLLOW, fsync, rename over path): dtype F32 = the fp32 master
+   weights; F16 / BF16 = the saved params when the checkpoint's param dtype is that, else
+   the master rounded to nearest even. Names and shapes as registered; __metadata__ holds
+   format "pt" and the step. INVALID_ARGUMENT for a path inside a checkpoint directory
+   (ck's, or any holding a zero.manifest); OVERFLOW for sizes that do not fit. */
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path,
                                            zero_dtype dtype);
 
@@ -2044,10 +2129,13 @@ __attribute__((format(printf, 2, 3)))
 #endif
 static zero_result zero__fail(zero_result result, const char *fmt, ...)
 {
+    /* formatted aside first: an argument may be zero_last_error() itself */
+    char text[sizeof zero__error_text];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(zero__error_text, sizeof zero__error_text, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(zero__error_text, text, sizeof text);
     return result;
 }
 
@@ -7477,9 +7565,16 @@ struct zero_engine {
     uint64_t compute_seq; /* the compute queue is ordered after fences up to this one   */
     size_t bucket_piece;  /* per-rank elements of one staged reduction piece            */
     int *parts_req;       /* before commit: zero_engine_set_grad_parts, by group         */
+    int *tiled;           /* tiled tensors: (tile 0's id, k) pairs, zero_engine_tile_view */
+    size_t *tiled_dims;   /* their (rows, cols)                                          */
+    int ntiled, cap_tiled;
     int cap_parts_req, total_parts;
     zero_gather_stats gstats;
-    int last_gathered, grads_seen; /* prefetch direction within a micro-step */
+    /* stage 3: the order of one micro-step's gathers and gradient buffers, as recorded
+       (entries 2 g for gather(g), 2 g + 1 for grads(g)); prefetch follows it */
+    int *trace;
+    int trace_len, trace_cap, trace_pos;
+    int trace_following; /* 1: trace is complete and this micro-step matches it so far  */
     /* events */
     zero_event *ev_c2m, *ev_m2c;
     /* micro-steps */
@@ -7965,7 +8060,6 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->oopt = d.offload_optimizer != ZERO_OFFLOAD_NONE;
     e->oparam = d.offload_param != ZERO_OFFLOAD_NONE;
     e->state = ZERO__ENG_CREATED;
-    e->last_gathered = -1;
     *out = e;
     return ZERO_OK;
 }
@@ -8022,6 +8116,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->pending);
     zero__free(a, e->pending_store);
     zero__free(a, e->parts_req);
+    zero__free(a, e->trace);
+    zero__free(a, e->tiled);
+    zero__free(a, e->tiled_dims);
     zero__free(a, e->tflags);
     zero__free(a, e->shapes);
     zero_plan_destroy(e->plan);
@@ -8087,6 +8184,104 @@ ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int pa
     }
     e->parts_req[group] = parts;
     return ZERO_OK;
+}
+
+/* Rows of tile k of a rows-row tensor in K tiles: the first rows % K take one more. */
+static void zero__eng_tile_rows(size_t rows, int K, int k, size_t *row0, size_t *n)
+{
+    size_t q = rows / (size_t)K, rm = rows % (size_t)K;
+    *n = q + ((size_t)k < rm);
+    *row0 = (size_t)k * q + ((size_t)k < rm ? (size_t)k : rm);
+}
+
+ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *name, size_t rows,
+                                                 size_t cols, int k_tiles, int first_group,
+                                                 unsigned flags, int *out_tensor)
+{
+    const char *fn = "zero_engine_add_tiled_tensor";
+    char tname[320];
+    int k, first = -1;
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
+    if (e->state != ZERO__ENG_CREATED)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: '%.200s' registered after commit", fn,
+                          name ? name : "(null)");
+    if (!name || !name[0] || strlen(name) > 240)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: name is NULL, empty or over 240 bytes", fn);
+    if (rows == 0 || cols == 0 || k_tiles < 1 || (size_t)k_tiles > rows || first_group < 0 ||
+        first_group > INT32_MAX - k_tiles)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: '%.200s': rows %zu, cols %zu, k_tiles %d, first_group %d (rows, cols "
+                          ">= 1, 1 <= k_tiles <= rows, first_group >= 0)",
+                          fn, name, rows, cols, k_tiles, first_group);
+    if (flags & ~(unsigned)ZERO_TENSOR_NO_DECAY)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: flags = 0x%x", fn, flags);
+    if (rows > SIZE_MAX / cols)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: '%.200s': %zu x %zu overflows", fn, name, rows, cols);
+    if (e->ntiled == e->cap_tiled) {
+        int cap = e->cap_tiled ? 2 * e->cap_tiled : 8;
+        int *nt = (int *)zero__alloc(&e->d.allocator, (size_t)cap * 3 * sizeof *nt);
+        size_t *nd = (size_t *)zero__alloc(&e->d.allocator, (size_t)cap * 2 * sizeof *nd);
+        if (!nt || !nd) {
+            zero__free(&e->d.allocator, nt);
+            zero__free(&e->d.allocator, nd);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", fn);
+        }
+        if (e->ntiled) {
+            memcpy(nt, e->tiled, (size_t)e->ntiled * 3 * sizeof *nt);
+            memcpy(nd, e->tiled_dims, (size_t)e->ntiled * 2 * sizeof *nd);
+        }
+        zero__free(&e->d.allocator, e->tiled);
+        zero__free(&e->d.allocator, e->tiled_dims);
+        e->tiled = nt;
+        e->tiled_dims = nd;
+        e->cap_tiled = cap;
+    }
+    for (k = 0; k < k_tiles; k++) {
+        uint64_t dims[2];
+        size_t row0, n;
+        int id = -1;
+        zero_result r;
+        zero__eng_tile_rows(rows, k_tiles, k, &row0, &n);
+        dims[0] = (uint64_t)n;
+        dims[1] = (uint64_t)cols;
+        snprintf(tname, sizeof tname, "%s.tile%d", name, k);
+        r = zero_engine_add_tensor_shape(e, tname, 2, dims, first_group + k, flags, &id);
+        if (r != ZERO_OK) return r;
+        if (k == 0) first = id;
+    }
+    e->tiled[3 * e->ntiled] = first;
+    e->tiled[3 * e->ntiled + 1] = k_tiles;
+    e->tiled[3 * e->ntiled + 2] = first_group;
+    e->tiled_dims[2 * e->ntiled] = rows;
+    e->tiled_dims[2 * e->ntiled + 1] = cols;
+    e->ntiled++;
+    if (out_tensor) *out_tensor = first;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int tile,
+                                          zero_tile_view *out)
+{
+    int i;
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_tile_view: NULL");
+    for (i = 0; i < e->ntiled; i++) {
+        zero_tensor_info ti;
+        if (e->tiled[3 * i] != tensor) continue;
+        if (tile < 0 || tile >= e->tiled[3 * i + 1])
+            return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_tile_view: tile %d of %d", tile,
+                              e->tiled[3 * i + 1]);
+        memset(out, 0, sizeof *out);
+        memset(&ti, 0, sizeof ti);
+        out->tensor = tensor + tile;
+        out->group = e->tiled[3 * i + 2] + tile;
+        out->cols = e->tiled_dims[2 * i + 1];
+        zero__eng_tile_rows(e->tiled_dims[2 * i], e->tiled[3 * i + 1], tile, &out->row0, &out->rows);
+        if (e->state != ZERO__ENG_CREATED && zero_plan_tensor(e->plan, out->tensor, &ti) == ZERO_OK)
+            out->offset = ti.offset;
+        return ZERO_OK;
+    }
+    return zero__fail(ZERO_ERROR_NOT_FOUND,
+                      "zero_engine_tile_view: tensor %d is not tile 0 of a tiled tensor", tensor);
 }
 
 ZERODEF const zero_plan *zero_engine_plan(const zero_engine *e)
@@ -8252,9 +8447,11 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
     e->pending_store = (unsigned char *)zero__alloc(a, (size_t)G);
+    e->trace_cap = 4 * G + 16; /* grows (host memory) if a micro-step uses groups more */
+    e->trace = (int *)zero__alloc(a, (size_t)e->trace_cap * sizeof *e->trace);
     e->cap_free = 2 * G + 2; /* live extents <= 2 G, so free ones <= 2 G + 1 */
     e->afree = (zero__eng_extent *)zero__alloc(a, (size_t)e->cap_free * sizeof *e->afree);
-    if (!e->groups || !e->pending || !e->pending_store || !e->afree)
+    if (!e->groups || !e->pending || !e->pending_store || !e->afree || !e->trace)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
     for (g = e->G; g < e->cap_parts_req; g++)
         if (e->parts_req[g] != 1)
@@ -8910,12 +9107,14 @@ static void zero__eng_ra_drop(zero_engine *e)
 }
 
 /* After group g's shard came up for a gather: starts reading the group the gathers will
-   want next (g + 1 going forward, g - 1 coming back) into hpg's second half, so its read
+   want next (the recorded order's next group not gathered; g + 1 before one is recorded) into hpg's second half, so its read
    runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
    gathered, with the prefetcher one group ahead). */
+static int zero__eng_trace_next(const zero_engine *e, int g);
+
 static void zero__eng_ra_start(zero_engine *e, int g)
 {
-    int next = g + (e->last_gathered >= 0 && g < e->last_gathered ? -1 : 1);
+    int next = zero__eng_trace_next(e, g);
     if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
     if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
         e->groups[next].shard_numel == 0)
@@ -9743,13 +9942,26 @@ static void zero__eng_drop_prefetched(zero_engine *e)
 
 static zero_result zero__eng_flush(zero_engine *e);
 
-/* Evicts the prefetched, unused group farthest from 'near' (in group order). 0 if none. */
+/* Where group g is gathered next in the recorded order, from the current position (a
+   large number when not again in this micro-step); without a trace, its distance from
+   'near' in group order. */
+static long zero__eng_next_use(const zero_engine *e, int g, int near)
+{
+    int j;
+    if (!e->trace_following) return g > near ? (long)(g - near) : (long)(near - g);
+    for (j = e->trace_pos; j < e->trace_len; j++)
+        if (e->trace[j] == 2 * g) return (long)(j - e->trace_pos);
+    return (long)e->trace_len + 1;
+}
+
+/* Evicts the prefetched, unused group used farthest ahead (Belady's choice). 0 if none. */
 static int zero__eng_evict_one(zero_engine *e, int near)
 {
-    int g, best = -1, bestd = -1;
+    int g, best = -1;
+    long bestd = -1;
     for (g = 0; g < e->G; g++)
         if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
-            int dd = g > near ? g - near : near - g;
+            long dd = zero__eng_next_use(e, g, near);
             if (dd > bestd) bestd = dd, best = g;
         }
     if (best < 0) return 0;
@@ -9794,6 +10006,73 @@ static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, in
                       "them ready first, or set max_live_numel >= %zu",
                       fn, g, zero__eng_group_name(e, g), what, n, e->arena_numel, held, np, ng,
                       largest, want);
+}
+
+/* ---- the trace: the order of a micro-step's gathers, recorded and followed ------------------ */
+/* The first micro-step records the order of its gathers and gradient buffers (stage 3);
+   later ones follow it, prefetching the groups it says come next. A call that departs
+   from it (another group, or the micro-step ends early or late) turns the rest of the
+   micro-step into a new recording, kept from the point where the order changed; nothing is
+   prefetched while recording, and a prefetch that the new order does not use is dropped
+   unused (counted as wasted), never served stale. DeepSpeed's module trace, per group. */
+
+static void zero__eng_trace_note(zero_engine *e, int entry)
+{
+    if (e->stage != 3) return;
+    if (e->trace_following) {
+        if (e->trace_pos < e->trace_len && e->trace[e->trace_pos] == entry) {
+            e->trace_pos++;
+            return;
+        }
+        e->trace_following = 0; /* the order changed: record from here */
+        e->trace_len = e->trace_pos;
+    }
+    if (e->trace_len < 0) return; /* gave up this micro-step (no memory) */
+    if (e->trace_len == e->trace_cap) {
+        int cap = e->trace_cap * 2, *nt;
+        nt = cap <= (1 << 24) ? (int *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *nt) : NULL;
+        if (!nt) {
+            e->trace_len = -1;
+            return;
+        }
+        memcpy(nt, e->trace, (size_t)e->trace_len * sizeof *nt);
+        zero__free(&e->d.allocator, e->trace);
+        e->trace = nt;
+        e->trace_cap = cap;
+    }
+    e->trace[e->trace_len++] = entry;
+    e->trace_pos = e->trace_len;
+}
+
+/* The group the recorded order gathers next that is not gathered now (g + 1 without a
+   trace): what the NVMe tier reads ahead. */
+static int zero__eng_trace_next(const zero_engine *e, int g)
+{
+    int j;
+    if (!e->trace_following) return g + 1;
+    for (j = e->trace_pos; j < e->trace_len; j++) {
+        int h = e->trace[j] >> 1;
+        if (!(e->trace[j] & 1) && h != g && e->groups[h].poff == ZERO__ENG_NONE && !e->groups[h].persistent)
+            return h;
+    }
+    return -1;
+}
+
+/* The micro-step ended: a recording becomes the trace; a trace followed to a different end
+   is cut there. */
+static void zero__eng_trace_end(zero_engine *e)
+{
+    if (e->stage != 3) return;
+    if (e->trace_following && e->trace_pos != e->trace_len) {
+        e->trace_len = e->trace_pos; /* it ended early: the rest of the old order is gone */
+        e->gstats.trace_records++;
+    } else if (!e->trace_following && e->trace_len > 0) {
+        e->gstats.trace_records++;
+    }
+    e->trace_following = e->trace_len > 0;
+    if (e->trace_len < 0) e->trace_len = 0;
+    e->trace_pos = 0;
+    e->gstats.trace_len = e->trace_len > 0 ? e->trace_len : 0;
 }
 
 /* ---- gradients ----------------------------------------------------------------------------- */
@@ -10048,6 +10327,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     if (e->stage >= 2) {
         size_t off;
         int x;
+        zero__eng_trace_note(e, 2 * group + 1);
         if ((r = zero__eng_arena_room(e, group, eg->numel, 1, &x)) != ZERO_OK) return r;
         if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
         ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 1, &off), "zero_engine_grads: event");
@@ -10062,7 +10342,6 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
                   "zero_engine_grads: fill");
     if ((r = zero__eng_dbg_hand(e, group, 1, ptr, out_grads)) != ZERO_OK) return r;
     eg->grads_state = ZERO__GRADS_HANDED;
-    e->grads_seen = 1;
     return ZERO_OK;
 }
 
@@ -10103,8 +10382,7 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
             e->groups[g].grads_state = ZERO__GRADS_NONE;
             e->groups[g].parts_ready = 0;
         }
-        e->last_gathered = -1;
-        e->grads_seen = 0;
+        zero__eng_trace_end(e);
     }
     return ZERO_OK;
 }
@@ -10148,11 +10426,37 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
     return zero__eng_issue_gather(e, g, off);
 }
 
+/* Prefetches the next prefetch_depth gathers of the recorded order (from the current
+   position) that are not gathered, in order, while each fits the arena's free room beside
+   the gradient buffers the order asks for before it (so a prefetch is never evicted for
+   them); stops at the first that does not fit. Nothing while recording. */
+static zero_result zero__eng_trace_prefetch(zero_engine *e)
+{
+    size_t reserved = 0;
+    int j, seen = 0;
+    if (!e->trace_following) return ZERO_OK;
+    for (j = e->trace_pos; j < e->trace_len && seen < e->depth; j++) {
+        int g = e->trace[j] >> 1, issued;
+        const zero__eng_group *h = &e->groups[g];
+        size_t free_numel = e->arena_numel - e->gstats.live_numel;
+        zero_result r;
+        if (e->trace[j] & 1) { /* a gradient buffer comes first: keep room for it */
+            if (h->goff == ZERO__ENG_NONE) reserved += h->numel;
+            continue;
+        }
+        seen++;
+        if (h->poff != ZERO__ENG_NONE) continue; /* in use or prefetched already */
+        if (free_numel < reserved || free_numel - reserved < h->numel) break;
+        if ((r = zero__eng_try_prefetch(e, g, &issued)) != ZERO_OK) return r;
+        if (!issued) break;
+    }
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_gather");
     zero__eng_group *eg;
-    int i, dir;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_gather")) != ZERO_OK) return r;
     if (!out_params)
@@ -10164,6 +10468,7 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         eg->refs++;
         return ZERO_OK;
     }
+    zero__eng_trace_note(e, 2 * group);
     if (eg->poff == ZERO__ENG_NONE) {
         size_t off;
         int x;
@@ -10179,14 +10484,7 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
     if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
         return r;
     eg->refs++;
-    /* Prefetch in the direction of travel: descending in backward. */
-    dir = (e->grads_seen || (e->last_gathered >= 0 && group <= e->last_gathered)) ? -1 : 1;
-    e->last_gathered = group;
-    for (i = 1; i <= e->depth; i++) {
-        int issued;
-        if ((r = zero__eng_try_prefetch(e, group + dir * i, &issued)) != ZERO_OK) return r;
-    }
-    return ZERO_OK;
+    return zero__eng_trace_prefetch(e);
 }
 
 ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group)
@@ -10465,8 +10763,6 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     }
     e->micro = 0;
     e->ready_in_micro = 0;
-    e->last_gathered = -1;
-    e->grads_seen = 0;
     for (g = 0; g < e->G; g++) e->groups[g].grads_state = ZERO__GRADS_NONE;
     e->traffic_last = e->traffic_cur;
     memset(&e->traffic_cur, 0, sizeof e->traffic_cur);
@@ -11470,10 +11766,27 @@ ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_acti
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+/* As in the NVMe section: names glibc hides when a libc header came before zero.h under
+   -std=c99/c11 (the values and signatures are fixed by the kernel and POSIX). */
+#if !defined(O_NOFOLLOW) && defined(__O_NOFOLLOW)
+#define O_NOFOLLOW __O_NOFOLLOW
+#endif
+#if !defined(O_DIRECTORY) && defined(__O_DIRECTORY)
+#define O_DIRECTORY __O_DIRECTORY
+#endif
+#ifndef O_DIRECTORY
+#define O_DIRECTORY 0
+#endif
+#if defined(__GLIBC__) && !defined(__USE_MISC) && !defined(__USE_UNIX98)
+extern int gethostname(char *name, size_t len);
+#endif
 
 /* ---- engine state accessors --------------------------------------------------------------- */
 
@@ -11773,10 +12086,27 @@ static uint32_t zero__ck_le32(const unsigned char *p)
 
 /* ---- files -------------------------------------------------------------------------------- */
 
+/* Test hooks (private; tests that define ZERO_IMPLEMENTATION set them). zero__ck_io_fault:
+   called before every checkpoint write (op 'w') and every open of an existing checkpoint
+   file for reading (op 'o') with the file's path; a non-zero errno it returns fails that
+   call as the system would (ENOSPC, EACCES ...). zero__ck_stage: called on every rank
+   at fixed points of load and save (where: 0 = before the manifest is opened, 1 = after),
+   so a test can change the directory between ranks deterministically.
+   zero__ck_bytes_read counts the bytes every checkpoint read asked for. */
+static int (*zero__ck_io_fault)(const char *path, int op);
+static void (*zero__ck_stage)(int rank, int where, const char *dir);
+static uint64_t zero__ck_bytes_read;
+
 static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t off,
                                    const char *path)
 {
     const unsigned char *p = (const unsigned char *)buf;
+    if (zero__ck_io_fault && n > 0) {
+        int er = zero__ck_io_fault(path, 'w');
+        if (er)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", path,
+                              (unsigned long long)off, strerror(er));
+    }
     while (n > 0) {
         ssize_t w = pwrite(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
         if (w < 0) {
@@ -11794,6 +12124,7 @@ static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t o
 static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *path)
 {
     unsigned char *p = (unsigned char *)buf;
+    __atomic_fetch_add(&zero__ck_bytes_read, (uint64_t)n, __ATOMIC_RELAXED);
     while (n > 0) {
         ssize_t got = pread(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
         if (got < 0) {
@@ -11811,9 +12142,49 @@ static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, con
     return ZERO_OK;
 }
 
+/* Opens an existing checkpoint file for reading without blocking (a FIFO or device named
+   like a checkpoint file must not hang the reader) and refuses anything but a regular file.
+   what names the file's role in errors ("shard file of rank 3"). NOT_FOUND when it does not
+   exist (IO for a missing file when missing_is_io); EACCES says "permission denied". */
+static zero_result zero__ck_open_read(const char *path, const char *what, int missing_is_io,
+                                      int *fd_out, struct stat *st_out)
+{
+    struct stat st;
+    int fd, fl;
+    int er = zero__ck_io_fault ? zero__ck_io_fault(path, 'o') : 0;
+    *fd_out = -1;
+    fd = er ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        if (!er) er = errno;
+        if (er == ENOENT)
+            return zero__fail(missing_is_io ? ZERO_ERROR_IO : ZERO_ERROR_NOT_FOUND,
+                              "%s: missing %s: %s", path, what, strerror(er));
+        if (er == EACCES || er == EPERM)
+            return zero__fail(ZERO_ERROR_IO, "%s: %s: permission denied", path, what);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s: open: %s", path, what, strerror(er));
+    }
+    if (fstat(fd, &st) != 0) {
+        er = errno;
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s: stat: %s", path, what, strerror(er));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s is not a regular file (%s); refusing to read it",
+                          path, what, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode)
+                          ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)
+                          ? "a device" : "special");
+    }
+    fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    if (st_out) *st_out = st;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_fsync_dir(const char *dir)
 {
-    int fd = open(dir, O_RDONLY);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
     if (fsync(fd) != 0 && errno != EINVAL) {
         int er = errno;
@@ -11824,18 +12195,41 @@ static zero_result zero__ck_fsync_dir(const char *dir)
     return ZERO_OK;
 }
 
-/* Writes a whole file at dir/name crash-safely: dir/name.tmp, fsync, rename, fsync dir. */
-static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
-                                       size_t n)
+/* Creates a new temporary file for final path 'path': "<path>.<16 hex digits>.tmp", with
+   O_EXCL | O_NOFOLLOW (a name planted in advance, a symlink included, is never opened: a
+   fresh random name is tried instead). tmp receives the name. */
+static zero_result zero__ck_create_tmp(const char *path, char *tmp, size_t tmp_size, int *fd_out)
 {
-    char path[4200], tmp[4210];
-    int fd;
-    zero_result r;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-    r = zero__ck_pwrite(fd, data, n, 0, tmp);
+    static uint64_t counter;
+    int tries;
+    *fd_out = -1;
+    for (tries = 0; tries < 64; tries++) {
+        struct timespec ts;
+        uint64_t x = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED), z;
+        int fd;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        z = x * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 40 ^ (uint64_t)ts.tv_nsec ^
+            (uint64_t)ts.tv_sec << 20 ^ (uint64_t)(uintptr_t)&ts;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        if ((size_t)snprintf(tmp, tmp_size, "%s.%016llx.tmp", path, (unsigned long long)z) >= tmp_size)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: path too long", path);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            *fd_out = fd;
+            return ZERO_OK;
+        }
+        if (errno != EEXIST && errno != ELOOP)
+            return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
+    }
+    return zero__fail(ZERO_ERROR_IO, "%s: no unused temporary name after 64 tries", path);
+}
+
+/* fsync, close, rename over path and fsync the directory; the temporary goes on failure. */
+static zero_result zero__ck_commit_tmp(int fd, const char *tmp, const char *path, const char *dir,
+                                       zero_result r)
+{
     if (r == ZERO_OK && fsync(fd) != 0)
         r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && r == ZERO_OK)
@@ -11843,49 +12237,22 @@ static zero_result zero__ck_write_file(const char *dir, const char *name, const 
     if (r == ZERO_OK && rename(tmp, path) != 0)
         r = zero__fail(ZERO_ERROR_IO, "%s: rename to %s: %s", tmp, path, strerror(errno));
     if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        return zero__fail(r, "%s", msg);
-    }
-    return zero__ck_fsync_dir(dir);
-}
-
-/* Reads a whole (small) file into a new buffer; NOT_FOUND when it does not exist. */
-static zero_result zero__ck_slurp(const char *path, size_t max, unsigned char **out, size_t *n)
-{
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    zero_result r;
-    *out = NULL;
-    *n = 0;
-    if (fd < 0)
-        return zero__fail(errno == ENOENT ? ZERO_ERROR_NOT_FOUND : ZERO_ERROR_IO, "%s: open: %s",
-                          path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int er = errno;
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
-    }
-    if ((uint64_t)st.st_size > (uint64_t)max || st.st_size < 1) {
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: size %lld bytes (want 1..%zu)", path,
-                          (long long)st.st_size, max);
-    }
-    *out = (unsigned char *)ZERO_MALLOC((size_t)st.st_size);
-    if (!*out) {
-        close(fd);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %lld bytes", path, (long long)st.st_size);
-    }
-    r = zero__ck_pread(fd, *out, (size_t)st.st_size, 0, path);
-    close(fd);
-    if (r != ZERO_OK) {
-        ZERO_FREE(*out);
-        *out = NULL;
+        (void)unlink(tmp); /* zero__fail's text survives: unlink does not touch it */
         return r;
     }
-    *n = (size_t)st.st_size;
-    return ZERO_OK;
+    return dir ? zero__ck_fsync_dir(dir) : ZERO_OK;
+}
+
+/* Writes a whole file at dir/name crash-safely: a new temporary, fsync, rename, fsync dir. */
+static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
+                                       size_t n)
+{
+    char path[4200], tmp[4240];
+    int fd;
+    zero_result r;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) return r;
+    return zero__ck_commit_tmp(fd, tmp, path, dir, zero__ck_pwrite(fd, data, n, 0, tmp));
 }
 
 /* ---- shapes and scaler state ---------------------------------------------------------------- */
@@ -12000,6 +12367,7 @@ struct zero_checkpoint {
     uint64_t header_bytes; /* of every shard file */
     uint64_t shard_bytes;  /* of every shard file */
     uint32_t client_crc;   /* CRC32C of the client state (info.client_bytes bytes) */
+    uint32_t manifest_crc; /* the manifest's own checksum: with the generation, its identity */
 };
 
 static void zero__ck_free(zero_checkpoint *ck)
@@ -12057,6 +12425,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     ck = (zero_checkpoint *)ZERO_MALLOC(sizeof *ck);
     if (!ck) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", what);
     memset(ck, 0, sizeof *ck);
+    ck->manifest_crc = crc;
     ck->info.generation = zero__ck_get(&rd, 8);
     world = (uint32_t)zero__ck_get(&rd, 4);
     stage = (uint32_t)zero__ck_get(&rd, 4);
@@ -12239,11 +12608,14 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
             goto fail;
         }
         ck->groups[i].sec_off = off;
-        b = ck->groups[i].shard_numel * (12u + ck->psize); /* no overflow: plan checked */
-        if (off > UINT64_MAX - b) {
-            r = zero__fail(ZERO_ERROR_IO, "%s: shard size overflows", what);
+        /* bytes, not elements: the plan checked counts, the product can still wrap */
+        if (ck->groups[i].shard_numel > (UINT64_MAX - off) / (12u + ck->psize)) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: group %u: %llu elements per shard overflow a "
+                           "64-bit byte size", what, i,
+                           (unsigned long long)ck->groups[i].shard_numel);
             goto fail;
         }
+        b = ck->groups[i].shard_numel * (12u + ck->psize);
         off += b;
     }
     ck->shard_bytes = off;
@@ -12286,14 +12658,7 @@ static zero_result zero__ck_read_client(const zero_checkpoint *ck, void *dst)
     if (ck->info.client_bytes == 0) return ZERO_OK;
     zero__ck_client_name(name, sizeof name, ck->info.generation);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(ZERO_ERROR_IO, "%s: client state file: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int er = errno;
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
-    }
+    if ((r = zero__ck_open_read(path, "client state file", 1, &fd, &st)) != ZERO_OK) return r;
     if ((uint64_t)st.st_size != ck->info.client_bytes) {
         close(fd);
         return zero__fail(ZERO_ERROR_IO, "%s: client state of %lld bytes, the manifest says %llu "
@@ -12318,6 +12683,63 @@ ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst)
     return zero__ck_read_client(ck, dst);
 }
 
+/* Reads a manifest: its fixed header first (magic, version, the size it declares and its
+   counts), then exactly the declared size, which must be the file's and no more than the
+   counts allow; so a huge or hostile file costs one small read. NOT_FOUND when missing. */
+static zero_result zero__ck_read_manifest(const char *path, unsigned char **out, size_t *n)
+{
+    unsigned char h[ZERO__CK_MAN_FIXED];
+    struct stat st;
+    uint64_t declared, bound;
+    uint32_t version, world, G, T;
+    zero_result r;
+    int fd, i;
+    *out = NULL;
+    *n = 0;
+    if ((r = zero__ck_open_read(path, "manifest", 0, &fd, &st)) != ZERO_OK) return r;
+    if (st.st_size < (off_t)ZERO__CK_MAN_FIXED + 4) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%lld bytes)", path,
+                          (long long)st.st_size);
+    }
+    if ((r = zero__ck_pread(fd, h, sizeof h, 0, path)) != ZERO_OK) {
+        close(fd);
+        return r;
+    }
+    for (declared = 0, i = 7; i >= 0; i--) declared = declared << 8 | h[16 + i];
+    version = zero__ck_le32(h + 8);
+    world = zero__ck_le32(h + 32);
+    G = zero__ck_le32(h + 48);
+    T = zero__ck_le32(h + 52);
+    /* the largest manifest these counts allow: every name 255 bytes, every shape 8 dims */
+    bound = ZERO__CK_MAN_FIXED + 24u * (uint64_t)G + (4u + 255u + 28u + 64u) * (uint64_t)T +
+            16u * (uint64_t)world + 16u + 4u;
+    r = ZERO_OK;
+    if (memcmp(h, "ZEROMANI", 8) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%lld bytes, bad magic)", path,
+                       (long long)st.st_size);
+    else if (version < 1u || version > ZERO__CK_VERSION)
+        r = zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads 1..%u)", path,
+                       version, ZERO__CK_VERSION);
+    else if (declared != (uint64_t)st.st_size)
+        r = zero__fail(ZERO_ERROR_IO, "%s: %lld bytes but its header says %llu", path,
+                       (long long)st.st_size, (unsigned long long)declared);
+    else if (declared > bound || declared > ((uint64_t)1 << 30))
+        r = zero__fail(ZERO_ERROR_IO, "%s: %llu bytes, more than its %u groups, %u tensors and %u "
+                       "ranks can take (%llu; at most 1 GiB)", path, (unsigned long long)declared,
+                       G, T, world, (unsigned long long)bound);
+    else if (!(*out = (unsigned char *)ZERO_MALLOC((size_t)declared)))
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %llu bytes", path,
+                       (unsigned long long)declared);
+    else if ((r = zero__ck_pread(fd, *out, (size_t)declared, 0, path)) != ZERO_OK) {
+        ZERO_FREE(*out);
+        *out = NULL;
+    }
+    close(fd);
+    if (r == ZERO_OK) *n = (size_t)declared;
+    return r;
+}
+
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
 {
     char path[4200];
@@ -12329,10 +12751,10 @@ ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_open: bad dir");
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    r = zero__ck_slurp(path, (size_t)1 << 30, &buf, &n);
+    r = zero__ck_read_manifest(path, &buf, &n);
     if (r != ZERO_OK) {
         if (r == ZERO_ERROR_NOT_FOUND)
-            return zero__fail(r, "%s: no checkpoint (no manifest): %s", dir, zero_last_error());
+            return zero__fail(r, "%s: no checkpoint (%s does not exist)", dir, path);
         return r;
     }
     r = zero__ck_parse_manifest(buf, n, path, out);
@@ -12540,12 +12962,9 @@ static zero_result zero__ck_read(const zero_checkpoint *ck, const zero__ck_reade
             int np = rdr->want(rdr->ctx, ck, q, g, pc);
             if (np == 0) continue;
             if (fd < 0) {
-                fd = open(path, O_RDONLY);
-                if (fd < 0) {
-                    r = zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path, q,
-                                   strerror(errno));
-                    break;
-                }
+                char what[64];
+                snprintf(what, sizeof what, "shard file of rank %d", q);
+                if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) break;
                 r = zero__ck_check_shard(ck, fd, path, q, &crcs);
                 if (r != ZERO_OK) break;
             }
@@ -12650,8 +13069,9 @@ static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op 
 
 /* Every rank passes its own result r; all return the same: OK, or the code and message of
    the lowest failing rank (shared over 5 control all-reduces of 8 doubles, 6 bytes each).
-   *val (may be NULL) is max-reduced along the way (rank 0 proposes a value). */
-static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
+   *val (may be NULL) is max-reduced along the way, exactly, as two 32-bit halves (rank 0
+   proposes a value, the others pass 0). */
+static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
 {
     enum { ROUNDS = 5, BYTES = ROUNDS * 8 * 6 };
     char msg[BYTES];
@@ -12662,9 +13082,10 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     msg[0] = '\0';
     if (r != ZERO_OK) snprintf(msg, sizeof msg, "%.238s", zero_last_error());
     v[0] = r != ZERO_OK ? (double)(e->world - e->rank) : 0.0;
-    v[1] = val ? *val : 0.0;
-    if ((rr = zero__ck_allreduce(e, v, 2, ZERO_OP_MAX)) != ZERO_OK) return rr;
-    if (val) *val = v[1];
+    v[1] = val ? (double)(*val >> 32) : 0.0;
+    v[2] = val ? (double)(*val & 0xffffffffu) : 0.0;
+    if ((rr = zero__ck_allreduce(e, v, 3, ZERO_OP_MAX)) != ZERO_OK) return rr;
+    if (val) *val = (uint64_t)v[1] << 32 | (uint64_t)v[2];
     if (v[0] == 0.0) return ZERO_OK;
     f = e->world - (int)v[0];
     memset(b, 0, sizeof b);
@@ -12693,6 +13114,26 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     return zero__fail((zero_result)(-(int)b[0]), "%s (reported by rank %d)", (const char *)(b + 1), f);
 }
 
+/* One control all-reduce: *same = 1 when every rank passed the same n (<= 2) values (each
+   sent exactly as two 32-bit halves; max(x) + max(C - x) = C only when all x are equal). */
+static zero_result zero__ck_same_u64(zero_engine *e, const uint64_t *vals, int n, int *same)
+{
+    const double C = 4294967295.0;
+    double v[8];
+    zero_result r;
+    int i;
+    for (i = 0; i < 2 * n; i++) {
+        double half = (double)(i % 2 ? vals[i / 2] & 0xffffffffu : vals[i / 2] >> 32);
+        v[2 * i] = half;
+        v[2 * i + 1] = C - half;
+    }
+    if ((r = zero__ck_allreduce(e, v, 4 * n, ZERO_OP_MAX)) != ZERO_OK) return r;
+    *same = 1;
+    for (i = 0; i < 2 * n; i++)
+        if (v[2 * i] + v[2 * i + 1] != C) *same = 0;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int need_released)
 {
     int g;
@@ -12711,68 +13152,204 @@ static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int ne
 
 /* ---- save ------------------------------------------------------------------------------------ */
 
-/* 1 + the highest generation named by the manifest or any shard file in dir (0 if none). */
-static uint64_t zero__ck_next_gen(const char *dir)
+/* The generation a file name of the format carries ("zero-<16 hex digits>-..." or
+   "zero-<16 hex digits>.client..."); 0 when the name is not one. */
+static int zero__ck_name_gen(const char *s, uint64_t *gen)
+{
+    char *end = NULL;
+    unsigned long long g;
+    if (strncmp(s, "zero-", 5) != 0) return 0;
+    g = strtoull(s + 5, &end, 16);
+    if (end != s + 5 + 16 || (*end != '-' && *end != '.')) return 0;
+    *gen = (uint64_t)g;
+    return 1;
+}
+
+/* The generation the manifest in dir names (0: none or unreadable). Never blocks. */
+static uint64_t zero__ck_manifest_gen(const char *dir)
 {
     char path[4200];
     unsigned char h[32];
-    uint64_t best = 0;
-    DIR *d = opendir(dir);
-    int fd;
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            const char *s = de->d_name;
-            char *end = NULL;
-            unsigned long long g;
-            if (strncmp(s, "zero-", 5) != 0) continue;
-            g = strtoull(s + 5, &end, 16);
-            if (end == s + 5 + 16 && (*end == '-' || *end == '.') && g > best) best = g;
-        }
-        closedir(d);
-    }
+    uint64_t g = 0;
+    int fd, i;
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0) {
-            uint64_t g = 0;
-            int i;
-            for (i = 0; i < 8; i++) g |= (uint64_t)h[24 + i] << (8 * i);
-            if (g > best) best = g;
-        }
-        close(fd);
-    }
-    return best + 1;
+    if (zero__ck_open_read(path, "manifest", 0, &fd, NULL) != ZERO_OK) return 0;
+    if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0)
+        for (i = 7; i >= 0; i--) g = g << 8 | h[24 + i];
+    close(fd);
+    return g;
 }
 
-/* Removes shard files of other generations and temporary files (best effort). */
-static void zero__ck_cleanup(const char *dir, uint64_t keep)
+static int zero__ck_cmp_u64(const void *a, const void *b)
 {
-    DIR *d = opendir(dir);
-    struct dirent *de;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* The generation of the next save: 1 + the highest generation that the manifest or any file
+   of dir names, as a 64-bit integer. After 2^64 - 1 it wraps to the lowest generation no
+   file names (>= 1), so that a new generation never reuses a present file's. A manifest
+   that is not a regular file is refused. */
+static zero_result zero__ck_next_gen(const char *dir, uint64_t *out)
+{
     char path[4200];
+    uint64_t best = 0, *all = NULL, g;
+    size_t n = 0, cap = 0, i;
+    struct stat st;
+    DIR *d;
+    zero_result r = ZERO_OK;
+    *out = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return zero__fail(ZERO_ERROR_IO, "%s: the manifest is not a regular file; refusing to "
+                          "save over it", path);
+    d = opendir(dir);
+    if (!d) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
+    for (;;) {
+        struct dirent *de = readdir(d);
+        if (!de) break;
+        if (!zero__ck_name_gen(de->d_name, &g)) continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            uint64_t *na = (uint64_t *)ZERO_MALLOC(nc * sizeof *na);
+            if (!na) {
+                r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: directory listing");
+                break;
+            }
+            if (n) memcpy(na, all, n * sizeof *na);
+            ZERO_FREE(all);
+            all = na;
+            cap = nc;
+        }
+        all[n++] = g;
+        if (g > best) best = g;
+    }
+    closedir(d);
+    g = zero__ck_manifest_gen(dir);
+    if (g > best) best = g;
+    if (r == ZERO_OK && best < UINT64_MAX) {
+        *out = best + 1;
+    } else if (r == ZERO_OK) { /* wrap-around: the lowest generation no file names */
+        uint64_t want = 1;
+        if (n) qsort(all, n, sizeof *all, zero__ck_cmp_u64);
+        for (i = 0; i < n; i++) {
+            if (all[i] == want) want++;
+            else if (all[i] > want) break;
+        }
+        if (want == g) want++; /* the manifest's (kept when its shard files are gone) */
+        *out = want;
+    }
+    ZERO_FREE(all);
+    return r;
+}
+
+/* 1 for the temporaries of this format: "zero-<16 hex>...tmp" and "zero.manifest...tmp". */
+static int zero__ck_is_tmp(const char *s)
+{
+    size_t L = strlen(s);
+    uint64_t g;
+    if (L < 4 || strcmp(s + L - 4, ".tmp") != 0) return 0;
+    return zero__ck_name_gen(s, &g) || strncmp(s, ZERO__CK_MANIFEST ".", 14) == 0;
+}
+
+/* Removes, best effort: keep_only: every file of another generation than keep and every
+   temporary; else: the files of generation keep that this rank wrote (its shard file; rank
+   0 also the client state file). */
+static void zero__ck_cleanup(const char *dir, uint64_t keep, int keep_only, int rank)
+{
+    DIR *d;
+    struct dirent *de;
+    char path[4200], name[64];
+    if (!keep_only) {
+        zero__ck_shard_name(name, sizeof name, keep, rank);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        (void)unlink(path);
+        if (rank == 0) {
+            zero__ck_client_name(name, sizeof name, keep);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            (void)unlink(path);
+        }
+        return;
+    }
+    d = opendir(dir);
     if (!d) return;
     while ((de = readdir(d)) != NULL) {
         const char *s = de->d_name;
-        size_t L = strlen(s);
-        int kill = 0;
-        if (strncmp(s, "zero-", 5) == 0 && L > 6 &&
-            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0) ||
-             (L > 7 && strcmp(s + L - 7, ".client") == 0) ||
-             (L > 11 && strcmp(s + L - 11, ".client.tmp") == 0))) {
-            char *end = NULL;
-            unsigned long long g = strtoull(s + 5, &end, 16);
-            kill = !(end == s + 5 + 16 && g == keep &&
-                     (strcmp(s + L - 6, ".shard") == 0 || strcmp(s + L - 7, ".client") == 0));
-        } else if (strcmp(s, ZERO__CK_MANIFEST ".tmp") == 0) {
-            kill = 1;
-        }
-        if (kill) {
+        uint64_t g;
+        if (zero__ck_is_tmp(s) || (zero__ck_name_gen(s, &g) && g != keep)) {
             snprintf(path, sizeof path, "%s/%s", dir, s);
             (void)unlink(path);
         }
     }
     closedir(d);
+}
+
+/* The save lock, dir/zero.lock: rank 0 creates it (O_EXCL) for the whole save, holds an
+   flock on it and writes "pid P host H" into it. Another save finds it and fails at once,
+   unless its holder is gone (the flock is free, or P is dead on this host): a stale lock
+   is removed and taken. */
+static zero_result zero__ck_lock(const char *dir, int *fd_out)
+{
+    char path[4200], host[256], buf[400];
+    int tries;
+    *fd_out = -1;
+    snprintf(path, sizeof path, "%s/zero.lock", dir);
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    for (tries = 0; tries < 4; tries++) {
+        struct stat st, st2;
+        long pid = 0;
+        char other[256];
+        ssize_t got;
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), stale = 0;
+        if (fd >= 0) {
+            int n = snprintf(buf, sizeof buf, "pid %ld host %s\n", (long)getpid(), host);
+            zero_result r = flock(fd, LOCK_EX | LOCK_NB) == 0
+                                ? zero__ck_pwrite(fd, buf, (size_t)n, 0, path)
+                                : zero__fail(ZERO_ERROR_IO, "%s: flock: %s", path, strerror(errno));
+            if (r != ZERO_OK) {
+                (void)unlink(path);
+                close(fd);
+                return r;
+            }
+            *fd_out = fd;
+            return ZERO_OK;
+        }
+        if (errno != EEXIST)
+            return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(errno));
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* released meanwhile */
+            return zero__fail(ZERO_ERROR_IO, "%s: the save lock: %s", path, strerror(errno));
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return zero__fail(ZERO_ERROR_IO, "%s: the save lock is not a regular file", path);
+        }
+        got = pread(fd, buf, sizeof buf - 1, 0);
+        buf[got > 0 ? got : 0] = '\0';
+        snprintf(other, sizeof other, "?");
+        if (sscanf(buf, "pid %ld host %255s", &pid, other) < 1) pid = 0;
+        if (got > 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) stale = 1; /* its holder is gone */
+        else if (pid > 0 && strcmp(other, host) == 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            stale = 1;
+        if (stale && stat(path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
+            (void)unlink(path);
+        close(fd);
+        if (!stale)
+            return zero__fail(ZERO_ERROR_IO, "another save is in progress in %s (pid %ld, host %s; "
+                              "%s)", dir, pid, other, path);
+    }
+    return zero__fail(ZERO_ERROR_IO, "%s: could not take the save lock", path);
+}
+
+static void zero__ck_unlock(const char *dir, int fd)
+{
+    char path[4200];
+    if (fd < 0) return;
+    snprintf(path, sizeof path, "%s/zero.lock", dir);
+    (void)unlink(path);
+    close(fd);
 }
 
 static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint64_t off,
@@ -12789,7 +13366,7 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
 /* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync). */
 static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_t gen)
 {
-    char name[64], path[4200], tmp[4210];
+    char name[64], path[4200], tmp[4240];
     uint64_t hb = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->G + 4u;
     uint64_t off = hb;
     zero__ck_buf hdr;
@@ -12801,7 +13378,6 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     memset(&hdr, 0, sizeof hdr);
     zero__ck_shard_name(name, sizeof name, gen, e->rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     chunk = (unsigned char *)zero__alloc(&e->d.allocator, chunk_bytes);
     crcs = (uint32_t *)zero__alloc(&e->d.allocator, (size_t)e->G * 16u);
     if (!chunk || !crcs) {
@@ -12809,11 +13385,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         zero__free(&e->d.allocator, crcs);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-        goto out;
-    }
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto out;
     /* Order the downloads after any collective still writing the buffers; the NVMe caches
        written back and emptied, so the save reads each record once, from the file. */
     r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
@@ -12873,19 +13445,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         if (hdr.err || hdr.n != hb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: header");
         else r = zero__ck_pwrite(fd, hdr.p, hdr.n, 0, tmp);
     }
-    if (r == ZERO_OK && fsync(fd) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && r == ZERO_OK)
-        r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (r == ZERO_OK && rename(tmp, path) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
-    if (r == ZERO_OK) r = zero__ck_fsync_dir(dir);
-    if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        r = zero__fail(r, "%s", msg);
-    }
+    r = zero__ck_commit_tmp(fd, tmp, path, dir, r);
 out:
     ZERO_FREE(hdr.p);
     zero__free(&e->d.allocator, chunk);
@@ -12964,11 +13524,8 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
         int fd;
         zero__ck_shard_name(name, sizeof name, gen, q);
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        fd = open(path, O_RDONLY);
-        if (fd < 0) {
-            r = zero__fail(ZERO_ERROR_IO, "%s: open: %s", path, strerror(errno));
+        if ((r = zero__ck_open_read(path, "shard file just written", 1, &fd, NULL)) != ZERO_OK)
             break;
-        }
         r = zero__ck_pread(fd, h, (size_t)hb, 0, path);
         close(fd);
         if (r != ZERO_OK) break;
@@ -13001,42 +13558,55 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
 {
     zero_result r = zero__eng_usable(e, "zero_engine_save");
     zero_traffic keep;
-    double gen = 0.0;
+    uint64_t gen = 0;
     uint32_t client_crc = 0;
+    int lock = -1;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save: dir is NULL, empty or too long");
     if ((r = zero__ck_between_steps(e, "zero_engine_save", 0)) != ZERO_OK) return r;
     keep = e->traffic_cur;
-    /* 1. the directory and the generation (rank 0 proposes it) */
+    /* 1. the directory, the save lock and the generation (rank 0 takes and proposes them) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
     if (r == ZERO_OK && e->rank == 0 && client_bytes > 0 && !client)
         r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save_client: rank 0's client is "
                        "NULL with client_bytes %zu", client_bytes);
-    if (r == ZERO_OK && e->rank == 0) gen = (double)zero__ck_next_gen(dir);
+    if (r == ZERO_OK && e->rank == 0) r = zero__ck_lock(dir, &lock);
+    if (r == ZERO_OK && e->rank == 0) r = zero__ck_next_gen(dir, &gen);
+    if (r != ZERO_OK) {
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        r = zero__fail(r, "zero_engine_save: %.400s", prev);
+    }
     r = zero__ck_agree(e, r, &gen);
-    /* 2. every rank's shard file; rank 0's client state */
+    /* 2. every rank's shard file; rank 0's client state. A failure anywhere removes this
+       generation's files on every rank (each its own), so no orphan outlives the save. */
     if (r == ZERO_OK) {
         zero_result sr = ZERO_OK;
         if (e->rank == 0 && client_bytes > 0) {
             char name[64];
-            zero__ck_client_name(name, sizeof name, (uint64_t)gen);
+            zero__ck_client_name(name, sizeof name, gen);
             client_crc = zero_crc32c(0, client, client_bytes);
             sr = zero__ck_write_file(dir, name, client, client_bytes);
         }
-        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, (uint64_t)gen);
+        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, gen);
         r = zero__ck_agree(e, sr, NULL);
-    }
-    /* 3. the manifest, then the older generations go */
-    if (r == ZERO_OK) {
-        zero_result mr = ZERO_OK;
-        if (e->rank == 0) {
-            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen, client_bytes, client_crc);
-            if (mr == ZERO_OK) zero__ck_cleanup(dir, (uint64_t)gen);
+        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->rank);
+        else {
+            /* 3. the manifest (the commit point), then the older generations go */
+            zero_result mr = ZERO_OK;
+            if (e->rank == 0) {
+                mr = zero__ck_write_manifest(e, dir, gen, client_bytes, client_crc);
+                if (mr == ZERO_OK) zero__ck_cleanup(dir, gen, 1, 0);
+            }
+            r = zero__ck_agree(e, mr, NULL);
+            /* not committed (the manifest names another generation): this one goes */
+            if (r != ZERO_OK && zero__ck_manifest_gen(dir) != gen)
+                zero__ck_cleanup(dir, gen, 0, e->rank);
         }
-        r = zero__ck_agree(e, mr, NULL);
     }
+    if (e->rank == 0) zero__ck_unlock(dir, lock);
     e->traffic_cur = keep;
     return r;
 }
@@ -13063,10 +13633,11 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
     void *m;
     zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->rank);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path,
-                          L->e->rank, strerror(errno));
+    {
+        char what[64];
+        snprintf(what, sizeof what, "shard file of rank %d", L->e->rank);
+        if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) return r;
+    }
     r = zero__ck_check_shard(ck, fd, path, L->e->rank, &crcs);
     if (r != ZERO_OK) {
         close(fd);
@@ -13142,7 +13713,19 @@ static unsigned char *zero__ck_base_load(void *ctx, int ki)
     return L->stage_buf + (size_t)ki * L->e->S * 4u;
 }
 
-/* The engine's tensors must be the checkpoint's: names, sizes, flags; the same dtype. */
+/* "[d0, d1, ...]" into dst. */
+static void zero__ck_shape_str(char *dst, size_t n, int ndim, const uint64_t *dims)
+{
+    size_t at = 0;
+    int k;
+    at += (size_t)snprintf(dst, n, "[");
+    for (k = 0; k < ndim && at < n; k++)
+        at += (size_t)snprintf(dst + at, n - at, "%s%llu", k ? ", " : "", (unsigned long long)dims[k]);
+    if (at < n) snprintf(dst + at, n - at, "]");
+}
+
+/* The engine's tensors must be the checkpoint's: names, sizes, flags, and shapes where
+   both recorded one; the same dtype. */
 static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, const char *dir,
                                    int *map)
 {
@@ -13167,6 +13750,18 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
             return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has flags "
                               "0x%x in the checkpoint, 0x%x in the engine", dir, ct->name,
                               ct->flags, e->tflags[id]);
+        {
+            int nd = id < e->cap_shapes ? e->shapes[id].ndim : 0, k, same = nd == ct->ndim;
+            for (k = 0; same && k < nd; k++) same = e->shapes[id].dims[k] == ct->dims[k];
+            if (nd > 0 && ct->ndim > 0 && !same) {
+                char a[200], b[200];
+                zero__ck_shape_str(a, sizeof a, ct->ndim, ct->dims);
+                zero__ck_shape_str(b, sizeof b, nd, e->shapes[id].dims);
+                return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has "
+                                  "shape %s in the checkpoint, %s in the engine", dir, ct->name,
+                                  a, b);
+            }
+        }
         map[t] = id;
     }
     for (t = 0; t < e->ntensors; t++) {
@@ -13198,19 +13793,6 @@ static zero_result zero__ck_apply(zero_engine *e, const zero_checkpoint *ck, con
     return r;
 }
 
-/* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
-   into this committed engine: master, m, v, params, step, Adam settings and scaler state.
-   The engine's tensors must match the checkpoint's by name, size and flags (in any
-   grouping), and the param dtype must be the same. Every rank first reads and verifies
-   everything it needs (manifest, file sizes, header and section checksums, the plan) and
-   the ranks agree; only then is state changed. On error every rank returns the same code
-   and message (naming the file, tensor or byte offset) and the engine is unchanged.
-   Call between steps with no group gathered. Host memory: with the saving layout (same
-   world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
-   resharding, this rank's new shard is staged (12 + param bytes per shard element).
-   Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
-   save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
-   or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
 {
     return zero_engine_load_client(e, dir, NULL, 0, NULL);
@@ -13234,13 +13816,34 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     keep = e->traffic_cur;
     memset(&L, 0, sizeof L);
     L.e = e;
-    /* 1. read and verify everything this rank needs, changing nothing */
+    /* 1. every rank opens the manifest, and all hold the same one (generation and
+       checksum: a save that commits meanwhile, or ranks given different directories, would
+       otherwise load different steps), or none goes on */
+    if (zero__ck_stage) zero__ck_stage(e->rank, 0, dir);
     r = zero_checkpoint_open(dir, &ck);
+    if (zero__ck_stage) zero__ck_stage(e->rank, 1, dir);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
         r = zero__fail(r, "zero_engine_load: %.400s", prev);
     }
+    r = zero__ck_agree(e, r, NULL);
+    if (r == ZERO_OK) {
+        uint64_t id[2];
+        int same = 0;
+        id[0] = ck->info.generation;
+        id[1] = ck->manifest_crc;
+        if ((r = zero__ck_same_u64(e, id, 2, &same)) != ZERO_OK) goto out;
+        if (!same)
+            r = zero__ck_agree(e, zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: the ranks "
+                               "opened different checkpoints (rank %d: %s, generation %llu, "
+                               "manifest checksum %08x): a save into the directory committed "
+                               "meanwhile, or the ranks were given different directories; "
+                               "nothing was loaded", e->rank, dir,
+                               (unsigned long long)id[0], (unsigned)id[1]), NULL);
+    }
+    if (r != ZERO_OK) goto out;
+    /* 2. read and verify everything this rank needs, changing nothing */
     if (r == ZERO_OK) {
         L.tmap = (int *)zero__alloc(&e->d.allocator, (size_t)ck->info.num_tensors * sizeof(int));
         if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
@@ -13300,10 +13903,10 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
             r = zero__fail(r, "zero_engine_load: %.400s", prev);
         }
     }
-    /* 2. every rank agrees before anything changes */
+    /* 3. every rank agrees before anything changes */
     r = zero__ck_agree(e, r, NULL);
     if (r != ZERO_OK || e->state == ZERO__ENG_BROKEN) goto out;
-    /* 3. apply: shards, the copies kept whole, then step, Adam settings, scaler */
+    /* 4. apply: shards, the copies kept whole, then step, Adam settings, scaler */
     if ((r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
         r = zero__eng_break(e, r, "zero_engine_load: event");
         goto out;
@@ -14007,9 +14610,9 @@ static void zero__st_put_name(zero__ck_buf *b, const char *s)
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path, zero_dtype dtype)
 {
     zero__ck_buf h;
-    char tmp[4200], num[64];
+    char tmp[4240], num[64];
     uint64_t at = 0, maxn = 0;
-    size_t esz;
+    size_t esz, bytes = 0;
     int t, k, fd = -1;
     unsigned char *buf = NULL, *out = NULL;
     zero_result r = ZERO_OK;
@@ -14018,7 +14621,21 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     if (dtype != ZERO_F32 && dtype != ZERO_F16 && dtype != ZERO_BF16)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: dtype %d (f32, f16, bf16)",
                           (int)dtype);
-    if (strlen(path) > 4000) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path too long");
+    if (!path[0] || strlen(path) > 4000)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path empty or too long");
+    {   /* never inside a checkpoint directory: the output could replace one of its files */
+        char parent[4200], man[4300];
+        struct stat a, b;
+        const char *slash = strrchr(path, '/');
+        if (!slash) snprintf(parent, sizeof parent, ".");
+        else if (slash == path) snprintf(parent, sizeof parent, "/");
+        else snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
+        snprintf(man, sizeof man, "%s/%s", parent, ZERO__CK_MANIFEST);
+        if ((stat(parent, &a) == 0 && stat(ck->dir, &b) == 0 && a.st_dev == b.st_dev &&
+             a.st_ino == b.st_ino) || stat(man, &b) == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: refusing to "
+                              "write %s inside a checkpoint directory (%s)", path, parent);
+    }
     esz = zero_dtype_size(dtype);
     memset(&h, 0, sizeof h);
     zero__ck_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"zero_step\":\"");
@@ -14049,6 +14666,12 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
             snprintf(num, sizeof num, "%s%llu", k ? "," : "", (unsigned long long)T->dims[k]);
             zero__ck_put(&h, num, strlen(num));
         }
+        if (T->numel > (UINT64_MAX - at) / esz) { /* bytes, not elements: no wrap */
+            r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_checkpoint_export: tensor '%s': %llu "
+                           "elements overflow a 64-bit byte size", T->name,
+                           (unsigned long long)T->numel);
+            goto done;
+        }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
                  (unsigned long long)(at + T->numel * esz));
         zero__ck_put(&h, num, strlen(num));
@@ -14057,20 +14680,23 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     }
     zero__ck_put(&h, "}", 1);
     while (h.n % 8u) zero__ck_put(&h, " ", 1);
-    if (h.err) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
-    buf = (unsigned char *)ZERO_MALLOC((size_t)maxn * 4u);
-    out = (unsigned char *)ZERO_MALLOC((size_t)maxn * esz + 8u);
+    if (h.err) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
+        goto done;
+    }
+    if (maxn > (uint64_t)SIZE_MAX || zero__mul_size((size_t)maxn, 4u, &bytes) || bytes > SIZE_MAX - 8u) {
+        r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_checkpoint_export: %llu elements",
+                       (unsigned long long)maxn);
+        goto done;
+    }
+    buf = (unsigned char *)ZERO_MALLOC(bytes);
+    out = (unsigned char *)ZERO_MALLOC(bytes + 8u);
     if (!buf || !out) {
         r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: %llu elements",
                        (unsigned long long)maxn);
         goto done;
     }
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto done;
     for (k = 0; k < 8; k++) out[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
     r = zero__ck_pwrite(fd, out, 8, 0, tmp);
     if (r == ZERO_OK) r = zero__ck_pwrite(fd, h.p, h.n, 8, tmp);
@@ -14086,17 +14712,8 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
         if (r == ZERO_OK) r = zero__ck_pwrite(fd, out, n * esz, woff, tmp);
         woff += (uint64_t)n * esz;
     }
-    if (r == ZERO_OK && fsync(fd) != 0) r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && r == ZERO_OK) r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
+    r = zero__ck_commit_tmp(fd, tmp, path, NULL, r);
     fd = -1;
-    if (r == ZERO_OK && rename(tmp, path) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
-    if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        r = zero__fail(r, "%s", msg);
-    }
 done:
     if (fd >= 0) close(fd);
     ZERO_FREE(h.p);
