@@ -2056,7 +2056,8 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
    file but not in the engine are ignored. Every rank checks the whole header and
    allocates its buffers first, then the ranks agree: if any rank fails (NOT_FOUND names a
    missing tensor; MISMATCH a size or shape that differs; UNSUPPORTED another dtype; IO a
-   malformed header or a short file; OUT_OF_MEMORY), every rank returns that error (its
+   malformed header, a short file, or a path that is not a regular file such as a FIFO,
+   refused without blocking; OUT_OF_MEMORY), every rank returns that error (its
    message, "reported by rank k" on the others) and no rank has changed anything. Only a
    read or device error while setting, after the agreement, can leave a rank half set: its
    engine is then unusable (later calls say so). Call when zero_engine_set_tensor() may be
@@ -14479,11 +14480,10 @@ static zero_result zero__st_open(const char *path, int *fd_out, zero__st_file *f
     int i;
     *fd_out = -1;
     memset(f, 0, sizeof *f);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(errno == ENOENT ? ZERO_ERROR_NOT_FOUND : ZERO_ERROR_IO, "%s: open: %s",
-                          path, strerror(errno));
-    if (fstat(fd, &st) != 0 || st.st_size < 8) {
+    /* non-blocking, regular files only: a FIFO named like the file must not hang the load */
+    r = zero__ck_open_read(path, "safetensors file", 0, &fd, &st);
+    if (r != ZERO_OK) return r;
+    if (st.st_size < 8) {
         close(fd);
         return zero__fail(ZERO_ERROR_IO, "%s: not a safetensors file (shorter than 8 bytes)", path);
     }

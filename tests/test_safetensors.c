@@ -26,6 +26,9 @@ static void st_free(void *p);
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 
 /* ---- the hooks: live and peak bytes; a per-thread countdown to a failure ---------------- */
 
@@ -343,11 +346,47 @@ ZT_TEST(failed_load_changes_no_rank)
     remove(L.path);
 }
 
+/* A FIFO (or another special file) named as the safetensors file is refused at once with
+   a clear message on every rank; the engine is unchanged (a child with an alarm: a hang
+   fails the test instead of stalling the suite). */
+static void fifo_child(void)
+{
+    lctx L;
+    memset(&L, 0, sizeof L);
+    snprintf(L.path, sizeof L.path, "/tmp/zt_st_fifo_%d.safetensors", (int)getpid());
+    unlink(L.path);
+    if (mkfifo(L.path, 0644) != 0) _exit(3);
+    L.stage = 3;
+    L.fail_rank = -1;
+    alarm(60);
+    if (zero_local_run(2, load_rank, &L) != ZERO_OK) _exit(4);
+    unlink(L.path);
+    if (L.got[0] == ZERO_OK || L.got[1] == ZERO_OK) _exit(5);
+    if (!strstr(L.msg[0], "not a regular file (a FIFO)") || !L.same_before[0] || !L.same_before[1]) {
+        fprintf(stderr, "fifo: %s\n", L.msg[0]);
+        _exit(6);
+    }
+    _exit(0);
+}
+
+ZT_TEST(fifo_is_refused)
+{
+    int st = 0;
+    pid_t pid;
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) fifo_child();
+    ZT_CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    ZT_CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s (status %d)",
+              WIFSIGNALED(st) ? "hung (killed by the alarm)" : "checks failed", WEXITSTATUS(st));
+}
+
 int main(void)
 {
     ZT_RUN(many_names_n_log_n);
     ZT_RUN(metadata_is_an_object_of_strings);
     ZT_RUN(names_are_utf8);
     ZT_RUN(failed_load_changes_no_rank);
+    ZT_RUN(fifo_is_refused);
     return zt_summary();
 }
