@@ -472,9 +472,20 @@ ZERODEF uint64_t zero_plan_hash(const zero_plan *plan);
 /* Where offloaded state lives (DeepSpeed's offload "device"). */
 typedef enum zero_offload_device {
     ZERO_OFFLOAD_NONE = 0, /* on the device (no offload)                                */
-    ZERO_OFFLOAD_CPU = 1,  /* host memory (pinned through the device with pin_memory)   */
+    ZERO_OFFLOAD_CPU = 1,  /* host memory (pinned through the device: pin_memory)       */
     ZERO_OFFLOAD_NVME = 2  /* files under nvme_path (ZeRO-Infinity)                     */
 } zero_offload_device;
+
+/* zero_engine_desc.pin_memory: whether the offload tiers' host buffers are pinned memory of
+   the device (dev->ops->host_alloc: cudaHostAlloc on CUDA), which transfers need to run
+   asynchronously. Unlike DeepSpeed (pin_memory false by default), the default pins when
+   the device offers pinned memory: without it every CUDA download is a synchronous
+   pageable copy and the offloaded step's pipeline cannot overlap. */
+#define ZERO_PIN_MEMORY_AUTO 0 /* the default: pinned when the device offers it (CUDA), plain
+                                  memory otherwise (the host device)                        */
+#define ZERO_PIN_MEMORY_ON 1   /* the same as AUTO, said explicitly                         */
+#define ZERO_PIN_MEMORY_OFF (-1) /* plain memory from the engine's allocator (DeepSpeed's
+                                  default; 0 meant this before the default changed)          */
 
 /* "none", "cpu", "nvme" or "?". */
 ZERODEF const char *zero_offload_device_name(zero_offload_device d);
@@ -1318,7 +1329,8 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    run. See docs/engine.md for what preserves and what breaks this.
 
    OFFLOAD (docs/offload.md). With offload_optimizer = cpu the rank's master, m and v live in
-   host memory (pinned through dev->ops->host_alloc with pin_memory = 1); the step keeps
+   host memory (pinned through dev->ops->host_alloc where the device has it, unless
+   pin_memory = ZERO_PIN_MEMORY_OFF); the step keeps
    the inf/NaN check, the norm and the clip coefficient on the device (the same bits), then
    runs over tiles of at most sub_group_size elements: tile k+1's gradients go device -> host
    on ZERO_QUEUE_OFFLOAD while the host Adam (zero_adam_host, host_threads threads, the same
@@ -1391,10 +1403,11 @@ typedef struct zero_engine_desc {
                                     their arena extent before the all-gather). NONE, CPU, NVME.
                                     Needs offload_optimizer != NONE (DeepSpeed's rule).         */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
-    int pin_memory;              /* 1 = host buffers through the device's pinned allocation
+    int pin_memory;              /* ZERO_PIN_MEMORY_AUTO (0, the default) or _ON (1): host
+                                    buffers through the device's pinned allocation
                                     (dev->ops->host_alloc, cudaHostAlloc on CUDA) when it has
-                                    one; 0 = plain memory from 'allocator' (DeepSpeed's
-                                    default: false)                                             */
+                                    one; ZERO_PIN_MEMORY_OFF (-1): plain memory from
+                                    'allocator'. Resolved by create to 1 (pinned) or -1.        */
     int buffer_count;            /* host staging buffers of the offloaded step's pipeline
                                     (>= 2; 0 = 4, DeepSpeed's offload_optimizer default)         */
     size_t buffer_size;          /* elements per staging buffer, at most (0 = 1e8, DeepSpeed's
@@ -7939,9 +7952,11 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
         (!d->nvme_path || !d->nvme_path[0]))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload to nvme needs nvme_path (a directory for the tier's files)", fn);
-    if (d->pin_memory < 0 || d->pin_memory > 1)
-        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: pin_memory = %d (0 or 1)", fn,
-                          d->pin_memory);
+    if (d->pin_memory < -1 || d->pin_memory > 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: pin_memory = %d (0 = pinned when the device offers it, 1 = the "
+                          "same, -1 = plain memory)",
+                          fn, d->pin_memory);
     if (d->buffer_count < 0 || d->buffer_count == 1)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: buffer_count = %d (0 or >= 2)", fn,
                           d->buffer_count);
@@ -8004,6 +8019,11 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     if (d.align_numel == 0) d.align_numel = ZERO_DEFAULT_ALIGN_NUMEL;
     if (!d.device || !d.device->ops)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_create: device is NULL");
+    /* pinned host buffers where the device has them (AUTO and ON alike), else plain */
+    d.pin_memory = d.pin_memory != ZERO_PIN_MEMORY_OFF && d.device->ops->host_alloc &&
+                           d.device->ops->host_free
+                       ? ZERO_PIN_MEMORY_ON
+                       : ZERO_PIN_MEMORY_OFF;
     if (!d.comm || !d.comm->ops)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_create: comm is NULL");
     if (d.comm->world < 1 || d.comm->rank < 0 || d.comm->rank >= d.comm->world)
