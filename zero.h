@@ -10451,23 +10451,47 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
    position) that are not gathered, in order, while each fits the arena's free room beside
    the gradient buffers the order asks for before it (so a prefetch is never evicted for
    them); stops at the first that does not fit. Nothing while recording. */
+#define ZERO__ENG_FIT_MAX 64
+/* Whether the free extents, after n elements are taken for a prefetch (best fit, as
+   zero__eng_arena_find), still place each of the nres gradient buffers res[] in turn (best
+   fit each): total room is not enough, a fragmented arena would evict the prefetch again.
+   Conservative: releases and flushed reductions in between are not counted. */
+static int zero__eng_prefetch_fits(const zero_engine *e, size_t n, const size_t *res, int nres)
+{
+    size_t room[ZERO__ENG_FIT_MAX];
+    int i, k, m = e->nfree;
+    if (m > ZERO__ENG_FIT_MAX) return 0;
+    for (i = 0; i < m; i++) room[i] = e->afree[i].numel;
+    for (k = -1; k < nres; k++) {
+        size_t want = k < 0 ? n : res[k];
+        int best = -1;
+        for (i = 0; i < m; i++)
+            if (room[i] >= want && (best < 0 || room[i] < room[best])) best = i;
+        if (best < 0) return 0;
+        room[best] -= want;
+    }
+    return 1;
+}
+
 static zero_result zero__eng_trace_prefetch(zero_engine *e)
 {
-    size_t reserved = 0;
-    int j, seen = 0;
+    size_t res[ZERO__ENG_FIT_MAX];
+    int j, seen = 0, nres = 0;
     if (!e->trace_following) return ZERO_OK;
     for (j = e->trace_pos; j < e->trace_len && seen < e->depth; j++) {
         int g = e->trace[j] >> 1, issued;
         const zero__eng_group *h = &e->groups[g];
-        size_t free_numel = e->arena_numel - e->gstats.live_numel;
         zero_result r;
         if (e->trace[j] & 1) { /* a gradient buffer comes first: keep room for it */
-            if (h->goff == ZERO__ENG_NONE) reserved += h->numel;
+            if (h->goff == ZERO__ENG_NONE) {
+                if (nres == ZERO__ENG_FIT_MAX) break;
+                res[nres++] = h->numel;
+            }
             continue;
         }
         seen++;
         if (h->poff != ZERO__ENG_NONE) continue; /* in use or prefetched already */
-        if (free_numel < reserved || free_numel - reserved < h->numel) break;
+        if (!zero__eng_prefetch_fits(e, h->numel, res, nres)) break;
         if ((r = zero__eng_try_prefetch(e, g, &issued)) != ZERO_OK) return r;
         if (!issued) break;
     }
