@@ -28,8 +28,12 @@
    says whether their losses agree bit for bit (they must: the engine hands every stage
    the same parameter bits and every kernel here is deterministic).
 
+   --save DIR / --resume DIR write and read the engine's checkpoints with the data position
+   as client state (gpt2_client), so a resumed run continues the straight run's batches,
+   at any stage and world size.
+
    Not supported here (the CPU example has them): --device-memory (a budget of the host
-   device) and --save/--resume are refused with a message; --sample is ignored.
+   device) is refused with a message; --sample is ignored.
 
    Status: compiled and linked with nvcc, warnings as errors; never run on a GPU.
    docs/gpt2_cuda.md has the whole story and the GPU check (tools/gpt2_gpu_check.sh). */
@@ -128,6 +132,7 @@ typedef struct acts {
 /* What one stage's run gave (rank 0's view). */
 typedef struct stage_result {
     double *loss;        /* [steps] mean train loss of each step            */
+    int first, end;      /* the steps run: [first, end) (first > 0 resumed) */
     double val;          /* the validation loss after the last step         */
     double ms_per_step;
     int skipped;         /* steps skipped for inf/NaN                       */
@@ -649,8 +654,12 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     zero_result r = ZERO_OK;
     FILE *csv = NULL;
     double t_step, t_run, tokens = (double)o->batch * R->T * o->accum, val = -1;
-    int s, k, i;
-    size_t most[2] = {0, 0};
+    int s, k, i, end = o->steps;
+    size_t most[2] = {0, 0}, got = 0;
+    gpt2_client cl; /* what a checkpoint carries besides the engine: the data position */
+    memset(&cl, 0, sizeof cl);
+    cl.magic = GPT2_CLIENT_MAGIC;
+    cl.rng = o->seed ^ 0x5a5a5a5a5a5a5a5aull;
     R->e = NULL;
     R->pf32[0] = R->pf32[1] = R->gf32[0] = R->gf32[1] = NULL;
     R->grad_group[0] = R->grad_group[1] = -1;
@@ -661,6 +670,19 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     TRY(gpt2_offsets(zero_engine_plan(R->e), &o->cfg, R->t));
     if (o->init_path) TRY(zero_engine_load_safetensors(R->e, o->init_path));
     else TRY(gpt2_set_init(R->e, &o->cfg, R->t, o->seed));
+    if (o->resume_dir) { /* any stage and world size; the data stream continues from the client state */
+        TRY(zero_engine_load_client(R->e, o->resume_dir, &cl, sizeof cl, &got));
+        if (got != sizeof cl || cl.magic != GPT2_CLIENT_MAGIC) {
+            r = fail(ZERO_ERROR_INVALID_ARGUMENT, o->resume_dir, "not a checkpoint of the GPT-2 examples (no client state)");
+            goto done;
+        }
+        if (cl.next_step >= end) {
+            r = fail(ZERO_ERROR_INVALID_ARGUMENT, o->resume_dir, "the checkpoint is at or past --steps: nothing to do");
+            goto done;
+        }
+    }
+    res->first = (int)cl.next_step;
+    res->end = end;
     if (o->dtype != ZERO_F32) { /* the fp32 copies of the 16-bit groups */
         for (i = 0; i < zero_plan_num_groups(zero_engine_plan(R->e)); i++) {
             size_t n = group_numel(R, i);
@@ -689,14 +711,13 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
         }
     }
     t_run = seconds();
-    for (s = 0; s < o->steps; s++) {
+    for (s = (int)cl.next_step; s < end; s++) {
         zero_step_info info;
         double lr = gpt2_lr(o, s), loss, t0 = seconds();
         float scale = zero_engine_loss_scale(R->e);
         TRY(zero_engine_set_lr(R->e, lr));
         for (k = 0; k < o->accum; k++) {
-            uint64_t batch = (uint64_t)s * (uint64_t)o->accum + (uint64_t)k;
-            gpt2_batch(R->data, 0, batch, o->batch, R->T, R->rank * R->B, R->B, R->hx, R->hy);
+            gpt2_batch(R->data, 0, cl.next_batch++, o->batch, R->T, R->rank * R->B, R->B, R->hx, R->hy);
             TRY(upload_batch(R));
             TRY(forward(R, 0, scale / (float)R->N, s == 0 && k == 0 && R->rank == 0 && o->logits_path != NULL));
             TRY(backward(R));
@@ -708,12 +729,13 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
         TRY(mean_loss(R, 0, (double)R->world * o->accum, &loss));
         t_step = seconds() - t0;
         val = -1;
-        if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == o->steps) TRY(val_loss(R, &val));
+        cl.next_step = s + 1;
+        if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == end) TRY(val_loss(R, &val));
         res->loss[s] = loss;
         res->skipped += info.skipped != 0;
         if (R->rank == 0) {
             int every = o->log_every > 0 ? o->log_every : 1;
-            if (s % every == 0 || s + 1 == o->steps || val >= 0) { /* train_gpt2.c's line */
+            if (s % every == 0 || s + 1 == end || val >= 0) { /* train_gpt2.c's line */
                 printf("step %5d | loss %.6f | lr %.3e | norm %8.4f | %8.2f ms | %8.0f tok/s", s, loss, lr,
                        (double)info.grad_norm, 1e3 * t_step, tokens / t_step);
                 if (val >= 0) printf(" | val %.6f", val);
@@ -726,9 +748,11 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
                 fprintf(csv, "\n");
             }
         }
+        if (o->save_dir && ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == end))
+            TRY(zero_engine_save_client(R->e, o->save_dir, &cl, sizeof cl));
     }
     res->val = val;
-    res->ms_per_step = 1e3 * (seconds() - t_run) / o->steps;
+    res->ms_per_step = 1e3 * (seconds() - t_run) / (end - res->first);
     res->final_scale = zero_engine_loss_scale(R->e);
     /* the final master weights: every rank writes its part, then rank 0 hashes them all */
     TRY(keep_params(R));
@@ -848,22 +872,22 @@ done:
    parameters agree bit for bit (they must); the lines train_gpt2.c ends with. 'whole':
    sh->final holds every rank's part (--ranks, or one process), so its checksum is the
    model's. Returns 0, or 1 when the stages differ. */
-static int report(const shared *sh, int first, int last, int steps, int whole)
+static int report(const shared *sh, int first, int last, int whole)
 {
     int st, s, same = 1;
     for (st = first; st <= last; st++) {
-        const stage_result *x = &sh->res[st];
+        const stage_result *x = &sh->res[st], *y = &sh->res[first];
         printf("stage %d: first loss %.6f, final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, "
                "final loss scale %g, params checksum %016llx%s\n",
-               st, x->loss[0], x->loss[steps - 1], x->val, x->ms_per_step, x->skipped, (double)x->final_scale,
+               st, x->loss[x->first], x->loss[x->end - 1], x->val, x->ms_per_step, x->skipped, (double)x->final_scale,
                (unsigned long long)x->checksum, whole ? "" : " (this process's part)");
-        for (s = 0; s < steps && st > first && same; s++)
-            if (memcmp(&x->loss[s], &sh->res[first].loss[s], sizeof(double)) != 0) {
+        for (s = x->first; s < x->end && st > first && same; s++)
+            if (memcmp(&x->loss[s], &y->loss[s], sizeof(double)) != 0) {
                 printf("stage %d differs from stage %d at step %d: %.17g vs %.17g\n", st, first, s, x->loss[s],
-                       sh->res[first].loss[s]);
+                       y->loss[s]);
                 same = 0;
             }
-        if (st > first && x->checksum != sh->res[first].checksum) same = 0;
+        if (st > first && x->checksum != y->checksum) same = 0;
     }
     if (first != last)
         printf("%s\n", same ? "stages 0-3: identical losses and bit-identical parameters" : "WARNING: the stages differ");
@@ -887,8 +911,8 @@ int main(int argc, char **argv)
     for (a = 1; a + 1 < argc; a += 2) ranks_given |= !strcmp(argv[a], "--ranks");
     rc = gpt2_parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
-    if (o.device_memory || o.save_dir || o.resume_dir) {
-        fprintf(stderr, PROG ": --device-memory, --save and --resume are the CPU example's (train_gpt2); "
+    if (o.device_memory) {
+        fprintf(stderr, PROG ": --device-memory is a budget of the CPU example's host device (train_gpt2); "
                         "not supported here\n");
         return 2;
     }
@@ -945,7 +969,7 @@ int main(int argc, char **argv)
     }
     rc = r == ZERO_OK ? 0 : 1;
     if (r == ZERO_OK && sh.res[o.stage < 0 ? 3 : o.stage].ok) /* rank 0's process */
-        rc = report(&sh, o.stage < 0 ? 0 : o.stage, o.stage < 0 ? 3 : o.stage, o.steps, ranks_given || boot.world == 1);
+        rc = report(&sh, o.stage < 0 ? 0 : o.stage, o.stage < 0 ? 3 : o.stage, ranks_given || boot.world == 1);
     for (st = 0; st < 4; st++) free(sh.res[st].loss);
     free(sh.final);
     gpt2_data_free(&data);
