@@ -1,7 +1,8 @@
 # zero - build, test and bench. Everything lands in build/.
 #   make               the CPU library tests, examples, tools and benches
 #   make test          the CPU suite (ends with "N passed, N failed, N skipped")
-#   make demo          the main job
+#   make demo          the GPT-2 example at stages 0-3 on 4 ranks (make demo-mlp: the MLP)
+#   make test-gpt2     the GPT-2 example against PyTorch / Hugging Face (PYTHON: a venv with torch)
 #   make test-sanitize the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make compile-tests zero.h as C99 -pedantic, C11, C++17 and ZERO_STATIC, gcc and clang
 #   make cuda          compile and link the CUDA/NCCL parts with nvcc (skips without it)
@@ -34,7 +35,7 @@ EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $(wildcard bench/*.c))))
 TOOLS    := build/zero-estimate build/zero-ckpt
 
-.PHONY: all test demo test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
+.PHONY: all test demo demo-mlp test-gpt2 test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
         print-nccl mpi test-mpi bench-mpi test-ckpt-kill fuzz test-safetensors-py
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
@@ -77,6 +78,12 @@ build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) | build
 
 build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+
+# The GPT-2 example's loops want the vectoriser: -O3 -march=native changes no result bit
+# (ISO C mode: no FMA contraction with gcc; no reassociation without -ffast-math).
+GPT2_OPT := -O3 -march=native
+build/train_gpt2: examples/train_gpt2.c $(HEADERS) $(wildcard examples/*.h) | build
+	$(CC) $(ALL_CFLAGS) $(GPT2_OPT) $< -o $@ $(LDLIBS)
 
 build/bench_%: bench/bench_%.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
@@ -125,12 +132,28 @@ test-safetensors-py: build/test_checkpoint
 	$(PYTHON) tests/read_checkpoint.py build/st-py/st build/st-py/expect.json build/st-py/expect-f32.bin \
 	  build/st-py/expect-client.bin
 
-DEMO ?= build/train_mlp
-demo: build/train_mlp
+# make demo: the GPT-2 example at stages 0-3 on 4 ranks (threads); make demo-mlp: the MLP.
+# make test-gpt2: tests/gpt2_reference.py with PYTHON = a venv holding torch, transformers,
+# safetensors, numpy (tools/torch_venv.sh DIR makes one); GPT2_REF_FLAGS=--quick for the CI
+# subset. One skip line without torch.
+GPT2_REF_FLAGS ?=
+test-gpt2: build/train_gpt2 build/zero-ckpt
+	@if ! $(PYTHON) -c 'import torch, transformers, safetensors, numpy' >/dev/null 2>&1; then \
+	   echo "test-gpt2: skipped: $(PYTHON) has no torch/transformers (tools/torch_venv.sh DIR; make test-gpt2 PYTHON=DIR/bin/python)"; \
+	   echo "0 passed, 0 failed, 1 skipped"; \
+	 else if $(HAVE_MPI); then $(MAKE) --no-print-directory build/train_gpt2_mpi; fi; \
+	   $(PYTHON) tests/gpt2_reference.py $(GPT2_REF_FLAGS); fi
+
+DEMO ?= build/train_gpt2
+demo: build/train_gpt2
 	$(DEMO)
 
-bench: $(BENCHES)
+demo-mlp: build/train_mlp
+	build/train_mlp
+
+bench: $(BENCHES) build/train_gpt2
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+	@echo "== bench/gpt2.sh"; PYTHON="$(PYTHON)" sh bench/gpt2.sh
 
 # ---- compile tests: the header in every language mode we promise ------------------------
 COMPILE_SRC := tests/compile/compile_main.c tests/compile/compile_other.c
@@ -146,13 +169,21 @@ compile-tests: | build/compile
 	    $$cc -std=$$std $(WARN) -O1 -I. build/compile/quickstart.c -o build/compile/$$cc-quickstart-$$std -lm -pthread; \
 	    ./build/compile/$$cc-quickstart-$$std >/dev/null; \
 	  done; \
+	  for std in c99 c11 gnu11; do \
+	    $$cc -std=$$std $(WARN) -Werror=implicit-function-declaration -O1 -I. tests/compile/compile_xsi.c -o build/compile/$$cc-xsi-$$std -lm -pthread; \
+	    ./build/compile/$$cc-xsi-$$std; \
+	  done; \
+	  if $$cc -std=c11 -ffast-math -I. -c tests/compile/compile_main.c -o build/compile/fastmath.o 2> build/compile/fastmath.log; then \
+	    echo "compile-tests: $$cc compiled the implementation under -ffast-math (it must refuse)"; exit 1; fi; \
+	  grep -q "without -ffast-math" build/compile/fastmath.log; \
+	  $$cc -std=c11 $(WARN) -ffast-math -I. -c tests/compile/compile_other.c -o build/compile/fastmath-user.o; \
 	  $$cc -std=c11 $(WARN) -O1 -I. -DZERO_STATIC tests/compile/compile_main.c -o build/compile/$$cc-static -lm -pthread; \
 	  ./build/compile/$$cc-static; \
 	done; \
 	for cxx in g++ clang++; do \
 	  $$cxx -std=c++17 $(WARN) -O1 -I. -x c++ $(COMPILE_SRC) -o build/compile/$$cxx-cxx17 -lm -pthread; \
 	  ./build/compile/$$cxx-cxx17; \
-	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; the manual's quick start compiles and runs: ok"
+	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; M_PI and XSI/BSD names after zero.h first (c99, c11, gnu11); the implementation refuses -ffast-math; the manual's quick start compiles and runs: ok"
 
 # ---- CUDA and NCCL ------------------------------------------------------------------------
 # nvcc: NVCC if given; else CUDA_HOME/bin/nvcc if CUDA_HOME is given; else nvcc on PATH;
@@ -240,7 +271,7 @@ MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
 MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
 MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
 MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh tests/mpi/resume.sh
-MPI_BINS := build/train_mlp_mpi build/mpi/bench_mpi $(MPI_TESTS)
+MPI_BINS := build/train_mlp_mpi build/train_gpt2_mpi build/mpi/bench_mpi $(MPI_TESTS)
 # Compile-only where nvcc is present: zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
 # over MPI, the device-memory path). Open MPI's wrapper flags; override for another MPI.
 MPI_CFLAGS ?= $(shell $(MPICC) --showme:compile 2>/dev/null)
@@ -264,6 +295,9 @@ build/mpi/nccl_mpi_build: tests/mpi/nccl_mpi_build.cu $(CUDA_HEADERS) zero_mpi.h
 # The same program and flags as build/train_mlp, its ranks from mpirun.
 build/train_mlp_mpi: examples/train_mlp.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
 	$(MPICC) $(ALL_CFLAGS) -DZERO_MLP_MPI $< -o $@ $(LDLIBS)
+
+build/train_gpt2_mpi: examples/train_gpt2.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
+	$(MPICC) $(ALL_CFLAGS) $(GPT2_OPT) -DZERO_GPT2_MPI $< -o $@ $(LDLIBS)
 
 define MPI_WRAPPER
 $(1).np$(2): $(1) | build/mpi

@@ -166,15 +166,20 @@
 
    LICENSE: MIT, see the end of this file.
 */
-/* The implementation uses POSIX (threads, clocks). When zero.h is the first header of the
-   implementation file this asks the C library for it even under -std=c99/c11; when another
-   header came first (<stdio.h>, ...) the implementation declares the few POSIX functions
-   the C library then hides (see the local comm), so it compiles whatever was included
-   first. zero_nccl.h's bootstrap (sockets) still wants zero.h first, or
+/* The implementation uses POSIX (threads, clocks). In the compilers' default modes
+   (gnu99/gnu11, C++) the C library already offers it, with everything else it offers by
+   default (M_PI, XSI and BSD names): zero.h defines no feature macro then, so including it
+   first hides nothing from the user's code. Under strict ISO modes (-std=c99/c11,
+   __STRICT_ANSI__) with no feature macro given, zero.h first asks for X/Open 7
+   (_XOPEN_SOURCE 700: POSIX 2008 plus the XSI names, M_PI among them). When another header
+   came first (<stdio.h>, ...) the request comes too late; the implementation then declares
+   the few POSIX functions the C library hides (see the local comm), so it compiles
+   whatever was included first. zero_nccl.h's bootstrap (sockets) wants zero.h first, or
    -D_POSIX_C_SOURCE=200809L, or gnu99/gnu11. */
-#if defined(ZERO_IMPLEMENTATION) && !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && \
-    !defined(_WIN32)
-#define _POSIX_C_SOURCE 200809L
+#if defined(ZERO_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) &&         \
+    !defined(_BSD_SOURCE) && !defined(_POSIX_SOURCE) && !defined(_WIN32)
+#define _XOPEN_SOURCE 700
 #endif
 
 #ifndef ZERO_H
@@ -558,11 +563,12 @@ typedef enum zero_comm_role {
     ZERO_ROLE_NORM = 5,         /* step: all-reduce (sum) of the squared gradient norm       */
     ZERO_ROLE_COMMIT = 6,       /* commit: the plan-hash and allocation check                */
     ZERO_ROLE_CHECKPOINT = 7,   /* save/load: agreement all-reduces, state rebuilt by gathers */
-    ZERO_ROLE_OFFLOAD = 8       /* step, gather: all-reduce (max) of the NVMe tier's status  */
+    ZERO_ROLE_OFFLOAD = 8,      /* step, gather: all-reduce (max) of the NVMe tier's status  */
+    ZERO_ROLE_USER = 9          /* zero_engine_allreduce: the user's values (a loss to log)  */
 } zero_comm_role;
 
 /* "gather", "grad_reduce", "param_update", "flag", "norm", "commit", "checkpoint", "offload",
-   "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
+   "user", "untagged" (role 0), or "?" for a value outside the enum. Never NULL; for messages. */
 ZERODEF const char *zero_comm_role_name(int32_t role);
 
 typedef struct zero_comm_ops {
@@ -938,7 +944,7 @@ ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_d
    Every path and thread count gives the same bits for finite inputs (NaN payloads may
    differ). Errors: INVALID_ARGUMENT for a NULL range/coefs, a NULL buffer with numel > 0,
    a dtype outside the above, an unknown simd or threads < 0; nothing is written then.
-   Not for -ffast-math builds of the implementation file (approximate division/sqrt). */
+   The implementation refuses -ffast-math (#error): it allows approximate division/sqrt. */
 ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam_coefs *coefs,
                                    float grad_mul, zero_simd simd, int threads);
 
@@ -1404,13 +1410,15 @@ typedef enum zero_coll {
     ZERO_COLL_ALL_REDUCE = 2,
     ZERO_COLL_BROADCAST = 3,
     ZERO_COLL_CONTROL = 4, /* small control all-reduces: inf flag, norm, plan hash  */
-    ZERO_COLL_COUNT = 5
+    ZERO_COLL_USER = 5,    /* zero_engine_allreduce: the user's own values          */
+    ZERO_COLL_COUNT = 6
 } zero_coll;
 
 /* Traffic per rank, as bus volume: an all-gather or reduce-scatter over a total of T
    elements moves T (N-1)/N per rank, an all-reduce 2 T (N-1)/N, a broadcast T (N-1)/N;
-   nothing at N = 1. Control all-reduces are counted apart (ZERO_COLL_CONTROL) so the
-   payload can be compared with the paper (2 Psi or 3 Psi per step, times (N-1)/N). */
+   nothing at N = 1. Control all-reduces are counted apart (ZERO_COLL_CONTROL), and so are
+   the user's (ZERO_COLL_USER, zero_engine_allreduce), so the payload can be compared with
+   the paper (2 Psi or 3 Psi per step, times (N-1)/N). */
 typedef struct zero_traffic {
     uint64_t calls[ZERO_COLL_COUNT];
     double numel[ZERO_COLL_COUNT]; /* elements moved per rank (exact below 2^53)          */
@@ -1585,6 +1593,22 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
 /* Changes the learning rate from the next step on (schedules). INVALID_ARGUMENT for a
    negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
+
+/* COLLECTIVE (every rank, same count, dtype and op, at the same point of the program).
+   All-reduces 'count' values of the user's in host memory 'buf' in place, through the
+   engine's comm: e.g. each rank's loss, summed for the log. dtype ZERO_F32 or ZERO_F64, op
+   ZERO_OP_SUM or ZERO_OP_MAX; the local comm sums in rank order (the same bits on every
+   rank). Each call is tagged ZERO_ROLE_USER, so a rank that calls it where another rank
+   calls one of the engine's own collectives fails with ZERO_ERROR_MISMATCH instead of
+   exchanging the wrong data (or hanging); its traffic is counted under ZERO_COLL_USER,
+   apart from the engine's. It goes through the engine's 64-byte device scratch, one
+   collective per 64 bytes, so it is meant for a few values. Call it between engine calls
+   (after commit; any time in a step, not between a group's grads and grads_ready unless
+   every rank does the same). Errors: INVALID_ARGUMENT (NULL buf with count > 0, another
+   dtype or op), INVALID_STATE (before commit, engine broken); COMM/DEVICE/MISMATCH (the
+   engine is broken, as after any failed collective). */
+ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t count, zero_dtype dtype,
+                                          zero_op op);
 
 /* Device bytes held by this rank's engine, by category, now and at peak. */
 ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_memory *out);
@@ -1874,6 +1898,14 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
    ====================================================================================== */
 #if defined(ZERO_IMPLEMENTATION) && !defined(ZERO_IMPLEMENTATION_DONE)
 #define ZERO_IMPLEMENTATION_DONE
+
+/* -ffast-math lets the compiler reassociate sums, use reciprocal approximations and flush
+   subnormals to zero: the Adam step, the conversions and the reductions would no longer
+   give the bits docs/optimizer.md promises (the same on every path and stage). The user's
+   own files may use it; the file that defines ZERO_IMPLEMENTATION may not. */
+#if defined(__FAST_MATH__)
+#error "zero.h: compile the file that defines ZERO_IMPLEMENTATION without -ffast-math (docs/optimizer.md)"
+#endif
 
 #include <errno.h>
 #include <stdarg.h>
@@ -3428,6 +3460,7 @@ ZERODEF const char *zero_comm_role_name(int32_t role)
     case ZERO_ROLE_COMMIT: return "commit";
     case ZERO_ROLE_CHECKPOINT: return "checkpoint";
     case ZERO_ROLE_OFFLOAD: return "offload";
+    case ZERO_ROLE_USER: return "user";
     }
     return "?";
 }
@@ -7239,6 +7272,7 @@ ZERODEF const char *zero_coll_name(zero_coll kind)
     case ZERO_COLL_ALL_REDUCE: return "all_reduce";
     case ZERO_COLL_BROADCAST: return "broadcast";
     case ZERO_COLL_CONTROL: return "control";
+    case ZERO_COLL_USER: return "user";
     case ZERO_COLL_COUNT: break;
     }
     return "?";
@@ -9536,6 +9570,46 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
                           lr);
     e->adam.lr = lr;
     e->d.adam.lr = lr;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t count, zero_dtype dtype,
+                                          zero_op op)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_allreduce");
+    zero_device *dev;
+    size_t es, per, done, n;
+    if (r != ZERO_OK) return r;
+    if (!buf && count)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: buf is NULL (count %zu)",
+                          count);
+    if (dtype != ZERO_F32 && dtype != ZERO_F64)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: dtype %s (f32 or f64)",
+                          zero_dtype_name(dtype));
+    if (op != ZERO_OP_SUM && op != ZERO_OP_MAX)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: op %d (sum or max)",
+                          (int)op);
+    /* the scratch holds an enqueued step's verdict until it is read */
+    if (e->step_pending && (r = zero__eng_step_complete(e)) != ZERO_OK) return r;
+    dev = e->dev;
+    es = zero_dtype_size(dtype);
+    per = ZERO__ENG_SCRATCH_BYTES / es;
+    for (done = 0; done < count; done += n) {
+        unsigned char *host = (unsigned char *)buf + done * es;
+        n = count - done < per ? count - done : per;
+        ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->scratch, host, n * es),
+                      "allreduce: upload");
+        zero__eng_tag(e, -1, ZERO_ROLE_USER);
+        r = e->comm->ops->all_reduce(e->comm, e->scratch, e->scratch, n, dtype, op,
+                                     zero__eng_comm_queue(e));
+        zero__eng_untag(e);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
+        zero__eng_count(e, ZERO_COLL_USER, 2.0 * (double)n * (double)(e->world - 1) / (double)e->world,
+                        dtype);
+        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->scratch, n * es),
+                      "allreduce: download");
+        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
+    }
     return ZERO_OK;
 }
 

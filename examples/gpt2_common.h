@@ -57,7 +57,10 @@ typedef struct gpt2_opts {
     int val_every;        /* validation loss every K steps (and after the last); 0 = only at the end */
     int val_batches;      /* batches of the validation loss                     */
     int sample;           /* bytes/tokens generated at the end, 0 = none        */
-    int log_every;        /* a line every K steps (the first and last always)   */
+    int log_every;        /* a line every K steps (the first and last always); 0 = every step
+                             (the demo: none)                                     */
+    int stop_at;          /* stop after this many steps (0 = --steps); the schedule still
+                             runs over --steps, so a later --resume continues it   */
     /* offload (docs/offload.md), as in train_mlp */
     size_t device_memory; /* per-rank device budget, 0 = none                   */
     zero_offload_device oopt, oparam;
@@ -84,7 +87,7 @@ static inline void gpt2_opts_default(gpt2_opts *o)
     o->batch = 8;
     o->stage = -1;
     o->ranks = 4;
-    o->steps = 200;
+    o->steps = 100;
     o->accum = 1;
     o->dtype = ZERO_F32;
     o->lr = 3e-3;
@@ -94,7 +97,7 @@ static inline void gpt2_opts_default(gpt2_opts *o)
     o->val_every = 50;
     o->val_batches = 4;
     o->sample = 200;
-    o->log_every = 1;
+    o->log_every = 0;
     o->seed = 1337;
 }
 
@@ -113,7 +116,7 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --val-every K --val-batches K --sample N --log-every K\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --nvme-path DIR\n"
-            "files:  --save DIR --save-every K --resume DIR --log FILE.csv --dump-logits FILE\n",
+            "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
             prog, GPT2_DEFAULT_DATA);
 }
 
@@ -196,6 +199,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--val-batches")) o->val_batches = atoi(v);
         else if (!strcmp(k, "--sample")) o->sample = atoi(v);
         else if (!strcmp(k, "--log-every")) o->log_every = atoi(v);
+        else if (!strcmp(k, "--stop-at")) o->stop_at = atoi(v), bad = o->stop_at < 0;
         else if (!strcmp(k, "--seed")) o->seed = (uint64_t)strtoull(v, NULL, 10);
         else if (!strcmp(k, "--device-memory")) bad = (o->device_memory = gpt2_parse_size(v)) == 0;
         else if (!strcmp(k, "--offload-optimizer")) bad = gpt2_parse_tier(v, &o->oopt) != 0;
@@ -230,9 +234,9 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (o->steps < 1 || o->accum < 1) why = "--steps and --accum must be >= 1";
         else if (!(o->lr >= 0) || !(o->lr_min_frac >= 0) || o->warmup < 0 || !(o->clip >= 0))
             why = "--lr, --lr-min-frac, --warmup, --clip must be >= 0";
-        else if (o->val_every < 0 || o->val_batches < 1 || o->sample < 0 || o->log_every < 1 ||
+        else if (o->val_every < 0 || o->val_batches < 1 || o->sample < 0 || o->log_every < 0 ||
                  o->save_every < 0)
-            why = "--val-every, --sample, --save-every >= 0; --val-batches, --log-every >= 1";
+            why = "--val-every, --sample, --save-every, --log-every >= 0; --val-batches >= 1";
         if (why) {
             fprintf(stderr, "%s: %s\n", argv[0], why);
             return 2;
@@ -339,7 +343,9 @@ static inline zero_result gpt2_offsets(const zero_plan *plan, const gpt2_config 
     int i;
     for (i = 0; i < gpt2_num_tensors(c); i++) {
         zero_tensor_info ti;
-        zero_result r = zero_plan_tensor(plan, t[i].id, &ti);
+        zero_result r;
+        memset(&ti, 0, sizeof ti);
+        r = zero_plan_tensor(plan, t[i].id, &ti);
         if (r != ZERO_OK) return r;
         t[i].offset = ti.offset;
     }
@@ -492,7 +498,7 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
             char full[4096];
             snprintf(full, sizeof full, "%s/%s", path, names[i]);
             if (gpt2__append_file(full, &buf, &len, &cap) != 0) {
-                snprintf(err, errlen, "--data: cannot read %s", full);
+                snprintf(err, errlen, "--data: cannot read %.400s", full);
                 len = 0;
                 count = i; /* free the rest below */
                 break;
@@ -571,18 +577,32 @@ static inline size_t gpt2_num_seqs(const gpt2_data *d, int val, int T)
     return ((val ? d->nval : d->ntrain) - 1) / (size_t)T;
 }
 
+/* The stride that walks a split's n windows in a scattered order visiting each once per
+   pass: the smallest integer >= 0.618 n that is coprime with n (1 for n <= 2). */
+static inline uint64_t gpt2_stride(uint64_t n)
+{
+    uint64_t s = (uint64_t)(0.6180339887498949 * (double)n), a, b, t;
+    if (n <= 2) return 1;
+    for (;; s++) {
+        for (a = s, b = n; b; t = a % b, a = b, b = t) {
+        }
+        if (a == 1) return s;
+    }
+}
+
 /* Inputs x and targets y (count x T each) of sequences [first, first + count) of global
-   batch 'batch' (B sequences each): sequence j of batch b is window (b B + j) mod the
-   split's windows. Rank r of N takes first = r B / N, count = B / N, so N ranks of B / N
-   read what one rank of B reads. Training batch b is micro-step (step * accum + k). */
+   batch 'batch' (B sequences each): sequence j of batch b is window ((b B + j) stride) mod
+   the split's windows (gpt2_stride: every window once per pass, neighbours far apart).
+   Rank r of N takes first = r B / N, count = B / N, so N ranks of B / N read what one rank
+   of B reads. Training batch b is micro-step (step * accum + k). */
 static inline void gpt2_batch(const gpt2_data *d, int val, uint64_t batch, int B, int T, int first, int count,
                               int *x, int *y)
 {
     const int32_t *tok = d->tokens + (val ? d->ntrain : 0);
-    uint64_t nseq = gpt2_num_seqs(d, val, T);
+    uint64_t nseq = gpt2_num_seqs(d, val, T), stride = gpt2_stride(nseq);
     int j, t;
     for (j = 0; j < count; j++) {
-        uint64_t w = (batch * (uint64_t)B + (uint64_t)(first + j)) % nseq;
+        uint64_t w = (batch * (uint64_t)B + (uint64_t)(first + j)) % nseq * stride % nseq;
         const int32_t *src = tok + w * (uint64_t)T;
         for (t = 0; t < T; t++) {
             x[j * T + t] = src[t];
@@ -640,6 +660,7 @@ static inline void gpt2_print_memory(FILE *f, zero_engine *e, int rank)
     int t, k;
     for (t = 0; t < ZERO_TIER_COUNT; t++) {
         zero_engine_memory m;
+        memset(&m, 0, sizeof m);
         if (zero_engine_memory_tier(e, (zero_mem_tier)t, &m) != ZERO_OK || (m.total_bytes == 0 && t > 0)) continue;
         fprintf(f, "rank %d %-6s %10zu B:", rank, tier_name[t], m.total_bytes);
         for (k = 0; k < ZERO_MEM_COUNT; k++)

@@ -1,0 +1,1009 @@
+/* train_gpt2.c - GPT-2 trained with ZeRO stages 0-3 in plain C, on N ranks.
+
+   The model is Hugging Face's GPT2LMHeadModel, layer for layer: token and learned position
+   embeddings, L pre-LayerNorm blocks (LayerNorm eps 1e-5; causal self-attention with a fused
+   qkv projection c_attn; an MLP of 4C with GELU's tanh approximation, gelu_new), a final
+   LayerNorm and an LM head tied to the token embedding wte; no dropout. Weights are
+   registered under Hugging Face's names and shapes (Conv1D layout [in, out]), so a
+   checkpoint exported with `zero-ckpt export` loads into GPT2LMHeadModel as it is, and
+   --init FILE.safetensors starts from a Hugging Face file.
+
+   Each rank is a thread with its own host device and a local comm (zero_local_run); built
+   with -DZERO_GPT2_MPI by mpicc (make mpi: build/train_gpt2_mpi) the ranks are mpirun's
+   processes. Groups: 0 = the embeddings (wte, wpe) and the final norm, 1 + l = block l.
+   Forward and backward are plain fp32 C loops that read the params the engine gathers
+   (fp32, or bf16/fp16 converted) and write the gradients of the rank's mean loss (times the
+   loss scale) into the buffers the engine hands out. The tied wte: see docs/gpt2.md.
+
+   With no --stage it is the demo: stages 0, 1, 2 and 3 in turn, one table (loss, model
+   states and traffic per rank measured and by formula, ms per step), then a text sample.
+   With --stage S one run, one line per step. build/train_gpt2 --help lists the flags;
+   docs/gpt2.md explains them. */
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+#include "examples/gpt2_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef ZERO_GPT2_MPI
+#define ZERO_MPI_IMPLEMENTATION
+#include "zero_mpi.h"
+#endif
+
+/* ======================================================================================
+   The model's compute: fp32, row-major, BT = B * T rows of activations.
+   ====================================================================================== */
+
+/* out[i][o] = bias[o] + sum_c x[i][c] w[c][o]  (Conv1D: w is [IC, OC]); 4 rows at a time so
+   each row of w is loaded once for four outputs, the inner loop running along o. */
+static void matmul_forward(float *out, const float *x, const float *w, const float *bias, int rows, int IC,
+                           int OC)
+{
+    int i, c, o, r;
+    for (i = 0; i < rows; i += 4) {
+        int n = rows - i < 4 ? rows - i : 4;
+        for (r = 0; r < n; r++)
+            for (o = 0; o < OC; o++) out[(size_t)(i + r) * OC + o] = bias ? bias[o] : 0.0f;
+        for (c = 0; c < IC; c++) {
+            const float *wr = w + (size_t)c * OC;
+            for (r = 0; r < n; r++) {
+                float a = x[(size_t)(i + r) * IC + c];
+                float *y = out + (size_t)(i + r) * OC;
+                for (o = 0; o < OC; o++) y[o] += a * wr[o];
+            }
+        }
+    }
+}
+
+/* Backward of matmul_forward: dx += dout w^T (through wT, w transposed to [OC, IC], so the
+   inner loop runs along c), dw += x^T dout, dbias += column sums of dout. */
+static void matmul_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x,
+                            const float *w, float *wT, int rows, int IC, int OC)
+{
+    int i, c, o, r;
+    if (dx) {
+        for (c = 0; c < IC; c++)
+            for (o = 0; o < OC; o++) wT[(size_t)o * IC + c] = w[(size_t)c * OC + o];
+        for (i = 0; i < rows; i++) {
+            float *d = dx + (size_t)i * IC;
+            const float *g = dout + (size_t)i * OC;
+            for (o = 0; o < OC; o++) {
+                const float *wr = wT + (size_t)o * IC;
+                float a = g[o];
+                for (c = 0; c < IC; c++) d[c] += a * wr[c];
+            }
+        }
+    }
+    for (i = 0; i < rows; i += 4) {
+        int n = rows - i < 4 ? rows - i : 4;
+        for (c = 0; c < IC; c++) {
+            float *dwr = dw + (size_t)c * OC;
+            for (r = 0; r < n; r++) {
+                float a = x[(size_t)(i + r) * IC + c];
+                const float *g = dout + (size_t)(i + r) * OC;
+                for (o = 0; o < OC; o++) dwr[o] += a * g[o];
+            }
+        }
+    }
+    if (dbias)
+        for (i = 0; i < rows; i++)
+            for (o = 0; o < OC; o++) dbias[o] += dout[(size_t)i * OC + o];
+}
+
+/* LayerNorm over C with biased variance, eps 1e-5; mean and 1/std kept for the backward. */
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+                              const float *b, int rows, int C)
+{
+    int i, c;
+    for (i = 0; i < rows; i++) {
+        const float *xi = x + (size_t)i * C;
+        float m = 0.0f, v = 0.0f, s;
+        for (c = 0; c < C; c++) m += xi[c];
+        m /= (float)C;
+        for (c = 0; c < C; c++) v += (xi[c] - m) * (xi[c] - m);
+        v /= (float)C;
+        s = 1.0f / sqrtf(v + GPT2_LN_EPS);
+        for (c = 0; c < C; c++) out[(size_t)i * C + c] = (xi[c] - m) * s * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+/* dx += the LayerNorm's input gradient; dw, db += its parameter gradients. */
+static void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                               const float *w, const float *mean, const float *rstd, int rows, int C)
+{
+    int i, c;
+    for (i = 0; i < rows; i++) {
+        const float *g = dout + (size_t)i * C, *xi = x + (size_t)i * C;
+        float m = mean[i], s = rstd[i], dmean = 0.0f, dnx = 0.0f;
+        for (c = 0; c < C; c++) {
+            float nx = (xi[c] - m) * s, dn = g[c] * w[c];
+            dmean += dn;
+            dnx += dn * nx;
+        }
+        dmean /= (float)C;
+        dnx /= (float)C;
+        for (c = 0; c < C; c++) {
+            float nx = (xi[c] - m) * s, dn = g[c] * w[c];
+            db[c] += g[c];
+            dw[c] += nx * g[c];
+            dx[(size_t)i * C + c] += (dn - dmean - nx * dnx) * s;
+        }
+    }
+}
+
+/* Causal self-attention of H heads over qkv [BT, 3C] (q | k | v, head h on channels
+   h*hs .. h*hs+hs-1 of each): att [B, H, T, T] keeps the softmax (zero above the
+   diagonal), out [BT, C] the heads side by side. */
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H)
+{
+    int hs = C / H, b, h, t, t2, i;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < H; h++)
+            for (t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float *a = att + (((size_t)b * H + h) * T + t) * T, mx = -INFINITY, sum = 0.0f;
+                float *y = out + ((size_t)b * T + t) * C + h * hs;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float s = 0.0f;
+                    for (i = 0; i < hs; i++) s += q[i] * k[i];
+                    a[t2] = s * scale;
+                    if (a[t2] > mx) mx = a[t2];
+                }
+                for (t2 = 0; t2 <= t; t2++) sum += (a[t2] = expf(a[t2] - mx));
+                for (t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                for (t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+                for (i = 0; i < hs; i++) y[i] = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    for (i = 0; i < hs; i++) y[i] += a[t2] * v[i];
+                }
+            }
+}
+
+/* dqkv += the attention's gradient (datt: T floats of scratch). */
+static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int C, int H)
+{
+    int hs = C / H, b, h, t, t2, i;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < H; h++)
+            for (t = 0; t < T; t++) {
+                const float *a = att + (((size_t)b * H + h) * T + t) * T;
+                const float *g = dout + ((size_t)b * T + t) * C + h * hs;
+                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs, dot = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) { /* through the weighted sum of v */
+                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float *dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs, s = 0.0f;
+                    for (i = 0; i < hs; i++) {
+                        s += g[i] * v[i];
+                        dv[i] += a[t2] * g[i];
+                    }
+                    datt[t2] = s;
+                    dot += a[t2] * s;
+                }
+                for (t2 = 0; t2 <= t; t2++) { /* through the softmax and q k^T */
+                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float dpre = a[t2] * (datt[t2] - dot) * scale;
+                    for (i = 0; i < hs; i++) {
+                        dq[i] += dpre * k[i];
+                        dk[i] += dpre * q[i];
+                    }
+                }
+            }
+}
+
+/* gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+static void gelu_forward(float *out, const float *x, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float v = x[i];
+        out[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
+    }
+}
+
+static void gelu_backward(float *dx, const float *x, const float *dout, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+        float d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+        dx[i] = d * dout[i];
+    }
+}
+
+/* ---- one block --------------------------------------------------------------------------- */
+
+/* What a block keeps from its forward for its backward. */
+typedef struct block_acts {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3; /* res3: the block's output */
+} block_acts;
+
+/* w[k]: the block's tensor k (GPT2_LN1_W ...) in fp32. */
+static void block_forward(const gpt2_config *c, int B, int T, float *const *w, block_acts *a, const float *in)
+{
+    int C = c->channels, BT = B * T, i;
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, w[GPT2_LN1_W], w[GPT2_LN1_B], BT, C);
+    matmul_forward(a->qkv, a->ln1, w[GPT2_QKV_W], w[GPT2_QKV_B], BT, C, 3 * C);
+    attention_forward(a->atty, a->att, a->qkv, B, T, C, c->heads);
+    matmul_forward(a->res2, a->atty, w[GPT2_ATTPROJ_W], w[GPT2_ATTPROJ_B], BT, C, C);
+    for (i = 0; i < BT * C; i++) a->res2[i] += in[i];
+    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT2_LN2_W], w[GPT2_LN2_B], BT, C);
+    matmul_forward(a->fch, a->ln2, w[GPT2_FC_W], w[GPT2_FC_B], BT, C, 4 * C);
+    gelu_forward(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+    matmul_forward(a->res3, a->fch_gelu, w[GPT2_FCPROJ_W], w[GPT2_FCPROJ_B], BT, 4 * C, C);
+    for (i = 0; i < BT * C; i++) a->res3[i] += a->res2[i];
+}
+
+/* Scratch of the backward, per rank. */
+typedef struct bwd_scratch {
+    float *d4a, *d4b; /* [BT, 4C] */
+    float *dqkv;      /* [BT, 3C] */
+    float *dc;        /* [BT, C]  */
+    float *datt;      /* [T]      */
+    float *wT;        /* the largest weight, transposed */
+} bwd_scratch;
+
+/* dres: in, the gradient of the block's output; out, of its input. dw[k] += the gradient of
+   tensor k. */
+static void block_backward(const gpt2_config *c, int B, int T, float *const *w, float *const *dw,
+                           const block_acts *a, const float *in, float *dres, bwd_scratch *s)
+{
+    int C = c->channels, BT = B * T;
+    size_t n4 = (size_t)BT * 4 * C;
+    /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
+    memset(s->d4a, 0, sizeof(float) * n4);
+    matmul_backward(s->d4a, dw[GPT2_FCPROJ_W], dw[GPT2_FCPROJ_B], dres, a->fch_gelu, w[GPT2_FCPROJ_W], s->wT, BT,
+                    4 * C, C);
+    gelu_backward(s->d4b, a->fch, s->d4a, n4);
+    memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
+    matmul_backward(s->dc, dw[GPT2_FC_W], dw[GPT2_FC_B], s->d4b, a->ln2, w[GPT2_FC_W], s->wT, BT, C, 4 * C);
+    layernorm_backward(dres, dw[GPT2_LN2_W], dw[GPT2_LN2_B], s->dc, a->res2, w[GPT2_LN2_W], a->ln2_mean,
+                       a->ln2_rstd, BT, C); /* dres is now d res2 */
+    /* attention: res2 = in + c_proj(attn(c_attn(ln_1(in)))) */
+    memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
+    matmul_backward(s->dc, dw[GPT2_ATTPROJ_W], dw[GPT2_ATTPROJ_B], dres, a->atty, w[GPT2_ATTPROJ_W], s->wT, BT, C,
+                    C);
+    memset(s->dqkv, 0, sizeof(float) * (size_t)BT * 3 * C);
+    attention_backward(s->dqkv, s->datt, s->dc, a->qkv, a->att, B, T, C, c->heads);
+    memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
+    matmul_backward(s->dc, dw[GPT2_QKV_W], dw[GPT2_QKV_B], s->dqkv, a->ln1, w[GPT2_QKV_W], s->wT, BT, C, 3 * C);
+    layernorm_backward(dres, dw[GPT2_LN1_W], dw[GPT2_LN1_B], s->dc, in, w[GPT2_LN1_W], a->ln1_mean, a->ln1_rstd, BT,
+                       C); /* dres is now d in */
+}
+
+/* ======================================================================================
+   One rank's model: activations, scratch, and the engine's params viewed as fp32.
+   ====================================================================================== */
+
+typedef struct model {
+    gpt2_config c;
+    int B, T;           /* this rank's sequences per micro-step, positions        */
+    zero_engine *e;
+    zero_dtype dt;
+    gpt2_tensor *tab;   /* the parameter table, ids and offsets                    */
+    size_t emb_numel;   /* group 0's buffer                                       */
+    size_t blk_numel;   /* a block group's buffer                                 */
+    float *emb_f32, *blk_f32;   /* params converted to fp32 (bf16/fp16 runs)      */
+    float *emb_grad, *blk_grad; /* fp32 gradients before they go to the engine    */
+    float *encoded;             /* [BT, C]: the input of block 0                  */
+    block_acts *acts;           /* [L]                                            */
+    float *lnf, *lnf_mean, *lnf_rstd, *logits; /* logits [BT, V]: probs after the loss */
+    float *wteT;                /* [C, V]: wte transposed for the head's forward  */
+    float *dres;                /* [BT, C]: the residual stream's gradient        */
+    bwd_scratch s;
+    float **bufs;               /* every buffer above, for freeing                */
+    int nbufs;
+    double t_gather, t_reduce;  /* seconds in gathers and gradient hand-overs      */
+} model;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The engine calls of the forward and backward, timed for the per-step breakdown: gathers
+   (stage 3: all-gathers) and gradient hand-overs (their reductions). */
+static zero_result gather_timed(model *m, int g, void **p)
+{
+    double t = now_s();
+    zero_result r = zero_engine_gather(m->e, g, p);
+    m->t_gather += now_s() - t;
+    return r;
+}
+
+static zero_result grads_timed(model *m, int g, void **p)
+{
+    double t = now_s();
+    zero_result r = zero_engine_grads(m->e, g, p);
+    m->t_reduce += now_s() - t;
+    return r;
+}
+
+static zero_result grads_ready_timed(model *m, int g)
+{
+    double t = now_s();
+    zero_result r = zero_engine_grads_ready(m->e, g);
+    m->t_reduce += now_s() - t;
+    return r;
+}
+
+static float *model_alloc(model *m, size_t n)
+{
+    float *p = (float *)calloc(n ? n : 1, sizeof(float));
+    if (!p) return NULL;
+    m->bufs[m->nbufs++] = p;
+    return p;
+}
+
+static void model_free(model *m)
+{
+    int i;
+    for (i = 0; i < m->nbufs; i++) free(m->bufs[i]);
+    free(m->bufs);
+    free(m->acts);
+    free(m->tab);
+    memset(m, 0, sizeof *m);
+}
+
+/* After commit: offsets, group sizes and every buffer for B sequences of T. */
+static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gpt2_tensor *tab, int B, zero_dtype dt)
+{
+    const zero_plan *plan = zero_engine_plan(e);
+    zero_group_info gi;
+    int l, T = c->seq, C = c->channels, H = c->heads, ok = 1;
+    size_t BT = (size_t)B * T;
+    zero_result r;
+    memset(m, 0, sizeof *m);
+    m->c = *c, m->B = B, m->T = T, m->e = e, m->dt = dt, m->tab = tab;
+    if ((r = gpt2_offsets(plan, c, tab)) != ZERO_OK) return r;
+    if ((r = zero_plan_group(plan, 0, &gi)) != ZERO_OK) return r;
+    m->emb_numel = gi.used_numel;
+    if ((r = zero_plan_group(plan, 1, &gi)) != ZERO_OK) return r;
+    m->blk_numel = gi.used_numel;
+    m->bufs = (float **)calloc(32 + 13 * (size_t)c->layers, sizeof(float *));
+    m->acts = (block_acts *)calloc((size_t)c->layers, sizeof(block_acts));
+    if (!m->bufs || !m->acts) return ZERO_ERROR_OUT_OF_MEMORY;
+#define M_ALLOC(p, n) ok = ok && ((p) = model_alloc(m, (n))) != NULL
+    if (dt != ZERO_F32) {
+        M_ALLOC(m->emb_f32, m->emb_numel);
+        M_ALLOC(m->blk_f32, m->blk_numel);
+        M_ALLOC(m->blk_grad, m->blk_numel);
+    }
+    M_ALLOC(m->emb_grad, m->emb_numel);
+    M_ALLOC(m->encoded, BT * C);
+    for (l = 0; l < c->layers; l++) {
+        block_acts *a = &m->acts[l];
+        M_ALLOC(a->ln1, BT * C);
+        M_ALLOC(a->ln1_mean, BT);
+        M_ALLOC(a->ln1_rstd, BT);
+        M_ALLOC(a->qkv, BT * 3 * C);
+        M_ALLOC(a->att, (size_t)B * H * T * T);
+        M_ALLOC(a->atty, BT * C);
+        M_ALLOC(a->res2, BT * C);
+        M_ALLOC(a->ln2, BT * C);
+        M_ALLOC(a->ln2_mean, BT);
+        M_ALLOC(a->ln2_rstd, BT);
+        M_ALLOC(a->fch, BT * 4 * C);
+        M_ALLOC(a->fch_gelu, BT * 4 * C);
+        M_ALLOC(a->res3, BT * C);
+    }
+    M_ALLOC(m->lnf, BT * C);
+    M_ALLOC(m->lnf_mean, BT);
+    M_ALLOC(m->lnf_rstd, BT);
+    M_ALLOC(m->logits, BT * c->vocab);
+    M_ALLOC(m->wteT, (size_t)C * c->vocab);
+    M_ALLOC(m->dres, BT * C);
+    M_ALLOC(m->s.d4a, BT * 4 * C);
+    M_ALLOC(m->s.d4b, BT * 4 * C);
+    M_ALLOC(m->s.dqkv, BT * 3 * C);
+    M_ALLOC(m->s.dc, BT * C);
+    M_ALLOC(m->s.datt, (size_t)T);
+    M_ALLOC(m->s.wT, (size_t)4 * C * C);
+#undef M_ALLOC
+    return ok ? ZERO_OK : ZERO_ERROR_OUT_OF_MEMORY;
+}
+
+/* Points w[k] at tensor k of group g (0: GPT2_EMB_TENSORS, else GPT2_BLOCK_TENSORS), in the
+   engine's buffer p when it is fp32, else in a converted fp32 copy. */
+static zero_result view_group(model *m, int g, void *p, float **w)
+{
+    int first = g == 0 ? 0 : gpt2_block_tensor(g - 1, 0), n = g == 0 ? GPT2_EMB_TENSORS : GPT2_BLOCK_TENSORS, k;
+    float *base = (float *)p;
+    if (m->dt != ZERO_F32) {
+        size_t numel = g == 0 ? m->emb_numel : m->blk_numel;
+        zero_result r;
+        base = g == 0 ? m->emb_f32 : m->blk_f32;
+        if ((r = zero_convert(base, ZERO_F32, p, m->dt, numel, ZERO_SIMD_AUTO)) != ZERO_OK) return r;
+    }
+    for (k = 0; k < n; k++) w[k] = base + m->tab[first + k].offset;
+    return ZERO_OK;
+}
+
+/* The forward of B sequences of T positions (B <= m->B, T <= m->T) of tokens x: the logits
+   of every position in m->logits ([B*T, V]). Gathers (stage 3) and releases every group. */
+static zero_result model_forward(model *m, const int *x, int B, int T)
+{
+    const gpt2_config *c = &m->c;
+    int C = c->channels, V = c->vocab, BT = B * T, l, i, t, k;
+    float *w[GPT2_BLOCK_TENSORS], *emb[GPT2_EMB_TENSORS];
+    const float *in;
+    void *p;
+    zero_result r;
+    /* group 0 stays gathered through the forward: the head uses wte again */
+    if ((r = gather_timed(m, 0, &p)) != ZERO_OK) return r;
+    if ((r = view_group(m, 0, p, emb)) != ZERO_OK) goto out;
+    for (i = 0; i < BT; i++) { /* wte[token] + wpe[position] */
+        const float *te = emb[GPT2_WTE] + (size_t)x[i] * C, *pe = emb[GPT2_WPE] + (size_t)(i % T) * C;
+        for (k = 0; k < C; k++) m->encoded[(size_t)i * C + k] = te[k] + pe[k];
+    }
+    in = m->encoded;
+    for (l = 0; l < c->layers; l++) {
+        void *pb;
+        if ((r = gather_timed(m, 1 + l, &pb)) != ZERO_OK) goto out;
+        r = view_group(m, 1 + l, pb, w);
+        if (r == ZERO_OK) block_forward(c, B, T, w, &m->acts[l], in);
+        zero_engine_release(m->e, 1 + l);
+        if (r != ZERO_OK) goto out;
+        in = m->acts[l].res3;
+    }
+    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, in, emb[GPT2_LNF_W], emb[GPT2_LNF_B], BT, C);
+    for (i = 0; i < V; i++) /* the head is wte: logits = lnf wte^T */
+        for (t = 0; t < C; t++) m->wteT[(size_t)t * V + i] = emb[GPT2_WTE][(size_t)i * C + t];
+    matmul_forward(m->logits, m->lnf, m->wteT, NULL, BT, C, V);
+out:
+    zero_engine_release(m->e, 0);
+    return r;
+}
+
+/* Cross-entropy of the logits against targets y: returns the sum over the B*T positions (in
+   double) and leaves the softmax in m->logits. */
+static double model_loss(model *m, const int *y, int BT)
+{
+    int V = m->c.vocab, i, v;
+    double total = 0.0;
+    for (i = 0; i < BT; i++) {
+        float *z = m->logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f;
+        for (v = 0; v < V; v++)
+            if (z[v] > mx) mx = z[v];
+        for (v = 0; v < V; v++) sum += expf(z[v] - mx);
+        total += (double)(logf(sum) - (z[y[i]] - mx));
+        for (v = 0; v < V; v++) z[v] = expf(z[v] - mx) / sum;
+    }
+    return total;
+}
+
+/* The backward of the last model_forward + model_loss over this rank's B x T batch: writes
+   the gradients of (mean loss * scale) of every group into the engine (grads, grads_ready),
+   blocks from the last to the first, then the embeddings group. */
+static zero_result model_backward(model *m, const int *x, const int *y, float scale)
+{
+    const gpt2_config *c = &m->c;
+    int B = m->B, T = m->T, C = c->channels, V = c->vocab, BT = B * T, l, i, k;
+    float *w[GPT2_BLOCK_TENSORS], *dw[GPT2_BLOCK_TENSORS], *emb[GPT2_EMB_TENSORS], *demb[GPT2_EMB_TENSORS];
+    float gs = scale / (float)BT;
+    void *p, *g;
+    zero_result r;
+    for (i = 0; i < BT; i++) /* d(mean loss * scale) / d logits = scale (softmax - onehot) / BT */
+        for (k = 0; k < V; k++) {
+            float *d = m->logits + (size_t)i * V + k;
+            *d = (*d - (k == y[i] ? 1.0f : 0.0f)) * gs;
+        }
+    memset(m->emb_grad, 0, sizeof(float) * m->emb_numel);
+    for (k = 0; k < GPT2_EMB_TENSORS; k++) demb[k] = m->emb_grad + m->tab[k].offset;
+    /* the head and the final norm: group 0 again */
+    if ((r = gather_timed(m, 0, &p)) != ZERO_OK) return r;
+    r = view_group(m, 0, p, emb);
+    if (r == ZERO_OK) {
+        float *dlnf = m->s.dc;
+        memset(dlnf, 0, sizeof(float) * (size_t)BT * C);
+        for (i = 0; i < BT; i++) { /* dlnf = dlogits wte; dwte += dlogits^T lnf */
+            const float *dz = m->logits + (size_t)i * V, *xi = m->lnf + (size_t)i * C;
+            float *d = dlnf + (size_t)i * C;
+            for (k = 0; k < V; k++) {
+                const float *we = emb[GPT2_WTE] + (size_t)k * C;
+                float *dwe = demb[GPT2_WTE] + (size_t)k * C, a = dz[k];
+                int j;
+                for (j = 0; j < C; j++) {
+                    d[j] += a * we[j];
+                    dwe[j] += a * xi[j];
+                }
+            }
+        }
+        memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
+        layernorm_backward(m->dres, demb[GPT2_LNF_W], demb[GPT2_LNF_B], dlnf,
+                           c->layers ? m->acts[c->layers - 1].res3 : m->encoded, emb[GPT2_LNF_W],
+                           m->lnf_mean, m->lnf_rstd, BT, C);
+    }
+    zero_engine_release(m->e, 0);
+    if (r != ZERO_OK) return r;
+    for (l = c->layers - 1; l >= 0; l--) {
+        int grp = 1 + l, first = gpt2_block_tensor(l, 0);
+        float *gbase;
+        if ((r = gather_timed(m, grp, &p)) != ZERO_OK) return r;
+        if ((r = view_group(m, grp, p, w)) == ZERO_OK) r = grads_timed(m, grp, &g);
+        if (r != ZERO_OK) {
+            zero_engine_release(m->e, grp);
+            return r;
+        }
+        gbase = m->dt == ZERO_F32 ? (float *)g : m->blk_grad;
+        if (m->dt != ZERO_F32) memset(gbase, 0, sizeof(float) * m->blk_numel);
+        for (k = 0; k < GPT2_BLOCK_TENSORS; k++) dw[k] = gbase + m->tab[first + k].offset;
+        block_backward(c, B, T, w, dw, &m->acts[l], l ? m->acts[l - 1].res3 : m->encoded, m->dres, &m->s);
+        if (m->dt != ZERO_F32) r = zero_convert(g, m->dt, gbase, ZERO_F32, m->blk_numel, ZERO_SIMD_AUTO);
+        zero_engine_release(m->e, grp);
+        if (r != ZERO_OK || (r = grads_ready_timed(m, grp)) != ZERO_OK) return r;
+    }
+    for (i = 0; i < BT; i++) { /* the embeddings: wte[token] and wpe[position] += dres */
+        float *dte = demb[GPT2_WTE] + (size_t)x[i] * C, *dpe = demb[GPT2_WPE] + (size_t)(i % T) * C;
+        const float *d = m->dres + (size_t)i * C;
+        for (k = 0; k < C; k++) {
+            dte[k] += d[k];
+            dpe[k] += d[k];
+        }
+    }
+    if ((r = grads_timed(m, 0, &g)) != ZERO_OK) return r;
+    r = zero_convert(g, m->dt, m->emb_grad, ZERO_F32, m->emb_numel, ZERO_SIMD_AUTO);
+    if (r == ZERO_OK) r = grads_ready_timed(m, 0);
+    return r;
+}
+
+/* ======================================================================================
+   Training on one rank.
+   ====================================================================================== */
+
+typedef struct run {
+    const gpt2_opts *o;
+    const gpt2_data *data;
+    int stage;
+    int quiet;              /* the demo: no per-step lines                           */
+    double *loss;           /* [steps]: the mean training loss of every rank          */
+    double first_loss, final_loss, val_loss;
+    int first_step;         /* 0, or the step a --resume checkpoint holds            */
+    int end_step;           /* --stop-at, or --steps                                 */
+    double seconds;         /* rank 0's training steps (validation and saving excluded) */
+    double t_gather, t_reduce, t_step; /* rank 0: seconds in gathers, gradient hand-overs, step() */
+    zero_engine_memory mem; /* rank 0, device tier                                   */
+    zero_traffic traffic;   /* rank 0, last step                                     */
+    size_t psi;             /* the plan's padded total                               */
+    int skipped;
+    float final_scale;
+    float *final_params;    /* every tensor's fp32 master, table order (each rank its shard) */
+    size_t total_numel;
+    char sample[4096];      /* rank 0's generated text                                 */
+    FILE *log;              /* --log CSV, rank 0                                     */
+} run;
+
+#define CHECK(call)                                                                          \
+    do {                                                                                     \
+        r = (call);                                                                          \
+        if (r != ZERO_OK) goto done;                                                         \
+    } while (0)
+
+/* The mean loss over every rank of val_batches validation batches. COLLECTIVE. */
+static zero_result val_loss(model *m, const run *R, int rank, int world, int *x, int *y, double *out)
+{
+    const gpt2_opts *o = R->o;
+    double sum = 0.0;
+    int v;
+    zero_result r;
+    for (v = 0; v < o->val_batches; v++) {
+        gpt2_batch(R->data, 1, (uint64_t)v, o->batch, m->T, rank * m->B, m->B, x, y);
+        if ((r = model_forward(m, x, m->B, m->T)) != ZERO_OK) return r;
+        sum += model_loss(m, y, m->B * m->T) / (double)(m->B * m->T);
+    }
+    if ((r = zero_engine_allreduce(m->e, &sum, 1, ZERO_F64, ZERO_OP_SUM)) != ZERO_OK) return r;
+    *out = sum / ((double)world * o->val_batches);
+    return ZERO_OK;
+}
+
+/* n tokens after a prompt of the first 16 validation tokens, sampled from the softmax with
+   the generator rng; every rank computes the same (stage 3 gathers need them all). Text
+   data: the bytes, unprintable ones as '?'; token files: the ids. */
+static zero_result generate(model *m, const run *R, uint64_t *rng, char *out, size_t cap)
+{
+    int n = R->o->sample, T = m->T, V = m->c.vocab, plen = 16, len, i;
+    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n)), text = R->o->data_path == NULL ||
+        strlen(R->o->data_path) < 4 || strcmp(R->o->data_path + strlen(R->o->data_path) - 4, ".bin");
+    size_t used = 0;
+    zero_result r = ZERO_OK;
+    if (!tok) return ZERO_ERROR_OUT_OF_MEMORY;
+    if (plen > T) plen = T;
+    for (i = 0; i < plen; i++) tok[i] = R->data->tokens[R->data->ntrain + (size_t)i];
+    for (len = plen; len < plen + n && r == ZERO_OK; len++) {
+        int start = len > T ? len - T : 0, w = len - start, v;
+        const float *z;
+        double u, acc = 0.0;
+        float mx = -INFINITY, sum = 0.0f;
+        r = model_forward(m, tok + start, 1, w);
+        z = m->logits + (size_t)(w - 1) * V;
+        for (v = 0; v < V; v++)
+            if (z[v] > mx) mx = z[v];
+        for (v = 0; v < V; v++) sum += expf(z[v] - mx);
+        u = gpt2_rng_uniform(rng) * sum;
+        for (v = 0; v < V - 1; v++)
+            if ((acc += expf(z[v] - mx)) > u) break;
+        tok[len] = v;
+    }
+    for (i = 0; i < len && used + 8 < cap; i++) {
+        if (text) {
+            int ch = tok[i];
+            out[used++] = (char)((ch >= 32 && ch < 127) || ch == '\n' || ch == '\t' ? ch : '?');
+        } else used += (size_t)snprintf(out + used, cap - used, "%d ", tok[i]);
+    }
+    out[used] = '\0';
+    free(tok);
+    return r;
+}
+
+/* Writes this rank's shard of every tensor's fp32 master into R->final_params. */
+static zero_result keep_params(zero_engine *e, const gpt2_config *c, const gpt2_tensor *tab, run *R)
+{
+    size_t most = 0, at = 0;
+    int i;
+    float *buf;
+    zero_result r = ZERO_OK;
+    for (i = 0; i < gpt2_num_tensors(c); i++)
+        if (tab[i].numel > most) most = tab[i].numel;
+    if (!(buf = (float *)malloc(most * sizeof(float)))) return ZERO_ERROR_OUT_OF_MEMORY;
+    for (i = 0; i < gpt2_num_tensors(c) && r == ZERO_OK; i++) {
+        zero_range own;
+        memset(&own, 0, sizeof own);
+        r = zero_engine_read_tensor(e, tab[i].id, ZERO_STATE_MASTER, buf, &own);
+        if (r == ZERO_OK)
+            memcpy(R->final_params + at + own.offset, buf + own.offset, own.numel * sizeof(float));
+        at += tab[i].numel;
+    }
+    free(buf);
+    return r;
+}
+
+static zero_result rank_main(int rank, zero_comm *comm, void *user)
+{
+    run *R = (run *)user;
+    const gpt2_opts *o = R->o;
+    const gpt2_config *c = &o->cfg;
+    int world = comm->world, B = o->batch / world, T = c->seq, s, k;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    model m;
+    gpt2_tensor *tab = NULL;
+    int *x = NULL, *y = NULL;
+    gpt2_client cl;
+    zero_result r = ZERO_OK;
+    double tstep;
+    memset(&m, 0, sizeof m);
+    memset(&cl, 0, sizeof cl);
+    cl.magic = GPT2_CLIENT_MAGIC;
+    cl.rng = o->seed ^ 0x5a5a5a5a5a5a5a5aull;
+    {
+        zero_host_device_desc hd;
+        memset(&hd, 0, sizeof hd);
+        hd.capacity = o->device_memory;
+        CHECK(zero_host_device_create(&hd, &dev));
+    }
+    memset(&d, 0, sizeof d);
+    d.stage = R->stage;
+    d.param_dtype = o->dtype;
+    d.accum_steps = o->accum;
+    d.adam.mode = ZERO_ADAMW;
+    d.adam.lr = o->lr;
+    d.adam.beta1 = GPT2_BETA1;
+    d.adam.beta2 = GPT2_BETA2;
+    d.adam.eps = GPT2_EPS;
+    d.adam.weight_decay = GPT2_WEIGHT_DECAY;
+    d.clip_norm = o->clip;
+    /* No stage-3 prefetch: the host device's collectives are synchronous (nothing to
+       overlap), and a prefetch of group 0 at the end of the backward would go unused (its
+       gradients need no params), so the traffic is the paper's 3 Psi exactly. */
+    d.prefetch_depth = -1;
+    d.offload_optimizer = o->oopt;
+    d.offload_param = o->oparam;
+    d.nvme_path = o->nvme_path;
+    d.device = dev;
+    d.comm = comm;
+    CHECK(zero_engine_create(&d, &e));
+    tab = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(c));
+    if (!tab) CHECK(ZERO_ERROR_OUT_OF_MEMORY);
+    gpt2_param_table(c, tab);
+    CHECK(gpt2_add_tensors(e, c, tab));
+    CHECK(zero_engine_commit(e));
+    r = model_init(&m, e, c, tab, B, o->dtype);
+    tab = NULL; /* the model owns it */
+    if (r != ZERO_OK) goto done;
+    if (o->init_path) CHECK(zero_engine_load_safetensors(e, o->init_path));
+    else CHECK(gpt2_set_init(e, c, m.tab, o->seed));
+    if (o->resume_dir) { /* the engine's state, and ours: the data position and the generator */
+        size_t got = 0;
+        CHECK(zero_engine_load_client(e, o->resume_dir, &cl, sizeof cl, &got));
+        if (got != sizeof cl || cl.magic != GPT2_CLIENT_MAGIC) {
+            r = ZERO_ERROR_MISMATCH;
+            fprintf(stderr, "rank %d: %s holds no train_gpt2 client state (%zu bytes)\n", rank, o->resume_dir, got);
+            zero_clear_error();
+            goto done;
+        }
+    }
+    R->first_step = (int)cl.next_step;
+    x = (int *)malloc(sizeof(int) * (size_t)B * T);
+    y = (int *)malloc(sizeof(int) * (size_t)B * T);
+    if (!x || !y) CHECK(ZERO_ERROR_OUT_OF_MEMORY);
+    if (rank == 0 && !R->quiet) {
+        printf("per-rank memory (rank 0, stage %d):\n", R->stage);
+        gpt2_print_memory(stdout, e, 0);
+    }
+    for (s = R->first_step; s < R->end_step; s++) {
+        zero_step_info info;
+        double loss = 0.0, lr = gpt2_lr(o, s), vl = -1.0, t_opt;
+        float scale;
+        tstep = now_s();
+        CHECK(zero_engine_set_lr(e, lr));
+        scale = zero_engine_loss_scale(e);
+        for (k = 0; k < o->accum; k++) {
+            gpt2_batch(R->data, 0, cl.next_batch++, o->batch, T, rank * B, B, x, y);
+            CHECK(model_forward(&m, x, B, T));
+            if (rank == 0 && s == 0 && k == 0 && o->logits_path) {
+                FILE *f = fopen(o->logits_path, "wb");
+                if (!f || fwrite(m.logits, sizeof(float), (size_t)B * T * c->vocab, f) != (size_t)B * T * c->vocab)
+                    fprintf(stderr, "cannot write %s\n", o->logits_path);
+                if (f) fclose(f);
+            }
+            loss += model_loss(&m, y, B * T) / (double)(B * T);
+            CHECK(model_backward(&m, x, y, scale));
+        }
+        t_opt = now_s();
+        CHECK(zero_engine_step(e, &info));
+        if (rank == 0) R->t_step += now_s() - t_opt;
+        cl.next_step = s + 1;
+        /* the log's loss: every rank's mean, through a tagged user all-reduce */
+        CHECK(zero_engine_allreduce(e, &loss, 1, ZERO_F64, ZERO_OP_SUM));
+        loss /= (double)world * o->accum;
+        R->loss[s] = loss;
+        if (info.skipped && rank == 0) R->skipped++;
+        tstep = now_s() - tstep;
+        if (rank == 0) R->seconds += tstep;
+        if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == R->end_step) {
+            double g0 = m.t_gather;
+            CHECK(val_loss(&m, R, rank, world, x, y, &vl));
+            m.t_gather = g0; /* the breakdown is of training steps */
+        }
+        if (rank == 0) {
+            int every = o->log_every ? o->log_every : 1;
+            if (!R->quiet && (s % every == 0 || s + 1 == R->end_step || vl >= 0)) {
+                printf("step %5d | loss %.6f | lr %.3e | norm %8.4f | %8.2f ms | %8.0f tok/s", s, loss, lr,
+                       (double)info.grad_norm, 1e3 * tstep, (double)o->batch * o->accum * T / tstep);
+                if (vl >= 0) printf(" | val %.6f", vl);
+                printf("%s\n", info.skipped ? " | skipped (inf/NaN)" : "");
+                fflush(stdout);
+            }
+            if (R->log) {
+                fprintf(R->log, "%d,%.17g,%.17g,%.9g,", s, loss, lr, (double)info.grad_norm);
+                if (vl >= 0) fprintf(R->log, "%.17g", vl);
+                fprintf(R->log, "\n");
+            }
+        }
+        if (vl >= 0) R->val_loss = vl;
+        if (o->save_dir && ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == R->end_step))
+            CHECK(zero_engine_save_client(e, o->save_dir, &cl, sizeof cl));
+    }
+    if (rank == 0) {
+        R->t_gather = m.t_gather;
+        R->t_reduce = m.t_reduce;
+        zero_engine_memory_usage(e, &R->mem);
+        zero_engine_traffic(e, &R->traffic, NULL);
+        R->psi = zero_plan_total_numel(zero_engine_plan(e));
+        R->final_scale = zero_engine_loss_scale(e);
+    }
+    CHECK(keep_params(e, c, m.tab, R));
+    if (o->sample > 0) {
+        char text[sizeof R->sample];
+        CHECK(generate(&m, R, &cl.rng, text, sizeof text));
+        if (rank == 0) memcpy(R->sample, text, sizeof text);
+    }
+done:
+    if (r != ZERO_OK) fprintf(stderr, "rank %d: %s: %s\n", rank, zero_result_string(r), zero_last_error());
+    free(x);
+    free(y);
+    free(tab);
+    model_free(&m);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+/* ======================================================================================
+   Launch: threads, or this process's rank of mpirun's.
+   ====================================================================================== */
+
+static zero_result launch(run *R)
+{
+#ifdef ZERO_GPT2_MPI
+    zero_mpi_desc md;
+    zero_comm *comm = NULL;
+    zero_result r;
+    int rk = 0;
+    memset(&md, 0, sizeof md);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rk);
+    if (rk != 0 && R->log) R->log = NULL; /* rank 0 writes the log */
+    r = zero_mpi_create(&md, &comm);
+    if (r != ZERO_OK) return r;
+    r = rank_main(comm->rank, comm, R);
+    zero_comm_destroy(comm);
+    if (r != ZERO_OK) return r;
+    /* every rank wrote its shard of the params, zeros elsewhere: OR the bits together */
+    MPI_Allreduce(MPI_IN_PLACE, R->final_params, (int)R->total_numel, MPI_UINT32_T, MPI_BOR, MPI_COMM_WORLD);
+    return ZERO_OK;
+#else
+    return zero_local_run(R->o->ranks, rank_main, R);
+#endif
+}
+
+static uint64_t fnv1a64(const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static double states_of(const zero_engine_memory *m)
+{
+    return (double)(m->bytes[ZERO_MEM_PARAM] + m->bytes[ZERO_MEM_GRAD] + m->bytes[ZERO_MEM_MASTER] +
+                    m->bytes[ZERO_MEM_MOMENT1] + m->bytes[ZERO_MEM_MOMENT2]);
+}
+
+static int finish(int rc)
+{
+#ifdef ZERO_GPT2_MPI
+    if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc); /* the peers may be waiting */
+    MPI_Finalize();
+#endif
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    gpt2_opts o;
+    gpt2_data data;
+    char err[512];
+    int rc, first = 0, last = 3, st, same = 1;
+    double ref_final = 0.0;
+    uint64_t ref_sum = 0;
+    size_t total = 0;
+    gpt2_tensor *tab;
+    gpt2_opts_default(&o);
+    rc = gpt2_parse_args(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+#ifdef ZERO_GPT2_MPI
+    {
+        int world = 0, me = 0, given = 0, a;
+        for (a = 1; a + 1 < argc; a += 2) given |= !strcmp(argv[a], "--ranks");
+        MPI_Init(&argc, &argv);
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        if ((given && o.ranks != world) || world > GPT2_MAX_RANKS || o.batch % world) {
+            if (me == 0)
+                fprintf(stderr, "train_gpt2_mpi: mpirun started %d processes (--ranks %d, --batch %d must be a multiple)\n",
+                        world, o.ranks, o.batch);
+            MPI_Finalize();
+            return 2;
+        }
+        o.ranks = world;
+        if (me != 0 && !freopen("/dev/null", "w", stdout)) return 1; /* rank 0 prints */
+    }
+#endif
+    err[0] = '\0';
+    if (gpt2_data_load(o.data_path, o.cfg.vocab, o.cfg.seq, &data, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return finish(2);
+    }
+    if (o.stage >= 0) first = last = o.stage;
+    tab = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(&o.cfg));
+    if (!tab) return finish(1);
+    gpt2_param_table(&o.cfg, tab);
+    for (st = 0; st < gpt2_num_tensors(&o.cfg); st++) total += tab[st].numel;
+    free(tab);
+    printf("GPT-2 on %d %s: L %d, H %d, C %d, T %d, V %d (%zu parameters), %s params; %d steps of %d x %d "
+           "sequences; data %s (%zu train / %zu val tokens)\n",
+           o.ranks,
+#ifdef ZERO_GPT2_MPI
+           "MPI processes (mpirun, zero_mpi.h comm)",
+#else
+           "ranks (threads, local comm)",
+#endif
+           o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.seq, o.cfg.vocab, total, zero_dtype_name(o.dtype), o.steps,
+           o.accum, o.batch, o.data_path ? o.data_path : GPT2_DEFAULT_DATA, data.ntrain, data.nval);
+    if (first != last) {
+        printf("%-5s | %-9s %-9s | %-23s | %-23s | %-8s\n", "", "loss", "", "model states B/rank",
+               "comm B/rank/step", "time");
+        printf("%-5s | %-9s %-9s | %-11s %-11s | %-11s %-11s | %-8s\n", "stage", "first", "final", "measured",
+               "formula", "measured", "formula", "ms/step");
+    }
+    for (st = first; st <= last; st++) {
+        run R;
+        zero_result r;
+        double es = (double)zero_dtype_size(o.dtype), meas_t;
+        uint64_t sum;
+        memset(&R, 0, sizeof R);
+        R.o = &o;
+        R.data = &data;
+        R.stage = st;
+        R.quiet = first != last;
+        R.total_numel = total;
+        R.end_step = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
+        R.loss = (double *)calloc((size_t)o.steps, sizeof(double));
+        R.final_params = (float *)calloc(total, sizeof(float));
+        if (o.log_path && st == last) R.log = fopen(o.log_path, "w");
+        if (!R.loss || !R.final_params || (o.log_path && st == last && !R.log)) {
+            fprintf(stderr, "out of memory (or --log %s cannot be written)\n", o.log_path ? o.log_path : "");
+            return finish(1);
+        }
+        if (R.log) fprintf(R.log, "step,loss,lr,grad_norm,val_loss\n");
+        r = launch(&R);
+        if (R.log) fclose(R.log);
+        if (r != ZERO_OK) {
+            fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r), zero_last_error());
+            return finish(1);
+        }
+        if (R.first_step >= R.end_step) {
+            fprintf(stderr, "the checkpoint is at step %d: nothing to do up to step %d\n", R.first_step, R.end_step);
+            return finish(1);
+        }
+        sum = fnv1a64(R.final_params, total * sizeof(float));
+        meas_t = R.traffic.bytes[ZERO_COLL_ALL_GATHER] + R.traffic.bytes[ZERO_COLL_REDUCE_SCATTER] +
+                 R.traffic.bytes[ZERO_COLL_ALL_REDUCE] + R.traffic.bytes[ZERO_COLL_BROADCAST];
+        if (first != last) {
+            printf("%-5d | %-9.5f %-9.5f | %-11.0f %-11.0f | %-11.0f %-11.0f | %-8.2f\n", st,
+                   R.loss[R.first_step], R.loss[R.end_step - 1], states_of(&R.mem),
+                   gpt2_formula_states(st, (double)R.psi, o.ranks, o.accum, es), meas_t,
+                   gpt2_formula_traffic(st, (double)R.psi, o.ranks, o.accum, es),
+                   1e3 * R.seconds / (R.end_step - R.first_step));
+            fflush(stdout);
+            if (st != first && (sum != ref_sum || R.loss[R.end_step - 1] != ref_final)) same = 0;
+        } else {
+            printf("model states per rank: %.0f B measured, %.0f B by formula; traffic per step: %.0f B measured, "
+                   "%.0f B by formula; Psi = %zu\n",
+                   states_of(&R.mem), gpt2_formula_states(st, (double)R.psi, o.ranks, o.accum, es), meas_t,
+                   gpt2_formula_traffic(st, (double)R.psi, o.ranks, o.accum, es), R.psi);
+            printf("final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, final loss scale %g\n",
+                   R.loss[R.end_step - 1], R.val_loss, 1e3 * R.seconds / (R.end_step - R.first_step), R.skipped,
+                   (double)R.final_scale);
+            {
+                double n = R.end_step - R.first_step, other = R.seconds - R.t_gather - R.t_reduce - R.t_step;
+                printf("per step (rank 0): %.2f ms model compute, %.2f ms gathers, %.2f ms gradient reductions, "
+                       "%.2f ms optimizer step; %.0f tokens/s\n",
+                       1e3 * other / n, 1e3 * R.t_gather / n, 1e3 * R.t_reduce / n, 1e3 * R.t_step / n,
+                       n * o.batch * o.accum * o.cfg.seq / R.seconds);
+            }
+        }
+        ref_sum = sum;
+        ref_final = R.loss[R.end_step - 1];
+        if (st == last) {
+            if (first != last)
+                printf("%s\n", same ? "stages 0-3: identical losses and bit-identical parameters"
+                                    : "WARNING: the stages differ");
+            printf("val loss: %.9g\n", R.val_loss);
+            printf("params checksum: %016llx\n", (unsigned long long)sum);
+            if (o.sample > 0) printf("sample:\n%s\n", R.sample);
+        }
+        free(R.loss);
+        free(R.final_params);
+    }
+    gpt2_data_free(&data);
+    return finish(same ? 0 : 1);
+}
