@@ -30,7 +30,8 @@
 
    --save DIR / --resume DIR write and read the engine's checkpoints with the data position
    as client state (gpt2_client), so a resumed run continues the straight run's batches,
-   at any stage and world size.
+   at any stage and world size; --stop-at S stops after step S with the schedule of
+   --steps, so that a resume continues it.
 
    Not supported here (the CPU example has them): --device-memory (a budget of the host
    device) is refused with a message; --sample is ignored.
@@ -557,17 +558,16 @@ static double seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The loss summed in a.loss_sum[which], summed over ranks, back on the host; then zeroed. */
+/* The loss summed in a.loss_sum[which] (then zeroed), summed over ranks by the engine's
+   tagged user all-reduce, divided by div. */
 static zero_result mean_loss(gpu_run *R, int which, double div, double *out)
 {
     zero_result r = ZERO_OK;
     double v = 0;
-    memset(&R->comm->tag, 0, sizeof R->comm->tag); /* untagged: the example's own collective */
-    TRY(R->comm->ops->all_reduce(R->comm, R->a.loss_sum + which, R->a.loss_sum + which, 1, ZERO_F64, ZERO_OP_SUM,
-                                 R->st));
     TRY(R->dev->ops->download(R->dev, ZERO_QUEUE_COMPUTE, &v, R->a.loss_sum + which, sizeof v));
     TRY(R->dev->ops->sync(R->dev, ZERO_QUEUE_COMPUTE));
     CUDA(cudaMemsetAsync(R->a.loss_sum + which, 0, sizeof(double), R->st));
+    TRY(zero_engine_allreduce(R->e, &v, 1, ZERO_F64, ZERO_OP_SUM));
     *out = v / div;
 done:
     return r;
@@ -654,7 +654,7 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     zero_result r = ZERO_OK;
     FILE *csv = NULL;
     double t_step, t_run, tokens = (double)o->batch * R->T * o->accum, val = -1;
-    int s, k, i, end = o->steps;
+    int s, k, i, end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps; /* --stop-at */
     size_t most[2] = {0, 0}, got = 0;
     gpt2_client cl; /* what a checkpoint carries besides the engine: the data position */
     memset(&cl, 0, sizeof cl);
@@ -677,7 +677,7 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
             goto done;
         }
         if (cl.next_step >= end) {
-            r = fail(ZERO_ERROR_INVALID_ARGUMENT, o->resume_dir, "the checkpoint is at or past --steps: nothing to do");
+            r = fail(ZERO_ERROR_INVALID_ARGUMENT, o->resume_dir, "the checkpoint is at or past the last step: nothing to do");
             goto done;
         }
     }
