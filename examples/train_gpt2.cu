@@ -33,8 +33,8 @@
    at any stage and world size; --stop-at S stops after step S with the schedule of
    --steps, so that a resume continues it.
 
-   Not supported here (the CPU example has them): --device-memory (a budget of the host
-   device) is refused with a message; --sample is ignored.
+   --sample N ends with N tokens generated as the CPU example does. Not supported here:
+   --device-memory (a budget of the CPU example's host device), refused with a message.
 
    Status: compiled and linked with nvcc, warnings as errors; never run on a GPU.
    docs/gpt2_cuda.md has the whole story and the GPU check (tools/gpt2_gpu_check.sh). */
@@ -139,6 +139,7 @@ typedef struct stage_result {
     int skipped;         /* steps skipped for inf/NaN                       */
     float final_scale;   /* the loss scale after the last step              */
     uint64_t checksum;   /* FNV-1a 64 of the final fp32 master weights      */
+    char sample[4096];   /* --sample's text                                  */
     int ok;
 } stage_result;
 
@@ -376,8 +377,9 @@ done:
 
 /* The forward of the uploaded micro-batch: the loss of each position, its mean added to
    a.loss_sum[which], and the logits replaced by the gradient of dscale * the positions'
-   summed loss. Group 0 stays gathered (R->p0) for the backward: the caller releases it.
-   dump: rank 0's logits of the first micro-batch go to --dump-logits. */
+   summed loss; which < 0: the logits only (no loss). Group 0 stays gathered (R->p0) for
+   the backward: the caller releases it. dump: rank 0's logits of the first micro-batch go
+   to --dump-logits. */
 static zero_result forward(gpu_run *R, int which, float dscale, int dump)
 {
     acts *a = &R->a;
@@ -431,6 +433,7 @@ static zero_result forward(gpu_run *R, int which, float dscale, int dump)
             goto done;
         }
     }
+    if (which < 0) goto done;
     {
         unsigned rows = (unsigned)(N < 65536 ? N : 65536);
         gk_crossentropy<<<rows, GK_THREADS, 0, R->st>>>(a->logits, a->losses, a->tgt, N, R->V, dscale);
@@ -600,6 +603,65 @@ static uint64_t fnv1a64(const void *p, size_t bytes)
     return h;
 }
 
+/* train_gpt2.c's text sample: n = --sample tokens after a prompt of the first 16 validation
+   tokens, each drawn from the softmax of the last position's logits with the generator rng
+   (the same draw as the CPU example; its text may still differ, from the logits' last
+   bits). Every rank computes the same (stage 3's gathers need them all). The window, at
+   most T tokens, is the first positions of every sequence of the batch (causal attention:
+   what follows it does not change its logits). Text data: the bytes, unprintable ones as
+   '?'; token files: the ids. */
+static zero_result generate(gpu_run *R, uint64_t *rng, char *out, size_t cap)
+{
+    const gpt2_opts *o = R->o;
+    int n = o->sample, T = R->T, V = R->V, plen = 16, len = 0, i, b, t;
+    int text = o->data_path == NULL || strlen(o->data_path) < 4 || strcmp(o->data_path + strlen(o->data_path) - 4, ".bin");
+    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n));
+    float *z = (float *)malloc(sizeof(float) * (size_t)V);
+    size_t used = 0;
+    zero_result r = ZERO_OK;
+    if (!tok || !z) {
+        r = fail(ZERO_ERROR_OUT_OF_MEMORY, "malloc", "sample");
+        goto done;
+    }
+    if (plen > T) plen = T;
+    for (i = 0; i < plen; i++) tok[i] = R->data->tokens[R->data->ntrain + (size_t)i];
+    for (len = plen; len < plen + n; len++) {
+        int start = len > T ? len - T : 0, w = len - start, v;
+        double u, acc = 0.0;
+        float mx = -INFINITY, sum = 0.0f;
+        for (b = 0; b < R->B; b++)
+            for (t = 0; t < T; t++) {
+                R->hx[(size_t)b * T + t] = t < w ? tok[start + t] : 0;
+                R->hy[(size_t)b * T + t] = 0;
+            }
+        TRY(upload_batch(R));
+        TRY(forward(R, -1, 0.0f, 0));
+        TRY(zero_engine_release(R->e, 0));
+        TRY(R->dev->ops->download(R->dev, ZERO_QUEUE_COMPUTE, z, R->a.logits + (size_t)(w - 1) * V,
+                                  sizeof(float) * (size_t)V));
+        TRY(R->dev->ops->sync(R->dev, ZERO_QUEUE_COMPUTE));
+        for (v = 0; v < V; v++)
+            if (z[v] > mx) mx = z[v];
+        for (v = 0; v < V; v++) sum += expf(z[v] - mx);
+        u = gpt2_rng_uniform(rng) * sum;
+        for (v = 0; v < V - 1; v++)
+            if ((acc += expf(z[v] - mx)) > u) break;
+        tok[len] = v;
+    }
+    for (i = 0; i < len && used + 8 < cap; i++) {
+        if (text) {
+            int ch = tok[i];
+            out[used++] = (char)((ch >= 32 && ch < 127) || ch == '\n' || ch == '\t' ? ch : '?');
+        } else
+            used += (size_t)snprintf(out + used, cap - used, "%d ", tok[i]);
+    }
+done:
+    if (cap) out[used < cap ? used : cap - 1] = '\0';
+    free(tok);
+    free(z);
+    return r;
+}
+
 /* This rank's part of every tensor's fp32 master weights into sh->final (tensors in table
    order, each whole: a rank writes only the range it owns). */
 static zero_result keep_params(gpu_run *R)
@@ -758,6 +820,7 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     TRY(keep_params(R));
     TRY(R->comm->ops->barrier(R->comm));
     if (R->rank == 0) res->checksum = fnv1a64(R->sh->final, R->sh->total * sizeof(float));
+    if (o->sample > 0) TRY(generate(R, &cl.rng, res->sample, sizeof res->sample));
     res->ok = 1;
 done:
     if (csv && fclose(csv) != 0 && r == ZERO_OK) r = fail(ZERO_ERROR_IO, o->log_path, "cannot write the log");
@@ -893,6 +956,7 @@ static int report(const shared *sh, int first, int last, int whole)
         printf("%s\n", same ? "stages 0-3: identical losses and bit-identical parameters" : "WARNING: the stages differ");
     printf("val loss: %.9g\n", sh->res[last].val);
     if (whole) printf("params checksum: %016llx\n", (unsigned long long)sh->res[last].checksum);
+    if (sh->o->sample > 0) printf("sample:\n%s\n", sh->res[last].sample);
     fflush(stdout);
     return same ? 0 : 1;
 }
@@ -916,7 +980,6 @@ int main(int argc, char **argv)
                         "not supported here\n");
         return 2;
     }
-    o.sample = 0; /* text samples: the CPU example */
     /* cuBLAS takes the rows (batch x seq per rank) as int, the token lists hold positions */
     if ((long long)o.batch * o.cfg.seq > INT_MAX) {
         fprintf(stderr, PROG ": --batch x --seq must stay below 2^31\n");
