@@ -24,9 +24,9 @@
        (one process without a launcher is rank 0 of 1);
      - --ranks N: N ranks as threads of this process on GPU 0, over the single-process
        device comm of zero_cuda.h (zero_cuda_local_comm_create): for tests.
-   --stage -1 (the default, as in the CPU demo) trains stage 0, 1, 2 and 3 in turn and
-   says whether their losses agree bit for bit (they must: the engine hands every stage
-   the same parameter bits and every kernel here is deterministic).
+   Without --stage (as the CPU demo) it trains stage 0, 1, 2 and 3 in turn and says
+   whether their losses and final parameters agree bit for bit (they must: the engine
+   hands every stage the same parameter bits and every kernel here is deterministic).
 
    --save DIR / --resume DIR write and read the engine's checkpoints with the data position
    as client state (gpt2_client), so a resumed run continues the straight run's batches,
