@@ -6,7 +6,7 @@
 #   make test-sanitize the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make compile-tests zero.h as C99 -pedantic, C11, C++17 and ZERO_STATIC, gcc and clang
 #   make cuda          compile and link the CUDA/NCCL parts with nvcc (skips without it)
-#   make test-cuda     run the GPU tests (one skip line without a GPU)
+#   make test-cuda     run the GPU tests (a skip line in a second without a GPU: probes, then builds)
 #   make sanitize-cuda the GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
 #   make bench / bench-cuda
 #   make mpi           zero_mpi.h: build/train_mlp_mpi, the MPI tests and bench (skips without mpicc)
@@ -92,12 +92,17 @@ build/bench_%: bench/bench_%.c $(HEADERS) | build
 # make was given -j) and tests/run.sh runs them in parallel (ZT_JOBS, default: the cores).
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
+# With nvcc present, make test also builds and runs build/cuda/test_cuda_host (zero_cuda.h's
+# host-side logic; it needs no GPU). test_cli runs build/train_mlp and the tools as programs;
+# tests/make_targets.sh checks what the GPU and MPI targets compile (by stand-in compilers).
+CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
+SCRIPT_TESTS := tests/make_targets.sh
 test:
-	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS)
-	@bash tests/run.sh $(TESTS)
+	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) build/train_mlp $(CUDA_HOST_TEST)
+	@bash tests/run.sh $(TESTS) $(CUDA_HOST_TEST) $(SCRIPT_TESTS)
 
 test-sanitize:
-	@$(MAKE) --no-print-directory $(PAR) $(SAN_TESTS) $(TOOLS)
+	@$(MAKE) --no-print-directory $(PAR) $(SAN_TESTS) $(TOOLS) build/train_mlp
 	@ZT_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(SAN_TESTS)
 
 # ---- checkpoints: the full kill test, libFuzzer harnesses, the Python safetensors check ----
@@ -225,34 +230,43 @@ vpath %.cu tests/cuda bench examples
 build/cuda/%: %.cu $(CUDA_HEADERS) $(wildcard tests/*.h tests/cuda/*.h examples/*.h examples/*.cuh) | build/cuda
 	$(NVCC) $(NVCC_FLAGS) $(NCCL_FLAGS) $< -o $@ -lcublas $(NCCL_LIB) -lpthread
 
+# make cuda builds every CUDA program, and (with mpicc) tests/mpi/nccl_mpi_build.cu, the NCCL
+# comm with its id over MPI, compiled and linked only: nothing else compiles CUDA unasked.
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "cuda: skipped: nvcc not found (set NVCC or CUDA_HOME)"; \
 	 elif [ -z "$(CUDA_SRC)" ]; then echo "cuda: nothing to build yet"; \
-	 else $(MAKE) --no-print-directory $(PAR) $(CUDA_BINS) && echo "cuda: built $(words $(CUDA_BINS)) programs with $(NVCC)"; fi
+	 else mpi=""; if $(HAVE_MPI); then mpi=build/mpi/nccl_mpi_build; fi; \
+	   $(MAKE) --no-print-directory $(PAR) $(CUDA_BINS) $$mpi && \
+	   echo "cuda: built $(words $(CUDA_BINS)) programs$${mpi:+ and $$mpi} with $(NVCC)"; fi
 
 # A GPU is visible when nvidia-smi lists one or, without nvidia-smi, a /dev/nvidiaN exists.
-# Each test program also checks cudaGetDeviceCount() and skips itself without a device.
+# Each test program also checks cudaGetDeviceCount() and skips itself without a device. The
+# GPU targets probe first and build only when there is a GPU to run on (a skip line in a
+# second otherwise, not after minutes of nvcc).
 GPU_VISIBLE = { nvidia-smi -L >/dev/null 2>&1 || { ! command -v nvidia-smi >/dev/null 2>&1 && ls /dev/nvidia[0-9]* >/dev/null 2>&1; }; }
 CUDA_TESTS := $(filter build/cuda/test_%,$(CUDA_BINS))
-test-cuda: cuda
+test-cuda:
 	@if [ -z "$(NVCC)" ]; then echo "test-cuda: skipped: nvcc not found"; \
-	 elif ! $(GPU_VISIBLE); then echo "test-cuda: skipped: no GPU visible"; echo "0 passed, 0 failed, $(words $(CUDA_TESTS)) skipped"; \
-	 else bash tests/run.sh $(CUDA_TESTS); fi
+	   echo "0 passed, 0 failed, $(words $(CUDA_TESTS)) skipped"; \
+	 elif ! $(GPU_VISIBLE); then echo "test-cuda: skipped: no GPU visible (nothing built)"; \
+	   echo "0 passed, 0 failed, $(words $(CUDA_TESTS)) skipped"; \
+	 else $(MAKE) --no-print-directory cuda && bash tests/run.sh $(CUDA_TESTS); fi
 
 # compute-sanitizer memcheck, racecheck and synccheck over the GPU tests at ZT_QUICK sizes.
 COMPUTE_SANITIZER ?= $(or $(shell command -v compute-sanitizer 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/compute-sanitizer))
-sanitize-cuda: cuda
+sanitize-cuda:
 	@if [ -z "$(NVCC)" ]; then echo "sanitize-cuda: skipped: nvcc not found"; \
-	 elif ! $(GPU_VISIBLE); then echo "sanitize-cuda: skipped: no GPU visible"; \
+	 elif ! $(GPU_VISIBLE); then echo "sanitize-cuda: skipped: no GPU visible (nothing built)"; \
 	 elif [ -z "$(COMPUTE_SANITIZER)" ]; then echo "sanitize-cuda: skipped: compute-sanitizer not found (set COMPUTE_SANITIZER)"; \
-	 else set -e; for tool in memcheck racecheck synccheck; do for t in $(CUDA_TESTS); do \
+	 else set -e; $(MAKE) --no-print-directory cuda; for tool in memcheck racecheck synccheck; do for t in $(CUDA_TESTS); do \
 	   echo "== $$tool $$t"; ZT_QUICK=1 $(COMPUTE_SANITIZER) --tool $$tool --error-exitcode 99 $$t; done; done; \
 	   echo "sanitize-cuda: memcheck, racecheck, synccheck clean"; fi
 
 CUDA_BENCHES := $(filter build/cuda/bench_%,$(CUDA_BINS))
-bench-cuda: cuda
-	@if ! $(GPU_VISIBLE); then echo "bench-cuda: skipped: no GPU visible"; \
-	 else for b in $(CUDA_BENCHES); do echo "== $$b"; $$b || exit 1; done; fi
+bench-cuda:
+	@if [ -z "$(NVCC)" ]; then echo "bench-cuda: skipped: nvcc not found"; \
+	 elif ! $(GPU_VISIBLE); then echo "bench-cuda: skipped: no GPU visible (nothing built)"; \
+	 else $(MAKE) --no-print-directory cuda || exit 1; for b in $(CUDA_BENCHES); do echo "== $$b"; $$b || exit 1; done; fi
 
 # Where the NCCL search landed (tests/nccl_find.sh checks it on fake wheel layouts).
 print-nccl:
@@ -266,17 +280,17 @@ MPI_NP ?= 2 3 4
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none
 # mpirun refuses root without these (CI containers run as root); harmless otherwise.
 MPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-HAVE_MPI = command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/null 2>&1
+HAVE_MPI = { command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/null 2>&1; }
 MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
 MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
 MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
 MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh tests/mpi/resume.sh
 MPI_BINS := build/train_mlp_mpi build/train_gpt2_mpi build/mpi/bench_mpi $(MPI_TESTS)
-# Compile-only where nvcc is present: zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
-# over MPI, the device-memory path). Open MPI's wrapper flags; override for another MPI.
+# make cuda (not make mpi) compiles zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
+# over MPI, the device-memory path) when mpicc is present. Open MPI's wrapper flags; override
+# for another MPI.
 MPI_CFLAGS ?= $(shell $(MPICC) --showme:compile 2>/dev/null)
 MPI_LIBS   ?= $(shell $(MPICC) --showme:link 2>/dev/null)
-MPI_CUDA_BINS := $(if $(NVCC),build/mpi/nccl_mpi_build)
 
 build/mpi:
 	@mkdir -p $@
@@ -307,8 +321,8 @@ $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(eval $(call MPI_WRAPPER,$(t),$(
 
 mpi:
 	@if ! $(HAVE_MPI); then echo "mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
-	 else $(MAKE) --no-print-directory $(MPI_BINS) $(MPI_CUDA_BINS) build/train_mlp && \
-	   echo "mpi: built $(words $(MPI_BINS) $(MPI_CUDA_BINS)) programs with $(MPICC)$(if $(MPI_CUDA_BINS), and $(NVCC) (compile only))"; fi
+	 else $(MAKE) --no-print-directory $(MPI_BINS) build/train_mlp && \
+	   echo "mpi: built $(words $(MPI_BINS)) programs with $(MPICC) (make cuda compiles the CUDA one)"; fi
 
 test-mpi:
 	@if ! $(HAVE_MPI); then echo "test-mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \

@@ -231,7 +231,8 @@ typedef enum zero_result {
     ZERO_ERROR_INVALID_STATE = -3,    /* a call out of order: query before commit, ...     */
     ZERO_ERROR_NOT_FOUND = -4,        /* an unknown name, tensor or group                  */
     ZERO_ERROR_OVERFLOW = -5,         /* sizes whose sum or product does not fit size_t    */
-    ZERO_ERROR_MISMATCH = -6,         /* ranks disagree (plan hash, sizes)                 */
+    ZERO_ERROR_MISMATCH = -6,         /* ranks disagree (plan hash, sizes), or a checkpoint
+                                         and the engine do (tensors, dtype)                */
     ZERO_ERROR_DEVICE = -7,           /* the device backend failed (CUDA error kept)       */
     ZERO_ERROR_COMM = -8,             /* a collective failed (NCCL error kept)             */
     ZERO_ERROR_TIMEOUT = -9,          /* a peer or collective did not answer in time       */
@@ -702,8 +703,8 @@ typedef enum zero_mem_category {
     ZERO_MEM_MASTER,    /* fp32 master weights                                    */
     ZERO_MEM_MOMENT1,   /* Adam m                                                 */
     ZERO_MEM_MOMENT2,   /* Adam v                                                 */
-    ZERO_MEM_BUCKET,    /* reduce buckets                                         */
-    ZERO_MEM_GATHER,    /* stage-3 gather buffers                                 */
+    ZERO_MEM_BUCKET,    /* reduce bucket; the stage-2 arena (gradient buffers)    */
+    ZERO_MEM_GATHER,    /* the stage-3 arena (gathered params, gradient buffers)  */
     ZERO_MEM_SCRATCH,   /* flags, scalars, partial sums                           */
     ZERO_MEM_ACTIVATION, /* the activation tier of zero_engine_stash (host, NVMe)  */
     ZERO_MEM_COUNT
@@ -912,7 +913,8 @@ typedef enum zero_adam_mode {
    is the float nearest 1e-3 for beta2 = 0.999, not 1 - 0.99900001f. */
 typedef struct zero_adam_desc {
     zero_adam_mode mode;
-    double lr;           /* 0 = 1e-3   */
+    double lr;           /* 0 = 1e-3 (a descriptor's 0 is "unset"; to train with a learning
+                            rate of 0, call zero_engine_set_lr(e, 0) after commit) */
     double beta1;        /* 0 = 0.9    */
     double beta2;        /* 0 = 0.999  */
     double eps;          /* 0 = 1e-8   */
@@ -1289,7 +1291,7 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
    buffer_count - 2 tiles ahead and written behind the Adam. offload_param (stage 3) keeps
    the param shards of partitioned groups on the host (cpu) or in a file (nvme): a gather
-   (or a prefetch) uploads the shard into its gather slot and all-gathers in place. Every
+   (or a prefetch) uploads the shard into its arena extent and all-gathers in place. Every
    configuration gives the same bits as the run without offload.
 
    ERRORS. Every call validates the state and arguments and returns an error (detail in
@@ -1317,13 +1319,20 @@ typedef struct zero_engine_desc {
     int accum_steps;             /* micro-steps per step; 0 = 1                                 */
     size_t reduce_bucket_numel;  /* ready gradients are reduced once they total this many
                                     elements (and at the end of every micro-step); 0 = each
-                                    group as soon as it is ready. Stages 2-3: the gradient
-                                    bucket pool holds max(this, 2 x largest group) elements,
-                                    in slots of the largest group's size.                        */
-    size_t max_live_numel;       /* stage 3: gathered elements held at once, at most (the
-                                    gather pool: slots of the largest non-persistent group);
-                                    0 = (2 + prefetch depth) x largest non-persistent group.
-                                    INVALID_ARGUMENT at commit if one group exceeds it.          */
+                                    group as soon as it is ready, SIZE_MAX = once per
+                                    micro-step. Also the reduce bucket: a reduction that needs
+                                    staging (grad_comm_dtype != param_dtype) runs through a
+                                    bucket of N x b comm-dtype elements, b = this / N (0: the
+                                    second-largest group / N; at most the largest shard), a
+                                    large group in bucket-sized pieces (same bits).             */
+    size_t max_live_numel;       /* stages 2-3: the arena, elements of the param dtype held at
+                                    once by stage-3 gathered params (in use or prefetched) and
+                                    gradient buffers (zero_engine_grads), each its own size;
+                                    0 = the largest group M + (2 + prefetch depth) x the second
+                                    largest M2 (stage 2: M + 2 M2), and at least 2 M + depth x
+                                    M2 when that is <= ZERO_ARENA_SMALL_NUMEL; SIZE_MAX = no
+                                    limit. INVALID_ARGUMENT at commit (naming the group and the
+                                    value that fits) if a group exceeds it.                    */
     int prefetch_depth;          /* stage 3: groups gathered ahead; 0 = 1, negative = none      */
     size_t persist_numel;        /* stage 3: groups with fewer used elements stay whole on
                                     every rank (DeepSpeed's param_persistence_threshold);
@@ -1341,7 +1350,7 @@ typedef struct zero_engine_desc {
                                     Adam), NVME (files under nvme_path). Stages 1-3.            */
     zero_offload_device offload_param; /* stage 3 only: where the fp16/bf16 param shards of
                                     partitioned groups live between gathers (uploaded into
-                                    their gather slot before the all-gather). NONE, CPU, NVME.
+                                    their arena extent before the all-gather). NONE, CPU, NVME.
                                     Needs offload_optimizer != NONE (DeepSpeed's rule).         */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* 1 = host buffers through the device's pinned allocation
@@ -1443,19 +1452,21 @@ typedef enum zero_mem_tier {
     ZERO_TIER_COUNT = 3
 } zero_mem_tier;
 
-/* Stage 3 gather accounting (zeros at stages 0-2). Live numel counts gathered elements of
-   non-persistent groups held in the gather pool, whether in use or prefetched. */
+/* The arena's accounting (stages 2-3; zeros at stages 0-1): the device buffer of
+   max_live_numel elements that holds stage-3 gathered params (in use or prefetched) and
+   stage 2-3 gradient buffers, each taking its group's size. */
 typedef struct zero_gather_stats {
-    size_t limit_numel;     /* the pool: slots * slot_numel (<= max_live_numel)          */
-    size_t slot_numel;      /* largest non-persistent group                              */
-    int slots;
-    size_t live_numel;      /* gathered now                                              */
-    size_t peak_live_numel; /* most gathered at once since commit                        */
-    int live_groups;        /* non-persistent groups gathered now (in use or prefetched) */
-    uint64_t gathers;       /* all-gathers issued for non-persistent groups              */
-    uint64_t prefetches;    /* of which issued ahead of use                              */
-    uint64_t prefetch_hits; /* gathers served by a prefetch                              */
-    uint64_t evictions;     /* prefetched groups dropped unused                          */
+    size_t limit_numel;     /* the arena: max_live_numel, at most what can ever be live    */
+    size_t live_numel;      /* arena elements held now (params and gradient buffers)       */
+    size_t peak_live_numel; /* most held at once since commit (<= limit_numel)             */
+    size_t grad_live_numel; /* of live_numel: gradient buffers handed out, not yet reduced */
+    int live_groups;        /* non-persistent groups gathered now (in use or prefetched)   */
+    uint64_t gathers;       /* all-gathers issued for non-persistent groups                */
+    uint64_t prefetches;    /* of which issued ahead of use                                */
+    uint64_t prefetch_hits; /* gathers served by a prefetch (prefetches used)              */
+    uint64_t evictions;     /* prefetched groups dropped before use: for room, stale at a
+                               step, a checkpoint load or set_tensor                       */
+    uint64_t prefetch_wasted; /* prefetches issued and never used (= evictions)            */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
@@ -1481,6 +1492,28 @@ ZERODEF void zero_engine_destroy(zero_engine *e);
    window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
    prefetch_depth, align_numel, host_threads; max_live_numel after commit at stage 3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
+
+/* The default arena (max_live_numel = 0) holds the largest group's params and gradients at
+   once (plus the prefetches) when that is at most this many elements; docs/engine.md. */
+#define ZERO_ARENA_SMALL_NUMEL ((size_t)1 << 24)
+
+/* Most gradient parts a group may have (zero_engine_set_grad_parts). */
+#define ZERO_MAX_GRAD_PARTS 64
+
+/* Local, before commit: group g's gradient arrives in 'parts' separate contributions per
+   micro-step (default 1), for a weight used twice whose contributions are far apart in the
+   backward, e.g. a tied embedding (the LM head's gradient at the start of the backward, the
+   lookup's at the end). Each contribution is one zero_engine_grads (a zero-filled buffer) /
+   write / zero_engine_grads_ready, reduced on its own, so the group's gradient buffer is not
+   held between the uses. Contributions accumulate like micro-steps: the first of the step
+   stores, each later one is added with one rounding, in call order, the same at every stage
+   (so stages stay bit-identical; the sum differs in the last bits from writing both
+   contributions into one buffer). A micro-step ends when every group has made all its
+   parts ready. Costs one more reduction of the group per extra part, and at stages 0-1 the
+   accumulator separate from the gradient buffer (docs/engine.md). Errors: INVALID_STATE
+   after commit; INVALID_ARGUMENT for a negative group or parts outside 1..64 (commit: a
+   group with no tensor); OUT_OF_MEMORY. */
+ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int parts);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
    ascending order in forward). flags: 0 or ZERO_TENSOR_NO_DECAY. Tensor ids are 0, 1, ...
@@ -1527,37 +1560,45 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
 
 /* COLLECTIVE at stage 3. Makes group g's parameters available and returns a device pointer
    to its flat buffer (param dtype, group numel elements; tensor t at zero_plan_tensor's
-   offset). Stage 3: all-gathers the group into a gather-pool slot unless it is already
-   gathered or persistent, then prefetches up to prefetch_depth groups in the current
-   direction (ascending in forward; descending once gradients were requested in this
-   micro-step or when g does not exceed the previous group gathered) while slots are free.
-   Stages 0-2: the whole param buffer, no communication. Gathers are counted: each needs a
-   matching zero_engine_release(). Errors: NOT_FOUND for an unknown group; INVALID_STATE
-   before commit or when the pool is full of groups in use (release some first). */
+   offset). Stage 3: all-gathers the group into the arena (max_live_numel; it takes the
+   group's size) unless it is already gathered or persistent, making room by reducing
+   pending gradients and evicting prefetched groups not in use; then prefetches up to
+   prefetch_depth groups in the current direction (ascending in forward; descending once
+   gradients were requested in this micro-step or when g does not exceed the previous group
+   gathered) where they fit. Stages 0-2: the whole param buffer, no communication. Gathers
+   are counted: each needs a matching zero_engine_release(). Errors: NOT_FOUND for an
+   unknown group; INVALID_STATE before commit or when the arena is full of groups in use and
+   gradient buffers (the message names them and the max_live_numel that would fit). */
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params);
 
-/* Ends one use of group g's parameters. Stage 3: when the count drops to zero the slot is
-   returned to the pool (after the compute work already enqueued). Persistent groups stay.
+/* Ends one use of group g's parameters. Stage 3: when the count drops to zero its extent is
+   returned to the arena (after the compute work already enqueued). Persistent groups stay.
    Errors: NOT_FOUND; INVALID_STATE when g is not gathered (released twice). */
 ZERODEF zero_result zero_engine_release(zero_engine *e, int group);
 
 /* COLLECTIVE at stage 3 (a prefetch is an all-gather). Starts gathering group g ahead of
-   use if it is not gathered and a slot is free; does nothing otherwise (a hint, not a
+   use if it is not gathered and it fits the arena's free room; does nothing otherwise (a hint, not a
    reference: no release needed). Stages 0-2: nothing. */
 ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group);
 
-/* COLLECTIVE at stages 2-3 (when every bucket slot is taken it first reduces the ready
-   groups still pending). The buffer for this micro-step's gradients of group g (param
-   dtype, group numel elements, tensor layout as in gather), zero-filled. Stages 0-1: a
-   slice of the whole gradient buffer; stages 2-3: a slot of the bucket pool. Calling it again before
-   grads_ready returns the same buffer unchanged. Errors: NOT_FOUND; INVALID_STATE before
-   commit, when g is already ready in this micro-step, when the step's micro-steps are all
-   done, or (stages 2-3) when every bucket slot is held by groups not yet ready. */
+/* COLLECTIVE at stages 2-3, and for a group with several gradient parts (it may first
+   reduce the gradients still pending). The buffer for this micro-step's gradients of group g
+   (param dtype, group numel elements, tensor layout as in gather), zero-filled. Stages 0-1:
+   a slice of the whole gradient buffer; stages 2-3: an extent of the arena (max_live_numel),
+   made room for by reducing pending gradients and evicting prefetched groups not in use.
+   Calling it again before grads_ready returns the same buffer unchanged. A group far larger
+   than the others (an untiled embedding): ask for its gradients after releasing its params
+   where the backward allows it (a linear layer's weight gradient needs no weights), so the
+   two need not share the arena. Errors: NOT_FOUND; INVALID_STATE before commit, when g is
+   already ready in this micro-step (all its parts), when the step's micro-steps are all
+   done, or (stages 2-3) when the arena is full of gathered groups in use and gradient
+   buffers not yet ready (the message names them and the max_live_numel that would fit). */
 ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grads);
 
-/* COLLECTIVE. Group g's gradients for this micro-step are written (by work enqueued on the
-   compute queue before this call). Its reduction starts (or joins the pending bucket);
-   once every group is ready the micro-step is complete. The buffer must not be touched
+/* COLLECTIVE. Group g's gradients for this micro-step (or this part of them) are written (by
+   work enqueued on the compute queue before this call). Its reduction starts (or joins the
+   pending bucket); once every group has made all its parts ready the micro-step is
+   complete. The buffer must not be touched
    afterwards. Errors: NOT_FOUND; INVALID_STATE when zero_engine_grads(g) was not called in
    this micro-step, or g is already ready; COMM/DEVICE (engine broken). */
 ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group);
@@ -1590,8 +1631,9 @@ ZERODEF int64_t zero_engine_step_count(const zero_engine *e);
    device's (engine broken). */
 ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
 
-/* Changes the learning rate from the next step on (schedules). INVALID_ARGUMENT for a
-   negative or non-finite lr. */
+/* Changes the learning rate from the next step on (schedules). lr = 0 sets 0 (the params
+   stop moving; weight decay too): unlike zero_adam_desc.lr, where 0 means the default 1e-3.
+   INVALID_ARGUMENT for a negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
 
 /* COLLECTIVE (every rank, same count, dtype and op, at the same point of the program).
@@ -1944,7 +1986,7 @@ ZERODEF const char *zero_result_string(zero_result result)
     case ZERO_ERROR_INVALID_STATE: return "invalid state";
     case ZERO_ERROR_NOT_FOUND: return "not found";
     case ZERO_ERROR_OVERFLOW: return "size overflow";
-    case ZERO_ERROR_MISMATCH: return "ranks disagree";
+    case ZERO_ERROR_MISMATCH: return "mismatch (ranks, or a file and the engine, disagree)";
     case ZERO_ERROR_DEVICE: return "device error";
     case ZERO_ERROR_COMM: return "communication error";
     case ZERO_ERROR_TIMEOUT: return "timeout";
@@ -7099,8 +7141,9 @@ ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault
 
    Queues. Work the user enqueues on COMPUTE is handed to COMM by recording ev_c2m on
    COMPUTE and making COMM wait on it; COMM work is handed back by ev_m2c. Buffers reused by
-   COMPUTE after COMM read them (bucket slots, stage 0-1 gradient slices) wait on an event
-   recorded on COMM after the reduction that read them. */
+   COMPUTE after COMM touched them (arena extents: a gradient buffer reduced, a prefetch
+   never used; stage 0-1 gradient slices) wait on an event recorded on COMM after that work
+   (the extent's fence). */
 
 #define ZERO__ENG_MAX_ALLOCS 16
 #define ZERO__ENG_SCRATCH_BYTES 64
@@ -7110,24 +7153,33 @@ ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault
 enum { ZERO__ENG_CREATED = 0, ZERO__ENG_COMMITTED = 1, ZERO__ENG_BROKEN = 2 };
 enum { ZERO__GRADS_NONE = 0, ZERO__GRADS_HANDED = 1, ZERO__GRADS_READY = 2 };
 
+#define ZERO__ENG_NONE ((size_t)-1) /* no arena extent */
+
 typedef struct zero__eng_group {
     size_t numel, shard_numel, used_numel;
     int persistent; /* stage 3 only */
     size_t off_whole, off_shard, off_param;
-    int refs;            /* outstanding user gathers                          */
-    int slot;            /* stage 3 gather slot, -1 when not gathered         */
-    int grads_state;     /* ZERO__GRADS_*                                     */
-    int bucket;          /* stages 2-3: bucket slot of this micro-step        */
-    zero_event *ev_gathered; /* stage 3: recorded on COMM after the all-gather */
-    zero_event *ev_reduced;  /* stages 0-1: recorded on COMM after the reduction */
+    int refs;            /* outstanding user gathers                                      */
+    size_t poff;         /* stage 3: arena offset of the gathered params, or NONE         */
+    size_t goff;         /* stages 2-3: arena offset of the gradient buffer, or NONE      */
+    int grads_state;     /* ZERO__GRADS_*                                                 */
+    int parts;           /* gradient contributions per micro-step (zero_engine_set_grad_parts) */
+    int parts_ready;     /* of which made ready in this micro-step                        */
+    zero_event *ev_gathered; /* stage 3: recorded on COMM after the all-gather            */
+    zero_event *ev_reduced;  /* recorded on COMM after the reduction that read the buffer */
+    uint64_t gathered_seq, reduced_seq; /* their fence numbers (zero__eng_fence)          */
     int reduced_valid;
 } zero__eng_group;
 
-typedef struct zero__eng_slot {
-    int group;      /* -1 free */
-    zero_event *ev; /* buckets: recorded on COMM after the reduction that read the slot */
-    int ev_valid;
-} zero__eng_slot;
+/* A free extent of the arena. fence/fence_seq: the latest event recorded on COMM after COMM
+   work that touched it (an all-gather never waited for, a reduction that read a gradient
+   buffer); compute-queue work reusing the extent waits on it first. Events are recorded on
+   one in-order queue, so the latest of two covers both. */
+typedef struct zero__eng_extent {
+    size_t off, numel;
+    zero_event *fence;
+    uint64_t fence_seq;
+} zero__eng_extent;
 
 typedef struct zero__eng_allocation {
     void *ptr;
@@ -7173,18 +7225,22 @@ struct zero_engine {
     zero__eng_group *groups;
     size_t P, S, M, Mnp;
     int alias; /* the accumulator is the user gradient buffer (stages 0-1, accum 1, cd == gd) */
-    /* device buffers */
-    unsigned char *param, *grad_user, *grad_acc, *bucket, *tc, *ts, *gather, *scratch;
+    /* device buffers: bucket = the staging of reductions that need one (comm dtype),
+       arena = stage-3 gathered params and stage 2-3 gradient buffers (param dtype) */
+    unsigned char *param, *grad_user, *grad_acc, *bucket, *arena, *scratch;
     float *master, *m1, *m2;
     zero__eng_allocation allocs[ZERO__ENG_MAX_ALLOCS];
     int nallocs;
     size_t mem[ZERO_MEM_COUNT], mem_peak[ZERO_MEM_COUNT], mem_total, mem_peak_total;
-    /* stage 2-3 gradient buckets, stage 3 gather slots */
-    zero__eng_slot *bslots;
-    int nbslots, bcursor;
-    zero__eng_slot *gslots;
-    int ngslots;
-    size_t gslot_numel, bslot_numel;
+    /* the arena (stages 2-3): free extents sorted by offset, best fit */
+    size_t arena_numel, M2;
+    zero__eng_extent *afree;
+    int nfree, cap_free;
+    uint64_t fence_seq;   /* fence events recorded on COMM so far                       */
+    uint64_t compute_seq; /* the compute queue is ordered after fences up to this one   */
+    size_t bucket_piece;  /* per-rank elements of one staged reduction piece            */
+    int *parts_req;       /* before commit: zero_engine_set_grad_parts, by group         */
+    int cap_parts_req, total_parts;
     zero_gather_stats gstats;
     int last_gathered, grads_seen; /* prefetch direction within a micro-step */
     /* events */
@@ -7193,6 +7249,7 @@ struct zero_engine {
     int micro;          /* complete micro-steps in this step                 */
     int ready_in_micro; /* groups ready in the current micro-step            */
     int *pending;
+    unsigned char *pending_store; /* per pending entry: the step's first contribution (stores) */
     int npending;
     size_t pending_numel;
     /* step */
@@ -7243,6 +7300,7 @@ struct zero_engine {
     zero_event *ev_step;
     zero_step_info last_info;
     int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
+    char broken[480];      /* why the engine is ZERO__ENG_BROKEN, for every later call       */
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
 };
 
@@ -7302,8 +7360,20 @@ static zero_result zero__eng_break(zero_engine *e, zero_result r, const char *wh
 {
     char prev[400];
     zero__eng_copy_error(prev, sizeof prev);
-    if (e && e->state == ZERO__ENG_COMMITTED) e->state = ZERO__ENG_BROKEN;
+    if (e && e->state == ZERO__ENG_COMMITTED) {
+        e->state = ZERO__ENG_BROKEN;
+        snprintf(e->broken, sizeof e->broken, "a device or comm failure in %.60s: %.200s", what, prev);
+    }
     return zero__fail(r, "zero_engine: %s failed (engine broken): %.380s", what, prev);
+}
+
+/* Marks the engine broken after a failed commit and returns its error (the message kept for
+   every later call). */
+static zero_result zero__eng_commit_failed(zero_engine *e, zero_result r, const char *msg)
+{
+    e->state = ZERO__ENG_BROKEN;
+    snprintf(e->broken, sizeof e->broken, "its commit failed (%s: %.360s)", zero_result_string(r), msg);
+    return zero__fail(r, "%.480s", msg);
 }
 
 #define ZERO__ENG_TRY(e, call, what)                                                          \
@@ -7319,8 +7389,8 @@ static zero_result zero__eng_usable(const zero_engine *e, const char *fn)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: engine not committed", fn);
     if (e->state == ZERO__ENG_BROKEN)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "%s: engine broken by an earlier device or comm failure; destroy it",
-                          fn);
+                          "%s: the engine is unusable (destroy it with zero_engine_destroy and "
+                          "create a new one): %s", fn, e->broken[0] ? e->broken : "an earlier failure");
     return ZERO_OK;
 }
 
@@ -7350,6 +7420,16 @@ static zero_result zero__eng_handoff(zero_engine *e, zero_queue from, zero_queue
     zero_event *ev = from == ZERO_QUEUE_COMPUTE ? e->ev_c2m : e->ev_m2c;
     zero_result r = zero__eng_record(e, from, ev);
     if (r == ZERO_OK) r = zero__eng_wait(e, to, ev);
+    /* compute now follows every fence recorded on COMM so far */
+    if (r == ZERO_OK && from == ZERO_QUEUE_COMM && to == ZERO_QUEUE_COMPUTE) e->compute_seq = e->fence_seq;
+    return r;
+}
+
+/* Records ev on COMM as the next fence; its number goes to *seq. */
+static zero_result zero__eng_fence(zero_engine *e, zero_event *ev, uint64_t *seq)
+{
+    zero_result r = zero__eng_record(e, ZERO_QUEUE_COMM, ev);
+    if (r == ZERO_OK) *seq = ++e->fence_seq;
     return r;
 }
 
@@ -7643,7 +7723,7 @@ static void zero__eng_free_device(zero_engine *e)
 ZERODEF void zero_engine_destroy(zero_engine *e)
 {
     const zero_allocator *a;
-    int g, i;
+    int g;
     if (!e) return;
     a = &e->d.allocator;
     if (e->dev) {
@@ -7664,9 +7744,6 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
                     if (e->groups[g].ev_reduced)
                         e->dev->ops->event_destroy(e->dev, e->groups[g].ev_reduced);
                 }
-            if (e->bslots)
-                for (i = 0; i < e->nbslots; i++)
-                    if (e->bslots[i].ev) e->dev->ops->event_destroy(e->dev, e->bslots[i].ev);
             if (e->ev_c2m) e->dev->ops->event_destroy(e->dev, e->ev_c2m);
             if (e->ev_m2c) e->dev->ops->event_destroy(e->dev, e->ev_m2c);
             if (e->ev_c2o) e->dev->ops->event_destroy(e->dev, e->ev_c2o);
@@ -7676,9 +7753,10 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
         }
     }
     zero__free(a, e->groups);
-    zero__free(a, e->bslots);
-    zero__free(a, e->gslots);
+    zero__free(a, e->afree);
     zero__free(a, e->pending);
+    zero__free(a, e->pending_store);
+    zero__free(a, e->parts_req);
     zero__free(a, e->tflags);
     zero__free(a, e->shapes);
     zero_plan_destroy(e->plan);
@@ -7719,6 +7797,30 @@ ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, siz
     e->tflags[id] = flags;
     e->ntensors = id + 1;
     if (out_tensor) *out_tensor = id;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int parts)
+{
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_grad_parts: engine is NULL");
+    if (e->state != ZERO__ENG_CREATED)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_set_grad_parts: after commit");
+    if (group < 0 || parts < 1 || parts > ZERO_MAX_GRAD_PARTS)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_set_grad_parts: group %d, parts %d (group >= 0, 1..%d parts)",
+                          group, parts, ZERO_MAX_GRAD_PARTS);
+    if (group >= e->cap_parts_req) {
+        int cap = e->cap_parts_req ? e->cap_parts_req : 16, i;
+        int *np;
+        while (cap <= group) cap *= 2;
+        np = (int *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *np);
+        if (!np) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_grad_parts");
+        for (i = 0; i < cap; i++) np[i] = i < e->cap_parts_req ? e->parts_req[i] : 1;
+        zero__free(&e->d.allocator, e->parts_req);
+        e->parts_req = np;
+        e->cap_parts_req = cap;
+    }
+    e->parts_req[group] = parts;
     return ZERO_OK;
 }
 
@@ -7779,6 +7881,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
     for (t = 0; t < e->ntensors; t++) h = zero__eng_mix(h, (uint64_t)e->tflags[t]);
+    for (t = 0; t < e->G; t++) h = zero__eng_mix(h, (uint64_t)e->groups[t].parts);
     return h;
 }
 
@@ -7813,8 +7916,63 @@ typedef struct zero__eng_sizes {
 
 enum {
     ZERO__B_SCRATCH = 0, ZERO__B_PARAM, ZERO__B_GRAD_USER, ZERO__B_GRAD_ACC, ZERO__B_MASTER,
-    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_TC, ZERO__B_TS, ZERO__B_GATHER, ZERO__B_N
+    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_ARENA, ZERO__B_N
 };
+
+/* The first tensor of group g, for messages. */
+static const char *zero__eng_group_name(const zero_engine *e, int g)
+{
+    zero_group_info gi;
+    zero_tensor_info ti;
+    memset(&gi, 0, sizeof gi);
+    memset(&ti, 0, sizeof ti);
+    if (zero_plan_group(e->plan, g, &gi) != ZERO_OK || gi.num_tensors < 1 ||
+        zero_plan_tensor(e->plan, gi.tensors[0], &ti) != ZERO_OK || !ti.name)
+        return "?";
+    return ti.name;
+}
+
+/* The arena (stages 2-3): max_live_numel elements of the param dtype, where each gathered
+   group (stage 3) and each gradient buffer takes its own size. Default: the largest group
+   beside (2 + prefetch depth) groups of the second-largest size (stage 2: 2), i.e. a
+   layer's params, its gradients and its prefetches next to the largest group (a held
+   gradient or gathered params); and at least the largest group's params and gradients at
+   once plus the prefetches when that is at most ZERO_ARENA_SMALL_NUMEL elements, so small
+   models run any call pattern at the defaults. Clamped to what can ever be live at once:
+   every group's gradients (P) and, at stage 3, every non-persistent group's params. */
+static zero_result zero__eng_arena_size(zero_engine *e)
+{
+    size_t live = e->d.max_live_numel, all = e->P, np = 0, dflt, both;
+    int g, big = 0;
+    for (g = e->G - 1; g >= 0; g--) {
+        if (e->stage == 3 && !e->groups[g].persistent) np += e->groups[g].numel;
+        if (e->groups[g].numel == e->M) big = g; /* the first largest group */
+    }
+    if (zero__add_size(all, np, &all) != 0) all = (size_t)-1;
+    if (live == 0) {
+        size_t d = e->stage == 3 ? (size_t)e->depth : 0;
+        if (zero__mul_size(e->M2, 2 + d, &dflt) != 0 || zero__add_size(dflt, e->M, &dflt) != 0)
+            return zero__fail(ZERO_ERROR_OVERFLOW,
+                              "zero_engine_commit: the default max_live_numel, the largest group "
+                              "(%zu elements) + %zu x the second largest (%zu), overflows size_t",
+                              e->M, (size_t)(2 + d), e->M2);
+        if (zero__mul_size(e->M2, d, &both) == 0 && zero__add_size(both, 2 * e->M, &both) == 0 &&
+            e->M <= (size_t)-1 / 2 && both <= ZERO_ARENA_SMALL_NUMEL && both > dflt)
+            dflt = both;
+        live = dflt;
+        e->d.max_live_numel = live;
+    }
+    if (e->M > live)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_commit: group %d ('%.120s', %zu elements) does not fit the "
+                          "arena: max_live_numel = %zu; set max_live_numel >= %zu (the group's "
+                          "gathered params or its gradient buffer; both at once: %zu), or register "
+                          "the tensor in tiles (zero_engine_add_tiled_tensor)",
+                          big, zero__eng_group_name(e, big), e->M, live, e->M,
+                          e->M <= (size_t)-1 / 2 ? 2 * e->M : e->M);
+    e->arena_numel = live < all ? live : all;
+    return ZERO_OK;
+}
 
 /* Fills the group table and the sizes from the committed plan. */
 static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
@@ -7822,15 +7980,25 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     int g, G = zero_plan_num_groups(e->plan);
     size_t ow = 0, os = 0, op = 0, ohp = 0, pparam = 0, Ms;
     const zero_allocator *a = &e->d.allocator;
-    int ovf = 0;
+    int ovf = 0, multi = 0;
     e->G = G;
     e->groups = (zero__eng_group *)zero__alloc(a, (size_t)G * sizeof *e->groups);
     /* cleared at once: destroy reads the event pointers of every group whatever fails next */
     if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
-    if (!e->groups || !e->pending)
+    e->pending_store = (unsigned char *)zero__alloc(a, (size_t)G);
+    e->cap_free = 2 * G + 2; /* live extents <= 2 G, so free ones <= 2 G + 1 */
+    e->afree = (zero__eng_extent *)zero__alloc(a, (size_t)e->cap_free * sizeof *e->afree);
+    if (!e->groups || !e->pending || !e->pending_store || !e->afree)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
-    e->M = e->Mnp = 0;
+    for (g = e->G; g < e->cap_parts_req; g++)
+        if (e->parts_req[g] != 1)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_commit: zero_engine_set_grad_parts on group %d, which "
+                              "has no tensor (groups 0..%d)",
+                              g, G - 1);
+    e->M = e->Mnp = e->M2 = 0;
+    e->total_parts = 0;
     for (g = 0; g < G; g++) {
         zero_group_info gi;
         zero__eng_group *eg = &e->groups[g];
@@ -7845,8 +8013,10 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         eg->off_whole = ow;
         eg->off_shard = os;
         eg->off_param = op;
-        eg->slot = -1;
-        eg->bucket = -1;
+        eg->poff = eg->goff = ZERO__ENG_NONE;
+        eg->parts = g < e->cap_parts_req ? e->parts_req[g] : 1;
+        multi |= eg->parts > 1;
+        e->total_parts += eg->parts;
         ovf |= zero__add_size(ow, gi.numel, &ow);
         ovf |= zero__add_size(os, gi.shard_numel, &os);
         pparam = (e->stage == 3 && !eg->persistent) ? gi.shard_numel : gi.numel;
@@ -7856,13 +8026,21 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
             pparam = 0;
         }
         ovf |= zero__add_size(op, pparam, &op);
-        if (gi.numel > e->M) e->M = gi.numel;
+        if (gi.numel > e->M) {
+            e->M2 = e->M;
+            e->M = gi.numel;
+        } else if (gi.numel > e->M2) {
+            e->M2 = gi.numel;
+        }
         if (!eg->persistent && gi.numel > e->Mnp) e->Mnp = gi.numel;
     }
+    if (G == 1) e->M2 = e->M; /* one group: its own gradient beside its params */
     e->P = ow;
     e->S = os;
     Ms = e->M / (size_t)e->world;
-    e->alias = e->stage <= 1 && e->accum == 1 && e->cd == e->gd;
+    /* the user's gradient buffer holds the reduced values (in place) only when no later
+       contribution of the step is zero-filled into it: one micro-step, one part */
+    e->alias = e->stage <= 1 && e->accum == 1 && e->cd == e->gd && !multi;
     memset(sz, 0, sizeof *sz);
     sz->n = ZERO__B_N;
     sz->cat[ZERO__B_SCRATCH] = ZERO_MEM_SCRATCH;
@@ -7881,80 +8059,54 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (e->oopt) sz->bytes[ZERO__B_MASTER] = 0; /* in the host tier: zero__eng_offload_alloc */
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
     e->hparam_numel = ohp;
-    sz->cat[ZERO__B_BUCKET] = sz->cat[ZERO__B_TC] = sz->cat[ZERO__B_TS] = ZERO_MEM_BUCKET;
-    if (e->stage >= 2) {
-        /* ceil(max(B, 2M) / M) slots, computed without overflow (B may be SIZE_MAX: "one
-           bucket for everything"), capped at max(G, 2): each group holds at most one slot
-           per micro-step, so more slots could never be used. */
-        size_t want = e->d.reduce_bucket_numel, slots, cap = G > 2 ? (size_t)G : 2;
-        slots = want / e->M + (want % e->M != 0);
-        if (slots < 2) slots = 2;
-        if (slots > cap) slots = cap;
-        e->bslot_numel = e->M;
-        e->nbslots = (int)slots;
-        ovf |= zero__mul_size(slots, e->M, &want);
-        ovf |= zero__mul_size(want, e->p, &sz->bytes[ZERO__B_BUCKET]);
+    /* The bucket stages the reductions whose comm dtype differs from the param dtype: a
+       group goes through it in pieces of N x b elements (b per rank), b from
+       reduce_bucket_numel (0: the second-largest group; SIZE_MAX: the largest), at most the
+       largest shard. Reductions in the param dtype read the gradient buffer directly. */
+    sz->cat[ZERO__B_BUCKET] = ZERO_MEM_BUCKET;
+    {
+        size_t R = e->d.reduce_bucket_numel, b;
+        if (R == 0) R = e->M2;
+        else if (R == (size_t)-1) R = e->M;
+        b = R / (size_t)e->world;
+        if (b > Ms) b = Ms;
+        if (b < 1) b = 1;
+        e->bucket_piece = b;
+        if (e->cd != e->gd) {
+            size_t n = 0;
+            ovf |= zero__mul_size(b, (size_t)e->world, &n);
+            ovf |= zero__mul_size(n, e->c, &sz->bytes[ZERO__B_BUCKET]);
+        }
     }
-    if (e->cd != e->gd) ovf |= zero__mul_size(e->M, e->c, &sz->bytes[ZERO__B_TC]);
-    if (e->stage >= 1 && e->accum > 1) ovf |= zero__mul_size(Ms, e->c, &sz->bytes[ZERO__B_TS]);
-    sz->cat[ZERO__B_GATHER] = ZERO_MEM_GATHER;
-    if (e->stage == 3 && e->Mnp > 0) {
-        size_t live = e->d.max_live_numel;
-        if (live == 0) {
-            /* checked: a group of SIZE_MAX / 3 elements or more has no default pool */
-            if (zero__mul_size(e->Mnp, (size_t)(2 + e->depth), &live) != 0)
-                return zero__fail(ZERO_ERROR_OVERFLOW,
-                                  "zero_engine_commit: the default max_live_numel, (2 + prefetch "
-                                  "depth %d) x largest stage-3 group (%zu elements), overflows "
-                                  "size_t",
-                                  e->depth, e->Mnp);
-            e->d.max_live_numel = live;
-        }
-        if (e->Mnp > live)
-            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
-                              "zero_engine_commit: a stage-3 group of %zu elements exceeds "
-                              "max_live_numel = %zu",
-                              e->Mnp, live);
-        e->gslot_numel = e->Mnp;
-        {   /* clamp in size_t first: max_live_numel may be SIZE_MAX ("no limit") */
-            size_t slots = live / e->Mnp;
-            if (slots > (size_t)G) slots = (size_t)G;
-            e->ngslots = (int)slots;
-            ovf |= zero__mul_size(slots, e->Mnp, &live);
-            ovf |= zero__mul_size(live, e->p, &sz->bytes[ZERO__B_GATHER]);
-        }
+    /* counted as GATHER at stage 3; at stage 2 it holds gradient buffers only: BUCKET */
+    sz->cat[ZERO__B_ARENA] = e->stage == 3 ? ZERO_MEM_GATHER : ZERO_MEM_BUCKET;
+    if (e->stage >= 2) {
+        zero_result r = zero__eng_arena_size(e);
+        if (r != ZERO_OK) return r;
+        ovf |= zero__mul_size(e->arena_numel, e->p, &sz->bytes[ZERO__B_ARENA]);
     }
     if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: sizes overflow size_t");
+    if (e->stage >= 2) {
+        e->afree[0].off = 0;
+        e->afree[0].numel = e->arena_numel;
+        e->afree[0].fence = NULL;
+        e->afree[0].fence_seq = 0;
+        e->nfree = 1;
+    }
     return ZERO_OK;
 }
 
 static zero_result zero__eng_make_events(zero_engine *e)
 {
-    const zero_allocator *a = &e->d.allocator;
     zero_device *dev = e->dev;
-    int g, i;
+    int g;
     zero_result r = ZERO_OK;
-    if (e->nbslots > 0) {
-        e->bslots = (zero__eng_slot *)zero__alloc(a, (size_t)e->nbslots * sizeof *e->bslots);
-        if (!e->bslots) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit");
-        memset(e->bslots, 0, (size_t)e->nbslots * sizeof *e->bslots);
-        for (i = 0; i < e->nbslots; i++) e->bslots[i].group = -1;
-    }
-    if (e->ngslots > 0) {
-        e->gslots = (zero__eng_slot *)zero__alloc(a, (size_t)e->ngslots * sizeof *e->gslots);
-        if (!e->gslots) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit");
-        memset(e->gslots, 0, (size_t)e->ngslots * sizeof *e->gslots);
-        for (i = 0; i < e->ngslots; i++) e->gslots[i].group = -1;
-    }
     if (!dev->ops->event_create) return ZERO_OK;
     for (g = 0; g < e->G && r == ZERO_OK; g++) {
         if (e->stage == 3 && !e->groups[g].persistent)
             r = dev->ops->event_create(dev, &e->groups[g].ev_gathered);
-        if (r == ZERO_OK && e->stage <= 1)
-            r = dev->ops->event_create(dev, &e->groups[g].ev_reduced);
+        if (r == ZERO_OK) r = dev->ops->event_create(dev, &e->groups[g].ev_reduced);
     }
-    for (i = 0; i < e->nbslots && r == ZERO_OK; i++)
-        r = dev->ops->event_create(dev, &e->bslots[i].ev);
     return r;
 }
 
@@ -8144,7 +8296,7 @@ static zero_result zero__eng_handoff_ev(zero_engine *e, zero_queue from, zero_qu
 }
 
 /* Stage 3 with offload_param: uploads this rank's offloaded shard of group g into its place
-   in the gather slot dst (on OFFLOAD, after the slot's earlier users on COMPUTE and COMM),
+   in its arena extent dst (on OFFLOAD, after the extent's earlier users on COMPUTE and COMM),
    and orders COMM after it; the all-gather then runs in place. */
 static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned char *dst)
 {
@@ -8269,7 +8421,10 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
                   "step: download");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (v[0] == 0.0) return ZERO_OK;
-    if (e->state == ZERO__ENG_COMMITTED) e->state = ZERO__ENG_BROKEN;
+    if (e->state == ZERO__ENG_COMMITTED) {
+        e->state = ZERO__ENG_BROKEN;
+        snprintf(e->broken, sizeof e->broken, "the NVMe tier failed in %.60s", what);
+    }
     if (io_r != ZERO_OK)
         return zero__fail(io_r, "%s: NVMe tier failed (engine broken): %.400s", what, io_err);
     return zero__fail((zero_result)(int)(-v[0]),
@@ -8625,6 +8780,137 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
              failed, fail_cat, need, cap, avail, fits);
 }
 
+/* A control all-reduce of n (<= 8) doubles through the engine's scratch (the commit's
+   mismatch search, the checkpoint's agreement). */
+static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zero_op op,
+                                           zero_comm_role role, const char *what)
+{
+    zero_device *dev = e->dev;
+    char w[96];
+    snprintf(w, sizeof w, "%s: control all_reduce", what);
+    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u), w);
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), w);
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1,
+                                          -1, role), w);
+    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), w);
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u), w);
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), w);
+    return ZERO_OK;
+}
+
+/* The commit check's items, in order: the settings zero__eng_hash covers, each registered
+   tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
+   value as a number (for the range across ranks) and a description for the message. */
+enum { ZERO__ENG_NSETTINGS = 25 };
+static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
+{
+    const zero_engine_desc *d = &e->d;
+    if (i < ZERO__ENG_NSETTINGS) {
+        static const char *const names[ZERO__ENG_NSETTINGS] = {
+            "stage", "param_dtype", "grad_comm_dtype", "accum_steps", "reduce_bucket_numel",
+            "max_live_numel", "prefetch_depth", "persist_numel", "clip_norm", "adam.mode",
+            "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
+            "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
+            "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
+            "offload_optimizer", "offload_param"};
+        double v[ZERO__ENG_NSETTINGS];
+        v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
+        v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
+        v[5] = (double)d->max_live_numel; v[6] = d->prefetch_depth;
+        v[7] = (double)d->persist_numel; v[8] = d->clip_norm; v[9] = e->adam.mode;
+        v[10] = e->adam.lr; v[11] = e->adam.beta1; v[12] = e->adam.beta2; v[13] = e->adam.eps;
+        v[14] = e->adam.weight_decay; v[15] = e->scaler.scale; v[16] = e->scaler.dynamic;
+        v[17] = e->scaler.factor; v[18] = e->scaler.min_scale; v[19] = e->scaler.window;
+        v[20] = e->scaler.hysteresis; v[21] = e->scaler.error_at_min;
+        v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
+        *value = v[i];
+        snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
+        return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
+    }
+    i -= ZERO__ENG_NSETTINGS;
+    if (i < e->ntensors) {
+        zero_tensor_info ti;
+        uint64_t h = zero__eng_mix(0x7465ull, (uint64_t)i);
+        int k, nd = i < e->cap_shapes ? e->shapes[i].ndim : 0;
+        size_t len, at;
+        memset(&ti, 0, sizeof ti);
+        zero_plan_tensor(e->plan, i, &ti);
+        len = ti.name ? strlen(ti.name) : 0;
+        h = zero__fnv1a(h, ti.name ? ti.name : "", len);
+        h = zero__eng_mix(h, (uint64_t)ti.numel);
+        h = zero__eng_mix(h, (uint64_t)ti.group);
+        h = zero__eng_mix(h, (uint64_t)e->tflags[i]);
+        h = zero__eng_mix(h, (uint64_t)nd);
+        at = (size_t)snprintf(what, n, "tensor %d '%.64s' (numel %zu, group %d, flags %u%s", i,
+                              ti.name ? ti.name : "", ti.numel, ti.group, e->tflags[i],
+                              nd ? ", shape [" : "");
+        for (k = 0; k < nd; k++) {
+            h = zero__eng_mix(h, e->shapes[i].dims[k]);
+            if (at < n)
+                at += (size_t)snprintf(what + at, n - at, "%s%llu", k ? ", " : "",
+                                       (unsigned long long)e->shapes[i].dims[k]);
+        }
+        if (at < n) snprintf(what + at, n - at, "%s)", nd ? "]" : "");
+        *value = (double)ti.numel;
+        return h;
+    }
+    *value = -1.0; /* past this rank's tensors */
+    snprintf(what, n, "no tensor %d (it registered %d tensors)", i, e->ntensors);
+    return zero__eng_mix(0x6e74ull, (uint64_t)i);
+}
+
+/* After the commit's hash check failed on every rank (and no rank's plan failed): finds the
+   first item (setting or tensor) whose digest differs between ranks by a binary search over
+   prefix digests (log2 of the item count control all-reduces of 4 doubles), then the range
+   of its value across ranks, and writes the mismatch message naming it and this rank's
+   value into msg. Collective; returns a comm failure, else OK. */
+static zero_result zero__eng_find_mismatch(zero_engine *e, char *msg, size_t n)
+{
+    double v[4], val;
+    char what[200];
+    int lo = 0, hi, i;
+    zero_result r;
+    v[0] = ZERO__ENG_NSETTINGS + e->ntensors + 1; /* the items of the longest rank */
+    if ((r = zero__eng_ctl_allreduce(e, v, 1, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+        return r;
+    hi = (int)v[0];
+    /* invariant: the digests of items [0, lo) agree on every rank, those of [0, hi) do not */
+    for (i = 0; hi - lo > 1 || i == 0; i++) {
+        int mid = i == 0 ? hi : lo + (hi - lo) / 2, k, same;
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (k = 0; k < mid; k++) h = zero__eng_mix(h, zero__eng_item(e, k, &val, what, 0));
+        v[0] = (double)(h >> 32);
+        v[1] = (double)(h & 0xffffffffu);
+        v[2] = -v[0];
+        v[3] = -v[1];
+        if ((r = zero__eng_ctl_allreduce(e, v, 4, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+            return r;
+        same = v[0] == -v[2] && v[1] == -v[3];
+        if (i == 0 && same) { /* outside the items (the plan's layout): nothing to name */
+            snprintf(msg, n, "zero_engine_commit: ranks registered different tensors or settings");
+            return ZERO_OK;
+        }
+        if (i > 0 && same) lo = mid;
+        else hi = mid;
+    }
+    (void)zero__eng_item(e, lo, &val, what, sizeof what);
+    if (lo >= ZERO__ENG_NSETTINGS) { /* a tensor: each rank names its own */
+        snprintf(msg, n, "zero_engine_commit: ranks registered different tensors: the first "
+                 "difference is at tensor %d (registration order): rank %d has %s; every rank "
+                 "must add the same tensors in the same order", lo - ZERO__ENG_NSETTINGS,
+                 e->rank, what);
+        return ZERO_OK;
+    }
+    v[0] = val;
+    v[1] = -val;
+    if ((r = zero__eng_ctl_allreduce(e, v, 2, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
+        return r;
+    snprintf(msg, n, "zero_engine_commit: ranks gave different settings: the first difference "
+             "is the %s on rank %d; across ranks it ranges over [%.17g, %.17g]; every rank "
+             "must use the same descriptor", what, e->rank, -v[1], v[0]);
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_commit(zero_engine *e)
 {
     zero__eng_sizes sz;
@@ -8636,8 +8922,13 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     uint64_t h;
     double hv[5];
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_commit: engine is NULL");
+    if (e->state == ZERO__ENG_BROKEN)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: a commit cannot be "
+                          "retried (destroy the engine and create a new one): %s",
+                          e->broken[0] ? e->broken : "an earlier failure");
     if (e->state != ZERO__ENG_CREATED)
-        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: already committed");
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: already committed (once, "
+                          "after the last add_tensor)");
     /* From here on a failure leaves the engine broken (destroy only). */
     e->state = ZERO__ENG_COMMITTED;
     memset(ptrs, 0, sizeof ptrs);
@@ -8744,32 +9035,25 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, hv, e->scratch + 24, sizeof hv),
                   "zero_engine_commit: download");
     ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "zero_engine_commit: sync");
-    if (plan_r != ZERO_OK) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(plan_r, "%.400s", plan_err);
-    }
+    if (plan_r != ZERO_OK) return zero__eng_commit_failed(e, plan_r, plan_err);
     if (hv[0] != -hv[2] || hv[1] != -hv[3]) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(ZERO_ERROR_MISMATCH,
-                          "zero_engine_commit: ranks registered different tensors or settings "
-                          "(rank %d plan hash %016llx; hashes across ranks range over "
-                          "[%08llx%08llx, %08llx%08llx])",
-                          e->rank, (unsigned long long)h,
-                          hv[2] <= 0.0 ? (unsigned long long)(-hv[2]) : 0ull,
-                          hv[3] <= 0.0 ? (unsigned long long)(-hv[3]) : 0ull,
-                          (unsigned long long)(hv[0] >= 0.0 ? hv[0] : 0.0),
-                          (unsigned long long)(hv[1] >= 0.0 ? hv[1] : 0.0));
+        char mm[600];
+        snprintf(mm, sizeof mm, "zero_engine_commit: ranks registered different tensors or settings "
+                 "(rank %d plan hash %016llx; a rank's plan failed)", e->rank, (unsigned long long)h);
+        if (hv[2] <= 0.0) { /* every plan committed: name the first difference (collective) */
+            r = zero__eng_find_mismatch(e, mm, sizeof mm);
+            if (r != ZERO_OK) return r;
+        }
+        return zero__eng_commit_failed(e, ZERO_ERROR_MISMATCH, mm);
     }
-    if (alloc_r != ZERO_OK) {
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(alloc_r, "%.480s", alloc_err);
-    }
+    if (alloc_r != ZERO_OK) return zero__eng_commit_failed(e, alloc_r, alloc_err);
     if (hv[4] != 0.0) {
         zero_result peer = (zero_result)(int)(-hv[4]);
-        e->state = ZERO__ENG_BROKEN;
-        return zero__fail(peer, "zero_engine_commit: another rank failed to allocate its "
+        char pm[200];
+        snprintf(pm, sizeof pm, "zero_engine_commit: another rank failed to allocate its "
                                 "buffers (%s); every rank's commit fails",
-                          zero_result_string(peer));
+                 zero_result_string(peer));
+        return zero__eng_commit_failed(e, peer, pm);
     }
     e->param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
@@ -8780,17 +9064,13 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
         e->m2 = (float *)ptrs[ZERO__B_M2];
     }
     e->bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
-    e->tc = (unsigned char *)ptrs[ZERO__B_TC];
-    e->ts = (unsigned char *)ptrs[ZERO__B_TS];
-    e->gather = (unsigned char *)ptrs[ZERO__B_GATHER];
+    e->arena = (unsigned char *)ptrs[ZERO__B_ARENA];
     for (i = 0; i < e->nallocs; i++)
         ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, e->allocs[i].ptr,
                                                 e->allocs[i].bytes),
                       "zero_engine_commit: fill");
     ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "zero_engine_commit: sync");
-    e->gstats.slots = e->ngslots;
-    e->gstats.slot_numel = e->gslot_numel;
-    e->gstats.limit_numel = (size_t)e->ngslots * e->gslot_numel;
+    e->gstats.limit_numel = e->arena_numel;
     /* The hash check counts in the total only. */
     memset(&e->traffic_cur, 0, sizeof e->traffic_cur);
     return ZERO_OK;
@@ -8804,8 +9084,8 @@ static unsigned char *zero__eng_param_whole(const zero_engine *e, int g)
     const zero__eng_group *eg = &e->groups[g];
     if (e->stage < 3) return e->param + eg->off_whole * e->p;
     if (eg->persistent) return e->param + eg->off_param * e->p;
-    if (eg->slot < 0) return NULL;
-    return e->gather + (size_t)eg->slot * e->gslot_numel * e->p;
+    if (eg->poff == ZERO__ENG_NONE) return NULL;
+    return e->arena + eg->poff * e->p;
 }
 
 /* Where this rank's updated param shard of group g is written by the step. */
@@ -8823,8 +9103,8 @@ static unsigned char *zero__eng_grad_user(const zero_engine *e, int g)
 {
     const zero__eng_group *eg = &e->groups[g];
     if (e->stage <= 1) return e->grad_user + eg->off_whole * e->p;
-    if (eg->bucket < 0) return NULL;
-    return e->bucket + (size_t)eg->bucket * e->bslot_numel * e->p;
+    if (eg->goff == ZERO__ENG_NONE) return NULL;
+    return e->arena + eg->goff * e->p;
 }
 
 /* The accumulated gradient (comm dtype) of group g: stage 0 the whole group, else the
@@ -8845,78 +9125,270 @@ static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g)
     return a;
 }
 
+/* ---- the arena ------------------------------------------------------------------------------ */
+/* Stage-3 gathered params and stage 2-3 gradient buffers share one device buffer of
+   max_live_numel elements; each takes its own size (best fit among the free extents, the
+   lowest such). Decisions follow the call sequence alone, so every rank places alike. */
+
+/* The free extent a request of n elements takes, or -1: the smallest that fits (the lowest
+   of equals). Compute-queue users (gradient buffers) prefer an extent without a pending
+   fence, so a buffer still being reduced on COMM is reused last. */
+static int zero__eng_arena_find(const zero_engine *e, size_t n, int for_compute)
+{
+    int i, best = -1, pass;
+    for (pass = 0; pass < 2 && best < 0; pass++)
+        for (i = 0; i < e->nfree; i++) {
+            const zero__eng_extent *x = &e->afree[i];
+            if (x->numel < n) continue;
+            if (pass == 0 && for_compute && x->fence_seq > e->compute_seq) continue;
+            if (best < 0 || x->numel < e->afree[best].numel) best = i;
+        }
+    return best;
+}
+
+/* Takes n elements at the start of free extent i. Compute-queue users wait for its fence. */
+static zero_result zero__eng_arena_take(zero_engine *e, int i, size_t n, int for_compute, size_t *off)
+{
+    zero__eng_extent *x = &e->afree[i];
+    zero_result r = ZERO_OK;
+    *off = x->off;
+    if (for_compute && x->fence_seq > e->compute_seq) {
+        r = zero__eng_wait(e, ZERO_QUEUE_COMPUTE, x->fence);
+        if (r != ZERO_OK) return r;
+        e->compute_seq = x->fence_seq;
+    }
+    x->off += n;
+    x->numel -= n;
+    if (x->numel == 0) {
+        memmove(x, x + 1, (size_t)(e->nfree - i - 1) * sizeof *x);
+        e->nfree--;
+    }
+    e->gstats.live_numel += n;
+    if (e->gstats.live_numel > e->gstats.peak_live_numel)
+        e->gstats.peak_live_numel = e->gstats.live_numel;
+    return r;
+}
+
+/* Returns [off, off + n) to the free extents, merging neighbours; fence/seq: the event on
+   COMM after the last COMM work on it (the latest of merged fences is kept). */
+static void zero__eng_arena_give(zero_engine *e, size_t off, size_t n, zero_event *fence, uint64_t seq)
+{
+    int i = 0, j;
+    zero__eng_extent *x;
+    while (i < e->nfree && e->afree[i].off < off) i++;
+    if (i > 0 && e->afree[i - 1].off + e->afree[i - 1].numel == off) { /* grow the left one */
+        x = &e->afree[i - 1];
+        x->numel += n;
+    } else {
+        memmove(&e->afree[i + 1], &e->afree[i], (size_t)(e->nfree - i) * sizeof *e->afree);
+        e->nfree++;
+        x = &e->afree[i];
+        x->off = off;
+        x->numel = n;
+        x->fence = NULL;
+        x->fence_seq = 0;
+        i++;
+    }
+    if (seq > x->fence_seq) {
+        x->fence = fence;
+        x->fence_seq = seq;
+    }
+    j = (int)(x - e->afree) + 1; /* absorb the right neighbour */
+    if (j < e->nfree && x->off + x->numel == e->afree[j].off) {
+        x->numel += e->afree[j].numel;
+        if (e->afree[j].fence_seq > x->fence_seq) {
+            x->fence = e->afree[j].fence;
+            x->fence_seq = e->afree[j].fence_seq;
+        }
+        memmove(&e->afree[j], &e->afree[j + 1], (size_t)(e->nfree - j - 1) * sizeof *e->afree);
+        e->nfree--;
+    }
+    e->gstats.live_numel -= n;
+}
+
+/* Drops gathered group g's params from the arena (a release, an eviction, a stale copy). */
+static void zero__eng_drop_params(zero_engine *e, int g)
+{
+    zero__eng_group *eg = &e->groups[g];
+    if (eg->poff == ZERO__ENG_NONE) return;
+    zero__eng_arena_give(e, eg->poff, eg->numel, eg->ev_gathered, eg->gathered_seq);
+    eg->poff = ZERO__ENG_NONE;
+    e->gstats.live_groups--;
+}
+
+/* Drops every prefetched group nobody uses (their values are about to go stale): wasted. */
+static void zero__eng_drop_prefetched(zero_engine *e)
+{
+    int g;
+    if (e->stage != 3) return;
+    for (g = 0; g < e->G; g++)
+        if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
+            zero__eng_drop_params(e, g);
+            e->gstats.evictions++;
+            e->gstats.prefetch_wasted++;
+        }
+}
+
+static zero_result zero__eng_flush(zero_engine *e);
+
+/* Evicts the prefetched, unused group farthest from 'near' (in group order). 0 if none. */
+static int zero__eng_evict_one(zero_engine *e, int near)
+{
+    int g, best = -1, bestd = -1;
+    for (g = 0; g < e->G; g++)
+        if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
+            int dd = g > near ? g - near : near - g;
+            if (dd > bestd) bestd = dd, best = g;
+        }
+    if (best < 0) return 0;
+    zero__eng_drop_params(e, best);
+    e->gstats.evictions++;
+    e->gstats.prefetch_wasted++;
+    return 1;
+}
+
+/* Room for n elements for group g: the free extents, then pending reductions flushed (their
+   gradient buffers return), then prefetched groups evicted. -1 when nothing helps. */
+static zero_result zero__eng_arena_room(zero_engine *e, int g, size_t n, int for_compute, int *out)
+{
+    int i = zero__eng_arena_find(e, n, for_compute);
+    if (i < 0 && e->npending > 0) {
+        zero_result r = zero__eng_flush(e);
+        if (r != ZERO_OK) return r;
+        i = zero__eng_arena_find(e, n, for_compute);
+    }
+    while (i < 0 && zero__eng_evict_one(e, g)) i = zero__eng_arena_find(e, n, for_compute);
+    *out = i;
+    return ZERO_OK;
+}
+
+/* The message of a full arena: what holds it and the setting that would fit. */
+static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, int g, size_t n,
+                                        const char *what)
+{
+    size_t held = e->gstats.live_numel, want, largest = 0;
+    int i, np = 0, ng = 0;
+    for (i = 0; i < e->nfree; i++)
+        if (e->afree[i].numel > largest) largest = e->afree[i].numel;
+    for (i = 0; i < e->G; i++) {
+        np += e->groups[i].poff != ZERO__ENG_NONE;
+        ng += e->groups[i].goff != ZERO__ENG_NONE;
+    }
+    want = held + n < held ? (size_t)-1 : held + n;
+    return zero__fail(ZERO_ERROR_INVALID_STATE,
+                      "%s: group %d ('%.100s'): no room for its %s (%zu elements) in the arena "
+                      "(max_live_numel = %zu): %zu elements held by %d gathered group(s) and %d "
+                      "gradient buffer(s), the largest free extent %zu; release groups or make "
+                      "them ready first, or set max_live_numel >= %zu",
+                      fn, g, zero__eng_group_name(e, g), what, n, e->arena_numel, held, np, ng,
+                      largest, want);
+}
+
 /* ---- gradients ----------------------------------------------------------------------------- */
 
-/* Reduces group g's gradients of micro-step k (on COMM, after the hand-off). fused: only the
-   collective, the caller runs zero__eng_reduce_post after the group call. */
-static zero_result zero__eng_reduce_one(zero_engine *e, int g, int k, int collective_only)
+/* Reduces group g's gradients through the bucket, in pieces (the comm dtype differs from
+   the param dtype): each piece cast into the bucket, reduced (all-reduce at stage 0,
+   reduce-scatter of b elements per rank at stages 1-3) into the accumulator when 'store',
+   else in place and added. Every element meets the same sums as in one piece. */
+static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
 {
     zero__eng_group *eg = &e->groups[g];
     zero_device *dev = e->dev;
-    unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g);
-    zero_result r;
-    if (e->cd != e->gd) {
-        r = dev->ops->cast(dev, ZERO_QUEUE_COMM, e->tc, e->cd, src, e->gd, eg->numel);
-        if (r != ZERO_OK) return r;
-        src = e->tc;
-    }
+    const unsigned char *src = zero__eng_grad_user(e, g);
+    unsigned char *acc = zero__eng_grad_acc(e, g), *bk = e->bucket;
+    size_t N = (size_t)e->world, b = e->bucket_piece, j, n, r;
+    zero_result x = ZERO_OK;
     if (e->stage == 0) {
-        if (k == 0)
-            return zero__eng_all_reduce(e, src, acc, eg->numel, e->cd, ZERO_OP_SUM, 0, g,
-                                        ZERO_ROLE_GRAD_REDUCE);
-        r = zero__eng_all_reduce(e, src, src, eg->numel, e->cd, ZERO_OP_SUM, 0, g,
-                                 ZERO_ROLE_GRAD_REDUCE);
-        if (r != ZERO_OK || collective_only) return r;
-        return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, src, e->cd, eg->numel);
+        for (j = 0; j < eg->numel && x == ZERO_OK; j += n) {
+            n = eg->numel - j < N * b ? eg->numel - j : N * b;
+            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk, e->cd, src + j * e->p, e->gd, n);
+            if (x == ZERO_OK)
+                x = zero__eng_all_reduce(e, bk, store ? acc + j * e->c : bk, n, e->cd, ZERO_OP_SUM,
+                                         0, g, ZERO_ROLE_GRAD_REDUCE);
+            if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, bk, e->cd, n);
+        }
+        return x;
     }
-    if (k == 0) return zero__eng_reduce_scatter(e, src, acc, eg->shard_numel, e->cd, g);
-    r = zero__eng_reduce_scatter(e, src, e->ts, eg->shard_numel, e->cd, g);
-    if (r != ZERO_OK) return r;
-    return dev->ops->add(dev, ZERO_QUEUE_COMM, acc, e->ts, e->cd, eg->shard_numel);
+    for (j = 0; j < eg->shard_numel && x == ZERO_OK; j += n) {
+        unsigned char *mine;
+        n = eg->shard_numel - j < b ? eg->shard_numel - j : b;
+        mine = bk + (size_t)e->rank * n * e->c;
+        for (r = 0; r < N && x == ZERO_OK; r++)
+            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk + r * n * e->c, e->cd,
+                               src + (r * eg->shard_numel + j) * e->p, e->gd, n);
+        if (x == ZERO_OK) x = zero__eng_reduce_scatter(e, bk, store ? acc + j * e->c : mine, n, e->cd, g);
+        if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, mine, e->cd, n);
+    }
+    return x;
+}
+
+/* Where the reduced values of a contribution that is added (not stored) land before the
+   add: the user's buffer itself (an in-place reduction). */
+static unsigned char *zero__eng_reduced_in_place(const zero_engine *e, int g)
+{
+    unsigned char *src = zero__eng_grad_user(e, g);
+    if (e->stage == 0) return src;
+    return src + (size_t)e->rank * e->groups[g].shard_numel * e->p;
+}
+
+/* Reduces group g's gradients of this contribution (on COMM, after the hand-off). store:
+   the step's first contribution of the group (the collective writes the accumulator); else
+   the collective runs in place in the user's buffer and the result is added (one rounding).
+   collective_only: only the collective (fused in a group call; the caller adds after). */
+static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int collective_only)
+{
+    zero__eng_group *eg = &e->groups[g];
+    unsigned char *src = zero__eng_grad_user(e, g);
+    unsigned char *acc = zero__eng_grad_acc(e, g), *dst = store ? acc : zero__eng_reduced_in_place(e, g);
+    zero_result r;
+    if (e->cd != e->gd) return zero__eng_reduce_staged(e, g, store);
+    if (e->stage == 0)
+        r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cd, ZERO_OP_SUM, 0, g, ZERO_ROLE_GRAD_REDUCE);
+    else
+        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cd, g);
+    if (r != ZERO_OK || store || collective_only) return r;
+    return e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, acc, dst, e->cd,
+                            e->stage == 0 ? eg->numel : eg->shard_numel);
 }
 
 /* Reduces every pending group, in the order they became ready. Consecutive groups whose
-   reduction is one collective on distinct buffers go into one group call. */
+   reduction is one collective on distinct buffers (comm dtype = param dtype) go into one
+   group call; the adds of contributions after the first follow it. */
 static zero_result zero__eng_flush(zero_engine *e)
 {
-    int i, k = e->micro;
-    int fuse;
+    int i, fuse;
     if (e->npending == 0) return ZERO_OK;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                   "gradient reduction: event");
-    fuse = e->npending > 1 && e->cd == e->gd && (e->stage == 0 || k == 0) &&
-           e->comm->ops->group_start != NULL;
+    fuse = e->npending > 1 && e->cd == e->gd && e->comm->ops->group_start != NULL;
     if (fuse) {
         ZERO__ENG_TRY(e, zero__eng_group_start(e), "gradient reduction: group_start");
         for (i = 0; i < e->npending; i++)
-            ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], k, 1),
+            ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 1),
                                    "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
-        if (e->stage == 0 && k > 0)
-            for (i = 0; i < e->npending; i++) {
-                int g = e->pending[i];
-                ZERO__ENG_TRY(e, e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, zero__eng_grad_acc(e, g),
-                                                  zero__eng_grad_user(e, g), e->cd,
-                                                  e->groups[g].numel),
-                              "gradient accumulation");
-            }
+        for (i = 0; i < e->npending; i++) {
+            int g = e->pending[i];
+            if (e->pending_store[i]) continue;
+            ZERO__ENG_TRY(e, e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, zero__eng_grad_acc(e, g),
+                                              zero__eng_reduced_in_place(e, g), e->cd,
+                                              e->stage == 0 ? e->groups[g].numel
+                                                            : e->groups[g].shard_numel),
+                          "gradient accumulation");
+        }
     } else {
         for (i = 0; i < e->npending; i++)
-            ZERO__ENG_TRY(e, zero__eng_reduce_one(e, e->pending[i], k, 0), "gradient reduction");
+            ZERO__ENG_TRY(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 0),
+                          "gradient reduction");
     }
     for (i = 0; i < e->npending; i++) {
         zero__eng_group *eg = &e->groups[e->pending[i]];
-        if (eg->bucket >= 0) {
-            zero__eng_slot *s = &e->bslots[eg->bucket];
-            ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, s->ev), "gradient reduction: event");
-            s->ev_valid = 1;
-            s->group = -1;
-            eg->bucket = -1;
-        } else if (eg->ev_reduced) {
-            ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, eg->ev_reduced),
-                          "gradient reduction: event");
-            eg->reduced_valid = 1;
+        ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_reduced, &eg->reduced_seq), "gradient reduction: event");
+        eg->reduced_valid = 1;
+        if (eg->goff != ZERO__ENG_NONE) { /* stages 2-3: the buffer returns to the arena */
+            zero__eng_arena_give(e, eg->goff, eg->numel, eg->ev_reduced, eg->reduced_seq);
+            eg->goff = ZERO__ENG_NONE;
+            e->gstats.grad_live_numel -= eg->numel;
         }
     }
     e->npending = 0;
@@ -8929,6 +9401,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     zero_result r = zero__eng_usable(e, "zero_engine_grads");
     zero__eng_group *eg;
     unsigned char *ptr;
+    int i;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_grads")) != ZERO_OK) return r;
     if (!out_grads)
@@ -8940,38 +9413,24 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     }
     if (eg->grads_state == ZERO__GRADS_READY)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "zero_engine_grads: group %d is already ready in this micro-step",
-                          group);
+                          "zero_engine_grads: group %d is already ready in this micro-step%s",
+                          group, eg->parts > 1 ? " (all its gradient parts)" : "");
     if (e->micro >= e->accum)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_grads: all %d micro-steps of this step are done; call "
                           "zero_engine_step()",
                           e->accum);
+    /* an earlier part of this group still waiting for its reduction reads the buffer */
+    for (i = 0; i < e->npending; i++)
+        if (e->pending[i] == group && (r = zero__eng_flush(e)) != ZERO_OK) return r;
     if (e->stage >= 2) {
-        int i, s = -1;
-        for (i = 0; i < e->nbslots && s < 0; i++) {
-            int j = (e->bcursor + i) % e->nbslots;
-            if (e->bslots[j].group < 0) s = j;
-        }
-        if (s < 0 && e->npending > 0) {
-            if ((r = zero__eng_flush(e)) != ZERO_OK) return r;
-            for (i = 0; i < e->nbslots && s < 0; i++) {
-                int j = (e->bcursor + i) % e->nbslots;
-                if (e->bslots[j].group < 0) s = j;
-            }
-        }
-        if (s < 0)
-            return zero__fail(ZERO_ERROR_INVALID_STATE,
-                              "zero_engine_grads: all %d gradient buckets are held by groups "
-                              "not yet ready (call zero_engine_grads_ready first, or raise "
-                              "reduce_bucket_numel)",
-                              e->nbslots);
-        e->bcursor = (s + 1) % e->nbslots;
-        if (e->bslots[s].ev_valid)
-            ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, e->bslots[s].ev),
-                          "zero_engine_grads: event");
-        e->bslots[s].group = group;
-        eg->bucket = s;
+        size_t off;
+        int x;
+        if ((r = zero__eng_arena_room(e, group, eg->numel, 1, &x)) != ZERO_OK) return r;
+        if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
+        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 1, &off), "zero_engine_grads: event");
+        eg->goff = off;
+        e->gstats.grad_live_numel += eg->numel;
     } else if (eg->reduced_valid) {
         ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_reduced),
                       "zero_engine_grads: event");
@@ -8999,16 +9458,21 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
                           eg->grads_state == ZERO__GRADS_READY
                               ? "is already ready in this micro-step"
                               : "has no gradient buffer (call zero_engine_grads first)");
-    eg->grads_state = ZERO__GRADS_READY;
+    e->pending_store[e->npending] = (unsigned char)(e->micro == 0 && eg->parts_ready == 0);
     e->pending[e->npending++] = group;
+    eg->parts_ready++;
+    eg->grads_state = eg->parts_ready == eg->parts ? ZERO__GRADS_READY : ZERO__GRADS_NONE;
     e->pending_numel += eg->numel;
     e->ready_in_micro++;
-    if (e->ready_in_micro == e->G || e->pending_numel >= e->d.reduce_bucket_numel)
+    if (e->ready_in_micro == e->total_parts || e->pending_numel >= e->d.reduce_bucket_numel)
         if ((r = zero__eng_flush(e)) != ZERO_OK) return r;
-    if (e->ready_in_micro == e->G) {
+    if (e->ready_in_micro == e->total_parts) {
         e->micro++;
         e->ready_in_micro = 0;
-        for (g = 0; g < e->G; g++) e->groups[g].grads_state = ZERO__GRADS_NONE;
+        for (g = 0; g < e->G; g++) {
+            e->groups[g].grads_state = ZERO__GRADS_NONE;
+            e->groups[g].parts_ready = 0;
+        }
         e->last_gathered = -1;
         e->grads_seen = 0;
     }
@@ -9017,59 +9481,41 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
 
 /* ---- stage 3 gathering ------------------------------------------------------------------- */
 
-static int zero__eng_free_gslot(const zero_engine *e)
-{
-    int i;
-    for (i = 0; i < e->ngslots; i++)
-        if (e->gslots[i].group < 0) return i;
-    return -1;
-}
-
-static void zero__eng_drop_slot(zero_engine *e, int s)
-{
-    int g = e->gslots[s].group;
-    if (g < 0) return;
-    e->groups[g].slot = -1;
-    e->gslots[s].group = -1;
-    e->gstats.live_numel -= e->groups[g].numel;
-    e->gstats.live_groups--;
-}
-
-/* All-gathers non-persistent group g into slot s (on COMM, after COMPUTE's work so far:
-   the step's updates of the shard and the uses of the slot's previous group). */
-static zero_result zero__eng_issue_gather(zero_engine *e, int g, int s)
+/* All-gathers non-persistent group g into the arena at off (on COMM, after COMPUTE's work so
+   far: the step's updates of the shard and every earlier use of the extent). */
+static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
 {
     zero__eng_group *eg = &e->groups[g];
-    unsigned char *dst = e->gather + (size_t)s * e->gslot_numel * e->p;
+    unsigned char *dst = e->arena + off * e->p;
     const unsigned char *src = e->param + eg->off_param * e->p;
-    if (e->oparam) { /* the shard comes up from the host tier into its place in the slot */
+    eg->poff = off; /* the extent is the group's from here on, even if the gather fails */
+    e->gstats.live_groups++;
+    if (e->oparam) { /* the shard comes up from the host tier into its place in the extent */
         ZERO__ENG_TRY(e, zero__eng_offload_param_in(e, g, dst), "gather: upload of the offloaded shard");
         src = dst + (size_t)e->rank * eg->shard_numel * e->p;
     }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
     ZERO__ENG_TRY(e, zero__eng_all_gather(e, src, dst, eg->shard_numel, e->gd, g, ZERO_ROLE_GATHER),
                   "gather: all_gather");
-    ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMM, eg->ev_gathered), "gather: event");
-    e->gslots[s].group = g;
-    eg->slot = s;
+    ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
     e->gstats.gathers++;
-    e->gstats.live_numel += eg->numel;
-    e->gstats.live_groups++;
-    if (e->gstats.live_numel > e->gstats.peak_live_numel)
-        e->gstats.peak_live_numel = e->gstats.live_numel;
     return ZERO_OK;
 }
 
+/* Gathers group g ahead of use if it is not gathered and fits without evicting anything. */
 static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
 {
-    int s;
+    size_t off;
+    int x;
+    zero_result r;
     *issued = 0;
-    if (g < 0 || g >= e->G || e->groups[g].persistent || e->groups[g].slot >= 0) return ZERO_OK;
-    s = zero__eng_free_gslot(e);
-    if (s < 0) return ZERO_OK;
+    if (g < 0 || g >= e->G || e->groups[g].persistent || e->groups[g].poff != ZERO__ENG_NONE) return ZERO_OK;
+    x = zero__eng_arena_find(e, e->groups[g].numel, 0);
+    if (x < 0) return ZERO_OK;
+    if ((r = zero__eng_arena_take(e, x, e->groups[g].numel, 0, &off)) != ZERO_OK) return r;
     *issued = 1;
     e->gstats.prefetches++;
-    return zero__eng_issue_gather(e, g, s);
+    return zero__eng_issue_gather(e, g, off);
 }
 
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params)
@@ -9087,32 +9533,18 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         *out_params = zero__eng_param_whole(e, group);
         return ZERO_OK;
     }
-    if (eg->slot < 0) {
-        int s = zero__eng_free_gslot(e);
-        if (s < 0) {
-            /* Evict a prefetched group nobody uses yet: the one farthest ahead. */
-            int best = -1, bestd = -1;
-            for (i = 0; i < e->ngslots; i++) {
-                int h = e->gslots[i].group;
-                if (h >= 0 && e->groups[h].refs == 0) {
-                    int dd = h > group ? h - group : group - h;
-                    if (dd > bestd) bestd = dd, best = i;
-                }
-            }
-            if (best < 0)
-                return zero__fail(ZERO_ERROR_INVALID_STATE,
-                                  "zero_engine_gather: group %d: all %d gather slots hold groups "
-                                  "in use (release some, or raise max_live_numel)",
-                                  group, e->ngslots);
-            zero__eng_drop_slot(e, best);
-            e->gstats.evictions++;
-            s = best;
-        }
-        if ((r = zero__eng_issue_gather(e, group, s)) != ZERO_OK) return r;
+    if (eg->poff == ZERO__ENG_NONE) {
+        size_t off;
+        int x;
+        if ((r = zero__eng_arena_room(e, group, eg->numel, 0, &x)) != ZERO_OK) return r;
+        if (x < 0) return zero__eng_arena_full(e, "zero_engine_gather", group, eg->numel, "params");
+        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 0, &off), "gather: arena");
+        if ((r = zero__eng_issue_gather(e, group, off)) != ZERO_OK) return r;
     } else if (eg->refs == 0) {
         e->gstats.prefetch_hits++;
     }
     ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_gathered), "gather: event");
+    if (eg->gathered_seq > e->compute_seq) e->compute_seq = eg->gathered_seq;
     eg->refs++;
     *out_params = zero__eng_param_whole(e, group);
     /* Prefetch in the direction of travel: descending in backward. */
@@ -9147,7 +9579,7 @@ ZERODEF zero_result zero_engine_release(zero_engine *e, int group)
                           "zero_engine_release: group %d is not gathered (released twice?)",
                           group);
     eg->refs--;
-    if (eg->refs == 0 && e->stage == 3 && !eg->persistent) zero__eng_drop_slot(e, eg->slot);
+    if (eg->refs == 0 && e->stage == 3 && !eg->persistent) zero__eng_drop_params(e, group);
     return ZERO_OK;
 }
 
@@ -9223,6 +9655,28 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info)
     return r;
 }
 
+/* "groups 0, 3, 7" of the groups in gradient state st this micro-step (at most what fits);
+   returns how many there are. */
+static int zero__eng_list_groups(const zero_engine *e, int st, char *out, size_t n)
+{
+    size_t at = 0;
+    int g, k = 0;
+    out[0] = '\0';
+    for (g = 0; g < e->G; g++) {
+        if (e->groups[g].grads_state != st) continue;
+        if (at + 24 < n)
+            at += (size_t)snprintf(out + at, n - at, "%s%d", k ? ", " : "group ", g);
+        else if (at + 5 < n && out[at - 1] != '.')
+            at += (size_t)snprintf(out + at, n - at, ", ...");
+        k++;
+    }
+    if (k > 1 && at + 2 < n) { /* "group 1, 2" -> "groups 1, 2" */
+        memmove(out + 6, out + 5, at - 5 + 1);
+        out[5] = 's';
+    }
+    return k;
+}
+
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_step");
@@ -9231,18 +9685,30 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     double *sumsq;
     float *flag, *mul;
     zero_adam_coefs co_wd, co_nowd;
-    int g, t, i, at_min = 0;
+    int g, t, at_min = 0;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->dev;
     if (e->micro != e->accum || e->ready_in_micro != 0) {
-        if (e->micro == 0 && e->ready_in_micro == 0)
+        char handed[160], never[160];
+        int nh = zero__eng_list_groups(e, ZERO__GRADS_HANDED, handed, sizeof handed);
+        int nn = zero__eng_list_groups(e, ZERO__GRADS_NONE, never, sizeof never);
+        if (e->micro == 0 && e->ready_in_micro == 0 && nh == 0)
             return zero__fail(ZERO_ERROR_INVALID_STATE,
-                              "zero_engine_step: no gradients since the last step");
+                              "zero_engine_step: no gradients since the last step (each "
+                              "micro-step: zero_engine_grads, write, zero_engine_grads_ready "
+                              "for every group; accum_steps = %d micro-steps)", e->accum);
         return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "zero_engine_step: %d complete micro-steps (and %d of %d groups of "
-                          "the next), accum_steps = %d",
-                          e->micro, e->ready_in_micro, e->G, e->accum);
+                          "zero_engine_step: %d of accum_steps = %d micro-steps complete; in "
+                          "the current one %d of %d %s ready%s%s%s%s%s (a micro-step is "
+                          "complete when every group is marked ready)",
+                          e->micro, e->accum, e->ready_in_micro, e->total_parts,
+                          e->total_parts == e->G ? "groups are" : "gradient parts (of all groups) are",
+                          nh ? "; never marked ready after zero_engine_grads (call "
+                               "zero_engine_grads_ready): " : "", nh ? handed : "",
+                          nn && e->ready_in_micro + nh > 0 ? "; gradients never asked for: " : "",
+                          nn && e->ready_in_micro + nh > 0 ? never : "",
+                          e->micro + 1 < e->accum && nn + nh == 0 ? "; more micro-steps are due" : "");
     }
     for (g = 0; g < e->G; g++)
         if (e->groups[g].refs > 0)
@@ -9251,11 +9717,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                               "release every group before the step",
                               g, e->groups[g].refs);
     /* Prefetched groups hold the old values. */
-    for (i = 0; i < e->ngslots; i++)
-        if (e->gslots[i].group >= 0) {
-            zero__eng_drop_slot(e, i);
-            e->gstats.evictions++;
-        }
+    zero__eng_drop_prefetched(e);
     scale_used = e->scaler.scale;
     unscale = (float)(1.0 / ((double)scale_used * (double)e->world * (double)e->accum));
     sumsq = (double *)(void *)e->scratch;
@@ -9452,8 +9914,11 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
        after it; the prefetched copy is stale and dropped. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
                   "zero_engine_set_tensor: event");
-    if (e->stage == 3 && e->groups[ti.group].slot >= 0)
-        zero__eng_drop_slot(e, e->groups[ti.group].slot);
+    if (e->stage == 3 && e->groups[ti.group].poff != ZERO__ENG_NONE) {
+        zero__eng_drop_params(e, ti.group); /* a prefetch, never used */
+        e->gstats.evictions++;
+        e->gstats.prefetch_wasted++;
+    }
     if (e->stage == 0) { /* stage 0 holds the whole master */
         pt.m0 = 0;
         pt.mn = ti.numel;
@@ -11531,18 +11996,7 @@ ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
 /* A control all-reduce of n (<= 8) doubles through the engine's scratch. */
 static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op op)
 {
-    zero_device *dev = e->dev;
-    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u),
-                  "checkpoint: upload");
-    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "checkpoint: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1,
-                                          -1, ZERO_ROLE_CHECKPOINT),
-                  "checkpoint: control all_reduce");
-    ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "checkpoint: event");
-    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u),
-                  "checkpoint: download");
-    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "checkpoint: sync");
-    return ZERO_OK;
+    return zero__eng_ctl_allreduce(e, v, n, op, ZERO_ROLE_CHECKPOINT, "checkpoint");
 }
 
 /* Every rank passes its own result r; all return the same: OK, or the code and message of
@@ -12037,8 +12491,8 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
 {
     int t;
     if (ck->info.param_dtype != e->gd)
-        return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s holds %s params, the engine "
-                          "uses %s", dir, zero_dtype_name(ck->info.param_dtype), zero_dtype_name(e->gd));
+        return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: dtype mismatch: %s holds %s "
+                          "params, the engine uses %s", dir, zero_dtype_name(ck->info.param_dtype), zero_dtype_name(e->gd));
     for (t = 0; t < ck->info.num_tensors; t++) {
         const zero__ck_tensor *ct = &ck->tensors[t];
         zero_tensor_info ti;
@@ -12085,7 +12539,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     zero_traffic keep;
     size_t bytes = 0;
     unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
-    int t, ki, i, want_client = client != NULL || client_bytes != NULL;
+    int t, ki, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -12167,8 +12621,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         r = zero__eng_break(e, r, "zero_engine_load: event");
         goto out;
     }
-    for (i = 0; i < e->ngslots; i++)
-        if (e->gslots[i].group >= 0) zero__eng_drop_slot(e, i);
+    zero__eng_drop_prefetched(e);
     /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
     for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;

@@ -705,6 +705,15 @@ static zero_result engine_desc(const gpu_run *R, zero_engine_desc *d)
     d->pin_memory = 1;
     d->device = R->dev;
     d->comm = R->comm;
+    { /* the arena (stages 2-3): this program holds group 0's params and gradients (the tied
+         wte) through the backward, beside a block's params, gradients and prefetch; the
+         default arena counts the largest group once (docs/engine.md) */
+        size_t C = (size_t)o->cfg.channels, pad = 16 * (16 + (size_t)R->comm->world);
+        size_t rows = (size_t)(o->cfg.max_seq > o->cfg.seq ? o->cfg.max_seq : o->cfg.seq);
+        size_t g0 = ((size_t)o->cfg.vocab + rows) * C + 2 * C + pad;
+        size_t blk = 12 * C * C + 13 * C + pad;
+        d->max_live_numel = 2 * g0 + 3 * blk;
+    }
     return ZERO_OK;
 }
 

@@ -38,6 +38,8 @@
 #include "zero.h"
 #include "examples/mlp_common.h" /* shape, teacher, batches, tensors, initial values */
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,7 @@
 #endif
 
 #define MAX_RANKS 64
+#define MAX_BATCH (1 << 20) /* samples per rank per micro-step: B x 128 floats stay int-indexable */
 
 static const int dims[NL + 1] = {IN, HID, HID, OUT};
 
@@ -80,7 +83,21 @@ typedef struct run {
     unsigned char *share[MAX_RANKS]; /* each rank's share of the final params (checksum) */
     size_t share_bytes[MAX_RANKS];
     int first_step;         /* 0, or the step a --resume checkpoint holds         */
+    char why[MAX_RANKS][160]; /* a rank's own failure (an allocation of this program) */
 } run;
+
+/* A failed allocation of this program: what and how many bytes, kept for the messages. */
+static zero_result no_memory(run *R, int rank, const char *what, size_t bytes)
+{
+    snprintf(R->why[rank], sizeof R->why[rank], "cannot allocate %zu bytes for %s", bytes, what);
+    return ZERO_ERROR_OUT_OF_MEMORY;
+}
+
+/* The detail of a failure: this program's own, else the library's. */
+static const char *why_failed(const run *R, int rank)
+{
+    return R->why[rank][0] ? R->why[rank] : zero_last_error();
+}
 
 /* ---- one rank ---------------------------------------------------------------------------- */
 
@@ -113,7 +130,8 @@ static zero_result keep_share(zero_engine *e, const int *wid, const int *bid, in
     master = (float *)malloc(HID * HID * sizeof(float));
     param = (unsigned char *)malloc(HID * HID * es);
     out = (unsigned char *)malloc(cap * es);
-    if (!master || !param || !out) r = ZERO_ERROR_OUT_OF_MEMORY;
+    if (!master || !param || !out)
+        r = no_memory(R, rank, "the final params", HID * HID * (sizeof(float) + es) + cap * es);
     for (l = 0; l < NL && r == ZERO_OK; l++)
         for (k = 0; k < 2 && r == ZERO_OK; k++) {
             int id = k == 0 ? wid[l] : bid[l];
@@ -174,10 +192,9 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         CHECK(zero_host_device_create(&hd, &dev));
     }
     mlp_engine_desc(&d, R->stage, o->dtype, o->accum, o->lr);
-    if (o->offload_demo) { /* both runs: one gather slot, no prefetch (small buffers) */
+    if (o->offload_demo) /* both runs: no prefetch (the default arena: a layer's params and
+                            gradients, small next to the states) */
         d.prefetch_depth = -1;
-        d.max_live_numel = (size_t)2 * HID * HID - 1;
-    }
     if (o->offload_demo && !R->plain) {
         d.offload_optimizer = o->oopt;
         d.offload_param = o->oparam;
@@ -195,7 +212,9 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         act[l] = (float *)malloc(sizeof(float) * (size_t)B * dims[l]);
         dact[l] = (float *)malloc(sizeof(float) * (size_t)B * dims[l]);
         if (!act[l] || !dact[l]) {
-            r = ZERO_ERROR_OUT_OF_MEMORY;
+            char what[96];
+            snprintf(what, sizeof what, "the activations of layer %d at --batch %d", l, B);
+            r = no_memory(R, rank, what, 2 * sizeof(float) * (size_t)B * dims[l]);
             goto done;
         }
     }
@@ -206,7 +225,8 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     tgt = (float *)malloc(sizeof(float) * (size_t)B * OUT);
     init = (float *)malloc(sizeof(float) * HID * HID);
     if (!wf || !bf || !dw || !db || !tgt || !init) {
-        r = ZERO_ERROR_OUT_OF_MEMORY;
+        r = no_memory(R, rank, "the weights, gradients and targets",
+                      sizeof(float) * (3 * HID * HID + 2 * HID + (size_t)B * OUT));
         goto done;
     }
     /* Initial values: the same on every rank (seeded), set through the engine. */
@@ -305,7 +325,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     }
     CHECK(keep_share(e, wid, bid, rank, R));
 done:
-    if (r != ZERO_OK) fprintf(stderr, "rank %d: %s: %s\n", rank, zero_result_string(r), zero_last_error());
+    if (r != ZERO_OK) fprintf(stderr, "rank %d: %s: %s\n", rank, zero_result_string(r), why_failed(R, rank));
     for (l = 0; l <= NL; l++) {
         free(act[l]);
         free(dact[l]);
@@ -380,6 +400,11 @@ static zero_result launch(run *R)
         int i;
         for (i = 0; i < n; i++) offs[i] = total, total += lens[i];
         all = (unsigned char *)malloc((size_t)total + 1);
+        if (!all) {
+            fprintf(stderr, "train_mlp: out of memory: cannot allocate %d bytes for the final "
+                            "params\n", total + 1);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
     }
     MPI_Gatherv(R->share[rk], len, MPI_BYTE, all, lens, offs, MPI_BYTE, 0, MPI_COMM_WORLD);
     if (rk == 0) {
@@ -399,13 +424,71 @@ static zero_result launch(run *R)
 #endif
 }
 
-static void usage(void)
+/* The detail of a failed launch: a rank's own allocation failure, else the library's. */
+static const char *run_error(const run *R)
 {
-    fprintf(stderr, "usage: train_mlp [--stage 0..3] [--ranks N] [--steps T] [--dtype f16|bf16] "
-                    "[--accum A] [--batch B] [--lr LR] [--save DIR] [--save-every K] "
-                    "[--resume DIR]\n"
-                    "                 [--device-memory SIZE] [--offload-optimizer none|cpu|nvme] "
-                    "[--offload-param none|cpu|nvme] [--nvme-path DIR]\n");
+    int rk;
+    for (rk = 0; rk < MAX_RANKS; rk++)
+        if (R->why[rk][0]) return R->why[rk];
+    return zero_last_error();
+}
+
+/* The loss of every step on every rank (zeroed), or NULL after saying why. */
+static double *alloc_losses(const opts *o)
+{
+    size_t n = (size_t)o->steps * (size_t)o->ranks;
+    double *p;
+#ifdef ZERO_MLP_MPI
+    if (n > INT_MAX) { /* one MPI_Allreduce of the losses */
+        fprintf(stderr, "train_mlp_mpi: --steps %d x %d ranks: more than %d losses\n", o->steps,
+                o->ranks, INT_MAX);
+        return NULL;
+    }
+#endif
+    p = (double *)calloc(n, sizeof(double));
+    if (!p)
+        fprintf(stderr, "train_mlp: out of memory: cannot allocate %zu bytes for the losses of "
+                        "--steps %d on %d ranks (fewer steps)\n", n * sizeof(double), o->steps, o->ranks);
+    return p;
+}
+
+static const char *usage_text =
+    "usage: train_mlp [--stage 0..3] [--ranks N] [--steps T] [--dtype f16|bf16] [--accum A]\n"
+    "                 [--batch B] [--lr LR] [--save DIR] [--save-every K] [--resume DIR]\n"
+    "                 [--device-memory SIZE] [--offload-optimizer none|cpu|nvme]\n"
+    "                 [--offload-param none|cpu|nvme] [--nvme-path DIR] [--help]\n";
+
+/* A bad argument: what was wrong (naming the option), then the usage line; exit status 2. */
+static int bad_arg(const char *opt, const char *val, const char *why)
+{
+    if (val) fprintf(stderr, "train_mlp: %s %s: %s\n", opt, val, why);
+    else fprintf(stderr, "train_mlp: %s: %s\n", opt, why);
+    fputs(usage_text, stderr);
+    return 2;
+}
+
+static int known_option(const char *opt)
+{
+    static const char *const names[] = {
+        "--stage", "--ranks", "--steps", "--dtype", "--accum", "--batch", "--lr", "--save",
+        "--save-every", "--resume", "--device-memory", "--offload-optimizer", "--offload-param",
+        "--nvme-path"};
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(opt, names[i])) return 1;
+    return 0;
+}
+
+/* A whole decimal number in [lo, hi] (no sign games, no trailing bytes); -1 otherwise. */
+static int parse_int(const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    long x;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (end == v || *end || errno || x < lo || x > hi) return -1;
+    *out = (int)x;
+    return 0;
 }
 
 /* "4MB", "64MiB", "300KiB", "1GB" or plain bytes; 0 on a malformed size. */
@@ -464,11 +547,12 @@ static int offload_demo(opts *o)
         R[i].o = o;
         R[i].stage = o->stage;
         R[i].plain = i;
-        R[i].loss = (double *)calloc((size_t)o->steps * o->ranks, sizeof(double));
-        r = launch(&R[i]);
+        R[i].loss = alloc_losses(o);
+        r = R[i].loss ? launch(&R[i]) : ZERO_ERROR_OUT_OF_MEMORY;
         if (r != ZERO_OK) {
-            fprintf(stderr, "%s run failed: %s: %s\n", i ? "plain" : "budgeted", zero_result_string(r),
-                    zero_last_error());
+            if (R[i].loss)
+                fprintf(stderr, "%s run failed: %s: %s\n", i ? "plain" : "budgeted",
+                        zero_result_string(r), run_error(&R[i]));
             free(R[0].loss);
             if (i) free(R[1].loss);
 #ifdef ZERO_MLP_MPI
@@ -531,53 +615,55 @@ int main(int argc, char **argv)
     o.dtype = ZERO_F16;
     o.lr = 3e-3;
     o.stage = -1;
-    for (a = 1; a < argc; a += 2) { /* every option takes a value */
-        const char *v = a + 1 < argc ? argv[a + 1] : NULL;
-        if (!v) {
-            usage();
-            return 2;
+    for (a = 1; a < argc; a++) /* --help anywhere: the usage on stdout, exit 0 */
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
         }
-        if (!strcmp(argv[a], "--stage")) o.stage = atoi(v);
-        else if (!strcmp(argv[a], "--ranks")) o.ranks = atoi(v);
-        else if (!strcmp(argv[a], "--steps")) o.steps = atoi(v);
-        else if (!strcmp(argv[a], "--accum")) o.accum = atoi(v);
-        else if (!strcmp(argv[a], "--batch")) o.batch = atoi(v);
-        else if (!strcmp(argv[a], "--lr")) o.lr = atof(v);
-        else if (!strcmp(argv[a], "--device-memory")) {
+    for (a = 1; a < argc; a += 2) { /* every other option takes a value */
+        const char *opt = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
+        int bad = 0;
+        if (!known_option(opt)) return bad_arg(opt, NULL, "unknown option");
+        if (!v) return bad_arg(opt, NULL, "needs a value");
+        if (!strcmp(opt, "--stage")) bad = parse_int(v, 0, 3, &o.stage);
+        else if (!strcmp(opt, "--ranks")) bad = parse_int(v, 1, MAX_RANKS, &o.ranks);
+        else if (!strcmp(opt, "--steps")) bad = parse_int(v, 1, INT_MAX, &o.steps);
+        else if (!strcmp(opt, "--accum")) bad = parse_int(v, 1, INT_MAX, &o.accum);
+        else if (!strcmp(opt, "--batch")) bad = parse_int(v, 1, MAX_BATCH, &o.batch);
+        else if (!strcmp(opt, "--save-every")) bad = parse_int(v, 0, INT_MAX, &o.save_every);
+        else if (!strcmp(opt, "--lr")) {
+            char *end;
+            o.lr = strtod(v, &end);
+            bad = end == v || *end || !(o.lr >= 0 && o.lr < 1e30) ? -1 : 0;
+        } else if (!strcmp(opt, "--device-memory")) {
             o.offload_demo = 1;
-            if ((o.device_memory = parse_size(v)) == 0) {
-                usage();
-                return 2;
-            }
-        } else if (!strcmp(argv[a], "--offload-optimizer") || !strcmp(argv[a], "--offload-param")) {
+            bad = (o.device_memory = parse_size(v)) == 0 ? -1 : 0;
+        } else if (!strcmp(opt, "--offload-optimizer") || !strcmp(opt, "--offload-param")) {
             o.offload_demo = 1;
-            if (parse_tier(v, argv[a][10] == 'o' ? &o.oopt : &o.oparam) != 0) {
-                usage();
-                return 2;
-            }
-        } else if (!strcmp(argv[a], "--nvme-path")) {
+            bad = parse_tier(v, opt[10] == 'o' ? &o.oopt : &o.oparam);
+        } else if (!strcmp(opt, "--nvme-path")) {
             o.offload_demo = 1;
             o.nvme_path = v;
-        }
-        else if (!strcmp(argv[a], "--save")) o.save_dir = v;
-        else if (!strcmp(argv[a], "--save-every")) o.save_every = atoi(v);
-        else if (!strcmp(argv[a], "--resume")) o.resume_dir = v;
-        else if (!strcmp(argv[a], "--dtype")) {
+        } else if (!strcmp(opt, "--save")) o.save_dir = v;
+        else if (!strcmp(opt, "--resume")) o.resume_dir = v;
+        else if (!strcmp(opt, "--dtype")) {
             if (!strcmp(v, "f16")) o.dtype = ZERO_F16;
             else if (!strcmp(v, "bf16")) o.dtype = ZERO_BF16;
-            else {
-                usage();
-                return 2;
-            }
-        } else {
-            usage();
-            return 2;
+            else bad = -1;
         }
-    }
-    if (o.stage > 3 || o.ranks < 1 || o.ranks > MAX_RANKS || o.steps < 1 || o.accum < 1 ||
-        o.batch < 1 || o.save_every < 0) {
-        usage();
-        return 2;
+        if (bad) {
+            char why[96];
+            if (!strcmp(opt, "--ranks")) snprintf(why, sizeof why, "not a number in 1..%d", MAX_RANKS);
+            else if (!strcmp(opt, "--batch")) snprintf(why, sizeof why, "not a number in 1..%d", MAX_BATCH);
+            else if (!strcmp(opt, "--stage")) snprintf(why, sizeof why, "not a stage in 0..3");
+            else if (!strcmp(opt, "--save-every")) snprintf(why, sizeof why, "not a number >= 0");
+            else if (!strcmp(opt, "--lr")) snprintf(why, sizeof why, "not a learning rate >= 0");
+            else if (!strcmp(opt, "--device-memory")) snprintf(why, sizeof why, "not a size (4MB, 64MiB, 300KiB or bytes)");
+            else if (!strcmp(opt, "--dtype")) snprintf(why, sizeof why, "not f16 or bf16");
+            else if (opt[2] == 'o') snprintf(why, sizeof why, "not none, cpu or nvme");
+            else snprintf(why, sizeof why, "not a number >= 1");
+            return bad_arg(opt, v, why);
+        }
     }
     if (o.stage >= 0) first = last = o.stage;
 #ifdef ZERO_MLP_MPI
@@ -617,10 +703,11 @@ int main(int argc, char **argv)
         memset(&R, 0, sizeof R);
         R.o = &o;
         R.stage = st;
-        R.loss = (double *)calloc((size_t)o.steps * o.ranks, sizeof(double));
-        r = launch(&R);
+        R.loss = alloc_losses(&o);
+        r = R.loss ? launch(&R) : ZERO_ERROR_OUT_OF_MEMORY;
         if (r != ZERO_OK) {
-            fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r), zero_last_error());
+            if (R.loss)
+                fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r), run_error(&R));
             free(R.loss);
 #ifdef ZERO_MLP_MPI
             MPI_Abort(MPI_COMM_WORLD, 1); /* the peers may be waiting for this rank */

@@ -63,6 +63,7 @@ typedef struct ec_result {
     zero_gather_stats gstats[EC_MAX_RANKS];
     size_t live_after_step_max; /* the most non-persistent gathered numel seen after a step */
     size_t plan_total, plan_shard_total, max_group, max_np_group, persist_total;
+    size_t max_group2; /* the second-largest group (the largest when there is one group) */
     int ngroups;
     float loss_scale_before[EC_MAX_STEPS];
 } ec_result;
@@ -337,14 +338,21 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         res->plan_total = zero_plan_total_numel(plan);
         res->ngroups = G;
         res->plan_shard_total = res->max_group = res->max_np_group = res->persist_total = 0;
+        res->max_group2 = 0;
         for (g = 0; g < G; g++) {
             zero_group_info gi;
             zero_plan_group(plan, g, &gi);
             res->plan_shard_total += gi.shard_numel;
-            if (gi.numel > res->max_group) res->max_group = gi.numel;
+            if (gi.numel > res->max_group) {
+                res->max_group2 = res->max_group;
+                res->max_group = gi.numel;
+            } else if (gi.numel > res->max_group2) {
+                res->max_group2 = gi.numel;
+            }
             if (c->stage == 3 && gi.persistent) res->persist_total += gi.numel;
             else if (gi.numel > res->max_np_group) res->max_np_group = gi.numel;
         }
+        if (G == 1) res->max_group2 = res->max_group;
     }
     {
         size_t mx = 1;

@@ -1,6 +1,9 @@
 /* zero-estimate, run as a program from the repository root: its table, JSON and inverse
    give the right numbers (parsed back), sizes parse exactly, bad arguments exit 2 with a
-   one-line message and the usage line on stderr. Skips when build/zero-estimate is absent. */
+   one-line message and the usage line on stderr. Skips when build/zero-estimate is absent.
+   Every program a user runs (zero-estimate, zero-ckpt, train_mlp): --help prints the usage
+   on stdout and exits 0, an unknown option is named on stderr (exit 2), and train_mlp's
+   sizes that do not fit end with a message that says which allocation failed. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen */
 #include "zero.h"
 #include "tests/zt.h"
@@ -18,8 +21,8 @@ typedef struct run_result {
 
 static run_result R; /* one at a time */
 
-/* Runs TOOL with args (already shell-quoted); fills R. */
-static void run(const char *args)
+/* Runs a shell command line (stdout and stderr kept apart); fills R. */
+static void run_cmd(const char *line)
 {
     char cmd[1024], errpath[] = "/tmp/zt_cli_XXXXXX";
     FILE *p, *e;
@@ -29,7 +32,7 @@ static void run(const char *args)
     R.status = -1;
     if (fd < 0) return;
     close(fd);
-    snprintf(cmd, sizeof cmd, "%s %s 2>%s", TOOL, args, errpath);
+    snprintf(cmd, sizeof cmd, "%s 2>%s", line, errpath);
     p = popen(cmd, "r");
     if (!p) return;
     n = fread(R.out, 1, sizeof R.out - 1, p);
@@ -43,6 +46,14 @@ static void run(const char *args)
         fclose(e);
     }
     remove(errpath);
+}
+
+/* Runs TOOL with args (already shell-quoted); fills R. */
+static void run(const char *args)
+{
+    char line[900];
+    snprintf(line, sizeof line, "%s %s", TOOL, args);
+    run_cmd(line);
 }
 
 /* The k-th (0-based) unsigned integer value of "key": in s; -1 (all ones) if absent. */
@@ -328,6 +339,53 @@ ZT_TEST(offload_tiers)
     ZT_CHECK(R.status == 2);
 }
 
+/* --help: the usage on stdout, exit 0; an unknown option: named on stderr, exit 2. In
+   every program a user runs. */
+ZT_TEST(help_and_unknown_options_everywhere)
+{
+    static const char *const prog[] = {"build/zero-estimate", "build/zero-ckpt", "build/train_mlp"};
+    size_t i;
+    for (i = 0; i < sizeof prog / sizeof prog[0]; i++) {
+        char line[256];
+        if (access(prog[i], X_OK) != 0) {
+            ZT_SKIP("a program is not built (make test builds them)");
+        }
+        snprintf(line, sizeof line, "%s --help", prog[i]);
+        run_cmd(line);
+        ZT_CHECKF(R.status == 0, "%s: exit %d", line, R.status);
+        ZT_CHECKF(strncmp(R.out, "usage: ", 7) == 0 && R.err[0] == '\0', "%s: stdout '%s' stderr '%s'",
+                  line, R.out, R.err);
+        snprintf(line, sizeof line, "%s --no-such-option", prog[i]);
+        run_cmd(line);
+        ZT_CHECKF(R.status == 2 && strstr(R.err, "--no-such-option") != NULL && R.out[0] == '\0',
+                  "%s: exit %d, stderr '%s'", line, R.status, R.err);
+    }
+    run_cmd("build/zero-ckpt info");  /* a missing argument is a usage error, not help */
+    ZT_CHECK(R.status == 2 && strstr(R.err, "usage: zero-ckpt") != NULL);
+}
+
+/* train_mlp's sizes: a batch that cannot be indexed is refused by name; a run whose buffers
+   do not fit (an address-space limit makes it certain) says which allocation failed and how
+   large it was, exit 1, instead of crashing or printing an empty detail. */
+ZT_TEST(train_mlp_sizes_that_do_not_fit)
+{
+    if (access("build/train_mlp", X_OK) != 0) ZT_SKIP("build/train_mlp not built");
+    run_cmd("build/train_mlp --batch 2147483647");
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "--batch 2147483647") != NULL, "exit %d: %s", R.status, R.err);
+    run_cmd("build/train_mlp --steps 99999999999");
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "--steps 99999999999") != NULL, "exit %d: %s", R.status, R.err);
+    /* 8 x 10^9 losses of 8 bytes: 64 GB, more than a 2 GB address space */
+    run_cmd("ulimit -v 2000000 && build/train_mlp --steps 1000000000 --ranks 8");
+    ZT_CHECKF(R.status == 1, "exit %d (a crash is not 1): %s", R.status, R.err);
+    ZT_CHECKF(strstr(R.err, "out of memory") && strstr(R.err, "64000000000 bytes") &&
+                  strstr(R.err, "losses"), "%s", R.err);
+    /* activations of 10^6 samples: 128 floats each, 512 MB per layer buffer */
+    run_cmd("ulimit -v 1500000 && build/train_mlp --batch 1000000 --steps 1 --stage 0 --ranks 2");
+    ZT_CHECKF(R.status == 1, "exit %d: %s", R.status, R.err);
+    ZT_CHECKF(strstr(R.err, "stage 0 failed: out of memory: cannot allocate ") &&
+                  strstr(R.err, "activations") && strstr(R.err, "--batch 1000000"), "%s", R.err);
+}
+
 int main(void)
 {
     ZT_RUN(table_paper_example);
@@ -338,5 +396,7 @@ int main(void)
     ZT_RUN(bad_arguments_exit_2_with_usage);
     ZT_RUN(help_goes_to_stdout);
     ZT_RUN(offload_tiers);
+    ZT_RUN(help_and_unknown_options_everywhere);
+    ZT_RUN(train_mlp_sizes_that_do_not_fit);
     return zt_summary();
 }

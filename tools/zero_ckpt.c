@@ -11,11 +11,21 @@
 
 #include <sys/stat.h>
 
+static const char *usage_text =
+    "usage: zero-ckpt info DIR | zero-ckpt export DIR OUT.safetensors [--dtype f32|f16|bf16]\n"
+    "       zero-ckpt --help\n";
+
 static int usage(void)
 {
-    fprintf(stderr, "usage: zero-ckpt info DIR | zero-ckpt export DIR OUT.safetensors "
-                    "[--dtype f32|f16|bf16]\n");
+    fputs(usage_text, stderr);
     return 2;
+}
+
+/* An argument this tool does not take, named, then the usage. */
+static int bad_arg(const char *arg, const char *why)
+{
+    fprintf(stderr, "zero-ckpt: %s: %s\n", arg, why);
+    return usage();
 }
 
 static int fail(const char *what)
@@ -82,17 +92,29 @@ static int info(const char *dir)
 
 int main(int argc, char **argv)
 {
+    int a;
+    for (a = 1; a < argc; a++)
+        if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+    for (a = 1; a < argc; a++) { /* an option other than export's --dtype VALUE */
+        if (strcmp(argv[a], "--dtype") == 0) a++;
+        else if (strncmp(argv[a], "--", 2) == 0) return bad_arg(argv[a], "unknown option");
+    }
+    if (argc >= 2 && strcmp(argv[1], "info") != 0 && strcmp(argv[1], "export") != 0)
+        return bad_arg(argv[1], "unknown command (info or export)");
     if (argc == 3 && strcmp(argv[1], "info") == 0) return info(argv[2]);
     if ((argc == 4 || argc == 6) && strcmp(argv[1], "export") == 0) {
         zero_dtype dt = ZERO_F32;
         zero_checkpoint *ck = NULL;
         int rc = 0;
         if (argc == 6) {
-            if (strcmp(argv[4], "--dtype") != 0) return usage();
+            if (strcmp(argv[4], "--dtype") != 0) return bad_arg(argv[4], "unexpected argument");
             if (strcmp(argv[5], "f32") == 0) dt = ZERO_F32;
             else if (strcmp(argv[5], "f16") == 0) dt = ZERO_F16;
             else if (strcmp(argv[5], "bf16") == 0) dt = ZERO_BF16;
-            else return usage();
+            else return bad_arg(argv[5], "not a dtype (f32, f16 or bf16)");
         }
         if (zero_checkpoint_open(argv[2], &ck) != ZERO_OK) return fail("open");
         if (zero_checkpoint_export(ck, argv[3], dt) != ZERO_OK) rc = fail("export");
