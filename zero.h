@@ -372,9 +372,11 @@ ZERODEF zero_result zero_plan_create(zero_plan **out, const zero_allocator *allo
 ZERODEF void zero_plan_destroy(zero_plan *plan);
 
 /* Registers a tensor of numel (> 0) elements in group 'group' (>= 0). Names are unique,
-   non-empty, at most 255 bytes (the plan keeps a copy). Tensor ids are 0, 1, 2... in
-   registration order; out_tensor may be NULL. Errors: after commit (INVALID_STATE); NULL,
-   empty, too long or duplicate name, numel 0, negative group (INVALID_ARGUMENT);
+   non-empty, at most 255 bytes of UTF-8 (the plan keeps a copy; a name that is not UTF-8
+   is refused, since safetensors headers and checkpoints store names as JSON/UTF-8 text).
+   Tensor ids are 0, 1, 2... in registration order; out_tensor may be NULL. Errors: after
+   commit (INVALID_STATE); NULL, empty, too long, not UTF-8 or duplicate name, numel 0,
+   negative group (INVALID_ARGUMENT);
    OUT_OF_MEMORY. A failed add changes nothing. */
 ZERODEF zero_result zero_plan_add(zero_plan *plan, const char *name, size_t numel, int group,
                                   int *out_tensor);
@@ -1142,16 +1144,21 @@ ZERODEF zero_result zero_io_buffer_alloc(zero_io *io, size_t bytes, void **out);
 ZERODEF void zero_io_buffer_free(zero_io *io, void *buf);
 
 /* A new file of 'bytes' bytes (rounded up to ZERO_IO_ALIGN) under the directory 'dir',
-   named "zero-<name>-r<rank>-<pid>-<n>.bin" (n counts files made by this process, so
-   ranks, engines and runs sharing a directory never collide), created exclusively,
-   preallocated (fallocate, so the space is reserved now and a full disk is an error here,
+   named "zero-<name>-r<rank>-<pid>-<token>.bin" (token: 16 random hex digits, so jobs that
+   share a directory never collide, even with the same pid in different containers or after
+   a restart; a name that exists draws another token), created exclusively (O_EXCL), locked
+   with flock(LOCK_EX) for as long as the file lives (its job holds it; the kernel drops it
+   when the job dies, even by kill -9), preallocated (fallocate, so the space is reserved now and a full disk is an error here,
    not in the middle of a step) and opened with O_DIRECT unless the engine's direct mode
    says otherwise. The file is removed by zero_io_file_destroy(). Errors, each naming the
    path and the cause: INVALID_ARGUMENT (NULL, empty name, name with '/', rank < 0,
    bytes 0); IO: dir missing (ENOENT) or not a directory, not writable (EACCES, EROFS),
    not enough space (ENOSPC, with the bytes asked and free), any other open / fallocate
    failure; UNSUPPORTED: O_DIRECT refused under ZERO_IO_DIRECT_REQUIRE. Nothing is left
-   on disk on error. */
+   on disk on error. First it removes the swap files under dir ("zero-*-r*-<token>.bin",
+   regular, not empty, this user's) whose lock is free, i.e. those of a job that is gone,
+   each with a log line (the engine's log callback, else stderr); a live job's files are
+   left alone. */
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out);
 
@@ -1920,13 +1927,17 @@ ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst);
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path,
                                            zero_dtype dtype);
 
-/* Local (every rank calls it with the same file). Sets every engine tensor from the
+/* COLLECTIVE (every rank calls it with the same file). Sets every engine tensor from the
    tensor of the same name in a .safetensors file (F32, F16 or BF16, converted to fp32 and
    set as by zero_engine_set_tensor: master and params; moments untouched). Tensors in the
-   file but not in the engine are ignored. The whole header is checked first: NOT_FOUND
-   names a missing tensor; MISMATCH a size or shape that differs; UNSUPPORTED another
-   dtype; IO a malformed header or a short file; nothing is set then. Call when
-   zero_engine_set_tensor() may be called. */
+   file but not in the engine are ignored. Every rank checks the whole header and
+   allocates its buffers first, then the ranks agree: if any rank fails (NOT_FOUND names a
+   missing tensor; MISMATCH a size or shape that differs; UNSUPPORTED another dtype; IO a
+   malformed header or a short file; OUT_OF_MEMORY), every rank returns that error (its
+   message, "reported by rank k" on the others) and no rank has changed anything. Only a
+   read or device error while setting, after the agreement, can leave a rank half set: its
+   engine is then unusable (later calls say so). Call when zero_engine_set_tensor() may be
+   called, between steps, with every group released. */
 ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path);
 
 #ifdef __cplusplus
@@ -2642,6 +2653,32 @@ struct zero_plan {
 #define ZERO__FNV_OFFSET 0xcbf29ce484222325ull
 #define ZERO__FNV_PRIME 0x100000001b3ull
 
+/* The offset of the first byte of s[0, n) that is not well-formed UTF-8 (RFC 3629: no
+   overlong forms, no surrogates, nothing above U+10FFFF), or n when all of it is. */
+static size_t zero__utf8_bad(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i], need, min, cp, k;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) need = 1, min = 0x80, cp = c & 0x1Fu;
+        else if (c >= 0xE0 && c <= 0xEF) need = 2, min = 0x800, cp = c & 0x0Fu;
+        else if (c >= 0xF0 && c <= 0xF4) need = 3, min = 0x10000, cp = c & 0x07u;
+        else return i;
+        if (n - i <= need) return i;
+        for (k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0u) != 0x80u) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3Fu);
+        }
+        if (cp < min || cp > 0x10FFFFu || (cp >= 0xD800u && cp <= 0xDFFFu)) return i;
+        i += need + 1;
+    }
+    return n;
+}
+
 static uint64_t zero__fnv1a(uint64_t h, const void *data, size_t bytes)
 {
     const unsigned char *p = (const unsigned char *)data;
@@ -2752,6 +2789,12 @@ ZERODEF zero_result zero_plan_add(zero_plan *plan, const char *name, size_t nume
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_plan_add: name \"%.32s...\" is longer than %d bytes", name,
                           ZERO__PLAN_MAX_NAME);
+    if (zero__utf8_bad((const unsigned char *)name, len) != len)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_plan_add: tensor name is not UTF-8 (byte %zu of %zu is 0x%02x): "
+                          "names must be UTF-8, as safetensors and JSON readers require",
+                          zero__utf8_bad((const unsigned char *)name, len) + 1, len,
+                          (unsigned)(unsigned char)name[zero__utf8_bad((const unsigned char *)name, len)]);
     if (numel == 0)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_plan_add: tensor \"%s\": numel = 0",
                           name);
@@ -5821,8 +5864,10 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes)
 
 #if defined(__linux__)
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h> /* flock: a swap file's lock, held while its job lives */
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -5934,6 +5979,8 @@ typedef struct zero__io_range {
 struct zero_io_file {
     zero_io *io;
     int fd;
+    int lock_fd; /* holds flock(LOCK_EX) on the file while it lives (fd itself, or the
+                    buffered descriptor kept open beside an O_DIRECT fd) */
     int direct;
     char *path;
     uint64_t size;
@@ -6618,8 +6665,9 @@ ZERODEF void zero_io_file_destroy(zero_io_file *file)
             break;
         }
     pthread_mutex_unlock(&io->mu);
+    if (file->path) unlink(file->path); /* while locked: no sweep can take a new file's name */
     if (file->fd >= 0) close(file->fd);
-    if (file->path) unlink(file->path);
+    if (file->lock_fd >= 0 && file->lock_fd != file->fd) close(file->lock_fd);
     zero__free(&io->alloc, file->path);
     zero__free(&io->alloc, file->ranges);
     zero__free(&io->alloc, file);
@@ -6672,6 +6720,81 @@ ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault
 
 /* ---- files ---- */
 
+/* 64 unpredictable-enough bits for a file name: the kernel's random bytes when it gives
+   them, mixed with the time, the pid, a per-process counter and an address. */
+static uint64_t zero__io_token(unsigned long seq)
+{
+    uint64_t h = ZERO__FNV_OFFSET, r = 0;
+    struct timespec ts;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &r, sizeof r) != (ssize_t)sizeof r) r = 0;
+        close(fd);
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    h = zero__fnv1a_u64(h, r);
+    h = zero__fnv1a_u64(h, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+    h = zero__fnv1a_u64(h, (uint64_t)getpid());
+    h = zero__fnv1a_u64(h, (uint64_t)seq);
+    h = zero__fnv1a_u64(h, (uint64_t)(uintptr_t)&ts);
+    return h ^ r;
+}
+
+/* O_NOFOLLOW is POSIX.1-2008, hidden when the program asked for less: then a link to a
+   swap file may be opened; unlink() removes the link, never its target. */
+#ifdef O_NOFOLLOW
+#define ZERO__O_NOFOLLOW O_NOFOLLOW
+#else
+#define ZERO__O_NOFOLLOW 0
+#endif
+
+/* Whether a directory entry is one of the I/O engine's swap files: "zero-*-r*-" then a
+   16-hex-digit token and ".bin" (names without a token come from engines that took no
+   lock, whose liveness cannot be told: never removed). */
+static int zero__io_swap_name(const char *n)
+{
+    size_t len = strlen(n), i;
+    if (len < 5 + 3 + 1 + 16 + 4 || strncmp(n, "zero-", 5) != 0 || strcmp(n + len - 4, ".bin") != 0 ||
+        n[len - 21] != '-' || !strstr(n, "-r"))
+        return 0;
+    for (i = len - 20; i < len - 4; i++)
+        if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* Removes the swap files in dir that no live job holds: each live file is flock()ed by its
+   job (zero_io_file_create), so a file whose lock can be taken belongs to a job that is
+   gone (killed, crashed). Only regular files of this user with the engine's name pattern;
+   each removal is logged. Returns how many were removed. Best effort: errors skip a file. */
+static int zero__io_sweep(zero_io *io, const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int removed = 0;
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL) {
+        char path[4200], msg[4400];
+        struct stat st, again;
+        int fd;
+        if (!zero__io_swap_name(de->d_name)) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path) continue;
+        fd = open(path, O_RDONLY | ZERO__O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) continue;
+        /* an empty file may be a live job's between its create and its lock: left alone */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size > 0 &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0 && stat(path, &again) == 0 &&
+            again.st_ino == st.st_ino && again.st_dev == st.st_dev && unlink(path) == 0) {
+            snprintf(msg, sizeof msg, "zero_io: removed %s (%lld bytes): a swap file of a job "
+                     "that is gone (its lock was free)", path, (long long)st.st_size);
+            zero__io_log(io, msg);
+            removed++;
+        }
+        close(fd); /* drops the lock */
+    }
+    closedir(d);
+    return removed;
+}
+
 ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char *name, int rank,
                                         uint64_t bytes, zero_io_file **out)
 {
@@ -6679,7 +6802,7 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
     struct stat st;
     size_t len;
     unsigned long seq;
-    int fd, err, try_direct, fault_direct = 0;
+    int fd, err, try_direct, fault_direct = 0, attempt, lk;
     uint64_t size;
     if (out) *out = NULL;
     if (!io || !dir || !name || !out)
@@ -6705,6 +6828,7 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
     if (!f) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_file_create: %zu bytes", sizeof *f);
     memset(f, 0, sizeof *f);
     f->fd = -1;
+    f->lock_fd = -1;
     f->io = io;
     f->size = size;
     f->path = (char *)zero__alloc(&io->alloc, len);
@@ -6712,12 +6836,32 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
         zero__free(&io->alloc, f);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_file_create: %zu bytes", len);
     }
-    pthread_mutex_lock(&zero__io_seq_mu);
-    seq = zero__io_file_seq++;
-    pthread_mutex_unlock(&zero__io_seq_mu);
-    snprintf(f->path, len, "%s%s%s-%s-r%d-%ld-%lu.bin", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
-             "zero", name, rank, (long)getpid(), seq);
-    fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    (void)zero__io_sweep(io, dir); /* the files of dead jobs first: their space is ours */
+    /* A random token in the name, created exclusively and locked; a name taken (another
+       job's, or a sweep that removed it between our open and our lock) draws another. */
+    for (attempt = 0;; attempt++) {
+        struct stat fs;
+        pthread_mutex_lock(&zero__io_seq_mu);
+        seq = zero__io_file_seq++;
+        pthread_mutex_unlock(&zero__io_seq_mu);
+        snprintf(f->path, len, "%s%s%s-%s-r%d-%ld-%016llx.bin", dir,
+                 dir[strlen(dir) - 1] == '/' ? "" : "/", "zero", name, rank, (long)getpid(),
+                 (unsigned long long)zero__io_token(seq));
+        fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST && attempt < 16) continue;
+        if (fd < 0) break;
+        lk = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+        if (lk != 0 && lk != EWOULDBLOCK && lk != EAGAIN)
+            break; /* no flock here (ENOLCK: some network file systems): a file without lock */
+        if (lk == 0 && fstat(fd, &fs) == 0 && fs.st_nlink > 0) break; /* ours, and still named */
+        err = lk ? lk : EEXIST;
+        close(fd);
+        fd = -1;
+        if (attempt >= 16) {
+            errno = err ? err : EEXIST;
+            break;
+        }
+    }
     if (fd < 0) {
         err = errno;
         zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot create %s: %s%s", f->path, strerror(err),
@@ -6734,13 +6878,14 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
         if (fstatvfs(fd, &vfs) == 0) avail = (unsigned long long)vfs.f_bavail * (unsigned long long)vfs.f_frsize;
         zero__fail(ZERO_ERROR_IO, "zero_io_file_create: cannot reserve %llu bytes for %s: %s (%llu bytes free)",
                    (unsigned long long)size, f->path, strerror(err), avail);
+        unlink(f->path); /* while locked */
         close(fd);
-        unlink(f->path);
         zero__free(&io->alloc, f->path);
         zero__free(&io->alloc, f);
         return ZERO_ERROR_IO;
     }
     f->fd = fd;
+    f->lock_fd = fd;
     try_direct = io->direct != ZERO_IO_DIRECT_OFF;
 #ifdef O_DIRECT
     if (try_direct) {
@@ -6758,15 +6903,14 @@ ZERODEF zero_result zero_io_file_create(zero_io *io, const char *dir, const char
             dfd = open(f->path, O_RDWR | O_CLOEXEC | O_DIRECT);
             err = dfd < 0 ? errno : 0;
         }
-        if (dfd >= 0) {
-            close(fd);
+        if (dfd >= 0) { /* fd stays open: it holds the lock */
             f->fd = dfd;
             f->direct = 1;
         } else if (io->direct == ZERO_IO_DIRECT_REQUIRE) {
             zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_file_create: O_DIRECT refused for %s: %s",
                        f->path, strerror(err));
-            close(fd);
             unlink(f->path);
+            close(fd);
             zero__free(&io->alloc, f->path);
             zero__free(&io->alloc, f);
             return ZERO_ERROR_UNSUPPORTED;
@@ -9887,7 +10031,10 @@ static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_par
     return ZERO_OK;
 }
 
-ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const float *values)
+/* zero_engine_set_tensor; conv (NULL: allocated here) holds the params this rank stores,
+   converted (numel * param size bytes at most), so that a caller that allocated it first
+   meets no allocation failure half way. */
+static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float *values, void *conv)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_set_tensor");
     zero_tensor_info ti;
@@ -9925,11 +10072,11 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
         pt.master_off = e->groups[ti.group].off_whole + ti.offset;
     }
     if (pt.pn > 0 && e->gd != ZERO_F32) {
-        tmp = zero__alloc(&e->d.allocator, pt.pn * e->p);
+        tmp = conv ? conv : zero__alloc(&e->d.allocator, pt.pn * e->p);
         if (!tmp) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_tensor");
         r = zero_convert(tmp, e->gd, values + pt.p0, ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
         if (r != ZERO_OK) {
-            zero__free(&e->d.allocator, tmp);
+            if (tmp != conv) zero__free(&e->d.allocator, tmp);
             return r;
         }
     }
@@ -9956,9 +10103,14 @@ ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const flo
         r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
-    zero__free(&e->d.allocator, tmp);
+    if (tmp != conv) zero__free(&e->d.allocator, tmp);
     if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_set_tensor: upload");
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const float *values)
+{
+    return zero__eng_set_tensor(e, tensor, values, NULL);
 }
 
 ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_state_kind kind,
@@ -12699,6 +12851,8 @@ typedef struct zero__st_entry {
 typedef struct zero__st_file {
     zero__st_entry *ent;
     int n, cap;
+    int *by_name;       /* entry indices sorted by name (unique names: strictly increasing) */
+    uint64_t compares;  /* name comparisons the sort made (n log2 n at most; tests read it) */
 } zero__st_file;
 
 static void zero__st_free(zero__st_file *f)
@@ -12706,8 +12860,41 @@ static void zero__st_free(zero__st_file *f)
     int i;
     for (i = 0; i < f->n; i++) ZERO_FREE(f->ent[i].name);
     ZERO_FREE(f->ent);
+    ZERO_FREE(f->by_name);
     f->ent = NULL;
+    f->by_name = NULL;
     f->n = f->cap = 0;
+}
+
+/* Merge sort of entry indices a[0, n) by name (tmp: n ints): at most n ceil(log2 n) name
+   comparisons whatever the names, counted in f->compares. */
+static void zero__st_sort_names(zero__st_file *f, int *a, int *tmp, int n)
+{
+    int h = n / 2, i = 0, j, k = 0;
+    if (n < 2) return;
+    zero__st_sort_names(f, a, tmp, h);
+    zero__st_sort_names(f, a + h, tmp, n - h);
+    j = h;
+    while (i < h && j < n) {
+        f->compares++;
+        tmp[k++] = strcmp(f->ent[a[i]].name, f->ent[a[j]].name) <= 0 ? a[i++] : a[j++];
+    }
+    while (i < h) tmp[k++] = a[i++];
+    while (j < n) tmp[k++] = a[j++];
+    memcpy(a, tmp, (size_t)n * sizeof *a);
+}
+
+/* The entry named name (binary search over by_name), or NULL. */
+static zero__st_entry *zero__st_find(const zero__st_file *f, const char *name)
+{
+    int lo = 0, hi = f->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(f->ent[f->by_name[mid]].name, name);
+        if (c == 0) return &f->ent[f->by_name[mid]];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
 }
 
 typedef struct zero__st_p {
@@ -12747,35 +12934,50 @@ static int zero__st_hex(int c)
     return -1;
 }
 
-/* A JSON string into a new NUL-terminated buffer (*out; NULL: skip it). */
+/* 4 hex digits at p->at as a code unit; -1 if they are not there. */
+static long zero__st_hex4(zero__st_p *p)
+{
+    long u = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        int h = p->at < p->n ? zero__st_hex(p->s[p->at]) : -1;
+        if (h < 0) return -1;
+        u = u * 16 + h;
+        p->at++;
+    }
+    return u;
+}
+
+/* A JSON string into a new NUL-terminated buffer (*out; NULL: skip it) no larger than the
+   string's bytes in the header (escapes only shrink). Raw bytes must be UTF-8 and \u
+   escapes well-formed (surrogates in pairs): the result is UTF-8. */
 static zero_result zero__st_string(zero__st_p *p, char **out)
 {
     char *o = NULL;
-    size_t k = 0;
+    size_t k = 0, end;
     if (out) *out = NULL;
     if (!zero__st_lit(p, '"')) return zero__st_err(p, "expected a string");
+    for (end = p->at; end < p->n && p->s[end] != '"'; end++) /* the closing quote */
+        if (p->s[end] == '\\') end++;
+    if (end >= p->n) {
+        p->at = p->n;
+        return zero__st_err(p, "unterminated string");
+    }
+    if (zero__utf8_bad(p->s + p->at, end - p->at) != end - p->at) {
+        p->at += zero__utf8_bad(p->s + p->at, end - p->at);
+        return zero__st_err(p, "a string is not UTF-8");
+    }
     if (out) {
-        o = (char *)ZERO_MALLOC(p->n - p->at + 1);
+        o = (char *)ZERO_MALLOC(end - p->at + 1);
         if (!o) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: header string", p->what);
     }
     for (;;) {
-        unsigned c;
-        if (p->at >= p->n) {
-            ZERO_FREE(o);
-            return zero__st_err(p, "unterminated string");
-        }
-        c = p->s[p->at++];
+        unsigned c = p->s[p->at++];
+        const char *bad = NULL;
         if (c == '"') break;
-        if (c < 0x20) {
-            ZERO_FREE(o);
-            return zero__st_err(p, "control character in a string");
-        }
-        if (c == '\\') {
-            if (p->at >= p->n) {
-                ZERO_FREE(o);
-                return zero__st_err(p, "unterminated escape");
-            }
-            c = p->s[p->at++];
+        if (c < 0x20) bad = "control character in a string";
+        else if (c == '\\') {
+            c = p->s[p->at++]; /* before the closing quote: found above */
             switch (c) {
             case '"': case '\\': case '/': break;
             case 'b': c = '\b'; break;
@@ -12784,38 +12986,42 @@ static zero_result zero__st_string(zero__st_p *p, char **out)
             case 'r': c = '\r'; break;
             case 't': c = '\t'; break;
             case 'u': {
-                unsigned u = 0;
-                int i;
-                for (i = 0; i < 4; i++) {
-                    int h = p->at < p->n ? zero__st_hex(p->s[p->at]) : -1;
-                    if (h < 0) {
-                        ZERO_FREE(o);
-                        return zero__st_err(p, "bad \\u escape");
-                    }
-                    u = u * 16u + (unsigned)h;
-                    p->at++;
-                }
-                if (u == 0) {
-                    ZERO_FREE(o);
-                    return zero__st_err(p, "\\u0000 in a string");
-                }
-                if (o) { /* UTF-8 of the code unit (surrogates kept as they are) */
+                long u = zero__st_hex4(p), lo = -1;
+                if (u >= 0xD800 && u <= 0xDBFF && p->at + 1 < p->n && p->s[p->at] == '\\' &&
+                    p->s[p->at + 1] == 'u') {
+                    p->at += 2;
+                    lo = zero__st_hex4(p);
+                    if (lo < 0xDC00 || lo > 0xDFFF) u = -2;
+                    else u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (u >= 0xD800 && u <= 0xDFFF) u = -2;
+                if (u == -1) bad = "bad \\u escape";
+                else if (u == -2) bad = "a \\u escape of an unpaired surrogate";
+                else if (u == 0) bad = "\\u0000 in a string";
+                else if (o) { /* its UTF-8 (at most as long as the escape) */
                     if (u < 0x80) o[k++] = (char)u;
                     else if (u < 0x800) {
                         o[k++] = (char)(0xC0 | (u >> 6));
                         o[k++] = (char)(0x80 | (u & 0x3F));
-                    } else {
+                    } else if (u < 0x10000) {
                         o[k++] = (char)(0xE0 | (u >> 12));
+                        o[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
+                        o[k++] = (char)(0x80 | (u & 0x3F));
+                    } else {
+                        o[k++] = (char)(0xF0 | (u >> 18));
+                        o[k++] = (char)(0x80 | ((u >> 12) & 0x3F));
                         o[k++] = (char)(0x80 | ((u >> 6) & 0x3F));
                         o[k++] = (char)(0x80 | (u & 0x3F));
                     }
                 }
-                continue;
+                if (!bad) continue;
+                break;
             }
-            default:
-                ZERO_FREE(o);
-                return zero__st_err(p, "unknown escape");
+            default: bad = "unknown escape";
             }
+        }
+        if (bad) {
+            ZERO_FREE(o);
+            return zero__st_err(p, bad);
         }
         if (o) o[k++] = (char)c;
     }
@@ -12844,37 +13050,22 @@ static zero_result zero__st_uint(zero__st_p *p, uint64_t *out)
     return ZERO_OK;
 }
 
-/* Skips any JSON value (for __metadata__), at most 32 levels deep. */
-static zero_result zero__st_skip(zero__st_p *p, int depth)
+/* __metadata__'s value: an object whose values are strings (safetensors' str -> str map),
+   read and dropped. */
+static zero_result zero__st_metadata(zero__st_p *p)
 {
     zero_result r;
-    if (depth > 32) return zero__st_err(p, "nested too deeply");
-    zero__st_ws(p);
-    if (p->at >= p->n) return zero__st_err(p, "expected a value");
-    switch (p->s[p->at]) {
-    case '"': return zero__st_string(p, NULL);
-    case '{':
-        p->at++;
-        if (zero__st_lit(p, '}')) return ZERO_OK;
-        do {
-            if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
-            if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
-            if ((r = zero__st_skip(p, depth + 1)) != ZERO_OK) return r;
-        } while (zero__st_lit(p, ','));
-        return zero__st_lit(p, '}') ? ZERO_OK : zero__st_err(p, "expected '}'");
-    case '[':
-        p->at++;
-        if (zero__st_lit(p, ']')) return ZERO_OK;
-        do {
-            if ((r = zero__st_skip(p, depth + 1)) != ZERO_OK) return r;
-        } while (zero__st_lit(p, ','));
-        return zero__st_lit(p, ']') ? ZERO_OK : zero__st_err(p, "expected ']'");
-    default: {
-        size_t start = p->at;
-        while (p->at < p->n && strchr("+-0123456789.eEtruefalsn", p->s[p->at]) && p->s[p->at]) p->at++;
-        return p->at > start ? ZERO_OK : zero__st_err(p, "unexpected character");
-    }
-    }
+    if (!zero__st_lit(p, '{')) return zero__st_err(p, "__metadata__ must be an object of strings");
+    if (zero__st_lit(p, '}')) return ZERO_OK;
+    do {
+        if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+        if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
+        zero__st_ws(p);
+        if (p->at >= p->n || p->s[p->at] != '"')
+            return zero__st_err(p, "a __metadata__ value is not a string");
+        if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+    } while (zero__st_lit(p, ','));
+    return zero__st_lit(p, '}') ? ZERO_OK : zero__st_err(p, "expected '}'");
 }
 
 static size_t zero__st_dtype_size(const char *d)
@@ -12904,7 +13095,7 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
     zero__st_p p;
     zero_result r = ZERO_OK;
     zero__st_entry **order = NULL;
-    int i;
+    int i, have_meta = 0, *tmp = NULL;
     memset(out, 0, sizeof *out);
     p.s = h;
     p.n = hn;
@@ -12924,7 +13115,11 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
             }
             if (strcmp(key, "__metadata__") == 0) {
                 ZERO_FREE(key);
-                if ((r = zero__st_skip(&p, 0)) != ZERO_OK) goto fail;
+                if (have_meta++) {
+                    r = zero__st_err(&p, "__metadata__ appears twice");
+                    goto fail;
+                }
+                if ((r = zero__st_metadata(&p)) != ZERO_OK) goto fail;
                 continue;
             }
             memset(&ent, 0, sizeof ent);
@@ -12935,7 +13130,12 @@ static zero_result zero__st_parse(const unsigned char *h, size_t hn, uint64_t da
                 goto fail;
             }
             if (out->n == out->cap) {
-                int cap = out->cap ? out->cap * 2 : 16;
+                int cap = out->cap ? (out->cap > 0x3fffffff ? 0x7fffffff : out->cap * 2) : 16;
+                if (out->n == 0x7fffffff) {
+                    ZERO_FREE(key);
+                    r = zero__st_err(&p, "too many tensors");
+                    goto fail;
+                }
                 zero__st_entry *ne = (zero__st_entry *)ZERO_MALLOC((size_t)cap * sizeof *ne);
                 if (!ne) {
                     ZERO_FREE(key);
@@ -13033,7 +13233,7 @@ closed:
     for (i = 0; i < out->n; i++) {
         zero__st_entry *E = &out->ent[i];
         uint64_t numel = 1, bytes;
-        int k, j;
+        int k;
         for (k = 0; k < E->ndim; k++) {
             if (E->dims[k] != 0 && numel > UINT64_MAX / E->dims[k]) {
                 r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': shape overflows", what, E->name);
@@ -13048,9 +13248,23 @@ closed:
                            (unsigned long long)E->end, E->dtype);
             goto fail;
         }
-        for (j = 0; j < i; j++)
-            if (strcmp(out->ent[j].name, E->name) == 0) {
-                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' appears twice", what, E->name);
+    }
+    /* unique names: sorted, then neighbours compared (O(n log n), whatever the names) */
+    if (out->n > 0) {
+        out->by_name = (int *)ZERO_MALLOC((size_t)out->n * sizeof(int));
+        tmp = (int *)ZERO_MALLOC((size_t)out->n * sizeof(int));
+        if (!out->by_name || !tmp) {
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %d tensor names", what, out->n);
+            goto fail;
+        }
+        for (i = 0; i < out->n; i++) out->by_name[i] = i;
+        zero__st_sort_names(out, out->by_name, tmp, out->n);
+        ZERO_FREE(tmp);
+        tmp = NULL;
+        for (i = 1; i < out->n; i++)
+            if (strcmp(out->ent[out->by_name[i - 1]].name, out->ent[out->by_name[i]].name) == 0) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s' appears twice", what,
+                               out->ent[out->by_name[i]].name);
                 goto fail;
             }
     }
@@ -13086,6 +13300,7 @@ closed:
     return ZERO_OK;
 fail:
     ZERO_FREE(order);
+    ZERO_FREE(tmp);
     zero__st_free(out);
     return r;
 }
@@ -13140,14 +13355,21 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     zero_result r = zero__eng_usable(e, "zero_engine_load_safetensors");
     zero__st_file f;
     uint64_t data_off = 0;
-    int fd = -1, t, i, *which = NULL;
+    int fd = -1, t, *which = NULL;
     size_t maxn = 0;
-    unsigned char *raw = NULL;
+    unsigned char *raw = NULL, *conv = NULL;
     float *vals = NULL;
+    memset(&f, 0, sizeof f);
     if (r != ZERO_OK) return r;
-    if (!path) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
-    if ((r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1)) != ZERO_OK) return r;
-    if ((r = zero__st_open(path, &fd, &f, &data_off)) != ZERO_OK) return r;
+    /* Every check and allocation of every rank first, then one agreement: a rank that
+       fails (argument, header, allocation) fails every rank's call before anything is set. */
+    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
+    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1);
+    if (r == ZERO_OK) r = zero__st_open(path, &fd, &f, &data_off);
+    if (r != ZERO_OK) {
+        r = zero__ck_agree(e, r, NULL);
+        return r;
+    }
     which = (int *)ZERO_MALLOC((size_t)e->ntensors * sizeof(int));
     if (!which) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
     /* every check first: nothing is set unless all tensors are there and fit */
@@ -13158,8 +13380,7 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         int k, nd = t < e->cap_shapes ? e->shapes[t].ndim : 0;
         memset(&ti, 0, sizeof ti);
         zero_plan_tensor(e->plan, t, &ti);
-        for (i = 0; i < f.n; i++)
-            if (strcmp(f.ent[i].name, ti.name) == 0) E = &f.ent[i];
+        E = zero__st_find(&f, ti.name);
         if (!E) {
             r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", path, ti.name);
             break;
@@ -13191,8 +13412,12 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     if (r == ZERO_OK) {
         raw = (unsigned char *)ZERO_MALLOC(maxn * 4u);
         vals = (float *)ZERO_MALLOC(maxn * 4u);
-        if (!raw || !vals) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
+        conv = e->gd != ZERO_F32 ? (unsigned char *)zero__alloc(&e->d.allocator, maxn * e->p) : NULL;
+        if (!raw || !vals || (e->gd != ZERO_F32 && !conv))
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors: buffers "
+                           "for %zu elements", maxn);
     }
+    r = zero__ck_agree(e, r, NULL); /* from here on every rank sets every tensor */
     for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
         zero__st_entry *E = &f.ent[which[t]];
         zero_dtype dt = strcmp(E->dtype, "F32") == 0 ? ZERO_F32
@@ -13200,13 +13425,21 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         size_t n = (size_t)((E->end - E->begin) / zero_dtype_size(dt));
         r = zero__ck_pread(fd, raw, (size_t)(E->end - E->begin), data_off + E->begin, path);
         if (r == ZERO_OK) r = zero_convert(vals, ZERO_F32, raw, dt, n, ZERO_SIMD_AUTO);
-        if (r == ZERO_OK) r = zero_engine_set_tensor(e, t, vals);
+        if (r == ZERO_OK) r = zero__eng_set_tensor(e, t, vals, conv);
+        if (r != ZERO_OK && t > 0 && e->state == ZERO__ENG_COMMITTED) { /* half set: unusable */
+            char why[300];
+            zero__eng_copy_error(why, sizeof why);
+            e->state = ZERO__ENG_BROKEN;
+            snprintf(e->broken, sizeof e->broken, "zero_engine_load_safetensors failed after "
+                     "setting %d of %d tensors: %.200s", t, e->ntensors, why);
+        }
     }
     ZERO_FREE(raw);
     ZERO_FREE(vals);
+    if (conv) zero__free(&e->d.allocator, conv);
     ZERO_FREE(which);
     zero__st_free(&f);
-    close(fd);
+    if (fd >= 0) close(fd);
     return r;
 }
 
@@ -13251,6 +13484,15 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     zero__ck_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"zero_step\":\"");
     snprintf(num, sizeof num, "%lld\"}", (long long)ck->info.step);
     zero__ck_put(&h, num, strlen(num));
+    for (t = 0; t < ck->info.num_tensors; t++) { /* JSON text is UTF-8: refuse other bytes */
+        size_t len = strlen(ck->tensors[t].name);
+        if (zero__utf8_bad((const unsigned char *)ck->tensors[t].name, len) != len) {
+            ZERO_FREE(h.p);
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: tensor %d's "
+                              "name is not UTF-8 (byte %zu): a safetensors header cannot hold it",
+                              t, zero__utf8_bad((const unsigned char *)ck->tensors[t].name, len) + 1);
+        }
+    }
     for (t = 0; t < ck->info.num_tensors; t++) {
         const zero__ck_tensor *T = &ck->tensors[t];
         const char *dn = dtype == ZERO_F32 ? "F32" : dtype == ZERO_F16 ? "F16" : "BF16";

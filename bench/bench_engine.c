@@ -8,7 +8,7 @@
    gathers, norm, Adam and the all-gathers of updated params, plus the cost of simulating
    4 ranks on this machine's cores.
 
-   Then the cost of the local comm itself (issue 8), measured in the same run:
+   Then the cost of the local comm itself, measured in the same run:
    - per-collective latency at 2 ranks: a barrier, a 1-element all_reduce and all_gather on
      the local comm, with its spin-then-sleep rendezvous and with spinning off (spin_us < 0),
      against a bare pthread_barrier_wait loop on the same number of threads;

@@ -498,7 +498,7 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
             char full[4096];
             snprintf(full, sizeof full, "%s/%s", path, names[i]);
             if (gpt2__append_file(full, &buf, &len, &cap) != 0) {
-                snprintf(err, errlen, "--data: cannot read %.400s", full);
+                snprintf(err, errlen, "--data: cannot read %.200s", full);
                 len = 0;
                 count = i; /* free the rest below */
                 break;

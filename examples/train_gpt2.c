@@ -37,57 +37,68 @@
    The model's compute: fp32, row-major, BT = B * T rows of activations.
    ====================================================================================== */
 
-/* out[i][o] = bias[o] + sum_c x[i][c] w[c][o]  (Conv1D: w is [IC, OC]); 4 rows at a time so
-   each row of w is loaded once for four outputs, the inner loop running along o. */
-static void matmul_forward(float *out, const float *x, const float *w, const float *bias, int rows, int IC,
-                           int OC)
+/* out[m][n] += sum over k = 0, 1, ..., K-1 of a[m][k] b[k][n], with a[m][k] at a[m * ars + k * acs]
+   (so a may be read transposed) and b row-major with row length ldb; out has row length ldo.
+   Tiles of 4 rows x 64 columns are summed in local arrays the compiler keeps in vector
+   registers; each output still adds its K products one by one in k order, so the result is
+   the plain triple loop's, bit for bit. */
+#define MM_TILE 64
+static void matmul_acc(float *out, int ldo, const float *a, int ars, int acs, const float *b, int ldb, int M, int N,
+                       int K)
 {
-    int i, c, o, r;
-    for (i = 0; i < rows; i += 4) {
-        int n = rows - i < 4 ? rows - i : 4;
-        for (r = 0; r < n; r++)
-            for (o = 0; o < OC; o++) out[(size_t)(i + r) * OC + o] = bias ? bias[o] : 0.0f;
-        for (c = 0; c < IC; c++) {
-            const float *wr = w + (size_t)c * OC;
-            for (r = 0; r < n; r++) {
-                float a = x[(size_t)(i + r) * IC + c];
-                float *y = out + (size_t)(i + r) * OC;
-                for (o = 0; o < OC; o++) y[o] += a * wr[o];
+    int m, n0, k, r, j;
+    for (m = 0; m < M; m += 4) {
+        int mr = M - m < 4 ? M - m : 4;
+        for (n0 = 0; n0 < N; n0 += MM_TILE) {
+            int nn = N - n0 < MM_TILE ? N - n0 : MM_TILE;
+            float acc[4][MM_TILE];
+            for (r = 0; r < mr; r++)
+                for (j = 0; j < nn; j++) acc[r][j] = out[(size_t)(m + r) * ldo + n0 + j];
+            if (mr == 4 && nn == MM_TILE) { /* the common case, with constant bounds */
+                for (k = 0; k < K; k++) {
+                    const float *bk = b + (size_t)k * ldb + n0;
+                    for (r = 0; r < 4; r++) {
+                        float av = a[(size_t)(m + r) * ars + (size_t)k * acs];
+                        for (j = 0; j < MM_TILE; j++) acc[r][j] += av * bk[j];
+                    }
+                }
+            } else {
+                for (k = 0; k < K; k++) {
+                    const float *bk = b + (size_t)k * ldb + n0;
+                    for (r = 0; r < mr; r++) {
+                        float av = a[(size_t)(m + r) * ars + (size_t)k * acs];
+                        for (j = 0; j < nn; j++) acc[r][j] += av * bk[j];
+                    }
+                }
             }
+            for (r = 0; r < mr; r++)
+                for (j = 0; j < nn; j++) out[(size_t)(m + r) * ldo + n0 + j] = acc[r][j];
         }
     }
 }
 
-/* Backward of matmul_forward: dx += dout w^T (through wT, w transposed to [OC, IC], so the
-   inner loop runs along c), dw += x^T dout, dbias += column sums of dout. */
+/* out[i][o] = bias[o] + sum_c x[i][c] w[c][o]  (Conv1D: w is [IC, OC]). */
+static void matmul_forward(float *out, const float *x, const float *w, const float *bias, int rows, int IC,
+                           int OC)
+{
+    int i, o;
+    for (i = 0; i < rows; i++)
+        for (o = 0; o < OC; o++) out[(size_t)i * OC + o] = bias ? bias[o] : 0.0f;
+    matmul_acc(out, OC, x, IC, 1, w, OC, rows, OC, IC);
+}
+
+/* Backward of matmul_forward: dx += dout w^T (through wT, w transposed to [OC, IC]),
+   dw += x^T dout, dbias += column sums of dout. */
 static void matmul_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x,
                             const float *w, float *wT, int rows, int IC, int OC)
 {
-    int i, c, o, r;
+    int i, c, o;
     if (dx) {
         for (c = 0; c < IC; c++)
             for (o = 0; o < OC; o++) wT[(size_t)o * IC + c] = w[(size_t)c * OC + o];
-        for (i = 0; i < rows; i++) {
-            float *d = dx + (size_t)i * IC;
-            const float *g = dout + (size_t)i * OC;
-            for (o = 0; o < OC; o++) {
-                const float *wr = wT + (size_t)o * IC;
-                float a = g[o];
-                for (c = 0; c < IC; c++) d[c] += a * wr[c];
-            }
-        }
+        matmul_acc(dx, IC, dout, OC, 1, wT, IC, rows, IC, OC);
     }
-    for (i = 0; i < rows; i += 4) {
-        int n = rows - i < 4 ? rows - i : 4;
-        for (c = 0; c < IC; c++) {
-            float *dwr = dw + (size_t)c * OC;
-            for (r = 0; r < n; r++) {
-                float a = x[(size_t)(i + r) * IC + c];
-                const float *g = dout + (size_t)(i + r) * OC;
-                for (o = 0; o < OC; o++) dwr[o] += a * g[o];
-            }
-        }
-    }
+    matmul_acc(dw, OC, x, 1, IC, dout, OC, IC, OC, rows);
     if (dbias)
         for (i = 0; i < rows; i++)
             for (o = 0; o < OC; o++) dbias[o] += dout[(size_t)i * OC + o];
@@ -204,20 +215,21 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
 
 /* gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
-static void gelu_forward(float *out, const float *x, size_t n)
-{
-    size_t i;
-    for (i = 0; i < n; i++) {
-        float v = x[i];
-        out[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
-    }
-}
-
-static void gelu_backward(float *dx, const float *x, const float *dout, size_t n)
+static void gelu_forward(float *out, float *tanh_out, const float *x, size_t n)
 {
     size_t i;
     for (i = 0; i < n; i++) {
         float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+        out[i] = 0.5f * v * (1.0f + th);
+        tanh_out[i] = th; /* for the backward: tanhf is the costliest part */
+    }
+}
+
+static void gelu_backward(float *dx, const float *x, const float *tanh_x, const float *dout, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float v = x[i], th = tanh_x[i];
         float d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
         dx[i] = d * dout[i];
     }
@@ -228,7 +240,7 @@ static void gelu_backward(float *dx, const float *x, const float *dout, size_t n
 /* What a block keeps from its forward for its backward. */
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3; /* res3: the block's output */
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fch_tanh, *res3; /* res3: the block's output */
 } block_acts;
 
 /* w[k]: the block's tensor k (GPT2_LN1_W ...) in fp32. */
@@ -242,7 +254,7 @@ static void block_forward(const gpt2_config *c, int B, int T, float *const *w, b
     for (i = 0; i < BT * C; i++) a->res2[i] += in[i];
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT2_LN2_W], w[GPT2_LN2_B], BT, C);
     matmul_forward(a->fch, a->ln2, w[GPT2_FC_W], w[GPT2_FC_B], BT, C, 4 * C);
-    gelu_forward(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+    gelu_forward(a->fch_gelu, a->fch_tanh, a->fch, (size_t)BT * 4 * C);
     matmul_forward(a->res3, a->fch_gelu, w[GPT2_FCPROJ_W], w[GPT2_FCPROJ_B], BT, 4 * C, C);
     for (i = 0; i < BT * C; i++) a->res3[i] += a->res2[i];
 }
@@ -267,7 +279,7 @@ static void block_backward(const gpt2_config *c, int B, int T, float *const *w, 
     memset(s->d4a, 0, sizeof(float) * n4);
     matmul_backward(s->d4a, dw[GPT2_FCPROJ_W], dw[GPT2_FCPROJ_B], dres, a->fch_gelu, w[GPT2_FCPROJ_W], s->wT, BT,
                     4 * C, C);
-    gelu_backward(s->d4b, a->fch, s->d4a, n4);
+    gelu_backward(s->d4b, a->fch, a->fch_tanh, s->d4a, n4);
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
     matmul_backward(s->dc, dw[GPT2_FC_W], dw[GPT2_FC_B], s->d4b, a->ln2, w[GPT2_FC_W], s->wT, BT, C, 4 * C);
     layernorm_backward(dres, dw[GPT2_LN2_W], dw[GPT2_LN2_B], s->dc, a->res2, w[GPT2_LN2_W], a->ln2_mean,
@@ -375,7 +387,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     m->emb_numel = gi.used_numel;
     if ((r = zero_plan_group(plan, 1, &gi)) != ZERO_OK) return r;
     m->blk_numel = gi.used_numel;
-    m->bufs = (float **)calloc(32 + 13 * (size_t)c->layers, sizeof(float *));
+    m->bufs = (float **)calloc(32 + 14 * (size_t)c->layers, sizeof(float *));
     m->acts = (block_acts *)calloc((size_t)c->layers, sizeof(block_acts));
     if (!m->bufs || !m->acts) return ZERO_ERROR_OUT_OF_MEMORY;
 #define M_ALLOC(p, n) ok = ok && ((p) = model_alloc(m, (n))) != NULL
@@ -400,6 +412,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
         M_ALLOC(a->ln2_rstd, BT);
         M_ALLOC(a->fch, BT * 4 * C);
         M_ALLOC(a->fch_gelu, BT * 4 * C);
+        M_ALLOC(a->fch_tanh, BT * 4 * C);
         M_ALLOC(a->res3, BT * C);
     }
     M_ALLOC(m->lnf, BT * C);
@@ -511,19 +524,8 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
     if (r == ZERO_OK) {
         float *dlnf = m->s.dc;
         memset(dlnf, 0, sizeof(float) * (size_t)BT * C);
-        for (i = 0; i < BT; i++) { /* dlnf = dlogits wte; dwte += dlogits^T lnf */
-            const float *dz = m->logits + (size_t)i * V, *xi = m->lnf + (size_t)i * C;
-            float *d = dlnf + (size_t)i * C;
-            for (k = 0; k < V; k++) {
-                const float *we = emb[GPT2_WTE] + (size_t)k * C;
-                float *dwe = demb[GPT2_WTE] + (size_t)k * C, a = dz[k];
-                int j;
-                for (j = 0; j < C; j++) {
-                    d[j] += a * we[j];
-                    dwe[j] += a * xi[j];
-                }
-            }
-        }
+        matmul_acc(dlnf, C, m->logits, V, 1, emb[GPT2_WTE], C, BT, C, V);         /* dlnf = dlogits wte      */
+        matmul_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, V, C, BT);      /* dwte += dlogits^T lnf   */
         memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
         layernorm_backward(m->dres, demb[GPT2_LNF_W], demb[GPT2_LNF_B], dlnf,
                            c->layers ? m->acts[c->layers - 1].res3 : m->encoded, emb[GPT2_LNF_W],

@@ -83,7 +83,8 @@ typedef struct run {
     unsigned char *share[MAX_RANKS]; /* each rank's share of the final params (checksum) */
     size_t share_bytes[MAX_RANKS];
     int first_step;         /* 0, or the step a --resume checkpoint holds         */
-    char why[MAX_RANKS][160]; /* a rank's own failure (an allocation of this program) */
+    char why[MAX_RANKS][520]; /* each failed rank's message: this program's, or the library's */
+    zero_result res[MAX_RANKS]; /* each rank's result                                       */
 } run;
 
 /* A failed allocation of this program: what and how many bytes, kept for the messages. */
@@ -325,7 +326,11 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     }
     CHECK(keep_share(e, wid, bid, rank, R));
 done:
-    if (r != ZERO_OK) fprintf(stderr, "rank %d: %s: %s\n", rank, zero_result_string(r), why_failed(R, rank));
+    if (r != ZERO_OK) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, zero_result_string(r), why_failed(R, rank));
+        if (!R->why[rank][0]) snprintf(R->why[rank], sizeof R->why[rank], "%s", zero_last_error());
+    }
+    R->res[rank] = r;
     for (l = 0; l <= NL; l++) {
         free(act[l]);
         free(dact[l]);
@@ -424,10 +429,14 @@ static zero_result launch(run *R)
 #endif
 }
 
-/* The detail of a failed launch: a rank's own allocation failure, else the library's. */
+/* The detail of a failed launch, the same whichever rank failed first: the lowest rank
+   whose failure is its own (not a comm error caused by a peer that left), else the lowest
+   failed rank, else the library's message. */
 static const char *run_error(const run *R)
 {
     int rk;
+    for (rk = 0; rk < MAX_RANKS; rk++)
+        if (R->why[rk][0] && R->res[rk] != ZERO_ERROR_COMM) return R->why[rk];
     for (rk = 0; rk < MAX_RANKS; rk++)
         if (R->why[rk][0]) return R->why[rk];
     return zero_last_error();

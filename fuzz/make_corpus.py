@@ -67,6 +67,14 @@ def main():
         b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} trailing',
         b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},}',
         b'{"\x01":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        # __metadata__ that is not an object of strings; names that are not UTF-8
+        b'{"__metadata__": tttt,"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
+        b'{"__metadata__":{"a":1},"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
+        b'{"__metadata__":{},"__metadata__":{},"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
+        b'{"\xff\xfe":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
+        b'{"\xc0\x80":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
+        b'{"\\ud800":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
+        b'{"\\ud83d\\ude00":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
     ]
     for i, h in enumerate(bad):
         write(d, f"bad-{i}", mk(h, b"\0" * 16))

@@ -386,6 +386,50 @@ ZT_TEST(train_mlp_sizes_that_do_not_fit)
                   strstr(R.err, "activations") && strstr(R.err, "--batch 1000000"), "%s", R.err);
 }
 
+/* A checkpoint whose tensor names hold control characters (a terminal escape, a tab, a
+   newline), a backslash and UTF-8: zero-ckpt info prints them escaped (no raw control byte
+   reaches the terminal), UTF-8 as it is. */
+static const char *const odd_names[] = {"red\x1b[31mtext", "tab\tnew\nline", "back\\slash",
+                                        "caf\xc3\xa9"};
+static zero_result odd_rank(int rank, zero_comm *comm, void *user)
+{
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    size_t i;
+    zero_result r = zero_host_device_create(NULL, &dev);
+    (void)rank;
+    memset(&d, 0, sizeof d);
+    d.device = dev;
+    d.comm = comm;
+    if (!r) r = zero_engine_create(&d, &e);
+    for (i = 0; i < sizeof odd_names / sizeof odd_names[0] && !r; i++)
+        r = zero_engine_add_tensor(e, odd_names[i], 8, 0, 0, NULL);
+    if (!r) r = zero_engine_commit(e);
+    if (!r) r = zero_engine_save(e, (const char *)user);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+ZT_TEST(ckpt_info_escapes_names)
+{
+    char dir[64], line[160];
+    const char *p;
+    if (access("build/zero-ckpt", X_OK) != 0) ZT_SKIP("build/zero-ckpt not built");
+    snprintf(dir, sizeof dir, "/tmp/zt_cli_names_%d", (int)getpid());
+    ZT_CHECKF(zero_local_run(1, odd_rank, dir) == ZERO_OK, "%s", zero_last_error());
+    snprintf(line, sizeof line, "build/zero-ckpt info %s", dir);
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0, "exit %d: %s", R.status, R.err);
+    for (p = R.out; *p; p++)
+        ZT_CHECKF((unsigned char)*p >= 0x20 || *p == '\n', "raw control byte 0x%02x in: %s", *p, R.out);
+    ZT_CHECKF(strstr(R.out, "red\\x1b[31mtext") && strstr(R.out, "tab\\x09new\\x0aline") &&
+                  strstr(R.out, "back\\x5cslash") && strstr(R.out, "caf\xc3\xa9"), "%s", R.out);
+    snprintf(line, sizeof line, "rm -rf '%s'", dir);
+    ZT_CHECK(system(line) == 0);
+}
+
 int main(void)
 {
     ZT_RUN(table_paper_example);
@@ -398,5 +442,6 @@ int main(void)
     ZT_RUN(offload_tiers);
     ZT_RUN(help_and_unknown_options_everywhere);
     ZT_RUN(train_mlp_sizes_that_do_not_fit);
+    ZT_RUN(ckpt_info_escapes_names);
     return zt_summary();
 }

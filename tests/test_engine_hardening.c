@@ -1,4 +1,4 @@
-/* The engine, hardening (issue 8): what attacking it with bad input found, each with the
+/* The engine, hardening: what attacking it with bad input found, each with the
    case that failed before the fix.
    - zero_engine_get_desc returned the loss-scaler block all zeros though documented as
      "every default filled in";

@@ -1,4 +1,4 @@
-/* Allocation failure in the engine (issue 8, defect 1): every allocation of
+/* Allocation failure in the engine: every allocation of
    zero_engine_commit (and of zero_engine_add_tensor) is failed in turn, through the
    compile-time hooks (ZERO_MALLOC / ZERO_FREE), through a run-time zero_allocator in the
    engine's descriptor, and through the host device's own allocator; at every stage, on 1, 2

@@ -1,4 +1,4 @@
-/* The local comm's spin-then-sleep rendezvous (issue 8): spinning changes the cost of a
+/* The local comm's spin-then-sleep rendezvous: spinning changes the cost of a
    sync point, never its semantics. With long spins forced (spin_us up to 1 s, where the
    machine has a core per rank), against the same calls with spinning off:
    - results are bit-identical (sums in rank order) over many back-to-back collectives of

@@ -3,7 +3,11 @@
    (O_DIRECT and buffered) checked against the bytes written and against the file read with
    plain stdio, many tickets in flight, the buffered fallback said once, and the faults of
    ZeRO-Infinity's NVMe tier: a missing, unwritable or full nvme_path, a failed request, a
-   short read, a file truncated or changed under the engine. Each test makes its own
+   short read, a file truncated or changed under the engine. Swap-file names: a job that
+   finds the names an earlier job with its pid left (a restart after kill -9, or another
+   container's pid 1) still creates its files; the files of a job that is gone (its lock
+   free, here a child process killed with SIGKILL) are removed at the next create with a
+   log line, a live job's (a child holding its lock) and other files are not. Each test makes its own
    directory and removes it. ZT_NVME_DIR picks where (default: the first of /var/tmp, /tmp,
    build where O_DIRECT works). */
 #define ZERO_IMPLEMENTATION
@@ -11,7 +15,10 @@
 #include "tests/zt.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -758,6 +765,110 @@ ZT_TEST(ranks_share_an_engine)
     }
 }
 
+/* ---- swap-file names and the files of dead jobs ---- */
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static int log_lines;
+static char log_all[4096];
+static void keep_log(const char *message, void *user)
+{
+    size_t at = strlen(log_all);
+    (void)user;
+    log_lines++;
+    snprintf(log_all + at, sizeof log_all - at, "%s\n", message);
+}
+
+ZT_TEST(swap_files_of_dead_jobs)
+{
+    zero_io_desc d;
+    zero_io *a = NULL, *b = NULL;
+    zero_io_file *fa = NULL, *fb = NULL, *fc = NULL;
+    char dir[600], path[800], dead[800], live[800], other[800], child_file[800];
+    int k, p1[2], p2[2], fd;
+    char c = 0;
+    pid_t pid;
+    const char *parent = "/tmp";
+    memset(&d, 0, sizeof d);
+    d.direct = ZERO_IO_DIRECT_OFF;
+    d.log = keep_log;
+    ZT_CHECK(make_dir(parent, dir, sizeof dir) == 0);
+    /* an earlier job with this pid left files under the names this process would have used
+       (pid and a counter): the new names do not collide with them */
+    for (k = 0; k < 400; k++) {
+        snprintf(path, sizeof path, "%s/zero-optim-r0-%ld-%d.bin", dir, (long)getpid(), k);
+        fd = open(path, O_CREAT | O_WRONLY, 0600);
+        if (fd >= 0) close(fd);
+    }
+    /* a dead job's file (no lock), a file some live job holds, and a file of the user's */
+    snprintf(dead, sizeof dead, "%s/zero-optim-r3-1-0123456789abcdef.bin", dir);
+    snprintf(live, sizeof live, "%s/zero-param-r1-1-fedcba9876543210.bin", dir);
+    snprintf(other, sizeof other, "%s/zero-notes.bin", dir);
+    fd = open(dead, O_CREAT | O_WRONLY, 0600);
+    ZT_CHECK(fd >= 0 && write(fd, "dead", 4) == 4);
+    if (fd >= 0) close(fd);
+    fd = open(other, O_CREAT | O_WRONLY, 0600);
+    ZT_CHECK(fd >= 0 && write(fd, "mine", 4) == 4);
+    if (fd >= 0) close(fd);
+    /* an empty one (a live job's between its create and its lock): left alone */
+    snprintf(path, sizeof path, "%s/zero-optim-r4-1-00000000000000aa.bin", dir);
+    fd = open(path, O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0) close(fd);
+    /* the live job: a child process that takes its file's lock, waits, and is killed */
+    ZT_CHECK(pipe(p1) == 0 && pipe(p2) == 0);
+    snprintf(child_file, sizeof child_file, "%s", live);
+    pid = fork();
+    if (pid == 0) {
+        int cfd = open(child_file, O_CREAT | O_RDWR | O_EXCL, 0600);
+        if (cfd < 0 || flock(cfd, LOCK_EX | LOCK_NB) != 0 || write(cfd, "live", 4) != 4) _exit(1);
+        if (write(p1[1], "x", 1) != 1) _exit(1);
+        if (read(p2[0], &c, 1) < 0) _exit(1); /* until killed */
+        _exit(0);
+    }
+    ZT_CHECK(pid > 0 && read(p1[0], &c, 1) == 1);
+    log_lines = 0;
+    log_all[0] = '\0';
+    ZT_CHECK(zero_io_create(&d, &a) == ZERO_OK);
+    ZT_CHECK(zero_io_create(&d, &b) == ZERO_OK);
+    if (!a || !b) return;
+    /* two jobs (two engines) with the same name and rank in one directory: both create */
+    ZT_CHECKF(zero_io_file_create(a, dir, "optim", 0, 8192, &fa) == ZERO_OK, "%s", zero_last_error());
+    ZT_CHECKF(zero_io_file_create(b, dir, "optim", 0, 8192, &fb) == ZERO_OK, "%s", zero_last_error());
+    ZT_CHECK(fa && fb && strcmp(zero_io_file_path(fa), zero_io_file_path(fb)) != 0);
+    /* the dead job's file went, with a log line; the live one's, the user's and engine a's
+       (live: b's create swept after a's) stay */
+    ZT_CHECK(!exists(dead) && exists(live) && exists(other) && exists(path));
+    unlink(path);
+    ZT_CHECK(fa && exists(zero_io_file_path(fa)));
+    ZT_CHECKF(log_lines == 1 && contains(log_all, dead) && contains(log_all, "gone"), "%d lines: %s",
+              log_lines, log_all);
+    /* kill -9 the live job: its lock goes with it, and the next create removes its file */
+    ZT_CHECK(kill(pid, SIGKILL) == 0 && waitpid(pid, NULL, 0) == pid);
+    ZT_CHECK(exists(live));
+    ZT_CHECK(zero_io_file_create(b, dir, "param", 1, 8192, &fc) == ZERO_OK);
+    ZT_CHECKF(!exists(live) && log_lines == 2 && contains(log_all, live), "%s", log_all);
+    ZT_CHECK(fa && fb && exists(zero_io_file_path(fa)) && exists(zero_io_file_path(fb)));
+    zero_io_file_destroy(fa);
+    zero_io_file_destroy(fb);
+    zero_io_file_destroy(fc);
+    zero_io_destroy(a);
+    zero_io_destroy(b);
+    close(p1[0]);
+    close(p1[1]);
+    close(p2[0]);
+    close(p2[1]);
+    for (k = 0; k < 400; k++) {
+        snprintf(path, sizeof path, "%s/zero-optim-r0-%ld-%d.bin", dir, (long)getpid(), k);
+        unlink(path);
+    }
+    unlink(other);
+    ZT_CHECKF(remove_dir(dir) == 0, "%s: files left", dir);
+}
+
 /* Picks the directory for the O_DIRECT tests. */
 static void find_base_dir(void)
 {
@@ -807,5 +918,6 @@ int main(void)
     ZT_RUN(short_read_and_changed_file_uring_buffered);
     ZT_RUN(reads_name_written_ranges);
     ZT_RUN(ranks_share_an_engine);
+    ZT_RUN(swap_files_of_dead_jobs);
     return zt_summary();
 }

@@ -1,4 +1,5 @@
-/* zero-ckpt - inspect, verify and export zero checkpoints.
+/* zero-ckpt - inspect, verify and export zero checkpoints. Tensor names are printed with
+   control characters, backslashes and bytes that are not UTF-8 as \xNN.
 
      zero-ckpt info DIR                    manifest, ranks, tensors, sizes; verifies every
                                            checksum (exit 1 naming the first bad file)
@@ -26,6 +27,34 @@ static int bad_arg(const char *arg, const char *why)
 {
     fprintf(stderr, "zero-ckpt: %s: %s\n", arg, why);
     return usage();
+}
+
+/* A tensor name as text a terminal shows as it is: control characters, DEL, backslash and
+   bytes that are not UTF-8 (a manifest written by another program) as \xNN escapes. */
+static void print_name(const char *name, int width)
+{
+    char out[1100];
+    size_t at = 0, i, n = strlen(name);
+    int shown = 0;
+    for (i = 0; i < n && at + 8 < sizeof out; i++) {
+        unsigned char c = (unsigned char)name[i];
+        size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; /* of a character starting at c */
+        if (c >= 0x80 && len <= n - i &&
+            zero__utf8_bad((const unsigned char *)name + i, len) == len) { /* (zero.h's check) */
+            memcpy(out + at, name + i, len);
+            at += len;
+            i += len - 1;
+            shown++;
+        } else if (c < 0x20 || c == 0x7f || c == '\\' || c >= 0x80) {
+            at += (size_t)snprintf(out + at, sizeof out - at, "\\x%02x", c);
+            shown += 4;
+        } else {
+            out[at++] = (char)c;
+            shown++;
+        }
+    }
+    out[at] = '\0';
+    printf("%s%*s", out, shown < width ? width - shown : 0, "");
 }
 
 static int fail(const char *what)
@@ -75,7 +104,9 @@ static int info(const char *dir)
     for (t = 0; t < in.num_tensors; t++) {
         zero_checkpoint_tensor ti;
         zero_checkpoint_get_tensor(ck, t, &ti);
-        printf("  tensor %-32s group %3d  numel %12zu  shape [", ti.name, ti.group, ti.numel);
+        printf("  tensor ");
+        print_name(ti.name, 32);
+        printf(" group %3d  numel %12zu  shape [", ti.group, ti.numel);
         if (ti.ndim == 0) printf("%zu", ti.numel);
         for (k = 0; k < ti.ndim; k++) printf("%s%llu", k ? ", " : "", (unsigned long long)ti.dims[k]);
         printf("]%s\n", (ti.flags & ZERO_TENSOR_NO_DECAY) ? "  no-decay" : "");

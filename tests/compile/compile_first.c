@@ -1,4 +1,4 @@
-/* Compile test (issue 8): the implementation file includes libc headers before zero.h, as
+/* Compile test: the implementation file includes libc headers before zero.h, as
    real programs do. Under -std=c99/c11 the C library then hides POSIX (zero.h's request for
    it comes too late), and the build used to fail on an implicit pthread_condattr_setclock
    (an error by default on GCC 14 and Clang 16). The Makefile builds this with

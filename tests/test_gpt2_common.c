@@ -1,0 +1,165 @@
+/* examples/gpt2_common.h, the GPT-2 example's non-compute half: the parameter table gives
+   GPT-2 small's 124,439,808 parameters under Hugging Face's names and shapes; N ranks of B/N
+   sequences read exactly what one rank of B reads, and a pass visits every window once; the
+   text loader concatenates a directory's regular files in strcmp order and the .bin loader
+   reads llm.c's format (and refuses a bad one); the schedule is llm.c's; the flags parse and
+   bad values are refused. (tests/gpt2_reference.py checks the model against PyTorch.) */
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+#include "examples/gpt2_common.h"
+#include "tests/zt.h"
+
+#include <unistd.h>
+
+ZT_TEST(the_table_is_gpt2_small_under_hf_names)
+{
+    gpt2_opts o;
+    char a0[] = "t", a1[] = "--preset", a2[] = "124M";
+    char *argv[] = {a0, a1, a2};
+    gpt2_tensor *t;
+    size_t total = 0;
+    int i, n;
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, argv, &o) == 0);
+    n = gpt2_num_tensors(&o.cfg);
+    ZT_CHECK(n == 4 + 12 * 12);
+    t = (gpt2_tensor *)malloc(sizeof *t * (size_t)n);
+    gpt2_param_table(&o.cfg, t);
+    for (i = 0; i < n; i++) total += t[i].numel;
+    ZT_CHECKF(total == 124439808u, "%zu", total); /* GPT2LMHeadModel's count (lm_head tied) */
+    ZT_CHECK(!strcmp(t[GPT2_WTE].name, "transformer.wte.weight") && t[GPT2_WTE].dims[0] == 50257 &&
+             t[GPT2_WTE].dims[1] == 768 && t[GPT2_WTE].group == 0 && t[GPT2_WTE].flags == 0);
+    ZT_CHECK(t[GPT2_WPE].dims[0] == 1024 && t[GPT2_LNF_B].flags == ZERO_TENSOR_NO_DECAY);
+    i = gpt2_block_tensor(11, GPT2_QKV_W);
+    ZT_CHECK(!strcmp(t[i].name, "transformer.h.11.attn.c_attn.weight") && t[i].dims[0] == 768 &&
+             t[i].dims[1] == 2304 && t[i].group == 12 && t[i].ndim == 2);
+    i = gpt2_block_tensor(0, GPT2_FCPROJ_W);
+    ZT_CHECK(!strcmp(t[i].name, "transformer.h.0.mlp.c_proj.weight") && t[i].dims[0] == 3072 && t[i].dims[1] == 768);
+    i = gpt2_block_tensor(3, GPT2_LN2_B);
+    ZT_CHECK(!strcmp(t[i].name, "transformer.h.3.ln_2.bias") && t[i].ndim == 1 && t[i].flags == ZERO_TENSOR_NO_DECAY);
+    free(t);
+}
+
+/* a corpus directory: files "b", "a", "c.txt" and a subdirectory that is skipped */
+static int write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    if (fwrite(data, 1, n, f) != n) n = 0;
+    fclose(f);
+    return n ? 0 : -1;
+}
+
+ZT_TEST(the_loader_and_the_batches)
+{
+    char dir[] = "/tmp/zt-gpt2-XXXXXX", path[256], err[256] = "";
+    unsigned char big[3000];
+    gpt2_data d;
+    size_t i, nseq;
+    int B = 8, T = 16, j, k, ok = 1;
+    int x1[8 * 16], y1[8 * 16], x4[8 * 16], y4[8 * 16];
+    unsigned char *seen;
+    if (!mkdtemp(dir)) ZT_SKIP("no temporary directory");
+    for (i = 0; i < sizeof big; i++) big[i] = (unsigned char)(i * 7 + 3);
+    snprintf(path, sizeof path, "%s/b", dir);
+    ZT_CHECK(write_file(path, big, 1000) == 0);
+    snprintf(path, sizeof path, "%s/a", dir);
+    ZT_CHECK(write_file(path, "AAAA", 4) == 0);
+    snprintf(path, sizeof path, "%s/c.txt", dir);
+    ZT_CHECK(write_file(path, big + 1000, 2000) == 0);
+    snprintf(path, sizeof path, "%s/sub", dir);
+    ZT_CHECK(mkdir(path, 0700) == 0);
+    ZT_CHECKF(gpt2_data_load(dir, 256, T, &d, err, sizeof err) == 0, "%s", err);
+    ZT_CHECK(d.ntrain + d.nval == 3004 && d.nval == 300);
+    ZT_CHECK(d.tokens[0] == 'A' && d.tokens[3] == 'A' && d.tokens[4] == big[0] && d.tokens[1004] == big[1000]);
+    /* N ranks of B/N read what 1 rank of B reads, at any batch */
+    for (k = 0; k < 50; k++) {
+        gpt2_batch(&d, 0, (uint64_t)k, B, T, 0, B, x1, y1);
+        for (j = 0; j < 4; j++) gpt2_batch(&d, 0, (uint64_t)k, B, T, j * 2, 2, x4 + j * 2 * T, y4 + j * 2 * T);
+        ok = ok && !memcmp(x1, x4, sizeof x1) && !memcmp(y1, y4, sizeof y1);
+        for (j = 0; j < B * T; j++) ok = ok && (j % T == T - 1 || y1[j] == x1[j + 1]); /* targets shifted by one */
+    }
+    ZT_CHECK(ok);
+    /* one pass visits every window once: sequence i of a pass is window (i stride) mod W,
+       stride coprime with W, for every W */
+    nseq = gpt2_num_seqs(&d, 0, T);
+    for (i = 0; i < nseq; i++) {
+        int one[16], yy[16];
+        size_t w = i * gpt2_stride(nseq) % nseq;
+        gpt2_batch(&d, 0, i, 1, T, 0, 1, one, yy);
+        for (j = 0; j < T; j++) ok = ok && one[j] == d.tokens[w * T + (size_t)j];
+    }
+    ZT_CHECK(ok);
+    for (i = 1; i < 600; i++) {
+        size_t st = gpt2_stride(i), w;
+        seen = (unsigned char *)calloc(i, 1);
+        for (w = 0; w < i; w++) seen[w * st % i] = 1;
+        for (w = 0; w < i; w++) ok = ok && seen[w];
+        ok = ok && (i <= 2 || st >= (size_t)(0.618 * (double)i));
+        free(seen);
+    }
+    ZT_CHECKF(ok, "a pass misses a window");
+    gpt2_data_free(&d);
+    /* too few tokens, a vocab too small for bytes */
+    ZT_CHECK(gpt2_data_load(dir, 256, 1000, &d, err, sizeof err) != 0 && strstr(err, "too few"));
+    ZT_CHECK(gpt2_data_load(dir, 100, T, &d, err, sizeof err) != 0 && strstr(err, "--vocab"));
+    /* llm.c's .bin */
+    {
+        int32_t hdr[256];
+        uint16_t tok[400];
+        unsigned char buf[sizeof hdr + sizeof tok];
+        memset(hdr, 0, sizeof hdr);
+        hdr[0] = GPT2_BIN_MAGIC, hdr[1] = 1, hdr[2] = 400;
+        for (j = 0; j < 400; j++) tok[j] = (uint16_t)(50000 + j % 257);
+        memcpy(buf, hdr, sizeof hdr);
+        memcpy(buf + sizeof hdr, tok, sizeof tok);
+        snprintf(path, sizeof path, "%s/toks.bin", dir);
+        ZT_CHECK(write_file(path, buf, sizeof buf) == 0);
+        ZT_CHECKF(gpt2_data_load(path, 50257, T, &d, err, sizeof err) == 0, "%s", err);
+        ZT_CHECK(d.ntrain == 360 && d.nval == 40 && d.tokens[0] == 50000 && d.tokens[399] == 50000 + 399 % 257);
+        gpt2_data_free(&d);
+        ZT_CHECK(gpt2_data_load(path, 50000, T, &d, err, sizeof err) != 0 && strstr(err, "outside --vocab"));
+        hdr[0] = 12345;
+        memcpy(buf, hdr, sizeof hdr);
+        ZT_CHECK(write_file(path, buf, sizeof buf) == 0);
+        ZT_CHECK(gpt2_data_load(path, 50257, T, &d, err, sizeof err) != 0 && strstr(err, "not an llm.c token file"));
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/a", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/b", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/c.txt", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/sub", dir), rmdir(path);
+    rmdir(dir);
+}
+
+ZT_TEST(the_schedule_and_the_flags)
+{
+    gpt2_opts o;
+    char a0[] = "t", a1[] = "--batch", a2[] = "6", a3[] = "--ranks", a4[] = "4";
+    char *bad[] = {a0, a1, a2, a3, a4};
+    char b1[] = "--dtype", b2[] = "f64";
+    char *bad2[] = {a0, b1, b2};
+    char c1[] = "--stage", c2[] = "2", c3[] = "--steps", c4[] = "101", c5[] = "--warmup", c6[] = "10";
+    char *good[] = {a0, c1, c2, c3, c4, c5, c6};
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(7, good, &o) == 0 && o.stage == 2 && o.steps == 101);
+    ZT_CHECK(fabs(gpt2_lr(&o, 0) - o.lr / 10) < 1e-15 && gpt2_lr(&o, 9) == o.lr && gpt2_lr(&o, 10) == o.lr);
+    ZT_CHECK(fabs(gpt2_lr(&o, 100) - o.lr * o.lr_min_frac) < 1e-15);
+    ZT_CHECK(fabs(gpt2_lr(&o, 55) - (o.lr * o.lr_min_frac + 0.5 * (o.lr - o.lr * o.lr_min_frac))) < 1e-12);
+    gpt2_opts_default(&o);
+    fprintf(stderr, "(two refusals expected)\n");
+    ZT_CHECK(gpt2_parse_args(5, bad, &o) == 2);
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, bad2, &o) == 2);
+    /* the formulas at N = 4, Psi = 1000, fp32 params and gradients: 20 Psi at stage 0 */
+    ZT_CHECK(gpt2_formula_states(0, 1000, 4, 1, 4) == 20000 && gpt2_formula_states(3, 1000, 4, 1, 4) == 5000);
+    ZT_CHECK(gpt2_formula_traffic(3, 1000, 4, 1, 4) == 3 * 1000 * 0.75 * 4);
+}
+
+int main(void)
+{
+    ZT_RUN(the_table_is_gpt2_small_under_hf_names);
+    ZT_RUN(the_loader_and_the_batches);
+    ZT_RUN(the_schedule_and_the_flags);
+    return zt_summary();
+}
