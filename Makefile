@@ -286,7 +286,7 @@ HAVE_MPI = { command -v $(MPICC) >/dev/null 2>&1 && command -v $(MPIRUN) >/dev/n
 MPI_TEST_SRC := $(sort $(wildcard tests/mpi/test_mpi_*.c))
 MPI_TESTS := $(patsubst tests/mpi/%.c,build/mpi/%,$(MPI_TEST_SRC))
 MPI_RUNS := $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(t).np$(n)))
-MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh tests/mpi/resume.sh
+MPI_SCRIPTS := tests/mpi/abort.sh tests/mpi/checksum.sh tests/mpi/resume.sh tests/mpi/gpt2.sh
 MPI_BINS := build/train_mlp_mpi build/train_gpt2_mpi build/mpi/bench_mpi $(MPI_TESTS)
 # make cuda (not make mpi) compiles zero_mpi.h with zero_cuda.h and zero_nccl.h (the NCCL id
 # over MPI, the device-memory path) when mpicc is present. Open MPI's wrapper flags; override
@@ -329,7 +329,7 @@ mpi:
 test-mpi:
 	@if ! $(HAVE_MPI); then echo "test-mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
 	   echo "0 passed, 0 failed, $(words $(MPI_RUNS) $(MPI_SCRIPTS)) skipped"; \
-	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi && \
+	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi build/train_gpt2 build/train_gpt2_mpi && \
 	   MPIRUN="$(MPIRUN)" MPIRUN_FLAGS="$(MPIRUN_FLAGS)" MPI_NP="$(MPI_NP)" bash tests/run.sh $(MPI_RUNS) $(MPI_SCRIPTS); fi
 
 bench-mpi: mpi

@@ -154,6 +154,7 @@
        ZERO_MALLOC(sz)        replace malloc; define ZERO_FREE(p) too, or neither
        ZERO_FREE(p)           replace free
        ZERO_NO_SIMD           use only the portable paths (same bits, slower)
+       ZERO_DEBUG             debug mode on by default (zero_engine_desc.debug_guards)
 
    ENVIRONMENT
        ZERO_SIMD=portable|avx2|avx512   caps the host kernels' instruction set (never above
@@ -163,6 +164,15 @@
    Every fallible call returns a zero_result: ZERO_OK (0) or a negative code. The library
    never exits or aborts on bad input; zero_last_error() gives a readable sentence naming
    the argument and value at fault (kept per thread). A failed call changes nothing.
+
+   WHILE INTEGRATING
+   Build with -fsanitize=address,undefined (the suite runs so: make test-sanitize) and turn
+   on the debug mode (d.debug_guards = 1, or compile with ZERO_DEBUG): the buffers that
+   zero_engine_gather and zero_engine_grads hand out are then copies followed by guard
+   bytes, checked at zero_engine_release and zero_engine_grads_ready, so a write past a
+   buffer (fp32 gradients into an fp16 buffer, an index past the group's numel) is an
+   INVALID_STATE naming the group and the buffer instead of a corrupted heap. Note that
+   d.adam.lr = 0 means the default 1e-3, while zero_engine_set_lr(e, 0) sets 0.
 
    LICENSE: MIT, see the end of this file.
 */
@@ -1399,7 +1409,20 @@ typedef struct zero_engine_desc {
                                     rounded up to ZERO_IO_ALIGN (4096).                        */
     size_t activation_nvme_bytes; /* NVME: the file's size, required (> 0): the most bytes
                                     stashed at once, each rounded up to ZERO_IO_ALIGN          */
+    int debug_guards;            /* debug mode while integrating: 1 = zero_engine_gather and
+                                    zero_engine_grads hand out a copy of the group's buffer
+                                    followed by ZERO_DEBUG_GUARD_BYTES guard bytes, checked at
+                                    zero_engine_release and zero_engine_grads_ready (which copy
+                                    the gradients in); a changed guard byte is INVALID_STATE
+                                    naming the group, the buffer, its size and dtype (writing
+                                    fp32 values into an fp16 buffer is the usual cause). Costs
+                                    two copies of each group on the device (not counted in
+                                    zero_engine_memory_usage) and a device sync per check.
+                                    0 = on when the implementation is compiled with ZERO_DEBUG
+                                    defined, else off; -1 = off. Local (not in the plan hash). */
 } zero_engine_desc;
+
+#define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
 
 typedef struct zero_engine zero_engine;
 
@@ -4252,8 +4275,8 @@ static void *zero__local_run_thread(void *arg)
         snprintf(t->msg, sizeof t->msg, "%s", zero_last_error());
         pthread_mutex_lock(&g->mu);
         t->first = g->broken == ZERO_OK;
-        zero__local_break(g, ZERO_ERROR_COMM, "rank %d's function failed: %s: %s", t->rank,
-                          zero_result_string(t->result), t->msg);
+        zero__local_break(g, ZERO_ERROR_COMM, "rank %d's function failed: %s%s%s", t->rank,
+                          zero_result_string(t->result), t->msg[0] ? ": " : "", t->msg);
         pthread_mutex_unlock(&g->mu);
     }
     zero_comm_destroy(t->comm); /* peers still waiting for this rank fail, not hang */
@@ -7352,6 +7375,12 @@ typedef struct zero__eng_shape {
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
 } zero__eng_shape;
 
+#ifdef ZERO_DEBUG
+#define ZERO__DEBUG_DEFAULT 1 /* zero_engine_desc.debug_guards = 0 means on */
+#else
+#define ZERO__DEBUG_DEFAULT 0
+#endif
+
 struct zero_engine {
     zero_engine_desc d; /* resolved */
     zero_adam_desc adam;
@@ -7445,6 +7474,9 @@ struct zero_engine {
     zero_step_info last_info;
     int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
     char broken[480];      /* why the engine is ZERO__ENG_BROKEN, for every later call       */
+    int guards;            /* debug_guards resolved: hand out guarded copies               */
+    void **dbg;            /* debug_guards: per group, its param copy [2g] and grad copy [2g+1]
+                              (device memory, allocated on first use), each + guard bytes  */
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
 };
 
@@ -7878,6 +7910,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->oopt || e->ev_step) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
         }
         zero__act_free(e);
+        if (e->dbg)
+            for (g = 0; g < 2 * e->G; g++)
+                if (e->dbg[g]) (void)e->dev->ops->free(e->dev, e->dbg[g]);
         zero__eng_free_device(e);
         zero__eng_free_host(e);
         if (e->dev->ops->event_destroy) {
@@ -7896,6 +7931,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->ev_step) e->dev->ops->event_destroy(e->dev, e->ev_step);
         }
     }
+    zero__free(a, e->dbg);
     zero__free(a, e->groups);
     zero__free(a, e->afree);
     zero__free(a, e->pending);
@@ -9075,6 +9111,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                           "after the last add_tensor)");
     /* From here on a failure leaves the engine broken (destroy only). */
     e->state = ZERO__ENG_COMMITTED;
+    e->guards = e->d.debug_guards > 0 || (e->d.debug_guards == 0 && ZERO__DEBUG_DEFAULT);
     memset(ptrs, 0, sizeof ptrs);
     plan_err[0] = alloc_err[0] = '\0';
     plan_r = e->ntensors == 0
@@ -9540,6 +9577,97 @@ static zero_result zero__eng_flush(zero_engine *e)
     return ZERO_OK;
 }
 
+/* ---- debug mode: guarded copies of the buffers handed out (debug_guards) ---------------- */
+
+#define ZERO__GUARD_BYTE 0xA5
+
+/* Group g's copy (k = 0 params, 1 gradients): numel elements then the guard bytes, written
+   when the copy is made. */
+static zero_result zero__eng_dbg_buf(zero_engine *e, int g, int k, unsigned char **out)
+{
+    size_t bytes = e->groups[g].numel * e->p;
+    void **slot;
+    zero_result r;
+    *out = NULL;
+    if (!e->dbg) {
+        e->dbg = (void **)zero__alloc(&e->d.allocator, 2 * (size_t)e->G * sizeof(void *));
+        if (!e->dbg) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "debug guards: %d groups", e->G);
+        memset(e->dbg, 0, 2 * (size_t)e->G * sizeof(void *));
+    }
+    slot = &e->dbg[2 * g + k];
+    if (!*slot) {
+        unsigned char pat[ZERO_DEBUG_GUARD_BYTES];
+        void *p = NULL;
+        r = e->dev->ops->alloc(e->dev, bytes + ZERO_DEBUG_GUARD_BYTES, ZERO_MEM_SCRATCH, &p);
+        if (r != ZERO_OK) {
+            char prev[300];
+            zero__eng_copy_error(prev, sizeof prev);
+            return zero__fail(r, "debug guards: group %d's %s copy (%zu bytes): %s", g,
+                              k ? "gradient" : "param", bytes + ZERO_DEBUG_GUARD_BYTES, prev);
+        }
+        memset(pat, ZERO__GUARD_BYTE, sizeof pat);
+        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, (unsigned char *)p + bytes, pat, sizeof pat);
+        if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+        if (r != ZERO_OK) {
+            (void)e->dev->ops->free(e->dev, p);
+            return zero__eng_break(e, r, "debug guards: upload");
+        }
+        *slot = p;
+    }
+    *out = (unsigned char *)*slot;
+    return ZERO_OK;
+}
+
+/* Checks the guard bytes after group g's copy k (if made): INVALID_STATE naming the group,
+   the buffer and the first changed byte; the guard is written again. */
+static zero_result zero__eng_dbg_check(zero_engine *e, int g, int k, const char *fn)
+{
+    unsigned char got[ZERO_DEBUG_GUARD_BYTES];
+    size_t bytes, i;
+    unsigned char *p;
+    if (!e->guards || !e->dbg || !e->dbg[2 * g + k]) return ZERO_OK;
+    p = (unsigned char *)e->dbg[2 * g + k];
+    bytes = e->groups[g].numel * e->p;
+    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, got, p + bytes, sizeof got),
+                  "debug guards: download");
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
+    for (i = 0; i < sizeof got; i++)
+        if (got[i] != ZERO__GUARD_BYTE) {
+            unsigned char pat[ZERO_DEBUG_GUARD_BYTES];
+            memset(pat, ZERO__GUARD_BYTE, sizeof pat);
+            ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, p + bytes, pat, sizeof pat),
+                          "debug guards: upload");
+            ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "%s: group %d's %s buffer was written past its end: guard byte %zu "
+                              "after its %zu bytes (%zu elements of %s) is 0x%02x (writing another "
+                              "dtype, e.g. fp32 values into this %s buffer, or an index past the "
+                              "group's %zu elements)", fn, g, k ? "gradient" : "param", i, bytes,
+                              e->groups[g].numel, zero_dtype_name(e->gd), (unsigned)got[i],
+                              zero_dtype_name(e->gd), e->groups[g].numel);
+        }
+    return ZERO_OK;
+}
+
+/* What the user gets for group g's buffer real (k = 0 params, 1 gradients): real, or in
+   debug mode the guarded copy (params copied in; gradients zeroed). */
+static zero_result zero__eng_dbg_hand(zero_engine *e, int g, int k, unsigned char *real, void **out)
+{
+    unsigned char *c;
+    zero_result r;
+    *out = real;
+    if (!e->guards) return ZERO_OK;
+    if ((r = zero__eng_dbg_buf(e, g, k, &c)) != ZERO_OK) return r;
+    if (k == 0)
+        ZERO__ENG_TRY(e, e->dev->ops->copy(e->dev, ZERO_QUEUE_COMPUTE, c, real, e->groups[g].numel * e->p),
+                      "debug guards: copy");
+    else
+        ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, c, e->groups[g].numel * e->p),
+                      "debug guards: fill");
+    *out = c;
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grads)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_grads");
@@ -9552,7 +9680,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_grads: out_grads is NULL");
     eg = &e->groups[group];
     if (eg->grads_state == ZERO__GRADS_HANDED) {
-        *out_grads = zero__eng_grad_user(e, group);
+        *out_grads = e->guards ? e->dbg[2 * group + 1] : (void *)zero__eng_grad_user(e, group);
         return ZERO_OK;
     }
     if (eg->grads_state == ZERO__GRADS_READY)
@@ -9582,9 +9710,9 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     ptr = zero__eng_grad_user(e, group);
     ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, ptr, eg->numel * e->p),
                   "zero_engine_grads: fill");
+    if ((r = zero__eng_dbg_hand(e, group, 1, ptr, out_grads)) != ZERO_OK) return r;
     eg->grads_state = ZERO__GRADS_HANDED;
     e->grads_seen = 1;
-    *out_grads = ptr;
     return ZERO_OK;
 }
 
@@ -9602,6 +9730,14 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
                           eg->grads_state == ZERO__GRADS_READY
                               ? "is already ready in this micro-step"
                               : "has no gradient buffer (call zero_engine_grads first)");
+    if (e->guards) { /* the copies' guards, then the gradients into the engine's buffer */
+        if ((r = zero__eng_dbg_check(e, group, 1, "zero_engine_grads_ready")) != ZERO_OK) return r;
+        if (eg->refs > 0 && (r = zero__eng_dbg_check(e, group, 0, "zero_engine_grads_ready")) != ZERO_OK)
+            return r;
+        ZERO__ENG_TRY(e, e->dev->ops->copy(e->dev, ZERO_QUEUE_COMPUTE, zero__eng_grad_user(e, group),
+                                           e->dbg[2 * group + 1], eg->numel * e->p),
+                      "debug guards: copy");
+    }
     e->pending_store[e->npending] = (unsigned char)(e->micro == 0 && eg->parts_ready == 0);
     e->pending[e->npending++] = group;
     eg->parts_ready++;
@@ -9673,8 +9809,9 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_gather: out_params is NULL");
     eg = &e->groups[group];
     if (e->stage < 3 || eg->persistent) {
+        if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
+            return r;
         eg->refs++;
-        *out_params = zero__eng_param_whole(e, group);
         return ZERO_OK;
     }
     if (eg->poff == ZERO__ENG_NONE) {
@@ -9689,8 +9826,9 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
     }
     ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_gathered), "gather: event");
     if (eg->gathered_seq > e->compute_seq) e->compute_seq = eg->gathered_seq;
+    if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
+        return r;
     eg->refs++;
-    *out_params = zero__eng_param_whole(e, group);
     /* Prefetch in the direction of travel: descending in backward. */
     dir = (e->grads_seen || (e->last_gathered >= 0 && group <= e->last_gathered)) ? -1 : 1;
     e->last_gathered = group;
@@ -9722,6 +9860,7 @@ ZERODEF zero_result zero_engine_release(zero_engine *e, int group)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_release: group %d is not gathered (released twice?)",
                           group);
+    if ((r = zero__eng_dbg_check(e, group, 0, "zero_engine_release")) != ZERO_OK) return r;
     eg->refs--;
     if (eg->refs == 0 && e->stage == 3 && !eg->persistent) zero__eng_drop_params(e, group);
     return ZERO_OK;

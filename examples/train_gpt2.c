@@ -916,7 +916,10 @@ int main(int argc, char **argv)
     }
     if (o.stage >= 0) first = last = o.stage;
     tab = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(&o.cfg));
-    if (!tab) return finish(1);
+    if (!tab) {
+        gpt2_data_free(&data);
+        return finish(1);
+    }
     gpt2_param_table(&o.cfg, tab);
     for (st = 0; st < gpt2_num_tensors(&o.cfg); st++) total += tab[st].numel;
     free(tab);
@@ -953,17 +956,20 @@ int main(int argc, char **argv)
         if (o.log_path && st == last) R.log = fopen(o.log_path, "w");
         if (!R.loss || !R.final_params || (o.log_path && st == last && !R.log)) {
             fprintf(stderr, "out of memory (or --log %s cannot be written)\n", o.log_path ? o.log_path : "");
+            free(R.loss);
+            free(R.final_params);
+            gpt2_data_free(&data);
             return finish(1);
         }
         if (R.log) fprintf(R.log, "step,loss,lr,grad_norm,val_loss\n");
         r = launch(&R);
         if (R.log) fclose(R.log);
-        if (r != ZERO_OK) {
-            fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r), zero_last_error());
-            return finish(1);
-        }
-        if (R.first_step >= R.end_step) {
-            fprintf(stderr, "the checkpoint is at step %d: nothing to do up to step %d\n", R.first_step, R.end_step);
+        if (r != ZERO_OK || R.first_step >= R.end_step) {
+            if (r != ZERO_OK) fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r), zero_last_error());
+            else fprintf(stderr, "the checkpoint is at step %d: nothing to do up to step %d\n", R.first_step, R.end_step);
+            free(R.loss);
+            free(R.final_params);
+            gpt2_data_free(&data);
             return finish(1);
         }
         sum = fnv1a64(R.final_params, total * sizeof(float));

@@ -3,7 +3,10 @@
    - a commit mismatch names the first setting or tensor that differs and each rank's value;
    - after a failed commit, later calls and a second commit say the commit failed and why
      (not "a device or comm failure", not "already committed");
-   - a checkpoint whose dtype is not the engine's: a dtype mismatch, named, with both. */
+   - a checkpoint whose dtype is not the engine's: a dtype mismatch, named, with both;
+   - debug_guards: a write one element past a gradient or param buffer is caught at
+     grads_ready / release, naming the group and the buffer; with guards and without, the
+     parameters after two steps are bit-identical (stages 0-3, 2 ranks). */
 #define _POSIX_C_SOURCE 200809L /* getpid */
 #include "zero.h"
 #include "tests/zt.h"
@@ -219,11 +222,109 @@ ZT_TEST(checkpoint_dtype_mismatch_is_named)
     ZT_CHECK(system(cmd) == 0);
 }
 
+/* ---- debug guards ---- */
+
+typedef struct gctx {
+    int stage, guards, overrun; /* overrun: 1 = a gradient buffer, 2 = a param buffer */
+    float master[2][2][64];     /* [rank][tensor]: this rank's copy after the steps */
+    zero_result got[2];
+    char msg[2][600];
+} gctx;
+
+static zero_result guard_rank(int rank, zero_comm *comm, void *user)
+{
+    gctx *c = (gctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_step_info info;
+    float v[64];
+    int t, step, k;
+    size_t i;
+    zero_result r = zero_host_device_create(NULL, &dev);
+    memset(&d, 0, sizeof d);
+    d.stage = c->stage;
+    d.debug_guards = c->guards ? 1 : -1;
+    d.device = dev;
+    d.comm = comm;
+    if (!r) r = zero_engine_create(&d, &e);
+    if (!r) r = zero_engine_add_tensor(e, "a", 40, 0, 0, NULL);
+    if (!r) r = zero_engine_add_tensor(e, "b", 64, 1, 0, NULL);
+    if (!r) r = zero_engine_commit(e);
+    for (t = 0; t < 2 && !r; t++) {
+        for (i = 0; i < 64; i++) v[i] = 0.01f * (float)(i + 1) * (t ? -1.0f : 1.0f);
+        r = zero_engine_set_tensor(e, t, v);
+    }
+    for (step = 0; step < 2 && !r; step++) {
+        for (k = 1; k >= 0 && !r; k--) {
+            void *p, *g;
+            zero_group_info gi;
+            uint16_t *gh;
+            if ((r = zero_engine_gather(e, k, &p)) != ZERO_OK) break;
+            if ((r = zero_engine_grads(e, k, &g)) != ZERO_OK) break;
+            zero_plan_group(zero_engine_plan(e), k, &gi);
+            gh = (uint16_t *)g;
+            for (i = 0; i < gi.used_numel; i++)
+                gh[i] = zero_f32_to_f16(((const uint16_t *)p)[i] ? 0.5f * (float)(rank + 1) : 0.25f);
+            if (c->overrun == 1 && rank == 0 && k == 1) gh[gi.numel] = 0x3c00; /* one past the end */
+            if (c->overrun == 2 && rank == 0 && k == 0) ((uint16_t *)p)[gi.numel] = 1;
+            r = zero_engine_release(e, k);
+            if (r != ZERO_OK) {
+                c->got[rank] = r;
+                snprintf(c->msg[rank], sizeof c->msg[rank], "%s", zero_last_error());
+                break;
+            }
+            r = zero_engine_grads_ready(e, k);
+            if (r != ZERO_OK) {
+                c->got[rank] = r;
+                snprintf(c->msg[rank], sizeof c->msg[rank], "%s", zero_last_error());
+            }
+        }
+        if (!r) r = zero_engine_step(e, &info);
+    }
+    for (t = 0; t < 2 && !r; t++) {
+        zero_range rg;
+        r = zero_engine_read_tensor(e, t, ZERO_STATE_MASTER, c->master[rank][t], &rg);
+    }
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+ZT_TEST(debug_guards_catch_overruns)
+{
+    int st, which;
+    for (st = 0; st <= 3; st++) {
+        gctx a, b;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        a.stage = b.stage = st;
+        b.guards = 1;
+        ZT_CHECKF(zero_local_run(2, guard_rank, &a) == ZERO_OK, "stage %d: %s", st, zero_last_error());
+        ZT_CHECKF(zero_local_run(2, guard_rank, &b) == ZERO_OK, "stage %d guards: %s", st, zero_last_error());
+        ZT_CHECKF(memcmp(a.master, b.master, sizeof a.master) == 0, "stage %d: guards changed the result", st);
+        for (which = 1; which <= 2; which++) {
+            gctx c;
+            memset(&c, 0, sizeof c);
+            c.stage = st;
+            c.guards = 1;
+            c.overrun = which;
+            ZT_CHECK(zero_local_run(1, guard_rank, &c) != ZERO_OK); /* the rank stops there */
+            ZT_CHECK(c.got[0] == ZERO_ERROR_INVALID_STATE);
+            ZT_CHECKF(strstr(c.msg[0], which == 1 ? "zero_engine_grads_ready: group 1's gradient buffer"
+                                                  : "zero_engine_release: group 0's param buffer") &&
+                          strstr(c.msg[0], "written past its end") && strstr(c.msg[0], "f16"),
+                      "stage %d: %s", st, c.msg[0]);
+        }
+    }
+}
+
 int main(void)
 {
     ZT_RUN(step_names_groups_never_marked_ready);
     ZT_RUN(commit_mismatch_names_the_difference);
     ZT_RUN(commit_agreeing_ranks_still_commit);
     ZT_RUN(checkpoint_dtype_mismatch_is_named);
+    ZT_RUN(debug_guards_catch_overruns);
     return zt_summary();
 }
