@@ -52,6 +52,9 @@ SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_S
 LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
 TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
 
+# tests that run a bench's code at a small size
+build/test_infinity build/san/test_infinity: bench/bench_infinity.c
+
 build/zero_impl.o: tests/zero_impl.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
@@ -69,6 +72,9 @@ $(addprefix build/san/,$(notdir $(SELF_TESTS))): build/san/%: tests/%.c $(TEST_D
 
 $(addprefix build/san/,$(notdir $(LINKED_TESTS))): build/san/%: tests/%.c build/san/zero_impl.o $(TEST_DEPS) | build/san
 	$(CC) $(SAN_FLAGS) $< build/san/zero_impl.o -o $@ $(LDLIBS)
+
+# The GPT example's activation-offload test runs the example: make test builds it first.
+build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
 
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
@@ -99,8 +105,9 @@ PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 # tests/readme_outputs.sh runs the command of each output README.md quotes and compares.
 CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
 SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh
+README_PROGS := build/train_mlp $(filter build/train_gpt2,$(EXAMPLES)) # what README quotes
 test:
-	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) build/train_mlp $(CUDA_HOST_TEST)
+	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) $(README_PROGS) $(CUDA_HOST_TEST)
 	@bash tests/run.sh $(TESTS) $(CUDA_HOST_TEST) $(SCRIPT_TESTS)
 
 test-sanitize:
@@ -158,8 +165,9 @@ demo: build/train_gpt2
 demo-mlp: build/train_mlp
 	build/train_mlp
 
+# bench_infinity is run by hand (Psi = 4B: ~64 GB of files, many minutes; docs/BENCHMARKS.md)
 bench: $(BENCHES) build/train_gpt2
-	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+	@for b in $(filter-out build/bench_infinity,$(BENCHES)); do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/gpt2.sh"; PYTHON="$(PYTHON)" sh bench/gpt2.sh
 
 # ---- compile tests: the header in every language mode we promise ------------------------

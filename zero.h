@@ -1201,6 +1201,15 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
 ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf, size_t bytes,
                                  zero_io_ticket *ticket);
 
+/* Declares that [offset, offset + bytes) of the file holds zeros, as a file from
+   zero_io_file_create() does where nothing was written (its space is reserved with
+   posix_fallocate, whose unwritten extents read as zeros, or by extending it): the range
+   can then be read back as if written with zeros, without writing them (a read checks
+   that every byte arrived as zero instead of a checksum). INVALID_ARGUMENT as for
+   zero_io_write; INVALID_STATE: the range overlaps one written or declared before;
+   OUT_OF_MEMORY. */
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes);
+
 /* Blocks until every request of the ticket has finished and forgets the ticket. ZERO_OK,
    or ZERO_ERROR_IO with zero_last_error() naming the operation, file, offset and cause
    (an errno's text, "short read: n of m bytes at offset o (end of file: truncated under
@@ -1695,6 +1704,12 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
                                             zero_engine_memory *out);
 
+/* The I/O counters of the NVMe tier of the model states (offload_optimizer or offload_param
+   = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
+   since commit, so bytes_read / bytes_written show what a step, a checkpoint or set_tensor
+   moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
+ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
+
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
    the last step(); may be NULL) and since commit (may be NULL). Commit's hash check counts
    in the total only. */
@@ -1822,7 +1837,9 @@ ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_acti
    (zero-<generation, 16 hex digits>-<rank, 5 digits>.shard: that rank's shard of every
    group's fp32 master, m, v and params) and a manifest (zero.manifest: the plan, the step,
    the Adam settings, the loss-scaler state, every shard file's size and header checksum).
-   Every file is written under a temporary name, fsynced, renamed and its directory fsynced;
+   Every file is written under a new temporary name (a random suffix, created with O_EXCL |
+   O_NOFOLLOW: a planted file or symlink is never written through), fsynced, renamed and its
+   directory fsynced;
    the manifest is written last and is the commit point: a crash at any moment leaves the
    previous checkpoint in the directory loadable, or the new one complete. Older
    generations are removed after the new manifest is in place. Every file carries CRC32C
@@ -1852,8 +1869,14 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    passes the same path): each rank writes its own shard file; rank 0 then writes the
    manifest. Call between steps (not between micro-steps). Every rank returns the same
    result: a failure on any rank (I/O, a full disk) fails every rank's call with that
-   rank's message; the engine is unchanged either way and the previous checkpoint in dir
-   stays loadable. Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
+   rank's message, and every rank removes the files it wrote for this save; the engine is
+   unchanged either way and the previous checkpoint in dir stays loadable. Rank 0 holds
+   dir/zero.lock for the whole save: a save into a directory that another live save holds
+   fails at once with IO "another save is in progress in DIR (pid P, host H)"; a lock whose
+   holder is gone (its flock released, or its pid dead on this host) is taken over. The
+   generation is a 64-bit integer (after 2^64 - 1 it wraps to the lowest one no file of dir
+   names). A manifest in dir that is not a regular file (a FIFO) is IO, never opened.
+   Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
    INVALID_STATE (before commit, mid-step) return at once without communicating (SPMD
    programs make them on every rank alike); IO, OUT_OF_MEMORY; COMM/DEVICE (engine broken).
    Host memory: one 16 MiB staging buffer. */
@@ -1872,10 +1895,15 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
 
 /* COLLECTIVE. Loads a checkpoint saved by zero_engine_save() at any world size and stage
    into this committed engine: master, m, v, params, step, Adam settings and scaler state.
-   The engine's tensors must match the checkpoint's by name, size and flags (in any
-   grouping), and the param dtype must be the same. Every rank first reads and verifies
-   everything it needs (manifest, file sizes, header and section checksums, the plan) and
-   the ranks agree; only then is state changed. On error every rank returns the same code
+   The engine's tensors must match the checkpoint's by name, size, flags and shape (where
+   both recorded one; in any grouping), and the param dtype must be the same. Every rank
+   opens the manifest and the ranks agree on its identity (generation and checksum): ranks
+   given different directories, or opening it before and after a concurrent save's commit,
+   get MISMATCH on every rank. Every rank then reads and verifies everything it needs
+   (manifest, file sizes, header and section checksums, the plan) and the ranks agree; only
+   then is state changed. A manifest or shard file that is not a regular file (a FIFO, a
+   device) is IO, never read; a shard file without read permission is IO "permission
+   denied". On error every rank returns the same code
    and message (naming the file, tensor or byte offset) and the engine is unchanged.
    Call between steps with no group gathered. Host memory: with the saving layout (same
    world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
@@ -1925,8 +1953,11 @@ typedef struct zero_checkpoint_tensor {
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
 } zero_checkpoint_tensor;
 
-/* Opens dir and verifies its manifest (size, checksum, a consistent plan). Reads no shard
-   file yet. Errors: NOT_FOUND (no manifest), IO (corrupt), OUT_OF_MEMORY. *out NULL then. */
+/* Opens dir and verifies its manifest (size, checksum, a consistent plan, every byte size
+   computed without wrapping). Reads no shard file yet, and of the manifest first its fixed
+   header: a file whose size differs from the one its header declares, or exceeds what its
+   counts allow, is refused without reading the rest. Errors: NOT_FOUND (no manifest), IO
+   (corrupt, or not a regular file), OUT_OF_MEMORY. *out NULL then. */
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out);
 ZERODEF void zero_checkpoint_close(zero_checkpoint *ck);
 ZERODEF zero_result zero_checkpoint_get_info(const zero_checkpoint *ck, zero_checkpoint_info *out);
@@ -1943,10 +1974,12 @@ ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
 /* The client state (zero_checkpoint_info.client_bytes bytes into dst; nothing when 0),
    its size and checksum checked: IO names the file otherwise. */
 ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst);
-/* Writes every tensor to one .safetensors file at path (temporary name, fsync, rename):
-   dtype F32 = the fp32 master weights; F16 / BF16 = the saved params when the checkpoint's
-   param dtype is that, else the master rounded to nearest even. Names and shapes as
-   registered; __metadata__ holds format "pt" and the step. */
+/* Writes every tensor to one .safetensors file at path (a new temporary "path.<random>.tmp"
+   created with O_EXCL | O_NOFOLLOW, fsync, rename over path): dtype F32 = the fp32 master
+   weights; F16 / BF16 = the saved params when the checkpoint's param dtype is that, else
+   the master rounded to nearest even. Names and shapes as registered; __metadata__ holds
+   format "pt" and the step. INVALID_ARGUMENT for a path inside a checkpoint directory
+   (ck's, or any holding a zero.manifest); OVERFLOW for sizes that do not fit. */
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path,
                                            zero_dtype dtype);
 
@@ -2042,10 +2075,13 @@ __attribute__((format(printf, 2, 3)))
 #endif
 static zero_result zero__fail(zero_result result, const char *fmt, ...)
 {
+    /* formatted aside first: an argument may be zero_last_error() itself */
+    char text[sizeof zero__error_text];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(zero__error_text, sizeof zero__error_text, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(zero__error_text, text, sizeof text);
     return result;
 }
 
@@ -5997,6 +6033,7 @@ typedef struct zero__io_range {
     uint64_t sum;
     int state;
     int readers; /* queued reads not yet finished */
+    int zeros;   /* declared by zero_io_declare_zeros: reads check for zeros, not the sum */
 } zero__io_range;
 
 struct zero_io_file {
@@ -6020,6 +6057,7 @@ typedef struct zero__io_op {
     size_t bytes;
     unsigned char *buf;
     uint64_t sum;     /* reads: the checksum recorded when the range was written */
+    int zeros;        /* reads of a declared zero range: every byte must be 0    */
     size_t issued;    /* bytes cut into requests so far                          */
     int outstanding;  /* requests in flight                                       */
     int done;
@@ -6994,6 +7032,23 @@ static zero_result zero__io_check(const char *what, zero_io_file *file, uint64_t
     return ZERO_OK;
 }
 
+/* Room for n records in the file's range table (locked); OUT_OF_MEMORY without a message. */
+static zero_result zero__io_ranges_reserve(zero_io_file *file, size_t n)
+{
+    size_t cap;
+    zero__io_range *t;
+    if (n <= file->cap) return ZERO_OK;
+    cap = file->cap ? 2 * file->cap : 16;
+    if (cap < n) cap = n;
+    t = (zero__io_range *)zero__alloc(&file->io->alloc, cap * sizeof *t);
+    if (!t) return ZERO_ERROR_OUT_OF_MEMORY;
+    if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
+    zero__free(&file->io->alloc, file->ranges);
+    file->ranges = t;
+    file->cap = cap;
+    return ZERO_OK;
+}
+
 /* Queues op (locked). */
 static void zero__io_enqueue(zero_io *io, zero__io_op *op)
 {
@@ -7048,18 +7103,10 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     }
     if (hi - lo != 1) { /* the table changes size: 1 replaces hi - lo records */
         size_t n = file->nranges - (hi - lo) + 1;
-        if (n > file->cap) {
-            size_t cap = file->cap ? 2 * file->cap : 16;
-            zero__io_range *t = (zero__io_range *)zero__alloc(&io->alloc, cap * sizeof *t);
-            if (!t) {
-                pthread_mutex_unlock(&io->mu);
-                zero__free(&io->alloc, op);
-                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", cap);
-            }
-            if (file->nranges) memcpy(t, file->ranges, file->nranges * sizeof *t);
-            zero__free(&io->alloc, file->ranges);
-            file->ranges = t;
-            file->cap = cap;
+        if (zero__io_ranges_reserve(file, n) != ZERO_OK) {
+            pthread_mutex_unlock(&io->mu);
+            zero__free(&io->alloc, op);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: range table of %zu", n);
         }
         memmove(file->ranges + lo + 1, file->ranges + hi, (file->nranges - hi) * sizeof *file->ranges);
         file->nranges = n;
@@ -7069,6 +7116,7 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     file->ranges[lo].sum = op->sum;
     file->ranges[lo].state = ZERO__RANGE_WRITING;
     file->ranges[lo].readers = 0;
+    file->ranges[lo].zeros = 0;
     zero__io_enqueue(io, op);
     *ticket = op->ticket;
     pthread_mutex_unlock(&io->mu);
@@ -7121,8 +7169,45 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
     }
     rg->readers++;
     op->sum = rg->sum;
+    op->zeros = rg->zeros;
     zero__io_enqueue(io, op);
     *ticket = op->ticket;
+    pthread_mutex_unlock(&io->mu);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    zero_io *io;
+    size_t lo;
+    uint64_t end;
+    zero_result r;
+    zero_io_ticket unused;
+    r = zero__io_check("zero_io_declare_zeros", file, offset, &unused, bytes, &unused);
+    if (r != ZERO_OK) return r;
+    io = file->io;
+    end = offset + bytes;
+    pthread_mutex_lock(&io->mu);
+    for (lo = 0; lo < file->nranges && file->ranges[lo].offset + file->ranges[lo].bytes <= offset; lo++) {
+    }
+    if (lo < file->nranges && file->ranges[lo].offset < end) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "zero_io_declare_zeros: [%llu, +%zu) of %s overlaps a range written before",
+                          (unsigned long long)offset, bytes, file->path);
+    }
+    if (zero__io_ranges_reserve(file, file->nranges + 1) != ZERO_OK) {
+        pthread_mutex_unlock(&io->mu);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_declare_zeros: range table of %zu",
+                          file->nranges + 1);
+    }
+    memmove(file->ranges + lo + 1, file->ranges + lo, (file->nranges - lo) * sizeof *file->ranges);
+    file->nranges++;
+    memset(&file->ranges[lo], 0, sizeof file->ranges[lo]);
+    file->ranges[lo].offset = offset;
+    file->ranges[lo].bytes = bytes;
+    file->ranges[lo].state = ZERO__RANGE_VALID;
+    file->ranges[lo].zeros = 1;
     pthread_mutex_unlock(&io->mu);
     return ZERO_OK;
 }
@@ -7162,6 +7247,14 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     pthread_mutex_unlock(&io->mu);
     if (!verify && op->failed) {
         r = zero__fail(ZERO_ERROR_IO, "%s", msg);
+    } else if (verify && op->zeros) {
+        size_t i = 0;
+        while (i < op->bytes && op->buf[i] == 0) i++;
+        if (i < op->bytes)
+            r = zero__fail(ZERO_ERROR_IO,
+                           "zero_io: read of %s at offset %llu (%zu bytes): byte %zu is not zero "
+                           "in a range declared zero: the file changed under the engine",
+                           op->file->path, (unsigned long long)op->offset, op->bytes, i);
     } else if (verify) {
         uint64_t got = zero_io_checksum(op->buf, op->bytes);
         if (got != op->sum)
@@ -7279,6 +7372,11 @@ ZERODEF zero_result zero_io_wait_all(zero_io *io)
     (void)io;
     return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_wait_all: the NVMe I/O engine needs Linux");
 }
+ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    (void)file; (void)offset; (void)bytes;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_io_declare_zeros: the NVMe I/O engine needs Linux");
+}
 ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault)
 {
     (void)io; (void)fault;
@@ -7367,7 +7465,7 @@ typedef struct zero__eng_piece {
     size_t off, numel; /* within the tile */
 } zero__eng_piece;
 
-#define ZERO__ENG_MAX_HOST_ALLOCS 8
+#define ZERO__ENG_MAX_HOST_ALLOCS 12
 
 /* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
 typedef struct zero__eng_shape {
@@ -7434,7 +7532,13 @@ struct zero_engine {
     int oopt, oparam;               /* offload_optimizer / offload_param != NONE          */
     unsigned char *hparam;          /* host param shards (offload_param)                  */
     size_t hparam_numel;
-    unsigned char *hgrad, *hpar;    /* staging: 2 gradient tiles (comm dtype), 2 param tiles */
+    /* the reduced gradients off the device (with offload_optimizer): each group's reduced
+       shard is downloaded into host_grad (S elements, comm dtype, group g at off_shard[g])
+       as the reduction produces it; micro-steps k > 0 land in host_grad_in (the largest
+       shard) and are added on the host, deferred until the next download or the step */
+    unsigned char *host_grad, *host_grad_in;
+    int host_grad_add; /* the group whose host add is pending, -1 none */
+    unsigned char *hpar; /* staging: 2 param tiles */
     size_t tile_numel;
     zero__eng_tile *tiles;
     zero__eng_piece *pieces;
@@ -7463,6 +7567,19 @@ struct zero_engine {
     unsigned char *hpg;
     size_t hpg_stride;
     zero_io_ticket hpg_ticket[2];
+    /* between steps (set_tensor, read_tensor, checkpoints, gathers) the NVMe tier is reached
+       through two write-back caches: one tile record in swap slot 0 and one group's param
+       shard in hpg's first half; a cache is written back when another record or shard is
+       needed, at the end of a load, and before the step (which uses both buffers) */
+    int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot 0 (-1 none), changed */
+    int hpg_group, hpg_dirty;              /* group in hpg's first half (-1 none), changed */
+    /* records (per tile) and param shards (per group) never written since commit: they hold
+       the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
+    unsigned char *tile_fresh, *group_fresh;
+    /* stage-3 gathers read one group ahead of the shard they upload: group ra_group's shard
+       is being read into hpg's second half (ticket ra_ticket), -1 none */
+    int ra_group;
+    zero_io_ticket ra_ticket;
     uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
     /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
     zero__eng_shape *shapes;
@@ -7495,6 +7612,8 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out);
 static zero_result zero__eng_hparam_put(zero_engine *e, int g);
+static void zero__eng_ra_drop(zero_engine *e);
+static void zero__eng_ra_start(zero_engine *e, int g);
 static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
                                         const char *what, int group);
 
@@ -8230,7 +8349,8 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->cat[ZERO__B_GRAD_USER] = ZERO_MEM_GRAD;
     if (e->stage <= 1) ovf |= zero__mul_size(e->P, e->p, &sz->bytes[ZERO__B_GRAD_USER]);
     sz->cat[ZERO__B_GRAD_ACC] = ZERO_MEM_GRAD;
-    if (!e->alias)
+    /* offload_optimizer: the accumulator is in the host tier (zero__eng_offload_alloc) */
+    if (!e->alias && !e->oopt)
         ovf |= zero__mul_size(e->stage == 0 ? e->P : e->S, e->c, &sz->bytes[ZERO__B_GRAD_ACC]);
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
@@ -8425,13 +8545,16 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
 }
 
 /* The host tier of commit: master, m, v of this rank's shard (S fp32 each), the offloaded
-   param shards, and the staging tiles: 2 x tile_numel gradient elements (comm dtype) and
-   2 x tile_numel param elements (param dtype). Plus the OFFLOAD hand-off events. */
+   param shards, the reduced gradients (S elements of the comm dtype, plus the largest shard
+   again to receive micro-steps k > 0 before their add), and 2 x tile_numel param elements
+   (param dtype) staging the step's uploads. Plus the OFFLOAD hand-off events. */
 static zero_result zero__eng_offload_alloc(zero_engine *e)
 {
-    size_t sb, gb, pb;
+    size_t sb, gb, gi, pb;
     void *p;
     zero_result r;
+    e->host_grad_add = -1;
+    e->nvme_tile_cached = e->hpg_group = e->ra_group = -1;
     if (!e->oopt) return ZERO_OK;
     if (e->dev->ops->event_create) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
@@ -8440,7 +8563,8 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->tile_numel, 2 * e->c, &gb) ||
+    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->S, e->c, &gb) ||
+        zero__mul_size(e->M / (size_t)e->world, e->c, &gi) ||
         zero__mul_size(e->tile_numel, 2 * e->p, &pb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
     if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME || e->d.offload_param == ZERO_OFFLOAD_NVME)
@@ -8461,7 +8585,11 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         e->hparam = (unsigned char *)p;
     }
     if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-    e->hgrad = (unsigned char *)p;
+    e->host_grad = (unsigned char *)p;
+    if (e->accum > 1) {
+        if ((r = zero__eng_host_alloc(e, gi, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+        e->host_grad_in = (unsigned char *)p;
+    }
     if ((r = zero__eng_host_alloc(e, pb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
     e->hpar = (unsigned char *)p;
     return ZERO_OK;
@@ -8483,6 +8611,7 @@ static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned ch
     const zero__eng_group *eg = &e->groups[g];
     unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p, *src = NULL;
     zero_result r = zero__eng_hparam_get(e, g, &src); /* nvme: read ahead of the all-gather */
+    if (r == ZERO_OK) zero__eng_ra_start(e, g);
     if (e->fpar) { /* every rank learns of a failed read before the all-gather: no hang */
         char err[400];
         err[0] = '\0';
@@ -8509,17 +8638,92 @@ static unsigned char *zero__eng_tile_param_dev(const zero_engine *e, const zero_
     return e->param + (eg->off_param + tl->begin) * e->p;
 }
 
-static zero_result zero__eng_tile_download(zero_engine *e, int k)
+/* The host device's kernel bodies over host-tier memory, for the reduced gradients that left
+   the device: the same code as its add, nonfinite and sumsq ops (and the device backends are
+   defined to give the same bits), so the accumulation, the inf/NaN verdict and the norm do
+   not change when the gradients move to the host. Returns the body's block sum. */
+static double zero__eng_host_kernel(const zero_engine *e, zero__host_body body, void *dst,
+                                    const void *src, size_t numel)
 {
-    const zero__eng_tile *tl = &e->tiles[k];
-    const unsigned char *src = zero__eng_grad_acc_shard(e, tl->group) + tl->begin * e->c;
-    return e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD,
-                                 e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c, src,
-                                 tl->numel * e->c);
+    zero__host_device hd;
+    zero__host_ctx c;
+    memset(&hd, 0, sizeof hd);
+    hd.simd = zero_simd_detect();
+    hd.threads = e->d.host_threads > 1 && numel >= 4 * (size_t)ZERO_HOST_SUMSQ_BLOCK ? e->d.host_threads : 1;
+    memset(&c, 0, sizeof c);
+    c.d = &hd;
+    c.dst = dst;
+    c.src = src;
+    c.dtype = e->cd;
+    return zero__host_for(&hd, numel, body, &c);
+}
+
+/* Finishes the pending host add of a micro-step k > 0 (its download waited for first). */
+static zero_result zero__eng_host_grad_settle(zero_engine *e)
+{
+    int g = e->host_grad_add;
+    const zero__eng_group *eg;
+    if (g < 0) return ZERO_OK;
+    e->host_grad_add = -1;
+    eg = &e->groups[g];
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
+    (void)zero__eng_host_kernel(e, zero__host_body_add, e->host_grad + eg->off_shard * e->c,
+                                e->host_grad_in, eg->shard_numel);
+    return ZERO_OK;
+}
+
+/* Elements [j, j + n) of group g's reduced shard, at dev_src on the device (written on
+   COMM), leave the device: the step's first contribution ('store') is downloaded into its
+   place in host_grad, a later one into host_grad_in for an add on the host (deferred until
+   the next download needs host_grad_in, or the step). COMM then waits for the download, so
+   whatever reuses dev_src after an event recorded on COMM (the next piece's cast into the
+   bucket, the gradient buffer's return to the arena, a gradient slice) comes after it. */
+static zero_result zero__eng_grad_out(zero_engine *e, int g, int store, const unsigned char *dev_src,
+                                      size_t j, size_t n)
+{
+    const zero__eng_group *eg = &e->groups[g];
+    unsigned char *dst = e->host_grad + (eg->off_shard + j) * e->c;
+    zero_result r;
+    if (!store) {
+        if (j == 0 && (r = zero__eng_host_grad_settle(e)) != ZERO_OK) return r;
+        dst = e->host_grad_in + j * e->c;
+    }
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
+    if (r == ZERO_OK) r = e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD, dst, dev_src, n * e->c);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
+    if (r == ZERO_OK && !store && j + n == eg->shard_numel) e->host_grad_add = g;
+    return r;
+}
+
+/* The step's inf/NaN flag and sum of squares over the host-tier gradients: every download
+   waited for, then the host device's kernels over each group's shard in group order (the
+   order the device ops run in without offload), and the pair uploaded to the scratch as
+   the device ops would have left it (sumsq f64 at 0, flag f32 at 8). */
+static zero_result zero__eng_host_grad_norm(zero_engine *e)
+{
+    unsigned char v[16];
+    double sumsq = 0.0;
+    float flag = 0.0f, zero = 0.0f;
+    int g;
+    zero_result r = zero__eng_host_grad_settle(e);
+    if (r != ZERO_OK) return r;
+    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    for (g = 0; g < e->G; g++) {
+        const unsigned char *a = e->host_grad + e->groups[g].off_shard * e->c;
+        size_t n = e->groups[g].shard_numel;
+        if (zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, a, n) > 0.0) flag = 1.0f;
+        sumsq += zero__eng_host_kernel(e, zero__host_body_sumsq, NULL, a, n);
+    }
+    memcpy(v, &sumsq, 8);
+    memcpy(v + 8, &flag, 4);
+    memcpy(v + 12, &zero, 4);
+    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->scratch, v, sizeof v),
+                  "step: upload of the gradient norm");
+    return ZERO_OK;
 }
 
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
-   gradients from the staging tile, master/m/v in the host tier, params into the staging
+   gradients and master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
                                        const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd,
@@ -8527,7 +8731,7 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 {
     const zero__eng_tile *tl = &e->tiles[k];
     const zero__eng_group *eg = &e->groups[tl->group];
-    const unsigned char *gbuf = e->hgrad + (size_t)(k & 1) * e->tile_numel * e->c;
+    const unsigned char *gbuf = e->host_grad + (eg->off_shard + tl->begin) * e->c;
     unsigned char *pbuf = zero__eng_tile_param_dev(e, tl) ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
                           : e->fpar ? e->hpg + (size_t)(tl->group & 1) * e->hpg_stride + tl->begin * e->p
                                     : e->hparam + (eg->off_param + tl->begin) * e->p;
@@ -8568,6 +8772,10 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
     int i = k % e->nswap;
     zero_result r = zero__eng_swap_wait(e, i);
     if (r != ZERO_OK) return r;
+    if (e->tile_fresh[k]) { /* still the file's zeros */
+        memset(e->swap + (size_t)i * e->swap_stride, 0, e->tiles[k].numel * 12);
+        return ZERO_OK;
+    }
     return zero_io_read(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                         e->tiles[k].numel * 12, &e->swap_ticket[i]);
 }
@@ -8576,6 +8784,7 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
 static zero_result zero__eng_swap_out(zero_engine *e, int k)
 {
     int i = k % e->nswap;
+    e->tile_fresh[k] = 0;
     return zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                          e->tiles[k].numel * 12, &e->swap_ticket[i]);
 }
@@ -8614,7 +8823,7 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
 }
 
 /* offload_param = nvme: the rank's param file (one range per partitioned group's shard,
-   written with zeros now) and the two host shard buffers. */
+   declared zero) and the two host shard buffers. */
 static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
 {
     uint64_t off = 0;
@@ -8623,7 +8832,9 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     zero_result r;
     void *p = NULL;
     e->poff = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)e->G * sizeof(uint64_t));
-    if (!e->poff) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    e->group_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)e->G);
+    if (!e->poff || !e->group_fresh) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->group_fresh, 1, (size_t)e->G);
     for (g = 0; g < e->G; g++) {
         size_t b = e->groups[g].shard_numel * e->p;
         e->poff[g] = off;
@@ -8645,19 +8856,59 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
         return r;
     e->nvme_total += (size_t)zero_io_file_size(e->fpar);
     e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fpar) - e->nvme_mem[ZERO_MEM_PARAM];
-    for (g = 0; g < e->G; g++) {
-        zero_io_ticket t;
+    for (g = 0; g < e->G; g++) { /* the preallocated file reads as zeros: nothing written */
         if (e->groups[g].persistent || e->groups[g].shard_numel == 0) continue;
-        if ((r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) != ZERO_OK) {
-            (void)zero_io_wait_all(e->io);
+        if ((r = zero_io_declare_zeros(e->fpar, e->poff[g], e->groups[g].shard_numel * e->p)) != ZERO_OK)
             return r;
-        }
     }
-    return zero_io_wait_all(e->io);
+    return ZERO_OK;
 }
 
-/* The host copy of offloaded group g's param shard: in place (cpu), or read from the file
-   into the first shard buffer (nvme; synchronous, after the uploads that read the buffer). */
+/* Writes back what the NVMe caches changed: the tile record in swap slot 0 (which = 1), the
+   param shard in hpg's first half (2), or both (3). Synchronous; the caches stay valid. */
+static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
+{
+    zero_io_ticket t;
+    zero_result r = ZERO_OK;
+    if ((which & 1) && e->nvme_tile_dirty && e->nvme_tile_cached >= 0) {
+        int k = e->nvme_tile_cached;
+        e->tile_fresh[k] = 0;
+        r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) return r;
+        e->nvme_tile_dirty = 0;
+    }
+    if ((which & 2) && e->hpg_dirty && e->hpg_group >= 0) {
+        int g = e->hpg_group;
+        e->group_fresh[g] = 0;
+        r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+        if (r != ZERO_OK) return r;
+        e->hpg_dirty = 0;
+    }
+    return r;
+}
+
+static zero_result zero__eng_nvme_flush(zero_engine *e)
+{
+    return zero__eng_nvme_flush_some(e, 3);
+}
+
+/* Flushes and empties the NVMe caches (before the step reuses their buffers). */
+static zero_result zero__eng_nvme_forget(zero_engine *e)
+{
+    zero_result r;
+    if (e->io) zero__eng_ra_drop(e);
+    r = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    e->nvme_tile_cached = e->hpg_group = -1;
+    e->nvme_tile_dirty = e->hpg_dirty = 0;
+    return r;
+}
+
+/* The host copy of offloaded group g's param shard: in place (cpu), or in the first shard
+   buffer (nvme): read from the file unless the buffer holds it already (the forward's gather
+   leaves it there for the backward's), after writing back the group it held if changed and
+   after the uploads that read the buffer. */
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
 {
     zero_io_ticket t;
@@ -8667,31 +8918,64 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
         return ZERO_OK;
     }
     *out = e->hpg;
+    if (e->hpg_group == g) return ZERO_OK;
+    if (e->hpg_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
+    e->hpg_group = -1;
     r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK) r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    if (r == ZERO_OK && e->ra_group == g) { /* read ahead: wait for it, take it */
+        e->ra_group = -1;
+        r = zero_io_wait(e->io, e->ra_ticket);
+        if (r == ZERO_OK) memcpy(e->hpg, e->hpg + e->hpg_stride, e->groups[g].shard_numel * e->p);
+    } else if (r == ZERO_OK && e->group_fresh[g]) { /* still the file's zeros */
+        memset(e->hpg, 0, e->groups[g].shard_numel * e->p);
+    } else if (r == ZERO_OK && (r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) == ZERO_OK) {
+        r = zero_io_wait(e->io, t);
+    }
+    if (r == ZERO_OK) e->hpg_group = g;
     return r;
 }
 
-/* Writes the first shard buffer back as group g's shard (nvme; synchronous). */
+/* Waits for the read ahead (if any) and forgets it (its bytes are the file's: nothing lost). */
+static void zero__eng_ra_drop(zero_engine *e)
+{
+    if (e->ra_group < 0) return;
+    e->ra_group = -1;
+    (void)zero_io_wait(e->io, e->ra_ticket);
+}
+
+/* After group g's shard came up for a gather: starts reading the group the gathers will
+   want next (g + 1 going forward, g - 1 coming back) into hpg's second half, so its read
+   runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
+   gathered, with the prefetcher one group ahead). */
+static void zero__eng_ra_start(zero_engine *e, int g)
+{
+    int next = g + (e->last_gathered >= 0 && g < e->last_gathered ? -1 : 1);
+    if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
+    if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
+        e->groups[next].shard_numel == 0)
+        return;
+    if (zero_io_read(e->fpar, e->poff[next], e->hpg + e->hpg_stride,
+                     e->groups[next].shard_numel * e->p, &e->ra_ticket) == ZERO_OK)
+        e->ra_group = next;
+}
+
+/* Marks the first shard buffer (group g's shard, from zero__eng_hparam_get) changed: it is
+   written back by the next flush (nvme). */
 static zero_result zero__eng_hparam_put(zero_engine *e, int g)
 {
-    zero_io_ticket t;
-    zero_result r;
-    if (!e->fpar) return ZERO_OK;
-    r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-    return r;
+    if (e->fpar && e->hpg_group == g) e->hpg_dirty = 1;
+    return ZERO_OK;
 }
 
-/* Creates the I/O engine and the rank's optimizer file, the swap slots, and writes every
-   tile's zero state (a read names a range written before). */
+/* Creates the I/O engine and the rank's optimizer file and the swap slots, and declares
+   every tile's record as the zeros the preallocated file holds (no byte written: commit
+   costs no I/O whatever Psi). */
 static zero_result zero__eng_nvme_alloc(zero_engine *e)
 {
     zero_io_desc iod;
     uint64_t off = 0;
     size_t rec;
-    int k, i;
+    int k;
     zero_result r;
     void *p = NULL;
     memset(&iod, 0, sizeof iod);
@@ -8706,8 +8990,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->tile_off = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1) * sizeof(uint64_t));
     e->nswap = e->d.buffer_count < 3 ? 3 : e->d.buffer_count;
     e->swap_ticket = (zero_io_ticket *)zero__alloc(&e->d.allocator, (size_t)e->nswap * sizeof(zero_io_ticket));
-    if (!e->tile_off || !e->swap_ticket)
+    e->tile_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1));
+    if (!e->tile_off || !e->swap_ticket || !e->tile_fresh)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->tile_fresh, 1, (size_t)(e->ntiles ? e->ntiles : 1));
     memset(e->swap_ticket, 0, (size_t)e->nswap * sizeof(zero_io_ticket));
     for (k = 0; k < e->ntiles; k++) {
         e->tile_off[k] = off;
@@ -8727,16 +9013,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->nvme_mem[ZERO_MEM_MASTER] = e->nvme_mem[ZERO_MEM_MOMENT1] = e->nvme_mem[ZERO_MEM_MOMENT2] = e->S * 4;
     e->nvme_total += (size_t)zero_io_file_size(e->fopt);
     e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fopt) - 12 * e->S; /* tile alignment */
-    for (k = 0; k < e->ntiles; k++) { /* zeros, from slot 0, queue_depth-bounded by the engine */
-        zero_io_ticket t;
-        if ((r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t)) != ZERO_OK) {
-            (void)zero_io_wait_all(e->io);
+    for (k = 0; k < e->ntiles; k++) /* the preallocated file reads as zeros: nothing written */
+        if ((r = zero_io_declare_zeros(e->fopt, e->tile_off[k], e->tiles[k].numel * 12u)) != ZERO_OK)
             return r;
-        }
-    }
-    r = zero_io_wait_all(e->io);
-    for (i = 0; i < e->nswap; i++) e->swap_ticket[i] = 0;
-    return r;
+    return ZERO_OK;
 }
 
 static void zero__eng_nvme_free(zero_engine *e)
@@ -8754,6 +9034,9 @@ static void zero__eng_nvme_free(zero_engine *e)
     zero_io_destroy(e->io);
     zero__free(&e->d.allocator, e->tile_off);
     zero__free(&e->d.allocator, e->swap_ticket);
+    zero__free(&e->d.allocator, e->tile_fresh);
+    zero__free(&e->d.allocator, e->group_fresh);
+    e->tile_fresh = e->group_fresh = NULL;
     e->io = NULL;
     e->fopt = NULL;
     e->swap = NULL;
@@ -8762,44 +9045,59 @@ static void zero__eng_nvme_free(zero_engine *e)
 }
 
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
-   NVMe tier to out, or from in to the tier when in is not NULL, tile by tile (read, copy, and
-   for a write, write back). Synchronous;
-   used by set_tensor and read_tensor between steps. */
+   NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
+   slot 0): a tile record is read once when first touched and written back when another is
+   needed or at a flush, so a run of calls in shard order moves each record once. Between
+   steps: set_tensor, read_tensor, checkpoints. */
 static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
                                         const float *in)
 {
-    int k;
+    int k, lo = 0, hi = e->ntiles;
     zero_result r = ZERO_OK;
     zero_io_ticket t;
     float *sl = (float *)(void *)e->swap;
-    for (k = 0; k < e->ntiles && r == ZERO_OK; k++) {
+    while (lo < hi) { /* the first tile ending after off (tiles are in shard order) */
+        int mid = lo + (hi - lo) / 2;
+        const zero__eng_tile *tl = &e->tiles[mid];
+        if (e->groups[tl->group].off_shard + tl->begin + tl->numel <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    for (k = lo; k < e->ntiles && r == ZERO_OK; k++) {
         const zero__eng_tile *tl = &e->tiles[k];
-        size_t lo = e->groups[tl->group].off_shard + tl->begin, hi = lo + tl->numel, a, b;
-        a = lo > off ? lo : off;
-        b = hi < off + n ? hi : off + n;
+        size_t tlo = e->groups[tl->group].off_shard + tl->begin, thi = tlo + tl->numel, a, b;
+        if (tlo >= off + n) break;
+        a = tlo > off ? tlo : off;
+        b = thi < off + n ? thi : off + n;
         if (a >= b) continue;
-        r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-        if (r != ZERO_OK) break;
+        if (e->nvme_tile_cached != k) {
+            if (e->nvme_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK) break;
+            e->nvme_tile_cached = -1;
+            if (e->tile_fresh[k]) {
+                memset(sl, 0, tl->numel * 12u);
+            } else {
+                r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+                if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+                if (r != ZERO_OK) break;
+            }
+            e->nvme_tile_cached = k;
+        }
         if (in) {
-            memcpy(sl + (size_t)kind * tl->numel + (a - lo), in + (a - off), (b - a) * 4);
-            r = zero_io_write(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-            if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+            memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
+            e->nvme_tile_dirty = 1;
         } else {
-            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - lo), (b - a) * 4);
+            memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
     }
     return r;
 }
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
-   (scratch + 8: flag, multiplier, norm). Pipeline over tiles k = 0..n-1 with two staging
-   tiles each way: the download of k+1 (OFFLOAD) and the uploads of earlier tiles (COMPUTE)
-   run while the host Adam works on k. A host sync on OFFLOAD before Adam k (only download k
-   is then in flight) keeps the gradient tiles free; before Adam k writes param half k & 1,
-   a host sync on COMPUTE waits for the last upload from that half, whichever earlier tile
-   it was (tiles of offloaded shards upload nothing, so it need not be tile k - 2's). A
-   skipped step moves nothing. */
+   (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
+   k = 0..n-1, the host Adam reads the gradients where the reduction left them (host_grad),
+   and the uploads of earlier tiles' params (COMPUTE) run while it works on k. Before Adam k
+   writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
+   half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
+   not be tile k - 2's). A skipped step moves nothing. */
 static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
                                           const zero_adam_coefs *co_nowd)
 {
@@ -8810,16 +9108,18 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     int up_busy[2] = {0, 0};    /* an upload from param half i may still be reading it */
     char io_err[400];
     io_err[0] = '\0';
+    if (e->io) { /* the step reuses the caches' buffers: what they changed goes out first */
+        io_r = zero__eng_nvme_forget(e);
+        if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
+    }
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (fm[0] != 0.0f || e->ntiles == 0)
-        return e->io ? zero__eng_nvme_agree(e, ZERO_OK, io_err, "zero_engine_step", -1) : ZERO_OK;
-    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o),
-                  "step: event");
-    ZERO__ENG_TRY(e, zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o),
-                  "step: event");
-    ZERO__ENG_TRY(e, zero__eng_tile_download(e, 0), "step: gradient tile download");
+        return e->io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
+    /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
+       gathers that read the offloaded param shards are done before Adam rewrites them */
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
     /* NVMe: reads run nswap - 2 tiles ahead; the slot of tile k + nswap - 2 was last written
        behind tile k - 2, so a read never waits for the write just issued */
     for (k = 0; e->fopt && k < e->nswap - 2 && k < e->ntiles && io_r == ZERO_OK; k++)
@@ -8827,9 +9127,6 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     for (k = 0; k < e->ntiles; k++) {
         unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
         zero_result r;
-        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
-        if (k + 1 < e->ntiles)
-            ZERO__ENG_TRY(e, zero__eng_tile_download(e, k + 1), "step: gradient tile download");
         if (e->fpar && !dst && io_r == ZERO_OK && e->tiles[k].begin == 0) { /* a group starts */
             int x = e->tiles[k].group & 1;
             zero_io_ticket t = e->hpg_ticket[x];
@@ -8860,6 +9157,7 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
         if (e->fpar && !dst && io_r == ZERO_OK &&
             e->tiles[k].begin + e->tiles[k].numel == e->groups[e->tiles[k].group].shard_numel) {
             int g = e->tiles[k].group; /* the group's shard is complete: write it behind */
+            e->group_fresh[g] = 0;
             io_r = zero_io_write(e->fpar, e->poff[g], e->hpg + (size_t)(g & 1) * e->hpg_stride,
                                  e->groups[g].shard_numel * e->p, &e->hpg_ticket[g & 1]);
         }
@@ -8888,6 +9186,67 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
     return ZERO_OK;
 }
 
+/* The device's model states of an estimate: with the optimizer offloaded the reduced
+   gradients (the estimator's shard at stages 2-3) live in the host tier; at stage 1 the
+   device keeps the whole user gradient buffer, which is the estimator's figure. */
+static size_t zero__eng_hint_states(const zero_estimate *x, int opt_offloaded)
+{
+    uint64_t b = x->device_bytes;
+    if (opt_offloaded && x->stage >= 2) b -= x->grads_bytes;
+    return (size_t)b;
+}
+
+/* When no offload setting fits (both offloads on already, or none enough): names the bulk
+   (the largest device buffer) and what would fit, each figure exact from this
+   configuration's sizes: an arena of twice the largest group (its params and its gradient
+   buffer at once, no prefetch), smaller groups (the arena and the cast staging scale with
+   the largest group), more ranks (the sharded model states shrink as 1/N). Appended to
+   out. */
+static void zero__eng_oom_bulk(const zero_engine *e, const zero__eng_sizes *sz, size_t need,
+                               size_t avail, char *out, size_t n)
+{
+    static const char *const names[ZERO__B_N] = {
+        "scratch", "params", "user gradients", "gradient accumulator", "master weights", "Adam m",
+        "Adam v", "reduce bucket", "arena"};
+    size_t bulk = 0, len = strlen(out), per = 0, mdep, sharded = 0, fixed, two;
+    int i, ib = 0, any = 0;
+    for (i = 0; i < sz->n && i < ZERO__B_N; i++)
+        if (sz->bytes[i] > bulk) bulk = sz->bytes[i], ib = i;
+    len += (size_t)snprintf(out + len, len < n ? n - len : 0, ": the bulk is the %s (%zu bytes)",
+                            names[ib], bulk);
+    mdep = sz->bytes[ZERO__B_ARENA] + sz->bytes[ZERO__B_BUCKET];
+    if (e->stage >= 2 && e->arena_numel > 2 * e->M && len < n) {
+        two = need - sz->bytes[ZERO__B_ARENA] + 2 * e->M * e->p;
+        len += (size_t)snprintf(out + len, n - len, "; max_live_numel=%zu with prefetch_depth=-1 %s (%zu bytes)",
+                                2 * e->M, two <= avail ? "would fit" : "needs", two);
+        any |= two <= avail;
+    }
+    /* smaller groups: per element of the largest group, an arena of two groups and the staging */
+    if (e->stage >= 2) per += 2 * e->p;
+    if (sz->bytes[ZERO__B_BUCKET]) per += e->c;
+    fixed = need - mdep;
+    if (per > 0 && avail > fixed && len < n) {
+        size_t m = (avail - fixed) / per;
+        if (m < e->M) len += (size_t)snprintf(out + len, n - len, "; groups of at most %zu elements "
+                                              "(the largest has %zu) with max_live_numel=%zu would fit",
+                                              m, e->M, 2 * m);
+        any = 1;
+    }
+    /* more ranks: the sharded states shrink as 1/N, the rest stays */
+    if (e->stage >= 1) sharded += sz->bytes[ZERO__B_MASTER] + sz->bytes[ZERO__B_M1] + sz->bytes[ZERO__B_M2];
+    if (e->stage >= 2) sharded += sz->bytes[ZERO__B_GRAD_ACC];
+    if (e->stage == 3 && !e->oparam) /* the partitioned groups' shards; persistent ones stay whole */
+        for (i = 0; i < e->G; i++)
+            if (!e->groups[i].persistent) sharded += e->groups[i].shard_numel * e->p;
+    if (sharded > 0 && need - sharded < avail && len < n) {
+        double r = (double)sharded * (double)e->world / (double)(avail - (need - sharded));
+        long nr = (long)r + 1;
+        if (nr > e->world) len += (size_t)snprintf(out + len, n - len, "; %ld ranks would fit", nr);
+        any = 1;
+    }
+    if (!any && len < n) (void)snprintf(out + len, n - len, "; the buffers alone exceed the budget");
+}
+
 /* Replaces an out-of-memory commit message by one that names the bytes, the device budget
    and the offload setting that would fit: each candidate's device bytes are the estimator's
    model states (zero_estimate_compute, paper mode, this engine's dtypes) plus this
@@ -8900,9 +9259,9 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     };
     zero_estimate_desc ed;
     zero_estimate now, alt;
-    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0;
+    size_t need = 0, cap = 0, used = 0, avail, buffers, failed = 0, now_dev;
     int i, k, nth = 0;
-    char fits[160];
+    char fits[320];
     const char *fail_cat = "?";
     memset(&now, 0, sizeof now);
     memset(&alt, 0, sizeof alt);
@@ -8932,7 +9291,12 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     ed.offload_optimizer = e->d.offload_optimizer;
     ed.offload_param = e->d.offload_param;
     if (zero_estimate_compute(&ed, &now) != ZERO_OK) return;
-    buffers = need > now.device_bytes ? need - (size_t)now.device_bytes : 0;
+    now_dev = zero__eng_hint_states(&now, e->oopt);
+    buffers = need > now_dev ? need - now_dev : 0;
+    if (!e->oopt) { /* offloaded gradients reduce in place, into the host tier */
+        size_t stay = e->stage <= 1 ? sz->bytes[ZERO__B_GRAD_ACC] : 0;
+        buffers = buffers > stay ? buffers - stay : 0;
+    }
     snprintf(fits, sizeof fits, "no offload setting fits");
     for (i = 0; i < (int)(sizeof cand / sizeof cand[0]); i++) {
         size_t dev_bytes;
@@ -8944,7 +9308,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
         ed.offload_optimizer = ZERO_OFFLOAD_CPU;
         ed.offload_param = cand[i].par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
         if (zero_estimate_compute(&ed, &alt) != ZERO_OK) continue;
-        dev_bytes = (size_t)alt.device_bytes + buffers;
+        dev_bytes = zero__eng_hint_states(&alt, 1) + buffers;
         if (dev_bytes <= avail) {
             snprintf(fits, sizeof fits, "%s would fit (%zu device bytes)",
                      e->stage == 3 && cand[i].stage3 ? cand[i].name + 13 : cand[i].name, dev_bytes);
@@ -8954,6 +9318,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
             snprintf(fits, sizeof fits, "no offload setting fits (%s needs %zu device bytes)",
                      cand[i].name, dev_bytes);
     }
+    if (strncmp(fits, "no offload", 10) == 0) zero__eng_oom_bulk(e, sz, need, avail, fits, sizeof fits);
     snprintf(msg, n,
              "zero_engine_commit: out of device memory: %zu bytes of %s asked; this configuration "
              "needs %zu device bytes per rank, the device budget is %zu bytes (%zu free); %s",
@@ -9476,7 +9841,7 @@ static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
     zero__eng_group *eg = &e->groups[g];
     zero_device *dev = e->dev;
     const unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g), *bk = e->bucket;
+    unsigned char *acc = e->oopt ? NULL : zero__eng_grad_acc(e, g), *bk = e->bucket; /* offload: host */
     size_t N = (size_t)e->world, b = e->bucket_piece, j, n, r;
     zero_result x = ZERO_OK;
     if (e->stage == 0) {
@@ -9497,6 +9862,11 @@ static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
         for (r = 0; r < N && x == ZERO_OK; r++)
             x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk + r * n * e->c, e->cd,
                                src + (r * eg->shard_numel + j) * e->p, e->gd, n);
+        if (x == ZERO_OK && e->oopt) { /* in place; the piece then leaves the device */
+            x = zero__eng_reduce_scatter(e, bk, mine, n, e->cd, g);
+            if (x == ZERO_OK) x = zero__eng_grad_out(e, g, store, mine, j, n);
+            continue;
+        }
         if (x == ZERO_OK) x = zero__eng_reduce_scatter(e, bk, store ? acc + j * e->c : mine, n, e->cd, g);
         if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, mine, e->cd, n);
     }
@@ -9520,9 +9890,17 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int co
 {
     zero__eng_group *eg = &e->groups[g];
     unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = zero__eng_grad_acc(e, g), *dst = store ? acc : zero__eng_reduced_in_place(e, g);
+    unsigned char *acc, *dst;
     zero_result r;
     if (e->cd != e->gd) return zero__eng_reduce_staged(e, g, store);
+    if (e->oopt) { /* in place; the reduced shard then leaves the device (stages 1-3) */
+        dst = zero__eng_reduced_in_place(e, g);
+        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cd, g);
+        if (r != ZERO_OK || collective_only) return r;
+        return zero__eng_grad_out(e, g, store, dst, 0, eg->shard_numel);
+    }
+    acc = zero__eng_grad_acc(e, g);
+    dst = store ? acc : zero__eng_reduced_in_place(e, g);
     if (e->stage == 0)
         r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cd, ZERO_OP_SUM, 0, g, ZERO_ROLE_GRAD_REDUCE);
     else
@@ -9548,7 +9926,13 @@ static zero_result zero__eng_flush(zero_engine *e)
             ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 1),
                                    "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
-        for (i = 0; i < e->npending; i++) {
+        for (i = 0; i < e->npending && e->oopt; i++) { /* reduced in place: off the device */
+            int g = e->pending[i];
+            ZERO__ENG_TRY(e, zero__eng_grad_out(e, g, e->pending_store[i], zero__eng_reduced_in_place(e, g),
+                                                0, e->groups[g].shard_numel),
+                          "gradient offload");
+        }
+        for (i = 0; i < e->npending && !e->oopt; i++) {
             int g = e->pending[i];
             if (e->pending_store[i]) continue;
             ZERO__ENG_TRY(e, e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, zero__eng_grad_acc(e, g),
@@ -10010,7 +10394,8 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     /* 1. non-finite flag and sum of squares over this rank's shard of every group. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, e->scratch, 20), "step: fill");
-    for (g = 0; g < e->G; g++) {
+    if (e->oopt && (r = zero__eng_host_grad_norm(e)) != ZERO_OK) return r; /* host tier */
+    for (g = 0; g < e->G && !e->oopt; g++) {
         const unsigned char *a = zero__eng_grad_acc_shard(e, g);
         size_t n = e->groups[g].shard_numel;
         ZERO__ENG_TRY(e, dev->ops->nonfinite(dev, ZERO_QUEUE_COMPUTE, a, e->cd, n, flag),
@@ -10381,6 +10766,13 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
     out->peak_total_bytes = e->mem_peak_total;
     out->allocations = (size_t)e->nallocs;
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out)
+{
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_nvme_stats: NULL");
+    memset(out, 0, sizeof *out);
+    return e->io ? zero_io_get_stats(e->io, out) : ZERO_OK;
 }
 
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
@@ -11112,10 +11504,27 @@ ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_acti
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+/* As in the NVMe section: names glibc hides when a libc header came before zero.h under
+   -std=c99/c11 (the values and signatures are fixed by the kernel and POSIX). */
+#if !defined(O_NOFOLLOW) && defined(__O_NOFOLLOW)
+#define O_NOFOLLOW __O_NOFOLLOW
+#endif
+#if !defined(O_DIRECTORY) && defined(__O_DIRECTORY)
+#define O_DIRECTORY __O_DIRECTORY
+#endif
+#ifndef O_DIRECTORY
+#define O_DIRECTORY 0
+#endif
+#if defined(__GLIBC__) && !defined(__USE_MISC) && !defined(__USE_UNIX98)
+extern int gethostname(char *name, size_t len);
+#endif
 
 /* ---- engine state accessors --------------------------------------------------------------- */
 
@@ -11415,10 +11824,27 @@ static uint32_t zero__ck_le32(const unsigned char *p)
 
 /* ---- files -------------------------------------------------------------------------------- */
 
+/* Test hooks (private; tests that define ZERO_IMPLEMENTATION set them). zero__ck_io_fault:
+   called before every checkpoint write (op 'w') and every open of an existing checkpoint
+   file for reading (op 'o') with the file's path; a non-zero errno it returns fails that
+   call as the system would (ENOSPC, EACCES ...). zero__ck_stage: called on every rank
+   at fixed points of load and save (where: 0 = before the manifest is opened, 1 = after),
+   so a test can change the directory between ranks deterministically.
+   zero__ck_bytes_read counts the bytes every checkpoint read asked for. */
+static int (*zero__ck_io_fault)(const char *path, int op);
+static void (*zero__ck_stage)(int rank, int where, const char *dir);
+static uint64_t zero__ck_bytes_read;
+
 static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t off,
                                    const char *path)
 {
     const unsigned char *p = (const unsigned char *)buf;
+    if (zero__ck_io_fault && n > 0) {
+        int er = zero__ck_io_fault(path, 'w');
+        if (er)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", path,
+                              (unsigned long long)off, strerror(er));
+    }
     while (n > 0) {
         ssize_t w = pwrite(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
         if (w < 0) {
@@ -11436,6 +11862,7 @@ static zero_result zero__ck_pwrite(int fd, const void *buf, size_t n, uint64_t o
 static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *path)
 {
     unsigned char *p = (unsigned char *)buf;
+    __atomic_fetch_add(&zero__ck_bytes_read, (uint64_t)n, __ATOMIC_RELAXED);
     while (n > 0) {
         ssize_t got = pread(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
         if (got < 0) {
@@ -11453,9 +11880,49 @@ static zero_result zero__ck_pread(int fd, void *buf, size_t n, uint64_t off, con
     return ZERO_OK;
 }
 
+/* Opens an existing checkpoint file for reading without blocking (a FIFO or device named
+   like a checkpoint file must not hang the reader) and refuses anything but a regular file.
+   what names the file's role in errors ("shard file of rank 3"). NOT_FOUND when it does not
+   exist (IO for a missing file when missing_is_io); EACCES says "permission denied". */
+static zero_result zero__ck_open_read(const char *path, const char *what, int missing_is_io,
+                                      int *fd_out, struct stat *st_out)
+{
+    struct stat st;
+    int fd, fl;
+    int er = zero__ck_io_fault ? zero__ck_io_fault(path, 'o') : 0;
+    *fd_out = -1;
+    fd = er ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        if (!er) er = errno;
+        if (er == ENOENT)
+            return zero__fail(missing_is_io ? ZERO_ERROR_IO : ZERO_ERROR_NOT_FOUND,
+                              "%s: missing %s: %s", path, what, strerror(er));
+        if (er == EACCES || er == EPERM)
+            return zero__fail(ZERO_ERROR_IO, "%s: %s: permission denied", path, what);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s: open: %s", path, what, strerror(er));
+    }
+    if (fstat(fd, &st) != 0) {
+        er = errno;
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s: stat: %s", path, what, strerror(er));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: %s is not a regular file (%s); refusing to read it",
+                          path, what, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode)
+                          ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)
+                          ? "a device" : "special");
+    }
+    fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    if (st_out) *st_out = st;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_fsync_dir(const char *dir)
 {
-    int fd = open(dir, O_RDONLY);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
     if (fsync(fd) != 0 && errno != EINVAL) {
         int er = errno;
@@ -11466,18 +11933,41 @@ static zero_result zero__ck_fsync_dir(const char *dir)
     return ZERO_OK;
 }
 
-/* Writes a whole file at dir/name crash-safely: dir/name.tmp, fsync, rename, fsync dir. */
-static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
-                                       size_t n)
+/* Creates a new temporary file for final path 'path': "<path>.<16 hex digits>.tmp", with
+   O_EXCL | O_NOFOLLOW (a name planted in advance, a symlink included, is never opened: a
+   fresh random name is tried instead). tmp receives the name. */
+static zero_result zero__ck_create_tmp(const char *path, char *tmp, size_t tmp_size, int *fd_out)
 {
-    char path[4200], tmp[4210];
-    int fd;
-    zero_result r;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-    r = zero__ck_pwrite(fd, data, n, 0, tmp);
+    static uint64_t counter;
+    int tries;
+    *fd_out = -1;
+    for (tries = 0; tries < 64; tries++) {
+        struct timespec ts;
+        uint64_t x = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED), z;
+        int fd;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        z = x * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 40 ^ (uint64_t)ts.tv_nsec ^
+            (uint64_t)ts.tv_sec << 20 ^ (uint64_t)(uintptr_t)&ts;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        if ((size_t)snprintf(tmp, tmp_size, "%s.%016llx.tmp", path, (unsigned long long)z) >= tmp_size)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: path too long", path);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            *fd_out = fd;
+            return ZERO_OK;
+        }
+        if (errno != EEXIST && errno != ELOOP)
+            return zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
+    }
+    return zero__fail(ZERO_ERROR_IO, "%s: no unused temporary name after 64 tries", path);
+}
+
+/* fsync, close, rename over path and fsync the directory; the temporary goes on failure. */
+static zero_result zero__ck_commit_tmp(int fd, const char *tmp, const char *path, const char *dir,
+                                       zero_result r)
+{
     if (r == ZERO_OK && fsync(fd) != 0)
         r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && r == ZERO_OK)
@@ -11485,49 +11975,22 @@ static zero_result zero__ck_write_file(const char *dir, const char *name, const 
     if (r == ZERO_OK && rename(tmp, path) != 0)
         r = zero__fail(ZERO_ERROR_IO, "%s: rename to %s: %s", tmp, path, strerror(errno));
     if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        return zero__fail(r, "%s", msg);
-    }
-    return zero__ck_fsync_dir(dir);
-}
-
-/* Reads a whole (small) file into a new buffer; NOT_FOUND when it does not exist. */
-static zero_result zero__ck_slurp(const char *path, size_t max, unsigned char **out, size_t *n)
-{
-    int fd = open(path, O_RDONLY);
-    struct stat st;
-    zero_result r;
-    *out = NULL;
-    *n = 0;
-    if (fd < 0)
-        return zero__fail(errno == ENOENT ? ZERO_ERROR_NOT_FOUND : ZERO_ERROR_IO, "%s: open: %s",
-                          path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int er = errno;
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
-    }
-    if ((uint64_t)st.st_size > (uint64_t)max || st.st_size < 1) {
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: size %lld bytes (want 1..%zu)", path,
-                          (long long)st.st_size, max);
-    }
-    *out = (unsigned char *)ZERO_MALLOC((size_t)st.st_size);
-    if (!*out) {
-        close(fd);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %lld bytes", path, (long long)st.st_size);
-    }
-    r = zero__ck_pread(fd, *out, (size_t)st.st_size, 0, path);
-    close(fd);
-    if (r != ZERO_OK) {
-        ZERO_FREE(*out);
-        *out = NULL;
+        (void)unlink(tmp); /* zero__fail's text survives: unlink does not touch it */
         return r;
     }
-    *n = (size_t)st.st_size;
-    return ZERO_OK;
+    return dir ? zero__ck_fsync_dir(dir) : ZERO_OK;
+}
+
+/* Writes a whole file at dir/name crash-safely: a new temporary, fsync, rename, fsync dir. */
+static zero_result zero__ck_write_file(const char *dir, const char *name, const void *data,
+                                       size_t n)
+{
+    char path[4200], tmp[4240];
+    int fd;
+    zero_result r;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) return r;
+    return zero__ck_commit_tmp(fd, tmp, path, dir, zero__ck_pwrite(fd, data, n, 0, tmp));
 }
 
 /* ---- shapes and scaler state ---------------------------------------------------------------- */
@@ -11642,6 +12105,7 @@ struct zero_checkpoint {
     uint64_t header_bytes; /* of every shard file */
     uint64_t shard_bytes;  /* of every shard file */
     uint32_t client_crc;   /* CRC32C of the client state (info.client_bytes bytes) */
+    uint32_t manifest_crc; /* the manifest's own checksum: with the generation, its identity */
 };
 
 static void zero__ck_free(zero_checkpoint *ck)
@@ -11699,6 +12163,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     ck = (zero_checkpoint *)ZERO_MALLOC(sizeof *ck);
     if (!ck) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", what);
     memset(ck, 0, sizeof *ck);
+    ck->manifest_crc = crc;
     ck->info.generation = zero__ck_get(&rd, 8);
     world = (uint32_t)zero__ck_get(&rd, 4);
     stage = (uint32_t)zero__ck_get(&rd, 4);
@@ -11881,11 +12346,14 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
             goto fail;
         }
         ck->groups[i].sec_off = off;
-        b = ck->groups[i].shard_numel * (12u + ck->psize); /* no overflow: plan checked */
-        if (off > UINT64_MAX - b) {
-            r = zero__fail(ZERO_ERROR_IO, "%s: shard size overflows", what);
+        /* bytes, not elements: the plan checked counts, the product can still wrap */
+        if (ck->groups[i].shard_numel > (UINT64_MAX - off) / (12u + ck->psize)) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: group %u: %llu elements per shard overflow a "
+                           "64-bit byte size", what, i,
+                           (unsigned long long)ck->groups[i].shard_numel);
             goto fail;
         }
+        b = ck->groups[i].shard_numel * (12u + ck->psize);
         off += b;
     }
     ck->shard_bytes = off;
@@ -11928,14 +12396,7 @@ static zero_result zero__ck_read_client(const zero_checkpoint *ck, void *dst)
     if (ck->info.client_bytes == 0) return ZERO_OK;
     zero__ck_client_name(name, sizeof name, ck->info.generation);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(ZERO_ERROR_IO, "%s: client state file: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int er = errno;
-        close(fd);
-        return zero__fail(ZERO_ERROR_IO, "%s: stat: %s", path, strerror(er));
-    }
+    if ((r = zero__ck_open_read(path, "client state file", 1, &fd, &st)) != ZERO_OK) return r;
     if ((uint64_t)st.st_size != ck->info.client_bytes) {
         close(fd);
         return zero__fail(ZERO_ERROR_IO, "%s: client state of %lld bytes, the manifest says %llu "
@@ -11960,6 +12421,63 @@ ZERODEF zero_result zero_checkpoint_read_client(zero_checkpoint *ck, void *dst)
     return zero__ck_read_client(ck, dst);
 }
 
+/* Reads a manifest: its fixed header first (magic, version, the size it declares and its
+   counts), then exactly the declared size, which must be the file's and no more than the
+   counts allow; so a huge or hostile file costs one small read. NOT_FOUND when missing. */
+static zero_result zero__ck_read_manifest(const char *path, unsigned char **out, size_t *n)
+{
+    unsigned char h[ZERO__CK_MAN_FIXED];
+    struct stat st;
+    uint64_t declared, bound;
+    uint32_t version, world, G, T;
+    zero_result r;
+    int fd, i;
+    *out = NULL;
+    *n = 0;
+    if ((r = zero__ck_open_read(path, "manifest", 0, &fd, &st)) != ZERO_OK) return r;
+    if (st.st_size < (off_t)ZERO__CK_MAN_FIXED + 4) {
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%lld bytes)", path,
+                          (long long)st.st_size);
+    }
+    if ((r = zero__ck_pread(fd, h, sizeof h, 0, path)) != ZERO_OK) {
+        close(fd);
+        return r;
+    }
+    for (declared = 0, i = 7; i >= 0; i--) declared = declared << 8 | h[16 + i];
+    version = zero__ck_le32(h + 8);
+    world = zero__ck_le32(h + 32);
+    G = zero__ck_le32(h + 48);
+    T = zero__ck_le32(h + 52);
+    /* the largest manifest these counts allow: every name 255 bytes, every shape 8 dims */
+    bound = ZERO__CK_MAN_FIXED + 24u * (uint64_t)G + (4u + 255u + 28u + 64u) * (uint64_t)T +
+            16u * (uint64_t)world + 16u + 4u;
+    r = ZERO_OK;
+    if (memcmp(h, "ZEROMANI", 8) != 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: not a zero manifest (%lld bytes, bad magic)", path,
+                       (long long)st.st_size);
+    else if (version < 1u || version > ZERO__CK_VERSION)
+        r = zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads 1..%u)", path,
+                       version, ZERO__CK_VERSION);
+    else if (declared != (uint64_t)st.st_size)
+        r = zero__fail(ZERO_ERROR_IO, "%s: %lld bytes but its header says %llu", path,
+                       (long long)st.st_size, (unsigned long long)declared);
+    else if (declared > bound || declared > ((uint64_t)1 << 30))
+        r = zero__fail(ZERO_ERROR_IO, "%s: %llu bytes, more than its %u groups, %u tensors and %u "
+                       "ranks can take (%llu; at most 1 GiB)", path, (unsigned long long)declared,
+                       G, T, world, (unsigned long long)bound);
+    else if (!(*out = (unsigned char *)ZERO_MALLOC((size_t)declared)))
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %llu bytes", path,
+                       (unsigned long long)declared);
+    else if ((r = zero__ck_pread(fd, *out, (size_t)declared, 0, path)) != ZERO_OK) {
+        ZERO_FREE(*out);
+        *out = NULL;
+    }
+    close(fd);
+    if (r == ZERO_OK) *n = (size_t)declared;
+    return r;
+}
+
 ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
 {
     char path[4200];
@@ -11971,10 +12489,10 @@ ZERODEF zero_result zero_checkpoint_open(const char *dir, zero_checkpoint **out)
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_open: bad dir");
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    r = zero__ck_slurp(path, (size_t)1 << 30, &buf, &n);
+    r = zero__ck_read_manifest(path, &buf, &n);
     if (r != ZERO_OK) {
         if (r == ZERO_ERROR_NOT_FOUND)
-            return zero__fail(r, "%s: no checkpoint (no manifest): %s", dir, zero_last_error());
+            return zero__fail(r, "%s: no checkpoint (%s does not exist)", dir, path);
         return r;
     }
     r = zero__ck_parse_manifest(buf, n, path, out);
@@ -12182,12 +12700,9 @@ static zero_result zero__ck_read(const zero_checkpoint *ck, const zero__ck_reade
             int np = rdr->want(rdr->ctx, ck, q, g, pc);
             if (np == 0) continue;
             if (fd < 0) {
-                fd = open(path, O_RDONLY);
-                if (fd < 0) {
-                    r = zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path, q,
-                                   strerror(errno));
-                    break;
-                }
+                char what[64];
+                snprintf(what, sizeof what, "shard file of rank %d", q);
+                if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) break;
                 r = zero__ck_check_shard(ck, fd, path, q, &crcs);
                 if (r != ZERO_OK) break;
             }
@@ -12292,8 +12807,9 @@ static zero_result zero__ck_allreduce(zero_engine *e, double *v, int n, zero_op 
 
 /* Every rank passes its own result r; all return the same: OK, or the code and message of
    the lowest failing rank (shared over 5 control all-reduces of 8 doubles, 6 bytes each).
-   *val (may be NULL) is max-reduced along the way (rank 0 proposes a value). */
-static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
+   *val (may be NULL) is max-reduced along the way, exactly, as two 32-bit halves (rank 0
+   proposes a value, the others pass 0). */
+static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
 {
     enum { ROUNDS = 5, BYTES = ROUNDS * 8 * 6 };
     char msg[BYTES];
@@ -12304,9 +12820,10 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     msg[0] = '\0';
     if (r != ZERO_OK) snprintf(msg, sizeof msg, "%.238s", zero_last_error());
     v[0] = r != ZERO_OK ? (double)(e->world - e->rank) : 0.0;
-    v[1] = val ? *val : 0.0;
-    if ((rr = zero__ck_allreduce(e, v, 2, ZERO_OP_MAX)) != ZERO_OK) return rr;
-    if (val) *val = v[1];
+    v[1] = val ? (double)(*val >> 32) : 0.0;
+    v[2] = val ? (double)(*val & 0xffffffffu) : 0.0;
+    if ((rr = zero__ck_allreduce(e, v, 3, ZERO_OP_MAX)) != ZERO_OK) return rr;
+    if (val) *val = (uint64_t)v[1] << 32 | (uint64_t)v[2];
     if (v[0] == 0.0) return ZERO_OK;
     f = e->world - (int)v[0];
     memset(b, 0, sizeof b);
@@ -12335,6 +12852,26 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, double *val)
     return zero__fail((zero_result)(-(int)b[0]), "%s (reported by rank %d)", (const char *)(b + 1), f);
 }
 
+/* One control all-reduce: *same = 1 when every rank passed the same n (<= 2) values (each
+   sent exactly as two 32-bit halves; max(x) + max(C - x) = C only when all x are equal). */
+static zero_result zero__ck_same_u64(zero_engine *e, const uint64_t *vals, int n, int *same)
+{
+    const double C = 4294967295.0;
+    double v[8];
+    zero_result r;
+    int i;
+    for (i = 0; i < 2 * n; i++) {
+        double half = (double)(i % 2 ? vals[i / 2] & 0xffffffffu : vals[i / 2] >> 32);
+        v[2 * i] = half;
+        v[2 * i + 1] = C - half;
+    }
+    if ((r = zero__ck_allreduce(e, v, 4 * n, ZERO_OP_MAX)) != ZERO_OK) return r;
+    *same = 1;
+    for (i = 0; i < 2 * n; i++)
+        if (v[2 * i] + v[2 * i + 1] != C) *same = 0;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int need_released)
 {
     int g;
@@ -12353,68 +12890,204 @@ static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int ne
 
 /* ---- save ------------------------------------------------------------------------------------ */
 
-/* 1 + the highest generation named by the manifest or any shard file in dir (0 if none). */
-static uint64_t zero__ck_next_gen(const char *dir)
+/* The generation a file name of the format carries ("zero-<16 hex digits>-..." or
+   "zero-<16 hex digits>.client..."); 0 when the name is not one. */
+static int zero__ck_name_gen(const char *s, uint64_t *gen)
+{
+    char *end = NULL;
+    unsigned long long g;
+    if (strncmp(s, "zero-", 5) != 0) return 0;
+    g = strtoull(s + 5, &end, 16);
+    if (end != s + 5 + 16 || (*end != '-' && *end != '.')) return 0;
+    *gen = (uint64_t)g;
+    return 1;
+}
+
+/* The generation the manifest in dir names (0: none or unreadable). Never blocks. */
+static uint64_t zero__ck_manifest_gen(const char *dir)
 {
     char path[4200];
     unsigned char h[32];
-    uint64_t best = 0;
-    DIR *d = opendir(dir);
-    int fd;
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            const char *s = de->d_name;
-            char *end = NULL;
-            unsigned long long g;
-            if (strncmp(s, "zero-", 5) != 0) continue;
-            g = strtoull(s + 5, &end, 16);
-            if (end == s + 5 + 16 && (*end == '-' || *end == '.') && g > best) best = g;
-        }
-        closedir(d);
-    }
+    uint64_t g = 0;
+    int fd, i;
     snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
-    fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0) {
-            uint64_t g = 0;
-            int i;
-            for (i = 0; i < 8; i++) g |= (uint64_t)h[24 + i] << (8 * i);
-            if (g > best) best = g;
-        }
-        close(fd);
-    }
-    return best + 1;
+    if (zero__ck_open_read(path, "manifest", 0, &fd, NULL) != ZERO_OK) return 0;
+    if (zero__ck_pread(fd, h, 32, 0, path) == ZERO_OK && memcmp(h, "ZEROMANI", 8) == 0)
+        for (i = 7; i >= 0; i--) g = g << 8 | h[24 + i];
+    close(fd);
+    return g;
 }
 
-/* Removes shard files of other generations and temporary files (best effort). */
-static void zero__ck_cleanup(const char *dir, uint64_t keep)
+static int zero__ck_cmp_u64(const void *a, const void *b)
 {
-    DIR *d = opendir(dir);
-    struct dirent *de;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* The generation of the next save: 1 + the highest generation that the manifest or any file
+   of dir names, as a 64-bit integer. After 2^64 - 1 it wraps to the lowest generation no
+   file names (>= 1), so that a new generation never reuses a present file's. A manifest
+   that is not a regular file is refused. */
+static zero_result zero__ck_next_gen(const char *dir, uint64_t *out)
+{
     char path[4200];
+    uint64_t best = 0, *all = NULL, g;
+    size_t n = 0, cap = 0, i;
+    struct stat st;
+    DIR *d;
+    zero_result r = ZERO_OK;
+    *out = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, ZERO__CK_MANIFEST);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return zero__fail(ZERO_ERROR_IO, "%s: the manifest is not a regular file; refusing to "
+                          "save over it", path);
+    d = opendir(dir);
+    if (!d) return zero__fail(ZERO_ERROR_IO, "%s: open directory: %s", dir, strerror(errno));
+    for (;;) {
+        struct dirent *de = readdir(d);
+        if (!de) break;
+        if (!zero__ck_name_gen(de->d_name, &g)) continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            uint64_t *na = (uint64_t *)ZERO_MALLOC(nc * sizeof *na);
+            if (!na) {
+                r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: directory listing");
+                break;
+            }
+            if (n) memcpy(na, all, n * sizeof *na);
+            ZERO_FREE(all);
+            all = na;
+            cap = nc;
+        }
+        all[n++] = g;
+        if (g > best) best = g;
+    }
+    closedir(d);
+    g = zero__ck_manifest_gen(dir);
+    if (g > best) best = g;
+    if (r == ZERO_OK && best < UINT64_MAX) {
+        *out = best + 1;
+    } else if (r == ZERO_OK) { /* wrap-around: the lowest generation no file names */
+        uint64_t want = 1;
+        if (n) qsort(all, n, sizeof *all, zero__ck_cmp_u64);
+        for (i = 0; i < n; i++) {
+            if (all[i] == want) want++;
+            else if (all[i] > want) break;
+        }
+        if (want == g) want++; /* the manifest's (kept when its shard files are gone) */
+        *out = want;
+    }
+    ZERO_FREE(all);
+    return r;
+}
+
+/* 1 for the temporaries of this format: "zero-<16 hex>...tmp" and "zero.manifest...tmp". */
+static int zero__ck_is_tmp(const char *s)
+{
+    size_t L = strlen(s);
+    uint64_t g;
+    if (L < 4 || strcmp(s + L - 4, ".tmp") != 0) return 0;
+    return zero__ck_name_gen(s, &g) || strncmp(s, ZERO__CK_MANIFEST ".", 14) == 0;
+}
+
+/* Removes, best effort: keep_only: every file of another generation than keep and every
+   temporary; else: the files of generation keep that this rank wrote (its shard file; rank
+   0 also the client state file). */
+static void zero__ck_cleanup(const char *dir, uint64_t keep, int keep_only, int rank)
+{
+    DIR *d;
+    struct dirent *de;
+    char path[4200], name[64];
+    if (!keep_only) {
+        zero__ck_shard_name(name, sizeof name, keep, rank);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        (void)unlink(path);
+        if (rank == 0) {
+            zero__ck_client_name(name, sizeof name, keep);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            (void)unlink(path);
+        }
+        return;
+    }
+    d = opendir(dir);
     if (!d) return;
     while ((de = readdir(d)) != NULL) {
         const char *s = de->d_name;
-        size_t L = strlen(s);
-        int kill = 0;
-        if (strncmp(s, "zero-", 5) == 0 && L > 6 &&
-            (strcmp(s + L - 6, ".shard") == 0 || (L > 10 && strcmp(s + L - 10, ".shard.tmp") == 0) ||
-             (L > 7 && strcmp(s + L - 7, ".client") == 0) ||
-             (L > 11 && strcmp(s + L - 11, ".client.tmp") == 0))) {
-            char *end = NULL;
-            unsigned long long g = strtoull(s + 5, &end, 16);
-            kill = !(end == s + 5 + 16 && g == keep &&
-                     (strcmp(s + L - 6, ".shard") == 0 || strcmp(s + L - 7, ".client") == 0));
-        } else if (strcmp(s, ZERO__CK_MANIFEST ".tmp") == 0) {
-            kill = 1;
-        }
-        if (kill) {
+        uint64_t g;
+        if (zero__ck_is_tmp(s) || (zero__ck_name_gen(s, &g) && g != keep)) {
             snprintf(path, sizeof path, "%s/%s", dir, s);
             (void)unlink(path);
         }
     }
     closedir(d);
+}
+
+/* The save lock, dir/zero.lock: rank 0 creates it (O_EXCL) for the whole save, holds an
+   flock on it and writes "pid P host H" into it. Another save finds it and fails at once,
+   unless its holder is gone (the flock is free, or P is dead on this host): a stale lock
+   is removed and taken. */
+static zero_result zero__ck_lock(const char *dir, int *fd_out)
+{
+    char path[4200], host[256], buf[400];
+    int tries;
+    *fd_out = -1;
+    snprintf(path, sizeof path, "%s/zero.lock", dir);
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    for (tries = 0; tries < 4; tries++) {
+        struct stat st, st2;
+        long pid = 0;
+        char other[256];
+        ssize_t got;
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), stale = 0;
+        if (fd >= 0) {
+            int n = snprintf(buf, sizeof buf, "pid %ld host %s\n", (long)getpid(), host);
+            zero_result r = flock(fd, LOCK_EX | LOCK_NB) == 0
+                                ? zero__ck_pwrite(fd, buf, (size_t)n, 0, path)
+                                : zero__fail(ZERO_ERROR_IO, "%s: flock: %s", path, strerror(errno));
+            if (r != ZERO_OK) {
+                (void)unlink(path);
+                close(fd);
+                return r;
+            }
+            *fd_out = fd;
+            return ZERO_OK;
+        }
+        if (errno != EEXIST)
+            return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(errno));
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* released meanwhile */
+            return zero__fail(ZERO_ERROR_IO, "%s: the save lock: %s", path, strerror(errno));
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return zero__fail(ZERO_ERROR_IO, "%s: the save lock is not a regular file", path);
+        }
+        got = pread(fd, buf, sizeof buf - 1, 0);
+        buf[got > 0 ? got : 0] = '\0';
+        snprintf(other, sizeof other, "?");
+        if (sscanf(buf, "pid %ld host %255s", &pid, other) < 1) pid = 0;
+        if (got > 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) stale = 1; /* its holder is gone */
+        else if (pid > 0 && strcmp(other, host) == 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            stale = 1;
+        if (stale && stat(path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
+            (void)unlink(path);
+        close(fd);
+        if (!stale)
+            return zero__fail(ZERO_ERROR_IO, "another save is in progress in %s (pid %ld, host %s; "
+                              "%s)", dir, pid, other, path);
+    }
+    return zero__fail(ZERO_ERROR_IO, "%s: could not take the save lock", path);
+}
+
+static void zero__ck_unlock(const char *dir, int fd)
+{
+    char path[4200];
+    if (fd < 0) return;
+    snprintf(path, sizeof path, "%s/zero.lock", dir);
+    (void)unlink(path);
+    close(fd);
 }
 
 static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint64_t off,
@@ -12431,7 +13104,7 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
 /* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync). */
 static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_t gen)
 {
-    char name[64], path[4200], tmp[4210];
+    char name[64], path[4200], tmp[4240];
     uint64_t hb = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->G + 4u;
     uint64_t off = hb;
     zero__ck_buf hdr;
@@ -12443,7 +13116,6 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     memset(&hdr, 0, sizeof hdr);
     zero__ck_shard_name(name, sizeof name, gen, e->rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     chunk = (unsigned char *)zero__alloc(&e->d.allocator, chunk_bytes);
     crcs = (uint32_t *)zero__alloc(&e->d.allocator, (size_t)e->G * 16u);
     if (!chunk || !crcs) {
@@ -12451,20 +13123,23 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         zero__free(&e->d.allocator, crcs);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-        goto out;
-    }
-    /* Order the downloads after any collective still writing the buffers. */
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto out;
+    /* Order the downloads after any collective still writing the buffers; the NVMe caches
+       written back and emptied, so the save reads each record once, from the file. */
     r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
-    for (g = 0; g < e->G && r == ZERO_OK; g++)
-        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            size_t esz = ki == 3 ? e->p : 4, per = chunk_bytes / esz, n = e->groups[g].shard_numel;
-            size_t pos = 0;
-            uint32_t crc = 0;
-            while (pos < n && r == ZERO_OK) {
-                size_t c = n - pos < per ? n - pos : per;
+    if (r == ZERO_OK) r = zero__eng_nvme_forget(e);
+    /* Per group, chunk by chunk, the four sections of each chunk together: an NVMe tile record
+       (master, m and v of one tile) is then read once for all three (chunks never cross a
+       tile), and an NVMe param shard once per group. */
+    for (g = 0; g < e->G && r == ZERO_OK; g++) {
+        size_t n = e->groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
+        uint32_t crc[4] = {0, 0, 0, 0};
+        while (pos < n && r == ZERO_OK) {
+            size_t c = n - pos < per ? n - pos : per;
+            if (e->fopt && c > e->tile_numel - pos % e->tile_numel) c = e->tile_numel - pos % e->tile_numel;
+            for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+                size_t esz = ki == 3 ? e->p : 4;
+                uint64_t sec = off + (uint64_t)n * (ki == 3 ? 12u : 4u * (unsigned)ki);
                 r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
                 if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
                 if (r != ZERO_OK) {
@@ -12474,13 +13149,14 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
                                    zero__ck_kind_name(ki), g, prev);
                     break;
                 }
-                crc = zero_crc32c(crc, chunk, c * esz);
-                r = zero__ck_pwrite(fd, chunk, c * esz, off + pos * esz, tmp);
-                pos += c;
+                crc[ki] = zero_crc32c(crc[ki], chunk, c * esz);
+                r = zero__ck_pwrite(fd, chunk, c * esz, sec + pos * esz, tmp);
             }
-            crcs[g * 4 + ki] = crc;
-            off += (uint64_t)n * esz;
+            pos += c;
         }
+        for (ki = 0; ki < 4; ki++) crcs[g * 4 + ki] = crc[ki];
+        off += (uint64_t)n * (12u + e->p);
+    }
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
         zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
@@ -12507,19 +13183,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         if (hdr.err || hdr.n != hb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: header");
         else r = zero__ck_pwrite(fd, hdr.p, hdr.n, 0, tmp);
     }
-    if (r == ZERO_OK && fsync(fd) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && r == ZERO_OK)
-        r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (r == ZERO_OK && rename(tmp, path) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
-    if (r == ZERO_OK) r = zero__ck_fsync_dir(dir);
-    if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        r = zero__fail(r, "%s", msg);
-    }
+    r = zero__ck_commit_tmp(fd, tmp, path, dir, r);
 out:
     ZERO_FREE(hdr.p);
     zero__free(&e->d.allocator, chunk);
@@ -12598,11 +13262,8 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
         int fd;
         zero__ck_shard_name(name, sizeof name, gen, q);
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        fd = open(path, O_RDONLY);
-        if (fd < 0) {
-            r = zero__fail(ZERO_ERROR_IO, "%s: open: %s", path, strerror(errno));
+        if ((r = zero__ck_open_read(path, "shard file just written", 1, &fd, NULL)) != ZERO_OK)
             break;
-        }
         r = zero__ck_pread(fd, h, (size_t)hb, 0, path);
         close(fd);
         if (r != ZERO_OK) break;
@@ -12635,42 +13296,55 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
 {
     zero_result r = zero__eng_usable(e, "zero_engine_save");
     zero_traffic keep;
-    double gen = 0.0;
+    uint64_t gen = 0;
     uint32_t client_crc = 0;
+    int lock = -1;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save: dir is NULL, empty or too long");
     if ((r = zero__ck_between_steps(e, "zero_engine_save", 0)) != ZERO_OK) return r;
     keep = e->traffic_cur;
-    /* 1. the directory and the generation (rank 0 proposes it) */
+    /* 1. the directory, the save lock and the generation (rank 0 takes and proposes them) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
     if (r == ZERO_OK && e->rank == 0 && client_bytes > 0 && !client)
         r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save_client: rank 0's client is "
                        "NULL with client_bytes %zu", client_bytes);
-    if (r == ZERO_OK && e->rank == 0) gen = (double)zero__ck_next_gen(dir);
+    if (r == ZERO_OK && e->rank == 0) r = zero__ck_lock(dir, &lock);
+    if (r == ZERO_OK && e->rank == 0) r = zero__ck_next_gen(dir, &gen);
+    if (r != ZERO_OK) {
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        r = zero__fail(r, "zero_engine_save: %.400s", prev);
+    }
     r = zero__ck_agree(e, r, &gen);
-    /* 2. every rank's shard file; rank 0's client state */
+    /* 2. every rank's shard file; rank 0's client state. A failure anywhere removes this
+       generation's files on every rank (each its own), so no orphan outlives the save. */
     if (r == ZERO_OK) {
         zero_result sr = ZERO_OK;
         if (e->rank == 0 && client_bytes > 0) {
             char name[64];
-            zero__ck_client_name(name, sizeof name, (uint64_t)gen);
+            zero__ck_client_name(name, sizeof name, gen);
             client_crc = zero_crc32c(0, client, client_bytes);
             sr = zero__ck_write_file(dir, name, client, client_bytes);
         }
-        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, (uint64_t)gen);
+        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, gen);
         r = zero__ck_agree(e, sr, NULL);
-    }
-    /* 3. the manifest, then the older generations go */
-    if (r == ZERO_OK) {
-        zero_result mr = ZERO_OK;
-        if (e->rank == 0) {
-            mr = zero__ck_write_manifest(e, dir, (uint64_t)gen, client_bytes, client_crc);
-            if (mr == ZERO_OK) zero__ck_cleanup(dir, (uint64_t)gen);
+        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->rank);
+        else {
+            /* 3. the manifest (the commit point), then the older generations go */
+            zero_result mr = ZERO_OK;
+            if (e->rank == 0) {
+                mr = zero__ck_write_manifest(e, dir, gen, client_bytes, client_crc);
+                if (mr == ZERO_OK) zero__ck_cleanup(dir, gen, 1, 0);
+            }
+            r = zero__ck_agree(e, mr, NULL);
+            /* not committed (the manifest names another generation): this one goes */
+            if (r != ZERO_OK && zero__ck_manifest_gen(dir) != gen)
+                zero__ck_cleanup(dir, gen, 0, e->rank);
         }
-        r = zero__ck_agree(e, mr, NULL);
     }
+    if (e->rank == 0) zero__ck_unlock(dir, lock);
     e->traffic_cur = keep;
     return r;
 }
@@ -12697,10 +13371,11 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
     void *m;
     zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->rank);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
-    fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return zero__fail(ZERO_ERROR_IO, "%s: missing shard file of rank %d: %s", path,
-                          L->e->rank, strerror(errno));
+    {
+        char what[64];
+        snprintf(what, sizeof what, "shard file of rank %d", L->e->rank);
+        if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) return r;
+    }
     r = zero__ck_check_shard(ck, fd, path, L->e->rank, &crcs);
     if (r != ZERO_OK) {
         close(fd);
@@ -12776,7 +13451,19 @@ static unsigned char *zero__ck_base_load(void *ctx, int ki)
     return L->stage_buf + (size_t)ki * L->e->S * 4u;
 }
 
-/* The engine's tensors must be the checkpoint's: names, sizes, flags; the same dtype. */
+/* "[d0, d1, ...]" into dst. */
+static void zero__ck_shape_str(char *dst, size_t n, int ndim, const uint64_t *dims)
+{
+    size_t at = 0;
+    int k;
+    at += (size_t)snprintf(dst, n, "[");
+    for (k = 0; k < ndim && at < n; k++)
+        at += (size_t)snprintf(dst + at, n - at, "%s%llu", k ? ", " : "", (unsigned long long)dims[k]);
+    if (at < n) snprintf(dst + at, n - at, "]");
+}
+
+/* The engine's tensors must be the checkpoint's: names, sizes, flags, and shapes where
+   both recorded one; the same dtype. */
 static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, const char *dir,
                                    int *map)
 {
@@ -12801,6 +13488,18 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
             return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has flags "
                               "0x%x in the checkpoint, 0x%x in the engine", dir, ct->name,
                               ct->flags, e->tflags[id]);
+        {
+            int nd = id < e->cap_shapes ? e->shapes[id].ndim : 0, k, same = nd == ct->ndim;
+            for (k = 0; same && k < nd; k++) same = e->shapes[id].dims[k] == ct->dims[k];
+            if (nd > 0 && ct->ndim > 0 && !same) {
+                char a[200], b[200];
+                zero__ck_shape_str(a, sizeof a, ct->ndim, ct->dims);
+                zero__ck_shape_str(b, sizeof b, nd, e->shapes[id].dims);
+                return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has "
+                                  "shape %s in the checkpoint, %s in the engine", dir, ct->name,
+                                  a, b);
+            }
+        }
         map[t] = id;
     }
     for (t = 0; t < e->ntensors; t++) {
@@ -12813,6 +13512,23 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
                               "not in the checkpoint", dir, ti.name);
     }
     return ZERO_OK;
+}
+
+/* Load's apply step for elements [at, at + n) of this rank's shard of group g: master, m,
+   v and params, from the mapped shard file or the resharded staging buffer. */
+static zero_result zero__ck_apply(zero_engine *e, const zero_checkpoint *ck, const zero__ck_load *L,
+                                  int g, size_t at, size_t n)
+{
+    zero_result r = ZERO_OK;
+    int ki;
+    for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
+        size_t esz = ki == 3 ? e->p : 4;
+        unsigned char *src = L->map ? L->map + zero__ck_sec_off(ck, g, ki) + at * esz
+                                    : L->stage_buf + (size_t)ki * e->S * 4u +
+                                          (e->groups[g].off_shard + at) * esz;
+        r = zero__ck_state_io(e, zero__ck_kinds[ki], g, at, n, src, 1);
+    }
+    return r;
 }
 
 ZERODEF zero_result zero_engine_load(zero_engine *e, const char *dir)
@@ -12830,7 +13546,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     zero_traffic keep;
     size_t bytes = 0;
     unsigned char *cl = NULL; /* the client state, staged until every rank agrees */
-    int t, ki, want_client = client != NULL || client_bytes != NULL;
+    int t, want_client = client != NULL || client_bytes != NULL;
     if (r != ZERO_OK) return r;
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
@@ -12838,13 +13554,34 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     keep = e->traffic_cur;
     memset(&L, 0, sizeof L);
     L.e = e;
-    /* 1. read and verify everything this rank needs, changing nothing */
+    /* 1. every rank opens the manifest, and all hold the same one (generation and
+       checksum: a save that commits meanwhile, or ranks given different directories, would
+       otherwise load different steps), or none goes on */
+    if (zero__ck_stage) zero__ck_stage(e->rank, 0, dir);
     r = zero_checkpoint_open(dir, &ck);
+    if (zero__ck_stage) zero__ck_stage(e->rank, 1, dir);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
         r = zero__fail(r, "zero_engine_load: %.400s", prev);
     }
+    r = zero__ck_agree(e, r, NULL);
+    if (r == ZERO_OK) {
+        uint64_t id[2];
+        int same = 0;
+        id[0] = ck->info.generation;
+        id[1] = ck->manifest_crc;
+        if ((r = zero__ck_same_u64(e, id, 2, &same)) != ZERO_OK) goto out;
+        if (!same)
+            r = zero__ck_agree(e, zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: the ranks "
+                               "opened different checkpoints (rank %d: %s, generation %llu, "
+                               "manifest checksum %08x): a save into the directory committed "
+                               "meanwhile, or the ranks were given different directories; "
+                               "nothing was loaded", e->rank, dir,
+                               (unsigned long long)id[0], (unsigned)id[1]), NULL);
+    }
+    if (r != ZERO_OK) goto out;
+    /* 2. read and verify everything this rank needs, changing nothing */
     if (r == ZERO_OK) {
         L.tmap = (int *)zero__alloc(&e->d.allocator, (size_t)ck->info.num_tensors * sizeof(int));
         if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
@@ -12904,17 +13641,28 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
             r = zero__fail(r, "zero_engine_load: %.400s", prev);
         }
     }
-    /* 2. every rank agrees before anything changes */
+    /* 3. every rank agrees before anything changes */
     r = zero__ck_agree(e, r, NULL);
     if (r != ZERO_OK || e->state == ZERO__ENG_BROKEN) goto out;
-    /* 3. apply: shards, the copies kept whole, then step, Adam settings, scaler */
+    /* 4. apply: shards, the copies kept whole, then step, Adam settings, scaler */
     if ((r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
         r = zero__eng_break(e, r, "zero_engine_load: event");
         goto out;
     }
     zero__eng_drop_prefetched(e);
-    /* tensor by tensor: the padding between tensors is never read (the engine's stays 0) */
-    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+    if (e->io) r = zero__eng_nvme_forget(e);
+    /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
+       the four kinds together, so an NVMe tile record and param shard are read and written
+       once. The padding between tensors is never written (the engine's stays 0). */
+    for (t = 0; e->oopt && t < e->ntiles && r == ZERO_OK; t++) {
+        const zero__eng_tile *tl = &e->tiles[t];
+        int pi;
+        for (pi = tl->first; pi < tl->first + tl->count && r == ZERO_OK; pi++)
+            r = zero__ck_apply(e, ck, &L, tl->group, tl->begin + e->pieces[pi].off, e->pieces[pi].numel);
+    }
+    if (r == ZERO_OK && e->io) r = zero__eng_nvme_flush(e);
+    /* else tensor by tensor */
+    for (t = 0; !e->oopt && t < e->ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
         zero_range sn, shn;
         size_t at;
@@ -12926,13 +13674,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &shn);
         if (r != ZERO_OK || sn.numel == 0) continue;
         at = sn.offset - shn.offset;
-        for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            size_t esz = ki == 3 ? e->p : 4;
-            unsigned char *src = L.map ? L.map + zero__ck_sec_off(ck, ti.group, ki) + at * esz
-                                       : L.stage_buf + (size_t)ki * e->S * 4u +
-                                             (e->groups[ti.group].off_shard + at) * esz;
-            r = zero__ck_state_io(e, zero__ck_kinds[ki], ti.group, at, sn.numel, src, 1);
-        }
+        r = zero__ck_apply(e, ck, &L, ti.group, at, sn.numel);
     }
     if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
     if (r != ZERO_OK) {
@@ -13606,9 +14348,9 @@ static void zero__st_put_name(zero__ck_buf *b, const char *s)
 ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path, zero_dtype dtype)
 {
     zero__ck_buf h;
-    char tmp[4200], num[64];
+    char tmp[4240], num[64];
     uint64_t at = 0, maxn = 0;
-    size_t esz;
+    size_t esz, bytes = 0;
     int t, k, fd = -1;
     unsigned char *buf = NULL, *out = NULL;
     zero_result r = ZERO_OK;
@@ -13617,7 +14359,21 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     if (dtype != ZERO_F32 && dtype != ZERO_F16 && dtype != ZERO_BF16)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: dtype %d (f32, f16, bf16)",
                           (int)dtype);
-    if (strlen(path) > 4000) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path too long");
+    if (!path[0] || strlen(path) > 4000)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: path empty or too long");
+    {   /* never inside a checkpoint directory: the output could replace one of its files */
+        char parent[4200], man[4300];
+        struct stat a, b;
+        const char *slash = strrchr(path, '/');
+        if (!slash) snprintf(parent, sizeof parent, ".");
+        else if (slash == path) snprintf(parent, sizeof parent, "/");
+        else snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
+        snprintf(man, sizeof man, "%s/%s", parent, ZERO__CK_MANIFEST);
+        if ((stat(parent, &a) == 0 && stat(ck->dir, &b) == 0 && a.st_dev == b.st_dev &&
+             a.st_ino == b.st_ino) || stat(man, &b) == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_export: refusing to "
+                              "write %s inside a checkpoint directory (%s)", path, parent);
+    }
     esz = zero_dtype_size(dtype);
     memset(&h, 0, sizeof h);
     zero__ck_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"zero_step\":\"");
@@ -13648,6 +14404,12 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
             snprintf(num, sizeof num, "%s%llu", k ? "," : "", (unsigned long long)T->dims[k]);
             zero__ck_put(&h, num, strlen(num));
         }
+        if (T->numel > (UINT64_MAX - at) / esz) { /* bytes, not elements: no wrap */
+            r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_checkpoint_export: tensor '%s': %llu "
+                           "elements overflow a 64-bit byte size", T->name,
+                           (unsigned long long)T->numel);
+            goto done;
+        }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
                  (unsigned long long)(at + T->numel * esz));
         zero__ck_put(&h, num, strlen(num));
@@ -13656,20 +14418,23 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
     }
     zero__ck_put(&h, "}", 1);
     while (h.n % 8u) zero__ck_put(&h, " ", 1);
-    if (h.err) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
-    buf = (unsigned char *)ZERO_MALLOC((size_t)maxn * 4u);
-    out = (unsigned char *)ZERO_MALLOC((size_t)maxn * esz + 8u);
+    if (h.err) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: header");
+        goto done;
+    }
+    if (maxn > (uint64_t)SIZE_MAX || zero__mul_size((size_t)maxn, 4u, &bytes) || bytes > SIZE_MAX - 8u) {
+        r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_checkpoint_export: %llu elements",
+                       (unsigned long long)maxn);
+        goto done;
+    }
+    buf = (unsigned char *)ZERO_MALLOC(bytes);
+    out = (unsigned char *)ZERO_MALLOC(bytes + 8u);
     if (!buf || !out) {
         r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_export: %llu elements",
                        (unsigned long long)maxn);
         goto done;
     }
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        r = zero__fail(ZERO_ERROR_IO, "%s: create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto done;
     for (k = 0; k < 8; k++) out[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
     r = zero__ck_pwrite(fd, out, 8, 0, tmp);
     if (r == ZERO_OK) r = zero__ck_pwrite(fd, h.p, h.n, 8, tmp);
@@ -13685,17 +14450,8 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
         if (r == ZERO_OK) r = zero__ck_pwrite(fd, out, n * esz, woff, tmp);
         woff += (uint64_t)n * esz;
     }
-    if (r == ZERO_OK && fsync(fd) != 0) r = zero__fail(ZERO_ERROR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && r == ZERO_OK) r = zero__fail(ZERO_ERROR_IO, "%s: close: %s", tmp, strerror(errno));
+    r = zero__ck_commit_tmp(fd, tmp, path, NULL, r);
     fd = -1;
-    if (r == ZERO_OK && rename(tmp, path) != 0)
-        r = zero__fail(ZERO_ERROR_IO, "%s: rename: %s", tmp, strerror(errno));
-    if (r != ZERO_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        (void)unlink(tmp);
-        r = zero__fail(r, "%s", msg);
-    }
 done:
     if (fd >= 0) close(fd);
     ZERO_FREE(h.p);

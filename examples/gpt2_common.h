@@ -65,6 +65,8 @@ typedef struct gpt2_opts {
     size_t device_memory; /* per-rank device budget, 0 = none                   */
     zero_offload_device oopt, oparam;
     const char *nvme_path;
+    zero_offload_device oact; /* --offload-activations: checkpoint each block's input in this
+                                 tier, recompute the block in the backward (none = keep all) */
     /* files */
     const char *save_dir, *resume_dir; /* checkpoints                           */
     int save_every;                    /* save every K steps and after the last */
@@ -116,6 +118,7 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --val-every K --val-batches K --sample N --log-every K\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --nvme-path DIR\n"
+            "         --offload-activations none|host|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
             prog, GPT2_DEFAULT_DATA);
 }
@@ -145,7 +148,7 @@ static inline size_t gpt2_parse_size(const char *v)
 static inline int gpt2_parse_tier(const char *v, zero_offload_device *out)
 {
     if (!strcmp(v, "none")) *out = ZERO_OFFLOAD_NONE;
-    else if (!strcmp(v, "cpu")) *out = ZERO_OFFLOAD_CPU;
+    else if (!strcmp(v, "cpu") || !strcmp(v, "host")) *out = ZERO_OFFLOAD_CPU;
     else if (!strcmp(v, "nvme")) *out = ZERO_OFFLOAD_NVME;
     else return -1;
     return 0;
@@ -205,6 +208,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--offload-optimizer")) bad = gpt2_parse_tier(v, &o->oopt) != 0;
         else if (!strcmp(k, "--offload-param")) bad = gpt2_parse_tier(v, &o->oparam) != 0;
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
+        else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
         else if (!strcmp(k, "--save")) o->save_dir = v;
         else if (!strcmp(k, "--save-every")) o->save_every = atoi(v);
         else if (!strcmp(k, "--resume")) o->resume_dir = v;

@@ -311,7 +311,14 @@ typedef struct model {
     float *emb_f32, *blk_f32;   /* params converted to fp32 (bf16/fp16 runs)      */
     float *emb_grad, *blk_grad; /* fp32 gradients before they go to the engine    */
     float *encoded;             /* [BT, C]: the input of block 0                  */
-    block_acts *acts;           /* [L]                                            */
+    block_acts *acts;           /* [L]; [1] with checkpointing (one block's, reused) */
+    int ckpt;                   /* --offload-activations: each block's input is stashed
+                                   in the engine's activation tier after its forward and
+                                   fetched back to recompute the block in the backward */
+    int training;               /* this forward has a backward (stash the inputs) */
+    float *x;                   /* ckpt: [BT, C], the current block's input        */
+    size_t floats;              /* allocated by model_alloc                       */
+    size_t block_bytes;         /* one block's activations                        */
     float *lnf, *lnf_mean, *lnf_rstd, *logits; /* logits [BT, V]: probs after the loss */
     float *wteT;                /* [C, V]: wte transposed for the head's forward  */
     float *dres;                /* [BT, C]: the residual stream's gradient        */
@@ -359,6 +366,7 @@ static float *model_alloc(model *m, size_t n)
     float *p = (float *)calloc(n ? n : 1, sizeof(float));
     if (!p) return NULL;
     m->bufs[m->nbufs++] = p;
+    m->floats += n;
     return p;
 }
 
@@ -372,8 +380,10 @@ static void model_free(model *m)
     memset(m, 0, sizeof *m);
 }
 
-/* After commit: offsets, group sizes and every buffer for B sequences of T. */
-static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gpt2_tensor *tab, int B, zero_dtype dt)
+/* After commit: offsets, group sizes and every buffer for B sequences of T (ckpt: one
+   block's activations and the block input buffer instead of every block's). */
+static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gpt2_tensor *tab, int B, zero_dtype dt,
+                              int ckpt)
 {
     const zero_plan *plan = zero_engine_plan(e);
     zero_group_info gi;
@@ -381,7 +391,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     size_t BT = (size_t)B * T;
     zero_result r;
     memset(m, 0, sizeof *m);
-    m->c = *c, m->B = B, m->T = T, m->e = e, m->dt = dt, m->tab = tab;
+    m->c = *c, m->B = B, m->T = T, m->e = e, m->dt = dt, m->tab = tab, m->ckpt = ckpt;
     if ((r = gpt2_offsets(plan, c, tab)) != ZERO_OK) return r;
     if ((r = zero_plan_group(plan, 0, &gi)) != ZERO_OK) return r;
     m->emb_numel = gi.used_numel;
@@ -398,7 +408,9 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     }
     M_ALLOC(m->emb_grad, m->emb_numel);
     M_ALLOC(m->encoded, BT * C);
-    for (l = 0; l < c->layers; l++) {
+    if (ckpt) M_ALLOC(m->x, BT * C);
+    m->block_bytes = m->floats;
+    for (l = 0; l < (ckpt ? 1 : c->layers); l++) {
         block_acts *a = &m->acts[l];
         M_ALLOC(a->ln1, BT * C);
         M_ALLOC(a->ln1_mean, BT);
@@ -415,6 +427,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
         M_ALLOC(a->fch_tanh, BT * 4 * C);
         M_ALLOC(a->res3, BT * C);
     }
+    m->block_bytes = sizeof(float) * (m->floats - m->block_bytes) / (size_t)(ckpt ? 1 : c->layers);
     M_ALLOC(m->lnf, BT * C);
     M_ALLOC(m->lnf_mean, BT);
     M_ALLOC(m->lnf_rstd, BT);
@@ -465,14 +478,25 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
         for (k = 0; k < C; k++) m->encoded[(size_t)i * C + k] = te[k] + pe[k];
     }
     in = m->encoded;
+    if (m->ckpt) in = memcpy(m->x, m->encoded, sizeof(float) * (size_t)BT * C);
     for (l = 0; l < c->layers; l++) {
         void *pb;
+        block_acts *a = &m->acts[m->ckpt ? 0 : l];
         if ((r = gather_timed(m, 1 + l, &pb)) != ZERO_OK) goto out;
         r = view_group(m, 1 + l, pb, w);
-        if (r == ZERO_OK) block_forward(c, B, T, w, &m->acts[l], in);
+        if (r == ZERO_OK) block_forward(c, B, T, w, a, in);
         zero_engine_release(m->e, 1 + l);
         if (r != ZERO_OK) goto out;
-        in = m->acts[l].res3;
+        if (!m->ckpt) {
+            in = a->res3;
+            continue;
+        }
+        /* checkpoint: the block's input leaves for the activation tier (the fence lets the
+           next line overwrite it), the output becomes the next input */
+        if (m->training && ((r = zero_engine_stash(m->e, l, m->x, sizeof(float) * (size_t)BT * C)) != ZERO_OK ||
+                            (r = zero_engine_stash_fence(m->e)) != ZERO_OK))
+            goto out;
+        memcpy(m->x, a->res3, sizeof(float) * (size_t)BT * C);
     }
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, in, emb[GPT2_LNF_W], emb[GPT2_LNF_B], BT, C);
     for (i = 0; i < V; i++) /* the head is wte: logits = lnf wte^T */
@@ -528,7 +552,7 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         matmul_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, V, C, BT);      /* dwte += dlogits^T lnf   */
         memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
         layernorm_backward(m->dres, demb[GPT2_LNF_W], demb[GPT2_LNF_B], dlnf,
-                           c->layers ? m->acts[c->layers - 1].res3 : m->encoded, emb[GPT2_LNF_W],
+                           m->ckpt ? m->x : c->layers ? m->acts[c->layers - 1].res3 : m->encoded, emb[GPT2_LNF_W],
                            m->lnf_mean, m->lnf_rstd, BT, C);
     }
     zero_engine_release(m->e, 0);
@@ -545,7 +569,17 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         gbase = m->dt == ZERO_F32 ? (float *)g : m->blk_grad;
         if (m->dt != ZERO_F32) memset(gbase, 0, sizeof(float) * m->blk_numel);
         for (k = 0; k < GPT2_BLOCK_TENSORS; k++) dw[k] = gbase + m->tab[first + k].offset;
-        block_backward(c, B, T, w, dw, &m->acts[l], l ? m->acts[l - 1].res3 : m->encoded, m->dres, &m->s);
+        if (m->ckpt) { /* the block's input comes back; the same forward recomputes its activations */
+            r = zero_engine_fetch(m->e, l, m->x, sizeof(float) * (size_t)BT * C);
+            if (r != ZERO_OK) {
+                zero_engine_release(m->e, grp);
+                return r;
+            }
+            block_forward(c, B, T, w, &m->acts[0], m->x);
+            block_backward(c, B, T, w, dw, &m->acts[0], m->x, m->dres, &m->s);
+        } else {
+            block_backward(c, B, T, w, dw, &m->acts[l], l ? m->acts[l - 1].res3 : m->encoded, m->dres, &m->s);
+        }
         if (m->dt != ZERO_F32) r = zero_convert(g, m->dt, gbase, ZERO_F32, m->blk_numel, ZERO_SIMD_AUTO);
         zero_engine_release(m->e, grp);
         if (r != ZERO_OK || (r = grads_ready_timed(m, grp)) != ZERO_OK) return r;
@@ -717,6 +751,16 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     d.offload_optimizer = o->oopt;
     d.offload_param = o->oparam;
     d.nvme_path = o->nvme_path;
+    if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
+        size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * T * c->channels);
+        d.offload_activations = o->oact;
+        if (o->oact == ZERO_OFFLOAD_NVME) {
+            d.activation_nvme_bytes = span * (size_t)c->layers;
+            d.activation_host_bytes = 2 * span; /* staging: a stash being written, a read-ahead */
+        } else {
+            d.activation_host_bytes = span * (size_t)c->layers;
+        }
+    }
     d.device = dev;
     d.comm = comm;
     CHECK(zero_engine_create(&d, &e));
@@ -725,7 +769,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     gpt2_param_table(c, tab);
     CHECK(gpt2_add_tensors(e, c, tab));
     CHECK(zero_engine_commit(e));
-    r = model_init(&m, e, c, tab, B, o->dtype);
+    r = model_init(&m, e, c, tab, B, o->dtype, o->oact != ZERO_OFFLOAD_NONE);
     tab = NULL; /* the model owns it */
     if (r != ZERO_OK) goto done;
     if (o->init_path) CHECK(zero_engine_load_safetensors(e, o->init_path));
@@ -757,7 +801,10 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         scale = zero_engine_loss_scale(e);
         for (k = 0; k < o->accum; k++) {
             gpt2_batch(R->data, 0, cl.next_batch++, o->batch, T, rank * B, B, x, y);
-            CHECK(model_forward(&m, x, B, T));
+            m.training = 1;
+            r = model_forward(&m, x, B, T);
+            m.training = 0;
+            CHECK(r);
             if (rank == 0 && s == 0 && k == 0 && o->logits_path) {
                 FILE *f = fopen(o->logits_path, "wb");
                 if (!f || fwrite(m.logits, sizeof(float), (size_t)B * T * c->vocab, f) != (size_t)B * T * c->vocab)
@@ -809,6 +856,16 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         zero_engine_traffic(e, &R->traffic, NULL);
         R->psi = zero_plan_total_numel(zero_engine_plan(e));
         R->final_scale = zero_engine_loss_scale(e);
+    }
+    if (rank == 0 && !R->quiet && o->oact != ZERO_OFFLOAD_NONE) {
+        zero_activation_stats as;
+        size_t blk = m.block_bytes;
+        zero_engine_activation_stats(e, &as);
+        printf("activations (rank 0): %zu bytes of one block's kept instead of %zu of %d blocks; "
+               "%llu inputs stashed (%s), fetches: %llu from staging, %llu read ahead, %llu read on demand\n",
+               blk, blk * (size_t)c->layers, c->layers, (unsigned long long)as.stashes,
+               o->oact == ZERO_OFFLOAD_NVME ? "nvme" : "host", (unsigned long long)as.staging_hits,
+               (unsigned long long)as.prefetch_hits, (unsigned long long)as.demand_reads);
     }
     CHECK(keep_params(e, c, m.tab, R));
     if (o->sample > 0) {

@@ -582,7 +582,7 @@ static int offload_demo(opts *o)
         dm = &R[i].mem;
         hm = &R[i].host_mem;
         printf("%-9s device %8zu B (params %zu, grads %zu, master+m+v %zu, buffers %zu) peak %zu | "
-               "host %8zu B (master+m+v %zu, params %zu, staging grads %zu, swap %zu) | nvme %zu B "
+               "host %8zu B (master+m+v %zu, params %zu, grads %zu, swap %zu) | nvme %zu B "
                "(master+m+v %zu, params %zu) | %.3f ms/step | final loss %.6f\n",
                i ? "plain:" : "offload:", dm->total_bytes, dm->bytes[ZERO_MEM_PARAM], dm->bytes[ZERO_MEM_GRAD],
                dm->bytes[ZERO_MEM_MASTER] + dm->bytes[ZERO_MEM_MOMENT1] + dm->bytes[ZERO_MEM_MOMENT2],

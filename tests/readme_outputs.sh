@@ -6,7 +6,8 @@
 # is what COMMAND (run from the repository root, stdout and stderr together) prints: every
 # line of the block must be a line of the output, in any order (lines starting with "$ "
 # show the command and are not compared; neither are empty lines). Before comparing, both
-# sides have their timings ("1.234 ms/step", "12.3 s") masked, and whatever ERE matches.
+# sides have their timings ("1.234 ms/step", "12.3 s") masked, and whatever ERE matches,
+# and trailing blanks cut.
 # A block whose program is not built is skipped (one line says which). Run by make test;
 # prints one zt summary line like the C tests. README=FILE checks another file.
 set -u
@@ -30,9 +31,9 @@ awk -v dir="$tmp" '
   inblock { print > (dir "/" n ".exp") }
 ' "$readme"
 
-mask() { # stdin -> stdout: timings and the block's own ERE replaced by "#"
-  if [ -n "$1" ]; then sed -E -e 's/[0-9]+(\.[0-9]+)? (ms\/step|ms|s)\b/# \2/g' -e "s/$1/#/g"
-  else sed -E -e 's/[0-9]+(\.[0-9]+)? (ms\/step|ms|s)\b/# \2/g'; fi
+mask() { # stdin -> stdout: timings and the block's own ERE replaced by "#", trailing blanks cut
+  if [ -n "$1" ]; then sed -E -e 's/[0-9]+(\.[0-9]+)? (ms\/step|ms|s)\b/# \2/g' -e "s/$1/#/g" -e 's/[[:space:]]+$//'
+  else sed -E -e 's/[0-9]+(\.[0-9]+)? (ms\/step|ms|s)\b/# \2/g' -e 's/[[:space:]]+$//'; fi
 }
 
 for cmdf in $(ls "$tmp"/*.cmd 2>/dev/null | sort -V); do

@@ -8,7 +8,10 @@
 #include "tests/zt.h"
 #include "tests/engine_common.h"
 
+#include <dirent.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 static char ck_root[256];
@@ -111,6 +114,8 @@ ZT_TEST(tensor_shapes)
 typedef struct ck_job {
     ec_ctx base; /* first: ec_run_with fills cfg and res */
     const char *load_dir, *save_dir, *st_in;
+    const char *load_dir_odd; /* odd ranks load this one instead (ranks given different dirs) */
+    int reshape_tensor;       /* tensor 0 registered as [n, 1] instead of [1, n] */
     int pre;      /* steps [0, pre) before the load */
     int s0, s1;   /* steps [s0, s1) after it */
     int rename_tensor, grow_tensor, reflag_tensor;
@@ -192,7 +197,9 @@ static zero_result ck_rank_fn(int rank, zero_comm *comm, void *user)
         if (t == 2 && job->grow_tensor) n++;
         if (t == 3 && job->reflag_tensor) fl ^= ZERO_TENSOR_NO_DECAY;
         if (t == 0) {
-            uint64_t dims[2] = {1, n};
+            uint64_t dims[2];
+            dims[0] = job->reshape_tensor ? n : 1;
+            dims[1] = job->reshape_tensor ? 1 : n;
             EC_TRY(zero_engine_add_tensor_shape(e, name, 2, dims, c->groups[t], fl, &ids[t]));
         } else {
             EC_TRY(zero_engine_add_tensor(e, name, n, c->groups[t], fl, &ids[t]));
@@ -206,19 +213,20 @@ static zero_result ck_rank_fn(int rank, zero_comm *comm, void *user)
     if (job->st_in) EC_TRY(zero_engine_load_safetensors(e, job->st_in));
     if (job->load_dir) {
         size_t nb = 0, nb2 = 0;
+        const char *load_dir = rank % 2 && job->load_dir_odd ? job->load_dir_odd : job->load_dir;
         if (job->prefetch_before_load) EC_TRY(zero_engine_prefetch(e, 0));
         unsigned char *before = job->expect_load_fail ? ck_snapshot(e, c, ids, &nb) : NULL;
         if (job->load_client) {
             size_t k;
             memset(job->client_got[rank], 0xA5, CK_CLIENT_MAX);
             job->client_len[rank] = (size_t)-7;
-            r = zero_engine_load_client(e, job->load_dir, job->client_got[rank], job->client_cap,
+            r = zero_engine_load_client(e, load_dir, job->client_got[rank], job->client_cap,
                                         &job->client_len[rank]);
             job->client_untouched[rank] = 1;
             for (k = 0; k < CK_CLIENT_MAX; k++)
                 if (job->client_got[rank][k] != 0xA5) job->client_untouched[rank] = 0;
         } else {
-            r = zero_engine_load(e, job->load_dir);
+            r = zero_engine_load(e, load_dir);
         }
         job->load_rc[rank] = r;
         snprintf(job->load_msg[rank], sizeof job->load_msg[rank], "%s", r ? zero_last_error() : "");
@@ -470,7 +478,7 @@ static long ck_size(const char *path)
 
 static void ck_copy(const char *from, const char *to)
 {
-    char cmd[700];
+    char cmd[1000];
     snprintf(cmd, sizeof cmd, "cp -f '%s' '%s'", from, to);
     if (system(cmd) != 0) fprintf(stderr, "cp failed\n");
 }
@@ -859,7 +867,7 @@ ZT_TEST(client_state_errors)
     ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: client state of 999 bytes, the manifest says 1000",
                        "truncated client file");
     ZT_CHECK(unlink(cf) == 0);
-    ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: client state file", "missing client file");
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_IO, ".client: missing client state file", "missing client file");
     ck_copy(bak, cf);
     ck_client_load_ok(&c, dir, blob, n, CK_CLIENT_MAX, NULL, "restored client file");
     {   /* rank 0 passing NULL with a size fails every rank's save */
@@ -875,6 +883,635 @@ ZT_TEST(client_state_errors)
         ec_result_free(ra);
         ck_client_load_ok(&c, dir, blob, n, CK_CLIENT_MAX, NULL, "after the refused save");
     }
+}
+
+/* ---- hostile directories, races and files ------------------------------------------------------ */
+
+/* Saves a checkpoint of c (steps [0, steps)) into dir; 1 on success. */
+static int ck_save(const ec_cfg *c, const char *dir, int steps)
+{
+    ck_job a;
+    ec_result *ra;
+    int ok;
+    memset(&a, 0, sizeof a);
+    a.s1 = steps;
+    a.save_dir = dir;
+    ra = ck_run(c, &a);
+    ok = ra->rc == ZERO_OK;
+    if (!ok) printf("  save into %s: %s\n", dir, ra->err);
+    ec_result_free(ra);
+    return ok;
+}
+
+/* The generations named by the files of dir (zero-<16 hex>...), sorted; their count. */
+static int ck_dir_gens(const char *dir, uint64_t *gens, int cap, int *tmps)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0, i, j;
+    if (tmps) *tmps = 0;
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL) {
+        uint64_t g;
+        size_t L = strlen(de->d_name);
+        if (tmps && L > 4 && strcmp(de->d_name + L - 4, ".tmp") == 0) (*tmps)++;
+        if (!zero__ck_name_gen(de->d_name, &g)) continue;
+        for (i = 0; i < n && gens[i] != g; i++) {}
+        if (i == n && n < cap) gens[n++] = g;
+    }
+    closedir(d);
+    for (i = 1; i < n; i++) /* insertion sort */
+        for (j = i; j > 0 && gens[j - 1] > gens[j]; j--) {
+            uint64_t t = gens[j];
+            gens[j] = gens[j - 1];
+            gens[j - 1] = t;
+        }
+    return n;
+}
+
+static uint64_t ck_gen_of(const char *dir)
+{
+    zero_checkpoint *ck = NULL;
+    zero_checkpoint_info in;
+    memset(&in, 0, sizeof in);
+    if (zero_checkpoint_open(dir, &ck) != ZERO_OK) return 0;
+    zero_checkpoint_get_info(ck, &in);
+    zero_checkpoint_close(ck);
+    return in.generation;
+}
+
+/* A rank-0 commit between the ranks' manifest opens, made deterministic by the stage hook:
+   rank 0 opens the old manifest, then a newer checkpoint is committed into the directory
+   (its shard files copied in, its manifest renamed over), and only then do the other ranks
+   open theirs. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int armed, done;
+    char newer[400];
+} ck_race = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, ""};
+
+static void ck_race_hook(int rank, int where, const char *dir)
+{
+    pthread_mutex_lock(&ck_race.mu);
+    if (ck_race.armed && rank != 0 && where == 0)
+        while (!ck_race.done) pthread_cond_wait(&ck_race.cv, &ck_race.mu);
+    if (ck_race.armed && rank == 0 && where == 1 && !ck_race.done) {
+        char cmd[1400];
+        snprintf(cmd, sizeof cmd, "cp '%s'/zero-*.shard '%s'/ && cp '%s/zero.manifest' '%s/m.new' && "
+                 "mv '%s/m.new' '%s/zero.manifest'", ck_race.newer, dir, ck_race.newer, dir, dir, dir);
+        if (system(cmd) != 0) printf("  race hook: %s failed\n", cmd);
+        ck_race.done = 1;
+        pthread_cond_broadcast(&ck_race.cv);
+    }
+    pthread_mutex_unlock(&ck_race.mu);
+}
+
+/* Every rank loads the same checkpoint or none does: ranks given different directories,
+   and ranks that open the manifest before and after a concurrent save's commit, fail with
+   MISMATCH on every rank, every engine unchanged. The save lock: a live lock fails a save
+   at once naming its holder; a stale one (its holder gone) is taken over. */
+ZT_TEST(ranks_agree_on_the_checkpoint)
+{
+    ec_cfg c;
+    ck_job b;
+    char A[300], B[300], C[300], S[300], lock[400], host[256], want[700];
+    int fd;
+    ck_cfg(&c, 2, 4, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(A, sizeof A, "%s/agree-a", ck_root);
+    snprintf(B, sizeof B, "%s/agree-b", ck_root);
+    snprintf(C, sizeof C, "%s/agree-c", ck_root);
+    snprintf(S, sizeof S, "%s/agree-s", ck_root);
+    ZT_CHECK(ck_save(&c, A, 2) && ck_save(&c, B, 3) && ck_save(&c, C, 2));
+    ZT_CHECK(ck_save(&c, S, 1) && ck_save(&c, S, 3) && ck_gen_of(S) == 2 && ck_gen_of(C) == 1);
+    /* (b) different directories: both generation 1, different steps and checksums */
+    ck_fail_job(&b, A);
+    b.load_dir_odd = B;
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_MISMATCH, "the ranks opened different checkpoints",
+                       "different directories");
+    /* (a) a commit between rank 0's open and the others' */
+    snprintf(ck_race.newer, sizeof ck_race.newer, "%s", S);
+    ck_race.armed = 1;
+    ck_race.done = 0;
+    zero__ck_stage = ck_race_hook;
+    ck_fail_job(&b, C);
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_MISMATCH, "the ranks opened different checkpoints",
+                       "commit during the load");
+    zero__ck_stage = NULL;
+    ck_race.armed = 0;
+    ZT_CHECK(ck_race.done && ck_gen_of(C) == 2);
+    /* the save lock: live (held with flock by this process) */
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    snprintf(lock, sizeof lock, "%s/zero.lock", A);
+    fd = open(lock, O_RDWR | O_CREAT | O_EXCL, 0644);
+    ZT_CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0);
+    if (fd >= 0) {
+        char txt[300];
+        int n = snprintf(txt, sizeof txt, "pid %ld host %s\n", (long)getpid(), host);
+        ZT_CHECK(write(fd, txt, (size_t)n) == n);
+    }
+    {
+        ck_job a;
+        ec_result *ra;
+        memset(&a, 0, sizeof a);
+        a.s1 = 1;
+        a.save_dir = A;
+        ra = ck_run(&c, &a);
+        snprintf(want, sizeof want, "another save is in progress in %s (pid %ld, host %s", A,
+                 (long)getpid(), host);
+        ZT_CHECKF(ra->rc == ZERO_ERROR_IO && strstr(ra->err, want), "%s: %s",
+                  zero_result_string(ra->rc), ra->err);
+        ec_result_free(ra);
+        ZT_CHECK(ck_gen_of(A) == 1 && ck_size(lock) > 0); /* untouched, lock left to its holder */
+    }
+    /* stale: the holder is gone (flock released); its pid is this live process */
+    if (fd >= 0) close(fd);
+    ZT_CHECK(ck_save(&c, A, 1));
+    ZT_CHECKF(ck_gen_of(A) == 2 && ck_size(lock) < 0, "generation %llu, lock %ld",
+              (unsigned long long)ck_gen_of(A), ck_size(lock));
+    /* stale: a dead pid on this host, lock file without any flock holder */
+    {
+        FILE *f = fopen(lock, "w");
+        if (f) {
+            fprintf(f, "pid %d host %s\n", 999999999, host);
+            fclose(f);
+        }
+        ZT_CHECK(ck_save(&c, A, 1) && ck_gen_of(A) == 3 && ck_size(lock) < 0);
+    }
+}
+
+/* Fault injection for the save tests: fails writes to files whose path contains
+   ck_fault_match with ck_fault_errno. */
+static char ck_fault_match[64];
+static int ck_fault_errno;
+static int ck_fault_hook(const char *path, int op)
+{
+    if (op == 'w' && ck_fault_match[0] && strstr(path, ck_fault_match)) return ck_fault_errno;
+    if (op == 'o' && ck_fault_match[0] == '@' && strstr(path, ck_fault_match + 1)) return ck_fault_errno;
+    return 0;
+}
+
+/* A save that fails on one rank (a full disk) after other ranks renamed their shard files
+   leaves no file of its generation on any rank, again and again; the previous checkpoint
+   stays loadable, and a save succeeds once the space is back. Same for a failed manifest
+   write. */
+ZT_TEST(failed_save_cleans_up)
+{
+    ec_cfg c;
+    char dir[300];
+    uint64_t gens[16];
+    int i, tmps = 0, n;
+    static const char *const where[2] = {"-00001.shard.", "zero.manifest."};
+    ck_cfg(&c, 1, 3, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/enospc", ck_root);
+    ZT_CHECK(ck_save(&c, dir, 1));
+    zero__ck_io_fault = ck_fault_hook;
+    ck_fault_errno = ENOSPC;
+    for (i = 0; i < 4; i++) {
+        ck_job a;
+        ec_result *ra;
+        snprintf(ck_fault_match, sizeof ck_fault_match, "%s", where[i % 2]);
+        memset(&a, 0, sizeof a);
+        a.s1 = 2;
+        a.save_dir = dir;
+        a.client = (const unsigned char *)"client";
+        a.client_n = 6;
+        ra = ck_run(&c, &a);
+        ZT_CHECKF(ra->rc == ZERO_ERROR_IO && strstr(ra->err, "No space left on device"),
+                  "failure %d (%s): %s", i, where[i % 2], ra->err);
+        ec_result_free(ra);
+        n = ck_dir_gens(dir, gens, 16, &tmps);
+        ZT_CHECKF(n == 1 && gens[0] == 1 && tmps == 0,
+                  "after failed save %d (%s): %d generations (%llu, %llu), %d temporaries", i,
+                  where[i % 2], n, (unsigned long long)gens[0],
+                  (unsigned long long)(n > 1 ? gens[1] : 0), tmps);
+    }
+    ck_fault_match[0] = 0;
+    zero__ck_io_fault = NULL;
+    ck_client_load_ok(&c, dir, NULL, 0, CK_CLIENT_MAX, NULL, "the checkpoint before the failures");
+    ZT_CHECK(ck_save(&c, dir, 2));
+    n = ck_dir_gens(dir, gens, 16, &tmps);
+    ZT_CHECKF(n == 1 && gens[0] == ck_gen_of(dir) && tmps == 0, "%d generations after the save", n);
+}
+
+/* The generation is an exact 64-bit integer: after files of generation 2^53 - 1 .. 2^53 + 2
+   the next save takes exactly the next one (a double rounds 2^53 + 1 and 2^53 + 3); after
+   2^64 - 1 it wraps to the lowest generation no file names. */
+ZT_TEST(generation_is_exact_64_bit)
+{
+    ec_cfg c;
+    char dir[300], orphan[400];
+    const uint64_t two53 = (uint64_t)1 << 53;
+    const uint64_t after[5] = {two53 - 1, two53, two53 + 1, two53 + 2, UINT64_MAX};
+    int i;
+    ck_cfg(&c, 2, 2, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/gen64", ck_root);
+    ZT_CHECK(ck_save(&c, dir, 1) && ck_gen_of(dir) == 1);
+    for (i = 0; i < 5; i++) {
+        FILE *f;
+        uint64_t want = after[i] == UINT64_MAX ? 1 : after[i] + 1, got;
+        /* an orphan shard file of a failed save with that generation */
+        snprintf(orphan, sizeof orphan, "%s/zero-%016llx-00007.shard", dir, (unsigned long long)after[i]);
+        f = fopen(orphan, "w");
+        if (f) fclose(f);
+        if (after[i] == UINT64_MAX) want = ck_gen_of(dir) == 1 ? 2 : 1; /* the lowest unused */
+        ZT_CHECK(ck_save(&c, dir, 2));
+        got = ck_gen_of(dir);
+        ZT_CHECKF(got == want, "after %llu: generation %llu, want %llu", (unsigned long long)after[i],
+                  (unsigned long long)got, (unsigned long long)want);
+        ZT_CHECKF(ck_size(orphan) < 0, "%s left behind", orphan);
+        ck_client_load_ok(&c, dir, NULL, 0, CK_CLIENT_MAX, NULL, "after a large generation");
+    }
+}
+
+/* A manifest whose tensor claims 2^63 + 16 elements: its byte size wraps to a small number
+   (2^63 + 16 elements x 14 bytes = 224 mod 2^64) that a shard file with valid checksums
+   matches; the reader must refuse it, and zero-ckpt info must not call it verified. */
+ZT_TEST(byte_sizes_do_not_wrap)
+{
+    char dir[300], path[400], cmd[900];
+    const uint64_t N = ((uint64_t)1 << 63) + 16, H = 64 + 32 * 4 + 4;
+    uint64_t sec[4], off = H, total;
+    uint32_t crc0 = zero_crc32c(0, NULL, 0);
+    static unsigned char zeros[256];
+    zero__ck_buf m, h;
+    zero_checkpoint *ck = NULL;
+    int k;
+    FILE *f;
+    snprintf(dir, sizeof dir, "%s/wrap", ck_root);
+    mkdir(dir, 0755);
+    for (k = 0; k < 4; k++) sec[k] = N * (k == 3 ? 2u : 4u); /* wrapped section sizes */
+    total = H + N * 14u;
+    ZT_CHECKF(total == H + 224, "%llu", (unsigned long long)total);
+    memset(&h, 0, sizeof h);
+    zero__ck_put(&h, "ZEROSHRD", 8);
+    zero__ck_u32(&h, 1);
+    zero__ck_u32(&h, (uint32_t)H);
+    zero__ck_u64(&h, 1);
+    zero__ck_u32(&h, 0);
+    zero__ck_u32(&h, 1);
+    zero__ck_u32(&h, 4);
+    zero__ck_u32(&h, ZERO_F16);
+    zero__ck_u64(&h, total);
+    zero__ck_u64(&h, 0);
+    zero__ck_u64(&h, 0);
+    for (k = 0; k < 4; k++) {
+        zero__ck_u32(&h, k == 3 ? 0u : (uint32_t)k + 1u);
+        zero__ck_u32(&h, 0);
+        zero__ck_u64(&h, off);
+        zero__ck_u64(&h, sec[k]);
+        zero__ck_u32(&h, zero_crc32c(0, zeros, (size_t)sec[k]));
+        zero__ck_u32(&h, 0);
+        off += sec[k];
+    }
+    zero__ck_u32(&h, zero_crc32c(0, h.p, h.n));
+    (void)crc0;
+    memset(&m, 0, sizeof m);
+    zero__ck_put(&m, "ZEROMANI", 8);
+    zero__ck_u32(&m, 2);
+    zero__ck_u32(&m, 0);
+    zero__ck_u64(&m, 0); /* size, patched */
+    zero__ck_u64(&m, 1);
+    zero__ck_u32(&m, 1);
+    zero__ck_u32(&m, 0);
+    zero__ck_u32(&m, ZERO_F16);
+    zero__ck_u32(&m, 16);
+    zero__ck_u32(&m, 1);
+    zero__ck_u32(&m, 1);
+    zero__ck_u64(&m, 0);
+    zero__ck_u32(&m, ZERO_ADAMW);
+    zero__ck_u32(&m, 0);
+    zero__ck_f64(&m, 1e-3);
+    zero__ck_f64(&m, 0.9);
+    zero__ck_f64(&m, 0.999);
+    zero__ck_f64(&m, 1e-8);
+    zero__ck_f64(&m, 0.0);
+    zero__ck_f32(&m, 65536.0f);
+    zero__ck_f32(&m, 2.0f);
+    zero__ck_f32(&m, 1.0f);
+    zero__ck_u32(&m, 1000);
+    zero__ck_u32(&m, 2);
+    zero__ck_u32(&m, 2);
+    zero__ck_u32(&m, 0);
+    zero__ck_u32(&m, 1);
+    zero__ck_u64(&m, 0);
+    zero__ck_u64(&m, (uint64_t)-1);
+    zero__ck_u32(&m, 0);
+    zero__ck_u32(&m, 0);
+    zero__ck_u64(&m, 0);
+    zero__ck_u64(&m, 0);
+    zero__ck_u64(&m, N);
+    zero__ck_u64(&m, N);
+    zero__ck_u64(&m, N);
+    zero__ck_u32(&m, 1);
+    zero__ck_put(&m, "w", 1);
+    zero__ck_u32(&m, 0);
+    zero__ck_u32(&m, 0);
+    zero__ck_u64(&m, 0);
+    zero__ck_u64(&m, N);
+    zero__ck_u32(&m, 0);
+    zero__ck_u64(&m, total);
+    zero__ck_u32(&m, zero_crc32c(0, h.p, h.n - 4));
+    zero__ck_u32(&m, 0);
+    zero__ck_u64(&m, 0);
+    zero__ck_u32(&m, 0);
+    zero__ck_u32(&m, 0);
+    for (k = 0; k < 8; k++) m.p[16 + k] = (unsigned char)((uint64_t)(m.n + 4) >> (8 * k));
+    zero__ck_u32(&m, zero_crc32c(0, m.p, m.n));
+    snprintf(path, sizeof path, "%s/zero.manifest", dir);
+    f = fopen(path, "wb");
+    if (f) {
+        fwrite(m.p, 1, m.n, f);
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/zero-0000000000000001-00000.shard", dir);
+    f = fopen(path, "wb");
+    if (f) {
+        fwrite(h.p, 1, h.n, f);
+        fwrite(zeros, 1, 224, f);
+        fclose(f);
+    }
+    free(m.p);
+    free(h.p);
+    ZT_CHECK(ck_size(path) == (long)total);
+    {
+        zero_result r = zero_checkpoint_open(dir, &ck);
+        if (r == ZERO_OK) r = zero_checkpoint_verify(ck);
+        ZT_CHECKF(r == ZERO_ERROR_IO && strstr(zero_last_error(), "overflow"), "%s: %s",
+                  zero_result_string(r), zero_last_error());
+        zero_checkpoint_close(ck);
+    }
+    if (access("build/zero-ckpt", X_OK) == 0) {
+        int rc;
+        snprintf(cmd, sizeof cmd, "build/zero-ckpt info %s > %s/wrap.txt 2>&1", dir, ck_root);
+        rc = system(cmd);
+        ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "zero-ckpt info of the wrapping manifest: %d", rc);
+        snprintf(path, sizeof path, "%s/wrap.txt", ck_root);
+        f = fopen(path, "r");
+        if (f) {
+            char txt[4096];
+            size_t n = fread(txt, 1, sizeof txt - 1, f);
+            txt[n] = 0;
+            fclose(f);
+            ZT_CHECKF(!strstr(txt, "verified") && strstr(txt, "overflow"), "%s", txt);
+        }
+    }
+}
+
+/* zero_engine_load compares the shapes both sides recorded (same element count). */
+ZT_TEST(load_compares_shapes)
+{
+    ec_cfg c;
+    ck_job b;
+    char dir[300];
+    ck_cfg(&c, 1, 2, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/shapes", ck_root);
+    ZT_CHECK(ck_save(&c, dir, 2));
+    ck_fail_job(&b, dir);
+    b.reshape_tensor = 1;
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_MISMATCH, "tensor 't0' has shape [1, 37] in the "
+                       "checkpoint, [37, 1] in the engine", "transposed shape");
+}
+
+/* Runs fn in a child process that a hang cannot stall: SIGALRM after 60 s is a failure. */
+static void ck_no_hang(void (*fn)(void), const char *label)
+{
+    pid_t pid;
+    int st = 0;
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        alarm(60);
+        fn();
+        fflush(stdout);
+        _exit(zt_cur_failures ? 1 : 0);
+    }
+    ZT_CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    ZT_CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", label,
+              WIFSIGNALED(st) ? "hung (killed by the alarm)" : "checks failed");
+}
+
+static void ck_fifo_checks(void)
+{
+    ec_cfg c;
+    char dir[300], man[400], shard[400], bak[400], cmd[900];
+    zero_checkpoint *ck = NULL;
+    ck_cfg(&c, 3, 2, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/fifo", ck_root);
+    ZT_CHECK(ck_save(&c, dir, 2));
+    snprintf(man, sizeof man, "%s/zero.manifest", dir);
+    snprintf(bak, sizeof bak, "%s/fifo-manifest", ck_root);
+    snprintf(shard, sizeof shard, "%s/zero-0000000000000001-00001.shard", dir);
+    /* a FIFO shard file: load (resharding and not) and verify refuse it */
+    ck_copy(shard, bak);
+    ZT_CHECK(unlink(shard) == 0 && mkfifo(shard, 0644) == 0);
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "-00001.shard: shard file of rank 1 is not a regular file (a FIFO)",
+                   0, 0, 0, "FIFO shard");
+    {
+        ec_cfg c2 = c;
+        c2.world = 3;
+        ck_expect_fail(&c2, dir, ZERO_ERROR_IO, "is not a regular file", 0, 0, 0, "FIFO shard, resharding");
+    }
+    ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK);
+    ZT_CHECK(ck && zero_checkpoint_verify(ck) == ZERO_ERROR_IO && strstr(zero_last_error(), "a FIFO"));
+    zero_checkpoint_close(ck);
+    ck = NULL;
+    if (access("build/zero-ckpt", X_OK) == 0) {
+        int rc;
+        snprintf(cmd, sizeof cmd, "build/zero-ckpt info %s >/dev/null 2>&1", dir);
+        rc = system(cmd);
+        ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "zero-ckpt info, FIFO shard: %d", rc);
+    }
+    ZT_CHECK(unlink(shard) == 0);
+    ck_copy(bak, shard);
+    /* a FIFO manifest: open, load, save and info refuse it */
+    ZT_CHECK(unlink(man) == 0 && mkfifo(man, 0644) == 0);
+    ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_ERROR_IO && strstr(zero_last_error(), "manifest is not a regular file"));
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "manifest is not a regular file", 0, 0, 0, "FIFO manifest");
+    {
+        ck_job a;
+        ec_result *ra;
+        memset(&a, 0, sizeof a);
+        a.s1 = 1;
+        a.save_dir = dir;
+        ra = ck_run(&c, &a);
+        ZT_CHECKF(ra->rc == ZERO_ERROR_IO && strstr(ra->err, "not a regular file"), "save: %s", ra->err);
+        ec_result_free(ra);
+    }
+    if (access("build/zero-ckpt", X_OK) == 0) {
+        int rc;
+        snprintf(cmd, sizeof cmd, "build/zero-ckpt info %s >/dev/null 2>&1", dir);
+        rc = system(cmd);
+        ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "zero-ckpt info, FIFO manifest: %d", rc);
+    }
+}
+
+/* FIFOs named like a manifest or a shard file: info, load and save refuse them with a clear
+   message instead of hanging. */
+ZT_TEST(special_files_refused)
+{
+    ck_no_hang(ck_fifo_checks, "FIFO manifest and shard");
+}
+
+/* A 1 GiB (sparse) manifest is rejected after reading its header: with a header that
+   declares its size, and with none; every rank of a load alike. */
+ZT_TEST(manifest_read_is_bounded)
+{
+    char dir[300], man[400];
+    unsigned char hdr[184];
+    uint64_t before, size = (uint64_t)1 << 30;
+    zero_checkpoint *ck = NULL;
+    ec_cfg c;
+    int fd, k, pass;
+    snprintf(dir, sizeof dir, "%s/hugeman", ck_root);
+    mkdir(dir, 0755);
+    snprintf(man, sizeof man, "%s/zero.manifest", dir);
+    for (pass = 0; pass < 2; pass++) {
+        memset(hdr, 0, sizeof hdr);
+        if (pass == 0) { /* a plausible header: 1 group, 1 tensor, 1 rank, 1 GiB declared */
+            memcpy(hdr, "ZEROMANI", 8);
+            hdr[8] = 2;
+            for (k = 0; k < 8; k++) hdr[16 + k] = (unsigned char)(size >> (8 * k));
+            hdr[24] = 1;
+            hdr[32] = 1;
+            hdr[40] = ZERO_F16;
+            hdr[44] = 16;
+            hdr[48] = 1;
+            hdr[52] = 1;
+        }
+        fd = open(man, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ZT_CHECK(fd >= 0 && write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr &&
+                 ftruncate(fd, (off_t)size) == 0);
+        if (fd >= 0) close(fd);
+        before = zero__ck_bytes_read;
+        ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_ERROR_IO && !ck);
+        ZT_CHECKF(strstr(zero_last_error(), pass == 0 ? "more than its 1 groups" : "bad magic"),
+                  "%s", zero_last_error());
+        ZT_CHECKF(zero__ck_bytes_read - before < 4096, "pass %d: %llu bytes read", pass,
+                  (unsigned long long)(zero__ck_bytes_read - before));
+    }
+    ck_cfg(&c, 1, 4, ZERO_F16, 2);
+    c.nfault = 0;
+    before = zero__ck_bytes_read;
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "bad magic", 0, 0, 0, "1 GiB manifest, 4 ranks");
+    ZT_CHECKF(zero__ck_bytes_read - before < 4 * 4096, "load: %llu bytes read",
+              (unsigned long long)(zero__ck_bytes_read - before));
+    unlink(man);
+}
+
+/* Temporaries are new files with unique names: symlinks planted at the names a save or an
+   export used to write (NAME.tmp) are never followed, their targets untouched. zero-ckpt
+   export refuses to write into a checkpoint directory and over an existing file unless
+   --force. */
+ZT_TEST(temporaries_never_follow_links)
+{
+    ec_cfg c;
+    char dir[300], victim[400], link[500], out[400], cmd[1200];
+    static const char *const names[4] = {"zero-0000000000000001-00000.shard.tmp",
+                                         "zero-0000000000000001-00001.shard.tmp",
+                                         "zero-0000000000000001.client.tmp", "zero.manifest.tmp"};
+    zero_checkpoint *ck = NULL;
+    FILE *f;
+    int i;
+    ck_cfg(&c, 2, 2, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(dir, sizeof dir, "%s/links", ck_root);
+    snprintf(victim, sizeof victim, "%s/victim", ck_root);
+    f = fopen(victim, "w");
+    if (f) {
+        fputs("precious", f);
+        fclose(f);
+    }
+    mkdir(dir, 0755);
+    for (i = 0; i < 4; i++) {
+        snprintf(link, sizeof link, "%s/%s", dir, names[i]);
+        ZT_CHECK(symlink(victim, link) == 0);
+    }
+    {
+        ck_job a;
+        ec_result *ra;
+        memset(&a, 0, sizeof a);
+        a.s1 = 2;
+        a.save_dir = dir;
+        a.client = (const unsigned char *)"state";
+        a.client_n = 5;
+        ra = ck_run(&c, &a);
+        ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
+        ec_result_free(ra);
+    }
+    ZT_CHECKF(ck_size(victim) == 8, "the save wrote through a planted link: victim %ld bytes", ck_size(victim));
+    ck_client_load_ok(&c, dir, (const unsigned char *)"state", 5, CK_CLIENT_MAX, NULL, "after planted links");
+    /* export: OUT.tmp planted */
+    snprintf(out, sizeof out, "%s/links.safetensors", ck_root);
+    snprintf(link, sizeof link, "%s.tmp", out);
+    ZT_CHECK(symlink(victim, link) == 0);
+    ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK);
+    ZT_CHECKF(ck && zero_checkpoint_export(ck, out, ZERO_F32) == ZERO_OK, "%s", zero_last_error());
+    ZT_CHECKF(ck_size(victim) == 8, "the export wrote through a planted link: victim %ld bytes", ck_size(victim));
+    ZT_CHECK(ck_size(out) > 8);
+    /* the library refuses a path inside a checkpoint directory */
+    snprintf(link, sizeof link, "%s/zero.manifest", dir);
+    ZT_CHECK(ck && zero_checkpoint_export(ck, link, ZERO_F32) == ZERO_ERROR_INVALID_ARGUMENT &&
+             strstr(zero_last_error(), "inside a checkpoint directory"));
+    zero_checkpoint_close(ck);
+    ck = NULL;
+    if (access("build/zero-ckpt", X_OK) == 0) {
+        int rc;
+        long was = ck_size(out);
+        snprintf(cmd, sizeof cmd, "build/zero-ckpt export %s %s/zero.manifest >/dev/null 2>&1", dir, dir);
+        rc = system(cmd);
+        ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) != 0, "export into the checkpoint: %d", rc);
+        ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK && zero_checkpoint_verify(ck) == ZERO_OK);
+        zero_checkpoint_close(ck);
+        f = fopen(out, "w"); /* an existing file of the user's */
+        if (f) {
+            fputs("mine", f);
+            fclose(f);
+        }
+        snprintf(cmd, sizeof cmd, "build/zero-ckpt export %s %s >/dev/null 2>&1", dir, out);
+        rc = system(cmd);
+        ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && ck_size(out) == 4, "over an existing file: %d", rc);
+        snprintf(cmd, sizeof cmd, "build/zero-ckpt export %s %s --force >/dev/null 2>&1", dir, out);
+        rc = system(cmd);
+        ZT_CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && ck_size(out) == was, "--force: %d", rc);
+    }
+}
+
+/* Error messages: a missing checkpoint is said once, plainly; a shard file that cannot be
+   opened for lack of permission says so (not "missing"). */
+ZT_TEST(messages_name_the_cause)
+{
+    ec_cfg c;
+    ck_job b;
+    char dir[300], empty[300];
+    const char *p, *msg;
+    int count = 0, rk;
+    ck_cfg(&c, 1, 2, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(empty, sizeof empty, "%s/empty", ck_root);
+    mkdir(empty, 0755);
+    ck_fail_job(&b, empty);
+    ck_expect_fail_job(&c, &b, ZERO_ERROR_NOT_FOUND, "zero.manifest", "no manifest");
+    for (rk = 0; rk < 2; rk++) {
+        msg = b.load_msg[rk];
+        for (count = 0, p = msg; (p = strstr(p, "no checkpoint")) != NULL; p++) count++;
+        ZT_CHECKF(count == 1 && strstr(msg, "does not exist"), "rank %d: %s", rk, msg);
+    }
+    snprintf(dir, sizeof dir, "%s/eacces", ck_root);
+    ZT_CHECK(ck_save(&c, dir, 2));
+    zero__ck_io_fault = ck_fault_hook;
+    ck_fault_errno = EACCES;
+    snprintf(ck_fault_match, sizeof ck_fault_match, "@-00001.shard");
+    ck_expect_fail(&c, dir, ZERO_ERROR_IO, "-00001.shard: shard file of rank 1: permission denied",
+                   0, 0, 0, "EACCES");
+    ck_fault_match[0] = 0;
+    zero__ck_io_fault = NULL;
 }
 
 /* ---- crash safety ------------------------------------------------------------------------------ */
@@ -1277,6 +1914,15 @@ int main(void)
     CK_RUN(client_state_round_trip);
     CK_RUN(client_state_old_format);
     CK_RUN(client_state_errors);
+    CK_RUN(ranks_agree_on_the_checkpoint);
+    CK_RUN(failed_save_cleans_up);
+    CK_RUN(generation_is_exact_64_bit);
+    CK_RUN(byte_sizes_do_not_wrap);
+    CK_RUN(load_compares_shapes);
+    CK_RUN(special_files_refused);
+    CK_RUN(manifest_read_is_bounded);
+    CK_RUN(temporaries_never_follow_links);
+    CK_RUN(messages_name_the_cause);
     CK_RUN(kill_during_save);
     CK_RUN(safetensors_round_trip);
     CK_RUN(safetensors_errors);

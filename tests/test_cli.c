@@ -343,13 +343,16 @@ ZT_TEST(offload_tiers)
    every program a user runs. */
 ZT_TEST(help_and_unknown_options_everywhere)
 {
-    static const char *const prog[] = {"build/zero-estimate", "build/zero-ckpt", "build/train_mlp"};
-    size_t i;
+    static const char *const prog[] = {"build/zero-estimate", "build/zero-ckpt", "build/train_mlp",
+                                       "build/train_gpt2"};
+    size_t i, ran = 0;
     for (i = 0; i < sizeof prog / sizeof prog[0]; i++) {
         char line[256];
         if (access(prog[i], X_OK) != 0) {
-            ZT_SKIP("a program is not built (make test builds them)");
+            printf("  %s not built: not checked\n", prog[i]);
+            continue;
         }
+        ran++;
         snprintf(line, sizeof line, "%s --help", prog[i]);
         run_cmd(line);
         ZT_CHECKF(R.status == 0, "%s: exit %d", line, R.status);
@@ -360,6 +363,8 @@ ZT_TEST(help_and_unknown_options_everywhere)
         ZT_CHECKF(R.status == 2 && strstr(R.err, "--no-such-option") != NULL && R.out[0] == '\0',
                   "%s: exit %d, stderr '%s'", line, R.status, R.err);
     }
+    if (ran == 0) ZT_SKIP("no program built (make test builds them)");
+    if (access("build/zero-ckpt", X_OK) != 0) return;
     run_cmd("build/zero-ckpt info");  /* a missing argument is a usage error, not help */
     ZT_CHECK(R.status == 2 && strstr(R.err, "usage: zero-ckpt") != NULL);
 }

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static int dir_is_empty(const char *dir);
+
 /* Runs c with and without offload and checks master, m, v, params and every step's info
    for the same bits. */
 static void check_offload_exact(ec_cfg *c, const char *label)
@@ -102,6 +104,148 @@ ZT_TEST(offload_exact_with_faults_and_settings)
         ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
         ZT_CHECK(r->info[0][0].skipped == 1 && r->info[0][2].step == 2);
         ec_result_free(r);
+    }
+}
+
+/* ---- gradients off the device ---- */
+
+/* The reduced gradients leave the device as they are produced (reduced in place in the
+   bucket, fused group calls with fp16 communication, micro-steps k > 0 added on the host):
+   the clip norm and the inf/NaN verdict are the same bits as on the device. Stages 1-3,
+   fp16 with a skipped (inf) step, clipping active, accumulation 1 and 3, N = 2 and 3; the
+   host tier and NVMe. */
+ZT_TEST(grads_off_device_are_exact)
+{
+    const char *dir = NULL;
+    char tmpl[64];
+    int st, w, acc, nv;
+    snprintf(tmpl, sizeof tmpl, "/tmp/zero-test-grads-XXXXXX");
+    dir = mkdtemp(tmpl);
+    ZT_CHECK(dir != NULL);
+    for (st = 1; st <= 3; st++)
+        for (w = 2; w <= 3; w++)
+            for (acc = 1; acc <= 3; acc += 2)
+                for (nv = 0; nv <= (dir != NULL); nv++) {
+                    ec_cfg c;
+                    char label[128];
+                    zero_offload_device where = nv ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_CPU;
+                    if (zt_quick() && nv && w == 2) continue;
+                    ec_cfg_init(&c, st, w, ZERO_F16, acc, 4);
+                    c.clip = 0.05f;
+                    c.bucket = 300; /* several groups per reduction: grouped calls */
+                    c.fault_steps[0] = 1;
+                    c.nfault = 1;
+                    c.fault_rank = w - 1;
+                    c.fault_inf = 1;
+                    c.offload_opt = where;
+                    c.offload_param = st == 3 ? where : ZERO_OFFLOAD_NONE;
+                    c.nvme_path = dir;
+                    c.sub_group = 57;
+                    snprintf(label, sizeof label, "grads off: stage %d N %d accum %d %s", st, w, acc,
+                             nv ? "nvme" : "cpu");
+                    check_offload_exact(&c, label);
+                }
+    if (dir) rmdir(dir);
+}
+
+/* A model of ng groups of one 300-element tensor each, stage 3 on 2 ranks, both offloads. */
+static void ladder_model(ec_cfg *c, int ng, zero_offload_device where, const char *dir)
+{
+    int t;
+    ec_cfg_init(c, 3, 2, ZERO_F16, 2, 2);
+    c->ntensors = ng;
+    for (t = 0; t < ng; t++) {
+        c->sizes[t] = 300;
+        c->groups[t] = t;
+        c->flags[t] = 0;
+    }
+    c->offload_opt = where;
+    c->offload_param = where;
+    c->nvme_path = dir;
+}
+
+/* With both offloads nothing on the device grows with Psi: its bytes are exactly the
+   gather arena + the reduce buckets + the scratch (no params, gradients or optimizer
+   state), and the same at Psi = 4 and 16 groups, on every rank, on the host tier and on
+   NVMe; the plain run's device bytes grow with Psi. Then a device budget of exactly those
+   bytes, which the gradient shard alone (2 Psi / N) exceeds, still commits and trains. */
+ZT_TEST(device_bytes_with_both_offloads_do_not_grow_with_psi)
+{
+    char tmpl[64];
+    const char *dir;
+    int nv, rk, i;
+    snprintf(tmpl, sizeof tmpl, "/tmp/zero-test-psi-XXXXXX");
+    dir = mkdtemp(tmpl);
+    ZT_CHECK(dir != NULL);
+    for (nv = 0; nv <= (dir != NULL); nv++) {
+        size_t dev[2] = {0, 0}, plain[2] = {0, 0}, shard_grad = 0;
+        static const int ngs[2] = {4, 16};
+        zero_offload_device where = nv ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_CPU;
+        ec_cfg c;
+        ec_result *r;
+        for (i = 0; i < 2; i++) {
+            ladder_model(&c, ngs[i], where, dir);
+            r = ec_run(&c);
+            ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+            for (rk = 0; rk < 2 && r->rc == ZERO_OK; rk++) {
+                const zero_engine_memory *m = &r->mem[rk];
+                ZT_CHECK(m->bytes[ZERO_MEM_PARAM] == 0 && m->bytes[ZERO_MEM_GRAD] == 0 &&
+                         m->bytes[ZERO_MEM_MASTER] == 0 && m->bytes[ZERO_MEM_MOMENT1] == 0 &&
+                         m->bytes[ZERO_MEM_MOMENT2] == 0);
+                ZT_CHECK(m->bytes[ZERO_MEM_SCRATCH] == 64);
+                ZT_CHECKF(m->total_bytes == m->bytes[ZERO_MEM_GATHER] + m->bytes[ZERO_MEM_BUCKET] +
+                                                m->bytes[ZERO_MEM_SCRATCH],
+                          "ng %d rank %d: device %zu", ngs[i], rk, m->total_bytes);
+                ZT_CHECK(m->peak_total_bytes == m->total_bytes);
+                if (rk == 0) dev[i] = m->total_bytes;
+                else ZT_CHECK(m->total_bytes == dev[i]);
+            }
+            shard_grad = r->plan_shard_total * 2;
+            ec_result_free(r);
+            c.offload_opt = c.offload_param = ZERO_OFFLOAD_NONE;
+            r = ec_run(&c);
+            ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+            plain[i] = r->mem[0].total_bytes;
+            ec_result_free(r);
+        }
+        ZT_CHECKF(dev[0] == dev[1] && dev[0] > 0, "%s: device bytes %zu at 4 groups, %zu at 16",
+                  nv ? "nvme" : "cpu", dev[0], dev[1]);
+        ZT_CHECK(plain[1] > plain[0] + 12 * 300 * 12 / 2); /* 12 more groups of 16 Psi / N */
+        /* the budget: exactly arena + buckets + scratch, below the gradient shard alone */
+        ZT_CHECKF(shard_grad > dev[1], "gradient shard %zu vs device %zu", shard_grad, dev[1]);
+        ladder_model(&c, 16, where, dir);
+        c.device_capacity = dev[1];
+        r = ec_run(&c);
+        ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+        if (r->rc == ZERO_OK) ZT_CHECK(r->info[0][1].step == 2 && r->mem[0].peak_total_bytes <= dev[1]);
+        ec_result_free(r);
+        c.offload_opt = c.offload_param = ZERO_OFFLOAD_NONE;
+        r = ec_run(&c);
+        ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
+        ec_result_free(r);
+        /* one byte less with both offloads: the message names the bulk and what fits */
+        ladder_model(&c, 16, where, dir);
+        c.device_capacity = dev[1] - 1;
+        r = ec_run(&c);
+        ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
+        ZT_CHECKF(strstr(r->err, "the bulk is the arena (2560 bytes)") &&
+                      strstr(r->err, "max_live_numel=640 with prefetch_depth=-1 would fit (1344 bytes)"),
+                  "%s", r->err);
+        ec_result_free(r);
+        /* below that: groups of at most (budget - scratch) / (an arena of two groups of 2-byte
+           elements) = (1343 - 64) / 4 = 319 */
+        c.device_capacity = 1343;
+        r = ec_run(&c);
+        ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
+        ZT_CHECKF(strstr(r->err, "needs (1344 bytes)") &&
+                      strstr(r->err, "groups of at most 319 elements (the largest has 320) with "
+                                     "max_live_numel=638 would fit"),
+                  "%s", r->err);
+        ec_result_free(r);
+    }
+    if (dir) {
+        ZT_CHECK(dir_is_empty(dir));
+        rmdir(dir);
     }
 }
 
@@ -253,9 +397,10 @@ ZT_TEST(over_budget_commit_names_the_fitting_offload)
 /* ---- accounting per tier ---- */
 
 /* Device and host bytes of every rank equal the ZeRO-Offload formula plus the declared
-   buffers: the device loses master, m, v (12 S); the host holds them, plus 2 staging tiles
-   each way (2 T c of gradients, 2 T p of params); with offload_param the partitioned
-   groups' param shards (p S_np) move from the device to the host. */
+   buffers: the device loses master, m, v (12 S) and the gradient accumulator (S c:
+   offloaded gradients reduce in place and leave the device); the host holds them (S c, plus (M/N) c receiving micro-steps
+   k > 0 before their add), and 2 staging tiles of params (2 T p); with offload_param the
+   partitioned groups' param shards (p S_np) move from the device to the host. */
 ZT_TEST(tier_accounting_matches_the_formula)
 {
     int st, par, rk;
@@ -263,7 +408,7 @@ ZT_TEST(tier_accounting_matches_the_formula)
         for (par = 0; par <= (st == 3); par++) {
             ec_cfg c;
             ec_result *plain, *off;
-            size_t T = 40, p = 2, S, Snp = 0;
+            size_t T = 40, p = 2, S, Snp = 0, Ms, grads;
             ec_cfg_init(&c, st, 3, ZERO_F16, 2, 1);
             c.comm_dtype = ZERO_F32;
             if (st == 3) c.persist = 20;
@@ -274,6 +419,8 @@ ZT_TEST(tier_accounting_matches_the_formula)
             off = ec_run(&c);
             ZT_CHECKF(plain->rc == ZERO_OK && off->rc == ZERO_OK, "%s %s", plain->err, off->err);
             S = off->plan_shard_total;
+            Ms = off->max_group / 3;
+            grads = 4 * S + 4 * Ms; /* host: comm dtype f32, accum 2 (k > 0 lands in Ms first) */
             if (st == 3) Snp = (off->plan_total - off->persist_total) / 3;
             for (rk = 0; rk < 3; rk++) {
                 const zero_engine_memory *pd = &plain->mem[rk], *od = &off->mem[rk],
@@ -282,15 +429,18 @@ ZT_TEST(tier_accounting_matches_the_formula)
                          od->bytes[ZERO_MEM_MOMENT2] == 0);
                 ZT_CHECK(oh->bytes[ZERO_MEM_MASTER] == 4 * S && oh->bytes[ZERO_MEM_MOMENT1] == 4 * S &&
                          oh->bytes[ZERO_MEM_MOMENT2] == 4 * S);
-                ZT_CHECK(od->total_bytes + 12 * S + (par ? p * Snp : 0) == pd->total_bytes);
+                ZT_CHECKF(od->total_bytes + 12 * S + 4 * S + (par ? p * Snp : 0) == pd->total_bytes,
+                          "stage %d par %d: device %zu, plain %zu", st, par, od->total_bytes,
+                          pd->total_bytes);
+                ZT_CHECK(od->bytes[ZERO_MEM_GRAD] + 4 * S == pd->bytes[ZERO_MEM_GRAD]);
+                ZT_CHECK(od->bytes[ZERO_MEM_BUCKET] == pd->bytes[ZERO_MEM_BUCKET]);
                 ZT_CHECK(od->bytes[ZERO_MEM_PARAM] + (par ? p * Snp : 0) == pd->bytes[ZERO_MEM_PARAM]);
-                ZT_CHECK(oh->bytes[ZERO_MEM_GRAD] == 2 * T * 4); /* comm dtype f32 */
+                ZT_CHECK(oh->bytes[ZERO_MEM_GRAD] == grads);
                 ZT_CHECKF(oh->bytes[ZERO_MEM_PARAM] == 2 * T * p + (par ? p * Snp : 0),
                           "stage %d par %d: host params %zu", st, par, oh->bytes[ZERO_MEM_PARAM]);
-                ZT_CHECK(oh->total_bytes == 12 * S + 2 * T * (4 + p) + (par ? p * Snp : 0));
+                ZT_CHECK(oh->total_bytes == 12 * S + grads + 2 * T * p + (par ? p * Snp : 0));
                 ZT_CHECK(oh->peak_total_bytes == oh->total_bytes);
-                ZT_CHECK(oh->allocations == (size_t)(par ? 6 : 5));
-                /* and the paper's offload row: device = the stage's params + grads */
+                ZT_CHECK(oh->allocations == (size_t)(par ? 7 : 6));
                 ZT_CHECK(plain->host_mem[rk].total_bytes == 0);
             }
             ec_result_free(plain);
@@ -536,6 +686,130 @@ out:
     return ZERO_OK;
 }
 
+/* ---- the NVMe tier between steps: each byte moved once ---- */
+
+typedef struct once_run {
+    const char *dir, *ckdir;
+    int failures;
+} once_run;
+
+static zero_result once_rank(int rank, zero_comm *comm, void *user)
+{
+    static const size_t sizes[] = {37, 300, 5, 1000, 13, 250};
+    static const int groups[] = {0, 0, 1, 2, 2, 3};
+    once_run *o = (once_run *)user;
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL, *e2 = NULL;
+    zero_engine_memory nv;
+    zero_io_stats s0, s1;
+    uint64_t bytes, rd, wr;
+    float *vals = NULL;
+    int t, pass;
+    (void)rank;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    vals = (float *)malloc(1000 * sizeof *vals);
+    for (pass = 0; pass < 2; pass++) {
+        zero_engine **pe = pass ? &e2 : &e;
+        memset(&d, 0, sizeof d);
+        d.stage = 3;
+        d.device = dev;
+        d.comm = comm;
+        d.offload_optimizer = ZERO_OFFLOAD_NVME;
+        d.offload_param = ZERO_OFFLOAD_NVME;
+        d.nvme_path = o->dir;
+        d.sub_group_size = 64; /* many tiles, tensors across tiles and tiles across tensors */
+        ZT_CHECK(zero_engine_create(&d, pe) == ZERO_OK);
+        for (t = 0; t < 6; t++) {
+            char name[16];
+            snprintf(name, sizeof name, "t%d", t);
+            ZT_CHECK(zero_engine_add_tensor(*pe, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
+        }
+        ZT_CHECK(zero_engine_commit(*pe) == ZERO_OK);
+    }
+    /* the tier's bytes: 12 S of optimizer records, p S_np of param shards */
+    ZT_CHECK(zero_engine_memory_tier(e, ZERO_TIER_NVME, &nv) == ZERO_OK);
+    bytes = nv.bytes[ZERO_MEM_MASTER] + nv.bytes[ZERO_MEM_MOMENT1] + nv.bytes[ZERO_MEM_MOMENT2] +
+            nv.bytes[ZERO_MEM_PARAM];
+    /* commit writes nothing: the preallocated files read as zeros */
+    ZT_CHECK(zero_engine_nvme_stats(e, &s0) == ZERO_OK);
+    ZT_CHECKF(s0.bytes_written == 0 && s0.bytes_read == 0, "commit moved %llu / %llu bytes",
+              (unsigned long long)s0.bytes_read, (unsigned long long)s0.bytes_written);
+    /* set_tensor of every tensor: each record and shard read at most once */
+    for (t = 0; t < 6; t++) {
+        size_t i;
+        for (i = 0; i < sizes[t]; i++) vals[i] = 0.001f * (float)(i + 7 * t);
+        ZT_CHECK(zero_engine_set_tensor(e, t, vals) == ZERO_OK);
+    }
+    ZT_CHECK(zero_engine_nvme_stats(e, &s1) == ZERO_OK);
+    ZT_CHECKF(s1.bytes_read <= bytes && s1.bytes_written <= bytes,
+              "set_tensor of every tensor read %llu, wrote %llu bytes of a %llu-byte tier",
+              (unsigned long long)s1.bytes_read, (unsigned long long)s1.bytes_written,
+              (unsigned long long)bytes);
+    /* the values are there */
+    ZT_CHECK(zero_engine_read_tensor(e, 3, ZERO_STATE_MASTER, vals, NULL) == ZERO_OK);
+    /* save reads each byte of the tier at most once (records never written since commit are
+       the file's zeros and not read at all) */
+    ZT_CHECK(zero_engine_nvme_stats(e, &s0) == ZERO_OK);
+    ZT_CHECK(zero_engine_save(e, o->ckdir) == ZERO_OK);
+    ZT_CHECK(zero_engine_nvme_stats(e, &s1) == ZERO_OK);
+    rd = s1.bytes_read - s0.bytes_read;
+    ZT_CHECKF(rd <= bytes && rd > 0, "save read %llu bytes of a %llu-byte tier", (unsigned long long)rd,
+              (unsigned long long)bytes);
+    /* load: every record and shard read at most once and written at most once */
+    ZT_CHECK(zero_engine_nvme_stats(e2, &s0) == ZERO_OK);
+    ZT_CHECK(zero_engine_load(e2, o->ckdir) == ZERO_OK);
+    ZT_CHECK(zero_engine_nvme_stats(e2, &s1) == ZERO_OK);
+    rd = s1.bytes_read - s0.bytes_read;
+    wr = s1.bytes_written - s0.bytes_written;
+    ZT_CHECKF(rd <= bytes && wr <= bytes && wr > 0, "load read %llu, wrote %llu of a %llu-byte tier",
+              (unsigned long long)rd, (unsigned long long)wr, (unsigned long long)bytes);
+    for (t = 0; t < 6; t++) { /* and the loaded engine holds what the first one had */
+        float a[1000], b[1000];
+        zero_range ra, rb;
+        int k;
+        for (k = ZERO_STATE_MASTER; k <= ZERO_STATE_V; k++) {
+            ZT_CHECK(zero_engine_read_tensor(e, t, (zero_state_kind)k, a, &ra) == ZERO_OK);
+            ZT_CHECK(zero_engine_read_tensor(e2, t, (zero_state_kind)k, b, &rb) == ZERO_OK);
+            if (ra.numel != rb.numel ||
+                memcmp(a + ra.offset, b + rb.offset, ra.numel * sizeof(float)) != 0)
+                o->failures++;
+        }
+    }
+    free(vals);
+    zero_engine_destroy(e);
+    zero_engine_destroy(e2);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+/* The NVMe tier between steps, counted in bytes by the tier's I/O engine: commit writes
+   nothing (the preallocated files read as zeros), set_tensor of every tensor reads and
+   writes each record and param shard at most once (a write-back cache instead of a
+   read-modify-write per tensor), a save reads each byte at most once, a load reads and
+   writes each at most once, and the loaded state equals the saved one. */
+ZT_TEST(nvme_tier_moves_each_byte_once)
+{
+    char d1[64], d2[64];
+    once_run o;
+    snprintf(d1, sizeof d1, "/tmp/zero-test-once-XXXXXX");
+    snprintf(d2, sizeof d2, "/tmp/zero-test-oncek-XXXXXX");
+    memset(&o, 0, sizeof o);
+    o.dir = mkdtemp(d1);
+    o.ckdir = mkdtemp(d2);
+    ZT_CHECK(o.dir && o.ckdir);
+    if (!o.dir || !o.ckdir) return;
+    ZT_CHECK(zero_local_run(2, once_rank, &o) == ZERO_OK);
+    ZT_CHECKF(o.failures == 0, "%d tensors differ after the load", o.failures);
+    ZT_CHECK(dir_is_empty(o.dir));
+    rmdir(o.dir);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", o.ckdir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+}
+
 ZT_TEST(nvme_faults_fail_every_rank)
 {
     fault_ctx F;
@@ -687,10 +961,13 @@ int main(void)
     ZT_RUN(offload_exact_with_faults_and_settings);
     ZT_RUN(over_budget_commit_names_the_fitting_offload);
     ZT_RUN(tier_accounting_matches_the_formula);
+    ZT_RUN(grads_off_device_are_exact);
+    ZT_RUN(device_bytes_with_both_offloads_do_not_grow_with_psi);
     ZT_RUN(estimator_offload_tiers);
     ZT_RUN(memory_tier_query_errors);
     ZT_RUN(nvme_step_is_bit_identical);
     ZT_RUN(nvme_tier_accounting);
+    ZT_RUN(nvme_tier_moves_each_byte_once);
     ZT_RUN(nvme_faults_fail_every_rank);
     ZT_RUN(checkpoint_of_offloaded_state);
     return zt_summary();

@@ -3,8 +3,10 @@
 
      zero-ckpt info DIR                    manifest, ranks, tensors, sizes; verifies every
                                            checksum (exit 1 naming the first bad file)
-     zero-ckpt export DIR OUT.safetensors [--dtype f32|f16|bf16]
-                                           consolidated weights (default f32: the master)
+     zero-ckpt export DIR OUT.safetensors [--dtype f32|f16|bf16] [--force]
+                                           consolidated weights (default f32: the master);
+                                           refuses an existing OUT without --force, and any
+                                           OUT inside a checkpoint directory
 
    Exit status: 0 ok, 1 a bad or missing checkpoint (message on stderr), 2 bad arguments. */
 #define ZERO_IMPLEMENTATION
@@ -13,7 +15,7 @@
 #include <sys/stat.h>
 
 static const char *usage_text =
-    "usage: zero-ckpt info DIR | zero-ckpt export DIR OUT.safetensors [--dtype f32|f16|bf16]\n"
+    "usage: zero-ckpt info DIR | zero-ckpt export DIR OUT.safetensors [--dtype f32|f16|bf16] [--force]\n"
     "       zero-ckpt --help\n";
 
 static int usage(void)
@@ -131,21 +133,33 @@ int main(int argc, char **argv)
         }
     for (a = 1; a < argc; a++) { /* an option other than export's --dtype VALUE */
         if (strcmp(argv[a], "--dtype") == 0) a++;
-        else if (strncmp(argv[a], "--", 2) == 0) return bad_arg(argv[a], "unknown option");
+        else if (strncmp(argv[a], "--", 2) == 0 && strcmp(argv[a], "--force") != 0)
+            return bad_arg(argv[a], "unknown option");
     }
     if (argc >= 2 && strcmp(argv[1], "info") != 0 && strcmp(argv[1], "export") != 0)
         return bad_arg(argv[1], "unknown command (info or export)");
     if (argc == 3 && strcmp(argv[1], "info") == 0) return info(argv[2]);
-    if ((argc == 4 || argc == 6) && strcmp(argv[1], "export") == 0) {
+    if (argc >= 4 && argc <= 7 && strcmp(argv[1], "export") == 0) {
         zero_dtype dt = ZERO_F32;
         zero_checkpoint *ck = NULL;
-        int rc = 0;
-        if (argc == 6) {
-            if (strcmp(argv[4], "--dtype") != 0) return bad_arg(argv[4], "unexpected argument");
-            if (strcmp(argv[5], "f32") == 0) dt = ZERO_F32;
-            else if (strcmp(argv[5], "f16") == 0) dt = ZERO_F16;
-            else if (strcmp(argv[5], "bf16") == 0) dt = ZERO_BF16;
-            else return bad_arg(argv[5], "not a dtype (f32, f16 or bf16)");
+        struct stat st;
+        int rc = 0, i, force = 0;
+        for (i = 4; i < argc; i++) {
+            if (strcmp(argv[i], "--force") == 0) {
+                force = 1;
+            } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+                i++;
+                if (strcmp(argv[i], "f32") == 0) dt = ZERO_F32;
+                else if (strcmp(argv[i], "f16") == 0) dt = ZERO_F16;
+                else if (strcmp(argv[i], "bf16") == 0) dt = ZERO_BF16;
+                else return bad_arg(argv[i], "not a dtype (f32, f16 or bf16)");
+            } else {
+                return bad_arg(argv[i], "unexpected argument");
+            }
+        }
+        if (!force && lstat(argv[3], &st) == 0) {
+            fprintf(stderr, "zero-ckpt: export: %s exists (add --force to replace it)\n", argv[3]);
+            return 1;
         }
         if (zero_checkpoint_open(argv[2], &ck) != ZERO_OK) return fail("open");
         if (zero_checkpoint_export(ck, argv[3], dt) != ZERO_OK) rc = fail("export");

@@ -1,0 +1,383 @@
+/* What ZeRO-Infinity is for: a model whose states do not fit in this machine's memory,
+   trained with its params, gradients and optimizer state off the device (stage 3,
+   offload_optimizer = offload_param = nvme) on a host device with a small memory budget.
+
+   The model: G groups ("layers") of one bf16 tensor each; the loss is the sum over layers of
+   half the mean squared distance of the layer's params to a fixed target, so its gradient
+   is (p - t) / n and Adam moves every param towards its target: the loss must fall. Each
+   step runs a forward (gather, loss, release per layer), a backward in reverse (gather,
+   gradients, release, grads_ready) and the step, on R ranks (threads), the same data on
+   every rank.
+
+   It prints the model states (16 Psi bytes: params, grads, master, m, v), the machine's RAM
+   and their ratio, the bytes of each tier on rank 0, peak RSS, seconds per step, the NVMe
+   bytes moved per step and the ratio of the step time to the I/O bound (those bytes at the
+   disk's sequential read and write rates, measured first in the same run with the same I/O
+   engine, block size and queue depth), and whether the loss moved.
+
+   usage: bench_infinity [--params 4B] [--groups 80] [--ranks 1] [--steps 3]
+                         [--dir /var/tmp] [--budget 2GB] [--plain]
+   --plain trains the same model without offload (for comparison at a size that fits).
+   Not in CI at 4B (about 64 GB of files and many minutes); tests/test_infinity.c runs this
+   code at a small Psi with a small budget and checks it against the plain run bit for bit. */
+#ifndef ZERO_IMPLEMENTATION
+#define ZERO_IMPLEMENTATION
+#endif
+#include "zero.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define INF_MAX_STEPS 16
+
+typedef struct inf_cfg {
+    uint64_t params;   /* Psi */
+    int groups, ranks, steps;
+    const char *dir;   /* nvme_path */
+    int plain;         /* 1: no offload, no budget */
+    size_t budget;     /* device bytes per rank (0: none) */
+    int quiet;
+} inf_cfg;
+
+typedef struct inf_result {
+    zero_result rc;
+    char err[512];
+    double loss[INF_MAX_STEPS + 1]; /* the loss at the forward of step s; [steps]: after the last */
+    double step_s[INF_MAX_STEPS], fwd_s[INF_MAX_STEPS], bwd_s[INF_MAX_STEPS], opt_s[INF_MAX_STEPS];
+    uint64_t io_read[INF_MAX_STEPS], io_written[INF_MAX_STEPS];
+    zero_engine_memory dev, host, nvme; /* rank 0 */
+    uint64_t param_hash;                /* FNV-1a over every rank's final param bits */
+    double commit_s;
+} inf_result;
+
+typedef struct inf_run {
+    const inf_cfg *cfg;
+    inf_result *res;
+    double loss_part[64][INF_MAX_STEPS + 1]; /* per rank */
+    uint64_t hash_part[64];
+} inf_run;
+
+static double inf_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The target of element i of layer g: cheap integer hash in [-0.05, 0.05). */
+static float inf_target(int g, size_t i)
+{
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)g * 0x9E3779B9u;
+    h ^= h >> 15;
+    return ((float)(h & 1023u) / 1024.0f - 0.5f) * 0.1f;
+}
+
+static float inf_bf16(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#define INF_TRY(call)                                                                        \
+    do {                                                                                     \
+        zero_result r_ = (call);                                                             \
+        if (r_ != ZERO_OK) {                                                                 \
+            if (rank == 0) snprintf(R->res->err, sizeof R->res->err, "%.60s: %.400s", #call, zero_last_error()); \
+            rc = r_;                                                                         \
+            goto out;                                                                        \
+        }                                                                                    \
+    } while (0)
+
+static zero_result inf_rank(int rank, zero_comm *comm, void *user)
+{
+    inf_run *R = (inf_run *)user;
+    const inf_cfg *c = R->cfg;
+    zero_host_device_desc hd;
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL;
+    zero_result rc = ZERO_OK;
+    size_t n = (size_t)(c->params / (uint64_t)c->groups), i;
+    int g, s;
+    double t0, t1;
+    zero_io_stats a, b;
+    memset(&hd, 0, sizeof hd);
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    hd.capacity = c->plain ? 0 : c->budget;
+    INF_TRY(zero_host_device_create(&hd, &dev));
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    d.param_dtype = ZERO_BF16;
+    d.device = dev;
+    d.comm = comm;
+    d.adam.lr = 1e-2f;
+    if (!c->plain) {
+        d.offload_optimizer = ZERO_OFFLOAD_NVME;
+        d.offload_param = ZERO_OFFLOAD_NVME;
+        d.nvme_path = c->dir;
+        d.host_threads = 2;
+    }
+    INF_TRY(zero_engine_create(&d, &e));
+    for (g = 0; g < c->groups; g++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer%d.w", g);
+        INF_TRY(zero_engine_add_tensor(e, name, n, g, 0, NULL));
+    }
+    t0 = inf_now();
+    INF_TRY(zero_engine_commit(e)); /* params, master, m, v start at zero: no init written */
+    if (rank == 0) R->res->commit_s = inf_now() - t0;
+    for (s = 0; s <= c->steps; s++) {
+        double loss = 0.0;
+        /* forward: the loss (every rank the same) */
+        INF_TRY(zero_engine_nvme_stats(e, &a)); /* the iteration's NVMe bytes, reads of params too */
+        t0 = inf_now();
+        for (g = 0; g < c->groups; g++) {
+            void *p;
+            const uint16_t *w;
+            double sum = 0.0;
+            INF_TRY(zero_engine_gather(e, g, &p));
+            w = (const uint16_t *)p;
+            for (i = 0; i < n; i++) {
+                float dlt = inf_bf16(w[i]) - inf_target(g, i);
+                sum += (double)(dlt * dlt);
+            }
+            loss += 0.5 * sum / (double)n;
+            INF_TRY(zero_engine_release(e, g));
+        }
+        R->loss_part[rank][s] = loss;
+        if (s == c->steps) break; /* the loss after the last step */
+        t1 = inf_now();
+        if (rank == 0) R->res->fwd_s[s] = t1 - t0;
+        /* backward, last layer first: dL/dp = (p - t) / n */
+        for (g = c->groups - 1; g >= 0; g--) {
+            void *p, *dg;
+            const uint16_t *w;
+            float *tmp;
+            INF_TRY(zero_engine_gather(e, g, &p));
+            INF_TRY(zero_engine_grads(e, g, &dg));
+            w = (const uint16_t *)p;
+            tmp = (float *)malloc(((size_t)1 << 16) * sizeof *tmp);
+            if (!tmp) {
+                rc = ZERO_ERROR_OUT_OF_MEMORY;
+                goto out;
+            }
+            for (i = 0; i < n; i += (size_t)1 << 16) { /* in chunks, rounded to bf16 at once */
+                size_t k, m = n - i < ((size_t)1 << 16) ? n - i : ((size_t)1 << 16);
+                for (k = 0; k < m; k++) tmp[k] = (inf_bf16(w[i + k]) - inf_target(g, i + k)) / (float)n;
+                (void)zero_convert((uint16_t *)dg + i, ZERO_BF16, tmp, ZERO_F32, m, ZERO_SIMD_AUTO);
+            }
+            free(tmp);
+            INF_TRY(zero_engine_release(e, g));
+            INF_TRY(zero_engine_grads_ready(e, g));
+        }
+        t0 = inf_now();
+        if (rank == 0) R->res->bwd_s[s] = t0 - t1;
+        INF_TRY(zero_engine_step(e, NULL));
+        t1 = inf_now();
+        INF_TRY(zero_engine_nvme_stats(e, &b));
+        if (rank == 0) {
+            R->res->opt_s[s] = t1 - t0;
+            R->res->step_s[s] = R->res->fwd_s[s] + R->res->bwd_s[s] + R->res->opt_s[s];
+            R->res->io_read[s] = b.bytes_read - a.bytes_read;
+            R->res->io_written[s] = b.bytes_written - a.bytes_written;
+        }
+    }
+    if (rank == 0) {
+        INF_TRY(zero_engine_memory_tier(e, ZERO_TIER_DEVICE, &R->res->dev));
+        INF_TRY(zero_engine_memory_tier(e, ZERO_TIER_HOST, &R->res->host));
+        INF_TRY(zero_engine_memory_tier(e, ZERO_TIER_NVME, &R->res->nvme));
+    }
+    { /* the final params: a hash of this rank's shards (rank order combined by the caller) */
+        uint64_t h = 1469598103934665603ull;
+        uint16_t *buf = (uint16_t *)malloc(n * sizeof *buf);
+        zero_range rg;
+        if (!buf) {
+            rc = ZERO_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        for (g = 0; g < c->groups; g++) {
+            INF_TRY(zero_engine_read_tensor(e, g, ZERO_STATE_PARAM, buf, &rg));
+            for (i = rg.offset; i < rg.offset + rg.numel; i++) h = (h ^ buf[i]) * 1099511628211ull;
+        }
+        free(buf);
+        R->hash_part[rank] = h;
+    }
+out:
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return rc;
+}
+
+/* Trains the model; fills res. */
+static zero_result inf_train(const inf_cfg *c, inf_result *res)
+{
+    inf_run *R = (inf_run *)calloc(1, sizeof *R);
+    zero_local_desc ld;
+    int s, r;
+    if (!R) return ZERO_ERROR_OUT_OF_MEMORY;
+    memset(res, 0, sizeof *res);
+    if (c->ranks < 1 || c->ranks > 64 || c->steps < 1 || c->steps > INF_MAX_STEPS || c->groups < 1) {
+        free(R);
+        snprintf(res->err, sizeof res->err, "ranks 1..64, steps 1..%d, groups >= 1", INF_MAX_STEPS);
+        return res->rc = ZERO_ERROR_INVALID_ARGUMENT;
+    }
+    R->cfg = c;
+    R->res = res;
+    memset(&ld, 0, sizeof ld);
+    ld.world = c->ranks;
+    ld.timeout_ms = 3600 * 1000; /* a rank may wait for a peer's I/O for long at large Psi */
+    res->rc = zero_local_run_desc(&ld, inf_rank, R);
+    if (res->rc != ZERO_OK && !res->err[0]) snprintf(res->err, sizeof res->err, "%s", zero_last_error());
+    for (s = 0; s <= c->steps; s++) res->loss[s] = R->loss_part[0][s];
+    res->param_hash = 1469598103934665603ull;
+    for (r = 0; r < c->ranks; r++) res->param_hash = (res->param_hash ^ R->hash_part[r]) * 1099511628211ull;
+    free(R);
+    return res->rc;
+}
+
+#ifndef BENCH_INFINITY_NO_MAIN
+
+/* Sequential write then read of 'bytes' through the engine's I/O engine (O_DIRECT, 1 MiB,
+   queue depth 8, 16 MiB transfers kept 8 deep): the disk's rates for the I/O bound. */
+static int inf_disk_rates(const char *dir, uint64_t bytes, double *wr, double *rd)
+{
+    zero_io *io = NULL;
+    zero_io_file *f = NULL;
+    zero_io_desc dsc;
+    void *buf = NULL;
+    size_t tile = (size_t)16 << 20;
+    uint64_t off;
+    zero_io_ticket t[8];
+    int k;
+    double t0;
+    memset(&dsc, 0, sizeof dsc);
+    memset(t, 0, sizeof t);
+    if (zero_io_create(&dsc, &io) != ZERO_OK) return -1;
+    if (zero_io_file_create(io, dir, "rate", 0, bytes, &f) != ZERO_OK ||
+        zero_io_buffer_alloc(io, tile * 8, &buf) != ZERO_OK) {
+        zero_io_file_destroy(f);
+        zero_io_destroy(io);
+        return -1;
+    }
+    memset(buf, 0x5a, tile * 8);
+    t0 = inf_now();
+    for (off = 0, k = 0; off + tile <= bytes; off += tile, k = (k + 1) % 8) {
+        if (t[k]) (void)zero_io_wait(io, t[k]);
+        if (zero_io_write(f, off, (unsigned char *)buf + (size_t)k * tile, tile, &t[k]) != ZERO_OK) t[k] = 0;
+    }
+    (void)zero_io_wait_all(io);
+    *wr = (double)bytes / (inf_now() - t0);
+    memset(t, 0, sizeof t);
+    t0 = inf_now();
+    for (off = 0, k = 0; off + tile <= bytes; off += tile, k = (k + 1) % 8) {
+        if (t[k]) (void)zero_io_wait(io, t[k]);
+        if (zero_io_read(f, off, (unsigned char *)buf + (size_t)k * tile, tile, &t[k]) != ZERO_OK) t[k] = 0;
+    }
+    (void)zero_io_wait_all(io);
+    *rd = (double)bytes / (inf_now() - t0);
+    zero_io_buffer_free(io, buf);
+    zero_io_file_destroy(f);
+    zero_io_destroy(io);
+    return 0;
+}
+
+static uint64_t inf_parse(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k') v *= 1e3;
+    else if (*end == 'M' || *end == 'm') v *= 1e6;
+    else if (*end == 'G' || *end == 'g' || *end == 'B' || *end == 'b') v *= 1e9;
+    if (end[0] && (end[1] == 'i' || end[1] == 'I')) v = v / 1e9 * 1073741824.0; /* GiB */
+    return (uint64_t)v;
+}
+
+int main(int argc, char **argv)
+{
+    inf_cfg c;
+    inf_result res;
+    struct rusage ru;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+    double ram = (double)pages * (double)psz, wr = 0, rd = 0, total = 0, bound = 0;
+    uint64_t rb = 0, wb = 0;
+    int i, s;
+    memset(&c, 0, sizeof c);
+    c.params = 4000000000ull;
+    c.groups = 80;
+    c.ranks = 1;
+    c.steps = 3;
+    c.dir = getenv("ZERO_BENCH_DIR") ? getenv("ZERO_BENCH_DIR") : "/var/tmp";
+    c.budget = (size_t)2 << 30;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--params") && i + 1 < argc) c.params = inf_parse(argv[++i]);
+        else if (!strcmp(argv[i], "--groups") && i + 1 < argc) c.groups = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) c.ranks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) c.steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) c.dir = argv[++i];
+        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) c.budget = (size_t)inf_parse(argv[++i]);
+        else if (!strcmp(argv[i], "--plain")) c.plain = 1;
+        else {
+            fprintf(stderr, "usage: bench_infinity [--params 4B] [--groups 80] [--ranks 1] [--steps 3] "
+                            "[--dir D] [--budget 2GB] [--plain]\n");
+            return 2;
+        }
+    }
+    printf("bench_infinity: Psi = %.3g (%d layers), stage 3, bf16, %d rank(s), %d steps, %s\n",
+           (double)c.params, c.groups, c.ranks, c.steps,
+           c.plain ? "no offload" : "params, gradients and optimizer state off the device (NVMe)");
+    printf("model states 16 Psi = %.1f GB; this machine's RAM %.1f GB: %.2fx\n", 16.0 * (double)c.params / 1e9,
+           ram / 1e9, 16.0 * (double)c.params / ram);
+    if (!c.plain) {
+        if (inf_disk_rates(c.dir, (uint64_t)1 << 31, &wr, &rd) != 0) {
+            fprintf(stderr, "bench_infinity: cannot measure the disk under %s\n", c.dir);
+            return 1;
+        }
+        printf("disk under %s (zero_io, O_DIRECT, 1 MiB, depth 8, 2 GiB): write %.2f GB/s, read %.2f GB/s\n",
+               c.dir, wr / 1e9, rd / 1e9);
+        printf("device budget %zu bytes per rank\n", c.budget);
+    }
+    fflush(stdout);
+    if (inf_train(&c, &res) != ZERO_OK) {
+        fprintf(stderr, "bench_infinity: %s\n", res.err);
+        return 1;
+    }
+    getrusage(RUSAGE_SELF, &ru);
+    printf("commit %.2f s\n", res.commit_s);
+    for (s = 0; s < c.steps; s++) {
+        printf("step %d: loss %.6f  forward %.1f s, backward %.1f s, optimizer step %.1f s; NVMe read %.2f GB, written %.2f GB in the iteration\n",
+               s + 1, res.loss[s], res.fwd_s[s], res.bwd_s[s], res.opt_s[s], (double)res.io_read[s] / 1e9,
+               (double)res.io_written[s] / 1e9);
+        if (s > 0) { /* the first step reads nothing (the tier starts as the files' zeros) */
+            total += res.step_s[s];
+            rb += res.io_read[s];
+            wb += res.io_written[s];
+        }
+    }
+    printf("loss after %d steps %.6f (from %.6f): %s\n", c.steps, res.loss[c.steps], res.loss[0],
+           res.loss[c.steps] < res.loss[0] ? "the loss moved down" : "THE LOSS DID NOT FALL");
+    printf("rank 0 bytes: device %zu (params %zu, grads %zu, master+m+v %zu, arena+buckets+scratch %zu) | "
+           "host %zu | nvme %zu\n",
+           res.dev.total_bytes, res.dev.bytes[ZERO_MEM_PARAM], res.dev.bytes[ZERO_MEM_GRAD],
+           res.dev.bytes[ZERO_MEM_MASTER] + res.dev.bytes[ZERO_MEM_MOMENT1] + res.dev.bytes[ZERO_MEM_MOMENT2],
+           res.dev.bytes[ZERO_MEM_GATHER] + res.dev.bytes[ZERO_MEM_BUCKET] + res.dev.bytes[ZERO_MEM_SCRATCH],
+           res.host.total_bytes, res.nvme.total_bytes);
+    printf("peak RSS %.2f GB\n", (double)ru.ru_maxrss * 1024.0 / 1e9);
+    if (c.steps > 1 && !c.plain) {
+        double per = total / (double)(c.steps - 1);
+        bound = ((double)rb / rd + (double)wb / wr) / (double)(c.steps - 1);
+        printf("steps 2..%d: %.1f s/step; I/O bound %.1f s/step (%.1f GB read, %.1f GB written per step at "
+               "the disk's rates): ratio %.2f\n",
+               c.steps, per, bound, (double)rb / 1e9 / (c.steps - 1), (double)wb / 1e9 / (c.steps - 1),
+               per / bound);
+    }
+    return res.loss[c.steps] < res.loss[0] ? 0 : 1;
+}
+
+#endif /* BENCH_INFINITY_NO_MAIN */
