@@ -73,6 +73,12 @@ $(addprefix build/san/,$(notdir $(SELF_TESTS))): build/san/%: tests/%.c $(TEST_D
 $(addprefix build/san/,$(notdir $(LINKED_TESTS))): build/san/%: tests/%.c build/san/zero_impl.o $(TEST_DEPS) | build/san
 	$(CC) $(SAN_FLAGS) $< build/san/zero_impl.o -o $@ $(LDLIBS)
 
+# The NCCL comm against mocks of CUDA's and NCCL's entry points (CPU only): tests/mock
+# comes first on the include path, so zero_nccl.h's <cuda_runtime.h> and <nccl.h> are the mocks.
+build/test_nccl_mock: ALL_CFLAGS += -Itests/mock
+build/san/test_nccl_mock: SAN_FLAGS += -Itests/mock
+build/test_nccl_mock build/san/test_nccl_mock: $(wildcard tests/mock/*.h)
+
 # The GPT example's activation-offload test runs the example: make test builds it first.
 build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
 
@@ -102,9 +108,10 @@ PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 # With nvcc present, make test also builds and runs build/cuda/test_cuda_host (zero_cuda.h's
 # host-side logic; it needs no GPU). test_cli runs build/train_mlp and the tools as programs;
 # tests/make_targets.sh checks what the GPU and MPI targets compile (by stand-in compilers);
-# tests/readme_outputs.sh runs the command of each output README.md quotes and compares.
+# tests/readme_outputs.sh runs the command of each output README.md quotes and compares;
+# tests/gpu_check_test.sh runs tools/gpu_check.sh without a GPU (fake tools).
 CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
-SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh
+SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh tests/gpu_check_test.sh
 README_PROGS := build/train_mlp $(filter build/train_gpt2,$(EXAMPLES)) # what README quotes
 test:
 	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) $(README_PROGS) $(CUDA_HOST_TEST)

@@ -131,8 +131,19 @@
    MEMORY PER RANK (Psi params, N ranks, K = 12; checked by the test suite)
        stage 0  (2 + 2 + K) Psi          stage 2  2 Psi + (2 + K) Psi / N
        stage 1  4 Psi + K Psi / N        stage 3  (2 + 2 + K) Psi / N
-   plus declared buffers (reduce buckets, stage-3 gather buffers). Traffic per step: 2 Psi
-   (N-1)/N elements at stages 0-2, 3 Psi (N-1)/N at stage 3.
+   plus declared buffers (the reduce bucket, the arena). Traffic per step: 2 Psi (N-1)/N
+   elements at stages 0-2, 3 Psi (N-1)/N at stage 3.
+
+   BUFFERS AND LARGE LAYERS (docs/engine.md). Stage-3 gathered params and stage 2-3
+   gradient buffers share one arena of d.max_live_numel elements, each taking its own size
+   (default: the largest group beside 2 + prefetch depth groups of the second-largest
+   size), so device bytes = model states + arena + bucket + scratch. Stage-3 prefetch
+   follows the order of gathers the first micro-step recorded. A layer too large for the
+   arena is registered in tiles and run tile by tile (memory-centric tiling):
+       zero_engine_add_tiled_tensor(e, "wte", rows, cols, K, first_group, flags, &t0);
+       zero_engine_tile_view(e, t0, i, &v);  // tile i: v.group, v.row0, v.rows, v.offset
+   and a weight used twice (a tied embedding) may hand in its two gradient contributions
+   one at a time: zero_engine_set_grad_parts(e, group, 2).
 
    OFFLOAD (ZeRO-Offload, ZeRO-Infinity; docs/offload.md). d.offload_optimizer = cpu moves
    the K Psi / N bytes of fp32 master, m and v to host memory and the Adam step to the CPU
@@ -461,9 +472,20 @@ ZERODEF uint64_t zero_plan_hash(const zero_plan *plan);
 /* Where offloaded state lives (DeepSpeed's offload "device"). */
 typedef enum zero_offload_device {
     ZERO_OFFLOAD_NONE = 0, /* on the device (no offload)                                */
-    ZERO_OFFLOAD_CPU = 1,  /* host memory (pinned through the device with pin_memory)   */
+    ZERO_OFFLOAD_CPU = 1,  /* host memory (pinned through the device: pin_memory)       */
     ZERO_OFFLOAD_NVME = 2  /* files under nvme_path (ZeRO-Infinity)                     */
 } zero_offload_device;
+
+/* zero_engine_desc.pin_memory: whether the offload tiers' host buffers are pinned memory of
+   the device (dev->ops->host_alloc: cudaHostAlloc on CUDA), which transfers need to run
+   asynchronously. Unlike DeepSpeed (pin_memory false by default), the default pins when
+   the device offers pinned memory: without it every CUDA download is a synchronous
+   pageable copy and the offloaded step's pipeline cannot overlap. */
+#define ZERO_PIN_MEMORY_AUTO 0 /* the default: pinned when the device offers it (CUDA), plain
+                                  memory otherwise (the host device)                        */
+#define ZERO_PIN_MEMORY_ON 1   /* the same as AUTO, said explicitly                         */
+#define ZERO_PIN_MEMORY_OFF (-1) /* plain memory from the engine's allocator (DeepSpeed's
+                                  default; 0 meant this before the default changed)          */
 
 /* "none", "cpu", "nvme" or "?". */
 ZERODEF const char *zero_offload_device_name(zero_offload_device d);
@@ -1307,7 +1329,8 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    run. See docs/engine.md for what preserves and what breaks this.
 
    OFFLOAD (docs/offload.md). With offload_optimizer = cpu the rank's master, m and v live in
-   host memory (pinned through dev->ops->host_alloc with pin_memory = 1); the step keeps
+   host memory (pinned through dev->ops->host_alloc where the device has it, unless
+   pin_memory = ZERO_PIN_MEMORY_OFF); the step keeps
    the inf/NaN check, the norm and the clip coefficient on the device (the same bits), then
    runs over tiles of at most sub_group_size elements: tile k+1's gradients go device -> host
    on ZERO_QUEUE_OFFLOAD while the host Adam (zero_adam_host, host_threads threads, the same
@@ -1359,7 +1382,8 @@ typedef struct zero_engine_desc {
                                     M2 when that is <= ZERO_ARENA_SMALL_NUMEL; SIZE_MAX = no
                                     limit. INVALID_ARGUMENT at commit (naming the group and the
                                     value that fits) if a group exceeds it.                    */
-    int prefetch_depth;          /* stage 3: groups gathered ahead; 0 = 1, negative = none      */
+    int prefetch_depth;          /* stage 3: gathers of the recorded order run ahead; 0 = 1,
+                                    negative = none                                            */
     size_t persist_numel;        /* stage 3: groups with fewer used elements stay whole on
                                     every rank (DeepSpeed's param_persistence_threshold);
                                     0 = none persistent (the paper's 3 Psi traffic)             */
@@ -1379,10 +1403,11 @@ typedef struct zero_engine_desc {
                                     their arena extent before the all-gather). NONE, CPU, NVME.
                                     Needs offload_optimizer != NONE (DeepSpeed's rule).         */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
-    int pin_memory;              /* 1 = host buffers through the device's pinned allocation
+    int pin_memory;              /* ZERO_PIN_MEMORY_AUTO (0, the default) or _ON (1): host
+                                    buffers through the device's pinned allocation
                                     (dev->ops->host_alloc, cudaHostAlloc on CUDA) when it has
-                                    one; 0 = plain memory from 'allocator' (DeepSpeed's
-                                    default: false)                                             */
+                                    one; ZERO_PIN_MEMORY_OFF (-1): plain memory from
+                                    'allocator'. Resolved by create to 1 (pinned) or -1.        */
     int buffer_count;            /* host staging buffers of the offloaded step's pipeline
                                     (>= 2; 0 = 4, DeepSpeed's offload_optimizer default)         */
     size_t buffer_size;          /* elements per staging buffer, at most (0 = 1e8, DeepSpeed's
@@ -1506,6 +1531,9 @@ typedef struct zero_gather_stats {
     uint64_t evictions;     /* prefetched groups dropped before use: for room, stale at a
                                step, a checkpoint load or set_tensor                       */
     uint64_t prefetch_wasted; /* prefetches issued and never used (= evictions)            */
+    int trace_len;            /* gathers and gradient buffers per micro-step in the
+                                 recorded order (0: none yet)                              */
+    uint64_t trace_records;   /* orders recorded: the first micro-step, and each change    */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
@@ -1529,7 +1557,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e);
 /* The descriptor with every default filled in (valid after create): the resolved Adam
    and scaler settings (scaler.mode DYNAMIC or NONE in place of DEFAULT; init_scale 65536,
    window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
-   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stage 3. */
+   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stages 2-3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
 
 /* The default arena (max_live_numel = 0) holds the largest group's params and gradients at
@@ -1553,6 +1581,41 @@ ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc 
    after commit; INVALID_ARGUMENT for a negative group or parts outside 1..64 (commit: a
    group with no tensor); OUT_OF_MEMORY. */
 ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int parts);
+
+/* One tile of a tensor registered in tiles (zero_engine_add_tiled_tensor). */
+typedef struct zero_tile_view {
+    int tensor;    /* the tile's tensor id                                              */
+    int group;     /* its group: zero_engine_gather(group) / _grads(group) to use it    */
+    size_t row0;   /* its first row in the whole tensor                                 */
+    size_t rows;   /* its rows: elements [row0 * cols, (row0 + rows) * cols) of the whole */
+    size_t cols;
+    size_t offset; /* its first element in the group's flat buffer (0 before commit)    */
+} zero_tile_view;
+
+/* Local, before commit. Memory-centric tiling (ZeRO-Infinity): registers a rows x cols
+   row-major tensor as k_tiles tensors, each in its own group (first_group + i for tile i),
+   so that a layer too large for the arena (or for the memory target) is gathered, used and
+   given gradients one tile at a time: only a tile's params and gradients need to be live.
+   Tile i holds rows [row0_i, row0_i + rows_i), the rows split as evenly as possible (the
+   first rows % k_tiles tiles take one row more), and is named "<name>.tile<i>" with shape
+   [rows_i, cols]; *out_tensor = tile 0's tensor id (tile i is *out_tensor + i). Doing the
+   same arithmetic tile by tile gives the same bits as the whole tensor: every engine
+   operation is elementwise, in a fixed order per element (the global norm's fp64 sum is
+   grouped differently: its last bits may differ). Checkpoints hold the tiles as separate
+   tensors. Errors: INVALID_STATE after commit; INVALID_ARGUMENT for a NULL, empty or too
+   long name, rows or cols 0, k_tiles outside 1..rows, first_group < 0, unknown flags;
+   OVERFLOW; and those of zero_engine_add_tensor_shape for tile i (a name already taken,
+   OUT_OF_MEMORY), after which tiles 0..i-1 stay registered and the call can be repeated
+   under another name (or the engine destroyed). */
+ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *name, size_t rows,
+                                                 size_t cols, int k_tiles, int first_group,
+                                                 unsigned flags, int *out_tensor);
+
+/* Tile 'tile' of the tiled tensor whose tile 0 is tensor 'tensor' (the id
+   zero_engine_add_tiled_tensor returned). NOT_FOUND when tensor is not a tiled tensor's
+   tile 0 or tile is outside 0..k_tiles-1; INVALID_ARGUMENT for NULL. */
+ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int tile,
+                                          zero_tile_view *out);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
    ascending order in forward). flags: 0 or ZERO_TENSOR_NO_DECAY. Tensor ids are 0, 1, ...
@@ -1601,10 +1664,13 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
    to its flat buffer (param dtype, group numel elements; tensor t at zero_plan_tensor's
    offset). Stage 3: all-gathers the group into the arena (max_live_numel; it takes the
    group's size) unless it is already gathered or persistent, making room by reducing
-   pending gradients and evicting prefetched groups not in use; then prefetches up to
-   prefetch_depth groups in the current direction (ascending in forward; descending once
-   gradients were requested in this micro-step or when g does not exceed the previous group
-   gathered) where they fit. Stages 0-2: the whole param buffer, no communication. Gathers
+   pending gradients and evicting prefetched groups not in use (the one used farthest
+   ahead); then prefetches. Prefetch follows the order of gathers (and gradient buffers)
+   that the first micro-step recorded: the next prefetch_depth gathers of that order, where
+   they fit beside the gradient buffers it asks for first; a group used twice is prefetched
+   where it is used next. A micro-step that departs from the order is re-recorded from the
+   point of departure (nothing is prefetched while recording; a prefetch the new order does
+   not use is dropped, never served stale). Stages 0-2: the whole param buffer, no communication. Gathers
    are counted: each needs a matching zero_engine_release(). Errors: NOT_FOUND for an
    unknown group; INVALID_STATE before commit or when the arena is full of groups in use and
    gradient buffers (the message names them and the max_live_numel that would fit). */
@@ -1616,8 +1682,9 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
 ZERODEF zero_result zero_engine_release(zero_engine *e, int group);
 
 /* COLLECTIVE at stage 3 (a prefetch is an all-gather). Starts gathering group g ahead of
-   use if it is not gathered and it fits the arena's free room; does nothing otherwise (a hint, not a
-   reference: no release needed). Stages 0-2: nothing. */
+   use if it is not gathered and it fits the arena's free room; does nothing otherwise (a
+   hint, not a use: not recorded in the order, and not a reference: no release needed).
+   Stages 0-2: nothing. */
 ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group);
 
 /* COLLECTIVE at stages 2-3, and for a group with several gradient parts (it may first
@@ -7511,9 +7578,16 @@ struct zero_engine {
     uint64_t compute_seq; /* the compute queue is ordered after fences up to this one   */
     size_t bucket_piece;  /* per-rank elements of one staged reduction piece            */
     int *parts_req;       /* before commit: zero_engine_set_grad_parts, by group         */
+    int *tiled;           /* tiled tensors: (tile 0's id, k) pairs, zero_engine_tile_view */
+    size_t *tiled_dims;   /* their (rows, cols)                                          */
+    int ntiled, cap_tiled;
     int cap_parts_req, total_parts;
     zero_gather_stats gstats;
-    int last_gathered, grads_seen; /* prefetch direction within a micro-step */
+    /* stage 3: the order of one micro-step's gathers and gradient buffers, as recorded
+       (entries 2 g for gather(g), 2 g + 1 for grads(g)); prefetch follows it */
+    int *trace;
+    int trace_len, trace_cap, trace_pos;
+    int trace_following; /* 1: trace is complete and this micro-step matches it so far  */
     /* events */
     zero_event *ev_c2m, *ev_m2c;
     /* micro-steps */
@@ -7878,9 +7952,11 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
         (!d->nvme_path || !d->nvme_path[0]))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload to nvme needs nvme_path (a directory for the tier's files)", fn);
-    if (d->pin_memory < 0 || d->pin_memory > 1)
-        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: pin_memory = %d (0 or 1)", fn,
-                          d->pin_memory);
+    if (d->pin_memory < -1 || d->pin_memory > 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: pin_memory = %d (0 = pinned when the device offers it, 1 = the "
+                          "same, -1 = plain memory)",
+                          fn, d->pin_memory);
     if (d->buffer_count < 0 || d->buffer_count == 1)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: buffer_count = %d (0 or >= 2)", fn,
                           d->buffer_count);
@@ -7943,6 +8019,11 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     if (d.align_numel == 0) d.align_numel = ZERO_DEFAULT_ALIGN_NUMEL;
     if (!d.device || !d.device->ops)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_create: device is NULL");
+    /* pinned host buffers where the device has them (AUTO and ON alike), else plain */
+    d.pin_memory = d.pin_memory != ZERO_PIN_MEMORY_OFF && d.device->ops->host_alloc &&
+                           d.device->ops->host_free
+                       ? ZERO_PIN_MEMORY_ON
+                       : ZERO_PIN_MEMORY_OFF;
     if (!d.comm || !d.comm->ops)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_create: comm is NULL");
     if (d.comm->world < 1 || d.comm->rank < 0 || d.comm->rank >= d.comm->world)
@@ -7999,7 +8080,6 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->oopt = d.offload_optimizer != ZERO_OFFLOAD_NONE;
     e->oparam = d.offload_param != ZERO_OFFLOAD_NONE;
     e->state = ZERO__ENG_CREATED;
-    e->last_gathered = -1;
     *out = e;
     return ZERO_OK;
 }
@@ -8056,6 +8136,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->pending);
     zero__free(a, e->pending_store);
     zero__free(a, e->parts_req);
+    zero__free(a, e->trace);
+    zero__free(a, e->tiled);
+    zero__free(a, e->tiled_dims);
     zero__free(a, e->tflags);
     zero__free(a, e->shapes);
     zero_plan_destroy(e->plan);
@@ -8121,6 +8204,104 @@ ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int pa
     }
     e->parts_req[group] = parts;
     return ZERO_OK;
+}
+
+/* Rows of tile k of a rows-row tensor in K tiles: the first rows % K take one more. */
+static void zero__eng_tile_rows(size_t rows, int K, int k, size_t *row0, size_t *n)
+{
+    size_t q = rows / (size_t)K, rm = rows % (size_t)K;
+    *n = q + ((size_t)k < rm);
+    *row0 = (size_t)k * q + ((size_t)k < rm ? (size_t)k : rm);
+}
+
+ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *name, size_t rows,
+                                                 size_t cols, int k_tiles, int first_group,
+                                                 unsigned flags, int *out_tensor)
+{
+    const char *fn = "zero_engine_add_tiled_tensor";
+    char tname[320];
+    int k, first = -1;
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
+    if (e->state != ZERO__ENG_CREATED)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: '%.200s' registered after commit", fn,
+                          name ? name : "(null)");
+    if (!name || !name[0] || strlen(name) > 240)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: name is NULL, empty or over 240 bytes", fn);
+    if (rows == 0 || cols == 0 || k_tiles < 1 || (size_t)k_tiles > rows || first_group < 0 ||
+        first_group > INT32_MAX - k_tiles)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: '%.200s': rows %zu, cols %zu, k_tiles %d, first_group %d (rows, cols "
+                          ">= 1, 1 <= k_tiles <= rows, first_group >= 0)",
+                          fn, name, rows, cols, k_tiles, first_group);
+    if (flags & ~(unsigned)ZERO_TENSOR_NO_DECAY)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: flags = 0x%x", fn, flags);
+    if (rows > SIZE_MAX / cols)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: '%.200s': %zu x %zu overflows", fn, name, rows, cols);
+    if (e->ntiled == e->cap_tiled) {
+        int cap = e->cap_tiled ? 2 * e->cap_tiled : 8;
+        int *nt = (int *)zero__alloc(&e->d.allocator, (size_t)cap * 3 * sizeof *nt);
+        size_t *nd = (size_t *)zero__alloc(&e->d.allocator, (size_t)cap * 2 * sizeof *nd);
+        if (!nt || !nd) {
+            zero__free(&e->d.allocator, nt);
+            zero__free(&e->d.allocator, nd);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", fn);
+        }
+        if (e->ntiled) {
+            memcpy(nt, e->tiled, (size_t)e->ntiled * 3 * sizeof *nt);
+            memcpy(nd, e->tiled_dims, (size_t)e->ntiled * 2 * sizeof *nd);
+        }
+        zero__free(&e->d.allocator, e->tiled);
+        zero__free(&e->d.allocator, e->tiled_dims);
+        e->tiled = nt;
+        e->tiled_dims = nd;
+        e->cap_tiled = cap;
+    }
+    for (k = 0; k < k_tiles; k++) {
+        uint64_t dims[2];
+        size_t row0, n;
+        int id = -1;
+        zero_result r;
+        zero__eng_tile_rows(rows, k_tiles, k, &row0, &n);
+        dims[0] = (uint64_t)n;
+        dims[1] = (uint64_t)cols;
+        snprintf(tname, sizeof tname, "%s.tile%d", name, k);
+        r = zero_engine_add_tensor_shape(e, tname, 2, dims, first_group + k, flags, &id);
+        if (r != ZERO_OK) return r;
+        if (k == 0) first = id;
+    }
+    e->tiled[3 * e->ntiled] = first;
+    e->tiled[3 * e->ntiled + 1] = k_tiles;
+    e->tiled[3 * e->ntiled + 2] = first_group;
+    e->tiled_dims[2 * e->ntiled] = rows;
+    e->tiled_dims[2 * e->ntiled + 1] = cols;
+    e->ntiled++;
+    if (out_tensor) *out_tensor = first;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int tile,
+                                          zero_tile_view *out)
+{
+    int i;
+    if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_tile_view: NULL");
+    for (i = 0; i < e->ntiled; i++) {
+        zero_tensor_info ti;
+        if (e->tiled[3 * i] != tensor) continue;
+        if (tile < 0 || tile >= e->tiled[3 * i + 1])
+            return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_tile_view: tile %d of %d", tile,
+                              e->tiled[3 * i + 1]);
+        memset(out, 0, sizeof *out);
+        memset(&ti, 0, sizeof ti);
+        out->tensor = tensor + tile;
+        out->group = e->tiled[3 * i + 2] + tile;
+        out->cols = e->tiled_dims[2 * i + 1];
+        zero__eng_tile_rows(e->tiled_dims[2 * i], e->tiled[3 * i + 1], tile, &out->row0, &out->rows);
+        if (e->state != ZERO__ENG_CREATED && zero_plan_tensor(e->plan, out->tensor, &ti) == ZERO_OK)
+            out->offset = ti.offset;
+        return ZERO_OK;
+    }
+    return zero__fail(ZERO_ERROR_NOT_FOUND,
+                      "zero_engine_tile_view: tensor %d is not tile 0 of a tiled tensor", tensor);
 }
 
 ZERODEF const zero_plan *zero_engine_plan(const zero_engine *e)
@@ -8286,9 +8467,11 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
     e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
     e->pending_store = (unsigned char *)zero__alloc(a, (size_t)G);
+    e->trace_cap = 4 * G + 16; /* grows (host memory) if a micro-step uses groups more */
+    e->trace = (int *)zero__alloc(a, (size_t)e->trace_cap * sizeof *e->trace);
     e->cap_free = 2 * G + 2; /* live extents <= 2 G, so free ones <= 2 G + 1 */
     e->afree = (zero__eng_extent *)zero__alloc(a, (size_t)e->cap_free * sizeof *e->afree);
-    if (!e->groups || !e->pending || !e->pending_store || !e->afree)
+    if (!e->groups || !e->pending || !e->pending_store || !e->afree || !e->trace)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
     for (g = e->G; g < e->cap_parts_req; g++)
         if (e->parts_req[g] != 1)
@@ -8944,12 +9127,14 @@ static void zero__eng_ra_drop(zero_engine *e)
 }
 
 /* After group g's shard came up for a gather: starts reading the group the gathers will
-   want next (g + 1 going forward, g - 1 coming back) into hpg's second half, so its read
+   want next (the recorded order's next group not gathered; g + 1 before one is recorded) into hpg's second half, so its read
    runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
    gathered, with the prefetcher one group ahead). */
+static int zero__eng_trace_next(const zero_engine *e, int g);
+
 static void zero__eng_ra_start(zero_engine *e, int g)
 {
-    int next = g + (e->last_gathered >= 0 && g < e->last_gathered ? -1 : 1);
+    int next = zero__eng_trace_next(e, g);
     if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
     if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
         e->groups[next].shard_numel == 0)
@@ -9777,13 +9962,26 @@ static void zero__eng_drop_prefetched(zero_engine *e)
 
 static zero_result zero__eng_flush(zero_engine *e);
 
-/* Evicts the prefetched, unused group farthest from 'near' (in group order). 0 if none. */
+/* Where group g is gathered next in the recorded order, from the current position (a
+   large number when not again in this micro-step); without a trace, its distance from
+   'near' in group order. */
+static long zero__eng_next_use(const zero_engine *e, int g, int near)
+{
+    int j;
+    if (!e->trace_following) return g > near ? (long)(g - near) : (long)(near - g);
+    for (j = e->trace_pos; j < e->trace_len; j++)
+        if (e->trace[j] == 2 * g) return (long)(j - e->trace_pos);
+    return (long)e->trace_len + 1;
+}
+
+/* Evicts the prefetched, unused group used farthest ahead (Belady's choice). 0 if none. */
 static int zero__eng_evict_one(zero_engine *e, int near)
 {
-    int g, best = -1, bestd = -1;
+    int g, best = -1;
+    long bestd = -1;
     for (g = 0; g < e->G; g++)
         if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
-            int dd = g > near ? g - near : near - g;
+            long dd = zero__eng_next_use(e, g, near);
             if (dd > bestd) bestd = dd, best = g;
         }
     if (best < 0) return 0;
@@ -9828,6 +10026,73 @@ static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, in
                       "them ready first, or set max_live_numel >= %zu",
                       fn, g, zero__eng_group_name(e, g), what, n, e->arena_numel, held, np, ng,
                       largest, want);
+}
+
+/* ---- the trace: the order of a micro-step's gathers, recorded and followed ------------------ */
+/* The first micro-step records the order of its gathers and gradient buffers (stage 3);
+   later ones follow it, prefetching the groups it says come next. A call that departs
+   from it (another group, or the micro-step ends early or late) turns the rest of the
+   micro-step into a new recording, kept from the point where the order changed; nothing is
+   prefetched while recording, and a prefetch that the new order does not use is dropped
+   unused (counted as wasted), never served stale. DeepSpeed's module trace, per group. */
+
+static void zero__eng_trace_note(zero_engine *e, int entry)
+{
+    if (e->stage != 3) return;
+    if (e->trace_following) {
+        if (e->trace_pos < e->trace_len && e->trace[e->trace_pos] == entry) {
+            e->trace_pos++;
+            return;
+        }
+        e->trace_following = 0; /* the order changed: record from here */
+        e->trace_len = e->trace_pos;
+    }
+    if (e->trace_len < 0) return; /* gave up this micro-step (no memory) */
+    if (e->trace_len == e->trace_cap) {
+        int cap = e->trace_cap * 2, *nt;
+        nt = cap <= (1 << 24) ? (int *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *nt) : NULL;
+        if (!nt) {
+            e->trace_len = -1;
+            return;
+        }
+        memcpy(nt, e->trace, (size_t)e->trace_len * sizeof *nt);
+        zero__free(&e->d.allocator, e->trace);
+        e->trace = nt;
+        e->trace_cap = cap;
+    }
+    e->trace[e->trace_len++] = entry;
+    e->trace_pos = e->trace_len;
+}
+
+/* The group the recorded order gathers next that is not gathered now (g + 1 without a
+   trace): what the NVMe tier reads ahead. */
+static int zero__eng_trace_next(const zero_engine *e, int g)
+{
+    int j;
+    if (!e->trace_following) return g + 1;
+    for (j = e->trace_pos; j < e->trace_len; j++) {
+        int h = e->trace[j] >> 1;
+        if (!(e->trace[j] & 1) && h != g && e->groups[h].poff == ZERO__ENG_NONE && !e->groups[h].persistent)
+            return h;
+    }
+    return -1;
+}
+
+/* The micro-step ended: a recording becomes the trace; a trace followed to a different end
+   is cut there. */
+static void zero__eng_trace_end(zero_engine *e)
+{
+    if (e->stage != 3) return;
+    if (e->trace_following && e->trace_pos != e->trace_len) {
+        e->trace_len = e->trace_pos; /* it ended early: the rest of the old order is gone */
+        e->gstats.trace_records++;
+    } else if (!e->trace_following && e->trace_len > 0) {
+        e->gstats.trace_records++;
+    }
+    e->trace_following = e->trace_len > 0;
+    if (e->trace_len < 0) e->trace_len = 0;
+    e->trace_pos = 0;
+    e->gstats.trace_len = e->trace_len > 0 ? e->trace_len : 0;
 }
 
 /* ---- gradients ----------------------------------------------------------------------------- */
@@ -10082,6 +10347,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     if (e->stage >= 2) {
         size_t off;
         int x;
+        zero__eng_trace_note(e, 2 * group + 1);
         if ((r = zero__eng_arena_room(e, group, eg->numel, 1, &x)) != ZERO_OK) return r;
         if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
         ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 1, &off), "zero_engine_grads: event");
@@ -10096,7 +10362,6 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
                   "zero_engine_grads: fill");
     if ((r = zero__eng_dbg_hand(e, group, 1, ptr, out_grads)) != ZERO_OK) return r;
     eg->grads_state = ZERO__GRADS_HANDED;
-    e->grads_seen = 1;
     return ZERO_OK;
 }
 
@@ -10137,8 +10402,7 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
             e->groups[g].grads_state = ZERO__GRADS_NONE;
             e->groups[g].parts_ready = 0;
         }
-        e->last_gathered = -1;
-        e->grads_seen = 0;
+        zero__eng_trace_end(e);
     }
     return ZERO_OK;
 }
@@ -10182,11 +10446,37 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
     return zero__eng_issue_gather(e, g, off);
 }
 
+/* Prefetches the next prefetch_depth gathers of the recorded order (from the current
+   position) that are not gathered, in order, while each fits the arena's free room beside
+   the gradient buffers the order asks for before it (so a prefetch is never evicted for
+   them); stops at the first that does not fit. Nothing while recording. */
+static zero_result zero__eng_trace_prefetch(zero_engine *e)
+{
+    size_t reserved = 0;
+    int j, seen = 0;
+    if (!e->trace_following) return ZERO_OK;
+    for (j = e->trace_pos; j < e->trace_len && seen < e->depth; j++) {
+        int g = e->trace[j] >> 1, issued;
+        const zero__eng_group *h = &e->groups[g];
+        size_t free_numel = e->arena_numel - e->gstats.live_numel;
+        zero_result r;
+        if (e->trace[j] & 1) { /* a gradient buffer comes first: keep room for it */
+            if (h->goff == ZERO__ENG_NONE) reserved += h->numel;
+            continue;
+        }
+        seen++;
+        if (h->poff != ZERO__ENG_NONE) continue; /* in use or prefetched already */
+        if (free_numel < reserved || free_numel - reserved < h->numel) break;
+        if ((r = zero__eng_try_prefetch(e, g, &issued)) != ZERO_OK) return r;
+        if (!issued) break;
+    }
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_gather");
     zero__eng_group *eg;
-    int i, dir;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_gather")) != ZERO_OK) return r;
     if (!out_params)
@@ -10198,6 +10488,7 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         eg->refs++;
         return ZERO_OK;
     }
+    zero__eng_trace_note(e, 2 * group);
     if (eg->poff == ZERO__ENG_NONE) {
         size_t off;
         int x;
@@ -10213,14 +10504,7 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
     if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
         return r;
     eg->refs++;
-    /* Prefetch in the direction of travel: descending in backward. */
-    dir = (e->grads_seen || (e->last_gathered >= 0 && group <= e->last_gathered)) ? -1 : 1;
-    e->last_gathered = group;
-    for (i = 1; i <= e->depth; i++) {
-        int issued;
-        if ((r = zero__eng_try_prefetch(e, group + dir * i, &issued)) != ZERO_OK) return r;
-    }
-    return ZERO_OK;
+    return zero__eng_trace_prefetch(e);
 }
 
 ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group)
@@ -10499,8 +10783,6 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     }
     e->micro = 0;
     e->ready_in_micro = 0;
-    e->last_gathered = -1;
-    e->grads_seen = 0;
     for (g = 0; g < e->G; g++) e->groups[g].grads_state = ZERO__GRADS_NONE;
     e->traffic_last = e->traffic_cur;
     memset(&e->traffic_cur, 0, sizeof e->traffic_cur);

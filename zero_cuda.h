@@ -778,9 +778,11 @@ zero_cuda__sumsq_kernel(const __grid_constant__ zero_cuda__sq_table tab)
 /* ---- Adam over a table of ranges: one launch for every (tensor x shard) segment ----
 
    Each range is cut into slots: slot 0 = its scalar head [0, h) (h = where every pointer
-   of the range is 16-byte aligned, 0..7; the whole range when they are misaligned
-   relative to each other), slot q >= 1 = the 8 elements from h + 8 (q - 1) (16-byte
-   accesses when all 8 are inside, else one by one). 256 slots make a chunk, one thread
+   of the range is 16-byte aligned, 0..7), slot q >= 1 = the 8 elements from h + 8 (q - 1)
+   (16-byte accesses when all 8 are inside, else one by one). When the pointers are
+   misaligned relative to each other (no such h) the head is empty and every slot goes one
+   by one: still 8 elements to a thread, never the whole range on one thread (align_numel
+   below 8 gives odd ranks' shards such ranges). 256 slots make a chunk, one thread
    each; chunks of all ranges are numbered in table order and taken grid-stride by CUDA
    blocks, which find their range by a binary search over the chunk starts. Vector and
    scalar elements run the same zero_adam_update, so an element's bits do not depend on
@@ -806,17 +808,21 @@ typedef struct zero_cuda__adam_table {
     int n, ncoefs;
 } zero_cuda__adam_table;
 
-/* Slots of a range: 1 (the head) + the 8-element groups after it. */
+/* Elements a slot holds at most (the head: at most 7). */
+#define ZERO_CUDA__ADAM_SLOT 8
+
+/* Slots of a range: 1 (the head, empty for head 8) + the 8-element groups after it. */
 ZERO_CUDA__HD size_t zero_cuda__adam_slots(size_t numel, unsigned head)
 {
-    size_t h = head > 7 ? numel : (head < numel ? head : numel);
+    size_t h = head > 7 ? 0 : (head < numel ? head : numel);
     return 1 + (numel - h + 7) / 8;
 }
 
-/* Elements [*lo, *hi) of slot q of a range, and whether they go as one 16-byte vector. */
+/* Elements [*lo, *hi) of slot q of a range, and whether they go as one 16-byte vector
+   (never for head 8: its pointers have no common 16-byte aligned element). */
 ZERO_CUDA__HD int zero_cuda__adam_slot(size_t numel, unsigned head, size_t q, size_t *lo, size_t *hi)
 {
-    size_t h = head > 7 ? numel : (head < numel ? head : numel);
+    size_t h = head > 7 ? 0 : (head < numel ? head : numel);
     if (q == 0) {
         *lo = 0;
         *hi = h;
@@ -824,7 +830,7 @@ ZERO_CUDA__HD int zero_cuda__adam_slot(size_t numel, unsigned head, size_t q, si
     }
     *lo = h + 8 * (q - 1);
     *hi = numel - *lo < 8 ? numel : *lo + 8;
-    return *hi - *lo == 8;
+    return head <= 7 && *hi - *lo == 8;
 }
 
 template <int G, int P>
@@ -878,6 +884,30 @@ zero_cuda__adam_kernel(const __grid_constant__ zero_cuda__adam_table tab)
             for (i = lo; i < hi; i++) zero_cuda__adam_one<G, P>(s, i, mul, c);
         }
     }
+}
+
+/* Appends a range to the table (room checked by the caller): its head, and its chunks
+   after the table's last. Shared with tests/cuda/test_cuda_host.cu, which walks the table
+   on the CPU as the kernel does. */
+static void zero_cuda__adam_push(zero_cuda__adam_table *t, const zero_adam_range *range, unsigned coefs)
+{
+    zero_cuda__adam_seg *sg = &t->seg[t->n];
+    const void *ptrs[5] = {range->master, range->m, range->v, range->grad, range->param};
+    size_t es[5] = {4, 4, 4, zero_dtype_size(range->grad_dtype),
+                    range->param ? zero_dtype_size(range->param_dtype) : 0};
+    int head = zero_cuda__head(ptrs, es, 5);
+    size_t slots;
+    sg->master = range->master;
+    sg->m = range->m;
+    sg->v = range->v;
+    sg->grad = range->grad;
+    sg->param = range->param;
+    sg->numel = range->numel;
+    sg->head = head < 0 ? 8u : (unsigned)head;
+    sg->coefs = coefs;
+    slots = zero_cuda__adam_slots(sg->numel, sg->head);
+    t->start[t->n + 1] = t->start[t->n] + (slots + ZERO_CUDA__THREADS - 1) / ZERO_CUDA__THREADS;
+    t->n++;
 }
 
 static __global__ void zero_cuda__grad_mul_kernel(const double *sumsq, const float *nonfinite, float unscale,
@@ -1819,7 +1849,7 @@ static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_ad
 {
     zero_cuda__pending *pd;
     zero_result r;
-    int pdt, head, k, ci = -1;
+    int pdt, k, ci = -1;
     ZERO_CUDA__ENTER_D("cuda adam");
     if (!range || !coefs || !grad_mul)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: %s is NULL",
@@ -1845,12 +1875,6 @@ static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_ad
         (r = zero_cuda__check_align("adam", "skip", skip, 4)) != ZERO_OK)
         return r;
     if (range->numel == 0) return ZERO_OK;
-    {
-        const void *ptrs[5] = {range->master, range->m, range->v, range->grad, range->param};
-        size_t es[5] = {4, 4, 4, zero_dtype_size(range->grad_dtype),
-                        range->param ? zero_dtype_size(range->param_dtype) : 0};
-        head = zero_cuda__head(ptrs, es, 5);
-    }
     pdt = range->param ? (int)range->param_dtype : 0;
     pd = &d->pend[q];
     pthread_mutex_lock(&d->mu);
@@ -1872,8 +1896,6 @@ static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_ad
     }
     if (r == ZERO_OK) {
         zero_cuda__adam_table *t = &pd->adam;
-        zero_cuda__adam_seg *sg;
-        size_t slots;
         zero_cuda__batch_open(pd, ZERO_CUDA__PEND_ADAM, range->grad_dtype, pdt);
         t->mul = grad_mul;
         t->skip = skip;
@@ -1881,18 +1903,7 @@ static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_ad
             ci = t->ncoefs++;
             t->coefs[ci] = *coefs;
         }
-        sg = &t->seg[t->n];
-        sg->master = range->master;
-        sg->m = range->m;
-        sg->v = range->v;
-        sg->grad = range->grad;
-        sg->param = range->param;
-        sg->numel = range->numel;
-        sg->head = head < 0 ? 8u : (unsigned)head;
-        sg->coefs = (unsigned)ci;
-        slots = zero_cuda__adam_slots(sg->numel, sg->head);
-        t->start[t->n + 1] = t->start[t->n] + (slots + ZERO_CUDA__THREADS - 1) / ZERO_CUDA__THREADS;
-        t->n++;
+        zero_cuda__adam_push(t, range, (unsigned)ci);
     }
     pthread_mutex_unlock(&d->mu);
     return r;

@@ -97,20 +97,26 @@
                                   the split into the blocking communicator, each polled).
        all_gather, reduce_scatter, all_reduce, broadcast, group_end
                                   enqueue only, on the calling thread (the collectives'
-                                  communicator is blocking). The first collective between
-                                  two peers also connects them (NCCL connects lazily): when
-                                  a peer never makes the matching call the watchdog aborts
-                                  at T + one period, through the init communicator whose
-                                  abort flag the blocked call shares (with disable_watchdog
-                                  nothing can end such a call). A rank with 128 of its
+                                  communicator is blocking). Every peer connection is made
+                                  during create (NCCL_RUNTIME_CONNECT=0, set by create
+                                  when the environment does not set it), so no collective
+                                  waits for a peer on the host. A rank with 128 of its
                                   collectives unfinished on one stream waits (at most T)
                                   for the oldest before enqueuing more, so NCCL's own work
-                                  queue can never fill and block without a deadline.
+                                  queue can never fill and block without a deadline. The
+                                  watchdog never aborts while a thread is inside an NCCL
+                                  call (NCCL's thread-safety rules): a call blocked past T
+                                  (NCCL_RUNTIME_CONNECT=1 given by the user, which lets the
+                                  first collective of an algorithm connect) is reported at
+                                  T and aborted when it returns, not sooner.
        barrier                    at most 2 T (waits for this rank's collectives, then a
                                   one-element all-reduce).
        zero_nccl_wait             at most its timeout.
-       destroy                    at most 3 T (wait, ncclCommFinalize of both
-                                  communicators), then it aborts.
+       destroy                    at most 2 T (wait for this rank's collectives, then
+                                  ncclCommFinalize of the non-blocking communicator, polled;
+                                  the blocking one's finalize waits for no peer: every
+                                  collective has finished and its proxy is the shared
+                                  one), then it aborts.
        anything else waiting for the GPU (cudaStreamSynchronize, the engine's step)
                                   a watchdog thread per comm aborts the communicator when a
                                   collective has not finished T after it was enqueued (or
@@ -264,8 +270,14 @@ typedef struct zero_nccl_desc {
 /* Creates this rank's comm: gets the id (unique_id, or ncclGetUniqueId on rank 0 and the
    TCP exchange), then ncclCommInitRankConfig with blocking = 0, polled until ready or the
    timeout, then ncclCommSplit into a blocking communicator sharing its resources
-   (splitShare), polled likewise, on which the collectives run (a non-blocking one would
-   start a thread per collective). COLLECTIVE over the job's processes. The comm also holds
+   (splitShare): the split runs in the background under the non-blocking parent, which is
+   polled until it finishes (on timeout the parent is aborted, which ends the split, and
+   then the child if NCCL returned one); the collectives run on the child (a non-blocking
+   one would start a thread per collective). Sets NCCL_RUNTIME_CONNECT=0 in the
+   environment when it is unset, before the first NCCL call, so that NCCL makes every peer
+   connection inside this deadline-bounded init (NCCL >= 2.22; older NCCL always does;
+   NCCL reads the variable once per process, at its first communicator). COLLECTIVE over
+   the job's processes. The comm also holds
    one CUDA stream, a 256-byte device scratch buffer (barrier) and 2048 CUDA events (128 per
    stream it watches); they are not counted by the engine. Errors: INVALID_ARGUMENT; the bootstrap's; DEVICE (CUDA); COMM, INVALID_STATE,
    TIMEOUT from NCCL, with NCCL's message. *out is NULL on error. */
@@ -1836,7 +1848,8 @@ typedef struct zero_nccl__comm {
     ncclComm_t parent;          /* the non-blocking communicator of the init (deadline-
                                    bounded); 'nccl' shares its resources and abort flag */
     int in_call;                /* the caller is inside a blocking NCCL call on 'nccl',
-                                   without the lock: it must not be freed under it       */
+                                   without the lock: no other NCCL call on either
+                                   communicator until it returns (NCCL's thread safety) */
     int64_t call_start_ns;      /* when that call began (the watchdog bounds it by T)    */
     const char *call_what;
     int device;
@@ -1880,29 +1893,25 @@ static void zero_nccl__detail(ncclComm_t comm, ncclResult_t r, char *out, size_t
 }
 
 /* Lock held. Frees the NCCL communicators at once, or at group_end inside a group (NCCL's
-   group still refers to them). While the calling thread is inside a blocking NCCL call on
-   'nccl' (in_call, e.g. stuck connecting to a dead peer), 'nccl' cannot be freed under
-   it: the parent is aborted instead, which raises the abort flag the child shares with it
-   (splitShare), so the blocked call returns with an error; the caller then finishes the
-   abort (abort_pending) when it takes the lock back. */
+   group still refers to them). While a thread is inside an NCCL call on 'nccl' (in_call)
+   nothing is aborted: NCCL forbids operating a communicator, or a parent and its
+   splitShare child, from two threads at once, and ncclCommAbort of either would free
+   state under the call. The abort is left pending; the caller carries it out when it
+   takes the lock back (zero_nccl__call_end, group_end). The parent goes first, then the
+   child: NCCL's order for a split that may still be running under the parent (the
+   parent's abort ends it; then the child, if NCCL returned one). */
 static void zero_nccl__abort_locked(zero_nccl__comm *c)
 {
     int s;
     if (!c->nccl && !c->parent) return;
-    if (c->in_call) { /* first: a call stuck inside ncclGroupEnd is inside a group too */
-        if (c->parent) (void)ncclCommAbort(c->parent);
-        c->parent = NULL;
+    if (c->in_call || c->in_group) { /* a call stuck inside ncclGroupEnd is inside a group too */
         c->abort_pending = 1;
         return;
     }
-    if (c->in_group) {
-        c->abort_pending = 1;
-        return;
-    }
-    if (c->nccl) (void)ncclCommAbort(c->nccl); /* synchronous; its result changes nothing now */
-    c->nccl = NULL;
-    if (c->parent) (void)ncclCommAbort(c->parent);
+    if (c->parent) (void)ncclCommAbort(c->parent); /* synchronous; its result changes nothing now */
     c->parent = NULL;
+    if (c->nccl) (void)ncclCommAbort(c->nccl);
+    c->nccl = NULL;
     for (s = 0; s < ZERO_NCCL__MAX_STREAMS; s++) {
         c->slots[s].count = 0;
         c->slots[s].unrecorded = 0;
@@ -1992,6 +2001,62 @@ static zero_result zero_nccl__settle(zero_nccl__comm *c, ncclResult_t r, const c
     }
 }
 
+/* Lock held. After ncclCommSplit(c->parent, ..., &c->nccl, ...) returned r: NCCL runs the
+   split under the non-blocking parent and writes the child handle into c->nccl only when it
+   has finished (ncclCommSplit returns with it still NULL), meanwhile the parent's
+   asynchronous state reads ncclInProgress. Polls the parent until it settles or the
+   deadline passes; then the child must be there. On timeout or error the parent is aborted
+   first (which ends the split before anything is freed), then the child if NCCL wrote one
+   (zero_nccl__abort_locked's order). */
+static zero_result zero_nccl__split_wait(zero_nccl__comm *c, ncclResult_t r, int64_t deadline)
+{
+    const char *what = "ncclCommSplit (the blocking communicator)";
+    char detail[400];
+    int spins = 0;
+    if (r != ncclSuccess && r != ncclInProgress) {
+        zero_nccl__detail(c->parent, r, detail, sizeof detail);
+        return zero_nccl__fatal(c, zero_nccl__map(r), "%s failed: %s", what, detail);
+    }
+    for (;;) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t q = ncclCommGetAsyncError(c->parent, &state);
+        if (q != ncclSuccess) {
+            zero_nccl__detail(c->parent, q, detail, sizeof detail);
+            return zero_nccl__fatal(c, zero_nccl__map(q), "%s: ncclCommGetAsyncError failed: %s", what,
+                                    detail);
+        }
+        if (state == ncclSuccess) break;
+        if (state != ncclInProgress) {
+            zero_nccl__detail(c->parent, state, detail, sizeof detail);
+            return zero_nccl__fatal(c, zero_nccl__map(state), "%s failed: %s", what, detail);
+        }
+        if (zero_nccl__now_ns() >= deadline)
+            return zero_nccl__fatal(c, ZERO_ERROR_TIMEOUT,
+                                    "%s did not complete within %d ms: a peer rank did not make "
+                                    "the matching call (it crashed, hangs, or issued a different "
+                                    "sequence of calls); the communicator was aborted",
+                                    what, c->timeout_ms);
+        pthread_mutex_unlock(&c->lock);
+        zero_nccl__backoff(&spins);
+        pthread_mutex_lock(&c->lock);
+    }
+    if (!c->nccl)
+        return zero_nccl__fatal(c, ZERO_ERROR_COMM,
+                                "%s finished without a communicator (NCCL wrote no child handle)", what);
+    return ZERO_OK;
+}
+
+/* NCCL makes every peer connection a collective can use during a communicator's init (not
+   in the first collective of each algorithm) when NCCL_RUNTIME_CONNECT is 0: then a
+   blocking collective never waits for a peer on the host, and the init that does is
+   deadline-bounded and abortable. NCCL >= 2.22 reads the variable (default 1) once per
+   process, at its first communicator; older NCCL always connects at init. A value the
+   environment already has is kept. */
+static void zero_nccl__connect_at_init(void)
+{
+    if (!getenv("NCCL_RUNTIME_CONNECT")) (void)setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+}
+
 /* Lock held. Records an event after the unrecorded collectives of s (room in the ring is
    the caller's business). */
 static zero_result zero_nccl__record(zero_nccl__comm *c, zero_nccl__slot *s)
@@ -2052,9 +2117,11 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
         *busy = 1;
         if (now - c->call_start_ns > (int64_t)c->timeout_ms * 1000000)
             return zero_nccl__fatal(c, ZERO_ERROR_TIMEOUT,
-                                    "%s has been blocked inside NCCL for %.1f s (timeout %d ms): a "
-                                    "peer rank never connected (it crashed, hangs, or issued a "
-                                    "different sequence of collectives); the communicator was aborted",
+                                    "%s has been blocked inside NCCL for %.1f s (timeout %d ms): "
+                                    "NCCL waits for a peer rank on the host (with "
+                                    "NCCL_RUNTIME_CONNECT=1 the first collective of an algorithm "
+                                    "connects; a peer that crashed or hangs never answers); the "
+                                    "communicator is aborted when the call returns",
                                     c->call_what, (double)(now - c->call_start_ns) * 1e-9, c->timeout_ms);
         q = ncclSuccess;
     } else {
@@ -2149,12 +2216,11 @@ static zero_result zero_nccl__note(zero_nccl__comm *c, zero_nccl__slot *s, const
 static const char *zero_nccl__what[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
 
 /* Lock held on entry and on return. A blocking NCCL call on c->nccl is made WITHOUT the
-   lock (in_call set), so the watchdog can still see the deadline pass and abort (through
-   the parent, see zero_nccl__abort_locked) while the call is stuck inside NCCL (enqueue
-   blocks only to connect to a peer, or on a full work queue, which the 128-per-stream
-   bound avoids). The caller's thread is the only one calling NCCL on c->nccl meanwhile:
-   the watchdog makes no NCCL call while in_call. Back under the lock, an abort that came
-   meanwhile is finished here (the communicator is free to go now). */
+   lock (in_call set), so the watchdog keeps watching the other streams' events and the
+   call's own duration meanwhile; it makes no NCCL call while in_call (the caller's thread
+   is the only one inside NCCL on either communicator). With every connection made at init
+   the call only enqueues (the 128-per-stream bound keeps NCCL's work queue from filling).
+   Back under the lock, an abort that came meanwhile is carried out here. */
 static void zero_nccl__call_begin(zero_nccl__comm *c, const char *what)
 {
     c->in_call = 1;
@@ -2457,8 +2523,10 @@ static void zero_nccl__destroy(zero_comm *comm)
     healthy = c->failure == ZERO_OK && c->nccl && c->in_group == 0;
     pthread_mutex_unlock(&c->lock);
     if (healthy) (void)zero_nccl__wait_until(c, deadline, "destroy");
-    /* The blocking child's finalize blocks without a deadline of its own: it runs while the
-       watchdog still does (flagged in_call), so a peer that never quiesces ends it at T. */
+    /* The blocking child's finalize has no deadline of its own, but once every collective
+       of this rank has finished (above) it waits for no peer: it syncs NCCL's internal
+       streams and drops its share of the proxy, which the parent owns. The parent's
+       finalize, which flushes the proxy, is polled with a deadline below. */
     pthread_mutex_lock(&c->lock);
     if (c->failure == ZERO_OK && c->nccl && c->in_group == 0) {
         ncclComm_t child = c->nccl;
@@ -2650,6 +2718,7 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
                           "zero_nccl_create: allocator needs both alloc and free, or neither");
     r = zero_nccl__timeout(desc, &timeout);
     if (r != ZERO_OK) return r;
+    zero_nccl__connect_at_init(); /* before NCCL's first look at its environment */
     e = cudaGetDevice(&device);
     if (e != cudaSuccess)
         return zero__fail(ZERO_ERROR_DEVICE, "zero_nccl_create: cudaGetDevice: %s", cudaGetErrorString(e));
@@ -2731,8 +2800,8 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
            non-blocking communicator NCCL >= 2.23 runs every ncclGroupEnd, the implicit one
            of each collective included, on a new thread and returns ncclInProgress; on a
            blocking one a collective is enqueued by the calling thread and returns. The
-           split itself is collective and may finish in the background (the parent is
-           non-blocking): settle polls the child until it is ready or the deadline. */
+           split runs in the background under the non-blocking parent: split_wait polls the
+           parent, and the child handle exists only once it has finished. */
         ncclConfig_t ccfg = NCCL_CONFIG_INITIALIZER;
         ccfg.blocking = 1;
         ccfg.splitShare = 1;
@@ -2740,8 +2809,7 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
         c->parent = c->nccl;
         c->nccl = NULL;
         nr = ncclCommSplit(c->parent, 0, rank, &c->nccl, &ccfg);
-        if (nr == ncclInProgress && !c->nccl) nr = ncclInternalError;
-        r = zero_nccl__settle(c, nr, "ncclCommSplit (the blocking communicator)", zero_nccl__deadline(timeout));
+        r = zero_nccl__split_wait(c, nr, zero_nccl__deadline(timeout));
     }
     pthread_mutex_unlock(&c->lock);
     if (r != ZERO_OK) { /* settle aborted the communicator; zero_last_error has why */

@@ -60,7 +60,7 @@ static zero_result act_engine(const act_cfg *c, zero_comm *comm, zero_device **d
     d.activation_host_bytes = c->host_bytes;
     d.activation_nvme_bytes = c->nvme_bytes;
     d.nvme_path = c->dir;
-    d.pin_memory = c->pin;
+    d.pin_memory = c->pin ? ZERO_PIN_MEMORY_ON : ZERO_PIN_MEMORY_OFF; /* pin 0: plain memory */
     r = zero_engine_create(&d, e);
     if (r == ZERO_OK) r = zero_engine_add_tensor(*e, "w", 100, 0, 0, NULL);
     if (r == ZERO_OK) r = zero_engine_commit(*e);

@@ -136,7 +136,7 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
         d.offload_optimizer = ZERO_OFFLOAD_CPU;
         d.offload_param = A->offload == 2 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
         d.sub_group_size = 29; /* many tiles: the pipeline's staging tiles are reused */
-        d.pin_memory = A->pin ? A->pin : 1; /* host buffers from the device's host_alloc */
+        d.pin_memory = A->pin; /* the default pins: this device offers host_alloc */
         vc_current->defer = 1;
     }
     r = zero_engine_create(&d, &e);
@@ -147,6 +147,10 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
     }
     if (!r) r = zero_engine_commit(e);
     if (r) goto out;
+    {
+        zero_engine_desc got;
+        if (zero_engine_get_desc(e, &got) == ZERO_OK) A->pinned = got.pin_memory;
+    }
     plan = zero_engine_plan(e);
     G = zero_plan_num_groups(plan);
     for (t = 0; t < c.ntensors && !r; t++) {
@@ -332,6 +336,69 @@ ZT_TEST(offload_waits_for_the_upload_of_its_param_tile)
         }
 }
 
+/* pin_memory's default follows the device: this device offers pinned memory (host_alloc),
+   so the default (and ZERO_PIN_MEMORY_ON) take the offload tiers' buffers there, and the
+   run defers its COMPUTE uploads from them; ZERO_PIN_MEMORY_OFF takes none. The state is
+   the plain run's every time. The host device offers none: the default resolves to off. */
+ZT_TEST(pin_memory_default_follows_the_device)
+{
+    static const int pins[] = {ZERO_PIN_MEMORY_AUTO, ZERO_PIN_MEMORY_ON, ZERO_PIN_MEMORY_OFF};
+    uint64_t plain[EC_MAX_RANKS];
+    int i, rk;
+    for (i = -1; i < 3; i++) {
+        arun A;
+        char label[64];
+        memset(&A, 0, sizeof A);
+        A.stage = 3;
+        A.world = 2;
+        A.steps = 2;
+        A.accum = 1;
+        A.dt = ZERO_F16;
+        A.persist = 20;
+        A.model = 1;
+        A.offload = i < 0 ? 0 : 2;
+        A.pin = i < 0 ? 0 : pins[i];
+        snprintf(label, sizeof label, "pin_memory %d", i < 0 ? 99 : A.pin);
+        vc_pinned_total = 0;
+        check_async(&A, label);
+        if (i < 0) {
+            for (rk = 0; rk < A.world; rk++) plain[rk] = A.hash[rk];
+            continue;
+        }
+        ZT_CHECKF(A.pinned == (A.pin == ZERO_PIN_MEMORY_OFF ? ZERO_PIN_MEMORY_OFF : ZERO_PIN_MEMORY_ON),
+                  "%s: resolved to %d", label, A.pinned);
+        ZT_CHECKF((vc_pinned_total > 0) == (A.pin != ZERO_PIN_MEMORY_OFF), "%s: %d pinned buffers", label,
+                  vc_pinned_total);
+        ZT_CHECKF(vc_pinned_live == 0, "%s: %d pinned buffers not given back", label, vc_pinned_live);
+        for (rk = 0; rk < A.world; rk++)
+            ZT_CHECKF(A.hash[rk] == plain[rk], "%s rank %d: state differs from the plain run", label, rk);
+    }
+    {
+        zero_device *host = NULL;
+        zero_local_group *grp = NULL;
+        zero_local_desc ld;
+        zero_comm *comm = NULL;
+        zero_engine *e = NULL;
+        zero_engine_desc d, got;
+        memset(&ld, 0, sizeof ld);
+        ld.world = 1;
+        ZT_CHECK(zero_host_device_create(NULL, &host) == ZERO_OK);
+        ZT_CHECK(zero_local_group_create(&ld, &grp) == ZERO_OK);
+        ZT_CHECK(zero_local_comm_create(grp, 0, &comm) == ZERO_OK);
+        memset(&d, 0, sizeof d);
+        d.stage = 1;
+        d.offload_optimizer = ZERO_OFFLOAD_CPU;
+        d.device = host;
+        d.comm = comm;
+        ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
+        ZT_CHECK(zero_engine_get_desc(e, &got) == ZERO_OK && got.pin_memory == ZERO_PIN_MEMORY_OFF);
+        zero_engine_destroy(e);
+        zero_comm_destroy(comm);
+        zero_local_group_destroy(grp);
+        zero_device_destroy(host);
+    }
+}
+
 ZT_TEST(engine_orders_its_queues)
 {
     int st, v;
@@ -412,6 +479,7 @@ int main(void)
     ZT_RUN(engine_orders_its_queues);
     ZT_RUN(offload_orders_its_queues);
     ZT_RUN(offload_waits_for_the_upload_of_its_param_tile);
+    ZT_RUN(pin_memory_default_follows_the_device);
     ZT_RUN(set_tensor_waits_for_prefetch);
     return zt_summary();
 }

@@ -166,12 +166,26 @@ static zero_result gpt_register(zero_engine *e, const gpt_shape *s, gpt_model *m
     memset(m, 0, sizeof *m);
     if (!s->tiles) {
         r = gpt_add(e, m, "transformer.wte.weight", s->V * C, 0, GT_WTE, 0, 0);
-    } else {
+    } else { /* the helper: tile k in group k, its rows' view */
+        int first = -1;
+        r = zero_engine_add_tiled_tensor(e, "transformer.wte.weight", s->V, C, s->tiles, 0, 0, &first);
         for (k = 0; k < s->tiles && r == ZERO_OK; k++) {
+            zero_tile_view v;
             size_t row0, rows;
             gpt_tile_rows(s->V, s->tiles, k, &row0, &rows);
-            snprintf(name, sizeof name, "transformer.wte.weight.tile%d", k);
-            r = gpt_add(e, m, name, rows * C, k, GT_WTE, row0 * C, 0);
+            r = zero_engine_tile_view(e, first, k, &v);
+            if (r == ZERO_OK && (v.tensor != first + k || v.group != k || v.row0 != row0 ||
+                                 v.rows != rows || v.cols != C))
+                r = ZERO_ERROR_INVALID_STATE; /* the view disagrees with the split rule */
+            if (r == ZERO_OK) {
+                gpt_tensor *x = &m->t[m->n++];
+                x->id = v.tensor;
+                x->group = v.group;
+                x->logical = GT_WTE;
+                x->numel = v.rows * C;
+                x->logical_off = v.row0 * C;
+                m->logical_numel[GT_WTE] = s->V * C;
+            }
         }
     }
     if (r == ZERO_OK) r = gpt_add(e, m, "transformer.wpe.weight", s->T * C, s->tiles ? s->tiles : 0, GT_WPE, 0, 0);
@@ -301,7 +315,10 @@ typedef struct grun {
     int stage, accum, steps, parts; /* parts: 2 = the tied LM head's and the lookup's gradients
                                        as two parts of the embedding groups (1: held together) */
     size_t max_live;                /* 0 = default */
-    int world;
+    int world, depth;               /* depth: prefetch_depth (0 = default) */
+    int change_at;                  /* > 0: from this step on the forward runs the blocks in
+                                       reverse, and one micro-step gathers the embedding once
+                                       more at its end (the order changes twice) */
     /* results */
     float *master[GPT_MAX_T], *mm[GPT_MAX_T], *vv[GPT_MAX_T], *param[GPT_MAX_T];
     int nlogical;
@@ -368,6 +385,7 @@ static zero_result grun_rank(int rank, zero_comm *comm, void *user)
     d.param_dtype = ZERO_F32;
     d.accum_steps = G->accum;
     d.max_live_numel = G->max_live;
+    d.prefetch_depth = G->depth;
     d.device = dev;
     d.comm = comm;
     if (r == ZERO_OK) r = zero_engine_create(&d, &e);
@@ -409,7 +427,11 @@ static zero_result grun_rank(int rank, zero_comm *comm, void *user)
 #define GT(call) do { if (r == ZERO_OK) r = (call); } while (0)
             /* forward: the lookup, the blocks, ln_f, the tied LM head */
             for (g = 0; g < E; g++) { GT(zero_engine_gather(e, g, &pp)); GT(zero_engine_release(e, g)); }
-            for (g = E; g < NG; g++) { GT(zero_engine_gather(e, g, &pp)); GT(zero_engine_release(e, g)); }
+            for (i = E; i < NG; i++) {
+                g = G->change_at > 0 && s >= G->change_at && i < NG - 1 ? NG - 2 - (i - E) : i;
+                GT(zero_engine_gather(e, g, &pp));
+                GT(zero_engine_release(e, g));
+            }
             for (g = 0; g < E; g++)
                 if (gpt_is_wte_group(sh, g)) { GT(zero_engine_gather(e, g, &pp)); GT(zero_engine_release(e, g)); }
             /* backward: the LM head (its input gradient needs the params, its weight gradient
@@ -442,6 +464,10 @@ static zero_result grun_rank(int rank, zero_comm *comm, void *user)
                     GT(zero_engine_release(e, g));
                 } else if (r == ZERO_OK) {
                     gpt_fill(G, m, plan, g, 1, rank, k, s, NULL, (float *)gp);
+                }
+                if (G->change_at > 0 && s == G->change_at && k == 0 && g == E - 1) {
+                    GT(zero_engine_gather(e, 0, &pp)); /* one more use before the last part */
+                    GT(zero_engine_release(e, 0));
                 }
                 GT(zero_engine_grads_ready(e, g));
             }
@@ -591,6 +617,18 @@ ZT_TEST(gpt_step_fits_the_default_arena)
                 /* reduce-scatter: Psi, plus the embedding's second part */
                 ZT_CHECKF(t->numel[ZERO_COLL_REDUCE_SCATTER] == A * (P + W) * f, "rs %.0f vs %.0f",
                           t->numel[ZERO_COLL_REDUCE_SCATTER], A * (P + W) * f);
+                /* all-gather: the paper's 2 Psi (forward, backward) plus the embedding's
+                   second use in the forward (the tied LM head); nothing wasted */
+                ZT_CHECKF(t->numel[ZERO_COLL_ALL_GATHER] == A * (2 * P + W) * f, "ag %.0f vs %.0f",
+                          t->numel[ZERO_COLL_ALL_GATHER], A * (2 * P + W) * f);
+                ZT_CHECKF(g->prefetch_wasted == 0 && g->evictions == 0, "wasted %llu",
+                          (unsigned long long)g->prefetch_wasted);
+                ZT_CHECKF(g->prefetches > 0 && g->prefetch_hits == g->prefetches, "prefetched %llu used %llu",
+                          (unsigned long long)g->prefetches, (unsigned long long)g->prefetch_hits);
+                /* recorded once: 29 gathers (E, 12 blocks, ln_f, E; E, ln_f, 12 blocks) and 15
+                   gradient buffers (E's two parts, ln_f, 12 blocks) per micro-step */
+                ZT_CHECKF(g->trace_records == 1 && g->trace_len == 44, "records %llu len %d",
+                          (unsigned long long)g->trace_records, g->trace_len);
             }
             if (!zt_quick())
                 printf("  scaled GPT (P = %zu, embedding %zu), stage 3: arena %zu, peak %zu; gathers %llu, "
@@ -608,6 +646,153 @@ ZT_TEST(gpt_step_fits_the_default_arena)
         grun_free(G);
     }
     grun_free(ref);
+}
+
+/* The order changes (the forward runs the blocks in reverse from step 1 on, and one
+   micro-step gathers the embedding once more at its end): no hang, no wrong data (stages
+   0-3 bit-identical), the order re-recorded, and afterwards prefetches are used again. */
+ZT_TEST(trace_follows_a_changed_order)
+{
+    grun cfg;
+    grun *ref = NULL;
+    int st, depth, rk;
+    for (depth = 1; depth <= 3; depth += 2) {
+        memset(&cfg, 0, sizeof cfg);
+        cfg.shape = gpt_small;
+        cfg.shape.L = 4;
+        cfg.world = 3;
+        cfg.accum = 2;
+        cfg.steps = 4;
+        cfg.parts = 2;
+        cfg.change_at = 1;
+        cfg.depth = depth;
+        ref = NULL;
+        for (st = 0; st <= 3; st++) {
+            grun *G;
+            char why[160];
+            cfg.stage = st;
+            G = grun_run(&cfg);
+            ZT_CHECKF(G->err[0] == '\0', "depth %d stage %d: %s", depth, st, G->err);
+            if (st == 3 && G->err[0] == '\0')
+                for (rk = 0; rk < 3; rk++) {
+                    const zero_gather_stats *g = &G->gs[rk];
+                    /* recorded in step 0's first micro-step; step 1's first micro-step
+                       departs (blocks reversed, then the extra gather: one new recording);
+                       its second departs where it skips the extra gather (a third) */
+                    ZT_CHECKF(g->trace_records == 3, "depth %d: records %llu", depth,
+                              (unsigned long long)g->trace_records);
+                    ZT_CHECK(g->prefetches == g->prefetch_hits + g->prefetch_wasted);
+                    ZT_CHECK(g->live_numel == 0);
+                }
+            if (!ref) {
+                ref = G;
+                continue;
+            }
+            if (G->err[0] == '\0' && ref->err[0] == '\0')
+                ZT_CHECKF(grun_same(ref, G, why, sizeof why), "depth %d stage %d vs 0: %s", depth, st, why);
+            grun_free(G);
+        }
+        grun_free(ref);
+    }
+}
+
+/* Memory-centric tiling: GPT's wte as 8 tile groups trains to the same bits as the whole
+   tensor (the same synthetic arithmetic per element, tile by tile), in an arena too small
+   for the whole embedding, where the untiled model fails commit naming the group and the
+   value that fits. */
+ZT_TEST(tiled_embedding_same_bits)
+{
+    grun cfg;
+    int st, rk;
+    for (st = 0; st <= 3; st += 1) {
+        grun *whole, *tiled;
+        char why[160];
+        size_t C, B;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.shape = gpt_small;
+        cfg.world = 4;
+        cfg.accum = 2;
+        cfg.steps = 2;
+        cfg.parts = 2;
+        cfg.stage = st;
+        whole = grun_run(&cfg);
+        cfg.shape.tiles = 8;
+        C = cfg.shape.C;
+        B = 12 * C * C + 13 * C;
+        /* the large-model default of the tiled model: the largest group (a block) + 3 */
+        cfg.max_live = st >= 2 ? 4 * B + 64 * 16 : 0;
+        tiled = grun_run(&cfg);
+        ZT_CHECKF(whole->err[0] == '\0' && tiled->err[0] == '\0', "stage %d: %s %s", st, whole->err, tiled->err);
+        if (whole->err[0] == '\0' && tiled->err[0] == '\0')
+            ZT_CHECKF(grun_same(whole, tiled, why, sizeof why), "stage %d tiled vs whole: %s", st, why);
+        if (st == 3 && tiled->err[0] == '\0')
+            for (rk = 0; rk < 4; rk++) {
+                const zero_gather_stats *g = &tiled->gs[rk];
+                ZT_CHECK(g->limit_numel == cfg.max_live && g->peak_live_numel <= g->limit_numel);
+                ZT_CHECK(g->prefetch_wasted == 0);
+            }
+        if (st == 3) { /* the whole embedding does not fit that arena */
+            grun *bad;
+            cfg.shape.tiles = 0;
+            bad = grun_run(&cfg);
+            ZT_CHECKF(strstr(bad->err, "transformer.wte.weight") && strstr(bad->err, "max_live_numel >= 153792"),
+                      "%s", bad->err);
+            grun_free(bad);
+        }
+        grun_free(whole);
+        grun_free(tiled);
+    }
+}
+
+/* The helper's errors and views. */
+static zero_result tile_api_rank(int rank, zero_comm *comm, void *user)
+{
+    int *bad = (int *)user, first = -1, first2 = -1;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_tile_view v;
+    (void)rank;
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    zero_host_device_create(NULL, &dev);
+    d.device = dev;
+    d.comm = comm;
+    zero_engine_create(&d, &e);
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 10, 3, 0, 0, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 10, 3, 11, 0, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 0, 3, 1, 0, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tiled_tensor(e, NULL, 10, 3, 1, 0, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 10, 3, 2, -1, 0, &first) != ZERO_ERROR_INVALID_ARGUMENT;
+    *bad |= zero_engine_add_tensor(e, "b", 5, 0, 0, NULL) != ZERO_OK;
+    /* 10 rows in 4 tiles: 3, 3, 2, 2 rows, groups 1..4 */
+    *bad |= zero_engine_add_tiled_tensor(e, "w", 10, 3, 4, 1, ZERO_TENSOR_NO_DECAY, &first) != ZERO_OK;
+    *bad |= first != 1;
+    *bad |= zero_engine_add_tiled_tensor(e, "u", 7, 2, 7, 5, 0, &first2) != ZERO_OK;
+    *bad |= zero_engine_tile_view(e, first, 4, &v) != ZERO_ERROR_NOT_FOUND;
+    *bad |= zero_engine_tile_view(e, 0, 0, &v) != ZERO_ERROR_NOT_FOUND;
+    *bad |= zero_engine_tile_view(e, first, 2, &v) != ZERO_OK || v.tensor != 3 || v.group != 3 ||
+            v.row0 != 6 || v.rows != 2 || v.cols != 3;
+    *bad |= zero_engine_commit(e) != ZERO_OK;
+    *bad |= zero_engine_add_tiled_tensor(e, "z", 4, 4, 2, 20, 0, NULL) != ZERO_ERROR_INVALID_STATE;
+    *bad |= zero_engine_tile_view(e, first2, 6, &v) != ZERO_OK || v.tensor != first2 + 6 ||
+            v.group != 11 || v.row0 != 6 || v.rows != 1 || v.offset != 0;
+    {
+        int nd;
+        uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+        *bad |= zero_engine_tensor_shape(e, first + 1, &nd, dims) != ZERO_OK || nd != 2 || dims[0] != 3 ||
+                dims[1] != 3;
+    }
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+ZT_TEST(tiled_tensor_api)
+{
+    int bad = 0;
+    ZT_CHECK(zero_local_run(1, tile_api_rank, &bad) == ZERO_OK);
+    ZT_CHECK(bad == 0);
 }
 
 /* zero_engine_set_grad_parts: errors, the micro-step's end, and at stages 0-1 the
@@ -689,6 +874,9 @@ int main(void)
     (void)ec_cfg_init; /* the harness is included for its synthetic gradients */
     ZT_RUN(gpt2_124m_device_bytes);
     ZT_RUN(gpt_step_fits_the_default_arena);
+    ZT_RUN(trace_follows_a_changed_order);
     ZT_RUN(grad_parts_api);
+    ZT_RUN(tiled_embedding_same_bits);
+    ZT_RUN(tiled_tensor_api);
     return zt_summary();
 }

@@ -294,6 +294,7 @@ static zero_result knobs_rank(int rank, zero_comm *comm, void *user)
     ZT_CHECK(create_with(DESC(d.stage = 1, d.offload_optimizer = ZERO_OFFLOAD_CPU, d.buffer_count = 1),
                          dev, comm) == ZERO_ERROR_INVALID_ARGUMENT);
     ZT_CHECK(create_with(DESC(d.stage = 1, d.pin_memory = 2), dev, comm) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(create_with(DESC(d.stage = 1, d.pin_memory = -2), dev, comm) == ZERO_ERROR_INVALID_ARGUMENT);
     /* defaults: DeepSpeed's */
     memset(&d, 0, sizeof d);
     d.stage = 3;
@@ -306,7 +307,8 @@ static zero_result knobs_rank(int rank, zero_comm *comm, void *user)
     ZT_CHECK(zero_engine_get_desc(e, &got) == ZERO_OK);
     ZT_CHECK(got.sub_group_size == 1000000000u && got.buffer_count == 4 &&
              got.buffer_size == 100000000u && got.block_size == 1048576u && got.queue_depth == 8 &&
-             got.pin_memory == 0 && got.host_threads >= 1);
+             got.pin_memory == ZERO_PIN_MEMORY_OFF /* the host device has no pinned memory */ &&
+             got.host_threads >= 1);
     zero_engine_destroy(e);
 #undef DESC
     zero_device_destroy(dev);

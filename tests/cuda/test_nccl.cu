@@ -616,7 +616,8 @@ typedef struct hang_ctx {
     pthread_cond_t cv;
     int done;           /* rank 0 has finished its checks */
     int mode;           /* 0: zero_nccl_wait (no watchdog); 1: cudaStreamSynchronize (watchdog);
-                           2: the very first collective (no connection yet)  */
+                           2: the very first collective (connected at init, so it
+                           enqueues; the wait after it times out) */
     zero_result got;    /* rank 0's result */
     double elapsed_ms;
     char msg[700];
