@@ -24,12 +24,17 @@
        (one process without a launcher is rank 0 of 1);
      - --ranks N: N ranks as threads of this process on GPU 0, over the single-process
        device comm of zero_cuda.h (zero_cuda_local_comm_create): for tests.
-   --stage -1 (the default, as in the CPU demo) trains stage 0, 1, 2 and 3 in turn and
-   says whether their losses agree bit for bit (they must: the engine hands every stage
-   the same parameter bits and every kernel here is deterministic).
+   Without --stage (as the CPU demo) it trains stage 0, 1, 2 and 3 in turn and says
+   whether their losses and final parameters agree bit for bit (they must: the engine
+   hands every stage the same parameter bits and every kernel here is deterministic).
 
-   Not supported here (the CPU example has them): --device-memory (a budget of the host
-   device) and --save/--resume are refused with a message; --sample is ignored.
+   --save DIR / --resume DIR write and read the engine's checkpoints with the data position
+   as client state (gpt2_client), so a resumed run continues the straight run's batches,
+   at any stage and world size; --stop-at S stops after step S with the schedule of
+   --steps, so that a resume continues it.
+
+   --sample N ends with N tokens generated as the CPU example does. Not supported here:
+   --device-memory (a budget of the CPU example's host device), refused with a message.
 
    Status: compiled and linked with nvcc, warnings as errors; never run on a GPU.
    docs/gpt2_cuda.md has the whole story and the GPU check (tools/gpt2_gpu_check.sh). */
@@ -128,11 +133,13 @@ typedef struct acts {
 /* What one stage's run gave (rank 0's view). */
 typedef struct stage_result {
     double *loss;        /* [steps] mean train loss of each step            */
+    int first, end;      /* the steps run: [first, end) (first > 0 resumed) */
     double val;          /* the validation loss after the last step         */
     double ms_per_step;
     int skipped;         /* steps skipped for inf/NaN                       */
     float final_scale;   /* the loss scale after the last step              */
     uint64_t checksum;   /* FNV-1a 64 of the final fp32 master weights      */
+    char sample[4096];   /* --sample's text                                  */
     int ok;
 } stage_result;
 
@@ -370,8 +377,9 @@ done:
 
 /* The forward of the uploaded micro-batch: the loss of each position, its mean added to
    a.loss_sum[which], and the logits replaced by the gradient of dscale * the positions'
-   summed loss. Group 0 stays gathered (R->p0) for the backward: the caller releases it.
-   dump: rank 0's logits of the first micro-batch go to --dump-logits. */
+   summed loss; which < 0: the logits only (no loss). Group 0 stays gathered (R->p0) for
+   the backward: the caller releases it. dump: rank 0's logits of the first micro-batch go
+   to --dump-logits. */
 static zero_result forward(gpu_run *R, int which, float dscale, int dump)
 {
     acts *a = &R->a;
@@ -425,6 +433,7 @@ static zero_result forward(gpu_run *R, int which, float dscale, int dump)
             goto done;
         }
     }
+    if (which < 0) goto done;
     {
         unsigned rows = (unsigned)(N < 65536 ? N : 65536);
         gk_crossentropy<<<rows, GK_THREADS, 0, R->st>>>(a->logits, a->losses, a->tgt, N, R->V, dscale);
@@ -552,17 +561,16 @@ static double seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The loss summed in a.loss_sum[which], summed over ranks, back on the host; then zeroed. */
+/* The loss summed in a.loss_sum[which] (then zeroed), summed over ranks by the engine's
+   tagged user all-reduce, divided by div. */
 static zero_result mean_loss(gpu_run *R, int which, double div, double *out)
 {
     zero_result r = ZERO_OK;
     double v = 0;
-    memset(&R->comm->tag, 0, sizeof R->comm->tag); /* untagged: the example's own collective */
-    TRY(R->comm->ops->all_reduce(R->comm, R->a.loss_sum + which, R->a.loss_sum + which, 1, ZERO_F64, ZERO_OP_SUM,
-                                 R->st));
     TRY(R->dev->ops->download(R->dev, ZERO_QUEUE_COMPUTE, &v, R->a.loss_sum + which, sizeof v));
     TRY(R->dev->ops->sync(R->dev, ZERO_QUEUE_COMPUTE));
     CUDA(cudaMemsetAsync(R->a.loss_sum + which, 0, sizeof(double), R->st));
+    TRY(zero_engine_allreduce(R->e, &v, 1, ZERO_F64, ZERO_OP_SUM));
     *out = v / div;
 done:
     return r;
@@ -593,6 +601,65 @@ static uint64_t fnv1a64(const void *p, size_t bytes)
     size_t i;
     for (i = 0; i < bytes; i++) h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
+}
+
+/* train_gpt2.c's text sample: n = --sample tokens after a prompt of the first 16 validation
+   tokens, each drawn from the softmax of the last position's logits with the generator rng
+   (the same draw as the CPU example; its text may still differ, from the logits' last
+   bits). Every rank computes the same (stage 3's gathers need them all). The window, at
+   most T tokens, is the first positions of every sequence of the batch (causal attention:
+   what follows it does not change its logits). Text data: the bytes, unprintable ones as
+   '?'; token files: the ids. */
+static zero_result generate(gpu_run *R, uint64_t *rng, char *out, size_t cap)
+{
+    const gpt2_opts *o = R->o;
+    int n = o->sample, T = R->T, V = R->V, plen = 16, len = 0, i, b, t;
+    int text = o->data_path == NULL || strlen(o->data_path) < 4 || strcmp(o->data_path + strlen(o->data_path) - 4, ".bin");
+    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n));
+    float *z = (float *)malloc(sizeof(float) * (size_t)V);
+    size_t used = 0;
+    zero_result r = ZERO_OK;
+    if (!tok || !z) {
+        r = fail(ZERO_ERROR_OUT_OF_MEMORY, "malloc", "sample");
+        goto done;
+    }
+    if (plen > T) plen = T;
+    for (i = 0; i < plen; i++) tok[i] = R->data->tokens[R->data->ntrain + (size_t)i];
+    for (len = plen; len < plen + n; len++) {
+        int start = len > T ? len - T : 0, w = len - start, v;
+        double u, acc = 0.0;
+        float mx = -INFINITY, sum = 0.0f;
+        for (b = 0; b < R->B; b++)
+            for (t = 0; t < T; t++) {
+                R->hx[(size_t)b * T + t] = t < w ? tok[start + t] : 0;
+                R->hy[(size_t)b * T + t] = 0;
+            }
+        TRY(upload_batch(R));
+        TRY(forward(R, -1, 0.0f, 0));
+        TRY(zero_engine_release(R->e, 0));
+        TRY(R->dev->ops->download(R->dev, ZERO_QUEUE_COMPUTE, z, R->a.logits + (size_t)(w - 1) * V,
+                                  sizeof(float) * (size_t)V));
+        TRY(R->dev->ops->sync(R->dev, ZERO_QUEUE_COMPUTE));
+        for (v = 0; v < V; v++)
+            if (z[v] > mx) mx = z[v];
+        for (v = 0; v < V; v++) sum += expf(z[v] - mx);
+        u = gpt2_rng_uniform(rng) * sum;
+        for (v = 0; v < V - 1; v++)
+            if ((acc += expf(z[v] - mx)) > u) break;
+        tok[len] = v;
+    }
+    for (i = 0; i < len && used + 8 < cap; i++) {
+        if (text) {
+            int ch = tok[i];
+            out[used++] = (char)((ch >= 32 && ch < 127) || ch == '\n' || ch == '\t' ? ch : '?');
+        } else
+            used += (size_t)snprintf(out + used, cap - used, "%d ", tok[i]);
+    }
+done:
+    if (cap) out[used < cap ? used : cap - 1] = '\0';
+    free(tok);
+    free(z);
+    return r;
 }
 
 /* This rank's part of every tensor's fp32 master weights into sh->final (tensors in table
@@ -658,8 +725,12 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     zero_result r = ZERO_OK;
     FILE *csv = NULL;
     double t_step, t_run, tokens = (double)o->batch * R->T * o->accum, val = -1;
-    int s, k, i;
-    size_t most[2] = {0, 0};
+    int s, k, i, end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps; /* --stop-at */
+    size_t most[2] = {0, 0}, got = 0;
+    gpt2_client cl; /* what a checkpoint carries besides the engine: the data position */
+    memset(&cl, 0, sizeof cl);
+    cl.magic = GPT2_CLIENT_MAGIC;
+    cl.rng = o->seed ^ 0x5a5a5a5a5a5a5a5aull;
     R->e = NULL;
     R->pf32[0] = R->pf32[1] = R->gf32[0] = R->gf32[1] = NULL;
     R->grad_group[0] = R->grad_group[1] = -1;
@@ -670,6 +741,19 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     TRY(gpt2_offsets(zero_engine_plan(R->e), &o->cfg, R->t));
     if (o->init_path) TRY(zero_engine_load_safetensors(R->e, o->init_path));
     else TRY(gpt2_set_init(R->e, &o->cfg, R->t, o->seed));
+    if (o->resume_dir) { /* any stage and world size; the data stream continues from the client state */
+        TRY(zero_engine_load_client(R->e, o->resume_dir, &cl, sizeof cl, &got));
+        if (got != sizeof cl || cl.magic != GPT2_CLIENT_MAGIC) {
+            r = fail(ZERO_ERROR_INVALID_ARGUMENT, o->resume_dir, "not a checkpoint of the GPT-2 examples (no client state)");
+            goto done;
+        }
+        if (cl.next_step >= end) {
+            r = fail(ZERO_ERROR_INVALID_ARGUMENT, o->resume_dir, "the checkpoint is at or past the last step: nothing to do");
+            goto done;
+        }
+    }
+    res->first = (int)cl.next_step;
+    res->end = end;
     if (o->dtype != ZERO_F32) { /* the fp32 copies of the 16-bit groups */
         for (i = 0; i < zero_plan_num_groups(zero_engine_plan(R->e)); i++) {
             size_t n = group_numel(R, i);
@@ -698,14 +782,13 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
         }
     }
     t_run = seconds();
-    for (s = 0; s < o->steps; s++) {
+    for (s = (int)cl.next_step; s < end; s++) {
         zero_step_info info;
         double lr = gpt2_lr(o, s), loss, t0 = seconds();
         float scale = zero_engine_loss_scale(R->e);
         TRY(zero_engine_set_lr(R->e, lr));
         for (k = 0; k < o->accum; k++) {
-            uint64_t batch = (uint64_t)s * (uint64_t)o->accum + (uint64_t)k;
-            gpt2_batch(R->data, 0, batch, o->batch, R->T, R->rank * R->B, R->B, R->hx, R->hy);
+            gpt2_batch(R->data, 0, cl.next_batch++, o->batch, R->T, R->rank * R->B, R->B, R->hx, R->hy);
             TRY(upload_batch(R));
             TRY(forward(R, 0, scale / (float)R->N, s == 0 && k == 0 && R->rank == 0 && o->logits_path != NULL));
             TRY(backward(R));
@@ -717,12 +800,13 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
         TRY(mean_loss(R, 0, (double)R->world * o->accum, &loss));
         t_step = seconds() - t0;
         val = -1;
-        if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == o->steps) TRY(val_loss(R, &val));
+        cl.next_step = s + 1;
+        if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == end) TRY(val_loss(R, &val));
         res->loss[s] = loss;
         res->skipped += info.skipped != 0;
         if (R->rank == 0) {
             int every = o->log_every > 0 ? o->log_every : 1;
-            if (s % every == 0 || s + 1 == o->steps || val >= 0) { /* train_gpt2.c's line */
+            if (s % every == 0 || s + 1 == end || val >= 0) { /* train_gpt2.c's line */
                 printf("step %5d | loss %.6f | lr %.3e | norm %8.4f | %8.2f ms | %8.0f tok/s", s, loss, lr,
                        (double)info.grad_norm, 1e3 * t_step, tokens / t_step);
                 if (val >= 0) printf(" | val %.6f", val);
@@ -735,14 +819,17 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
                 fprintf(csv, "\n");
             }
         }
+        if (o->save_dir && ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == end))
+            TRY(zero_engine_save_client(R->e, o->save_dir, &cl, sizeof cl));
     }
     res->val = val;
-    res->ms_per_step = 1e3 * (seconds() - t_run) / o->steps;
+    res->ms_per_step = 1e3 * (seconds() - t_run) / (end - res->first);
     res->final_scale = zero_engine_loss_scale(R->e);
     /* the final master weights: every rank writes its part, then rank 0 hashes them all */
     TRY(keep_params(R));
     TRY(R->comm->ops->barrier(R->comm));
     if (R->rank == 0) res->checksum = fnv1a64(R->sh->final, R->sh->total * sizeof(float));
+    if (o->sample > 0) TRY(generate(R, &cl.rng, res->sample, sizeof res->sample));
     res->ok = 1;
 done:
     if (csv && fclose(csv) != 0 && r == ZERO_OK) r = fail(ZERO_ERROR_IO, o->log_path, "cannot write the log");
@@ -857,27 +944,28 @@ done:
    parameters agree bit for bit (they must); the lines train_gpt2.c ends with. 'whole':
    sh->final holds every rank's part (--ranks, or one process), so its checksum is the
    model's. Returns 0, or 1 when the stages differ. */
-static int report(const shared *sh, int first, int last, int steps, int whole)
+static int report(const shared *sh, int first, int last, int whole)
 {
     int st, s, same = 1;
     for (st = first; st <= last; st++) {
-        const stage_result *x = &sh->res[st];
+        const stage_result *x = &sh->res[st], *y = &sh->res[first];
         printf("stage %d: first loss %.6f, final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, "
                "final loss scale %g, params checksum %016llx%s\n",
-               st, x->loss[0], x->loss[steps - 1], x->val, x->ms_per_step, x->skipped, (double)x->final_scale,
+               st, x->loss[x->first], x->loss[x->end - 1], x->val, x->ms_per_step, x->skipped, (double)x->final_scale,
                (unsigned long long)x->checksum, whole ? "" : " (this process's part)");
-        for (s = 0; s < steps && st > first && same; s++)
-            if (memcmp(&x->loss[s], &sh->res[first].loss[s], sizeof(double)) != 0) {
+        for (s = x->first; s < x->end && st > first && same; s++)
+            if (memcmp(&x->loss[s], &y->loss[s], sizeof(double)) != 0) {
                 printf("stage %d differs from stage %d at step %d: %.17g vs %.17g\n", st, first, s, x->loss[s],
-                       sh->res[first].loss[s]);
+                       y->loss[s]);
                 same = 0;
             }
-        if (st > first && x->checksum != sh->res[first].checksum) same = 0;
+        if (st > first && x->checksum != y->checksum) same = 0;
     }
     if (first != last)
         printf("%s\n", same ? "stages 0-3: identical losses and bit-identical parameters" : "WARNING: the stages differ");
     printf("val loss: %.9g\n", sh->res[last].val);
     if (whole) printf("params checksum: %016llx\n", (unsigned long long)sh->res[last].checksum);
+    if (sh->o->sample > 0) printf("sample:\n%s\n", sh->res[last].sample);
     fflush(stdout);
     return same ? 0 : 1;
 }
@@ -896,12 +984,11 @@ int main(int argc, char **argv)
     for (a = 1; a + 1 < argc; a += 2) ranks_given |= !strcmp(argv[a], "--ranks");
     rc = gpt2_parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
-    if (o.device_memory || o.save_dir || o.resume_dir) {
-        fprintf(stderr, PROG ": --device-memory, --save and --resume are the CPU example's (train_gpt2); "
+    if (o.device_memory) {
+        fprintf(stderr, PROG ": --device-memory is a budget of the CPU example's host device (train_gpt2); "
                         "not supported here\n");
         return 2;
     }
-    o.sample = 0; /* text samples: the CPU example */
     /* cuBLAS takes the rows (batch x seq per rank) as int, the token lists hold positions */
     if ((long long)o.batch * o.cfg.seq > INT_MAX) {
         fprintf(stderr, PROG ": --batch x --seq must stay below 2^31\n");
@@ -954,7 +1041,7 @@ int main(int argc, char **argv)
     }
     rc = r == ZERO_OK ? 0 : 1;
     if (r == ZERO_OK && sh.res[o.stage < 0 ? 3 : o.stage].ok) /* rank 0's process */
-        rc = report(&sh, o.stage < 0 ? 0 : o.stage, o.stage < 0 ? 3 : o.stage, o.steps, ranks_given || boot.world == 1);
+        rc = report(&sh, o.stage < 0 ? 0 : o.stage, o.stage < 0 ? 3 : o.stage, ranks_given || boot.world == 1);
     for (st = 0; st < 4; st++) free(sh.res[st].loss);
     free(sh.final);
     gpt2_data_free(&data);

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# tools/gpt2_gpu_check.sh - examples/train_gpt2.cu (GPU) against examples/train_gpt2.c (CPU).
+# tools/gpt2_gpu_check.sh - examples/train_gpt2.cu (GPU) against PyTorch and against
+# examples/train_gpt2.c (CPU).
 #
-# For each dtype (f32, bf16, f16) it trains the CPU example once (stage 0) and the CUDA
+# First, where $PYTHON has torch and transformers (tools/torch_venv.sh DIR makes such a venv;
+# PYTHON=DIR/bin/python), tests/gpt2_reference.py with --exe build/cuda/train_gpt2: every
+# check make test-gpt2 makes of the CPU example (step-0 logits and loss within 1e-5, fp32
+# within 1e-4 of PyTorch at 1 and 4 ranks and stages 0-3 bit-identical, bf16/fp16 within the
+# derived bound of PyTorch's emulation, the export into GPT2LMHeadModel, save at 50 and
+# resume to 100 bit for bit), made of the GPU example (4 ranks: threads on one GPU; the
+# mpirun checks are skipped). Its counts join this script's.
+#
+# Then, for each dtype (f32, bf16, f16) it trains the CPU example once (stage 0) and the CUDA
 # example at stages 0, 1, 2 and 3, all with the same flags: the same initial values (the
 # seed, or INIT=FILE.safetensors, e.g. the one tests/gpt2_reference.py writes), the same
 # data, ranks, batches and schedule. It checks:
@@ -18,8 +27,9 @@
 # defaults are fixed relative bounds (TOL_BF16=2e-2, TOL_F16=5e-3), meant to be replaced by
 # twice the documented bound's largest value once a GPU run has measured it.
 #
-# Environment: STEPS (50), RANKS (2), BATCH (8), OUT (build/gpt2-gpu-check), INIT, DATA,
-# TOL_F32, TOL_BF16, TOL_F16, EXTRA (more flags for both examples).
+# Environment: PYTHON (python3), REF_FLAGS (more flags for gpt2_reference.py, e.g. --quick),
+# STEPS (50), RANKS (2), BATCH (8), OUT (build/gpt2-gpu-check), INIT, DATA, TOL_F32,
+# TOL_BF16, TOL_F16, EXTRA (more flags for both examples).
 # Without a GPU it prints a skip line and exits 0. Ends with "N passed, N failed, N skipped".
 set -u
 cd "$(dirname "$0")/.."
@@ -32,13 +42,14 @@ TOL_BF16=${TOL_BF16:-2e-2}
 TOL_F16=${TOL_F16:-5e-3}
 CPU=build/train_gpt2
 GPU=build/cuda/train_gpt2
+PYTHON=${PYTHON:-python3}
 passed=0 failed=0 skipped=0
 
 ok() { echo "ok   $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL $*"; failed=$((failed + 1)); }
 
-if ! make --no-print-directory "$CPU" "$GPU" >/dev/null; then
-    echo "gpt2_gpu_check: build failed (make $CPU $GPU)"
+if ! make --no-print-directory "$CPU" "$GPU" build/zero-ckpt >/dev/null; then
+    echo "gpt2_gpu_check: build failed (make $CPU $GPU build/zero-ckpt)"
     echo "0 passed, 1 failed, 0 skipped"
     exit 1
 fi
@@ -48,6 +59,25 @@ if ! { nvidia-smi -L >/dev/null 2>&1 || { ! command -v nvidia-smi >/dev/null 2>&
     exit 0
 fi
 mkdir -p "$OUT"
+
+# ---- the PyTorch reference, against the GPU example ----
+if "$PYTHON" -c 'import torch, transformers, safetensors, numpy' >/dev/null 2>&1; then
+    # shellcheck disable=SC2086
+    "$PYTHON" tests/gpt2_reference.py --exe "$GPU" --mpi-exe /nonexistent --work "$OUT/reference" ${REF_FLAGS:-} \
+        >"$OUT/reference.txt" 2>&1
+    grep -E '^(ok|FAIL|skip) ' "$OUT/reference.txt" | sed 's/^/reference: /'
+    counts=$(tail -n 1 "$OUT/reference.txt")
+    if [[ $counts =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed,\ ([0-9]+)\ skipped$ ]]; then
+        passed=$((passed + BASH_REMATCH[1])) failed=$((failed + BASH_REMATCH[2])) skipped=$((skipped + BASH_REMATCH[3]))
+    else
+        bad "reference: tests/gpt2_reference.py did not finish ($OUT/reference.txt)"
+    fi
+else
+    echo "skip reference: $PYTHON has no torch/transformers (tools/torch_venv.sh DIR; PYTHON=DIR/bin/python)"
+    skipped=$((skipped + 1))
+fi
+
+# ---- the GPU example against the CPU example ----
 common=(--steps "$STEPS" --batch "$BATCH" --val-every 0 --sample 0 --log-every 10)
 [ -n "${INIT:-}" ] && common+=(--init "$INIT")
 [ -n "${DATA:-}" ] && common+=(--data "$DATA")
