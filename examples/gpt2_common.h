@@ -12,6 +12,7 @@
 #ifndef GPT2_COMMON_H
 #define GPT2_COMMON_H
 #include "zero.h"
+#include "size_arg.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -124,26 +125,7 @@ static inline void gpt2_usage(FILE *f, const char *prog)
 }
 
 /* "4MB", "64MiB", "300KiB", "1GB" or plain bytes; 0 on a malformed size. */
-static inline size_t gpt2_parse_size(const char *v)
-{
-    static const struct {
-        const char *suffix;
-        double mul;
-    } units[] = {
-        {"", 1.0}, {"B", 1.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
-        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-    };
-    char *end;
-    double x = strtod(v, &end);
-    size_t u;
-    if (end == v || !(x > 0)) return 0;
-    for (u = 0; u < sizeof units / sizeof units[0]; u++)
-        if (!strcmp(end, units[u].suffix)) {
-            x *= units[u].mul;
-            return x < 1.8e19 ? (size_t)x : 0;
-        }
-    return 0;
-}
+static inline size_t gpt2_parse_size(const char *v) { return example_parse_size(v); }
 
 static inline int gpt2_parse_tier(const char *v, zero_offload_device *out)
 {

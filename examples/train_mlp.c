@@ -36,6 +36,7 @@
    steps at every stage and under either launcher. */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
+#include "examples/size_arg.h"
 #include "examples/mlp_common.h" /* shape, teacher, batches, tensors, initial values */
 
 #include <errno.h>
@@ -500,24 +501,6 @@ static int parse_int(const char *v, long lo, long hi, int *out)
     return 0;
 }
 
-/* "4MB", "64MiB", "300KiB", "1GB" or plain bytes; 0 on a malformed size. */
-static size_t parse_size(const char *v)
-{
-    static const struct { const char *suffix; double mul; } units[] = {
-        {"", 1.0}, {"B", 1.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
-        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-    };
-    char *end;
-    double x = strtod(v, &end);
-    size_t u;
-    if (end == v || !(x > 0)) return 0;
-    for (u = 0; u < sizeof units / sizeof units[0]; u++)
-        if (!strcmp(end, units[u].suffix)) {
-            x *= units[u].mul;
-            return x < 1.8e19 ? (size_t)x : 0;
-        }
-    return 0;
-}
 
 static int parse_tier(const char *v, zero_offload_device *out)
 {
@@ -646,7 +629,7 @@ int main(int argc, char **argv)
             bad = end == v || *end || !(o.lr >= 0 && o.lr < 1e30) ? -1 : 0;
         } else if (!strcmp(opt, "--device-memory")) {
             o.offload_demo = 1;
-            bad = (o.device_memory = parse_size(v)) == 0 ? -1 : 0;
+            bad = (o.device_memory = example_parse_size(v)) == 0 ? -1 : 0;
         } else if (!strcmp(opt, "--offload-optimizer") || !strcmp(opt, "--offload-param")) {
             o.offload_demo = 1;
             bad = parse_tier(v, opt[10] == 'o' ? &o.oopt : &o.oparam);
