@@ -1416,6 +1416,9 @@ typedef struct zero_engine_desc {
                                     elements (0 = 1e9, DeepSpeed's default)                    */
     size_t block_size;           /* NVMe I/O block in bytes (0 = 1 MiB; power of two >= 4096) */
     int queue_depth;             /* NVMe requests in flight (0 = 8; 1..1024)                   */
+    int param_read_ahead;        /* stage 3, offload_param = nvme: param shards the gathers
+                                    read ahead of their upload, in the recorded order (0 = 2;
+                                    1..16); host shard buffers: 1 + this (at least 2)          */
     int async_step;              /* 1 = zero_engine_step(e, NULL) enqueues the step and returns
                                     without waiting for the device: its verdict (skipped, norm)
                                     reaches the loss scaler and the step count when the engine
@@ -1534,6 +1537,14 @@ typedef struct zero_gather_stats {
     int trace_len;            /* gathers and gradient buffers per micro-step in the
                                  recorded order (0: none yet)                              */
     uint64_t trace_records;   /* orders recorded: the first micro-step, and each change    */
+    /* offload_param = nvme: reads of param shards from the NVMe tier (a shard never written
+       since commit is the file's zeros and is not read) */
+    uint64_t nvme_reads_ahead;  /* issued ahead of the gather that wanted them              */
+    uint64_t nvme_reads_demand; /* issued when wanted: a gather whose read was not ahead,
+                                   set_tensor, read_tensor, checkpoints                     */
+    uint64_t nvme_reads_wasted; /* read ahead and dropped unused (a step, a changed order)  */
+    int nvme_reads_in_flight_max; /* most reads ahead in flight at once (<= param_read_ahead) */
+    double nvme_read_wait_s;    /* seconds gathers spent waiting for shard reads             */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
@@ -7534,6 +7545,7 @@ typedef struct zero__eng_piece {
 } zero__eng_piece;
 
 #define ZERO__ENG_MAX_HOST_ALLOCS 12
+#define ZERO__ENG_RA_MAX 16 /* param_read_ahead's largest value */
 
 /* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
 typedef struct zero__eng_shape {
@@ -7635,26 +7647,35 @@ struct zero_engine {
     zero_io_ticket *swap_ticket; /* per slot: the read or write in flight, 0 = none */
     size_t nvme_mem[ZERO_MEM_COUNT], nvme_total;
     /* offload_param = nvme: partitioned group g's param shard is one range of fpar at
-       poff[g]; hpg holds two shards (the step alternates them by group parity, the gathers
-       use the first). */
+       poff[g]; hpg holds hpg_slots shard buffers of hpg_stride bytes (the step alternates
+       slots 0 and 1 by group parity). */
     zero_io_file *fpar;
     uint64_t *poff;
     unsigned char *hpg;
     size_t hpg_stride;
     zero_io_ticket hpg_ticket[2];
+    int hpg_slots;
     /* between steps (set_tensor, read_tensor, checkpoints, gathers) the NVMe tier is reached
-       through two write-back caches: one tile record in swap slot 0 and one group's param
-       shard in hpg's first half; a cache is written back when another record or shard is
-       needed, at the end of a load, and before the step (which uses both buffers) */
-    int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot 0 (-1 none), changed */
-    int hpg_group, hpg_dirty;              /* group in hpg's first half (-1 none), changed */
+       through two write-back caches: one tile record in swap slot tile_slot and one group's
+       param shard in shard slot hpg_cur. A cache moving to another record or shard writes
+       the old one behind (asynchronously, from its slot, which then waits for its write
+       before reuse); every write behind is waited for before the step (which uses the
+       buffers), at the start of a save and the end of a load, so its error is returned by
+       one of those calls or by the call that needed its slot. */
+    int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot tile_slot (-1 none), changed */
+    int tile_slot;
+    int *swap_tile;                        /* per swap slot: tile written behind from it, -1 */
+    int hpg_group, hpg_dirty, hpg_cur;     /* group in shard slot hpg_cur (-1 none), changed */
     /* records (per tile) and param shards (per group) never written since commit: they hold
        the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
     unsigned char *tile_fresh, *group_fresh;
-    /* stage-3 gathers read one group ahead of the shard they upload: group ra_group's shard
-       is being read into hpg's second half (ticket ra_ticket), -1 none */
-    int ra_group;
-    zero_io_ticket ra_ticket;
+    /* per shard slot: the group being read ahead into it or written behind from it (-1
+       none), its ticket, and which; stage-3 gathers read up to ra_depth groups ahead of the
+       shard they upload, in the recorded order */
+    int ra_depth;
+    int ra_group[ZERO__ENG_RA_MAX + 1];
+    zero_io_ticket ra_ticket[ZERO__ENG_RA_MAX + 1];
+    unsigned char ra_write[ZERO__ENG_RA_MAX + 1];
     uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
     /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
     zero__eng_shape *shapes;
@@ -7687,7 +7708,6 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out);
 static zero_result zero__eng_hparam_put(zero_engine *e, int g);
-static void zero__eng_ra_drop(zero_engine *e);
 static void zero__eng_ra_start(zero_engine *e, int g);
 static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
                                         const char *what, int group);
@@ -7962,6 +7982,10 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: buffer_count = %d (0 or >= 2)", fn,
                           d->buffer_count);
     if (d->buffer_count == 0) d->buffer_count = 4;
+    if (d->param_read_ahead < 0 || d->param_read_ahead > ZERO__ENG_RA_MAX)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: param_read_ahead = %d (0 or 1..%d)", fn,
+                          d->param_read_ahead, ZERO__ENG_RA_MAX);
+    if (d->param_read_ahead == 0) d->param_read_ahead = 2;
     if (d->buffer_size == 0) d->buffer_size = 100000000u;
     if (d->sub_group_size == 0) d->sub_group_size = 1000000000u;
     if (d->block_size == 0) d->block_size = (size_t)1 << 20;
@@ -8737,8 +8761,12 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     size_t sb, gb, gi, pb;
     void *p;
     zero_result r;
+    int slot;
     e->host_grad_add = -1;
-    e->nvme_tile_cached = e->hpg_group = e->ra_group = -1;
+    e->nvme_tile_cached = e->hpg_group = -1;
+    for (slot = 0; slot <= ZERO__ENG_RA_MAX; slot++) e->ra_group[slot] = -1;
+    e->tile_slot = 0;
+    e->ra_depth = e->d.param_read_ahead;
     if (!e->oopt) return ZERO_OK;
     if (e->dev->ops->event_create) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
@@ -9029,12 +9057,13 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     }
     if (off == 0) return ZERO_OK;
     e->hpg_stride = (size_t)zero_io_align_up(maxb);
-    if ((r = zero_io_buffer_alloc(e->io, 2 * e->hpg_stride, &p)) != ZERO_OK) return r;
+    e->hpg_slots = e->ra_depth + 1 < 2 ? 2 : e->ra_depth + 1; /* the cache + the reads ahead */
+    if ((r = zero_io_buffer_alloc(e->io, (size_t)e->hpg_slots * e->hpg_stride, &p)) != ZERO_OK) return r;
     e->hpg = (unsigned char *)p;
-    memset(e->hpg, 0, 2 * e->hpg_stride);
-    e->hmem[ZERO_MEM_PARAM] += 2 * e->hpg_stride; /* host tier: the two shard buffers */
+    memset(e->hpg, 0, (size_t)e->hpg_slots * e->hpg_stride);
+    e->hmem[ZERO_MEM_PARAM] += (size_t)e->hpg_slots * e->hpg_stride; /* host tier: the shard buffers */
     if (e->hmem[ZERO_MEM_PARAM] > e->hmem_peak[ZERO_MEM_PARAM]) e->hmem_peak[ZERO_MEM_PARAM] = e->hmem[ZERO_MEM_PARAM];
-    e->hmem_total += 2 * e->hpg_stride;
+    e->hmem_total += (size_t)e->hpg_slots * e->hpg_stride;
     if (e->hmem_total > e->hmem_peak_total) e->hmem_peak_total = e->hmem_total;
     if ((r = zero_io_file_create(e->io, e->d.nvme_path, "param", e->rank, off, &e->fpar)) != ZERO_OK)
         return r;
@@ -9048,27 +9077,133 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     return ZERO_OK;
 }
 
-/* Writes back what the NVMe caches changed: the tile record in swap slot 0 (which = 1), the
-   param shard in hpg's first half (2), or both (3). Synchronous; the caches stay valid. */
+static double zero__eng_secs(void)
+{
+    struct timespec t;
+    clock_gettime(ZERO__CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Shard slot s: empty (ra_group[s] < 0), reading group ra_group[s] ahead (ra_ticket[s],
+   !ra_write[s]), writing it behind (ra_write[s]), or holding it clean (no ticket: a copy of
+   the file's bytes, e.g. a group the cache moved away from, kept for the backward's first
+   gathers). Waits for the slot's transfer and empties it; a read ahead dropped this way is
+   counted as wasted. */
+static zero_result zero__eng_slot_settle(zero_engine *e, int s)
+{
+    zero_io_ticket t = e->ra_ticket[s];
+    if (e->ra_group[s] >= 0 && t && !e->ra_write[s]) e->gstats.nvme_reads_wasted++;
+    e->ra_group[s] = -1;
+    e->ra_ticket[s] = 0;
+    e->ra_write[s] = 0;
+    return t ? zero_io_wait(e->io, t) : ZERO_OK;
+}
+
+/* A slot to read into: an empty one (not the cache's), else a clean copy of a group not in
+   keep[0..nkeep) (emptied); -1 when every other slot is reading or writing. */
+static int zero__eng_slot_free(zero_engine *e, const int *keep, int nkeep)
+{
+    int s, i;
+    for (s = 0; s < e->hpg_slots; s++)
+        if (e->ra_group[s] < 0 && !(e->hpg_group >= 0 && s == e->hpg_cur)) return s;
+    for (s = 0; s < e->hpg_slots; s++) {
+        int kept = 0;
+        if (e->ra_group[s] < 0 || e->ra_ticket[s] || e->ra_write[s]) continue;
+        for (i = 0; i < nkeep; i++) kept |= keep[i] == e->ra_group[s];
+        if (!kept) {
+            e->ra_group[s] = -1;
+            return s;
+        }
+    }
+    return -1;
+}
+
+/* Waits for every read ahead (dropped: their bytes are the file's, nothing lost) and every
+   write behind of the shard slots and forgets the clean copies; the first error. */
+static zero_result zero__eng_ra_drop(zero_engine *e)
+{
+    zero_result r = ZERO_OK, r2;
+    int s;
+    for (s = 0; s < e->hpg_slots; s++) {
+        if (e->ra_group[s] < 0) continue;
+        r2 = zero__eng_slot_settle(e, s);
+        if (r == ZERO_OK) r = r2;
+    }
+    return r;
+}
+
+/* Writes the tile record cache behind: its slot now writes it (waited for before reuse). */
+static zero_result zero__eng_tile_write_behind(zero_engine *e)
+{
+    int k = e->nvme_tile_cached, s = e->tile_slot;
+    zero_result r;
+    e->tile_fresh[k] = 0;
+    r = zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)s * e->swap_stride, e->tiles[k].numel * 12u,
+                      &e->swap_ticket[s]);
+    if (r != ZERO_OK) return r;
+    e->swap_tile[s] = k;
+    e->nvme_tile_dirty = 0;
+    e->nvme_tile_cached = -1;
+    return ZERO_OK;
+}
+
+/* Waits for swap slot s's write behind (if any) and frees it. */
+static zero_result zero__eng_tile_settle(zero_engine *e, int s)
+{
+    zero_io_ticket t = e->swap_ticket[s];
+    e->swap_ticket[s] = 0;
+    e->swap_tile[s] = -1;
+    return t ? zero_io_wait(e->io, t) : ZERO_OK;
+}
+
+/* Writes the param shard cache behind from its slot (waited for before the slot's reuse). */
+static zero_result zero__eng_shard_write_behind(zero_engine *e)
+{
+    int g = e->hpg_group, s = e->hpg_cur;
+    zero_result r;
+    e->group_fresh[g] = 0;
+    r = zero_io_write(e->fpar, e->poff[g], e->hpg + (size_t)s * e->hpg_stride, e->groups[g].shard_numel * e->p,
+                      &e->ra_ticket[s]);
+    if (r != ZERO_OK) return r;
+    e->ra_group[s] = g;
+    e->ra_write[s] = 1;
+    e->hpg_dirty = 0;
+    e->hpg_group = -1;
+    return ZERO_OK;
+}
+
+/* Writes back what the NVMe caches changed: the tile record (which = 1), the param shard
+   (2), or both (3), and waits for every write behind of those buffers. The caches stay
+   valid. */
 static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
 {
-    zero_io_ticket t;
-    zero_result r = ZERO_OK;
-    if ((which & 1) && e->nvme_tile_dirty && e->nvme_tile_cached >= 0) {
-        int k = e->nvme_tile_cached;
-        e->tile_fresh[k] = 0;
-        r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    zero_result r = ZERO_OK, r2;
+    int s;
+    if ((which & 1) && e->fopt) {
+        if (e->nvme_tile_dirty && e->nvme_tile_cached >= 0) {
+            int k = e->nvme_tile_cached;
+            r = zero__eng_tile_write_behind(e);
+            if (r == ZERO_OK) r = zero__eng_tile_settle(e, e->tile_slot);
+            if (r == ZERO_OK) e->nvme_tile_cached = k; /* the slot still holds it, clean */
+        }
+        for (s = 0; s < e->nswap; s++) {
+            r2 = zero__eng_tile_settle(e, s);
+            if (r == ZERO_OK) r = r2;
+        }
         if (r != ZERO_OK) return r;
-        e->nvme_tile_dirty = 0;
     }
-    if ((which & 2) && e->hpg_dirty && e->hpg_group >= 0) {
-        int g = e->hpg_group;
-        e->group_fresh[g] = 0;
-        r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-        if (r != ZERO_OK) return r;
-        e->hpg_dirty = 0;
+    if ((which & 2) && e->fpar) {
+        if (e->hpg_dirty && e->hpg_group >= 0) {
+            int g = e->hpg_group, s0 = e->hpg_cur;
+            r = zero__eng_shard_write_behind(e);
+            if (r == ZERO_OK) r = zero__eng_slot_settle(e, s0);
+            if (r == ZERO_OK) e->hpg_group = g;
+        }
+        for (s = 0; s < e->hpg_slots; s++) {
+            if (e->ra_group[s] < 0 || !e->ra_write[s]) continue;
+            r2 = zero__eng_slot_settle(e, s);
+            if (r == ZERO_OK) r = r2;
+        }
     }
     return r;
 }
@@ -9081,72 +9216,115 @@ static zero_result zero__eng_nvme_flush(zero_engine *e)
 /* Flushes and empties the NVMe caches (before the step reuses their buffers). */
 static zero_result zero__eng_nvme_forget(zero_engine *e)
 {
-    zero_result r;
-    if (e->io) zero__eng_ra_drop(e);
-    r = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    zero_result r = ZERO_OK, r2;
+    if (e->io && e->fpar) r = zero__eng_ra_drop(e);
+    r2 = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    if (r == ZERO_OK) r = r2;
     e->nvme_tile_cached = e->hpg_group = -1;
     e->nvme_tile_dirty = e->hpg_dirty = 0;
     return r;
 }
 
-/* The host copy of offloaded group g's param shard: in place (cpu), or in the first shard
-   buffer (nvme): read from the file unless the buffer holds it already (the forward's gather
-   leaves it there for the backward's), after writing back the group it held if changed and
-   after the uploads that read the buffer. */
+/* The host copy of offloaded group g's param shard: in place (cpu), or in the shard cache
+   (nvme): the slot it is read ahead into, written behind from or kept clean in (its
+   transfer waited for), else read from the file into a free slot, unless the cache holds it
+   already. The group the cache held is written behind if changed, else kept as a clean
+   copy. Uploads that read the slots are waited for first. */
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
 {
     zero_io_ticket t;
     zero_result r;
+    size_t bytes;
+    int s, found = -1;
+    double t0;
     if (!e->fpar) {
         *out = e->hparam + e->groups[g].off_param * e->p;
         return ZERO_OK;
     }
-    *out = e->hpg;
-    if (e->hpg_group == g) return ZERO_OK;
-    if (e->hpg_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
-    e->hpg_group = -1;
-    r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK && e->ra_group == g) { /* read ahead: wait for it, take it */
-        e->ra_group = -1;
-        r = zero_io_wait(e->io, e->ra_ticket);
-        if (r == ZERO_OK) memcpy(e->hpg, e->hpg + e->hpg_stride, e->groups[g].shard_numel * e->p);
-    } else if (r == ZERO_OK && e->group_fresh[g]) { /* still the file's zeros */
-        memset(e->hpg, 0, e->groups[g].shard_numel * e->p);
-    } else if (r == ZERO_OK && (r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) == ZERO_OK) {
-        r = zero_io_wait(e->io, t);
+    if (e->hpg_group == g) {
+        *out = e->hpg + (size_t)e->hpg_cur * e->hpg_stride;
+        return ZERO_OK;
     }
-    if (r == ZERO_OK) e->hpg_group = g;
-    return r;
+    if ((r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD)) != ZERO_OK) return r;
+    if (e->hpg_group >= 0 && e->hpg_dirty) {
+        if ((r = zero__eng_shard_write_behind(e)) != ZERO_OK) return r;
+    } else if (e->hpg_group >= 0) {
+        e->ra_group[e->hpg_cur] = e->hpg_group; /* a clean copy */
+    }
+    e->hpg_group = -1;
+    e->hpg_dirty = 0;
+    bytes = e->groups[g].shard_numel * e->p;
+    for (s = 0; s < e->hpg_slots; s++)
+        if (e->ra_group[s] == g) found = s;
+    if (found >= 0) { /* its slot becomes the cache */
+        int was_read = !e->ra_write[found];
+        t = e->ra_ticket[found];
+        t0 = zero__eng_secs();
+        e->ra_group[found] = -1; /* taken, not wasted */
+        e->ra_ticket[found] = 0;
+        e->ra_write[found] = 0;
+        r = t ? zero_io_wait(e->io, t) : ZERO_OK;
+        if (t && was_read) e->gstats.nvme_read_wait_s += zero__eng_secs() - t0;
+        if (r != ZERO_OK) return r;
+        e->hpg_cur = found;
+    } else {
+        int pick = zero__eng_slot_free(e, NULL, 0);
+        for (s = 0; pick < 0 && s < e->hpg_slots; s++) /* wait for a write behind */
+            if (e->ra_write[s]) {
+                if ((r = zero__eng_slot_settle(e, s)) != ZERO_OK) return r;
+                pick = s;
+            }
+        if (pick < 0 && (r = zero__eng_slot_settle(e, pick = 0)) != ZERO_OK) return r;
+        e->hpg_cur = pick;
+        if (e->group_fresh[g]) { /* still the file's zeros */
+            memset(e->hpg + (size_t)pick * e->hpg_stride, 0, bytes);
+        } else {
+            t0 = zero__eng_secs();
+            e->gstats.nvme_reads_demand++;
+            r = zero_io_read(e->fpar, e->poff[g], e->hpg + (size_t)pick * e->hpg_stride, bytes, &t);
+            if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+            e->gstats.nvme_read_wait_s += zero__eng_secs() - t0;
+            if (r != ZERO_OK) return r;
+        }
+    }
+    e->hpg_group = g;
+    *out = e->hpg + (size_t)e->hpg_cur * e->hpg_stride;
+    return ZERO_OK;
 }
 
-/* Waits for the read ahead (if any) and forgets it (its bytes are the file's: nothing lost). */
-static void zero__eng_ra_drop(zero_engine *e)
-{
-    if (e->ra_group < 0) return;
-    e->ra_group = -1;
-    (void)zero_io_wait(e->io, e->ra_ticket);
-}
+/* Up to max groups the recorded order gathers after the current position that are not
+   gathered now (g + 1, g + 2, ... without a trace): what the NVMe tier reads ahead. */
+static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max);
 
-/* After group g's shard came up for a gather: starts reading the group the gathers will
-   want next (the recorded order's next group not gathered; g + 1 before one is recorded) into hpg's second half, so its read
-   runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
-   gathered, with the prefetcher one group ahead). */
-static int zero__eng_trace_next(const zero_engine *e, int g);
-
+/* After group g's shard came up for a gather: starts reading the next ra_depth groups of
+   the recorded order (not gathered, not in a slot) into free slots, so their reads run
+   while g uploads, is all-gathered and used, and while the caller computes (with the
+   prefetcher one group ahead: read i+2, i+3, ... while i+1 uploads and i is gathered). */
 static void zero__eng_ra_start(zero_engine *e, int g)
 {
-    int next = zero__eng_trace_next(e, g);
-    if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
-    if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
-        e->groups[next].shard_numel == 0)
-        return;
-    if (zero_io_read(e->fpar, e->poff[next], e->hpg + e->hpg_stride,
-                     e->groups[next].shard_numel * e->p, &e->ra_ticket) == ZERO_OK)
-        e->ra_group = next;
+    int want[ZERO__ENG_RA_MAX], n, i, s, busy = 0;
+    if (!e->fpar) return;
+    n = zero__eng_trace_ahead(e, g, want, e->ra_depth);
+    for (i = 0; i < n; i++) {
+        int h = want[i], have = h == e->hpg_group, slot;
+        if (h < 0 || h >= e->G || e->groups[h].persistent || e->group_fresh[h] || e->groups[h].shard_numel == 0)
+            continue;
+        for (s = 0; s < e->hpg_slots; s++) have |= e->ra_group[s] == h;
+        if (have) continue;
+        if ((slot = zero__eng_slot_free(e, want, n)) < 0) break;
+        if (zero_io_read(e->fpar, e->poff[h], e->hpg + (size_t)slot * e->hpg_stride,
+                         e->groups[h].shard_numel * e->p, &e->ra_ticket[slot]) != ZERO_OK)
+            break; /* the gather reads it on demand and reports the error */
+        e->ra_group[slot] = h;
+        e->ra_write[slot] = 0;
+        e->gstats.nvme_reads_ahead++;
+    }
+    for (s = 0; s < e->hpg_slots; s++) busy += e->ra_group[s] >= 0 && e->ra_ticket[s] && !e->ra_write[s];
+    if (busy > e->gstats.nvme_reads_in_flight_max) e->gstats.nvme_reads_in_flight_max = busy;
 }
 
-/* Marks the first shard buffer (group g's shard, from zero__eng_hparam_get) changed: it is
-   written back by the next flush (nvme). */
+/* Marks the shard cache (group g's shard, from zero__eng_hparam_get) changed: it is
+   written behind when the cache moves on, or by the next flush (nvme). */
 static zero_result zero__eng_hparam_put(zero_engine *e, int g)
 {
     if (e->fpar && e->hpg_group == g) e->hpg_dirty = 1;
@@ -9176,11 +9354,13 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->tile_off = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1) * sizeof(uint64_t));
     e->nswap = e->d.buffer_count < 3 ? 3 : e->d.buffer_count;
     e->swap_ticket = (zero_io_ticket *)zero__alloc(&e->d.allocator, (size_t)e->nswap * sizeof(zero_io_ticket));
+    e->swap_tile = (int *)zero__alloc(&e->d.allocator, (size_t)e->nswap * sizeof(int));
     e->tile_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1));
-    if (!e->tile_off || !e->swap_ticket || !e->tile_fresh)
+    if (!e->tile_off || !e->swap_ticket || !e->swap_tile || !e->tile_fresh)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
     memset(e->tile_fresh, 1, (size_t)(e->ntiles ? e->ntiles : 1));
     memset(e->swap_ticket, 0, (size_t)e->nswap * sizeof(zero_io_ticket));
+    for (k = 0; k < e->nswap; k++) e->swap_tile[k] = -1;
     for (k = 0; k < e->ntiles; k++) {
         e->tile_off[k] = off;
         off += zero_io_align_up((uint64_t)e->tiles[k].numel * 12u);
@@ -9220,6 +9400,7 @@ static void zero__eng_nvme_free(zero_engine *e)
     zero_io_destroy(e->io);
     zero__free(&e->d.allocator, e->tile_off);
     zero__free(&e->d.allocator, e->swap_ticket);
+    zero__free(&e->d.allocator, e->swap_tile);
     zero__free(&e->d.allocator, e->tile_fresh);
     zero__free(&e->d.allocator, e->group_fresh);
     e->tile_fresh = e->group_fresh = NULL;
@@ -9228,20 +9409,23 @@ static void zero__eng_nvme_free(zero_engine *e)
     e->swap = NULL;
     e->tile_off = NULL;
     e->swap_ticket = NULL;
+    e->swap_tile = NULL;
 }
 
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
    NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
-   slot 0): a tile record is read once when first touched and written back when another is
-   needed or at a flush, so a run of calls in shard order moves each record once. Between
-   steps: set_tensor, read_tensor, checkpoints. */
+   slot tile_slot): a tile record is read once when first touched and, if changed, written
+   behind from its slot when another is needed (the cache moves to the next slot, waiting
+   for that slot's own write behind first) or written at a flush, so a run of calls in shard
+   order moves each record once and its writes overlap the caller's work. Between steps:
+   set_tensor, read_tensor, checkpoints. */
 static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
                                         const float *in)
 {
     int k, lo = 0, hi = e->ntiles;
     zero_result r = ZERO_OK;
     zero_io_ticket t;
-    float *sl = (float *)(void *)e->swap;
+    float *sl = (float *)(void *)(e->swap + (size_t)e->tile_slot * e->swap_stride);
     while (lo < hi) { /* the first tile ending after off (tiles are in shard order) */
         int mid = lo + (hi - lo) / 2;
         const zero__eng_tile *tl = &e->tiles[mid];
@@ -9256,15 +9440,31 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
         b = thi < off + n ? thi : off + n;
         if (a >= b) continue;
         if (e->nvme_tile_cached != k) {
-            if (e->nvme_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK) break;
+            int s, behind = -1;
+            if (e->nvme_tile_dirty && e->nvme_tile_cached >= 0 && (r = zero__eng_tile_write_behind(e)) != ZERO_OK)
+                break;
             e->nvme_tile_cached = -1;
-            if (e->tile_fresh[k]) {
-                memset(sl, 0, tl->numel * 12u);
+            e->nvme_tile_dirty = 0;
+            for (s = 0; s < e->nswap; s++)
+                if (e->swap_tile[s] == k) behind = s;
+            if (behind >= 0) { /* being written behind: its slot holds the record */
+                if ((r = zero__eng_tile_settle(e, behind)) != ZERO_OK) break;
+                e->tile_slot = behind;
             } else {
-                r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-                if (r == ZERO_OK) r = zero_io_wait(e->io, t);
-                if (r != ZERO_OK) break;
+                if (e->swap_ticket[e->tile_slot]) { /* writing behind: the next slot, oldest write */
+                    e->tile_slot = (e->tile_slot + 1) % e->nswap;
+                    if ((r = zero__eng_tile_settle(e, e->tile_slot)) != ZERO_OK) break;
+                }
+                sl = (float *)(void *)(e->swap + (size_t)e->tile_slot * e->swap_stride);
+                if (e->tile_fresh[k]) {
+                    memset(sl, 0, tl->numel * 12u);
+                } else {
+                    r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+                    if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+                    if (r != ZERO_OK) break;
+                }
             }
+            sl = (float *)(void *)(e->swap + (size_t)e->tile_slot * e->swap_stride);
             e->nvme_tile_cached = k;
         }
         if (in) {
@@ -10065,18 +10265,21 @@ static void zero__eng_trace_note(zero_engine *e, int entry)
     e->trace_pos = e->trace_len;
 }
 
-/* The group the recorded order gathers next that is not gathered now (g + 1 without a
-   trace): what the NVMe tier reads ahead. */
-static int zero__eng_trace_next(const zero_engine *e, int g)
+static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max)
 {
-    int j;
-    if (!e->trace_following) return g + 1;
-    for (j = e->trace_pos; j < e->trace_len; j++) {
-        int h = e->trace[j] >> 1;
-        if (!(e->trace[j] & 1) && h != g && e->groups[h].poff == ZERO__ENG_NONE && !e->groups[h].persistent)
-            return h;
+    int j, n = 0, i;
+    if (!e->trace_following) {
+        for (j = g + 1; j < e->G && n < max; j++) out[n++] = j;
+        return n;
     }
-    return -1;
+    for (j = e->trace_pos; j < e->trace_len && n < max; j++) {
+        int h = e->trace[j] >> 1, dup = 0;
+        if ((e->trace[j] & 1) || h == g || e->groups[h].poff != ZERO__ENG_NONE || e->groups[h].persistent)
+            continue;
+        for (i = 0; i < n; i++) dup |= out[i] == h;
+        if (!dup) out[n++] = h;
+    }
+    return n;
 }
 
 /* The micro-step ended: a recording becomes the trace; a trace followed to a different end
