@@ -9292,8 +9292,9 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
     return ZERO_OK;
 }
 
-/* Up to max groups the recorded order gathers after the current position that are not
-   gathered now (g + 1, g + 2, ... without a trace): what the NVMe tier reads ahead. */
+/* The first max distinct groups the recorded order gathers after the current position,
+   other than g and groups prefetched now (g + 1, g + 2, ... without a trace): what the NVMe
+   tier reads ahead (or keeps: a clean copy of one is not dropped for another's read). */
 static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max);
 
 /* After group g's shard came up for a gather: starts reading the next ra_depth groups of
@@ -10274,7 +10275,10 @@ static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max)
     }
     for (j = e->trace_pos; j < e->trace_len && n < max; j++) {
         int h = e->trace[j] >> 1, dup = 0;
-        if ((e->trace[j] & 1) || h == g || e->groups[h].poff != ZERO__ENG_NONE || e->groups[h].persistent)
+        /* a group gathered ahead of its use (prefetched, no user holds it) is served from
+           the arena there; one a user holds is released before its next use */
+        if ((e->trace[j] & 1) || h == g || e->groups[h].persistent ||
+            (e->groups[h].poff != ZERO__ENG_NONE && e->groups[h].refs == 0))
             continue;
         for (i = 0; i < n; i++) dup |= out[i] == h;
         if (!dup) out[n++] = h;

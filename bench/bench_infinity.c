@@ -58,6 +58,8 @@ typedef struct inf_result {
     uint64_t io_read[INF_MAX_STEPS], io_written[INF_MAX_STEPS];
     double bwd_gather_s[INF_MAX_STEPS]; /* of the backward: time inside zero_engine_gather */
     double bwd_work_s[INF_MAX_STEPS];   /* of the backward: the layers' matrix products */
+    double bwd_read_wait_s[INF_MAX_STEPS]; /* of the backward: the engine's wait for shard reads */
+    uint64_t bwd_reads_demand[INF_MAX_STEPS]; /* of the backward: shard reads not issued ahead */
     double flops;                       /* of one step's layer products (forward + backward) */
     double sink;                        /* a checksum of the products (keeps them computed) */
     zero_gather_stats gstats;           /* rank 0, at the end */
@@ -126,18 +128,49 @@ static void inf_gemm(float *out, const float *a, size_t am, size_t ak, const flo
     }
 }
 
+/* out[m][n] += sum over k of a[m][k] b[n][k] (rows of length K, a multiple of 8): blocks of
+   2 x 4 outputs, each summed in 8 lanes (vector registers) and the lanes added at the end. */
+static void inf_gemm_nt(float *out, const float *a, const float *b, size_t M, size_t N, size_t K)
+{
+    size_t m, n, k, r, c, j;
+    for (m = 0; m < M; m += 2) {
+        size_t mr = M - m < 2 ? M - m : 2;
+        for (n = 0; n < N; n += 4) {
+            size_t nc = N - n < 4 ? N - n : 4;
+            float acc[2][4][8];
+            memset(acc, 0, sizeof acc);
+            if (mr == 2 && nc == 4) {
+                for (k = 0; k < K; k += 8)
+                    for (r = 0; r < 2; r++)
+                        for (c = 0; c < 4; c++)
+                            for (j = 0; j < 8; j++) acc[r][c][j] += a[(m + r) * K + k + j] * b[(n + c) * K + k + j];
+            } else {
+                for (k = 0; k < K; k += 8)
+                    for (r = 0; r < mr; r++)
+                        for (c = 0; c < nc; c++)
+                            for (j = 0; j < 8; j++) acc[r][c][j] += a[(m + r) * K + k + j] * b[(n + c) * K + k + j];
+            }
+            for (r = 0; r < mr; r++)
+                for (c = 0; c < nc; c++) {
+                    float t = 0.0f;
+                    for (j = 0; j < 8; j++) t += acc[r][c][j];
+                    out[(m + r) * N + n + c] += t;
+                }
+        }
+    }
+}
+
 #define INF_COLS 1024 /* a layer's n params are a [n / INF_COLS, INF_COLS] weight */
 
 /* One rank's buffers for the layers' products (tokens > 0). */
 typedef struct inf_work {
     size_t tokens, din, dout;
-    float *w, *wt, *x, *dy, *y, *dx, *dw;
+    float *w, *x, *dy, *y, *dx, *dw;
 } inf_work;
 
 static void inf_work_free(inf_work *k)
 {
     free(k->w);
-    free(k->wt);
     free(k->x);
     free(k->dy);
     free(k->y);
@@ -155,13 +188,12 @@ static int inf_work_init(inf_work *k, size_t tokens, size_t n)
     k->din = n / INF_COLS;
     if (tokens == 0 || k->din == 0) return 0;
     k->w = (float *)malloc(k->din * k->dout * sizeof(float));
-    k->wt = (float *)malloc(k->din * k->dout * sizeof(float));
     k->dw = (float *)malloc(k->din * k->dout * sizeof(float));
     k->x = (float *)malloc(tokens * k->din * sizeof(float));
     k->dx = (float *)malloc(tokens * k->din * sizeof(float));
     k->dy = (float *)malloc(tokens * k->dout * sizeof(float));
     k->y = (float *)malloc(tokens * k->dout * sizeof(float));
-    if (!k->w || !k->wt || !k->dw || !k->x || !k->dx || !k->dy || !k->y) {
+    if (!k->w || !k->dw || !k->x || !k->dx || !k->dy || !k->y) {
         inf_work_free(k);
         return -1;
     }
@@ -174,7 +206,7 @@ static int inf_work_init(inf_work *k, size_t tokens, size_t n)
    backward dx = dy W^T and dW = x^T dy (4 T n). Returns a checksum of the result. */
 static double inf_work_layer(inf_work *k, const uint16_t *w, int backward)
 {
-    size_t i, j, T = k->tokens, I = k->din, O = k->dout;
+    size_t i, T = k->tokens, I = k->din, O = k->dout;
     double s = 0.0;
     if (!k->w) return 0.0;
     (void)zero_convert(k->w, ZERO_F32, w, ZERO_BF16, I * O, ZERO_SIMD_AUTO);
@@ -184,15 +216,9 @@ static double inf_work_layer(inf_work *k, const uint16_t *w, int backward)
         for (i = 0; i < T * O; i += 97) s += k->y[i];
         return s;
     }
-    for (i = 0; i < I; i += 32) /* W^T, in 32 x 32 blocks */
-        for (j = 0; j < O; j += 32) {
-            size_t a, b;
-            for (a = i; a < i + 32 && a < I; a++)
-                for (b = j; b < j + 32 && b < O; b++) k->wt[b * I + a] = k->w[a * O + b];
-        }
     memset(k->dx, 0, T * I * sizeof(float));
     memset(k->dw, 0, I * O * sizeof(float));
-    inf_gemm(k->dx, k->dy, O, 1, k->wt, T, I, O);
+    inf_gemm_nt(k->dx, k->dy, k->w, T, I, O); /* dx[t][i] = sum_o dy[t][o] W[i][o] */
     inf_gemm(k->dw, k->x, 1, I, k->dy, I, O, T);
     for (i = 0; i < T * I; i += 97) s += k->dx[i];
     for (i = 0; i < I * O; i += 997) s += k->dw[i];
@@ -223,8 +249,11 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
     double t0, t1;
     zero_io_stats a, b;
     inf_work wk;
+    zero_gather_stats gs0, gs1;
     double sink = 0.0;
     memset(&wk, 0, sizeof wk);
+    memset(&gs0, 0, sizeof gs0);
+    memset(&gs1, 0, sizeof gs1);
     memset(&hd, 0, sizeof hd);
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
@@ -281,6 +310,7 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
         if (rank == 0) R->res->fwd_s[s] = t1 - t0;
         /* backward, last layer first: dL/dp = (p - t) / n */
         if (rank == 0) R->res->bwd_gather_s[s] = R->res->bwd_work_s[s] = 0.0;
+        INF_TRY(zero_engine_gather_stats(e, &gs0));
         for (g = c->groups - 1; g >= 0; g--) {
             void *p, *dg;
             const uint16_t *w;
@@ -308,7 +338,12 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
             INF_TRY(zero_engine_grads_ready(e, g));
         }
         t0 = inf_now();
-        if (rank == 0) R->res->bwd_s[s] = t0 - t1;
+        INF_TRY(zero_engine_gather_stats(e, &gs1));
+        if (rank == 0) {
+            R->res->bwd_s[s] = t0 - t1;
+            R->res->bwd_read_wait_s[s] = gs1.nvme_read_wait_s - gs0.nvme_read_wait_s;
+            R->res->bwd_reads_demand[s] = gs1.nvme_reads_demand - gs0.nvme_reads_demand;
+        }
         INF_TRY(zero_engine_step(e, NULL));
         t1 = inf_now();
         INF_TRY(zero_engine_nvme_stats(e, &b));

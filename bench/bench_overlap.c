@@ -72,8 +72,8 @@ int main(int argc, char **argv)
            "a layer's shard (%.1f MB) reads in %.1f ms\n",
            c.dir, wr / 1e9, rd / 1e9, 2.0 * (double)(c.params / (uint64_t)c.groups) / 1e6,
            2.0 * (double)(c.params / (uint64_t)c.groups) / rd * 1e3);
-    printf("%7s %12s %12s %8s %14s %14s %14s %10s %9s\n", "tokens", "bwd device", "bwd nvme", "ratio",
-           "compute/layer", "read/layer", "gather wait", "GFLOP/s", "ra/demand");
+    printf("%7s %11s %11s %6s %14s %11s %12s %11s %8s %7s\n", "tokens", "bwd device", "bwd nvme", "ratio",
+           "compute/layer", "read/layer", "gather extra", "read wait", "GFLOP/s", "demand");
     fflush(stdout);
     while (*tok) {
         char *end;
@@ -100,14 +100,15 @@ int main(int argc, char **argv)
         work = ov_best(dev.bwd_work_s, c.steps) / c.groups;
         wait = ov_best(nv.bwd_gather_s, c.steps) - ov_best(dev.bwd_gather_s, c.steps);
         rl = 2.0 * (double)(c.params / (uint64_t)c.groups) / rd;
-        printf("%7ld %10.3f s %10.3f s %8.2f %11.1f ms %11.1f ms %11.1f ms %10.1f %4llu/%llu\n", t, bd, bn, bn / bd,
-               work * 1e3, rl * 1e3, wait * 1e3,
+        printf("%7ld %9.3f s %9.3f s %6.2f %11.1f ms %8.1f ms %9.1f ms %8.1f ms %8.1f %7llu\n", t, bd, bn, bn / bd,
+               work * 1e3, rl * 1e3, wait * 1e3, ov_best(nv.bwd_read_wait_s, c.steps) * 1e3,
                work > 0 ? dev.flops * 4.0 / 6.0 / c.groups / work / 1e9 : 0.0,
-               (unsigned long long)nv.gstats.nvme_reads_ahead, (unsigned long long)nv.gstats.nvme_reads_demand);
+               (unsigned long long)nv.bwd_reads_demand[c.steps - 1]);
         fflush(stdout);
     }
-    printf("ratio = backward with NVMe params / with the params on the device (target <= 1.2); gather wait = the\n"
-           "extra time the backward's zero_engine_gather calls took with NVMe params (the reads not hidden);\n"
-           "ra/demand = NVMe shard reads of the whole run issued ahead of their gather / on demand\n");
+    printf("ratio = backward with NVMe params / with the params on the device (target <= 1.2). gather extra =\n"
+           "the extra time the backward's zero_engine_gather calls took with NVMe params (read waits, the read's\n"
+           "checksum and the upload copy, on the caller's thread); read wait = of which waiting for shard reads\n"
+           "(zero_gather_stats.nvme_read_wait_s); demand = the last backward's shard reads not issued ahead\n");
     return 0;
 }
