@@ -7672,7 +7672,7 @@ struct zero_engine {
     /* per shard slot: the group being read ahead into it or written behind from it (-1
        none), its ticket, and which; stage-3 gathers read up to ra_depth groups ahead of the
        shard they upload, in the recorded order */
-    int ra_depth;
+    int ra_depth, ra_prev; /* ra_prev: the group read ahead from last (-1 none) */
     int ra_group[ZERO__ENG_RA_MAX + 1];
     zero_io_ticket ra_ticket[ZERO__ENG_RA_MAX + 1];
     unsigned char ra_write[ZERO__ENG_RA_MAX + 1];
@@ -8767,6 +8767,7 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     for (slot = 0; slot <= ZERO__ENG_RA_MAX; slot++) e->ra_group[slot] = -1;
     e->tile_slot = 0;
     e->ra_depth = e->d.param_read_ahead;
+    e->ra_prev = -1;
     if (!e->oopt) return ZERO_OK;
     if (e->dev->ops->event_create) {
         r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
@@ -9293,8 +9294,9 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
 }
 
 /* The first max distinct groups the recorded order gathers after the current position,
-   other than g and groups prefetched now (g + 1, g + 2, ... without a trace): what the NVMe
-   tier reads ahead (or keeps: a clean copy of one is not dropped for another's read). */
+   other than g and groups prefetched now (without a trace: g + 1, g + 2, ..., or g - 1,
+   g - 2, ... after a gather of a higher group): what the NVMe tier reads ahead (or keeps:
+   a clean copy of one is not dropped for another's read). */
 static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max);
 
 /* After group g's shard came up for a gather: starts reading the next ra_depth groups of
@@ -9306,6 +9308,7 @@ static void zero__eng_ra_start(zero_engine *e, int g)
     int want[ZERO__ENG_RA_MAX], n, i, s, busy = 0;
     if (!e->fpar) return;
     n = zero__eng_trace_ahead(e, g, want, e->ra_depth);
+    e->ra_prev = g;
     for (i = 0; i < n; i++) {
         int h = want[i], have = h == e->hpg_group, slot;
         if (h < 0 || h >= e->G || e->groups[h].persistent || e->group_fresh[h] || e->groups[h].shard_numel == 0)
@@ -10269,8 +10272,9 @@ static void zero__eng_trace_note(zero_engine *e, int entry)
 static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max)
 {
     int j, n = 0, i;
-    if (!e->trace_following) {
-        for (j = g + 1; j < e->G && n < max; j++) out[n++] = j;
+    if (!e->trace_following) { /* in the direction of travel */
+        int step = e->ra_prev > g ? -1 : 1;
+        for (j = g + step; j >= 0 && j < e->G && n < max; j += step) out[n++] = j;
         return n;
     }
     for (j = e->trace_pos; j < e->trace_len && n < max; j++) {

@@ -46,6 +46,7 @@ typedef struct ec_cfg {
     const char *nvme_path;
     int pin_memory;
     int async_step;          /* engine async_step: steps without info, read one step later */
+    int param_read_ahead;    /* engine param_read_ahead (offload_param = nvme)             */
 } ec_cfg;
 
 typedef struct ec_result {
@@ -173,6 +174,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->sub_group_size = c->sub_group;
     d->host_threads = c->host_threads;
     d->nvme_path = c->nvme_path;
+    d->param_read_ahead = c->param_read_ahead;
     d->pin_memory = c->pin_memory;
     d->async_step = c->async_step;
 }
