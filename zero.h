@@ -7663,11 +7663,15 @@ struct zero_engine {
        buffers), at the start of a save and the end of a load, so its error is returned by
        one of those calls or by the call that needed its slot. */
     int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot tile_slot (-1 none), changed */
+    int nvme_tile_mv;                      /* the cached record's m, v may be nonzero        */
     int tile_slot;
     int *swap_tile;                        /* per swap slot: tile written behind from it, -1 */
     int hpg_group, hpg_dirty, hpg_cur;     /* group in shard slot hpg_cur (-1 none), changed */
     /* records (per tile) and param shards (per group) never written since commit: they hold
-       the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
+       the preallocated file's zeros, so reading them is replaced by zero-filling the buffer.
+       tile_fresh[k] = 2: only the record's master was written (one range of 4 x numel bytes
+       at its offset; m and v are zeros, as after set_tensor of every tensor), so 4 of its 12
+       bytes per element are written and read. */
     unsigned char *tile_fresh, *group_fresh;
     /* per shard slot: the group being read ahead into it or written behind from it (-1
        none), its ticket, and which; stage-3 gathers read up to ra_depth groups ahead of the
@@ -8985,9 +8989,14 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
     int i = k % e->nswap;
     zero_result r = zero__eng_swap_wait(e, i);
     if (r != ZERO_OK) return r;
-    if (e->tile_fresh[k]) { /* still the file's zeros */
+    if (e->tile_fresh[k] == 1) { /* still the file's zeros */
         memset(e->swap + (size_t)i * e->swap_stride, 0, e->tiles[k].numel * 12);
         return ZERO_OK;
+    }
+    if (e->tile_fresh[k] == 2) { /* the master only: m and v are zeros */
+        memset(e->swap + (size_t)i * e->swap_stride + e->tiles[k].numel * 4, 0, e->tiles[k].numel * 8);
+        return zero_io_read(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
+                            e->tiles[k].numel * 4, &e->swap_ticket[i]);
     }
     return zero_io_read(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
                         e->tiles[k].numel * 12, &e->swap_ticket[i]);
@@ -9138,9 +9147,9 @@ static zero_result zero__eng_tile_write_behind(zero_engine *e)
 {
     int k = e->nvme_tile_cached, s = e->tile_slot;
     zero_result r;
-    e->tile_fresh[k] = 0;
-    r = zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)s * e->swap_stride, e->tiles[k].numel * 12u,
-                      &e->swap_ticket[s]);
+    e->tile_fresh[k] = e->nvme_tile_mv ? 0 : 2; /* m and v never set: the master alone */
+    r = zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)s * e->swap_stride,
+                      e->tiles[k].numel * (e->nvme_tile_mv ? 12u : 4u), &e->swap_ticket[s]);
     if (r != ZERO_OK) return r;
     e->swap_tile[s] = k;
     e->nvme_tile_dirty = 0;
@@ -9454,16 +9463,20 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
             if (behind >= 0) { /* being written behind: its slot holds the record */
                 if ((r = zero__eng_tile_settle(e, behind)) != ZERO_OK) break;
                 e->tile_slot = behind;
+                e->nvme_tile_mv = e->tile_fresh[k] == 0;
             } else {
                 if (e->swap_ticket[e->tile_slot]) { /* writing behind: the next slot, oldest write */
                     e->tile_slot = (e->tile_slot + 1) % e->nswap;
                     if ((r = zero__eng_tile_settle(e, e->tile_slot)) != ZERO_OK) break;
                 }
                 sl = (float *)(void *)(e->swap + (size_t)e->tile_slot * e->swap_stride);
-                if (e->tile_fresh[k]) {
+                e->nvme_tile_mv = e->tile_fresh[k] == 0;
+                if (e->tile_fresh[k] == 1) {
                     memset(sl, 0, tl->numel * 12u);
                 } else {
-                    r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
+                    size_t rb = tl->numel * (e->tile_fresh[k] == 2 ? 4u : 12u);
+                    memset((unsigned char *)sl + rb, 0, tl->numel * 12u - rb);
+                    r = zero_io_read(e->fopt, e->tile_off[k], sl, rb, &t);
                     if (r == ZERO_OK) r = zero_io_wait(e->io, t);
                     if (r != ZERO_OK) break;
                 }
@@ -9474,6 +9487,7 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
         if (in) {
             memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
             e->nvme_tile_dirty = 1;
+            if (kind != 0) e->nvme_tile_mv = 1;
         } else {
             memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
