@@ -2169,6 +2169,7 @@ static zero_result zero__fail(zero_result result, const char *fmt, ...)
 #ifndef ZERO_MALLOC
 #define ZERO_MALLOC(sz) malloc(sz)
 #define ZERO_FREE(p) free(p)
+#define ZERO__LIBC_MALLOC 1
 #endif
 
 /* Allocates through 'a' when it has hooks, else ZERO_MALLOC. NULL on failure or 0 bytes. */
@@ -2177,6 +2178,21 @@ static void *zero__alloc(const zero_allocator *a, size_t bytes)
     if (bytes == 0) return NULL;
     if (a && a->alloc) return a->alloc(bytes, a->user);
     return ZERO_MALLOC(bytes);
+}
+
+/* zero__alloc's bytes, zeroed: by calloc with the C library's allocator (its large blocks
+   are fresh pages the kernel zeroes when first touched, so gigabytes of host tier cost
+   nothing until used), else written. */
+static void *zero__alloc_zeroed(const zero_allocator *a, size_t bytes)
+{
+    void *p;
+    if (bytes == 0) return NULL;
+#ifdef ZERO__LIBC_MALLOC
+    if (!(a && a->alloc)) return calloc(1, bytes);
+#endif
+    p = zero__alloc(a, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
 }
 
 static void zero__free(const zero_allocator *a, void *ptr)
@@ -8644,13 +8660,13 @@ static zero_result zero__eng_host_alloc(zero_engine *e, size_t bytes, zero_mem_c
         zero_result r = e->dev->ops->host_alloc(e->dev, bytes, &p);
         if (r != ZERO_OK) return r;
         pinned = 1;
+        memset(p, 0, bytes);
     } else {
-        p = zero__alloc(&e->d.allocator, bytes);
+        p = zero__alloc_zeroed(&e->d.allocator, bytes);
         if (!p)
             return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine: %zu bytes of host memory (%s)",
                               bytes, zero_mem_category_name(cat));
     }
-    memset(p, 0, bytes);
     e->hallocs[e->nhallocs].ptr = p;
     e->hallocs[e->nhallocs].bytes = bytes;
     e->hallocs[e->nhallocs].cat = cat;
@@ -9069,8 +9085,7 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     e->hpg_stride = (size_t)zero_io_align_up(maxb);
     e->hpg_slots = e->ra_depth + 1 < 2 ? 2 : e->ra_depth + 1; /* the cache + the reads ahead */
     if ((r = zero_io_buffer_alloc(e->io, (size_t)e->hpg_slots * e->hpg_stride, &p)) != ZERO_OK) return r;
-    e->hpg = (unsigned char *)p;
-    memset(e->hpg, 0, (size_t)e->hpg_slots * e->hpg_stride);
+    e->hpg = (unsigned char *)p; /* not cleared: every use fills a slot first */
     e->hmem[ZERO_MEM_PARAM] += (size_t)e->hpg_slots * e->hpg_stride; /* host tier: the shard buffers */
     if (e->hmem[ZERO_MEM_PARAM] > e->hmem_peak[ZERO_MEM_PARAM]) e->hmem_peak[ZERO_MEM_PARAM] = e->hmem[ZERO_MEM_PARAM];
     e->hmem_total += (size_t)e->hpg_slots * e->hpg_stride;
@@ -9380,8 +9395,7 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     }
     e->swap_stride = rec;
     if ((r = zero_io_buffer_alloc(e->io, rec * (size_t)e->nswap, &p)) != ZERO_OK) return r;
-    e->swap = (unsigned char *)p;
-    memset(e->swap, 0, rec * (size_t)e->nswap);
+    e->swap = (unsigned char *)p; /* not cleared: every use fills a slot first (read or zeros) */
     e->hmem[ZERO_MEM_SCRATCH] += rec * (size_t)e->nswap; /* the swap slots: host tier */
     e->hmem_peak[ZERO_MEM_SCRATCH] = e->hmem[ZERO_MEM_SCRATCH];
     e->hmem_total += rec * (size_t)e->nswap;
