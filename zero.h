@@ -1340,7 +1340,10 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
    buffer_count - 2 tiles ahead and written behind the Adam. offload_param (stage 3) keeps
    the param shards of partitioned groups on the host (cpu) or in a file (nvme): a gather
-   (or a prefetch) uploads the shard into its arena extent and all-gathers in place. Every
+   (or a prefetch) uploads the shard into its arena extent and all-gathers in place; with
+   nvme the shards are read param_read_ahead groups ahead of the gathers, in the recorded
+   order, while the caller computes. Between steps (set_tensor, read_tensor, checkpoints)
+   the NVMe tier is reached through write-back caches written behind asynchronously. Every
    configuration gives the same bits as the run without offload.
 
    ERRORS. Every call validates the state and arguments and returns an error (detail in
