@@ -250,6 +250,44 @@ static inline double gpt2_lr(const gpt2_opts *o, int step)
     return lo + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (o->lr - lo);
 }
 
+/* ---- the engine's settings -------------------------------------------------------------- */
+
+/* The CPU example's engine descriptor for a run at 'stage' with B sequences per rank (device
+   and comm left NULL for the caller): AdamW as GPT-2, the clip, the offload tiers, and with
+   --offload-activations room for every block's input. */
+static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_engine_desc *d)
+{
+    const gpt2_config *c = &o->cfg;
+    memset(d, 0, sizeof *d);
+    d->stage = stage;
+    d->param_dtype = o->dtype;
+    d->accum_steps = o->accum;
+    d->adam.mode = ZERO_ADAMW;
+    d->adam.lr = o->lr;
+    d->adam.beta1 = GPT2_BETA1;
+    d->adam.beta2 = GPT2_BETA2;
+    d->adam.eps = GPT2_EPS;
+    d->adam.weight_decay = GPT2_WEIGHT_DECAY;
+    d->clip_norm = o->clip;
+    /* No stage-3 prefetch: the host device's collectives are synchronous (nothing to
+       overlap), and a prefetch of group 0 at the end of the backward would go unused (its
+       gradients need no params), so the traffic is the paper's 3 Psi exactly. */
+    d->prefetch_depth = -1;
+    d->offload_optimizer = o->oopt;
+    d->offload_param = o->oparam;
+    d->nvme_path = o->nvme_path;
+    if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
+        size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * c->seq * c->channels);
+        d->offload_activations = o->oact;
+        if (o->oact == ZERO_OFFLOAD_NVME) {
+            d->activation_nvme_bytes = span * (size_t)c->layers;
+            d->activation_host_bytes = 2 * span; /* staging: a stash being written, a read-ahead */
+        } else {
+            d->activation_host_bytes = span * (size_t)c->layers;
+        }
+    }
+}
+
 /* ---- the parameter table ----------------------------------------------------------------- */
 
 /* The tensors of one block, in Hugging Face's order (Conv1D weights are [in, out]). */

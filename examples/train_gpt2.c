@@ -856,34 +856,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         hd.capacity = o->device_memory;
         CHECK(zero_host_device_create(&hd, &dev));
     }
-    memset(&d, 0, sizeof d);
-    d.stage = R->stage;
-    d.param_dtype = o->dtype;
-    d.accum_steps = o->accum;
-    d.adam.mode = ZERO_ADAMW;
-    d.adam.lr = o->lr;
-    d.adam.beta1 = GPT2_BETA1;
-    d.adam.beta2 = GPT2_BETA2;
-    d.adam.eps = GPT2_EPS;
-    d.adam.weight_decay = GPT2_WEIGHT_DECAY;
-    d.clip_norm = o->clip;
-    /* No stage-3 prefetch: the host device's collectives are synchronous (nothing to
-       overlap), and a prefetch of group 0 at the end of the backward would go unused (its
-       gradients need no params), so the traffic is the paper's 3 Psi exactly. */
-    d.prefetch_depth = -1;
-    d.offload_optimizer = o->oopt;
-    d.offload_param = o->oparam;
-    d.nvme_path = o->nvme_path;
-    if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
-        size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * T * c->channels);
-        d.offload_activations = o->oact;
-        if (o->oact == ZERO_OFFLOAD_NVME) {
-            d.activation_nvme_bytes = span * (size_t)c->layers;
-            d.activation_host_bytes = 2 * span; /* staging: a stash being written, a read-ahead */
-        } else {
-            d.activation_host_bytes = span * (size_t)c->layers;
-        }
-    }
+    gpt2_engine_desc(o, R->stage, B, &d);
     d.device = dev;
     d.comm = comm;
     CHECK(zero_engine_create(&d, &e));
