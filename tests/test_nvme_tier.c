@@ -221,7 +221,7 @@ static zero_result wb_rank(int rank, zero_comm *comm, void *user)
         f.kind = ZERO_IO_FAULT_ERRNO;
         f.request = w->fail_request;
         f.err = EIO;
-        ZT_CHECK(zero_io_inject_fault(e->io, &f) == ZERO_OK);
+        ZT_CHECK(zero_io_inject_fault(e->nvme.io, &f) == ZERO_OK);
     }
     for (t = 0; t < 7; t++) {
         size_t i;
