@@ -253,7 +253,7 @@ static zero_result fault_rank(int rank, zero_comm *comm, void *user)
     for (i = 0; i < 300; i++) vals[i] = 0.01f * (float)i;
     r = zero_engine_create(&d, &e);
     for (t = 0; t < 4 && r == ZERO_OK; t++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", t);
         r = zero_engine_add_tensor(e, name, 300, t, 0, &ids[t]);
     }
