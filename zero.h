@@ -148,7 +148,10 @@
    OFFLOAD (ZeRO-Offload, ZeRO-Infinity; docs/offload.md). d.offload_optimizer = cpu moves
    the K Psi / N bytes of fp32 master, m and v to host memory and the Adam step to the CPU
    (stages 1-3); = nvme puts them in files under d.nvme_path. At stage 3 d.offload_param =
-   cpu | nvme also moves the 2 Psi / N param shards off the device. Results stay
+   cpu | nvme also moves the 2 Psi / N param shards off the device. The reduced gradient
+   shard leaves the device as it is produced, into host memory, or with
+   d.offload_gradients = nvme (and offload_optimizer = nvme) into a file, through host
+   staging that does not grow with Psi. Results stay
    bit-identical to the run without offload. zero_host_device_desc.capacity gives the host
    device a memory budget, so a CPU run proves that a model too large for "device" memory
    trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
@@ -1338,7 +1341,9 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    device on ZERO_QUEUE_COMPUTE, ordered by events and host syncs. offload_optimizer = nvme
    keeps each tile's master, m, v as one checksummed range of a per-rank file under
    nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
-   buffer_count - 2 tiles ahead and written behind the Adam. offload_param (stage 3) keeps
+   buffer_count - 2 tiles ahead and written behind the Adam; offload_gradients = nvme adds
+   the tile's reduced gradients (one range per tile of a per-rank gradient file, written as
+   each group's reduction lands, read with the record). offload_param (stage 3) keeps
    the param shards of partitioned groups on the host (cpu) or in a file (nvme): a gather
    (or a prefetch) uploads the shard into its arena extent and all-gathers in place. Every
    configuration gives the same bits as the run without offload.
