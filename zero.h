@@ -1781,10 +1781,12 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
 /* Bytes this rank's engine holds on one tier, by category, now and at peak (since commit);
    'allocations' counts the tier's buffers (files on NVME). ZERO_TIER_DEVICE gives what
    zero_engine_memory_usage gives. Host tier: the offloaded fp32 master, m, v
-   (ZERO_MEM_MASTER/MOMENT1/MOMENT2), offloaded param shards (ZERO_MEM_PARAM) and the
-   staging buffers of the step (gradient tiles under ZERO_MEM_GRAD, param tiles under
-   ZERO_MEM_PARAM, both declared in docs/offload.md). INVALID_ARGUMENT for NULL or a tier
-   out of range. */
+   (ZERO_MEM_MASTER/MOMENT1/MOMENT2), offloaded param shards (ZERO_MEM_PARAM), the reduced
+   gradients (ZERO_MEM_GRAD: the shard, or with offload_gradients = nvme only its staging)
+   and the staging buffers of the step (gradient tiles under ZERO_MEM_GRAD, param tiles
+   under ZERO_MEM_PARAM, all declared in docs/offload.md). NVMe tier: the files (the
+   gradient file's S elements of the comm dtype under ZERO_MEM_GRAD, each file's alignment
+   under ZERO_MEM_SCRATCH). INVALID_ARGUMENT for NULL or a tier out of range. */
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
                                             zero_engine_memory *out);
 
@@ -11397,7 +11399,7 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
     if (tier == ZERO_TIER_NVME) { /* files: constant from commit to destroy */
         for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme_mem[k];
         out->total_bytes = out->peak_total_bytes = e->nvme_total;
-        out->allocations = (e->fopt ? 1u : 0u) + (e->fpar ? 1u : 0u);
+        out->allocations = (e->fopt ? 1u : 0u) + (e->fpar ? 1u : 0u) + (e->gnv && e->gnv->file ? 1u : 0u);
         zero__act_account(e, tier, out);
         return ZERO_OK;
     }
