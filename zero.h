@@ -9436,10 +9436,11 @@ static zero_result zero__gnv_alloc(zero_engine *e)
     /* staging: two download buffers, and the read-back when contributions are added */
     t->nbuf = e->accum > 1 || e->total_parts > e->G ? 3 : 2;
     t->stride = (size_t)zero_io_align_up((uint64_t)(maxsh ? maxsh : 1) * e->c);
-    if (zero__mul_size(t->stride, (size_t)t->nbuf, &bb))
+    if (zero__mul_size(t->stride, (size_t)t->nbuf, &bb) || zero__add_size(bb, ZERO_IO_ALIGN, &bb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: gradient staging size overflows");
     if ((r = zero__eng_host_alloc(e, bb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-    t->buf = (unsigned char *)p;
+    /* aligned for O_DIRECT: tile ranges at aligned offsets go to the disk without a copy */
+    t->buf = (unsigned char *)p + (ZERO_IO_ALIGN - (uintptr_t)p % ZERO_IO_ALIGN) % ZERO_IO_ALIGN;
     /* the step's gradient slots, beside the optimizer's swap slots */
     t->slot_stride = (size_t)zero_io_align_up((uint64_t)e->tile_numel * e->c);
     if ((r = zero_io_buffer_alloc(e->io, t->slot_stride * (size_t)e->nswap, &p)) != ZERO_OK) return r;

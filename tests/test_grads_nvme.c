@@ -168,8 +168,8 @@ static void ladder(ec_cfg *c, int ng, const char *dir)
 static size_t align4k(size_t b) { return (b + ZERO_IO_ALIGN - 1) / ZERO_IO_ALIGN * ZERO_IO_ALIGN; }
 
 /* Host bytes with the gradients on NVMe do not grow with Psi: the same at 4 and 16 groups,
-   exactly the formula (GRAD: 3 staging buffers of the largest shard + buffer_count gradient
-   tiles, each rounded up to 4096), while the host tier's GRAD grows as S c; the NVMe tier
+   exactly the formula (GRAD: 3 staging buffers of the largest shard + 4096 to align them +
+   buffer_count gradient tiles, each rounded up to 4096), while the host tier's GRAD grows as S c; the NVMe tier
    holds the gradient shard (S c) and its file's alignment in SCRATCH. */
 ZT_TEST(nvme_gradients_host_bytes_do_not_grow_with_psi)
 {
@@ -188,7 +188,7 @@ ZT_TEST(nvme_gradients_host_bytes_do_not_grow_with_psi)
         for (rk = 0; rk < 2 && r->rc == ZERO_OK; rk++) {
             const zero_engine_memory *hm = &r->host_mem[rk], *nm = &r->nvme_mem[rk], *dm = &r->mem[rk];
             size_t shard = r->max_group / 2, T = shard < 64 ? shard : 64;
-            size_t want = 3 * align4k(shard * 2) + 4 * align4k(T * 2);
+            size_t want = 3 * align4k(shard * 2) + 4096 + 4 * align4k(T * 2);
             size_t S = r->plan_shard_total / 1; /* per rank: every group's shard */
             size_t k;
             ZT_CHECKF(hm->bytes[ZERO_MEM_GRAD] == want, "ng %d rank %d: host GRAD %zu, formula %zu",
