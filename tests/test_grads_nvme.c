@@ -332,6 +332,119 @@ ZT_TEST(nvme_gradient_faults_fail_every_rank)
 /* offload_gradients is checked at create: nvme needs offload_optimizer = nvme, cpu needs an
    offloaded optimizer, values out of range are refused; 0 resolves to the host tier when the
    optimizer is offloaded. */
+/* ---- gradient parts (a tied weight) ---- */
+
+typedef struct parts_ctx {
+    int stage, accum;
+    zero_offload_device opt, grads;
+    const char *dir;
+    float master[2][3][300]; /* per rank, tensor: the final master weights */
+    uint16_t param[2][3][300];
+    zero_result rc[2];
+    char err[2][512];
+} parts_ctx;
+
+/* Three groups of one 300-element tensor, group 0 handing in its gradient in two parts per
+   micro-step (first and last in the backward, as a tied embedding does), 2 ranks, fp16. */
+static zero_result parts_rank(int rank, zero_comm *comm, void *user)
+{
+    parts_ctx *P = (parts_ctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r;
+    float vals[300];
+    int ids[3], t, s, k, i, j;
+    static const int order[4] = {0, 2, 1, 0}; /* the backward's gradient calls */
+    memset(&d, 0, sizeof d);
+    d.stage = P->stage;
+    d.accum_steps = P->accum;
+    d.offload_optimizer = P->opt;
+    d.offload_gradients = P->grads;
+    d.nvme_path = P->dir;
+    d.sub_group_size = 70;
+    d.clip_norm = 0.5f;
+    if ((r = zero_host_device_create(NULL, &dev)) != ZERO_OK) return r;
+    d.device = dev;
+    d.comm = comm;
+    for (i = 0; i < 300; i++) vals[i] = 0.01f * (float)(i % 37) - 0.1f;
+    r = zero_engine_create(&d, &e);
+    for (t = 0; t < 3 && r == ZERO_OK; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", t);
+        r = zero_engine_add_tensor(e, name, 300, t, 0, &ids[t]);
+    }
+    if (!r) r = zero_engine_set_grad_parts(e, 0, 2);
+    if (!r) r = zero_engine_commit(e);
+    for (t = 0; t < 3 && r == ZERO_OK; t++) r = zero_engine_set_tensor(e, ids[t], vals);
+    for (s = 0; s < 3 && r == ZERO_OK; s++) {
+        float scale = zero_engine_loss_scale(e);
+        for (k = 0; k < P->accum && r == ZERO_OK; k++)
+            for (j = 0; j < 4 && r == ZERO_OK; j++) {
+                int g = order[j];
+                void *gp, *pp;
+                if ((r = zero_engine_gather(e, g, &pp)) != ZERO_OK) break;
+                if ((r = zero_engine_grads(e, g, &gp)) != ZERO_OK) break;
+                for (i = 0; i < 300; i++)
+                    ((uint16_t *)gp)[i] = zero_f32_to_f16(scale * 1e-3f * (float)((i * 7 + j * 13 + k * 5 + s + rank) % 29 - 14));
+                if ((r = zero_engine_release(e, g)) != ZERO_OK) break;
+                r = zero_engine_grads_ready(e, g);
+            }
+        if (r == ZERO_OK) r = zero_engine_step(e, NULL);
+    }
+    for (t = 0; t < 3 && r == ZERO_OK; t++) {
+        zero_range rg;
+        float tmp[300];
+        uint16_t pt[300];
+        memset(tmp, 0, sizeof tmp);
+        r = zero_engine_read_tensor(e, ids[t], ZERO_STATE_MASTER, tmp, &rg);
+        if (r == ZERO_OK) memcpy(&P->master[rank][t][rg.offset], tmp + rg.offset, rg.numel * 4);
+        if (r == ZERO_OK) r = zero_engine_read_tensor(e, ids[t], ZERO_STATE_PARAM, pt, &rg);
+        if (r == ZERO_OK) memcpy(&P->param[rank][t][rg.offset], pt + rg.offset, rg.numel * 2);
+    }
+    P->rc[rank] = r;
+    snprintf(P->err[rank], sizeof P->err[rank], "%s", r ? zero_last_error() : "");
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+/* A group with two gradient parts (its second part is added like a later micro-step, even
+   with accumulation 1): the host tier of the gradients (optimizer on the CPU and on NVMe)
+   and the NVMe tier give the plain run's master weights and params, stages 1-3,
+   accumulation 1 and 2. */
+ZT_TEST(gradient_parts_with_offload)
+{
+    static const zero_offload_device cfgs[4][2] = {
+        {ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE}, {ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE},
+        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE}, {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME}};
+    static parts_ctx ref, got; /* large: not on the stack */
+    const char *dir = make_dir();
+    int st, acc, ci;
+    ZT_CHECK(dir != NULL);
+    if (!dir) return;
+    for (st = 1; st <= 3; st++)
+        for (acc = 1; acc <= 2; acc++)
+            for (ci = 0; ci < 4; ci++) {
+                parts_ctx *P = ci ? &got : &ref;
+                memset(P, 0, sizeof *P);
+                P->stage = st;
+                P->accum = acc;
+                P->opt = cfgs[ci][0];
+                P->grads = cfgs[ci][1];
+                P->dir = dir;
+                ZT_CHECK(zero_local_run(2, parts_rank, P) == ZERO_OK);
+                ZT_CHECKF(P->rc[0] == ZERO_OK && P->rc[1] == ZERO_OK, "stage %d accum %d cfg %d: %s %s", st,
+                          acc, ci, P->err[0], P->err[1]);
+                if (ci == 0) continue;
+                ZT_CHECKF(memcmp(ref.master, got.master, sizeof ref.master) == 0 &&
+                              memcmp(ref.param, got.param, sizeof ref.param) == 0,
+                          "stage %d accum %d cfg %d: state differs from the plain run", st, acc, ci);
+            }
+    ZT_CHECK(dir_is_empty(dir));
+    rmdir(dir);
+}
+
 static zero_result validate_rank(int rank, zero_comm *comm, void *user)
 {
     zero_device *dev = NULL;
@@ -390,5 +503,6 @@ int main(void)
     ZT_RUN(nvme_gradients_are_exact);
     ZT_RUN(nvme_gradients_host_bytes_do_not_grow_with_psi);
     ZT_RUN(nvme_gradient_faults_fail_every_rank);
+    ZT_RUN(gradient_parts_with_offload);
     return zt_summary();
 }
