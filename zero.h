@@ -1790,8 +1790,8 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
                                             zero_engine_memory *out);
 
-/* The I/O counters of the NVMe tier of the model states (offload_optimizer or offload_param
-   = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
+/* The I/O counters of the NVMe tier of the model states (offload_optimizer, offload_param
+   or offload_gradients = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
    since commit, so bytes_read / bytes_written show what a step, a checkpoint or set_tensor
    moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
 ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
