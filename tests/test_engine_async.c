@@ -321,7 +321,7 @@ ZT_TEST(nvme_gradients_order_their_queues)
             int o, rk;
             for (o = 0; o <= 1; o++) {
                 arun A;
-                char label[64];
+                char label[96];
                 memset(&A, 0, sizeof A);
                 A.stage = st;
                 A.world = 3;
