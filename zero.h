@@ -1415,7 +1415,8 @@ typedef struct zero_engine_desc {
                                     offload_optimizer = NVME) = the rank's gradient file under
                                     nvme_path, one range per optimizer tile, staged through
                                     host buffers of the largest shard (two, three with
-                                    accumulation), so host memory does not grow with Psi.
+                                    accumulation or gradient parts) and buffer_count tiles,
+                                    so host memory does not grow with Psi.
                                     Same bits in every setting. Local to the rank (not in the
                                     plan hash). Resolved: 0 becomes CPU when offload_optimizer
                                     is set, stays NONE otherwise.                              */
@@ -1791,9 +1792,9 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
                                             zero_engine_memory *out);
 
 /* The I/O counters of the NVMe tier of the model states (offload_optimizer, offload_param
-   or offload_gradients = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
-   since commit, so bytes_read / bytes_written show what a step, a checkpoint or set_tensor
-   moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
+   or offload_gradients = NVME; the activation tier has its own): zero_io_get_stats() of
+   the engine's I/O engine since commit, so bytes_read / bytes_written show what a step, a
+   checkpoint or set_tensor moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
 ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
 
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
