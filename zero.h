@@ -7492,11 +7492,11 @@ ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault
    stage 0, reduce-scatter into the owner's shard at 1-3), and accumulated: k == 0 stores the
    reduced values, k > 0 adds them (device add: one rounding to the comm dtype).
 
-   Queues. Work the user enqueues on COMPUTE is handed to COMM by recording ev_c2m on
-   COMPUTE and making COMM wait on it; COMM work is handed back by ev_m2c. Buffers reused by
-   COMPUTE after COMM touched them (arena extents: a gradient buffer reduced, a prefetch
-   never used; stage 0-1 gradient slices) wait on an event recorded on COMM after that work
-   (the extent's fence). */
+   Queues. Work the user enqueues on COMPUTE is handed to COMM by recording
+   sync.compute_to_comm on COMPUTE and making COMM wait on it; COMM work is handed back by
+   sync.comm_to_compute. Buffers reused by COMPUTE after COMM touched them (arena extents: a
+   gradient buffer reduced, a prefetch never used; stage 0-1 gradient slices) wait on an
+   event recorded on COMM after that work (the extent's fence). */
 
 #define ZERO__ENG_MAX_ALLOCS 16
 #define ZERO__ENG_SCRATCH_BYTES 64
@@ -7567,128 +7567,215 @@ typedef struct zero__eng_shape {
 #define ZERO__DEBUG_DEFAULT 0
 #endif
 
-struct zero_engine {
-    zero_engine_desc d; /* resolved */
-    zero_adam_desc adam;
-    zero_scaler scaler;
+/* The engine's state, grouped by concern. Each sub-struct below is one concern; the stage
+   logic reads them as e->cfg.world, e->layout.groups[g], e->buf.arena, e->host.tiles, ... */
+
+/* What the engine was created with: the resolved descriptor (zero fields replaced by their
+   defaults at create; max_live_numel at commit), the device and comm it runs on, this
+   rank's place, the ZeRO stage, and the two dtypes of the gradient rule (the param/gradient
+   dtype and the comm/accumulation dtype) with their element sizes. Fixed after create. */
+typedef struct zero__eng_config {
+    zero_engine_desc desc; /* resolved */
     zero_device *dev;
     zero_comm *comm;
-    int rank, world, stage, accum, depth;
-    int state;
-    zero_dtype gd, cd; /* param/gradient dtype, comm/accumulation dtype */
-    size_t p, c;       /* their sizes */
+    int rank, world, stage;
+    int accum_steps;              /* micro-steps per step (gradient_accumulation_steps)   */
+    zero_dtype param_dtype;       /* params and the user's gradients                      */
+    zero_dtype comm_dtype;        /* reductions and the gradient accumulator              */
+    size_t param_size, comm_size; /* their element sizes in bytes                         */
+    int opt_offloaded;            /* offload_optimizer != NONE: master, m, v off the device */
+    int params_offloaded;         /* offload_param != NONE: partitioned param shards off it */
+} zero__eng_config;
+
+/* What the plan made of the registered tensors: the tensors (flags, shapes, tiled tensors,
+   gradient parts asked for before commit), the group table (each group's sizes, offsets in
+   the whole / shard / param layouts, and its gather and gradient state), and the sizes
+   that every buffer is derived from. */
+typedef struct zero__eng_tensor_layout {
     zero_plan *plan;
-    unsigned *tflags;
+    unsigned *tensor_flags; /* per tensor: ZERO_TENSOR_* flags                         */
     int ntensors, cap_tensors;
-    int G;
-    zero__eng_group *groups;
-    size_t P, S, M, Mnp;
-    int alias; /* the accumulator is the user gradient buffer (stages 0-1, accum 1, cd == gd) */
-    /* device buffers: bucket = the staging of reductions that need one (comm dtype),
-       arena = stage-3 gathered params and stage 2-3 gradient buffers (param dtype) */
-    unsigned char *param, *grad_user, *grad_acc, *bucket, *arena, *scratch;
-    float *master, *m1, *m2;
-    zero__eng_allocation allocs[ZERO__ENG_MAX_ALLOCS];
-    int nallocs;
-    size_t mem[ZERO_MEM_COUNT], mem_peak[ZERO_MEM_COUNT], mem_total, mem_peak_total;
-    /* the arena (stages 2-3): free extents sorted by offset, best fit */
-    size_t arena_numel, M2;
-    zero__eng_extent *afree;
-    int nfree, cap_free;
-    uint64_t fence_seq;   /* fence events recorded on COMM so far                       */
-    uint64_t compute_seq; /* the compute queue is ordered after fences up to this one   */
-    size_t bucket_piece;  /* per-rank elements of one staged reduction piece            */
-    int *parts_req;       /* before commit: zero_engine_set_grad_parts, by group         */
+    /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
+    zero__eng_shape *shapes;
+    int cap_shapes;
     int *tiled;           /* tiled tensors: (tile 0's id, k) pairs, zero_engine_tile_view */
     size_t *tiled_dims;   /* their (rows, cols)                                          */
     int ntiled, cap_tiled;
+    int *parts_req;       /* before commit: zero_engine_set_grad_parts, by group         */
     int cap_parts_req, total_parts;
-    zero_gather_stats gstats;
-    /* stage 3: the order of one micro-step's gathers and gradient buffers, as recorded
-       (entries 2 g for gather(g), 2 g + 1 for grads(g)); prefetch follows it */
+    int ngroups;
+    zero__eng_group *groups;
+    size_t total_numel;           /* the whole layout: every group's numel (P)          */
+    size_t shard_numel;           /* the shard layout: every group's shard numel (S)    */
+    size_t max_group_numel;       /* the largest group's numel                          */
+    size_t second_group_numel;    /* the second largest (the largest if only one group) */
+    size_t max_partitioned_numel; /* the largest non-persistent group's numel           */
+    int acc_is_user_grad; /* the accumulator is the user gradient buffer (stages 0-1, accum 1,
+                             comm dtype == param dtype) */
+} zero__eng_tensor_layout;
+
+/* The engine's device memory: one allocation per kind of buffer (the layouts in the
+   comment above), and its accounting by category. bucket = the staging of reductions
+   that need one (comm dtype), in pieces of bucket_piece_numel elements per rank; arena =
+   stage-3 gathered params and stage 2-3 gradient buffers (param dtype), handed out by the
+   pool. The optimizer states are in opt (device, host or NVMe). */
+typedef struct zero__eng_buffers {
+    unsigned char *param, *grad_user, *grad_acc, *bucket, *arena, *scratch;
+    size_t bucket_piece_numel; /* per-rank elements of one staged reduction piece */
+    zero__eng_allocation allocs[ZERO__ENG_MAX_ALLOCS];
+    int nallocs;
+    size_t mem[ZERO_MEM_COUNT], mem_peak[ZERO_MEM_COUNT], mem_total, mem_peak_total;
+} zero__eng_buffers;
+
+/* The optimizer: Adam's settings, the loss scaler, the completed step count, and the fp32
+   master params and Adam moments m, v of this rank's shard (the whole layout at stage 0).
+   master, m, v are device pointers, host pointers with offload_optimizer = cpu, and NULL
+   with offload_optimizer = nvme (their tiles are in the NVMe tier then). */
+typedef struct zero__eng_optimizer {
+    zero_adam_desc adam;
+    zero_scaler scaler;
+    int64_t step;
+    float *master, *m, *v;
+} zero__eng_optimizer;
+
+/* The arena's free list (stages 2-3): free extents sorted by offset, best fit. */
+typedef struct zero__eng_pool {
+    size_t numel; /* the arena's size in elements */
+    zero__eng_extent *free_ext;
+    int nfree, cap_free;
+} zero__eng_pool;
+
+/* Ordering between the queues (the comment above): the hand-off events, and the numbering
+   of the fences recorded on COMM. */
+typedef struct zero__eng_sync {
+    zero_event *compute_to_comm, *comm_to_compute;
+    zero_event *compute_to_offload, *comm_to_offload, *offload_to_comm; /* ZERO_QUEUE_OFFLOAD */
+    uint64_t fence_seq;   /* fence events recorded on COMM so far                       */
+    uint64_t compute_seq; /* the compute queue is ordered after fences up to this one   */
+} zero__eng_sync;
+
+/* Stage-3 prefetch: the order of one micro-step's gathers and gradient buffers, as recorded
+   (entries 2 g for gather(g), 2 g + 1 for grads(g)); prefetch follows it up to depth
+   groups ahead. stats: what zero_engine_gather_stats reports. */
+typedef struct zero__eng_prefetch {
     int *trace;
     int trace_len, trace_cap, trace_pos;
     int trace_following; /* 1: trace is complete and this micro-step matches it so far  */
-    /* events */
-    zero_event *ev_c2m, *ev_m2c;
-    /* micro-steps */
-    int micro;          /* complete micro-steps in this step                 */
-    int ready_in_micro; /* groups ready in the current micro-step            */
+    int depth;           /* prefetch_depth */
+    zero_gather_stats stats;
+} zero__eng_prefetch;
+
+/* The current step's micro-steps: how many are complete, which groups are ready in the
+   current one, and the groups whose reduction is pending (pending_store: per entry, the
+   step's first contribution, which stores instead of adding). */
+typedef struct zero__eng_micro {
+    int done;         /* complete micro-steps in this step                 */
+    int ready_groups; /* groups ready in the current micro-step            */
     int *pending;
-    unsigned char *pending_store; /* per pending entry: the step's first contribution (stores) */
+    unsigned char *pending_store;
     int npending;
     size_t pending_numel;
-    /* step */
-    int64_t step;
-    zero_traffic traffic_total, traffic_cur, traffic_last;
-    /* offload (ZeRO-Offload): host tier. With offload_optimizer master, m1, m2 are host
-       pointers; with offload_param the partitioned groups' param shards live in hparam
-       (group g at off_param[g]) and e->param holds the persistent groups only. */
-    int oopt, oparam;               /* offload_optimizer / offload_param != NONE          */
-    unsigned char *hparam;          /* host param shards (offload_param)                  */
-    size_t hparam_numel;
+} zero__eng_micro;
+
+/* Collective traffic: the running total, the current step's, the last completed step's,
+   and the count of collectives run (the seq of comm->tag). */
+typedef struct zero__eng_traffic {
+    zero_traffic total, cur, last;
+    uint64_t coll_seq;
+} zero__eng_traffic;
+
+/* Offload (ZeRO-Offload): the host tier. With offload_optimizer opt.master, opt.m, opt.v
+   are host pointers; with offload_param the partitioned groups' param shards live in params
+   (group g at off_param[g]) and buf.param holds the persistent groups only. The optimizer
+   step runs over tiles of up to tile_numel elements of one group's shard. */
+typedef struct zero__eng_host_tier {
+    unsigned char *params; /* host param shards (offload_param)                  */
+    size_t params_numel;
     /* the reduced gradients off the device (with offload_optimizer): each group's reduced
-       shard is downloaded into host_grad (S elements, comm dtype, group g at off_shard[g])
-       as the reduction produces it; micro-steps k > 0 land in host_grad_in (the largest
-       shard) and are added on the host, deferred until the next download or the step */
-    unsigned char *host_grad, *host_grad_in;
-    int host_grad_add; /* the group whose host add is pending, -1 none */
-    unsigned char *hpar; /* staging: 2 param tiles */
+       shard is downloaded into grad (shard_numel elements, comm dtype, group g at
+       off_shard[g]) as the reduction produces it; micro-steps k > 0 land in grad_in (the
+       largest shard) and are added on the host, deferred until the next download or the
+       step */
+    unsigned char *grad, *grad_in;
+    int grad_add_group;         /* the group whose host add is pending, -1 none */
+    unsigned char *tile_params; /* staging: 2 param tiles */
     size_t tile_numel;
     zero__eng_tile *tiles;
     zero__eng_piece *pieces;
     int ntiles, npieces;
-    zero__eng_allocation hallocs[ZERO__ENG_MAX_HOST_ALLOCS];
-    int hpinned[ZERO__ENG_MAX_HOST_ALLOCS];
-    int nhallocs;
-    size_t hmem[ZERO_MEM_COUNT], hmem_peak[ZERO_MEM_COUNT], hmem_total, hmem_peak_total;
-    zero_event *ev_c2o, *ev_m2o, *ev_o2m; /* hand-offs to and from ZERO_QUEUE_OFFLOAD      */
-    /* NVMe tier (ZeRO-Infinity): with offload_optimizer = nvme the master, m, v of tile k
-       live in the rank's file at tile_off[k] (master, m, v of its numel elements, one range
-       with one checksum), swapped through nswap host slots of swap_stride bytes. */
+    zero__eng_allocation allocs[ZERO__ENG_MAX_HOST_ALLOCS];
+    int pinned[ZERO__ENG_MAX_HOST_ALLOCS];
+    int nallocs;
+    size_t mem[ZERO_MEM_COUNT], mem_peak[ZERO_MEM_COUNT], mem_total, mem_peak_total;
+} zero__eng_host_tier;
+
+/* NVMe tier (ZeRO-Infinity): with offload_optimizer = nvme the master, m, v of tile k live
+   in the rank's file opt_file at tile_off[k] (master, m, v of its numel elements, one range
+   with one checksum), swapped through nswap host slots of swap_stride bytes. */
+typedef struct zero__eng_nvme_tier {
     zero_io *io;
-    zero_io_file *fopt;
+    zero_io_file *opt_file;
     uint64_t *tile_off;
     unsigned char *swap;
     size_t swap_stride;
     int nswap;
     zero_io_ticket *swap_ticket; /* per slot: the read or write in flight, 0 = none */
-    size_t nvme_mem[ZERO_MEM_COUNT], nvme_total;
-    /* offload_param = nvme: partitioned group g's param shard is one range of fpar at
-       poff[g]; hpg holds two shards (the step alternates them by group parity, the gathers
-       use the first). */
-    zero_io_file *fpar;
-    uint64_t *poff;
-    unsigned char *hpg;
-    size_t hpg_stride;
-    zero_io_ticket hpg_ticket[2];
+    size_t mem[ZERO_MEM_COUNT], mem_total;
+    /* offload_param = nvme: partitioned group g's param shard is one range of param_file at
+       param_off[g]; param_buf holds two shards (the step alternates them by group parity,
+       the gathers use the first). */
+    zero_io_file *param_file;
+    uint64_t *param_off;
+    unsigned char *param_buf;
+    size_t param_buf_stride;
+    zero_io_ticket param_buf_ticket[2];
     /* between steps (set_tensor, read_tensor, checkpoints, gathers) the NVMe tier is reached
        through two write-back caches: one tile record in swap slot 0 and one group's param
-       shard in hpg's first half; a cache is written back when another record or shard is
-       needed, at the end of a load, and before the step (which uses both buffers) */
-    int nvme_tile_cached, nvme_tile_dirty; /* tile in swap slot 0 (-1 none), changed */
-    int hpg_group, hpg_dirty;              /* group in hpg's first half (-1 none), changed */
+       shard in param_buf's first half; a cache is written back when another record or shard
+       is needed, at the end of a load, and before the step (which uses both buffers) */
+    int cached_tile, cached_tile_dirty;   /* tile in swap slot 0 (-1 none), changed */
+    int cached_group, cached_group_dirty; /* group in param_buf's first half (-1 none), changed */
     /* records (per tile) and param shards (per group) never written since commit: they hold
        the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
     unsigned char *tile_fresh, *group_fresh;
-    /* stage-3 gathers read one group ahead of the shard they upload: group ra_group's shard
-       is being read into hpg's second half (ticket ra_ticket), -1 none */
-    int ra_group;
-    zero_io_ticket ra_ticket;
-    uint64_t coll_seq; /* collectives this engine has run: the seq of comm->tag */
-    /* shapes given by zero_engine_add_tensor_shape() (entries past cap_shapes: none) */
-    zero__eng_shape *shapes;
-    int cap_shapes;
-    /* async_step: a step enqueued, its verdict not read yet */
-    int step_pending;
-    float pending_scale_used;
-    zero_event *ev_step;
+    /* stage-3 gathers read one group ahead of the shard they upload: group ahead_group's
+       shard is being read into param_buf's second half (ticket ahead_ticket), -1 none */
+    int ahead_group;
+    zero_io_ticket ahead_ticket;
+} zero__eng_nvme_tier;
+
+/* async_step: a step enqueued, its verdict not read yet. */
+typedef struct zero__eng_async {
+    int pending;
+    float scale_used;
+    zero_event *after_step; /* recorded on COMPUTE after the enqueued step; OFFLOAD waits on it */
     zero_step_info last_info;
-    int at_min_unreported; /* async_step: an overflow at the minimum scale not yet returned */
-    char broken[480];      /* why the engine is ZERO__ENG_BROKEN, for every later call       */
-    int guards;            /* debug_guards resolved: hand out guarded copies               */
-    void **dbg;            /* debug_guards: per group, its param copy [2g] and grad copy [2g+1]
-                              (device memory, allocated on first use), each + guard bytes  */
+    int at_min_unreported; /* an overflow at the minimum scale not yet returned */
+} zero__eng_async;
+
+/* debug_guards: hand out guarded copies of params and gradients. */
+typedef struct zero__eng_debug {
+    int guards;   /* debug_guards resolved */
+    void **copies; /* per group, its param copy [2g] and grad copy [2g+1] (device memory,
+                      allocated on first use), each + guard bytes */
+} zero__eng_debug;
+
+struct zero_engine {
+    int lifecycle;         /* ZERO__ENG_CREATED, _COMMITTED or _BROKEN                     */
+    char broken_why[480];  /* why the engine is ZERO__ENG_BROKEN, for every later call     */
+    zero__eng_config cfg;
+    zero__eng_tensor_layout layout;
+    zero__eng_buffers buf;
+    zero__eng_optimizer opt;
+    zero__eng_pool pool;
+    zero__eng_sync sync;
+    zero__eng_prefetch prefetch;
+    zero__eng_micro micro;
+    zero__eng_traffic traffic;
+    zero__eng_host_tier host;
+    zero__eng_nvme_tier nvme;
+    zero__eng_async async;
+    zero__eng_debug debug;
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
     struct zero__gnv *gnv; /* offload_gradients = nvme: the NVMe tier of the reduced
                               gradients (zero__gnv_*); NULL otherwise */
@@ -7799,9 +7886,10 @@ static zero_result zero__eng_break(zero_engine *e, zero_result r, const char *wh
 {
     char prev[400];
     zero__eng_copy_error(prev, sizeof prev);
-    if (e && e->state == ZERO__ENG_COMMITTED) {
-        e->state = ZERO__ENG_BROKEN;
-        snprintf(e->broken, sizeof e->broken, "a device or comm failure in %.60s: %.200s", what, prev);
+    if (e && e->lifecycle == ZERO__ENG_COMMITTED) {
+        e->lifecycle = ZERO__ENG_BROKEN;
+        snprintf(e->broken_why, sizeof e->broken_why, "a device or comm failure in %.60s: %.200s",
+                 what, prev);
     }
     return zero__fail(r, "zero_engine: %s failed (engine broken): %.380s", what, prev);
 }
@@ -7810,8 +7898,9 @@ static zero_result zero__eng_break(zero_engine *e, zero_result r, const char *wh
    every later call). */
 static zero_result zero__eng_commit_failed(zero_engine *e, zero_result r, const char *msg)
 {
-    e->state = ZERO__ENG_BROKEN;
-    snprintf(e->broken, sizeof e->broken, "its commit failed (%s: %.360s)", zero_result_string(r), msg);
+    e->lifecycle = ZERO__ENG_BROKEN;
+    snprintf(e->broken_why, sizeof e->broken_why, "its commit failed (%s: %.360s)",
+             zero_result_string(r), msg);
     return zero__fail(r, "%.480s", msg);
 }
 
@@ -7824,43 +7913,45 @@ static zero_result zero__eng_commit_failed(zero_engine *e, zero_result r, const 
 static zero_result zero__eng_usable(const zero_engine *e, const char *fn)
 {
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
-    if (e->state == ZERO__ENG_CREATED)
+    if (e->lifecycle == ZERO__ENG_CREATED)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: engine not committed", fn);
-    if (e->state == ZERO__ENG_BROKEN)
+    if (e->lifecycle == ZERO__ENG_BROKEN)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "%s: the engine is unusable (destroy it with zero_engine_destroy and "
-                          "create a new one): %s", fn, e->broken[0] ? e->broken : "an earlier failure");
+                          "create a new one): %s",
+                          fn, e->broken_why[0] ? e->broken_why : "an earlier failure");
     return ZERO_OK;
 }
 
 static zero_result zero__eng_group_arg(const zero_engine *e, int group, const char *fn)
 {
-    if (group < 0 || group >= e->G)
+    if (group < 0 || group >= e->layout.ngroups)
         return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: group %d unknown (groups 0..%d)", fn, group,
-                          e->G - 1);
+                          e->layout.ngroups - 1);
     return ZERO_OK;
 }
 
 static zero_result zero__eng_record(zero_engine *e, zero_queue q, zero_event *ev)
 {
-    if (!ev || !e->dev->ops->record) return ZERO_OK;
-    return e->dev->ops->record(e->dev, q, ev);
+    if (!ev || !e->cfg.dev->ops->record) return ZERO_OK;
+    return e->cfg.dev->ops->record(e->cfg.dev, q, ev);
 }
 
 static zero_result zero__eng_wait(zero_engine *e, zero_queue q, zero_event *ev)
 {
-    if (!ev || !e->dev->ops->wait) return ZERO_OK;
-    return e->dev->ops->wait(e->dev, q, ev);
+    if (!ev || !e->cfg.dev->ops->wait) return ZERO_OK;
+    return e->cfg.dev->ops->wait(e->cfg.dev, q, ev);
 }
 
 /* Orders 'to' after everything enqueued on 'from' so far. */
 static zero_result zero__eng_handoff(zero_engine *e, zero_queue from, zero_queue to)
 {
-    zero_event *ev = from == ZERO_QUEUE_COMPUTE ? e->ev_c2m : e->ev_m2c;
+    zero_event *ev = from == ZERO_QUEUE_COMPUTE ? e->sync.compute_to_comm : e->sync.comm_to_compute;
     zero_result r = zero__eng_record(e, from, ev);
     if (r == ZERO_OK) r = zero__eng_wait(e, to, ev);
     /* compute now follows every fence recorded on COMM so far */
-    if (r == ZERO_OK && from == ZERO_QUEUE_COMM && to == ZERO_QUEUE_COMPUTE) e->compute_seq = e->fence_seq;
+    if (r == ZERO_OK && from == ZERO_QUEUE_COMM && to == ZERO_QUEUE_COMPUTE)
+        e->sync.compute_seq = e->sync.fence_seq;
     return r;
 }
 
@@ -7868,13 +7959,15 @@ static zero_result zero__eng_handoff(zero_engine *e, zero_queue from, zero_queue
 static zero_result zero__eng_fence(zero_engine *e, zero_event *ev, uint64_t *seq)
 {
     zero_result r = zero__eng_record(e, ZERO_QUEUE_COMM, ev);
-    if (r == ZERO_OK) *seq = ++e->fence_seq;
+    if (r == ZERO_OK) *seq = ++e->sync.fence_seq;
     return r;
 }
 
 static void *zero__eng_comm_queue(zero_engine *e)
 {
-    return e->dev->ops->native_queue ? e->dev->ops->native_queue(e->dev, ZERO_QUEUE_COMM) : NULL;
+    return e->cfg.dev->ops->native_queue
+               ? e->cfg.dev->ops->native_queue(e->cfg.dev, ZERO_QUEUE_COMM)
+               : NULL;
 }
 
 /* ---- counted collectives ------------------------------------------------------------------ */
@@ -7882,24 +7975,27 @@ static void *zero__eng_comm_queue(zero_engine *e)
 static void zero__eng_count(zero_engine *e, zero_coll kind, double numel, zero_dtype dtype)
 {
     double bytes = numel * (double)zero_dtype_size(dtype);
-    e->traffic_cur.calls[kind]++;
-    e->traffic_cur.numel[kind] += numel;
-    e->traffic_cur.bytes[kind] += bytes;
-    e->traffic_total.calls[kind]++;
-    e->traffic_total.numel[kind] += numel;
-    e->traffic_total.bytes[kind] += bytes;
+    e->traffic.cur.calls[kind]++;
+    e->traffic.cur.numel[kind] += numel;
+    e->traffic.cur.bytes[kind] += bytes;
+    e->traffic.total.calls[kind]++;
+    e->traffic.total.numel[kind] += numel;
+    e->traffic.total.bytes[kind] += bytes;
 }
 
 /* Every engine collective carries its identity (group, role, running count) in the comm's
    tag; the tag is cleared after the call so a direct user of the same comm is untagged. */
 static void zero__eng_tag(zero_engine *e, int group, zero_comm_role role)
 {
-    e->comm->tag.group = (int32_t)group;
-    e->comm->tag.role = (int32_t)role;
-    e->comm->tag.seq = e->coll_seq++;
+    e->cfg.comm->tag.group = (int32_t)group;
+    e->cfg.comm->tag.role = (int32_t)role;
+    e->cfg.comm->tag.seq = e->traffic.coll_seq++;
 }
 
-static void zero__eng_untag(zero_engine *e) { memset(&e->comm->tag, 0, sizeof e->comm->tag); }
+static void zero__eng_untag(zero_engine *e)
+{
+    memset(&e->cfg.comm->tag, 0, sizeof e->cfg.comm->tag);
+}
 
 static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *recv,
                                         size_t send_numel, zero_dtype dtype, int group,
@@ -7907,10 +8003,11 @@ static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *
 {
     zero_result r;
     zero__eng_tag(e, group, role);
-    r = e->comm->ops->all_gather(e->comm, send, recv, send_numel, dtype, zero__eng_comm_queue(e));
+    r = e->cfg.comm->ops->all_gather(e->cfg.comm, send, recv, send_numel, dtype,
+                                     zero__eng_comm_queue(e));
     zero__eng_untag(e);
     if (r == ZERO_OK)
-        zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(e->world - 1),
+        zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(e->cfg.world - 1),
                         dtype);
     return r;
 }
@@ -7920,12 +8017,12 @@ static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, vo
 {
     zero_result r;
     zero__eng_tag(e, group, ZERO_ROLE_GRAD_REDUCE);
-    r = e->comm->ops->reduce_scatter(e->comm, send, recv, recv_numel, dtype, ZERO_OP_SUM,
+    r = e->cfg.comm->ops->reduce_scatter(e->cfg.comm, send, recv, recv_numel, dtype, ZERO_OP_SUM,
                                      zero__eng_comm_queue(e));
     zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, ZERO_COLL_REDUCE_SCATTER,
-                        (double)recv_numel * (double)(e->world - 1), dtype);
+                        (double)recv_numel * (double)(e->cfg.world - 1), dtype);
     return r;
 }
 
@@ -7935,22 +8032,24 @@ static zero_result zero__eng_all_reduce(zero_engine *e, const void *send, void *
 {
     zero_result r;
     zero__eng_tag(e, group, role);
-    r = e->comm->ops->all_reduce(e->comm, send, recv, numel, dtype, op, zero__eng_comm_queue(e));
+    r = e->cfg.comm->ops->all_reduce(e->cfg.comm, send, recv, numel, dtype, op,
+                                     zero__eng_comm_queue(e));
     zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, control ? ZERO_COLL_CONTROL : ZERO_COLL_ALL_REDUCE,
-                        2.0 * (double)numel * (double)(e->world - 1) / (double)e->world, dtype);
+                        2.0 * (double)numel * (double)(e->cfg.world - 1) / (double)e->cfg.world,
+                        dtype);
     return r;
 }
 
 static zero_result zero__eng_group_start(zero_engine *e)
 {
-    return e->comm->ops->group_start ? e->comm->ops->group_start(e->comm) : ZERO_OK;
+    return e->cfg.comm->ops->group_start ? e->cfg.comm->ops->group_start(e->cfg.comm) : ZERO_OK;
 }
 
 static zero_result zero__eng_group_end(zero_engine *e)
 {
-    return e->comm->ops->group_end ? e->comm->ops->group_end(e->comm) : ZERO_OK;
+    return e->cfg.comm->ops->group_end ? e->cfg.comm->ops->group_end(e->cfg.comm) : ZERO_OK;
 }
 
 /* A failure between group_start and group_end: break the engine, then close the comm's
@@ -8134,38 +8233,39 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e = (zero_engine *)zero__alloc(&d.allocator, sizeof *e);
     if (!e) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_create: %zu bytes", sizeof *e);
     memset(e, 0, sizeof *e);
-    r = zero_adam_desc_resolve(&e->adam, &d.adam);
-    if (r == ZERO_OK) r = zero_scaler_init(&e->scaler, &d.scaler, d.param_dtype);
-    if (r == ZERO_OK) r = zero_plan_create(&e->plan, &d.allocator);
+    r = zero_adam_desc_resolve(&e->opt.adam, &d.adam);
+    if (r == ZERO_OK) r = zero_scaler_init(&e->opt.scaler, &d.scaler, d.param_dtype);
+    if (r == ZERO_OK) r = zero_plan_create(&e->layout.plan, &d.allocator);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
-        zero_plan_destroy(e->plan);
+        zero_plan_destroy(e->layout.plan);
         zero__free(&d.allocator, e);
         return zero__fail(r, "zero_engine_create: %.380s", prev);
     }
-    d.adam = e->adam;
+    d.adam = e->opt.adam;
     /* get_desc reports the scaler as it runs: the mode resolved, every default filled. */
     zero__scaler_defaults(&d.scaler);
     if (d.scaler.mode == ZERO_SCALER_DEFAULT)
-        d.scaler.mode = e->scaler.dynamic ? ZERO_SCALER_DYNAMIC : ZERO_SCALER_NONE;
+        d.scaler.mode = e->opt.scaler.dynamic ? ZERO_SCALER_DYNAMIC : ZERO_SCALER_NONE;
     if (d.scaler.at_min == ZERO_SCALER_AT_MIN_DEFAULT)
-        d.scaler.at_min = e->scaler.error_at_min ? ZERO_SCALER_AT_MIN_ERROR : ZERO_SCALER_AT_MIN_SKIP;
-    e->d = d;
-    e->dev = d.device;
-    e->comm = d.comm;
-    e->rank = d.comm->rank;
-    e->world = d.comm->world;
-    e->stage = d.stage;
-    e->accum = d.accum_steps;
-    e->depth = d.prefetch_depth > 0 ? d.prefetch_depth : 0;
-    e->gd = d.param_dtype;
-    e->cd = d.grad_comm_dtype;
-    e->p = zero_dtype_size(e->gd);
-    e->c = zero_dtype_size(e->cd);
-    e->oopt = d.offload_optimizer != ZERO_OFFLOAD_NONE;
-    e->oparam = d.offload_param != ZERO_OFFLOAD_NONE;
-    e->state = ZERO__ENG_CREATED;
+        d.scaler.at_min =
+            e->opt.scaler.error_at_min ? ZERO_SCALER_AT_MIN_ERROR : ZERO_SCALER_AT_MIN_SKIP;
+    e->cfg.desc = d;
+    e->cfg.dev = d.device;
+    e->cfg.comm = d.comm;
+    e->cfg.rank = d.comm->rank;
+    e->cfg.world = d.comm->world;
+    e->cfg.stage = d.stage;
+    e->cfg.accum_steps = d.accum_steps;
+    e->prefetch.depth = d.prefetch_depth > 0 ? d.prefetch_depth : 0;
+    e->cfg.param_dtype = d.param_dtype;
+    e->cfg.comm_dtype = d.grad_comm_dtype;
+    e->cfg.param_size = zero_dtype_size(e->cfg.param_dtype);
+    e->cfg.comm_size = zero_dtype_size(e->cfg.comm_dtype);
+    e->cfg.opt_offloaded = d.offload_optimizer != ZERO_OFFLOAD_NONE;
+    e->cfg.params_offloaded = d.offload_param != ZERO_OFFLOAD_NONE;
+    e->lifecycle = ZERO__ENG_CREATED;
     *out = e;
     return ZERO_OK;
 }
@@ -8173,12 +8273,12 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
 static void zero__eng_free_device(zero_engine *e)
 {
     int i;
-    for (i = e->nallocs - 1; i >= 0; i--) {
-        e->dev->ops->free(e->dev, e->allocs[i].ptr);
-        e->mem[e->allocs[i].cat] -= e->allocs[i].bytes;
-        e->mem_total -= e->allocs[i].bytes;
+    for (i = e->buf.nallocs - 1; i >= 0; i--) {
+        e->cfg.dev->ops->free(e->cfg.dev, e->buf.allocs[i].ptr);
+        e->buf.mem[e->buf.allocs[i].cat] -= e->buf.allocs[i].bytes;
+        e->buf.mem_total -= e->buf.allocs[i].bytes;
     }
-    e->nallocs = 0;
+    e->buf.nallocs = 0;
 }
 
 ZERODEF void zero_engine_destroy(zero_engine *e)
@@ -8186,55 +8286,59 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     const zero_allocator *a;
     int g;
     if (!e) return;
-    a = &e->d.allocator;
-    if (e->dev) {
+    a = &e->cfg.desc.allocator;
+    if (e->cfg.dev) {
         /* Let queued work finish before freeing what it may touch (errors are moot here). */
-        if (e->nallocs > 0 && e->dev->ops->sync) {
-            (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_COMM);
-            (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
-            if (e->oopt || e->ev_step) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
+        if (e->buf.nallocs > 0 && e->cfg.dev->ops->sync) {
+            (void)e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMM);
+            (void)e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+            if (e->cfg.opt_offloaded || e->async.after_step)
+                (void)e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD);
         }
         zero__act_free(e);
-        if (e->dbg)
-            for (g = 0; g < 2 * e->G; g++)
-                if (e->dbg[g]) (void)e->dev->ops->free(e->dev, e->dbg[g]);
+        if (e->debug.copies)
+            for (g = 0; g < 2 * e->layout.ngroups; g++)
+                if (e->debug.copies[g]) (void)e->cfg.dev->ops->free(e->cfg.dev, e->debug.copies[g]);
         zero__eng_free_device(e);
         zero__eng_free_host(e);
-        if (e->dev->ops->event_destroy) {
-            if (e->groups)
-                for (g = 0; g < e->G; g++) {
-                    if (e->groups[g].ev_gathered)
-                        e->dev->ops->event_destroy(e->dev, e->groups[g].ev_gathered);
-                    if (e->groups[g].ev_reduced)
-                        e->dev->ops->event_destroy(e->dev, e->groups[g].ev_reduced);
+        if (e->cfg.dev->ops->event_destroy) {
+            if (e->layout.groups)
+                for (g = 0; g < e->layout.ngroups; g++) {
+                    if (e->layout.groups[g].ev_gathered)
+                        e->cfg.dev->ops->event_destroy(e->cfg.dev, e->layout.groups[g].ev_gathered);
+                    if (e->layout.groups[g].ev_reduced)
+                        e->cfg.dev->ops->event_destroy(e->cfg.dev, e->layout.groups[g].ev_reduced);
                 }
-            if (e->ev_c2m) e->dev->ops->event_destroy(e->dev, e->ev_c2m);
-            if (e->ev_m2c) e->dev->ops->event_destroy(e->dev, e->ev_m2c);
-            if (e->ev_c2o) e->dev->ops->event_destroy(e->dev, e->ev_c2o);
-            if (e->ev_m2o) e->dev->ops->event_destroy(e->dev, e->ev_m2o);
-            if (e->ev_o2m) e->dev->ops->event_destroy(e->dev, e->ev_o2m);
-            if (e->ev_step) e->dev->ops->event_destroy(e->dev, e->ev_step);
+            zero_event *evs[6];
+            evs[0] = e->sync.compute_to_comm;
+            evs[1] = e->sync.comm_to_compute;
+            evs[2] = e->sync.compute_to_offload;
+            evs[3] = e->sync.comm_to_offload;
+            evs[4] = e->sync.offload_to_comm;
+            evs[5] = e->async.after_step;
+            for (g = 0; g < 6; g++)
+                if (evs[g]) e->cfg.dev->ops->event_destroy(e->cfg.dev, evs[g]);
         }
     }
-    zero__free(a, e->dbg);
-    zero__free(a, e->groups);
-    zero__free(a, e->afree);
-    zero__free(a, e->pending);
-    zero__free(a, e->pending_store);
-    zero__free(a, e->parts_req);
-    zero__free(a, e->trace);
-    zero__free(a, e->tiled);
-    zero__free(a, e->tiled_dims);
-    zero__free(a, e->tflags);
-    zero__free(a, e->shapes);
-    zero_plan_destroy(e->plan);
+    zero__free(a, e->debug.copies);
+    zero__free(a, e->layout.groups);
+    zero__free(a, e->pool.free_ext);
+    zero__free(a, e->micro.pending);
+    zero__free(a, e->micro.pending_store);
+    zero__free(a, e->layout.parts_req);
+    zero__free(a, e->prefetch.trace);
+    zero__free(a, e->layout.tiled);
+    zero__free(a, e->layout.tiled_dims);
+    zero__free(a, e->layout.tensor_flags);
+    zero__free(a, e->layout.shapes);
+    zero_plan_destroy(e->layout.plan);
     zero__free(a, e);
 }
 
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out)
 {
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_get_desc: NULL");
-    *out = e->d;
+    *out = e->cfg.desc;
     return ZERO_OK;
 }
 
@@ -8244,26 +8348,27 @@ ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, siz
     zero_result r;
     int id = -1;
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_add_tensor: engine is NULL");
-    if (e->state != ZERO__ENG_CREATED)
+    if (e->lifecycle != ZERO__ENG_CREATED)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_add_tensor: '%.200s' registered after commit",
                           name ? name : "(null)");
     if (flags & ~(unsigned)ZERO_TENSOR_NO_DECAY)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_add_tensor: flags = 0x%x",
                           flags);
-    if (e->ntensors == e->cap_tensors) {
-        int cap = e->cap_tensors ? 2 * e->cap_tensors : 64;
-        unsigned *nf = (unsigned *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *nf);
+    if (e->layout.ntensors == e->layout.cap_tensors) {
+        int cap = e->layout.cap_tensors ? 2 * e->layout.cap_tensors : 64;
+        unsigned *nf = (unsigned *)zero__alloc(&e->cfg.desc.allocator, (size_t)cap * sizeof *nf);
         if (!nf) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_add_tensor");
-        if (e->ntensors) memcpy(nf, e->tflags, (size_t)e->ntensors * sizeof *nf);
-        zero__free(&e->d.allocator, e->tflags);
-        e->tflags = nf;
-        e->cap_tensors = cap;
+        if (e->layout.ntensors)
+            memcpy(nf, e->layout.tensor_flags, (size_t)e->layout.ntensors * sizeof *nf);
+        zero__free(&e->cfg.desc.allocator, e->layout.tensor_flags);
+        e->layout.tensor_flags = nf;
+        e->layout.cap_tensors = cap;
     }
-    r = zero_plan_add(e->plan, name, numel, group, &id);
+    r = zero_plan_add(e->layout.plan, name, numel, group, &id);
     if (r != ZERO_OK) return r;
-    e->tflags[id] = flags;
-    e->ntensors = id + 1;
+    e->layout.tensor_flags[id] = flags;
+    e->layout.ntensors = id + 1;
     if (out_tensor) *out_tensor = id;
     return ZERO_OK;
 }
@@ -8271,24 +8376,24 @@ ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, siz
 ZERODEF zero_result zero_engine_set_grad_parts(zero_engine *e, int group, int parts)
 {
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_grad_parts: engine is NULL");
-    if (e->state != ZERO__ENG_CREATED)
+    if (e->lifecycle != ZERO__ENG_CREATED)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_set_grad_parts: after commit");
     if (group < 0 || parts < 1 || parts > ZERO_MAX_GRAD_PARTS)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_engine_set_grad_parts: group %d, parts %d (group >= 0, 1..%d parts)",
                           group, parts, ZERO_MAX_GRAD_PARTS);
-    if (group >= e->cap_parts_req) {
-        int cap = e->cap_parts_req ? e->cap_parts_req : 16, i;
+    if (group >= e->layout.cap_parts_req) {
+        int cap = e->layout.cap_parts_req ? e->layout.cap_parts_req : 16, i;
         int *np;
         while (cap <= group) cap *= 2;
-        np = (int *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *np);
+        np = (int *)zero__alloc(&e->cfg.desc.allocator, (size_t)cap * sizeof *np);
         if (!np) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_grad_parts");
-        for (i = 0; i < cap; i++) np[i] = i < e->cap_parts_req ? e->parts_req[i] : 1;
-        zero__free(&e->d.allocator, e->parts_req);
-        e->parts_req = np;
-        e->cap_parts_req = cap;
+        for (i = 0; i < cap; i++) np[i] = i < e->layout.cap_parts_req ? e->layout.parts_req[i] : 1;
+        zero__free(&e->cfg.desc.allocator, e->layout.parts_req);
+        e->layout.parts_req = np;
+        e->layout.cap_parts_req = cap;
     }
-    e->parts_req[group] = parts;
+    e->layout.parts_req[group] = parts;
     return ZERO_OK;
 }
 
@@ -8308,7 +8413,7 @@ ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *nam
     char tname[320];
     int k, first = -1;
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
-    if (e->state != ZERO__ENG_CREATED)
+    if (e->lifecycle != ZERO__ENG_CREATED)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: '%.200s' registered after commit", fn,
                           name ? name : "(null)");
     if (!name || !name[0] || strlen(name) > 240)
@@ -8323,24 +8428,24 @@ ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *nam
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: flags = 0x%x", fn, flags);
     if (rows > SIZE_MAX / cols)
         return zero__fail(ZERO_ERROR_OVERFLOW, "%s: '%.200s': %zu x %zu overflows", fn, name, rows, cols);
-    if (e->ntiled == e->cap_tiled) {
-        int cap = e->cap_tiled ? 2 * e->cap_tiled : 8;
-        int *nt = (int *)zero__alloc(&e->d.allocator, (size_t)cap * 3 * sizeof *nt);
-        size_t *nd = (size_t *)zero__alloc(&e->d.allocator, (size_t)cap * 2 * sizeof *nd);
+    if (e->layout.ntiled == e->layout.cap_tiled) {
+        int cap = e->layout.cap_tiled ? 2 * e->layout.cap_tiled : 8;
+        int *nt = (int *)zero__alloc(&e->cfg.desc.allocator, (size_t)cap * 3 * sizeof *nt);
+        size_t *nd = (size_t *)zero__alloc(&e->cfg.desc.allocator, (size_t)cap * 2 * sizeof *nd);
         if (!nt || !nd) {
-            zero__free(&e->d.allocator, nt);
-            zero__free(&e->d.allocator, nd);
+            zero__free(&e->cfg.desc.allocator, nt);
+            zero__free(&e->cfg.desc.allocator, nd);
             return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s", fn);
         }
-        if (e->ntiled) {
-            memcpy(nt, e->tiled, (size_t)e->ntiled * 3 * sizeof *nt);
-            memcpy(nd, e->tiled_dims, (size_t)e->ntiled * 2 * sizeof *nd);
+        if (e->layout.ntiled) {
+            memcpy(nt, e->layout.tiled, (size_t)e->layout.ntiled * 3 * sizeof *nt);
+            memcpy(nd, e->layout.tiled_dims, (size_t)e->layout.ntiled * 2 * sizeof *nd);
         }
-        zero__free(&e->d.allocator, e->tiled);
-        zero__free(&e->d.allocator, e->tiled_dims);
-        e->tiled = nt;
-        e->tiled_dims = nd;
-        e->cap_tiled = cap;
+        zero__free(&e->cfg.desc.allocator, e->layout.tiled);
+        zero__free(&e->cfg.desc.allocator, e->layout.tiled_dims);
+        e->layout.tiled = nt;
+        e->layout.tiled_dims = nd;
+        e->layout.cap_tiled = cap;
     }
     for (k = 0; k < k_tiles; k++) {
         uint64_t dims[2];
@@ -8355,12 +8460,12 @@ ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *nam
         if (r != ZERO_OK) return r;
         if (k == 0) first = id;
     }
-    e->tiled[3 * e->ntiled] = first;
-    e->tiled[3 * e->ntiled + 1] = k_tiles;
-    e->tiled[3 * e->ntiled + 2] = first_group;
-    e->tiled_dims[2 * e->ntiled] = rows;
-    e->tiled_dims[2 * e->ntiled + 1] = cols;
-    e->ntiled++;
+    e->layout.tiled[3 * e->layout.ntiled] = first;
+    e->layout.tiled[3 * e->layout.ntiled + 1] = k_tiles;
+    e->layout.tiled[3 * e->layout.ntiled + 2] = first_group;
+    e->layout.tiled_dims[2 * e->layout.ntiled] = rows;
+    e->layout.tiled_dims[2 * e->layout.ntiled + 1] = cols;
+    e->layout.ntiled++;
     if (out_tensor) *out_tensor = first;
     return ZERO_OK;
 }
@@ -8370,19 +8475,21 @@ ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int 
 {
     int i;
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_tile_view: NULL");
-    for (i = 0; i < e->ntiled; i++) {
+    for (i = 0; i < e->layout.ntiled; i++) {
         zero_tensor_info ti;
-        if (e->tiled[3 * i] != tensor) continue;
-        if (tile < 0 || tile >= e->tiled[3 * i + 1])
+        if (e->layout.tiled[3 * i] != tensor) continue;
+        if (tile < 0 || tile >= e->layout.tiled[3 * i + 1])
             return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_tile_view: tile %d of %d", tile,
-                              e->tiled[3 * i + 1]);
+                              e->layout.tiled[3 * i + 1]);
         memset(out, 0, sizeof *out);
         memset(&ti, 0, sizeof ti);
         out->tensor = tensor + tile;
-        out->group = e->tiled[3 * i + 2] + tile;
-        out->cols = e->tiled_dims[2 * i + 1];
-        zero__eng_tile_rows(e->tiled_dims[2 * i], e->tiled[3 * i + 1], tile, &out->row0, &out->rows);
-        if (e->state != ZERO__ENG_CREATED && zero_plan_tensor(e->plan, out->tensor, &ti) == ZERO_OK)
+        out->group = e->layout.tiled[3 * i + 2] + tile;
+        out->cols = e->layout.tiled_dims[2 * i + 1];
+        zero__eng_tile_rows(e->layout.tiled_dims[2 * i], e->layout.tiled[3 * i + 1], tile,
+                            &out->row0, &out->rows);
+        if (e->lifecycle != ZERO__ENG_CREATED &&
+            zero_plan_tensor(e->layout.plan, out->tensor, &ti) == ZERO_OK)
             out->offset = ti.offset;
         return ZERO_OK;
     }
@@ -8392,7 +8499,7 @@ ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int 
 
 ZERODEF const zero_plan *zero_engine_plan(const zero_engine *e)
 {
-    return (e && e->state != ZERO__ENG_CREATED) ? e->plan : NULL;
+    return (e && e->lifecycle != ZERO__ENG_CREATED) ? e->layout.plan : NULL;
 }
 
 /* ---- commit ------------------------------------------------------------------------------ */
@@ -8418,8 +8525,8 @@ static uint64_t zero__eng_dbits(double f)
 /* Everything the ranks must agree on: the plan, the settings and the tensor flags. */
 static uint64_t zero__eng_hash(const zero_engine *e)
 {
-    uint64_t h = zero_plan_hash(e->plan);
-    const zero_engine_desc *d = &e->d;
+    uint64_t h = zero_plan_hash(e->layout.plan);
+    const zero_engine_desc *d = &e->cfg.desc;
     int t;
     h = zero__eng_mix(h, (uint64_t)d->stage);
     h = zero__eng_mix(h, (uint64_t)d->param_dtype);
@@ -8430,24 +8537,26 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)(int64_t)d->prefetch_depth);
     h = zero__eng_mix(h, (uint64_t)d->persist_numel);
     h = zero__eng_mix(h, zero__f32_bits(d->clip_norm));
-    h = zero__eng_mix(h, (uint64_t)e->adam.mode);
-    h = zero__eng_mix(h, zero__eng_dbits(e->adam.lr));
-    h = zero__eng_mix(h, zero__eng_dbits(e->adam.beta1));
-    h = zero__eng_mix(h, zero__eng_dbits(e->adam.beta2));
-    h = zero__eng_mix(h, zero__eng_dbits(e->adam.eps));
-    h = zero__eng_mix(h, zero__eng_dbits(e->adam.weight_decay));
-    h = zero__eng_mix(h, zero__f32_bits(e->scaler.scale));
-    h = zero__eng_mix(h, (uint64_t)e->scaler.dynamic);
-    h = zero__eng_mix(h, zero__f32_bits(e->scaler.factor));
-    h = zero__eng_mix(h, zero__f32_bits(e->scaler.min_scale));
-    h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.window);
-    h = zero__eng_mix(h, (uint64_t)(int64_t)e->scaler.hysteresis);
-    h = zero__eng_mix(h, (uint64_t)e->scaler.error_at_min);
+    h = zero__eng_mix(h, (uint64_t)e->opt.adam.mode);
+    h = zero__eng_mix(h, zero__eng_dbits(e->opt.adam.lr));
+    h = zero__eng_mix(h, zero__eng_dbits(e->opt.adam.beta1));
+    h = zero__eng_mix(h, zero__eng_dbits(e->opt.adam.beta2));
+    h = zero__eng_mix(h, zero__eng_dbits(e->opt.adam.eps));
+    h = zero__eng_mix(h, zero__eng_dbits(e->opt.adam.weight_decay));
+    h = zero__eng_mix(h, zero__f32_bits(e->opt.scaler.scale));
+    h = zero__eng_mix(h, (uint64_t)e->opt.scaler.dynamic);
+    h = zero__eng_mix(h, zero__f32_bits(e->opt.scaler.factor));
+    h = zero__eng_mix(h, zero__f32_bits(e->opt.scaler.min_scale));
+    h = zero__eng_mix(h, (uint64_t)(int64_t)e->opt.scaler.window);
+    h = zero__eng_mix(h, (uint64_t)(int64_t)e->opt.scaler.hysteresis);
+    h = zero__eng_mix(h, (uint64_t)e->opt.scaler.error_at_min);
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
-    for (t = 0; t < e->ntensors; t++) h = zero__eng_mix(h, (uint64_t)e->tflags[t]);
-    for (t = 0; t < e->G; t++) h = zero__eng_mix(h, (uint64_t)e->groups[t].parts);
+    for (t = 0; t < e->layout.ntensors; t++)
+        h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
+    for (t = 0; t < e->layout.ngroups; t++)
+        h = zero__eng_mix(h, (uint64_t)e->layout.groups[t].parts);
     return h;
 }
 
@@ -8457,18 +8566,18 @@ static zero_result zero__eng_alloc(zero_engine *e, size_t bytes, zero_mem_catego
     void *p = NULL;
     *out = NULL;
     if (bytes == 0) return ZERO_OK;
-    if (e->nallocs == ZERO__ENG_MAX_ALLOCS)
+    if (e->buf.nallocs == ZERO__ENG_MAX_ALLOCS)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine: too many allocations");
-    r = e->dev->ops->alloc(e->dev, bytes, cat, &p);
+    r = e->cfg.dev->ops->alloc(e->cfg.dev, bytes, cat, &p);
     if (r != ZERO_OK) return r;
-    e->allocs[e->nallocs].ptr = p;
-    e->allocs[e->nallocs].bytes = bytes;
-    e->allocs[e->nallocs].cat = cat;
-    e->nallocs++;
-    e->mem[cat] += bytes;
-    if (e->mem[cat] > e->mem_peak[cat]) e->mem_peak[cat] = e->mem[cat];
-    e->mem_total += bytes;
-    if (e->mem_total > e->mem_peak_total) e->mem_peak_total = e->mem_total;
+    e->buf.allocs[e->buf.nallocs].ptr = p;
+    e->buf.allocs[e->buf.nallocs].bytes = bytes;
+    e->buf.allocs[e->buf.nallocs].cat = cat;
+    e->buf.nallocs++;
+    e->buf.mem[cat] += bytes;
+    if (e->buf.mem[cat] > e->buf.mem_peak[cat]) e->buf.mem_peak[cat] = e->buf.mem[cat];
+    e->buf.mem_total += bytes;
+    if (e->buf.mem_total > e->buf.mem_peak_total) e->buf.mem_peak_total = e->buf.mem_total;
     *out = p;
     return ZERO_OK;
 }
@@ -8492,8 +8601,8 @@ static const char *zero__eng_group_name(const zero_engine *e, int g)
     zero_tensor_info ti;
     memset(&gi, 0, sizeof gi);
     memset(&ti, 0, sizeof ti);
-    if (zero_plan_group(e->plan, g, &gi) != ZERO_OK || gi.num_tensors < 1 ||
-        zero_plan_tensor(e->plan, gi.tensors[0], &ti) != ZERO_OK || !ti.name)
+    if (zero_plan_group(e->layout.plan, g, &gi) != ZERO_OK || gi.num_tensors < 1 ||
+        zero_plan_tensor(e->layout.plan, gi.tensors[0], &ti) != ZERO_OK || !ti.name)
         return "?";
     return ti.name;
 }
@@ -8508,173 +8617,193 @@ static const char *zero__eng_group_name(const zero_engine *e, int g)
    every group's gradients (P) and, at stage 3, every non-persistent group's params. */
 static zero_result zero__eng_arena_size(zero_engine *e)
 {
-    size_t live = e->d.max_live_numel, all = e->P, np = 0, dflt, both;
+    size_t live = e->cfg.desc.max_live_numel, all = e->layout.total_numel, np = 0, dflt, both;
     int g, big = 0;
-    for (g = e->G - 1; g >= 0; g--) {
-        if (e->stage == 3 && !e->groups[g].persistent) np += e->groups[g].numel;
-        if (e->groups[g].numel == e->M) big = g; /* the first largest group */
+    for (g = e->layout.ngroups - 1; g >= 0; g--) {
+        if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) np += e->layout.groups[g].numel;
+        /* the first largest group */
+        if (e->layout.groups[g].numel == e->layout.max_group_numel) big = g;
     }
     if (zero__add_size(all, np, &all) != 0) all = (size_t)-1;
     if (live == 0) {
-        size_t d = e->stage == 3 ? (size_t)e->depth : 0;
-        if (zero__mul_size(e->M2, 2 + d, &dflt) != 0 || zero__add_size(dflt, e->M, &dflt) != 0)
+        size_t d = e->cfg.stage == 3 ? (size_t)e->prefetch.depth : 0;
+        if (zero__mul_size(e->layout.second_group_numel, 2 + d, &dflt) != 0 ||
+            zero__add_size(dflt, e->layout.max_group_numel, &dflt) != 0)
             return zero__fail(ZERO_ERROR_OVERFLOW,
                               "zero_engine_commit: the default max_live_numel, the largest group "
                               "(%zu elements) + %zu x the second largest (%zu), overflows size_t",
-                              e->M, (size_t)(2 + d), e->M2);
-        if (zero__mul_size(e->M2, d, &both) == 0 && zero__add_size(both, 2 * e->M, &both) == 0 &&
-            e->M <= (size_t)-1 / 2 && both <= ZERO_ARENA_SMALL_NUMEL && both > dflt)
+                              e->layout.max_group_numel, (size_t)(2 + d),
+                              e->layout.second_group_numel);
+        if (zero__mul_size(e->layout.second_group_numel, d, &both) == 0 &&
+            zero__add_size(both, 2 * e->layout.max_group_numel, &both) == 0 &&
+            e->layout.max_group_numel <= (size_t)-1 / 2 && both <= ZERO_ARENA_SMALL_NUMEL &&
+            both > dflt)
             dflt = both;
         live = dflt;
-        e->d.max_live_numel = live;
+        e->cfg.desc.max_live_numel = live;
     }
-    if (e->M > live)
+    if (e->layout.max_group_numel > live)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_engine_commit: group %d ('%.120s', %zu elements) does not fit the "
                           "arena: max_live_numel = %zu; set max_live_numel >= %zu (the group's "
                           "gathered params or its gradient buffer; both at once: %zu), or register "
                           "the tensor in tiles (zero_engine_add_tiled_tensor)",
-                          big, zero__eng_group_name(e, big), e->M, live, e->M,
-                          e->M <= (size_t)-1 / 2 ? 2 * e->M : e->M);
-    e->arena_numel = live < all ? live : all;
+                          big, zero__eng_group_name(e, big), e->layout.max_group_numel, live,
+                          e->layout.max_group_numel,
+                          e->layout.max_group_numel <= (size_t)-1 / 2
+                              ? 2 * e->layout.max_group_numel
+                              : e->layout.max_group_numel);
+    e->pool.numel = live < all ? live : all;
     return ZERO_OK;
 }
 
 /* Fills the group table and the sizes from the committed plan. */
 static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
 {
-    int g, G = zero_plan_num_groups(e->plan);
+    int g, G = zero_plan_num_groups(e->layout.plan);
     size_t ow = 0, os = 0, op = 0, ohp = 0, pparam = 0, Ms;
-    const zero_allocator *a = &e->d.allocator;
+    const zero_allocator *a = &e->cfg.desc.allocator;
     int ovf = 0, multi = 0;
-    e->G = G;
-    e->groups = (zero__eng_group *)zero__alloc(a, (size_t)G * sizeof *e->groups);
+    e->layout.ngroups = G;
+    e->layout.groups = (zero__eng_group *)zero__alloc(a, (size_t)G * sizeof *e->layout.groups);
     /* cleared at once: destroy reads the event pointers of every group whatever fails next */
-    if (e->groups) memset(e->groups, 0, (size_t)G * sizeof *e->groups);
-    e->pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->pending);
-    e->pending_store = (unsigned char *)zero__alloc(a, (size_t)G);
-    e->trace_cap = 4 * G + 16; /* grows (host memory) if a micro-step uses groups more */
-    e->trace = (int *)zero__alloc(a, (size_t)e->trace_cap * sizeof *e->trace);
-    e->cap_free = 2 * G + 2; /* live extents <= 2 G, so free ones <= 2 G + 1 */
-    e->afree = (zero__eng_extent *)zero__alloc(a, (size_t)e->cap_free * sizeof *e->afree);
-    if (!e->groups || !e->pending || !e->pending_store || !e->afree || !e->trace)
+    if (e->layout.groups) memset(e->layout.groups, 0, (size_t)G * sizeof *e->layout.groups);
+    e->micro.pending = (int *)zero__alloc(a, (size_t)G * sizeof *e->micro.pending);
+    e->micro.pending_store = (unsigned char *)zero__alloc(a, (size_t)G);
+    e->prefetch.trace_cap = 4 * G + 16; /* grows (host memory) if a micro-step uses groups more */
+    e->prefetch.trace =
+        (int *)zero__alloc(a, (size_t)e->prefetch.trace_cap * sizeof *e->prefetch.trace);
+    e->pool.cap_free = 2 * G + 2; /* live extents <= 2 G, so free ones <= 2 G + 1 */
+    e->pool.free_ext =
+        (zero__eng_extent *)zero__alloc(a, (size_t)e->pool.cap_free * sizeof *e->pool.free_ext);
+    if (!e->layout.groups || !e->micro.pending || !e->micro.pending_store || !e->pool.free_ext ||
+        !e->prefetch.trace)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
-    for (g = e->G; g < e->cap_parts_req; g++)
-        if (e->parts_req[g] != 1)
+    for (g = e->layout.ngroups; g < e->layout.cap_parts_req; g++)
+        if (e->layout.parts_req[g] != 1)
             return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                               "zero_engine_commit: zero_engine_set_grad_parts on group %d, which "
                               "has no tensor (groups 0..%d)",
                               g, G - 1);
-    e->M = e->Mnp = e->M2 = 0;
-    e->total_parts = 0;
+    e->layout.max_group_numel = e->layout.max_partitioned_numel = e->layout.second_group_numel = 0;
+    e->layout.total_parts = 0;
     for (g = 0; g < G; g++) {
         zero_group_info gi;
-        zero__eng_group *eg = &e->groups[g];
+        zero__eng_group *eg = &e->layout.groups[g];
         zero_result r;
         memset(&gi, 0, sizeof gi);
-        r = zero_plan_group(e->plan, g, &gi);
+        r = zero_plan_group(e->layout.plan, g, &gi);
         if (r != ZERO_OK) return r;
         eg->numel = gi.numel;
         eg->shard_numel = gi.shard_numel;
         eg->used_numel = gi.used_numel;
-        eg->persistent = e->stage == 3 && gi.persistent;
+        eg->persistent = e->cfg.stage == 3 && gi.persistent;
         eg->off_whole = ow;
         eg->off_shard = os;
         eg->off_param = op;
         eg->poff = eg->goff = ZERO__ENG_NONE;
-        eg->parts = g < e->cap_parts_req ? e->parts_req[g] : 1;
+        eg->parts = g < e->layout.cap_parts_req ? e->layout.parts_req[g] : 1;
         multi |= eg->parts > 1;
-        e->total_parts += eg->parts;
+        e->layout.total_parts += eg->parts;
         ovf |= zero__add_size(ow, gi.numel, &ow);
         ovf |= zero__add_size(os, gi.shard_numel, &os);
-        pparam = (e->stage == 3 && !eg->persistent) ? gi.shard_numel : gi.numel;
-        if (e->oparam && !eg->persistent) { /* the shard lives in the host tier (hparam) */
+        pparam = (e->cfg.stage == 3 && !eg->persistent) ? gi.shard_numel : gi.numel;
+        /* the shard lives in the host tier (host.params) */
+        if (e->cfg.params_offloaded && !eg->persistent) {
             eg->off_param = ohp;
             ovf |= zero__add_size(ohp, pparam, &ohp);
             pparam = 0;
         }
         ovf |= zero__add_size(op, pparam, &op);
-        if (gi.numel > e->M) {
-            e->M2 = e->M;
-            e->M = gi.numel;
-        } else if (gi.numel > e->M2) {
-            e->M2 = gi.numel;
+        if (gi.numel > e->layout.max_group_numel) {
+            e->layout.second_group_numel = e->layout.max_group_numel;
+            e->layout.max_group_numel = gi.numel;
+        } else if (gi.numel > e->layout.second_group_numel) {
+            e->layout.second_group_numel = gi.numel;
         }
-        if (!eg->persistent && gi.numel > e->Mnp) e->Mnp = gi.numel;
+        if (!eg->persistent && gi.numel > e->layout.max_partitioned_numel)
+            e->layout.max_partitioned_numel = gi.numel;
     }
-    if (G == 1) e->M2 = e->M; /* one group: its own gradient beside its params */
-    e->P = ow;
-    e->S = os;
-    Ms = e->M / (size_t)e->world;
+    /* one group: its own gradient beside its params */
+    if (G == 1) e->layout.second_group_numel = e->layout.max_group_numel;
+    e->layout.total_numel = ow;
+    e->layout.shard_numel = os;
+    Ms = e->layout.max_group_numel / (size_t)e->cfg.world;
     /* the user's gradient buffer holds the reduced values (in place) only when no later
        contribution of the step is zero-filled into it: one micro-step, one part */
-    e->alias = e->stage <= 1 && e->accum == 1 && e->cd == e->gd && !multi;
+    e->layout.acc_is_user_grad = e->cfg.stage <= 1 && e->cfg.accum_steps == 1 &&
+                                 e->cfg.comm_dtype == e->cfg.param_dtype && !multi;
     memset(sz, 0, sizeof *sz);
     sz->n = ZERO__B_N;
     sz->cat[ZERO__B_SCRATCH] = ZERO_MEM_SCRATCH;
     sz->bytes[ZERO__B_SCRATCH] = ZERO__ENG_SCRATCH_BYTES;
     sz->cat[ZERO__B_PARAM] = ZERO_MEM_PARAM;
-    ovf |= zero__mul_size(op, e->p, &sz->bytes[ZERO__B_PARAM]);
+    ovf |= zero__mul_size(op, e->cfg.param_size, &sz->bytes[ZERO__B_PARAM]);
     sz->cat[ZERO__B_GRAD_USER] = ZERO_MEM_GRAD;
-    if (e->stage <= 1) ovf |= zero__mul_size(e->P, e->p, &sz->bytes[ZERO__B_GRAD_USER]);
+    if (e->cfg.stage <= 1)
+        ovf |=
+            zero__mul_size(e->layout.total_numel, e->cfg.param_size, &sz->bytes[ZERO__B_GRAD_USER]);
     sz->cat[ZERO__B_GRAD_ACC] = ZERO_MEM_GRAD;
     /* offload_optimizer: the accumulator is in the host tier (zero__eng_offload_alloc) */
-    if (!e->alias && !e->oopt)
-        ovf |= zero__mul_size(e->stage == 0 ? e->P : e->S, e->c, &sz->bytes[ZERO__B_GRAD_ACC]);
+    if (!e->layout.acc_is_user_grad && !e->cfg.opt_offloaded)
+        ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.total_numel : e->layout.shard_numel,
+                              e->cfg.comm_size, &sz->bytes[ZERO__B_GRAD_ACC]);
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
     sz->cat[ZERO__B_M2] = ZERO_MEM_MOMENT2;
-    ovf |= zero__mul_size(e->stage == 0 ? e->P : e->S, 4, &sz->bytes[ZERO__B_MASTER]);
-    if (e->oopt) sz->bytes[ZERO__B_MASTER] = 0; /* in the host tier: zero__eng_offload_alloc */
+    ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.total_numel : e->layout.shard_numel, 4,
+                          &sz->bytes[ZERO__B_MASTER]);
+    /* in the host tier: zero__eng_offload_alloc */
+    if (e->cfg.opt_offloaded) sz->bytes[ZERO__B_MASTER] = 0;
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
-    e->hparam_numel = ohp;
+    e->host.params_numel = ohp;
     /* The bucket stages the reductions whose comm dtype differs from the param dtype: a
        group goes through it in pieces of N x b elements (b per rank), b from
        reduce_bucket_numel (0: the second-largest group; SIZE_MAX: the largest), at most the
        largest shard. Reductions in the param dtype read the gradient buffer directly. */
     sz->cat[ZERO__B_BUCKET] = ZERO_MEM_BUCKET;
     {
-        size_t R = e->d.reduce_bucket_numel, b;
-        if (R == 0) R = e->M2;
-        else if (R == (size_t)-1) R = e->M;
-        b = R / (size_t)e->world;
+        size_t R = e->cfg.desc.reduce_bucket_numel, b;
+        if (R == 0) R = e->layout.second_group_numel;
+        else if (R == (size_t)-1) R = e->layout.max_group_numel;
+        b = R / (size_t)e->cfg.world;
         if (b > Ms) b = Ms;
         if (b < 1) b = 1;
-        e->bucket_piece = b;
-        if (e->cd != e->gd) {
+        e->buf.bucket_piece_numel = b;
+        if (e->cfg.comm_dtype != e->cfg.param_dtype) {
             size_t n = 0;
-            ovf |= zero__mul_size(b, (size_t)e->world, &n);
-            ovf |= zero__mul_size(n, e->c, &sz->bytes[ZERO__B_BUCKET]);
+            ovf |= zero__mul_size(b, (size_t)e->cfg.world, &n);
+            ovf |= zero__mul_size(n, e->cfg.comm_size, &sz->bytes[ZERO__B_BUCKET]);
         }
     }
     /* counted as GATHER at stage 3; at stage 2 it holds gradient buffers only: BUCKET */
-    sz->cat[ZERO__B_ARENA] = e->stage == 3 ? ZERO_MEM_GATHER : ZERO_MEM_BUCKET;
-    if (e->stage >= 2) {
+    sz->cat[ZERO__B_ARENA] = e->cfg.stage == 3 ? ZERO_MEM_GATHER : ZERO_MEM_BUCKET;
+    if (e->cfg.stage >= 2) {
         zero_result r = zero__eng_arena_size(e);
         if (r != ZERO_OK) return r;
-        ovf |= zero__mul_size(e->arena_numel, e->p, &sz->bytes[ZERO__B_ARENA]);
+        ovf |= zero__mul_size(e->pool.numel, e->cfg.param_size, &sz->bytes[ZERO__B_ARENA]);
     }
     if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: sizes overflow size_t");
-    if (e->stage >= 2) {
-        e->afree[0].off = 0;
-        e->afree[0].numel = e->arena_numel;
-        e->afree[0].fence = NULL;
-        e->afree[0].fence_seq = 0;
-        e->nfree = 1;
+    if (e->cfg.stage >= 2) {
+        e->pool.free_ext[0].off = 0;
+        e->pool.free_ext[0].numel = e->pool.numel;
+        e->pool.free_ext[0].fence = NULL;
+        e->pool.free_ext[0].fence_seq = 0;
+        e->pool.nfree = 1;
     }
     return ZERO_OK;
 }
 
 static zero_result zero__eng_make_events(zero_engine *e)
 {
-    zero_device *dev = e->dev;
+    zero_device *dev = e->cfg.dev;
     int g;
     zero_result r = ZERO_OK;
     if (!dev->ops->event_create) return ZERO_OK;
-    for (g = 0; g < e->G && r == ZERO_OK; g++) {
-        if (e->stage == 3 && !e->groups[g].persistent)
-            r = dev->ops->event_create(dev, &e->groups[g].ev_gathered);
-        if (r == ZERO_OK) r = dev->ops->event_create(dev, &e->groups[g].ev_reduced);
+    for (g = 0; g < e->layout.ngroups && r == ZERO_OK; g++) {
+        if (e->cfg.stage == 3 && !e->layout.groups[g].persistent)
+            r = dev->ops->event_create(dev, &e->layout.groups[g].ev_gathered);
+        if (r == ZERO_OK) r = dev->ops->event_create(dev, &e->layout.groups[g].ev_reduced);
     }
     return r;
 }
@@ -8695,28 +8824,28 @@ static zero_result zero__eng_host_alloc(zero_engine *e, size_t bytes, zero_mem_c
     int pinned = 0;
     *out = NULL;
     if (bytes == 0) return ZERO_OK;
-    if (e->nhallocs == ZERO__ENG_MAX_HOST_ALLOCS)
+    if (e->host.nallocs == ZERO__ENG_MAX_HOST_ALLOCS)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine: too many host allocations");
-    if (e->d.pin_memory > 0 && e->dev->ops->host_alloc && e->dev->ops->host_free) {
-        zero_result r = e->dev->ops->host_alloc(e->dev, bytes, &p);
+    if (e->cfg.desc.pin_memory > 0 && e->cfg.dev->ops->host_alloc && e->cfg.dev->ops->host_free) {
+        zero_result r = e->cfg.dev->ops->host_alloc(e->cfg.dev, bytes, &p);
         if (r != ZERO_OK) return r;
         pinned = 1;
     } else {
-        p = zero__alloc(&e->d.allocator, bytes);
+        p = zero__alloc(&e->cfg.desc.allocator, bytes);
         if (!p)
             return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine: %zu bytes of host memory (%s)",
                               bytes, zero_mem_category_name(cat));
     }
     memset(p, 0, bytes);
-    e->hallocs[e->nhallocs].ptr = p;
-    e->hallocs[e->nhallocs].bytes = bytes;
-    e->hallocs[e->nhallocs].cat = cat;
-    e->hpinned[e->nhallocs] = pinned;
-    e->nhallocs++;
-    e->hmem[cat] += bytes;
-    if (e->hmem[cat] > e->hmem_peak[cat]) e->hmem_peak[cat] = e->hmem[cat];
-    e->hmem_total += bytes;
-    if (e->hmem_total > e->hmem_peak_total) e->hmem_peak_total = e->hmem_total;
+    e->host.allocs[e->host.nallocs].ptr = p;
+    e->host.allocs[e->host.nallocs].bytes = bytes;
+    e->host.allocs[e->host.nallocs].cat = cat;
+    e->host.pinned[e->host.nallocs] = pinned;
+    e->host.nallocs++;
+    e->host.mem[cat] += bytes;
+    if (e->host.mem[cat] > e->host.mem_peak[cat]) e->host.mem_peak[cat] = e->host.mem[cat];
+    e->host.mem_total += bytes;
+    if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
     *out = p;
     return ZERO_OK;
 }
@@ -8725,51 +8854,51 @@ static void zero__eng_free_host(zero_engine *e)
 {
     int i;
     zero__gnv_free(e); /* its writes may still read the staging freed below */
-    for (i = e->nhallocs - 1; i >= 0; i--) {
-        if (e->hpinned[i]) (void)e->dev->ops->host_free(e->dev, e->hallocs[i].ptr);
-        else zero__free(&e->d.allocator, e->hallocs[i].ptr);
-        e->hmem[e->hallocs[i].cat] -= e->hallocs[i].bytes;
-        e->hmem_total -= e->hallocs[i].bytes;
+    for (i = e->host.nallocs - 1; i >= 0; i--) {
+        if (e->host.pinned[i]) (void)e->cfg.dev->ops->host_free(e->cfg.dev, e->host.allocs[i].ptr);
+        else zero__free(&e->cfg.desc.allocator, e->host.allocs[i].ptr);
+        e->host.mem[e->host.allocs[i].cat] -= e->host.allocs[i].bytes;
+        e->host.mem_total -= e->host.allocs[i].bytes;
     }
-    e->nhallocs = 0;
-    if (e->swap) {
-        e->hmem[ZERO_MEM_SCRATCH] -= e->swap_stride * (size_t)e->nswap;
-        e->hmem_total -= e->swap_stride * (size_t)e->nswap;
+    e->host.nallocs = 0;
+    if (e->nvme.swap) {
+        e->host.mem[ZERO_MEM_SCRATCH] -= e->nvme.swap_stride * (size_t)e->nvme.nswap;
+        e->host.mem_total -= e->nvme.swap_stride * (size_t)e->nvme.nswap;
     }
     zero__eng_nvme_free(e);
-    zero__free(&e->d.allocator, e->tiles);
-    zero__free(&e->d.allocator, e->pieces);
-    e->tiles = NULL;
-    e->pieces = NULL;
-    e->ntiles = e->npieces = 0;
+    zero__free(&e->cfg.desc.allocator, e->host.tiles);
+    zero__free(&e->cfg.desc.allocator, e->host.pieces);
+    e->host.tiles = NULL;
+    e->host.pieces = NULL;
+    e->host.ntiles = e->host.npieces = 0;
 }
 
 /* The tiles of the offloaded step: each group's shard cut into runs of tile_numel elements,
    and each tile's pieces (its intersections with the tensors this rank owns a part of). */
 static zero_result zero__eng_offload_plan(zero_engine *e)
 {
-    const zero_allocator *a = &e->d.allocator;
-    size_t T = e->d.sub_group_size, maxsh = 0, nt = 0, np = 0, b;
+    const zero_allocator *a = &e->cfg.desc.allocator;
+    size_t T = e->cfg.desc.sub_group_size, maxsh = 0, nt = 0, np = 0, b;
     int g, t, pass;
-    for (g = 0; g < e->G; g++)
-        if (e->groups[g].shard_numel > maxsh) maxsh = e->groups[g].shard_numel;
-    if (e->d.buffer_size < T) T = e->d.buffer_size;
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].shard_numel > maxsh) maxsh = e->layout.groups[g].shard_numel;
+    if (e->cfg.desc.buffer_size < T) T = e->cfg.desc.buffer_size;
     if (maxsh < T) T = maxsh;
     if (T == 0) T = 1;
-    e->tile_numel = T;
+    e->host.tile_numel = T;
     for (pass = 0; pass < 2; pass++) { /* count, then fill */
         nt = np = 0;
-        for (g = 0; g < e->G; g++) {
-            size_t sh = e->groups[g].shard_numel;
+        for (g = 0; g < e->layout.ngroups; g++) {
+            size_t sh = e->layout.groups[g].shard_numel;
             for (b = 0; b < sh; b += T) {
                 size_t n = sh - b < T ? sh - b : T;
                 if (pass) {
-                    e->tiles[nt].group = g;
-                    e->tiles[nt].begin = b;
-                    e->tiles[nt].numel = n;
-                    e->tiles[nt].first = (int)np;
+                    e->host.tiles[nt].group = g;
+                    e->host.tiles[nt].begin = b;
+                    e->host.tiles[nt].numel = n;
+                    e->host.tiles[nt].first = (int)np;
                 }
-                for (t = 0; t < e->ntensors; t++) {
+                for (t = 0; t < e->layout.ntensors; t++) {
                     zero_tensor_info ti;
                     zero_range seg, shr;
                     size_t lo, hi;
@@ -8777,11 +8906,11 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
                     memset(&ti, 0, sizeof ti);
                     memset(&seg, 0, sizeof seg);
                     memset(&shr, 0, sizeof shr);
-                    r = zero_plan_tensor(e->plan, t, &ti);
+                    r = zero_plan_tensor(e->layout.plan, t, &ti);
                     if (r != ZERO_OK) return r;
                     if (ti.group != g) continue;
-                    r = zero_plan_intersect(e->plan, t, e->rank, &seg);
-                    if (r == ZERO_OK) r = zero_plan_shard(e->plan, g, e->rank, &shr);
+                    r = zero_plan_intersect(e->layout.plan, t, e->cfg.rank, &seg);
+                    if (r == ZERO_OK) r = zero_plan_shard(e->layout.plan, g, e->cfg.rank, &shr);
                     if (r != ZERO_OK) return r;
                     if (seg.numel == 0) continue;
                     lo = seg.offset - shr.offset;
@@ -8790,27 +8919,28 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
                     if (hi > b + n) hi = b + n;
                     if (lo >= hi) continue;
                     if (pass) {
-                        e->pieces[np].tensor = t;
-                        e->pieces[np].off = lo - b;
-                        e->pieces[np].numel = hi - lo;
+                        e->host.pieces[np].tensor = t;
+                        e->host.pieces[np].off = lo - b;
+                        e->host.pieces[np].numel = hi - lo;
                     }
                     np++;
                 }
-                if (pass) e->tiles[nt].count = (int)np - e->tiles[nt].first;
+                if (pass) e->host.tiles[nt].count = (int)np - e->host.tiles[nt].first;
                 nt++;
             }
         }
         if (!pass) {
             if (nt > (size_t)INT32_MAX || np > (size_t)INT32_MAX)
                 return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: too many offload tiles");
-            e->tiles = (zero__eng_tile *)zero__alloc(a, (nt ? nt : 1) * sizeof *e->tiles);
-            e->pieces = (zero__eng_piece *)zero__alloc(a, (np ? np : 1) * sizeof *e->pieces);
-            if (!e->tiles || !e->pieces)
+            e->host.tiles = (zero__eng_tile *)zero__alloc(a, (nt ? nt : 1) * sizeof *e->host.tiles);
+            e->host.pieces =
+                (zero__eng_piece *)zero__alloc(a, (np ? np : 1) * sizeof *e->host.pieces);
+            if (!e->host.tiles || !e->host.pieces)
                 return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: offload tiles");
         }
     }
-    e->ntiles = (int)nt;
-    e->npieces = (int)np;
+    e->host.ntiles = (int)nt;
+    e->host.npieces = (int)np;
     return ZERO_OK;
 }
 
@@ -8823,49 +8953,51 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     size_t sb, gb, gi, pb;
     void *p;
     zero_result r;
-    e->host_grad_add = -1;
-    e->nvme_tile_cached = e->hpg_group = e->ra_group = -1;
-    if (!e->oopt) return ZERO_OK;
-    if (e->dev->ops->event_create) {
-        r = e->dev->ops->event_create(e->dev, &e->ev_c2o);
-        if (r == ZERO_OK) r = e->dev->ops->event_create(e->dev, &e->ev_m2o);
-        if (r == ZERO_OK) r = e->dev->ops->event_create(e->dev, &e->ev_o2m);
+    e->host.grad_add_group = -1;
+    e->nvme.cached_tile = e->nvme.cached_group = e->nvme.ahead_group = -1;
+    if (!e->cfg.opt_offloaded) return ZERO_OK;
+    if (e->cfg.dev->ops->event_create) {
+        r = e->cfg.dev->ops->event_create(e->cfg.dev, &e->sync.compute_to_offload);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->event_create(e->cfg.dev, &e->sync.comm_to_offload);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->event_create(e->cfg.dev, &e->sync.offload_to_comm);
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->S, 4, &sb) || zero__mul_size(e->S, e->c, &gb) ||
-        zero__mul_size(e->M / (size_t)e->world, e->c, &gi) ||
-        zero__mul_size(e->tile_numel, 2 * e->p, &pb))
+    if (zero__mul_size(e->layout.shard_numel, 4, &sb) ||
+        zero__mul_size(e->layout.shard_numel, e->cfg.comm_size, &gb) ||
+        zero__mul_size(e->layout.max_group_numel / (size_t)e->cfg.world, e->cfg.comm_size, &gi) ||
+        zero__mul_size(e->host.tile_numel, 2 * e->cfg.param_size, &pb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
-    if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME || e->d.offload_param == ZERO_OFFLOAD_NVME)
+    if (e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME ||
+        e->cfg.desc.offload_param == ZERO_OFFLOAD_NVME)
         if ((r = zero__eng_nvme_alloc(e)) != ZERO_OK) return r;
-    if (e->d.offload_optimizer != ZERO_OFFLOAD_NVME) {
+    if (e->cfg.desc.offload_optimizer != ZERO_OFFLOAD_NVME) {
         if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MASTER, &p)) != ZERO_OK) return r;
-        e->master = (float *)p;
+        e->opt.master = (float *)p;
         if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT1, &p)) != ZERO_OK) return r;
-        e->m1 = (float *)p;
+        e->opt.m = (float *)p;
         if ((r = zero__eng_host_alloc(e, sb, ZERO_MEM_MOMENT2, &p)) != ZERO_OK) return r;
-        e->m2 = (float *)p;
+        e->opt.v = (float *)p;
     }
-    if (e->d.offload_param == ZERO_OFFLOAD_CPU && e->hparam_numel > 0) {
+    if (e->cfg.desc.offload_param == ZERO_OFFLOAD_CPU && e->host.params_numel > 0) {
         size_t hb;
-        if (zero__mul_size(e->hparam_numel, e->p, &hb))
+        if (zero__mul_size(e->host.params_numel, e->cfg.param_size, &hb))
             return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
         if ((r = zero__eng_host_alloc(e, hb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
-        e->hparam = (unsigned char *)p;
+        e->host.params = (unsigned char *)p;
     }
-    if (e->d.offload_gradients == ZERO_OFFLOAD_NVME) { /* staging only: the shard is on NVMe */
+    if (e->cfg.desc.offload_gradients == ZERO_OFFLOAD_NVME) { /* staging only: the shard is on NVMe */
         if ((r = zero__gnv_alloc(e)) != ZERO_OK) return r;
     } else {
         if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-        e->host_grad = (unsigned char *)p;
+        e->host.grad = (unsigned char *)p;
     }
-    if ((e->accum > 1 || e->total_parts > e->G) && !e->gnv) { /* later contributions */
+    if ((e->cfg.accum_steps > 1 || e->layout.total_parts > e->layout.ngroups) && !e->gnv) { /* later contributions */
         if ((r = zero__eng_host_alloc(e, gi, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-        e->host_grad_in = (unsigned char *)p;
+        e->host.grad_in = (unsigned char *)p;
     }
     if ((r = zero__eng_host_alloc(e, pb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
-    e->hpar = (unsigned char *)p;
+    e->host.tile_params = (unsigned char *)p;
     return ZERO_OK;
 }
 
@@ -8882,22 +9014,26 @@ static zero_result zero__eng_handoff_ev(zero_engine *e, zero_queue from, zero_qu
    and orders COMM after it; the all-gather then runs in place. */
 static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned char *dst)
 {
-    const zero__eng_group *eg = &e->groups[g];
-    unsigned char *mine = dst + (size_t)e->rank * eg->shard_numel * e->p, *src = NULL;
+    const zero__eng_group *eg = &e->layout.groups[g];
+    unsigned char *mine = dst + (size_t)e->cfg.rank * eg->shard_numel * e->cfg.param_size,
+                  *src = NULL;
     zero_result r = zero__eng_hparam_get(e, g, &src); /* nvme: read ahead of the all-gather */
     if (r == ZERO_OK) zero__eng_ra_start(e, g);
-    if (e->fpar) { /* every rank learns of a failed read before the all-gather: no hang */
+    if (e->nvme.param_file) { /* every rank learns of a failed read before the all-gather: no hang */
         char err[400];
         err[0] = '\0';
         if (r != ZERO_OK) zero__eng_copy_error(err, sizeof err);
         r = zero__eng_nvme_agree(e, r, err, "zero_engine_gather", g);
     }
     if (r != ZERO_OK) return r;
-    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->ev_c2o);
-    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_OFFLOAD, e->sync.compute_to_offload);
     if (r == ZERO_OK)
-        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_OFFLOAD, mine, src, eg->shard_numel * e->p);
-    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
+        r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->sync.comm_to_offload);
+    if (r == ZERO_OK)
+        r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_OFFLOAD, mine, src,
+                                    eg->shard_numel * e->cfg.param_size);
+    if (r == ZERO_OK)
+        r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->sync.offload_to_comm);
     return r;
 }
 
@@ -8905,11 +9041,15 @@ static zero_result zero__eng_offload_param_in(zero_engine *e, int g, unsigned ch
    NULL when the group's shard is offloaded (the host Adam writes it in place). */
 static unsigned char *zero__eng_tile_param_dev(const zero_engine *e, const zero__eng_tile *tl)
 {
-    const zero__eng_group *eg = &e->groups[tl->group];
-    if (e->oparam && !eg->persistent) return NULL;
-    if (e->stage < 3) return e->param + (eg->off_whole + (size_t)e->rank * eg->shard_numel + tl->begin) * e->p;
-    if (eg->persistent) return e->param + (eg->off_param + (size_t)e->rank * eg->shard_numel + tl->begin) * e->p;
-    return e->param + (eg->off_param + tl->begin) * e->p;
+    const zero__eng_group *eg = &e->layout.groups[tl->group];
+    if (e->cfg.params_offloaded && !eg->persistent) return NULL;
+    if (e->cfg.stage < 3)
+        return e->buf.param + (eg->off_whole + (size_t)e->cfg.rank * eg->shard_numel + tl->begin) *
+                                  e->cfg.param_size;
+    if (eg->persistent)
+        return e->buf.param + (eg->off_param + (size_t)e->cfg.rank * eg->shard_numel + tl->begin) *
+                                  e->cfg.param_size;
+    return e->buf.param + (eg->off_param + tl->begin) * e->cfg.param_size;
 }
 
 /* The host device's kernel bodies over host-tier memory, for the reduced gradients that left
@@ -8923,50 +9063,57 @@ static double zero__eng_host_kernel(const zero_engine *e, zero__host_body body, 
     zero__host_ctx c;
     memset(&hd, 0, sizeof hd);
     hd.simd = zero_simd_detect();
-    hd.threads = e->d.host_threads > 1 && numel >= 4 * (size_t)ZERO_HOST_SUMSQ_BLOCK ? e->d.host_threads : 1;
+    hd.threads = e->cfg.desc.host_threads > 1 && numel >= 4 * (size_t)ZERO_HOST_SUMSQ_BLOCK
+                     ? e->cfg.desc.host_threads
+                     : 1;
     memset(&c, 0, sizeof c);
     c.d = &hd;
     c.dst = dst;
     c.src = src;
-    c.dtype = e->cd;
+    c.dtype = e->cfg.comm_dtype;
     return zero__host_for(&hd, numel, body, &c);
 }
 
 /* Finishes the pending host add of a micro-step k > 0 (its download waited for first). */
 static zero_result zero__eng_host_grad_settle(zero_engine *e)
 {
-    int g = e->host_grad_add;
+    int g = e->host.grad_add_group;
     const zero__eng_group *eg;
     if (g < 0) return ZERO_OK;
-    e->host_grad_add = -1;
-    eg = &e->groups[g];
-    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
-    (void)zero__eng_host_kernel(e, zero__host_body_add, e->host_grad + eg->off_shard * e->c,
-                                e->host_grad_in, eg->shard_numel);
+    e->host.grad_add_group = -1;
+    eg = &e->layout.groups[g];
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD),
+                  "gradient offload: sync");
+    (void)zero__eng_host_kernel(e, zero__host_body_add,
+                                e->host.grad + eg->off_shard * e->cfg.comm_size, e->host.grad_in,
+                                eg->shard_numel);
     return ZERO_OK;
 }
 
 /* Elements [j, j + n) of group g's reduced shard, at dev_src on the device (written on
    COMM), leave the device: the step's first contribution ('store') is downloaded into its
-   place in host_grad, a later one into host_grad_in for an add on the host (deferred until
-   the next download needs host_grad_in, or the step). COMM then waits for the download, so
+   place in host.grad, a later one into host.grad_in for an add on the host (deferred until
+   the next download needs host.grad_in, or the step). COMM then waits for the download, so
    whatever reuses dev_src after an event recorded on COMM (the next piece's cast into the
    bucket, the gradient buffer's return to the arena, a gradient slice) comes after it. */
 static zero_result zero__eng_grad_out(zero_engine *e, int g, int store, const unsigned char *dev_src,
                                       size_t j, size_t n)
 {
-    const zero__eng_group *eg = &e->groups[g];
-    unsigned char *dst = e->host_grad + (eg->off_shard + j) * e->c;
+    const zero__eng_group *eg = &e->layout.groups[g];
+    unsigned char *dst = e->host.grad + (eg->off_shard + j) * e->cfg.comm_size;
     zero_result r;
     if (e->gnv) return zero__gnv_out(e, g, store, dev_src, j, n); /* offload_gradients = nvme */
     if (!store) {
         if (j == 0 && (r = zero__eng_host_grad_settle(e)) != ZERO_OK) return r;
-        dst = e->host_grad_in + j * e->c;
+        dst = e->host.grad_in + j * e->cfg.comm_size;
     }
-    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
-    if (r == ZERO_OK) r = e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD, dst, dev_src, n * e->c);
-    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
-    if (r == ZERO_OK && !store && j + n == eg->shard_numel) e->host_grad_add = g;
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->sync.comm_to_offload);
+    if (r == ZERO_OK)
+        r = e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_OFFLOAD, dst, dev_src,
+                                      n * e->cfg.comm_size);
+    if (r == ZERO_OK)
+        r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->sync.offload_to_comm);
+    if (r == ZERO_OK && !store && j + n == eg->shard_numel) e->host.grad_add_group = g;
     return r;
 }
 
@@ -8982,19 +9129,21 @@ static zero_result zero__eng_host_grad_norm(zero_engine *e)
     int g;
     zero_result r = zero__eng_host_grad_settle(e);
     if (r != ZERO_OK) return r;
-    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD),
+                  "step: sync of the offload queue");
     if (e->gnv && (r = zero__gnv_norm(e, &sumsq, &flag)) != ZERO_OK) return r; /* nvme */
-    for (g = 0; g < e->G && !e->gnv; g++) {
-        const unsigned char *a = e->host_grad + e->groups[g].off_shard * e->c;
-        size_t n = e->groups[g].shard_numel;
+    for (g = 0; g < e->layout.ngroups && !e->gnv; g++) {
+        const unsigned char *a = e->host.grad + e->layout.groups[g].off_shard * e->cfg.comm_size;
+        size_t n = e->layout.groups[g].shard_numel;
         if (zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, a, n) > 0.0) flag = 1.0f;
         sumsq += zero__eng_host_kernel(e, zero__host_body_sumsq, NULL, a, n);
     }
     memcpy(v, &sumsq, 8);
     memcpy(v + 8, &flag, 4);
     memcpy(v + 12, &zero, 4);
-    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->scratch, v, sizeof v),
-                  "step: upload of the gradient norm");
+    ZERO__ENG_TRY(
+        e, e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, e->buf.scratch, v, sizeof v),
+        "step: upload of the gradient norm");
     return ZERO_OK;
 }
 
@@ -9005,29 +9154,35 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
                                        const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd,
                                        float *mst, float *mm, float *vv)
 {
-    const zero__eng_tile *tl = &e->tiles[k];
-    const zero__eng_group *eg = &e->groups[tl->group];
-    const unsigned char *gbuf = e->gnv ? e->gnv->slots + (size_t)(k % e->nswap) * e->gnv->slot_stride
-                                       : e->host_grad + (eg->off_shard + tl->begin) * e->c;
-    unsigned char *pbuf = zero__eng_tile_param_dev(e, tl) ? e->hpar + (size_t)(k & 1) * e->tile_numel * e->p
-                          : e->fpar ? e->hpg + (size_t)(tl->group & 1) * e->hpg_stride + tl->begin * e->p
-                                    : e->hparam + (eg->off_param + tl->begin) * e->p;
+    const zero__eng_tile *tl = &e->host.tiles[k];
+    const zero__eng_group *eg = &e->layout.groups[tl->group];
+    const unsigned char *gbuf =
+        e->gnv ? e->gnv->slots + (size_t)(k % e->nvme.nswap) * e->gnv->slot_stride
+               : e->host.grad + (eg->off_shard + tl->begin) * e->cfg.comm_size;
+    unsigned char *pbuf =
+        zero__eng_tile_param_dev(e, tl)
+            ? e->host.tile_params + (size_t)(k & 1) * e->host.tile_numel * e->cfg.param_size
+        : e->nvme.param_file
+            ? e->nvme.param_buf + (size_t)(tl->group & 1) * e->nvme.param_buf_stride +
+                  tl->begin * e->cfg.param_size
+            : e->host.params + (eg->off_param + tl->begin) * e->cfg.param_size;
     int i;
-    if (zero__eng_tile_param_dev(e, tl)) memset(pbuf, 0, tl->numel * e->p);
+    if (zero__eng_tile_param_dev(e, tl)) memset(pbuf, 0, tl->numel * e->cfg.param_size);
     for (i = tl->first; i < tl->first + tl->count; i++) {
-        const zero__eng_piece *pc = &e->pieces[i];
+        const zero__eng_piece *pc = &e->host.pieces[i];
         zero_adam_range ar;
         zero_result r;
         ar.numel = pc->numel;
         ar.master = mst + pc->off;
         ar.m = mm + pc->off;
         ar.v = vv + pc->off;
-        ar.grad = gbuf + pc->off * e->c;
-        ar.grad_dtype = e->cd;
-        ar.param = pbuf + pc->off * e->p;
-        ar.param_dtype = e->gd;
-        r = zero_adam_host(&ar, (e->tflags[pc->tensor] & ZERO_TENSOR_NO_DECAY) ? co_nowd : co_wd, mul,
-                           ZERO_SIMD_AUTO, pc->numel >= 65536 ? e->d.host_threads : 1);
+        ar.grad = gbuf + pc->off * e->cfg.comm_size;
+        ar.grad_dtype = e->cfg.comm_dtype;
+        ar.param = pbuf + pc->off * e->cfg.param_size;
+        ar.param_dtype = e->cfg.param_dtype;
+        r = zero_adam_host(
+            &ar, (e->layout.tensor_flags[pc->tensor] & ZERO_TENSOR_NO_DECAY) ? co_nowd : co_wd, mul,
+            ZERO_SIMD_AUTO, pc->numel >= 65536 ? e->cfg.desc.host_threads : 1);
         if (r != ZERO_OK) return r;
     }
     return ZERO_OK;
@@ -9038,15 +9193,15 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 /* Waits for the transfer in flight on swap slot i (if any). */
 static zero_result zero__eng_swap_wait(zero_engine *e, int i)
 {
-    zero_io_ticket t = e->swap_ticket[i];
+    zero_io_ticket t = e->nvme.swap_ticket[i];
     zero_result r = ZERO_OK;
-    e->swap_ticket[i] = 0;
+    e->nvme.swap_ticket[i] = 0;
     if (e->gnv && e->gnv->slot_ticket[i]) { /* the tile's gradients (offload_gradients = nvme) */
-        r = zero_io_wait(e->io, e->gnv->slot_ticket[i]);
+        r = zero_io_wait(e->nvme.io, e->gnv->slot_ticket[i]);
         e->gnv->slot_ticket[i] = 0;
     }
     if (t) {
-        zero_result w = zero_io_wait(e->io, t);
+        zero_result w = zero_io_wait(e->nvme.io, t);
         if (r == ZERO_OK) r = w;
     }
     return r;
@@ -9055,28 +9210,30 @@ static zero_result zero__eng_swap_wait(zero_engine *e, int i)
 /* Reads tile k's master, m, v into its slot (after the slot's write behind finished). */
 static zero_result zero__eng_swap_in(zero_engine *e, int k)
 {
-    int i = k % e->nswap;
+    int i = k % e->nvme.nswap;
     zero_result r = zero__eng_swap_wait(e, i);
     if (r != ZERO_OK) return r;
     if (e->gnv && e->gnv->file) /* the tile's gradients, with its record */
         r = zero_io_read(e->gnv->file, e->gnv->off[k], e->gnv->slots + (size_t)i * e->gnv->slot_stride,
-                         e->tiles[k].numel * e->c, &e->gnv->slot_ticket[i]);
+                         e->host.tiles[k].numel * e->cfg.comm_size, &e->gnv->slot_ticket[i]);
     if (r != ZERO_OK) return r;
-    if (e->tile_fresh[k]) { /* still the file's zeros */
-        memset(e->swap + (size_t)i * e->swap_stride, 0, e->tiles[k].numel * 12);
+    if (e->nvme.tile_fresh[k]) { /* still the file's zeros */
+        memset(e->nvme.swap + (size_t)i * e->nvme.swap_stride, 0, e->host.tiles[k].numel * 12);
         return ZERO_OK;
     }
-    return zero_io_read(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
-                        e->tiles[k].numel * 12, &e->swap_ticket[i]);
+    return zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k],
+                        e->nvme.swap + (size_t)i * e->nvme.swap_stride, e->host.tiles[k].numel * 12,
+                        &e->nvme.swap_ticket[i]);
 }
 
 /* Writes tile k back from its slot, behind the next tile's Adam. */
 static zero_result zero__eng_swap_out(zero_engine *e, int k)
 {
-    int i = k % e->nswap;
-    e->tile_fresh[k] = 0;
-    return zero_io_write(e->fopt, e->tile_off[k], e->swap + (size_t)i * e->swap_stride,
-                         e->tiles[k].numel * 12, &e->swap_ticket[i]);
+    int i = k % e->nvme.nswap;
+    e->nvme.tile_fresh[k] = 0;
+    return zero_io_write(e->nvme.opt_file, e->nvme.tile_off[k],
+                         e->nvme.swap + (size_t)i * e->nvme.swap_stride,
+                         e->host.tiles[k].numel * 12, &e->nvme.swap_ticket[i]);
 }
 
 /* Every rank learns whether some rank's NVMe transfers failed in this step (one control
@@ -9086,23 +9243,23 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
                                         const char *what, int group)
 {
     double v[2];
-    zero_device *dev = e->dev;
+    zero_device *dev = e->cfg.dev;
     v[0] = io_r != ZERO_OK ? -(double)io_r : 0.0;
-    v[1] = io_r != ZERO_OK ? (double)e->rank : -1.0;
-    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch + 24, v, sizeof v),
+    v[1] = io_r != ZERO_OK ? (double)e->cfg.rank : -1.0;
+    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->buf.scratch + 24, v, sizeof v),
                   "step: upload");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 24, e->scratch + 24, 2, ZERO_F64,
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->buf.scratch + 24, e->buf.scratch + 24, 2, ZERO_F64,
                                           ZERO_OP_MAX, 1, group, ZERO_ROLE_OFFLOAD),
                   "all_reduce of the NVMe status");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
-    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch + 24, sizeof v),
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->buf.scratch + 24, sizeof v),
                   "step: download");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
     if (v[0] == 0.0) return ZERO_OK;
-    if (e->state == ZERO__ENG_COMMITTED) {
-        e->state = ZERO__ENG_BROKEN;
-        snprintf(e->broken, sizeof e->broken, "the NVMe tier failed in %.60s", what);
+    if (e->lifecycle == ZERO__ENG_COMMITTED) {
+        e->lifecycle = ZERO__ENG_BROKEN;
+        snprintf(e->broken_why, sizeof e->broken_why, "the NVMe tier failed in %.60s", what);
     }
     if (io_r != ZERO_OK)
         return zero__fail(io_r, "%s: NVMe tier failed (engine broken): %.400s", what, io_err);
@@ -9121,60 +9278,74 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     int g;
     zero_result r;
     void *p = NULL;
-    e->poff = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)e->G * sizeof(uint64_t));
-    e->group_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)e->G);
-    if (!e->poff || !e->group_fresh) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
-    memset(e->group_fresh, 1, (size_t)e->G);
-    for (g = 0; g < e->G; g++) {
-        size_t b = e->groups[g].shard_numel * e->p;
-        e->poff[g] = off;
-        if (e->groups[g].persistent) continue;
+    e->nvme.param_off = (uint64_t *)zero__alloc(&e->cfg.desc.allocator,
+                                                (size_t)e->layout.ngroups * sizeof(uint64_t));
+    e->nvme.group_fresh =
+        (unsigned char *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->layout.ngroups);
+    if (!e->nvme.param_off || !e->nvme.group_fresh)
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
+    memset(e->nvme.group_fresh, 1, (size_t)e->layout.ngroups);
+    for (g = 0; g < e->layout.ngroups; g++) {
+        size_t b = e->layout.groups[g].shard_numel * e->cfg.param_size;
+        e->nvme.param_off[g] = off;
+        if (e->layout.groups[g].persistent) continue;
         off += zero_io_align_up(b);
         if (b > maxb) maxb = b;
-        e->nvme_mem[ZERO_MEM_PARAM] += b;
+        e->nvme.mem[ZERO_MEM_PARAM] += b;
     }
     if (off == 0) return ZERO_OK;
-    e->hpg_stride = (size_t)zero_io_align_up(maxb);
-    if ((r = zero_io_buffer_alloc(e->io, 2 * e->hpg_stride, &p)) != ZERO_OK) return r;
-    e->hpg = (unsigned char *)p;
-    memset(e->hpg, 0, 2 * e->hpg_stride);
-    e->hmem[ZERO_MEM_PARAM] += 2 * e->hpg_stride; /* host tier: the two shard buffers */
-    if (e->hmem[ZERO_MEM_PARAM] > e->hmem_peak[ZERO_MEM_PARAM]) e->hmem_peak[ZERO_MEM_PARAM] = e->hmem[ZERO_MEM_PARAM];
-    e->hmem_total += 2 * e->hpg_stride;
-    if (e->hmem_total > e->hmem_peak_total) e->hmem_peak_total = e->hmem_total;
-    if ((r = zero_io_file_create(e->io, e->d.nvme_path, "param", e->rank, off, &e->fpar)) != ZERO_OK)
+    e->nvme.param_buf_stride = (size_t)zero_io_align_up(maxb);
+    if ((r = zero_io_buffer_alloc(e->nvme.io, 2 * e->nvme.param_buf_stride, &p)) != ZERO_OK)
         return r;
-    e->nvme_total += (size_t)zero_io_file_size(e->fpar);
-    e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fpar) - e->nvme_mem[ZERO_MEM_PARAM];
-    for (g = 0; g < e->G; g++) { /* the preallocated file reads as zeros: nothing written */
-        if (e->groups[g].persistent || e->groups[g].shard_numel == 0) continue;
-        if ((r = zero_io_declare_zeros(e->fpar, e->poff[g], e->groups[g].shard_numel * e->p)) != ZERO_OK)
+    e->nvme.param_buf = (unsigned char *)p;
+    memset(e->nvme.param_buf, 0, 2 * e->nvme.param_buf_stride);
+    /* host tier: the two shard buffers */
+    e->host.mem[ZERO_MEM_PARAM] += 2 * e->nvme.param_buf_stride;
+    if (e->host.mem[ZERO_MEM_PARAM] > e->host.mem_peak[ZERO_MEM_PARAM])
+        e->host.mem_peak[ZERO_MEM_PARAM] = e->host.mem[ZERO_MEM_PARAM];
+    e->host.mem_total += 2 * e->nvme.param_buf_stride;
+    if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
+    if ((r = zero_io_file_create(e->nvme.io, e->cfg.desc.nvme_path, "param", e->cfg.rank, off,
+                                 &e->nvme.param_file)) != ZERO_OK)
+        return r;
+    e->nvme.mem_total += (size_t)zero_io_file_size(e->nvme.param_file);
+    e->nvme.mem[ZERO_MEM_SCRATCH] +=
+        (size_t)zero_io_file_size(e->nvme.param_file) - e->nvme.mem[ZERO_MEM_PARAM];
+    /* the preallocated file reads as zeros: nothing written */
+    for (g = 0; g < e->layout.ngroups; g++) {
+        if (e->layout.groups[g].persistent || e->layout.groups[g].shard_numel == 0) continue;
+        if ((r = zero_io_declare_zeros(e->nvme.param_file, e->nvme.param_off[g],
+                                       e->layout.groups[g].shard_numel * e->cfg.param_size)) !=
+            ZERO_OK)
             return r;
     }
     return ZERO_OK;
 }
 
 /* Writes back what the NVMe caches changed: the tile record in swap slot 0 (which = 1), the
-   param shard in hpg's first half (2), or both (3). Synchronous; the caches stay valid. */
+   param shard in nvme.param_buf's first half (2), or both (3). Synchronous; the caches stay
+   valid. */
 static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
 {
     zero_io_ticket t;
     zero_result r = ZERO_OK;
-    if ((which & 1) && e->nvme_tile_dirty && e->nvme_tile_cached >= 0) {
-        int k = e->nvme_tile_cached;
-        e->tile_fresh[k] = 0;
-        r = zero_io_write(e->fopt, e->tile_off[k], e->swap, e->tiles[k].numel * 12u, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    if ((which & 1) && e->nvme.cached_tile_dirty && e->nvme.cached_tile >= 0) {
+        int k = e->nvme.cached_tile;
+        e->nvme.tile_fresh[k] = 0;
+        r = zero_io_write(e->nvme.opt_file, e->nvme.tile_off[k], e->nvme.swap,
+                          e->host.tiles[k].numel * 12u, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
         if (r != ZERO_OK) return r;
-        e->nvme_tile_dirty = 0;
+        e->nvme.cached_tile_dirty = 0;
     }
-    if ((which & 2) && e->hpg_dirty && e->hpg_group >= 0) {
-        int g = e->hpg_group;
-        e->group_fresh[g] = 0;
-        r = zero_io_write(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+    if ((which & 2) && e->nvme.cached_group_dirty && e->nvme.cached_group >= 0) {
+        int g = e->nvme.cached_group;
+        e->nvme.group_fresh[g] = 0;
+        r = zero_io_write(e->nvme.param_file, e->nvme.param_off[g], e->nvme.param_buf,
+                          e->layout.groups[g].shard_numel * e->cfg.param_size, &t);
+        if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
         if (r != ZERO_OK) return r;
-        e->hpg_dirty = 0;
+        e->nvme.cached_group_dirty = 0;
     }
     return r;
 }
@@ -9188,10 +9359,10 @@ static zero_result zero__eng_nvme_flush(zero_engine *e)
 static zero_result zero__eng_nvme_forget(zero_engine *e)
 {
     zero_result r;
-    if (e->io) zero__eng_ra_drop(e);
-    r = e->io ? zero__eng_nvme_flush(e) : ZERO_OK;
-    e->nvme_tile_cached = e->hpg_group = -1;
-    e->nvme_tile_dirty = e->hpg_dirty = 0;
+    if (e->nvme.io) zero__eng_ra_drop(e);
+    r = e->nvme.io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    e->nvme.cached_tile = e->nvme.cached_group = -1;
+    e->nvme.cached_tile_dirty = e->nvme.cached_group_dirty = 0;
     return r;
 }
 
@@ -9203,59 +9374,68 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
 {
     zero_io_ticket t;
     zero_result r;
-    if (!e->fpar) {
-        *out = e->hparam + e->groups[g].off_param * e->p;
+    if (!e->nvme.param_file) {
+        *out = e->host.params + e->layout.groups[g].off_param * e->cfg.param_size;
         return ZERO_OK;
     }
-    *out = e->hpg;
-    if (e->hpg_group == g) return ZERO_OK;
-    if (e->hpg_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
-    e->hpg_group = -1;
-    r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK && e->ra_group == g) { /* read ahead: wait for it, take it */
-        e->ra_group = -1;
-        r = zero_io_wait(e->io, e->ra_ticket);
-        if (r == ZERO_OK) memcpy(e->hpg, e->hpg + e->hpg_stride, e->groups[g].shard_numel * e->p);
-    } else if (r == ZERO_OK && e->group_fresh[g]) { /* still the file's zeros */
-        memset(e->hpg, 0, e->groups[g].shard_numel * e->p);
-    } else if (r == ZERO_OK && (r = zero_io_read(e->fpar, e->poff[g], e->hpg, e->groups[g].shard_numel * e->p, &t)) == ZERO_OK) {
-        r = zero_io_wait(e->io, t);
+    *out = e->nvme.param_buf;
+    if (e->nvme.cached_group == g) return ZERO_OK;
+    if (e->nvme.cached_group_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
+    e->nvme.cached_group = -1;
+    r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD);
+    if (r == ZERO_OK && e->nvme.ahead_group == g) { /* read ahead: wait for it, take it */
+        e->nvme.ahead_group = -1;
+        r = zero_io_wait(e->nvme.io, e->nvme.ahead_ticket);
+        if (r == ZERO_OK)
+            memcpy(e->nvme.param_buf, e->nvme.param_buf + e->nvme.param_buf_stride,
+                   e->layout.groups[g].shard_numel * e->cfg.param_size);
+    } else if (r == ZERO_OK && e->nvme.group_fresh[g]) { /* still the file's zeros */
+        memset(e->nvme.param_buf, 0, e->layout.groups[g].shard_numel * e->cfg.param_size);
+    } else if (r == ZERO_OK &&
+               (r = zero_io_read(e->nvme.param_file, e->nvme.param_off[g], e->nvme.param_buf,
+                                 e->layout.groups[g].shard_numel * e->cfg.param_size, &t)) ==
+                   ZERO_OK) {
+        r = zero_io_wait(e->nvme.io, t);
     }
-    if (r == ZERO_OK) e->hpg_group = g;
+    if (r == ZERO_OK) e->nvme.cached_group = g;
     return r;
 }
 
 /* Waits for the read ahead (if any) and forgets it (its bytes are the file's: nothing lost). */
 static void zero__eng_ra_drop(zero_engine *e)
 {
-    if (e->ra_group < 0) return;
-    e->ra_group = -1;
-    (void)zero_io_wait(e->io, e->ra_ticket);
+    if (e->nvme.ahead_group < 0) return;
+    e->nvme.ahead_group = -1;
+    (void)zero_io_wait(e->nvme.io, e->nvme.ahead_ticket);
 }
 
 /* After group g's shard came up for a gather: starts reading the group the gathers will
-   want next (the recorded order's next group not gathered; g + 1 before one is recorded) into hpg's second half, so its read
-   runs while g uploads, is all-gathered and used (read i+2 while i+1 uploads and i is
-   gathered, with the prefetcher one group ahead). */
+   want next (the recorded order's next group not gathered; g + 1 before one is recorded)
+   into nvme.param_buf's second half, so its read runs while g uploads, is all-gathered and
+   used (read i+2 while i+1 uploads and i is gathered, with the prefetcher one group
+   ahead). */
 static int zero__eng_trace_next(const zero_engine *e, int g);
 
 static void zero__eng_ra_start(zero_engine *e, int g)
 {
     int next = zero__eng_trace_next(e, g);
-    if (!e->fpar || e->ra_group >= 0 || next < 0 || next >= e->G) return;
-    if (e->groups[next].persistent || e->group_fresh[next] || next == e->hpg_group ||
-        e->groups[next].shard_numel == 0)
+    if (!e->nvme.param_file || e->nvme.ahead_group >= 0 || next < 0 || next >= e->layout.ngroups)
         return;
-    if (zero_io_read(e->fpar, e->poff[next], e->hpg + e->hpg_stride,
-                     e->groups[next].shard_numel * e->p, &e->ra_ticket) == ZERO_OK)
-        e->ra_group = next;
+    if (e->layout.groups[next].persistent || e->nvme.group_fresh[next] ||
+        next == e->nvme.cached_group || e->layout.groups[next].shard_numel == 0)
+        return;
+    if (zero_io_read(e->nvme.param_file, e->nvme.param_off[next],
+                     e->nvme.param_buf + e->nvme.param_buf_stride,
+                     e->layout.groups[next].shard_numel * e->cfg.param_size,
+                     &e->nvme.ahead_ticket) == ZERO_OK)
+        e->nvme.ahead_group = next;
 }
 
 /* Marks the first shard buffer (group g's shard, from zero__eng_hparam_get) changed: it is
    written back by the next flush (nvme). */
 static zero_result zero__eng_hparam_put(zero_engine *e, int g)
 {
-    if (e->fpar && e->hpg_group == g) e->hpg_dirty = 1;
+    if (e->nvme.param_file && e->nvme.cached_group == g) e->nvme.cached_group_dirty = 1;
     return ZERO_OK;
 }
 
@@ -9271,69 +9451,79 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     zero_result r;
     void *p = NULL;
     memset(&iod, 0, sizeof iod);
-    iod.block_size = e->d.block_size;
-    iod.queue_depth = e->d.queue_depth;
-    iod.allocator = e->d.allocator;
-    if ((r = zero_io_create(&iod, &e->io)) != ZERO_OK) return r;
-    if (e->d.offload_param == ZERO_OFFLOAD_NVME && (r = zero__eng_nvme_param_alloc(e)) != ZERO_OK)
+    iod.block_size = e->cfg.desc.block_size;
+    iod.queue_depth = e->cfg.desc.queue_depth;
+    iod.allocator = e->cfg.desc.allocator;
+    if ((r = zero_io_create(&iod, &e->nvme.io)) != ZERO_OK) return r;
+    if (e->cfg.desc.offload_param == ZERO_OFFLOAD_NVME &&
+        (r = zero__eng_nvme_param_alloc(e)) != ZERO_OK)
         return r;
-    if (e->d.offload_optimizer != ZERO_OFFLOAD_NVME) return ZERO_OK;
-    rec = (size_t)zero_io_align_up((uint64_t)e->tile_numel * 12u);
-    e->tile_off = (uint64_t *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1) * sizeof(uint64_t));
-    e->nswap = e->d.buffer_count < 3 ? 3 : e->d.buffer_count;
-    e->swap_ticket = (zero_io_ticket *)zero__alloc(&e->d.allocator, (size_t)e->nswap * sizeof(zero_io_ticket));
-    e->tile_fresh = (unsigned char *)zero__alloc(&e->d.allocator, (size_t)(e->ntiles ? e->ntiles : 1));
-    if (!e->tile_off || !e->swap_ticket || !e->tile_fresh)
+    if (e->cfg.desc.offload_optimizer != ZERO_OFFLOAD_NVME) return ZERO_OK;
+    rec = (size_t)zero_io_align_up((uint64_t)e->host.tile_numel * 12u);
+    e->nvme.tile_off = (uint64_t *)zero__alloc(
+        &e->cfg.desc.allocator, (size_t)(e->host.ntiles ? e->host.ntiles : 1) * sizeof(uint64_t));
+    e->nvme.nswap = e->cfg.desc.buffer_count < 3 ? 3 : e->cfg.desc.buffer_count;
+    e->nvme.swap_ticket = (zero_io_ticket *)zero__alloc(
+        &e->cfg.desc.allocator, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    e->nvme.tile_fresh = (unsigned char *)zero__alloc(
+        &e->cfg.desc.allocator, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
+    if (!e->nvme.tile_off || !e->nvme.swap_ticket || !e->nvme.tile_fresh)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
-    memset(e->tile_fresh, 1, (size_t)(e->ntiles ? e->ntiles : 1));
-    memset(e->swap_ticket, 0, (size_t)e->nswap * sizeof(zero_io_ticket));
-    for (k = 0; k < e->ntiles; k++) {
-        e->tile_off[k] = off;
-        off += zero_io_align_up((uint64_t)e->tiles[k].numel * 12u);
+    memset(e->nvme.tile_fresh, 1, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
+    memset(e->nvme.swap_ticket, 0, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    for (k = 0; k < e->host.ntiles; k++) {
+        e->nvme.tile_off[k] = off;
+        off += zero_io_align_up((uint64_t)e->host.tiles[k].numel * 12u);
     }
-    e->swap_stride = rec;
-    if ((r = zero_io_buffer_alloc(e->io, rec * (size_t)e->nswap, &p)) != ZERO_OK) return r;
-    e->swap = (unsigned char *)p;
-    memset(e->swap, 0, rec * (size_t)e->nswap);
-    e->hmem[ZERO_MEM_SCRATCH] += rec * (size_t)e->nswap; /* the swap slots: host tier */
-    e->hmem_peak[ZERO_MEM_SCRATCH] = e->hmem[ZERO_MEM_SCRATCH];
-    e->hmem_total += rec * (size_t)e->nswap;
-    if (e->hmem_total > e->hmem_peak_total) e->hmem_peak_total = e->hmem_total;
-    if (off == 0) return ZERO_OK;
-    if ((r = zero_io_file_create(e->io, e->d.nvme_path, "optim", e->rank, off, &e->fopt)) != ZERO_OK)
+    e->nvme.swap_stride = rec;
+    if ((r = zero_io_buffer_alloc(e->nvme.io, rec * (size_t)e->nvme.nswap, &p)) != ZERO_OK)
         return r;
-    e->nvme_mem[ZERO_MEM_MASTER] = e->nvme_mem[ZERO_MEM_MOMENT1] = e->nvme_mem[ZERO_MEM_MOMENT2] = e->S * 4;
-    e->nvme_total += (size_t)zero_io_file_size(e->fopt);
-    e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(e->fopt) - 12 * e->S; /* tile alignment */
-    for (k = 0; k < e->ntiles; k++) /* the preallocated file reads as zeros: nothing written */
-        if ((r = zero_io_declare_zeros(e->fopt, e->tile_off[k], e->tiles[k].numel * 12u)) != ZERO_OK)
+    e->nvme.swap = (unsigned char *)p;
+    memset(e->nvme.swap, 0, rec * (size_t)e->nvme.nswap);
+    e->host.mem[ZERO_MEM_SCRATCH] += rec * (size_t)e->nvme.nswap; /* the swap slots: host tier */
+    e->host.mem_peak[ZERO_MEM_SCRATCH] = e->host.mem[ZERO_MEM_SCRATCH];
+    e->host.mem_total += rec * (size_t)e->nvme.nswap;
+    if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
+    if (off == 0) return ZERO_OK;
+    if ((r = zero_io_file_create(e->nvme.io, e->cfg.desc.nvme_path, "optim", e->cfg.rank, off,
+                                 &e->nvme.opt_file)) != ZERO_OK)
+        return r;
+    e->nvme.mem[ZERO_MEM_MASTER] = e->nvme.mem[ZERO_MEM_MOMENT1] = e->nvme.mem[ZERO_MEM_MOMENT2] =
+        e->layout.shard_numel * 4;
+    e->nvme.mem_total += (size_t)zero_io_file_size(e->nvme.opt_file);
+    /* tile alignment */
+    e->nvme.mem[ZERO_MEM_SCRATCH] +=
+        (size_t)zero_io_file_size(e->nvme.opt_file) - 12 * e->layout.shard_numel;
+    for (k = 0; k < e->host.ntiles; k++) /* the preallocated file reads as zeros: nothing written */
+        if ((r = zero_io_declare_zeros(e->nvme.opt_file, e->nvme.tile_off[k],
+                                       e->host.tiles[k].numel * 12u)) != ZERO_OK)
             return r;
     return ZERO_OK;
 }
 
 static void zero__eng_nvme_free(zero_engine *e)
 {
-    if (!e->io) return;
-    (void)zero_io_wait_all(e->io);
-    zero_io_file_destroy(e->fpar);
-    zero_io_buffer_free(e->io, e->hpg);
-    zero__free(&e->d.allocator, e->poff);
-    e->fpar = NULL;
-    e->hpg = NULL;
-    e->poff = NULL;
-    zero_io_file_destroy(e->fopt);
-    zero_io_buffer_free(e->io, e->swap);
-    zero_io_destroy(e->io);
-    zero__free(&e->d.allocator, e->tile_off);
-    zero__free(&e->d.allocator, e->swap_ticket);
-    zero__free(&e->d.allocator, e->tile_fresh);
-    zero__free(&e->d.allocator, e->group_fresh);
-    e->tile_fresh = e->group_fresh = NULL;
-    e->io = NULL;
-    e->fopt = NULL;
-    e->swap = NULL;
-    e->tile_off = NULL;
-    e->swap_ticket = NULL;
+    if (!e->nvme.io) return;
+    (void)zero_io_wait_all(e->nvme.io);
+    zero_io_file_destroy(e->nvme.param_file);
+    zero_io_buffer_free(e->nvme.io, e->nvme.param_buf);
+    zero__free(&e->cfg.desc.allocator, e->nvme.param_off);
+    e->nvme.param_file = NULL;
+    e->nvme.param_buf = NULL;
+    e->nvme.param_off = NULL;
+    zero_io_file_destroy(e->nvme.opt_file);
+    zero_io_buffer_free(e->nvme.io, e->nvme.swap);
+    zero_io_destroy(e->nvme.io);
+    zero__free(&e->cfg.desc.allocator, e->nvme.tile_off);
+    zero__free(&e->cfg.desc.allocator, e->nvme.swap_ticket);
+    zero__free(&e->cfg.desc.allocator, e->nvme.tile_fresh);
+    zero__free(&e->cfg.desc.allocator, e->nvme.group_fresh);
+    e->nvme.tile_fresh = e->nvme.group_fresh = NULL;
+    e->nvme.io = NULL;
+    e->nvme.opt_file = NULL;
+    e->nvme.swap = NULL;
+    e->nvme.tile_off = NULL;
+    e->nvme.swap_ticket = NULL;
 }
 
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
@@ -9344,38 +9534,39 @@ static void zero__eng_nvme_free(zero_engine *e)
 static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
                                         const float *in)
 {
-    int k, lo = 0, hi = e->ntiles;
+    int k, lo = 0, hi = e->host.ntiles;
     zero_result r = ZERO_OK;
     zero_io_ticket t;
-    float *sl = (float *)(void *)e->swap;
+    float *sl = (float *)(void *)e->nvme.swap;
     while (lo < hi) { /* the first tile ending after off (tiles are in shard order) */
         int mid = lo + (hi - lo) / 2;
-        const zero__eng_tile *tl = &e->tiles[mid];
-        if (e->groups[tl->group].off_shard + tl->begin + tl->numel <= off) lo = mid + 1;
+        const zero__eng_tile *tl = &e->host.tiles[mid];
+        if (e->layout.groups[tl->group].off_shard + tl->begin + tl->numel <= off) lo = mid + 1;
         else hi = mid;
     }
-    for (k = lo; k < e->ntiles && r == ZERO_OK; k++) {
-        const zero__eng_tile *tl = &e->tiles[k];
-        size_t tlo = e->groups[tl->group].off_shard + tl->begin, thi = tlo + tl->numel, a, b;
+    for (k = lo; k < e->host.ntiles && r == ZERO_OK; k++) {
+        const zero__eng_tile *tl = &e->host.tiles[k];
+        size_t tlo = e->layout.groups[tl->group].off_shard + tl->begin, thi = tlo + tl->numel, a, b;
         if (tlo >= off + n) break;
         a = tlo > off ? tlo : off;
         b = thi < off + n ? thi : off + n;
         if (a >= b) continue;
-        if (e->nvme_tile_cached != k) {
-            if (e->nvme_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK) break;
-            e->nvme_tile_cached = -1;
-            if (e->tile_fresh[k]) {
+        if (e->nvme.cached_tile != k) {
+            if (e->nvme.cached_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK)
+                break;
+            e->nvme.cached_tile = -1;
+            if (e->nvme.tile_fresh[k]) {
                 memset(sl, 0, tl->numel * 12u);
             } else {
-                r = zero_io_read(e->fopt, e->tile_off[k], sl, tl->numel * 12u, &t);
-                if (r == ZERO_OK) r = zero_io_wait(e->io, t);
+                r = zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k], sl, tl->numel * 12u, &t);
+                if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
                 if (r != ZERO_OK) break;
             }
-            e->nvme_tile_cached = k;
+            e->nvme.cached_tile = k;
         }
         if (in) {
             memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
-            e->nvme_tile_dirty = 1;
+            e->nvme.cached_tile_dirty = 1;
         } else {
             memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
@@ -9398,9 +9589,9 @@ static void zero__gnv_keep(struct zero__gnv *t, zero_result r)
    (the tiles, the I/O engine and nswap exist). */
 static zero_result zero__gnv_alloc(zero_engine *e)
 {
-    const zero_allocator *a = &e->d.allocator;
+    const zero_allocator *a = &e->cfg.desc.allocator;
     struct zero__gnv *t;
-    size_t maxsh = 0, nt = (size_t)(e->ntiles ? e->ntiles : 1), bb;
+    size_t maxsh = 0, nt = (size_t)(e->host.ntiles ? e->host.ntiles : 1), bb;
     uint64_t off = 0;
     int g, k;
     zero_result r;
@@ -9409,54 +9600,54 @@ static zero_result zero__gnv_alloc(zero_engine *e)
     if (!t) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: gradient tier");
     memset(t, 0, sizeof *t);
     e->gnv = t;
-    t->io = e->io;
+    t->io = e->nvme.io;
     t->pend_group = -1;
     t->buf_group[0] = t->buf_group[1] = t->buf_group[2] = -1;
     t->off = (uint64_t *)zero__alloc(a, nt * sizeof(uint64_t));
     t->wt = (zero_io_ticket *)zero__alloc(a, nt * sizeof(zero_io_ticket));
-    t->tile0 = (int *)zero__alloc(a, (size_t)(e->G + 1) * sizeof(int));
-    t->sumsq = (double *)zero__alloc(a, (size_t)(e->G ? e->G : 1) * sizeof(double));
-    t->nonfinite = (unsigned char *)zero__alloc(a, (size_t)(e->G ? e->G : 1));
-    t->slot_ticket = (zero_io_ticket *)zero__alloc(a, (size_t)e->nswap * sizeof(zero_io_ticket));
+    t->tile0 = (int *)zero__alloc(a, (size_t)(e->layout.ngroups + 1) * sizeof(int));
+    t->sumsq = (double *)zero__alloc(a, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1) * sizeof(double));
+    t->nonfinite = (unsigned char *)zero__alloc(a, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1));
+    t->slot_ticket = (zero_io_ticket *)zero__alloc(a, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
     if (!t->off || !t->wt || !t->tile0 || !t->sumsq || !t->nonfinite || !t->slot_ticket)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: gradient tier tables");
     memset(t->wt, 0, nt * sizeof(zero_io_ticket));
-    memset(t->slot_ticket, 0, (size_t)e->nswap * sizeof(zero_io_ticket));
-    memset(t->sumsq, 0, (size_t)(e->G ? e->G : 1) * sizeof(double));
-    memset(t->nonfinite, 0, (size_t)(e->G ? e->G : 1));
-    for (g = 0, k = 0; g <= e->G; g++) { /* tiles are in group order */
-        while (k < e->ntiles && e->tiles[k].group < g) k++;
+    memset(t->slot_ticket, 0, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    memset(t->sumsq, 0, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1) * sizeof(double));
+    memset(t->nonfinite, 0, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1));
+    for (g = 0, k = 0; g <= e->layout.ngroups; g++) { /* tiles are in group order */
+        while (k < e->host.ntiles && e->host.tiles[k].group < g) k++;
         t->tile0[g] = k;
     }
-    for (g = 0; g < e->G; g++)
-        if (e->groups[g].shard_numel > maxsh) maxsh = e->groups[g].shard_numel;
-    for (k = 0; k < e->ntiles; k++) {
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].shard_numel > maxsh) maxsh = e->layout.groups[g].shard_numel;
+    for (k = 0; k < e->host.ntiles; k++) {
         t->off[k] = off;
-        off += zero_io_align_up((uint64_t)e->tiles[k].numel * e->c);
+        off += zero_io_align_up((uint64_t)e->host.tiles[k].numel * e->cfg.comm_size);
     }
     /* staging: two download buffers, and the read-back when contributions are added */
-    t->nbuf = e->accum > 1 || e->total_parts > e->G ? 3 : 2;
-    t->stride = (size_t)zero_io_align_up((uint64_t)(maxsh ? maxsh : 1) * e->c);
+    t->nbuf = e->cfg.accum_steps > 1 || e->layout.total_parts > e->layout.ngroups ? 3 : 2;
+    t->stride = (size_t)zero_io_align_up((uint64_t)(maxsh ? maxsh : 1) * e->cfg.comm_size);
     if (zero__mul_size(t->stride, (size_t)t->nbuf, &bb) || zero__add_size(bb, ZERO_IO_ALIGN, &bb))
         return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: gradient staging size overflows");
     if ((r = zero__eng_host_alloc(e, bb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
     /* aligned for O_DIRECT: tile ranges at aligned offsets go to the disk without a copy */
     t->buf = (unsigned char *)p + (ZERO_IO_ALIGN - (uintptr_t)p % ZERO_IO_ALIGN) % ZERO_IO_ALIGN;
     /* the step's gradient slots, beside the optimizer's swap slots */
-    t->slot_stride = (size_t)zero_io_align_up((uint64_t)e->tile_numel * e->c);
-    if ((r = zero_io_buffer_alloc(e->io, t->slot_stride * (size_t)e->nswap, &p)) != ZERO_OK) return r;
+    t->slot_stride = (size_t)zero_io_align_up((uint64_t)e->host.tile_numel * e->cfg.comm_size);
+    if ((r = zero_io_buffer_alloc(e->nvme.io, t->slot_stride * (size_t)e->nvme.nswap, &p)) != ZERO_OK) return r;
     t->slots = (unsigned char *)p;
-    memset(t->slots, 0, t->slot_stride * (size_t)e->nswap);
-    e->hmem[ZERO_MEM_GRAD] += t->slot_stride * (size_t)e->nswap;
-    if (e->hmem[ZERO_MEM_GRAD] > e->hmem_peak[ZERO_MEM_GRAD]) e->hmem_peak[ZERO_MEM_GRAD] = e->hmem[ZERO_MEM_GRAD];
-    e->hmem_total += t->slot_stride * (size_t)e->nswap;
-    if (e->hmem_total > e->hmem_peak_total) e->hmem_peak_total = e->hmem_total;
+    memset(t->slots, 0, t->slot_stride * (size_t)e->nvme.nswap);
+    e->host.mem[ZERO_MEM_GRAD] += t->slot_stride * (size_t)e->nvme.nswap;
+    if (e->host.mem[ZERO_MEM_GRAD] > e->host.mem_peak[ZERO_MEM_GRAD]) e->host.mem_peak[ZERO_MEM_GRAD] = e->host.mem[ZERO_MEM_GRAD];
+    e->host.mem_total += t->slot_stride * (size_t)e->nvme.nswap;
+    if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
     if (off == 0) return ZERO_OK;
-    if ((r = zero_io_file_create(e->io, e->d.nvme_path, "grad", e->rank, off, &t->file)) != ZERO_OK)
+    if ((r = zero_io_file_create(e->nvme.io, e->cfg.desc.nvme_path, "grad", e->cfg.rank, off, &t->file)) != ZERO_OK)
         return r;
-    e->nvme_mem[ZERO_MEM_GRAD] = e->S * e->c;
-    e->nvme_total += (size_t)zero_io_file_size(t->file);
-    e->nvme_mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(t->file) - e->S * e->c; /* alignment */
+    e->nvme.mem[ZERO_MEM_GRAD] = e->layout.shard_numel * e->cfg.comm_size;
+    e->nvme.mem_total += (size_t)zero_io_file_size(t->file);
+    e->nvme.mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(t->file) - e->layout.shard_numel * e->cfg.comm_size; /* alignment */
     return ZERO_OK;
 }
 
@@ -9465,14 +9656,14 @@ static zero_result zero__gnv_alloc(zero_engine *e)
 static void zero__gnv_free(zero_engine *e)
 {
     struct zero__gnv *t = e->gnv;
-    const zero_allocator *a = &e->d.allocator;
+    const zero_allocator *a = &e->cfg.desc.allocator;
     if (!t) return;
     if (t->io) (void)zero_io_wait_all(t->io);
     zero_io_file_destroy(t->file);
     if (t->slots) {
         zero_io_buffer_free(t->io, t->slots);
-        e->hmem[ZERO_MEM_GRAD] -= t->slot_stride * (size_t)e->nswap;
-        e->hmem_total -= t->slot_stride * (size_t)e->nswap;
+        e->host.mem[ZERO_MEM_GRAD] -= t->slot_stride * (size_t)e->nvme.nswap;
+        e->host.mem_total -= t->slot_stride * (size_t)e->nvme.nswap;
     }
     zero__free(a, t->off);
     zero__free(a, t->wt);
@@ -9507,8 +9698,8 @@ static zero_result zero__gnv_settle(zero_engine *e)
     unsigned char *src;
     if (g < 0) return ZERO_OK;
     t->pend_group = -1;
-    eg = &e->groups[g];
-    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
+    eg = &e->layout.groups[g];
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
     src = t->buf + (size_t)sb * t->stride;
     if (!t->pend_store) { /* acc = what the file holds, then acc += the new contribution */
         unsigned char *acc = t->buf + 2 * t->stride;
@@ -9516,8 +9707,8 @@ static zero_result zero__gnv_settle(zero_engine *e)
         t->buf_group[2] = -1;
         zero__gnv_wait_group(e, g);               /* the group's last write is on the file */
         for (k = t->tile0[g]; k < t->tile0[g + 1] && t->err == ZERO_OK; k++)
-            zero__gnv_keep(t, zero_io_read(t->file, t->off[k], acc + e->tiles[k].begin * e->c,
-                                           e->tiles[k].numel * e->c, &t->wt[k]));
+            zero__gnv_keep(t, zero_io_read(t->file, t->off[k], acc + e->host.tiles[k].begin * e->cfg.comm_size,
+                                           e->host.tiles[k].numel * e->cfg.comm_size, &t->wt[k]));
         zero__gnv_wait_group(e, g);
         (void)zero__eng_host_kernel(e, zero__host_body_add, acc, src, eg->shard_numel);
         src = acc;
@@ -9527,8 +9718,8 @@ static zero_result zero__gnv_settle(zero_engine *e)
     t->sumsq[g] = zero__eng_host_kernel(e, zero__host_body_sumsq, NULL, src, eg->shard_numel);
     zero__gnv_wait_group(e, g); /* (nothing in flight on its ranges by now) */
     for (k = t->tile0[g]; k < t->tile0[g + 1] && t->err == ZERO_OK; k++)
-        zero__gnv_keep(t, zero_io_write(t->file, t->off[k], src + e->tiles[k].begin * e->c,
-                                        e->tiles[k].numel * e->c, &t->wt[k]));
+        zero__gnv_keep(t, zero_io_write(t->file, t->off[k], src + e->host.tiles[k].begin * e->cfg.comm_size,
+                                        e->host.tiles[k].numel * e->cfg.comm_size, &t->wt[k]));
     t->buf_group[sb] = g;
     return ZERO_OK;
 }
@@ -9540,18 +9731,18 @@ static zero_result zero__gnv_out(zero_engine *e, int g, int store, const unsigne
                                  size_t j, size_t n)
 {
     struct zero__gnv *t = e->gnv;
-    const zero__eng_group *eg = &e->groups[g];
+    const zero__eng_group *eg = &e->layout.groups[g];
     zero_result r;
     if (j == 0) {
         if ((r = zero__gnv_settle(e)) != ZERO_OK) return r;
         zero__gnv_wait_group(e, t->buf_group[t->cur]);
         t->buf_group[t->cur] = -1;
     }
-    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->ev_m2o);
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->sync.comm_to_offload);
     if (r == ZERO_OK)
-        r = e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD, t->buf + (size_t)t->cur * t->stride + j * e->c,
-                                  dev_src, n * e->c);
-    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->ev_o2m);
+        r = e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_OFFLOAD, t->buf + (size_t)t->cur * t->stride + j * e->cfg.comm_size,
+                                  dev_src, n * e->cfg.comm_size);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->sync.offload_to_comm);
     if (r == ZERO_OK && j + n == eg->shard_numel) {
         t->pend_group = g;
         t->pend_store = store;
@@ -9569,7 +9760,7 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
     int g;
     zero_result r = zero__gnv_settle(e);
     if (r != ZERO_OK) return r;
-    for (g = 0; g < e->G; g++) {
+    for (g = 0; g < e->layout.ngroups; g++) {
         zero__gnv_wait_group(e, g);
         if (t->nonfinite[g]) *flag = 1.0f;
         *sumsq += t->sumsq[g];
@@ -9580,7 +9771,7 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
    (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
-   k = 0..n-1, the host Adam reads the gradients where the reduction left them (host_grad),
+   k = 0..n-1, the host Adam reads the gradients where the reduction left them (host.grad),
    and the uploads of earlier tiles' params (COMPUTE) run while it works on k. Before Adam k
    writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
    half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
@@ -9588,14 +9779,14 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
 static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
                                           const zero_adam_coefs *co_nowd)
 {
-    zero_device *dev = e->dev;
+    zero_device *dev = e->cfg.dev;
     float fm[3];
     int k;
     zero_result io_r = ZERO_OK; /* the first NVMe failure: the step goes on to agree on it */
     int up_busy[2] = {0, 0};    /* an upload from param half i may still be reading it */
     char io_err[400];
     io_err[0] = '\0';
-    if (e->io) { /* the step reuses the caches' buffers: what they changed goes out first */
+    if (e->nvme.io) { /* the step reuses the caches' buffers: what they changed goes out first */
         io_r = zero__eng_nvme_forget(e);
         if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
     }
@@ -9604,76 +9795,89 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
         snprintf(io_err, sizeof io_err, "gradient tier: %.380s", e->gnv->why);
     }
     if (e->gnv) e->gnv->err = ZERO_OK;
-    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->scratch + 8, sizeof fm),
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->buf.scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-    if (fm[0] != 0.0f || e->ntiles == 0)
-        return e->io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
+    if (fm[0] != 0.0f || e->host.ntiles == 0)
+        return e->nvme.io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
     /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
        gathers that read the offloaded param shards are done before Adam rewrites them */
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
     /* NVMe: reads run nswap - 2 tiles ahead; the slot of tile k + nswap - 2 was last written
        behind tile k - 2, so a read never waits for the write just issued */
-    for (k = 0; e->fopt && k < e->nswap - 2 && k < e->ntiles && io_r == ZERO_OK; k++)
+    for (k = 0; e->nvme.opt_file && k < e->nvme.nswap - 2 && k < e->host.ntiles && io_r == ZERO_OK;
+         k++)
         io_r = zero__eng_swap_in(e, k);
-    for (k = 0; k < e->ntiles; k++) {
-        unsigned char *dst = zero__eng_tile_param_dev(e, &e->tiles[k]);
+    for (k = 0; k < e->host.ntiles; k++) {
+        unsigned char *dst = zero__eng_tile_param_dev(e, &e->host.tiles[k]);
         zero_result r;
-        if (e->fpar && !dst && io_r == ZERO_OK && e->tiles[k].begin == 0) { /* a group starts */
-            int x = e->tiles[k].group & 1;
-            zero_io_ticket t = e->hpg_ticket[x];
-            e->hpg_ticket[x] = 0;
-            if (t) io_r = zero_io_wait(e->io, t); /* its buffer's last write is done */
-            memset(e->hpg + (size_t)x * e->hpg_stride, 0, e->hpg_stride);
+        /* a group starts */
+        if (e->nvme.param_file && !dst && io_r == ZERO_OK && e->host.tiles[k].begin == 0) {
+            int x = e->host.tiles[k].group & 1;
+            zero_io_ticket t = e->nvme.param_buf_ticket[x];
+            e->nvme.param_buf_ticket[x] = 0;
+            if (t) io_r = zero_io_wait(e->nvme.io, t); /* its buffer's last write is done */
+            memset(e->nvme.param_buf + (size_t)x * e->nvme.param_buf_stride, 0,
+                   e->nvme.param_buf_stride);
         }
         if (dst && up_busy[k & 1]) { /* the Adam below rewrites the half that upload reads */
             ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
             up_busy[0] = up_busy[1] = 0;
         }
-        if (e->fopt) {
-            float *sl = (float *)(void *)(e->swap + (size_t)(k % e->nswap) * e->swap_stride);
-            size_t n = e->tiles[k].numel;
-            if (io_r == ZERO_OK) io_r = zero__eng_swap_wait(e, k % e->nswap);
-            if (io_r == ZERO_OK && k + e->nswap - 2 < e->ntiles) io_r = zero__eng_swap_in(e, k + e->nswap - 2);
+        if (e->nvme.opt_file) {
+            float *sl =
+                (float *)(void *)(e->nvme.swap + (size_t)(k % e->nvme.nswap) * e->nvme.swap_stride);
+            size_t n = e->host.tiles[k].numel;
+            if (io_r == ZERO_OK) io_r = zero__eng_swap_wait(e, k % e->nvme.nswap);
+            if (io_r == ZERO_OK && k + e->nvme.nswap - 2 < e->host.ntiles)
+                io_r = zero__eng_swap_in(e, k + e->nvme.nswap - 2);
             if (io_r == ZERO_OK) {
                 r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, sl, sl + n, sl + 2 * n);
                 if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
                 io_r = zero__eng_swap_out(e, k);
             }
         } else {
-            const zero__eng_tile *tl = &e->tiles[k];
-            size_t mb = e->groups[tl->group].off_shard + tl->begin;
-            r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, e->master + mb, e->m1 + mb, e->m2 + mb);
+            const zero__eng_tile *tl = &e->host.tiles[k];
+            size_t mb = e->layout.groups[tl->group].off_shard + tl->begin;
+            r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, e->opt.master + mb, e->opt.m + mb,
+                                    e->opt.v + mb);
             if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
         }
-        if (e->fpar && !dst && io_r == ZERO_OK &&
-            e->tiles[k].begin + e->tiles[k].numel == e->groups[e->tiles[k].group].shard_numel) {
-            int g = e->tiles[k].group; /* the group's shard is complete: write it behind */
-            e->group_fresh[g] = 0;
-            io_r = zero_io_write(e->fpar, e->poff[g], e->hpg + (size_t)(g & 1) * e->hpg_stride,
-                                 e->groups[g].shard_numel * e->p, &e->hpg_ticket[g & 1]);
+        if (e->nvme.param_file && !dst && io_r == ZERO_OK &&
+            e->host.tiles[k].begin + e->host.tiles[k].numel ==
+                e->layout.groups[e->host.tiles[k].group].shard_numel) {
+            int g = e->host.tiles[k].group; /* the group's shard is complete: write it behind */
+            e->nvme.group_fresh[g] = 0;
+            io_r = zero_io_write(e->nvme.param_file, e->nvme.param_off[g],
+                                 e->nvme.param_buf + (size_t)(g & 1) * e->nvme.param_buf_stride,
+                                 e->layout.groups[g].shard_numel * e->cfg.param_size,
+                                 &e->nvme.param_buf_ticket[g & 1]);
         }
         if (dst) {
-            ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst,
-                                              e->hpar + (size_t)(k & 1) * e->tile_numel * e->p,
-                                              e->tiles[k].numel * e->p),
-                          "step: param tile upload");
+            ZERO__ENG_TRY(
+                e,
+                dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst,
+                                 e->host.tile_params +
+                                     (size_t)(k & 1) * e->host.tile_numel * e->cfg.param_size,
+                                 e->host.tiles[k].numel * e->cfg.param_size),
+                "step: param tile upload");
             up_busy[k & 1] = 1;
         }
     }
-    if (e->io) {
+    if (e->nvme.io) {
         int i;
-        for (i = 0; i < e->nswap && e->fopt; i++) /* every write behind is on the file */
+        /* every write behind is on the file */
+        for (i = 0; i < e->nvme.nswap && e->nvme.opt_file; i++)
             if (io_r == ZERO_OK) io_r = zero__eng_swap_wait(e, i);
         for (i = 0; i < 2; i++) {
-            zero_io_ticket t = e->hpg_ticket[i];
-            e->hpg_ticket[i] = 0;
-            if (t && io_r == ZERO_OK) io_r = zero_io_wait(e->io, t);
+            zero_io_ticket t = e->nvme.param_buf_ticket[i];
+            e->nvme.param_buf_ticket[i] = 0;
+            if (t && io_r == ZERO_OK) io_r = zero_io_wait(e->nvme.io, t);
         }
         if (io_r != ZERO_OK && !io_err[0]) zero__eng_copy_error(io_err, sizeof io_err);
-        (void)zero_io_wait_all(e->io);
-        for (i = 0; i < e->nswap && e->fopt; i++) e->swap_ticket[i] = 0;
-        for (i = 0; i < e->nswap && e->gnv; i++) e->gnv->slot_ticket[i] = 0;
+        (void)zero_io_wait_all(e->nvme.io);
+        for (i = 0; i < e->nvme.nswap && e->nvme.opt_file; i++) e->nvme.swap_ticket[i] = 0;
+        for (i = 0; i < e->nvme.nswap && e->gnv; i++) e->gnv->slot_ticket[i] = 0;
         return zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1);
     }
     return ZERO_OK;
@@ -9708,33 +9912,40 @@ static void zero__eng_oom_bulk(const zero_engine *e, const zero__eng_sizes *sz, 
     len += (size_t)snprintf(out + len, len < n ? n - len : 0, ": the bulk is the %s (%zu bytes)",
                             names[ib], bulk);
     mdep = sz->bytes[ZERO__B_ARENA] + sz->bytes[ZERO__B_BUCKET];
-    if (e->stage >= 2 && e->arena_numel > 2 * e->M && len < n) {
-        two = need - sz->bytes[ZERO__B_ARENA] + 2 * e->M * e->p;
-        len += (size_t)snprintf(out + len, n - len, "; max_live_numel=%zu with prefetch_depth=-1 %s (%zu bytes)",
-                                2 * e->M, two <= avail ? "would fit" : "needs", two);
+    if (e->cfg.stage >= 2 && e->pool.numel > 2 * e->layout.max_group_numel && len < n) {
+        two = need - sz->bytes[ZERO__B_ARENA] + 2 * e->layout.max_group_numel * e->cfg.param_size;
+        len += (size_t)snprintf(
+            out + len, n - len, "; max_live_numel=%zu with prefetch_depth=-1 %s (%zu bytes)",
+            2 * e->layout.max_group_numel, two <= avail ? "would fit" : "needs", two);
         any |= two <= avail;
     }
     /* smaller groups: per element of the largest group, an arena of two groups and the staging */
-    if (e->stage >= 2) per += 2 * e->p;
-    if (sz->bytes[ZERO__B_BUCKET]) per += e->c;
+    if (e->cfg.stage >= 2) per += 2 * e->cfg.param_size;
+    if (sz->bytes[ZERO__B_BUCKET]) per += e->cfg.comm_size;
     fixed = need - mdep;
     if (per > 0 && avail > fixed && len < n) {
         size_t m = (avail - fixed) / per;
-        if (m < e->M) len += (size_t)snprintf(out + len, n - len, "; groups of at most %zu elements "
-                                              "(the largest has %zu) with max_live_numel=%zu would fit",
-                                              m, e->M, 2 * m);
+        if (m < e->layout.max_group_numel)
+            len += (size_t)snprintf(out + len, n - len,
+                                    "; groups of at most %zu elements "
+                                    "(the largest has %zu) with max_live_numel=%zu would fit",
+                                    m, e->layout.max_group_numel, 2 * m);
         any = 1;
     }
     /* more ranks: the sharded states shrink as 1/N, the rest stays */
-    if (e->stage >= 1) sharded += sz->bytes[ZERO__B_MASTER] + sz->bytes[ZERO__B_M1] + sz->bytes[ZERO__B_M2];
-    if (e->stage >= 2) sharded += sz->bytes[ZERO__B_GRAD_ACC];
-    if (e->stage == 3 && !e->oparam) /* the partitioned groups' shards; persistent ones stay whole */
-        for (i = 0; i < e->G; i++)
-            if (!e->groups[i].persistent) sharded += e->groups[i].shard_numel * e->p;
+    if (e->cfg.stage >= 1)
+        sharded += sz->bytes[ZERO__B_MASTER] + sz->bytes[ZERO__B_M1] + sz->bytes[ZERO__B_M2];
+    if (e->cfg.stage >= 2) sharded += sz->bytes[ZERO__B_GRAD_ACC];
+    /* the partitioned groups' shards; persistent ones stay whole */
+    if (e->cfg.stage == 3 && !e->cfg.params_offloaded)
+        for (i = 0; i < e->layout.ngroups; i++)
+            if (!e->layout.groups[i].persistent)
+                sharded += e->layout.groups[i].shard_numel * e->cfg.param_size;
     if (sharded > 0 && need - sharded < avail && len < n) {
-        double r = (double)sharded * (double)e->world / (double)(avail - (need - sharded));
+        double r = (double)sharded * (double)e->cfg.world / (double)(avail - (need - sharded));
         long nr = (long)r + 1;
-        if (nr > e->world) len += (size_t)snprintf(out + len, n - len, "; %ld ranks would fit", nr);
+        if (nr > e->cfg.world)
+            len += (size_t)snprintf(out + len, n - len, "; %ld ranks would fit", nr);
         any = 1;
     }
     if (!any && len < n) (void)snprintf(out + len, n - len, "; the buffers alone exceed the budget");
@@ -9761,7 +9972,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     for (i = 0; i < sz->n; i++) (void)zero__add_size(need, sz->bytes[i], &need);
     for (i = 1, k = 1; i < sz->n; i++) /* the failed one: the first not allocated */
         if (sz->bytes[i]) {
-            if (k++ == e->nallocs) {
+            if (k++ == e->buf.nallocs) {
                 failed = sz->bytes[i];
                 fail_cat = zero_mem_category_name(sz->cat[i]);
                 break;
@@ -9771,40 +9982,41 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
         failed = need;
         fail_cat = "all buffers (the device's reserve)";
     }
-    if (!e->dev->ops->memory_info || e->dev->ops->memory_info(e->dev, &cap, &used) != ZERO_OK ||
-        cap == (size_t)-1)
+    if (!e->cfg.dev->ops->memory_info ||
+        e->cfg.dev->ops->memory_info(e->cfg.dev, &cap, &used) != ZERO_OK || cap == (size_t)-1)
         return;
-    avail = cap - (used - (e->mem_total <= used ? e->mem_total : used));
+    avail = cap - (used - (e->buf.mem_total <= used ? e->buf.mem_total : used));
     memset(&ed, 0, sizeof ed);
-    ed.params = e->P;
-    ed.ranks = e->world;
-    ed.stage = e->stage;
-    ed.param_bytes = (int)e->p;
-    ed.grad_bytes = (int)(e->stage >= 2 ? e->c : e->p);
-    ed.offload_optimizer = e->d.offload_optimizer;
-    ed.offload_param = e->d.offload_param;
+    ed.params = e->layout.total_numel;
+    ed.ranks = e->cfg.world;
+    ed.stage = e->cfg.stage;
+    ed.param_bytes = (int)e->cfg.param_size;
+    ed.grad_bytes = (int)(e->cfg.stage >= 2 ? e->cfg.comm_size : e->cfg.param_size);
+    ed.offload_optimizer = e->cfg.desc.offload_optimizer;
+    ed.offload_param = e->cfg.desc.offload_param;
     if (zero_estimate_compute(&ed, &now) != ZERO_OK) return;
-    now_dev = zero__eng_hint_states(&now, e->oopt);
+    now_dev = zero__eng_hint_states(&now, e->cfg.opt_offloaded);
     buffers = need > now_dev ? need - now_dev : 0;
-    if (!e->oopt) { /* offloaded gradients reduce in place, into the host tier */
-        size_t stay = e->stage <= 1 ? sz->bytes[ZERO__B_GRAD_ACC] : 0;
+    if (!e->cfg.opt_offloaded) { /* offloaded gradients reduce in place, into the host tier */
+        size_t stay = e->cfg.stage <= 1 ? sz->bytes[ZERO__B_GRAD_ACC] : 0;
         buffers = buffers > stay ? buffers - stay : 0;
     }
     snprintf(fits, sizeof fits, "no offload setting fits");
     for (i = 0; i < (int)(sizeof cand / sizeof cand[0]); i++) {
         size_t dev_bytes;
-        if (cand[i].opt && e->oopt && !cand[i].par) continue;
-        if (cand[i].par && e->oparam) continue;
-        ed.stage = cand[i].stage3 ? 3 : e->stage;
+        if (cand[i].opt && e->cfg.opt_offloaded && !cand[i].par) continue;
+        if (cand[i].par && e->cfg.params_offloaded) continue;
+        ed.stage = cand[i].stage3 ? 3 : e->cfg.stage;
         if (ed.stage == 0) ed.stage = 1;
-        ed.grad_bytes = (int)(ed.stage >= 2 ? e->c : e->p);
+        ed.grad_bytes = (int)(ed.stage >= 2 ? e->cfg.comm_size : e->cfg.param_size);
         ed.offload_optimizer = ZERO_OFFLOAD_CPU;
         ed.offload_param = cand[i].par ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
         if (zero_estimate_compute(&ed, &alt) != ZERO_OK) continue;
         dev_bytes = zero__eng_hint_states(&alt, 1) + buffers;
         if (dev_bytes <= avail) {
             snprintf(fits, sizeof fits, "%s would fit (%zu device bytes)",
-                     e->stage == 3 && cand[i].stage3 ? cand[i].name + 13 : cand[i].name, dev_bytes);
+                     e->cfg.stage == 3 && cand[i].stage3 ? cand[i].name + 13 : cand[i].name,
+                     dev_bytes);
             break;
         }
         if (nth++ == 0)
@@ -9823,15 +10035,19 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
 static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zero_op op,
                                            zero_comm_role role, const char *what)
 {
-    zero_device *dev = e->dev;
+    zero_device *dev = e->cfg.dev;
     char w[96];
     snprintf(w, sizeof w, "%s: control all_reduce", what);
-    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->scratch, v, (size_t)n * 8u), w);
+    ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->buf.scratch, v, (size_t)n * 8u),
+                  w);
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), w);
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch, e->scratch, (size_t)n, ZERO_F64, op, 1,
-                                          -1, role), w);
+    ZERO__ENG_TRY(e,
+                  zero__eng_all_reduce(e, e->buf.scratch, e->buf.scratch, (size_t)n, ZERO_F64, op,
+                                       1, -1, role),
+                  w);
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), w);
-    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->scratch, (size_t)n * 8u), w);
+    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, v, e->buf.scratch, (size_t)n * 8u),
+                  w);
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), w);
     return ZERO_OK;
 }
@@ -9842,7 +10058,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 enum { ZERO__ENG_NSETTINGS = 25 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
-    const zero_engine_desc *d = &e->d;
+    const zero_engine_desc *d = &e->cfg.desc;
     if (i < ZERO__ENG_NSETTINGS) {
         static const char *const names[ZERO__ENG_NSETTINGS] = {
             "stage", "param_dtype", "grad_comm_dtype", "accum_steps", "reduce_bucket_numel",
@@ -9855,45 +10071,50 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
         v[5] = (double)d->max_live_numel; v[6] = d->prefetch_depth;
-        v[7] = (double)d->persist_numel; v[8] = d->clip_norm; v[9] = e->adam.mode;
-        v[10] = e->adam.lr; v[11] = e->adam.beta1; v[12] = e->adam.beta2; v[13] = e->adam.eps;
-        v[14] = e->adam.weight_decay; v[15] = e->scaler.scale; v[16] = e->scaler.dynamic;
-        v[17] = e->scaler.factor; v[18] = e->scaler.min_scale; v[19] = e->scaler.window;
-        v[20] = e->scaler.hysteresis; v[21] = e->scaler.error_at_min;
+        v[7] = (double)d->persist_numel; v[8] = d->clip_norm; v[9] = e->opt.adam.mode;
+        v[10] = e->opt.adam.lr;
+        v[11] = e->opt.adam.beta1;
+        v[12] = e->opt.adam.beta2;
+        v[13] = e->opt.adam.eps;
+        v[14] = e->opt.adam.weight_decay;
+        v[15] = e->opt.scaler.scale;
+        v[16] = e->opt.scaler.dynamic;
+        v[17] = e->opt.scaler.factor; v[18] = e->opt.scaler.min_scale; v[19] = e->opt.scaler.window;
+        v[20] = e->opt.scaler.hysteresis; v[21] = e->opt.scaler.error_at_min;
         v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
     }
     i -= ZERO__ENG_NSETTINGS;
-    if (i < e->ntensors) {
+    if (i < e->layout.ntensors) {
         zero_tensor_info ti;
         uint64_t h = zero__eng_mix(0x7465ull, (uint64_t)i);
-        int k, nd = i < e->cap_shapes ? e->shapes[i].ndim : 0;
+        int k, nd = i < e->layout.cap_shapes ? e->layout.shapes[i].ndim : 0;
         size_t len, at;
         memset(&ti, 0, sizeof ti);
-        zero_plan_tensor(e->plan, i, &ti);
+        zero_plan_tensor(e->layout.plan, i, &ti);
         len = ti.name ? strlen(ti.name) : 0;
         h = zero__fnv1a(h, ti.name ? ti.name : "", len);
         h = zero__eng_mix(h, (uint64_t)ti.numel);
         h = zero__eng_mix(h, (uint64_t)ti.group);
-        h = zero__eng_mix(h, (uint64_t)e->tflags[i]);
+        h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[i]);
         h = zero__eng_mix(h, (uint64_t)nd);
         at = (size_t)snprintf(what, n, "tensor %d '%.64s' (numel %zu, group %d, flags %u%s", i,
-                              ti.name ? ti.name : "", ti.numel, ti.group, e->tflags[i],
+                              ti.name ? ti.name : "", ti.numel, ti.group, e->layout.tensor_flags[i],
                               nd ? ", shape [" : "");
         for (k = 0; k < nd; k++) {
-            h = zero__eng_mix(h, e->shapes[i].dims[k]);
+            h = zero__eng_mix(h, e->layout.shapes[i].dims[k]);
             if (at < n)
                 at += (size_t)snprintf(what + at, n - at, "%s%llu", k ? ", " : "",
-                                       (unsigned long long)e->shapes[i].dims[k]);
+                                       (unsigned long long)e->layout.shapes[i].dims[k]);
         }
         if (at < n) snprintf(what + at, n - at, "%s)", nd ? "]" : "");
         *value = (double)ti.numel;
         return h;
     }
     *value = -1.0; /* past this rank's tensors */
-    snprintf(what, n, "no tensor %d (it registered %d tensors)", i, e->ntensors);
+    snprintf(what, n, "no tensor %d (it registered %d tensors)", i, e->layout.ntensors);
     return zero__eng_mix(0x6e74ull, (uint64_t)i);
 }
 
@@ -9908,7 +10129,7 @@ static zero_result zero__eng_find_mismatch(zero_engine *e, char *msg, size_t n)
     char what[200];
     int lo = 0, hi, i;
     zero_result r;
-    v[0] = ZERO__ENG_NSETTINGS + e->ntensors + 1; /* the items of the longest rank */
+    v[0] = ZERO__ENG_NSETTINGS + e->layout.ntensors + 1; /* the items of the longest rank */
     if ((r = zero__eng_ctl_allreduce(e, v, 1, ZERO_OP_MAX, ZERO_ROLE_COMMIT, "zero_engine_commit")) != ZERO_OK)
         return r;
     hi = (int)v[0];
@@ -9936,7 +10157,7 @@ static zero_result zero__eng_find_mismatch(zero_engine *e, char *msg, size_t n)
         snprintf(msg, n, "zero_engine_commit: ranks registered different tensors: the first "
                  "difference is at tensor %d (registration order): rank %d has %s; every rank "
                  "must add the same tensors in the same order", lo - ZERO__ENG_NSETTINGS,
-                 e->rank, what);
+                 e->cfg.rank, what);
         return ZERO_OK;
     }
     v[0] = val;
@@ -9945,7 +10166,7 @@ static zero_result zero__eng_find_mismatch(zero_engine *e, char *msg, size_t n)
         return r;
     snprintf(msg, n, "zero_engine_commit: ranks gave different settings: the first difference "
              "is the %s on rank %d; across ranks it ranges over [%.17g, %.17g]; every rank "
-             "must use the same descriptor", what, e->rank, -v[1], v[0]);
+             "must use the same descriptor", what, e->cfg.rank, -v[1], v[0]);
     return ZERO_OK;
 }
 
@@ -9960,22 +10181,23 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     uint64_t h;
     double hv[5];
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_commit: engine is NULL");
-    if (e->state == ZERO__ENG_BROKEN)
+    if (e->lifecycle == ZERO__ENG_BROKEN)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: a commit cannot be "
                           "retried (destroy the engine and create a new one): %s",
-                          e->broken[0] ? e->broken : "an earlier failure");
-    if (e->state != ZERO__ENG_CREATED)
+                          e->broken_why[0] ? e->broken_why : "an earlier failure");
+    if (e->lifecycle != ZERO__ENG_CREATED)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: already committed (once, "
                           "after the last add_tensor)");
     /* From here on a failure leaves the engine broken (destroy only). */
-    e->state = ZERO__ENG_COMMITTED;
-    e->guards = e->d.debug_guards > 0 || (e->d.debug_guards == 0 && ZERO__DEBUG_DEFAULT);
+    e->lifecycle = ZERO__ENG_COMMITTED;
+    e->debug.guards =
+        e->cfg.desc.debug_guards > 0 || (e->cfg.desc.debug_guards == 0 && ZERO__DEBUG_DEFAULT);
     memset(ptrs, 0, sizeof ptrs);
     plan_err[0] = alloc_err[0] = '\0';
-    plan_r = e->ntensors == 0
+    plan_r = e->layout.ntensors == 0
                  ? zero__fail(ZERO_ERROR_INVALID_STATE, "zero_engine_commit: no tensor registered")
-                 : zero_plan_commit(e->plan, e->world, e->d.align_numel,
-                                    e->stage == 3 ? e->d.persist_numel : 0);
+                 : zero_plan_commit(e->layout.plan, e->cfg.world, e->cfg.desc.align_numel,
+                                    e->cfg.stage == 3 ? e->cfg.desc.persist_numel : 0);
     if (plan_r == ZERO_OK) plan_r = zero__eng_layout(e, &sz);
     if (plan_r == ZERO_OK)
         for (i = 0; i < sz.n; i++)
@@ -10000,8 +10222,8 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
        together and none waits in a collective for a rank that already returned. Only a rank
        that cannot get even the 64-byte scratch (which the check runs on) returns at once;
        its peers then wait until the comm fails (timeout, abort, or its comm destroyed). */
-    if (e->dev->ops->reserve) {
-        r = e->dev->ops->reserve(e->dev, total, (size_t)nalloc);
+    if (e->cfg.dev->ops->reserve) {
+        r = e->cfg.dev->ops->reserve(e->cfg.dev, total, (size_t)nalloc);
         if (r != ZERO_OK) {
             char prev[360];
             zero__eng_copy_error(prev, sizeof prev);
@@ -10012,7 +10234,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     }
     r = zero__eng_alloc(e, sz.bytes[0], ZERO_MEM_SCRATCH, &ptrs[0]);
     if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_commit: scratch allocation");
-    e->scratch = (unsigned char *)ptrs[0];
+    e->buf.scratch = (unsigned char *)ptrs[0];
     for (i = 1; i < sz.n && alloc_r == ZERO_OK; i++) {
         r = zero__eng_alloc(e, sz.bytes[i], sz.cat[i], &ptrs[i]);
         if (r != ZERO_OK) {
@@ -10041,9 +10263,9 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
         alloc_r = r;
         snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: activation tier: %s", prev);
     }
-    if (e->dev->ops->event_create && !e->ev_c2m) {
-        r = e->dev->ops->event_create(e->dev, &e->ev_c2m);
-        if (r == ZERO_OK) r = e->dev->ops->event_create(e->dev, &e->ev_m2c);
+    if (e->cfg.dev->ops->event_create && !e->sync.compute_to_comm) {
+        r = e->cfg.dev->ops->event_create(e->cfg.dev, &e->sync.compute_to_comm);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->event_create(e->cfg.dev, &e->sync.comm_to_compute);
         if (r != ZERO_OK) /* the hand-offs below need them */
             return zero__eng_break(e, r, "zero_engine_commit: event");
     }
@@ -10062,23 +10284,30 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     hv[2] = -hv[0];
     hv[3] = -hv[1];
     hv[4] = alloc_r != ZERO_OK ? -(double)alloc_r : 0.0; /* MAX: some failing rank's code */
-    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->scratch + 24, hv, sizeof hv),
-                  "zero_engine_commit: upload");
+    ZERO__ENG_TRY(
+        e,
+        e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, e->buf.scratch + 24, hv, sizeof hv),
+        "zero_engine_commit: upload");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                   "zero_engine_commit: event");
-    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->scratch + 24, e->scratch + 24, 5, ZERO_F64,
+    ZERO__ENG_TRY(e, zero__eng_all_reduce(e, e->buf.scratch + 24, e->buf.scratch + 24, 5, ZERO_F64,
                                           ZERO_OP_MAX, 1, -1, ZERO_ROLE_COMMIT),
                   "zero_engine_commit: plan hash all-reduce");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
                   "zero_engine_commit: event");
-    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, hv, e->scratch + 24, sizeof hv),
+    ZERO__ENG_TRY(e,
+                  e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, hv, e->buf.scratch + 24,
+                                            sizeof hv),
                   "zero_engine_commit: download");
-    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "zero_engine_commit: sync");
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE),
+                  "zero_engine_commit: sync");
     if (plan_r != ZERO_OK) return zero__eng_commit_failed(e, plan_r, plan_err);
     if (hv[0] != -hv[2] || hv[1] != -hv[3]) {
         char mm[600];
-        snprintf(mm, sizeof mm, "zero_engine_commit: ranks registered different tensors or settings "
-                 "(rank %d plan hash %016llx; a rank's plan failed)", e->rank, (unsigned long long)h);
+        snprintf(mm, sizeof mm,
+                 "zero_engine_commit: ranks registered different tensors or settings "
+                 "(rank %d plan hash %016llx; a rank's plan failed)",
+                 e->cfg.rank, (unsigned long long)h);
         if (hv[2] <= 0.0) { /* every plan committed: name the first difference (collective) */
             r = zero__eng_find_mismatch(e, mm, sizeof mm);
             if (r != ZERO_OK) return r;
@@ -10094,24 +10323,27 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                  zero_result_string(peer));
         return zero__eng_commit_failed(e, peer, pm);
     }
-    e->param = (unsigned char *)ptrs[ZERO__B_PARAM];
-    e->grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
-    e->grad_acc = e->alias ? e->grad_user : (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
-    if (!e->oopt) { /* offloaded: host-tier pointers, set by zero__eng_offload_alloc */
-        e->master = (float *)ptrs[ZERO__B_MASTER];
-        e->m1 = (float *)ptrs[ZERO__B_M1];
-        e->m2 = (float *)ptrs[ZERO__B_M2];
+    e->buf.param = (unsigned char *)ptrs[ZERO__B_PARAM];
+    e->buf.grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
+    e->buf.grad_acc =
+        e->layout.acc_is_user_grad ? e->buf.grad_user : (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
+    if (!e->cfg.opt_offloaded) { /* offloaded: host-tier pointers, set by zero__eng_offload_alloc */
+        e->opt.master = (float *)ptrs[ZERO__B_MASTER];
+        e->opt.m = (float *)ptrs[ZERO__B_M1];
+        e->opt.v = (float *)ptrs[ZERO__B_M2];
     }
-    e->bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
-    e->arena = (unsigned char *)ptrs[ZERO__B_ARENA];
-    for (i = 0; i < e->nallocs; i++)
-        ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, e->allocs[i].ptr,
-                                                e->allocs[i].bytes),
+    e->buf.bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
+    e->buf.arena = (unsigned char *)ptrs[ZERO__B_ARENA];
+    for (i = 0; i < e->buf.nallocs; i++)
+        ZERO__ENG_TRY(e,
+                      e->cfg.dev->ops->fill_zero(e->cfg.dev, ZERO_QUEUE_COMPUTE,
+                                                 e->buf.allocs[i].ptr, e->buf.allocs[i].bytes),
                       "zero_engine_commit: fill");
-    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "zero_engine_commit: sync");
-    e->gstats.limit_numel = e->arena_numel;
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE),
+                  "zero_engine_commit: sync");
+    e->prefetch.stats.limit_numel = e->pool.numel;
     /* The hash check counts in the total only. */
-    memset(&e->traffic_cur, 0, sizeof e->traffic_cur);
+    memset(&e->traffic.cur, 0, sizeof e->traffic.cur);
     return ZERO_OK;
 }
 
@@ -10120,47 +10352,50 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
 /* Group g's params as the user sees them (whole group) when they are resident. */
 static unsigned char *zero__eng_param_whole(const zero_engine *e, int g)
 {
-    const zero__eng_group *eg = &e->groups[g];
-    if (e->stage < 3) return e->param + eg->off_whole * e->p;
-    if (eg->persistent) return e->param + eg->off_param * e->p;
+    const zero__eng_group *eg = &e->layout.groups[g];
+    if (e->cfg.stage < 3) return e->buf.param + eg->off_whole * e->cfg.param_size;
+    if (eg->persistent) return e->buf.param + eg->off_param * e->cfg.param_size;
     if (eg->poff == ZERO__ENG_NONE) return NULL;
-    return e->arena + eg->poff * e->p;
+    return e->buf.arena + eg->poff * e->cfg.param_size;
 }
 
 /* Where this rank's updated param shard of group g is written by the step. */
 static unsigned char *zero__eng_param_shard(const zero_engine *e, int g)
 {
-    const zero__eng_group *eg = &e->groups[g];
-    size_t sh = (size_t)e->rank * eg->shard_numel;
-    if (e->stage < 3) return e->param + (eg->off_whole + sh) * e->p;
-    if (eg->persistent) return e->param + (eg->off_param + sh) * e->p;
-    return e->param + eg->off_param * e->p;
+    const zero__eng_group *eg = &e->layout.groups[g];
+    size_t sh = (size_t)e->cfg.rank * eg->shard_numel;
+    if (e->cfg.stage < 3) return e->buf.param + (eg->off_whole + sh) * e->cfg.param_size;
+    if (eg->persistent) return e->buf.param + (eg->off_param + sh) * e->cfg.param_size;
+    return e->buf.param + eg->off_param * e->cfg.param_size;
 }
 
 /* The user gradient buffer of group g in this micro-step. */
 static unsigned char *zero__eng_grad_user(const zero_engine *e, int g)
 {
-    const zero__eng_group *eg = &e->groups[g];
-    if (e->stage <= 1) return e->grad_user + eg->off_whole * e->p;
+    const zero__eng_group *eg = &e->layout.groups[g];
+    if (e->cfg.stage <= 1) return e->buf.grad_user + eg->off_whole * e->cfg.param_size;
     if (eg->goff == ZERO__ENG_NONE) return NULL;
-    return e->arena + eg->goff * e->p;
+    return e->buf.arena + eg->goff * e->cfg.param_size;
 }
 
 /* The accumulated gradient (comm dtype) of group g: stage 0 the whole group, else the
    rank's shard. */
 static unsigned char *zero__eng_grad_acc(const zero_engine *e, int g)
 {
-    const zero__eng_group *eg = &e->groups[g];
-    if (e->stage == 0) return e->grad_acc + eg->off_whole * e->c;
-    if (e->alias) return e->grad_user + (eg->off_whole + (size_t)e->rank * eg->shard_numel) * e->p;
-    return e->grad_acc + eg->off_shard * e->c;
+    const zero__eng_group *eg = &e->layout.groups[g];
+    if (e->cfg.stage == 0) return e->buf.grad_acc + eg->off_whole * e->cfg.comm_size;
+    if (e->layout.acc_is_user_grad)
+        return e->buf.grad_user +
+               (eg->off_whole + (size_t)e->cfg.rank * eg->shard_numel) * e->cfg.param_size;
+    return e->buf.grad_acc + eg->off_shard * e->cfg.comm_size;
 }
 
 /* The rank's shard of group g's accumulated gradient (what the norm reads, every stage). */
 static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g)
 {
     unsigned char *a = zero__eng_grad_acc(e, g);
-    if (e->stage == 0) a += (size_t)e->rank * e->groups[g].shard_numel * e->c;
+    if (e->cfg.stage == 0)
+        a += (size_t)e->cfg.rank * e->layout.groups[g].shard_numel * e->cfg.comm_size;
     return a;
 }
 
@@ -10176,11 +10411,11 @@ static int zero__eng_arena_find(const zero_engine *e, size_t n, int for_compute)
 {
     int i, best = -1, pass;
     for (pass = 0; pass < 2 && best < 0; pass++)
-        for (i = 0; i < e->nfree; i++) {
-            const zero__eng_extent *x = &e->afree[i];
+        for (i = 0; i < e->pool.nfree; i++) {
+            const zero__eng_extent *x = &e->pool.free_ext[i];
             if (x->numel < n) continue;
-            if (pass == 0 && for_compute && x->fence_seq > e->compute_seq) continue;
-            if (best < 0 || x->numel < e->afree[best].numel) best = i;
+            if (pass == 0 && for_compute && x->fence_seq > e->sync.compute_seq) continue;
+            if (best < 0 || x->numel < e->pool.free_ext[best].numel) best = i;
         }
     return best;
 }
@@ -10188,23 +10423,23 @@ static int zero__eng_arena_find(const zero_engine *e, size_t n, int for_compute)
 /* Takes n elements at the start of free extent i. Compute-queue users wait for its fence. */
 static zero_result zero__eng_arena_take(zero_engine *e, int i, size_t n, int for_compute, size_t *off)
 {
-    zero__eng_extent *x = &e->afree[i];
+    zero__eng_extent *x = &e->pool.free_ext[i];
     zero_result r = ZERO_OK;
     *off = x->off;
-    if (for_compute && x->fence_seq > e->compute_seq) {
+    if (for_compute && x->fence_seq > e->sync.compute_seq) {
         r = zero__eng_wait(e, ZERO_QUEUE_COMPUTE, x->fence);
         if (r != ZERO_OK) return r;
-        e->compute_seq = x->fence_seq;
+        e->sync.compute_seq = x->fence_seq;
     }
     x->off += n;
     x->numel -= n;
     if (x->numel == 0) {
-        memmove(x, x + 1, (size_t)(e->nfree - i - 1) * sizeof *x);
-        e->nfree--;
+        memmove(x, x + 1, (size_t)(e->pool.nfree - i - 1) * sizeof *x);
+        e->pool.nfree--;
     }
-    e->gstats.live_numel += n;
-    if (e->gstats.live_numel > e->gstats.peak_live_numel)
-        e->gstats.peak_live_numel = e->gstats.live_numel;
+    e->prefetch.stats.live_numel += n;
+    if (e->prefetch.stats.live_numel > e->prefetch.stats.peak_live_numel)
+        e->prefetch.stats.peak_live_numel = e->prefetch.stats.live_numel;
     return r;
 }
 
@@ -10214,14 +10449,16 @@ static void zero__eng_arena_give(zero_engine *e, size_t off, size_t n, zero_even
 {
     int i = 0, j;
     zero__eng_extent *x;
-    while (i < e->nfree && e->afree[i].off < off) i++;
-    if (i > 0 && e->afree[i - 1].off + e->afree[i - 1].numel == off) { /* grow the left one */
-        x = &e->afree[i - 1];
+    while (i < e->pool.nfree && e->pool.free_ext[i].off < off) i++;
+    /* grow the left one */
+    if (i > 0 && e->pool.free_ext[i - 1].off + e->pool.free_ext[i - 1].numel == off) {
+        x = &e->pool.free_ext[i - 1];
         x->numel += n;
     } else {
-        memmove(&e->afree[i + 1], &e->afree[i], (size_t)(e->nfree - i) * sizeof *e->afree);
-        e->nfree++;
-        x = &e->afree[i];
+        memmove(&e->pool.free_ext[i + 1], &e->pool.free_ext[i],
+                (size_t)(e->pool.nfree - i) * sizeof *e->pool.free_ext);
+        e->pool.nfree++;
+        x = &e->pool.free_ext[i];
         x->off = off;
         x->numel = n;
         x->fence = NULL;
@@ -10232,39 +10469,40 @@ static void zero__eng_arena_give(zero_engine *e, size_t off, size_t n, zero_even
         x->fence = fence;
         x->fence_seq = seq;
     }
-    j = (int)(x - e->afree) + 1; /* absorb the right neighbour */
-    if (j < e->nfree && x->off + x->numel == e->afree[j].off) {
-        x->numel += e->afree[j].numel;
-        if (e->afree[j].fence_seq > x->fence_seq) {
-            x->fence = e->afree[j].fence;
-            x->fence_seq = e->afree[j].fence_seq;
+    j = (int)(x - e->pool.free_ext) + 1; /* absorb the right neighbour */
+    if (j < e->pool.nfree && x->off + x->numel == e->pool.free_ext[j].off) {
+        x->numel += e->pool.free_ext[j].numel;
+        if (e->pool.free_ext[j].fence_seq > x->fence_seq) {
+            x->fence = e->pool.free_ext[j].fence;
+            x->fence_seq = e->pool.free_ext[j].fence_seq;
         }
-        memmove(&e->afree[j], &e->afree[j + 1], (size_t)(e->nfree - j - 1) * sizeof *e->afree);
-        e->nfree--;
+        memmove(&e->pool.free_ext[j], &e->pool.free_ext[j + 1],
+                (size_t)(e->pool.nfree - j - 1) * sizeof *e->pool.free_ext);
+        e->pool.nfree--;
     }
-    e->gstats.live_numel -= n;
+    e->prefetch.stats.live_numel -= n;
 }
 
 /* Drops gathered group g's params from the arena (a release, an eviction, a stale copy). */
 static void zero__eng_drop_params(zero_engine *e, int g)
 {
-    zero__eng_group *eg = &e->groups[g];
+    zero__eng_group *eg = &e->layout.groups[g];
     if (eg->poff == ZERO__ENG_NONE) return;
     zero__eng_arena_give(e, eg->poff, eg->numel, eg->ev_gathered, eg->gathered_seq);
     eg->poff = ZERO__ENG_NONE;
-    e->gstats.live_groups--;
+    e->prefetch.stats.live_groups--;
 }
 
 /* Drops every prefetched group nobody uses (their values are about to go stale): wasted. */
 static void zero__eng_drop_prefetched(zero_engine *e)
 {
     int g;
-    if (e->stage != 3) return;
-    for (g = 0; g < e->G; g++)
-        if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
+    if (e->cfg.stage != 3) return;
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].poff != ZERO__ENG_NONE && e->layout.groups[g].refs == 0) {
             zero__eng_drop_params(e, g);
-            e->gstats.evictions++;
-            e->gstats.prefetch_wasted++;
+            e->prefetch.stats.evictions++;
+            e->prefetch.stats.prefetch_wasted++;
         }
 }
 
@@ -10276,10 +10514,10 @@ static zero_result zero__eng_flush(zero_engine *e);
 static long zero__eng_next_use(const zero_engine *e, int g, int near)
 {
     int j;
-    if (!e->trace_following) return g > near ? (long)(g - near) : (long)(near - g);
-    for (j = e->trace_pos; j < e->trace_len; j++)
-        if (e->trace[j] == 2 * g) return (long)(j - e->trace_pos);
-    return (long)e->trace_len + 1;
+    if (!e->prefetch.trace_following) return g > near ? (long)(g - near) : (long)(near - g);
+    for (j = e->prefetch.trace_pos; j < e->prefetch.trace_len; j++)
+        if (e->prefetch.trace[j] == 2 * g) return (long)(j - e->prefetch.trace_pos);
+    return (long)e->prefetch.trace_len + 1;
 }
 
 /* Evicts the prefetched, unused group used farthest ahead (Belady's choice). 0 if none. */
@@ -10287,15 +10525,15 @@ static int zero__eng_evict_one(zero_engine *e, int near)
 {
     int g, best = -1;
     long bestd = -1;
-    for (g = 0; g < e->G; g++)
-        if (e->groups[g].poff != ZERO__ENG_NONE && e->groups[g].refs == 0) {
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].poff != ZERO__ENG_NONE && e->layout.groups[g].refs == 0) {
             long dd = zero__eng_next_use(e, g, near);
             if (dd > bestd) bestd = dd, best = g;
         }
     if (best < 0) return 0;
     zero__eng_drop_params(e, best);
-    e->gstats.evictions++;
-    e->gstats.prefetch_wasted++;
+    e->prefetch.stats.evictions++;
+    e->prefetch.stats.prefetch_wasted++;
     return 1;
 }
 
@@ -10304,7 +10542,7 @@ static int zero__eng_evict_one(zero_engine *e, int near)
 static zero_result zero__eng_arena_room(zero_engine *e, int g, size_t n, int for_compute, int *out)
 {
     int i = zero__eng_arena_find(e, n, for_compute);
-    if (i < 0 && e->npending > 0) {
+    if (i < 0 && e->micro.npending > 0) {
         zero_result r = zero__eng_flush(e);
         if (r != ZERO_OK) return r;
         i = zero__eng_arena_find(e, n, for_compute);
@@ -10318,13 +10556,13 @@ static zero_result zero__eng_arena_room(zero_engine *e, int g, size_t n, int for
 static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, int g, size_t n,
                                         const char *what)
 {
-    size_t held = e->gstats.live_numel, want, largest = 0;
+    size_t held = e->prefetch.stats.live_numel, want, largest = 0;
     int i, np = 0, ng = 0;
-    for (i = 0; i < e->nfree; i++)
-        if (e->afree[i].numel > largest) largest = e->afree[i].numel;
-    for (i = 0; i < e->G; i++) {
-        np += e->groups[i].poff != ZERO__ENG_NONE;
-        ng += e->groups[i].goff != ZERO__ENG_NONE;
+    for (i = 0; i < e->pool.nfree; i++)
+        if (e->pool.free_ext[i].numel > largest) largest = e->pool.free_ext[i].numel;
+    for (i = 0; i < e->layout.ngroups; i++) {
+        np += e->layout.groups[i].poff != ZERO__ENG_NONE;
+        ng += e->layout.groups[i].goff != ZERO__ENG_NONE;
     }
     want = held + n < held ? (size_t)-1 : held + n;
     return zero__fail(ZERO_ERROR_INVALID_STATE,
@@ -10332,7 +10570,7 @@ static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, in
                       "(max_live_numel = %zu): %zu elements held by %d gathered group(s) and %d "
                       "gradient buffer(s), the largest free extent %zu; release groups or make "
                       "them ready first, or set max_live_numel >= %zu",
-                      fn, g, zero__eng_group_name(e, g), what, n, e->arena_numel, held, np, ng,
+                      fn, g, zero__eng_group_name(e, g), what, n, e->pool.numel, held, np, ng,
                       largest, want);
 }
 
@@ -10346,30 +10584,32 @@ static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, in
 
 static void zero__eng_trace_note(zero_engine *e, int entry)
 {
-    if (e->stage != 3) return;
-    if (e->trace_following) {
-        if (e->trace_pos < e->trace_len && e->trace[e->trace_pos] == entry) {
-            e->trace_pos++;
+    if (e->cfg.stage != 3) return;
+    if (e->prefetch.trace_following) {
+        if (e->prefetch.trace_pos < e->prefetch.trace_len &&
+            e->prefetch.trace[e->prefetch.trace_pos] == entry) {
+            e->prefetch.trace_pos++;
             return;
         }
-        e->trace_following = 0; /* the order changed: record from here */
-        e->trace_len = e->trace_pos;
+        e->prefetch.trace_following = 0; /* the order changed: record from here */
+        e->prefetch.trace_len = e->prefetch.trace_pos;
     }
-    if (e->trace_len < 0) return; /* gave up this micro-step (no memory) */
-    if (e->trace_len == e->trace_cap) {
-        int cap = e->trace_cap * 2, *nt;
-        nt = cap <= (1 << 24) ? (int *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *nt) : NULL;
+    if (e->prefetch.trace_len < 0) return; /* gave up this micro-step (no memory) */
+    if (e->prefetch.trace_len == e->prefetch.trace_cap) {
+        int cap = e->prefetch.trace_cap * 2, *nt;
+        nt = cap <= (1 << 24) ? (int *)zero__alloc(&e->cfg.desc.allocator, (size_t)cap * sizeof *nt)
+                              : NULL;
         if (!nt) {
-            e->trace_len = -1;
+            e->prefetch.trace_len = -1;
             return;
         }
-        memcpy(nt, e->trace, (size_t)e->trace_len * sizeof *nt);
-        zero__free(&e->d.allocator, e->trace);
-        e->trace = nt;
-        e->trace_cap = cap;
+        memcpy(nt, e->prefetch.trace, (size_t)e->prefetch.trace_len * sizeof *nt);
+        zero__free(&e->cfg.desc.allocator, e->prefetch.trace);
+        e->prefetch.trace = nt;
+        e->prefetch.trace_cap = cap;
     }
-    e->trace[e->trace_len++] = entry;
-    e->trace_pos = e->trace_len;
+    e->prefetch.trace[e->prefetch.trace_len++] = entry;
+    e->prefetch.trace_pos = e->prefetch.trace_len;
 }
 
 /* The group the recorded order gathers next that is not gathered now (g + 1 without a
@@ -10377,10 +10617,11 @@ static void zero__eng_trace_note(zero_engine *e, int entry)
 static int zero__eng_trace_next(const zero_engine *e, int g)
 {
     int j;
-    if (!e->trace_following) return g + 1;
-    for (j = e->trace_pos; j < e->trace_len; j++) {
-        int h = e->trace[j] >> 1;
-        if (!(e->trace[j] & 1) && h != g && e->groups[h].poff == ZERO__ENG_NONE && !e->groups[h].persistent)
+    if (!e->prefetch.trace_following) return g + 1;
+    for (j = e->prefetch.trace_pos; j < e->prefetch.trace_len; j++) {
+        int h = e->prefetch.trace[j] >> 1;
+        if (!(e->prefetch.trace[j] & 1) && h != g && e->layout.groups[h].poff == ZERO__ENG_NONE &&
+            !e->layout.groups[h].persistent)
             return h;
     }
     return -1;
@@ -10390,17 +10631,18 @@ static int zero__eng_trace_next(const zero_engine *e, int g)
    is cut there. */
 static void zero__eng_trace_end(zero_engine *e)
 {
-    if (e->stage != 3) return;
-    if (e->trace_following && e->trace_pos != e->trace_len) {
-        e->trace_len = e->trace_pos; /* it ended early: the rest of the old order is gone */
-        e->gstats.trace_records++;
-    } else if (!e->trace_following && e->trace_len > 0) {
-        e->gstats.trace_records++;
+    if (e->cfg.stage != 3) return;
+    if (e->prefetch.trace_following && e->prefetch.trace_pos != e->prefetch.trace_len) {
+        /* it ended early: the rest of the old order is gone */
+        e->prefetch.trace_len = e->prefetch.trace_pos;
+        e->prefetch.stats.trace_records++;
+    } else if (!e->prefetch.trace_following && e->prefetch.trace_len > 0) {
+        e->prefetch.stats.trace_records++;
     }
-    e->trace_following = e->trace_len > 0;
-    if (e->trace_len < 0) e->trace_len = 0;
-    e->trace_pos = 0;
-    e->gstats.trace_len = e->trace_len > 0 ? e->trace_len : 0;
+    e->prefetch.trace_following = e->prefetch.trace_len > 0;
+    if (e->prefetch.trace_len < 0) e->prefetch.trace_len = 0;
+    e->prefetch.trace_pos = 0;
+    e->prefetch.stats.trace_len = e->prefetch.trace_len > 0 ? e->prefetch.trace_len : 0;
 }
 
 /* ---- gradients ----------------------------------------------------------------------------- */
@@ -10411,37 +10653,47 @@ static void zero__eng_trace_end(zero_engine *e)
    else in place and added. Every element meets the same sums as in one piece. */
 static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
 {
-    zero__eng_group *eg = &e->groups[g];
-    zero_device *dev = e->dev;
+    zero__eng_group *eg = &e->layout.groups[g];
+    zero_device *dev = e->cfg.dev;
     const unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc = e->oopt ? NULL : zero__eng_grad_acc(e, g), *bk = e->bucket; /* offload: host */
-    size_t N = (size_t)e->world, b = e->bucket_piece, j, n, r;
+    /* offload: host */
+    unsigned char *acc = e->cfg.opt_offloaded ? NULL : zero__eng_grad_acc(e, g), *bk = e->buf.bucket;
+    size_t N = (size_t)e->cfg.world, b = e->buf.bucket_piece_numel, j, n, r;
     zero_result x = ZERO_OK;
-    if (e->stage == 0) {
+    if (e->cfg.stage == 0) {
         for (j = 0; j < eg->numel && x == ZERO_OK; j += n) {
             n = eg->numel - j < N * b ? eg->numel - j : N * b;
-            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk, e->cd, src + j * e->p, e->gd, n);
+            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk, e->cfg.comm_dtype,
+                               src + j * e->cfg.param_size, e->cfg.param_dtype, n);
             if (x == ZERO_OK)
-                x = zero__eng_all_reduce(e, bk, store ? acc + j * e->c : bk, n, e->cd, ZERO_OP_SUM,
-                                         0, g, ZERO_ROLE_GRAD_REDUCE);
-            if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, bk, e->cd, n);
+                x = zero__eng_all_reduce(e, bk, store ? acc + j * e->cfg.comm_size : bk, n,
+                                         e->cfg.comm_dtype, ZERO_OP_SUM, 0, g,
+                                         ZERO_ROLE_GRAD_REDUCE);
+            if (x == ZERO_OK && !store)
+                x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->cfg.comm_size, bk,
+                                  e->cfg.comm_dtype, n);
         }
         return x;
     }
     for (j = 0; j < eg->shard_numel && x == ZERO_OK; j += n) {
         unsigned char *mine;
         n = eg->shard_numel - j < b ? eg->shard_numel - j : b;
-        mine = bk + (size_t)e->rank * n * e->c;
+        mine = bk + (size_t)e->cfg.rank * n * e->cfg.comm_size;
         for (r = 0; r < N && x == ZERO_OK; r++)
-            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk + r * n * e->c, e->cd,
-                               src + (r * eg->shard_numel + j) * e->p, e->gd, n);
-        if (x == ZERO_OK && e->oopt) { /* in place; the piece then leaves the device */
-            x = zero__eng_reduce_scatter(e, bk, mine, n, e->cd, g);
+            x = dev->ops->cast(
+                dev, ZERO_QUEUE_COMM, bk + r * n * e->cfg.comm_size, e->cfg.comm_dtype,
+                src + (r * eg->shard_numel + j) * e->cfg.param_size, e->cfg.param_dtype, n);
+        if (x == ZERO_OK && e->cfg.opt_offloaded) { /* in place; the piece then leaves the device */
+            x = zero__eng_reduce_scatter(e, bk, mine, n, e->cfg.comm_dtype, g);
             if (x == ZERO_OK) x = zero__eng_grad_out(e, g, store, mine, j, n);
             continue;
         }
-        if (x == ZERO_OK) x = zero__eng_reduce_scatter(e, bk, store ? acc + j * e->c : mine, n, e->cd, g);
-        if (x == ZERO_OK && !store) x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->c, mine, e->cd, n);
+        if (x == ZERO_OK)
+            x = zero__eng_reduce_scatter(e, bk, store ? acc + j * e->cfg.comm_size : mine, n,
+                                         e->cfg.comm_dtype, g);
+        if (x == ZERO_OK && !store)
+            x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->cfg.comm_size, mine,
+                              e->cfg.comm_dtype, n);
     }
     return x;
 }
@@ -10451,8 +10703,8 @@ static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
 static unsigned char *zero__eng_reduced_in_place(const zero_engine *e, int g)
 {
     unsigned char *src = zero__eng_grad_user(e, g);
-    if (e->stage == 0) return src;
-    return src + (size_t)e->rank * e->groups[g].shard_numel * e->p;
+    if (e->cfg.stage == 0) return src;
+    return src + (size_t)e->cfg.rank * e->layout.groups[g].shard_numel * e->cfg.param_size;
 }
 
 /* Reduces group g's gradients of this contribution (on COMM, after the hand-off). store:
@@ -10461,26 +10713,27 @@ static unsigned char *zero__eng_reduced_in_place(const zero_engine *e, int g)
    collective_only: only the collective (fused in a group call; the caller adds after). */
 static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int collective_only)
 {
-    zero__eng_group *eg = &e->groups[g];
+    zero__eng_group *eg = &e->layout.groups[g];
     unsigned char *src = zero__eng_grad_user(e, g);
     unsigned char *acc, *dst;
     zero_result r;
-    if (e->cd != e->gd) return zero__eng_reduce_staged(e, g, store);
-    if (e->oopt) { /* in place; the reduced shard then leaves the device (stages 1-3) */
+    if (e->cfg.comm_dtype != e->cfg.param_dtype) return zero__eng_reduce_staged(e, g, store);
+    if (e->cfg.opt_offloaded) { /* in place; the reduced shard then leaves the device (stages 1-3) */
         dst = zero__eng_reduced_in_place(e, g);
-        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cd, g);
+        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cfg.comm_dtype, g);
         if (r != ZERO_OK || collective_only) return r;
         return zero__eng_grad_out(e, g, store, dst, 0, eg->shard_numel);
     }
     acc = zero__eng_grad_acc(e, g);
     dst = store ? acc : zero__eng_reduced_in_place(e, g);
-    if (e->stage == 0)
-        r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cd, ZERO_OP_SUM, 0, g, ZERO_ROLE_GRAD_REDUCE);
+    if (e->cfg.stage == 0)
+        r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cfg.comm_dtype, ZERO_OP_SUM, 0, g,
+                                 ZERO_ROLE_GRAD_REDUCE);
     else
-        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cd, g);
+        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cfg.comm_dtype, g);
     if (r != ZERO_OK || store || collective_only) return r;
-    return e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, acc, dst, e->cd,
-                            e->stage == 0 ? eg->numel : eg->shard_numel);
+    return e->cfg.dev->ops->add(e->cfg.dev, ZERO_QUEUE_COMM, acc, dst, e->cfg.comm_dtype,
+                            e->cfg.stage == 0 ? eg->numel : eg->shard_numel);
 }
 
 /* Reduces every pending group, in the order they became ready. Consecutive groups whose
@@ -10489,48 +10742,56 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int co
 static zero_result zero__eng_flush(zero_engine *e)
 {
     int i, fuse;
-    if (e->npending == 0) return ZERO_OK;
+    if (e->micro.npending == 0) return ZERO_OK;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                   "gradient reduction: event");
-    fuse = e->npending > 1 && e->cd == e->gd && e->comm->ops->group_start != NULL;
+    fuse = e->micro.npending > 1 && e->cfg.comm_dtype == e->cfg.param_dtype &&
+           e->cfg.comm->ops->group_start != NULL;
     if (fuse) {
         ZERO__ENG_TRY(e, zero__eng_group_start(e), "gradient reduction: group_start");
-        for (i = 0; i < e->npending; i++)
-            ZERO__ENG_TRY_IN_GROUP(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 1),
-                                   "gradient reduction");
+        for (i = 0; i < e->micro.npending; i++)
+            ZERO__ENG_TRY_IN_GROUP(
+                e, zero__eng_reduce_one(e, e->micro.pending[i], e->micro.pending_store[i], 1),
+                "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
-        for (i = 0; i < e->npending && e->oopt; i++) { /* reduced in place: off the device */
-            int g = e->pending[i];
-            ZERO__ENG_TRY(e, zero__eng_grad_out(e, g, e->pending_store[i], zero__eng_reduced_in_place(e, g),
-                                                0, e->groups[g].shard_numel),
+        /* reduced in place: off the device */
+        for (i = 0; i < e->micro.npending && e->cfg.opt_offloaded; i++) {
+            int g = e->micro.pending[i];
+            ZERO__ENG_TRY(e,
+                          zero__eng_grad_out(e, g, e->micro.pending_store[i],
+                                             zero__eng_reduced_in_place(e, g), 0,
+                                             e->layout.groups[g].shard_numel),
                           "gradient offload");
         }
-        for (i = 0; i < e->npending && !e->oopt; i++) {
-            int g = e->pending[i];
-            if (e->pending_store[i]) continue;
-            ZERO__ENG_TRY(e, e->dev->ops->add(e->dev, ZERO_QUEUE_COMM, zero__eng_grad_acc(e, g),
-                                              zero__eng_reduced_in_place(e, g), e->cd,
-                                              e->stage == 0 ? e->groups[g].numel
-                                                            : e->groups[g].shard_numel),
+        for (i = 0; i < e->micro.npending && !e->cfg.opt_offloaded; i++) {
+            int g = e->micro.pending[i];
+            if (e->micro.pending_store[i]) continue;
+            ZERO__ENG_TRY(e,
+                          e->cfg.dev->ops->add(e->cfg.dev, ZERO_QUEUE_COMM,
+                                               zero__eng_grad_acc(e, g),
+                                               zero__eng_reduced_in_place(e, g), e->cfg.comm_dtype,
+                                               e->cfg.stage == 0 ? e->layout.groups[g].numel
+                                                                 : e->layout.groups[g].shard_numel),
                           "gradient accumulation");
         }
     } else {
-        for (i = 0; i < e->npending; i++)
-            ZERO__ENG_TRY(e, zero__eng_reduce_one(e, e->pending[i], e->pending_store[i], 0),
-                          "gradient reduction");
+        for (i = 0; i < e->micro.npending; i++)
+            ZERO__ENG_TRY(
+                e, zero__eng_reduce_one(e, e->micro.pending[i], e->micro.pending_store[i], 0),
+                "gradient reduction");
     }
-    for (i = 0; i < e->npending; i++) {
-        zero__eng_group *eg = &e->groups[e->pending[i]];
+    for (i = 0; i < e->micro.npending; i++) {
+        zero__eng_group *eg = &e->layout.groups[e->micro.pending[i]];
         ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_reduced, &eg->reduced_seq), "gradient reduction: event");
         eg->reduced_valid = 1;
         if (eg->goff != ZERO__ENG_NONE) { /* stages 2-3: the buffer returns to the arena */
             zero__eng_arena_give(e, eg->goff, eg->numel, eg->ev_reduced, eg->reduced_seq);
             eg->goff = ZERO__ENG_NONE;
-            e->gstats.grad_live_numel -= eg->numel;
+            e->prefetch.stats.grad_live_numel -= eg->numel;
         }
     }
-    e->npending = 0;
-    e->pending_numel = 0;
+    e->micro.npending = 0;
+    e->micro.pending_numel = 0;
     return ZERO_OK;
 }
 
@@ -10542,20 +10803,24 @@ static zero_result zero__eng_flush(zero_engine *e)
    when the copy is made. */
 static zero_result zero__eng_dbg_buf(zero_engine *e, int g, int k, unsigned char **out)
 {
-    size_t bytes = e->groups[g].numel * e->p;
+    size_t bytes = e->layout.groups[g].numel * e->cfg.param_size;
     void **slot;
     zero_result r;
     *out = NULL;
-    if (!e->dbg) {
-        e->dbg = (void **)zero__alloc(&e->d.allocator, 2 * (size_t)e->G * sizeof(void *));
-        if (!e->dbg) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "debug guards: %d groups", e->G);
-        memset(e->dbg, 0, 2 * (size_t)e->G * sizeof(void *));
+    if (!e->debug.copies) {
+        e->debug.copies = (void **)zero__alloc(&e->cfg.desc.allocator,
+                                               2 * (size_t)e->layout.ngroups * sizeof(void *));
+        if (!e->debug.copies)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "debug guards: %d groups",
+                              e->layout.ngroups);
+        memset(e->debug.copies, 0, 2 * (size_t)e->layout.ngroups * sizeof(void *));
     }
-    slot = &e->dbg[2 * g + k];
+    slot = &e->debug.copies[2 * g + k];
     if (!*slot) {
         unsigned char pat[ZERO_DEBUG_GUARD_BYTES];
         void *p = NULL;
-        r = e->dev->ops->alloc(e->dev, bytes + ZERO_DEBUG_GUARD_BYTES, ZERO_MEM_SCRATCH, &p);
+        r = e->cfg.dev->ops->alloc(e->cfg.dev, bytes + ZERO_DEBUG_GUARD_BYTES, ZERO_MEM_SCRATCH,
+                                   &p);
         if (r != ZERO_OK) {
             char prev[300];
             zero__eng_copy_error(prev, sizeof prev);
@@ -10563,10 +10828,11 @@ static zero_result zero__eng_dbg_buf(zero_engine *e, int g, int k, unsigned char
                               k ? "gradient" : "param", bytes + ZERO_DEBUG_GUARD_BYTES, prev);
         }
         memset(pat, ZERO__GUARD_BYTE, sizeof pat);
-        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, (unsigned char *)p + bytes, pat, sizeof pat);
-        if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+        r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, (unsigned char *)p + bytes, pat,
+                                    sizeof pat);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
         if (r != ZERO_OK) {
-            (void)e->dev->ops->free(e->dev, p);
+            (void)e->cfg.dev->ops->free(e->cfg.dev, p);
             return zero__eng_break(e, r, "debug guards: upload");
         }
         *slot = p;
@@ -10582,26 +10848,31 @@ static zero_result zero__eng_dbg_check(zero_engine *e, int g, int k, const char 
     unsigned char got[ZERO_DEBUG_GUARD_BYTES];
     size_t bytes, i;
     unsigned char *p;
-    if (!e->guards || !e->dbg || !e->dbg[2 * g + k]) return ZERO_OK;
-    p = (unsigned char *)e->dbg[2 * g + k];
-    bytes = e->groups[g].numel * e->p;
-    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, got, p + bytes, sizeof got),
-                  "debug guards: download");
-    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
+    if (!e->debug.guards || !e->debug.copies || !e->debug.copies[2 * g + k]) return ZERO_OK;
+    p = (unsigned char *)e->debug.copies[2 * g + k];
+    bytes = e->layout.groups[g].numel * e->cfg.param_size;
+    ZERO__ENG_TRY(
+        e, e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, got, p + bytes, sizeof got),
+        "debug guards: download");
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
     for (i = 0; i < sizeof got; i++)
         if (got[i] != ZERO__GUARD_BYTE) {
             unsigned char pat[ZERO_DEBUG_GUARD_BYTES];
             memset(pat, ZERO__GUARD_BYTE, sizeof pat);
-            ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, p + bytes, pat, sizeof pat),
-                          "debug guards: upload");
-            ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE), "debug guards: sync");
+            ZERO__ENG_TRY(
+                e,
+                e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, p + bytes, pat, sizeof pat),
+                "debug guards: upload");
+            ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE),
+                          "debug guards: sync");
             return zero__fail(ZERO_ERROR_INVALID_STATE,
                               "%s: group %d's %s buffer was written past its end: guard byte %zu "
                               "after its %zu bytes (%zu elements of %s) is 0x%02x (writing another "
                               "dtype, e.g. fp32 values into this %s buffer, or an index past the "
-                              "group's %zu elements)", fn, g, k ? "gradient" : "param", i, bytes,
-                              e->groups[g].numel, zero_dtype_name(e->gd), (unsigned)got[i],
-                              zero_dtype_name(e->gd), e->groups[g].numel);
+                              "group's %zu elements)",
+                              fn, g, k ? "gradient" : "param", i, bytes, e->layout.groups[g].numel,
+                              zero_dtype_name(e->cfg.param_dtype), (unsigned)got[i],
+                              zero_dtype_name(e->cfg.param_dtype), e->layout.groups[g].numel);
         }
     return ZERO_OK;
 }
@@ -10613,13 +10884,17 @@ static zero_result zero__eng_dbg_hand(zero_engine *e, int g, int k, unsigned cha
     unsigned char *c;
     zero_result r;
     *out = real;
-    if (!e->guards) return ZERO_OK;
+    if (!e->debug.guards) return ZERO_OK;
     if ((r = zero__eng_dbg_buf(e, g, k, &c)) != ZERO_OK) return r;
     if (k == 0)
-        ZERO__ENG_TRY(e, e->dev->ops->copy(e->dev, ZERO_QUEUE_COMPUTE, c, real, e->groups[g].numel * e->p),
+        ZERO__ENG_TRY(e,
+                      e->cfg.dev->ops->copy(e->cfg.dev, ZERO_QUEUE_COMPUTE, c, real,
+                                            e->layout.groups[g].numel * e->cfg.param_size),
                       "debug guards: copy");
     else
-        ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, c, e->groups[g].numel * e->p),
+        ZERO__ENG_TRY(e,
+                      e->cfg.dev->ops->fill_zero(e->cfg.dev, ZERO_QUEUE_COMPUTE, c,
+                                                 e->layout.groups[g].numel * e->cfg.param_size),
                       "debug guards: fill");
     *out = c;
     return ZERO_OK;
@@ -10635,24 +10910,25 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     if ((r = zero__eng_group_arg(e, group, "zero_engine_grads")) != ZERO_OK) return r;
     if (!out_grads)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_grads: out_grads is NULL");
-    eg = &e->groups[group];
+    eg = &e->layout.groups[group];
     if (eg->grads_state == ZERO__GRADS_HANDED) {
-        *out_grads = e->guards ? e->dbg[2 * group + 1] : (void *)zero__eng_grad_user(e, group);
+        *out_grads = e->debug.guards ? e->debug.copies[2 * group + 1]
+                                     : (void *)zero__eng_grad_user(e, group);
         return ZERO_OK;
     }
     if (eg->grads_state == ZERO__GRADS_READY)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_grads: group %d is already ready in this micro-step%s",
                           group, eg->parts > 1 ? " (all its gradient parts)" : "");
-    if (e->micro >= e->accum)
+    if (e->micro.done >= e->cfg.accum_steps)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_grads: all %d micro-steps of this step are done; call "
                           "zero_engine_step()",
-                          e->accum);
+                          e->cfg.accum_steps);
     /* an earlier part of this group still waiting for its reduction reads the buffer */
-    for (i = 0; i < e->npending; i++)
-        if (e->pending[i] == group && (r = zero__eng_flush(e)) != ZERO_OK) return r;
-    if (e->stage >= 2) {
+    for (i = 0; i < e->micro.npending; i++)
+        if (e->micro.pending[i] == group && (r = zero__eng_flush(e)) != ZERO_OK) return r;
+    if (e->cfg.stage >= 2) {
         size_t off;
         int x;
         zero__eng_trace_note(e, 2 * group + 1);
@@ -10660,13 +10936,15 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
         if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
         ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 1, &off), "zero_engine_grads: event");
         eg->goff = off;
-        e->gstats.grad_live_numel += eg->numel;
+        e->prefetch.stats.grad_live_numel += eg->numel;
     } else if (eg->reduced_valid) {
         ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_reduced),
                       "zero_engine_grads: event");
     }
     ptr = zero__eng_grad_user(e, group);
-    ZERO__ENG_TRY(e, e->dev->ops->fill_zero(e->dev, ZERO_QUEUE_COMPUTE, ptr, eg->numel * e->p),
+    ZERO__ENG_TRY(e,
+                  e->cfg.dev->ops->fill_zero(e->cfg.dev, ZERO_QUEUE_COMPUTE, ptr,
+                                             eg->numel * e->cfg.param_size),
                   "zero_engine_grads: fill");
     if ((r = zero__eng_dbg_hand(e, group, 1, ptr, out_grads)) != ZERO_OK) return r;
     eg->grads_state = ZERO__GRADS_HANDED;
@@ -10680,35 +10958,39 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
     int g;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_grads_ready")) != ZERO_OK) return r;
-    eg = &e->groups[group];
+    eg = &e->layout.groups[group];
     if (eg->grads_state != ZERO__GRADS_HANDED)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_grads_ready: group %d %s", group,
                           eg->grads_state == ZERO__GRADS_READY
                               ? "is already ready in this micro-step"
                               : "has no gradient buffer (call zero_engine_grads first)");
-    if (e->guards) { /* the copies' guards, then the gradients into the engine's buffer */
+    if (e->debug.guards) { /* the copies' guards, then the gradients into the engine's buffer */
         if ((r = zero__eng_dbg_check(e, group, 1, "zero_engine_grads_ready")) != ZERO_OK) return r;
         if (eg->refs > 0 && (r = zero__eng_dbg_check(e, group, 0, "zero_engine_grads_ready")) != ZERO_OK)
             return r;
-        ZERO__ENG_TRY(e, e->dev->ops->copy(e->dev, ZERO_QUEUE_COMPUTE, zero__eng_grad_user(e, group),
-                                           e->dbg[2 * group + 1], eg->numel * e->p),
-                      "debug guards: copy");
+        ZERO__ENG_TRY(
+            e,
+            e->cfg.dev->ops->copy(e->cfg.dev, ZERO_QUEUE_COMPUTE, zero__eng_grad_user(e, group),
+                                  e->debug.copies[2 * group + 1], eg->numel * e->cfg.param_size),
+            "debug guards: copy");
     }
-    e->pending_store[e->npending] = (unsigned char)(e->micro == 0 && eg->parts_ready == 0);
-    e->pending[e->npending++] = group;
+    e->micro.pending_store[e->micro.npending] =
+        (unsigned char)(e->micro.done == 0 && eg->parts_ready == 0);
+    e->micro.pending[e->micro.npending++] = group;
     eg->parts_ready++;
     eg->grads_state = eg->parts_ready == eg->parts ? ZERO__GRADS_READY : ZERO__GRADS_NONE;
-    e->pending_numel += eg->numel;
-    e->ready_in_micro++;
-    if (e->ready_in_micro == e->total_parts || e->pending_numel >= e->d.reduce_bucket_numel)
+    e->micro.pending_numel += eg->numel;
+    e->micro.ready_groups++;
+    if (e->micro.ready_groups == e->layout.total_parts ||
+        e->micro.pending_numel >= e->cfg.desc.reduce_bucket_numel)
         if ((r = zero__eng_flush(e)) != ZERO_OK) return r;
-    if (e->ready_in_micro == e->total_parts) {
-        e->micro++;
-        e->ready_in_micro = 0;
-        for (g = 0; g < e->G; g++) {
-            e->groups[g].grads_state = ZERO__GRADS_NONE;
-            e->groups[g].parts_ready = 0;
+    if (e->micro.ready_groups == e->layout.total_parts) {
+        e->micro.done++;
+        e->micro.ready_groups = 0;
+        for (g = 0; g < e->layout.ngroups; g++) {
+            e->layout.groups[g].grads_state = ZERO__GRADS_NONE;
+            e->layout.groups[g].parts_ready = 0;
         }
         zero__eng_trace_end(e);
     }
@@ -10721,20 +11003,23 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
    far: the step's updates of the shard and every earlier use of the extent). */
 static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
 {
-    zero__eng_group *eg = &e->groups[g];
-    unsigned char *dst = e->arena + off * e->p;
-    const unsigned char *src = e->param + eg->off_param * e->p;
+    zero__eng_group *eg = &e->layout.groups[g];
+    unsigned char *dst = e->buf.arena + off * e->cfg.param_size;
+    const unsigned char *src = e->buf.param + eg->off_param * e->cfg.param_size;
     eg->poff = off; /* the extent is the group's from here on, even if the gather fails */
-    e->gstats.live_groups++;
-    if (e->oparam) { /* the shard comes up from the host tier into its place in the extent */
+    e->prefetch.stats.live_groups++;
+    /* the shard comes up from the host tier into its place in the extent */
+    if (e->cfg.params_offloaded) {
         ZERO__ENG_TRY(e, zero__eng_offload_param_in(e, g, dst), "gather: upload of the offloaded shard");
-        src = dst + (size_t)e->rank * eg->shard_numel * e->p;
+        src = dst + (size_t)e->cfg.rank * eg->shard_numel * e->cfg.param_size;
     }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
-    ZERO__ENG_TRY(e, zero__eng_all_gather(e, src, dst, eg->shard_numel, e->gd, g, ZERO_ROLE_GATHER),
-                  "gather: all_gather");
+    ZERO__ENG_TRY(
+        e,
+        zero__eng_all_gather(e, src, dst, eg->shard_numel, e->cfg.param_dtype, g, ZERO_ROLE_GATHER),
+        "gather: all_gather");
     ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
-    e->gstats.gathers++;
+    e->prefetch.stats.gathers++;
     return ZERO_OK;
 }
 
@@ -10745,12 +11030,14 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
     int x;
     zero_result r;
     *issued = 0;
-    if (g < 0 || g >= e->G || e->groups[g].persistent || e->groups[g].poff != ZERO__ENG_NONE) return ZERO_OK;
-    x = zero__eng_arena_find(e, e->groups[g].numel, 0);
+    if (g < 0 || g >= e->layout.ngroups || e->layout.groups[g].persistent ||
+        e->layout.groups[g].poff != ZERO__ENG_NONE)
+        return ZERO_OK;
+    x = zero__eng_arena_find(e, e->layout.groups[g].numel, 0);
     if (x < 0) return ZERO_OK;
-    if ((r = zero__eng_arena_take(e, x, e->groups[g].numel, 0, &off)) != ZERO_OK) return r;
+    if ((r = zero__eng_arena_take(e, x, e->layout.groups[g].numel, 0, &off)) != ZERO_OK) return r;
     *issued = 1;
-    e->gstats.prefetches++;
+    e->prefetch.stats.prefetches++;
     return zero__eng_issue_gather(e, g, off);
 }
 
@@ -10766,9 +11053,9 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
 static int zero__eng_prefetch_fits(const zero_engine *e, size_t n, const size_t *res, int nres)
 {
     size_t room[ZERO__ENG_FIT_MAX];
-    int i, k, m = e->nfree;
+    int i, k, m = e->pool.nfree;
     if (m > ZERO__ENG_FIT_MAX) return 0;
-    for (i = 0; i < m; i++) room[i] = e->afree[i].numel;
+    for (i = 0; i < m; i++) room[i] = e->pool.free_ext[i].numel;
     for (k = -1; k < nres; k++) {
         size_t want = k < 0 ? n : res[k];
         int best = -1;
@@ -10784,12 +11071,12 @@ static zero_result zero__eng_trace_prefetch(zero_engine *e)
 {
     size_t res[ZERO__ENG_FIT_MAX];
     int j, seen = 0, nres = 0;
-    if (!e->trace_following) return ZERO_OK;
-    for (j = e->trace_pos; j < e->trace_len && seen < e->depth; j++) {
-        int g = e->trace[j] >> 1, issued;
-        const zero__eng_group *h = &e->groups[g];
+    if (!e->prefetch.trace_following) return ZERO_OK;
+    for (j = e->prefetch.trace_pos; j < e->prefetch.trace_len && seen < e->prefetch.depth; j++) {
+        int g = e->prefetch.trace[j] >> 1, issued;
+        const zero__eng_group *h = &e->layout.groups[g];
         zero_result r;
-        if (e->trace[j] & 1) { /* a gradient buffer comes first: keep room for it */
+        if (e->prefetch.trace[j] & 1) { /* a gradient buffer comes first: keep room for it */
             if (h->goff == ZERO__ENG_NONE) {
                 if (nres == ZERO__ENG_FIT_MAX) break;
                 res[nres++] = h->numel;
@@ -10813,8 +11100,8 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
     if ((r = zero__eng_group_arg(e, group, "zero_engine_gather")) != ZERO_OK) return r;
     if (!out_params)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_gather: out_params is NULL");
-    eg = &e->groups[group];
-    if (e->stage < 3 || eg->persistent) {
+    eg = &e->layout.groups[group];
+    if (e->cfg.stage < 3 || eg->persistent) {
         if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
             return r;
         eg->refs++;
@@ -10829,10 +11116,10 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 0, &off), "gather: arena");
         if ((r = zero__eng_issue_gather(e, group, off)) != ZERO_OK) return r;
     } else if (eg->refs == 0) {
-        e->gstats.prefetch_hits++;
+        e->prefetch.stats.prefetch_hits++;
     }
     ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_gathered), "gather: event");
-    if (eg->gathered_seq > e->compute_seq) e->compute_seq = eg->gathered_seq;
+    if (eg->gathered_seq > e->sync.compute_seq) e->sync.compute_seq = eg->gathered_seq;
     if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
         return r;
     eg->refs++;
@@ -10845,7 +11132,7 @@ ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group)
     int issued;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_prefetch")) != ZERO_OK) return r;
-    if (e->stage < 3) return ZERO_OK;
+    if (e->cfg.stage < 3) return ZERO_OK;
     return zero__eng_try_prefetch(e, group, &issued);
 }
 
@@ -10855,14 +11142,14 @@ ZERODEF zero_result zero_engine_release(zero_engine *e, int group)
     zero__eng_group *eg;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_release")) != ZERO_OK) return r;
-    eg = &e->groups[group];
+    eg = &e->layout.groups[group];
     if (eg->refs <= 0)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_release: group %d is not gathered (released twice?)",
                           group);
     if ((r = zero__eng_dbg_check(e, group, 0, "zero_engine_release")) != ZERO_OK) return r;
     eg->refs--;
-    if (eg->refs == 0 && e->stage == 3 && !eg->persistent) zero__eng_drop_params(e, group);
+    if (eg->refs == 0 && e->cfg.stage == 3 && !eg->persistent) zero__eng_drop_params(e, group);
     return ZERO_OK;
 }
 
@@ -10878,7 +11165,7 @@ static zero_result zero__eng_at_min_error(const zero_engine *e)
                       "too high: lower the learning rate or scaler.min_scale, look for "
                       "inf/NaN in the loss or data, train in bf16, or set scaler.at_min = "
                       "ZERO_SCALER_AT_MIN_SKIP to skip such steps and go on",
-                      (double)e->scaler.scale);
+                      (double)e->opt.scaler.scale);
 }
 
 /* The step's verdict (host[0] flag, host[1] multiplier, host[2] norm) applied on the host:
@@ -10886,18 +11173,18 @@ static zero_result zero__eng_at_min_error(const zero_engine *e)
    minimum scale and the scaler is set to call that an error. */
 static int zero__eng_step_verdict(zero_engine *e, const float *host, float scale_used)
 {
-    zero_step_info *info = &e->last_info;
-    int at_min = zero_scaler_update(&e->scaler, host[0] != 0.0f) == ZERO_ERROR_LOSS_SCALE;
-    if (host[0] == 0.0f) e->step++;
-    info->step = e->step;
+    zero_step_info *info = &e->async.last_info;
+    int at_min = zero_scaler_update(&e->opt.scaler, host[0] != 0.0f) == ZERO_ERROR_LOSS_SCALE;
+    if (host[0] == 0.0f) e->opt.step++;
+    info->step = e->opt.step;
     info->skipped = host[0] != 0.0f;
     info->loss_scale = scale_used;
-    info->next_loss_scale = e->scaler.scale;
+    info->next_loss_scale = e->opt.scaler.scale;
     info->grad_norm = host[2];
     info->grad_mul = host[1];
     info->clip_coef = 1.0f;
-    if (!info->skipped && e->d.clip_norm > 0.0f && host[2] > e->d.clip_norm)
-        info->clip_coef = e->d.clip_norm / (host[2] + 1e-6f);
+    if (!info->skipped && e->cfg.desc.clip_norm > 0.0f && host[2] > e->cfg.desc.clip_norm)
+        info->clip_coef = e->cfg.desc.clip_norm / (host[2] + 1e-6f);
     return at_min;
 }
 
@@ -10907,14 +11194,15 @@ static int zero__eng_step_verdict(zero_engine *e, const float *host, float scale
    (zero__eng_step_settle) does; value queries (loss scale, step count) only read. */
 static zero_result zero__eng_step_complete(zero_engine *e)
 {
-    zero_device *dev = e->dev;
+    zero_device *dev = e->cfg.dev;
     float host[3];
-    if (!e->step_pending) return ZERO_OK;
-    e->step_pending = 0;
-    ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_OFFLOAD, host, e->scratch + 8, 3 * sizeof(float)),
-                  "step: download");
+    if (!e->async.pending) return ZERO_OK;
+    e->async.pending = 0;
+    ZERO__ENG_TRY(
+        e, dev->ops->download(dev, ZERO_QUEUE_OFFLOAD, host, e->buf.scratch + 8, 3 * sizeof(float)),
+        "step: download");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync");
-    if (zero__eng_step_verdict(e, host, e->pending_scale_used)) e->at_min_unreported = 1;
+    if (zero__eng_step_verdict(e, host, e->async.scale_used)) e->async.at_min_unreported = 1;
     return ZERO_OK;
 }
 
@@ -10924,8 +11212,8 @@ static zero_result zero__eng_step_settle(zero_engine *e)
 {
     zero_result r = zero__eng_step_complete(e);
     if (r != ZERO_OK) return r;
-    if (!e->at_min_unreported) return ZERO_OK;
-    e->at_min_unreported = 0;
+    if (!e->async.at_min_unreported) return ZERO_OK;
+    e->async.at_min_unreported = 0;
     return zero__eng_at_min_error(e);
 }
 
@@ -10934,7 +11222,7 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info)
     zero_result r;
     if (!e || !info) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_last_step: %s is NULL", e ? "info" : "e");
     r = zero__eng_step_settle(e);
-    if (r == ZERO_OK || r == ZERO_ERROR_LOSS_SCALE) *info = e->last_info;
+    if (r == ZERO_OK || r == ZERO_ERROR_LOSS_SCALE) *info = e->async.last_info;
     return r;
 }
 
@@ -10945,8 +11233,8 @@ static int zero__eng_list_groups(const zero_engine *e, int st, char *out, size_t
     size_t at = 0;
     int g, k = 0;
     out[0] = '\0';
-    for (g = 0; g < e->G; g++) {
-        if (e->groups[g].grads_state != st) continue;
+    for (g = 0; g < e->layout.ngroups; g++) {
+        if (e->layout.groups[g].grads_state != st) continue;
         if (at + 24 < n)
             at += (size_t)snprintf(out + at, n - at, "%s%d", k ? ", " : "group ", g);
         else if (at + 5 < n && out[at - 1] != '.')
@@ -10971,52 +11259,61 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     int g, t, at_min = 0;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
-    dev = e->dev;
-    if (e->micro != e->accum || e->ready_in_micro != 0) {
+    dev = e->cfg.dev;
+    if (e->micro.done != e->cfg.accum_steps || e->micro.ready_groups != 0) {
         char handed[160], never[160];
         int nh = zero__eng_list_groups(e, ZERO__GRADS_HANDED, handed, sizeof handed);
         int nn = zero__eng_list_groups(e, ZERO__GRADS_NONE, never, sizeof never);
-        if (e->micro == 0 && e->ready_in_micro == 0 && nh == 0)
+        if (e->micro.done == 0 && e->micro.ready_groups == 0 && nh == 0)
             return zero__fail(ZERO_ERROR_INVALID_STATE,
                               "zero_engine_step: no gradients since the last step (each "
                               "micro-step: zero_engine_grads, write, zero_engine_grads_ready "
-                              "for every group; accum_steps = %d micro-steps)", e->accum);
-        return zero__fail(ZERO_ERROR_INVALID_STATE,
-                          "zero_engine_step: %d of accum_steps = %d micro-steps complete; in "
-                          "the current one %d of %d %s ready%s%s%s%s%s (a micro-step is "
-                          "complete when every group is marked ready)",
-                          e->micro, e->accum, e->ready_in_micro, e->total_parts,
-                          e->total_parts == e->G ? "groups are" : "gradient parts (of all groups) are",
-                          nh ? "; never marked ready after zero_engine_grads (call "
-                               "zero_engine_grads_ready): " : "", nh ? handed : "",
-                          nn && e->ready_in_micro + nh > 0 ? "; gradients never asked for: " : "",
-                          nn && e->ready_in_micro + nh > 0 ? never : "",
-                          e->micro + 1 < e->accum && nn + nh == 0 ? "; more micro-steps are due" : "");
+                              "for every group; accum_steps = %d micro-steps)", e->cfg.accum_steps);
+        return zero__fail(
+            ZERO_ERROR_INVALID_STATE,
+            "zero_engine_step: %d of accum_steps = %d micro-steps complete; in "
+            "the current one %d of %d %s ready%s%s%s%s%s (a micro-step is "
+            "complete when every group is marked ready)",
+            e->micro.done, e->cfg.accum_steps, e->micro.ready_groups, e->layout.total_parts,
+            e->layout.total_parts == e->layout.ngroups ? "groups are"
+                                                       : "gradient parts (of all groups) are",
+            nh ? "; never marked ready after zero_engine_grads (call "
+                 "zero_engine_grads_ready): "
+               : "",
+            nh ? handed : "",
+            nn && e->micro.ready_groups + nh > 0 ? "; gradients never asked for: " : "",
+            nn && e->micro.ready_groups + nh > 0 ? never : "",
+            e->micro.done + 1 < e->cfg.accum_steps && nn + nh == 0 ? "; more micro-steps are due"
+                                                                   : "");
     }
-    for (g = 0; g < e->G; g++)
-        if (e->groups[g].refs > 0)
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].refs > 0)
             return zero__fail(ZERO_ERROR_INVALID_STATE,
                               "zero_engine_step: group %d is still gathered (%d references); "
                               "release every group before the step",
-                              g, e->groups[g].refs);
+                              g, e->layout.groups[g].refs);
     /* Prefetched groups hold the old values. */
     zero__eng_drop_prefetched(e);
-    scale_used = e->scaler.scale;
-    unscale = (float)(1.0 / ((double)scale_used * (double)e->world * (double)e->accum));
-    sumsq = (double *)(void *)e->scratch;
-    flag = (float *)(void *)(e->scratch + 8);
-    mul = (float *)(void *)(e->scratch + 12);
+    scale_used = e->opt.scaler.scale;
+    unscale =
+        (float)(1.0 / ((double)scale_used * (double)e->cfg.world * (double)e->cfg.accum_steps));
+    sumsq = (double *)(void *)e->buf.scratch;
+    flag = (float *)(void *)(e->buf.scratch + 8);
+    mul = (float *)(void *)(e->buf.scratch + 12);
 
     /* 1. non-finite flag and sum of squares over this rank's shard of every group. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
-    ZERO__ENG_TRY(e, dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, e->scratch, 20), "step: fill");
-    if (e->oopt && (r = zero__eng_host_grad_norm(e)) != ZERO_OK) return r; /* host tier */
-    for (g = 0; g < e->G && !e->oopt; g++) {
+    ZERO__ENG_TRY(e, dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, e->buf.scratch, 20),
+                  "step: fill");
+    /* host tier */
+    if (e->cfg.opt_offloaded && (r = zero__eng_host_grad_norm(e)) != ZERO_OK) return r;
+    for (g = 0; g < e->layout.ngroups && !e->cfg.opt_offloaded; g++) {
         const unsigned char *a = zero__eng_grad_acc_shard(e, g);
-        size_t n = e->groups[g].shard_numel;
-        ZERO__ENG_TRY(e, dev->ops->nonfinite(dev, ZERO_QUEUE_COMPUTE, a, e->cd, n, flag),
+        size_t n = e->layout.groups[g].shard_numel;
+        ZERO__ENG_TRY(e,
+                      dev->ops->nonfinite(dev, ZERO_QUEUE_COMPUTE, a, e->cfg.comm_dtype, n, flag),
                       "step: nonfinite");
-        ZERO__ENG_TRY(e, dev->ops->sumsq(dev, ZERO_QUEUE_COMPUTE, a, e->cd, n, sumsq),
+        ZERO__ENG_TRY(e, dev->ops->sumsq(dev, ZERO_QUEUE_COMPUTE, a, e->cfg.comm_dtype, n, sumsq),
                       "step: sumsq");
     }
     /* 2. every rank agrees on skipping and on the norm. */
@@ -11029,14 +11326,15 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                   "step: all_reduce of the sum of squares");
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->grad_mul(dev, ZERO_QUEUE_COMPUTE, sumsq, flag, unscale,
-                                        e->d.clip_norm, mul),
+                                        e->cfg.desc.clip_norm, mul),
                   "step: grad_mul");
     /* 3. Adam/AdamW per (tensor x shard) segment; padding is never touched. */
-    r = zero_adam_coefs_make(&co_wd, &e->adam, e->adam.weight_decay, e->step + 1);
-    if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->adam, 0.0, e->step + 1);
+    r = zero_adam_coefs_make(&co_wd, &e->opt.adam, e->opt.adam.weight_decay, e->opt.step + 1);
+    if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->opt.adam, 0.0, e->opt.step + 1);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
-    if (e->oopt && (r = zero__eng_step_offload(e, &co_wd, &co_nowd)) != ZERO_OK) return r;
-    for (t = 0; t < e->ntensors && !e->oopt; t++) {
+    if (e->cfg.opt_offloaded && (r = zero__eng_step_offload(e, &co_wd, &co_nowd)) != ZERO_OK)
+        return r;
+    for (t = 0; t < e->layout.ntensors && !e->cfg.opt_offloaded; t++) {
         zero_tensor_info ti;
         zero_range seg, sh;
         zero_adam_range ar;
@@ -11045,53 +11343,58 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
         memset(&ti, 0, sizeof ti);
         memset(&seg, 0, sizeof seg);
         memset(&sh, 0, sizeof sh);
-        r = zero_plan_tensor(e->plan, t, &ti);
+        r = zero_plan_tensor(e->layout.plan, t, &ti);
         if (r != ZERO_OK) return zero__eng_break(e, r, "step: plan");
-        eg = &e->groups[ti.group];
-        if (e->stage == 0) {
+        eg = &e->layout.groups[ti.group];
+        if (e->cfg.stage == 0) {
             seg.offset = ti.offset;
             seg.numel = ti.numel;
             mo = eg->off_whole + seg.offset;
             go = seg.offset;
             po = eg->off_whole + seg.offset;
         } else {
-            r = zero_plan_intersect(e->plan, t, e->rank, &seg);
-            if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &sh);
+            r = zero_plan_intersect(e->layout.plan, t, e->cfg.rank, &seg);
+            if (r == ZERO_OK) r = zero_plan_shard(e->layout.plan, ti.group, e->cfg.rank, &sh);
             if (r != ZERO_OK) return zero__eng_break(e, r, "step: plan");
             if (seg.numel == 0) continue;
             mo = eg->off_shard + (seg.offset - sh.offset);
             go = seg.offset - sh.offset;
-            if (e->stage < 3) po = eg->off_whole + seg.offset;
+            if (e->cfg.stage < 3) po = eg->off_whole + seg.offset;
             else if (eg->persistent) po = eg->off_param + seg.offset;
             else po = eg->off_param + (seg.offset - sh.offset);
         }
         ar.numel = seg.numel;
-        ar.master = e->master + mo;
-        ar.m = e->m1 + mo;
-        ar.v = e->m2 + mo;
-        ar.grad = zero__eng_grad_acc(e, ti.group) + go * e->c;
-        ar.grad_dtype = e->cd;
-        ar.param = e->param + po * e->p;
-        ar.param_dtype = e->gd;
-        ZERO__ENG_TRY(e, dev->ops->adam(dev, ZERO_QUEUE_COMPUTE, &ar,
-                                        (e->tflags[t] & ZERO_TENSOR_NO_DECAY) ? &co_nowd : &co_wd,
-                                        mul, flag),
-                      "step: adam");
+        ar.master = e->opt.master + mo;
+        ar.m = e->opt.m + mo;
+        ar.v = e->opt.v + mo;
+        ar.grad = zero__eng_grad_acc(e, ti.group) + go * e->cfg.comm_size;
+        ar.grad_dtype = e->cfg.comm_dtype;
+        ar.param = e->buf.param + po * e->cfg.param_size;
+        ar.param_dtype = e->cfg.param_dtype;
+        ZERO__ENG_TRY(
+            e,
+            dev->ops->adam(dev, ZERO_QUEUE_COMPUTE, &ar,
+                           (e->layout.tensor_flags[t] & ZERO_TENSOR_NO_DECAY) ? &co_nowd : &co_wd,
+                           mul, flag),
+            "step: adam");
     }
     /* 4. stages 1-2 (stage 3: persistent groups) all-gather the updated param shards. */
-    if (e->stage >= 1 && e->world > 1) {
+    if (e->cfg.stage >= 1 && e->cfg.world > 1) {
         int any = 0;
-        for (g = 0; g < e->G; g++) any |= e->stage < 3 || e->groups[g].persistent;
+        for (g = 0; g < e->layout.ngroups; g++)
+            any |= e->cfg.stage < 3 || e->layout.groups[g].persistent;
         if (any) {
             ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                           "step: event");
             ZERO__ENG_TRY(e, zero__eng_group_start(e), "step: group_start");
-            for (g = 0; g < e->G; g++) {
-                if (e->stage == 3 && !e->groups[g].persistent) continue;
-                ZERO__ENG_TRY_IN_GROUP(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
-                                                               zero__eng_param_whole(e, g),
-                                                               e->groups[g].shard_numel, e->gd,
-                                                               g, ZERO_ROLE_PARAM_UPDATE),
+            for (g = 0; g < e->layout.ngroups; g++) {
+                if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) continue;
+                ZERO__ENG_TRY_IN_GROUP(e,
+                                       zero__eng_all_gather(e, zero__eng_param_shard(e, g),
+                                                            zero__eng_param_whole(e, g),
+                                                            e->layout.groups[g].shard_numel,
+                                                            e->cfg.param_dtype, g,
+                                                            ZERO_ROLE_PARAM_UPDATE),
                                        "step: all_gather of updated params");
             }
             ZERO__ENG_TRY(e, zero__eng_group_end(e), "step: group_end");
@@ -11100,25 +11403,28 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
         }
     }
     /* 5. one download: flag, multiplier, norm (async_step: later, on the offload queue). */
-    if (e->d.async_step && !info) {
-        if (!e->ev_step) ZERO__ENG_TRY(e, dev->ops->event_create(dev, &e->ev_step), "step: event");
-        ZERO__ENG_TRY(e, dev->ops->record(dev, ZERO_QUEUE_COMPUTE, e->ev_step), "step: event");
-        ZERO__ENG_TRY(e, dev->ops->wait(dev, ZERO_QUEUE_OFFLOAD, e->ev_step), "step: event");
-        e->step_pending = 1;
-        e->pending_scale_used = scale_used;
+    if (e->cfg.desc.async_step && !info) {
+        if (!e->async.after_step)
+            ZERO__ENG_TRY(e, dev->ops->event_create(dev, &e->async.after_step), "step: event");
+        ZERO__ENG_TRY(e, dev->ops->record(dev, ZERO_QUEUE_COMPUTE, e->async.after_step),
+                      "step: event");
+        ZERO__ENG_TRY(e, dev->ops->wait(dev, ZERO_QUEUE_OFFLOAD, e->async.after_step),
+                      "step: event");
+        e->async.pending = 1;
+        e->async.scale_used = scale_used;
     } else {
-        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, host, e->scratch + 8,
+        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, host, e->buf.scratch + 8,
                                             3 * sizeof(float)),
                       "step: download");
         ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
         at_min = zero__eng_step_verdict(e, host, scale_used);
     }
-    e->micro = 0;
-    e->ready_in_micro = 0;
-    for (g = 0; g < e->G; g++) e->groups[g].grads_state = ZERO__GRADS_NONE;
-    e->traffic_last = e->traffic_cur;
-    memset(&e->traffic_cur, 0, sizeof e->traffic_cur);
-    if (info) *info = e->last_info;
+    e->micro.done = 0;
+    e->micro.ready_groups = 0;
+    for (g = 0; g < e->layout.ngroups; g++) e->layout.groups[g].grads_state = ZERO__GRADS_NONE;
+    e->traffic.last = e->traffic.cur;
+    memset(&e->traffic.cur, 0, sizeof e->traffic.cur);
+    if (info) *info = e->async.last_info;
     if (at_min) return zero__eng_at_min_error(e);
     return ZERO_OK;
 }
@@ -11144,28 +11450,32 @@ static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_par
     memset(&ti, 0, sizeof ti);
     memset(&seg, 0, sizeof seg);
     memset(&sh, 0, sizeof sh);
-    r = zero_plan_tensor(e->plan, t, &ti);
+    r = zero_plan_tensor(e->layout.plan, t, &ti);
     if (r != ZERO_OK) return r;
-    eg = &e->groups[ti.group];
-    r = zero_plan_intersect(e->plan, t, e->rank, &seg);
-    if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &sh);
+    eg = &e->layout.groups[ti.group];
+    r = zero_plan_intersect(e->layout.plan, t, e->cfg.rank, &seg);
+    if (r == ZERO_OK) r = zero_plan_shard(e->layout.plan, ti.group, e->cfg.rank, &sh);
     if (r != ZERO_OK) return r;
     out->m0 = seg.numel ? seg.offset - ti.offset : 0;
     out->mn = seg.numel;
-    out->master_off = e->stage == 0 ? eg->off_whole + seg.offset
+    out->master_off = e->cfg.stage == 0 ? eg->off_whole + seg.offset
                                     : eg->off_shard + (seg.offset - sh.offset);
-    if (e->stage < 3 || eg->persistent) {
+    if (e->cfg.stage < 3 || eg->persistent) {
         out->p0 = 0;
         out->pn = ti.numel;
-        out->param = e->param + ((e->stage < 3 ? eg->off_whole : eg->off_param) + ti.offset) * e->p;
+        out->param =
+            e->buf.param +
+            ((e->cfg.stage < 3 ? eg->off_whole : eg->off_param) + ti.offset) * e->cfg.param_size;
     } else {
         out->p0 = out->m0;
         out->pn = out->mn;
         out->param_off = seg.offset - sh.offset;
-        out->param = e->fpar ? NULL
-                             : (e->oparam ? e->hparam : e->param) + (eg->off_param + out->param_off) * e->p;
+        out->param = e->nvme.param_file
+                         ? NULL
+                         : (e->cfg.params_offloaded ? e->host.params : e->buf.param) +
+                               (eg->off_param + out->param_off) * e->cfg.param_size;
     }
-    out->param_host = e->oparam && e->stage == 3 && !eg->persistent;
+    out->param_host = e->cfg.params_offloaded && e->cfg.stage == 3 && !eg->persistent;
     return ZERO_OK;
 }
 
@@ -11179,18 +11489,18 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
     zero__eng_parts pt;
     void *tmp = NULL;
     if (r != ZERO_OK) return r;
-    if (tensor < 0 || tensor >= e->ntensors)
+    if (tensor < 0 || tensor >= e->layout.ntensors)
         return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_set_tensor: tensor %d unknown",
                           tensor);
     if (!values)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_tensor: values is NULL");
-    if (e->micro != 0 || e->ready_in_micro != 0)
+    if (e->micro.done != 0 || e->micro.ready_groups != 0)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_set_tensor: in the middle of a step");
     memset(&ti, 0, sizeof ti);
-    if ((r = zero_plan_tensor(e->plan, tensor, &ti)) != ZERO_OK) return r;
+    if ((r = zero_plan_tensor(e->layout.plan, tensor, &ti)) != ZERO_OK) return r;
     /* The same rule at every stage, so a program that runs at stage 0 runs at stage 3. */
-    if (e->groups[ti.group].refs > 0)
+    if (e->layout.groups[ti.group].refs > 0)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_set_tensor: group %d is gathered (release it first)",
                           ti.group);
@@ -11199,49 +11509,52 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
        after it; the prefetched copy is stale and dropped. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
                   "zero_engine_set_tensor: event");
-    if (e->stage == 3 && e->groups[ti.group].poff != ZERO__ENG_NONE) {
+    if (e->cfg.stage == 3 && e->layout.groups[ti.group].poff != ZERO__ENG_NONE) {
         zero__eng_drop_params(e, ti.group); /* a prefetch, never used */
-        e->gstats.evictions++;
-        e->gstats.prefetch_wasted++;
+        e->prefetch.stats.evictions++;
+        e->prefetch.stats.prefetch_wasted++;
     }
-    if (e->stage == 0) { /* stage 0 holds the whole master */
+    if (e->cfg.stage == 0) { /* stage 0 holds the whole master */
         pt.m0 = 0;
         pt.mn = ti.numel;
-        pt.master_off = e->groups[ti.group].off_whole + ti.offset;
+        pt.master_off = e->layout.groups[ti.group].off_whole + ti.offset;
     }
-    if (pt.pn > 0 && e->gd != ZERO_F32) {
-        tmp = conv ? conv : zero__alloc(&e->d.allocator, pt.pn * e->p);
+    if (pt.pn > 0 && e->cfg.param_dtype != ZERO_F32) {
+        tmp = conv ? conv : zero__alloc(&e->cfg.desc.allocator, pt.pn * e->cfg.param_size);
         if (!tmp) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_tensor");
-        r = zero_convert(tmp, e->gd, values + pt.p0, ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
+        r = zero_convert(tmp, e->cfg.param_dtype, values + pt.p0, ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
         if (r != ZERO_OK) {
-            if (tmp != conv) zero__free(&e->d.allocator, tmp);
+            if (tmp != conv) zero__free(&e->cfg.desc.allocator, tmp);
             return r;
         }
     }
     /* the host tier: an upload of a prefetch may still read the offloaded shard */
-    if (e->oopt) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK && pt.pn > 0 && pt.param_host && e->fpar) { /* read, change, write back */
+    if (e->cfg.opt_offloaded) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD);
+    /* read, change, write back */
+    if (r == ZERO_OK && pt.pn > 0 && pt.param_host && e->nvme.param_file) {
         unsigned char *hp = NULL;
         r = zero__eng_hparam_get(e, ti.group, &hp);
         if (r == ZERO_OK)
-            memcpy(hp + pt.param_off * e->p, tmp ? (const void *)tmp : (const void *)(values + pt.p0),
-                   pt.pn * e->p);
+            memcpy(hp + pt.param_off * e->cfg.param_size,
+                   tmp ? (const void *)tmp : (const void *)(values + pt.p0),
+                   pt.pn * e->cfg.param_size);
         if (r == ZERO_OK) r = zero__eng_hparam_put(e, ti.group);
     } else if (r == ZERO_OK && pt.pn > 0 && pt.param_host)
-        memcpy(pt.param, tmp ? (const void *)tmp : (const void *)(values + pt.p0), pt.pn * e->p);
+        memcpy(pt.param, tmp ? (const void *)tmp : (const void *)(values + pt.p0),
+               pt.pn * e->cfg.param_size);
     else if (r == ZERO_OK && pt.pn > 0)
-        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, pt.param,
+        r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, pt.param,
                                 tmp ? (const void *)tmp : (const void *)(values + pt.p0),
-                                pt.pn * e->p);
-    if (r == ZERO_OK && pt.mn > 0 && e->d.offload_optimizer == ZERO_OFFLOAD_NVME) {
+                                pt.pn * e->cfg.param_size);
+    if (r == ZERO_OK && pt.mn > 0 && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
         r = zero__eng_nvme_state(e, pt.master_off, pt.mn, 0, NULL, values + pt.m0);
-    } else if (r == ZERO_OK && pt.mn > 0 && e->oopt)
-        memcpy(e->master + pt.master_off, values + pt.m0, pt.mn * sizeof(float));
+    } else if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_offloaded)
+        memcpy(e->opt.master + pt.master_off, values + pt.m0, pt.mn * sizeof(float));
     else if (r == ZERO_OK && pt.mn > 0)
-        r = e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, e->master + pt.master_off,
+        r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, e->opt.master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
-    if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
-    if (tmp != conv) zero__free(&e->d.allocator, tmp);
+    if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+    if (tmp != conv) zero__free(&e->cfg.desc.allocator, tmp);
     if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_set_tensor: upload");
     return ZERO_OK;
 }
@@ -11259,38 +11572,39 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
     const void *src;
     size_t off, n, esz;
     if (r != ZERO_OK) return r;
-    if (tensor < 0 || tensor >= e->ntensors)
+    if (tensor < 0 || tensor >= e->layout.ntensors)
         return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_read_tensor: tensor %d unknown",
                           tensor);
     if (!host_dst)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: host_dst is NULL");
     if ((r = zero__eng_parts_of(e, tensor, &pt)) != ZERO_OK) return r;
     switch (kind) {
-    case ZERO_STATE_PARAM: src = pt.param; off = pt.p0; n = pt.pn; esz = e->p; break;
-    case ZERO_STATE_MASTER: src = e->master ? e->master + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
-    case ZERO_STATE_M: src = e->m1 ? e->m1 + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
-    case ZERO_STATE_V: src = e->m2 ? e->m2 + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
+    case ZERO_STATE_PARAM: src = pt.param; off = pt.p0; n = pt.pn; esz = e->cfg.param_size; break;
+    case ZERO_STATE_MASTER: src = e->opt.master ? e->opt.master + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
+    case ZERO_STATE_M: src = e->opt.m ? e->opt.m + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
+    case ZERO_STATE_V: src = e->opt.v ? e->opt.v + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
     default:
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: kind = %d",
                           (int)kind);
     }
-    if (n > 0 && kind != ZERO_STATE_PARAM && e->d.offload_optimizer == ZERO_OFFLOAD_NVME) {
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
         r = zero__eng_nvme_state(e, pt.master_off, n, (int)kind - 1, (float *)host_dst + off, NULL);
         if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: NVMe read");
-    } else if (n > 0 && kind == ZERO_STATE_PARAM && pt.param_host && e->fpar) {
+    } else if (n > 0 && kind == ZERO_STATE_PARAM && pt.param_host && e->nvme.param_file) {
         unsigned char *hp = NULL;
         zero_tensor_info ti;
         memset(&ti, 0, sizeof ti);
-        r = zero_plan_tensor(e->plan, tensor, &ti);
+        r = zero_plan_tensor(e->layout.plan, tensor, &ti);
         if (r == ZERO_OK) r = zero__eng_hparam_get(e, ti.group, &hp);
         if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: NVMe read");
-        memcpy((unsigned char *)host_dst + off * esz, hp + pt.param_off * e->p, n * esz);
-    } else if (n > 0 && (kind == ZERO_STATE_PARAM ? pt.param_host : e->oopt)) {
+        memcpy((unsigned char *)host_dst + off * esz, hp + pt.param_off * e->cfg.param_size,
+               n * esz);
+    } else if (n > 0 && (kind == ZERO_STATE_PARAM ? pt.param_host : e->cfg.opt_offloaded)) {
         memcpy((unsigned char *)host_dst + off * esz, src, n * esz); /* the host tier */
     } else if (n > 0) {
-        r = e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE,
+        r = e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE,
                                   (unsigned char *)host_dst + off * esz, src, n * esz);
-        if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
         if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: download");
     }
     if (out_range) {
@@ -11307,14 +11621,14 @@ ZERODEF float zero_engine_loss_scale(const zero_engine *e)
     /* async_step: the scale depends on the pending step's verdict (the engine is the
        caller's; const only promises the settings do not change). A failure breaks the
        engine and shows at its next call. */
-    if (e && e->step_pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e);
-    return e ? e->scaler.scale : 1.0f;
+    if (e && e->async.pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e);
+    return e ? e->opt.scaler.scale : 1.0f;
 }
 
 ZERODEF int64_t zero_engine_step_count(const zero_engine *e)
 {
-    if (e && e->step_pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e);
-    return e ? e->step : 0;
+    if (e && e->async.pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e);
+    return e ? e->opt.step : 0;
 }
 
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
@@ -11323,8 +11637,8 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
     if (!(lr >= 0.0) || isinf(lr))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_set_lr: lr = %g (finite, >= 0)",
                           lr);
-    e->adam.lr = lr;
-    e->d.adam.lr = lr;
+    e->opt.adam.lr = lr;
+    e->cfg.desc.adam.lr = lr;
     return ZERO_OK;
 }
 
@@ -11345,23 +11659,23 @@ ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t coun
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_allreduce: op %d (sum or max)",
                           (int)op);
     /* the scratch holds an enqueued step's verdict until it is read */
-    if (e->step_pending && (r = zero__eng_step_complete(e)) != ZERO_OK) return r;
-    dev = e->dev;
+    if (e->async.pending && (r = zero__eng_step_complete(e)) != ZERO_OK) return r;
+    dev = e->cfg.dev;
     es = zero_dtype_size(dtype);
     per = ZERO__ENG_SCRATCH_BYTES / es;
     for (done = 0; done < count; done += n) {
         unsigned char *host = (unsigned char *)buf + done * es;
         n = count - done < per ? count - done : per;
-        ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->scratch, host, n * es),
+        ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->buf.scratch, host, n * es),
                       "allreduce: upload");
         zero__eng_tag(e, -1, ZERO_ROLE_USER);
-        r = e->comm->ops->all_reduce(e->comm, e->scratch, e->scratch, n, dtype, op,
+        r = e->cfg.comm->ops->all_reduce(e->cfg.comm, e->buf.scratch, e->buf.scratch, n, dtype, op,
                                      zero__eng_comm_queue(e));
         zero__eng_untag(e);
         if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
-        zero__eng_count(e, ZERO_COLL_USER, 2.0 * (double)n * (double)(e->world - 1) / (double)e->world,
-                        dtype);
-        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->scratch, n * es),
+        zero__eng_count(e, ZERO_COLL_USER,
+                        2.0 * (double)n * (double)(e->cfg.world - 1) / (double)e->cfg.world, dtype);
+        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->buf.scratch, n * es),
                       "allreduce: download");
         ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
     }
@@ -11373,12 +11687,12 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
     int k;
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_memory_usage: NULL");
     for (k = 0; k < ZERO_MEM_COUNT; k++) {
-        out->bytes[k] = e->mem[k];
-        out->peak_bytes[k] = e->mem_peak[k];
+        out->bytes[k] = e->buf.mem[k];
+        out->peak_bytes[k] = e->buf.mem_peak[k];
     }
-    out->total_bytes = e->mem_total;
-    out->peak_total_bytes = e->mem_peak_total;
-    out->allocations = (size_t)e->nallocs;
+    out->total_bytes = e->buf.mem_total;
+    out->peak_total_bytes = e->buf.mem_peak_total;
+    out->allocations = (size_t)e->buf.nallocs;
     return ZERO_OK;
 }
 
@@ -11386,7 +11700,7 @@ ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *
 {
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_nvme_stats: NULL");
     memset(out, 0, sizeof *out);
-    return e->io ? zero_io_get_stats(e->io, out) : ZERO_OK;
+    return e->nvme.io ? zero_io_get_stats(e->nvme.io, out) : ZERO_OK;
 }
 
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
@@ -11399,19 +11713,19 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
     if (tier == ZERO_TIER_DEVICE) return zero_engine_memory_usage(e, out);
     memset(out, 0, sizeof *out);
     if (tier == ZERO_TIER_NVME) { /* files: constant from commit to destroy */
-        for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme_mem[k];
-        out->total_bytes = out->peak_total_bytes = e->nvme_total;
-        out->allocations = (e->fopt ? 1u : 0u) + (e->fpar ? 1u : 0u) + (e->gnv && e->gnv->file ? 1u : 0u);
+        for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme.mem[k];
+        out->total_bytes = out->peak_total_bytes = e->nvme.mem_total;
+        out->allocations = (e->nvme.opt_file ? 1u : 0u) + (e->nvme.param_file ? 1u : 0u) + (e->gnv && e->gnv->file ? 1u : 0u);
         zero__act_account(e, tier, out);
         return ZERO_OK;
     }
     for (k = 0; k < ZERO_MEM_COUNT; k++) {
-        out->bytes[k] = e->hmem[k];
-        out->peak_bytes[k] = e->hmem_peak[k];
+        out->bytes[k] = e->host.mem[k];
+        out->peak_bytes[k] = e->host.mem_peak[k];
     }
-    out->total_bytes = e->hmem_total;
-    out->peak_total_bytes = e->hmem_peak_total;
-    out->allocations = (size_t)e->nhallocs;
+    out->total_bytes = e->host.mem_total;
+    out->peak_total_bytes = e->host.mem_peak_total;
+    out->allocations = (size_t)e->host.nallocs;
     zero__act_account(e, tier, out);
     return ZERO_OK;
 }
@@ -11420,15 +11734,15 @@ ZERODEF zero_result zero_engine_traffic(const zero_engine *e, zero_traffic *last
                                         zero_traffic *total)
 {
     if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_traffic: engine is NULL");
-    if (last_step) *last_step = e->traffic_last;
-    if (total) *total = e->traffic_total;
+    if (last_step) *last_step = e->traffic.last;
+    if (total) *total = e->traffic.total;
     return ZERO_OK;
 }
 
 ZERODEF zero_result zero_engine_gather_stats(const zero_engine *e, zero_gather_stats *out)
 {
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_gather_stats: NULL");
-    *out = e->gstats;
+    *out = e->prefetch.stats;
     return ZERO_OK;
 }
 
@@ -11568,7 +11882,7 @@ static zero_result zero__act_resolve(zero_engine_desc *d)
 static zero_result zero__act_reserve(zero_engine *e, const char *fn)
 {
     struct zero__act *a = e->act;
-    const zero_allocator *al = &e->d.allocator;
+    const zero_allocator *al = &e->cfg.desc.allocator;
     int cap = a->cap ? 2 * a->cap : 16;
     zero__act_key *k;
     zero__act_region *hr, *fr;
@@ -11609,42 +11923,46 @@ static zero_result zero__act_alloc(zero_engine *e)
     struct zero__act *a;
     zero_result r;
     void *p = NULL;
-    if (e->d.offload_activations == ZERO_OFFLOAD_NONE) return ZERO_OK;
-    a = (struct zero__act *)zero__alloc(&e->d.allocator, sizeof *a);
+    if (e->cfg.desc.offload_activations == ZERO_OFFLOAD_NONE) return ZERO_OK;
+    a = (struct zero__act *)zero__alloc(&e->cfg.desc.allocator, sizeof *a);
     if (!a) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "activation tier: %zu bytes", sizeof *a);
     memset(a, 0, sizeof *a);
     e->act = a;
-    a->tier = e->d.offload_activations;
+    a->tier = e->cfg.desc.offload_activations;
     if ((r = zero__act_reserve(e, "activation tier")) != ZERO_OK) return r;
-    if (e->dev->ops->event_create) {
-        if ((r = e->dev->ops->event_create(e->dev, &a->ev_c2o)) != ZERO_OK) return r;
-        if ((r = e->dev->ops->event_create(e->dev, &a->ev_o2c)) != ZERO_OK) return r;
+    if (e->cfg.dev->ops->event_create) {
+        if ((r = e->cfg.dev->ops->event_create(e->cfg.dev, &a->ev_c2o)) != ZERO_OK) return r;
+        if ((r = e->cfg.dev->ops->event_create(e->cfg.dev, &a->ev_o2c)) != ZERO_OK) return r;
     }
     if (a->tier == ZERO_OFFLOAD_NVME) {
         zero_io_desc iod;
         memset(&iod, 0, sizeof iod);
-        iod.block_size = e->d.block_size;
-        iod.queue_depth = e->d.queue_depth;
-        iod.allocator = e->d.allocator;
+        iod.block_size = e->cfg.desc.block_size;
+        iod.queue_depth = e->cfg.desc.queue_depth;
+        iod.allocator = e->cfg.desc.allocator;
         if ((r = zero_io_create(&iod, &a->io)) != ZERO_OK) return r;
-        if ((r = zero_io_file_create(a->io, e->d.nvme_path, "act", e->rank,
-                                     (uint64_t)e->d.activation_nvme_bytes, &a->file)) != ZERO_OK)
+        if ((r = zero_io_file_create(a->io, e->cfg.desc.nvme_path, "act", e->cfg.rank,
+                                     (uint64_t)e->cfg.desc.activation_nvme_bytes, &a->file)) !=
+            ZERO_OK)
             return r;
         a->file_bytes = (size_t)zero_io_file_size(a->file);
         a->fs.cap = a->file_bytes;
     }
-    if (e->d.pin_memory > 0 && e->dev->ops->host_alloc && e->dev->ops->host_free) {
-        if ((r = e->dev->ops->host_alloc(e->dev, e->d.activation_host_bytes, &p)) != ZERO_OK) return r;
+    if (e->cfg.desc.pin_memory > 0 && e->cfg.dev->ops->host_alloc && e->cfg.dev->ops->host_free) {
+        if ((r = e->cfg.dev->ops->host_alloc(e->cfg.dev, e->cfg.desc.activation_host_bytes, &p)) !=
+            ZERO_OK)
+            return r;
         a->host_kind = 1;
     } else if (a->io) {
-        if ((r = zero_io_buffer_alloc(a->io, e->d.activation_host_bytes, &p)) != ZERO_OK) return r;
+        if ((r = zero_io_buffer_alloc(a->io, e->cfg.desc.activation_host_bytes, &p)) != ZERO_OK)
+            return r;
         a->host_kind = 2;
-    } else if (!(p = zero__alloc(&e->d.allocator, e->d.activation_host_bytes))) {
+    } else if (!(p = zero__alloc(&e->cfg.desc.allocator, e->cfg.desc.activation_host_bytes))) {
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "activation tier: %zu bytes of host memory "
-                          "(activation_host_bytes)", e->d.activation_host_bytes);
+                          "(activation_host_bytes)", e->cfg.desc.activation_host_bytes);
     }
     a->host = (unsigned char *)p;
-    a->host_bytes = a->hs.cap = e->d.activation_host_bytes;
+    a->host_bytes = a->hs.cap = e->cfg.desc.activation_host_bytes;
     return ZERO_OK;
 }
 
@@ -11652,20 +11970,20 @@ static zero_result zero__act_alloc(zero_engine *e)
 static void zero__act_free(zero_engine *e)
 {
     struct zero__act *a = e->act;
-    const zero_allocator *al = &e->d.allocator;
+    const zero_allocator *al = &e->cfg.desc.allocator;
     if (!a) return;
-    if (e->dev->ops->sync) (void)e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD);
+    if (e->cfg.dev->ops->sync) (void)e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD);
     if (a->io) (void)zero_io_wait_all(a->io);
     zero_io_file_destroy(a->file);
     if (a->host) {
-        if (a->host_kind == 1) (void)e->dev->ops->host_free(e->dev, a->host);
+        if (a->host_kind == 1) (void)e->cfg.dev->ops->host_free(e->cfg.dev, a->host);
         else if (a->host_kind == 2) zero_io_buffer_free(a->io, a->host);
         else zero__free(al, a->host);
     }
     zero_io_destroy(a->io);
-    if (e->dev->ops->event_destroy) {
-        if (a->ev_c2o) e->dev->ops->event_destroy(e->dev, a->ev_c2o);
-        if (a->ev_o2c) e->dev->ops->event_destroy(e->dev, a->ev_o2c);
+    if (e->cfg.dev->ops->event_destroy) {
+        if (a->ev_c2o) e->cfg.dev->ops->event_destroy(e->cfg.dev, a->ev_c2o);
+        if (a->ev_o2c) e->cfg.dev->ops->event_destroy(e->cfg.dev, a->ev_o2c);
     }
     zero__free(al, a->keys);
     zero__free(al, a->hs.r);
@@ -11770,7 +12088,8 @@ static zero_result zero__act_settle(zero_engine *e, int force, int skip)
     struct zero__act *a = e->act;
     int i;
     if (!force && a->ncopy == 0 && a->nquar == 0) return ZERO_OK;
-    ZERO__ENG_TRY(e, e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD), "activation tier: sync");
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD),
+                  "activation tier: sync");
     for (i = 0; i < a->nquar; i++) zero__act_space_free(&a->hs, a->quar[i]);
     a->nquar = 0;
     for (i = 0; i < a->nkeys && a->ncopy > 0; i++) {
@@ -11910,7 +12229,7 @@ ZERODEF zero_result zero_engine_stash(zero_engine *e, int key, const void *devic
     /* the copy reads device_src after the compute work enqueued so far */
     ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMPUTE, a->ev_c2o), "zero_engine_stash: event");
     ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_OFFLOAD, a->ev_c2o), "zero_engine_stash: event");
-    ZERO__ENG_TRY(e, e->dev->ops->download(e->dev, ZERO_QUEUE_OFFLOAD,
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_OFFLOAD,
                                            a->host + (a->tier == ZERO_OFFLOAD_NVME ? soff : off),
                                            device_src, bytes),
                   "zero_engine_stash: copy to the host");
@@ -12050,7 +12369,8 @@ ZERODEF zero_result zero_engine_fetch(zero_engine *e, int key, void *device_dst,
     /* device_dst is written after the compute work enqueued so far; compute waits for it */
     ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_COMPUTE, a->ev_c2o), "zero_engine_fetch: event");
     ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_OFFLOAD, a->ev_c2o), "zero_engine_fetch: event");
-    ZERO__ENG_TRY(e, e->dev->ops->upload(e->dev, ZERO_QUEUE_OFFLOAD, device_dst, src, bytes),
+    ZERO__ENG_TRY(e,
+                  e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_OFFLOAD, device_dst, src, bytes),
                   "zero_engine_fetch: copy to the device");
     ZERO__ENG_TRY(e, zero__eng_record(e, ZERO_QUEUE_OFFLOAD, a->ev_o2c), "zero_engine_fetch: event");
     ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, a->ev_o2c), "zero_engine_fetch: event");
@@ -12148,14 +12468,14 @@ extern int gethostname(char *name, size_t len);
 static unsigned char *zero__ck_state_ptr(const zero_engine *e, zero_state_kind k, int g,
                                          size_t off)
 {
-    const zero__eng_group *eg = &e->groups[g];
-    size_t base = e->stage == 0 ? eg->off_whole + (size_t)e->rank * eg->shard_numel
+    const zero__eng_group *eg = &e->layout.groups[g];
+    size_t base = e->cfg.stage == 0 ? eg->off_whole + (size_t)e->cfg.rank * eg->shard_numel
                                 : eg->off_shard;
     switch (k) {
-    case ZERO_STATE_MASTER: return (unsigned char *)(e->master + base + off);
-    case ZERO_STATE_M: return (unsigned char *)(e->m1 + base + off);
-    case ZERO_STATE_V: return (unsigned char *)(e->m2 + base + off);
-    case ZERO_STATE_PARAM: return zero__eng_param_shard(e, g) + off * e->p;
+    case ZERO_STATE_MASTER: return (unsigned char *)(e->opt.master + base + off);
+    case ZERO_STATE_M: return (unsigned char *)(e->opt.m + base + off);
+    case ZERO_STATE_V: return (unsigned char *)(e->opt.v + base + off);
+    case ZERO_STATE_PARAM: return zero__eng_param_shard(e, g) + off * e->cfg.param_size;
     }
     return NULL;
 }
@@ -12167,39 +12487,42 @@ static unsigned char *zero__ck_state_ptr(const zero_engine *e, zero_state_kind k
 static zero_result zero__ck_state_offload(zero_engine *e, zero_state_kind k, int g, size_t off,
                                           size_t n, void *host, int to_device, int *handled)
 {
-    const zero__eng_group *eg = &e->groups[g];
+    const zero__eng_group *eg = &e->layout.groups[g];
     zero_result r = ZERO_OK;
     *handled = 0;
-    if (k != ZERO_STATE_PARAM && e->oopt) {
+    if (k != ZERO_STATE_PARAM && e->cfg.opt_offloaded) {
         size_t at = eg->off_shard + off;
         *handled = 1;
-        if (e->d.offload_optimizer == ZERO_OFFLOAD_NVME)
+        if (e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME)
             return zero__eng_nvme_state(e, at, n, (int)k - 1, to_device ? NULL : (float *)host,
                                         to_device ? (const float *)host : NULL);
         {
-            float *base = k == ZERO_STATE_MASTER ? e->master : k == ZERO_STATE_M ? e->m1 : e->m2;
+            float *base = k == ZERO_STATE_MASTER ? e->opt.master
+                          : k == ZERO_STATE_M    ? e->opt.m
+                                                 : e->opt.v;
             if (to_device) memcpy(base + at, host, n * 4);
             else memcpy(host, base + at, n * 4);
         }
         return ZERO_OK;
     }
-    if (k == ZERO_STATE_PARAM && e->oparam && e->stage == 3 && !eg->persistent) {
+    if (k == ZERO_STATE_PARAM && e->cfg.params_offloaded && e->cfg.stage == 3 && !eg->persistent) {
         unsigned char *hp = NULL;
         *handled = 1;
-        if (!e->fpar) { /* cpu: the shard in place */
-            r = e->dev->ops->sync(e->dev, ZERO_QUEUE_OFFLOAD); /* a prefetch's upload reads it */
-            hp = e->hparam + (eg->off_param + off) * e->p;
-            if (r == ZERO_OK && to_device) memcpy(hp, host, n * e->p);
-            else if (r == ZERO_OK) memcpy(host, hp, n * e->p);
+        if (!e->nvme.param_file) { /* cpu: the shard in place */
+            /* a prefetch's upload reads it */
+            r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD);
+            hp = e->host.params + (eg->off_param + off) * e->cfg.param_size;
+            if (r == ZERO_OK && to_device) memcpy(hp, host, n * e->cfg.param_size);
+            else if (r == ZERO_OK) memcpy(host, hp, n * e->cfg.param_size);
             return r;
         }
         r = zero__eng_hparam_get(e, g, &hp); /* nvme: read the group's shard, change, write */
         if (r != ZERO_OK) return r;
         if (!to_device) {
-            memcpy(host, hp + off * e->p, n * e->p);
+            memcpy(host, hp + off * e->cfg.param_size, n * e->cfg.param_size);
             return ZERO_OK;
         }
-        memcpy(hp + off * e->p, host, n * e->p);
+        memcpy(hp + off * e->cfg.param_size, host, n * e->cfg.param_size);
         return zero__eng_hparam_put(e, g);
     }
     return ZERO_OK;
@@ -12211,7 +12534,7 @@ static zero_result zero__ck_state_offload(zero_engine *e, zero_state_kind k, int
 static zero_result zero__ck_state_io(zero_engine *e, zero_state_kind k, int g, size_t off,
                                      size_t n, void *host, int to_device)
 {
-    size_t esz = k == ZERO_STATE_PARAM ? e->p : 4;
+    size_t esz = k == ZERO_STATE_PARAM ? e->cfg.param_size : 4;
     unsigned char *dev;
     int handled = 0;
     zero_result r;
@@ -12219,8 +12542,9 @@ static zero_result zero__ck_state_io(zero_engine *e, zero_state_kind k, int g, s
     r = zero__ck_state_offload(e, k, g, off, n, host, to_device, &handled);
     if (r != ZERO_OK || handled) return r;
     dev = zero__ck_state_ptr(e, k, g, off);
-    return to_device ? e->dev->ops->upload(e->dev, ZERO_QUEUE_COMPUTE, dev, host, n * esz)
-                     : e->dev->ops->download(e->dev, ZERO_QUEUE_COMPUTE, host, dev, n * esz);
+    return to_device
+               ? e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, dev, host, n * esz)
+               : e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, host, dev, n * esz);
 }
 
 /* After every rank wrote its shards: rebuild the copies kept whole (stage 0 master, m, v;
@@ -12228,22 +12552,24 @@ static zero_result zero__ck_state_io(zero_engine *e, zero_state_kind k, int g, s
 static zero_result zero__ck_state_spread(zero_engine *e)
 {
     int g, k;
-    if (e->world == 1) return ZERO_OK;
+    if (e->cfg.world == 1) return ZERO_OK;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "load: event");
-    for (g = 0; g < e->G; g++) {
-        const zero__eng_group *eg = &e->groups[g];
-        if (e->stage == 0)
+    for (g = 0; g < e->layout.ngroups; g++) {
+        const zero__eng_group *eg = &e->layout.groups[g];
+        if (e->cfg.stage == 0)
             for (k = ZERO_STATE_MASTER; k <= ZERO_STATE_V; k++) {
-                float *base = k == ZERO_STATE_MASTER ? e->master : k == ZERO_STATE_M ? e->m1 : e->m2;
+                float *base = k == ZERO_STATE_MASTER ? e->opt.master
+                              : k == ZERO_STATE_M    ? e->opt.m
+                                                     : e->opt.v;
                 ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__ck_state_ptr(e, (zero_state_kind)k, g, 0),
                                                       base + eg->off_whole, eg->shard_numel,
                                                       ZERO_F32, g, ZERO_ROLE_CHECKPOINT),
                               "load: all_gather of stage-0 optimizer state");
             }
-        if (e->stage < 3 || eg->persistent)
+        if (e->cfg.stage < 3 || eg->persistent)
             ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
                                                   zero__eng_param_whole(e, g), eg->shard_numel,
-                                                  e->gd, g, ZERO_ROLE_CHECKPOINT),
+                                                  e->cfg.param_dtype, g, ZERO_ROLE_CHECKPOINT),
                           "load: all_gather of params");
     }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "load: event");
@@ -12631,22 +12957,23 @@ ZERODEF zero_result zero_engine_add_tensor_shape(zero_engine *e, const char *nam
                               "the shape's product overflows", name ? name : "(null)");
         numel *= dims[i];
     }
-    if (e->state == ZERO__ENG_CREATED && e->ntensors >= e->cap_shapes) {
-        int cap = e->cap_shapes ? 2 * e->cap_shapes : 64;
+    if (e->lifecycle == ZERO__ENG_CREATED && e->layout.ntensors >= e->layout.cap_shapes) {
+        int cap = e->layout.cap_shapes ? 2 * e->layout.cap_shapes : 64;
         zero__eng_shape *ns;
-        while (cap <= e->ntensors) cap *= 2;
-        ns = (zero__eng_shape *)zero__alloc(&e->d.allocator, (size_t)cap * sizeof *ns);
+        while (cap <= e->layout.ntensors) cap *= 2;
+        ns = (zero__eng_shape *)zero__alloc(&e->cfg.desc.allocator, (size_t)cap * sizeof *ns);
         if (!ns) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_add_tensor_shape");
         memset(ns, 0, (size_t)cap * sizeof *ns);
-        if (e->cap_shapes) memcpy(ns, e->shapes, (size_t)e->cap_shapes * sizeof *ns);
-        zero__free(&e->d.allocator, e->shapes);
-        e->shapes = ns;
-        e->cap_shapes = cap;
+        if (e->layout.cap_shapes)
+            memcpy(ns, e->layout.shapes, (size_t)e->layout.cap_shapes * sizeof *ns);
+        zero__free(&e->cfg.desc.allocator, e->layout.shapes);
+        e->layout.shapes = ns;
+        e->layout.cap_shapes = cap;
     }
     r = zero_engine_add_tensor(e, name, (size_t)numel, group, flags, &id);
     if (r != ZERO_OK) return r;
-    e->shapes[id].ndim = ndim;
-    for (i = 0; i < ndim; i++) e->shapes[id].dims[i] = dims[i];
+    e->layout.shapes[id].ndim = ndim;
+    for (i = 0; i < ndim; i++) e->layout.shapes[id].dims[i] = dims[i];
     if (out_tensor) *out_tensor = id;
     return ZERO_OK;
 }
@@ -12657,19 +12984,20 @@ ZERODEF zero_result zero_engine_tensor_shape(const zero_engine *e, int tensor, i
     int i;
     if (!e || !ndim || !dims)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_tensor_shape: NULL");
-    if (tensor < 0 || tensor >= e->ntensors)
+    if (tensor < 0 || tensor >= e->layout.ntensors)
         return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_tensor_shape: tensor %d unknown", tensor);
-    *ndim = tensor < e->cap_shapes ? e->shapes[tensor].ndim : 0;
+    *ndim = tensor < e->layout.cap_shapes ? e->layout.shapes[tensor].ndim : 0;
     for (i = 0; i < ZERO_TENSOR_MAX_DIMS; i++)
-        dims[i] = i < *ndim ? e->shapes[tensor].dims[i] : 0;
+        dims[i] = i < *ndim ? e->layout.shapes[tensor].dims[i] : 0;
     return ZERO_OK;
 }
 
 ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *out)
 {
     if (!e || !out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_scaler_state: NULL");
-    if (e->step_pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e); /* as loss_scale */
-    *out = e->scaler;
+    /* as loss_scale */
+    if (e->async.pending) (void)zero__eng_step_complete((zero_engine *)(uintptr_t)e);
+    *out = e->opt.scaler;
     return ZERO_OK;
 }
 
@@ -13433,15 +13761,15 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
     int f, i, j, k;
     msg[0] = '\0';
     if (r != ZERO_OK) snprintf(msg, sizeof msg, "%.238s", zero_last_error());
-    v[0] = r != ZERO_OK ? (double)(e->world - e->rank) : 0.0;
+    v[0] = r != ZERO_OK ? (double)(e->cfg.world - e->cfg.rank) : 0.0;
     v[1] = val ? (double)(*val >> 32) : 0.0;
     v[2] = val ? (double)(*val & 0xffffffffu) : 0.0;
     if ((rr = zero__ck_allreduce(e, v, 3, ZERO_OP_MAX)) != ZERO_OK) return rr;
     if (val) *val = (uint64_t)v[1] << 32 | (uint64_t)v[2];
     if (v[0] == 0.0) return ZERO_OK;
-    f = e->world - (int)v[0];
+    f = e->cfg.world - (int)v[0];
     memset(b, 0, sizeof b);
-    if (e->rank == f) {
+    if (e->cfg.rank == f) {
         b[0] = (unsigned char)(-(int)r);
         memcpy(b + 1, msg, strlen(msg) < BYTES - 2 ? strlen(msg) : BYTES - 2);
     }
@@ -13449,7 +13777,7 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
         for (j = 0; j < 8; j++) {
             double d = 0.0;
             for (k = 5; k >= 0; k--) d = d * 256.0 + (double)b[i * 48 + j * 6 + k];
-            v[j] = e->rank == f ? d : 0.0;
+            v[j] = e->cfg.rank == f ? d : 0.0;
         }
         if ((rr = zero__ck_allreduce(e, v, 8, ZERO_OP_SUM)) != ZERO_OK) return rr;
         for (j = 0; j < 8; j++) {
@@ -13462,7 +13790,7 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
         }
     }
     b[BYTES - 1] = 0;
-    if (e->rank == f) return zero__fail(r, "%s", msg);
+    if (e->cfg.rank == f) return zero__fail(r, "%s", msg);
     return zero__fail((zero_result)(-(int)b[0]), "%s (reported by rank %d)", (const char *)(b + 1), f);
 }
 
@@ -13491,12 +13819,12 @@ static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int ne
     int g;
     zero_result r = zero__eng_step_settle(e); /* async_step: the pending verdict first */
     if (r != ZERO_OK) return r;
-    if (e->micro != 0 || e->ready_in_micro != 0)
+    if (e->micro.done != 0 || e->micro.ready_groups != 0)
         return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: in the middle of a step (%d micro-steps "
-                          "done)", fn, e->micro);
+                          "done)", fn, e->micro.done);
     if (need_released)
-        for (g = 0; g < e->G; g++)
-            if (e->groups[g].refs > 0)
+        for (g = 0; g < e->layout.ngroups; g++)
+            if (e->layout.groups[g].refs > 0)
                 return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: group %d is gathered (release "
                                   "every group first)", fn, g);
     return ZERO_OK;
@@ -13719,7 +14047,8 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
 static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_t gen)
 {
     char name[64], path[4200], tmp[4240];
-    uint64_t hb = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->G + 4u;
+    uint64_t hb =
+        ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->layout.ngroups + 4u;
     uint64_t off = hb;
     zero__ck_buf hdr;
     unsigned char *chunk = NULL;
@@ -13728,13 +14057,13 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     zero_result r = ZERO_OK;
     int fd, g, ki;
     memset(&hdr, 0, sizeof hdr);
-    zero__ck_shard_name(name, sizeof name, gen, e->rank);
+    zero__ck_shard_name(name, sizeof name, gen, e->cfg.rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    chunk = (unsigned char *)zero__alloc(&e->d.allocator, chunk_bytes);
-    crcs = (uint32_t *)zero__alloc(&e->d.allocator, (size_t)e->G * 16u);
+    chunk = (unsigned char *)zero__alloc(&e->cfg.desc.allocator, chunk_bytes);
+    crcs = (uint32_t *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->layout.ngroups * 16u);
     if (!chunk || !crcs) {
-        zero__free(&e->d.allocator, chunk);
-        zero__free(&e->d.allocator, crcs);
+        zero__free(&e->cfg.desc.allocator, chunk);
+        zero__free(&e->cfg.desc.allocator, crcs);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     }
     if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto out;
@@ -13745,17 +14074,18 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     /* Per group, chunk by chunk, the four sections of each chunk together: an NVMe tile record
        (master, m and v of one tile) is then read once for all three (chunks never cross a
        tile), and an NVMe param shard once per group. */
-    for (g = 0; g < e->G && r == ZERO_OK; g++) {
-        size_t n = e->groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
+    for (g = 0; g < e->layout.ngroups && r == ZERO_OK; g++) {
+        size_t n = e->layout.groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
         uint32_t crc[4] = {0, 0, 0, 0};
         while (pos < n && r == ZERO_OK) {
             size_t c = n - pos < per ? n - pos : per;
-            if (e->fopt && c > e->tile_numel - pos % e->tile_numel) c = e->tile_numel - pos % e->tile_numel;
+            if (e->nvme.opt_file && c > e->host.tile_numel - pos % e->host.tile_numel)
+                c = e->host.tile_numel - pos % e->host.tile_numel;
             for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-                size_t esz = ki == 3 ? e->p : 4;
+                size_t esz = ki == 3 ? e->cfg.param_size : 4;
                 uint64_t sec = off + (uint64_t)n * (ki == 3 ? 12u : 4u * (unsigned)ki);
                 r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
-                if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+                if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
                 if (r != ZERO_OK) {
                     char prev[400];
                     zero__eng_copy_error(prev, sizeof prev);
@@ -13769,25 +14099,26 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
             pos += c;
         }
         for (ki = 0; ki < 4; ki++) crcs[g * 4 + ki] = crc[ki];
-        off += (uint64_t)n * (12u + e->p);
+        off += (uint64_t)n * (12u + e->cfg.param_size);
     }
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
         zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
         zero__ck_u32(&hdr, (uint32_t)hb);
         zero__ck_u64(&hdr, gen);
-        zero__ck_u32(&hdr, (uint32_t)e->rank);
-        zero__ck_u32(&hdr, (uint32_t)e->world);
-        zero__ck_u32(&hdr, 4u * (uint32_t)e->G);
-        zero__ck_u32(&hdr, (uint32_t)e->gd);
+        zero__ck_u32(&hdr, (uint32_t)e->cfg.rank);
+        zero__ck_u32(&hdr, (uint32_t)e->cfg.world);
+        zero__ck_u32(&hdr, 4u * (uint32_t)e->layout.ngroups);
+        zero__ck_u32(&hdr, (uint32_t)e->cfg.param_dtype);
         zero__ck_u64(&hdr, off);
         zero__ck_u64(&hdr, 0);
         zero__ck_u64(&hdr, 0);
         {
             uint64_t so = hb;
-            for (g = 0; g < e->G; g++)
+            for (g = 0; g < e->layout.ngroups; g++)
                 for (ki = 0; ki < 4; ki++) {
-                    uint64_t bytes = (uint64_t)e->groups[g].shard_numel * (ki == 3 ? e->p : 4);
+                    uint64_t bytes = (uint64_t)e->layout.groups[g].shard_numel *
+                                     (ki == 3 ? e->cfg.param_size : 4);
                     zero__ck_sec_entry(&hdr, (uint32_t)zero__ck_kinds[ki], (uint32_t)g, so, bytes,
                                        crcs[g * 4 + ki]);
                     so += bytes;
@@ -13800,8 +14131,8 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
     r = zero__ck_commit_tmp(fd, tmp, path, dir, r);
 out:
     ZERO_FREE(hdr.p);
-    zero__free(&e->d.allocator, chunk);
-    zero__free(&e->d.allocator, crcs);
+    zero__free(&e->cfg.desc.allocator, chunk);
+    zero__free(&e->cfg.desc.allocator, crcs);
     return r;
 }
 
@@ -13811,12 +14142,14 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
 {
     zero__ck_buf b;
     zero_result r = ZERO_OK;
-    uint64_t hb = ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->G + 4u;
+    uint64_t hb =
+        ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->layout.ngroups + 4u;
     uint64_t fbytes = hb;
     unsigned char *h;
     int g, t, q;
     memset(&b, 0, sizeof b);
-    for (g = 0; g < e->G; g++) fbytes += (uint64_t)e->groups[g].shard_numel * (12u + e->p);
+    for (g = 0; g < e->layout.ngroups; g++)
+        fbytes += (uint64_t)e->layout.groups[g].shard_numel * (12u + e->cfg.param_size);
     h = (unsigned char *)ZERO_MALLOC((size_t)hb);
     if (!h) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: manifest");
     zero__ck_put(&b, "ZEROMANI", 8);
@@ -13824,54 +14157,54 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
     zero__ck_u32(&b, 0);
     zero__ck_u64(&b, 0); /* total size, patched below */
     zero__ck_u64(&b, gen);
-    zero__ck_u32(&b, (uint32_t)e->world);
-    zero__ck_u32(&b, (uint32_t)e->stage);
-    zero__ck_u32(&b, (uint32_t)e->gd);
-    zero__ck_u32(&b, (uint32_t)zero_plan_align(e->plan));
-    zero__ck_u32(&b, (uint32_t)e->G);
-    zero__ck_u32(&b, (uint32_t)e->ntensors);
-    zero__ck_u64(&b, (uint64_t)e->step);
-    zero__ck_u32(&b, (uint32_t)e->adam.mode);
+    zero__ck_u32(&b, (uint32_t)e->cfg.world);
+    zero__ck_u32(&b, (uint32_t)e->cfg.stage);
+    zero__ck_u32(&b, (uint32_t)e->cfg.param_dtype);
+    zero__ck_u32(&b, (uint32_t)zero_plan_align(e->layout.plan));
+    zero__ck_u32(&b, (uint32_t)e->layout.ngroups);
+    zero__ck_u32(&b, (uint32_t)e->layout.ntensors);
+    zero__ck_u64(&b, (uint64_t)e->opt.step);
+    zero__ck_u32(&b, (uint32_t)e->opt.adam.mode);
     zero__ck_u32(&b, 0);
-    zero__ck_f64(&b, (double)e->adam.lr);
-    zero__ck_f64(&b, (double)e->adam.beta1);
-    zero__ck_f64(&b, (double)e->adam.beta2);
-    zero__ck_f64(&b, (double)e->adam.eps);
-    zero__ck_f64(&b, (double)e->adam.weight_decay);
-    zero__ck_f32(&b, e->scaler.scale);
-    zero__ck_f32(&b, e->scaler.factor);
-    zero__ck_f32(&b, e->scaler.min_scale);
-    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.window);
-    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.hysteresis);
-    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.cur_hysteresis);
-    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.consecutive_hysteresis);
-    zero__ck_u32(&b, (uint32_t)(int32_t)e->scaler.dynamic);
-    zero__ck_u64(&b, (uint64_t)e->scaler.iter);
-    zero__ck_u64(&b, (uint64_t)e->scaler.last_overflow_iter);
-    zero__ck_u32(&b, (uint32_t)e->scaler.error_at_min); /* informative: load keeps its own */
+    zero__ck_f64(&b, (double)e->opt.adam.lr);
+    zero__ck_f64(&b, (double)e->opt.adam.beta1);
+    zero__ck_f64(&b, (double)e->opt.adam.beta2);
+    zero__ck_f64(&b, (double)e->opt.adam.eps);
+    zero__ck_f64(&b, (double)e->opt.adam.weight_decay);
+    zero__ck_f32(&b, e->opt.scaler.scale);
+    zero__ck_f32(&b, e->opt.scaler.factor);
+    zero__ck_f32(&b, e->opt.scaler.min_scale);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->opt.scaler.window);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->opt.scaler.hysteresis);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->opt.scaler.cur_hysteresis);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->opt.scaler.consecutive_hysteresis);
+    zero__ck_u32(&b, (uint32_t)(int32_t)e->opt.scaler.dynamic);
+    zero__ck_u64(&b, (uint64_t)e->opt.scaler.iter);
+    zero__ck_u64(&b, (uint64_t)e->opt.scaler.last_overflow_iter);
+    zero__ck_u32(&b, (uint32_t)e->opt.scaler.error_at_min); /* informative: load keeps its own */
     zero__ck_u32(&b, 0);
     zero__ck_u64(&b, 0);
-    zero__ck_u64(&b, zero_plan_hash(e->plan));
-    for (g = 0; g < e->G; g++) {
-        zero__ck_u64(&b, e->groups[g].numel);
-        zero__ck_u64(&b, e->groups[g].shard_numel);
-        zero__ck_u64(&b, e->groups[g].used_numel);
+    zero__ck_u64(&b, zero_plan_hash(e->layout.plan));
+    for (g = 0; g < e->layout.ngroups; g++) {
+        zero__ck_u64(&b, e->layout.groups[g].numel);
+        zero__ck_u64(&b, e->layout.groups[g].shard_numel);
+        zero__ck_u64(&b, e->layout.groups[g].used_numel);
     }
-    for (t = 0; t < e->ntensors; t++) {
+    for (t = 0; t < e->layout.ntensors; t++) {
         zero_tensor_info ti;
-        int nd = t < e->cap_shapes ? e->shapes[t].ndim : 0, k;
+        int nd = t < e->layout.cap_shapes ? e->layout.shapes[t].ndim : 0, k;
         memset(&ti, 0, sizeof ti);
-        zero_plan_tensor(e->plan, t, &ti);
+        zero_plan_tensor(e->layout.plan, t, &ti);
         zero__ck_u32(&b, (uint32_t)strlen(ti.name));
         zero__ck_put(&b, ti.name, strlen(ti.name));
         zero__ck_u32(&b, (uint32_t)ti.group);
-        zero__ck_u32(&b, e->tflags[t]);
+        zero__ck_u32(&b, e->layout.tensor_flags[t]);
         zero__ck_u64(&b, ti.offset);
         zero__ck_u64(&b, ti.numel);
         zero__ck_u32(&b, (uint32_t)nd);
-        for (k = 0; k < nd; k++) zero__ck_u64(&b, e->shapes[t].dims[k]);
+        for (k = 0; k < nd; k++) zero__ck_u64(&b, e->layout.shapes[t].dims[k]);
     }
-    for (q = 0; q < e->world && r == ZERO_OK; q++) {
+    for (q = 0; q < e->cfg.world && r == ZERO_OK; q++) {
         char name[64], path[4200];
         int fd;
         zero__ck_shard_name(name, sizeof name, gen, q);
@@ -13917,15 +14250,15 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save: dir is NULL, empty or too long");
     if ((r = zero__ck_between_steps(e, "zero_engine_save", 0)) != ZERO_OK) return r;
-    keep = e->traffic_cur;
+    keep = e->traffic.cur;
     /* 1. the directory, the save lock and the generation (rank 0 takes and proposes them) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
-    if (r == ZERO_OK && e->rank == 0 && client_bytes > 0 && !client)
+    if (r == ZERO_OK && e->cfg.rank == 0 && client_bytes > 0 && !client)
         r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save_client: rank 0's client is "
                        "NULL with client_bytes %zu", client_bytes);
-    if (r == ZERO_OK && e->rank == 0) r = zero__ck_lock(dir, &lock);
-    if (r == ZERO_OK && e->rank == 0) r = zero__ck_next_gen(dir, &gen);
+    if (r == ZERO_OK && e->cfg.rank == 0) r = zero__ck_lock(dir, &lock);
+    if (r == ZERO_OK && e->cfg.rank == 0) r = zero__ck_next_gen(dir, &gen);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
@@ -13936,7 +14269,7 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
        generation's files on every rank (each its own), so no orphan outlives the save. */
     if (r == ZERO_OK) {
         zero_result sr = ZERO_OK;
-        if (e->rank == 0 && client_bytes > 0) {
+        if (e->cfg.rank == 0 && client_bytes > 0) {
             char name[64];
             zero__ck_client_name(name, sizeof name, gen);
             client_crc = zero_crc32c(0, client, client_bytes);
@@ -13944,22 +14277,22 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
         }
         if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, gen);
         r = zero__ck_agree(e, sr, NULL);
-        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->rank);
+        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->cfg.rank);
         else {
             /* 3. the manifest (the commit point), then the older generations go */
             zero_result mr = ZERO_OK;
-            if (e->rank == 0) {
+            if (e->cfg.rank == 0) {
                 mr = zero__ck_write_manifest(e, dir, gen, client_bytes, client_crc);
                 if (mr == ZERO_OK) zero__ck_cleanup(dir, gen, 1, 0);
             }
             r = zero__ck_agree(e, mr, NULL);
             /* not committed (the manifest names another generation): this one goes */
             if (r != ZERO_OK && zero__ck_manifest_gen(dir) != gen)
-                zero__ck_cleanup(dir, gen, 0, e->rank);
+                zero__ck_cleanup(dir, gen, 0, e->cfg.rank);
         }
     }
-    if (e->rank == 0) zero__ck_unlock(dir, lock);
-    e->traffic_cur = keep;
+    if (e->cfg.rank == 0) zero__ck_unlock(dir, lock);
+    e->traffic.cur = keep;
     return r;
 }
 
@@ -13983,14 +14316,14 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
     zero_result r;
     int fd, g, ki;
     void *m;
-    zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->rank);
+    zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->cfg.rank);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
     {
         char what[64];
-        snprintf(what, sizeof what, "shard file of rank %d", L->e->rank);
+        snprintf(what, sizeof what, "shard file of rank %d", L->e->cfg.rank);
         if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) return r;
     }
-    r = zero__ck_check_shard(ck, fd, path, L->e->rank, &crcs);
+    r = zero__ck_check_shard(ck, fd, path, L->e->cfg.rank, &crcs);
     if (r != ZERO_OK) {
         close(fd);
         return r;
@@ -14040,9 +14373,9 @@ static int zero__ck_want_load(void *ctx, const zero_checkpoint *ck, int q, int g
         memset(&sn, 0, sizeof sn);
         memset(&shn, 0, sizeof shn);
         memset(&sq, 0, sizeof sq);
-        if (zero_plan_tensor(e->plan, L->tmap[t], &ti) != ZERO_OK ||
-            zero_plan_intersect(e->plan, L->tmap[t], e->rank, &sn) != ZERO_OK ||
-            zero_plan_shard(e->plan, ti.group, e->rank, &shn) != ZERO_OK ||
+        if (zero_plan_tensor(e->layout.plan, L->tmap[t], &ti) != ZERO_OK ||
+            zero_plan_intersect(e->layout.plan, L->tmap[t], e->cfg.rank, &sn) != ZERO_OK ||
+            zero_plan_shard(e->layout.plan, ti.group, e->cfg.rank, &shn) != ZERO_OK ||
             zero_plan_intersect(ck->plan, t, q, &sq) != ZERO_OK)
             continue;
         if (sn.numel == 0 || sq.numel == 0) continue;
@@ -14053,7 +14386,7 @@ static int zero__ck_want_load(void *ctx, const zero_checkpoint *ck, int q, int g
         if (lo >= hi) continue;
         pc[np].src = (sq.offset - (uint64_t)q * ck->groups[g].shard_numel) + (lo - b);
         pc[np].n = hi - lo;
-        pc[np].dst = e->groups[ti.group].off_shard + (sn.offset - shn.offset) + (lo - a);
+        pc[np].dst = e->layout.groups[ti.group].off_shard + (sn.offset - shn.offset) + (lo - a);
         np++;
     }
     return np;
@@ -14062,7 +14395,7 @@ static int zero__ck_want_load(void *ctx, const zero_checkpoint *ck, int q, int g
 static unsigned char *zero__ck_base_load(void *ctx, int ki)
 {
     zero__ck_load *L = (zero__ck_load *)ctx;
-    return L->stage_buf + (size_t)ki * L->e->S * 4u;
+    return L->stage_buf + (size_t)ki * L->e->layout.shard_numel * 4u;
 }
 
 /* "[d0, d1, ...]" into dst. */
@@ -14082,33 +14415,37 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
                                    int *map)
 {
     int t;
-    if (ck->info.param_dtype != e->gd)
-        return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: dtype mismatch: %s holds %s "
-                          "params, the engine uses %s", dir, zero_dtype_name(ck->info.param_dtype), zero_dtype_name(e->gd));
+    if (ck->info.param_dtype != e->cfg.param_dtype)
+        return zero__fail(ZERO_ERROR_MISMATCH,
+                          "zero_engine_load: dtype mismatch: %s holds %s "
+                          "params, the engine uses %s",
+                          dir, zero_dtype_name(ck->info.param_dtype),
+                          zero_dtype_name(e->cfg.param_dtype));
     for (t = 0; t < ck->info.num_tensors; t++) {
         const zero__ck_tensor *ct = &ck->tensors[t];
         zero_tensor_info ti;
         int id = -1;
-        if (zero_plan_find(e->plan, ct->name, &id) != ZERO_OK)
+        if (zero_plan_find(e->layout.plan, ct->name, &id) != ZERO_OK)
             return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' of the "
                               "checkpoint is not registered in the engine", dir, ct->name);
         memset(&ti, 0, sizeof ti);
-        zero_plan_tensor(e->plan, id, &ti);
+        zero_plan_tensor(e->layout.plan, id, &ti);
         if ((uint64_t)ti.numel != ct->numel)
             return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has %llu "
                               "elements in the checkpoint, %zu in the engine", dir, ct->name,
                               (unsigned long long)ct->numel, ti.numel);
-        if (e->tflags[id] != ct->flags)
+        if (e->layout.tensor_flags[id] != ct->flags)
             return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has flags "
                               "0x%x in the checkpoint, 0x%x in the engine", dir, ct->name,
-                              ct->flags, e->tflags[id]);
+                              ct->flags, e->layout.tensor_flags[id]);
         {
-            int nd = id < e->cap_shapes ? e->shapes[id].ndim : 0, k, same = nd == ct->ndim;
-            for (k = 0; same && k < nd; k++) same = e->shapes[id].dims[k] == ct->dims[k];
+            int nd = id < e->layout.cap_shapes ? e->layout.shapes[id].ndim : 0, k,
+                same = nd == ct->ndim;
+            for (k = 0; same && k < nd; k++) same = e->layout.shapes[id].dims[k] == ct->dims[k];
             if (nd > 0 && ct->ndim > 0 && !same) {
                 char a[200], b[200];
                 zero__ck_shape_str(a, sizeof a, ct->ndim, ct->dims);
-                zero__ck_shape_str(b, sizeof b, nd, e->shapes[id].dims);
+                zero__ck_shape_str(b, sizeof b, nd, e->layout.shapes[id].dims);
                 return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: tensor '%s' has "
                                   "shape %s in the checkpoint, %s in the engine", dir, ct->name,
                                   a, b);
@@ -14116,10 +14453,10 @@ static zero_result zero__ck_compat(zero_engine *e, const zero_checkpoint *ck, co
         }
         map[t] = id;
     }
-    for (t = 0; t < e->ntensors; t++) {
+    for (t = 0; t < e->layout.ntensors; t++) {
         zero_tensor_info ti;
         memset(&ti, 0, sizeof ti);
-        zero_plan_tensor(e->plan, t, &ti);
+        zero_plan_tensor(e->layout.plan, t, &ti);
         int id = -1;
         if (zero_plan_find(ck->plan, ti.name, &id) != ZERO_OK)
             return zero__fail(ZERO_ERROR_MISMATCH, "zero_engine_load: %s: engine tensor '%s' is "
@@ -14136,10 +14473,10 @@ static zero_result zero__ck_apply(zero_engine *e, const zero_checkpoint *ck, con
     zero_result r = ZERO_OK;
     int ki;
     for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-        size_t esz = ki == 3 ? e->p : 4;
+        size_t esz = ki == 3 ? e->cfg.param_size : 4;
         unsigned char *src = L->map ? L->map + zero__ck_sec_off(ck, g, ki) + at * esz
-                                    : L->stage_buf + (size_t)ki * e->S * 4u +
-                                          (e->groups[g].off_shard + at) * esz;
+                                    : L->stage_buf + (size_t)ki * e->layout.shard_numel * 4u +
+                                          (e->layout.groups[g].off_shard + at) * esz;
         r = zero__ck_state_io(e, zero__ck_kinds[ki], g, at, n, src, 1);
     }
     return r;
@@ -14165,15 +14502,15 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     if (!dir || !dir[0] || strlen(dir) >= 4000)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load: dir is NULL, empty or too long");
     if ((r = zero__ck_between_steps(e, "zero_engine_load", 1)) != ZERO_OK) return r;
-    keep = e->traffic_cur;
+    keep = e->traffic.cur;
     memset(&L, 0, sizeof L);
     L.e = e;
     /* 1. every rank opens the manifest, and all hold the same one (generation and
        checksum: a save that commits meanwhile, or ranks given different directories, would
        otherwise load different steps), or none goes on */
-    if (zero__ck_stage) zero__ck_stage(e->rank, 0, dir);
+    if (zero__ck_stage) zero__ck_stage(e->cfg.rank, 0, dir);
     r = zero_checkpoint_open(dir, &ck);
-    if (zero__ck_stage) zero__ck_stage(e->rank, 1, dir);
+    if (zero__ck_stage) zero__ck_stage(e->cfg.rank, 1, dir);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
@@ -14191,13 +14528,14 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
                                "opened different checkpoints (rank %d: %s, generation %llu, "
                                "manifest checksum %08x): a save into the directory committed "
                                "meanwhile, or the ranks were given different directories; "
-                               "nothing was loaded", e->rank, dir,
+                               "nothing was loaded", e->cfg.rank, dir,
                                (unsigned long long)id[0], (unsigned)id[1]), NULL);
     }
     if (r != ZERO_OK) goto out;
     /* 2. read and verify everything this rank needs, changing nothing */
     if (r == ZERO_OK) {
-        L.tmap = (int *)zero__alloc(&e->d.allocator, (size_t)ck->info.num_tensors * sizeof(int));
+        L.tmap =
+            (int *)zero__alloc(&e->cfg.desc.allocator, (size_t)ck->info.num_tensors * sizeof(int));
         if (!L.tmap) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load");
     }
     if (r == ZERO_OK) r = zero__ck_compat(e, ck, dir, L.tmap);
@@ -14208,7 +14546,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
             r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_client: %s holds %llu "
                            "bytes of client state, the capacity is %zu", dir,
                            (unsigned long long)ck->info.client_bytes, client ? capacity : 0);
-        if (r == ZERO_OK && !(cl = (unsigned char *)zero__alloc(&e->d.allocator,
+        if (r == ZERO_OK && !(cl = (unsigned char *)zero__alloc(&e->cfg.desc.allocator,
                                                                 (size_t)ck->info.client_bytes)))
             r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load: client state of %llu bytes",
                            (unsigned long long)ck->info.client_bytes);
@@ -14219,21 +14557,22 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         }
     }
     if (r == ZERO_OK) { /* same world, alignment, groups and tensor order: no resharding */
-        L.same = ck->info.world == e->world && ck->info.num_groups == e->G &&
-                 ck->info.align_numel == zero_plan_align(e->plan);
+        L.same = ck->info.world == e->cfg.world && ck->info.num_groups == e->layout.ngroups &&
+                 ck->info.align_numel == zero_plan_align(e->layout.plan);
         for (t = 0; L.same && t < ck->info.num_tensors; t++) {
             zero_tensor_info ti;
             memset(&ti, 0, sizeof ti);
-            zero_plan_tensor(e->plan, t, &ti);
+            zero_plan_tensor(e->layout.plan, t, &ti);
             L.same = L.tmap[t] == t && (uint64_t)ti.offset == ck->tensors[t].offset &&
                      ti.group == (int)ck->tensors[t].group;
         }
-        for (t = 0; L.same && t < e->G; t++)
-            L.same = ck->groups[t].shard_numel == e->groups[t].shard_numel;
+        for (t = 0; L.same && t < e->layout.ngroups; t++)
+            L.same = ck->groups[t].shard_numel == e->layout.groups[t].shard_numel;
     }
     if (r == ZERO_OK && !L.same) { /* resharding: staging filled from every file needed */
-        if (zero__mul_size(e->S, 12u + e->p, &bytes) || bytes == 0) bytes = 0;
-        L.stage_buf = bytes ? (unsigned char *)zero__alloc(&e->d.allocator, bytes) : NULL;
+        if (zero__mul_size(e->layout.shard_numel, 12u + e->cfg.param_size, &bytes) || bytes == 0)
+            bytes = 0;
+        L.stage_buf = bytes ? (unsigned char *)zero__alloc(&e->cfg.desc.allocator, bytes) : NULL;
         if (!L.stage_buf) /* not cleared: only tensor elements are read back */
             r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load: %zu bytes of staging", bytes);
     }
@@ -14257,76 +14596,77 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     }
     /* 3. every rank agrees before anything changes */
     r = zero__ck_agree(e, r, NULL);
-    if (r != ZERO_OK || e->state == ZERO__ENG_BROKEN) goto out;
+    if (r != ZERO_OK || e->lifecycle == ZERO__ENG_BROKEN) goto out;
     /* 4. apply: shards, the copies kept whole, then step, Adam settings, scaler */
     if ((r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
         r = zero__eng_break(e, r, "zero_engine_load: event");
         goto out;
     }
     zero__eng_drop_prefetched(e);
-    if (e->io) r = zero__eng_nvme_forget(e);
+    if (e->nvme.io) r = zero__eng_nvme_forget(e);
     /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
        the four kinds together, so an NVMe tile record and param shard are read and written
        once. The padding between tensors is never written (the engine's stays 0). */
-    for (t = 0; e->oopt && t < e->ntiles && r == ZERO_OK; t++) {
-        const zero__eng_tile *tl = &e->tiles[t];
+    for (t = 0; e->cfg.opt_offloaded && t < e->host.ntiles && r == ZERO_OK; t++) {
+        const zero__eng_tile *tl = &e->host.tiles[t];
         int pi;
         for (pi = tl->first; pi < tl->first + tl->count && r == ZERO_OK; pi++)
-            r = zero__ck_apply(e, ck, &L, tl->group, tl->begin + e->pieces[pi].off, e->pieces[pi].numel);
+            r = zero__ck_apply(e, ck, &L, tl->group, tl->begin + e->host.pieces[pi].off,
+                               e->host.pieces[pi].numel);
     }
-    if (r == ZERO_OK && e->io) r = zero__eng_nvme_flush(e);
+    if (r == ZERO_OK && e->nvme.io) r = zero__eng_nvme_flush(e);
     /* else tensor by tensor */
-    for (t = 0; !e->oopt && t < e->ntensors && r == ZERO_OK; t++) {
+    for (t = 0; !e->cfg.opt_offloaded && t < e->layout.ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
         zero_range sn, shn;
         size_t at;
         memset(&ti, 0, sizeof ti);
         memset(&sn, 0, sizeof sn);
         memset(&shn, 0, sizeof shn);
-        r = zero_plan_tensor(e->plan, t, &ti);
-        if (r == ZERO_OK) r = zero_plan_intersect(e->plan, t, e->rank, &sn);
-        if (r == ZERO_OK) r = zero_plan_shard(e->plan, ti.group, e->rank, &shn);
+        r = zero_plan_tensor(e->layout.plan, t, &ti);
+        if (r == ZERO_OK) r = zero_plan_intersect(e->layout.plan, t, e->cfg.rank, &sn);
+        if (r == ZERO_OK) r = zero_plan_shard(e->layout.plan, ti.group, e->cfg.rank, &shn);
         if (r != ZERO_OK || sn.numel == 0) continue;
         at = sn.offset - shn.offset;
         r = zero__ck_apply(e, ck, &L, ti.group, at, sn.numel);
     }
-    if (r == ZERO_OK) r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE);
+    if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
     if (r != ZERO_OK) {
         r = zero__eng_break(e, r, "zero_engine_load: upload");
         goto out;
     }
     if ((r = zero__ck_state_spread(e)) != ZERO_OK) goto out;
-    if ((r = e->dev->ops->sync(e->dev, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
+    if ((r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE)) != ZERO_OK) {
         r = zero__eng_break(e, r, "zero_engine_load: sync");
         goto out;
     }
-    e->step = ck->info.step;
-    e->adam.mode = ck->info.adam.mode;
-    e->adam.lr = ck->info.adam.lr;
-    e->adam.beta1 = ck->info.adam.beta1;
-    e->adam.beta2 = ck->info.adam.beta2;
-    e->adam.eps = ck->info.adam.eps;
-    e->adam.weight_decay = ck->info.adam.weight_decay;
-    e->d.adam = e->adam;
-    e->scaler.scale = ck->info.scaler.scale;
-    e->scaler.factor = ck->info.scaler.factor;
-    e->scaler.min_scale = ck->info.scaler.min_scale;
-    e->scaler.window = ck->info.scaler.window;
-    e->scaler.hysteresis = ck->info.scaler.hysteresis;
-    e->scaler.cur_hysteresis = ck->info.scaler.cur_hysteresis;
-    e->scaler.consecutive_hysteresis = ck->info.scaler.consecutive_hysteresis;
-    e->scaler.dynamic = ck->info.scaler.dynamic;
-    e->scaler.iter = ck->info.scaler.iter;
-    e->scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
+    e->opt.step = ck->info.step;
+    e->opt.adam.mode = ck->info.adam.mode;
+    e->opt.adam.lr = ck->info.adam.lr;
+    e->opt.adam.beta1 = ck->info.adam.beta1;
+    e->opt.adam.beta2 = ck->info.adam.beta2;
+    e->opt.adam.eps = ck->info.adam.eps;
+    e->opt.adam.weight_decay = ck->info.adam.weight_decay;
+    e->cfg.desc.adam = e->opt.adam;
+    e->opt.scaler.scale = ck->info.scaler.scale;
+    e->opt.scaler.factor = ck->info.scaler.factor;
+    e->opt.scaler.min_scale = ck->info.scaler.min_scale;
+    e->opt.scaler.window = ck->info.scaler.window;
+    e->opt.scaler.hysteresis = ck->info.scaler.hysteresis;
+    e->opt.scaler.cur_hysteresis = ck->info.scaler.cur_hysteresis;
+    e->opt.scaler.consecutive_hysteresis = ck->info.scaler.consecutive_hysteresis;
+    e->opt.scaler.dynamic = ck->info.scaler.dynamic;
+    e->opt.scaler.iter = ck->info.scaler.iter;
+    e->opt.scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
     if (want_client) {
         if (cl) memcpy(client, cl, (size_t)ck->info.client_bytes);
         if (client_bytes) *client_bytes = (size_t)ck->info.client_bytes;
     }
 out:
-    e->traffic_cur = keep;
-    zero__free(&e->d.allocator, cl);
-    zero__free(&e->d.allocator, L.tmap);
-    zero__free(&e->d.allocator, L.stage_buf);
+    e->traffic.cur = keep;
+    zero__free(&e->cfg.desc.allocator, cl);
+    zero__free(&e->cfg.desc.allocator, L.tmap);
+    zero__free(&e->cfg.desc.allocator, L.stage_buf);
     if (L.map) munmap(L.map, L.map_bytes);
     zero_checkpoint_close(ck);
     return r;
@@ -14864,16 +15204,16 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         r = zero__ck_agree(e, r, NULL);
         return r;
     }
-    which = (int *)ZERO_MALLOC((size_t)e->ntensors * sizeof(int));
+    which = (int *)ZERO_MALLOC((size_t)e->layout.ntensors * sizeof(int));
     if (!which) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
     /* every check first: nothing is set unless all tensors are there and fit */
-    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+    for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
         zero__st_entry *E = NULL;
         uint64_t numel = 1;
-        int k, nd = t < e->cap_shapes ? e->shapes[t].ndim : 0;
+        int k, nd = t < e->layout.cap_shapes ? e->layout.shapes[t].ndim : 0;
         memset(&ti, 0, sizeof ti);
-        zero_plan_tensor(e->plan, t, &ti);
+        zero_plan_tensor(e->layout.plan, t, &ti);
         E = zero__st_find(&f, ti.name);
         if (!E) {
             r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", path, ti.name);
@@ -14887,7 +15227,7 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         }
         if (nd > 0) {
             int same = nd == E->ndim;
-            for (k = 0; same && k < nd; k++) same = e->shapes[t].dims[k] == E->dims[k];
+            for (k = 0; same && k < nd; k++) same = e->layout.shapes[t].dims[k] == E->dims[k];
             if (!same) {
                 r = zero__fail(ZERO_ERROR_MISMATCH, "%s: tensor '%s' has another shape than the "
                                "engine's (same size)", path, ti.name);
@@ -14906,13 +15246,15 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     if (r == ZERO_OK) {
         raw = (unsigned char *)ZERO_MALLOC(maxn * 4u);
         vals = (float *)ZERO_MALLOC(maxn * 4u);
-        conv = e->gd != ZERO_F32 ? (unsigned char *)zero__alloc(&e->d.allocator, maxn * e->p) : NULL;
-        if (!raw || !vals || (e->gd != ZERO_F32 && !conv))
+        conv = e->cfg.param_dtype != ZERO_F32
+                   ? (unsigned char *)zero__alloc(&e->cfg.desc.allocator, maxn * e->cfg.param_size)
+                   : NULL;
+        if (!raw || !vals || (e->cfg.param_dtype != ZERO_F32 && !conv))
             r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors: buffers "
                            "for %zu elements", maxn);
     }
     r = zero__ck_agree(e, r, NULL); /* from here on every rank sets every tensor */
-    for (t = 0; t < e->ntensors && r == ZERO_OK; t++) {
+    for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++) {
         zero__st_entry *E = &f.ent[which[t]];
         zero_dtype dt = strcmp(E->dtype, "F32") == 0 ? ZERO_F32
                         : strcmp(E->dtype, "F16") == 0 ? ZERO_F16 : ZERO_BF16;
@@ -14920,17 +15262,19 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
         r = zero__ck_pread(fd, raw, (size_t)(E->end - E->begin), data_off + E->begin, path);
         if (r == ZERO_OK) r = zero_convert(vals, ZERO_F32, raw, dt, n, ZERO_SIMD_AUTO);
         if (r == ZERO_OK) r = zero__eng_set_tensor(e, t, vals, conv);
-        if (r != ZERO_OK && t > 0 && e->state == ZERO__ENG_COMMITTED) { /* half set: unusable */
+        if (r != ZERO_OK && t > 0 && e->lifecycle == ZERO__ENG_COMMITTED) { /* half set: unusable */
             char why[300];
             zero__eng_copy_error(why, sizeof why);
-            e->state = ZERO__ENG_BROKEN;
-            snprintf(e->broken, sizeof e->broken, "zero_engine_load_safetensors failed after "
-                     "setting %d of %d tensors: %.200s", t, e->ntensors, why);
+            e->lifecycle = ZERO__ENG_BROKEN;
+            snprintf(e->broken_why, sizeof e->broken_why,
+                     "zero_engine_load_safetensors failed after "
+                     "setting %d of %d tensors: %.200s",
+                     t, e->layout.ntensors, why);
         }
     }
     ZERO_FREE(raw);
     ZERO_FREE(vals);
-    if (conv) zero__free(&e->d.allocator, conv);
+    if (conv) zero__free(&e->cfg.desc.allocator, conv);
     ZERO_FREE(which);
     zero__st_free(&f);
     if (fd >= 0) close(fd);

@@ -1956,6 +1956,42 @@ static void zero_nccl__backoff(int *spins)
     (*spins)++;
 }
 
+/* Lock held. Polls comm's asynchronous state (ncclCommGetAsyncError), releasing the lock
+   between polls, until it leaves ncclInProgress: ZERO_OK when it settled on ncclSuccess; an
+   error, or the deadline passing, aborts (zero_nccl__fatal). "sequence" names what a peer
+   may have issued differently; watchdog: 1 when the watchdog may abort the comm meanwhile
+   (its verdict is checked after each wait). */
+static zero_result zero_nccl__poll_settled(zero_nccl__comm *c, ncclComm_t comm, const char *what,
+                                           const char *sequence, int64_t deadline, int watchdog)
+{
+    char detail[400];
+    int spins = 0;
+    for (;;) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+        if (q != ncclSuccess) {
+            zero_nccl__detail(comm, q, detail, sizeof detail);
+            return zero_nccl__fatal(c, zero_nccl__map(q), "%s: ncclCommGetAsyncError failed: %s",
+                                    what, detail);
+        }
+        if (state == ncclSuccess) return ZERO_OK;
+        if (state != ncclInProgress) {
+            zero_nccl__detail(comm, state, detail, sizeof detail);
+            return zero_nccl__fatal(c, zero_nccl__map(state), "%s failed: %s", what, detail);
+        }
+        if (zero_nccl__now_ns() >= deadline)
+            return zero_nccl__fatal(c, ZERO_ERROR_TIMEOUT,
+                                    "%s did not complete within %d ms: a peer rank did not make "
+                                    "the matching call (it crashed, hangs, or issued a different "
+                                    "sequence of %s); the communicator was aborted",
+                                    what, c->timeout_ms, sequence);
+        pthread_mutex_unlock(&c->lock);
+        zero_nccl__backoff(&spins);
+        pthread_mutex_lock(&c->lock);
+        if (watchdog && c->failure != ZERO_OK) return zero_nccl__failed(c); /* it aborted */
+    }
+}
+
 /* Lock held. After an NCCL call on the non-blocking comm: ncclInProgress means "still
    being set up" (connections, init); polls the comm's state, releasing the lock between
    polls, until it settles or the deadline passes (then aborts). */
@@ -1963,7 +1999,6 @@ static zero_result zero_nccl__settle(zero_nccl__comm *c, ncclResult_t r, const c
                                      int64_t deadline)
 {
     char detail[400];
-    int spins = 0;
     if (r == ncclSuccess) return ZERO_OK;
     if (r != ncclInProgress) {
         ncclResult_t state = ncclSuccess;
@@ -1975,30 +2010,7 @@ static zero_result zero_nccl__settle(zero_nccl__comm *c, ncclResult_t r, const c
         return zero__fail(zero_nccl__map(r), "zero_nccl: rank %d/%d: %s failed: %s", c->base.rank,
                           c->base.world, what, detail);
     }
-    for (;;) {
-        ncclResult_t state = ncclInProgress;
-        ncclResult_t q = ncclCommGetAsyncError(c->nccl, &state);
-        if (q != ncclSuccess) {
-            zero_nccl__detail(c->nccl, q, detail, sizeof detail);
-            return zero_nccl__fatal(c, zero_nccl__map(q), "%s: ncclCommGetAsyncError failed: %s",
-                                    what, detail);
-        }
-        if (state == ncclSuccess) return ZERO_OK;
-        if (state != ncclInProgress) {
-            zero_nccl__detail(c->nccl, state, detail, sizeof detail);
-            return zero_nccl__fatal(c, zero_nccl__map(state), "%s failed: %s", what, detail);
-        }
-        if (zero_nccl__now_ns() >= deadline)
-            return zero_nccl__fatal(c, ZERO_ERROR_TIMEOUT,
-                                    "%s did not complete within %d ms: a peer rank did not make "
-                                    "the matching call (it crashed, hangs, or issued a different "
-                                    "sequence of collectives); the communicator was aborted",
-                                    what, c->timeout_ms);
-        pthread_mutex_unlock(&c->lock);
-        zero_nccl__backoff(&spins);
-        pthread_mutex_lock(&c->lock);
-        if (c->failure != ZERO_OK) return zero_nccl__failed(c); /* the watchdog aborted */
-    }
+    return zero_nccl__poll_settled(c, c->nccl, what, "collectives", deadline, 1);
 }
 
 /* Lock held. After ncclCommSplit(c->parent, ..., &c->nccl, ...) returned r: NCCL runs the
@@ -2012,34 +2024,13 @@ static zero_result zero_nccl__split_wait(zero_nccl__comm *c, ncclResult_t r, int
 {
     const char *what = "ncclCommSplit (the blocking communicator)";
     char detail[400];
-    int spins = 0;
+    zero_result zr;
     if (r != ncclSuccess && r != ncclInProgress) {
         zero_nccl__detail(c->parent, r, detail, sizeof detail);
         return zero_nccl__fatal(c, zero_nccl__map(r), "%s failed: %s", what, detail);
     }
-    for (;;) {
-        ncclResult_t state = ncclInProgress;
-        ncclResult_t q = ncclCommGetAsyncError(c->parent, &state);
-        if (q != ncclSuccess) {
-            zero_nccl__detail(c->parent, q, detail, sizeof detail);
-            return zero_nccl__fatal(c, zero_nccl__map(q), "%s: ncclCommGetAsyncError failed: %s", what,
-                                    detail);
-        }
-        if (state == ncclSuccess) break;
-        if (state != ncclInProgress) {
-            zero_nccl__detail(c->parent, state, detail, sizeof detail);
-            return zero_nccl__fatal(c, zero_nccl__map(state), "%s failed: %s", what, detail);
-        }
-        if (zero_nccl__now_ns() >= deadline)
-            return zero_nccl__fatal(c, ZERO_ERROR_TIMEOUT,
-                                    "%s did not complete within %d ms: a peer rank did not make "
-                                    "the matching call (it crashed, hangs, or issued a different "
-                                    "sequence of calls); the communicator was aborted",
-                                    what, c->timeout_ms);
-        pthread_mutex_unlock(&c->lock);
-        zero_nccl__backoff(&spins);
-        pthread_mutex_lock(&c->lock);
-    }
+    zr = zero_nccl__poll_settled(c, c->parent, what, "calls", deadline, 0);
+    if (zr != ZERO_OK) return zr;
     if (!c->nccl)
         return zero_nccl__fatal(c, ZERO_ERROR_COMM,
                                 "%s finished without a communicator (NCCL wrote no child handle)", what);

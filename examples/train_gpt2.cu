@@ -59,38 +59,10 @@
 
 #define PROG "train_gpt2.cu"
 
-/* ---- errors: every CUDA, cuBLAS and engine call is checked ---------------------------------- */
+/* ---- errors: every CUDA, cuBLAS and engine call is checked (examples/cuda_check.h) ---------- */
 
-static zero_result fail(zero_result code, const char *what, const char *detail)
-{
-    fprintf(stderr, PROG ": %s: %s\n", what, detail);
-    return code;
-}
+#include "cuda_check.h"
 
-#define TRY(call)                                                                                    \
-    do {                                                                                             \
-        r = (call);                                                                                  \
-        if (r != ZERO_OK) {                                                                          \
-            fprintf(stderr, PROG ": %s: %s: %s\n", #call, zero_result_string(r), zero_last_error()); \
-            goto done;                                                                               \
-        }                                                                                            \
-    } while (0)
-#define CUDA(call)                                                                                   \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            r = fail(ZERO_ERROR_DEVICE, #call, cudaGetErrorString(e_));                              \
-            goto done;                                                                               \
-        }                                                                                            \
-    } while (0)
-#define BLAS(call)                                                                                   \
-    do {                                                                                             \
-        cublasStatus_t s_ = (call);                                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                           \
-            r = fail(ZERO_ERROR_DEVICE, #call, cublasGetStatusString(s_));                           \
-            goto done;                                                                               \
-        }                                                                                            \
-    } while (0)
 /* a kernel launch on the run's stream, then its launch error */
 #define LAUNCH(kernel, blocks, ...)                                                                  \
     do {                                                                                             \

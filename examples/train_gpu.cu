@@ -123,38 +123,8 @@ __global__ void bias_grad(const float *dz, int rows, int cols, T *db)
 
 /* ---- one rank ---------------------------------------------------------------------------- */
 
-/* The example's own failures (CUDA, cuBLAS, host memory) say what failed here; the
-   library's come with zero_last_error(). */
-static zero_result fail(zero_result code, const char *what, const char *detail)
-{
-    fprintf(stderr, "train_gpu: %s: %s\n", what, detail);
-    return code;
-}
-
-#define TRY(call)                                                                            \
-    do {                                                                                     \
-        r = (call);                                                                          \
-        if (r != ZERO_OK) {                                                                  \
-            fprintf(stderr, "train_gpu: %s: %s\n", zero_result_string(r), zero_last_error()); \
-            goto done;                                                                       \
-        }                                                                                    \
-    } while (0)
-#define CUDA(call)                                                                           \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            r = fail(ZERO_ERROR_DEVICE, #call, cudaGetErrorString(e_));                      \
-            goto done;                                                                       \
-        }                                                                                    \
-    } while (0)
-#define BLAS(call)                                                                           \
-    do {                                                                                     \
-        cublasStatus_t s_ = (call);                                                          \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                   \
-            r = fail(ZERO_ERROR_DEVICE, #call, cublasGetStatusString(s_));                   \
-            goto done;                                                                       \
-        }                                                                                    \
-    } while (0)
+#define PROG "train_gpu"
+#include "cuda_check.h" /* fail, TRY, CUDA, BLAS */
 
 typedef struct model {
     int dims[NL + 1];
