@@ -148,7 +148,10 @@
    OFFLOAD (ZeRO-Offload, ZeRO-Infinity; docs/offload.md). d.offload_optimizer = cpu moves
    the K Psi / N bytes of fp32 master, m and v to host memory and the Adam step to the CPU
    (stages 1-3); = nvme puts them in files under d.nvme_path. At stage 3 d.offload_param =
-   cpu | nvme also moves the 2 Psi / N param shards off the device. Results stay
+   cpu | nvme also moves the 2 Psi / N param shards off the device. The reduced gradient
+   shard leaves the device as it is produced, into host memory, or with
+   d.offload_gradients = nvme (and offload_optimizer = nvme) into a file, through host
+   staging that does not grow with Psi. Results stay
    bit-identical to the run without offload. zero_host_device_desc.capacity gives the host
    device a memory budget, so a CPU run proves that a model too large for "device" memory
    trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
@@ -1338,7 +1341,9 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    device on ZERO_QUEUE_COMPUTE, ordered by events and host syncs. offload_optimizer = nvme
    keeps each tile's master, m, v as one checksummed range of a per-rank file under
    nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
-   buffer_count - 2 tiles ahead and written behind the Adam. offload_param (stage 3) keeps
+   buffer_count - 2 tiles ahead and written behind the Adam; offload_gradients = nvme adds
+   the tile's reduced gradients (one range per tile of a per-rank gradient file, written as
+   each group's reduction lands, read with the record). offload_param (stage 3) keeps
    the param shards of partitioned groups on the host (cpu) or in a file (nvme): a gather
    (or a prefetch) uploads the shard into its arena extent and all-gathers in place; with
    nvme the shards are read param_read_ahead groups ahead of the gathers, in the recorded
@@ -1405,6 +1410,19 @@ typedef struct zero_engine_desc {
                                     partitioned groups live between gathers (uploaded into
                                     their arena extent before the all-gather). NONE, CPU, NVME.
                                     Needs offload_optimizer != NONE (DeepSpeed's rule).         */
+    zero_offload_device offload_gradients; /* where this rank's reduced gradient shard lives
+                                    between its reduction and the step, when offload_optimizer
+                                    is set: NONE (0, the default) = the host tier (S elements
+                                    of the comm dtype in host memory), CPU = the same, said
+                                    explicitly (needs offload_optimizer); NVME (needs
+                                    offload_optimizer = NVME) = the rank's gradient file under
+                                    nvme_path, one range per optimizer tile, staged through
+                                    host buffers of the largest shard (two, three with
+                                    accumulation or gradient parts) and buffer_count tiles,
+                                    so host memory does not grow with Psi.
+                                    Same bits in every setting. Local to the rank (not in the
+                                    plan hash). Resolved: 0 becomes CPU when offload_optimizer
+                                    is set, stays NONE otherwise.                              */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* ZERO_PIN_MEMORY_AUTO (0, the default) or _ON (1): host
                                     buffers through the device's pinned allocation
@@ -1778,17 +1796,19 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
 /* Bytes this rank's engine holds on one tier, by category, now and at peak (since commit);
    'allocations' counts the tier's buffers (files on NVME). ZERO_TIER_DEVICE gives what
    zero_engine_memory_usage gives. Host tier: the offloaded fp32 master, m, v
-   (ZERO_MEM_MASTER/MOMENT1/MOMENT2), offloaded param shards (ZERO_MEM_PARAM) and the
-   staging buffers of the step (gradient tiles under ZERO_MEM_GRAD, param tiles under
-   ZERO_MEM_PARAM, both declared in docs/offload.md). INVALID_ARGUMENT for NULL or a tier
-   out of range. */
+   (ZERO_MEM_MASTER/MOMENT1/MOMENT2), offloaded param shards (ZERO_MEM_PARAM), the reduced
+   gradients (ZERO_MEM_GRAD: the shard, or with offload_gradients = nvme only its staging)
+   and the staging buffers of the step (gradient tiles under ZERO_MEM_GRAD, param tiles
+   under ZERO_MEM_PARAM, all declared in docs/offload.md). NVMe tier: the files (the
+   gradient file's S elements of the comm dtype under ZERO_MEM_GRAD, each file's alignment
+   under ZERO_MEM_SCRATCH). INVALID_ARGUMENT for NULL or a tier out of range. */
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
                                             zero_engine_memory *out);
 
-/* The I/O counters of the NVMe tier of the model states (offload_optimizer or offload_param
-   = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
-   since commit, so bytes_read / bytes_written show what a step, a checkpoint or set_tensor
-   moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
+/* The I/O counters of the NVMe tier of the model states (offload_optimizer, offload_param
+   or offload_gradients = NVME; the activation tier has its own): zero_io_get_stats() of
+   the engine's I/O engine since commit, so bytes_read / bytes_written show what a step, a
+   checkpoint or set_tensor moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
 ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
 
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
@@ -7801,6 +7821,8 @@ struct zero_engine {
     zero__eng_async async;
     zero__eng_debug debug;
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
+    struct zero__gnv *gnv; /* offload_gradients = nvme: the NVMe tier of the reduced
+                              gradients (zero__gnv_*); NULL otherwise */
 };
 
 /* The activation tier: its subsection at the end of the engine. */
@@ -7821,6 +7843,53 @@ static zero_result zero__eng_hparam_put(zero_engine *e, int g);
 static void zero__eng_ra_start(zero_engine *e, int g);
 static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
                                         const char *what, int group);
+/* ---- the NVMe tier of the reduced gradients (offload_gradients = nvme) ----
+
+   With offload_gradients = nvme the rank's reduced gradient shard lives in its gradient file
+   (zero-grad-r<rank>-...) instead of host memory: tile k's gradients (tiles[k].numel
+   elements of the comm dtype) are one range at off[k], aligned, with one checksum, so the
+   step reads them with the tile's master, m, v record. A group's reduced shard is downloaded
+   (on OFFLOAD) into one of two staging buffers of the largest shard; when the next group's
+   download starts (or the step), the host syncs OFFLOAD and "settles" it:
+     - the step's first contribution: the group's tiles are written from the staging buffer;
+     - a later one (micro-step k > 0, or a later part): the group's tiles are read back into
+       a third buffer, the new values added on the host (the host device's add: the same
+       order and rounding as the host tier), and the sum written back;
+     - either way the group's inf/NaN flag and fp64 sum of squares are taken there, over the
+       whole shard with the host kernels, and kept per group: the step adds them in group
+       order, the same values in the same order as the host tier's loop over its buffer, so
+       the verdict and the norm are the same bits.
+   A staging buffer is reused once the writes that read it are done (two groups later). An
+   I/O failure is kept (the first one) and the backward goes on without more gradient I/O, so
+   every rank still joins every collective; the step's NVMe agreement then fails every rank
+   with the cause. Host memory: 2 (3 with accumulation or gradient parts) x the largest shard
+   + buffer_count gradient tiles, none of which grows with Psi. */
+struct zero__gnv {
+    zero_io *io;                /* the engine's I/O engine (not owned)                     */
+    zero_io_file *file;
+    uint64_t *off;              /* per tile: its gradient range                            */
+    zero_io_ticket *wt;         /* per tile: the transfer in flight on its range, 0 none   */
+    int *tile0;                 /* per group (G + 1): its first tile                       */
+    double *sumsq;              /* per group: the sum of squares of its current gradients  */
+    unsigned char *nonfinite;   /* per group: 1 when they hold an inf or NaN               */
+    unsigned char *buf;         /* host staging (pinned where the device can): nbuf x stride */
+    size_t stride;
+    int nbuf;                   /* 2, or 3 when contributions are added (the read-back)    */
+    int buf_group[3];           /* the group whose writes may still read buffer i, -1 none */
+    int cur;                    /* the download buffer of the next group (0 or 1)          */
+    int pend_group, pend_store, pend_buf; /* the download not settled yet (group -1 none)   */
+    unsigned char *slots;       /* the step's gradient tiles: nswap x slot_stride          */
+    size_t slot_stride;
+    zero_io_ticket *slot_ticket;
+    zero_result err;            /* the first I/O failure since the last step, and why      */
+    char why[400];
+};
+
+static zero_result zero__gnv_alloc(zero_engine *e);
+static void zero__gnv_free(zero_engine *e);
+static zero_result zero__gnv_out(zero_engine *e, int g, int store, const unsigned char *dev_src,
+                                 size_t j, size_t n);
+static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag);
 
 ZERODEF const char *zero_coll_name(zero_coll kind)
 {
@@ -8091,6 +8160,22 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
                           "%s: offload_param = %s needs offload_optimizer cpu or nvme (the host "
                           "Adam writes the offloaded param shards)",
                           fn, zero_offload_device_name(d->offload_param));
+    if ((int)d->offload_gradients < 0 || d->offload_gradients > ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: offload_gradients = %d (none, cpu or nvme)",
+                          fn, (int)d->offload_gradients);
+    if (d->offload_gradients == ZERO_OFFLOAD_CPU && d->offload_optimizer == ZERO_OFFLOAD_NONE)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_gradients = cpu needs offload_optimizer cpu or nvme (without "
+                          "it the reduced gradients stay on the device, where the Adam step runs)",
+                          fn);
+    if (d->offload_gradients == ZERO_OFFLOAD_NVME && d->offload_optimizer != ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_gradients = nvme needs offload_optimizer = nvme (the step "
+                          "reads each tile's gradients with its master, m and v; offload_optimizer "
+                          "is %s)",
+                          fn, zero_offload_device_name(d->offload_optimizer));
+    if (d->offload_gradients == ZERO_OFFLOAD_NONE && d->offload_optimizer != ZERO_OFFLOAD_NONE)
+        d->offload_gradients = ZERO_OFFLOAD_CPU; /* today's host tier */
     if ((d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME) &&
         (!d->nvme_path || !d->nvme_path[0]))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -8815,6 +8900,7 @@ static zero_result zero__eng_host_alloc(zero_engine *e, size_t bytes, zero_mem_c
 static void zero__eng_free_host(zero_engine *e)
 {
     int i;
+    zero__gnv_free(e); /* its writes may still read the staging freed below */
     for (i = e->host.nallocs - 1; i >= 0; i--) {
         if (e->host.pinned[i]) (void)e->cfg.dev->ops->host_free(e->cfg.dev, e->host.allocs[i].ptr);
         else zero__free(&e->cfg.desc.allocator, e->host.allocs[i].ptr);
@@ -8952,9 +9038,13 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if ((r = zero__eng_host_alloc(e, hb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
         e->host.params = (unsigned char *)p;
     }
-    if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-    e->host.grad = (unsigned char *)p;
-    if (e->cfg.accum_steps > 1) {
+    if (e->cfg.desc.offload_gradients == ZERO_OFFLOAD_NVME) { /* staging only: the shard is on NVMe */
+        if ((r = zero__gnv_alloc(e)) != ZERO_OK) return r;
+    } else {
+        if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+        e->host.grad = (unsigned char *)p;
+    }
+    if ((e->cfg.accum_steps > 1 || e->layout.total_parts > e->layout.ngroups) && !e->gnv) { /* later contributions */
         if ((r = zero__eng_host_alloc(e, gi, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
         e->host.grad_in = (unsigned char *)p;
     }
@@ -9064,6 +9154,7 @@ static zero_result zero__eng_grad_out(zero_engine *e, int g, int store, const un
     const zero__eng_group *eg = &e->layout.groups[g];
     unsigned char *dst = e->host.grad + (eg->off_shard + j) * e->cfg.comm_size;
     zero_result r;
+    if (e->gnv) return zero__gnv_out(e, g, store, dev_src, j, n); /* offload_gradients = nvme */
     if (!store) {
         if (j == 0 && (r = zero__eng_host_grad_settle(e)) != ZERO_OK) return r;
         dst = e->host.grad_in + j * e->cfg.comm_size;
@@ -9092,7 +9183,8 @@ static zero_result zero__eng_host_grad_norm(zero_engine *e)
     if (r != ZERO_OK) return r;
     ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD),
                   "step: sync of the offload queue");
-    for (g = 0; g < e->layout.ngroups; g++) {
+    if (e->gnv && (r = zero__gnv_norm(e, &sumsq, &flag)) != ZERO_OK) return r; /* nvme */
+    for (g = 0; g < e->layout.ngroups && !e->gnv; g++) {
         const unsigned char *a = e->host.grad + e->layout.groups[g].off_shard * e->cfg.comm_size;
         size_t n = e->layout.groups[g].shard_numel;
         if (zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, a, n) > 0.0) flag = 1.0f;
@@ -9116,7 +9208,9 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 {
     const zero__eng_tile *tl = &e->host.tiles[k];
     const zero__eng_group *eg = &e->layout.groups[tl->group];
-    const unsigned char *gbuf = e->host.grad + (eg->off_shard + tl->begin) * e->cfg.comm_size;
+    const unsigned char *gbuf =
+        e->gnv ? e->gnv->slots + (size_t)(k % e->nvme.nswap) * e->gnv->slot_stride
+               : e->host.grad + (eg->off_shard + tl->begin) * e->cfg.comm_size;
     unsigned char *pbuf =
         zero__eng_tile_param_dev(e, tl)
             ? e->host.tile_params + (size_t)(k & 1) * e->host.tile_numel * e->cfg.param_size
@@ -9152,8 +9246,17 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 static zero_result zero__eng_swap_wait(zero_engine *e, int i)
 {
     zero_io_ticket t = e->nvme.swap_ticket[i];
+    zero_result r = ZERO_OK;
     e->nvme.swap_ticket[i] = 0;
-    return t ? zero_io_wait(e->nvme.io, t) : ZERO_OK;
+    if (e->gnv && e->gnv->slot_ticket[i]) { /* the tile's gradients (offload_gradients = nvme) */
+        r = zero_io_wait(e->nvme.io, e->gnv->slot_ticket[i]);
+        e->gnv->slot_ticket[i] = 0;
+    }
+    if (t) {
+        zero_result w = zero_io_wait(e->nvme.io, t);
+        if (r == ZERO_OK) r = w;
+    }
+    return r;
 }
 
 /* Reads tile k's master, m, v into its slot (after the slot's write behind finished). */
@@ -9161,6 +9264,10 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
 {
     int i = k % e->nvme.nswap;
     zero_result r = zero__eng_swap_wait(e, i);
+    if (r != ZERO_OK) return r;
+    if (e->gnv && e->gnv->file) /* the tile's gradients, with its record */
+        r = zero_io_read(e->gnv->file, e->gnv->off[k], e->gnv->slots + (size_t)i * e->gnv->slot_stride,
+                         e->host.tiles[k].numel * e->cfg.comm_size, &e->gnv->slot_ticket[i]);
     if (r != ZERO_OK) return r;
     if (e->nvme.tile_fresh[k] == 1) { /* still the file's zeros */
         memset(e->nvme.swap + (size_t)i * e->nvme.swap_stride, 0, e->host.tiles[k].numel * 12);
@@ -9685,6 +9792,201 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
     return r;
 }
 
+/* ---- the NVMe tier of the reduced gradients (struct zero__gnv above) ---- */
+
+/* Keeps the first I/O failure (r != OK) for the step's agreement. */
+static void zero__gnv_keep(struct zero__gnv *t, zero_result r)
+{
+    if (r == ZERO_OK || t->err != ZERO_OK) return;
+    t->err = r;
+    zero__eng_copy_error(t->why, sizeof t->why);
+}
+
+/* Commit: the gradient file (one range per tile, preallocated), the staging buffers, the
+   step's gradient slots and the per-tile and per-group tables. After zero__eng_nvme_alloc
+   (the tiles, the I/O engine and nswap exist). */
+static zero_result zero__gnv_alloc(zero_engine *e)
+{
+    const zero_allocator *a = &e->cfg.desc.allocator;
+    struct zero__gnv *t;
+    size_t maxsh = 0, nt = (size_t)(e->host.ntiles ? e->host.ntiles : 1), bb;
+    uint64_t off = 0;
+    int g, k;
+    zero_result r;
+    void *p = NULL;
+    t = (struct zero__gnv *)zero__alloc(a, sizeof *t);
+    if (!t) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: gradient tier");
+    memset(t, 0, sizeof *t);
+    e->gnv = t;
+    t->io = e->nvme.io;
+    t->pend_group = -1;
+    t->buf_group[0] = t->buf_group[1] = t->buf_group[2] = -1;
+    t->off = (uint64_t *)zero__alloc(a, nt * sizeof(uint64_t));
+    t->wt = (zero_io_ticket *)zero__alloc(a, nt * sizeof(zero_io_ticket));
+    t->tile0 = (int *)zero__alloc(a, (size_t)(e->layout.ngroups + 1) * sizeof(int));
+    t->sumsq = (double *)zero__alloc(a, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1) * sizeof(double));
+    t->nonfinite = (unsigned char *)zero__alloc(a, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1));
+    t->slot_ticket = (zero_io_ticket *)zero__alloc(a, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    if (!t->off || !t->wt || !t->tile0 || !t->sumsq || !t->nonfinite || !t->slot_ticket)
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: gradient tier tables");
+    memset(t->wt, 0, nt * sizeof(zero_io_ticket));
+    memset(t->slot_ticket, 0, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    memset(t->sumsq, 0, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1) * sizeof(double));
+    memset(t->nonfinite, 0, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1));
+    for (g = 0, k = 0; g <= e->layout.ngroups; g++) { /* tiles are in group order */
+        while (k < e->host.ntiles && e->host.tiles[k].group < g) k++;
+        t->tile0[g] = k;
+    }
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].shard_numel > maxsh) maxsh = e->layout.groups[g].shard_numel;
+    for (k = 0; k < e->host.ntiles; k++) {
+        t->off[k] = off;
+        off += zero_io_align_up((uint64_t)e->host.tiles[k].numel * e->cfg.comm_size);
+    }
+    /* staging: two download buffers, and the read-back when contributions are added */
+    t->nbuf = e->cfg.accum_steps > 1 || e->layout.total_parts > e->layout.ngroups ? 3 : 2;
+    t->stride = (size_t)zero_io_align_up((uint64_t)(maxsh ? maxsh : 1) * e->cfg.comm_size);
+    if (zero__mul_size(t->stride, (size_t)t->nbuf, &bb) || zero__add_size(bb, ZERO_IO_ALIGN, &bb))
+        return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: gradient staging size overflows");
+    if ((r = zero__eng_host_alloc(e, bb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+    /* aligned for O_DIRECT: tile ranges at aligned offsets go to the disk without a copy */
+    t->buf = (unsigned char *)p + (ZERO_IO_ALIGN - (uintptr_t)p % ZERO_IO_ALIGN) % ZERO_IO_ALIGN;
+    /* the step's gradient slots, beside the optimizer's swap slots */
+    t->slot_stride = (size_t)zero_io_align_up((uint64_t)e->host.tile_numel * e->cfg.comm_size);
+    if ((r = zero_io_buffer_alloc(e->nvme.io, t->slot_stride * (size_t)e->nvme.nswap, &p)) != ZERO_OK) return r;
+    t->slots = (unsigned char *)p;
+    memset(t->slots, 0, t->slot_stride * (size_t)e->nvme.nswap);
+    e->host.mem[ZERO_MEM_GRAD] += t->slot_stride * (size_t)e->nvme.nswap;
+    if (e->host.mem[ZERO_MEM_GRAD] > e->host.mem_peak[ZERO_MEM_GRAD]) e->host.mem_peak[ZERO_MEM_GRAD] = e->host.mem[ZERO_MEM_GRAD];
+    e->host.mem_total += t->slot_stride * (size_t)e->nvme.nswap;
+    if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
+    if (off == 0) return ZERO_OK;
+    if ((r = zero_io_file_create(e->nvme.io, e->cfg.desc.nvme_path, "grad", e->cfg.rank, off, &t->file)) != ZERO_OK)
+        return r;
+    e->nvme.mem[ZERO_MEM_GRAD] = e->layout.shard_numel * e->cfg.comm_size;
+    e->nvme.mem_total += (size_t)zero_io_file_size(t->file);
+    e->nvme.mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(t->file) - e->layout.shard_numel * e->cfg.comm_size; /* alignment */
+    return ZERO_OK;
+}
+
+/* Destroy (and a failed commit): every transfer waited for, the file removed, the buffers
+   freed (the staging with the host tier). Before the I/O engine goes. */
+static void zero__gnv_free(zero_engine *e)
+{
+    struct zero__gnv *t = e->gnv;
+    const zero_allocator *a = &e->cfg.desc.allocator;
+    if (!t) return;
+    if (t->io) (void)zero_io_wait_all(t->io);
+    zero_io_file_destroy(t->file);
+    if (t->slots) {
+        zero_io_buffer_free(t->io, t->slots);
+        e->host.mem[ZERO_MEM_GRAD] -= t->slot_stride * (size_t)e->nvme.nswap;
+        e->host.mem_total -= t->slot_stride * (size_t)e->nvme.nswap;
+    }
+    zero__free(a, t->off);
+    zero__free(a, t->wt);
+    zero__free(a, t->tile0);
+    zero__free(a, t->sumsq);
+    zero__free(a, t->nonfinite);
+    zero__free(a, t->slot_ticket);
+    zero__free(a, t);
+    e->gnv = NULL;
+}
+
+/* Waits for the transfers in flight on group g's ranges (g < 0: none). */
+static void zero__gnv_wait_group(zero_engine *e, int g)
+{
+    struct zero__gnv *t = e->gnv;
+    int k;
+    if (g < 0) return;
+    for (k = t->tile0[g]; k < t->tile0[g + 1]; k++) {
+        zero_io_ticket w = t->wt[k];
+        t->wt[k] = 0;
+        if (w) zero__gnv_keep(t, zero_io_wait(t->io, w));
+    }
+}
+
+/* The pending group's download has landed (after a sync of OFFLOAD): stored, or read back,
+   added and stored; its flag and sum of squares taken on the way. */
+static zero_result zero__gnv_settle(zero_engine *e)
+{
+    struct zero__gnv *t = e->gnv;
+    int g = t->pend_group, k, sb = t->pend_buf;
+    const zero__eng_group *eg;
+    unsigned char *src;
+    if (g < 0) return ZERO_OK;
+    t->pend_group = -1;
+    eg = &e->layout.groups[g];
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
+    src = t->buf + (size_t)sb * t->stride;
+    if (!t->pend_store) { /* acc = what the file holds, then acc += the new contribution */
+        unsigned char *acc = t->buf + 2 * t->stride;
+        zero__gnv_wait_group(e, t->buf_group[2]); /* writes that still read acc */
+        t->buf_group[2] = -1;
+        zero__gnv_wait_group(e, g);               /* the group's last write is on the file */
+        for (k = t->tile0[g]; k < t->tile0[g + 1] && t->err == ZERO_OK; k++)
+            zero__gnv_keep(t, zero_io_read(t->file, t->off[k], acc + e->host.tiles[k].begin * e->cfg.comm_size,
+                                           e->host.tiles[k].numel * e->cfg.comm_size, &t->wt[k]));
+        zero__gnv_wait_group(e, g);
+        (void)zero__eng_host_kernel(e, zero__host_body_add, acc, src, eg->shard_numel);
+        src = acc;
+        sb = 2;
+    }
+    t->nonfinite[g] = zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, src, eg->shard_numel) > 0.0;
+    t->sumsq[g] = zero__eng_host_kernel(e, zero__host_body_sumsq, NULL, src, eg->shard_numel);
+    zero__gnv_wait_group(e, g); /* (nothing in flight on its ranges by now) */
+    for (k = t->tile0[g]; k < t->tile0[g + 1] && t->err == ZERO_OK; k++)
+        zero__gnv_keep(t, zero_io_write(t->file, t->off[k], src + e->host.tiles[k].begin * e->cfg.comm_size,
+                                        e->host.tiles[k].numel * e->cfg.comm_size, &t->wt[k]));
+    t->buf_group[sb] = g;
+    return ZERO_OK;
+}
+
+/* zero__eng_grad_out for the NVMe tier: elements [j, j + n) of group g's reduced shard go
+   into the group's staging buffer (the previous group settled first, and the buffer's last
+   writes waited for); the group is pending once its last piece is queued. */
+static zero_result zero__gnv_out(zero_engine *e, int g, int store, const unsigned char *dev_src,
+                                 size_t j, size_t n)
+{
+    struct zero__gnv *t = e->gnv;
+    const zero__eng_group *eg = &e->layout.groups[g];
+    zero_result r;
+    if (j == 0) {
+        if ((r = zero__gnv_settle(e)) != ZERO_OK) return r;
+        zero__gnv_wait_group(e, t->buf_group[t->cur]);
+        t->buf_group[t->cur] = -1;
+    }
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->sync.comm_to_offload);
+    if (r == ZERO_OK)
+        r = e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_OFFLOAD, t->buf + (size_t)t->cur * t->stride + j * e->cfg.comm_size,
+                                  dev_src, n * e->cfg.comm_size);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->sync.offload_to_comm);
+    if (r == ZERO_OK && j + n == eg->shard_numel) {
+        t->pend_group = g;
+        t->pend_store = store;
+        t->pend_buf = t->cur;
+        t->cur ^= 1;
+    }
+    return r;
+}
+
+/* The step: the last download settled, every write on the file, then the groups' flags and
+   sums of squares in group order (what the host tier computes over its buffer). */
+static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
+{
+    struct zero__gnv *t = e->gnv;
+    int g;
+    zero_result r = zero__gnv_settle(e);
+    if (r != ZERO_OK) return r;
+    for (g = 0; g < e->layout.ngroups; g++) {
+        zero__gnv_wait_group(e, g);
+        if (t->nonfinite[g]) *flag = 1.0f;
+        *sumsq += t->sumsq[g];
+    }
+    t->buf_group[0] = t->buf_group[1] = t->buf_group[2] = -1;
+    return ZERO_OK;
+}
+
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
    (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
    k = 0..n-1, the host Adam reads the gradients where the reduction left them (host.grad),
@@ -9706,6 +10008,11 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
         io_r = zero__eng_nvme_forget(e);
         if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
     }
+    if (e->gnv && e->gnv->err != ZERO_OK && io_r == ZERO_OK) { /* a gradient write or read */
+        io_r = e->gnv->err;
+        snprintf(io_err, sizeof io_err, "gradient tier: %.380s", e->gnv->why);
+    }
+    if (e->gnv) e->gnv->err = ZERO_OK;
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->buf.scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
@@ -9785,9 +10092,10 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
             e->nvme.param_buf_ticket[i] = 0;
             if (t && io_r == ZERO_OK) io_r = zero_io_wait(e->nvme.io, t);
         }
-        if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
+        if (io_r != ZERO_OK && !io_err[0]) zero__eng_copy_error(io_err, sizeof io_err);
         (void)zero_io_wait_all(e->nvme.io);
         for (i = 0; i < e->nvme.nswap && e->nvme.opt_file; i++) e->nvme.swap_ticket[i] = 0;
+        for (i = 0; i < e->nvme.nswap && e->gnv; i++) e->gnv->slot_ticket[i] = 0;
         return zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1);
     }
     return ZERO_OK;
@@ -11631,7 +11939,7 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
     if (tier == ZERO_TIER_NVME) { /* files: constant from commit to destroy */
         for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme.mem[k];
         out->total_bytes = out->peak_total_bytes = e->nvme.mem_total;
-        out->allocations = (e->nvme.opt_file ? 1u : 0u) + (e->nvme.param_file ? 1u : 0u);
+        out->allocations = (e->nvme.opt_file ? 1u : 0u) + (e->nvme.param_file ? 1u : 0u) + (e->gnv && e->gnv->file ? 1u : 0u);
         zero__act_account(e, tier, out);
         return ZERO_OK;
     }

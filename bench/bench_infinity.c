@@ -16,8 +16,10 @@
    engine, block size and queue depth), and whether the loss moved.
 
    usage: bench_infinity [--params 4B] [--groups 80] [--ranks 1] [--steps 3]
-                         [--dir /var/tmp] [--budget 2GB] [--plain] [--tokens T]
+                         [--dir /var/tmp] [--budget 2GB] [--plain] [--grads-nvme] [--tokens T]
    --plain trains the same model without offload (for comparison at a size that fits).
+   --grads-nvme puts the reduced gradient shard on NVMe too (offload_gradients = nvme)
+   instead of host memory: the host then holds staging only, whatever Psi.
    --tokens T gives each layer the matrix products of a linear layer over T tokens (its
    params as a [n / 1024, 1024] weight): forward 2 T n FLOPs, backward 4 T n (dX and dW),
    fp32 on the caller's thread, as a model's compute between the gathers (0 = none: the
@@ -44,6 +46,7 @@ typedef struct inf_cfg {
     int groups, ranks, steps;
     const char *dir;   /* nvme_path */
     int plain;         /* 1: no offload, no budget */
+    int grads_nvme;    /* 1: offload_gradients = nvme (else the host tier of the gradients) */
     size_t budget;     /* device bytes per rank (0: none) */
     int quiet;
     int tokens;           /* > 0: each layer's matrix products over this many tokens */
@@ -268,6 +271,7 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
     if (!c->plain) {
         d.offload_optimizer = ZERO_OFFLOAD_NVME;
         d.offload_param = c->params_on_device ? ZERO_OFFLOAD_NONE : ZERO_OFFLOAD_NVME;
+        d.offload_gradients = c->grads_nvme ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_NONE;
         d.nvme_path = c->dir;
         d.host_threads = 2;
     }
@@ -495,16 +499,19 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) c.dir = argv[++i];
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) c.budget = (size_t)inf_parse(argv[++i]);
         else if (!strcmp(argv[i], "--plain")) c.plain = 1;
+        else if (!strcmp(argv[i], "--grads-nvme")) c.grads_nvme = 1;
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) c.tokens = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_infinity [--params 4B] [--groups 80] [--ranks 1] [--steps 3] "
-                            "[--dir D] [--budget 2GB] [--plain] [--tokens T]\n");
+                            "[--dir D] [--budget 2GB] [--plain] [--grads-nvme] [--tokens T]\n");
             return 2;
         }
     }
     printf("bench_infinity: Psi = %.3g (%d layers), stage 3, bf16, %d rank(s), %d steps, %s\n",
            (double)c.params, c.groups, c.ranks, c.steps,
-           c.plain ? "no offload" : "params, gradients and optimizer state off the device (NVMe)");
+           c.plain ? "no offload"
+           : c.grads_nvme ? "params, gradients and optimizer state off the device (all three on NVMe)"
+                          : "params, gradients and optimizer state off the device (NVMe; gradients in host memory)");
     printf("model states 16 Psi = %.1f GB; this machine's RAM %.1f GB: %.2fx\n", 16.0 * (double)c.params / 1e9,
            ram / 1e9, 16.0 * (double)c.params / ram);
     if (!c.plain) {
@@ -536,11 +543,11 @@ int main(int argc, char **argv)
     printf("loss after %d steps %.6f (from %.6f): %s\n", c.steps, res.loss[c.steps], res.loss[0],
            res.loss[c.steps] < res.loss[0] ? "the loss moved down" : "THE LOSS DID NOT FALL");
     printf("rank 0 bytes: device %zu (params %zu, grads %zu, master+m+v %zu, arena+buckets+scratch %zu) | "
-           "host %zu | nvme %zu\n",
+           "host %zu (gradients %zu) | nvme %zu (gradients %zu)\n",
            res.dev.total_bytes, res.dev.bytes[ZERO_MEM_PARAM], res.dev.bytes[ZERO_MEM_GRAD],
            res.dev.bytes[ZERO_MEM_MASTER] + res.dev.bytes[ZERO_MEM_MOMENT1] + res.dev.bytes[ZERO_MEM_MOMENT2],
            res.dev.bytes[ZERO_MEM_GATHER] + res.dev.bytes[ZERO_MEM_BUCKET] + res.dev.bytes[ZERO_MEM_SCRATCH],
-           res.host.total_bytes, res.nvme.total_bytes);
+           res.host.total_bytes, res.host.bytes[ZERO_MEM_GRAD], res.nvme.total_bytes, res.nvme.bytes[ZERO_MEM_GRAD]);
     printf("peak RSS %.2f GB\n", (double)ru.ru_maxrss * 1024.0 / 1e9);
     if (c.steps > 1 && !c.plain) {
         double per = total / (double)(c.steps - 1);

@@ -40,6 +40,7 @@ typedef struct ec_cfg {
     zero_comm_ops *wrap_ops; /* optional: a comm wrapper (tests of group calls, failures) */
     /* offload (tests/test_offload.c): the engine's knobs and the host device's budget */
     zero_offload_device offload_opt, offload_param;
+    zero_offload_device offload_grad; /* engine offload_gradients */
     size_t sub_group;
     int host_threads;
     size_t device_capacity;
@@ -171,6 +172,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->persist_numel = c->persist;
     d->offload_optimizer = c->offload_opt;
     d->offload_param = c->offload_param;
+    d->offload_gradients = c->offload_grad;
     d->sub_group_size = c->sub_group;
     d->host_threads = c->host_threads;
     d->nvme_path = c->nvme_path;
