@@ -53,7 +53,7 @@ LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
 TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
 
 # tests that run a bench's code at a small size
-build/test_infinity build/san/test_infinity: bench/bench_infinity.c
+build/test_infinity build/san/test_infinity build/bench_overlap: bench/bench_infinity.c
 
 build/zero_impl.o: tests/zero_impl.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
@@ -79,8 +79,9 @@ build/test_nccl_mock: ALL_CFLAGS += -Itests/mock
 build/san/test_nccl_mock: SAN_FLAGS += -Itests/mock
 build/test_nccl_mock build/san/test_nccl_mock: $(wildcard tests/mock/*.h)
 
-# The GPT example's activation-offload test runs the example: make test builds it first.
+# The GPT example's activation-offload and tiling tests run the example: make test builds it first.
 build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
+build/test_gpt2_tiling build/san/test_gpt2_tiling: build/train_gpt2 $(wildcard examples/*.h)
 
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)

@@ -68,6 +68,8 @@ typedef struct gpt2_opts {
     const char *nvme_path;
     zero_offload_device oact; /* --offload-activations: checkpoint each block's input in this
                                  tier, recompute the block in the backward (none = keep all) */
+    int tile_embedding;       /* --tile-embedding K: wte (embedding and LM head) as K tile
+                                 groups, gathered one at a time (0 = one tensor in group 0) */
     /* files */
     const char *save_dir, *resume_dir; /* checkpoints                           */
     int save_every;                    /* save every K steps and after the last */
@@ -120,6 +122,7 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --nvme-path DIR\n"
             "         --offload-activations none|host|nvme   (train_gpt2.c) checkpoint each block's input there\n"
+            "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
             prog, GPT2_DEFAULT_DATA);
 }
@@ -191,6 +194,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--offload-param")) bad = gpt2_parse_tier(v, &o->oparam) != 0;
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
+        else if (!strcmp(k, "--tile-embedding")) o->tile_embedding = atoi(v), bad = o->tile_embedding < 1;
         else if (!strcmp(k, "--save")) o->save_dir = v;
         else if (!strcmp(k, "--save-every")) o->save_every = atoi(v);
         else if (!strcmp(k, "--resume")) o->resume_dir = v;
@@ -220,6 +224,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (o->steps < 1 || o->accum < 1) why = "--steps and --accum must be >= 1";
         else if (!(o->lr >= 0) || !(o->lr_min_frac >= 0) || o->warmup < 0 || !(o->clip >= 0))
             why = "--lr, --lr-min-frac, --warmup, --clip must be >= 0";
+        else if (o->tile_embedding > c->vocab) why = "--tile-embedding K needs 1 <= K <= --vocab";
         else if (o->val_every < 0 || o->val_batches < 1 || o->sample < 0 || o->log_every < 0 ||
                  o->save_every < 0)
             why = "--val-every, --sample, --save-every, --log-every >= 0; --val-batches >= 1";
@@ -243,6 +248,44 @@ static inline double gpt2_lr(const gpt2_opts *o, int step)
     if (o->steps - 1 <= o->warmup) return o->lr;
     ratio = (double)(step - o->warmup) / (double)(o->steps - 1 - o->warmup);
     return lo + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (o->lr - lo);
+}
+
+/* ---- the engine's settings -------------------------------------------------------------- */
+
+/* The CPU example's engine descriptor for a run at 'stage' with B sequences per rank (device
+   and comm left NULL for the caller): AdamW as GPT-2, the clip, the offload tiers, and with
+   --offload-activations room for every block's input. */
+static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_engine_desc *d)
+{
+    const gpt2_config *c = &o->cfg;
+    memset(d, 0, sizeof *d);
+    d->stage = stage;
+    d->param_dtype = o->dtype;
+    d->accum_steps = o->accum;
+    d->adam.mode = ZERO_ADAMW;
+    d->adam.lr = o->lr;
+    d->adam.beta1 = GPT2_BETA1;
+    d->adam.beta2 = GPT2_BETA2;
+    d->adam.eps = GPT2_EPS;
+    d->adam.weight_decay = GPT2_WEIGHT_DECAY;
+    d->clip_norm = o->clip;
+    /* No stage-3 prefetch: the host device's collectives are synchronous (nothing to
+       overlap), and a prefetch of group 0 at the end of the backward would go unused (its
+       gradients need no params), so the traffic is the paper's 3 Psi exactly. */
+    d->prefetch_depth = -1;
+    d->offload_optimizer = o->oopt;
+    d->offload_param = o->oparam;
+    d->nvme_path = o->nvme_path;
+    if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
+        size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * c->seq * c->channels);
+        d->offload_activations = o->oact;
+        if (o->oact == ZERO_OFFLOAD_NVME) {
+            d->activation_nvme_bytes = span * (size_t)c->layers;
+            d->activation_host_bytes = 2 * span; /* staging: a stash being written, a read-ahead */
+        } else {
+            d->activation_host_bytes = span * (size_t)c->layers;
+        }
+    }
 }
 
 /* ---- the parameter table ----------------------------------------------------------------- */
@@ -311,25 +354,43 @@ static inline void gpt2_param_table(const gpt2_config *c, gpt2_tensor *t)
     }
 }
 
-/* Registers the table's tensors (with shapes) and records their ids. */
-static inline zero_result gpt2_add_tensors(zero_engine *e, const gpt2_config *c, gpt2_tensor *t)
+/* Group of tile k when wte is registered in tiles (--tile-embedding K): after the blocks,
+   so block l stays group 1 + l and group 0 keeps wpe and ln_f. */
+static inline int gpt2_tile_group(const gpt2_config *c, int k) { return 1 + c->layers + k; }
+
+/* Registers the table's tensors (with shapes) and records their ids. tiles > 0: wte as that
+   many tile groups (zero_engine_add_tiled_tensor, groups gpt2_tile_group(c, 0..tiles-1)),
+   its table entry's id set to -1 and tile 0's id in *wte_tile0 (tile k: zero_engine_tile_view). */
+static inline zero_result gpt2_add_tensors_tiled(zero_engine *e, const gpt2_config *c, gpt2_tensor *t, int tiles,
+                                                 int *wte_tile0)
 {
     int i;
     for (i = 0; i < gpt2_num_tensors(c); i++) {
-        zero_result r = zero_engine_add_tensor_shape(e, t[i].name, t[i].ndim, t[i].dims, t[i].group,
-                                                     t[i].flags, &t[i].id);
+        zero_result r;
+        if (i == GPT2_WTE && tiles > 0) continue;
+        r = zero_engine_add_tensor_shape(e, t[i].name, t[i].ndim, t[i].dims, t[i].group, t[i].flags, &t[i].id);
         if (r != ZERO_OK) return r;
     }
-    return ZERO_OK;
+    if (tiles <= 0) return ZERO_OK;
+    t[GPT2_WTE].id = -1;
+    return zero_engine_add_tiled_tensor(e, t[GPT2_WTE].name, (size_t)t[GPT2_WTE].dims[0], (size_t)t[GPT2_WTE].dims[1],
+                                        tiles, gpt2_tile_group(c, 0), t[GPT2_WTE].flags, wte_tile0);
 }
 
-/* After commit: each tensor's offset in its group's buffer. */
+/* Registers the table's tensors (with shapes) and records their ids. */
+static inline zero_result gpt2_add_tensors(zero_engine *e, const gpt2_config *c, gpt2_tensor *t)
+{
+    return gpt2_add_tensors_tiled(e, c, t, 0, NULL);
+}
+
+/* After commit: each tensor's offset in its group's buffer (a tiled wte: zero_engine_tile_view). */
 static inline zero_result gpt2_offsets(const zero_plan *plan, const gpt2_config *c, gpt2_tensor *t)
 {
     int i;
     for (i = 0; i < gpt2_num_tensors(c); i++) {
         zero_tensor_info ti;
         zero_result r;
+        if (t[i].id < 0) continue;
         memset(&ti, 0, sizeof ti);
         r = zero_plan_tensor(plan, t[i].id, &ti);
         if (r != ZERO_OK) return r;
@@ -374,11 +435,14 @@ static inline void gpt2_init_values(const gpt2_config *c, const gpt2_tensor *t, 
         vals[j] = t[i].ndim == 2 ? (float)(std * gpt2_rng_normal(&s)) : (is_ln_w ? 1.0f : 0.0f);
 }
 
-/* Sets every tensor to its initial value (the same on every rank). */
-static inline zero_result gpt2_set_init(zero_engine *e, const gpt2_config *c, const gpt2_tensor *t, uint64_t seed)
+/* Sets every tensor to its initial value (the same on every rank); a wte registered in
+   'tiles' tiles (gpt2_add_tensors_tiled, tile 0 = wte_tile0) gets each tile's rows of the
+   same values. */
+static inline zero_result gpt2_set_init_tiled(zero_engine *e, const gpt2_config *c, const gpt2_tensor *t,
+                                              uint64_t seed, int tiles, int wte_tile0)
 {
     size_t most = 0;
-    int i;
+    int i, k;
     float *vals;
     zero_result r = ZERO_OK;
     for (i = 0; i < gpt2_num_tensors(c); i++)
@@ -387,10 +451,23 @@ static inline zero_result gpt2_set_init(zero_engine *e, const gpt2_config *c, co
     if (!vals) return ZERO_ERROR_OUT_OF_MEMORY;
     for (i = 0; i < gpt2_num_tensors(c) && r == ZERO_OK; i++) {
         gpt2_init_values(c, t, i, seed, vals);
-        r = zero_engine_set_tensor(e, t[i].id, vals);
+        if (t[i].id >= 0) {
+            r = zero_engine_set_tensor(e, t[i].id, vals);
+            continue;
+        }
+        for (k = 0; k < tiles && r == ZERO_OK; k++) {
+            zero_tile_view v;
+            r = zero_engine_tile_view(e, wte_tile0, k, &v);
+            if (r == ZERO_OK) r = zero_engine_set_tensor(e, v.tensor, vals + v.row0 * v.cols);
+        }
     }
     free(vals);
     return r;
+}
+
+static inline zero_result gpt2_set_init(zero_engine *e, const gpt2_config *c, const gpt2_tensor *t, uint64_t seed)
+{
+    return gpt2_set_init_tiled(e, c, t, seed, 0, -1);
 }
 
 /* ---- data -------------------------------------------------------------------------------- */

@@ -320,7 +320,12 @@ typedef struct model {
     size_t floats;              /* allocated by model_alloc                       */
     size_t block_bytes;         /* one block's activations                        */
     float *lnf, *lnf_mean, *lnf_rstd, *logits; /* logits [BT, V]: probs after the loss */
-    float *wteT;                /* [C, V]: wte transposed for the head's forward  */
+    float *wteT;                /* [C, V]: wte transposed for the head's forward (tiled:
+                                   [C, tile_rows], one tile's)                    */
+    int tiles;                  /* --tile-embedding K: wte in K tile groups (0: whole) */
+    zero_tile_view *tv;         /* [tiles]: each tile's group, rows and offset     */
+    size_t tile_rows;           /* the largest tile's rows                        */
+    float *tile_f32, *tile_grad; /* bf16/fp16: one tile's params, its fp32 gradient */
     float *dres;                /* [BT, C]: the residual stream's gradient        */
     bwd_scratch s;
     float **bufs;               /* every buffer above, for freeing                */
@@ -377,13 +382,15 @@ static void model_free(model *m)
     free(m->bufs);
     free(m->acts);
     free(m->tab);
+    free(m->tv);
     memset(m, 0, sizeof *m);
 }
 
 /* After commit: offsets, group sizes and every buffer for B sequences of T (ckpt: one
-   block's activations and the block input buffer instead of every block's). */
+   block's activations and the block input buffer instead of every block's; tiles > 0: wte's
+   tiles from tile 0's id wte_tile0, and buffers of one tile instead of the whole wte). */
 static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gpt2_tensor *tab, int B, zero_dtype dt,
-                              int ckpt)
+                              int ckpt, int tiles, int wte_tile0)
 {
     const zero_plan *plan = zero_engine_plan(e);
     zero_group_info gi;
@@ -391,8 +398,15 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     size_t BT = (size_t)B * T;
     zero_result r;
     memset(m, 0, sizeof *m);
-    m->c = *c, m->B = B, m->T = T, m->e = e, m->dt = dt, m->tab = tab, m->ckpt = ckpt;
+    m->c = *c, m->B = B, m->T = T, m->e = e, m->dt = dt, m->tab = tab, m->ckpt = ckpt, m->tiles = tiles;
     if ((r = gpt2_offsets(plan, c, tab)) != ZERO_OK) return r;
+    if (tiles > 0) {
+        if (!(m->tv = (zero_tile_view *)calloc((size_t)tiles, sizeof *m->tv))) return ZERO_ERROR_OUT_OF_MEMORY;
+        for (l = 0; l < tiles; l++) {
+            if ((r = zero_engine_tile_view(e, wte_tile0, l, &m->tv[l])) != ZERO_OK) return r;
+            if (m->tv[l].rows > m->tile_rows) m->tile_rows = m->tv[l].rows;
+        }
+    }
     if ((r = zero_plan_group(plan, 0, &gi)) != ZERO_OK) return r;
     m->emb_numel = gi.used_numel;
     if ((r = zero_plan_group(plan, 1, &gi)) != ZERO_OK) return r;
@@ -432,7 +446,11 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     M_ALLOC(m->lnf_mean, BT);
     M_ALLOC(m->lnf_rstd, BT);
     M_ALLOC(m->logits, BT * c->vocab);
-    M_ALLOC(m->wteT, (size_t)C * c->vocab);
+    M_ALLOC(m->wteT, (size_t)C * (tiles > 0 ? m->tile_rows : (size_t)c->vocab));
+    if (tiles > 0 && dt != ZERO_F32) {
+        M_ALLOC(m->tile_f32, m->tile_rows * C);
+        M_ALLOC(m->tile_grad, m->tile_rows * C);
+    }
     M_ALLOC(m->dres, BT * C);
     M_ALLOC(m->s.d4a, BT * 4 * C);
     M_ALLOC(m->s.d4b, BT * 4 * C);
@@ -457,7 +475,26 @@ static zero_result view_group(model *m, int g, void *p, float **w)
         if ((r = zero_convert(base, ZERO_F32, p, m->dt, numel, ZERO_SIMD_AUTO)) != ZERO_OK) return r;
     }
     for (k = 0; k < n; k++) w[k] = base + m->tab[first + k].offset;
+    if (g == 0 && m->tiles > 0) w[GPT2_WTE] = NULL; /* in its tiles' groups */
     return ZERO_OK;
+}
+
+/* Gathers tile k of the tiled wte (counted like any gather: release its group) and points *w
+   at its rows [tv[k].row0, + tv[k].rows) x C in fp32. */
+static zero_result gather_tile(model *m, int k, float **w)
+{
+    const zero_tile_view *v = &m->tv[k];
+    void *p;
+    zero_result r = gather_timed(m, v->group, &p);
+    if (r != ZERO_OK) return r;
+    p = (char *)p + v->offset * zero_dtype_size(m->dt);
+    *w = (float *)p;
+    if (m->dt != ZERO_F32) {
+        *w = m->tile_f32;
+        r = zero_convert(m->tile_f32, ZERO_F32, p, m->dt, v->rows * v->cols, ZERO_SIMD_AUTO);
+        if (r != ZERO_OK) zero_engine_release(m->e, v->group);
+    }
+    return r;
 }
 
 /* The forward of B sequences of T positions (B <= m->B, T <= m->T) of tokens x: the logits
@@ -470,12 +507,25 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
     const float *in;
     void *p;
     zero_result r;
-    /* group 0 stays gathered through the forward: the head uses wte again */
+    /* group 0 stays gathered through the forward: the head uses wte again (tiled: wpe and
+       ln_f; each tile is gathered for the lookup and again for the head) */
     if ((r = gather_timed(m, 0, &p)) != ZERO_OK) return r;
     if ((r = view_group(m, 0, p, emb)) != ZERO_OK) goto out;
-    for (i = 0; i < BT; i++) { /* wte[token] + wpe[position] */
-        const float *te = emb[GPT2_WTE] + (size_t)x[i] * C, *pe = emb[GPT2_WPE] + (size_t)(i % T) * C;
-        for (k = 0; k < C; k++) m->encoded[(size_t)i * C + k] = te[k] + pe[k];
+    for (l = 0; l < (m->tiles > 0 ? m->tiles : 1); l++) { /* wte[token] + wpe[position] */
+        size_t row0 = 0, rows = (size_t)V;
+        float *wte = emb[GPT2_WTE];
+        if (m->tiles > 0) { /* the positions whose token is a row of tile l */
+            if ((r = gather_tile(m, l, &wte)) != ZERO_OK) goto out;
+            row0 = m->tv[l].row0, rows = m->tv[l].rows;
+        }
+        for (i = 0; i < BT; i++) {
+            size_t row = (size_t)x[i] - row0; /* wraps past rows when below row0 */
+            const float *te, *pe;
+            if (row >= rows) continue;
+            te = wte + row * C, pe = emb[GPT2_WPE] + (size_t)(i % T) * C;
+            for (k = 0; k < C; k++) m->encoded[(size_t)i * C + k] = te[k] + pe[k];
+        }
+        if (m->tiles > 0) zero_engine_release(m->e, m->tv[l].group);
     }
     in = m->encoded;
     if (m->ckpt) in = memcpy(m->x, m->encoded, sizeof(float) * (size_t)BT * C);
@@ -499,9 +549,24 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
         memcpy(m->x, a->res3, sizeof(float) * (size_t)BT * C);
     }
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, in, emb[GPT2_LNF_W], emb[GPT2_LNF_B], BT, C);
-    for (i = 0; i < V; i++) /* the head is wte: logits = lnf wte^T */
-        for (t = 0; t < C; t++) m->wteT[(size_t)t * V + i] = emb[GPT2_WTE][(size_t)i * C + t];
-    matmul_forward(m->logits, m->lnf, m->wteT, NULL, BT, C, V);
+    if (m->tiles == 0) {
+        for (i = 0; i < V; i++) /* the head is wte: logits = lnf wte^T */
+            for (t = 0; t < C; t++) m->wteT[(size_t)t * V + i] = emb[GPT2_WTE][(size_t)i * C + t];
+        matmul_forward(m->logits, m->lnf, m->wteT, NULL, BT, C, V);
+        goto out;
+    }
+    /* tiled: the logits of tile l's rows (columns row0 .. row0 + rows - 1) from that tile alone;
+       each logit is the same sum over C in the same order as the whole product's */
+    memset(m->logits, 0, sizeof(float) * (size_t)BT * V);
+    for (l = 0; l < m->tiles; l++) {
+        int rows = (int)m->tv[l].rows;
+        float *wt;
+        if ((r = gather_tile(m, l, &wt)) != ZERO_OK) goto out;
+        for (i = 0; i < rows; i++)
+            for (t = 0; t < C; t++) m->wteT[(size_t)t * rows + i] = wt[(size_t)i * C + t];
+        zero_engine_release(m->e, m->tv[l].group);
+        matmul_acc(m->logits + m->tv[l].row0, V, m->lnf, C, 1, m->wteT, rows, BT, rows, C);
+    }
 out:
     zero_engine_release(m->e, 0);
     return r;
@@ -548,12 +613,23 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
     if (r == ZERO_OK) {
         float *dlnf = m->s.dc;
         memset(dlnf, 0, sizeof(float) * (size_t)BT * C);
-        matmul_acc(dlnf, C, m->logits, V, 1, emb[GPT2_WTE], C, BT, C, V);         /* dlnf = dlogits wte      */
-        matmul_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, V, C, BT);      /* dwte += dlogits^T lnf   */
+        if (m->tiles == 0) {
+            matmul_acc(dlnf, C, m->logits, V, 1, emb[GPT2_WTE], C, BT, C, V);    /* dlnf = dlogits wte      */
+            matmul_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, V, C, BT); /* dwte += dlogits^T lnf   */
+        }
+        /* tiled: dlnf tile by tile, adding the products in the same order over V; the
+           tiles' dwte waits for the end of the backward (it needs dlogits and lnf only) */
+        for (l = 0; l < m->tiles && r == ZERO_OK; l++) {
+            float *wt;
+            if ((r = gather_tile(m, l, &wt)) != ZERO_OK) break;
+            matmul_acc(dlnf, C, m->logits + m->tv[l].row0, V, 1, wt, C, BT, C, (int)m->tv[l].rows);
+            zero_engine_release(m->e, m->tv[l].group);
+        }
         memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
-        layernorm_backward(m->dres, demb[GPT2_LNF_W], demb[GPT2_LNF_B], dlnf,
-                           m->ckpt ? m->x : c->layers ? m->acts[c->layers - 1].res3 : m->encoded, emb[GPT2_LNF_W],
-                           m->lnf_mean, m->lnf_rstd, BT, C);
+        if (r == ZERO_OK)
+            layernorm_backward(m->dres, demb[GPT2_LNF_W], demb[GPT2_LNF_B], dlnf,
+                               m->ckpt ? m->x : c->layers ? m->acts[c->layers - 1].res3 : m->encoded,
+                               emb[GPT2_LNF_W], m->lnf_mean, m->lnf_rstd, BT, C);
     }
     zero_engine_release(m->e, 0);
     if (r != ZERO_OK) return r;
@@ -585,12 +661,34 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         if (r != ZERO_OK || (r = grads_ready_timed(m, grp)) != ZERO_OK) return r;
     }
     for (i = 0; i < BT; i++) { /* the embeddings: wte[token] and wpe[position] += dres */
-        float *dte = demb[GPT2_WTE] + (size_t)x[i] * C, *dpe = demb[GPT2_WPE] + (size_t)(i % T) * C;
+        float *dpe = demb[GPT2_WPE] + (size_t)(i % T) * C;
         const float *d = m->dres + (size_t)i * C;
-        for (k = 0; k < C; k++) {
-            dte[k] += d[k];
-            dpe[k] += d[k];
+        if (m->tiles == 0) {
+            float *dte = demb[GPT2_WTE] + (size_t)x[i] * C;
+            for (k = 0; k < C; k++) dte[k] += d[k];
         }
+        for (k = 0; k < C; k++) dpe[k] += d[k];
+    }
+    /* tiled: each tile's gradient, the head's part (dlogits^T lnf over the tile's rows) and
+       then the lookup's rows, in the untiled order per element, handed over once */
+    for (l = 0; l < m->tiles; l++) {
+        const zero_tile_view *v = &m->tv[l];
+        size_t rows = v->rows;
+        float *gt;
+        if ((r = grads_timed(m, v->group, &g)) != ZERO_OK) return r;
+        g = (char *)g + v->offset * zero_dtype_size(m->dt);
+        gt = m->dt == ZERO_F32 ? (float *)g : m->tile_grad;
+        if (m->dt != ZERO_F32) memset(gt, 0, sizeof(float) * rows * C);
+        matmul_acc(gt, C, m->logits + v->row0, 1, V, m->lnf, C, (int)rows, C, BT);
+        for (i = 0; i < BT; i++) {
+            size_t row = (size_t)x[i] - v->row0; /* wraps past rows when below row0 */
+            const float *d = m->dres + (size_t)i * C;
+            if (row < rows)
+                for (k = 0; k < C; k++) gt[row * C + k] += d[k];
+        }
+        if (m->dt != ZERO_F32 && (r = zero_convert(g, m->dt, gt, ZERO_F32, rows * C, ZERO_SIMD_AUTO)) != ZERO_OK)
+            return r;
+        if ((r = grads_ready_timed(m, v->group)) != ZERO_OK) return r;
     }
     if ((r = grads_timed(m, 0, &g)) != ZERO_OK) return r;
     r = zero_convert(g, m->dt, m->emb_grad, ZERO_F32, m->emb_numel, ZERO_SIMD_AUTO);
@@ -618,7 +716,9 @@ typedef struct run {
     size_t psi;             /* the plan's padded total                               */
     int skipped;
     float final_scale;
-    float *final_params;    /* every tensor's fp32 master, table order (each rank its shard) */
+    float *final_params;    /* every tensor's fp32 master, table order (each rank its shard);
+                               NULL with one rank: keep_params hashes into params_sum */
+    uint64_t params_sum;
     size_t total_numel;
     char sample[4096];      /* rank 0's generated text                                 */
     FILE *log;              /* --log CSV, rank 0                                     */
@@ -686,22 +786,45 @@ static zero_result generate(model *m, const run *R, uint64_t *rng, char *out, si
     return r;
 }
 
-/* Writes this rank's shard of every tensor's fp32 master into R->final_params. */
-static zero_result keep_params(zero_engine *e, const gpt2_config *c, const gpt2_tensor *tab, run *R)
+/* FNV-1a, continued from h over n more bytes (h = FNV1A64_START to begin). */
+#define FNV1A64_START 0xcbf29ce484222325ull
+static uint64_t fnv1a64(uint64_t h, const void *p, size_t n)
 {
+    const unsigned char *b = (const unsigned char *)p;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Writes this rank's shard of every tensor's fp32 master into R->final_params (a tiled wte:
+   each tile's rows in their place), table order. One rank and no R->final_params: hashes
+   the values in that order into R->params_sum instead (a large model's checksum without a
+   second copy of its params). */
+static zero_result keep_params(const model *m, run *R)
+{
+    const gpt2_config *c = &m->c;
+    const gpt2_tensor *tab = m->tab;
     size_t most = 0, at = 0;
-    int i;
+    int i, k;
     float *buf;
     zero_result r = ZERO_OK;
+    R->params_sum = FNV1A64_START;
     for (i = 0; i < gpt2_num_tensors(c); i++)
         if (tab[i].numel > most) most = tab[i].numel;
     if (!(buf = (float *)malloc(most * sizeof(float)))) return ZERO_ERROR_OUT_OF_MEMORY;
     for (i = 0; i < gpt2_num_tensors(c) && r == ZERO_OK; i++) {
-        zero_range own;
-        memset(&own, 0, sizeof own);
-        r = zero_engine_read_tensor(e, tab[i].id, ZERO_STATE_MASTER, buf, &own);
-        if (r == ZERO_OK)
-            memcpy(R->final_params + at + own.offset, buf + own.offset, own.numel * sizeof(float));
+        int parts = tab[i].id < 0 ? m->tiles : 1;
+        for (k = 0; k < parts && r == ZERO_OK; k++) {
+            zero_range own;
+            size_t first = tab[i].id < 0 ? m->tv[k].row0 * m->tv[k].cols : 0;
+            memset(&own, 0, sizeof own);
+            r = zero_engine_read_tensor(m->e, tab[i].id < 0 ? m->tv[k].tensor : tab[i].id, ZERO_STATE_MASTER,
+                                        buf, &own);
+            if (r != ZERO_OK) break;
+            if (R->final_params)
+                memcpy(R->final_params + at + first + own.offset, buf + own.offset, own.numel * sizeof(float));
+            else R->params_sum = fnv1a64(R->params_sum, buf + own.offset, own.numel * sizeof(float));
+        }
         at += tab[i].numel;
     }
     free(buf);
@@ -719,7 +842,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     zero_engine_desc d;
     model m;
     gpt2_tensor *tab = NULL;
-    int *x = NULL, *y = NULL;
+    int *x = NULL, *y = NULL, wte_tile0 = -1;
     gpt2_client cl;
     zero_result r = ZERO_OK;
     double tstep;
@@ -733,47 +856,20 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         hd.capacity = o->device_memory;
         CHECK(zero_host_device_create(&hd, &dev));
     }
-    memset(&d, 0, sizeof d);
-    d.stage = R->stage;
-    d.param_dtype = o->dtype;
-    d.accum_steps = o->accum;
-    d.adam.mode = ZERO_ADAMW;
-    d.adam.lr = o->lr;
-    d.adam.beta1 = GPT2_BETA1;
-    d.adam.beta2 = GPT2_BETA2;
-    d.adam.eps = GPT2_EPS;
-    d.adam.weight_decay = GPT2_WEIGHT_DECAY;
-    d.clip_norm = o->clip;
-    /* No stage-3 prefetch: the host device's collectives are synchronous (nothing to
-       overlap), and a prefetch of group 0 at the end of the backward would go unused (its
-       gradients need no params), so the traffic is the paper's 3 Psi exactly. */
-    d.prefetch_depth = -1;
-    d.offload_optimizer = o->oopt;
-    d.offload_param = o->oparam;
-    d.nvme_path = o->nvme_path;
-    if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
-        size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * T * c->channels);
-        d.offload_activations = o->oact;
-        if (o->oact == ZERO_OFFLOAD_NVME) {
-            d.activation_nvme_bytes = span * (size_t)c->layers;
-            d.activation_host_bytes = 2 * span; /* staging: a stash being written, a read-ahead */
-        } else {
-            d.activation_host_bytes = span * (size_t)c->layers;
-        }
-    }
+    gpt2_engine_desc(o, R->stage, B, &d);
     d.device = dev;
     d.comm = comm;
     CHECK(zero_engine_create(&d, &e));
     tab = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(c));
     if (!tab) CHECK(ZERO_ERROR_OUT_OF_MEMORY);
     gpt2_param_table(c, tab);
-    CHECK(gpt2_add_tensors(e, c, tab));
+    CHECK(gpt2_add_tensors_tiled(e, c, tab, o->tile_embedding, &wte_tile0));
     CHECK(zero_engine_commit(e));
-    r = model_init(&m, e, c, tab, B, o->dtype, o->oact != ZERO_OFFLOAD_NONE);
+    r = model_init(&m, e, c, tab, B, o->dtype, o->oact != ZERO_OFFLOAD_NONE, o->tile_embedding, wte_tile0);
     tab = NULL; /* the model owns it */
     if (r != ZERO_OK) goto done;
     if (o->init_path) CHECK(zero_engine_load_safetensors(e, o->init_path));
-    else CHECK(gpt2_set_init(e, c, m.tab, o->seed));
+    else CHECK(gpt2_set_init_tiled(e, c, m.tab, o->seed, o->tile_embedding, wte_tile0));
     if (o->resume_dir) { /* the engine's state, and ours: the data position and the generator */
         size_t got = 0;
         CHECK(zero_engine_load_client(e, o->resume_dir, &cl, sizeof cl, &got));
@@ -867,7 +963,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
                o->oact == ZERO_OFFLOAD_NVME ? "nvme" : "host", (unsigned long long)as.staging_hits,
                (unsigned long long)as.prefetch_hits, (unsigned long long)as.demand_reads);
     }
-    CHECK(keep_params(e, c, m.tab, R));
+    CHECK(keep_params(&m, R));
     if (o->sample > 0) {
         char text[sizeof R->sample];
         CHECK(generate(&m, R, &cl.rng, text, sizeof text));
@@ -911,15 +1007,6 @@ static zero_result launch(run *R)
 #endif
 }
 
-static uint64_t fnv1a64(const void *p, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    size_t i;
-    for (i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static double states_of(const zero_engine_memory *m)
 {
     return (double)(m->bytes[ZERO_MEM_PARAM] + m->bytes[ZERO_MEM_GRAD] + m->bytes[ZERO_MEM_MASTER] +
@@ -940,7 +1027,7 @@ int main(int argc, char **argv)
     gpt2_opts o;
     gpt2_data data;
     char err[512];
-    int rc, first = 0, last = 3, st, same = 1;
+    int rc, first = 0, last = 3, st, same = 1, keep_all;
     double ref_final = 0.0;
     uint64_t ref_sum = 0;
     size_t total = 0;
@@ -948,6 +1035,16 @@ int main(int argc, char **argv)
     gpt2_opts_default(&o);
     rc = gpt2_parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
+    if (o.tile_embedding > 0 && o.init_path) {
+        fprintf(stderr, "%s: --init reads a whole transformer.wte.weight; it cannot fill --tile-embedding's tiles\n",
+                argv[0]);
+        return 2;
+    }
+#ifdef ZERO_GPT2_MPI
+    keep_all = 1;
+#else
+    keep_all = o.ranks > 1; /* one rank hashes its params as it reads them (keep_params) */
+#endif
 #ifdef ZERO_GPT2_MPI
     {
         int world = 0, me = 0, given = 0, a;
@@ -1009,9 +1106,9 @@ int main(int argc, char **argv)
         R.total_numel = total;
         R.end_step = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
         R.loss = (double *)calloc((size_t)o.steps, sizeof(double));
-        R.final_params = (float *)calloc(total, sizeof(float));
+        if (keep_all) R.final_params = (float *)calloc(total, sizeof(float));
         if (o.log_path && st == last) R.log = fopen(o.log_path, "w");
-        if (!R.loss || !R.final_params || (o.log_path && st == last && !R.log)) {
+        if (!R.loss || (keep_all && !R.final_params) || (o.log_path && st == last && !R.log)) {
             fprintf(stderr, "out of memory (or --log %s cannot be written)\n", o.log_path ? o.log_path : "");
             free(R.loss);
             free(R.final_params);
@@ -1029,7 +1126,7 @@ int main(int argc, char **argv)
             gpt2_data_free(&data);
             return finish(1);
         }
-        sum = fnv1a64(R.final_params, total * sizeof(float));
+        sum = R.final_params ? fnv1a64(FNV1A64_START, R.final_params, total * sizeof(float)) : R.params_sum;
         meas_t = R.traffic.bytes[ZERO_COLL_ALL_GATHER] + R.traffic.bytes[ZERO_COLL_REDUCE_SCATTER] +
                  R.traffic.bytes[ZERO_COLL_ALL_REDUCE] + R.traffic.bytes[ZERO_COLL_BROADCAST];
         if (first != last) {

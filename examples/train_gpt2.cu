@@ -961,6 +961,11 @@ int main(int argc, char **argv)
                         "not supported here\n");
         return 2;
     }
+    if (o.tile_embedding) {
+        fprintf(stderr, PROG ": --tile-embedding is implemented by the CPU example (train_gpt2); "
+                        "not supported here\n");
+        return 2;
+    }
     /* cuBLAS takes the rows (batch x seq per rank) as int, the token lists hold positions */
     if ((long long)o.batch * o.cfg.seq > INT_MAX) {
         fprintf(stderr, PROG ": --batch x --seq must stay below 2^31\n");

@@ -369,6 +369,38 @@ ZT_TEST(help_and_unknown_options_everywhere)
     ZT_CHECK(R.status == 2 && strstr(R.err, "usage: zero-ckpt") != NULL);
 }
 
+/* train_gpt2 --help names every option its parser (examples/gpt2_common.h, shared with the
+   CUDA example) accepts: each `!strcmp(k, "--X")` of the source but --help appears in the
+   usage. */
+ZT_TEST(gpt2_help_names_every_option)
+{
+    static char src[65536];
+    FILE *f;
+    size_t n;
+    const char *p;
+    int options = 0;
+    if (access("build/train_gpt2", X_OK) != 0) ZT_SKIP("build/train_gpt2 not built");
+    f = fopen("examples/gpt2_common.h", "r");
+    ZT_CHECK(f != NULL);
+    if (!f) return;
+    n = fread(src, 1, sizeof src - 1, f);
+    src[n] = '\0';
+    fclose(f);
+    run_cmd("build/train_gpt2 --help");
+    ZT_CHECK(R.status == 0);
+    for (p = src; (p = strstr(p, "!strcmp(k, \"--")) != NULL; p++) {
+        char opt[64];
+        const char *q = p + 12, *end = strchr(q, '"');
+        if (!end || end - q >= (long)sizeof opt) continue;
+        memcpy(opt, q, (size_t)(end - q));
+        opt[end - q] = '\0';
+        if (!strcmp(opt, "--help")) continue; /* what prints it */
+        options++;
+        ZT_CHECKF(strstr(R.out, opt) != NULL, "build/train_gpt2 --help does not name %s", opt);
+    }
+    ZT_CHECKF(options >= 30, "only %d options found in examples/gpt2_common.h", options);
+}
+
 /* train_mlp's sizes: a batch that cannot be indexed is refused by name; a run whose buffers
    do not fit (an address-space limit makes it certain) says which allocation failed and how
    large it was, exit 1, instead of crashing or printing an empty detail. */
@@ -446,6 +478,7 @@ int main(void)
     ZT_RUN(help_goes_to_stdout);
     ZT_RUN(offload_tiers);
     ZT_RUN(help_and_unknown_options_everywhere);
+    ZT_RUN(gpt2_help_names_every_option);
     ZT_RUN(train_mlp_sizes_that_do_not_fit);
     ZT_RUN(ckpt_info_escapes_names);
     return zt_summary();
