@@ -1565,7 +1565,8 @@ typedef struct zero_gather_stats {
                                    set_tensor, read_tensor, checkpoints                     */
     uint64_t nvme_reads_wasted; /* read ahead and dropped unused (a step, a changed order)  */
     int nvme_reads_in_flight_max; /* most reads ahead in flight at once (<= param_read_ahead) */
-    double nvme_read_wait_s;    /* seconds gathers spent waiting for shard reads             */
+    double nvme_read_wait_s;    /* seconds spent waiting for shard reads (and verifying their
+                                   checksums, on the caller's thread)                        */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */

@@ -14,8 +14,11 @@
    caller spent inside zero_engine_gather (the part of the reads not hidden) and the disk's
    read rate measured first (zero_io, O_DIRECT, 1 MiB, depth 8, same directory).
 
-       build/bench_overlap [--params 100M] [--groups 8] [--tokens 1,4,16,64,256] [--steps 3]
+       build/bench_overlap [--params 50M] [--groups 8] [--tokens 1,4,16,64] [--steps 3]
                            [--reps 2] [--dir /var/tmp]
+
+   (the defaults take about two minutes on 2 cores, for make bench; docs/BENCHMARKS.md has
+   --params 100M --groups 16 --tokens 1,4,16,64,256)
 
    Timings are steps 2.. (the first step reads nothing: the tier starts as the files'
    zeros); each figure is the best of those steps over --reps runs of each kind, run in
@@ -40,11 +43,11 @@ int main(int argc, char **argv)
 {
     inf_cfg c;
     inf_result dev, nv;
-    const char *tok = "1,4,16,64,256";
+    const char *tok = "1,4,16,64";
     double wr = 0, rd = 0;
     int i, reps = 2;
     memset(&c, 0, sizeof c);
-    c.params = 100000000ull;
+    c.params = 50000000ull;
     c.groups = 8;
     c.ranks = 1;
     c.steps = 3;
@@ -57,7 +60,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) c.dir = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_overlap [--params 100M] [--groups 8] [--tokens 1,4,16,64,256] "
+            fprintf(stderr, "usage: bench_overlap [--params 50M] [--groups 8] [--tokens 1,4,16,64] "
                             "[--steps 3] [--reps 2] [--dir D]\n");
             return 2;
         }
