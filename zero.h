@@ -7772,7 +7772,8 @@ typedef struct zero__eng_nvme_tier {
     int cached_tile, cached_tile_dirty; /* tile in swap slot cached_tile_slot (-1 none), changed */
     int cached_tile_mv;                 /* the cached record's m, v may be nonzero             */
     int cached_tile_slot;
-    int *swap_tile_behind;              /* per swap slot: tile written behind from it, -1      */
+    int *swap_tile_behind;              /* per swap slot: tile written behind from it or read
+                                           ahead into it (the next one in shard order), -1     */
     int cached_group, cached_group_dirty, cached_group_slot; /* group in its slot (-1 none), changed */
     /* records (per tile) and param shards (per group) never written since commit: they hold
        the preallocated file's zeros, so reading them is replaced by zero-filling the buffer.
@@ -9725,11 +9726,12 @@ static void zero__eng_nvme_free(zero_engine *e)
 
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
    NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
-   slot cached_tile_slot): a tile record is read once when first touched and, if changed, written
-   behind from its slot when another is needed (the cache moves to the next slot, waiting
-   for that slot's own write behind first) or written at a flush, so a run of calls in shard
-   order moves each record once and its writes overlap the caller's work. Between steps:
-   set_tensor, read_tensor, checkpoints. */
+   slot cached_tile_slot): a tile record is read once when first touched (the next record in
+   shard order is then read ahead into the next slot when that one is free) and, if changed,
+   written behind from its slot when another is needed (the cache moves to the next slot,
+   waiting for that slot's own transfer first) or written at a flush, so a run of calls in
+   shard order moves each record once and its reads and writes overlap the caller's work.
+   Between steps: set_tensor, read_tensor, checkpoints. */
 static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
                                         const float *in)
 {
@@ -9758,7 +9760,7 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
             e->nvme.cached_tile_dirty = 0;
             for (s = 0; s < e->nvme.nswap; s++)
                 if (e->nvme.swap_tile_behind[s] == k) behind = s;
-            if (behind >= 0) { /* being written behind: its slot holds the record */
+            if (behind >= 0) { /* written behind or read ahead: its slot holds the record */
                 if ((r = zero__eng_tile_settle(e, behind)) != ZERO_OK) break;
                 e->nvme.cached_tile_slot = behind;
                 e->nvme.cached_tile_mv = e->nvme.tile_fresh[k] == 0;
@@ -9781,6 +9783,19 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
             }
             sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
             e->nvme.cached_tile = k;
+            if (k + 1 < e->host.ntiles && e->nvme.tile_fresh[k + 1] != 1) { /* read the next record ahead */
+                int nx = (e->nvme.cached_tile_slot + 1) % e->nvme.nswap, have = 0;
+                for (s = 0; s < e->nvme.nswap; s++) have |= e->nvme.swap_tile_behind[s] == k + 1;
+                if (!have && !e->nvme.swap_ticket[nx]) {
+                    const zero__eng_tile *t2 = &e->host.tiles[k + 1];
+                    unsigned char *d2 = e->nvme.swap + (size_t)nx * e->nvme.swap_stride;
+                    size_t rb = t2->numel * (e->nvme.tile_fresh[k + 1] == 2 ? 4u : 12u);
+                    memset(d2 + rb, 0, t2->numel * 12u - rb);
+                    if (zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k + 1], d2, rb, &e->nvme.swap_ticket[nx]) ==
+                        ZERO_OK)
+                        e->nvme.swap_tile_behind[nx] = k + 1; /* a failed read is reported when needed */
+                }
+            }
         }
         if (in) {
             memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
