@@ -53,7 +53,7 @@ LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
 TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
 
 # tests that run a bench's code at a small size
-build/test_infinity build/san/test_infinity: bench/bench_infinity.c
+build/test_infinity build/san/test_infinity build/bench_overlap: bench/bench_infinity.c
 
 build/zero_impl.o: tests/zero_impl.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -c $< -o $@

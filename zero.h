@@ -148,7 +148,10 @@
    OFFLOAD (ZeRO-Offload, ZeRO-Infinity; docs/offload.md). d.offload_optimizer = cpu moves
    the K Psi / N bytes of fp32 master, m and v to host memory and the Adam step to the CPU
    (stages 1-3); = nvme puts them in files under d.nvme_path. At stage 3 d.offload_param =
-   cpu | nvme also moves the 2 Psi / N param shards off the device. Results stay
+   cpu | nvme also moves the 2 Psi / N param shards off the device. The reduced gradient
+   shard leaves the device as it is produced, into host memory, or with
+   d.offload_gradients = nvme (and offload_optimizer = nvme) into a file, through host
+   staging that does not grow with Psi. Results stay
    bit-identical to the run without offload. zero_host_device_desc.capacity gives the host
    device a memory budget, so a CPU run proves that a model too large for "device" memory
    trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
@@ -1338,9 +1341,14 @@ ZERODEF uint64_t zero_io_checksum(const void *data, size_t bytes);
    device on ZERO_QUEUE_COMPUTE, ordered by events and host syncs. offload_optimizer = nvme
    keeps each tile's master, m, v as one checksummed range of a per-rank file under
    nvme_path (the NVMe I/O engine above: O_DIRECT, block_size, queue_depth), read
-   buffer_count - 2 tiles ahead and written behind the Adam. offload_param (stage 3) keeps
+   buffer_count - 2 tiles ahead and written behind the Adam; offload_gradients = nvme adds
+   the tile's reduced gradients (one range per tile of a per-rank gradient file, written as
+   each group's reduction lands, read with the record). offload_param (stage 3) keeps
    the param shards of partitioned groups on the host (cpu) or in a file (nvme): a gather
-   (or a prefetch) uploads the shard into its arena extent and all-gathers in place. Every
+   (or a prefetch) uploads the shard into its arena extent and all-gathers in place; with
+   nvme the shards are read param_read_ahead groups ahead of the gathers, in the recorded
+   order, while the caller computes. Between steps (set_tensor, read_tensor, checkpoints)
+   the NVMe tier is reached through write-back caches written behind asynchronously. Every
    configuration gives the same bits as the run without offload.
 
    ERRORS. Every call validates the state and arguments and returns an error (detail in
@@ -1402,6 +1410,19 @@ typedef struct zero_engine_desc {
                                     partitioned groups live between gathers (uploaded into
                                     their arena extent before the all-gather). NONE, CPU, NVME.
                                     Needs offload_optimizer != NONE (DeepSpeed's rule).         */
+    zero_offload_device offload_gradients; /* where this rank's reduced gradient shard lives
+                                    between its reduction and the step, when offload_optimizer
+                                    is set: NONE (0, the default) = the host tier (S elements
+                                    of the comm dtype in host memory), CPU = the same, said
+                                    explicitly (needs offload_optimizer); NVME (needs
+                                    offload_optimizer = NVME) = the rank's gradient file under
+                                    nvme_path, one range per optimizer tile, staged through
+                                    host buffers of the largest shard (two, three with
+                                    accumulation or gradient parts) and buffer_count tiles,
+                                    so host memory does not grow with Psi.
+                                    Same bits in every setting. Local to the rank (not in the
+                                    plan hash). Resolved: 0 becomes CPU when offload_optimizer
+                                    is set, stays NONE otherwise.                              */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* ZERO_PIN_MEMORY_AUTO (0, the default) or _ON (1): host
                                     buffers through the device's pinned allocation
@@ -1416,6 +1437,9 @@ typedef struct zero_engine_desc {
                                     elements (0 = 1e9, DeepSpeed's default)                    */
     size_t block_size;           /* NVMe I/O block in bytes (0 = 1 MiB; power of two >= 4096) */
     int queue_depth;             /* NVMe requests in flight (0 = 8; 1..1024)                   */
+    int param_read_ahead;        /* stage 3, offload_param = nvme: param shards the gathers
+                                    read ahead of their upload, in the recorded order (0 = 2;
+                                    1..16); host shard buffers: 1 + this (at least 2)          */
     int async_step;              /* 1 = zero_engine_step(e, NULL) enqueues the step and returns
                                     without waiting for the device: its verdict (skipped, norm)
                                     reaches the loss scaler and the step count when the engine
@@ -1534,6 +1558,14 @@ typedef struct zero_gather_stats {
     int trace_len;            /* gathers and gradient buffers per micro-step in the
                                  recorded order (0: none yet)                              */
     uint64_t trace_records;   /* orders recorded: the first micro-step, and each change    */
+    /* offload_param = nvme: reads of param shards from the NVMe tier (a shard never written
+       since commit is the file's zeros and is not read) */
+    uint64_t nvme_reads_ahead;  /* issued ahead of the gather that wanted them              */
+    uint64_t nvme_reads_demand; /* issued when wanted: a gather whose read was not ahead,
+                                   set_tensor, read_tensor, checkpoints                     */
+    uint64_t nvme_reads_wasted; /* read ahead and dropped unused (a step, a changed order)  */
+    int nvme_reads_in_flight_max; /* most reads ahead in flight at once (<= param_read_ahead) */
+    double nvme_read_wait_s;    /* seconds gathers spent waiting for shard reads             */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
@@ -1764,17 +1796,19 @@ ZERODEF zero_result zero_engine_memory_usage(const zero_engine *e, zero_engine_m
 /* Bytes this rank's engine holds on one tier, by category, now and at peak (since commit);
    'allocations' counts the tier's buffers (files on NVME). ZERO_TIER_DEVICE gives what
    zero_engine_memory_usage gives. Host tier: the offloaded fp32 master, m, v
-   (ZERO_MEM_MASTER/MOMENT1/MOMENT2), offloaded param shards (ZERO_MEM_PARAM) and the
-   staging buffers of the step (gradient tiles under ZERO_MEM_GRAD, param tiles under
-   ZERO_MEM_PARAM, both declared in docs/offload.md). INVALID_ARGUMENT for NULL or a tier
-   out of range. */
+   (ZERO_MEM_MASTER/MOMENT1/MOMENT2), offloaded param shards (ZERO_MEM_PARAM), the reduced
+   gradients (ZERO_MEM_GRAD: the shard, or with offload_gradients = nvme only its staging)
+   and the staging buffers of the step (gradient tiles under ZERO_MEM_GRAD, param tiles
+   under ZERO_MEM_PARAM, all declared in docs/offload.md). NVMe tier: the files (the
+   gradient file's S elements of the comm dtype under ZERO_MEM_GRAD, each file's alignment
+   under ZERO_MEM_SCRATCH). INVALID_ARGUMENT for NULL or a tier out of range. */
 ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier tier,
                                             zero_engine_memory *out);
 
-/* The I/O counters of the NVMe tier of the model states (offload_optimizer or offload_param
-   = NVME; the activation tier has its own): zero_io_get_stats() of the engine's I/O engine
-   since commit, so bytes_read / bytes_written show what a step, a checkpoint or set_tensor
-   moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
+/* The I/O counters of the NVMe tier of the model states (offload_optimizer, offload_param
+   or offload_gradients = NVME; the activation tier has its own): zero_io_get_stats() of
+   the engine's I/O engine since commit, so bytes_read / bytes_written show what a step, a
+   checkpoint or set_tensor moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
 ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
 
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
@@ -2158,6 +2192,7 @@ static zero_result zero__fail(zero_result result, const char *fmt, ...)
 #ifndef ZERO_MALLOC
 #define ZERO_MALLOC(sz) malloc(sz)
 #define ZERO_FREE(p) free(p)
+#define ZERO__LIBC_MALLOC 1
 #endif
 
 /* Allocates through 'a' when it has hooks, else ZERO_MALLOC. NULL on failure or 0 bytes. */
@@ -2166,6 +2201,21 @@ static void *zero__alloc(const zero_allocator *a, size_t bytes)
     if (bytes == 0) return NULL;
     if (a && a->alloc) return a->alloc(bytes, a->user);
     return ZERO_MALLOC(bytes);
+}
+
+/* zero__alloc's bytes, zeroed: by calloc with the C library's allocator (its large blocks
+   are fresh pages the kernel zeroes when first touched, so gigabytes of host tier cost
+   nothing until used), else written. */
+static void *zero__alloc_zeroed(const zero_allocator *a, size_t bytes)
+{
+    void *p;
+    if (bytes == 0) return NULL;
+#ifdef ZERO__LIBC_MALLOC
+    if (!(a && a->alloc)) return calloc(1, bytes);
+#endif
+    p = zero__alloc(a, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
 }
 
 static void zero__free(const zero_allocator *a, void *ptr)
@@ -7534,6 +7584,7 @@ typedef struct zero__eng_piece {
 } zero__eng_piece;
 
 #define ZERO__ENG_MAX_HOST_ALLOCS 12
+#define ZERO__ENG_RA_MAX 16 /* param_read_ahead's largest value */
 
 /* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
 typedef struct zero__eng_shape {
@@ -7702,26 +7753,39 @@ typedef struct zero__eng_nvme_tier {
     zero_io_ticket *swap_ticket; /* per slot: the read or write in flight, 0 = none */
     size_t mem[ZERO_MEM_COUNT], mem_total;
     /* offload_param = nvme: partitioned group g's param shard is one range of param_file at
-       param_off[g]; param_buf holds two shards (the step alternates them by group parity,
-       the gathers use the first). */
+       param_off[g]; param_buf holds param_buf_slots shard buffers ("slots") of
+       param_buf_stride bytes (the step alternates slots 0 and 1 by group parity). */
     zero_io_file *param_file;
     uint64_t *param_off;
     unsigned char *param_buf;
     size_t param_buf_stride;
     zero_io_ticket param_buf_ticket[2];
+    int param_buf_slots;
     /* between steps (set_tensor, read_tensor, checkpoints, gathers) the NVMe tier is reached
-       through two write-back caches: one tile record in swap slot 0 and one group's param
-       shard in param_buf's first half; a cache is written back when another record or shard
-       is needed, at the end of a load, and before the step (which uses both buffers) */
-    int cached_tile, cached_tile_dirty;   /* tile in swap slot 0 (-1 none), changed */
-    int cached_group, cached_group_dirty; /* group in param_buf's first half (-1 none), changed */
+       through two write-back caches: one tile record in swap slot cached_tile_slot and one
+       group's param shard in shard slot cached_group_slot. A cache moving to another record
+       or shard writes the old one behind (asynchronously, from its slot, which then waits
+       for its write before reuse); every write behind is waited for before the step (which
+       uses the buffers), at the start of a save and the end of a load, so its error is
+       returned by one of those calls or by the call that needed its slot. */
+    int cached_tile, cached_tile_dirty; /* tile in swap slot cached_tile_slot (-1 none), changed */
+    int cached_tile_mv;                 /* the cached record's m, v may be nonzero             */
+    int cached_tile_slot;
+    int *swap_tile_behind;              /* per swap slot: tile written behind from it, -1      */
+    int cached_group, cached_group_dirty, cached_group_slot; /* group in its slot (-1 none), changed */
     /* records (per tile) and param shards (per group) never written since commit: they hold
-       the preallocated file's zeros, so reading them is replaced by zero-filling the buffer */
+       the preallocated file's zeros, so reading them is replaced by zero-filling the buffer.
+       tile_fresh[k] = 2: only the record's master was written (one range of 4 x numel bytes
+       at its offset; m and v are zeros, as after set_tensor of every tensor), so 4 of its 12
+       bytes per element are written and read. */
     unsigned char *tile_fresh, *group_fresh;
-    /* stage-3 gathers read one group ahead of the shard they upload: group ahead_group's
-       shard is being read into param_buf's second half (ticket ahead_ticket), -1 none */
-    int ahead_group;
-    zero_io_ticket ahead_ticket;
+    /* per shard slot: the group being read ahead into it or written behind from it, or
+       whose shard it holds clean (-1 none), its ticket, and which; stage-3 gathers read up
+       to ahead_depth groups ahead of the shard they upload, in the recorded order */
+    int ahead_depth, ahead_prev; /* ahead_prev: the group read ahead from last (-1 none) */
+    int ahead_group[ZERO__ENG_RA_MAX + 1];
+    zero_io_ticket ahead_ticket[ZERO__ENG_RA_MAX + 1];
+    unsigned char ahead_write[ZERO__ENG_RA_MAX + 1];
 } zero__eng_nvme_tier;
 
 /* async_step: a step enqueued, its verdict not read yet. */
@@ -7757,6 +7821,8 @@ struct zero_engine {
     zero__eng_async async;
     zero__eng_debug debug;
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
+    struct zero__gnv *gnv; /* offload_gradients = nvme: the NVMe tier of the reduced
+                              gradients (zero__gnv_*); NULL otherwise */
 };
 
 /* The activation tier: its subsection at the end of the engine. */
@@ -7774,10 +7840,56 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out);
 static zero_result zero__eng_hparam_put(zero_engine *e, int g);
-static void zero__eng_ra_drop(zero_engine *e);
 static void zero__eng_ra_start(zero_engine *e, int g);
 static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const char *io_err,
                                         const char *what, int group);
+/* ---- the NVMe tier of the reduced gradients (offload_gradients = nvme) ----
+
+   With offload_gradients = nvme the rank's reduced gradient shard lives in its gradient file
+   (zero-grad-r<rank>-...) instead of host memory: tile k's gradients (tiles[k].numel
+   elements of the comm dtype) are one range at off[k], aligned, with one checksum, so the
+   step reads them with the tile's master, m, v record. A group's reduced shard is downloaded
+   (on OFFLOAD) into one of two staging buffers of the largest shard; when the next group's
+   download starts (or the step), the host syncs OFFLOAD and "settles" it:
+     - the step's first contribution: the group's tiles are written from the staging buffer;
+     - a later one (micro-step k > 0, or a later part): the group's tiles are read back into
+       a third buffer, the new values added on the host (the host device's add: the same
+       order and rounding as the host tier), and the sum written back;
+     - either way the group's inf/NaN flag and fp64 sum of squares are taken there, over the
+       whole shard with the host kernels, and kept per group: the step adds them in group
+       order, the same values in the same order as the host tier's loop over its buffer, so
+       the verdict and the norm are the same bits.
+   A staging buffer is reused once the writes that read it are done (two groups later). An
+   I/O failure is kept (the first one) and the backward goes on without more gradient I/O, so
+   every rank still joins every collective; the step's NVMe agreement then fails every rank
+   with the cause. Host memory: 2 (3 with accumulation or gradient parts) x the largest shard
+   + buffer_count gradient tiles, none of which grows with Psi. */
+struct zero__gnv {
+    zero_io *io;                /* the engine's I/O engine (not owned)                     */
+    zero_io_file *file;
+    uint64_t *off;              /* per tile: its gradient range                            */
+    zero_io_ticket *wt;         /* per tile: the transfer in flight on its range, 0 none   */
+    int *tile0;                 /* per group (G + 1): its first tile                       */
+    double *sumsq;              /* per group: the sum of squares of its current gradients  */
+    unsigned char *nonfinite;   /* per group: 1 when they hold an inf or NaN               */
+    unsigned char *buf;         /* host staging (pinned where the device can): nbuf x stride */
+    size_t stride;
+    int nbuf;                   /* 2, or 3 when contributions are added (the read-back)    */
+    int buf_group[3];           /* the group whose writes may still read buffer i, -1 none */
+    int cur;                    /* the download buffer of the next group (0 or 1)          */
+    int pend_group, pend_store, pend_buf; /* the download not settled yet (group -1 none)   */
+    unsigned char *slots;       /* the step's gradient tiles: nswap x slot_stride          */
+    size_t slot_stride;
+    zero_io_ticket *slot_ticket;
+    zero_result err;            /* the first I/O failure since the last step, and why      */
+    char why[400];
+};
+
+static zero_result zero__gnv_alloc(zero_engine *e);
+static void zero__gnv_free(zero_engine *e);
+static zero_result zero__gnv_out(zero_engine *e, int g, int store, const unsigned char *dev_src,
+                                 size_t j, size_t n);
+static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag);
 
 ZERODEF const char *zero_coll_name(zero_coll kind)
 {
@@ -8048,6 +8160,22 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
                           "%s: offload_param = %s needs offload_optimizer cpu or nvme (the host "
                           "Adam writes the offloaded param shards)",
                           fn, zero_offload_device_name(d->offload_param));
+    if ((int)d->offload_gradients < 0 || d->offload_gradients > ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: offload_gradients = %d (none, cpu or nvme)",
+                          fn, (int)d->offload_gradients);
+    if (d->offload_gradients == ZERO_OFFLOAD_CPU && d->offload_optimizer == ZERO_OFFLOAD_NONE)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_gradients = cpu needs offload_optimizer cpu or nvme (without "
+                          "it the reduced gradients stay on the device, where the Adam step runs)",
+                          fn);
+    if (d->offload_gradients == ZERO_OFFLOAD_NVME && d->offload_optimizer != ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_gradients = nvme needs offload_optimizer = nvme (the step "
+                          "reads each tile's gradients with its master, m and v; offload_optimizer "
+                          "is %s)",
+                          fn, zero_offload_device_name(d->offload_optimizer));
+    if (d->offload_gradients == ZERO_OFFLOAD_NONE && d->offload_optimizer != ZERO_OFFLOAD_NONE)
+        d->offload_gradients = ZERO_OFFLOAD_CPU; /* today's host tier */
     if ((d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME) &&
         (!d->nvme_path || !d->nvme_path[0]))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -8061,6 +8189,10 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: buffer_count = %d (0 or >= 2)", fn,
                           d->buffer_count);
     if (d->buffer_count == 0) d->buffer_count = 4;
+    if (d->param_read_ahead < 0 || d->param_read_ahead > ZERO__ENG_RA_MAX)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: param_read_ahead = %d (0 or 1..%d)", fn,
+                          d->param_read_ahead, ZERO__ENG_RA_MAX);
+    if (d->param_read_ahead == 0) d->param_read_ahead = 2;
     if (d->buffer_size == 0) d->buffer_size = 100000000u;
     if (d->sub_group_size == 0) d->sub_group_size = 1000000000u;
     if (d->block_size == 0) d->block_size = (size_t)1 << 20;
@@ -8745,13 +8877,13 @@ static zero_result zero__eng_host_alloc(zero_engine *e, size_t bytes, zero_mem_c
         zero_result r = e->cfg.dev->ops->host_alloc(e->cfg.dev, bytes, &p);
         if (r != ZERO_OK) return r;
         pinned = 1;
+        memset(p, 0, bytes);
     } else {
-        p = zero__alloc(&e->cfg.desc.allocator, bytes);
+        p = zero__alloc_zeroed(&e->cfg.desc.allocator, bytes);
         if (!p)
             return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine: %zu bytes of host memory (%s)",
                               bytes, zero_mem_category_name(cat));
     }
-    memset(p, 0, bytes);
     e->host.allocs[e->host.nallocs].ptr = p;
     e->host.allocs[e->host.nallocs].bytes = bytes;
     e->host.allocs[e->host.nallocs].cat = cat;
@@ -8768,6 +8900,7 @@ static zero_result zero__eng_host_alloc(zero_engine *e, size_t bytes, zero_mem_c
 static void zero__eng_free_host(zero_engine *e)
 {
     int i;
+    zero__gnv_free(e); /* its writes may still read the staging freed below */
     for (i = e->host.nallocs - 1; i >= 0; i--) {
         if (e->host.pinned[i]) (void)e->cfg.dev->ops->host_free(e->cfg.dev, e->host.allocs[i].ptr);
         else zero__free(&e->cfg.desc.allocator, e->host.allocs[i].ptr);
@@ -8867,8 +9000,13 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     size_t sb, gb, gi, pb;
     void *p;
     zero_result r;
+    int slot;
     e->host.grad_add_group = -1;
-    e->nvme.cached_tile = e->nvme.cached_group = e->nvme.ahead_group = -1;
+    e->nvme.cached_tile = e->nvme.cached_group = -1;
+    for (slot = 0; slot <= ZERO__ENG_RA_MAX; slot++) e->nvme.ahead_group[slot] = -1;
+    e->nvme.cached_tile_slot = 0;
+    e->nvme.ahead_depth = e->cfg.desc.param_read_ahead;
+    e->nvme.ahead_prev = -1;
     if (!e->cfg.opt_offloaded) return ZERO_OK;
     if (e->cfg.dev->ops->event_create) {
         r = e->cfg.dev->ops->event_create(e->cfg.dev, &e->sync.compute_to_offload);
@@ -8900,9 +9038,13 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if ((r = zero__eng_host_alloc(e, hb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
         e->host.params = (unsigned char *)p;
     }
-    if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
-    e->host.grad = (unsigned char *)p;
-    if (e->cfg.accum_steps > 1) {
+    if (e->cfg.desc.offload_gradients == ZERO_OFFLOAD_NVME) { /* staging only: the shard is on NVMe */
+        if ((r = zero__gnv_alloc(e)) != ZERO_OK) return r;
+    } else {
+        if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+        e->host.grad = (unsigned char *)p;
+    }
+    if ((e->cfg.accum_steps > 1 || e->layout.total_parts > e->layout.ngroups) && !e->gnv) { /* later contributions */
         if ((r = zero__eng_host_alloc(e, gi, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
         e->host.grad_in = (unsigned char *)p;
     }
@@ -9012,6 +9154,7 @@ static zero_result zero__eng_grad_out(zero_engine *e, int g, int store, const un
     const zero__eng_group *eg = &e->layout.groups[g];
     unsigned char *dst = e->host.grad + (eg->off_shard + j) * e->cfg.comm_size;
     zero_result r;
+    if (e->gnv) return zero__gnv_out(e, g, store, dev_src, j, n); /* offload_gradients = nvme */
     if (!store) {
         if (j == 0 && (r = zero__eng_host_grad_settle(e)) != ZERO_OK) return r;
         dst = e->host.grad_in + j * e->cfg.comm_size;
@@ -9040,7 +9183,8 @@ static zero_result zero__eng_host_grad_norm(zero_engine *e)
     if (r != ZERO_OK) return r;
     ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD),
                   "step: sync of the offload queue");
-    for (g = 0; g < e->layout.ngroups; g++) {
+    if (e->gnv && (r = zero__gnv_norm(e, &sumsq, &flag)) != ZERO_OK) return r; /* nvme */
+    for (g = 0; g < e->layout.ngroups && !e->gnv; g++) {
         const unsigned char *a = e->host.grad + e->layout.groups[g].off_shard * e->cfg.comm_size;
         size_t n = e->layout.groups[g].shard_numel;
         if (zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, a, n) > 0.0) flag = 1.0f;
@@ -9064,7 +9208,9 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 {
     const zero__eng_tile *tl = &e->host.tiles[k];
     const zero__eng_group *eg = &e->layout.groups[tl->group];
-    const unsigned char *gbuf = e->host.grad + (eg->off_shard + tl->begin) * e->cfg.comm_size;
+    const unsigned char *gbuf =
+        e->gnv ? e->gnv->slots + (size_t)(k % e->nvme.nswap) * e->gnv->slot_stride
+               : e->host.grad + (eg->off_shard + tl->begin) * e->cfg.comm_size;
     unsigned char *pbuf =
         zero__eng_tile_param_dev(e, tl)
             ? e->host.tile_params + (size_t)(k & 1) * e->host.tile_numel * e->cfg.param_size
@@ -9100,8 +9246,17 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
 static zero_result zero__eng_swap_wait(zero_engine *e, int i)
 {
     zero_io_ticket t = e->nvme.swap_ticket[i];
+    zero_result r = ZERO_OK;
     e->nvme.swap_ticket[i] = 0;
-    return t ? zero_io_wait(e->nvme.io, t) : ZERO_OK;
+    if (e->gnv && e->gnv->slot_ticket[i]) { /* the tile's gradients (offload_gradients = nvme) */
+        r = zero_io_wait(e->nvme.io, e->gnv->slot_ticket[i]);
+        e->gnv->slot_ticket[i] = 0;
+    }
+    if (t) {
+        zero_result w = zero_io_wait(e->nvme.io, t);
+        if (r == ZERO_OK) r = w;
+    }
+    return r;
 }
 
 /* Reads tile k's master, m, v into its slot (after the slot's write behind finished). */
@@ -9110,13 +9265,21 @@ static zero_result zero__eng_swap_in(zero_engine *e, int k)
     int i = k % e->nvme.nswap;
     zero_result r = zero__eng_swap_wait(e, i);
     if (r != ZERO_OK) return r;
-    if (e->nvme.tile_fresh[k]) { /* still the file's zeros */
+    if (e->gnv && e->gnv->file) /* the tile's gradients, with its record */
+        r = zero_io_read(e->gnv->file, e->gnv->off[k], e->gnv->slots + (size_t)i * e->gnv->slot_stride,
+                         e->host.tiles[k].numel * e->cfg.comm_size, &e->gnv->slot_ticket[i]);
+    if (r != ZERO_OK) return r;
+    if (e->nvme.tile_fresh[k] == 1) { /* still the file's zeros */
         memset(e->nvme.swap + (size_t)i * e->nvme.swap_stride, 0, e->host.tiles[k].numel * 12);
         return ZERO_OK;
     }
-    return zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k],
-                        e->nvme.swap + (size_t)i * e->nvme.swap_stride, e->host.tiles[k].numel * 12,
-                        &e->nvme.swap_ticket[i]);
+    if (e->nvme.tile_fresh[k] == 2) { /* the master only: m and v are zeros */
+        memset(e->nvme.swap + (size_t)i * e->nvme.swap_stride + e->host.tiles[k].numel * 4, 0, e->host.tiles[k].numel * 8);
+        return zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k], e->nvme.swap + (size_t)i * e->nvme.swap_stride,
+                            e->host.tiles[k].numel * 4, &e->nvme.swap_ticket[i]);
+    }
+    return zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k], e->nvme.swap + (size_t)i * e->nvme.swap_stride,
+                        e->host.tiles[k].numel * 12, &e->nvme.swap_ticket[i]);
 }
 
 /* Writes tile k back from its slot, behind the next tile's Adam. */
@@ -9167,7 +9330,7 @@ static zero_result zero__eng_nvme_agree(zero_engine *e, zero_result io_r, const 
 static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
 {
     uint64_t off = 0;
-    size_t maxb = 0;
+    size_t maxb = 0, bytes;
     int g;
     zero_result r;
     void *p = NULL;
@@ -9188,15 +9351,16 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     }
     if (off == 0) return ZERO_OK;
     e->nvme.param_buf_stride = (size_t)zero_io_align_up(maxb);
-    if ((r = zero_io_buffer_alloc(e->nvme.io, 2 * e->nvme.param_buf_stride, &p)) != ZERO_OK)
-        return r;
+    /* the cache + the reads ahead; not cleared: every use fills a slot first */
+    e->nvme.param_buf_slots = e->nvme.ahead_depth + 1 < 2 ? 2 : e->nvme.ahead_depth + 1;
+    bytes = (size_t)e->nvme.param_buf_slots * e->nvme.param_buf_stride;
+    if ((r = zero_io_buffer_alloc(e->nvme.io, bytes, &p)) != ZERO_OK) return r;
     e->nvme.param_buf = (unsigned char *)p;
-    memset(e->nvme.param_buf, 0, 2 * e->nvme.param_buf_stride);
-    /* host tier: the two shard buffers */
-    e->host.mem[ZERO_MEM_PARAM] += 2 * e->nvme.param_buf_stride;
+    /* host tier: the shard buffers */
+    e->host.mem[ZERO_MEM_PARAM] += bytes;
     if (e->host.mem[ZERO_MEM_PARAM] > e->host.mem_peak[ZERO_MEM_PARAM])
         e->host.mem_peak[ZERO_MEM_PARAM] = e->host.mem[ZERO_MEM_PARAM];
-    e->host.mem_total += 2 * e->nvme.param_buf_stride;
+    e->host.mem_total += bytes;
     if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
     if ((r = zero_io_file_create(e->nvme.io, e->cfg.desc.nvme_path, "param", e->cfg.rank, off,
                                  &e->nvme.param_file)) != ZERO_OK)
@@ -9215,30 +9379,133 @@ static zero_result zero__eng_nvme_param_alloc(zero_engine *e)
     return ZERO_OK;
 }
 
-/* Writes back what the NVMe caches changed: the tile record in swap slot 0 (which = 1), the
-   param shard in nvme.param_buf's first half (2), or both (3). Synchronous; the caches stay
+static double zero__eng_secs(void)
+{
+    struct timespec t;
+    clock_gettime(ZERO__CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Shard slot s: empty (ahead_group[s] < 0), reading group ahead_group[s] ahead (ahead_ticket[s],
+   !ahead_write[s]), writing it behind (ahead_write[s]), or holding it clean (no ticket: a copy of
+   the file's bytes, e.g. a group the cache moved away from, kept for the backward's first
+   gathers). Waits for the slot's transfer and empties it; a read ahead dropped this way is
+   counted as wasted. */
+static zero_result zero__eng_slot_settle(zero_engine *e, int s)
+{
+    zero_io_ticket t = e->nvme.ahead_ticket[s];
+    if (e->nvme.ahead_group[s] >= 0 && t && !e->nvme.ahead_write[s]) e->prefetch.stats.nvme_reads_wasted++;
+    e->nvme.ahead_group[s] = -1;
+    e->nvme.ahead_ticket[s] = 0;
+    e->nvme.ahead_write[s] = 0;
+    return t ? zero_io_wait(e->nvme.io, t) : ZERO_OK;
+}
+
+/* A slot to read into: an empty one (not the cache's), else a clean copy of a group not in
+   keep[0..nkeep) (emptied); -1 when every other slot is reading or writing. */
+static int zero__eng_slot_free(zero_engine *e, const int *keep, int nkeep)
+{
+    int s, i;
+    for (s = 0; s < e->nvme.param_buf_slots; s++)
+        if (e->nvme.ahead_group[s] < 0 && !(e->nvme.cached_group >= 0 && s == e->nvme.cached_group_slot)) return s;
+    for (s = 0; s < e->nvme.param_buf_slots; s++) {
+        int kept = 0;
+        if (e->nvme.ahead_group[s] < 0 || e->nvme.ahead_ticket[s] || e->nvme.ahead_write[s]) continue;
+        for (i = 0; i < nkeep; i++) kept |= keep[i] == e->nvme.ahead_group[s];
+        if (!kept) {
+            e->nvme.ahead_group[s] = -1;
+            return s;
+        }
+    }
+    return -1;
+}
+
+/* Waits for every read ahead (dropped: their bytes are the file's, nothing lost) and every
+   write behind of the shard slots and forgets the clean copies; the first error. */
+static zero_result zero__eng_ra_drop(zero_engine *e)
+{
+    zero_result r = ZERO_OK, r2;
+    int s;
+    for (s = 0; s < e->nvme.param_buf_slots; s++) {
+        if (e->nvme.ahead_group[s] < 0) continue;
+        r2 = zero__eng_slot_settle(e, s);
+        if (r == ZERO_OK) r = r2;
+    }
+    return r;
+}
+
+/* Writes the tile record cache behind: its slot now writes it (waited for before reuse). */
+static zero_result zero__eng_tile_write_behind(zero_engine *e)
+{
+    int k = e->nvme.cached_tile, s = e->nvme.cached_tile_slot;
+    zero_result r;
+    e->nvme.tile_fresh[k] = e->nvme.cached_tile_mv ? 0 : 2; /* m and v never set: the master alone */
+    r = zero_io_write(e->nvme.opt_file, e->nvme.tile_off[k], e->nvme.swap + (size_t)s * e->nvme.swap_stride,
+                      e->host.tiles[k].numel * (e->nvme.cached_tile_mv ? 12u : 4u), &e->nvme.swap_ticket[s]);
+    if (r != ZERO_OK) return r;
+    e->nvme.swap_tile_behind[s] = k;
+    e->nvme.cached_tile_dirty = 0;
+    e->nvme.cached_tile = -1;
+    return ZERO_OK;
+}
+
+/* Waits for swap slot s's write behind (if any) and frees it. */
+static zero_result zero__eng_tile_settle(zero_engine *e, int s)
+{
+    zero_io_ticket t = e->nvme.swap_ticket[s];
+    e->nvme.swap_ticket[s] = 0;
+    e->nvme.swap_tile_behind[s] = -1;
+    return t ? zero_io_wait(e->nvme.io, t) : ZERO_OK;
+}
+
+/* Writes the param shard cache behind from its slot (waited for before the slot's reuse). */
+static zero_result zero__eng_shard_write_behind(zero_engine *e)
+{
+    int g = e->nvme.cached_group, s = e->nvme.cached_group_slot;
+    zero_result r;
+    e->nvme.group_fresh[g] = 0;
+    r = zero_io_write(e->nvme.param_file, e->nvme.param_off[g], e->nvme.param_buf + (size_t)s * e->nvme.param_buf_stride, e->layout.groups[g].shard_numel * e->cfg.param_size,
+                      &e->nvme.ahead_ticket[s]);
+    if (r != ZERO_OK) return r;
+    e->nvme.ahead_group[s] = g;
+    e->nvme.ahead_write[s] = 1;
+    e->nvme.cached_group_dirty = 0;
+    e->nvme.cached_group = -1;
+    return ZERO_OK;
+}
+
+/* Writes back what the NVMe caches changed: the tile record (which = 1), the param shard
+   (2), or both (3), and waits for every write behind of those buffers. The caches stay
    valid. */
 static zero_result zero__eng_nvme_flush_some(zero_engine *e, int which)
 {
-    zero_io_ticket t;
-    zero_result r = ZERO_OK;
-    if ((which & 1) && e->nvme.cached_tile_dirty && e->nvme.cached_tile >= 0) {
-        int k = e->nvme.cached_tile;
-        e->nvme.tile_fresh[k] = 0;
-        r = zero_io_write(e->nvme.opt_file, e->nvme.tile_off[k], e->nvme.swap,
-                          e->host.tiles[k].numel * 12u, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
+    zero_result r = ZERO_OK, r2;
+    int s;
+    if ((which & 1) && e->nvme.opt_file) {
+        if (e->nvme.cached_tile_dirty && e->nvme.cached_tile >= 0) {
+            int k = e->nvme.cached_tile;
+            r = zero__eng_tile_write_behind(e);
+            if (r == ZERO_OK) r = zero__eng_tile_settle(e, e->nvme.cached_tile_slot);
+            if (r == ZERO_OK) e->nvme.cached_tile = k; /* the slot still holds it, clean */
+        }
+        for (s = 0; s < e->nvme.nswap; s++) {
+            r2 = zero__eng_tile_settle(e, s);
+            if (r == ZERO_OK) r = r2;
+        }
         if (r != ZERO_OK) return r;
-        e->nvme.cached_tile_dirty = 0;
     }
-    if ((which & 2) && e->nvme.cached_group_dirty && e->nvme.cached_group >= 0) {
-        int g = e->nvme.cached_group;
-        e->nvme.group_fresh[g] = 0;
-        r = zero_io_write(e->nvme.param_file, e->nvme.param_off[g], e->nvme.param_buf,
-                          e->layout.groups[g].shard_numel * e->cfg.param_size, &t);
-        if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
-        if (r != ZERO_OK) return r;
-        e->nvme.cached_group_dirty = 0;
+    if ((which & 2) && e->nvme.param_file) {
+        if (e->nvme.cached_group_dirty && e->nvme.cached_group >= 0) {
+            int g = e->nvme.cached_group, s0 = e->nvme.cached_group_slot;
+            r = zero__eng_shard_write_behind(e);
+            if (r == ZERO_OK) r = zero__eng_slot_settle(e, s0);
+            if (r == ZERO_OK) e->nvme.cached_group = g;
+        }
+        for (s = 0; s < e->nvme.param_buf_slots; s++) {
+            if (e->nvme.ahead_group[s] < 0 || !e->nvme.ahead_write[s]) continue;
+            r2 = zero__eng_slot_settle(e, s);
+            if (r == ZERO_OK) r = r2;
+        }
     }
     return r;
 }
@@ -9251,81 +9518,118 @@ static zero_result zero__eng_nvme_flush(zero_engine *e)
 /* Flushes and empties the NVMe caches (before the step reuses their buffers). */
 static zero_result zero__eng_nvme_forget(zero_engine *e)
 {
-    zero_result r;
-    if (e->nvme.io) zero__eng_ra_drop(e);
-    r = e->nvme.io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    zero_result r = ZERO_OK, r2;
+    if (e->nvme.io && e->nvme.param_file) r = zero__eng_ra_drop(e);
+    r2 = e->nvme.io ? zero__eng_nvme_flush(e) : ZERO_OK;
+    if (r == ZERO_OK) r = r2;
     e->nvme.cached_tile = e->nvme.cached_group = -1;
     e->nvme.cached_tile_dirty = e->nvme.cached_group_dirty = 0;
     return r;
 }
 
-/* The host copy of offloaded group g's param shard: in place (cpu), or in the first shard
-   buffer (nvme): read from the file unless the buffer holds it already (the forward's gather
-   leaves it there for the backward's), after writing back the group it held if changed and
-   after the uploads that read the buffer. */
+/* The host copy of offloaded group g's param shard: in place (cpu), or in the shard cache
+   (nvme): the slot it is read ahead into, written behind from or kept clean in (its
+   transfer waited for), else read from the file into a free slot, unless the cache holds it
+   already. The group the cache held is written behind if changed, else kept as a clean
+   copy. Uploads that read the slots are waited for first. */
 static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
 {
     zero_io_ticket t;
     zero_result r;
+    size_t bytes;
+    int s, found = -1;
+    double t0;
     if (!e->nvme.param_file) {
         *out = e->host.params + e->layout.groups[g].off_param * e->cfg.param_size;
         return ZERO_OK;
     }
-    *out = e->nvme.param_buf;
-    if (e->nvme.cached_group == g) return ZERO_OK;
-    if (e->nvme.cached_group_dirty && (r = zero__eng_nvme_flush_some(e, 2)) != ZERO_OK) return r;
-    e->nvme.cached_group = -1;
-    r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD);
-    if (r == ZERO_OK && e->nvme.ahead_group == g) { /* read ahead: wait for it, take it */
-        e->nvme.ahead_group = -1;
-        r = zero_io_wait(e->nvme.io, e->nvme.ahead_ticket);
-        if (r == ZERO_OK)
-            memcpy(e->nvme.param_buf, e->nvme.param_buf + e->nvme.param_buf_stride,
-                   e->layout.groups[g].shard_numel * e->cfg.param_size);
-    } else if (r == ZERO_OK && e->nvme.group_fresh[g]) { /* still the file's zeros */
-        memset(e->nvme.param_buf, 0, e->layout.groups[g].shard_numel * e->cfg.param_size);
-    } else if (r == ZERO_OK &&
-               (r = zero_io_read(e->nvme.param_file, e->nvme.param_off[g], e->nvme.param_buf,
-                                 e->layout.groups[g].shard_numel * e->cfg.param_size, &t)) ==
-                   ZERO_OK) {
-        r = zero_io_wait(e->nvme.io, t);
+    if (e->nvme.cached_group == g) {
+        *out = e->nvme.param_buf + (size_t)e->nvme.cached_group_slot * e->nvme.param_buf_stride;
+        return ZERO_OK;
     }
-    if (r == ZERO_OK) e->nvme.cached_group = g;
-    return r;
+    if ((r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD)) != ZERO_OK) return r;
+    if (e->nvme.cached_group >= 0 && e->nvme.cached_group_dirty) {
+        if ((r = zero__eng_shard_write_behind(e)) != ZERO_OK) return r;
+    } else if (e->nvme.cached_group >= 0) {
+        e->nvme.ahead_group[e->nvme.cached_group_slot] = e->nvme.cached_group; /* a clean copy */
+    }
+    e->nvme.cached_group = -1;
+    e->nvme.cached_group_dirty = 0;
+    bytes = e->layout.groups[g].shard_numel * e->cfg.param_size;
+    for (s = 0; s < e->nvme.param_buf_slots; s++)
+        if (e->nvme.ahead_group[s] == g) found = s;
+    if (found >= 0) { /* its slot becomes the cache */
+        int was_read = !e->nvme.ahead_write[found];
+        t = e->nvme.ahead_ticket[found];
+        t0 = zero__eng_secs();
+        e->nvme.ahead_group[found] = -1; /* taken, not wasted */
+        e->nvme.ahead_ticket[found] = 0;
+        e->nvme.ahead_write[found] = 0;
+        r = t ? zero_io_wait(e->nvme.io, t) : ZERO_OK;
+        if (t && was_read) e->prefetch.stats.nvme_read_wait_s += zero__eng_secs() - t0;
+        if (r != ZERO_OK) return r;
+        e->nvme.cached_group_slot = found;
+    } else {
+        int pick = zero__eng_slot_free(e, NULL, 0);
+        for (s = 0; pick < 0 && s < e->nvme.param_buf_slots; s++) /* wait for a write behind */
+            if (e->nvme.ahead_write[s]) {
+                if ((r = zero__eng_slot_settle(e, s)) != ZERO_OK) return r;
+                pick = s;
+            }
+        if (pick < 0 && (r = zero__eng_slot_settle(e, pick = 0)) != ZERO_OK) return r;
+        e->nvme.cached_group_slot = pick;
+        if (e->nvme.group_fresh[g]) { /* still the file's zeros */
+            memset(e->nvme.param_buf + (size_t)pick * e->nvme.param_buf_stride, 0, bytes);
+        } else {
+            t0 = zero__eng_secs();
+            e->prefetch.stats.nvme_reads_demand++;
+            r = zero_io_read(e->nvme.param_file, e->nvme.param_off[g], e->nvme.param_buf + (size_t)pick * e->nvme.param_buf_stride, bytes, &t);
+            if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
+            e->prefetch.stats.nvme_read_wait_s += zero__eng_secs() - t0;
+            if (r != ZERO_OK) return r;
+        }
+    }
+    e->nvme.cached_group = g;
+    *out = e->nvme.param_buf + (size_t)e->nvme.cached_group_slot * e->nvme.param_buf_stride;
+    return ZERO_OK;
 }
 
-/* Waits for the read ahead (if any) and forgets it (its bytes are the file's: nothing lost). */
-static void zero__eng_ra_drop(zero_engine *e)
-{
-    if (e->nvme.ahead_group < 0) return;
-    e->nvme.ahead_group = -1;
-    (void)zero_io_wait(e->nvme.io, e->nvme.ahead_ticket);
-}
+/* The first max distinct groups the recorded order gathers after the current position,
+   other than g and groups prefetched now (without a trace: g + 1, g + 2, ..., or g - 1,
+   g - 2, ... after a gather of a higher group): what the NVMe tier reads ahead (or keeps:
+   a clean copy of one is not dropped for another's read). */
+static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max);
 
-/* After group g's shard came up for a gather: starts reading the group the gathers will
-   want next (the recorded order's next group not gathered; g + 1 before one is recorded)
-   into nvme.param_buf's second half, so its read runs while g uploads, is all-gathered and
-   used (read i+2 while i+1 uploads and i is gathered, with the prefetcher one group
-   ahead). */
-static int zero__eng_trace_next(const zero_engine *e, int g);
-
+/* After group g's shard came up for a gather: starts reading the next ahead_depth groups of
+   the recorded order (not gathered, not in a slot) into free slots, so their reads run
+   while g uploads, is all-gathered and used, and while the caller computes (with the
+   prefetcher one group ahead: read i+2, i+3, ... while i+1 uploads and i is gathered). */
 static void zero__eng_ra_start(zero_engine *e, int g)
 {
-    int next = zero__eng_trace_next(e, g);
-    if (!e->nvme.param_file || e->nvme.ahead_group >= 0 || next < 0 || next >= e->layout.ngroups)
-        return;
-    if (e->layout.groups[next].persistent || e->nvme.group_fresh[next] ||
-        next == e->nvme.cached_group || e->layout.groups[next].shard_numel == 0)
-        return;
-    if (zero_io_read(e->nvme.param_file, e->nvme.param_off[next],
-                     e->nvme.param_buf + e->nvme.param_buf_stride,
-                     e->layout.groups[next].shard_numel * e->cfg.param_size,
-                     &e->nvme.ahead_ticket) == ZERO_OK)
-        e->nvme.ahead_group = next;
+    int want[ZERO__ENG_RA_MAX], n, i, s, busy = 0;
+    if (!e->nvme.param_file) return;
+    n = zero__eng_trace_ahead(e, g, want, e->nvme.ahead_depth);
+    e->nvme.ahead_prev = g;
+    for (i = 0; i < n; i++) {
+        int h = want[i], have = h == e->nvme.cached_group, slot;
+        if (h < 0 || h >= e->layout.ngroups || e->layout.groups[h].persistent || e->nvme.group_fresh[h] || e->layout.groups[h].shard_numel == 0)
+            continue;
+        for (s = 0; s < e->nvme.param_buf_slots; s++) have |= e->nvme.ahead_group[s] == h;
+        if (have) continue;
+        if ((slot = zero__eng_slot_free(e, want, n)) < 0) break;
+        if (zero_io_read(e->nvme.param_file, e->nvme.param_off[h], e->nvme.param_buf + (size_t)slot * e->nvme.param_buf_stride,
+                         e->layout.groups[h].shard_numel * e->cfg.param_size, &e->nvme.ahead_ticket[slot]) != ZERO_OK)
+            break; /* the gather reads it on demand and reports the error */
+        e->nvme.ahead_group[slot] = h;
+        e->nvme.ahead_write[slot] = 0;
+        e->prefetch.stats.nvme_reads_ahead++;
+    }
+    for (s = 0; s < e->nvme.param_buf_slots; s++) busy += e->nvme.ahead_group[s] >= 0 && e->nvme.ahead_ticket[s] && !e->nvme.ahead_write[s];
+    if (busy > e->prefetch.stats.nvme_reads_in_flight_max) e->prefetch.stats.nvme_reads_in_flight_max = busy;
 }
 
-/* Marks the first shard buffer (group g's shard, from zero__eng_hparam_get) changed: it is
-   written back by the next flush (nvme). */
+/* Marks the shard cache (group g's shard, from zero__eng_hparam_get) changed: it is
+   written behind when the cache moves on, or by the next flush (nvme). */
 static zero_result zero__eng_hparam_put(zero_engine *e, int g)
 {
     if (e->nvme.param_file && e->nvme.cached_group == g) e->nvme.cached_group_dirty = 1;
@@ -9353,26 +9657,23 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
         return r;
     if (e->cfg.desc.offload_optimizer != ZERO_OFFLOAD_NVME) return ZERO_OK;
     rec = (size_t)zero_io_align_up((uint64_t)e->host.tile_numel * 12u);
-    e->nvme.tile_off = (uint64_t *)zero__alloc(
-        &e->cfg.desc.allocator, (size_t)(e->host.ntiles ? e->host.ntiles : 1) * sizeof(uint64_t));
+    e->nvme.tile_off = (uint64_t *)zero__alloc(&e->cfg.desc.allocator, (size_t)(e->host.ntiles ? e->host.ntiles : 1) * sizeof(uint64_t));
     e->nvme.nswap = e->cfg.desc.buffer_count < 3 ? 3 : e->cfg.desc.buffer_count;
-    e->nvme.swap_ticket = (zero_io_ticket *)zero__alloc(
-        &e->cfg.desc.allocator, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
-    e->nvme.tile_fresh = (unsigned char *)zero__alloc(
-        &e->cfg.desc.allocator, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
-    if (!e->nvme.tile_off || !e->nvme.swap_ticket || !e->nvme.tile_fresh)
+    e->nvme.swap_ticket = (zero_io_ticket *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    e->nvme.swap_tile_behind = (int *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->nvme.nswap * sizeof(int));
+    e->nvme.tile_fresh = (unsigned char *)zero__alloc(&e->cfg.desc.allocator, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
+    if (!e->nvme.tile_off || !e->nvme.swap_ticket || !e->nvme.swap_tile_behind || !e->nvme.tile_fresh)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
     memset(e->nvme.tile_fresh, 1, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
     memset(e->nvme.swap_ticket, 0, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    for (k = 0; k < e->nvme.nswap; k++) e->nvme.swap_tile_behind[k] = -1;
     for (k = 0; k < e->host.ntiles; k++) {
         e->nvme.tile_off[k] = off;
         off += zero_io_align_up((uint64_t)e->host.tiles[k].numel * 12u);
     }
     e->nvme.swap_stride = rec;
-    if ((r = zero_io_buffer_alloc(e->nvme.io, rec * (size_t)e->nvme.nswap, &p)) != ZERO_OK)
-        return r;
-    e->nvme.swap = (unsigned char *)p;
-    memset(e->nvme.swap, 0, rec * (size_t)e->nvme.nswap);
+    if ((r = zero_io_buffer_alloc(e->nvme.io, rec * (size_t)e->nvme.nswap, &p)) != ZERO_OK) return r;
+    e->nvme.swap = (unsigned char *)p; /* not cleared: every use fills a slot first (read or zeros) */
     e->host.mem[ZERO_MEM_SCRATCH] += rec * (size_t)e->nvme.nswap; /* the swap slots: host tier */
     e->host.mem_peak[ZERO_MEM_SCRATCH] = e->host.mem[ZERO_MEM_SCRATCH];
     e->host.mem_total += rec * (size_t)e->nvme.nswap;
@@ -9409,6 +9710,7 @@ static void zero__eng_nvme_free(zero_engine *e)
     zero_io_destroy(e->nvme.io);
     zero__free(&e->cfg.desc.allocator, e->nvme.tile_off);
     zero__free(&e->cfg.desc.allocator, e->nvme.swap_ticket);
+    zero__free(&e->cfg.desc.allocator, e->nvme.swap_tile_behind);
     zero__free(&e->cfg.desc.allocator, e->nvme.tile_fresh);
     zero__free(&e->cfg.desc.allocator, e->nvme.group_fresh);
     e->nvme.tile_fresh = e->nvme.group_fresh = NULL;
@@ -9417,20 +9719,23 @@ static void zero__eng_nvme_free(zero_engine *e)
     e->nvme.swap = NULL;
     e->nvme.tile_off = NULL;
     e->nvme.swap_ticket = NULL;
+    e->nvme.swap_tile_behind = NULL;
 }
 
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
    NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
-   slot 0): a tile record is read once when first touched and written back when another is
-   needed or at a flush, so a run of calls in shard order moves each record once. Between
-   steps: set_tensor, read_tensor, checkpoints. */
+   slot cached_tile_slot): a tile record is read once when first touched and, if changed, written
+   behind from its slot when another is needed (the cache moves to the next slot, waiting
+   for that slot's own write behind first) or written at a flush, so a run of calls in shard
+   order moves each record once and its writes overlap the caller's work. Between steps:
+   set_tensor, read_tensor, checkpoints. */
 static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, int kind, float *out,
                                         const float *in)
 {
     int k, lo = 0, hi = e->host.ntiles;
     zero_result r = ZERO_OK;
     zero_io_ticket t;
-    float *sl = (float *)(void *)e->nvme.swap;
+    float *sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
     while (lo < hi) { /* the first tile ending after off (tiles are in shard order) */
         int mid = lo + (hi - lo) / 2;
         const zero__eng_tile *tl = &e->host.tiles[mid];
@@ -9445,26 +9750,241 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
         b = thi < off + n ? thi : off + n;
         if (a >= b) continue;
         if (e->nvme.cached_tile != k) {
-            if (e->nvme.cached_tile_dirty && (r = zero__eng_nvme_flush_some(e, 1)) != ZERO_OK)
+            int s, behind = -1;
+            if (e->nvme.cached_tile_dirty && e->nvme.cached_tile >= 0 && (r = zero__eng_tile_write_behind(e)) != ZERO_OK)
                 break;
             e->nvme.cached_tile = -1;
-            if (e->nvme.tile_fresh[k]) {
-                memset(sl, 0, tl->numel * 12u);
+            e->nvme.cached_tile_dirty = 0;
+            for (s = 0; s < e->nvme.nswap; s++)
+                if (e->nvme.swap_tile_behind[s] == k) behind = s;
+            if (behind >= 0) { /* being written behind: its slot holds the record */
+                if ((r = zero__eng_tile_settle(e, behind)) != ZERO_OK) break;
+                e->nvme.cached_tile_slot = behind;
+                e->nvme.cached_tile_mv = e->nvme.tile_fresh[k] == 0;
             } else {
-                r = zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k], sl, tl->numel * 12u, &t);
-                if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
-                if (r != ZERO_OK) break;
+                if (e->nvme.swap_ticket[e->nvme.cached_tile_slot]) { /* writing behind: the next slot, oldest write */
+                    e->nvme.cached_tile_slot = (e->nvme.cached_tile_slot + 1) % e->nvme.nswap;
+                    if ((r = zero__eng_tile_settle(e, e->nvme.cached_tile_slot)) != ZERO_OK) break;
+                }
+                sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
+                e->nvme.cached_tile_mv = e->nvme.tile_fresh[k] == 0;
+                if (e->nvme.tile_fresh[k] == 1) {
+                    memset(sl, 0, tl->numel * 12u);
+                } else {
+                    size_t rb = tl->numel * (e->nvme.tile_fresh[k] == 2 ? 4u : 12u);
+                    memset((unsigned char *)sl + rb, 0, tl->numel * 12u - rb);
+                    r = zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k], sl, rb, &t);
+                    if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
+                    if (r != ZERO_OK) break;
+                }
             }
+            sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
             e->nvme.cached_tile = k;
         }
         if (in) {
             memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
             e->nvme.cached_tile_dirty = 1;
+            if (kind != 0) e->nvme.cached_tile_mv = 1;
         } else {
             memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
     }
     return r;
+}
+
+/* ---- the NVMe tier of the reduced gradients (struct zero__gnv above) ---- */
+
+/* Keeps the first I/O failure (r != OK) for the step's agreement. */
+static void zero__gnv_keep(struct zero__gnv *t, zero_result r)
+{
+    if (r == ZERO_OK || t->err != ZERO_OK) return;
+    t->err = r;
+    zero__eng_copy_error(t->why, sizeof t->why);
+}
+
+/* Commit: the gradient file (one range per tile, preallocated), the staging buffers, the
+   step's gradient slots and the per-tile and per-group tables. After zero__eng_nvme_alloc
+   (the tiles, the I/O engine and nswap exist). */
+static zero_result zero__gnv_alloc(zero_engine *e)
+{
+    const zero_allocator *a = &e->cfg.desc.allocator;
+    struct zero__gnv *t;
+    size_t maxsh = 0, nt = (size_t)(e->host.ntiles ? e->host.ntiles : 1), bb;
+    uint64_t off = 0;
+    int g, k;
+    zero_result r;
+    void *p = NULL;
+    t = (struct zero__gnv *)zero__alloc(a, sizeof *t);
+    if (!t) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: gradient tier");
+    memset(t, 0, sizeof *t);
+    e->gnv = t;
+    t->io = e->nvme.io;
+    t->pend_group = -1;
+    t->buf_group[0] = t->buf_group[1] = t->buf_group[2] = -1;
+    t->off = (uint64_t *)zero__alloc(a, nt * sizeof(uint64_t));
+    t->wt = (zero_io_ticket *)zero__alloc(a, nt * sizeof(zero_io_ticket));
+    t->tile0 = (int *)zero__alloc(a, (size_t)(e->layout.ngroups + 1) * sizeof(int));
+    t->sumsq = (double *)zero__alloc(a, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1) * sizeof(double));
+    t->nonfinite = (unsigned char *)zero__alloc(a, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1));
+    t->slot_ticket = (zero_io_ticket *)zero__alloc(a, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    if (!t->off || !t->wt || !t->tile0 || !t->sumsq || !t->nonfinite || !t->slot_ticket)
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: gradient tier tables");
+    memset(t->wt, 0, nt * sizeof(zero_io_ticket));
+    memset(t->slot_ticket, 0, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
+    memset(t->sumsq, 0, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1) * sizeof(double));
+    memset(t->nonfinite, 0, (size_t)(e->layout.ngroups ? e->layout.ngroups : 1));
+    for (g = 0, k = 0; g <= e->layout.ngroups; g++) { /* tiles are in group order */
+        while (k < e->host.ntiles && e->host.tiles[k].group < g) k++;
+        t->tile0[g] = k;
+    }
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].shard_numel > maxsh) maxsh = e->layout.groups[g].shard_numel;
+    for (k = 0; k < e->host.ntiles; k++) {
+        t->off[k] = off;
+        off += zero_io_align_up((uint64_t)e->host.tiles[k].numel * e->cfg.comm_size);
+    }
+    /* staging: two download buffers, and the read-back when contributions are added */
+    t->nbuf = e->cfg.accum_steps > 1 || e->layout.total_parts > e->layout.ngroups ? 3 : 2;
+    t->stride = (size_t)zero_io_align_up((uint64_t)(maxsh ? maxsh : 1) * e->cfg.comm_size);
+    if (zero__mul_size(t->stride, (size_t)t->nbuf, &bb) || zero__add_size(bb, ZERO_IO_ALIGN, &bb))
+        return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: gradient staging size overflows");
+    if ((r = zero__eng_host_alloc(e, bb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+    /* aligned for O_DIRECT: tile ranges at aligned offsets go to the disk without a copy */
+    t->buf = (unsigned char *)p + (ZERO_IO_ALIGN - (uintptr_t)p % ZERO_IO_ALIGN) % ZERO_IO_ALIGN;
+    /* the step's gradient slots, beside the optimizer's swap slots */
+    t->slot_stride = (size_t)zero_io_align_up((uint64_t)e->host.tile_numel * e->cfg.comm_size);
+    if ((r = zero_io_buffer_alloc(e->nvme.io, t->slot_stride * (size_t)e->nvme.nswap, &p)) != ZERO_OK) return r;
+    t->slots = (unsigned char *)p;
+    memset(t->slots, 0, t->slot_stride * (size_t)e->nvme.nswap);
+    e->host.mem[ZERO_MEM_GRAD] += t->slot_stride * (size_t)e->nvme.nswap;
+    if (e->host.mem[ZERO_MEM_GRAD] > e->host.mem_peak[ZERO_MEM_GRAD]) e->host.mem_peak[ZERO_MEM_GRAD] = e->host.mem[ZERO_MEM_GRAD];
+    e->host.mem_total += t->slot_stride * (size_t)e->nvme.nswap;
+    if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
+    if (off == 0) return ZERO_OK;
+    if ((r = zero_io_file_create(e->nvme.io, e->cfg.desc.nvme_path, "grad", e->cfg.rank, off, &t->file)) != ZERO_OK)
+        return r;
+    e->nvme.mem[ZERO_MEM_GRAD] = e->layout.shard_numel * e->cfg.comm_size;
+    e->nvme.mem_total += (size_t)zero_io_file_size(t->file);
+    e->nvme.mem[ZERO_MEM_SCRATCH] += (size_t)zero_io_file_size(t->file) - e->layout.shard_numel * e->cfg.comm_size; /* alignment */
+    return ZERO_OK;
+}
+
+/* Destroy (and a failed commit): every transfer waited for, the file removed, the buffers
+   freed (the staging with the host tier). Before the I/O engine goes. */
+static void zero__gnv_free(zero_engine *e)
+{
+    struct zero__gnv *t = e->gnv;
+    const zero_allocator *a = &e->cfg.desc.allocator;
+    if (!t) return;
+    if (t->io) (void)zero_io_wait_all(t->io);
+    zero_io_file_destroy(t->file);
+    if (t->slots) {
+        zero_io_buffer_free(t->io, t->slots);
+        e->host.mem[ZERO_MEM_GRAD] -= t->slot_stride * (size_t)e->nvme.nswap;
+        e->host.mem_total -= t->slot_stride * (size_t)e->nvme.nswap;
+    }
+    zero__free(a, t->off);
+    zero__free(a, t->wt);
+    zero__free(a, t->tile0);
+    zero__free(a, t->sumsq);
+    zero__free(a, t->nonfinite);
+    zero__free(a, t->slot_ticket);
+    zero__free(a, t);
+    e->gnv = NULL;
+}
+
+/* Waits for the transfers in flight on group g's ranges (g < 0: none). */
+static void zero__gnv_wait_group(zero_engine *e, int g)
+{
+    struct zero__gnv *t = e->gnv;
+    int k;
+    if (g < 0) return;
+    for (k = t->tile0[g]; k < t->tile0[g + 1]; k++) {
+        zero_io_ticket w = t->wt[k];
+        t->wt[k] = 0;
+        if (w) zero__gnv_keep(t, zero_io_wait(t->io, w));
+    }
+}
+
+/* The pending group's download has landed (after a sync of OFFLOAD): stored, or read back,
+   added and stored; its flag and sum of squares taken on the way. */
+static zero_result zero__gnv_settle(zero_engine *e)
+{
+    struct zero__gnv *t = e->gnv;
+    int g = t->pend_group, k, sb = t->pend_buf;
+    const zero__eng_group *eg;
+    unsigned char *src;
+    if (g < 0) return ZERO_OK;
+    t->pend_group = -1;
+    eg = &e->layout.groups[g];
+    ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD), "gradient offload: sync");
+    src = t->buf + (size_t)sb * t->stride;
+    if (!t->pend_store) { /* acc = what the file holds, then acc += the new contribution */
+        unsigned char *acc = t->buf + 2 * t->stride;
+        zero__gnv_wait_group(e, t->buf_group[2]); /* writes that still read acc */
+        t->buf_group[2] = -1;
+        zero__gnv_wait_group(e, g);               /* the group's last write is on the file */
+        for (k = t->tile0[g]; k < t->tile0[g + 1] && t->err == ZERO_OK; k++)
+            zero__gnv_keep(t, zero_io_read(t->file, t->off[k], acc + e->host.tiles[k].begin * e->cfg.comm_size,
+                                           e->host.tiles[k].numel * e->cfg.comm_size, &t->wt[k]));
+        zero__gnv_wait_group(e, g);
+        (void)zero__eng_host_kernel(e, zero__host_body_add, acc, src, eg->shard_numel);
+        src = acc;
+        sb = 2;
+    }
+    t->nonfinite[g] = zero__eng_host_kernel(e, zero__host_body_nonfinite, NULL, src, eg->shard_numel) > 0.0;
+    t->sumsq[g] = zero__eng_host_kernel(e, zero__host_body_sumsq, NULL, src, eg->shard_numel);
+    zero__gnv_wait_group(e, g); /* (nothing in flight on its ranges by now) */
+    for (k = t->tile0[g]; k < t->tile0[g + 1] && t->err == ZERO_OK; k++)
+        zero__gnv_keep(t, zero_io_write(t->file, t->off[k], src + e->host.tiles[k].begin * e->cfg.comm_size,
+                                        e->host.tiles[k].numel * e->cfg.comm_size, &t->wt[k]));
+    t->buf_group[sb] = g;
+    return ZERO_OK;
+}
+
+/* zero__eng_grad_out for the NVMe tier: elements [j, j + n) of group g's reduced shard go
+   into the group's staging buffer (the previous group settled first, and the buffer's last
+   writes waited for); the group is pending once its last piece is queued. */
+static zero_result zero__gnv_out(zero_engine *e, int g, int store, const unsigned char *dev_src,
+                                 size_t j, size_t n)
+{
+    struct zero__gnv *t = e->gnv;
+    const zero__eng_group *eg = &e->layout.groups[g];
+    zero_result r;
+    if (j == 0) {
+        if ((r = zero__gnv_settle(e)) != ZERO_OK) return r;
+        zero__gnv_wait_group(e, t->buf_group[t->cur]);
+        t->buf_group[t->cur] = -1;
+    }
+    r = zero__eng_handoff_ev(e, ZERO_QUEUE_COMM, ZERO_QUEUE_OFFLOAD, e->sync.comm_to_offload);
+    if (r == ZERO_OK)
+        r = e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_OFFLOAD, t->buf + (size_t)t->cur * t->stride + j * e->cfg.comm_size,
+                                  dev_src, n * e->cfg.comm_size);
+    if (r == ZERO_OK) r = zero__eng_handoff_ev(e, ZERO_QUEUE_OFFLOAD, ZERO_QUEUE_COMM, e->sync.offload_to_comm);
+    if (r == ZERO_OK && j + n == eg->shard_numel) {
+        t->pend_group = g;
+        t->pend_store = store;
+        t->pend_buf = t->cur;
+        t->cur ^= 1;
+    }
+    return r;
+}
+
+/* The step: the last download settled, every write on the file, then the groups' flags and
+   sums of squares in group order (what the host tier computes over its buffer). */
+static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
+{
+    struct zero__gnv *t = e->gnv;
+    int g;
+    zero_result r = zero__gnv_settle(e);
+    if (r != ZERO_OK) return r;
+    for (g = 0; g < e->layout.ngroups; g++) {
+        zero__gnv_wait_group(e, g);
+        if (t->nonfinite[g]) *flag = 1.0f;
+        *sumsq += t->sumsq[g];
+    }
+    t->buf_group[0] = t->buf_group[1] = t->buf_group[2] = -1;
+    return ZERO_OK;
 }
 
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
@@ -9488,6 +10008,11 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
         io_r = zero__eng_nvme_forget(e);
         if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
     }
+    if (e->gnv && e->gnv->err != ZERO_OK && io_r == ZERO_OK) { /* a gradient write or read */
+        io_r = e->gnv->err;
+        snprintf(io_err, sizeof io_err, "gradient tier: %.380s", e->gnv->why);
+    }
+    if (e->gnv) e->gnv->err = ZERO_OK;
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->buf.scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
@@ -9567,9 +10092,10 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
             e->nvme.param_buf_ticket[i] = 0;
             if (t && io_r == ZERO_OK) io_r = zero_io_wait(e->nvme.io, t);
         }
-        if (io_r != ZERO_OK) zero__eng_copy_error(io_err, sizeof io_err);
+        if (io_r != ZERO_OK && !io_err[0]) zero__eng_copy_error(io_err, sizeof io_err);
         (void)zero_io_wait_all(e->nvme.io);
         for (i = 0; i < e->nvme.nswap && e->nvme.opt_file; i++) e->nvme.swap_ticket[i] = 0;
+        for (i = 0; i < e->nvme.nswap && e->gnv; i++) e->gnv->slot_ticket[i] = 0;
         return zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1);
     }
     return ZERO_OK;
@@ -10304,19 +10830,25 @@ static void zero__eng_trace_note(zero_engine *e, int entry)
     e->prefetch.trace_pos = e->prefetch.trace_len;
 }
 
-/* The group the recorded order gathers next that is not gathered now (g + 1 without a
-   trace): what the NVMe tier reads ahead. */
-static int zero__eng_trace_next(const zero_engine *e, int g)
+static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max)
 {
-    int j;
-    if (!e->prefetch.trace_following) return g + 1;
-    for (j = e->prefetch.trace_pos; j < e->prefetch.trace_len; j++) {
-        int h = e->prefetch.trace[j] >> 1;
-        if (!(e->prefetch.trace[j] & 1) && h != g && e->layout.groups[h].poff == ZERO__ENG_NONE &&
-            !e->layout.groups[h].persistent)
-            return h;
+    int j, n = 0, i;
+    if (!e->prefetch.trace_following) { /* in the direction of travel */
+        int step = e->nvme.ahead_prev > g ? -1 : 1;
+        for (j = g + step; j >= 0 && j < e->layout.ngroups && n < max; j += step) out[n++] = j;
+        return n;
     }
-    return -1;
+    for (j = e->prefetch.trace_pos; j < e->prefetch.trace_len && n < max; j++) {
+        int h = e->prefetch.trace[j] >> 1, dup = 0;
+        /* a group gathered ahead of its use (prefetched, no user holds it) is served from
+           the arena there; one a user holds is released before its next use */
+        if ((e->prefetch.trace[j] & 1) || h == g || e->layout.groups[h].persistent ||
+            (e->layout.groups[h].poff != ZERO__ENG_NONE && e->layout.groups[h].refs == 0))
+            continue;
+        for (i = 0; i < n; i++) dup |= out[i] == h;
+        if (!dup) out[n++] = h;
+    }
+    return n;
 }
 
 /* The micro-step ended: a recording becomes the trace; a trace followed to a different end
@@ -11407,7 +11939,7 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
     if (tier == ZERO_TIER_NVME) { /* files: constant from commit to destroy */
         for (k = 0; k < ZERO_MEM_COUNT; k++) out->bytes[k] = out->peak_bytes[k] = e->nvme.mem[k];
         out->total_bytes = out->peak_total_bytes = e->nvme.mem_total;
-        out->allocations = (e->nvme.opt_file ? 1u : 0u) + (e->nvme.param_file ? 1u : 0u);
+        out->allocations = (e->nvme.opt_file ? 1u : 0u) + (e->nvme.param_file ? 1u : 0u) + (e->gnv && e->gnv->file ? 1u : 0u);
         zero__act_account(e, tier, out);
         return ZERO_OK;
     }

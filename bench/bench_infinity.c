@@ -16,8 +16,15 @@
    engine, block size and queue depth), and whether the loss moved.
 
    usage: bench_infinity [--params 4B] [--groups 80] [--ranks 1] [--steps 3]
-                         [--dir /var/tmp] [--budget 2GB] [--plain]
+                         [--dir /var/tmp] [--budget 2GB] [--plain] [--grads-nvme] [--tokens T]
    --plain trains the same model without offload (for comparison at a size that fits).
+   --grads-nvme puts the reduced gradient shard on NVMe too (offload_gradients = nvme)
+   instead of host memory: the host then holds staging only, whatever Psi.
+   --tokens T gives each layer the matrix products of a linear layer over T tokens (its
+   params as a [n / 1024, 1024] weight): forward 2 T n FLOPs, backward 4 T n (dX and dW),
+   fp32 on the caller's thread, as a model's compute between the gathers (0 = none: the
+   loss and its gradient only). bench/bench_overlap.c uses it to see where the NVMe reads
+   hide behind compute.
    Not in CI at 4B (about 64 GB of files and many minutes); tests/test_infinity.c runs this
    code at a small Psi with a small budget and checks it against the plain run bit for bit. */
 #ifndef ZERO_IMPLEMENTATION
@@ -39,8 +46,11 @@ typedef struct inf_cfg {
     int groups, ranks, steps;
     const char *dir;   /* nvme_path */
     int plain;         /* 1: no offload, no budget */
+    int grads_nvme;    /* 1: offload_gradients = nvme (else the host tier of the gradients) */
     size_t budget;     /* device bytes per rank (0: none) */
     int quiet;
+    int tokens;           /* > 0: each layer's matrix products over this many tokens */
+    int params_on_device; /* with offload: optimizer state on NVMe, params on the device */
 } inf_cfg;
 
 typedef struct inf_result {
@@ -49,6 +59,13 @@ typedef struct inf_result {
     double loss[INF_MAX_STEPS + 1]; /* the loss at the forward of step s; [steps]: after the last */
     double step_s[INF_MAX_STEPS], fwd_s[INF_MAX_STEPS], bwd_s[INF_MAX_STEPS], opt_s[INF_MAX_STEPS];
     uint64_t io_read[INF_MAX_STEPS], io_written[INF_MAX_STEPS];
+    double bwd_gather_s[INF_MAX_STEPS]; /* of the backward: time inside zero_engine_gather */
+    double bwd_work_s[INF_MAX_STEPS];   /* of the backward: the layers' matrix products */
+    double bwd_read_wait_s[INF_MAX_STEPS]; /* of the backward: the engine's wait for shard reads */
+    uint64_t bwd_reads_demand[INF_MAX_STEPS]; /* of the backward: shard reads not issued ahead */
+    double flops;                       /* of one step's layer products (forward + backward) */
+    double sink;                        /* a checksum of the products (keeps them computed) */
+    zero_gather_stats gstats;           /* rank 0, at the end */
     zero_engine_memory dev, host, nvme; /* rank 0 */
     uint64_t param_hash;                /* FNV-1a over every rank's final param bits */
     double commit_s;
@@ -84,6 +101,133 @@ static float inf_bf16(uint16_t b)
     return f;
 }
 
+/* out[m][n] += sum over k of A(m, k) B[k][n] for m < M, n < N, k < K, with A(m, k) at
+   a[m * am + k * ak] (so A may be read transposed), B row-major (row length N), out row-major
+   (row length N). Blocks of 4 rows x 32 columns accumulate in locals the compiler keeps in
+   vector registers. */
+static void inf_gemm(float *out, const float *a, size_t am, size_t ak, const float *b, size_t M, size_t N,
+                     size_t K)
+{
+    size_t m, n0, k, r, j;
+    for (m = 0; m < M; m += 4) {
+        size_t mr = M - m < 4 ? M - m : 4;
+        for (n0 = 0; n0 < N; n0 += 32) {
+            size_t nn = N - n0 < 32 ? N - n0 : 32;
+            float acc[4][32];
+            memset(acc, 0, sizeof acc);
+            for (k = 0; k < K; k++) {
+                const float *bk = b + k * N + n0;
+                for (r = 0; r < mr; r++) {
+                    float av = a[(m + r) * am + k * ak];
+                    if (nn == 32)
+                        for (j = 0; j < 32; j++) acc[r][j] += av * bk[j];
+                    else
+                        for (j = 0; j < nn; j++) acc[r][j] += av * bk[j];
+                }
+            }
+            for (r = 0; r < mr; r++)
+                for (j = 0; j < nn; j++) out[(m + r) * N + n0 + j] += acc[r][j];
+        }
+    }
+}
+
+/* out[m][n] += sum over k of a[m][k] b[n][k] (rows of length K, a multiple of 8): blocks of
+   2 x 4 outputs, each summed in 8 lanes (vector registers) and the lanes added at the end. */
+static void inf_gemm_nt(float *out, const float *a, const float *b, size_t M, size_t N, size_t K)
+{
+    size_t m, n, k, r, c, j;
+    for (m = 0; m < M; m += 2) {
+        size_t mr = M - m < 2 ? M - m : 2;
+        for (n = 0; n < N; n += 4) {
+            size_t nc = N - n < 4 ? N - n : 4;
+            float acc[2][4][8];
+            memset(acc, 0, sizeof acc);
+            if (mr == 2 && nc == 4) {
+                for (k = 0; k < K; k += 8)
+                    for (r = 0; r < 2; r++)
+                        for (c = 0; c < 4; c++)
+                            for (j = 0; j < 8; j++) acc[r][c][j] += a[(m + r) * K + k + j] * b[(n + c) * K + k + j];
+            } else {
+                for (k = 0; k < K; k += 8)
+                    for (r = 0; r < mr; r++)
+                        for (c = 0; c < nc; c++)
+                            for (j = 0; j < 8; j++) acc[r][c][j] += a[(m + r) * K + k + j] * b[(n + c) * K + k + j];
+            }
+            for (r = 0; r < mr; r++)
+                for (c = 0; c < nc; c++) {
+                    float t = 0.0f;
+                    for (j = 0; j < 8; j++) t += acc[r][c][j];
+                    out[(m + r) * N + n + c] += t;
+                }
+        }
+    }
+}
+
+#define INF_COLS 1024 /* a layer's n params are a [n / INF_COLS, INF_COLS] weight */
+
+/* One rank's buffers for the layers' products (tokens > 0). */
+typedef struct inf_work {
+    size_t tokens, din, dout;
+    float *w, *x, *dy, *y, *dx, *dw;
+} inf_work;
+
+static void inf_work_free(inf_work *k)
+{
+    free(k->w);
+    free(k->x);
+    free(k->dy);
+    free(k->y);
+    free(k->dx);
+    free(k->dw);
+    memset(k, 0, sizeof *k);
+}
+
+static int inf_work_init(inf_work *k, size_t tokens, size_t n)
+{
+    size_t i;
+    memset(k, 0, sizeof *k);
+    k->tokens = tokens;
+    k->dout = INF_COLS;
+    k->din = n / INF_COLS;
+    if (tokens == 0 || k->din == 0) return 0;
+    k->w = (float *)malloc(k->din * k->dout * sizeof(float));
+    k->dw = (float *)malloc(k->din * k->dout * sizeof(float));
+    k->x = (float *)malloc(tokens * k->din * sizeof(float));
+    k->dx = (float *)malloc(tokens * k->din * sizeof(float));
+    k->dy = (float *)malloc(tokens * k->dout * sizeof(float));
+    k->y = (float *)malloc(tokens * k->dout * sizeof(float));
+    if (!k->w || !k->dw || !k->x || !k->dx || !k->dy || !k->y) {
+        inf_work_free(k);
+        return -1;
+    }
+    for (i = 0; i < tokens * k->din; i++) k->x[i] = inf_target(7, i);
+    for (i = 0; i < tokens * k->dout; i++) k->dy[i] = inf_target(11, i);
+    return 0;
+}
+
+/* The layer's products on its gathered bf16 params w: forward y = x W (2 T n FLOPs), or
+   backward dx = dy W^T and dW = x^T dy (4 T n). Returns a checksum of the result. */
+static double inf_work_layer(inf_work *k, const uint16_t *w, int backward)
+{
+    size_t i, T = k->tokens, I = k->din, O = k->dout;
+    double s = 0.0;
+    if (!k->w) return 0.0;
+    (void)zero_convert(k->w, ZERO_F32, w, ZERO_BF16, I * O, ZERO_SIMD_AUTO);
+    if (!backward) {
+        memset(k->y, 0, T * O * sizeof(float));
+        inf_gemm(k->y, k->x, I, 1, k->w, T, O, I);
+        for (i = 0; i < T * O; i += 97) s += k->y[i];
+        return s;
+    }
+    memset(k->dx, 0, T * I * sizeof(float));
+    memset(k->dw, 0, I * O * sizeof(float));
+    inf_gemm_nt(k->dx, k->dy, k->w, T, I, O); /* dx[t][i] = sum_o dy[t][o] W[i][o] */
+    inf_gemm(k->dw, k->x, 1, I, k->dy, I, O, T);
+    for (i = 0; i < T * I; i += 97) s += k->dx[i];
+    for (i = 0; i < I * O; i += 997) s += k->dw[i];
+    return s;
+}
+
 #define INF_TRY(call)                                                                        \
     do {                                                                                     \
         zero_result r_ = (call);                                                             \
@@ -107,6 +251,12 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
     int g, s;
     double t0, t1;
     zero_io_stats a, b;
+    inf_work wk;
+    zero_gather_stats gs0, gs1;
+    double sink = 0.0;
+    memset(&wk, 0, sizeof wk);
+    memset(&gs0, 0, sizeof gs0);
+    memset(&gs1, 0, sizeof gs1);
     memset(&hd, 0, sizeof hd);
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
@@ -120,11 +270,17 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
     d.adam.lr = 1e-2f;
     if (!c->plain) {
         d.offload_optimizer = ZERO_OFFLOAD_NVME;
-        d.offload_param = ZERO_OFFLOAD_NVME;
+        d.offload_param = c->params_on_device ? ZERO_OFFLOAD_NONE : ZERO_OFFLOAD_NVME;
+        d.offload_gradients = c->grads_nvme ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_NONE;
         d.nvme_path = c->dir;
         d.host_threads = 2;
     }
     INF_TRY(zero_engine_create(&d, &e));
+    if (inf_work_init(&wk, c->tokens > 0 ? (size_t)c->tokens : 0, n) != 0) {
+        rc = ZERO_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    if (rank == 0) R->res->flops = 6.0 * (double)wk.tokens * (double)(wk.din * wk.dout) * c->groups;
     for (g = 0; g < c->groups; g++) {
         char name[32];
         snprintf(name, sizeof name, "layer%d.w", g);
@@ -149,6 +305,7 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
                 sum += (double)(dlt * dlt);
             }
             loss += 0.5 * sum / (double)n;
+            if (s < c->steps) sink += inf_work_layer(&wk, w, 0);
             INF_TRY(zero_engine_release(e, g));
         }
         R->loss_part[rank][s] = loss;
@@ -156,13 +313,20 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
         t1 = inf_now();
         if (rank == 0) R->res->fwd_s[s] = t1 - t0;
         /* backward, last layer first: dL/dp = (p - t) / n */
+        if (rank == 0) R->res->bwd_gather_s[s] = R->res->bwd_work_s[s] = 0.0;
+        INF_TRY(zero_engine_gather_stats(e, &gs0));
         for (g = c->groups - 1; g >= 0; g--) {
             void *p, *dg;
             const uint16_t *w;
             float *tmp;
+            double tg = inf_now(), tw;
             INF_TRY(zero_engine_gather(e, g, &p));
+            tw = inf_now();
+            if (rank == 0) R->res->bwd_gather_s[s] += tw - tg;
             INF_TRY(zero_engine_grads(e, g, &dg));
             w = (const uint16_t *)p;
+            sink += inf_work_layer(&wk, w, 1);
+            if (rank == 0) R->res->bwd_work_s[s] += inf_now() - tw;
             tmp = (float *)malloc(((size_t)1 << 16) * sizeof *tmp);
             if (!tmp) {
                 rc = ZERO_ERROR_OUT_OF_MEMORY;
@@ -178,7 +342,12 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
             INF_TRY(zero_engine_grads_ready(e, g));
         }
         t0 = inf_now();
-        if (rank == 0) R->res->bwd_s[s] = t0 - t1;
+        INF_TRY(zero_engine_gather_stats(e, &gs1));
+        if (rank == 0) {
+            R->res->bwd_s[s] = t0 - t1;
+            R->res->bwd_read_wait_s[s] = gs1.nvme_read_wait_s - gs0.nvme_read_wait_s;
+            R->res->bwd_reads_demand[s] = gs1.nvme_reads_demand - gs0.nvme_reads_demand;
+        }
         INF_TRY(zero_engine_step(e, NULL));
         t1 = inf_now();
         INF_TRY(zero_engine_nvme_stats(e, &b));
@@ -193,6 +362,8 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
         INF_TRY(zero_engine_memory_tier(e, ZERO_TIER_DEVICE, &R->res->dev));
         INF_TRY(zero_engine_memory_tier(e, ZERO_TIER_HOST, &R->res->host));
         INF_TRY(zero_engine_memory_tier(e, ZERO_TIER_NVME, &R->res->nvme));
+        INF_TRY(zero_engine_gather_stats(e, &R->res->gstats));
+        R->res->sink = sink;
     }
     { /* the final params: a hash of this rank's shards (rank order combined by the caller) */
         uint64_t h = 1469598103934665603ull;
@@ -210,6 +381,7 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
         R->hash_part[rank] = h;
     }
 out:
+    inf_work_free(&wk);
     zero_engine_destroy(e);
     zero_device_destroy(dev);
     return rc;
@@ -242,7 +414,7 @@ static zero_result inf_train(const inf_cfg *c, inf_result *res)
     return res->rc;
 }
 
-#ifndef BENCH_INFINITY_NO_MAIN
+#if !defined(BENCH_INFINITY_NO_MAIN) || defined(BENCH_INFINITY_HELPERS)
 
 /* Sequential write then read of 'bytes' through the engine's I/O engine (O_DIRECT, 1 MiB,
    queue depth 8, 16 MiB transfers kept 8 deep): the disk's rates for the I/O bound. */
@@ -299,6 +471,10 @@ static uint64_t inf_parse(const char *s)
     return (uint64_t)v;
 }
 
+#endif
+
+#ifndef BENCH_INFINITY_NO_MAIN
+
 int main(int argc, char **argv)
 {
     inf_cfg c;
@@ -323,15 +499,19 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) c.dir = argv[++i];
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) c.budget = (size_t)inf_parse(argv[++i]);
         else if (!strcmp(argv[i], "--plain")) c.plain = 1;
+        else if (!strcmp(argv[i], "--grads-nvme")) c.grads_nvme = 1;
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) c.tokens = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_infinity [--params 4B] [--groups 80] [--ranks 1] [--steps 3] "
-                            "[--dir D] [--budget 2GB] [--plain]\n");
+                            "[--dir D] [--budget 2GB] [--plain] [--grads-nvme] [--tokens T]\n");
             return 2;
         }
     }
     printf("bench_infinity: Psi = %.3g (%d layers), stage 3, bf16, %d rank(s), %d steps, %s\n",
            (double)c.params, c.groups, c.ranks, c.steps,
-           c.plain ? "no offload" : "params, gradients and optimizer state off the device (NVMe)");
+           c.plain ? "no offload"
+           : c.grads_nvme ? "params, gradients and optimizer state off the device (all three on NVMe)"
+                          : "params, gradients and optimizer state off the device (NVMe; gradients in host memory)");
     printf("model states 16 Psi = %.1f GB; this machine's RAM %.1f GB: %.2fx\n", 16.0 * (double)c.params / 1e9,
            ram / 1e9, 16.0 * (double)c.params / ram);
     if (!c.plain) {
@@ -363,11 +543,11 @@ int main(int argc, char **argv)
     printf("loss after %d steps %.6f (from %.6f): %s\n", c.steps, res.loss[c.steps], res.loss[0],
            res.loss[c.steps] < res.loss[0] ? "the loss moved down" : "THE LOSS DID NOT FALL");
     printf("rank 0 bytes: device %zu (params %zu, grads %zu, master+m+v %zu, arena+buckets+scratch %zu) | "
-           "host %zu | nvme %zu\n",
+           "host %zu (gradients %zu) | nvme %zu (gradients %zu)\n",
            res.dev.total_bytes, res.dev.bytes[ZERO_MEM_PARAM], res.dev.bytes[ZERO_MEM_GRAD],
            res.dev.bytes[ZERO_MEM_MASTER] + res.dev.bytes[ZERO_MEM_MOMENT1] + res.dev.bytes[ZERO_MEM_MOMENT2],
            res.dev.bytes[ZERO_MEM_GATHER] + res.dev.bytes[ZERO_MEM_BUCKET] + res.dev.bytes[ZERO_MEM_SCRATCH],
-           res.host.total_bytes, res.nvme.total_bytes);
+           res.host.total_bytes, res.host.bytes[ZERO_MEM_GRAD], res.nvme.total_bytes, res.nvme.bytes[ZERO_MEM_GRAD]);
     printf("peak RSS %.2f GB\n", (double)ru.ru_maxrss * 1024.0 / 1e9);
     if (c.steps > 1 && !c.plain) {
         double per = total / (double)(c.steps - 1);

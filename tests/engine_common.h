@@ -40,12 +40,14 @@ typedef struct ec_cfg {
     zero_comm_ops *wrap_ops; /* optional: a comm wrapper (tests of group calls, failures) */
     /* offload (tests/test_offload.c): the engine's knobs and the host device's budget */
     zero_offload_device offload_opt, offload_param;
+    zero_offload_device offload_grad; /* engine offload_gradients */
     size_t sub_group;
     int host_threads;
     size_t device_capacity;
     const char *nvme_path;
     int pin_memory;
     int async_step;          /* engine async_step: steps without info, read one step later */
+    int param_read_ahead;    /* engine param_read_ahead (offload_param = nvme)             */
 } ec_cfg;
 
 typedef struct ec_result {
@@ -170,9 +172,11 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->persist_numel = c->persist;
     d->offload_optimizer = c->offload_opt;
     d->offload_param = c->offload_param;
+    d->offload_gradients = c->offload_grad;
     d->sub_group_size = c->sub_group;
     d->host_threads = c->host_threads;
     d->nvme_path = c->nvme_path;
+    d->param_read_ahead = c->param_read_ahead;
     d->pin_memory = c->pin_memory;
     d->async_step = c->async_step;
 }

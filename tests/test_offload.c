@@ -858,7 +858,7 @@ typedef struct ck_ctx {
     ec_ctx base;
     const char *ckdir, *nvme;
     int split;
-    zero_offload_device save_opt, save_par, load_opt, load_par;
+    zero_offload_device save_opt, save_par, load_opt, load_par, save_grad, load_grad;
 } ck_ctx;
 
 /* Engine A (the save settings) trains steps [0, split) and saves; engine B (the load
@@ -881,6 +881,7 @@ static zero_result ck_rank(int rank, zero_comm *comm, void *user)
         d.nvme_path = X->nvme;
         d.offload_optimizer = phase ? X->load_opt : X->save_opt;
         d.offload_param = phase ? X->load_par : X->save_par;
+        d.offload_gradients = phase ? X->load_grad : X->save_grad;
         r = zero_engine_create(&d, &e);
         if (r == ZERO_OK) r = ec_add_tensors(e, c, ids);
         if (r == ZERO_OK) r = zero_engine_commit(e);
@@ -902,19 +903,26 @@ static zero_result ck_rank(int rank, zero_comm *comm, void *user)
     return r;
 }
 
-/* A run saved with its optimizer state (and stage-3 params) on the CPU or NVMe and loaded
-   into an engine with the same, another or no offload continues bit-identically to the
-   plain run without a checkpoint. */
+/* A run saved with its optimizer state (and stage-3 params, and the gradients' tier) on the
+   CPU or NVMe and loaded into an engine with the same, another or no offload continues
+   bit-identically to the plain run without a checkpoint. (Saves come between steps, when no
+   gradient is held: the gradient tier has nothing to save.) */
 ZT_TEST(checkpoint_of_offloaded_state)
 {
-    static const zero_offload_device combos[][4] = {
-        /* save opt, save param, load opt, load param */
-        {ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE},
-        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE},
-        {ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE},
-        {ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME},
-        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_CPU},
+    static const zero_offload_device combos[][6] = {
+        /* save opt, save param, load opt, load param, save grads, load grads */
+        {ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE, 0, 0},
+        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, 0, 0},
+        {ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE, 0, 0},
+        {ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME, 0, 0},
+        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_CPU, 0, 0},
+        /* the gradients on NVMe: saved from, loaded into, and both */
+        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NVME, 0},
+        {ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE, 0, ZERO_OFFLOAD_NVME},
+        {ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME,
+         ZERO_OFFLOAD_NVME},
     };
+    const int ncombos = (int)(sizeof combos / sizeof combos[0]);
     const char *dir = make_nvme_dir();
     char ckdir[300];
     int st, ci;
@@ -922,7 +930,7 @@ ZT_TEST(checkpoint_of_offloaded_state)
     if (!dir) return;
     snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
     for (st = 1; st <= 3; st++)
-        for (ci = 0; ci < 5; ci++) {
+        for (ci = 0; ci < ncombos; ci++) {
             ec_cfg c;
             ck_ctx X;
             ec_result *ref, *got;
@@ -939,6 +947,8 @@ ZT_TEST(checkpoint_of_offloaded_state)
             X.save_par = combos[ci][1];
             X.load_opt = combos[ci][2];
             X.load_par = combos[ci][3];
+            X.save_grad = combos[ci][4];
+            X.load_grad = combos[ci][5];
             got = ec_run_with(&c, &X.base, ck_rank, &X);
             ZT_CHECKF(ref->rc == ZERO_OK && got->rc == ZERO_OK, "stage %d combo %d: %s", st, ci, got->err);
             if (ref->rc == ZERO_OK && got->rc == ZERO_OK)

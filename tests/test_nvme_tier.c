@@ -1,0 +1,389 @@
+/* The NVMe tier's pipelines between and inside steps: stage-3 param shards read ahead of
+   the gathers param_read_ahead groups deep in the recorded order (bit-identical to the plain
+   run, depth honoured, no read wasted, the backward served without a read on demand, the
+   host shard buffers accounted exactly), and the caches' writes behind (every injected
+   write or read failure of an init + save reaches the caller as ZERO_ERROR_IO, never lost). */
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+#include "tests/zt.h"
+#include "tests/engine_common.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <unistd.h>
+
+static char tier_dir[64];
+
+static const char *tier_make_dir(void)
+{
+    snprintf(tier_dir, sizeof tier_dir, "/tmp/zero-test-nvme-tier-XXXXXX");
+    return mkdtemp(tier_dir);
+}
+
+static int tier_dir_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
+    closedir(d);
+    return n == 0;
+}
+
+/* Eight groups of one tensor each (uneven sizes), so the order has room to read ahead. */
+static void tier_model(ec_cfg *c)
+{
+    static const size_t sizes[] = {40, 33, 64, 17, 90, 25, 50, 12};
+    int t;
+    c->ntensors = 8;
+    for (t = 0; t < 8; t++) {
+        c->sizes[t] = sizes[t];
+        c->groups[t] = t;
+        c->flags[t] = 0;
+    }
+}
+
+/* Stage 3, both offloads on NVMe, 2 ranks, 3 steps (forward 0..7, backward 7..0), at read
+   ahead depths 1, 2 and 4: params, master, m, v and every step's info equal the plain
+   run's bit for bit. Gather statistics of every rank, steps 2..3 (the 3-step run minus the
+   1-step run; the first step records the order): the depth is honoured (exactly D reads
+   ahead in flight at the forward's start), no read ahead is wasted, and one read per step
+   is on demand (the forward's first group, after the step emptied the slots; each
+   backward's first D + 1 groups are the forward's last shards, kept clean in the slots,
+   and the others were read ahead). The host tier holds 1 + D shard buffers (at least 2) of
+   the largest shard rounded to ZERO_IO_ALIGN. */
+ZT_TEST(param_read_ahead_depth_is_honoured_and_exact)
+{
+    static const int depths[] = {1, 2, 4};
+    const char *dir = tier_make_dir();
+    size_t host_param[3] = {0, 0, 0};
+    int di, rk;
+    ZT_CHECK(dir != NULL);
+    if (!dir) return;
+    for (di = 0; di < 3; di++) {
+        ec_cfg c;
+        ec_result *ref, *off, *one;
+        char why[160];
+        int D = depths[di];
+        ec_cfg_init(&c, 3, 2, ZERO_BF16, 1, 3);
+        tier_model(&c);
+        c.nvme_path = dir;
+        c.param_read_ahead = D;
+        ref = ec_run(&c);
+        c.offload_opt = ZERO_OFFLOAD_NVME;
+        c.offload_param = ZERO_OFFLOAD_NVME;
+        off = ec_run(&c);
+        c.steps = 1;
+        one = ec_run(&c);
+        c.steps = 3;
+        ZT_CHECKF(ref->rc == ZERO_OK && off->rc == ZERO_OK && one->rc == ZERO_OK, "depth %d: %s %s %s", D,
+                  ref->err, off->err, one->err);
+        if (ref->rc == ZERO_OK && off->rc == ZERO_OK && one->rc == ZERO_OK) {
+            ZT_CHECKF(ec_same_state(&c, ref, off, why, sizeof why), "depth %d: %s", D, why);
+            ZT_CHECK(memcmp(ref->info, off->info, sizeof ref->info) == 0);
+            for (rk = 0; rk < 2; rk++) {
+                const zero_gather_stats *g = &off->gstats[rk], *g1 = &one->gstats[rk];
+                uint64_t ahead = g->nvme_reads_ahead - g1->nvme_reads_ahead;
+                ZT_CHECKF(g->nvme_reads_in_flight_max == D, "depth %d rank %d: %d reads in flight at most", D, rk,
+                          g->nvme_reads_in_flight_max);
+                ZT_CHECKF(g->nvme_reads_wasted == g1->nvme_reads_wasted, "depth %d rank %d: %llu wasted in steps 2..3",
+                          D, rk, (unsigned long long)(g->nvme_reads_wasted - g1->nvme_reads_wasted));
+                ZT_CHECKF(g->nvme_reads_demand - g1->nvme_reads_demand == 2, "depth %d rank %d: %llu on demand", D,
+                          rk, (unsigned long long)(g->nvme_reads_demand - g1->nvme_reads_demand));
+                /* each step: 7 of the forward's 8 groups, 7 - D of the backward's */
+                ZT_CHECKF(ahead == (uint64_t)(2 * (7 + 7 - D)), "depth %d rank %d: %llu ahead", D, rk,
+                          (unsigned long long)ahead);
+                ZT_CHECK(g->nvme_read_wait_s >= 0.0 && g1->nvme_read_wait_s >= 0.0);
+            }
+            host_param[di] = off->host_mem[0].bytes[ZERO_MEM_PARAM];
+        }
+        ec_result_free(ref);
+        ec_result_free(off);
+        ec_result_free(one);
+    }
+    /* shards of at most 45 bf16 elements: each buffer is one ZERO_IO_ALIGN */
+    ZT_CHECKF(host_param[1] - host_param[0] == 1 * ZERO_IO_ALIGN && host_param[2] - host_param[0] == 3 * ZERO_IO_ALIGN,
+              "host PARAM bytes %zu, %zu, %zu at depths 1, 2, 4", host_param[0], host_param[1], host_param[2]);
+    ZT_CHECK(tier_dir_empty(dir));
+    rmdir(dir);
+}
+
+/* Without a trace (read ahead in the direction of travel) and with accumulation (the second micro-step's
+   forward starts on the group the backward ended with): still the plain run's bits. */
+ZT_TEST(param_read_ahead_with_accumulation_is_exact)
+{
+    const char *dir = tier_make_dir();
+    ec_cfg c;
+    ec_result *ref, *off;
+    char why[160];
+    ZT_CHECK(dir != NULL);
+    if (!dir) return;
+    ec_cfg_init(&c, 3, 3, ZERO_F16, 2, 3);
+    tier_model(&c);
+    c.nvme_path = dir;
+    c.param_read_ahead = 3;
+    c.sub_group = 23; /* many tiles: the optimizer records are read ahead and written behind too */
+    ref = ec_run(&c);
+    c.offload_opt = ZERO_OFFLOAD_NVME;
+    c.offload_param = ZERO_OFFLOAD_NVME;
+    off = ec_run(&c);
+    ZT_CHECKF(ref->rc == ZERO_OK && off->rc == ZERO_OK, "%s %s", ref->err, off->err);
+    if (ref->rc == ZERO_OK && off->rc == ZERO_OK) {
+        ZT_CHECKF(ec_same_state(&c, ref, off, why, sizeof why), "%s", why);
+        ZT_CHECK(off->gstats[0].nvme_reads_wasted == 0);
+    }
+    ec_result_free(ref);
+    ec_result_free(off);
+    ZT_CHECK(tier_dir_empty(dir));
+    rmdir(dir);
+}
+
+static zero_result validate_rank(int rank, zero_comm *comm, void *user)
+{
+    static const int bad[] = {-1, 17};
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL;
+    int i;
+    (void)rank;
+    (void)user;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    for (i = 0; i < 2; i++) {
+        char want[40];
+        memset(&d, 0, sizeof d);
+        d.stage = 3;
+        d.device = dev;
+        d.comm = comm;
+        d.param_read_ahead = bad[i];
+        ZT_CHECK(zero_engine_create(&d, &e) == ZERO_ERROR_INVALID_ARGUMENT && e == NULL);
+        snprintf(want, sizeof want, "param_read_ahead = %d", bad[i]);
+        ZT_CHECKF(strstr(zero_last_error(), want) != NULL, "%s", zero_last_error());
+    }
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+ZT_TEST(param_read_ahead_validated)
+{
+    ZT_CHECK(zero_local_run(1, validate_rank, NULL) == ZERO_OK);
+}
+
+/* ---- writes behind: an I/O failure is returned, never lost ---- */
+
+typedef struct wb_run {
+    const char *dir, *ckdir;
+    uint64_t fail_request; /* 0: no fault; k: the k-th block request after commit fails */
+    uint64_t requests;     /* without a fault: the block requests of the init + save */
+    uint64_t written, read; /* without a fault: bytes written by the init + save, read by the save */
+    uint64_t master_param;  /* the tier's master and param bytes (4 S + p S)                 */
+    zero_result first;     /* the first error returned */
+    char msg[512];
+    int calls_ok_after;    /* calls that returned OK after the first error (must be 0) */
+} wb_run;
+
+static zero_result wb_rank(int rank, zero_comm *comm, void *user)
+{
+    static const size_t sizes[] = {300, 5, 1000, 13, 250, 77, 640};
+    static const int groups[] = {0, 0, 1, 2, 2, 3, 4};
+    wb_run *w = (wb_run *)user;
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL;
+    zero_io_stats st;
+    zero_engine_memory nv;
+    float vals[1000];
+    int t;
+    zero_result r;
+    (void)rank;
+    w->first = ZERO_OK;
+    w->calls_ok_after = 0;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    d.device = dev;
+    d.comm = comm;
+    d.offload_optimizer = ZERO_OFFLOAD_NVME;
+    d.offload_param = ZERO_OFFLOAD_NVME;
+    d.nvme_path = w->dir;
+    d.sub_group_size = 128; /* many records: the cache moves, writing behind, while set_tensor runs */
+    ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
+    for (t = 0; t < 7; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", t);
+        ZT_CHECK(zero_engine_add_tensor(e, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
+    }
+    ZT_CHECK(zero_engine_commit(e) == ZERO_OK);
+    if (w->fail_request) {
+        zero_io_fault f;
+        memset(&f, 0, sizeof f);
+        f.kind = ZERO_IO_FAULT_ERRNO;
+        f.request = w->fail_request;
+        f.err = EIO;
+        ZT_CHECK(zero_io_inject_fault(e->nvme.io, &f) == ZERO_OK);
+    }
+    for (t = 0; t < 7; t++) {
+        size_t i;
+        for (i = 0; i < sizes[t]; i++) vals[i] = 0.01f * (float)(i % 97) - 0.3f * (float)t;
+        r = zero_engine_set_tensor(e, t, vals);
+        if (r != ZERO_OK && w->first == ZERO_OK) {
+            w->first = r;
+            snprintf(w->msg, sizeof w->msg, "%s", zero_last_error());
+        } else if (r == ZERO_OK && w->first != ZERO_OK) {
+            w->calls_ok_after++;
+        }
+    }
+    ZT_CHECK(zero_engine_nvme_stats(e, &st) == ZERO_OK);
+    w->read = st.bytes_read;
+    r = zero_engine_save(e, w->ckdir);
+    if (r != ZERO_OK && w->first == ZERO_OK) {
+        w->first = r;
+        snprintf(w->msg, sizeof w->msg, "%s", zero_last_error());
+    } else if (r == ZERO_OK && w->first != ZERO_OK) {
+        w->calls_ok_after++;
+    }
+    ZT_CHECK(zero_engine_nvme_stats(e, &st) == ZERO_OK);
+    w->requests = st.requests;
+    w->written = st.bytes_written;
+    w->read = st.bytes_read - w->read;
+    ZT_CHECK(zero_engine_memory_tier(e, ZERO_TIER_NVME, &nv) == ZERO_OK);
+    w->master_param = nv.bytes[ZERO_MEM_MASTER] + nv.bytes[ZERO_MEM_PARAM];
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+/* set_tensor of every tensor then a save, with the k-th block request after commit failing
+   (EIO), for every k the fault-free run issues: the write behind of a tile record or a
+   param shard (or a read of the save) fails, and the error reaches the caller as
+   ZERO_ERROR_IO, from the set_tensor that needed the slot or from the save (which waits for
+   every write behind first), with the cause; no later call reports success. */
+ZT_TEST(write_behind_errors_are_never_lost)
+{
+    char d1[64], d2[64];
+    wb_run w;
+    uint64_t k, n;
+    snprintf(d1, sizeof d1, "/tmp/zero-test-wb-XXXXXX");
+    snprintf(d2, sizeof d2, "/tmp/zero-test-wbk-XXXXXX");
+    memset(&w, 0, sizeof w);
+    w.dir = mkdtemp(d1);
+    w.ckdir = mkdtemp(d2);
+    ZT_CHECK(w.dir && w.ckdir);
+    if (!w.dir || !w.ckdir) return;
+    ZT_CHECK(zero_local_run(1, wb_rank, &w) == ZERO_OK);
+    ZT_CHECKF(w.first == ZERO_OK, "fault-free: %s", w.msg);
+    /* set_tensor sets params and master: the records' m and v stay the files' zeros and are
+       neither written nor read (each record's master is its own range), so the init writes
+       4 S + p S bytes and the save reads them back, instead of 12 S + p S */
+    ZT_CHECKF(w.written == w.master_param && w.read == w.master_param,
+              "init + save wrote %llu, save read %llu; master + params %llu", (unsigned long long)w.written,
+              (unsigned long long)w.read, (unsigned long long)w.master_param);
+    n = w.requests;
+    ZT_CHECKF(n >= 10, "%llu requests", (unsigned long long)n);
+    for (k = 1; k <= n; k++) {
+        w.fail_request = k;
+        ZT_CHECK(zero_local_run(1, wb_rank, &w) == ZERO_OK);
+        ZT_CHECKF(w.first == ZERO_ERROR_IO, "request %llu of %llu failed: returned %s",
+                  (unsigned long long)k, (unsigned long long)n, zero_result_string(w.first));
+        ZT_CHECKF(strstr(w.msg, "Input/output error") != NULL, "request %llu: %s", (unsigned long long)k, w.msg);
+        ZT_CHECKF(w.calls_ok_after == 0, "request %llu: %d calls succeeded after the error",
+                  (unsigned long long)k, w.calls_ok_after);
+    }
+    ZT_CHECK(tier_dir_empty(w.dir));
+    rmdir(w.dir);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", w.ckdir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+}
+
+/* ---- commit touches no host-tier byte ---- */
+
+static size_t resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
+    fclose(f);
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+typedef struct touch_run {
+    const char *dir;
+    size_t host_bytes, dev_bytes, grown;
+} touch_run;
+
+static zero_result touch_rank(int rank, zero_comm *comm, void *user)
+{
+    touch_run *T = (touch_run *)user;
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL;
+    zero_engine_memory h, dm;
+    size_t before;
+    int g;
+    (void)rank;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    d.param_dtype = ZERO_BF16;
+    d.device = dev;
+    d.comm = comm;
+    d.offload_optimizer = ZERO_OFFLOAD_NVME;
+    d.offload_param = ZERO_OFFLOAD_NVME;
+    d.nvme_path = T->dir;
+    d.pin_memory = ZERO_PIN_MEMORY_OFF;
+    ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
+    for (g = 0; g < 4; g++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", g);
+        ZT_CHECK(zero_engine_add_tensor(e, name, (size_t)2 << 20, g, 0, NULL) == ZERO_OK);
+    }
+    before = resident_bytes();
+    ZT_CHECK(zero_engine_commit(e) == ZERO_OK);
+    T->grown = resident_bytes() - before;
+    ZT_CHECK(zero_engine_memory_tier(e, ZERO_TIER_HOST, &h) == ZERO_OK);
+    T->host_bytes = h.total_bytes;
+    ZT_CHECK(zero_engine_memory_usage(e, &dm) == ZERO_OK);
+    T->dev_bytes = dm.total_bytes;
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+/* Commit of an engine with both offloads on NVMe (8M bf16 params: a host tier of about
+   140 MB of swap slots, shard buffers, gradient shard and staging) leaves the host tier's
+   pages untouched: its zeroed buffers come from calloc and the staging buffers are filled
+   before each use, so commit costs no page faults whatever Psi (at Psi = 4B it spent tens
+   of seconds writing zeros into 13 GB of host buffers). The resident set grows by the host
+   device's memory (filled with zeros at commit) and less than a twentieth of the host
+   tier. */
+ZT_TEST(commit_touches_no_host_tier_memory)
+{
+    char d1[64];
+    touch_run T;
+    snprintf(d1, sizeof d1, "/tmp/zero-test-touch-XXXXXX");
+    memset(&T, 0, sizeof T);
+    T.dir = mkdtemp(d1);
+    ZT_CHECK(T.dir != NULL);
+    if (!T.dir || resident_bytes() == 0) ZT_SKIP("no /proc/self/statm");
+    ZT_CHECK(zero_local_run(1, touch_rank, &T) == ZERO_OK);
+    ZT_CHECKF(T.host_bytes > ((size_t)100 << 20) && T.grown < T.dev_bytes + T.host_bytes / 20,
+              "commit made %zu bytes resident; the device holds %zu, the host tier %zu", T.grown, T.dev_bytes,
+              T.host_bytes);
+    ZT_CHECK(tier_dir_empty(T.dir));
+    rmdir(T.dir);
+}
+
+int main(void)
+{
+    ZT_RUN(param_read_ahead_depth_is_honoured_and_exact);
+    ZT_RUN(param_read_ahead_with_accumulation_is_exact);
+    ZT_RUN(param_read_ahead_validated);
+    ZT_RUN(write_behind_errors_are_never_lost);
+    ZT_RUN(commit_touches_no_host_tier_memory);
+    return zt_summary();
+}
