@@ -10869,57 +10869,60 @@ static void zero__eng_trace_end(zero_engine *e)
     e->prefetch.stats.trace_len = e->prefetch.trace_len > 0 ? e->prefetch.trace_len : 0;
 }
 
-/* ---- gradients ----------------------------------------------------------------------------- */
+/* ---- the state tiers: one interface for the stage logic -------------------------------- */
+/* The model states live in one of three tiers: the device, the host (ZeRO-Offload) or NVMe
+   (ZeRO-Infinity). The stage logic (the reductions behind zero_engine_grads_ready,
+   zero_engine_gather, zero_engine_step) asks these functions and never the offload
+   settings, so it reads as the paper's algorithm with each tier move one call:
 
-/* Reduces group g's gradients through the bucket, in pieces (the comm dtype differs from
-   the param dtype): each piece cast into the bucket, reduced (all-reduce at stage 0,
-   reduce-scatter of b elements per rank at stages 1-3) into the accumulator when 'store',
-   else in place and added. Every element meets the same sums as in one piece. */
-static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
+     zero__tier_where       which tier holds group g's param shard, the reduced gradient
+                            shard, master, m or v (the answer for the whole engine when the
+                            state does not depend on the group)
+     zero__tier_grad_dst    where a reduction of group g writes: the accumulator when it is
+                            on the device and the contribution is the step's first, else in
+                            place (then zero__tier_grad_keep moves it on)
+     zero__tier_grad_keep   the reduced values join the step's gradient in their tier: a
+                            device add, or off the device into the host tier or through it
+                            to NVMe (zero__eng_grad_out, zero__gnv_out)
+     zero__tier_shard_up    stage 3: this rank's param shard of group g on the device, where
+                            the all-gather reads it (uploaded from the host or NVMe tier into
+                            its place in the gather's arena extent: zero__eng_offload_param_in)
+     zero__tier_grad_check  the inf/NaN flag and the sum of squares of the reduced gradient
+                            shard, where it lives (device kernels, the host kernels, or the
+                            per-group values the NVMe gradient tier took as it wrote them)
+     zero__tier_adam        Adam over this rank's shard where master, m, v live: per tensor
+                            on the device, or tile by tile from the host or NVMe tier
+                            (zero__eng_step_offload)
+
+   Below them, the host and NVMe tiers move data in units of a tile (up to tile_numel
+   elements of one group's shard: its master, m, v record) and of a group's param shard:
+   zero__eng_swap_in / zero__eng_swap_out bring tile k's record in from NVMe and send it
+   back, zero__eng_hparam_get / zero__eng_hparam_put a group's param shard (host memory, or
+   NVMe through its write-back cache). Tensor access (set/read_tensor) and checkpoints reach
+   the NVMe tier through its caches (zero__eng_nvme_state, zero__eng_hparam_get). */
+
+/* Which tier holds group g's state of category cat (ZERO_MEM_PARAM: the param shard of a
+   partitioned stage-3 group; ZERO_MEM_GRAD: the reduced gradient shard; ZERO_MEM_MASTER,
+   _MOMENT1, _MOMENT2: master, m, v). g < 0: the engine's answer for every partitioned group. */
+static zero_mem_tier zero__tier_where(const zero_engine *e, zero_mem_category cat, int g)
 {
-    zero__eng_group *eg = &e->layout.groups[g];
-    zero_device *dev = e->cfg.dev;
-    const unsigned char *src = zero__eng_grad_user(e, g);
-    /* offload: host */
-    unsigned char *acc = e->cfg.opt_offloaded ? NULL : zero__eng_grad_acc(e, g), *bk = e->buf.bucket;
-    size_t N = (size_t)e->cfg.world, b = e->buf.bucket_piece_numel, j, n, r;
-    zero_result x = ZERO_OK;
-    if (e->cfg.stage == 0) {
-        for (j = 0; j < eg->numel && x == ZERO_OK; j += n) {
-            n = eg->numel - j < N * b ? eg->numel - j : N * b;
-            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk, e->cfg.comm_dtype,
-                               src + j * e->cfg.param_size, e->cfg.param_dtype, n);
-            if (x == ZERO_OK)
-                x = zero__eng_all_reduce(e, bk, store ? acc + j * e->cfg.comm_size : bk, n,
-                                         e->cfg.comm_dtype, ZERO_OP_SUM, 0, g,
-                                         ZERO_ROLE_GRAD_REDUCE);
-            if (x == ZERO_OK && !store)
-                x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->cfg.comm_size, bk,
-                                  e->cfg.comm_dtype, n);
-        }
-        return x;
+    switch (cat) {
+    case ZERO_MEM_PARAM:
+        if (!e->cfg.params_offloaded || (g >= 0 && e->layout.groups[g].persistent))
+            return ZERO_TIER_DEVICE;
+        return e->cfg.desc.offload_param == ZERO_OFFLOAD_NVME ? ZERO_TIER_NVME : ZERO_TIER_HOST;
+    case ZERO_MEM_GRAD:
+        if (!e->cfg.opt_offloaded) return ZERO_TIER_DEVICE;
+        return e->cfg.desc.offload_gradients == ZERO_OFFLOAD_NVME ? ZERO_TIER_NVME
+                                                                  : ZERO_TIER_HOST;
+    case ZERO_MEM_MASTER:
+    case ZERO_MEM_MOMENT1:
+    case ZERO_MEM_MOMENT2:
+        if (!e->cfg.opt_offloaded) return ZERO_TIER_DEVICE;
+        return e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME ? ZERO_TIER_NVME
+                                                                  : ZERO_TIER_HOST;
+    default: return ZERO_TIER_DEVICE;
     }
-    for (j = 0; j < eg->shard_numel && x == ZERO_OK; j += n) {
-        unsigned char *mine;
-        n = eg->shard_numel - j < b ? eg->shard_numel - j : b;
-        mine = bk + (size_t)e->cfg.rank * n * e->cfg.comm_size;
-        for (r = 0; r < N && x == ZERO_OK; r++)
-            x = dev->ops->cast(
-                dev, ZERO_QUEUE_COMM, bk + r * n * e->cfg.comm_size, e->cfg.comm_dtype,
-                src + (r * eg->shard_numel + j) * e->cfg.param_size, e->cfg.param_dtype, n);
-        if (x == ZERO_OK && e->cfg.opt_offloaded) { /* in place; the piece then leaves the device */
-            x = zero__eng_reduce_scatter(e, bk, mine, n, e->cfg.comm_dtype, g);
-            if (x == ZERO_OK) x = zero__eng_grad_out(e, g, store, mine, j, n);
-            continue;
-        }
-        if (x == ZERO_OK)
-            x = zero__eng_reduce_scatter(e, bk, store ? acc + j * e->cfg.comm_size : mine, n,
-                                         e->cfg.comm_dtype, g);
-        if (x == ZERO_OK && !store)
-            x = dev->ops->add(dev, ZERO_QUEUE_COMM, acc + j * e->cfg.comm_size, mine,
-                              e->cfg.comm_dtype, n);
-    }
-    return x;
 }
 
 /* Where the reduced values of a contribution that is added (not stored) land before the
@@ -10931,6 +10934,188 @@ static unsigned char *zero__eng_reduced_in_place(const zero_engine *e, int g)
     return src + (size_t)e->cfg.rank * e->layout.groups[g].shard_numel * e->cfg.param_size;
 }
 
+/* The elements of group g one rank's reduction produces: the whole group at stage 0 (an
+   all-reduce), the rank's shard at stages 1-3 (a reduce-scatter). */
+static size_t zero__eng_reduced_numel(const zero_engine *e, int g)
+{
+    return e->cfg.stage == 0 ? e->layout.groups[g].numel : e->layout.groups[g].shard_numel;
+}
+
+/* Where the reduction of elements [j, ...) of group g's contribution writes: the device
+   accumulator for the step's first contribution ('store') when the gradients stay on the
+   device, else in_place (the user's buffer or the bucket, then zero__tier_grad_keep). */
+static unsigned char *zero__tier_grad_dst(const zero_engine *e, int g, int store, size_t j,
+                                          unsigned char *in_place)
+{
+    if (store && zero__tier_where(e, ZERO_MEM_GRAD, g) == ZERO_TIER_DEVICE)
+        return zero__eng_grad_acc(e, g) + j * e->cfg.comm_size;
+    return in_place;
+}
+
+/* Elements [j, j + n) of group g's reduced contribution, at reduced (where
+   zero__tier_grad_dst sent them, written on COMM), join the step's gradient in its tier: on
+   the device a later contribution is added to the accumulator (the first is there already);
+   off the device every contribution is downloaded into the host tier (with the NVMe
+   gradient tier: into a staging buffer, then written to the group's gradient ranges). */
+static zero_result zero__tier_grad_keep(zero_engine *e, int g, int store,
+                                        const unsigned char *reduced, size_t j, size_t n)
+{
+    if (zero__tier_where(e, ZERO_MEM_GRAD, g) != ZERO_TIER_DEVICE)
+        return zero__eng_grad_out(e, g, store, reduced, j, n);
+    if (store) return ZERO_OK;
+    return e->cfg.dev->ops->add(e->cfg.dev, ZERO_QUEUE_COMM,
+                                zero__eng_grad_acc(e, g) + j * e->cfg.comm_size, reduced,
+                                e->cfg.comm_dtype, n);
+}
+
+/* Stage 3: this rank's param shard of partitioned group g, on the device for the all-gather
+   into the arena extent dst. On the device it is read where it lives; from the host or NVMe
+   tier it is uploaded into its own place in dst (the all-gather then runs in place). */
+static zero_result zero__tier_shard_up(zero_engine *e, int g, unsigned char *dst,
+                                       const unsigned char **src)
+{
+    const zero__eng_group *eg = &e->layout.groups[g];
+    if (zero__tier_where(e, ZERO_MEM_PARAM, g) == ZERO_TIER_DEVICE) {
+        *src = e->buf.param + eg->off_param * e->cfg.param_size;
+        return ZERO_OK;
+    }
+    ZERO__ENG_TRY(e, zero__eng_offload_param_in(e, g, dst),
+                  "gather: upload of the offloaded shard");
+    *src = dst + (size_t)e->cfg.rank * eg->shard_numel * e->cfg.param_size;
+    return ZERO_OK;
+}
+
+/* The step's check of the reduced gradient shard: the inf/NaN flag and the sum of squares
+   (into the scratch's flag and sumsq, on COMPUTE). On the device, device kernels per group;
+   off the device, the host kernels over the host tier's shard (or the per-group values the
+   NVMe gradient tier kept), the two values uploaded into the same places. */
+static zero_result zero__tier_grad_check(zero_engine *e, float *flag, double *sumsq)
+{
+    zero_device *dev = e->cfg.dev;
+    int g;
+    if (zero__tier_where(e, ZERO_MEM_GRAD, -1) != ZERO_TIER_DEVICE)
+        return zero__eng_host_grad_norm(e);
+    for (g = 0; g < e->layout.ngroups; g++) {
+        const unsigned char *a = zero__eng_grad_acc_shard(e, g);
+        size_t n = e->layout.groups[g].shard_numel;
+        ZERO__ENG_TRY(e,
+                      dev->ops->nonfinite(dev, ZERO_QUEUE_COMPUTE, a, e->cfg.comm_dtype, n, flag),
+                      "step: nonfinite");
+        ZERO__ENG_TRY(e, dev->ops->sumsq(dev, ZERO_QUEUE_COMPUTE, a, e->cfg.comm_dtype, n, sumsq),
+                      "step: sumsq");
+    }
+    return ZERO_OK;
+}
+
+/* Adam on the device: one call per (tensor x shard) segment; padding is never touched. */
+static zero_result zero__eng_adam_device(zero_engine *e, const zero_adam_coefs *co_wd,
+                                         const zero_adam_coefs *co_nowd, const float *mul,
+                                         const float *flag)
+{
+    zero_device *dev = e->cfg.dev;
+    zero_result r;
+    int t;
+    for (t = 0; t < e->layout.ntensors; t++) {
+        zero_tensor_info ti;
+        zero_range seg, sh;
+        zero_adam_range ar;
+        const zero__eng_group *eg;
+        size_t mo, go, po; /* element offsets of the segment in master, grad, param buffers */
+        memset(&ti, 0, sizeof ti);
+        memset(&seg, 0, sizeof seg);
+        memset(&sh, 0, sizeof sh);
+        r = zero_plan_tensor(e->layout.plan, t, &ti);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "step: plan");
+        eg = &e->layout.groups[ti.group];
+        if (e->cfg.stage == 0) {
+            seg.offset = ti.offset;
+            seg.numel = ti.numel;
+            mo = eg->off_whole + seg.offset;
+            go = seg.offset;
+            po = eg->off_whole + seg.offset;
+        } else {
+            r = zero_plan_intersect(e->layout.plan, t, e->cfg.rank, &seg);
+            if (r == ZERO_OK) r = zero_plan_shard(e->layout.plan, ti.group, e->cfg.rank, &sh);
+            if (r != ZERO_OK) return zero__eng_break(e, r, "step: plan");
+            if (seg.numel == 0) continue;
+            mo = eg->off_shard + (seg.offset - sh.offset);
+            go = seg.offset - sh.offset;
+            if (e->cfg.stage < 3) po = eg->off_whole + seg.offset;
+            else if (eg->persistent) po = eg->off_param + seg.offset;
+            else po = eg->off_param + (seg.offset - sh.offset);
+        }
+        ar.numel = seg.numel;
+        ar.master = e->opt.master + mo;
+        ar.m = e->opt.m + mo;
+        ar.v = e->opt.v + mo;
+        ar.grad = zero__eng_grad_acc(e, ti.group) + go * e->cfg.comm_size;
+        ar.grad_dtype = e->cfg.comm_dtype;
+        ar.param = e->buf.param + po * e->cfg.param_size;
+        ar.param_dtype = e->cfg.param_dtype;
+        ZERO__ENG_TRY(
+            e,
+            dev->ops->adam(dev, ZERO_QUEUE_COMPUTE, &ar,
+                           (e->layout.tensor_flags[t] & ZERO_TENSOR_NO_DECAY) ? co_nowd : co_wd,
+                           mul, flag),
+            "step: adam");
+    }
+    return ZERO_OK;
+}
+
+/* The step's Adam over this rank's shard, where master, m, v live: on the device per tensor
+   (reading the multiplier and flag the device computed); in the host or NVMe tier tile by
+   tile (zero__eng_step_offload: the gradients and the updated params cross per tile, NVMe
+   records are read ahead and written behind). */
+static zero_result zero__tier_adam(zero_engine *e, const zero_adam_coefs *co_wd,
+                                   const zero_adam_coefs *co_nowd, const float *mul,
+                                   const float *flag)
+{
+    if (zero__tier_where(e, ZERO_MEM_MASTER, -1) != ZERO_TIER_DEVICE)
+        return zero__eng_step_offload(e, co_wd, co_nowd);
+    return zero__eng_adam_device(e, co_wd, co_nowd, mul, flag);
+}
+
+/* ---- gradients ----------------------------------------------------------------------------- */
+
+/* Reduces group g's gradients through the bucket, in pieces (the comm dtype differs from
+   the param dtype): each piece cast into the bucket, reduced (all-reduce at stage 0,
+   reduce-scatter of b elements per rank at stages 1-3) into the accumulator when 'store',
+   else in place and added. Every element meets the same sums as in one piece. */
+static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
+{
+    zero__eng_group *eg = &e->layout.groups[g];
+    zero_device *dev = e->cfg.dev;
+    const unsigned char *src = zero__eng_grad_user(e, g);
+    unsigned char *bk = e->buf.bucket, *dst;
+    size_t N = (size_t)e->cfg.world, b = e->buf.bucket_piece_numel, j, n, r;
+    zero_result x = ZERO_OK;
+    if (e->cfg.stage == 0) {
+        for (j = 0; j < eg->numel && x == ZERO_OK; j += n) {
+            n = eg->numel - j < N * b ? eg->numel - j : N * b;
+            x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk, e->cfg.comm_dtype,
+                               src + j * e->cfg.param_size, e->cfg.param_dtype, n);
+            dst = zero__tier_grad_dst(e, g, store, j, bk);
+            if (x == ZERO_OK)
+                x = zero__eng_all_reduce(e, bk, dst, n, e->cfg.comm_dtype, ZERO_OP_SUM, 0, g,
+                                         ZERO_ROLE_GRAD_REDUCE);
+            if (x == ZERO_OK) x = zero__tier_grad_keep(e, g, store, dst, j, n);
+        }
+        return x;
+    }
+    for (j = 0; j < eg->shard_numel && x == ZERO_OK; j += n) {
+        n = eg->shard_numel - j < b ? eg->shard_numel - j : b;
+        for (r = 0; r < N && x == ZERO_OK; r++)
+            x = dev->ops->cast(
+                dev, ZERO_QUEUE_COMM, bk + r * n * e->cfg.comm_size, e->cfg.comm_dtype,
+                src + (r * eg->shard_numel + j) * e->cfg.param_size, e->cfg.param_dtype, n);
+        /* in place: this rank's piece of the bucket */
+        dst = zero__tier_grad_dst(e, g, store, j, bk + (size_t)e->cfg.rank * n * e->cfg.comm_size);
+        if (x == ZERO_OK) x = zero__eng_reduce_scatter(e, bk, dst, n, e->cfg.comm_dtype, g);
+        if (x == ZERO_OK) x = zero__tier_grad_keep(e, g, store, dst, j, n);
+    }
+    return x;
+}
+
 /* Reduces group g's gradients of this contribution (on COMM, after the hand-off). store:
    the step's first contribution of the group (the collective writes the accumulator); else
    the collective runs in place in the user's buffer and the result is added (one rounding).
@@ -10939,25 +11124,17 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int co
 {
     zero__eng_group *eg = &e->layout.groups[g];
     unsigned char *src = zero__eng_grad_user(e, g);
-    unsigned char *acc, *dst;
+    unsigned char *dst;
     zero_result r;
     if (e->cfg.comm_dtype != e->cfg.param_dtype) return zero__eng_reduce_staged(e, g, store);
-    if (e->cfg.opt_offloaded) { /* in place; the reduced shard then leaves the device (stages 1-3) */
-        dst = zero__eng_reduced_in_place(e, g);
-        r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cfg.comm_dtype, g);
-        if (r != ZERO_OK || collective_only) return r;
-        return zero__eng_grad_out(e, g, store, dst, 0, eg->shard_numel);
-    }
-    acc = zero__eng_grad_acc(e, g);
-    dst = store ? acc : zero__eng_reduced_in_place(e, g);
+    dst = zero__tier_grad_dst(e, g, store, 0, zero__eng_reduced_in_place(e, g));
     if (e->cfg.stage == 0)
         r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cfg.comm_dtype, ZERO_OP_SUM, 0, g,
                                  ZERO_ROLE_GRAD_REDUCE);
     else
         r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cfg.comm_dtype, g);
-    if (r != ZERO_OK || store || collective_only) return r;
-    return e->cfg.dev->ops->add(e->cfg.dev, ZERO_QUEUE_COMM, acc, dst, e->cfg.comm_dtype,
-                            e->cfg.stage == 0 ? eg->numel : eg->shard_numel);
+    if (r != ZERO_OK || collective_only) return r;
+    return zero__tier_grad_keep(e, g, store, dst, 0, zero__eng_reduced_numel(e, g));
 }
 
 /* Reduces every pending group, in the order they became ready. Consecutive groups whose
@@ -10978,25 +11155,16 @@ static zero_result zero__eng_flush(zero_engine *e)
                 e, zero__eng_reduce_one(e, e->micro.pending[i], e->micro.pending_store[i], 1),
                 "gradient reduction");
         ZERO__ENG_TRY(e, zero__eng_group_end(e), "gradient reduction: group_end");
-        /* reduced in place: off the device */
-        for (i = 0; i < e->micro.npending && e->cfg.opt_offloaded; i++) {
-            int g = e->micro.pending[i];
+        for (i = 0; i < e->micro.npending; i++) { /* each result joins the step's gradient */
+            int g = e->micro.pending[i], store = e->micro.pending_store[i];
+            unsigned char *dst = zero__tier_grad_dst(e, g, store, 0,
+                                                     zero__eng_reduced_in_place(e, g));
             ZERO__ENG_TRY(e,
-                          zero__eng_grad_out(e, g, e->micro.pending_store[i],
-                                             zero__eng_reduced_in_place(e, g), 0,
-                                             e->layout.groups[g].shard_numel),
-                          "gradient offload");
-        }
-        for (i = 0; i < e->micro.npending && !e->cfg.opt_offloaded; i++) {
-            int g = e->micro.pending[i];
-            if (e->micro.pending_store[i]) continue;
-            ZERO__ENG_TRY(e,
-                          e->cfg.dev->ops->add(e->cfg.dev, ZERO_QUEUE_COMM,
-                                               zero__eng_grad_acc(e, g),
-                                               zero__eng_reduced_in_place(e, g), e->cfg.comm_dtype,
-                                               e->cfg.stage == 0 ? e->layout.groups[g].numel
-                                                                 : e->layout.groups[g].shard_numel),
-                          "gradient accumulation");
+                          zero__tier_grad_keep(e, g, store, dst, 0,
+                                               zero__eng_reduced_numel(e, g)),
+                          zero__tier_where(e, ZERO_MEM_GRAD, g) == ZERO_TIER_DEVICE
+                              ? "gradient accumulation"
+                              : "gradient offload");
         }
     } else {
         for (i = 0; i < e->micro.npending; i++)
@@ -11229,14 +11397,11 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
 {
     zero__eng_group *eg = &e->layout.groups[g];
     unsigned char *dst = e->buf.arena + off * e->cfg.param_size;
-    const unsigned char *src = e->buf.param + eg->off_param * e->cfg.param_size;
+    const unsigned char *src = NULL;
+    zero_result r;
     eg->poff = off; /* the extent is the group's from here on, even if the gather fails */
     e->prefetch.stats.live_groups++;
-    /* the shard comes up from the host tier into its place in the extent */
-    if (e->cfg.params_offloaded) {
-        ZERO__ENG_TRY(e, zero__eng_offload_param_in(e, g, dst), "gather: upload of the offloaded shard");
-        src = dst + (size_t)e->cfg.rank * eg->shard_numel * e->cfg.param_size;
-    }
+    if ((r = zero__tier_shard_up(e, g, dst, &src)) != ZERO_OK) return r;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
     ZERO__ENG_TRY(
         e,
@@ -11472,18 +11637,11 @@ static int zero__eng_list_groups(const zero_engine *e, int st, char *out, size_t
     return k;
 }
 
-ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
+/* Whether a step may run: exactly accum_steps complete micro-steps, every group's parts
+   ready, and no group still gathered; else the error names what is missing. */
+static zero_result zero__eng_step_ready(const zero_engine *e)
 {
-    zero_result r = zero__eng_usable(e, "zero_engine_step");
-    zero_device *dev;
-    float unscale, host[3], scale_used;
-    double *sumsq;
-    float *flag, *mul;
-    zero_adam_coefs co_wd, co_nowd;
-    int g, t, at_min = 0;
-    if (r != ZERO_OK) return r;
-    if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
-    dev = e->cfg.dev;
+    int g;
     if (e->micro.done != e->cfg.accum_steps || e->micro.ready_groups != 0) {
         char handed[160], never[160];
         int nh = zero__eng_list_groups(e, ZERO__GRADS_HANDED, handed, sizeof handed);
@@ -11516,6 +11674,22 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                               "zero_engine_step: group %d is still gathered (%d references); "
                               "release every group before the step",
                               g, e->layout.groups[g].refs);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_step");
+    zero_device *dev;
+    float unscale, host[3], scale_used;
+    double *sumsq;
+    float *flag, *mul;
+    zero_adam_coefs co_wd, co_nowd;
+    int g, at_min = 0;
+    if (r != ZERO_OK) return r;
+    if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
+    dev = e->cfg.dev;
+    if ((r = zero__eng_step_ready(e)) != ZERO_OK) return r;
     /* Prefetched groups hold the old values. */
     zero__eng_drop_prefetched(e);
     scale_used = e->opt.scaler.scale;
@@ -11525,21 +11699,12 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     flag = (float *)(void *)(e->buf.scratch + 8);
     mul = (float *)(void *)(e->buf.scratch + 12);
 
-    /* 1. non-finite flag and sum of squares over this rank's shard of every group. */
+    /* 1. non-finite flag and sum of squares over this rank's shard of every group (in the
+       gradients' tier). */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
     ZERO__ENG_TRY(e, dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, e->buf.scratch, 20),
                   "step: fill");
-    /* host tier */
-    if (e->cfg.opt_offloaded && (r = zero__eng_host_grad_norm(e)) != ZERO_OK) return r;
-    for (g = 0; g < e->layout.ngroups && !e->cfg.opt_offloaded; g++) {
-        const unsigned char *a = zero__eng_grad_acc_shard(e, g);
-        size_t n = e->layout.groups[g].shard_numel;
-        ZERO__ENG_TRY(e,
-                      dev->ops->nonfinite(dev, ZERO_QUEUE_COMPUTE, a, e->cfg.comm_dtype, n, flag),
-                      "step: nonfinite");
-        ZERO__ENG_TRY(e, dev->ops->sumsq(dev, ZERO_QUEUE_COMPUTE, a, e->cfg.comm_dtype, n, sumsq),
-                      "step: sumsq");
-    }
+    if ((r = zero__tier_grad_check(e, flag, sumsq)) != ZERO_OK) return r;
     /* 2. every rank agrees on skipping and on the norm. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
     ZERO__ENG_TRY(e, zero__eng_all_reduce(e, flag, flag, 1, ZERO_F32, ZERO_OP_MAX, 1, -1,
@@ -11552,56 +11717,11 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     ZERO__ENG_TRY(e, dev->ops->grad_mul(dev, ZERO_QUEUE_COMPUTE, sumsq, flag, unscale,
                                         e->cfg.desc.clip_norm, mul),
                   "step: grad_mul");
-    /* 3. Adam/AdamW per (tensor x shard) segment; padding is never touched. */
+    /* 3. Adam/AdamW over this rank's shard, where master, m and v live. */
     r = zero_adam_coefs_make(&co_wd, &e->opt.adam, e->opt.adam.weight_decay, e->opt.step + 1);
     if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->opt.adam, 0.0, e->opt.step + 1);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
-    if (e->cfg.opt_offloaded && (r = zero__eng_step_offload(e, &co_wd, &co_nowd)) != ZERO_OK)
-        return r;
-    for (t = 0; t < e->layout.ntensors && !e->cfg.opt_offloaded; t++) {
-        zero_tensor_info ti;
-        zero_range seg, sh;
-        zero_adam_range ar;
-        const zero__eng_group *eg;
-        size_t mo, go, po; /* element offsets of the segment in master, grad, param buffers */
-        memset(&ti, 0, sizeof ti);
-        memset(&seg, 0, sizeof seg);
-        memset(&sh, 0, sizeof sh);
-        r = zero_plan_tensor(e->layout.plan, t, &ti);
-        if (r != ZERO_OK) return zero__eng_break(e, r, "step: plan");
-        eg = &e->layout.groups[ti.group];
-        if (e->cfg.stage == 0) {
-            seg.offset = ti.offset;
-            seg.numel = ti.numel;
-            mo = eg->off_whole + seg.offset;
-            go = seg.offset;
-            po = eg->off_whole + seg.offset;
-        } else {
-            r = zero_plan_intersect(e->layout.plan, t, e->cfg.rank, &seg);
-            if (r == ZERO_OK) r = zero_plan_shard(e->layout.plan, ti.group, e->cfg.rank, &sh);
-            if (r != ZERO_OK) return zero__eng_break(e, r, "step: plan");
-            if (seg.numel == 0) continue;
-            mo = eg->off_shard + (seg.offset - sh.offset);
-            go = seg.offset - sh.offset;
-            if (e->cfg.stage < 3) po = eg->off_whole + seg.offset;
-            else if (eg->persistent) po = eg->off_param + seg.offset;
-            else po = eg->off_param + (seg.offset - sh.offset);
-        }
-        ar.numel = seg.numel;
-        ar.master = e->opt.master + mo;
-        ar.m = e->opt.m + mo;
-        ar.v = e->opt.v + mo;
-        ar.grad = zero__eng_grad_acc(e, ti.group) + go * e->cfg.comm_size;
-        ar.grad_dtype = e->cfg.comm_dtype;
-        ar.param = e->buf.param + po * e->cfg.param_size;
-        ar.param_dtype = e->cfg.param_dtype;
-        ZERO__ENG_TRY(
-            e,
-            dev->ops->adam(dev, ZERO_QUEUE_COMPUTE, &ar,
-                           (e->layout.tensor_flags[t] & ZERO_TENSOR_NO_DECAY) ? &co_nowd : &co_wd,
-                           mul, flag),
-            "step: adam");
-    }
+    if ((r = zero__tier_adam(e, &co_wd, &co_nowd, mul, flag)) != ZERO_OK) return r;
     /* 4. stages 1-2 (stage 3: persistent groups) all-gather the updated param shards. */
     if (e->cfg.stage >= 1 && e->cfg.world > 1) {
         int any = 0;
