@@ -65,6 +65,8 @@ typedef struct gpt2_opts {
     /* offload (docs/offload.md), as in train_mlp */
     size_t device_memory; /* per-rank device budget, 0 = none                   */
     zero_offload_device oopt, oparam;
+    zero_offload_device ograd; /* --offload-gradients: where the reduced gradient shard waits
+                                  for the step (none = the host tier when oopt is set) */
     const char *nvme_path;
     zero_offload_device oact; /* --offload-activations: checkpoint each block's input in this
                                  tier, recompute the block in the backward (none = keep all) */
@@ -120,7 +122,7 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --warmup W --clip X (0 = none) --seed S\n"
             "        --val-every K --val-batches K --sample N --log-every K\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
-            "         --offload-param none|cpu|nvme --nvme-path DIR\n"
+            "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
             "         --offload-activations none|host|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
@@ -192,6 +194,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--device-memory")) bad = (o->device_memory = gpt2_parse_size(v)) == 0;
         else if (!strcmp(k, "--offload-optimizer")) bad = gpt2_parse_tier(v, &o->oopt) != 0;
         else if (!strcmp(k, "--offload-param")) bad = gpt2_parse_tier(v, &o->oparam) != 0;
+        else if (!strcmp(k, "--offload-gradients")) bad = gpt2_parse_tier(v, &o->ograd) != 0;
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
         else if (!strcmp(k, "--tile-embedding")) o->tile_embedding = atoi(v), bad = o->tile_embedding < 1;
@@ -275,6 +278,7 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->prefetch_depth = -1;
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
+    d->offload_gradients = o->ograd;
     d->nvme_path = o->nvme_path;
     if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
         size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * c->seq * c->channels);

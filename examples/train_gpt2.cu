@@ -673,6 +673,7 @@ static zero_result engine_desc(const gpu_run *R, zero_engine_desc *d)
     d->clip_norm = o->clip;
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
+    d->offload_gradients = o->ograd;
     d->nvme_path = o->nvme_path;
     d->pin_memory = 1;
     d->device = R->dev;
