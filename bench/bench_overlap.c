@@ -80,13 +80,13 @@ int main(int argc, char **argv)
            "a layer's shard (%.1f MB) reads in %.1f ms\n",
            c.dir, wr / 1e9, rd / 1e9, 2.0 * (double)(c.params / (uint64_t)c.groups) / 1e6,
            2.0 * (double)(c.params / (uint64_t)c.groups) / rd * 1e3);
-    printf("%7s %11s %11s %6s %8s %14s %11s %12s %10s %8s %7s\n", "tokens", "bwd device", "bwd nvme", "ratio",
-           "I/O rat.", "compute/layer", "read/layer", "gather extra", "read wait", "GFLOP/s", "demand");
+    printf("%7s %11s %11s %6s %8s %14s %12s %11s %12s %10s %8s %7s\n", "tokens", "bwd device", "bwd nvme", "ratio",
+           "I/O rat.", "compute/layer", "(nvme run)", "read/layer", "gather extra", "read wait", "GFLOP/s", "demand");
     fflush(stdout);
     while (*tok) {
         char *end;
         long t = strtol(tok, &end, 10);
-        double bd = 1e300, bn = 1e300, work = 1e300, gd = 1e300, gn = 1e300, rw = 1e300, rl;
+        double bd = 1e300, bn = 1e300, work = 1e300, wn = 1e300, gd = 1e300, gn = 1e300, rw = 1e300, rl;
         int k;
         uint64_t demand = 0;
         if (end == tok || t < 0) {
@@ -110,20 +110,22 @@ int main(int argc, char **argv)
             if ((v = ov_best(dev.bwd_s, c.steps)) < bd) bd = v;
             if ((v = ov_best(nv.bwd_s, c.steps)) < bn) bn = v;
             if ((v = ov_best(dev.bwd_work_s, c.steps) / c.groups) < work) work = v;
+            if ((v = ov_best(nv.bwd_work_s, c.steps) / c.groups) < wn) wn = v;
             if ((v = ov_best(dev.bwd_gather_s, c.steps)) < gd) gd = v;
             if ((v = ov_best(nv.bwd_gather_s, c.steps)) < gn) gn = v;
             if ((v = ov_best(nv.bwd_read_wait_s, c.steps)) < rw) rw = v;
             demand += nv.bwd_reads_demand[c.steps - 1];
         }
         rl = 2.0 * (double)(c.params / (uint64_t)c.groups) / rd;
-        printf("%7ld %9.3f s %9.3f s %6.2f %8.2f %11.1f ms %8.1f ms %9.1f ms %7.1f ms %8.1f %7llu\n", t, bd, bn,
-               bn / bd, 1.0 + (gn - gd) / bd, work * 1e3, rl * 1e3, (gn - gd) * 1e3, rw * 1e3,
+        printf("%7ld %9.3f s %9.3f s %6.2f %8.2f %11.1f ms %9.1f ms %8.1f ms %9.1f ms %7.1f ms %8.1f %7llu\n", t, bd,
+               bn, bn / bd, 1.0 + (gn - gd) / bd, work * 1e3, wn * 1e3, rl * 1e3, (gn - gd) * 1e3, rw * 1e3,
                work > 0 ? dev.flops * 4.0 / 6.0 / c.groups / work / 1e9 : 0.0, (unsigned long long)demand);
         fflush(stdout);
     }
     printf("ratio = backward with NVMe params / with the params on the device (target <= 1.2). gather extra =\n"
            "the extra time the backward's zero_engine_gather calls took with NVMe params (read waits, the read's\n"
            "checksum and the upload copy, on the caller's thread); I/O rat. = 1 + gather extra / bwd device;\n"
+           "compute/layer: the layer's products in the device run, and (nvme run) in the NVMe run;\n"
            "read wait = of which waiting for shard reads (zero_gather_stats.nvme_read_wait_s); demand = the\n"
            "last backwards' shard reads not issued ahead (all runs)\n");
     return 0;
