@@ -7,6 +7,7 @@
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"
+#include "tests/nvme_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,23 +17,7 @@
 
 static char nvme_dir[256];
 
-static const char *make_dir(void)
-{
-    snprintf(nvme_dir, sizeof nvme_dir, "/tmp/zero-test-gnv-XXXXXX");
-    return mkdtemp(nvme_dir);
-}
-
-static int dir_is_empty(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    int n = 0;
-    if (!d) return 0;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
-    closedir(d);
-    return n == 0;
-}
+static const char *make_dir(void) { return nd_make_dir(nvme_dir, sizeof nvme_dir, "gnv"); }
 
 static int same_info(const ec_cfg *c, const ec_result *a, const ec_result *b, char *why, size_t n)
 {
@@ -144,7 +129,7 @@ ZT_TEST(nvme_gradients_are_exact)
         snprintf(label, sizeof label, "stage %d N 2 bf16 accum 3", st);
         check_three_ways(&c, label);
     }
-    ZT_CHECK(dir_is_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 
@@ -216,7 +201,7 @@ ZT_TEST(nvme_gradients_host_bytes_do_not_grow_with_psi)
     ZT_CHECKF(host_total[0] == host_total[1] && host_total[0] > 0, "host bytes %zu at 4 groups, %zu at 16",
               host_total[0], host_total[1]);
     ZT_CHECK(host_grad_tier[1] > host_grad_tier[0]);
-    ZT_CHECK(dir_is_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 
@@ -324,7 +309,7 @@ ZT_TEST(nvme_gradient_faults_fail_every_rank)
         ZT_CHECKF(strstr(F.err[0], mode == 1 ? "Input/output error" : "checksum"), "mode %d: %s", mode,
                   F.err[0]);
         ZT_CHECKF(strstr(F.err[1], "rank 0"), "mode %d: %s", mode, F.err[1]);
-        ZT_CHECK(dir_is_empty(dir));
+        ZT_CHECK(nd_dir_is_empty(dir));
         rmdir(dir);
     }
 }
@@ -441,7 +426,7 @@ ZT_TEST(gradient_parts_with_offload)
                               memcmp(ref.param, got.param, sizeof ref.param) == 0,
                           "stage %d accum %d cfg %d: state differs from the plain run", st, acc, ci);
             }
-    ZT_CHECK(dir_is_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 

@@ -7,6 +7,7 @@
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"
+#include "tests/nvme_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -14,23 +15,7 @@
 
 static char tier_dir[64];
 
-static const char *tier_make_dir(void)
-{
-    snprintf(tier_dir, sizeof tier_dir, "/tmp/zero-test-nvme-tier-XXXXXX");
-    return mkdtemp(tier_dir);
-}
-
-static int tier_dir_empty(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    int n = 0;
-    if (!d) return 0;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
-    closedir(d);
-    return n == 0;
-}
+static const char *tier_make_dir(void) { return nd_make_dir(tier_dir, sizeof tier_dir, "nvme-tier"); }
 
 /* Eight groups of one tensor each (uneven sizes), so the order has room to read ahead. */
 static void tier_model(ec_cfg *c)
@@ -106,7 +91,7 @@ ZT_TEST(param_read_ahead_depth_is_honoured_and_exact)
     /* shards of at most 45 bf16 elements: each buffer is one ZERO_IO_ALIGN */
     ZT_CHECKF(host_param[1] - host_param[0] == 1 * ZERO_IO_ALIGN && host_param[2] - host_param[0] == 3 * ZERO_IO_ALIGN,
               "host PARAM bytes %zu, %zu, %zu at depths 1, 2, 4", host_param[0], host_param[1], host_param[2]);
-    ZT_CHECK(tier_dir_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 
@@ -136,7 +121,7 @@ ZT_TEST(param_read_ahead_with_accumulation_is_exact)
     }
     ec_result_free(ref);
     ec_result_free(off);
-    ZT_CHECK(tier_dir_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 
@@ -290,7 +275,7 @@ ZT_TEST(write_behind_errors_are_never_lost)
         ZT_CHECKF(w.calls_ok_after == 0, "request %llu: %d calls succeeded after the error",
                   (unsigned long long)k, w.calls_ok_after);
     }
-    ZT_CHECK(tier_dir_empty(w.dir));
+    ZT_CHECK(nd_dir_is_empty(w.dir));
     rmdir(w.dir);
     {
         char cmd[128];
@@ -374,7 +359,7 @@ ZT_TEST(commit_touches_no_host_tier_memory)
     ZT_CHECKF(T.host_bytes > ((size_t)100 << 20) && T.grown < T.dev_bytes + T.host_bytes / 20,
               "commit made %zu bytes resident; the device holds %zu, the host tier %zu", T.grown, T.dev_bytes,
               T.host_bytes);
-    ZT_CHECK(tier_dir_empty(T.dir));
+    ZT_CHECK(nd_dir_is_empty(T.dir));
     rmdir(T.dir);
 }
 

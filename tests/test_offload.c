@@ -5,13 +5,12 @@
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"
+#include "tests/nvme_dir.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int dir_is_empty(const char *dir);
 
 /* Runs c with and without offload and checks master, m, v, params and every step's info
    for the same bits. */
@@ -244,7 +243,7 @@ ZT_TEST(device_bytes_with_both_offloads_do_not_grow_with_psi)
         ec_result_free(r);
     }
     if (dir) {
-        ZT_CHECK(dir_is_empty(dir));
+        ZT_CHECK(nd_dir_is_empty(dir));
         rmdir(dir);
     }
 }
@@ -491,24 +490,7 @@ ZT_TEST(memory_tier_query_errors)
 
 static char nvme_dir[256];
 
-static const char *make_nvme_dir(void)
-{
-    snprintf(nvme_dir, sizeof nvme_dir, "/tmp/zero-test-offload-XXXXXX");
-    return mkdtemp(nvme_dir);
-}
-
-/* The directory holds no file after the engines are gone (each removes its own). */
-static int dir_is_empty(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    int n = 0;
-    if (!d) return 0;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
-    closedir(d);
-    return n == 0;
-}
+static const char *make_nvme_dir(void) { return nd_make_dir(nvme_dir, sizeof nvme_dir, "offload"); }
 
 ZT_TEST(nvme_step_is_bit_identical)
 {
@@ -536,7 +518,7 @@ ZT_TEST(nvme_step_is_bit_identical)
                              dt ? "bf16" : "fp16", c.accum);
                     check_offload_exact(&c, label);
                 }
-    ZT_CHECK(dir_is_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 
@@ -607,7 +589,7 @@ ZT_TEST(nvme_tier_accounting)
         ZT_CHECK(d->bytes[ZERO_MEM_PARAM] == 0);
     }
     ec_result_free(r);
-    ZT_CHECK(dir_is_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 
@@ -803,7 +785,7 @@ ZT_TEST(nvme_tier_moves_each_byte_once)
     if (!o.dir || !o.ckdir) return;
     ZT_CHECK(zero_local_run(2, once_rank, &o) == ZERO_OK);
     ZT_CHECKF(o.failures == 0, "%d tensors differ after the load", o.failures);
-    ZT_CHECK(dir_is_empty(o.dir));
+    ZT_CHECK(nd_dir_is_empty(o.dir));
     rmdir(o.dir);
     {
         char cmd[128];
@@ -835,7 +817,7 @@ ZT_TEST(nvme_faults_fail_every_rank)
         ZT_CHECKF(strstr(F.err[0], "NVMe") && strstr(F.err[0], dir), "%s", F.err[0]);
         ZT_CHECKF(strstr(F.err[1], "rank 0") != NULL, "%s", F.err[1]);
     }
-    ZT_CHECK(dir_is_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 
@@ -961,7 +943,7 @@ ZT_TEST(checkpoint_of_offloaded_state)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", ckdir);
         ZT_CHECK(system(cmd) == 0);
     }
-    ZT_CHECK(dir_is_empty(dir));
+    ZT_CHECK(nd_dir_is_empty(dir));
     rmdir(dir);
 }
 
