@@ -423,6 +423,48 @@ static inline double gpt2_rng_normal(uint64_t *s)
     return sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2);
 }
 
+/* ---- sampling (both examples' generate) -------------------------------------------------- */
+
+/* One token drawn with rng from the softmax of the logits z[0..V): the maximum subtracted, a
+   float sum of the exponentials, the draw walked in double. */
+static inline int gpt2_sample_token(const float *z, int V, uint64_t *rng)
+{
+    double u, acc = 0.0;
+    float mx = -INFINITY, sum = 0.0f;
+    int v;
+    for (v = 0; v < V; v++)
+        if (z[v] > mx) mx = z[v];
+    for (v = 0; v < V; v++) sum += expf(z[v] - mx);
+    u = gpt2_rng_uniform(rng) * sum;
+    for (v = 0; v < V - 1; v++)
+        if ((acc += expf(z[v] - mx)) > u) break;
+    return v;
+}
+
+/* Whether the data is text (bytes as tokens): no path (the default corpus) or a path that
+   does not end in .bin (llm.c's token files). */
+static inline int gpt2_data_is_text(const char *path)
+{
+    size_t n = path ? strlen(path) : 0;
+    return path == NULL || n < 4 || strcmp(path + n - 4, ".bin");
+}
+
+/* Writes tokens tok[0..len) into out from out[used] (cap bytes in all): text data as the
+   bytes, unprintable ones as '?'; token files as the ids. Stops 8 bytes short of cap;
+   returns the new used (out not terminated). */
+static inline size_t gpt2_sample_format(const int *tok, int len, int text, char *out, size_t cap, size_t used)
+{
+    int i;
+    for (i = 0; i < len && used + 8 < cap; i++) {
+        if (text) {
+            int ch = tok[i];
+            out[used++] = (char)((ch >= 32 && ch < 127) || ch == '\n' || ch == '\t' ? ch : '?');
+        } else
+            used += (size_t)snprintf(out + used, cap - used, "%d ", tok[i]);
+    }
+    return used;
+}
+
 /* GPT-2's initialisation: weights N(0, 0.02), the two residual projections (attn.c_proj,
    mlp.c_proj) N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1. Tensor i draws from
    its own stream (seed, i), so values do not depend on ranks or stages. vals holds the
@@ -583,8 +625,7 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
         free(buf);
         return -1;
     }
-    n = strlen(path);
-    if (n >= 4 && !strcmp(path + n - 4, ".bin")) { /* llm.c tokens */
+    if (!gpt2_data_is_text(path)) { /* llm.c tokens */
         int32_t hdr[256];
         if (len < sizeof hdr) {
             snprintf(err, errlen, "--data %s: shorter than llm.c's 1024-byte header", path);

@@ -753,34 +753,18 @@ static zero_result val_loss(model *m, const run *R, int rank, int world, int *x,
 static zero_result generate(model *m, const run *R, uint64_t *rng, char *out, size_t cap)
 {
     int n = R->o->sample, T = m->T, V = m->c.vocab, plen = 16, len, i;
-    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n)), text = R->o->data_path == NULL ||
-        strlen(R->o->data_path) < 4 || strcmp(R->o->data_path + strlen(R->o->data_path) - 4, ".bin");
+    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n)), text = gpt2_data_is_text(R->o->data_path);
     size_t used = 0;
     zero_result r = ZERO_OK;
     if (!tok) return ZERO_ERROR_OUT_OF_MEMORY;
     if (plen > T) plen = T;
     for (i = 0; i < plen; i++) tok[i] = R->data->tokens[R->data->ntrain + (size_t)i];
     for (len = plen; len < plen + n && r == ZERO_OK; len++) {
-        int start = len > T ? len - T : 0, w = len - start, v;
-        const float *z;
-        double u, acc = 0.0;
-        float mx = -INFINITY, sum = 0.0f;
+        int start = len > T ? len - T : 0, w = len - start;
         r = model_forward(m, tok + start, 1, w);
-        z = m->logits + (size_t)(w - 1) * V;
-        for (v = 0; v < V; v++)
-            if (z[v] > mx) mx = z[v];
-        for (v = 0; v < V; v++) sum += expf(z[v] - mx);
-        u = gpt2_rng_uniform(rng) * sum;
-        for (v = 0; v < V - 1; v++)
-            if ((acc += expf(z[v] - mx)) > u) break;
-        tok[len] = v;
+        tok[len] = gpt2_sample_token(m->logits + (size_t)(w - 1) * V, V, rng);
     }
-    for (i = 0; i < len && used + 8 < cap; i++) {
-        if (text) {
-            int ch = tok[i];
-            out[used++] = (char)((ch >= 32 && ch < 127) || ch == '\n' || ch == '\t' ? ch : '?');
-        } else used += (size_t)snprintf(out + used, cap - used, "%d ", tok[i]);
-    }
+    used = gpt2_sample_format(tok, len, text, out, cap, used);
     out[used] = '\0';
     free(tok);
     return r;

@@ -586,7 +586,7 @@ static zero_result generate(gpu_run *R, uint64_t *rng, char *out, size_t cap)
 {
     const gpt2_opts *o = R->o;
     int n = o->sample, T = R->T, V = R->V, plen = 16, len = 0, i, b, t;
-    int text = o->data_path == NULL || strlen(o->data_path) < 4 || strcmp(o->data_path + strlen(o->data_path) - 4, ".bin");
+    int text = gpt2_data_is_text(o->data_path);
     int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n));
     float *z = (float *)malloc(sizeof(float) * (size_t)V);
     size_t used = 0;
@@ -598,9 +598,7 @@ static zero_result generate(gpu_run *R, uint64_t *rng, char *out, size_t cap)
     if (plen > T) plen = T;
     for (i = 0; i < plen; i++) tok[i] = R->data->tokens[R->data->ntrain + (size_t)i];
     for (len = plen; len < plen + n; len++) {
-        int start = len > T ? len - T : 0, w = len - start, v;
-        double u, acc = 0.0;
-        float mx = -INFINITY, sum = 0.0f;
+        int start = len > T ? len - T : 0, w = len - start;
         for (b = 0; b < R->B; b++)
             for (t = 0; t < T; t++) {
                 R->hx[(size_t)b * T + t] = t < w ? tok[start + t] : 0;
@@ -612,21 +610,9 @@ static zero_result generate(gpu_run *R, uint64_t *rng, char *out, size_t cap)
         TRY(R->dev->ops->download(R->dev, ZERO_QUEUE_COMPUTE, z, R->a.logits + (size_t)(w - 1) * V,
                                   sizeof(float) * (size_t)V));
         TRY(R->dev->ops->sync(R->dev, ZERO_QUEUE_COMPUTE));
-        for (v = 0; v < V; v++)
-            if (z[v] > mx) mx = z[v];
-        for (v = 0; v < V; v++) sum += expf(z[v] - mx);
-        u = gpt2_rng_uniform(rng) * sum;
-        for (v = 0; v < V - 1; v++)
-            if ((acc += expf(z[v] - mx)) > u) break;
-        tok[len] = v;
+        tok[len] = gpt2_sample_token(z, V, rng);
     }
-    for (i = 0; i < len && used + 8 < cap; i++) {
-        if (text) {
-            int ch = tok[i];
-            out[used++] = (char)((ch >= 32 && ch < 127) || ch == '\n' || ch == '\t' ? ch : '?');
-        } else
-            used += (size_t)snprintf(out + used, cap - used, "%d ", tok[i]);
-    }
+    used = gpt2_sample_format(tok, len, text, out, cap, used);
 done:
     if (cap) out[used < cap ? used : cap - 1] = '\0';
     free(tok);
