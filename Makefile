@@ -53,7 +53,7 @@ LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
 TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
 
 # tests that run a bench's code at a small size
-build/test_infinity build/san/test_infinity build/bench_overlap: bench/bench_infinity.c
+build/test_infinity build/san/test_infinity build/bench_overlap: bench/bench_infinity.c bench/bench_common.h
 
 build/zero_impl.o: tests/zero_impl.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
@@ -99,7 +99,7 @@ GPT2_OPT := -O3 -march=native -ffp-contract=off
 build/train_gpt2: examples/train_gpt2.c $(HEADERS) $(wildcard examples/*.h) | build
 	$(CC) $(ALL_CFLAGS) $(GPT2_OPT) $< -o $@ $(LDLIBS)
 
-build/bench_%: bench/bench_%.c $(HEADERS) | build
+build/bench_%: bench/bench_%.c $(HEADERS) bench/bench_common.h | build
 	$(CC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
 
 # make test and test-sanitize build their programs in parallel (one job per core, unless
@@ -318,7 +318,7 @@ build/mpi/test_mpi_%: tests/mpi/test_mpi_%.c $(HEADERS) zero_mpi.h $(wildcard te
 
 build/mpi/test_mpi_pieces: tests/mpi/test_mpi_comm.c
 
-build/mpi/bench_mpi: bench/bench_mpi.c $(HEADERS) zero_mpi.h | build/mpi
+build/mpi/bench_mpi: bench/bench_mpi.c $(HEADERS) zero_mpi.h bench/bench_common.h | build/mpi
 	$(MPICC) $(ALL_CFLAGS) -O3 -march=native $< -o $@ $(LDLIBS)
 
 build/mpi/nccl_mpi_build: tests/mpi/nccl_mpi_build.cu $(CUDA_HEADERS) zero_mpi.h | build/mpi

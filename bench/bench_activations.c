@@ -19,12 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 typedef struct bopts {
     int keys, reps;
@@ -51,7 +46,7 @@ static zero_result reference(const bopts *o, zero_offload_device tier, unsigned 
         unsigned char *host = (unsigned char *)malloc(n * (size_t)o->keys);
         if (!host) return ZERO_ERROR_OUT_OF_MEMORY;
         for (rep = 0; rep < o->reps; rep++) {
-            double t = now();
+            double t = bench_now();
             for (k = 0; k < o->keys; k++) {
                 memset(src, k + 1, n);
                 memcpy(host + (size_t)k * n, src, n);
@@ -60,7 +55,7 @@ static zero_result reference(const bopts *o, zero_offload_device tier, unsigned 
                 memcpy(src, host + (size_t)k * n, n);
                 for (i = 0; i < n; i += 4093) bad += src[i] != (unsigned char)(k + 1);
             }
-            t = now() - t;
+            t = bench_now() - t;
             if (t < *best) *best = t;
         }
         free(host);
@@ -74,7 +69,7 @@ static zero_result reference(const bopts *o, zero_offload_device tier, unsigned 
             (r = zero_io_file_create(io, o->dir, "bench-act-ref", 0, span * (uint64_t)o->keys, &f)) == ZERO_OK &&
             (r = zero_io_buffer_alloc(io, (size_t)span * (size_t)o->keys, &buf)) == ZERO_OK) {
             for (rep = 0; rep < o->reps && r == ZERO_OK; rep++) {
-                double t = now();
+                double t = bench_now();
                 for (k = 0; k < o->keys && r == ZERO_OK; k++) {
                     memset((unsigned char *)buf + (size_t)k * span, k + 1, (size_t)span);
                     r = zero_io_write(f, span * (uint64_t)k, (unsigned char *)buf + (size_t)k * span, (size_t)span, &t0);
@@ -85,7 +80,7 @@ static zero_result reference(const bopts *o, zero_offload_device tier, unsigned 
                 if (r == ZERO_OK) r = zero_io_wait_all(io);
                 for (k = 0; k < o->keys && r == ZERO_OK; k++)
                     for (i = 0; i < n; i += 4093) bad += ((unsigned char *)buf)[(size_t)k * span + i] != (unsigned char)(k + 1);
-                t = now() - t;
+                t = bench_now() - t;
                 if (t < *best) *best = t;
             }
         }
@@ -127,7 +122,7 @@ static zero_result bench_rank(int rank, zero_comm *comm, void *user)
     }
     B->best = 1e30;
     for (rep = 0; rep < o->reps && r == ZERO_OK; rep++) {
-        double t = now();
+        double t = bench_now();
         for (k = 0; k < o->keys && r == ZERO_OK; k++) {
             memset(src, k + 1, n); /* block k's output: the next block's input */
             r = zero_engine_stash(e, k, src, n);
@@ -138,7 +133,7 @@ static zero_result bench_rank(int rank, zero_comm *comm, void *user)
             for (i = 0; r == ZERO_OK && i < n; i += 4093)
                 if (src[i] != (unsigned char)(k + 1)) B->bad++;
         }
-        t = now() - t;
+        t = bench_now() - t;
         if (t < B->best) B->best = t;
     }
     if (r == ZERO_OK) r = zero_engine_activation_stats(e, &B->st);

@@ -21,12 +21,7 @@
 #define BYTES_PER_PARAM 28.0
 #define REPS 7
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 static void *xalloc(size_t bytes)
 {
@@ -71,7 +66,7 @@ static double triad_seconds(float *a, const float *b, const float *c, size_t n, 
         jobs[k].end = n * (size_t)(k + 1) / (size_t)threads;
     }
     for (rep = 0; rep <= REPS; rep++) {
-        t0 = now();
+        t0 = bench_now();
         if (threads == 2) {
             if (pthread_create(&tid, NULL, triad_run, &jobs[1]) != 0) {
                 fprintf(stderr, "bench_adam: pthread_create failed\n");
@@ -82,7 +77,7 @@ static double triad_seconds(float *a, const float *b, const float *c, size_t n, 
         } else {
             triad_run(&jobs[0]);
         }
-        t0 = now() - t0;
+        t0 = bench_now() - t0;
         if (rep > 0 && t0 < best) best = t0; /* rep 0 warms up */
     }
     return best;
@@ -190,9 +185,9 @@ static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int th
     r.param_dtype = ZERO_F16;
     for (rep = 0; rep <= REPS; rep++) {
         zero_result res;
-        t0 = now();
+        t0 = bench_now();
         res = zero_adam_host(&r, c, 1.0f / 1024, ZERO_SIMD_AUTO, threads);
-        t0 = now() - t0;
+        t0 = bench_now() - t0;
         if (res != ZERO_OK) {
             fprintf(stderr, "bench_adam: %s\n", zero_last_error());
             exit(1);
@@ -222,7 +217,7 @@ static double naive_seconds(state *s, size_t n, const zero_adam_coefs *c, int th
         jobs[k].end = n * (size_t)(k + 1) / (size_t)threads;
     }
     for (rep = 0; rep <= 3; rep++) { /* slower: fewer reps */
-        t0 = now();
+        t0 = bench_now();
         if (threads == 2) {
             if (pthread_create(&tid, NULL, naive_run, &jobs[1]) != 0) {
                 fprintf(stderr, "bench_adam: pthread_create failed\n");
@@ -233,7 +228,7 @@ static double naive_seconds(state *s, size_t n, const zero_adam_coefs *c, int th
         } else {
             naive_run(&jobs[0]);
         }
-        t0 = now() - t0;
+        t0 = bench_now() - t0;
         if (rep > 0 && t0 < best) best = t0;
     }
     return best;
@@ -250,7 +245,7 @@ int main(void)
     zero_adam_coefs c;
     int threads;
     size_t i;
-    double t_all0 = now();
+    double t_all0 = bench_now();
 
     s.master = (float *)xalloc(n * sizeof(float));
     s.m = (float *)xalloc(n * sizeof(float));
@@ -294,7 +289,7 @@ int main(void)
     }
     printf("triad+wa: the triad's bytes with the write-allocate read of a[] counted (16 per "
            "element); the fused pass writes master/m/v where it just read them\n");
-    printf("targets: fused >= 0.80x triad bandwidth, >= 4x naive; total %.1f s\n", now() - t_all0);
+    printf("targets: fused >= 0.80x triad bandwidth, >= 4x naive; total %.1f s\n", bench_now() - t_all0);
     free(s.master);
     free(s.m);
     free(s.v);

@@ -18,12 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 #define CHECK(call)                                                                          \
     do {                                                                                     \
@@ -42,7 +37,7 @@ static size_t g_bytes;
 static double plain_write(const unsigned char *buf, size_t n)
 {
     char path[600], tmp[610];
-    double t0 = now();
+    double t0 = bench_now();
     size_t at = 0;
     int fd;
     snprintf(path, sizeof path, "%s/plain.bin", g_dir);
@@ -59,13 +54,13 @@ static double plain_write(const unsigned char *buf, size_t n)
     fd = open(g_dir, O_RDONLY);
     if (fd < 0 || fsync(fd) != 0) exit(1);
     close(fd);
-    return now() - t0;
+    return bench_now() - t0;
 }
 
 static double plain_read(unsigned char *buf, size_t n)
 {
     char path[600];
-    double t0 = now();
+    double t0 = bench_now();
     size_t at = 0;
     int fd;
     snprintf(path, sizeof path, "%s/plain.bin", g_dir);
@@ -78,7 +73,7 @@ static double plain_read(unsigned char *buf, size_t n)
         at += (size_t)got;
     }
     close(fd);
-    return now() - t0;
+    return bench_now() - t0;
 }
 
 static zero_result rank_main(int rank, zero_comm *comm, void *user)
@@ -119,15 +114,15 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         double t0, dt;
         dt = plain_write(plain, g_bytes);
         if (dt < t_write) t_write = dt;
-        t0 = now();
+        t0 = bench_now();
         CHECK(zero_engine_save(e, ckdir));
-        dt = now() - t0;
+        dt = bench_now() - t0;
         if (dt < t_save) t_save = dt;
         dt = plain_read(plain, g_bytes);
         if (dt < t_read) t_read = dt;
-        t0 = now();
+        t0 = bench_now();
         CHECK(zero_engine_load(e, ckdir));
-        dt = now() - t0;
+        dt = bench_now() - t0;
         if (dt < t_load) t_load = dt;
     }
     free(plain);

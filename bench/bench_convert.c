@@ -10,12 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 static volatile unsigned char sink;
 
@@ -27,7 +22,7 @@ static double measure(void *dst, zero_dtype dt, const void *src, zero_dtype st, 
     double best = 1e30;
     int r;
     for (r = 0; r < reps; r++) {
-        double t0 = now(), t;
+        double t0 = bench_now(), t;
         long calls = 0;
         do {
             if (path < 0) memcpy(dst, src, n * zero_dtype_size(st));
@@ -36,7 +31,7 @@ static double measure(void *dst, zero_dtype dt, const void *src, zero_dtype st, 
                 exit(1);
             }
             calls++;
-            t = now() - t0;
+            t = bench_now() - t0;
         } while (t < min_s);
         sink ^= ((unsigned char *)dst)[n / 2];
         if (t / (double)calls < best) best = t / (double)calls;

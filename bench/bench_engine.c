@@ -37,12 +37,7 @@ typedef struct bench {
     zero_traffic traffic;
 } bench;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 static zero_result rank_main(int rank, zero_comm *comm, void *user)
 {
@@ -79,7 +74,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         zero_step_info info;
         void *p, *gr;
         uint16_t gv = zero_f32_to_f16(0.001f * zero_engine_loss_scale(e) * (float)(1 + rank));
-        if (s == B->warmup) t0 = now();
+        if (s == B->warmup) t0 = bench_now();
         for (g = 0; g < B->groups && !r; g++) {
             r = zero_engine_gather(e, g, &p);
             if (!r) r = zero_engine_release(e, g);
@@ -95,7 +90,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         if (!r) r = zero_engine_step(e, &info);
     }
     if (!r && rank == 0) {
-        B->seconds = now() - t0;
+        B->seconds = bench_now() - t0;
         zero_engine_memory_usage(e, &B->mem);
         zero_engine_traffic(e, &B->traffic, NULL);
     }
@@ -126,12 +121,12 @@ static zero_result lat_rank(int rank, zero_comm *comm, void *user)
     int i;
     double t0 = 0;
     for (i = -100; i < L->iters && r == ZERO_OK; i++) { /* 100 warm-up calls */
-        if (i == 0) t0 = now();
+        if (i == 0) t0 = bench_now();
         if (L->op == OP_BARRIER) r = comm->ops->barrier(comm);
         else if (L->op == OP_ALL_REDUCE) r = comm->ops->all_reduce(comm, &x, &x, 1, ZERO_F32, ZERO_OP_MAX, NULL);
         else r = comm->ops->all_gather(comm, &h[rank], h, 1, ZERO_F16, NULL);
     }
-    if (rank == 0) L->seconds = now() - t0;
+    if (rank == 0) L->seconds = bench_now() - t0;
     return r;
 }
 
@@ -141,10 +136,10 @@ static void *pthread_rank(void *arg)
     int i;
     double t0 = 0;
     for (i = -100; i < L->iters; i++) {
-        if (i == 0) t0 = now();
+        if (i == 0) t0 = bench_now();
         pthread_barrier_wait(L->pb);
     }
-    L->seconds = now() - t0;
+    L->seconds = bench_now() - t0;
     return NULL;
 }
 

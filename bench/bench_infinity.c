@@ -78,12 +78,7 @@ typedef struct inf_run {
     uint64_t hash_part[64];
 } inf_run;
 
-static double inf_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 /* The target of element i of layer g: cheap integer hash in [-0.05, 0.05). */
 static float inf_target(int g, size_t i)
@@ -286,14 +281,14 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
         snprintf(name, sizeof name, "layer%d.w", g);
         INF_TRY(zero_engine_add_tensor(e, name, n, g, 0, NULL));
     }
-    t0 = inf_now();
+    t0 = bench_now();
     INF_TRY(zero_engine_commit(e)); /* params, master, m, v start at zero: no init written */
-    if (rank == 0) R->res->commit_s = inf_now() - t0;
+    if (rank == 0) R->res->commit_s = bench_now() - t0;
     for (s = 0; s <= c->steps; s++) {
         double loss = 0.0;
         /* forward: the loss (every rank the same) */
         INF_TRY(zero_engine_nvme_stats(e, &a)); /* the iteration's NVMe bytes, reads of params too */
-        t0 = inf_now();
+        t0 = bench_now();
         for (g = 0; g < c->groups; g++) {
             void *p;
             const uint16_t *w;
@@ -310,7 +305,7 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
         }
         R->loss_part[rank][s] = loss;
         if (s == c->steps) break; /* the loss after the last step */
-        t1 = inf_now();
+        t1 = bench_now();
         if (rank == 0) R->res->fwd_s[s] = t1 - t0;
         /* backward, last layer first: dL/dp = (p - t) / n */
         if (rank == 0) R->res->bwd_gather_s[s] = R->res->bwd_work_s[s] = 0.0;
@@ -319,14 +314,14 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
             void *p, *dg;
             const uint16_t *w;
             float *tmp;
-            double tg = inf_now(), tw;
+            double tg = bench_now(), tw;
             INF_TRY(zero_engine_gather(e, g, &p));
-            tw = inf_now();
+            tw = bench_now();
             if (rank == 0) R->res->bwd_gather_s[s] += tw - tg;
             INF_TRY(zero_engine_grads(e, g, &dg));
             w = (const uint16_t *)p;
             sink += inf_work_layer(&wk, w, 1);
-            if (rank == 0) R->res->bwd_work_s[s] += inf_now() - tw;
+            if (rank == 0) R->res->bwd_work_s[s] += bench_now() - tw;
             tmp = (float *)malloc(((size_t)1 << 16) * sizeof *tmp);
             if (!tmp) {
                 rc = ZERO_ERROR_OUT_OF_MEMORY;
@@ -341,7 +336,7 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
             INF_TRY(zero_engine_release(e, g));
             INF_TRY(zero_engine_grads_ready(e, g));
         }
-        t0 = inf_now();
+        t0 = bench_now();
         INF_TRY(zero_engine_gather_stats(e, &gs1));
         if (rank == 0) {
             R->res->bwd_s[s] = t0 - t1;
@@ -349,7 +344,7 @@ static zero_result inf_rank(int rank, zero_comm *comm, void *user)
             R->res->bwd_reads_demand[s] = gs1.nvme_reads_demand - gs0.nvme_reads_demand;
         }
         INF_TRY(zero_engine_step(e, NULL));
-        t1 = inf_now();
+        t1 = bench_now();
         INF_TRY(zero_engine_nvme_stats(e, &b));
         if (rank == 0) {
             R->res->opt_s[s] = t1 - t0;
@@ -439,21 +434,21 @@ static int inf_disk_rates(const char *dir, uint64_t bytes, double *wr, double *r
         return -1;
     }
     memset(buf, 0x5a, tile * 8);
-    t0 = inf_now();
+    t0 = bench_now();
     for (off = 0, k = 0; off + tile <= bytes; off += tile, k = (k + 1) % 8) {
         if (t[k]) (void)zero_io_wait(io, t[k]);
         if (zero_io_write(f, off, (unsigned char *)buf + (size_t)k * tile, tile, &t[k]) != ZERO_OK) t[k] = 0;
     }
     (void)zero_io_wait_all(io);
-    *wr = (double)bytes / (inf_now() - t0);
+    *wr = (double)bytes / (bench_now() - t0);
     memset(t, 0, sizeof t);
-    t0 = inf_now();
+    t0 = bench_now();
     for (off = 0, k = 0; off + tile <= bytes; off += tile, k = (k + 1) % 8) {
         if (t[k]) (void)zero_io_wait(io, t[k]);
         if (zero_io_read(f, off, (unsigned char *)buf + (size_t)k * tile, tile, &t[k]) != ZERO_OK) t[k] = 0;
     }
     (void)zero_io_wait_all(io);
-    *rd = (double)bytes / (inf_now() - t0);
+    *rd = (double)bytes / (bench_now() - t0);
     zero_io_buffer_free(io, buf);
     zero_io_file_destroy(f);
     zero_io_destroy(io);

@@ -27,12 +27,7 @@
 
 static int me, world;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 /* A barrier that sleeps while it waits, so idle processes leave the cores to the others. */
 static void sleepy_barrier(void)
@@ -61,7 +56,7 @@ static double time_op(zero_comm *comm, int which, int mine, float *send, float *
     for (it = -1; it < iters; it++) {
         if (it == 0) {
             MPI_Barrier(MPI_COMM_WORLD);
-            t0 = now();
+            t0 = bench_now();
         }
         if (mine) {
             if (which == AG) r = comm->ops->all_gather(comm, send, recv, block, ZERO_F32, NULL);
@@ -77,7 +72,7 @@ static double time_op(zero_comm *comm, int which, int mine, float *send, float *
             else MPI_Allreduce(send, recv, (int)total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         }
     }
-    dt = (now() - t0) / iters;
+    dt = (bench_now() - t0) / iters;
     MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return worst;
 }
@@ -124,7 +119,7 @@ static zero_result engine_rank(int rank, zero_comm *comm, void *user)
         zero_step_info info;
         void *p, *gr;
         uint16_t gv = zero_f32_to_f16(0.001f * zero_engine_loss_scale(e) * (float)(1 + rank));
-        if (s == 1) t0 = now();
+        if (s == 1) t0 = bench_now();
         for (g = 0; g < B->groups && !r; g++) {
             r = zero_engine_gather(e, g, &p);
             if (!r) r = zero_engine_release(e, g);
@@ -139,7 +134,7 @@ static zero_result engine_rank(int rank, zero_comm *comm, void *user)
         }
         if (!r) r = zero_engine_step(e, &info);
     }
-    if (!r && rank == 0) B->seconds = now() - t0;
+    if (!r && rank == 0) B->seconds = bench_now() - t0;
     free(init);
     zero_engine_destroy(e);
     zero_device_destroy(dev);

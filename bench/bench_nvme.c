@@ -27,12 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 typedef struct opts {
     const char *dir;
@@ -66,24 +61,24 @@ static int run_engine(const opts *o, zero_io_backend backend, double *wbps, doub
     }
     if (zero_io_file_create(io, o->dir, "bench", 0, (uint64_t)tiles * o->tile, &f) != ZERO_OK) goto out;
     /* write: tile k from buffer k % A, at most A tiles queued */
-    t0 = now();
+    t0 = bench_now();
     for (k = 0; k < tiles; k++) {
         if (t[k % A] && zero_io_wait(io, t[k % A]) != ZERO_OK) goto out;
         t[k % A] = 0;
         if (zero_io_write(f, (uint64_t)k * o->tile, buf[k % A], o->tile, &t[k % A]) != ZERO_OK) goto out;
     }
     if (zero_io_wait_all(io) != ZERO_OK) goto out;
-    *wbps = (double)tiles * (double)o->tile / (now() - t0);
+    *wbps = (double)tiles * (double)o->tile / (bench_now() - t0);
     memset(t, 0, sizeof t);
     /* read: the same, the wait checks each tile's checksum */
-    t0 = now();
+    t0 = bench_now();
     for (k = 0; k < tiles; k++) {
         if (t[k % A] && zero_io_wait(io, t[k % A]) != ZERO_OK) goto out;
         t[k % A] = 0;
         if (zero_io_read(f, (uint64_t)k * o->tile, buf[k % A], o->tile, &t[k % A]) != ZERO_OK) goto out;
     }
     if (zero_io_wait_all(io) != ZERO_OK) goto out;
-    *rbps = (double)tiles * (double)o->tile / (now() - t0);
+    *rbps = (double)tiles * (double)o->tile / (bench_now() - t0);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "bench_nvme: engine (%s): %s\n", zero_io_backend_name(backend), zero_last_error());

@@ -22,12 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 typedef struct opts {
     size_t params, tile;
@@ -87,9 +82,9 @@ static zero_result bench_rank(int rank, zero_comm *comm, void *user)
             if (r == ZERO_OK) r = zero_engine_grads_ready(e, g);
         }
         if (r != ZERO_OK) break;
-        t0 = now();
+        t0 = bench_now();
         r = zero_engine_step(e, NULL);
-        if (rep > 0 && now() - t0 < B->best) B->best = now() - t0; /* rep 0 warms up */
+        if (rep > 0 && bench_now() - t0 < B->best) B->best = bench_now() - t0; /* rep 0 warms up */
     }
     free(init);
     zero_engine_destroy(e);
@@ -112,7 +107,7 @@ static double time_adam(const opts *o, size_t S, size_t T)
     if (!m || !mm || !v || !gr || !pa || zero_adam_coefs_make(&co, &ad, 0.0f, 1) != ZERO_OK) best = -1;
     for (i = 0; best > 0 && i < S; i++) gr[i] = zero_f32_to_f16(1.0f);
     for (rep = 0; best > 0 && rep <= o->reps; rep++) {
-        double t0 = now();
+        double t0 = bench_now();
         size_t b;
         for (b = 0; b < S; b += T) {
             zero_adam_range ar;
@@ -126,7 +121,7 @@ static double time_adam(const opts *o, size_t S, size_t T)
             ar.param_dtype = ZERO_F16;
             zero_adam_host(&ar, &co, 0.5f, ZERO_SIMD_AUTO, ar.numel >= 65536 ? o->threads : 1);
         }
-        if (rep > 0 && now() - t0 < best) best = now() - t0;
+        if (rep > 0 && bench_now() - t0 < best) best = bench_now() - t0;
     }
     free(m);
     free(mm);
@@ -160,7 +155,7 @@ static double time_io(const opts *o, size_t S, size_t T)
     }
     if (best > 0 && zero_io_wait_all(io) != ZERO_OK) best = -1;
     for (rep = 0; best > 0 && rep <= o->reps; rep++) {
-        double t0 = now();
+        double t0 = bench_now();
         zero_io_ticket t;
         for (k = 0; k < nt; k++) {
             size_t len = (S - k * T < T ? S - k * T : T) * 12;
@@ -172,7 +167,7 @@ static double time_io(const opts *o, size_t S, size_t T)
             if (zero_io_write(f, rec * k, buf + rec * k, len, &t) != ZERO_OK) best = -1;
         }
         if (zero_io_wait_all(io) != ZERO_OK) best = -1;
-        if (rep > 0 && now() - t0 < best) best = now() - t0;
+        if (rep > 0 && bench_now() - t0 < best) best = bench_now() - t0;
     }
     zero_io_file_destroy(f);
     if (io) zero_io_buffer_free(io, buf);

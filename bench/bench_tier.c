@@ -18,12 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "bench_common.h" /* bench_now */
 
 #define CHECK(call)                                                                          \
     do {                                                                                     \
@@ -96,30 +91,30 @@ static zero_result tier_rank(int rank, zero_comm *comm, void *user)
     if (!vals) return ZERO_ERROR_OUT_OF_MEMORY;
     for (i = 0; i < per; i++) vals[i] = 0.001f * (float)(i % 1000);
     CHECK(make_engine(R, dev, comm, &e));
-    t0 = now();
+    t0 = bench_now();
     CHECK(zero_engine_commit(e));
-    R->t_commit = now() - t0;
+    R->t_commit = bench_now() - t0;
     CHECK(zero_engine_memory_tier(e, ZERO_TIER_NVME, &nv));
     R->tier_bytes = nv.total_bytes;
     CHECK(zero_engine_nvme_stats(e, &a));
-    t0 = now();
+    t0 = bench_now();
     for (t = 0; t < nt; t++) CHECK(zero_engine_set_tensor(e, t, vals));
     CHECK(zero_engine_nvme_stats(e, &b)); /* what set_tensor moved, written back at the save */
-    R->t_init = now() - t0;
+    R->t_init = bench_now() - t0;
     diff_stats(&a, &b, &R->s_init);
     a = b;
-    t0 = now();
+    t0 = bench_now();
     CHECK(zero_engine_save(e, R->ckdir));
-    R->t_save = now() - t0;
+    R->t_save = bench_now() - t0;
     CHECK(zero_engine_nvme_stats(e, &b));
     diff_stats(&a, &b, &R->s_save);
     zero_engine_destroy(e);
     CHECK(make_engine(R, dev, comm, &e2));
     CHECK(zero_engine_commit(e2));
     CHECK(zero_engine_nvme_stats(e2, &a));
-    t0 = now();
+    t0 = bench_now();
     CHECK(zero_engine_load(e2, R->ckdir));
-    R->t_load = now() - t0;
+    R->t_load = bench_now() - t0;
     CHECK(zero_engine_nvme_stats(e2, &b));
     diff_stats(&a, &b, &R->s_load);
     zero_engine_destroy(e2);
