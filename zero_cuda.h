@@ -202,6 +202,18 @@ ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_devic
 #include <string.h>
 #include <type_traits>
 
+/* ZERO_CUDA_ARENA_POISON(p, bytes) / ZERO_CUDA_ARENA_UNPOISON(p, bytes): called for the parts
+   of an arena (one cudaMalloc carved into blocks) that are not / become handed out. No-ops
+   unless defined before this point: the CPU harness (tests/cudasim) maps them to
+   AddressSanitizer's manual poisoning, so a kernel that touches arena memory no alloc owns
+   is reported (after the device's queued work, for a free). */
+#ifndef ZERO_CUDA_ARENA_POISON
+#define ZERO_CUDA_ARENA_POISON(p, bytes) ((void)0)
+#endif
+#ifndef ZERO_CUDA_ARENA_UNPOISON
+#define ZERO_CUDA_ARENA_UNPOISON(p, bytes) ((void)0)
+#endif
+
 #define ZERO_CUDA__HD static __host__ __device__ __forceinline__
 #define ZERO_CUDA__THREADS 256    /* threads per block of the element kernels              */
 #define ZERO_CUDA__ALIGN 256      /* arena block alignment (bytes)                          */
@@ -1160,6 +1172,7 @@ static zero_result zero_cuda__reserve(zero_device *dev, size_t total_bytes, size
         return zero__fail(e == cudaErrorMemoryAllocation ? ZERO_ERROR_OUT_OF_MEMORY : ZERO_ERROR_DEVICE,
                           "cuda reserve: cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
     }
+    ZERO_CUDA_ARENA_POISON(base, bytes);
     memset(b, 0, sizeof *b);
     b->size = bytes;
     a->base = (char *)base;
@@ -1200,6 +1213,7 @@ static void *zero_cuda__arena_take(zero_cuda__device *d, size_t size, size_t req
             b->requested = requested;
             b->category = cat;
             a->live++;
+            ZERO_CUDA_ARENA_UNPOISON(a->base + b->offset, requested);
             return a->base + b->offset;
         }
     return NULL;
@@ -1284,6 +1298,7 @@ static zero_result zero_cuda__free(zero_device *dev, void *ptr)
         if (!b) break;
         d->bytes[b->category] -= b->requested;
         d->allocations--;
+        ZERO_CUDA_ARENA_POISON(p, b->size);
         b->used = 0;
         b->requested = 0;
         if ((n = b->next) != NULL && !n->used) { /* merge the next free block */

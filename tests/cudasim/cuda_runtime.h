@@ -332,6 +332,14 @@ static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1
 /* The GPU's approximate functions: the CPU's (the last bits differ). */
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
+/* ---- zero_cuda.h's arena hooks: AddressSanitizer poisoning of what no alloc owns ---- */
+namespace cudasim {
+void arena_poison(const void *p, size_t bytes);   /* after the device's queued work */
+void arena_unpoison(const void *p, size_t bytes);
+} // namespace cudasim
+#define ZERO_CUDA_ARENA_POISON(p, bytes) cudasim::arena_poison(p, bytes)
+#define ZERO_CUDA_ARENA_UNPOISON(p, bytes) cudasim::arena_unpoison(p, bytes)
+
 /* ---- launches: ZERO_CUDA_LAUNCH (zero_cuda.h) expands to CUDASIM_LAUNCH ---- */
 namespace cudasim {
 struct launch_info {

@@ -533,6 +533,28 @@ bool check_access(int device, const void *ptr, size_t bytes, const char *who, co
     return false;
 }
 
+void arena_poison(const void *p, size_t bytes)
+{
+#ifdef CUDASIM_ASAN
+    int dev = device_of(p);
+    if (dev >= 0) sync_device(dev); /* work queued before the free may still use it */
+    __asan_poison_memory_region(p, bytes);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+void arena_unpoison(const void *p, size_t bytes)
+{
+#ifdef CUDASIM_ASAN
+    __asan_unpoison_memory_region(p, bytes);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 /* ====================================================================================
    Kernels: fibers
    ==================================================================================== */

@@ -12,7 +12,10 @@
    Every case runs in a child process (fork before any CUDA call: a seeded fault leaves its
    device's sticky error, or a sanitizer report, behind), its stderr captured and searched.
    Built only by the harness (make test-cuda-sim). */
-#include <cuda_runtime.h>
+#define ZERO_IMPLEMENTATION
+#define ZERO_CUDA_IMPLEMENTATION
+#include "zero.h"
+#include "zero_cuda.h"
 
 #include "cudasim.h"
 #include "tests/zt.h"
@@ -487,6 +490,28 @@ __attribute__((unused)) static int child_use_after_free(void)
     return 0;
 }
 
+/* zero_cuda.h's arena: one cudaMalloc; what no alloc owns is poisoned (ZERO_CUDA_ARENA_POISON) */
+__attribute__((unused)) static int child_arena(int after_free)
+{
+    zero_device *d = NULL;
+    void *a = NULL, *b = NULL;
+    REQ(zero_cuda_device_create(NULL, &d) == ZERO_OK);
+    REQ(d->ops->reserve(d, 1 << 16, 4) == ZERO_OK);
+    REQ(d->ops->alloc(d, 1000, ZERO_MEM_PARAM, &a) == ZERO_OK);
+    REQ(d->ops->alloc(d, 4096, ZERO_MEM_PARAM, &b) == ZERO_OK);
+    if (after_free) {
+        REQ(d->ops->free(d, b) == ZERO_OK);
+        LAUNCH(write_kernel, 1, 32, 0, (float *)b, (size_t)32, 1.0f); /* a freed block */
+    } else {
+        LAUNCH(write_kernel, 1, 256, 0, (float *)a, (size_t)256, 1.0f); /* 1024 bytes into 1000 */
+    }
+    REQ(cudaDeviceSynchronize() == cudaSuccess);
+    zero_device_destroy(d);
+    return 0;
+}
+__attribute__((unused)) static int child_arena_overrun(void) { return child_arena(0); }
+__attribute__((unused)) static int child_arena_freed(void) { return child_arena(1); }
+
 static int child_freed_arg(void)
 {
     float *p;
@@ -645,6 +670,13 @@ ZT_TEST(test_defect_out_of_bounds)
     c = run_child(child_use_after_free, NULL);
     ZT_CHECKF(c.status != 0, "a use after free went unnoticed:\n%s", c.out.c_str());
     EXPECT_OUT(c, "heap-use-after-free");
+    c = run_child(child_arena_overrun, NULL);
+    ZT_CHECKF(c.status != 0, "a write past an arena block went unnoticed:\n%s", c.out.c_str());
+    EXPECT_OUT(c, "use-after-poison");
+    EXPECT_OUT(c, "write_kernel");
+    c = run_child(child_arena_freed, NULL);
+    ZT_CHECKF(c.status != 0, "a write to a freed arena block went unnoticed:\n%s", c.out.c_str());
+    EXPECT_OUT(c, "use-after-poison");
 #endif
 }
 
