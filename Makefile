@@ -37,7 +37,7 @@ EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $(wildcard bench/*.c))))
 TOOLS    := build/zero-estimate build/zero-ckpt
 
-.PHONY: test-cuda-sim cudasim-run
+.PHONY: test-cuda-sim cudasim-run print-cudasim-tsan
 .PHONY: all test demo demo-mlp test-gpt2 test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
         print-nccl mpi test-mpi bench-mpi test-ckpt-kill fuzz test-safetensors-py
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
@@ -310,6 +310,8 @@ CUDASIM_LIB_OBJ := $(patsubst tests/cudasim/%.cpp,$(CUDASIM_DIR)/lib/%.o,$(CUDAS
 CUDASIM_HDRS := $(wildcard tests/cudasim/*.h)
 CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine
 CUDASIM_BINS = $(addprefix $(CUDASIM_DIR)/,$(CUDASIM_PROGS))
+# the programs CI runs under ThreadSanitizer: streams, events and the comms
+CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels
 vpath %.cu tests/cudasim
 
 $(CUDASIM_DIR)/lib:
@@ -324,6 +326,9 @@ $(CUDASIM_DIR)/%: %.cu $(CUDASIM_LIB_OBJ) $(CUDA_HEADERS) $(CUDASIM_HDRS) $(wild
 test-cuda-sim:
 	@$(MAKE) --no-print-directory $(PAR) $(CUDASIM_BINS)
 	@bash tests/run.sh $(CUDASIM_BINS)
+
+print-cudasim-tsan:
+	@echo $(CUDASIM_TSAN_PROGS)
 
 cudasim-run: $(CUDASIM_LIB_OBJ)
 	@test -n "$(SRC)" || { echo "cudasim-run: give SRC=file.cu"; exit 1; }

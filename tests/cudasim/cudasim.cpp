@@ -442,6 +442,12 @@ cudaError_t enqueue(cudaStream_t h, const char *what, std::function<cudaError_t(
     return cudaSuccess;
 }
 
+int stream_device(cudaStream_t h)
+{
+    auto s = resolve(h, "stream_device");
+    return s ? s->device : -1;
+}
+
 static std::vector<std::shared_ptr<stream_impl>> device_streams(int dev)
 {
     globals &g = G();

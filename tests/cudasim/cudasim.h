@@ -43,6 +43,10 @@ int device_of(const void *p);
    worker running an op, e also becomes that stream's sticky error. */
 void fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The device of stream s (0, cudaStreamLegacy, cudaStreamPerThread: the current device's),
+   or -1 (with the error recorded) when s is not a live stream. */
+int stream_device(cudaStream_t s);
+
 /* ---- for tests and the other simulations ---- */
 
 /* The last message fail() recorded in this process ("" when none). */
