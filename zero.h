@@ -163,6 +163,11 @@
    recomputation in the backward, the NVMe tier reading ahead in reverse stash order. Local
    to each rank; the bytes come back exactly.
 
+   PARAMETER GROUPS (docs/optimizer.md). zero_engine_set_tensor_hparams(e, t, lr_mul, wd)
+   gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
+   parameter groups); the fused Adam kernels apply each tensor's constants in their one pass
+   and checkpoints keep them.
+
    OPTIONS (define before including, in the implementation file)
        ZERO_STATIC            make every function static (private to one translation unit)
        ZERO_MALLOC(sz)        replace malloc; define ZERO_FREE(p) too, or neither
@@ -1775,6 +1780,28 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
    INVALID_ARGUMENT for a negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
 
+/* Per-tensor hyper-parameters (PyTorch's parameter groups). From the next step on, tensor
+   'tensor' trains with the learning rate lr * lr_mul (lr: the engine's, as zero_engine_set_lr
+   leaves it; lr_mul finite and >= 0, 0 = the tensor does not move) and its own weight decay
+   (finite and >= 0; ZERO_WEIGHT_DECAY_DEFAULT = the engine's zero_adam_desc.weight_decay, 0
+   for a ZERO_TENSOR_NO_DECAY tensor; an explicit value overrides the flag). AdamW decays by
+   lr * lr_mul * weight_decay, as torch.optim.AdamW does with a group's own lr and
+   weight_decay. Every rank must set the same values (they are not exchanged). The step makes
+   one set of Adam constants per tensor and the fused kernels (host and CUDA) apply them in
+   their one pass. Saved in checkpoints and restored by zero_engine_load. After commit, between
+   steps or within one (the next step uses them). Errors: INVALID_STATE before commit;
+   NOT_FOUND for an unknown tensor; INVALID_ARGUMENT for a value out of range (nothing
+   changes). Defaults: lr_mul 1, weight decay ZERO_WEIGHT_DECAY_DEFAULT. */
+#define ZERO_WEIGHT_DECAY_DEFAULT (-1.0)
+ZERODEF zero_result zero_engine_set_tensor_hparams(zero_engine *e, int tensor, double lr_mul,
+                                                   double weight_decay);
+
+/* Tensor 'tensor''s lr multiplier and the weight decay it trains with (resolved: the
+   engine's default or 0 where it applies; either pointer may be NULL). INVALID_STATE before
+   commit, NOT_FOUND for an unknown tensor. */
+ZERODEF zero_result zero_engine_tensor_hparams(const zero_engine *e, int tensor, double *lr_mul,
+                                               double *weight_decay);
+
 /* COLLECTIVE (every rank, same count, dtype and op, at the same point of the program).
    All-reduces 'count' values of the user's in host memory 'buf' in place, through the
    engine's comm: e.g. each rank's loss, summed for the log. dtype ZERO_F32 or ZERO_F64, op
@@ -2053,6 +2080,8 @@ typedef struct zero_checkpoint_tensor {
     size_t numel;
     int ndim;         /* 0: registered without a shape */
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+    double lr_mul;       /* zero_engine_set_tensor_hparams (1 in checkpoints before them)  */
+    double weight_decay; /* the tensor's own, or ZERO_WEIGHT_DECAY_DEFAULT                   */
 } zero_checkpoint_tensor;
 
 /* Opens dir and verifies its manifest (size, checksum, a consistent plan, every byte size
@@ -7668,6 +7697,10 @@ typedef struct zero__eng_optimizer {
     zero_scaler scaler;
     int64_t step;
     float *master, *m, *v;
+    /* per tensor (zero_engine_set_tensor_hparams): the lr multiplier, the weight decay (< 0:
+       the default) and this step's Adam constants made from them */
+    double *lr_mul, *wd;
+    zero_adam_coefs *coefs;
 } zero__eng_optimizer;
 
 /* The arena's free list (stages 2-3): free extents sorted by offset, best fit. */
@@ -8380,6 +8413,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->layout.tiled_dims);
     zero__free(a, e->layout.tensor_flags);
     zero__free(a, e->layout.shapes);
+    zero__free(a, e->opt.lr_mul);
+    zero__free(a, e->opt.wd);
+    zero__free(a, e->opt.coefs);
     zero_plan_destroy(e->layout.plan);
     zero__free(a, e);
 }
@@ -8656,6 +8692,15 @@ static const char *zero__eng_group_name(const zero_engine *e, int g)
     return ti.name;
 }
 
+/* Tensor t's name, for messages. */
+static const char *zero__eng_tensor_name(const zero_engine *e, int t)
+{
+    zero_tensor_info ti;
+    memset(&ti, 0, sizeof ti);
+    if (zero_plan_tensor(e->layout.plan, t, &ti) != ZERO_OK || !ti.name) return "?";
+    return ti.name;
+}
+
 /* The arena (stages 2-3): max_live_numel elements of the param dtype, where each gathered
    group (stage 3) and each gradient buffer takes its own size. Default: the largest group
    beside (2 + prefetch depth) groups of the second-largest size (stage 2: 2), i.e. a
@@ -8728,6 +8773,18 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (!e->layout.groups || !e->micro.pending || !e->micro.pending_store || !e->pool.free_ext ||
         !e->prefetch.trace)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
+    {   /* the per-tensor hyper-parameters (defaults) and the step's constants */
+        int t, T = e->layout.ntensors;
+        e->opt.lr_mul = (double *)zero__alloc(a, (size_t)T * sizeof *e->opt.lr_mul);
+        e->opt.wd = (double *)zero__alloc(a, (size_t)T * sizeof *e->opt.wd);
+        e->opt.coefs = (zero_adam_coefs *)zero__alloc(a, (size_t)T * sizeof *e->opt.coefs);
+        if (!e->opt.lr_mul || !e->opt.wd || !e->opt.coefs)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: tensor tables");
+        for (t = 0; t < T; t++) {
+            e->opt.lr_mul[t] = 1.0;
+            e->opt.wd[t] = ZERO_WEIGHT_DECAY_DEFAULT;
+        }
+    }
     for (g = e->layout.ngroups; g < e->layout.cap_parts_req; g++)
         if (e->layout.parts_req[g] != 1)
             return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -9201,11 +9258,37 @@ static zero_result zero__eng_host_grad_norm(zero_engine *e)
     return ZERO_OK;
 }
 
+/* The weight decay tensor t trains with: its own (wd >= 0), else the engine's, 0 for a
+   ZERO_TENSOR_NO_DECAY tensor. */
+static double zero__eng_tensor_wd(const zero_engine *e, int t, double wd)
+{
+    if (wd >= 0.0) return wd;
+    return (e->layout.tensor_flags[t] & ZERO_TENSOR_NO_DECAY) ? 0.0 : e->opt.adam.weight_decay;
+}
+
+/* Tensor t's Adam constants at step 'step' (1-based) with lr multiplier lr_mul and weight
+   decay wd (< 0: the default): those of a torch parameter group whose lr is the engine's lr
+   times lr_mul (one double product; lr_mul 1 gives the engine's constants bit for bit). An
+   lr of 0 moves nothing (a zero_adam_desc's 0 would mean the default lr instead). */
+static zero_result zero__eng_tensor_coefs(const zero_engine *e, int t, double lr_mul, double wd,
+                                          int64_t step, zero_adam_coefs *out)
+{
+    zero_adam_desc d = e->opt.adam;
+    double lr = e->opt.adam.lr * lr_mul, w = zero__eng_tensor_wd(e, t, wd);
+    zero_result r;
+    d.lr = lr > 0.0 ? lr : 1.0;
+    r = zero_adam_coefs_make(out, &d, w, step);
+    if (r == ZERO_OK && !(lr > 0.0)) {
+        out->step_size = 0.0f;
+        out->neg_lr_wd = d.mode == ZERO_ADAMW ? (float)(-(lr * w)) : 0.0f;
+    }
+    return r;
+}
+
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
    gradients and master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
-                                       const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd,
                                        float *mst, float *mm, float *vv)
 {
     const zero__eng_tile *tl = &e->host.tiles[k];
@@ -9235,7 +9318,7 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
         ar.param = pbuf + pc->off * e->cfg.param_size;
         ar.param_dtype = e->cfg.param_dtype;
         r = zero_adam_host(
-            &ar, (e->layout.tensor_flags[pc->tensor] & ZERO_TENSOR_NO_DECAY) ? co_nowd : co_wd, mul,
+            &ar, &e->opt.coefs[pc->tensor], mul,
             ZERO_SIMD_AUTO, pc->numel >= 65536 ? e->cfg.desc.host_threads : 1);
         if (r != ZERO_OK) return r;
     }
@@ -10010,8 +10093,7 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
    writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
    half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
    not be tile k - 2's). A skipped step moves nothing. */
-static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
-                                          const zero_adam_coefs *co_nowd)
+static zero_result zero__eng_step_offload(zero_engine *e)
 {
     zero_device *dev = e->cfg.dev;
     float fm[3];
@@ -10066,14 +10148,14 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
             if (io_r == ZERO_OK && k + e->nvme.nswap - 2 < e->host.ntiles)
                 io_r = zero__eng_swap_in(e, k + e->nvme.nswap - 2);
             if (io_r == ZERO_OK) {
-                r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, sl, sl + n, sl + 2 * n);
+                r = zero__eng_tile_adam(e, k, fm[1], sl, sl + n, sl + 2 * n);
                 if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
                 io_r = zero__eng_swap_out(e, k);
             }
         } else {
             const zero__eng_tile *tl = &e->host.tiles[k];
             size_t mb = e->layout.groups[tl->group].off_shard + tl->begin;
-            r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, e->opt.master + mb, e->opt.m + mb,
+            r = zero__eng_tile_adam(e, k, fm[1], e->opt.master + mb, e->opt.m + mb,
                                     e->opt.v + mb);
             if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
         }
@@ -11024,8 +11106,7 @@ static zero_result zero__tier_grad_check(zero_engine *e, float *flag, double *su
 }
 
 /* Adam on the device: one call per (tensor x shard) segment; padding is never touched. */
-static zero_result zero__eng_adam_device(zero_engine *e, const zero_adam_coefs *co_wd,
-                                         const zero_adam_coefs *co_nowd, const float *mul,
+static zero_result zero__eng_adam_device(zero_engine *e, const float *mul,
                                          const float *flag)
 {
     zero_device *dev = e->cfg.dev;
@@ -11071,7 +11152,7 @@ static zero_result zero__eng_adam_device(zero_engine *e, const zero_adam_coefs *
         ZERO__ENG_TRY(
             e,
             dev->ops->adam(dev, ZERO_QUEUE_COMPUTE, &ar,
-                           (e->layout.tensor_flags[t] & ZERO_TENSOR_NO_DECAY) ? co_nowd : co_wd,
+                           &e->opt.coefs[t],
                            mul, flag),
             "step: adam");
     }
@@ -11082,13 +11163,12 @@ static zero_result zero__eng_adam_device(zero_engine *e, const zero_adam_coefs *
    (reading the multiplier and flag the device computed); in the host or NVMe tier tile by
    tile (zero__eng_step_offload: the gradients and the updated params cross per tile, NVMe
    records are read ahead and written behind). */
-static zero_result zero__tier_adam(zero_engine *e, const zero_adam_coefs *co_wd,
-                                   const zero_adam_coefs *co_nowd, const float *mul,
+static zero_result zero__tier_adam(zero_engine *e, const float *mul,
                                    const float *flag)
 {
     if (zero__tier_where(e, ZERO_MEM_MASTER, -1) != ZERO_TIER_DEVICE)
-        return zero__eng_step_offload(e, co_wd, co_nowd);
-    return zero__eng_adam_device(e, co_wd, co_nowd, mul, flag);
+        return zero__eng_step_offload(e);
+    return zero__eng_adam_device(e, mul, flag);
 }
 
 /* ---- gradients ----------------------------------------------------------------------------- */
@@ -11700,8 +11780,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     float unscale, host[3], scale_used;
     double *sumsq;
     float *flag, *mul;
-    zero_adam_coefs co_wd, co_nowd;
-    int g, at_min = 0;
+    int g, t, at_min = 0;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->cfg.dev;
@@ -11734,10 +11813,11 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                                         e->cfg.desc.clip_norm, mul),
                   "step: grad_mul");
     /* 3. Adam/AdamW over this rank's shard, where master, m and v live. */
-    r = zero_adam_coefs_make(&co_wd, &e->opt.adam, e->opt.adam.weight_decay, e->opt.step + 1);
-    if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->opt.adam, 0.0, e->opt.step + 1);
+    for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++)
+        r = zero__eng_tensor_coefs(e, t, e->opt.lr_mul[t], e->opt.wd[t], e->opt.step + 1,
+                                   &e->opt.coefs[t]);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
-    if ((r = zero__tier_adam(e, &co_wd, &co_nowd, mul, flag)) != ZERO_OK) return r;
+    if ((r = zero__tier_adam(e, mul, flag)) != ZERO_OK) return r;
     /* 4. stages 1-2 (stage 3: persistent groups) all-gather the updated param shards. */
     if (e->cfg.stage >= 1 && e->cfg.world > 1) {
         int any = 0;
@@ -11999,6 +12079,56 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
                           lr);
     e->opt.adam.lr = lr;
     e->cfg.desc.adam.lr = lr;
+    return ZERO_OK;
+}
+
+/* The checks of the per-tensor calls: committed, a known tensor. */
+static zero_result zero__eng_hparams_check(const zero_engine *e, int tensor, const char *fn)
+{
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
+    if (e->lifecycle == ZERO__ENG_CREATED || !e->opt.lr_mul)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: before zero_engine_commit", fn);
+    if (tensor < 0 || tensor >= e->layout.ntensors)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: tensor %d (the engine has 0..%d)", fn, tensor,
+                          e->layout.ntensors - 1);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_set_tensor_hparams(zero_engine *e, int tensor, double lr_mul,
+                                                   double weight_decay)
+{
+    static const char fn[] = "zero_engine_set_tensor_hparams";
+    zero_adam_coefs c;
+    zero_result r = zero__eng_hparams_check(e, tensor, fn);
+    if (r != ZERO_OK) return r;
+    if (!(lr_mul >= 0.0) || isinf(lr_mul))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: tensor '%.200s': lr_mul = %g (finite, >= 0)", fn,
+                          zero__eng_tensor_name(e, tensor), lr_mul);
+    if (weight_decay != ZERO_WEIGHT_DECAY_DEFAULT && (!(weight_decay >= 0.0) || isinf(weight_decay)))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: tensor '%.200s': weight_decay = %g (finite and >= 0, or "
+                          "ZERO_WEIGHT_DECAY_DEFAULT)",
+                          fn, zero__eng_tensor_name(e, tensor), weight_decay);
+    /* step 1 has the largest step size: constants finite there are finite at every step */
+    if (zero__eng_tensor_coefs(e, tensor, lr_mul, weight_decay, 1, &c) != ZERO_OK)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: tensor '%.200s': lr %g x lr_mul %g with weight decay %g gives Adam "
+                          "constants that are not finite in fp32",
+                          fn, zero__eng_tensor_name(e, tensor), e->opt.adam.lr, lr_mul,
+                          zero__eng_tensor_wd(e, tensor, weight_decay));
+    e->opt.lr_mul[tensor] = lr_mul;
+    e->opt.wd[tensor] = weight_decay;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_tensor_hparams(const zero_engine *e, int tensor, double *lr_mul,
+                                               double *weight_decay)
+{
+    zero_result r = zero__eng_hparams_check(e, tensor, "zero_engine_tensor_hparams");
+    if (r != ZERO_OK) return r;
+    if (lr_mul) *lr_mul = e->opt.lr_mul[tensor];
+    if (weight_decay) *weight_decay = zero__eng_tensor_wd(e, tensor, e->opt.wd[tensor]);
     return ZERO_OK;
 }
 
@@ -13363,7 +13493,8 @@ ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *
 
 /* ---- the format ------------------------------------------------------------------------------ */
 
-#define ZERO__CK_VERSION 2u       /* of the manifest; version 1 (no client state) still loads */
+#define ZERO__CK_VERSION 3u       /* of the manifest; versions 1 (no client state) and 2 (no
+                                     per-tensor hyper-parameters) still load */
 #define ZERO__CK_SHARD_VERSION 1u /* of the shard files */
 #define ZERO__CK_MANIFEST "zero.manifest"
 #define ZERO__CK_MAN_FIXED 184u   /* bytes before the group table */
@@ -13386,6 +13517,7 @@ typedef struct zero__ck_tensor {
     uint64_t offset, numel;
     int ndim;
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+    double lr_mul, wd; /* zero_engine_set_tensor_hparams (wd < 0: the default) */
 } zero__ck_tensor;
 
 typedef struct zero__ck_group {
@@ -13456,7 +13588,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     version = (uint32_t)zero__ck_get(&rd, 4);
     (void)zero__ck_get(&rd, 4);
     mbytes = zero__ck_get(&rd, 8);
-    if (version != 1u && version != ZERO__CK_VERSION)
+    if (version < 1u || version > ZERO__CK_VERSION)
         return zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads 1..%u)",
                           what, version, ZERO__CK_VERSION);
     if (mbytes != n)
@@ -13600,6 +13732,17 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
         if (ck->info.client_bytes > (uint64_t)SIZE_MAX / 2u) {
             r = zero__fail(ZERO_ERROR_IO, "%s: client state of %llu bytes", what,
                            (unsigned long long)ck->info.client_bytes);
+            goto fail;
+        }
+    }
+    for (i = 0; i < T; i++) { /* version 3: the per-tensor hyper-parameters */
+        zero__ck_tensor *t = &ck->tensors[i];
+        t->lr_mul = version >= 3u ? zero__ck_get_f64(&rd) : 1.0;
+        t->wd = version >= 3u ? zero__ck_get_f64(&rd) : ZERO_WEIGHT_DECAY_DEFAULT;
+        if (!(t->lr_mul >= 0.0) || isinf(t->lr_mul) ||
+            (t->wd != ZERO_WEIGHT_DECAY_DEFAULT && (!(t->wd >= 0.0) || isinf(t->wd)))) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': lr_mul %g, weight decay %g", what,
+                           t->name, t->lr_mul, t->wd);
             goto fail;
         }
     }
@@ -13826,6 +13969,8 @@ ZERODEF zero_result zero_checkpoint_get_tensor(const zero_checkpoint *ck, int te
     out->numel = (size_t)t->numel;
     out->ndim = t->ndim;
     for (k = 0; k < t->ndim; k++) out->dims[k] = t->dims[k];
+    out->lr_mul = t->lr_mul;
+    out->weight_decay = t->wd;
     return ZERO_OK;
 }
 
@@ -14581,6 +14726,10 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
     zero__ck_u64(&b, client_bytes);
     zero__ck_u32(&b, client_crc);
     zero__ck_u32(&b, 0);
+    for (t = 0; t < e->layout.ntensors; t++) { /* version 3: the per-tensor hyper-parameters */
+        zero__ck_f64(&b, e->opt.lr_mul[t]);
+        zero__ck_f64(&b, e->opt.wd[t]);
+    }
     if (r == ZERO_OK && !b.err) {
         int i;
         for (i = 0; i < 8; i++) b.p[16 + i] = (unsigned char)((uint64_t)(b.n + 4) >> (8 * i));
@@ -15008,6 +15157,10 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     e->opt.adam.eps = ck->info.adam.eps;
     e->opt.adam.weight_decay = ck->info.adam.weight_decay;
     e->cfg.desc.adam = e->opt.adam;
+    for (t = 0; t < ck->info.num_tensors; t++) {
+        e->opt.lr_mul[L.tmap[t]] = ck->tensors[t].lr_mul;
+        e->opt.wd[L.tmap[t]] = ck->tensors[t].wd;
+    }
     e->opt.scaler.scale = ck->info.scaler.scale;
     e->opt.scaler.factor = ck->info.scaler.factor;
     e->opt.scaler.min_scale = ck->info.scaler.min_scale;

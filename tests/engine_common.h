@@ -48,6 +48,9 @@ typedef struct ec_cfg {
     int pin_memory;
     int async_step;          /* engine async_step: steps without info, read one step later */
     int param_read_ahead;    /* engine param_read_ahead (offload_param = nvme)             */
+    /* per-tensor hyper-parameters, set after commit when hp_on (zero_engine_set_tensor_hparams) */
+    int hp_on;
+    double lr_mul[EC_MAX_T], hp_wd[EC_MAX_T];
 } ec_cfg;
 
 typedef struct ec_result {
@@ -195,6 +198,33 @@ static zero_result ec_add_tensors(zero_engine *e, const ec_cfg *c, int *ids)
     return ZERO_OK;
 }
 
+/* Eight parameter groups on the default model (every tensor its own lr multiplier and weight
+   decay pair: 1, 0.1, 3, 0 (does not move), ...; the default decay, explicit ones, an explicit
+   0 on a decayed tensor and an explicit decay on a NO_DECAY one), applied after commit. */
+static inline void ec_param_groups(ec_cfg *c)
+{
+    static const double mul[8] = {1.0, 0.1, 3.0, 0.0, 0.5, 2.5, 1.0, 0.25};
+    static const double wd[8] = {ZERO_WEIGHT_DECAY_DEFAULT, 0.2, 0.0, ZERO_WEIGHT_DECAY_DEFAULT,
+                                 0.3, ZERO_WEIGHT_DECAY_DEFAULT, 0.15, ZERO_WEIGHT_DECAY_DEFAULT};
+    int t;
+    c->hp_on = 1;
+    for (t = 0; t < 8; t++) {
+        c->lr_mul[t] = mul[t];
+        c->hp_wd[t] = wd[t];
+    }
+}
+
+/* Applies cfg's per-tensor hyper-parameters (when hp_on) after commit. */
+static zero_result ec_set_hparams(zero_engine *e, const ec_cfg *c, const int *ids)
+{
+    int t;
+    for (t = 0; c->hp_on && t < c->ntensors; t++) {
+        zero_result r = zero_engine_set_tensor_hparams(e, ids[t], c->lr_mul[t], c->hp_wd[t]);
+        if (r != ZERO_OK) return r;
+    }
+    return ZERO_OK;
+}
+
 /* Sets every tensor to ec_init_value; tmp holds at least the largest tensor. */
 static zero_result ec_set_init(zero_engine *e, const ec_cfg *c, const int *ids, float *tmp)
 {
@@ -336,6 +366,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     EC_TRY(zero_engine_create(&d, &e));
     EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
+    EC_TRY(ec_set_hparams(e, c, ids));
     plan = zero_engine_plan(e);
     G = zero_plan_num_groups(plan);
     if (rank == 0) {
