@@ -69,6 +69,7 @@ typedef struct ec_result {
     size_t live_after_step_max; /* the most non-persistent gathered numel seen after a step */
     size_t plan_total, plan_shard_total, max_group, max_np_group, persist_total;
     size_t max_group2; /* the second-largest group (the largest when there is one group) */
+    size_t frozen_total; /* every group's frozen region (zero_group_info.frozen_numel) */
     int ngroups;
     float loss_scale_before[EC_MAX_STEPS];
 } ec_result;
@@ -262,6 +263,7 @@ static void ec_fill_grads(const ec_cfg *c, const zero_plan *plan, const int *ids
         zero_tensor_info ti;
         size_t i;
         if (c->groups[t] != g) continue;
+        if (c->flags[t] & ZERO_TENSOR_FROZEN) continue; /* no gradient */
         zero_plan_tensor(plan, ids[t], &ti);
         for (i = 0; i < ti.numel; i++) {
             float p = ec_to_f32(pp, c->dtype, ti.offset + i);
@@ -282,6 +284,29 @@ static void ec_fill_grads(const ec_cfg *c, const zero_plan *plan, const int *ids
     }
 }
 
+/* Frozen tensors (ZERO_TENSOR_FROZEN) never change: per rank, the elements of frozen
+   tensors whose gathered value differed from their initial value (tests/test_frozen.c). */
+static int ec_frozen_bad[EC_MAX_RANKS];
+
+static void ec_check_frozen(const ec_cfg *c, const zero_plan *plan, const int *ids, int g, int rank,
+                            const void *pp)
+{
+    size_t esz = zero_dtype_size(c->dtype);
+    int t;
+    for (t = 0; t < c->ntensors; t++) {
+        zero_tensor_info ti;
+        size_t i;
+        if (c->groups[t] != g || !(c->flags[t] & ZERO_TENSOR_FROZEN)) continue;
+        zero_plan_tensor(plan, ids[t], &ti);
+        for (i = 0; i < ti.numel; i++) {
+            unsigned char want[4];
+            ec_from_f32(want, c->dtype, 0, ec_init_value(t, i));
+            if (memcmp((const unsigned char *)pp + (ti.offset + i) * esz, want, esz))
+                ec_frozen_bad[rank]++;
+        }
+    }
+}
+
 /* One step's micro-steps (forward, then backward group by group with the synthetic
    gradients of step s at the given loss scale, each group made ready), without the
    optimizer step itself. */
@@ -295,7 +320,14 @@ static zero_result ec_micro_steps(const ec_cfg *c, zero_engine *e, const int *id
         void *pp, *gp;
         EC_TRY(ec_forward(e, G));
         for (g = G - 1; g >= 0; g--) {
+            zero_group_info gi;
+            zero_plan_group(plan, g, &gi);
             EC_TRY(zero_engine_gather(e, g, &pp));
+            if (gi.frozen_numel) ec_check_frozen(c, plan, ids, g, rank, pp);
+            if (gi.frozen_numel == gi.numel) { /* only frozen tensors: no gradient */
+                EC_TRY(zero_engine_release(e, g));
+                continue;
+            }
             EC_TRY(zero_engine_grads(e, g, &gp));
             ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
             EC_TRY(zero_engine_release(e, g));
@@ -315,9 +347,11 @@ static zero_result ec_read_states(zero_engine *e, ec_ctx *ctx, int rank, int t, 
     zero_range rg;
     zero_result r;
     size_t i, esz = zero_dtype_size(c->dtype);
-    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_MASTER, res->master[t], &rg)) != ZERO_OK) return r;
-    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_M, res->m[t], &rg)) != ZERO_OK) return r;
-    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_V, res->v[t], &rg)) != ZERO_OK) return r;
+    if (!(c->flags[t] & ZERO_TENSOR_FROZEN)) { /* frozen: params only (master, m, v stay 0) */
+        if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_MASTER, res->master[t], &rg)) != ZERO_OK) return r;
+        if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_M, res->m[t], &rg)) != ZERO_OK) return r;
+        if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_V, res->v[t], &rg)) != ZERO_OK) return r;
+    }
     if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_PARAM, ctx->param_rank[rank][t], &rg)) != ZERO_OK)
         return r;
     pthread_mutex_lock(&ctx->mu);
@@ -378,6 +412,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
             zero_group_info gi;
             zero_plan_group(plan, g, &gi);
             res->plan_shard_total += gi.shard_numel;
+            res->frozen_total += gi.frozen_numel;
             if (gi.numel > res->max_group) {
                 res->max_group2 = res->max_group;
                 res->max_group = gi.numel;
