@@ -377,7 +377,7 @@ ZT_TEST(test_events_and_streams)
     const int n = 1 << 14;
     float *p, h[4];
     cudaStream_t s;
-    cudaEvent_t e0, e1;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
     ZT_CHECK(cudaMalloc((void **)&p, n * 4) == cudaSuccess);
     ZT_CHECK(cudaStreamCreate(&s) == cudaSuccess);
     ZT_CHECK(cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess);
