@@ -137,7 +137,8 @@
    BUFFERS AND LARGE LAYERS (docs/engine.md). Stage-3 gathered params and stage 2-3
    gradient buffers share one arena of d.max_live_numel elements, each taking its own size
    (default: the largest group beside 2 + prefetch depth groups of the second-largest
-   size), so device bytes = model states + arena + bucket + scratch. Stage-3 prefetch
+   size), so device bytes = model states + arena + bucket + scratch. A buffer that fits by
+   size beside at most one other buffer in use (the pattern above) always finds room. Stage-3 prefetch
    follows the order of gathers the first micro-step recorded. A layer too large for the
    arena is registered in tiles and run tile by tile (memory-centric tiling):
        zero_engine_add_tiled_tensor(e, "wte", rows, cols, K, first_group, flags, &t0);
@@ -1718,7 +1719,9 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
    not use is dropped, never served stale). Stages 0-2: the whole param buffer, no communication. Gathers
    are counted: each needs a matching zero_engine_release(). Errors: NOT_FOUND for an
    unknown group; INVALID_STATE before commit or when the arena is full of groups in use and
-   gradient buffers (the message names them and the max_live_numel that would fit). */
+   gradient buffers (the message names them and a max_live_numel at which a rerun of the
+   same calls passes this one). Beside at most one other group in use or gradient buffer
+   handed out, a group that fits by size always finds room (docs/engine.md, "Placement"). */
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params);
 
 /* Ends one use of group g's parameters. Stage 3: when the count drops to zero its extent is
@@ -1743,7 +1746,9 @@ ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group);
    two need not share the arena. Errors: NOT_FOUND; INVALID_STATE before commit, when g is
    already ready in this micro-step (all its parts), when the step's micro-steps are all
    done, or (stages 2-3) when the arena is full of gathered groups in use and gradient
-   buffers not yet ready (the message names them and the max_live_numel that would fit). */
+   buffers not yet ready (the message names them and a max_live_numel at which a rerun of
+   the same calls passes this one; as for gather, a buffer that fits by size beside at most
+   one other held buffer always finds room). */
 ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grads);
 
 /* COLLECTIVE. Group g's gradients for this micro-step (or this part of them) are written (by
@@ -8705,7 +8710,8 @@ static const char *zero__eng_group_name(const zero_engine *e, int g)
    layer's params, its gradients and its prefetches next to the largest group (a held
    gradient or gathered params); and at least the largest group's params and gradients at
    once plus the prefetches when that is at most ZERO_ARENA_SMALL_NUMEL elements, so small
-   models run any call pattern at the defaults. Clamped to what can ever be live at once:
+   models hold any group's params and gradients at once at the defaults (with the placement
+   rule at zero__eng_arena_choose: never a failure while at most one other buffer is held). Clamped to what can ever be live at once:
    every group's gradients (P) and, at stage 3, every non-persistent group's params. */
 static zero_result zero__eng_arena_size(zero_engine *e)
 {
@@ -10904,8 +10910,10 @@ static int zero__eng_evict_one(zero_engine *e, int near)
 /* An arena size at which a request of n elements cannot fail, whatever the placement
    before it: with h elements held in k buffers and everything else evicted, the k buffers
    leave at most k + 1 gaps, so L >= h + (k + 1)(n - 1) + 1 leaves one of >= n. Kept as the
-   most over every request since commit (the held buffers at each call depend on the call
-   sequence alone, not on the arena), capped at what can ever be live (fixed homes). */
+   most over every call that may need room since commit (every gather of a group not in
+   use, prefetched or not: a rerun in another arena may find it not prefetched; every
+   grads), as the held buffers at each call depend on the call sequence alone, not on the
+   arena; capped at what can ever be live (fixed homes). */
 static void zero__eng_arena_need(zero_engine *e, size_t n)
 {
     size_t need = e->pool.held_numel, gaps;
@@ -10916,16 +10924,15 @@ static void zero__eng_arena_need(zero_engine *e, size_t n)
     if (need > e->pool.need_max) e->pool.need_max = need;
 }
 
-/* Room for n elements of group g's buffer (kind 0 params, 1 gradients): a safe position
+/* Room for n elements of group g's buffer (kind 0 params, 1 gradients; the caller has
+   called zero__eng_arena_need): a safe position
    among the free extents, then with pending reductions flushed (their gradient buffers
    return), then with prefetched groups evicted one by one; then any position that fits.
    *out = -1 when nothing helps. */
 static zero_result zero__eng_arena_room(zero_engine *e, int g, size_t n, int kind, int *out,
                                         size_t *pos)
 {
-    int i;
-    zero__eng_arena_need(e, n);
-    i = zero__eng_arena_find(e, g, n, kind, 1, pos);
+    int i = zero__eng_arena_find(e, g, n, kind, 1, pos);
     if (i < 0 && e->micro.npending > 0) {
         zero_result r = zero__eng_flush(e);
         if (r != ZERO_OK) return r;
@@ -11491,6 +11498,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
         size_t off;
         int x;
         zero__eng_trace_note(e, 2 * group + 1);
+        zero__eng_arena_need(e, eg->numel);
         if ((r = zero__eng_arena_room(e, group, eg->numel, 1, &x, &off)) != ZERO_OK) return r;
         if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
         ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, off, eg->numel, 1, &off), "zero_engine_grads: event");
@@ -11673,6 +11681,7 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         return ZERO_OK;
     }
     zero__eng_trace_note(e, 2 * group);
+    if (eg->refs == 0) zero__eng_arena_need(e, eg->numel);
     if (eg->poff == ZERO__ENG_NONE) {
         size_t off;
         int x;
