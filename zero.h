@@ -138,9 +138,9 @@
    gradient buffers share one arena of d.max_live_numel elements, each taking its own size
    (default: the largest group beside 2 + prefetch depth groups of the second-largest
    size), so device bytes = model states + arena + bucket + scratch. A buffer that fits by
-   size beside at most one other buffer in use (the pattern above) always finds room. Stage-3 prefetch
-   follows the order of gathers the first micro-step recorded. A layer too large for the
-   arena is registered in tiles and run tile by tile (memory-centric tiling):
+   size beside at most one other buffer in use (the pattern above) always finds room.
+   Stage-3 prefetch follows the order of gathers the first micro-step recorded. A layer too
+   large for the arena is registered in tiles and run tile by tile (memory-centric tiling):
        zero_engine_add_tiled_tensor(e, "wte", rows, cols, K, first_group, flags, &t0);
        zero_engine_tile_view(e, t0, i, &v);  // tile i: v.group, v.row0, v.rows, v.offset
    and a weight used twice (a tied embedding) may hand in its two gradient contributions
@@ -5602,7 +5602,8 @@ ZERODEF zero_result zero_adam_coefs_make_lr(zero_adam_coefs *out, const zero_ada
     zero_adam_desc d;
     zero_result r;
     memset(&d, 0, sizeof d);
-    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make_lr: out is NULL");
+    if (!out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make_lr: out is NULL");
     if (!desc)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make_lr: desc is NULL");
     r = zero_adam_desc_resolve(&d, desc);
@@ -8711,8 +8712,9 @@ static const char *zero__eng_group_name(const zero_engine *e, int g)
    gradient or gathered params); and at least the largest group's params and gradients at
    once plus the prefetches when that is at most ZERO_ARENA_SMALL_NUMEL elements, so small
    models hold any group's params and gradients at once at the defaults (with the placement
-   rule at zero__eng_arena_choose: never a failure while at most one other buffer is held). Clamped to what can ever be live at once:
-   every group's gradients (P) and, at stage 3, every non-persistent group's params. */
+   rule at zero__eng_arena_choose: never a failure while at most one other buffer is held).
+   Clamped to what can ever be live at once: every group's gradients (P) and, at stage 3,
+   every non-persistent group's params; an arena of that size gives each buffer a home. */
 static zero_result zero__eng_arena_size(zero_engine *e)
 {
     size_t live = e->cfg.desc.max_live_numel, all = e->layout.total_numel, np = 0, dflt, both;
@@ -8753,10 +8755,12 @@ static zero_result zero__eng_arena_size(zero_engine *e)
                               : e->layout.max_group_numel);
     e->pool.numel = live < all ? live : all;
     e->pool.all_numel = all;
-    if (e->pool.numel == all && all != (size_t)-1) { /* room for everything: each buffer has a home of its own */
+    if (e->pool.numel == all && all != (size_t)-1) { /* room for everything: fixed homes */
         size_t at = 0;
-        for (g = 0; g < e->layout.ngroups; g++, at += e->layout.groups[g - 1].numel)
+        for (g = 0; g < e->layout.ngroups; g++) {
             e->layout.groups[g].ghome = at;
+            at += e->layout.groups[g].numel;
+        }
         for (g = 0; g < e->layout.ngroups; g++)
             if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) {
                 e->layout.groups[g].phome = at;
@@ -11501,7 +11505,8 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
         zero__eng_arena_need(e, eg->numel);
         if ((r = zero__eng_arena_room(e, group, eg->numel, 1, &x, &off)) != ZERO_OK) return r;
         if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
-        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, off, eg->numel, 1, &off), "zero_engine_grads: event");
+        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, off, eg->numel, 1, &off),
+                      "zero_engine_grads: event");
         eg->goff = off;
         e->prefetch.stats.grad_live_numel += eg->numel;
         e->pool.held_numel += eg->numel;
@@ -11605,7 +11610,8 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
         return ZERO_OK;
     x = zero__eng_arena_find(e, g, e->layout.groups[g].numel, 0, 1, &off);
     if (x < 0) return ZERO_OK;
-    if ((r = zero__eng_arena_take(e, x, off, e->layout.groups[g].numel, 0, &off)) != ZERO_OK) return r;
+    r = zero__eng_arena_take(e, x, off, e->layout.groups[g].numel, 0, &off);
+    if (r != ZERO_OK) return r;
     *issued = 1;
     e->prefetch.stats.prefetches++;
     return zero__eng_issue_gather(e, g, off);
@@ -11621,7 +11627,8 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
    turn at safe positions: total room is not enough, a fragmented arena would evict the
    prefetch again. Conservative: releases and flushed reductions in between are not
    counted. An arena with fixed homes has room for everything. */
-static int zero__eng_prefetch_fits(const zero_engine *e, int g, size_t n, const size_t *res, int nres)
+static int zero__eng_prefetch_fits(const zero_engine *e, int g, size_t n, const size_t *res,
+                                   int nres)
 {
     zero__eng_extent ext[2 * ZERO__ENG_FIT_MAX + 2];
     size_t pos;

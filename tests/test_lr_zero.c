@@ -2,11 +2,14 @@
    move no param, AdamW's decoupled decay (lr * wd) included, while m and v still take the
    step's gradient; only a descriptor's lr of 0, at create, means the default 1e-3. Checked
    at every stage, on 1 and 2 ranks, against a float64 Adam, and through
-   zero_adam_coefs_make_lr, the constants a schedule of one's own uses. */
+   zero_adam_coefs_make_lr, the constants a schedule of one's own uses; and through the GPT
+   example's cosine schedule with --lr-min-frac 0 (its last step is at lr 0). */
+#define _DEFAULT_SOURCE /* popen */
 #include "zero.h"
 #include "tests/zt.h"
 #include <math.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #define LZ_T 3
 static const size_t lz_sizes[LZ_T] = {37, 5, 101};
@@ -222,9 +225,44 @@ ZT_TEST(coefs_make_lr_takes_lr_as_given)
     ZT_CHECK(memcmp(&c, &ref, sizeof c) == 0);
 }
 
+/* The params checksum build/train_gpt2 prints for args ("" on failure). */
+static void lz_gpt2_sum(const char *args, char *sum, size_t n)
+{
+    char cmd[512], out[8192];
+    const char *p;
+    size_t got;
+    FILE *f;
+    sum[0] = '\0';
+    snprintf(cmd, sizeof cmd, "build/train_gpt2 %s 2>&1", args);
+    if (!(f = popen(cmd, "r"))) return;
+    got = fread(out, 1, sizeof out - 1, f);
+    out[got] = '\0';
+    if (pclose(f) != 0) return;
+    if ((p = strstr(out, "params checksum: ")) != NULL) snprintf(sum, n, "%.33s", p);
+}
+
+/* --steps 3 --lr-min-frac 0: step 2 runs at lr 0, so stopping after step 1 (--stop-at 2,
+   the same schedule) leaves the same params; at --lr-min-frac 0.5 it does not. */
+ZT_TEST(gpt2_schedule_ending_at_zero_moves_nothing)
+{
+    static const char *const shape = "--stage 3 --ranks 2 --steps 3 --warmup 0 --layers 1 --heads 2 "
+                                     "--channels 16 --seq 16 --batch 2 --sample 0 --val-every 0";
+    char a[400], sa[64], sb[64];
+    if (access("build/train_gpt2", X_OK) != 0) ZT_SKIP("build/train_gpt2 not built (make build/train_gpt2)");
+    snprintf(a, sizeof a, "%s --lr-min-frac 0 --stop-at 2", shape);
+    lz_gpt2_sum(a, sa, sizeof sa);
+    snprintf(a, sizeof a, "%s --lr-min-frac 0", shape);
+    lz_gpt2_sum(a, sb, sizeof sb);
+    ZT_CHECKF(sa[0] && strcmp(sa, sb) == 0, "2 steps: '%s', 3 steps: '%s'", sa, sb);
+    snprintf(a, sizeof a, "%s --lr-min-frac 0.5", shape);
+    lz_gpt2_sum(a, sb, sizeof sb);
+    ZT_CHECKF(sb[0] && strcmp(sa, sb) != 0, "3 steps ending at lr/2 left the params: '%s'", sb);
+}
+
 int main(void)
 {
     ZT_RUN(lr_zero_moves_no_param);
     ZT_RUN(coefs_make_lr_takes_lr_as_given);
+    ZT_RUN(gpt2_schedule_ending_at_zero_moves_nothing);
     return zt_summary();
 }
