@@ -91,7 +91,7 @@ static zero_result lz_rank(int rank, zero_comm *comm, void *user)
     d.comm = comm;
     r = zero_engine_create(&d, &e);
     for (t = 0; t < LZ_T && r == ZERO_OK; t++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "t%d", t);
         r = zero_engine_add_tensor(e, name, lz_sizes[t], t == 2 ? 1 : 0, lz_flags[t], &ids[t]);
     }
