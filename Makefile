@@ -49,8 +49,8 @@ build build/san build/compile build/cuda:
 # private types, sets ZERO_MALLOC hooks or compiles the NCCL comm against mocks): that one is
 # compiled alone, as ZERO_STATIC (only what it calls is compiled) at SELF_OPT (-Og). Private
 # helpers a test only calls are exported by tests/zero_impl.c (tests/zt_private.h) instead.
-# A whole compile of zero.h costs ~5 s of CPU; make test compiles it 4 times whole (zero_impl.o,
-# the two examples, test_nccl_mock) and 10 times in part (ZERO_STATIC).
+# A whole compile of zero.h costs ~5 s of CPU; make test compiles it 3 times whole (zero_impl.o,
+# the two examples) and 11 times in part (ZERO_STATIC: 9 tests, 2 tools).
 # The test of ZERO_STATIC and single-file use is compile-tests.
 SELF_IMPL_SRC := $(shell grep -l '^[[:space:]]*\#[[:space:]]*define[[:space:]][[:space:]]*ZERO_IMPLEMENTATION' $(TEST_SRC) /dev/null 2>/dev/null)
 SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_SRC)))
