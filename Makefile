@@ -85,6 +85,10 @@ build/test_nccl_mock: ALL_CFLAGS += -Itests/mock
 build/san/test_nccl_mock: SAN_FLAGS += -Itests/mock
 build/test_nccl_mock build/san/test_nccl_mock: $(wildcard tests/mock/*.h)
 
+# test_cli runs the examples and tools, and crafts the GPT example's inputs with gpt2_common.h.
+build/test_cli build/san/test_cli: $(wildcard examples/*.h)
+build/test_gpt2_common build/san/test_gpt2_common: $(wildcard examples/*.h)
+
 # The GPT example's activation-offload and tiling tests run the example: make test builds it first.
 build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
 build/test_gpt2_tiling build/san/test_gpt2_tiling: build/train_gpt2 $(wildcard examples/*.h)

@@ -10488,7 +10488,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
             char prev[340];
             zero__eng_copy_error(prev, sizeof prev);
             alloc_r = r;
-            snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: host tier (offload): %s", prev);
+            snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: offload tiers: %s", prev);
         }
     }
     if (alloc_r == ZERO_OK && plan_r == ZERO_OK && (r = zero__act_alloc(e)) != ZERO_OK) {
