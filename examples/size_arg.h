@@ -32,7 +32,8 @@ static inline size_t example_parse_size(const char *v)
 }
 
 /* An engine message with the descriptor's field names (offload_optimizer, nvme_path, ...)
-   replaced by the flags that set them, into buf (n bytes); returns buf. */
+   replaced by the flags that set them ("offload_param = cpu": "--offload-param cpu"), into
+   buf (n bytes); returns buf. */
 static inline const char *example_flags_named(const char *msg, char *buf, size_t n)
 {
     static const char *const map[][2] = {
@@ -49,6 +50,10 @@ static inline const char *example_flags_named(const char *msg, char *buf, size_t
             memcpy(buf + used, map[k][1], strlen(map[k][1]));
             used += strlen(map[k][1]);
             msg += strlen(map[k][0]);
+            if (!strncmp(msg, " = ", 3) || *msg == '=') { /* "field=cpu" as typed: "--flag cpu" */
+                msg += *msg == '=' ? 1 : 3;
+                buf[used++] = ' ';
+            }
         } else {
             buf[used++] = *msg++;
         }

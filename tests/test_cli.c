@@ -663,7 +663,7 @@ ZT_TEST(cli_errors_name_flags_once)
     ZT_CHECKF(R.status != 0 && strstr(R.err, "needs --nvme-path") && !strstr(R.err, "nvme_path") &&
                   count_lines(R.err) == 1, "exit %d: %s", R.status, R.err);
     run_cmd(GPT2 " --offload-param cpu --stage 1 --steps 1");
-    ZT_CHECKF(R.status != 0 && strstr(R.err, "--offload-param = cpu needs stage 3") && !strstr(R.err, "offload_param") &&
+    ZT_CHECKF(R.status != 0 && strstr(R.err, "--offload-param cpu needs stage 3") && !strstr(R.err, "offload_param") &&
                   count_lines(R.err) == 1, "exit %d: %s", R.status, R.err);
     snprintf(dir, sizeof dir, "/tmp/zt_cli_nvme_%d", (int)getpid());
     snprintf(line, sizeof line, "build/train_mlp --offload-optimizer nvme --nvme-path %s --steps 2", dir);
