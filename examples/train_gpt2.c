@@ -722,6 +722,7 @@ typedef struct run {
     double seconds;         /* rank 0's training steps (validation and saving excluded) */
     double t_gather, t_reduce, t_step; /* rank 0: seconds in gathers, gradient hand-overs, step() */
     zero_engine_memory mem; /* rank 0, device tier                                   */
+    zero_engine_memory off[2]; /* rank 0, the host and NVMe tiers (offload)              */
     zero_traffic traffic;   /* rank 0, last step                                     */
     size_t psi;             /* the plan's padded total                               */
     int skipped;
@@ -930,8 +931,8 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
                        (double)info.grad_norm, 1e3 * tstep, (double)o->batch * o->accum * T / tstep);
                 if (have_vl) printf(" | val %.6f", vl);
                 printf("%s\n", !info.skipped ? ""
-                                : o->dtype == ZERO_F16 ? " | skipped: inf/NaN gradients (fp16 overflow: the loss scale halves)"
-                                                       : " | skipped: inf/NaN gradients");
+                                : o->dtype == ZERO_F16 ? " | skipped (norm -1): inf/NaN gradients, an fp16 overflow: the loss scale halves"
+                                                       : " | skipped (norm -1): inf/NaN gradients");
                 fflush(stdout);
             }
             if (R->log) {
@@ -950,6 +951,8 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         R->t_gather = m.t_gather;
         R->t_reduce = m.t_reduce;
         zero_engine_memory_usage(e, &R->mem);
+        zero_engine_memory_tier(e, ZERO_TIER_HOST, &R->off[0]);
+        zero_engine_memory_tier(e, ZERO_TIER_NVME, &R->off[1]);
         zero_engine_traffic(e, &R->traffic, NULL);
         R->psi = zero_plan_total_numel(zero_engine_plan(e));
         R->final_scale = zero_engine_loss_scale(e);
@@ -1148,7 +1151,7 @@ int main(int argc, char **argv)
            o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.seq, o.cfg.vocab, total, zero_dtype_name(o.dtype), o.steps,
            o.accum, o.batch, o.data_path ? o.data_path : GPT2_DEFAULT_DATA, data.ntrain, data.nval);
     if (first != last) {
-        printf("%-5s | %-9s %-9s | %-23s | %-23s | %-8s\n", "", "loss", "", "model states B/rank",
+        printf("%-5s | %-9s %-9s | %-23s | %-23s | %-8s\n", "", "loss", "", "device states B/rank",
                "comm B/rank/step", "time");
         printf("%-5s | %-9s %-9s | %-11s %-11s | %-11s %-11s | %-8s\n", "stage", "first", "final", "measured",
                "formula", "measured", "formula", "ms/step");
@@ -1202,9 +1205,13 @@ int main(int argc, char **argv)
             fflush(stdout);
             if (st != first && (sum != ref_sum || R.loss[R.end_step - 1] != ref_final)) same = 0;
         } else {
-            printf("model states per rank: %.0f B measured, %.0f B by formula; traffic per step: %.0f B measured, "
-                   "%.0f B by formula; Psi = %zu\n",
-                   states_of(&R.mem), gpt2_formula_states(st, (double)R.psi, o.ranks, o.accum, es), meas_t,
+            char tiers[128] = "";
+            if (states_of(&R.off[0]) + states_of(&R.off[1]) > 0) /* offload: the rest is off the device */
+                snprintf(tiers, sizeof tiers, " (+ %.0f B host, %.0f B nvme)", states_of(&R.off[0]),
+                         states_of(&R.off[1]));
+            printf("model states per rank: %.0f B measured on the device%s, %.0f B by formula (every tier); "
+                   "traffic per step: %.0f B measured, %.0f B by formula; Psi = %zu\n",
+                   states_of(&R.mem), tiers, gpt2_formula_states(st, (double)R.psi, o.ranks, o.accum, es), meas_t,
                    gpt2_formula_traffic(st, (double)R.psi, o.ranks, o.accum, es), R.psi);
             printf("final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, final loss scale %g\n",
                    R.loss[R.end_step - 1], R.val_loss, 1e3 * R.seconds / (R.end_step - R.first_step), R.skipped,

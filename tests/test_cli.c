@@ -684,6 +684,25 @@ ZT_TEST(cli_errors_name_flags_once)
     ZT_CHECKF(R.status == 0 && strstr(R.out, "inputs stashed (cpu)"), "exit %d: %s %s", R.status, R.out, R.err);
 }
 
+/* What the single-stage summary and the step lines say: with offload the measured model
+   states are the device's (the other tiers named), an fp16 skipped step says why. */
+ZT_TEST(gpt2_labels_say_what_they_count)
+{
+    char line[256];
+    if (access(GPT2, X_OK) != 0) ZT_SKIP(GPT2 " not built");
+    snprintf(line, sizeof line, GPT2 " --stage 3 --ranks 2 --steps 2 --sample 0 --val-batches 1 --layers 2 "
+             "--offload-optimizer nvme --offload-param nvme --nvme-path /tmp/zt_cli_nvl_%d", (int)getpid());
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0 && strstr(R.out, "model states per rank: 0 B measured on the device (+ ") &&
+                  strstr(R.out, "B by formula (every tier)"), "exit %d: %s %s", R.status, R.out, R.err);
+    snprintf(line, sizeof line, "rm -rf /tmp/zt_cli_nvl_%d", (int)getpid());
+    ZT_CHECK(system(line) == 0);
+    run_cmd(GPT2_SMALL " --dtype f16 --steps 3 --lr 300 --warmup 0 --clip 0");
+    ZT_CHECKF(R.status == 0 && strstr(R.out, "norm  -1.0000") &&
+                  strstr(R.out, "| skipped (norm -1): inf/NaN gradients, an fp16 overflow: the loss scale halves"),
+              "exit %d: %s", R.status, R.out);
+}
+
 /* The memory check's activation bytes (gpt2_activation_bytes) are what the run allocates. */
 ZT_TEST(gpt2_activation_estimate_is_what_it_allocates)
 {
@@ -757,6 +776,7 @@ int main(void)
     ZT_RUN(gpt2_resume_validates_the_client_state);
     ZT_RUN(gpt2_save_and_resume_print_what_they_did);
     ZT_RUN(cli_errors_name_flags_once);
+    ZT_RUN(gpt2_labels_say_what_they_count);
     ZT_RUN(gpt2_activation_estimate_is_what_it_allocates);
     ZT_RUN(gpt2_sizes_and_data_that_do_not_fit);
     return zt_summary();
