@@ -126,7 +126,7 @@ CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
 # test_cuda_host runs no kernel: PTX for one architecture is enough (ptxas never runs; a
 # third of the CPU of the three targets' build).
 build/cuda/test_cuda_host: CUDA_ARCH = -gencode arch=compute_80,code=compute_80
-SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh tests/gpu_check_test.sh
+SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh tests/gpt2_doc_outputs.sh tests/gpu_check_test.sh
 README_PROGS := build/train_mlp $(filter build/train_gpt2,$(EXAMPLES)) # what README quotes
 test:
 	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) $(README_PROGS) $(CUDA_HOST_TEST)

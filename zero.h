@@ -10443,6 +10443,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     avail = cap - (used - (e->buf.mem_total <= used ? e->buf.mem_total : used));
     memset(&ed, 0, sizeof ed);
     ed.params = e->layout.total_numel;
+    ed.frozen = e->layout.total_numel - e->layout.gtotal_numel;
     ed.ranks = e->cfg.world;
     ed.stage = e->cfg.stage;
     ed.param_bytes = (int)e->cfg.param_size;
