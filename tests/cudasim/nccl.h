@@ -320,7 +320,7 @@ struct call {
     ncclDataType_t type;
     ncclRedOp_t op;
     int root;
-    ncclComm_t comm;
+    std::shared_ptr<state> sp; /* not the handle: a grouped call outlives a destroyed one */
     cudaStream_t stream;
 };
 
@@ -392,11 +392,7 @@ inline void run(const std::shared_ptr<state> &sp, const call &c, uint64_t seq)
                     for (int r = 1; r < n; r++) {
                         float b = (float)cudasim_num::load(x.send[(size_t)r], base + i, k);
                         a = c.op == ncclMax ? (b > a ? b : a) : a + b;
-                        if (k != cudasim_num::F32) { /* rounded to the type at every step */
-                            uint16_t h;
-                            cudasim_num::store(&h, 0, k, a);
-                            a = (float)cudasim_num::load(&h, 0, k);
-                        }
+                        a = cudasim_num::round_to(k, a); /* rounded to the type at every step */
                     }
                     cudasim_num::store(tmp.data(), i, k, a);
                 }
@@ -418,7 +414,7 @@ inline void run(const std::shared_ptr<state> &sp, const call &c, uint64_t seq)
 /* Enqueues one collective on its stream. */
 inline ncclResult_t launch(const call &c)
 {
-    std::shared_ptr<state> sp = of(c.comm);
+    std::shared_ptr<state> sp = c.sp;
     uint64_t seq = sp->next_coll++;
     sp->pending++;
     cudaError_t e = cudasim::enqueue(c.stream, kind_name(c.kind), [sp, c, seq]() -> cudaError_t {
@@ -499,7 +495,7 @@ inline ncclResult_t collective(int kind, const void *send, void *recv, size_t co
                             who);
         }
     }
-    call c = {kind, uses_send ? send : nullptr, recv, count, type, op, root, comm, stream};
+    call c = {kind, uses_send ? send : nullptr, recv, count, type, op, root, sp, stream};
     if (group_depth() > 0) {
         group_calls().push_back(c);
         return ncclSuccess;
@@ -693,7 +689,7 @@ inline ncclResult_t ncclGroupEnd(void)
     std::vector<call> calls;
     calls.swap(group_calls());
     for (const call &c : calls) {
-        ncclResult_t q = of(c.comm) && !of(c.comm)->stopped() ? launch(c) : ncclInvalidUsage;
+        ncclResult_t q = c.sp->stopped() ? ncclInvalidUsage : launch(c);
         if (r == ncclSuccess) r = q;
     }
     return r;

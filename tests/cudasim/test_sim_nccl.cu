@@ -142,8 +142,7 @@ static double ref_reduce(kind k, bool max, int n, size_t i, size_t base)
         if (k == cudasim_num::F64) a = max ? (b > a ? b : a) : a + b;
         else {
             float fa = (float)a, fb = (float)b, s = max ? (fb > fa ? fb : fa) : fa + fb;
-            cudasim_num::store(buf, 0, k, s);
-            a = cudasim_num::load(buf, 0, k);
+            a = cudasim_num::round_to(k, s);
         }
     }
     return a;
