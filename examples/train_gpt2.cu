@@ -69,7 +69,7 @@
 /* a kernel launch on the run's stream, then its launch error */
 #define LAUNCH(kernel, blocks, ...)                                                                  \
     do {                                                                                             \
-        kernel<<<(blocks), GK_THREADS, 0, R->st>>>(__VA_ARGS__);                                     \
+        ZERO_CUDA_LAUNCH(kernel, (blocks), GK_THREADS, 0, R->st, __VA_ARGS__);                         \
         CUDA(cudaGetLastError());                                                                    \
     } while (0)
 
@@ -439,10 +439,10 @@ static zero_result forward(gpu_run *R, int which, float dscale, int dump)
     if (which < 0) goto done;
     {
         unsigned rows = (unsigned)(N < 65536 ? N : 65536);
-        gk_crossentropy<<<rows, GK_THREADS, 0, R->st>>>(a->logits, a->losses, a->tgt, N, R->V, dscale);
+        ZERO_CUDA_LAUNCH(gk_crossentropy, rows, GK_THREADS, 0, R->st, a->logits, a->losses, a->tgt, N, R->V, dscale);
         CUDA(cudaGetLastError());
     }
-    gk_loss_mean<<<1, GK_THREADS, 0, R->st>>>(a->loss_sum + which, a->losses, N);
+    ZERO_CUDA_LAUNCH(gk_loss_mean, 1, GK_THREADS, 0, R->st, a->loss_sum + which, a->losses, N);
     CUDA(cudaGetLastError());
 done:
     return r;
