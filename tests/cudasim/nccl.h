@@ -20,8 +20,9 @@
      flag. ncclCommAbort of the parent withdraws its rank from a running split (the child
      is then never written for that rank).
    - Collectives (ncclAllReduce, ncclReduceScatter, ncclAllGather, ncclBroadcast) are
-     checked at the call (comm, type, op, root, buffers inside one allocation of the comm's
-     device via cudasim::check_access, NCCL's in-place rules: all-reduce and broadcast with
+     checked at the call (comm, type, op, root, the stream on the comm's device, buffers
+     inside one allocation of the comm's device via cudasim::check_access, NCCL's in-place
+     rules: all-reduce and broadcast with
      sendbuff == recvbuff, all-gather with sendbuff == recvbuff + rank * sendcount,
      reduce-scatter with recvbuff == sendbuff + rank * recvcount; any other overlap is an
      error), numbered in call order per communicator, and enqueued on the stream
@@ -480,6 +481,15 @@ inline ncclResult_t collective(int kind, const void *send, void *recv, size_t co
     if (!cudasim::check_access(sp->device, recv, rbytes, who, "recvbuff"))
         return set_last(ncclInvalidArgument, "%s: recvbuff %p (%zu bytes) is not device memory of the comm's device %d",
                         who, recv, rbytes, sp->device);
+    {
+        int sd = cudasim::stream_device(stream);
+        if (sd >= 0 && sd != sp->device) {
+            cudasim::fail(cudaErrorInvalidResourceHandle, "%s: the stream is on device %d, the communicator on device %d",
+                          who, sd, sp->device);
+            return set_last(ncclInvalidArgument, "%s: the stream is on device %d, the communicator on device %d", who,
+                            sd, sp->device);
+        }
+    }
     if (uses_send && overlap(send, sbytes, recv, rbytes)) {
         const char *s = (const char *)send, *r = (const char *)recv;
         bool inplace = kind == 0   ? s == r + me * sbytes
