@@ -311,8 +311,8 @@ CUDASIM_HDRS := $(wildcard tests/cudasim/*.h)
 CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine test_sim_nccl test_nccl
 CUDASIM_BINS = $(addprefix $(CUDASIM_DIR)/,$(CUDASIM_PROGS))
 # the examples under the harness (tests/cudasim/examples.sh, with build/train_gpt2 to compare);
-# CUDASIM_EXAMPLES= leaves them out
-CUDASIM_EXAMPLES ?= examples
+# CUDASIM_EXAMPLES= leaves them out (the default under TSan, which runs the stream and comm tests)
+CUDASIM_EXAMPLES ?= $(if $(filter tsan,$(CUDASIM_SAN)),,examples)
 CUDASIM_EX_BINS = $(if $(CUDASIM_EXAMPLES),$(CUDASIM_DIR)/train_gpt2 $(CUDASIM_DIR)/train_gpu build/train_gpt2)
 # the programs CI runs under ThreadSanitizer: streams, events and the comms
 CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels
