@@ -301,8 +301,8 @@ print-nccl:
 CUDASIM_CXX ?= g++
 CUDASIM_SAN ?=
 CUDASIM_DIR := build/cudasim$(if $(CUDASIM_SAN),-$(CUDASIM_SAN))
-CUDASIM_SANFLAGS := $(if $(filter asan,$(CUDASIM_SAN)),$(SAN_ASAN)) $(if $(filter tsan,$(CUDASIM_SAN)),-fsanitize=thread)
-SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+CUDASIM_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+CUDASIM_SANFLAGS := $(if $(filter asan,$(CUDASIM_SAN)),$(CUDASIM_ASAN)) $(if $(filter tsan,$(CUDASIM_SAN)),-fsanitize=thread)
 CUDASIM_OPT ?= $(if $(CUDASIM_SAN),-O1,-O2)
 CUDASIM_FLAGS := -std=c++17 $(WARN) -Wno-unknown-pragmas $(CUDASIM_OPT) -g -ffp-contract=off -pthread -I. -Itests/cudasim $(CUDASIM_SANFLAGS)
 CUDASIM_LIB_SRC := $(sort $(wildcard tests/cudasim/*.cpp))

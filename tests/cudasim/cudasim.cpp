@@ -581,7 +581,7 @@ struct fiber {
     unsigned long long shfl_ret = 0;
     bool dirty = false; /* abandoned mid-kernel: unpoison before reuse */
     void *tsan = nullptr;
-    const void *asan_fake = nullptr;
+    void *asan_fake = nullptr;
 #if !defined(__x86_64__)
     ucontext_t uc;
 #endif
@@ -613,7 +613,7 @@ struct worker_fibers {
     void *sched_tsan = nullptr;
     const void *sched_bottom = nullptr;
     size_t sched_size = 0;
-    const void *sched_fake = nullptr;
+    void *sched_fake = nullptr;
     block_state *blk = nullptr;
 #if !defined(__x86_64__)
     ucontext_t sched_uc;
