@@ -315,7 +315,7 @@ CUDASIM_BINS = $(addprefix $(CUDASIM_DIR)/,$(CUDASIM_PROGS))
 CUDASIM_EXAMPLES ?= $(if $(filter tsan,$(CUDASIM_SAN)),,examples)
 CUDASIM_EX_BINS = $(if $(CUDASIM_EXAMPLES),$(CUDASIM_DIR)/train_gpt2 $(CUDASIM_DIR)/train_gpu build/train_gpt2)
 # the programs CI runs under ThreadSanitizer: streams, events and the comms
-CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels
+CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels test_sim_nccl
 vpath %.cu tests/cudasim
 
 $(CUDASIM_DIR)/lib:
