@@ -615,6 +615,17 @@ ZT_TEST(tcp_bootstrap_2_ranks)
 
 /* ---- timeouts: the last rank never joins ---- */
 
+/* A rank's stream and n zeroed floats on it (the timeout tests' setup). */
+static zero_result rank_stream_buffer(cudaStream_t *st, float **d, size_t n)
+{
+    zero_result r = ZERO_OK;
+    CUDA_TRY(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc((void **)d, n * sizeof(float)));
+    CUDA_TRY(cudaMemsetAsync(*d, 0, n * sizeof(float), *st)); /* ordered before the collectives */
+done:
+    return r;
+}
+
 typedef struct hang_ctx {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -635,9 +646,7 @@ static zero_result hang_rank(int rank, int world, zero_comm *comm, void *user)
     float *d = NULL;
     zero_result r = ZERO_OK;
     (void)world;
-    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    CUDA_TRY(cudaMalloc((void **)&d, 1024 * sizeof(float)));
-    CUDA_TRY(cudaMemsetAsync(d, 0, 1024 * sizeof(float), st)); /* ordered before the collective */
+    Z_TRY(rank_stream_buffer(&st, &d, 1024));
     if (h->mode != 2) { /* one collective together: connections are up */
         Z_TRY(comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st));
         Z_TRY(zero_nccl_wait(comm, 0));
@@ -719,9 +728,7 @@ static zero_result queue_rank(int rank, int world, zero_comm *comm, void *user)
     zero_result r = ZERO_OK;
     int i;
     (void)world;
-    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    CUDA_TRY(cudaMalloc((void **)&d, 64 * sizeof(float)));
-    CUDA_TRY(cudaMemsetAsync(d, 0, 64 * sizeof(float), st));
+    Z_TRY(rank_stream_buffer(&st, &d, 64));
     Z_TRY(comm->ops->all_reduce(comm, d, d, 64, ZERO_F32, ZERO_OP_SUM, st)); /* connections up */
     Z_TRY(zero_nccl_wait(comm, 0));
     for (i = 0; i < 2; i++) {
@@ -765,9 +772,7 @@ static zero_result mismatch_rank(int rank, int world, zero_comm *comm, void *use
     float *d = NULL;
     zero_result r = ZERO_OK;
     (void)world;
-    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    CUDA_TRY(cudaMalloc((void **)&d, 64 * sizeof(float)));
-    CUDA_TRY(cudaMemsetAsync(d, 0, 64 * sizeof(float), st));
+    Z_TRY(rank_stream_buffer(&st, &d, 64));
     r = comm->ops->all_reduce(comm, d, d, rank == 0 ? 64 : 32, ZERO_F32, ZERO_OP_SUM, st);
     if (r == ZERO_OK) r = zero_nccl_wait(comm, 0);
     m->got[rank] = r;
