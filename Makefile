@@ -115,7 +115,7 @@ PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 # tests/readme_outputs.sh runs the command of each output README.md quotes and compares;
 # tests/gpu_check_test.sh runs tools/gpu_check.sh without a GPU (fake tools).
 CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
-SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh tests/gpu_check_test.sh
+SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh tests/gpt2_doc_outputs.sh tests/gpu_check_test.sh
 README_PROGS := build/train_mlp $(filter build/train_gpt2,$(EXAMPLES)) # what README quotes
 test:
 	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) $(README_PROGS) $(CUDA_HOST_TEST)

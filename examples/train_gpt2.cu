@@ -689,10 +689,10 @@ static zero_result engine_desc(const gpu_run *R, zero_engine_desc *d)
     d->accum_steps = o->accum;
     d->adam.mode = ZERO_ADAMW;
     d->adam.lr = o->lr;
-    d->adam.beta1 = GPT2_BETA1;
-    d->adam.beta2 = GPT2_BETA2;
-    d->adam.eps = GPT2_EPS;
-    d->adam.weight_decay = GPT2_WEIGHT_DECAY;
+    d->adam.beta1 = o->beta1;
+    d->adam.beta2 = o->beta2;
+    d->adam.eps = o->eps;
+    d->adam.weight_decay = o->weight_decay;
     d->clip_norm = o->clip;
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
@@ -1002,6 +1002,11 @@ int main(int argc, char **argv)
     if (o.tile_embedding) {
         fprintf(stderr, PROG ": --tile-embedding is implemented by the CPU example (train_gpt2); "
                         "not supported here\n");
+        return 2;
+    }
+    if (o.freeze || o.lr_embed != 1.0) {
+        fprintf(stderr, PROG ": --freeze and --lr-embed are implemented by the CPU example (train_gpt2); "
+                        "not supported here yet\n");
         return 2;
     }
     /* cuBLAS takes the rows (batch x seq per rank) as int, the token lists hold positions */
