@@ -109,29 +109,21 @@ static void layernorm_backward(float *dx, float *dw, float *db, const float *dou
 
 /* Causal self-attention of H heads over qkv [BT, 3C] (q | k | v, head h on channels
    h*hs .. h*hs+hs-1 of each): att [B, H, T, T] keeps the softmax (zero above the
-   diagonal), out [BT, C] the heads side by side. kt: hs * T floats of scratch, one head's k
-   transposed, so that the scores of a row are vector operations over t2 (each still the
-   sum over i in order of q[i] k[i], then times the scale); y is summed 16 lanes at a time in
-   a vector register (gpt2_gemm.h's), each lane's sum over t2 in order. */
-static void attention_forward(float *out, float *att, float *kt, const float *qkv, int B, int T, int C, int H)
+   diagonal), out [BT, C] the heads side by side. Per sequence and head, three products of
+   gemm_acc: the scores q k^T (all T x T of them, the upper triangle is then masked), the
+   softmax by rows, y = att v (the zeros above the diagonal add exact zeros). */
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H)
 {
-    int hs = C / H, b, h, t, t2, i, i0, j;
+    int hs = C / H, b, h, t, t2;
     float scale = 1.0f / sqrtf((float)hs);
     for (b = 0; b < B; b++)
         for (h = 0; h < H; h++) {
-            for (t2 = 0; t2 < T; t2++) {
-                const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                for (i = 0; i < hs; i++) kt[(size_t)i * T + t2] = k[i];
-            }
+            const float *q = qkv + (size_t)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+            float *ah = att + ((size_t)b * H + h) * T * T, *y = out + (size_t)b * T * C + h * hs;
+            memset(ah, 0, sizeof(float) * (size_t)T * T);
+            gemm_acc(ah, T, q, 3 * C, 1, k, 1, 3 * C, T, T, hs); /* q k^T: k read transposed */
             for (t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float *a = att + (((size_t)b * H + h) * T + t) * T, mx = -INFINITY, sum = 0.0f;
-                float *y = out + ((size_t)b * T + t) * C + h * hs;
-                for (t2 = 0; t2 <= t; t2++) a[t2] = 0.0f;
-                for (i = 0; i < hs; i++) {
-                    const float *kr = kt + (size_t)i * T, qi = q[i];
-                    for (t2 = 0; t2 <= t; t2++) a[t2] += qi * kr[t2];
-                }
+                float *a = ah + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
                 for (t2 = 0; t2 <= t; t2++) {
                     a[t2] *= scale;
                     mx = a[t2] > mx ? a[t2] : mx;
@@ -141,77 +133,35 @@ static void attention_forward(float *out, float *att, float *kt, const float *qk
                 for (t2 = 0; t2 <= t; t2++) sum += a[t2];
                 for (t2 = 0; t2 <= t; t2++) a[t2] /= sum;
                 for (t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
-                for (i0 = 0; i0 < hs; i0 += 16) { /* y[i] = sum over t2 in order of a[t2] v[i] */
-                    gemm_v16f acc = {0.0f}, vv;
-                    int n = hs - i0 < 16 ? hs - i0 : 16;
-                    for (t2 = 0; t2 <= t; t2++) {
-                        const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i0;
-                        if (n == 16) {
-                            memcpy(&vv, v, sizeof vv);
-                            acc = acc + a[t2] * vv;
-                        } else {
-                            for (j = 0; j < n; j++) acc[j] = acc[j] + a[t2] * v[j];
-                        }
-                    }
-                    for (j = 0; j < n; j++) y[i0 + j] = acc[j];
-                }
+                memset(y + (size_t)t * C, 0, sizeof(float) * (size_t)hs);
             }
+            gemm_acc(y, C, ah, T, 1, v, 3 * C, 1, T, hs, T);
         }
 }
 
-/* dqkv += the attention's gradient (datt: T floats of scratch; vt: hs * T, one head's v
-   transposed). */
-static void attention_backward(float *dqkv, float *datt, float *vt, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int H)
+/* dqkv += the attention's gradient (datt: T x T floats of scratch). */
+static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int C, int H)
 {
-    int hs = C / H, b, h, t, t2, i, i0, j;
+    int hs = C / H, b, h, t, t2;
     float scale = 1.0f / sqrtf((float)hs);
     for (b = 0; b < B; b++)
         for (h = 0; h < H; h++) {
-            for (t2 = 0; t2 < T; t2++) {
-                const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                for (i = 0; i < hs; i++) vt[(size_t)i * T + t2] = v[i];
+            const float *q = qkv + (size_t)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+            const float *ah = att + ((size_t)b * H + h) * T * T, *g = dout + (size_t)b * T * C + h * hs;
+            float *dq = dqkv + (size_t)b * T * 3 * C + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            gemm_acc(dv, 3 * C, ah, 1, T, g, C, 1, T, hs, T); /* dv += att^T dy */
+            memset(datt, 0, sizeof(float) * (size_t)T * T);
+            gemm_acc(datt, T, g, C, 1, v, 1, 3 * C, T, T, hs); /* datt = dy v^T */
+            for (t = 0; t < T; t++) {                         /* through the softmax */
+                const float *a = ah + (size_t)t * T;
+                float *d = datt + (size_t)t * T, dot = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) dot += a[t2] * d[t2];
+                for (t2 = 0; t2 <= t; t2++) d[t2] = a[t2] * (d[t2] - dot) * scale;
+                for (t2 = t + 1; t2 < T; t2++) d[t2] = 0.0f;
             }
-            for (t = 0; t < T; t++) {
-                const float *a = att + (((size_t)b * H + h) * T + t) * T;
-                const float *g = dout + ((size_t)b * T + t) * C + h * hs;
-                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs, dot = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) datt[t2] = 0.0f; /* through the weighted sum of v */
-                for (i = 0; i < hs; i++) {
-                    const float *vr = vt + (size_t)i * T, gi = g[i];
-                    for (t2 = 0; t2 <= t; t2++) datt[t2] += gi * vr[t2];
-                }
-                for (t2 = 0; t2 <= t; t2++) {
-                    float *dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    for (i = 0; i < hs; i++) dv[i] += a[t2] * g[i];
-                    dot += a[t2] * datt[t2];
-                }
-                for (t2 = 0; t2 <= t; t2++) datt[t2] = a[t2] * (datt[t2] - dot) * scale; /* through the softmax */
-                for (i0 = 0; i0 < hs; i0 += 16) { /* and q k^T */
-                    gemm_v16f acc = {0.0f}, kv, qv, dkv;
-                    int n = hs - i0 < 16 ? hs - i0 : 16;
-                    memcpy(&acc, dq + i0, sizeof(float) * (size_t)n);
-                    memcpy(&qv, q + i0, sizeof(float) * (size_t)n);
-                    for (t2 = 0; t2 <= t; t2++) {
-                        const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs + i0;
-                        float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs + i0;
-                        if (n == 16) {
-                            memcpy(&kv, k, sizeof kv);
-                            memcpy(&dkv, dk, sizeof dkv);
-                            acc = acc + datt[t2] * kv;
-                            dkv = dkv + datt[t2] * qv;
-                            memcpy(dk, &dkv, sizeof dkv);
-                        } else {
-                            for (j = 0; j < n; j++) {
-                                acc[j] = acc[j] + datt[t2] * k[j];
-                                dk[j] = dk[j] + datt[t2] * qv[j];
-                            }
-                        }
-                    }
-                    memcpy(dq + i0, &acc, sizeof(float) * (size_t)n);
-                }
-            }
+            gemm_acc(dq, 3 * C, datt, T, 1, k, 3 * C, 1, T, hs, T); /* dq += dpre k   */
+            gemm_acc(dk, 3 * C, datt, 1, T, q, 3 * C, 1, T, hs, T); /* dk += dpre^T q */
         }
 }
 
@@ -246,14 +196,13 @@ typedef struct block_acts {
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fch_tanh, *res3; /* res3: the block's output */
 } block_acts;
 
-/* w[k]: the block's tensor k (GPT2_LN1_W ...) in fp32; kt: the attention's scratch. */
-static void block_forward(const gpt2_config *c, int B, int T, float *const *w, block_acts *a, const float *in,
-                          float *kt)
+/* w[k]: the block's tensor k (GPT2_LN1_W ...) in fp32. */
+static void block_forward(const gpt2_config *c, int B, int T, float *const *w, block_acts *a, const float *in)
 {
     int C = c->channels, BT = B * T, i;
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, w[GPT2_LN1_W], w[GPT2_LN1_B], BT, C);
     matmul_forward(a->qkv, a->ln1, w[GPT2_QKV_W], w[GPT2_QKV_B], BT, C, 3 * C);
-    attention_forward(a->atty, a->att, kt, a->qkv, B, T, C, c->heads);
+    attention_forward(a->atty, a->att, a->qkv, B, T, C, c->heads);
     matmul_forward(a->res2, a->atty, w[GPT2_ATTPROJ_W], w[GPT2_ATTPROJ_B], BT, C, C);
     for (i = 0; i < BT * C; i++) a->res2[i] += in[i];
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT2_LN2_W], w[GPT2_LN2_B], BT, C);
@@ -268,8 +217,7 @@ typedef struct bwd_scratch {
     float *d4a, *d4b; /* [BT, 4C] */
     float *dqkv;      /* [BT, 3C] */
     float *dc;        /* [BT, C]  */
-    float *datt;      /* [T]      */
-    float *kt;        /* [C / H, T]: one head's k or v, transposed */
+    float *datt;      /* [T, T]   */
 } bwd_scratch;
 
 /* dres: in, the gradient of the block's output; out, of its input. dw[k] += the gradient of
@@ -293,7 +241,7 @@ static void block_backward(const gpt2_config *c, int B, int T, float *const *w, 
     matmul_backward(s->dc, dw[GPT2_ATTPROJ_W], dw[GPT2_ATTPROJ_B], dres, a->atty, w[GPT2_ATTPROJ_W], BT, C,
                     C);
     memset(s->dqkv, 0, sizeof(float) * (size_t)BT * 3 * C);
-    attention_backward(s->dqkv, s->datt, s->kt, s->dc, a->qkv, a->att, B, T, C, c->heads);
+    attention_backward(s->dqkv, s->datt, s->dc, a->qkv, a->att, B, T, C, c->heads);
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
     matmul_backward(s->dc, dw[GPT2_QKV_W], dw[GPT2_QKV_B], s->dqkv, a->ln1, w[GPT2_QKV_W], BT, C, 3 * C);
     layernorm_backward(dres, dw[GPT2_LN1_W], dw[GPT2_LN1_B], s->dc, in, w[GPT2_LN1_W], a->ln1_mean, a->ln1_rstd, BT,
@@ -457,8 +405,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     M_ALLOC(m->s.d4b, BT * 4 * C);
     M_ALLOC(m->s.dqkv, BT * 3 * C);
     M_ALLOC(m->s.dc, BT * C);
-    M_ALLOC(m->s.datt, (size_t)T);
-    M_ALLOC(m->s.kt, (size_t)(C / H) * T);
+    M_ALLOC(m->s.datt, (size_t)T * T);
 #undef M_ALLOC
     return ok ? ZERO_OK : ZERO_ERROR_OUT_OF_MEMORY;
 }
@@ -535,7 +482,7 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
         block_acts *a = &m->acts[m->ckpt ? 0 : l];
         if ((r = gather_timed(m, 1 + l, &pb)) != ZERO_OK) goto out;
         r = view_group(m, 1 + l, pb, w);
-        if (r == ZERO_OK) block_forward(c, B, T, w, a, in, m->s.kt);
+        if (r == ZERO_OK) block_forward(c, B, T, w, a, in);
         zero_engine_release(m->e, 1 + l);
         if (r != ZERO_OK) goto out;
         if (!m->ckpt) {
@@ -655,7 +602,7 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
                 zero_engine_release(m->e, grp);
                 return r;
             }
-            block_forward(c, B, T, w, &m->acts[0], m->x, m->s.kt);
+            block_forward(c, B, T, w, &m->acts[0], m->x);
             block_backward(c, B, T, w, dw, &m->acts[0], m->x, m->dres, &m->s);
         } else {
             block_backward(c, B, T, w, dw, &m->acts[l], l ? m->acts[l - 1].res3 : m->encoded, m->dres, &m->s);
