@@ -503,6 +503,7 @@ static inline zero_result gpt2_set_init_tiled(zero_engine *e, const gpt2_config 
         }
         for (k = 0; k < tiles && r == ZERO_OK; k++) {
             zero_tile_view v;
+            memset(&v, 0, sizeof v); /* gcc -O3 (the MPI build) sees no write on an error path */
             r = zero_engine_tile_view(e, wte_tile0, k, &v);
             if (r == ZERO_OK) r = zero_engine_set_tensor(e, v.tensor, vals + v.row0 * v.cols);
         }

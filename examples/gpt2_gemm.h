@@ -17,7 +17,7 @@
    12 zmm accumulators) keeps its outputs in registers across the KC products. An edge tile
    runs the same kernel on a padded copy. The B micro-panel (KC x NR) stays in L1, A's block in
    L2. The kernel is picked at run time (cpuid) among those the compiler can build; a
-   program may force the portable one (gemm_force_portable = 1). The packing buffers belong to
+   program may name one (gemm_kernel_choice). The packing buffers belong to
    the calling thread (each rank is a thread), allocated on first use; gemm_release() frees
    the caller's. If that allocation fails the product runs as the plain loop: same bits.
 
@@ -48,7 +48,10 @@
 #define GEMM_MR_MAX 6
 #define GEMM_NR_MAX 32
 
-static int gemm_force_portable; /* tests: 1 = the portable C kernel only */
+/* The kernel gemm_acc uses: GEMM_AUTO (the fastest this CPU has), or one named (tests); a
+   named kernel the CPU or compiler lacks falls back to GEMM_AUTO's choice. */
+enum { GEMM_AUTO, GEMM_PORTABLE, GEMM_AVX2, GEMM_AVX512 };
+static int gemm_kernel_choice = GEMM_AUTO;
 
 /* ---- kernels: c[MR][NR] (row length ldc) = the fma chain over kc packed products ---------- */
 
@@ -130,18 +133,21 @@ typedef struct gemm_kernel {
     const char *name;
 } gemm_kernel;
 
-/* The fastest kernel this CPU and compiler have (the portable one when forced). */
+/* The kernel of gemm_kernel_choice (the fastest this CPU and compiler have for GEMM_AUTO). */
 static inline gemm_kernel gemm_pick(void)
 {
     gemm_kernel k = {gemm__kernel_c, 6, 16, "portable C (6x16)"};
 #if GEMM_X86
-    if (gemm_force_portable) return k;
+    int avx512, avx2, want = gemm_kernel_choice;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
-        k.fn = gemm__kernel_avx512, k.nr = 32, k.name = "AVX-512 (6x32)";
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        k.fn = gemm__kernel_avx2, k.name = "AVX2+FMA (6x16)";
-    }
+    avx512 = __builtin_cpu_supports("avx512f");
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (want == GEMM_PORTABLE) return k;
+    if (want == GEMM_AVX512 && !avx512) want = GEMM_AUTO;
+    if (want == GEMM_AVX2 && !avx2) want = GEMM_AUTO;
+    if (want == GEMM_AUTO) want = avx512 ? GEMM_AVX512 : avx2 ? GEMM_AVX2 : GEMM_PORTABLE;
+    if (want == GEMM_AVX512) k.fn = gemm__kernel_avx512, k.nr = 32, k.name = "AVX-512 (6x32)";
+    if (want == GEMM_AVX2) k.fn = gemm__kernel_avx2, k.name = "AVX2+FMA (6x16)";
 #endif
     return k;
 }
