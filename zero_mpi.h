@@ -240,7 +240,16 @@ enum {
 #define ZERO_MPI_SPIN_MS 2.0
 #endif
 
-#define ZERO__MPI_MAGIC ((int64_t)0x5a45524f4d504901ll) /* "ZEROMPI" + protocol version 1 */
+#define ZERO__MPI_MAGIC ((int64_t)0x5a45524f4d504902ll) /* "ZEROMPI" + protocol version 2 */
+
+/* Bytes of data the signature round's packet carries: a collective whose block (all_gather,
+   reduce_scatter) or buffer (all_reduce, broadcast) fits is done in that one round. Every
+   rank must use the same value (each packet is this plus ZERO__MPI_HDR bytes). */
+#ifndef ZERO_MPI_EAGER_BYTES
+#define ZERO_MPI_EAGER_BYTES 4096
+#endif
+#define ZERO__MPI_HDR 128 /* the signature's NF int64, padded */
+#define ZERO__MPI_SLOT ((size_t)ZERO__MPI_HDR + (size_t)(ZERO_MPI_EAGER_BYTES))
 /* Bytes per message (counts are ints); tests shrink it to exercise the splitting. */
 #ifndef ZERO_MPI_PIECE_BYTES
 #define ZERO_MPI_PIECE_BYTES ((size_t)1 << 30)
@@ -248,6 +257,7 @@ enum {
 #define ZERO__MPI_PIECE ((size_t)(ZERO_MPI_PIECE_BYTES))
 #define ZERO__MPI_TAG_DATA 0x5a31
 #define ZERO__MPI_TAG_GATHER 0x5a32
+#define ZERO__MPI_TAG_GAVE_UP 0x5a33 /* an empty message: "I timed out and left" */
 
 typedef struct zero__mpi_comm {
     zero_comm base;
@@ -259,9 +269,9 @@ typedef struct zero__mpi_comm {
     unsigned long long seq;  /* collectives called on this comm                         */
     zero_result broken;      /* ZERO_OK, or why every call now fails                    */
     char broken_msg[320];
-    int leak;                /* a timed-out request may still write sig/scratch: keep them */
-    int64_t *sig;            /* [4 * NF]: the Iallreduce's input (2 NF) and output (2 NF) */
-    int64_t *sigs;           /* [world * NF]: the disagreement round                      */
+    int leak;                /* a timed-out request may still write pkt/scratch: keep them */
+    unsigned char *pkt;      /* [2 world SLOT]: the signature round's packets, out then in */
+    int64_t *sigs;           /* [world * NF]: every rank's signature, from the packets    */
     unsigned char *scratch;  /* received blocks of a reduction                             */
     size_t scratch_bytes;
     MPI_Request *reqs;       /* the data round's requests                                */
@@ -354,7 +364,16 @@ static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, d
             double t = zero__mpi_now_ms();
             if (start == 0) start = t;
             if (t > deadline) {
+                int p;
                 c->leak = 1;
+                /* A late peer may still complete this round with the packets already sent
+                   (the data of a small collective rides in them): tell it this rank gave up. */
+                for (p = 0; p < c->base.world; p++) {
+                    MPI_Request gone;
+                    if (p != c->base.rank &&
+                        MPI_Isend(NULL, 0, MPI_BYTE, p, ZERO__MPI_TAG_GAVE_UP, c->mc, &gone) == MPI_SUCCESS)
+                        MPI_Request_free(&gone);
+                }
                 return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
                                        "rank %d timed out after %d ms in %s #%llu (%s): a peer "
                                        "did not join",
@@ -406,45 +425,49 @@ static void zero__mpi_describe(char *buf, size_t size, const int64_t *f)
                  f[ZERO__MPI_F_OP] == ZERO_OP_MAX ? "max" : "sum", tag, (long long)f[ZERO__MPI_F_SEQ]);
 }
 
-/* The signature round. Returns ZERO_OK when every rank called the same thing; otherwise
-   the error every rank returns (INVALID_ARGUMENT for a rank's own bad arguments, its
-   'why'), with the comm broken where a peer left or aborted. */
+/* The signature round: an MPI_Ialltoall of one packet per peer, each this rank's signature
+   (mine) and up to ZERO_MPI_EAGER_BYTES of data the caller put in the packets' payloads
+   (zero__mpi_payload), so every rank gets every rank's signature. Returns ZERO_OK when
+   every rank called the same thing; otherwise the error every rank returns
+   (INVALID_ARGUMENT for a rank's own bad arguments, its 'why'), with the comm broken where a
+   peer left or aborted. */
 static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, double deadline,
                                    const char *why)
 {
     const char *what = zero__mpi_kind_name(mine[ZERO__MPI_F_KIND]);
-    int64_t *in = c->sig, *out = c->sig + 2 * ZERO__MPI_NF;
+    unsigned char *out = c->pkt, *in = c->pkt + (size_t)c->base.world * ZERO__MPI_SLOT;
     MPI_Request req;
     zero_result res;
     int i, r, world = c->base.world, rc, agree = 1, bad_rank = -1, other = -1, gone = -1;
     char a[192], b[192];
-    for (i = 0; i < ZERO__MPI_NF; i++) {
-        in[i] = mine[i];
-        in[ZERO__MPI_NF + i] = ~mine[i]; /* max of the complements = complement of the min */
-    }
-    rc = MPI_Iallreduce(in, out, 2 * ZERO__MPI_NF, MPI_INT64_T, MPI_MAX, c->mc, &req);
+    for (i = 0; i < world; i++) memcpy(out + (size_t)i * ZERO__MPI_SLOT, mine, ZERO__MPI_NF * sizeof *mine);
+    rc = MPI_Ialltoall(out, (int)ZERO__MPI_SLOT, MPI_BYTE, in, (int)ZERO__MPI_SLOT, MPI_BYTE, c->mc, &req);
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING + 1];
         zero__mpi_errtext(rc, e, sizeof e);
-        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Iallreduce failed: %s", what,
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Ialltoall failed: %s", what,
                                c->seq, c->base.rank, e);
     }
     res = zero__mpi_wait(c, 1, &req, deadline, what, "signature round");
     if (res != ZERO_OK) return res;
-    for (i = 0; i < ZERO__MPI_NF; i++)
-        if (out[i] != ~out[ZERO__MPI_NF + i]) agree = 0;
-    if (agree) return ZERO_OK;
-
-    /* Disagreement: every rank saw it, so every rank gathers the signatures to name it. */
-    rc = MPI_Iallgather(mine, ZERO__MPI_NF, MPI_INT64_T, c->sigs, ZERO__MPI_NF, MPI_INT64_T, c->mc, &req);
-    if (rc != MPI_SUCCESS) {
-        char e[MPI_MAX_ERROR_STRING + 1];
-        zero__mpi_errtext(rc, e, sizeof e);
-        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Iallgather failed: %s", what,
-                               c->seq, c->base.rank, e);
+    for (r = 0; r < world; r++) {
+        memcpy(c->sigs + (size_t)r * ZERO__MPI_NF, in + (size_t)r * ZERO__MPI_SLOT, ZERO__MPI_NF * sizeof *mine);
+        if (memcmp(c->sigs + (size_t)r * ZERO__MPI_NF, mine, ZERO__MPI_NF * sizeof *mine) != 0) agree = 0;
     }
-    res = zero__mpi_wait(c, 1, &req, deadline, what, "disagreement round");
-    if (res != ZERO_OK) return res;
+    if (agree) {
+        MPI_Status st;
+        int gave_up = 0;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, ZERO__MPI_TAG_GAVE_UP, c->mc, &gave_up, &st) == MPI_SUCCESS && gave_up) {
+            MPI_Recv(NULL, 0, MPI_BYTE, st.MPI_SOURCE, ZERO__MPI_TAG_GAVE_UP, c->mc, MPI_STATUS_IGNORE);
+            return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
+                                   "%s #%llu (rank %d): rank %d timed out after %d ms in a collective and left "
+                                   "the comm (this rank came late)",
+                                   what, c->seq, c->base.rank, st.MPI_SOURCE, c->timeout_ms);
+        }
+        return ZERO_OK;
+    }
+
+    /* Disagreement: every rank has every signature, so every rank names the same one. */
     for (r = 0; r < world; r++) {
         const int64_t *f = c->sigs + (size_t)r * ZERO__MPI_NF;
         if (gone < 0 && (f[ZERO__MPI_F_KIND] == ZERO__MPI_LEAVE || f[ZERO__MPI_F_KIND] == ZERO__MPI_ABORT))
@@ -678,7 +701,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
     char why[192];
     size_t es, total = numel, bytes = 0;
     double deadline;
-    int world, rank, p, bad = 0;
+    int world, rank, p, bad = 0, eager;
     zero__mpi_lay lay;
     zero__mpi_xfer x;
     zero_result res;
@@ -724,10 +747,38 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
         f[ZERO__MPI_F_GROUP] = comm->tag.group;
         f[ZERO__MPI_F_TAGSEQ] = (int64_t)comm->tag.seq;
     }
+    /* Small enough (host memory): the data rides in the signature round's packets. */
+    eager = !bad && !c->device && numel > 0 && numel <= (size_t)ZERO_MPI_EAGER_BYTES / es &&
+            kind != ZERO__MPI_BARRIER && kind != ZERO__MPI_LEAVE && kind != ZERO__MPI_ABORT;
+    if (eager) {
+        size_t n = numel * es;
+        for (p = 0; p < world; p++) {
+            unsigned char *pay = c->pkt + (size_t)p * ZERO__MPI_SLOT + ZERO__MPI_HDR;
+            if (kind == ZERO__MPI_REDUCE_SCATTER) memcpy(pay, (const unsigned char *)send + (size_t)p * n, n);
+            else if (kind != ZERO__MPI_BROADCAST || rank == root) memcpy(pay, send, n);
+        }
+    }
     res = zero__mpi_agree(c, f, deadline, why);
     if (res != ZERO_OK) return res;
     if (kind == ZERO__MPI_BARRIER || kind == ZERO__MPI_LEAVE || kind == ZERO__MPI_ABORT || numel == 0)
         return ZERO_OK;
+    if (eager) { /* every rank agreed, so every rank sent its data: finish from the packets */
+        const unsigned char *in = c->pkt + (size_t)world * ZERO__MPI_SLOT + ZERO__MPI_HDR;
+        size_t n = numel * es;
+        switch (kind) {
+        case ZERO__MPI_ALL_GATHER:
+            for (p = 0; p < world; p++)
+                memmove((unsigned char *)recv + (size_t)p * n, in + (size_t)p * ZERO__MPI_SLOT, n);
+            return ZERO_OK;
+        case ZERO__MPI_BROADCAST:
+            if (rank != root) memcpy(recv, in + (size_t)root * ZERO__MPI_SLOT, n);
+            return ZERO_OK;
+        default: /* the reductions: the peers' blocks from the packets, mine from send */
+            for (p = 0; p < world; p++) c->srcs[p] = in + (size_t)p * ZERO__MPI_SLOT;
+            return zero__mpi_reduce(c, recv, (const unsigned char *)send + (kind == ZERO__MPI_ALL_REDUCE ? 0 : rank * n),
+                                    NULL, numel, dtype, op);
+        }
+    }
 
     /* The data round. */
     res = zero__mpi_dev_sync(c);
@@ -841,7 +892,7 @@ static void zero__mpi_free(zero__mpi_comm *c)
 {
     zero_allocator a = c->allocator;
     if (!c->leak) { /* else a pending request may still write these: keep them */
-        zero__free(&a, c->sig);
+        zero__free(&a, c->pkt);
         zero__free(&a, c->sigs);
         zero__free(&a, c->scratch);
     }
@@ -970,10 +1021,11 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     c->base.impl = c;
     c->base.rank = rank;
     c->base.world = world;
-    c->sig = (int64_t *)zero__alloc(&a, 4 * ZERO__MPI_NF * sizeof(int64_t));
+    c->pkt = (unsigned char *)zero__alloc(&a, 2 * (size_t)world * ZERO__MPI_SLOT);
     c->sigs = (int64_t *)zero__alloc(&a, (size_t)world * ZERO__MPI_NF * sizeof(int64_t));
     c->srcs = (const void **)zero__alloc(&a, (size_t)world * sizeof *c->srcs);
-    if (!c->sig || !c->sigs || !c->srcs || !zero__mpi_reqs(c, 2 * (size_t)world)) {
+    if (c->pkt) memset(c->pkt, 0, 2 * (size_t)world * ZERO__MPI_SLOT); /* the unused payload bytes sent */
+    if (!c->pkt || !c->sigs || !c->srcs || !zero__mpi_reqs(c, 2 * (size_t)world)) {
         MPI_Comm_free(&c->mc);
         zero__mpi_free(c);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_mpi_create: out of memory (world %d)", world);
