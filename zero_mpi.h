@@ -29,12 +29,17 @@
        MPI_Finalize();
 
    HOW A COLLECTIVE RUNS (docs/mpi.md has the whole protocol and its cost)
-       1. Signature round: one MPI_Iallreduce(MAX) of 11 int64 fields and their bitwise
-          complements (kind, dtype, count, op, root, this comm's own sequence number, an
-          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq), so every rank
-          learns whether all ranks agree. On disagreement a second round (MPI_Iallgather of
-          the signatures) names the first rank that differs from rank 0, and every rank
-          returns ZERO_ERROR_MISMATCH with the same sentence; nothing is written.
+       1. Signature round: a packet to every peer (MPI_Isend / MPI_Irecv): 11 int64
+          fields (kind, dtype, count, op, root, this comm's own sequence number, an
+          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq) and up to
+          ZERO_MPI_EAGER_BYTES (4096) of payload, so every rank has every rank's signature
+          and sees whether all agree. On disagreement every rank names the first rank that
+          differs from rank 0 and returns ZERO_ERROR_MISMATCH with the same sentence;
+          nothing is written. A collective whose block (all_gather, reduce_scatter) or
+          buffer (all_reduce, broadcast) fits in the payload (host memory) puts its data
+          there and ends with this round: all_gather copies the packets' blocks,
+          reduce_scatter and all_reduce reduce them in rank order (the same function as
+          below), broadcast copies the root's.
        2. Data round, point to point (MPI_Isend / MPI_Irecv of at most 1 GiB each):
             all_gather      each rank sends its block to every peer
             reduce_scatter  rank p receives block p of every peer's send (an all-to-all),
@@ -204,9 +209,9 @@ ZERODEF zero_result zero_mpi_nccl_unique_id(MPI_Comm comm, int root, void *id, i
 extern "C" {
 #endif
 
-/* The MPI comm. A collective = a signature round (an MPI_Iallreduce of the call's
-   identity, the second round only on disagreement) then a data round of point-to-point
-   messages; reductions reuse the local comm's zero__local_reduce and zero__local_slice, so
+/* The MPI comm. A collective = a signature round (a packet of the call's identity to every
+   peer, carrying the data of a small collective) then, for a larger one, a data round of
+   point-to-point messages; reductions reuse the local comm's zero__local_reduce and zero__local_slice, so
    the arithmetic is the same code, not a copy of it. */
 
 enum {
@@ -257,6 +262,7 @@ enum {
 #define ZERO__MPI_PIECE ((size_t)(ZERO_MPI_PIECE_BYTES))
 #define ZERO__MPI_TAG_DATA 0x5a31
 #define ZERO__MPI_TAG_GATHER 0x5a32
+#define ZERO__MPI_TAG_SIG 0x5a30
 #define ZERO__MPI_TAG_GAVE_UP 0x5a33 /* an empty message: "I timed out and left" */
 
 typedef struct zero__mpi_comm {
@@ -425,30 +431,44 @@ static void zero__mpi_describe(char *buf, size_t size, const int64_t *f)
                  f[ZERO__MPI_F_OP] == ZERO_OP_MAX ? "max" : "sum", tag, (long long)f[ZERO__MPI_F_SEQ]);
 }
 
-/* The signature round: an MPI_Ialltoall of one packet per peer, each this rank's signature
-   (mine) and up to ZERO_MPI_EAGER_BYTES of data the caller put in the packets' payloads
-   (zero__mpi_payload), so every rank gets every rank's signature. Returns ZERO_OK when
+/* The signature round: one packet to every peer (MPI_Isend / MPI_Irecv, tag SIG): this
+   rank's signature (mine) and the 'payload' bytes of data the caller put in packet p for
+   peer p; every receive takes up to a whole slot, so packets of any size match (a peer that
+   disagrees on the size sends another length, never more than a slot). Every rank then has
+   every rank's signature. Returns ZERO_OK when
    every rank called the same thing; otherwise the error every rank returns
    (INVALID_ARGUMENT for a rank's own bad arguments, its 'why'), with the comm broken where a
    peer left or aborted. */
-static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, double deadline,
+static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, size_t payload, double deadline,
                                    const char *why)
 {
     const char *what = zero__mpi_kind_name(mine[ZERO__MPI_F_KIND]);
     unsigned char *out = c->pkt, *in = c->pkt + (size_t)c->base.world * ZERO__MPI_SLOT;
-    MPI_Request req;
     zero_result res;
     int i, r, world = c->base.world, rc, agree = 1, bad_rank = -1, other = -1, gone = -1;
     char a[192], b[192];
+    int rank = c->base.rank, s, n = 0;
     for (i = 0; i < world; i++) memcpy(out + (size_t)i * ZERO__MPI_SLOT, mine, ZERO__MPI_NF * sizeof *mine);
-    rc = MPI_Ialltoall(out, (int)ZERO__MPI_SLOT, MPI_BYTE, in, (int)ZERO__MPI_SLOT, MPI_BYTE, c->mc, &req);
+    memcpy(in + (size_t)rank * ZERO__MPI_SLOT, out + (size_t)rank * ZERO__MPI_SLOT, ZERO__MPI_HDR + payload);
+    rc = MPI_SUCCESS;
+    for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
+        r = (rank + world - s) % world;
+        rc = MPI_Irecv(in + (size_t)r * ZERO__MPI_SLOT, (int)ZERO__MPI_SLOT, MPI_BYTE, r, ZERO__MPI_TAG_SIG, c->mc,
+                       &c->reqs[n++]);
+    }
+    for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
+        r = (rank + s) % world;
+        rc = MPI_Isend(out + (size_t)r * ZERO__MPI_SLOT, (int)(ZERO__MPI_HDR + payload), MPI_BYTE, r,
+                       ZERO__MPI_TAG_SIG, c->mc, &c->reqs[n++]);
+    }
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING + 1];
         zero__mpi_errtext(rc, e, sizeof e);
-        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Ialltoall failed: %s", what,
-                               c->seq, c->base.rank, e);
+        c->leak = 1; /* the requests already posted stay pending */
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): posting the signature failed: %s", what,
+                               c->seq, rank, e);
     }
-    res = zero__mpi_wait(c, 1, &req, deadline, what, "signature round");
+    res = zero__mpi_wait(c, n, c->reqs, deadline, what, "signature round");
     if (res != ZERO_OK) return res;
     for (r = 0; r < world; r++) {
         memcpy(c->sigs + (size_t)r * ZERO__MPI_NF, in + (size_t)r * ZERO__MPI_SLOT, ZERO__MPI_NF * sizeof *mine);
@@ -758,7 +778,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
             else if (kind != ZERO__MPI_BROADCAST || rank == root) memcpy(pay, send, n);
         }
     }
-    res = zero__mpi_agree(c, f, deadline, why);
+    res = zero__mpi_agree(c, f, eager ? numel * es : 0, deadline, why);
     if (res != ZERO_OK) return res;
     if (kind == ZERO__MPI_BARRIER || kind == ZERO__MPI_LEAVE || kind == ZERO__MPI_ABORT || numel == 0)
         return ZERO_OK;
