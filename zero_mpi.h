@@ -32,7 +32,7 @@
        1. Signature round: a packet to every peer (MPI_Isend / MPI_Irecv): 11 int64
           fields (kind, dtype, count, op, root, this comm's own sequence number, an
           invalid-arguments flag, the caller's zero_comm_tag: role, group, seq) and up to
-          ZERO_MPI_EAGER_BYTES (4096) of payload, so every rank has every rank's signature
+          ZERO_MPI_EAGER_BYTES (3968) of payload, so every rank has every rank's signature
           and sees whether all agree. On disagreement every rank names the first rank that
           differs from rank 0 and returns ZERO_ERROR_MISMATCH with the same sentence;
           nothing is written. A collective whose block (all_gather, reduce_scatter) or
@@ -249,9 +249,11 @@ enum {
 
 /* Bytes of data the signature round's packet carries: a collective whose block (all_gather,
    reduce_scatter) or buffer (all_reduce, broadcast) fits is done in that one round. Every
-   rank must use the same value (each packet is this plus ZERO__MPI_HDR bytes). */
+   rank must use the same value. The packet is this plus ZERO__MPI_HDR bytes: 4096 in all,
+   Open MPI's eager limit on shared memory (a larger message waits for a rendezvous, which
+   made a one-round 4 KiB all_reduce slower than the two-round one). */
 #ifndef ZERO_MPI_EAGER_BYTES
-#define ZERO_MPI_EAGER_BYTES 4096
+#define ZERO_MPI_EAGER_BYTES 3968
 #endif
 #define ZERO__MPI_HDR 128 /* the signature's NF int64, padded */
 #define ZERO__MPI_SLOT ((size_t)ZERO__MPI_HDR + (size_t)(ZERO_MPI_EAGER_BYTES))
