@@ -48,6 +48,11 @@ typedef struct gpt2_opts {
     int batch;            /* sequences per micro-step over all ranks; each rank takes batch/ranks */
     int stage;            /* 0..3, -1 = the demo: every stage in turn           */
     int ranks;            /* threads (or mpirun's processes)                    */
+    int launcher;         /* set by the caller before gpt2_parse_args: without --ranks the
+                             ranks are a launcher's processes, known only later, so --batch
+                             is not checked against the default --ranks (the caller checks
+                             it against the launcher's world)                    */
+    int ranks_given;      /* set by gpt2_parse_args: --ranks was on the command line */
     int steps;            /* optimizer steps (total, also when resuming)        */
     int accum;            /* micro-steps per step                               */
     zero_dtype dtype;     /* params and gradients: F32, BF16 or F16             */
@@ -80,6 +85,10 @@ typedef struct gpt2_opts {
     const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
     const char *logits_path;           /* step 0: rank 0's logits (fp32) of its first micro-batch */
     uint64_t seed;                     /* initial values and sampling           */
+    /* fine-tuning (docs/gpt2.md): AdamW's settings, the embeddings' lr multiplier, frozen tensors */
+    double beta1, beta2, eps, weight_decay;
+    double lr_embed;     /* --lr-embed: wte and wpe train at lr * lr_embed (per-tensor lr) */
+    const char *freeze;  /* --freeze LIST: wte, wpe, ln_f, h.N, h.A-B, comma-separated   */
 } gpt2_opts;
 
 /* The small default model: learns visibly within a few minutes on 2 cores. */
@@ -106,6 +115,11 @@ static inline void gpt2_opts_default(gpt2_opts *o)
     o->sample = 200;
     o->log_every = 0;
     o->seed = 1337;
+    o->beta1 = GPT2_BETA1;
+    o->beta2 = GPT2_BETA2;
+    o->eps = GPT2_EPS;
+    o->weight_decay = GPT2_WEIGHT_DECAY;
+    o->lr_embed = 1.0;
 }
 
 static inline void gpt2_usage(FILE *f, const char *prog)
@@ -121,12 +135,17 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --steps S --accum A --dtype f32|bf16|f16 --lr LR --lr-min-frac F\n"
             "        --warmup W --clip X (0 = none) --seed S\n"
             "        --val-every K --val-batches K --sample N --log-every K\n"
+            "AdamW:  --beta1 B (default %g; torch and HF 0.9) --beta2 B (%g; torch and HF 0.999)\n"
+            "        --eps E (%g; torch and HF 1e-8) --weight-decay W (%g on 2-D weights; torch 0.01, HF 0)\n"
+            "tune:   --freeze LIST   frozen tensors (no gradients, no optimizer state): wte, wpe, ln_f,\n"
+            "                        h.N, h.A-B, comma-separated (e.g. wte,wpe,h.0-5); train_gpt2.c\n"
+            "        --lr-embed M    wte and wpe train at lr x M (per-tensor lr; default 1)\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
             "         --offload-activations none|host|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
-            prog, GPT2_DEFAULT_DATA);
+            prog, GPT2_DEFAULT_DATA, GPT2_BETA1, GPT2_BETA2, GPT2_EPS, GPT2_WEIGHT_DECAY);
 }
 
 /* "4MB", "64MiB", "300KiB", "1GB" or plain bytes; 0 on a malformed size. */
@@ -173,7 +192,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             o->cfg.vocab = 50257;
         } else if (!strcmp(k, "--batch")) o->batch = atoi(v);
         else if (!strcmp(k, "--stage")) o->stage = atoi(v), bad = o->stage < 0 || o->stage > 3;
-        else if (!strcmp(k, "--ranks")) o->ranks = atoi(v);
+        else if (!strcmp(k, "--ranks")) o->ranks = atoi(v), o->ranks_given = 1;
         else if (!strcmp(k, "--steps")) o->steps = atoi(v);
         else if (!strcmp(k, "--accum")) o->accum = atoi(v);
         else if (!strcmp(k, "--dtype")) {
@@ -205,6 +224,12 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--data")) o->data_path = v;
         else if (!strcmp(k, "--log")) o->log_path = v;
         else if (!strcmp(k, "--dump-logits")) o->logits_path = v;
+        else if (!strcmp(k, "--beta1")) o->beta1 = atof(v), bad = !(o->beta1 > 0 && o->beta1 < 1);
+        else if (!strcmp(k, "--beta2")) o->beta2 = atof(v), bad = !(o->beta2 > 0 && o->beta2 < 1);
+        else if (!strcmp(k, "--eps")) o->eps = atof(v), bad = !(o->eps > 0 && o->eps < 1);
+        else if (!strcmp(k, "--weight-decay")) o->weight_decay = atof(v), bad = !(o->weight_decay >= 0 && o->weight_decay < 1e6);
+        else if (!strcmp(k, "--lr-embed")) o->lr_embed = atof(v), bad = !(o->lr_embed >= 0 && o->lr_embed < 1e6);
+        else if (!strcmp(k, "--freeze")) o->freeze = v;
         else {
             fprintf(stderr, "%s: unknown option %s\n", argv[0], k);
             gpt2_usage(stderr, argv[0]);
@@ -223,7 +248,8 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             why = "--layers, --heads, --channels, --vocab must be >= 1 and --seq >= 2";
         else if (c->channels % c->heads) why = "--channels must be a multiple of --heads";
         else if (o->ranks < 1 || o->ranks > GPT2_MAX_RANKS) why = "--ranks must be 1..64";
-        else if (o->batch < 1 || o->batch % o->ranks) why = "--batch must be a multiple of --ranks";
+        else if (o->batch < 1 || ((o->ranks_given || !o->launcher) && o->batch % o->ranks))
+            why = "--batch must be a multiple of --ranks";
         else if (o->steps < 1 || o->accum < 1) why = "--steps and --accum must be >= 1";
         else if (!(o->lr >= 0) || !(o->lr_min_frac >= 0) || o->warmup < 0 || !(o->clip >= 0))
             why = "--lr, --lr-min-frac, --warmup, --clip must be >= 0";
@@ -267,10 +293,10 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->accum_steps = o->accum;
     d->adam.mode = ZERO_ADAMW;
     d->adam.lr = o->lr;
-    d->adam.beta1 = GPT2_BETA1;
-    d->adam.beta2 = GPT2_BETA2;
-    d->adam.eps = GPT2_EPS;
-    d->adam.weight_decay = GPT2_WEIGHT_DECAY;
+    d->adam.beta1 = o->beta1;
+    d->adam.beta2 = o->beta2;
+    d->adam.eps = o->eps;
+    d->adam.weight_decay = o->weight_decay;
     d->clip_norm = o->clip;
     /* No stage-3 prefetch: the host device's collectives are synchronous (nothing to
        overlap), and a prefetch of group 0 at the end of the backward would go unused (its
@@ -356,6 +382,40 @@ static inline void gpt2_param_table(const gpt2_config *c, gpt2_tensor *t)
         t[i].numel = (size_t)t[i].dims[0] * (size_t)(t[i].ndim == 2 ? t[i].dims[1] : 1);
         t[i].flags = t[i].ndim == 2 ? 0u : ZERO_TENSOR_NO_DECAY; /* decay 2-D weights only */
     }
+}
+
+/* Marks the tensors --freeze names ZERO_TENSOR_FROZEN: "wte", "wpe", "ln_f" (its weight and
+   bias), "h.N" (every tensor of block N) and "h.A-B" (blocks A..B), comma-separated.
+   Returns 0, or -1 with a message in why naming the item that is not one of them. */
+static inline int gpt2_mark_frozen(const gpt2_config *c, gpt2_tensor *t, const char *list, char *why, size_t n)
+{
+    const char *p = list;
+    while (p && *p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[64];
+        int a = -1, b = -1, k, used = 0;
+        if (len == 0 || len >= sizeof item) {
+            snprintf(why, n, "--freeze: empty or overlong item in '%s'", list);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (!strcmp(item, "wte")) t[GPT2_WTE].flags |= ZERO_TENSOR_FROZEN;
+        else if (!strcmp(item, "wpe")) t[GPT2_WPE].flags |= ZERO_TENSOR_FROZEN;
+        else if (!strcmp(item, "ln_f")) t[GPT2_LNF_W].flags |= ZERO_TENSOR_FROZEN, t[GPT2_LNF_B].flags |= ZERO_TENSOR_FROZEN;
+        else if ((sscanf(item, "h.%d-%d%n", &a, &b, &used) == 2 || (sscanf(item, "h.%d%n", &a, &used) == 1 && (b = a) >= 0)) &&
+                 used == (int)len && a >= 0 && a <= b && b < c->layers) {
+            for (; a <= b; a++)
+                for (k = 0; k < GPT2_BLOCK_TENSORS; k++) t[gpt2_block_tensor(a, k)].flags |= ZERO_TENSOR_FROZEN;
+        } else {
+            snprintf(why, n, "--freeze: '%s' is not wte, wpe, ln_f, h.N or h.A-B with blocks 0..%d", item,
+                     c->layers - 1);
+            return -1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
 }
 
 /* Group of tile k when wte is registered in tiles (--tile-embedding K): after the blocks,
@@ -737,13 +797,34 @@ typedef struct gpt2_client {
 /* Model states per rank (DESIGN.md's table, K = 12) for params and gradients of 'es' bytes
    each: (2 es + 12) Psi split as the stage says; with accumulation (A > 1) stages 0 and 1
    also keep an accumulator of the reduced gradients (whole at stage 0, a shard at 1). */
+/* Model-state bytes per rank with F of the Psi elements frozen (T = Psi - F trained): params
+   of every element, gradients and K = 12 bytes of optimizer state of the trained ones. */
+static inline double gpt2_formula_states_frozen(int stage, double psi, double frozen, double n, int accum, double es)
+{
+    double t = psi - frozen;
+    switch (stage) {
+    case 0: return es * psi + (es + 12) * t + (accum > 1 ? es * t : 0);
+    case 1: return es * psi + es * t + 12 * t / n + (accum > 1 ? es * t / n : 0);
+    case 2: return es * psi + (es + 12) * t / n;
+    default: return es * psi / n + (es + 12) * t / n;
+    }
+}
+
 static inline double gpt2_formula_states(int stage, double psi, double n, int accum, double es)
 {
+    return gpt2_formula_states_frozen(stage, psi, 0, n, accum, es);
+}
+
+/* The same with F of the Psi elements frozen (no gradient, no optimizer state: T = Psi - F
+   trained; docs/engine.md "Frozen tensors"). */
+static inline double gpt2_formula_traffic_frozen(int stage, double psi, double frozen, double n, double a, double es)
+{
+    double f = (n - 1) / n * es, t = psi - frozen;
     switch (stage) {
-    case 0: return (2 * es + 12) * psi + (accum > 1 ? es * psi : 0);
-    case 1: return 2 * es * psi + 12 * psi / n + (accum > 1 ? es * psi / n : 0);
-    case 2: return es * psi + (es + 12) * psi / n;
-    default: return (2 * es + 12) * psi / n;
+    case 0: return 2 * a * t * f;
+    case 1:
+    case 2: return (a + 1) * t * f;
+    default: return (2 * a * psi + a * t) * f;
     }
 }
 
@@ -751,13 +832,7 @@ static inline double gpt2_formula_states(int stage, double psi, double n, int ac
    (N-1)/N, gradients reduced once per micro-step (A of them), 'es' bytes each. */
 static inline double gpt2_formula_traffic(int stage, double psi, double n, double a, double es)
 {
-    double f = (n - 1) / n * es;
-    switch (stage) {
-    case 0: return 2 * a * psi * f;
-    case 1:
-    case 2: return (a + 1) * psi * f;
-    default: return 3 * a * psi * f;
-    }
+    return gpt2_formula_traffic_frozen(stage, psi, 0, n, a, es);
 }
 
 /* ---- memory report ----------------------------------------------------------------------- */
