@@ -85,6 +85,8 @@ build/test_nccl_mock build/san/test_nccl_mock: $(wildcard tests/mock/*.h)
 # The GPT example's activation-offload and tiling tests run the example: make test builds it first.
 build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
 build/test_gpt2_tiling build/san/test_gpt2_tiling: build/train_gpt2 $(wildcard examples/*.h)
+# test_lr_zero runs the example's schedule to lr 0
+build/test_lr_zero build/san/test_lr_zero: build/train_gpt2
 
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
@@ -308,10 +310,14 @@ CUDASIM_FLAGS := -std=c++17 $(WARN) -Wno-unknown-pragmas $(CUDASIM_OPT) -g -ffp-
 CUDASIM_LIB_SRC := $(sort $(wildcard tests/cudasim/*.cpp))
 CUDASIM_LIB_OBJ := $(patsubst tests/cudasim/%.cpp,$(CUDASIM_DIR)/lib/%.o,$(CUDASIM_LIB_SRC))
 CUDASIM_HDRS := $(wildcard tests/cudasim/*.h)
-CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine
+CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine test_sim_nccl test_nccl
 CUDASIM_BINS = $(addprefix $(CUDASIM_DIR)/,$(CUDASIM_PROGS))
+# the examples under the harness (tests/cudasim/examples.sh, with build/train_gpt2 to compare);
+# CUDASIM_EXAMPLES= leaves them out (the default under TSan, which runs the stream and comm tests)
+CUDASIM_EXAMPLES ?= $(if $(filter tsan,$(CUDASIM_SAN)),,examples)
+CUDASIM_EX_BINS = $(if $(CUDASIM_EXAMPLES),$(CUDASIM_DIR)/train_gpt2 $(CUDASIM_DIR)/train_gpu build/train_gpt2)
 # the programs CI runs under ThreadSanitizer: streams, events and the comms
-CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels
+CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels test_sim_nccl
 vpath %.cu tests/cudasim
 
 $(CUDASIM_DIR)/lib:
@@ -324,8 +330,10 @@ $(CUDASIM_DIR)/%: %.cu $(CUDASIM_LIB_OBJ) $(CUDA_HEADERS) $(CUDASIM_HDRS) $(wild
 # make test-cuda-sim: every CUDASIM_PROGS program under the harness (tests/run.sh adds up).
 # make cudasim-run SRC=my.cu [ARGS=...]: one .cu file of yours, built and run under it.
 test-cuda-sim:
-	@$(MAKE) --no-print-directory $(PAR) $(CUDASIM_BINS)
-	@bash tests/run.sh $(CUDASIM_BINS)
+	@$(MAKE) --no-print-directory $(PAR) $(CUDASIM_BINS) $(filter-out $(CUDASIM_DIR)/train_gpu,$(CUDASIM_EX_BINS))
+	@$(if $(CUDASIM_EXAMPLES),$(MAKE) --no-print-directory $(CUDASIM_DIR)/train_gpu || echo "test-cuda-sim: train_gpu.cu does not build under the harness (tests/cudasim/README.md)";) true
+	@$(if $(CUDASIM_EXAMPLES),printf '#!/bin/sh\nexec bash tests/cudasim/examples.sh %s\n' $(CUDASIM_DIR) > $(CUDASIM_DIR)/examples && chmod +x $(CUDASIM_DIR)/examples;) true
+	@bash tests/run.sh $(CUDASIM_BINS) $(if $(CUDASIM_EXAMPLES),$(CUDASIM_DIR)/examples)
 
 print-cudasim-tsan:
 	@echo $(CUDASIM_TSAN_PROGS)

@@ -81,6 +81,7 @@ typedef struct gpt2_opts {
     const char *save_dir, *resume_dir; /* checkpoints                           */
     int save_every;                    /* save every K steps and after the last */
     const char *init_path;             /* start from a .safetensors file        */
+    char init_file[4096];              /* --init DIR: DIR/model.safetensors     */
     const char *data_path;             /* a directory of text files, a text file or a .bin */
     const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
     const char *logits_path;           /* step 0: rank 0's logits (fp32) of its first micro-batch */
@@ -128,7 +129,8 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "usage: %s [options]\n"
             "model:  --layers L --heads H --channels C --seq T --vocab V (default 4 4 64 64 256)\n"
             "        --preset 124M|1558M   GPT-2 small / XL shapes (T 1024, V 50257)\n"
-            "        --init FILE.safetensors   start from a Hugging Face GPT-2 file\n"
+            "        --init FILE.safetensors|DIR   start from a Hugging Face GPT-2 file, or a save_pretrained\n"
+            "                                      directory (config.json gives the shape; model.safetensors)\n"
             "data:   --data DIR|FILE|FILE.bin (default %s; text = bytes, .bin = llm.c tokens)\n"
             "        --batch B   sequences per micro-step over all ranks (default 8)\n"
             "train:  --stage 0..3 (default: the demo, every stage)  --ranks N (default 4)\n"
@@ -162,9 +164,95 @@ static inline int gpt2_parse_tier(const char *v, zero_offload_device *out)
 
 /* Parses argv into o (defaults first: gpt2_opts_default). Returns 0, 1 for --help (usage
    printed to stdout) or 2 on an error (message and usage on stderr). */
+/* The value of "key" in a flat JSON object held in text (Hugging Face's config.json): a
+   number, or true/false as 1/0. Returns 0, or -1 when the key is absent or not a number. */
+static inline int gpt2_json_number(const char *text, const char *key, double *out)
+{
+    char pat[80];
+    const char *p;
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    for (p = strstr(text, pat); p; p = strstr(p + 1, pat)) {
+        const char *q = p + strlen(pat);
+        char *end = NULL;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q != ':') continue; /* the name as a value, not a key */
+        q++;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (!strncmp(q, "true", 4)) return *out = 1, 0;
+        if (!strncmp(q, "false", 5)) return *out = 0, 0;
+        *out = strtod(q, &end);
+        return end != q ? 0 : -1;
+    }
+    return -1;
+}
+
+/* --init DIR: reads DIR/config.json (n_layer, n_head, n_embd, n_positions, vocab_size,
+   layer_norm_epsilon, tie_word_embeddings) into o->cfg, refusing a shape flag given on the
+   command line (given: bit 0 --layers, 1 --heads, 2 --channels, 3 --vocab) that disagrees,
+   naming both values, and points o->init_path at DIR/model.safetensors. 0, or -1 with a
+   message in why. */
+static inline int gpt2_read_hf_dir(gpt2_opts *o, const char *dir, unsigned given, char *why, size_t n)
+{
+    static const char *const keys[4] = {"n_layer", "n_head", "n_embd", "vocab_size"};
+    static const char *const flags[4] = {"--layers", "--heads", "--channels", "--vocab"};
+    int *dst[4];
+    char path[4200], *text = NULL;
+    FILE *f;
+    long len;
+    double v;
+    int k, rc = -1;
+    struct stat st;
+    dst[0] = &o->cfg.layers, dst[1] = &o->cfg.heads, dst[2] = &o->cfg.channels, dst[3] = &o->cfg.vocab;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!(f = fopen(path, "rb"))) {
+        snprintf(why, n, "--init %.300s: a directory without config.json", dir);
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && len < (1L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = (char *)malloc((size_t)len + 1)) != NULL && fread(text, 1, (size_t)len, f) == (size_t)len) {
+        text[len] = '\0';
+        rc = 0;
+    } else {
+        snprintf(why, n, "%.300s: unreadable (or over 1 MB)", path);
+    }
+    fclose(f);
+    for (k = 0; k < 4 && rc == 0; k++) {
+        if (gpt2_json_number(text, keys[k], &v) != 0 || !(v >= 1 && v <= 1e7) || v != (double)(int)v) {
+            snprintf(why, n, "%.300s: no integer %s", path, keys[k]);
+            rc = -1;
+        } else if ((given >> k & 1) && *dst[k] != (int)v) {
+            snprintf(why, n, "%.300s says %s = %d, %s says %d: drop the flag or use another checkpoint", path, keys[k],
+                     (int)v, flags[k], *dst[k]);
+            rc = -1;
+        } else {
+            *dst[k] = (int)v;
+        }
+    }
+    if (rc == 0 && gpt2_json_number(text, "n_positions", &v) == 0) {
+        if (!(v >= 1 && v <= 1e7) || v != (double)(int)v) snprintf(why, n, "%.300s: bad n_positions", path), rc = -1;
+        else o->cfg.max_seq = (int)v; /* wpe's rows, whatever --seq trains with */
+    }
+    if (rc == 0 && gpt2_json_number(text, "layer_norm_epsilon", &v) == 0 && v != 1e-5)
+        snprintf(why, n, "%.300s: layer_norm_epsilon = %g; this model uses 1e-5", path, v), rc = -1;
+    if (rc == 0 && gpt2_json_number(text, "tie_word_embeddings", &v) == 0 && v != 1)
+        snprintf(why, n, "%.300s: tie_word_embeddings = false; this model ties the LM head to wte", path), rc = -1;
+    free(text);
+    if (rc != 0) return rc;
+    snprintf(o->init_file, sizeof o->init_file, "%s/model.safetensors", dir);
+    if (stat(o->init_file, &st) != 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        snprintf(why, n, "--init %.300s: no model.safetensors%s", dir,
+                 stat(path, &st) == 0 ? " (a sharded model.safetensors.index.json: not supported yet)" : "");
+        return -1;
+    }
+    o->init_path = o->init_file;
+    return 0;
+}
+
 static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
 {
     int a;
+    unsigned given = 0; /* shape flags on the command line (gpt2_read_hf_dir) */
     for (a = 1; a < argc; a += 2) {
         const char *k = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
         int bad = 0;
@@ -177,11 +265,11 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             gpt2_usage(stderr, argv[0]);
             return 2;
         }
-        if (!strcmp(k, "--layers")) o->cfg.layers = atoi(v);
-        else if (!strcmp(k, "--heads")) o->cfg.heads = atoi(v);
-        else if (!strcmp(k, "--channels")) o->cfg.channels = atoi(v);
+        if (!strcmp(k, "--layers")) o->cfg.layers = atoi(v), given |= 1u;
+        else if (!strcmp(k, "--heads")) o->cfg.heads = atoi(v), given |= 2u;
+        else if (!strcmp(k, "--channels")) o->cfg.channels = atoi(v), given |= 4u;
         else if (!strcmp(k, "--seq")) o->cfg.seq = atoi(v);
-        else if (!strcmp(k, "--vocab")) o->cfg.vocab = atoi(v);
+        else if (!strcmp(k, "--vocab")) o->cfg.vocab = atoi(v), given |= 8u;
         else if (!strcmp(k, "--preset")) {
             if (!strcmp(v, "124M")) {
                 o->cfg.layers = 12, o->cfg.heads = 12, o->cfg.channels = 768;
@@ -190,6 +278,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             } else bad = 1;
             o->cfg.seq = o->cfg.max_seq = 1024;
             o->cfg.vocab = 50257;
+            given |= 15u;
         } else if (!strcmp(k, "--batch")) o->batch = atoi(v);
         else if (!strcmp(k, "--stage")) o->stage = atoi(v), bad = o->stage < 0 || o->stage > 3;
         else if (!strcmp(k, "--ranks")) o->ranks = atoi(v), o->ranks_given = 1;
@@ -238,6 +327,25 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         if (bad) {
             fprintf(stderr, "%s: bad value for %s: %s\n", argv[0], k, v);
             return 2;
+        }
+    }
+    if (o->init_path) {
+        struct stat st;
+        char why[800];
+        if (stat(o->init_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            int seq_given = 0;
+            for (a = 1; a + 1 < argc; a += 2) seq_given |= !strcmp(argv[a], "--seq");
+            o->cfg.max_seq = 0;
+            if (gpt2_read_hf_dir(o, o->init_path, given, why, sizeof why) != 0) {
+                fprintf(stderr, "%s: %s\n", argv[0], why);
+                return 2;
+            }
+            if (!seq_given && o->cfg.seq > o->cfg.max_seq) o->cfg.seq = o->cfg.max_seq;
+            if (o->cfg.seq > o->cfg.max_seq) {
+                fprintf(stderr, "%s: --seq %d exceeds config.json's n_positions = %d\n", argv[0], o->cfg.seq,
+                        o->cfg.max_seq);
+                return 2;
+            }
         }
     }
     if (o->cfg.max_seq == 0 || o->cfg.max_seq < o->cfg.seq) o->cfg.max_seq = o->cfg.seq;

@@ -39,7 +39,8 @@
    --sample N ends with N tokens generated as the CPU example does. Not supported here:
    --device-memory (a budget of the CPU example's host device), refused with a message.
 
-   Status: compiled and linked with nvcc, warnings as errors; never run on a GPU.
+   Status: compiled and linked with nvcc, warnings as errors; never run on a GPU; runs on
+   the CPU under the harness of tests/cudasim (make test-cuda-sim, tests/cudasim/examples.sh).
    docs/gpt2_cuda.md has the whole story and the GPU check (tools/gpt2_gpu_check.sh). */
 #define ZERO_IMPLEMENTATION
 #define ZERO_CUDA_IMPLEMENTATION

@@ -235,10 +235,67 @@ ZT_TEST(the_fine_tuning_flags)
         ZT_CHECK(gpt2_formula_states_frozen(k, 1000, 0, 4, 2, 2) == gpt2_formula_states(k, 1000, 4, 2, 2));
 }
 
+/* --init DIR: config.json gives the shape (n_positions apart from --seq); a shape flag that
+   disagrees is refused naming both values; an untied head, another epsilon and a sharded
+   checkpoint are refused by name. */
+static void hf_write(const char *dir, const char *name, const char *text)
+{
+    char path[600];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+ZT_TEST(init_from_a_hf_directory)
+{
+    char dir[] = "/tmp/zero_hfdir_XXXXXX", want[700];
+    char a0[] = "t", a1[] = "--init", a3[] = "--layers", a4[] = "3", a5[] = "--seq", a6[] = "16";
+    char *args[] = {a0, a1, dir, a5, a6}, *bad[] = {a0, a1, dir, a3, a4};
+    gpt2_opts o;
+    const char *cfg = "{\n  \"n_layer\": 2, \"n_head\": 2,\n  \"n_embd\": 32, \"n_positions\": 40,\n"
+                      "  \"vocab_size\": 300, \"layer_norm_epsilon\": 1e-05, \"tie_word_embeddings\": true\n}\n";
+    if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
+    hf_write(dir, "config.json", cfg);
+    gpt2_opts_default(&o);
+    fprintf(stderr, "(five refusals expected)\n");
+    ZT_CHECK(gpt2_parse_args(5, args, &o) == 2); /* no model.safetensors yet */
+    hf_write(dir, "model.safetensors", "");
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(5, args, &o) == 0);
+    snprintf(want, sizeof want, "%s/model.safetensors", dir);
+    ZT_CHECK(o.cfg.layers == 2 && o.cfg.heads == 2 && o.cfg.channels == 32 && o.cfg.vocab == 300 &&
+             o.cfg.max_seq == 40 && o.cfg.seq == 16 && o.init_path && !strcmp(o.init_path, want));
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, args, &o) == 0 && o.cfg.seq == 40); /* --seq defaults to n_positions' bound */
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(5, bad, &o) == 2);
+    hf_write(dir, "config.json", "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 300, "
+                                 "\"tie_word_embeddings\": false}");
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, args, &o) == 2);
+    hf_write(dir, "config.json", "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 300, "
+                                 "\"layer_norm_epsilon\": 1e-6}");
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, args, &o) == 2);
+    hf_write(dir, "config.json", "{\"n_layer\": 2.5, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 300}");
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, args, &o) == 2);
+    {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+}
+
 int main(void)
 {
     ZT_RUN(the_table_is_gpt2_small_under_hf_names);
     ZT_RUN(the_fine_tuning_flags);
+    ZT_RUN(init_from_a_hf_directory);
     ZT_RUN(the_loader_and_the_batches);
     ZT_RUN(the_schedule_and_the_flags);
     return zt_summary();
