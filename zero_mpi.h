@@ -378,9 +378,14 @@ static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, d
                    (the data of a small collective rides in them): tell it this rank gave up. */
                 for (p = 0; p < c->base.world; p++) {
                     MPI_Request gone;
-                    if (p != c->base.rank &&
-                        MPI_Isend(NULL, 0, MPI_BYTE, p, ZERO__MPI_TAG_GAVE_UP, c->mc, &gone) == MPI_SUCCESS)
-                        MPI_Request_free(&gone);
+                    int sent = 0, tries;
+                    if (p == c->base.rank ||
+                        MPI_Isend(NULL, 0, MPI_BYTE, p, ZERO__MPI_TAG_GAVE_UP, c->mc, &gone) != MPI_SUCCESS)
+                        continue;
+                    /* push it out now: this rank may make no MPI call for a long time */
+                    for (tries = 0; tries < 1000 && !sent; tries++)
+                        if (MPI_Test(&gone, &sent, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+                    if (!sent) MPI_Request_free(&gone);
                 }
                 return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
                                        "rank %d timed out after %d ms in %s #%llu (%s): a peer "
