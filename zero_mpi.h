@@ -29,17 +29,12 @@
        MPI_Finalize();
 
    HOW A COLLECTIVE RUNS (docs/mpi.md has the whole protocol and its cost)
-       1. Signature round: a packet to every peer (MPI_Isend / MPI_Irecv): 11 int64
-          fields (kind, dtype, count, op, root, this comm's own sequence number, an
-          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq) and up to
-          ZERO_MPI_EAGER_BYTES (3968) of payload, so every rank has every rank's signature
-          and sees whether all agree. On disagreement every rank names the first rank that
-          differs from rank 0 and returns ZERO_ERROR_MISMATCH with the same sentence;
-          nothing is written. A collective whose block (all_gather, reduce_scatter) or
-          buffer (all_reduce, broadcast) fits in the payload (host memory) puts its data
-          there and ends with this round: all_gather copies the packets' blocks,
-          reduce_scatter and all_reduce reduce them in rank order (the same function as
-          below), broadcast copies the root's.
+       1. Signature round: one MPI_Iallreduce(MAX) of 11 int64 fields and their bitwise
+          complements (kind, dtype, count, op, root, this comm's own sequence number, an
+          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq), so every rank
+          learns whether all ranks agree. On disagreement a second round (MPI_Iallgather of
+          the signatures) names the first rank that differs from rank 0, and every rank
+          returns ZERO_ERROR_MISMATCH with the same sentence; nothing is written.
        2. Data round, point to point (MPI_Isend / MPI_Irecv of at most 1 GiB each):
             all_gather      each rank sends its block to every peer
             reduce_scatter  rank p receives block p of every peer's send (an all-to-all),
@@ -209,9 +204,9 @@ ZERODEF zero_result zero_mpi_nccl_unique_id(MPI_Comm comm, int root, void *id, i
 extern "C" {
 #endif
 
-/* The MPI comm. A collective = a signature round (a packet of the call's identity to every
-   peer, carrying the data of a small collective) then, for a larger one, a data round of
-   point-to-point messages; reductions reuse the local comm's zero__local_reduce and zero__local_slice, so
+/* The MPI comm. A collective = a signature round (an MPI_Iallreduce of the call's
+   identity, the second round only on disagreement) then a data round of point-to-point
+   messages; reductions reuse the local comm's zero__local_reduce and zero__local_slice, so
    the arithmetic is the same code, not a copy of it. */
 
 enum {
@@ -245,18 +240,7 @@ enum {
 #define ZERO_MPI_SPIN_MS 2.0
 #endif
 
-#define ZERO__MPI_MAGIC ((int64_t)0x5a45524f4d504902ll) /* "ZEROMPI" + protocol version 2 */
-
-/* Bytes of data the signature round's packet carries: a collective whose block (all_gather,
-   reduce_scatter) or buffer (all_reduce, broadcast) fits is done in that one round. Every
-   rank must use the same value. The packet is this plus ZERO__MPI_HDR bytes: 4096 in all,
-   Open MPI's eager limit on shared memory (a larger message waits for a rendezvous, which
-   made a one-round 4 KiB all_reduce slower than the two-round one). */
-#ifndef ZERO_MPI_EAGER_BYTES
-#define ZERO_MPI_EAGER_BYTES 3968
-#endif
-#define ZERO__MPI_HDR 128 /* the signature's NF int64, padded */
-#define ZERO__MPI_SLOT ((size_t)ZERO__MPI_HDR + (size_t)(ZERO_MPI_EAGER_BYTES))
+#define ZERO__MPI_MAGIC ((int64_t)0x5a45524f4d504901ll) /* "ZEROMPI" + protocol version 1 */
 /* Bytes per message (counts are ints); tests shrink it to exercise the splitting. */
 #ifndef ZERO_MPI_PIECE_BYTES
 #define ZERO_MPI_PIECE_BYTES ((size_t)1 << 30)
@@ -264,8 +248,6 @@ enum {
 #define ZERO__MPI_PIECE ((size_t)(ZERO_MPI_PIECE_BYTES))
 #define ZERO__MPI_TAG_DATA 0x5a31
 #define ZERO__MPI_TAG_GATHER 0x5a32
-#define ZERO__MPI_TAG_SIG 0x5a30
-#define ZERO__MPI_TAG_GAVE_UP 0x5a33 /* an empty message: "I timed out and left" */
 
 typedef struct zero__mpi_comm {
     zero_comm base;
@@ -277,9 +259,9 @@ typedef struct zero__mpi_comm {
     unsigned long long seq;  /* collectives called on this comm                         */
     zero_result broken;      /* ZERO_OK, or why every call now fails                    */
     char broken_msg[320];
-    int leak;                /* a timed-out request may still write pkt/scratch: keep them */
-    unsigned char *pkt;      /* [2 world SLOT]: the signature round's packets, out then in */
-    int64_t *sigs;           /* [world * NF]: every rank's signature, from the packets    */
+    int leak;                /* a timed-out request may still write sig/scratch: keep them */
+    int64_t *sig;            /* [4 * NF]: the Iallreduce's input (2 NF) and output (2 NF) */
+    int64_t *sigs;           /* [world * NF]: the disagreement round                      */
     unsigned char *scratch;  /* received blocks of a reduction                             */
     size_t scratch_bytes;
     MPI_Request *reqs;       /* the data round's requests                                */
@@ -372,21 +354,7 @@ static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, d
             double t = zero__mpi_now_ms();
             if (start == 0) start = t;
             if (t > deadline) {
-                int p;
                 c->leak = 1;
-                /* A late peer may still complete this round with the packets already sent
-                   (the data of a small collective rides in them): tell it this rank gave up. */
-                for (p = 0; p < c->base.world; p++) {
-                    MPI_Request gone;
-                    int sent = 0, tries;
-                    if (p == c->base.rank ||
-                        MPI_Isend(NULL, 0, MPI_BYTE, p, ZERO__MPI_TAG_GAVE_UP, c->mc, &gone) != MPI_SUCCESS)
-                        continue;
-                    /* push it out now: this rank may make no MPI call for a long time */
-                    for (tries = 0; tries < 1000 && !sent; tries++)
-                        if (MPI_Test(&gone, &sent, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-                    if (!sent) MPI_Request_free(&gone);
-                }
                 return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
                                        "rank %d timed out after %d ms in %s #%llu (%s): a peer "
                                        "did not join",
@@ -438,63 +406,45 @@ static void zero__mpi_describe(char *buf, size_t size, const int64_t *f)
                  f[ZERO__MPI_F_OP] == ZERO_OP_MAX ? "max" : "sum", tag, (long long)f[ZERO__MPI_F_SEQ]);
 }
 
-/* The signature round: one packet to every peer (MPI_Isend / MPI_Irecv, tag SIG): this
-   rank's signature (mine) and the 'payload' bytes of data the caller put in packet p for
-   peer p; every receive takes up to a whole slot, so packets of any size match (a peer that
-   disagrees on the size sends another length, never more than a slot). Every rank then has
-   every rank's signature. Returns ZERO_OK when
-   every rank called the same thing; otherwise the error every rank returns
-   (INVALID_ARGUMENT for a rank's own bad arguments, its 'why'), with the comm broken where a
-   peer left or aborted. */
-static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, size_t payload, double deadline,
+/* The signature round. Returns ZERO_OK when every rank called the same thing; otherwise
+   the error every rank returns (INVALID_ARGUMENT for a rank's own bad arguments, its
+   'why'), with the comm broken where a peer left or aborted. */
+static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, double deadline,
                                    const char *why)
 {
     const char *what = zero__mpi_kind_name(mine[ZERO__MPI_F_KIND]);
-    unsigned char *out = c->pkt, *in = c->pkt + (size_t)c->base.world * ZERO__MPI_SLOT;
+    int64_t *in = c->sig, *out = c->sig + 2 * ZERO__MPI_NF;
+    MPI_Request req;
     zero_result res;
     int i, r, world = c->base.world, rc, agree = 1, bad_rank = -1, other = -1, gone = -1;
     char a[192], b[192];
-    int rank = c->base.rank, s, n = 0;
-    for (i = 0; i < world; i++) memcpy(out + (size_t)i * ZERO__MPI_SLOT, mine, ZERO__MPI_NF * sizeof *mine);
-    memcpy(in + (size_t)rank * ZERO__MPI_SLOT, out + (size_t)rank * ZERO__MPI_SLOT, ZERO__MPI_HDR + payload);
-    rc = MPI_SUCCESS;
-    for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
-        r = (rank + world - s) % world;
-        rc = MPI_Irecv(in + (size_t)r * ZERO__MPI_SLOT, (int)ZERO__MPI_SLOT, MPI_BYTE, r, ZERO__MPI_TAG_SIG, c->mc,
-                       &c->reqs[n++]);
+    for (i = 0; i < ZERO__MPI_NF; i++) {
+        in[i] = mine[i];
+        in[ZERO__MPI_NF + i] = ~mine[i]; /* max of the complements = complement of the min */
     }
-    for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
-        r = (rank + s) % world;
-        rc = MPI_Isend(out + (size_t)r * ZERO__MPI_SLOT, (int)(ZERO__MPI_HDR + payload), MPI_BYTE, r,
-                       ZERO__MPI_TAG_SIG, c->mc, &c->reqs[n++]);
-    }
+    rc = MPI_Iallreduce(in, out, 2 * ZERO__MPI_NF, MPI_INT64_T, MPI_MAX, c->mc, &req);
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING + 1];
         zero__mpi_errtext(rc, e, sizeof e);
-        c->leak = 1; /* the requests already posted stay pending */
-        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): posting the signature failed: %s", what,
-                               c->seq, rank, e);
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Iallreduce failed: %s", what,
+                               c->seq, c->base.rank, e);
     }
-    res = zero__mpi_wait(c, n, c->reqs, deadline, what, "signature round");
+    res = zero__mpi_wait(c, 1, &req, deadline, what, "signature round");
     if (res != ZERO_OK) return res;
-    for (r = 0; r < world; r++) {
-        memcpy(c->sigs + (size_t)r * ZERO__MPI_NF, in + (size_t)r * ZERO__MPI_SLOT, ZERO__MPI_NF * sizeof *mine);
-        if (memcmp(c->sigs + (size_t)r * ZERO__MPI_NF, mine, ZERO__MPI_NF * sizeof *mine) != 0) agree = 0;
-    }
-    if (agree) {
-        MPI_Status st;
-        int gave_up = 0;
-        if (MPI_Iprobe(MPI_ANY_SOURCE, ZERO__MPI_TAG_GAVE_UP, c->mc, &gave_up, &st) == MPI_SUCCESS && gave_up) {
-            MPI_Recv(NULL, 0, MPI_BYTE, st.MPI_SOURCE, ZERO__MPI_TAG_GAVE_UP, c->mc, MPI_STATUS_IGNORE);
-            return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
-                                   "%s #%llu (rank %d): rank %d timed out after %d ms in a collective and left "
-                                   "the comm (this rank came late)",
-                                   what, c->seq, c->base.rank, st.MPI_SOURCE, c->timeout_ms);
-        }
-        return ZERO_OK;
-    }
+    for (i = 0; i < ZERO__MPI_NF; i++)
+        if (out[i] != ~out[ZERO__MPI_NF + i]) agree = 0;
+    if (agree) return ZERO_OK;
 
-    /* Disagreement: every rank has every signature, so every rank names the same one. */
+    /* Disagreement: every rank saw it, so every rank gathers the signatures to name it. */
+    rc = MPI_Iallgather(mine, ZERO__MPI_NF, MPI_INT64_T, c->sigs, ZERO__MPI_NF, MPI_INT64_T, c->mc, &req);
+    if (rc != MPI_SUCCESS) {
+        char e[MPI_MAX_ERROR_STRING + 1];
+        zero__mpi_errtext(rc, e, sizeof e);
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Iallgather failed: %s", what,
+                               c->seq, c->base.rank, e);
+    }
+    res = zero__mpi_wait(c, 1, &req, deadline, what, "disagreement round");
+    if (res != ZERO_OK) return res;
     for (r = 0; r < world; r++) {
         const int64_t *f = c->sigs + (size_t)r * ZERO__MPI_NF;
         if (gone < 0 && (f[ZERO__MPI_F_KIND] == ZERO__MPI_LEAVE || f[ZERO__MPI_F_KIND] == ZERO__MPI_ABORT))
@@ -728,7 +678,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
     char why[192];
     size_t es, total = numel, bytes = 0;
     double deadline;
-    int world, rank, p, bad = 0, eager;
+    int world, rank, p, bad = 0;
     zero__mpi_lay lay;
     zero__mpi_xfer x;
     zero_result res;
@@ -774,38 +724,10 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
         f[ZERO__MPI_F_GROUP] = comm->tag.group;
         f[ZERO__MPI_F_TAGSEQ] = (int64_t)comm->tag.seq;
     }
-    /* Small enough (host memory): the data rides in the signature round's packets. */
-    eager = !bad && !c->device && numel > 0 && numel <= (size_t)ZERO_MPI_EAGER_BYTES / es &&
-            kind != ZERO__MPI_BARRIER && kind != ZERO__MPI_LEAVE && kind != ZERO__MPI_ABORT;
-    if (eager) {
-        size_t n = numel * es;
-        for (p = 0; p < world; p++) {
-            unsigned char *pay = c->pkt + (size_t)p * ZERO__MPI_SLOT + ZERO__MPI_HDR;
-            if (kind == ZERO__MPI_REDUCE_SCATTER) memcpy(pay, (const unsigned char *)send + (size_t)p * n, n);
-            else if (kind != ZERO__MPI_BROADCAST || rank == root) memcpy(pay, send, n);
-        }
-    }
-    res = zero__mpi_agree(c, f, eager ? numel * es : 0, deadline, why);
+    res = zero__mpi_agree(c, f, deadline, why);
     if (res != ZERO_OK) return res;
     if (kind == ZERO__MPI_BARRIER || kind == ZERO__MPI_LEAVE || kind == ZERO__MPI_ABORT || numel == 0)
         return ZERO_OK;
-    if (eager) { /* every rank agreed, so every rank sent its data: finish from the packets */
-        const unsigned char *in = c->pkt + (size_t)world * ZERO__MPI_SLOT + ZERO__MPI_HDR;
-        size_t n = numel * es;
-        switch (kind) {
-        case ZERO__MPI_ALL_GATHER:
-            for (p = 0; p < world; p++)
-                memmove((unsigned char *)recv + (size_t)p * n, in + (size_t)p * ZERO__MPI_SLOT, n);
-            return ZERO_OK;
-        case ZERO__MPI_BROADCAST:
-            if (rank != root) memcpy(recv, in + (size_t)root * ZERO__MPI_SLOT, n);
-            return ZERO_OK;
-        default: /* the reductions: the peers' blocks from the packets, mine from send */
-            for (p = 0; p < world; p++) c->srcs[p] = in + (size_t)p * ZERO__MPI_SLOT;
-            return zero__mpi_reduce(c, recv, (const unsigned char *)send + (kind == ZERO__MPI_ALL_REDUCE ? 0 : rank * n),
-                                    NULL, numel, dtype, op);
-        }
-    }
 
     /* The data round. */
     res = zero__mpi_dev_sync(c);
@@ -919,7 +841,7 @@ static void zero__mpi_free(zero__mpi_comm *c)
 {
     zero_allocator a = c->allocator;
     if (!c->leak) { /* else a pending request may still write these: keep them */
-        zero__free(&a, c->pkt);
+        zero__free(&a, c->sig);
         zero__free(&a, c->sigs);
         zero__free(&a, c->scratch);
     }
@@ -1048,11 +970,10 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     c->base.impl = c;
     c->base.rank = rank;
     c->base.world = world;
-    c->pkt = (unsigned char *)zero__alloc(&a, 2 * (size_t)world * ZERO__MPI_SLOT);
+    c->sig = (int64_t *)zero__alloc(&a, 4 * ZERO__MPI_NF * sizeof(int64_t));
     c->sigs = (int64_t *)zero__alloc(&a, (size_t)world * ZERO__MPI_NF * sizeof(int64_t));
     c->srcs = (const void **)zero__alloc(&a, (size_t)world * sizeof *c->srcs);
-    if (c->pkt) memset(c->pkt, 0, 2 * (size_t)world * ZERO__MPI_SLOT); /* the unused payload bytes sent */
-    if (!c->pkt || !c->sigs || !c->srcs || !zero__mpi_reqs(c, 2 * (size_t)world)) {
+    if (!c->sig || !c->sigs || !c->srcs || !zero__mpi_reqs(c, 2 * (size_t)world)) {
         MPI_Comm_free(&c->mc);
         zero__mpi_free(c);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_mpi_create: out of memory (world %d)", world);
