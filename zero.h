@@ -587,6 +587,10 @@ typedef struct zero_comm_tag {
     int32_t group; /* engine group, -1 for none                                     */
     int32_t role;  /* what the collective is for (the engine's roles); 0 = untagged */
     uint64_t seq;  /* the caller's collective sequence number                        */
+    uint64_t count; /* the whole payload in elements when the caller splits it over
+                       several collectives (zero_engine_allreduce: its count), so
+                       ranks that split different totals disagree at the first
+                       piece; 0 otherwise                                           */
 } zero_comm_tag;
 
 /* The roles of zero_comm_tag.role: what each engine collective is for. A stage-3 prefetch
@@ -3698,7 +3702,7 @@ struct zero_local_group {
     unsigned char *has_comm;  /* [world]                                                 */
     zero__local_post *posts;  /* [2][world]: by parity of the collective's sequence       */
     int verdict_ok[2];
-    char verdict_msg[2][448];
+    char verdict_msg[2][512];
 };
 
 typedef struct zero__local_comm {
@@ -3743,14 +3747,16 @@ static const char *zero__local_kind_name(int kind)
 /* " group 0 (gather, seq 12)", " (flag, seq 40)", or "" when untagged. */
 static void zero__local_describe_tag(char *buf, size_t size, const zero_comm_tag *t)
 {
+    char count[40] = "";
+    if (t->count) snprintf(count, sizeof count, ", count %llu", (unsigned long long)t->count);
     if (t->role == ZERO_ROLE_NONE)
         buf[0] = '\0';
     else if (t->group >= 0)
-        snprintf(buf, size, " group %d (%s, seq %llu)", (int)t->group, zero_comm_role_name(t->role),
-                 (unsigned long long)t->seq);
+        snprintf(buf, size, " group %d (%s, seq %llu%s)", (int)t->group, zero_comm_role_name(t->role),
+                 (unsigned long long)t->seq, count);
     else
-        snprintf(buf, size, " (%s, seq %llu)", zero_comm_role_name(t->role),
-                 (unsigned long long)t->seq);
+        snprintf(buf, size, " (%s, seq %llu%s)", zero_comm_role_name(t->role),
+                 (unsigned long long)t->seq, count);
 }
 
 /* "all_reduce(numel 10, f32, sum)" */
@@ -3781,14 +3787,14 @@ static int zero__local_same(const zero__local_post *a, const zero__local_post *b
 static int zero__local_same_tag(const zero_comm_tag *a, const zero_comm_tag *b)
 {
     return a->role == ZERO_ROLE_NONE || b->role == ZERO_ROLE_NONE ||
-           (a->group == b->group && a->role == b->role && a->seq == b->seq);
+           (a->group == b->group && a->role == b->role && a->seq == b->seq && a->count == b->count);
 }
 
 /* Under the lock, by the last rank to post: do all posts of parity 'par' agree? */
 static int zero__local_judge(zero_local_group *g, int par, unsigned long long seq)
 {
     const zero__local_post *p = g->posts + (size_t)par * (size_t)g->world;
-    char a[96], b[96], ta[64], tb[64];
+    char a[96], b[96], ta[112], tb[112];
     int r;
     for (r = 0; r < g->world; r++)
         if (p[r].bad) {
@@ -12023,22 +12029,31 @@ ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t coun
     dev = e->cfg.dev;
     es = zero_dtype_size(dtype);
     per = ZERO__ENG_SCRATCH_BYTES / es;
-    for (done = 0; done < count; done += n) {
-        unsigned char *host = (unsigned char *)buf + done * es;
+    /* Every piece's tag carries the whole count, and a count of 0 is still one (empty)
+       collective: ranks that pass different counts disagree at their first piece, before any
+       byte moves, instead of pairing one rank's extra piece with a peer's next call. */
+    done = 0;
+    do {
+        unsigned char *host = count ? (unsigned char *)buf + done * es : NULL;
         n = count - done < per ? count - done : per;
-        ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->buf.scratch, host, n * es),
-                      "allreduce: upload");
+        if (n)
+            ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->buf.scratch, host, n * es),
+                          "allreduce: upload");
         zero__eng_tag(e, -1, ZERO_ROLE_USER);
+        e->cfg.comm->tag.count = (uint64_t)count;
         r = e->cfg.comm->ops->all_reduce(e->cfg.comm, e->buf.scratch, e->buf.scratch, n, dtype, op,
                                      zero__eng_comm_queue(e));
         zero__eng_untag(e);
         if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
         zero__eng_count(e, ZERO_COLL_USER,
                         2.0 * (double)n * (double)(e->cfg.world - 1) / (double)e->cfg.world, dtype);
-        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->buf.scratch, n * es),
-                      "allreduce: download");
-        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
-    }
+        if (n) {
+            ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->buf.scratch, n * es),
+                          "allreduce: download");
+            ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
+        }
+        done += n;
+    } while (done < count);
     return ZERO_OK;
 }
 
