@@ -1978,8 +1978,10 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    rank's message, and every rank removes the files it wrote for this save; the engine is
    unchanged either way and the previous checkpoint in dir stays loadable. Rank 0 holds
    dir/zero.lock for the whole save: a save into a directory that another live save holds
-   fails at once with IO "another save is in progress in DIR (pid P, host H)"; a lock whose
-   holder is gone (its flock released, or its pid dead on this host) is taken over. The
+   fails at once with IO "another save is in progress in DIR (pid P, host H)". The lock's
+   flock alone decides: held = live, whatever pid it names (another PID namespace or host);
+   free = stale (its holder died, kill -9 included), even empty or unreadable, and taken
+   over (docs/checkpoint.md). The
    generation is a 64-bit integer (after 2^64 - 1 it wraps to the lowest one no file of dir
    names). A manifest in dir that is not a regular file (a FIFO) is IO, never opened.
    Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
@@ -14334,15 +14336,89 @@ static void zero__ck_cleanup(const char *dir, uint64_t keep, int keep_only, int 
         if (zero__ck_is_tmp(s) || (zero__ck_name_gen(s, &g) && g != keep)) {
             snprintf(path, sizeof path, "%s/%s", dir, s);
             (void)unlink(path);
+        } else if (strncmp(s, "zero.lock.", 10) == 0) { /* a lock in the making, if flocked */
+            int fd;
+            snprintf(path, sizeof path, "%s/%s", dir, s);
+            fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+            if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) (void)unlink(path);
+            if (fd >= 0) close(fd);
         }
     }
     closedir(d);
 }
 
-/* The save lock, dir/zero.lock: rank 0 creates it (O_EXCL) for the whole save, holds an
-   flock on it and writes "pid P host H" into it. Another save finds it and fails at once,
-   unless its holder is gone (the flock is free, or P is dead on this host): a stale lock
-   is removed and taken. */
+/* The save lock, dir/zero.lock, held by rank 0 for the whole save. Its flock decides:
+   a lock whose flock is held is live whatever its text says (the holder's pid may be in
+   another PID namespace, container or host), and only a lock whose flock can be taken is
+   stale (its holder's process ended: kill -9 included), whatever it holds (empty,
+   unreadable). So the lock never appears without its flock: it is made under a private
+   name (zero.lock.<pid>.<n>.tmp), flocked and written, then link()ed to zero.lock, which
+   fails if one exists. A stale lock is unlinked while its flock is held (and only if the
+   name still points at it), then the new one is made. Where link() is refused (file
+   systems without hard links), O_EXCL then flock, checking the name still points at it. */
+static zero_result zero__ck_lock_make(const char *path, const char *text, int *fd_out, int *exists)
+{
+    static int serial;
+    char tmp[4300];
+    size_t n = strlen(text);
+    int fd, linked, err = 0;
+    struct stat st, st2;
+    zero_result r;
+    *fd_out = -1;
+    *exists = 0;
+    snprintf(tmp, sizeof tmp, "%s.%ld.%d.tmp", path, (long)getpid(), __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED));
+    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", tmp, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        err = errno;
+        (void)unlink(tmp);
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: flock: %s", tmp, strerror(err));
+    }
+    if ((r = zero__ck_pwrite(fd, text, n, 0, tmp)) != ZERO_OK) {
+        (void)unlink(tmp);
+        close(fd);
+        return r;
+    }
+    linked = link(tmp, path) == 0;
+    if (!linked) err = errno;
+    (void)unlink(tmp);
+    if (linked) {
+        *fd_out = fd;
+        return ZERO_OK;
+    }
+    close(fd);
+    if (err == EEXIST || err == ENOENT) { /* ENOENT: a save's cleanup took the private name */
+        *exists = 1;
+        return ZERO_OK;
+    }
+    if (err != EPERM && err != ENOTSUP && err != EOPNOTSUPP && err != EXDEV && err != EMLINK)
+        return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(err));
+    /* no hard links here: O_EXCL, then flock; a peer that found it unlocked in between may
+       have removed it, so the name must still point at this file */
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (errno == EEXIST) {
+            *exists = 1;
+            return ZERO_OK;
+        }
+        return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(errno));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fstat(fd, &st) != 0 || stat(path, &st2) != 0 ||
+        st.st_ino != st2.st_ino || st.st_dev != st2.st_dev) {
+        close(fd); /* taken meanwhile, or removed as stale: try again */
+        *exists = 1;
+        return ZERO_OK;
+    }
+    if ((r = zero__ck_pwrite(fd, text, n, 0, path)) != ZERO_OK) {
+        (void)unlink(path);
+        close(fd);
+        return r;
+    }
+    *fd_out = fd;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_lock(const char *dir, int *fd_out)
 {
     char path[4200], host[256], buf[400];
@@ -14351,27 +14427,16 @@ static zero_result zero__ck_lock(const char *dir, int *fd_out)
     snprintf(path, sizeof path, "%s/zero.lock", dir);
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
     host[sizeof host - 1] = '\0';
-    for (tries = 0; tries < 4; tries++) {
+    for (tries = 0; tries < 8; tries++) {
         struct stat st, st2;
         long pid = 0;
         char other[256];
         ssize_t got;
-        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), stale = 0;
-        if (fd >= 0) {
-            int n = snprintf(buf, sizeof buf, "pid %ld host %s\n", (long)getpid(), host);
-            zero_result r = flock(fd, LOCK_EX | LOCK_NB) == 0
-                                ? zero__ck_pwrite(fd, buf, (size_t)n, 0, path)
-                                : zero__fail(ZERO_ERROR_IO, "%s: flock: %s", path, strerror(errno));
-            if (r != ZERO_OK) {
-                (void)unlink(path);
-                close(fd);
-                return r;
-            }
-            *fd_out = fd;
-            return ZERO_OK;
-        }
-        if (errno != EEXIST)
-            return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(errno));
+        int fd, exists, locked_err;
+        zero_result r;
+        snprintf(buf, sizeof buf, "pid %ld host %s\n", (long)getpid(), host);
+        r = zero__ck_lock_make(path, buf, fd_out, &exists);
+        if (r != ZERO_OK || !exists) return r;
         fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
             if (errno == ENOENT) continue; /* released meanwhile */
@@ -14381,19 +14446,23 @@ static zero_result zero__ck_lock(const char *dir, int *fd_out)
             close(fd);
             return zero__fail(ZERO_ERROR_IO, "%s: the save lock is not a regular file", path);
         }
+        locked_err = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+        if (locked_err == 0) { /* stale: its holder is gone; remove it if the name still is it */
+            if (stat(path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
+                (void)unlink(path);
+            close(fd);
+            continue;
+        }
         got = pread(fd, buf, sizeof buf - 1, 0);
         buf[got > 0 ? got : 0] = '\0';
+        close(fd);
         snprintf(other, sizeof other, "?");
         if (sscanf(buf, "pid %ld host %255s", &pid, other) < 1) pid = 0;
-        if (got > 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) stale = 1; /* its holder is gone */
-        else if (pid > 0 && strcmp(other, host) == 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-            stale = 1;
-        if (stale && stat(path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
-            (void)unlink(path);
-        close(fd);
-        if (!stale)
-            return zero__fail(ZERO_ERROR_IO, "another save is in progress in %s (pid %ld, host %s; "
-                              "%s)", dir, pid, other, path);
+        if (locked_err != EWOULDBLOCK && locked_err != EAGAIN)
+            return zero__fail(ZERO_ERROR_IO, "%s: flock: %s (cannot tell whether the save lock of pid "
+                              "%ld, host %s is live)", path, strerror(locked_err), pid, other);
+        return zero__fail(ZERO_ERROR_IO, "another save is in progress in %s (pid %ld, host %s; "
+                          "%s)", dir, pid, other, path);
     }
     return zero__fail(ZERO_ERROR_IO, "%s: could not take the save lock", path);
 }
