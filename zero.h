@@ -2013,7 +2013,11 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
    device) is IO, never read; a shard file without read permission is IO "permission
    denied". On error every rank returns the same code
    and message (naming the file, tensor or byte offset) and the engine is unchanged.
-   Call between steps with no group gathered. Host memory: with the saving layout (same
+   Writing the state can fail too (an offload tier's I/O error: the NVMe tier's EIO, a
+   device error): the ranks agree on that as well, before the load's closing all-gathers,
+   and every rank returns the failing rank's error with its engine broken (destroy only:
+   the state was overwritten in part on that rank and cannot be restored), never OK on some
+   ranks and never a wait for the comm's timeout. Call between steps with no group gathered. Host memory: with the saving layout (same
    world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
    resharding, this rank's new shard is staged (12 + param bytes per shard element).
    Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
@@ -15075,8 +15079,19 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         r = zero__ck_apply(e, ck, &L, ti.group, at, sn.numel);
     }
     if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+    /* 5. the ranks agree on the apply before any collective of the load's end: a rank whose
+       apply failed (the NVMe tier's EIO, a device error) holds a half-written state and
+       cannot undo it, so every rank returns that rank's error with its engine broken; none
+       waits in the all-gathers below for a rank that left, none returns OK with a state the
+       failed rank does not share */
     if (r != ZERO_OK) {
-        r = zero__eng_break(e, r, "zero_engine_load: upload");
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        r = zero__fail(r, "applying the checkpoint on rank %d: %.380s", e->cfg.rank, prev);
+    }
+    r = zero__ck_agree(e, r, NULL);
+    if (r != ZERO_OK) {
+        r = zero__eng_break(e, r, "zero_engine_load");
         goto out;
     }
     if ((r = zero__ck_state_spread(e)) != ZERO_OK) goto out;
