@@ -1880,9 +1880,12 @@ ZERODEF const char *zero_coll_name(zero_coll kind);
 
    ERRORS. INVALID_STATE: no activation tier configured, before commit, a broken engine, a key
    already stashed (fetch or drop it first), a key already fetched (each stash is fetched
-   once). NOT_FOUND: a key never stashed, or dropped. INVALID_ARGUMENT: NULL buffer, bytes 0, a fetch
-   whose bytes differ from the stash's, a stash larger than the staging (NVME). OUT_OF_MEMORY:
-   the tier is full (the message names the bytes asked, in use and the setting). IO: a write
+   once; the tier remembers fetched and dropped keys while they number at most the live
+   ones plus 16, so a key fetched long before is NOT_FOUND instead). NOT_FOUND: a key never
+   stashed, or dropped. Keys are found in O(1) on average, and the key table holds at most
+   about four entries per live key (it shrinks when keys are fetched). INVALID_ARGUMENT:
+   NULL buffer, bytes 0, a fetch whose bytes differ from the stash's, a stash larger than
+   the staging (NVME). OUT_OF_MEMORY: the tier is full (the message names the bytes asked, in use and the setting). IO: a write
    or read of the file failed (the message names the file, offset and cause): a failed write
    is reported by the fetch of its key, which then forgets the key; a failed read leaves the
    key stashed (fetch may be tried again). DEVICE: a copy failed (the engine is broken). A
@@ -12184,8 +12187,12 @@ struct zero__act {
     zero_io *io;
     zero_io_file *file;
     zero_event *ev_c2o, *ev_o2c;
-    zero__act_key *keys;
+    zero__act_key *keys; /* live keys and the recently fetched or dropped (remembered so a
+                            second fetch names the cause), in no order */
     int nkeys, cap;      /* the spaces' region arrays hold 2 * cap + 2 */
+    int ntomb;           /* of nkeys: FETCHED or EMPTY entries                          */
+    int *index;          /* key -> 1 + its entry, open addressing with linear probing;
+                            0 = free; 2 * cap slots (a power of two)                    */
     size_t *quar;        /* staging regions an upload in flight reads (cap + 1 slots) */
     int nquar, ncopy;    /* quarantined regions; keys in S_COPY */
     uint64_t seq;
@@ -12259,25 +12266,46 @@ static zero_result zero__act_resolve(zero_engine_desc *d)
     return ZERO_OK;
 }
 
-/* Room for one more key (and its regions) in the tables. */
-static zero_result zero__act_reserve(zero_engine *e, const char *fn)
+/* The key table: O(1) average per look-up through the index, and never larger than about
+   four times the keys stashed now: fetched and dropped entries are remembered (a second
+   fetch of a key says it was fetched) only until they outnumber the live ones (plus 16),
+   then dropped in one pass, and the arrays shrink when a quarter of them is in use. */
+static unsigned zero__act_slot(int key, int mask)
+{
+    return ((uint32_t)key * 2654435761u >> 7) & (unsigned)mask;
+}
+
+static void zero__act_index_put(struct zero__act *a, int i)
+{
+    int mask = 2 * a->cap - 1;
+    unsigned h = zero__act_slot(a->keys[i].key, mask);
+    while (a->index[h]) h = (h + 1) & (unsigned)mask;
+    a->index[h] = i + 1;
+}
+
+static void zero__act_index_build(struct zero__act *a)
+{
+    int i;
+    memset(a->index, 0, (size_t)(2 * a->cap) * sizeof *a->index);
+    for (i = 0; i < a->nkeys; i++) zero__act_index_put(a, i);
+}
+
+/* The tables at 'cap' entries (cap >= nkeys, and room for every region in use). */
+static zero_result zero__act_resize(zero_engine *e, int cap, const char *fn)
 {
     struct zero__act *a = e->act;
     const zero_allocator *al = &e->cfg.desc.allocator;
-    int cap = a->cap ? 2 * a->cap : 16;
-    zero__act_key *k;
-    zero__act_region *hr, *fr;
-    size_t *q;
-    if (a->nkeys < a->cap) return ZERO_OK;
-    k = (zero__act_key *)zero__alloc(al, (size_t)cap * sizeof *k);
-    hr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *hr);
-    fr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *fr);
-    q = (size_t *)zero__alloc(al, (size_t)(cap + 1) * sizeof *q);
-    if (!k || !hr || !fr || !q) {
+    zero__act_key *k = (zero__act_key *)zero__alloc(al, (size_t)cap * sizeof *k);
+    zero__act_region *hr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *hr);
+    zero__act_region *fr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *fr);
+    size_t *q = (size_t *)zero__alloc(al, (size_t)(cap + 1) * sizeof *q);
+    int *ix = (int *)zero__alloc(al, (size_t)(2 * cap) * sizeof *ix);
+    if (!k || !hr || !fr || !q || !ix) {
         zero__free(al, k);
         zero__free(al, hr);
         zero__free(al, fr);
         zero__free(al, q);
+        zero__free(al, ix);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: the key table (%d keys)", fn, cap);
     }
     memset(k, 0, (size_t)cap * sizeof *k);
@@ -12289,12 +12317,47 @@ static zero_result zero__act_reserve(zero_engine *e, const char *fn)
     zero__free(al, a->hs.r);
     zero__free(al, a->fs.r);
     zero__free(al, a->quar);
+    zero__free(al, a->index);
     a->keys = k;
     a->hs.r = hr;
     a->fs.r = fr;
     a->quar = q;
+    a->index = ix;
     a->cap = cap;
+    zero__act_index_build(a);
     return ZERO_OK;
+}
+
+/* Forgets the fetched and dropped entries once they outnumber the live ones (plus 16), and
+   shrinks the tables to half while a quarter holds entries. Between calls, never inside
+   one that holds an entry's index. Best effort: a failed shrink keeps the larger tables. */
+static void zero__act_tidy(zero_engine *e)
+{
+    struct zero__act *a = e->act;
+    int i, n = 0, cap;
+    if (a->ntomb > a->nkeys - a->ntomb + 16) {
+        for (i = 0; i < a->nkeys; i++)
+            if (a->keys[i].state == ZERO__ACT_STASHED || a->keys[i].state == ZERO__ACT_FAILED)
+                a->keys[n++] = a->keys[i];
+        a->nkeys = n;
+        a->ntomb = 0;
+        zero__act_index_build(a);
+    }
+    cap = a->cap;
+    while (cap > 16 && 4 * (a->nkeys + 1) <= cap / 2 && 2 * (cap / 2) + 2 >= a->hs.n + 2 &&
+           2 * (cap / 2) + 2 >= a->fs.n + 2 && cap / 2 >= a->nquar + 1)
+        cap /= 2;
+    if (cap < a->cap && zero__act_resize(e, cap, "zero_engine_stash") != ZERO_OK) zero_clear_error();
+}
+
+/* Room for one more key (and its regions) in the tables. */
+static zero_result zero__act_reserve(zero_engine *e, const char *fn)
+{
+    struct zero__act *a = e->act;
+    if (a->nkeys < a->cap) return ZERO_OK;
+    zero__act_tidy(e);
+    if (a->nkeys < a->cap) return ZERO_OK;
+    return zero__act_resize(e, a->cap ? 2 * a->cap : 16, fn);
 }
 
 /* commit: the tier's host memory, file and events (nothing when offload_activations is
@@ -12367,6 +12430,7 @@ static void zero__act_free(zero_engine *e)
         if (a->ev_o2c) e->cfg.dev->ops->event_destroy(e->cfg.dev, a->ev_o2c);
     }
     zero__free(al, a->keys);
+    zero__free(al, a->index);
     zero__free(al, a->hs.r);
     zero__free(al, a->fs.r);
     zero__free(al, a->quar);
@@ -12413,9 +12477,11 @@ static zero_result zero__act_args(const zero_engine *e, const char *fn, int key,
 
 static int zero__act_find(const struct zero__act *a, int key)
 {
-    int i;
-    for (i = 0; i < a->nkeys; i++)
-        if (a->keys[i].key == key) return i;
+    int mask = 2 * a->cap - 1;
+    unsigned h;
+    if (!a->cap) return -1;
+    for (h = zero__act_slot(key, mask); a->index[h]; h = (h + 1) & (unsigned)mask)
+        if (a->keys[a->index[h] - 1].key == key) return a->index[h] - 1;
     return -1;
 }
 
@@ -12614,7 +12680,13 @@ ZERODEF zero_result zero_engine_stash(zero_engine *e, int key, const void *devic
                                            a->host + (a->tier == ZERO_OFFLOAD_NVME ? soff : off),
                                            device_src, bytes),
                   "zero_engine_stash: copy to the host");
-    if (i < 0) i = a->nkeys++;
+    if (i < 0) {
+        i = a->nkeys++;
+        a->keys[i].key = key;
+        zero__act_index_put(a, i);
+    } else {
+        a->ntomb--; /* a fetched or dropped entry, stashed again */
+    }
     k = &a->keys[i];
     memset(k, 0, sizeof *k);
     k->key = key;
@@ -12650,7 +12722,9 @@ static zero_result zero__act_live_key(struct zero__act *a, int key, const char *
 {
     int i = zero__act_find(a, key);
     *out = i;
-    if (i < 0) return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d was never stashed", fn, key);
+    if (i < 0)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (never stashed, or "
+                          "fetched or dropped long before)", fn, key);
     if (a->keys[i].state == ZERO__ACT_FETCHED)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "%s: key %d was already fetched (each stash is fetched once)", fn, key);
@@ -12677,6 +12751,7 @@ static void zero__act_forget(struct zero__act *a, zero__act_key *k, int state)
     }
     a->st.live_keys--;
     a->st.live_bytes -= k->bytes;
+    a->ntomb++;
     k->state = state;
 }
 
@@ -12760,24 +12835,14 @@ ZERODEF zero_result zero_engine_fetch(zero_engine *e, int key, void *device_dst,
     a->st.fetches++;
     a->st.bytes_fetched += bytes;
     if (a->tier == ZERO_OFFLOAD_NVME) zero__act_prefetch(e);
+    zero__act_tidy(e);
     return ZERO_OK;
 }
 
-ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key)
+/* Drops the live entry i (STASHED or FAILED), waiting for its transfers. */
+static void zero__act_drop_at(struct zero__act *a, int i)
 {
-    const char *fn = "zero_engine_stash_drop";
-    struct zero__act *a;
-    zero__act_key *k;
-    zero_result r;
-    int i;
-    if ((r = zero__act_usable(e, fn)) != ZERO_OK) return r;
-    a = e->act;
-    if ((r = zero__act_live_key(a, key, fn, &i)) != ZERO_OK) {
-        if (r == ZERO_ERROR_INVALID_STATE)
-            return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (fetched)", fn, key);
-        return r;
-    }
-    k = &a->keys[i];
+    zero__act_key *k = &a->keys[i];
     if (k->sstate == ZERO__ACT_S_WRITE || k->sstate == ZERO__ACT_S_READ) {
         (void)zero_io_wait(a->io, k->ticket);
         zero_clear_error();
@@ -12787,6 +12852,21 @@ ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key)
        copy into the same region; staging waits for the next sync */
     zero__act_unstage(a, k, k->sstate == ZERO__ACT_S_COPY);
     zero__act_forget(a, k, ZERO__ACT_EMPTY);
+}
+
+ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key)
+{
+    const char *fn = "zero_engine_stash_drop";
+    zero_result r;
+    int i;
+    if ((r = zero__act_usable(e, fn)) != ZERO_OK) return r;
+    if ((r = zero__act_live_key(e->act, key, fn, &i)) != ZERO_OK) {
+        if (r == ZERO_ERROR_INVALID_STATE)
+            return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (fetched)", fn, key);
+        return r;
+    }
+    zero__act_drop_at(e->act, i);
+    zero__act_tidy(e);
     return ZERO_OK;
 }
 
@@ -12797,9 +12877,9 @@ ZERODEF zero_result zero_engine_stash_clear(zero_engine *e)
     if ((r = zero__act_usable(e, "zero_engine_stash_clear")) != ZERO_OK) return r;
     for (i = 0; i < e->act->nkeys; i++) {
         int st = e->act->keys[i].state;
-        if (st == ZERO__ACT_STASHED || st == ZERO__ACT_FAILED)
-            (void)zero_engine_stash_drop(e, e->act->keys[i].key);
+        if (st == ZERO__ACT_STASHED || st == ZERO__ACT_FAILED) zero__act_drop_at(e->act, i);
     }
+    zero__act_tidy(e);
     return ZERO_OK;
 }
 
