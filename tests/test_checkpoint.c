@@ -883,6 +883,39 @@ ZT_TEST(client_state_errors)
         ec_result_free(ra);
         ck_client_load_ok(&c, dir, blob, n, CK_CLIENT_MAX, NULL, "after the refused save");
     }
+    {   /* a manifest (checksum valid) claiming 1 TB of client state: zero_checkpoint_verify
+           (zero-ckpt info) compares the file's size first and allocates nothing of that size
+           (it allocated the claimed bytes: OUT_OF_MEMORY, or an abort under ASan) */
+        char man[400];
+        unsigned char mb[1 << 16];
+        size_t mn, i;
+        uint32_t crc;
+        uint64_t claim = (uint64_t)1 << 40;
+        zero_checkpoint *ck = NULL;
+        FILE *f;
+        snprintf(man, sizeof man, "%s/zero.manifest", dir);
+        f = fopen(man, "rb");
+        ZT_CHECK(f != NULL);
+        mn = f ? fread(mb, 1, sizeof mb, f) : 0;
+        if (f) fclose(f);
+        ZT_CHECK(mn > 200 && mn < sizeof mb);
+        for (i = 0; i < 8; i++) mb[mn - 20 + i] = (unsigned char)(claim >> (8 * i)); /* the client entry's size */
+        crc = zero_crc32c(0, mb, mn - 4);
+        for (i = 0; i < 4; i++) mb[mn - 4 + i] = (unsigned char)(crc >> (8 * i));
+        f = fopen(man, "wb");
+        ZT_CHECK(f && fwrite(mb, 1, mn, f) == mn);
+        if (f) fclose(f);
+        ZT_CHECKF(zero_checkpoint_open(dir, &ck) == ZERO_OK, "%s", zero_last_error());
+        {
+            zero_checkpoint_info in;
+            memset(&in, 0, sizeof in);
+            ZT_CHECK(ck && zero_checkpoint_get_info(ck, &in) == ZERO_OK && in.client_bytes == claim);
+        }
+        ZT_CHECKF(ck && zero_checkpoint_verify(ck) == ZERO_ERROR_IO &&
+                      strstr(zero_last_error(), "client state of 1000 bytes, the manifest says 1099511627776"),
+                  "%s", zero_last_error());
+        zero_checkpoint_close(ck);
+    }
 }
 
 /* ---- hostile directories, races and files ------------------------------------------------------ */
