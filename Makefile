@@ -5,7 +5,7 @@
 #   make test-gpt2     the GPT-2 example against PyTorch / Hugging Face (PYTHON: a venv with torch)
 #   make test-sanitize the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make test-tsan     the threaded tests under ThreadSanitizer
-#   make compile-tests zero.h as C99 -pedantic, C11, C++17 and ZERO_STATIC, gcc and clang
+#   make compile-tests zero.h as C99 -pedantic, C11, C++17 and ZERO_STATIC, gcc and clang (-O0, -O1, -O2)
 #   make cuda          compile and link the CUDA/NCCL parts with nvcc (skips without it)
 #   make test-cuda     run the GPU tests (a skip line in a second without a GPU: probes, then builds)
 #   make sanitize-cuda the GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
@@ -211,6 +211,10 @@ compile-tests: | build/compile
 	    $$cc -std=$$std $(WARN) -O1 -I. build/compile/quickstart.c -o build/compile/$$cc-quickstart-$$std -lm -pthread; \
 	    ./build/compile/$$cc-quickstart-$$std >/dev/null; \
 	  done; \
+	  for opt in -O0 -O2; do \
+	    $$cc -std=c11 $(WARN) -Werror=implicit-function-declaration $$opt -I. tests/compile/compile_first.c -o build/compile/$$cc-first$$opt -lm -pthread; \
+	    ./build/compile/$$cc-first$$opt; \
+	  done; \
 	  for std in c99 c11 gnu11; do \
 	    $$cc -std=$$std $(WARN) -Werror=implicit-function-declaration -O1 -I. tests/compile/compile_xsi.c -o build/compile/$$cc-xsi-$$std -lm -pthread; \
 	    ./build/compile/$$cc-xsi-$$std; \
@@ -225,7 +229,7 @@ compile-tests: | build/compile
 	for cxx in g++ clang++; do \
 	  $$cxx -std=c++17 $(WARN) -O1 -I. -x c++ $(COMPILE_SRC) -o build/compile/$$cxx-cxx17 -lm -pthread; \
 	  ./build/compile/$$cxx-cxx17; \
-	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; M_PI and XSI/BSD names after zero.h first (c99, c11, gnu11); the implementation refuses -ffast-math; the manual's quick start compiles and runs: ok"
+	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h> (at -O0, -O1 and -O2: warnings differ by level); M_PI and XSI/BSD names after zero.h first (c99, c11, gnu11); the implementation refuses -ffast-math; the manual's quick start compiles and runs: ok"
 
 # ---- CUDA and NCCL ------------------------------------------------------------------------
 # nvcc: NVCC if given; else CUDA_HOME/bin/nvcc if CUDA_HOME is given; else nvcc on PATH;

@@ -1785,7 +1785,10 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
    ZERO_OP_SUM or ZERO_OP_MAX; the local comm sums in rank order (the same bits on every
    rank). Each call is tagged ZERO_ROLE_USER, so a rank that calls it where another rank
    calls one of the engine's own collectives fails with ZERO_ERROR_MISMATCH instead of
-   exchanging the wrong data (or hanging); its traffic is counted under ZERO_COLL_USER,
+   exchanging the wrong data (or hanging), and so do ranks that pass different counts, dtypes
+   or ops (each 64-byte piece's tag carries the whole count; count 0 is one empty
+   collective), on every comm that compares tags (local, CUDA device, MPI; not NCCL:
+   docs/backends.md); its traffic is counted under ZERO_COLL_USER,
    apart from the engine's. It goes through the engine's 64-byte device scratch, one
    collective per 64 bytes, so it is meant for a few values. Call it between engine calls
    (after commit; any time in a step, not between a group's grads and grads_ready unless
@@ -7316,7 +7319,7 @@ ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, s
     size_t lo;
     uint64_t end;
     zero_result r;
-    zero_io_ticket unused;
+    zero_io_ticket unused = 0; /* only its address is passed (as the non-NULL buf) */
     r = zero__io_check("zero_io_declare_zeros", file, offset, &unused, bytes, &unused);
     if (r != ZERO_OK) return r;
     io = file->io;
