@@ -95,30 +95,41 @@ static zero_result reference(const bopts *o, zero_offload_device tier, unsigned 
     return r;
 }
 
+/* One rank's engine (host device, a 1024-element model) with an activation tier. */
+static zero_result tier_engine(zero_comm *comm, zero_offload_device tier, size_t host_bytes,
+                               size_t nvme_bytes, const char *dir, zero_device **dev, zero_engine **e)
+{
+    zero_engine_desc d;
+    zero_result r;
+    *e = NULL;
+    if ((r = zero_host_device_create(NULL, dev)) != ZERO_OK) return r;
+    memset(&d, 0, sizeof d);
+    d.stage = 1;
+    d.device = *dev;
+    d.comm = comm;
+    d.offload_activations = tier;
+    d.nvme_path = dir;
+    d.activation_host_bytes = host_bytes;
+    d.activation_nvme_bytes = nvme_bytes;
+    r = zero_engine_create(&d, e);
+    if (r == ZERO_OK) r = zero_engine_add_tensor(*e, "w", 1024, 0, 0, NULL);
+    if (r == ZERO_OK) r = zero_engine_commit(*e);
+    return r;
+}
+
 static zero_result bench_rank(int rank, zero_comm *comm, void *user)
 {
     brun *B = (brun *)user;
     const bopts *o = B->o;
     zero_device *dev = NULL;
     zero_engine *e = NULL;
-    zero_engine_desc d;
     unsigned char *src = NULL, *chk = NULL;
     size_t n = o->bytes, span = (size_t)zero_io_align_up(n), i;
     int rep, k;
     zero_result r;
     (void)rank;
-    if ((r = zero_host_device_create(NULL, &dev)) != ZERO_OK) return r;
-    memset(&d, 0, sizeof d);
-    d.stage = 1;
-    d.device = dev;
-    d.comm = comm;
-    d.offload_activations = B->tier;
-    d.nvme_path = o->dir;
-    d.activation_host_bytes = B->tier == ZERO_OFFLOAD_CPU ? span * (size_t)o->keys : 2 * span;
-    d.activation_nvme_bytes = span * (size_t)o->keys;
-    r = zero_engine_create(&d, &e);
-    if (r == ZERO_OK) r = zero_engine_add_tensor(e, "w", 1024, 0, 0, NULL);
-    if (r == ZERO_OK) r = zero_engine_commit(e);
+    r = tier_engine(comm, B->tier, B->tier == ZERO_OFFLOAD_CPU ? span * (size_t)o->keys : 2 * span,
+                    span * (size_t)o->keys, o->dir, &dev, &e);
     if (r == ZERO_OK && (r = dev->ops->alloc(dev, n, ZERO_MEM_SCRATCH, (void **)&src)) == ZERO_OK) {
         chk = (unsigned char *)malloc(n);
         if (!chk) r = ZERO_ERROR_OUT_OF_MEMORY;
@@ -155,21 +166,11 @@ static zero_result keys_rank(int rank, zero_comm *comm, void *user)
     double *out = (double *)user, t = 0;
     zero_device *dev = NULL;
     zero_engine *e = NULL;
-    zero_engine_desc d;
     unsigned char *src = NULL;
     int k;
     zero_result r;
     (void)rank;
-    if ((r = zero_host_device_create(NULL, &dev)) != ZERO_OK) return r;
-    memset(&d, 0, sizeof d);
-    d.stage = 1;
-    d.device = dev;
-    d.comm = comm;
-    d.offload_activations = ZERO_OFFLOAD_CPU;
-    d.activation_host_bytes = (size_t)1 << 20;
-    r = zero_engine_create(&d, &e);
-    if (r == ZERO_OK) r = zero_engine_add_tensor(e, "w", 1024, 0, 0, NULL);
-    if (r == ZERO_OK) r = zero_engine_commit(e);
+    r = tier_engine(comm, ZERO_OFFLOAD_CPU, (size_t)1 << 20, 0, NULL, &dev, &e);
     if (r == ZERO_OK) r = dev->ops->alloc(dev, 64, ZERO_MEM_SCRATCH, (void **)&src);
     for (k = 0; k < 65536 && r == ZERO_OK; k++) {
         if (k == 0 || k == 65536 - 1024) t = bench_now();

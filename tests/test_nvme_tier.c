@@ -17,6 +17,17 @@ static char tier_dir[64];
 
 static const char *tier_make_dir(void) { return nd_make_dir(tier_dir, sizeof tier_dir, "nvme-tier"); }
 
+/* The engine's block request number 'request' (from 1, counted from now) fails with EIO. */
+static void inject_eio(zero_io *io, uint64_t request)
+{
+    zero_io_fault f;
+    memset(&f, 0, sizeof f);
+    f.kind = ZERO_IO_FAULT_ERRNO;
+    f.request = request;
+    f.err = EIO;
+    ZT_CHECK(zero_io_inject_fault(io, &f) == ZERO_OK);
+}
+
 /* Eight groups of one tensor each (uneven sizes), so the order has room to read ahead. */
 static void tier_model(ec_cfg *c)
 {
@@ -200,14 +211,7 @@ static zero_result wb_rank(int rank, zero_comm *comm, void *user)
         ZT_CHECK(zero_engine_add_tensor(e, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
     }
     ZT_CHECK(zero_engine_commit(e) == ZERO_OK);
-    if (w->fail_request) {
-        zero_io_fault f;
-        memset(&f, 0, sizeof f);
-        f.kind = ZERO_IO_FAULT_ERRNO;
-        f.request = w->fail_request;
-        f.err = EIO;
-        ZT_CHECK(zero_io_inject_fault(e->nvme.io, &f) == ZERO_OK);
-    }
+    if (w->fail_request) inject_eio(e->nvme.io, w->fail_request);
     for (t = 0; t < 7; t++) {
         size_t i;
         for (i = 0; i < sizes[t]; i++) vals[i] = 0.01f * (float)(i % 97) - 0.3f * (float)t;
@@ -343,14 +347,7 @@ static zero_result ld_rank(int rank, zero_comm *comm, void *user)
         memset(&st0, 0, sizeof st0);
         memset(&st1, 0, sizeof st1);
         ZT_CHECK(zero_engine_nvme_stats(e, &st0) == ZERO_OK);
-        if (L->fail_request && rank == L->fail_rank) {
-            zero_io_fault f;
-            memset(&f, 0, sizeof f);
-            f.kind = ZERO_IO_FAULT_ERRNO;
-            f.request = L->fail_request;
-            f.err = EIO;
-            ZT_CHECK(zero_io_inject_fault(e->nvme.io, &f) == ZERO_OK);
-        }
+        if (L->fail_request && rank == L->fail_rank) inject_eio(e->nvme.io, L->fail_request);
         L->rc[rank] = zero_engine_load(e, L->ckdir);
         snprintf(L->msg[rank], sizeof L->msg[rank], "%s", zero_last_error());
         ZT_CHECK(zero_engine_nvme_stats(e, &st1) == ZERO_OK);
