@@ -434,8 +434,8 @@ ZT_TEST(a_load_error_on_one_rank_is_agreed)
                 ZT_CHECKF(L.after[0] == ZERO_ERROR_INVALID_STATE && L.after[1] == ZERO_ERROR_INVALID_STATE,
                           "config %zu, rank %d request %llu: after: %s / %s", c, f, (unsigned long long)k,
                           zero_result_string(L.after[0]), zero_result_string(L.after[1]));
-                ZT_CHECKF(zt_now_ms() - t0 < 2500, "config %zu, rank %d request %llu: %.0f ms", c, f,
-                          (unsigned long long)k, zt_now_ms() - t0);
+                ZT_CHECKF(zt_now_ms() - t0 < 4000, "config %zu, rank %d request %llu: %.0f ms (timeout: 5 s)", c,
+                          f, (unsigned long long)k, zt_now_ms() - t0);
             }
     }
     ZT_CHECK(runs >= 20);
