@@ -1824,7 +1824,9 @@ ZERODEF zero_result zero_bootstrap_exchange(const zero_bootstrap_desc *desc, voi
 
 /* The first collective an event covers (the first after the previous event). */
 typedef struct zero_nccl__mark {
-    int64_t issued_ns;
+    int64_t issued_ns; /* enqueued                                                   */
+    int64_t clock_ns;  /* the timeout counts from here: the enqueue, moved up to when the
+                          watchdog saw the previous collective on the stream finish  */
     uint64_t seq;
     const char *what;
 } zero_nccl__mark;
@@ -2064,7 +2066,11 @@ static zero_result zero_nccl__record(zero_nccl__comm *c, zero_nccl__slot *s)
 }
 
 /* Lock held. Drops the completed events of s; fails the comm when the oldest unfinished
-   collective is older than the timeout. */
+   collective has been waited for longer than the timeout. Its clock starts when it was
+   enqueued, or later, when the previous collective on the stream was seen finished (a
+   collective cannot start before it): a deep queue of collectives, each within the timeout,
+   does not time out the last one. Other work queued on the stream before a collective is
+   not seen, so its time still counts (docs/nccl.md). */
 static zero_result zero_nccl__retire(zero_nccl__comm *c, zero_nccl__slot *s, int64_t now)
 {
     while (s->count > 0) {
@@ -2072,6 +2078,7 @@ static zero_result zero_nccl__retire(zero_nccl__comm *c, zero_nccl__slot *s, int
         if (e == cudaSuccess) {
             s->head = (s->head + 1) % ZERO_NCCL__RING;
             s->count--;
+            if (s->count > 0 && s->mark[s->head].clock_ns < now) s->mark[s->head].clock_ns = now;
             continue;
         }
         if (e != cudaErrorNotReady)
@@ -2082,10 +2089,11 @@ static zero_result zero_nccl__retire(zero_nccl__comm *c, zero_nccl__slot *s, int
     }
     if (s->count > 0) {
         const zero_nccl__mark *m = &s->mark[s->head];
-        if (now - m->issued_ns > (int64_t)c->timeout_ms * 1000000)
+        if (now - m->clock_ns > (int64_t)c->timeout_ms * 1000000)
             return zero_nccl__fatal(c, ZERO_ERROR_TIMEOUT,
                                     "%s #%llu, enqueued %.1f s ago on stream %p, has not finished "
-                                    "within the timeout of %d ms: a peer rank did not join it "
+                                    "within the timeout of %d ms (counted from its enqueue, or from "
+                                    "the end of the collective before it): a peer rank did not join it "
                                     "(it crashed, hangs, or issued a different sequence of "
                                     "collectives); the communicator was aborted",
                                     m->what, (unsigned long long)m->seq,
@@ -2185,7 +2193,7 @@ static zero_result zero_nccl__note(zero_nccl__comm *c, zero_nccl__slot *s, const
     int spins = 0;
     if (n <= 0) return ZERO_OK;
     if (s->unrecorded == 0) {
-        s->tail.issued_ns = zero_nccl__now_ns();
+        s->tail.issued_ns = s->tail.clock_ns = zero_nccl__now_ns();
         s->tail.seq = c->seq + 1;
         s->tail.what = what;
     }

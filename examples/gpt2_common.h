@@ -48,6 +48,11 @@ typedef struct gpt2_opts {
     int batch;            /* sequences per micro-step over all ranks; each rank takes batch/ranks */
     int stage;            /* 0..3, -1 = the demo: every stage in turn           */
     int ranks;            /* threads (or mpirun's processes)                    */
+    int launcher;         /* set by the caller before gpt2_parse_args: without --ranks the
+                             ranks are a launcher's processes, known only later, so --batch
+                             is not checked against the default --ranks (the caller checks
+                             it against the launcher's world)                    */
+    int ranks_given;      /* set by gpt2_parse_args: --ranks was on the command line */
     int steps;            /* optimizer steps (total, also when resuming)        */
     int accum;            /* micro-steps per step                               */
     zero_dtype dtype;     /* params and gradients: F32, BF16 or F16             */
@@ -173,7 +178,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             o->cfg.vocab = 50257;
         } else if (!strcmp(k, "--batch")) o->batch = atoi(v);
         else if (!strcmp(k, "--stage")) o->stage = atoi(v), bad = o->stage < 0 || o->stage > 3;
-        else if (!strcmp(k, "--ranks")) o->ranks = atoi(v);
+        else if (!strcmp(k, "--ranks")) o->ranks = atoi(v), o->ranks_given = 1;
         else if (!strcmp(k, "--steps")) o->steps = atoi(v);
         else if (!strcmp(k, "--accum")) o->accum = atoi(v);
         else if (!strcmp(k, "--dtype")) {
@@ -223,7 +228,8 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             why = "--layers, --heads, --channels, --vocab must be >= 1 and --seq >= 2";
         else if (c->channels % c->heads) why = "--channels must be a multiple of --heads";
         else if (o->ranks < 1 || o->ranks > GPT2_MAX_RANKS) why = "--ranks must be 1..64";
-        else if (o->batch < 1 || o->batch % o->ranks) why = "--batch must be a multiple of --ranks";
+        else if (o->batch < 1 || ((o->ranks_given || !o->launcher) && o->batch % o->ranks))
+            why = "--batch must be a multiple of --ranks";
         else if (o->steps < 1 || o->accum < 1) why = "--steps and --accum must be >= 1";
         else if (!(o->lr >= 0) || !(o->lr_min_frac >= 0) || o->warmup < 0 || !(o->clip >= 0))
             why = "--lr, --lr-min-frac, --warmup, --clip must be >= 0";

@@ -6,7 +6,9 @@
        through a naive column-major GEMM and compares them with the row-major formulas
        below, so the transposes, leading dimensions, strides and operand roles are right;
      - the token lists of wte's deterministic backward (gg_token_lists);
-     - the row chunks of the deterministic column sums (gg_chunks).
+     - the row chunks of the deterministic column sums (gg_chunks);
+     - how the demo (no --stage) compares the stages: bit for bit where the comm promises
+       it, else within a bound (gg_stages_promise_identity, gg_losses_differ).
 
    cuBLAS is column-major: a row-major [rows, cols] array with row stride cols is, read
    column-major, its transpose [cols, rows] with leading dimension cols. So a row-major
@@ -24,6 +26,7 @@
 #define GPT2_CUDA_HOST_H
 
 #include <stddef.h>
+#include <string.h>
 
 /* C = alpha op(A) op(B) + beta C, column-major, op = transpose when ta/tb; batch matrices
    at strides sa, sb, sc (elements) apart. m x n result, k the inner dimension. */
@@ -181,6 +184,39 @@ static inline void gg_chunks(size_t N, size_t *rows_per_chunk, size_t *chunks)
     if (r < GG_MIN_CHUNK_ROWS) r = GG_MIN_CHUNK_ROWS;
     *rows_per_chunk = r;
     *chunks = (N + r - 1) / r;
+}
+
+/* Whether the comm promises the same bits at every stage. Stage 0 sums gradients with an
+   all-reduce, stages 1-3 with a reduce-scatter. The device comm (--ranks) sums both in rank
+   order 0..N-1; one rank sums nothing; NCCL at N = 2 adds two values (commutative). NCCL
+   at N >= 3 sums the two collectives in different orders (its ring and tree algorithms,
+   chunked differently), so the stages' gradients, and from there their losses and
+   parameters, differ in the last bits: a healthy run. */
+static inline int gg_stages_promise_identity(int nccl, int world) { return !nccl || world <= 2; }
+
+/* The relative bound on every step's loss of a stage against the first stage's where
+   identity is not promised (param dtype: 0 f32, 1 f16, 2 bf16): the bounds the GPU check
+   (tools/gpt2_gpu_check.sh) allows between the GPU and the CPU example, whose summation
+   orders differ everywhere, not only in one collective: 1e-4 for fp32 (what both examples
+   keep against PyTorch), TOL_F16 5e-3 and TOL_BF16 2e-2 (a master-weight difference of a
+   few fp32 ulps moves a 16-bit param across a rounding boundary: up to u |w|, u = 2^-11 or
+   2^-8, times the loss's condition number; docs/gpt2.md). */
+static inline double gg_stage_loss_bound(int dtype)
+{
+    return dtype == 0 ? 1e-4 : dtype == 1 ? 5e-3 : 2e-2;
+}
+
+/* The first step s in [first, end) where loss x[s] disagrees with the reference y[s]:
+   any bit when 'identical', else |x - y| > rel |y| (NaN disagrees); -1 when none. */
+static inline int gg_losses_differ(const double *x, const double *y, int first, int end, int identical, double rel)
+{
+    int s;
+    for (s = first; s < end; s++) {
+        double d = x[s] - y[s];
+        if (identical ? memcmp(&x[s], &y[s], sizeof(double)) != 0 : !((d < 0 ? -d : d) <= rel * (y[s] < 0 ? -y[s] : y[s])))
+            return s;
+    }
+    return -1;
 }
 
 #endif /* GPT2_CUDA_HOST_H */

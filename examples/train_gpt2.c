@@ -1017,6 +1017,9 @@ int main(int argc, char **argv)
     size_t total = 0;
     gpt2_tensor *tab;
     gpt2_opts_default(&o);
+#ifdef ZERO_GPT2_MPI
+    o.launcher = 1; /* --batch is checked against mpirun's world below */
+#endif
     rc = gpt2_parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if (o.tile_embedding > 0 && o.init_path) {
@@ -1031,8 +1034,7 @@ int main(int argc, char **argv)
 #endif
 #ifdef ZERO_GPT2_MPI
     {
-        int world = 0, me = 0, given = 0, a;
-        for (a = 1; a + 1 < argc; a += 2) given |= !strcmp(argv[a], "--ranks");
+        int world = 0, me = 0, given = o.ranks_given;
         MPI_Init(&argc, &argv);
         MPI_Comm_size(MPI_COMM_WORLD, &world);
         MPI_Comm_rank(MPI_COMM_WORLD, &me);

@@ -151,6 +151,23 @@ ZT_TEST(the_schedule_and_the_flags)
     ZT_CHECK(gpt2_parse_args(5, bad, &o) == 2);
     gpt2_opts_default(&o);
     ZT_CHECK(gpt2_parse_args(3, bad2, &o) == 2);
+    { /* --batch 6 under a launcher (2 processes, the ranks known later) is valid: not checked
+         against the default --ranks 4; without a launcher, or with --ranks 4 given, refused */
+        char d1[] = "--batch", d2[] = "6", d3[] = "--ranks", d4[] = "4", d5[] = "2";
+        char *b6[] = {a0, d1, d2}, *b6r4[] = {a0, d1, d2, d3, d4}, *b6r2[] = {a0, d1, d2, d3, d5};
+        gpt2_opts_default(&o);
+        o.launcher = 1;
+        ZT_CHECKF(gpt2_parse_args(3, b6, &o) == 0 && o.batch == 6 && !o.ranks_given, "launcher: --batch 6 refused");
+        gpt2_opts_default(&o);
+        o.launcher = 1;
+        ZT_CHECK(gpt2_parse_args(5, b6r2, &o) == 0 && o.ranks_given && o.ranks == 2);
+        fprintf(stderr, "(two refusals expected)\n");
+        gpt2_opts_default(&o);
+        o.launcher = 1;
+        ZT_CHECK(gpt2_parse_args(5, b6r4, &o) == 2);
+        gpt2_opts_default(&o);
+        ZT_CHECK(gpt2_parse_args(3, b6, &o) == 2); /* threads: the default --ranks 4 */
+    }
     /* the formulas at N = 4, Psi = 1000, fp32 params and gradients: 20 Psi at stage 0 */
     ZT_CHECK(gpt2_formula_states(0, 1000, 4, 1, 4) == 20000 && gpt2_formula_states(3, 1000, 4, 1, 4) == 5000);
     ZT_CHECK(gpt2_formula_traffic(3, 1000, 4, 1, 4) == 3 * 1000 * 0.75 * 4);

@@ -323,8 +323,32 @@ ZT_TEST(test_chunks)
     }
 }
 
+/* The demo's comparison of the stages: NCCL at N >= 3 sums stage 0's all-reduce and the
+   other stages' reduce-scatter in different orders, so a healthy run's losses differ in the
+   last bits there; identity is demanded only where the comm promises it. */
+ZT_TEST(test_stage_agreement)
+{
+    double ref[4] = {5.5, 5.25, 5.0, 4.75}, x[4];
+    int s;
+    ZT_CHECK(gg_stages_promise_identity(0, 4) && gg_stages_promise_identity(0, 8)); /* --ranks */
+    ZT_CHECK(gg_stages_promise_identity(1, 1) && gg_stages_promise_identity(1, 2));
+    ZT_CHECK(!gg_stages_promise_identity(1, 3) && !gg_stages_promise_identity(1, 8));
+    for (s = 0; s < 4; s++) x[s] = ref[s] * (1 + 3e-16 * (s + 1)); /* a few ulps: reduction order */
+    ZT_CHECK(gg_losses_differ(ref, ref, 0, 4, 1, 0) == -1);
+    ZT_CHECK(gg_losses_differ(x, ref, 0, 4, 1, 0) == 0);
+    ZT_CHECK(gg_losses_differ(x, ref, 0, 4, gg_stages_promise_identity(1, 3), gg_stage_loss_bound(0)) == -1);
+    ZT_CHECK(gg_losses_differ(x, ref, 1, 4, 1, 0) == 1); /* resumed: from 'first' */
+    x[2] = ref[2] * (1 + 2e-4); /* beyond fp32's bound, within bf16's */
+    ZT_CHECK(gg_losses_differ(x, ref, 0, 4, 0, gg_stage_loss_bound(0)) == 2);
+    ZT_CHECK(gg_losses_differ(x, ref, 0, 4, 0, gg_stage_loss_bound(2)) == -1);
+    x[3] = (double)NAN;
+    ZT_CHECK(gg_losses_differ(x, ref, 3, 4, 0, 1.0) == 3);
+    ZT_CHECK(gg_stage_loss_bound(0) < gg_stage_loss_bound(1) && gg_stage_loss_bound(1) < gg_stage_loss_bound(2));
+}
+
 int main(void)
 {
+    ZT_RUN(test_stage_agreement);
     ZT_RUN(test_linear);
     ZT_RUN(test_lm_head);
     ZT_RUN(test_attention);

@@ -13,7 +13,9 @@
      engine runs (stages 0-3) against the local comm at the same N (on the CUDA device and
      the host run) within a stated tolerance (NCCL reduces in a different order than the
      local comm's rank order).
-   - Timeouts: one rank never joins a collective; the other gets ZERO_ERROR_TIMEOUT from
+   - Timeouts: a queue of two collectives, each joined within the timeout of the one before,
+     does not time out (the clock starts at the previous one's end); one rank never joins a
+     collective; the other gets ZERO_ERROR_TIMEOUT from
      zero_nccl_wait (watchdog off), or returns from a plain cudaStreamSynchronize because
      the watchdog aborted the communicator (watchdog on), within the timeout plus slack.
 
@@ -697,6 +699,55 @@ ZT_TEST(timeout_wait_no_watchdog) { check_hang(0); }
 ZT_TEST(timeout_watchdog_unblocks_stream_sync) { check_hang(1); }
 ZT_TEST(timeout_first_collective) { check_hang(2); }
 
+/* The watchdog's clock: rank 0 queues two all-reduces at once, rank 1 joins the first after
+   0.6 T and the second after 1.2 T. Each finishes within T of the one before it, so nothing
+   times out (the second, enqueued 1.2 T before it ends, did when the clock started at the
+   enqueue). */
+typedef struct queue_ctx {
+    int timeout_ms;
+    zero_result got[2];
+    char msg[700];
+} queue_ctx;
+
+static zero_result queue_rank(int rank, int world, zero_comm *comm, void *user)
+{
+    queue_ctx *q = (queue_ctx *)user;
+    cudaStream_t st = NULL;
+    float *d = NULL;
+    zero_result r = ZERO_OK;
+    int i;
+    (void)world;
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc((void **)&d, 64 * sizeof(float)));
+    CUDA_TRY(cudaMemsetAsync(d, 0, 64 * sizeof(float), st));
+    Z_TRY(comm->ops->all_reduce(comm, d, d, 64, ZERO_F32, ZERO_OP_SUM, st)); /* connections up */
+    Z_TRY(zero_nccl_wait(comm, 0));
+    for (i = 0; i < 2; i++) {
+        if (rank == 1) zt_sleep_ms((int)(0.6 * q->timeout_ms));
+        Z_TRY(comm->ops->all_reduce(comm, d, d, 64, ZERO_F32, ZERO_OP_SUM, st));
+    }
+    r = zero_nccl_wait(comm, 3 * q->timeout_ms);
+    if (r != ZERO_OK) snprintf(q->msg, sizeof q->msg, "%s", zero_last_error());
+    q->got[rank] = r;
+done:
+    if (st) cudaStreamDestroy(st);
+    cudaFree(d);
+    return r;
+}
+
+ZT_TEST(timeout_clock_starts_after_previous)
+{
+    queue_ctx q;
+    char err[800] = "";
+    const char *why = cannot_run(2);
+    if (why) ZT_SKIP(why);
+    memset(&q, 0, sizeof q);
+    q.timeout_ms = 2000;
+    (void)run_ranks(2, queue_rank, &q, q.timeout_ms, 0, NULL, err, sizeof err);
+    ZT_CHECKF(q.got[0] == ZERO_OK && q.got[1] == ZERO_OK, "rank 0 %s, rank 1 %s: %s %s", zero_result_string(q.got[0]),
+              zero_result_string(q.got[1]), q.msg, err);
+}
+
 /* ---- engine runs: NCCL against the local comm ---- */
 
 #define ET 6
@@ -978,5 +1029,6 @@ int main(void)
     ZT_RUN(timeout_wait_no_watchdog);
     ZT_RUN(timeout_watchdog_unblocks_stream_sync);
     ZT_RUN(timeout_first_collective);
+    ZT_RUN(timeout_clock_starts_after_previous);
     return zt_summary();
 }

@@ -3,7 +3,7 @@
 # (the --log CSV, every digit) and "params checksum" as build/train_gpt2 with N threads, at
 # stages 0-3 (the demo mode, which also checks that its stages agree), fp32 and bf16; and a
 # run saved by threads at step 6 and resumed under mpirun (another stage) ends where the
-# straight run ends. Run by make test-mpi; prints one zt summary line like the C tests.
+# straight run ends; --batch 6 on 2 processes is accepted. Run by make test-mpi; prints one zt summary line like the C tests.
 set -u
 cd "$(dirname "$0")/../.."
 MPIRUN=${MPIRUN:-mpirun}
@@ -28,6 +28,14 @@ for n in 2 4; do
     check "N=$n $dt stages 0-3" "$tmp/t.out" "$tmp/m.out" "$tmp/t.csv" "$tmp/m.csv"
   done
 done
+# --batch 6 on 2 processes without --ranks: checked against mpirun's world, not the default
+# --ranks 4 (it was refused)
+M6=${M/--batch 4/--batch 6}
+build/train_gpt2 $M6 --ranks 2 --stage 2 --log "$tmp/t.csv" > "$tmp/t.out" 2>&1
+# shellcheck disable=SC2086
+$MPIRUN $MPIRUN_FLAGS -np 2 build/train_gpt2_mpi $M6 --stage 2 --log "$tmp/m.csv" > "$tmp/m.out" 2>&1
+agree=1
+check "N=2 --batch 6 without --ranks" "$tmp/t.out" "$tmp/m.out" "$tmp/t.csv" "$tmp/m.csv"
 # threads save at step 6 (stage 1), mpirun resumes (stage 3) = the straight threads run
 build/train_gpt2 $M --ranks 2 --stage 3 --log "$tmp/s.csv" > "$tmp/s.out" 2>&1
 build/train_gpt2 $M --ranks 2 --stage 1 --stop-at 6 --save "$tmp/ck" > /dev/null 2>&1
