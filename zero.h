@@ -163,6 +163,16 @@
    recomputation in the backward, the NVMe tier reading ahead in reverse stash order. Local
    to each rank; the bytes come back exactly.
 
+   FINE-TUNING (docs/engine.md). A tensor added with ZERO_TENSOR_FROZEN is used but not
+   trained: no gradient, reduction, master, m or v; params replicated at stages 0-2 and
+   partitioned at stage 3. Its group lays it out after the trained tensors, so the gradient
+   buffer holds the trained ones only (zero_group_info.frozen_numel).
+
+   PARAMETER GROUPS (docs/optimizer.md). zero_engine_set_tensor_hparams(e, t, lr_mul, wd)
+   gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
+   parameter groups); the fused Adam kernels apply each tensor's constants in their one pass
+   and checkpoints keep them.
+
    OPTIONS (define before including, in the implementation file)
        ZERO_STATIC            make every function static (private to one translation unit)
        ZERO_MALLOC(sz)        replace malloc; define ZERO_FREE(p) too, or neither
@@ -376,15 +386,20 @@ typedef struct zero_tensor_info {
     int group;
     size_t offset;    /* first element in the group's flat buffer; a multiple of align */
     size_t numel;
+    int frozen;       /* zero_plan_freeze: in the group's frozen region (no optimizer state) */
 } zero_tensor_info;
 
 typedef struct zero_group_info {
     size_t numel;        /* padded flat size: a multiple of world * align               */
     size_t used_numel;   /* end of the group's last tensor (<= numel)                   */
-    size_t shard_numel;  /* numel / world                                               */
+    size_t shard_numel;  /* numel / world (a rank's params at stage 3)                  */
     const int *tensors;  /* the group's tensor ids in registration order (plan-owned)  */
     int num_tensors;
     int persistent;      /* used_numel < persist_numel: stage 3 keeps it whole         */
+    size_t frozen_numel; /* the frozen region [numel - frozen_numel, numel): the group's
+                            frozen tensors, padded to a multiple of world * align; 0 when
+                            none. The trained region [0, numel - frozen_numel) is padded
+                            alike, so both split into N equal slices                     */
 } zero_group_info;
 
 typedef struct zero_plan zero_plan;
@@ -404,6 +419,15 @@ ZERODEF void zero_plan_destroy(zero_plan *plan);
    OUT_OF_MEMORY. A failed add changes nothing. */
 ZERODEF zero_result zero_plan_add(zero_plan *plan, const char *name, size_t numel, int group,
                                   int *out_tensor);
+
+/* Marks tensor 'tensor' frozen (used, not trained: ZERO_TENSOR_FROZEN): commit lays a
+   group's frozen tensors out after its trained ones, each region padded to a multiple of
+   world * align and split into N equal slices. Rank r's part of the group is then its slice
+   of the trained region followed by its slice of the frozen region (the stage-3 param
+   shard); optimizer state and gradients cover the trained region only. A plan without
+   frozen tensors lays out as before. Errors: INVALID_STATE after commit, NOT_FOUND, NULL
+   plan (INVALID_ARGUMENT). */
+ZERODEF zero_result zero_plan_freeze(zero_plan *plan, int tensor);
 
 /* Lays out every group for 'world' ranks: each tensor start aligned to align_numel
    (0 = ZERO_DEFAULT_ALIGN_NUMEL), each group padded to a multiple of world * align_numel.
@@ -427,10 +451,11 @@ ZERODEF size_t zero_plan_align(const zero_plan *plan);       /* 0 before commit 
 ZERODEF zero_result zero_plan_group(const zero_plan *plan, int group, zero_group_info *out);
 ZERODEF zero_result zero_plan_tensor(const zero_plan *plan, int tensor, zero_tensor_info *out);
 ZERODEF zero_result zero_plan_find(const zero_plan *plan, const char *name, int *out_tensor);
-/* Rank r's shard of a group: [r * shard_numel, (r + 1) * shard_numel). */
+/* Rank r's shard of a group's trained region: [r * S, (r + 1) * S), S = (numel -
+   frozen_numel) / world; without frozen tensors S = shard_numel (the whole group). */
 ZERODEF zero_result zero_plan_shard(const zero_plan *plan, int group, int rank, zero_range *out);
-/* The part of a tensor inside rank r's shard of its group, as a range of the group buffer
-   (numel 0 when they do not meet). The offset within the tensor is out->offset minus the
+/* The part of a tensor inside rank r's slice of its region (trained or frozen), as a range
+   of the group buffer (numel 0 when they do not meet). The offset within the tensor is out->offset minus the
    tensor's offset. An empty result has its offset clamped into the tensor, so that
    offset - tensor offset is always within 0..numel and never decreases with the rank. */
 ZERODEF zero_result zero_plan_intersect(const zero_plan *plan, int tensor, int rank,
@@ -526,6 +551,9 @@ typedef struct zero_estimate_desc {
     zero_offload_device offload_param;     /* stage 3, with the optimizer offloaded: the
                                   param shards leave the device for host_bytes (CPU) or
                                   nvme_bytes (NVME)                                         */
+    uint64_t frozen;           /* paper mode: F of the Psi parameters are frozen
+                                  (ZERO_TENSOR_FROZEN): params only, no gradient or
+                                  optimizer state (0..params; max_params: Psi counts them) */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -1490,6 +1518,12 @@ typedef struct zero_engine zero_engine;
 
 /* Tensor flags for zero_engine_add_tensor(). */
 #define ZERO_TENSOR_NO_DECAY 1u /* excluded from weight decay (biases, norms)                  */
+/* Used but not trained (fine-tuning): no gradient buffer, reduction, master, m, v or optimizer
+   work; its params are replicated at stages 0-2 and partitioned and gathered at stage 3 like
+   the others, and checkpoints keep them. The group lays its frozen tensors out after its
+   trained ones (zero_plan_freeze), so the gradient buffer zero_engine_grads hands out holds
+   the trained tensors only (the group's numel - frozen_numel elements). */
+#define ZERO_TENSOR_FROZEN 2u
 
 /* Per-step outcome, filled by zero_engine_step(). */
 typedef struct zero_step_info {
@@ -1655,7 +1689,7 @@ ZERODEF zero_result zero_engine_tile_view(const zero_engine *e, int tensor, int 
                                           zero_tile_view *out);
 
 /* Registers a tensor of numel elements in group 'group' (0..G-1; groups are gathered in
-   ascending order in forward). flags: 0 or ZERO_TENSOR_NO_DECAY. Tensor ids are 0, 1, ...
+   ascending order in forward). flags: 0, ZERO_TENSOR_NO_DECAY, ZERO_TENSOR_FROZEN. Tensor ids are 0, 1, ...
    in registration order. Errors: INVALID_STATE after commit; INVALID_ARGUMENT for a bad
    name, numel 0, a negative group or unknown flags. */
 ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, size_t numel,
@@ -1778,6 +1812,28 @@ ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
    stop moving; weight decay too): unlike zero_adam_desc.lr, where 0 means the default 1e-3.
    INVALID_ARGUMENT for a negative or non-finite lr. */
 ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr);
+
+/* Per-tensor hyper-parameters (PyTorch's parameter groups). From the next step on, tensor
+   'tensor' trains with the learning rate lr * lr_mul (lr: the engine's, as zero_engine_set_lr
+   leaves it; lr_mul finite and >= 0, 0 = the tensor does not move) and its own weight decay
+   (finite and >= 0; ZERO_WEIGHT_DECAY_DEFAULT = the engine's zero_adam_desc.weight_decay, 0
+   for a ZERO_TENSOR_NO_DECAY tensor; an explicit value overrides the flag). AdamW decays by
+   lr * lr_mul * weight_decay, as torch.optim.AdamW does with a group's own lr and
+   weight_decay. Every rank must set the same values (they are not exchanged). The step makes
+   one set of Adam constants per tensor and the fused kernels (host and CUDA) apply them in
+   their one pass. Saved in checkpoints and restored by zero_engine_load. After commit, between
+   steps or within one (the next step uses them). Errors: INVALID_STATE before commit;
+   NOT_FOUND for an unknown tensor; INVALID_ARGUMENT for a value out of range (nothing
+   changes). Defaults: lr_mul 1, weight decay ZERO_WEIGHT_DECAY_DEFAULT. */
+#define ZERO_WEIGHT_DECAY_DEFAULT (-1.0)
+ZERODEF zero_result zero_engine_set_tensor_hparams(zero_engine *e, int tensor, double lr_mul,
+                                                   double weight_decay);
+
+/* Tensor 'tensor''s lr multiplier and the weight decay it trains with (resolved: the
+   engine's default or 0 where it applies; either pointer may be NULL). INVALID_STATE before
+   commit, NOT_FOUND for an unknown tensor. */
+ZERODEF zero_result zero_engine_tensor_hparams(const zero_engine *e, int tensor, double *lr_mul,
+                                               double *weight_decay);
 
 /* COLLECTIVE (every rank, same count, dtype and op, at the same point of the program).
    All-reduces 'count' values of the user's in host memory 'buf' in place, through the
@@ -2069,6 +2125,8 @@ typedef struct zero_checkpoint_tensor {
     size_t numel;
     int ndim;         /* 0: registered without a shape */
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+    double lr_mul;       /* zero_engine_set_tensor_hparams (1 in checkpoints before them)  */
+    double weight_decay; /* the tensor's own, or ZERO_WEIGHT_DECAY_DEFAULT                   */
 } zero_checkpoint_tensor;
 
 /* Opens dir and verifies its manifest (size, checksum, a consistent plan, every byte size
@@ -2814,6 +2872,7 @@ typedef struct zero__plan_tensor {
     size_t numel;
     int group;
     size_t offset; /* set by commit */
+    int frozen;    /* zero_plan_freeze */
 } zero__plan_tensor;
 
 typedef struct zero__plan_group {
@@ -2823,6 +2882,7 @@ typedef struct zero__plan_group {
     int first;          /* index into group_tensors */
     int num_tensors;
     int persistent;
+    size_t frozen_numel; /* the padded frozen region at the end (0: none) */
 } zero__plan_group;
 
 struct zero_plan {
@@ -3037,10 +3097,23 @@ ZERODEF zero_result zero_plan_add(zero_plan *plan, const char *name, size_t nume
         t->numel = numel;
         t->group = group;
         t->offset = 0;
+        t->frozen = 0;
     }
     plan->table[slot] = plan->num_tensors + 1;
     if (out_tensor) *out_tensor = plan->num_tensors;
     plan->num_tensors++;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_plan_freeze(zero_plan *plan, int tensor)
+{
+    if (!plan) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_plan_freeze: plan is NULL");
+    if (plan->committed)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "zero_plan_freeze: the plan is committed");
+    if (tensor < 0 || tensor >= plan->num_tensors)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_plan_freeze: tensor %d (the plan has %d)",
+                          tensor, plan->num_tensors);
+    plan->tensors[tensor].frozen = 1;
     return ZERO_OK;
 }
 
@@ -3128,10 +3201,23 @@ ZERODEF zero_result zero_plan_commit(zero_plan *plan, int world, size_t align_nu
             first += counts[g];
         }
     }
-    for (i = 0; i < ntensors; i++) {
-        const zero__plan_tensor *t = &plan->tensors[i];
+    /* trained tensors first; frozen ones (pass 1) after the trained region, padded to unit */
+    for (i = 0; i < ntensors; i++)
+        if (plan->tensors[i].frozen && groups[plan->tensors[i].group].frozen_numel == 0)
+            groups[plan->tensors[i].group].frozen_numel = 1; /* marks "has frozen tensors" */
+    for (i = 0; i < 2 * ntensors; i++) {
+        const zero__plan_tensor *t = &plan->tensors[i % ntensors];
         zero__plan_group *grp = &groups[t->group];
         size_t off, end;
+        if (t->frozen != (i >= ntensors)) continue;
+        if (i >= ntensors && grp->frozen_numel == 1) { /* the group's first frozen tensor */
+            if (zero__round_up(grp->used_numel, unit, &grp->used_numel)) {
+                r = zero__fail(ZERO_ERROR_OVERFLOW, "zero_plan_commit: group %d overflows size_t",
+                               t->group);
+                goto done;
+            }
+            grp->frozen_numel = grp->used_numel + 2; /* the region's start + 2 until padded */
+        }
         if (zero__round_up(grp->used_numel, align_numel, &off) ||
             zero__add_size(off, t->numel, &end)) {
             r = zero__fail(ZERO_ERROR_OVERFLOW,
@@ -3140,8 +3226,11 @@ ZERODEF zero_result zero_plan_commit(zero_plan *plan, int world, size_t align_nu
                            t->group, t->name, t->numel);
             goto done;
         }
-        offsets[i] = off;
+        offsets[i % ntensors] = off;
         grp->used_numel = end;
+    }
+    for (i = 0; i < ntensors; i++) { /* registration order within each group */
+        zero__plan_group *grp = &groups[plan->tensors[i].group];
         ids[grp->first + grp->num_tensors++] = i;
     }
     for (g = 0; g < ngroups; g++) {
@@ -3156,6 +3245,7 @@ ZERODEF zero_result zero_plan_commit(zero_plan *plan, int world, size_t align_nu
         }
         grp->shard_numel = grp->numel / (size_t)world;
         grp->persistent = grp->used_numel < persist_numel;
+        if (grp->frozen_numel >= 2) grp->frozen_numel = grp->numel - (grp->frozen_numel - 2);
     }
 
     /* The hash: FNV-1a 64 over a canonical byte encoding (fixed-width little-endian
@@ -3170,6 +3260,7 @@ ZERODEF zero_result zero_plan_commit(zero_plan *plan, int world, size_t align_nu
         h = zero__fnv1a(h, t->name, t->name_len);
         h = zero__fnv1a_u64(h, (uint64_t)t->numel);
         h = zero__fnv1a_u64(h, (uint64_t)t->group);
+        if (t->frozen) h = zero__fnv1a(h, "frozen", 6); /* plans without frozen: as before */
     }
     h = zero__fnv1a_u64(h, (uint64_t)ngroups);
     for (g = 0; g < ngroups; g++) h = zero__fnv1a_u64(h, (uint64_t)groups[g].persistent);
@@ -3233,6 +3324,7 @@ ZERODEF zero_result zero_plan_group(const zero_plan *plan, int group, zero_group
     out->tensors = plan->group_tensors + g->first;
     out->num_tensors = g->num_tensors;
     out->persistent = g->persistent;
+    out->frozen_numel = g->frozen_numel;
     return ZERO_OK;
 }
 
@@ -3249,6 +3341,7 @@ ZERODEF zero_result zero_plan_tensor(const zero_plan *plan, int tensor, zero_ten
     out->group = t->group;
     out->offset = t->offset;
     out->numel = t->numel;
+    out->frozen = t->frozen;
     return ZERO_OK;
 }
 
@@ -3283,9 +3376,19 @@ ZERODEF zero_result zero_plan_shard(const zero_plan *plan, int group, int rank, 
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_plan_shard: rank %d outside 0..%d", rank, plan->world - 1);
     g = &plan->groups[group];
-    out->offset = (size_t)rank * g->shard_numel;
-    out->numel = g->shard_numel;
+    out->numel = (g->numel - g->frozen_numel) / (size_t)plan->world;
+    out->offset = (size_t)rank * out->numel;
     return ZERO_OK;
+}
+
+/* Where element x of tensor t's region slice of rank 'rank' (x inside that slice) sits in
+   the rank's part of the group: its trained slice first, then its frozen slice. */
+static size_t zero__plan_shard_pos(const zero_plan *plan, int tensor, int rank, size_t x)
+{
+    const zero__plan_group *g = &plan->groups[plan->tensors[tensor].group];
+    size_t W = (size_t)plan->world, tr = g->numel - g->frozen_numel;
+    if (!plan->tensors[tensor].frozen) return x - (size_t)rank * (tr / W);
+    return tr / W + (x - tr - (size_t)rank * (g->frozen_numel / W));
 }
 
 ZERODEF zero_result zero_plan_intersect(const zero_plan *plan, int tensor, int rank,
@@ -3303,8 +3406,13 @@ ZERODEF zero_result zero_plan_intersect(const zero_plan *plan, int tensor, int r
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_plan_intersect: rank %d outside 0..%d", rank, plan->world - 1);
     t = &plan->tensors[tensor];
-    s0 = (size_t)rank * plan->groups[t->group].shard_numel;
-    s1 = s0 + plan->groups[t->group].shard_numel;
+    {   /* the slice of the tensor's region */
+        const zero__plan_group *g = &plan->groups[t->group];
+        size_t tr = g->numel - g->frozen_numel;
+        size_t len = (t->frozen ? g->frozen_numel : tr) / (size_t)plan->world;
+        s0 = (t->frozen ? tr : 0) + (size_t)rank * len;
+        s1 = s0 + len;
+    }
     t0 = t->offset;
     t1 = t0 + t->numel;
     lo = s0 > t0 ? s0 : t0;
@@ -3402,6 +3510,16 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
     if (r->offload_param != ZERO_OFFLOAD_NONE && (r->stage != 3 || !r->offload))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_param needs stage 3 and an offloaded optimizer", fn);
+    if (r->frozen && r->mode == ZERO_ESTIMATE_DEEPSPEED)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: frozen = %llu: a paper-mode setting (DeepSpeed's estimators have "
+                          "no frozen parameters)", fn, (unsigned long long)r->frozen);
+    if (check_params && r->frozen > r->params)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: frozen = %llu exceeds params = %llu",
+                          fn, (unsigned long long)r->frozen, (unsigned long long)r->params);
+    if (r->frozen > ZERO_ESTIMATE_MAX_PARAMS)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: frozen = %llu", fn,
+                          (unsigned long long)r->frozen);
     if (r->mode == ZERO_ESTIMATE_DEEPSPEED) {
         if (r->stage < 2)
             return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -3428,9 +3546,11 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
 static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_estimate *e)
 {
     uint64_t n = (uint64_t)r->ranks, shard = p / n + (p % n != 0); /* ceil(Psi / N) */
+    uint64_t tp = p > r->frozen ? p - r->frozen : 0;               /* trained: Psi - F */
+    uint64_t tshard = tp / n + (tp % n != 0);                      /* ceil((Psi - F) / N) */
     uint64_t pn = r->stage >= 3 ? shard : p;                       /* params kept   */
-    uint64_t gn = r->stage >= 2 ? shard : p;                       /* grads kept    */
-    uint64_t on = r->stage >= 1 ? shard : p;                       /* optimizer kept */
+    uint64_t gn = r->stage >= 2 ? tshard : tp;                     /* grads kept    */
+    uint64_t on = r->stage >= 1 ? tshard : tp;                     /* optimizer kept */
     uint64_t opt, sum;
     if (zero__mul_u64(pn, (uint64_t)r->param_bytes, &e->params_bytes) ||
         zero__mul_u64(gn, (uint64_t)r->grad_bytes, &e->grads_bytes) ||
@@ -7558,7 +7678,12 @@ enum { ZERO__GRADS_NONE = 0, ZERO__GRADS_HANDED = 1, ZERO__GRADS_READY = 2 };
 #define ZERO__ENG_NONE ((size_t)-1) /* no arena extent */
 
 typedef struct zero__eng_group {
-    size_t numel, shard_numel, used_numel;
+    /* numel: the params (trained region + frozen region); gnumel: the trained region (the
+       gradient buffer); shard_numel = gnumel / N (gradient and optimizer shard); pshard_numel
+       = numel / N (the stage-3 param shard: trained slice, then frozen slice) */
+    size_t numel, shard_numel, used_numel, gnumel, pshard_numel;
+    size_t off_gwhole; /* in the whole gradient / stage-0 optimizer layout (sum of gnumel) */
+    size_t off_pstage; /* in a layout of every group's pshard_numel (checkpoint staging)  */
     int persistent; /* stage 3 only */
     size_t off_whole, off_shard, off_param;
     int refs;            /* outstanding user gathers                                      */
@@ -7656,6 +7781,9 @@ typedef struct zero__eng_tensor_layout {
     int ngroups;
     zero__eng_group *groups;
     size_t total_numel;           /* the whole layout: every group's numel (P)          */
+    size_t gtotal_numel;          /* the trained part of it: every group's gnumel (P - F) */
+    size_t pshard_total;          /* every group's pshard_numel (P / N)                 */
+    int any_frozen;               /* some tensor is ZERO_TENSOR_FROZEN                   */
     size_t shard_numel;           /* the shard layout: every group's shard numel (S)    */
     size_t max_group_numel;       /* the largest group's numel                          */
     size_t second_group_numel;    /* the second largest (the largest if only one group) */
@@ -7686,6 +7814,10 @@ typedef struct zero__eng_optimizer {
     zero_scaler scaler;
     int64_t step;
     float *master, *m, *v;
+    /* per tensor (zero_engine_set_tensor_hparams): the lr multiplier, the weight decay (< 0:
+       the default) and this step's Adam constants made from them */
+    double *lr_mul, *wd;
+    zero_adam_coefs *coefs;
 } zero__eng_optimizer;
 
 /* The arena's free list (stages 2-3): free extents sorted by offset, best fit. */
@@ -8398,6 +8530,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->layout.tiled_dims);
     zero__free(a, e->layout.tensor_flags);
     zero__free(a, e->layout.shapes);
+    zero__free(a, e->opt.lr_mul);
+    zero__free(a, e->opt.wd);
+    zero__free(a, e->opt.coefs);
     zero_plan_destroy(e->layout.plan);
     zero__free(a, e);
 }
@@ -8419,7 +8554,7 @@ ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, siz
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_add_tensor: '%.200s' registered after commit",
                           name ? name : "(null)");
-    if (flags & ~(unsigned)ZERO_TENSOR_NO_DECAY)
+    if (flags & ~(unsigned)(ZERO_TENSOR_NO_DECAY | ZERO_TENSOR_FROZEN))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_add_tensor: flags = 0x%x",
                           flags);
     if (e->layout.ntensors == e->layout.cap_tensors) {
@@ -8434,6 +8569,7 @@ ZERODEF zero_result zero_engine_add_tensor(zero_engine *e, const char *name, siz
     }
     r = zero_plan_add(e->layout.plan, name, numel, group, &id);
     if (r != ZERO_OK) return r;
+    if (flags & ZERO_TENSOR_FROZEN) (void)zero_plan_freeze(e->layout.plan, id); /* cannot fail */
     e->layout.tensor_flags[id] = flags;
     e->layout.ntensors = id + 1;
     if (out_tensor) *out_tensor = id;
@@ -8491,7 +8627,7 @@ ZERODEF zero_result zero_engine_add_tiled_tensor(zero_engine *e, const char *nam
                           "%s: '%.200s': rows %zu, cols %zu, k_tiles %d, first_group %d (rows, cols "
                           ">= 1, 1 <= k_tiles <= rows, first_group >= 0)",
                           fn, name, rows, cols, k_tiles, first_group);
-    if (flags & ~(unsigned)ZERO_TENSOR_NO_DECAY)
+    if (flags & ~(unsigned)(ZERO_TENSOR_NO_DECAY | ZERO_TENSOR_FROZEN))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: flags = 0x%x", fn, flags);
     if (rows > SIZE_MAX / cols)
         return zero__fail(ZERO_ERROR_OVERFLOW, "%s: '%.200s': %zu x %zu overflows", fn, name, rows, cols);
@@ -8674,6 +8810,15 @@ static const char *zero__eng_group_name(const zero_engine *e, int g)
     return ti.name;
 }
 
+/* Tensor t's name, for messages. */
+static const char *zero__eng_tensor_name(const zero_engine *e, int t)
+{
+    zero_tensor_info ti;
+    memset(&ti, 0, sizeof ti);
+    if (zero_plan_tensor(e->layout.plan, t, &ti) != ZERO_OK || !ti.name) return "?";
+    return ti.name;
+}
+
 /* The arena (stages 2-3): max_live_numel elements of the param dtype, where each gathered
    group (stage 3) and each gradient buffer takes its own size. Default: the largest group
    beside (2 + prefetch depth) groups of the second-largest size (stage 2: 2), i.e. a
@@ -8728,7 +8873,7 @@ static zero_result zero__eng_arena_size(zero_engine *e)
 static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
 {
     int g, G = zero_plan_num_groups(e->layout.plan);
-    size_t ow = 0, os = 0, op = 0, ohp = 0, pparam = 0, Ms;
+    size_t ow = 0, os = 0, op = 0, ohp = 0, pparam = 0, Ms, ogw = 0, ops = 0;
     const zero_allocator *a = &e->cfg.desc.allocator;
     int ovf = 0, multi = 0;
     e->layout.ngroups = G;
@@ -8746,6 +8891,18 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (!e->layout.groups || !e->micro.pending || !e->micro.pending_store || !e->pool.free_ext ||
         !e->prefetch.trace)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: group tables");
+    {   /* the per-tensor hyper-parameters (defaults) and the step's constants */
+        int t, T = e->layout.ntensors;
+        e->opt.lr_mul = (double *)zero__alloc(a, (size_t)T * sizeof *e->opt.lr_mul);
+        e->opt.wd = (double *)zero__alloc(a, (size_t)T * sizeof *e->opt.wd);
+        e->opt.coefs = (zero_adam_coefs *)zero__alloc(a, (size_t)T * sizeof *e->opt.coefs);
+        if (!e->opt.lr_mul || !e->opt.wd || !e->opt.coefs)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: tensor tables");
+        for (t = 0; t < T; t++) {
+            e->opt.lr_mul[t] = 1.0;
+            e->opt.wd[t] = ZERO_WEIGHT_DECAY_DEFAULT;
+        }
+    }
     for (g = e->layout.ngroups; g < e->layout.cap_parts_req; g++)
         if (e->layout.parts_req[g] != 1)
             return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -8762,18 +8919,26 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         r = zero_plan_group(e->layout.plan, g, &gi);
         if (r != ZERO_OK) return r;
         eg->numel = gi.numel;
-        eg->shard_numel = gi.shard_numel;
+        eg->gnumel = gi.numel - gi.frozen_numel;
+        eg->shard_numel = eg->gnumel / (size_t)e->cfg.world;
+        eg->pshard_numel = gi.shard_numel;
         eg->used_numel = gi.used_numel;
+        eg->off_gwhole = ogw;
+        eg->off_pstage = ops;
+        ovf |= zero__add_size(ogw, eg->gnumel, &ogw);
+        ovf |= zero__add_size(ops, eg->pshard_numel, &ops);
+        if (gi.frozen_numel) e->layout.any_frozen = 1;
         eg->persistent = e->cfg.stage == 3 && gi.persistent;
         eg->off_whole = ow;
         eg->off_shard = os;
         eg->off_param = op;
         eg->poff = eg->goff = ZERO__ENG_NONE;
         eg->parts = g < e->layout.cap_parts_req ? e->layout.parts_req[g] : 1;
+        if (eg->gnumel == 0) eg->parts = 0; /* only frozen tensors: no gradient */
         multi |= eg->parts > 1;
         e->layout.total_parts += eg->parts;
         ovf |= zero__add_size(ow, gi.numel, &ow);
-        ovf |= zero__add_size(os, gi.shard_numel, &os);
+        ovf |= zero__add_size(os, eg->shard_numel, &os);
         pparam = (e->cfg.stage == 3 && !eg->persistent) ? gi.shard_numel : gi.numel;
         /* the shard lives in the host tier (host.params) */
         if (e->cfg.params_offloaded && !eg->persistent) {
@@ -8794,7 +8959,21 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     /* one group: its own gradient beside its params */
     if (G == 1) e->layout.second_group_numel = e->layout.max_group_numel;
     e->layout.total_numel = ow;
+    e->layout.gtotal_numel = ogw;
+    e->layout.pshard_total = ops;
     e->layout.shard_numel = os;
+    if (e->layout.any_frozen &&
+        (e->cfg.opt_offloaded || e->cfg.params_offloaded ||
+         e->cfg.desc.offload_gradients != ZERO_OFFLOAD_NONE)) {
+        int t;
+        for (t = 0; t < e->layout.ntensors && !(e->layout.tensor_flags[t] & ZERO_TENSOR_FROZEN); t++) {}
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "zero_engine_commit: frozen tensors ('%.200s', ...) with offload "
+                          "(offload_optimizer, offload_param, offload_gradients) are not "
+                          "supported yet: train without offload, or register the tensor "
+                          "without ZERO_TENSOR_FROZEN",
+                          zero__eng_tensor_name(e, t));
+    }
     Ms = e->layout.max_group_numel / (size_t)e->cfg.world;
     /* the user's gradient buffer holds the reduced values (in place) only when no later
        contribution of the step is zero-filled into it: one micro-step, one part */
@@ -8809,16 +8988,16 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->cat[ZERO__B_GRAD_USER] = ZERO_MEM_GRAD;
     if (e->cfg.stage <= 1)
         ovf |=
-            zero__mul_size(e->layout.total_numel, e->cfg.param_size, &sz->bytes[ZERO__B_GRAD_USER]);
+            zero__mul_size(e->layout.gtotal_numel, e->cfg.param_size, &sz->bytes[ZERO__B_GRAD_USER]);
     sz->cat[ZERO__B_GRAD_ACC] = ZERO_MEM_GRAD;
     /* offload_optimizer: the accumulator is in the host tier (zero__eng_offload_alloc) */
     if (!e->layout.acc_is_user_grad && !e->cfg.opt_offloaded)
-        ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.total_numel : e->layout.shard_numel,
+        ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel,
                               e->cfg.comm_size, &sz->bytes[ZERO__B_GRAD_ACC]);
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
     sz->cat[ZERO__B_M2] = ZERO_MEM_MOMENT2;
-    ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.total_numel : e->layout.shard_numel, 4,
+    ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel, 4,
                           &sz->bytes[ZERO__B_MASTER]);
     /* in the host tier: zero__eng_offload_alloc */
     if (e->cfg.opt_offloaded) sz->bytes[ZERO__B_MASTER] = 0;
@@ -9219,11 +9398,37 @@ static zero_result zero__eng_host_grad_norm(zero_engine *e)
     return ZERO_OK;
 }
 
+/* The weight decay tensor t trains with: its own (wd >= 0), else the engine's, 0 for a
+   ZERO_TENSOR_NO_DECAY tensor. */
+static double zero__eng_tensor_wd(const zero_engine *e, int t, double wd)
+{
+    if (wd >= 0.0) return wd;
+    return (e->layout.tensor_flags[t] & ZERO_TENSOR_NO_DECAY) ? 0.0 : e->opt.adam.weight_decay;
+}
+
+/* Tensor t's Adam constants at step 'step' (1-based) with lr multiplier lr_mul and weight
+   decay wd (< 0: the default): those of a torch parameter group whose lr is the engine's lr
+   times lr_mul (one double product; lr_mul 1 gives the engine's constants bit for bit). An
+   lr of 0 moves nothing (a zero_adam_desc's 0 would mean the default lr instead). */
+static zero_result zero__eng_tensor_coefs(const zero_engine *e, int t, double lr_mul, double wd,
+                                          int64_t step, zero_adam_coefs *out)
+{
+    zero_adam_desc d = e->opt.adam;
+    double lr = e->opt.adam.lr * lr_mul, w = zero__eng_tensor_wd(e, t, wd);
+    zero_result r;
+    d.lr = lr > 0.0 ? lr : 1.0;
+    r = zero_adam_coefs_make(out, &d, w, step);
+    if (r == ZERO_OK && !(lr > 0.0)) {
+        out->step_size = 0.0f;
+        out->neg_lr_wd = d.mode == ZERO_ADAMW ? (float)(-(lr * w)) : 0.0f;
+    }
+    return r;
+}
+
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
    gradients and master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
-                                       const zero_adam_coefs *co_wd, const zero_adam_coefs *co_nowd,
                                        float *mst, float *mm, float *vv)
 {
     const zero__eng_tile *tl = &e->host.tiles[k];
@@ -9253,7 +9458,7 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
         ar.param = pbuf + pc->off * e->cfg.param_size;
         ar.param_dtype = e->cfg.param_dtype;
         r = zero_adam_host(
-            &ar, (e->layout.tensor_flags[pc->tensor] & ZERO_TENSOR_NO_DECAY) ? co_nowd : co_wd, mul,
+            &ar, &e->opt.coefs[pc->tensor], mul,
             ZERO_SIMD_AUTO, pc->numel >= 65536 ? e->cfg.desc.host_threads : 1);
         if (r != ZERO_OK) return r;
     }
@@ -10028,8 +10233,7 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
    writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
    half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
    not be tile k - 2's). A skipped step moves nothing. */
-static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs *co_wd,
-                                          const zero_adam_coefs *co_nowd)
+static zero_result zero__eng_step_offload(zero_engine *e)
 {
     zero_device *dev = e->cfg.dev;
     float fm[3];
@@ -10084,14 +10288,14 @@ static zero_result zero__eng_step_offload(zero_engine *e, const zero_adam_coefs 
             if (io_r == ZERO_OK && k + e->nvme.nswap - 2 < e->host.ntiles)
                 io_r = zero__eng_swap_in(e, k + e->nvme.nswap - 2);
             if (io_r == ZERO_OK) {
-                r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, sl, sl + n, sl + 2 * n);
+                r = zero__eng_tile_adam(e, k, fm[1], sl, sl + n, sl + 2 * n);
                 if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
                 io_r = zero__eng_swap_out(e, k);
             }
         } else {
             const zero__eng_tile *tl = &e->host.tiles[k];
             size_t mb = e->layout.groups[tl->group].off_shard + tl->begin;
-            r = zero__eng_tile_adam(e, k, fm[1], co_wd, co_nowd, e->opt.master + mb, e->opt.m + mb,
+            r = zero__eng_tile_adam(e, k, fm[1], e->opt.master + mb, e->opt.m + mb,
                                     e->opt.v + mb);
             if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
         }
@@ -10625,7 +10829,7 @@ static unsigned char *zero__eng_param_shard(const zero_engine *e, int g)
 static unsigned char *zero__eng_grad_user(const zero_engine *e, int g)
 {
     const zero__eng_group *eg = &e->layout.groups[g];
-    if (e->cfg.stage <= 1) return e->buf.grad_user + eg->off_whole * e->cfg.param_size;
+    if (e->cfg.stage <= 1) return e->buf.grad_user + eg->off_gwhole * e->cfg.param_size;
     if (eg->goff == ZERO__ENG_NONE) return NULL;
     return e->buf.arena + eg->goff * e->cfg.param_size;
 }
@@ -10635,10 +10839,10 @@ static unsigned char *zero__eng_grad_user(const zero_engine *e, int g)
 static unsigned char *zero__eng_grad_acc(const zero_engine *e, int g)
 {
     const zero__eng_group *eg = &e->layout.groups[g];
-    if (e->cfg.stage == 0) return e->buf.grad_acc + eg->off_whole * e->cfg.comm_size;
+    if (e->cfg.stage == 0) return e->buf.grad_acc + eg->off_gwhole * e->cfg.comm_size;
     if (e->layout.acc_is_user_grad)
         return e->buf.grad_user +
-               (eg->off_whole + (size_t)e->cfg.rank * eg->shard_numel) * e->cfg.param_size;
+               (eg->off_gwhole + (size_t)e->cfg.rank * eg->shard_numel) * e->cfg.param_size;
     return e->buf.grad_acc + eg->off_shard * e->cfg.comm_size;
 }
 
@@ -10972,7 +11176,7 @@ static unsigned char *zero__eng_reduced_in_place(const zero_engine *e, int g)
    all-reduce), the rank's shard at stages 1-3 (a reduce-scatter). */
 static size_t zero__eng_reduced_numel(const zero_engine *e, int g)
 {
-    return e->cfg.stage == 0 ? e->layout.groups[g].numel : e->layout.groups[g].shard_numel;
+    return e->cfg.stage == 0 ? e->layout.groups[g].gnumel : e->layout.groups[g].shard_numel;
 }
 
 /* Where the reduction of elements [j, ...) of group g's contribution writes: the device
@@ -11042,8 +11246,7 @@ static zero_result zero__tier_grad_check(zero_engine *e, float *flag, double *su
 }
 
 /* Adam on the device: one call per (tensor x shard) segment; padding is never touched. */
-static zero_result zero__eng_adam_device(zero_engine *e, const zero_adam_coefs *co_wd,
-                                         const zero_adam_coefs *co_nowd, const float *mul,
+static zero_result zero__eng_adam_device(zero_engine *e, const float *mul,
                                          const float *flag)
 {
     zero_device *dev = e->cfg.dev;
@@ -11060,11 +11263,12 @@ static zero_result zero__eng_adam_device(zero_engine *e, const zero_adam_coefs *
         memset(&sh, 0, sizeof sh);
         r = zero_plan_tensor(e->layout.plan, t, &ti);
         if (r != ZERO_OK) return zero__eng_break(e, r, "step: plan");
+        if (ti.frozen) continue;
         eg = &e->layout.groups[ti.group];
         if (e->cfg.stage == 0) {
             seg.offset = ti.offset;
             seg.numel = ti.numel;
-            mo = eg->off_whole + seg.offset;
+            mo = eg->off_gwhole + seg.offset;
             go = seg.offset;
             po = eg->off_whole + seg.offset;
         } else {
@@ -11089,7 +11293,7 @@ static zero_result zero__eng_adam_device(zero_engine *e, const zero_adam_coefs *
         ZERO__ENG_TRY(
             e,
             dev->ops->adam(dev, ZERO_QUEUE_COMPUTE, &ar,
-                           (e->layout.tensor_flags[t] & ZERO_TENSOR_NO_DECAY) ? co_nowd : co_wd,
+                           &e->opt.coefs[t],
                            mul, flag),
             "step: adam");
     }
@@ -11100,13 +11304,12 @@ static zero_result zero__eng_adam_device(zero_engine *e, const zero_adam_coefs *
    (reading the multiplier and flag the device computed); in the host or NVMe tier tile by
    tile (zero__eng_step_offload: the gradients and the updated params cross per tile, NVMe
    records are read ahead and written behind). */
-static zero_result zero__tier_adam(zero_engine *e, const zero_adam_coefs *co_wd,
-                                   const zero_adam_coefs *co_nowd, const float *mul,
+static zero_result zero__tier_adam(zero_engine *e, const float *mul,
                                    const float *flag)
 {
     if (zero__tier_where(e, ZERO_MEM_MASTER, -1) != ZERO_TIER_DEVICE)
-        return zero__eng_step_offload(e, co_wd, co_nowd);
-    return zero__eng_adam_device(e, co_wd, co_nowd, mul, flag);
+        return zero__eng_step_offload(e);
+    return zero__eng_adam_device(e, mul, flag);
 }
 
 /* ---- gradients ----------------------------------------------------------------------------- */
@@ -11124,8 +11327,8 @@ static zero_result zero__eng_reduce_staged(zero_engine *e, int g, int store)
     size_t N = (size_t)e->cfg.world, b = e->buf.bucket_piece_numel, j, n, r;
     zero_result x = ZERO_OK;
     if (e->cfg.stage == 0) {
-        for (j = 0; j < eg->numel && x == ZERO_OK; j += n) {
-            n = eg->numel - j < N * b ? eg->numel - j : N * b;
+        for (j = 0; j < eg->gnumel && x == ZERO_OK; j += n) {
+            n = eg->gnumel - j < N * b ? eg->gnumel - j : N * b;
             x = dev->ops->cast(dev, ZERO_QUEUE_COMM, bk, e->cfg.comm_dtype,
                                src + j * e->cfg.param_size, e->cfg.param_dtype, n);
             dst = zero__tier_grad_dst(e, g, store, j, bk);
@@ -11163,7 +11366,7 @@ static zero_result zero__eng_reduce_one(zero_engine *e, int g, int store, int co
     if (e->cfg.comm_dtype != e->cfg.param_dtype) return zero__eng_reduce_staged(e, g, store);
     dst = zero__tier_grad_dst(e, g, store, 0, zero__eng_reduced_in_place(e, g));
     if (e->cfg.stage == 0)
-        r = zero__eng_all_reduce(e, src, dst, eg->numel, e->cfg.comm_dtype, ZERO_OP_SUM, 0, g,
+        r = zero__eng_all_reduce(e, src, dst, eg->gnumel, e->cfg.comm_dtype, ZERO_OP_SUM, 0, g,
                                  ZERO_ROLE_GRAD_REDUCE);
     else
         r = zero__eng_reduce_scatter(e, src, dst, eg->shard_numel, e->cfg.comm_dtype, g);
@@ -11211,9 +11414,9 @@ static zero_result zero__eng_flush(zero_engine *e)
         ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_reduced, &eg->reduced_seq), "gradient reduction: event");
         eg->reduced_valid = 1;
         if (eg->goff != ZERO__ENG_NONE) { /* stages 2-3: the buffer returns to the arena */
-            zero__eng_arena_give(e, eg->goff, eg->numel, eg->ev_reduced, eg->reduced_seq);
+            zero__eng_arena_give(e, eg->goff, eg->gnumel, eg->ev_reduced, eg->reduced_seq);
             eg->goff = ZERO__ENG_NONE;
-            e->prefetch.stats.grad_live_numel -= eg->numel;
+            e->prefetch.stats.grad_live_numel -= eg->gnumel;
         }
     }
     e->micro.npending = 0;
@@ -11229,7 +11432,7 @@ static zero_result zero__eng_flush(zero_engine *e)
    when the copy is made. */
 static zero_result zero__eng_dbg_buf(zero_engine *e, int g, int k, unsigned char **out)
 {
-    size_t bytes = e->layout.groups[g].numel * e->cfg.param_size;
+    size_t bytes = (k ? e->layout.groups[g].gnumel : e->layout.groups[g].numel) * e->cfg.param_size;
     void **slot;
     zero_result r;
     *out = NULL;
@@ -11276,7 +11479,7 @@ static zero_result zero__eng_dbg_check(zero_engine *e, int g, int k, const char 
     unsigned char *p;
     if (!e->debug.guards || !e->debug.copies || !e->debug.copies[2 * g + k]) return ZERO_OK;
     p = (unsigned char *)e->debug.copies[2 * g + k];
-    bytes = e->layout.groups[g].numel * e->cfg.param_size;
+    bytes = (k ? e->layout.groups[g].gnumel : e->layout.groups[g].numel) * e->cfg.param_size;
     ZERO__ENG_TRY(
         e, e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, got, p + bytes, sizeof got),
         "debug guards: download");
@@ -11296,9 +11499,9 @@ static zero_result zero__eng_dbg_check(zero_engine *e, int g, int k, const char 
                               "after its %zu bytes (%zu elements of %s) is 0x%02x (writing another "
                               "dtype, e.g. fp32 values into this %s buffer, or an index past the "
                               "group's %zu elements)",
-                              fn, g, k ? "gradient" : "param", i, bytes, e->layout.groups[g].numel,
+                              fn, g, k ? "gradient" : "param", i, bytes, bytes / e->cfg.param_size,
                               zero_dtype_name(e->cfg.param_dtype), (unsigned)got[i],
-                              zero_dtype_name(e->cfg.param_dtype), e->layout.groups[g].numel);
+                              zero_dtype_name(e->cfg.param_dtype), bytes / e->cfg.param_size);
         }
     return ZERO_OK;
 }
@@ -11320,10 +11523,32 @@ static zero_result zero__eng_dbg_hand(zero_engine *e, int g, int k, unsigned cha
     else
         ZERO__ENG_TRY(e,
                       e->cfg.dev->ops->fill_zero(e->cfg.dev, ZERO_QUEUE_COMPUTE, c,
-                                                 e->layout.groups[g].numel * e->cfg.param_size),
+                                                 e->layout.groups[g].gnumel * e->cfg.param_size),
                       "debug guards: fill");
     *out = c;
     return ZERO_OK;
+}
+
+/* A group whose tensors are all frozen has no gradient: INVALID_ARGUMENT naming them. */
+static zero_result zero__eng_frozen_group(const zero_engine *e, int g, const char *fn)
+{
+    zero_group_info gi;
+    char names[300];
+    size_t at = 0;
+    int i;
+    memset(&gi, 0, sizeof gi);
+    names[0] = '\0';
+    (void)zero_plan_group(e->layout.plan, g, &gi);
+    for (i = 0; i < gi.num_tensors && at + 4 < sizeof names; i++) {
+        int n = snprintf(names + at, sizeof names - at, "%s'%s'", i ? ", " : "",
+                         zero__eng_tensor_name(e, gi.tensors[i]));
+        if (n < 0) break;
+        at += (size_t)n;
+    }
+    return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                      "%s: group %d holds only frozen tensors (%.280s): they take no gradient "
+                      "(ZERO_TENSOR_FROZEN); skip the group's gradients in the backward",
+                      fn, g, names);
 }
 
 ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grads)
@@ -11337,6 +11562,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     if (!out_grads)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_grads: out_grads is NULL");
     eg = &e->layout.groups[group];
+    if (eg->gnumel == 0) return zero__eng_frozen_group(e, group, "zero_engine_grads");
     if (eg->grads_state == ZERO__GRADS_HANDED) {
         *out_grads = e->debug.guards ? e->debug.copies[2 * group + 1]
                                      : (void *)zero__eng_grad_user(e, group);
@@ -11358,11 +11584,11 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
         size_t off;
         int x;
         zero__eng_trace_note(e, 2 * group + 1);
-        if ((r = zero__eng_arena_room(e, group, eg->numel, 1, &x)) != ZERO_OK) return r;
-        if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->numel, "gradient buffer");
-        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 1, &off), "zero_engine_grads: event");
+        if ((r = zero__eng_arena_room(e, group, eg->gnumel, 1, &x)) != ZERO_OK) return r;
+        if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->gnumel, "gradient buffer");
+        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->gnumel, 1, &off), "zero_engine_grads: event");
         eg->goff = off;
-        e->prefetch.stats.grad_live_numel += eg->numel;
+        e->prefetch.stats.grad_live_numel += eg->gnumel;
     } else if (eg->reduced_valid) {
         ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_reduced),
                       "zero_engine_grads: event");
@@ -11370,7 +11596,7 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
     ptr = zero__eng_grad_user(e, group);
     ZERO__ENG_TRY(e,
                   e->cfg.dev->ops->fill_zero(e->cfg.dev, ZERO_QUEUE_COMPUTE, ptr,
-                                             eg->numel * e->cfg.param_size),
+                                             eg->gnumel * e->cfg.param_size),
                   "zero_engine_grads: fill");
     if ((r = zero__eng_dbg_hand(e, group, 1, ptr, out_grads)) != ZERO_OK) return r;
     eg->grads_state = ZERO__GRADS_HANDED;
@@ -11385,6 +11611,7 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_group_arg(e, group, "zero_engine_grads_ready")) != ZERO_OK) return r;
     eg = &e->layout.groups[group];
+    if (eg->gnumel == 0) return zero__eng_frozen_group(e, group, "zero_engine_grads_ready");
     if (eg->grads_state != ZERO__GRADS_HANDED)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "zero_engine_grads_ready: group %d %s", group,
@@ -11398,7 +11625,7 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
         ZERO__ENG_TRY(
             e,
             e->cfg.dev->ops->copy(e->cfg.dev, ZERO_QUEUE_COMPUTE, zero__eng_grad_user(e, group),
-                                  e->debug.copies[2 * group + 1], eg->numel * e->cfg.param_size),
+                                  e->debug.copies[2 * group + 1], eg->gnumel * e->cfg.param_size),
             "debug guards: copy");
     }
     e->micro.pending_store[e->micro.npending] =
@@ -11406,7 +11633,7 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
     e->micro.pending[e->micro.npending++] = group;
     eg->parts_ready++;
     eg->grads_state = eg->parts_ready == eg->parts ? ZERO__GRADS_READY : ZERO__GRADS_NONE;
-    e->micro.pending_numel += eg->numel;
+    e->micro.pending_numel += eg->gnumel;
     e->micro.ready_groups++;
     if (e->micro.ready_groups == e->layout.total_parts ||
         e->micro.pending_numel >= e->cfg.desc.reduce_bucket_numel)
@@ -11437,10 +11664,18 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
     e->prefetch.stats.live_groups++;
     if ((r = zero__tier_shard_up(e, g, dst, &src)) != ZERO_OK) return r;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
-    ZERO__ENG_TRY(
-        e,
-        zero__eng_all_gather(e, src, dst, eg->shard_numel, e->cfg.param_dtype, g, ZERO_ROLE_GATHER),
-        "gather: all_gather");
+    if (eg->shard_numel > 0)
+        ZERO__ENG_TRY(e,
+                      zero__eng_all_gather(e, src, dst, eg->shard_numel, e->cfg.param_dtype, g,
+                                           ZERO_ROLE_GATHER),
+                      "gather: all_gather");
+    if (eg->pshard_numel > eg->shard_numel) /* the frozen region, after the trained one */
+        ZERO__ENG_TRY(e,
+                      zero__eng_all_gather(e, src + eg->shard_numel * e->cfg.param_size,
+                                           dst + eg->gnumel * e->cfg.param_size,
+                                           eg->pshard_numel - eg->shard_numel,
+                                           e->cfg.param_dtype, g, ZERO_ROLE_GATHER),
+                      "gather: all_gather of the frozen region");
     ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
     e->prefetch.stats.gathers++;
     return ZERO_OK;
@@ -11718,8 +11953,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     float unscale, host[3], scale_used;
     double *sumsq;
     float *flag, *mul;
-    zero_adam_coefs co_wd, co_nowd;
-    int g, at_min = 0;
+    int g, t, at_min = 0;
     if (r != ZERO_OK) return r;
     if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->cfg.dev;
@@ -11752,10 +11986,11 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
                                         e->cfg.desc.clip_norm, mul),
                   "step: grad_mul");
     /* 3. Adam/AdamW over this rank's shard, where master, m and v live. */
-    r = zero_adam_coefs_make(&co_wd, &e->opt.adam, e->opt.adam.weight_decay, e->opt.step + 1);
-    if (r == ZERO_OK) r = zero_adam_coefs_make(&co_nowd, &e->opt.adam, 0.0, e->opt.step + 1);
+    for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++)
+        r = zero__eng_tensor_coefs(e, t, e->opt.lr_mul[t], e->opt.wd[t], e->opt.step + 1,
+                                   &e->opt.coefs[t]);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
-    if ((r = zero__tier_adam(e, &co_wd, &co_nowd, mul, flag)) != ZERO_OK) return r;
+    if ((r = zero__tier_adam(e, mul, flag)) != ZERO_OK) return r;
     /* 4. stages 1-2 (stage 3: persistent groups) all-gather the updated param shards. */
     if (e->cfg.stage >= 1 && e->cfg.world > 1) {
         int any = 0;
@@ -11767,6 +12002,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
             ZERO__ENG_TRY(e, zero__eng_group_start(e), "step: group_start");
             for (g = 0; g < e->layout.ngroups; g++) {
                 if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) continue;
+                if (e->layout.groups[g].shard_numel == 0) continue; /* only frozen tensors */
                 ZERO__ENG_TRY_IN_GROUP(e,
                                        zero__eng_all_gather(e, zero__eng_param_shard(e, g),
                                                             zero__eng_param_whole(e, g),
@@ -11835,8 +12071,8 @@ static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_par
     if (r == ZERO_OK) r = zero_plan_shard(e->layout.plan, ti.group, e->cfg.rank, &sh);
     if (r != ZERO_OK) return r;
     out->m0 = seg.numel ? seg.offset - ti.offset : 0;
-    out->mn = seg.numel;
-    out->master_off = e->cfg.stage == 0 ? eg->off_whole + seg.offset
+    out->mn = ti.frozen ? 0 : seg.numel; /* frozen: no master, m, v */
+    out->master_off = e->cfg.stage == 0 ? eg->off_gwhole + seg.offset
                                     : eg->off_shard + (seg.offset - sh.offset);
     if (e->cfg.stage < 3 || eg->persistent) {
         out->p0 = 0;
@@ -11846,8 +12082,8 @@ static zero_result zero__eng_parts_of(const zero_engine *e, int t, zero__eng_par
             ((e->cfg.stage < 3 ? eg->off_whole : eg->off_param) + ti.offset) * e->cfg.param_size;
     } else {
         out->p0 = out->m0;
-        out->pn = out->mn;
-        out->param_off = seg.offset - sh.offset;
+        out->pn = seg.numel;
+        out->param_off = zero__plan_shard_pos(e->layout.plan, t, e->cfg.rank, seg.offset);
         out->param = e->nvme.param_file
                          ? NULL
                          : (e->cfg.params_offloaded ? e->host.params : e->buf.param) +
@@ -11892,10 +12128,10 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         e->prefetch.stats.evictions++;
         e->prefetch.stats.prefetch_wasted++;
     }
-    if (e->cfg.stage == 0) { /* stage 0 holds the whole master */
+    if (e->cfg.stage == 0 && !ti.frozen) { /* stage 0 holds the whole master */
         pt.m0 = 0;
         pt.mn = ti.numel;
-        pt.master_off = e->layout.groups[ti.group].off_whole + ti.offset;
+        pt.master_off = e->layout.groups[ti.group].off_gwhole + ti.offset;
     }
     if (pt.pn > 0 && e->cfg.param_dtype != ZERO_F32) {
         tmp = conv ? conv : zero__alloc(&e->cfg.desc.allocator, pt.pn * e->cfg.param_size);
@@ -11956,6 +12192,15 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
     if (!host_dst)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: host_dst is NULL");
     if ((r = zero__eng_parts_of(e, tensor, &pt)) != ZERO_OK) return r;
+    if (kind != ZERO_STATE_PARAM && (e->layout.tensor_flags[tensor] & ZERO_TENSOR_FROZEN))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_read_tensor: tensor '%.200s' is frozen "
+                          "(ZERO_TENSOR_FROZEN): it has no %s (no optimizer state, no gradient); "
+                          "read its params (ZERO_STATE_PARAM)",
+                          zero__eng_tensor_name(e, tensor),
+                          kind == ZERO_STATE_MASTER ? "master weights"
+                          : kind == ZERO_STATE_M    ? "first moment"
+                                                    : "second moment");
     switch (kind) {
     case ZERO_STATE_PARAM: src = pt.param; off = pt.p0; n = pt.pn; esz = e->cfg.param_size; break;
     case ZERO_STATE_MASTER: src = e->opt.master ? e->opt.master + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
@@ -12017,6 +12262,56 @@ ZERODEF zero_result zero_engine_set_lr(zero_engine *e, double lr)
                           lr);
     e->opt.adam.lr = lr;
     e->cfg.desc.adam.lr = lr;
+    return ZERO_OK;
+}
+
+/* The checks of the per-tensor calls: committed, a known tensor. */
+static zero_result zero__eng_hparams_check(const zero_engine *e, int tensor, const char *fn)
+{
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
+    if (e->lifecycle == ZERO__ENG_CREATED || !e->opt.lr_mul)
+        return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: before zero_engine_commit", fn);
+    if (tensor < 0 || tensor >= e->layout.ntensors)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: tensor %d (the engine has 0..%d)", fn, tensor,
+                          e->layout.ntensors - 1);
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_set_tensor_hparams(zero_engine *e, int tensor, double lr_mul,
+                                                   double weight_decay)
+{
+    static const char fn[] = "zero_engine_set_tensor_hparams";
+    zero_adam_coefs c;
+    zero_result r = zero__eng_hparams_check(e, tensor, fn);
+    if (r != ZERO_OK) return r;
+    if (!(lr_mul >= 0.0) || isinf(lr_mul))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: tensor '%.200s': lr_mul = %g (finite, >= 0)", fn,
+                          zero__eng_tensor_name(e, tensor), lr_mul);
+    if (weight_decay != ZERO_WEIGHT_DECAY_DEFAULT && (!(weight_decay >= 0.0) || isinf(weight_decay)))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: tensor '%.200s': weight_decay = %g (finite and >= 0, or "
+                          "ZERO_WEIGHT_DECAY_DEFAULT)",
+                          fn, zero__eng_tensor_name(e, tensor), weight_decay);
+    /* step 1 has the largest step size: constants finite there are finite at every step */
+    if (zero__eng_tensor_coefs(e, tensor, lr_mul, weight_decay, 1, &c) != ZERO_OK)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: tensor '%.200s': lr %g x lr_mul %g with weight decay %g gives Adam "
+                          "constants that are not finite in fp32",
+                          fn, zero__eng_tensor_name(e, tensor), e->opt.adam.lr, lr_mul,
+                          zero__eng_tensor_wd(e, tensor, weight_decay));
+    e->opt.lr_mul[tensor] = lr_mul;
+    e->opt.wd[tensor] = weight_decay;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_tensor_hparams(const zero_engine *e, int tensor, double *lr_mul,
+                                               double *weight_decay)
+{
+    zero_result r = zero__eng_hparams_check(e, tensor, "zero_engine_tensor_hparams");
+    if (r != ZERO_OK) return r;
+    if (lr_mul) *lr_mul = e->opt.lr_mul[tensor];
+    if (weight_decay) *weight_decay = zero__eng_tensor_wd(e, tensor, e->opt.wd[tensor]);
     return ZERO_OK;
 }
 
@@ -12933,13 +13228,20 @@ static unsigned char *zero__ck_state_ptr(const zero_engine *e, zero_state_kind k
                                          size_t off)
 {
     const zero__eng_group *eg = &e->layout.groups[g];
-    size_t base = e->cfg.stage == 0 ? eg->off_whole + (size_t)e->cfg.rank * eg->shard_numel
+    size_t base = e->cfg.stage == 0 ? eg->off_gwhole + (size_t)e->cfg.rank * eg->shard_numel
                                 : eg->off_shard;
     switch (k) {
     case ZERO_STATE_MASTER: return (unsigned char *)(e->opt.master + base + off);
     case ZERO_STATE_M: return (unsigned char *)(e->opt.m + base + off);
     case ZERO_STATE_V: return (unsigned char *)(e->opt.v + base + off);
-    case ZERO_STATE_PARAM: return zero__eng_param_shard(e, g) + off * e->cfg.param_size;
+    case ZERO_STATE_PARAM:
+        /* the rank's part: its trained slice, then its frozen slice (kept whole below stage
+           3 and for persistent groups: the frozen slice r lies after the trained region) */
+        if (off >= eg->shard_numel && (e->cfg.stage < 3 || eg->persistent))
+            return zero__eng_param_whole(e, g) +
+                   (eg->gnumel + (size_t)e->cfg.rank * (eg->pshard_numel - eg->shard_numel) +
+                    (off - eg->shard_numel)) * e->cfg.param_size;
+        return zero__eng_param_shard(e, g) + off * e->cfg.param_size;
     }
     return NULL;
 }
@@ -13025,16 +13327,25 @@ static zero_result zero__ck_state_spread(zero_engine *e)
                 float *base = k == ZERO_STATE_MASTER ? e->opt.master
                               : k == ZERO_STATE_M    ? e->opt.m
                                                      : e->opt.v;
+                if (eg->shard_numel == 0) break; /* only frozen tensors */
                 ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__ck_state_ptr(e, (zero_state_kind)k, g, 0),
-                                                      base + eg->off_whole, eg->shard_numel,
+                                                      base + eg->off_gwhole, eg->shard_numel,
                                                       ZERO_F32, g, ZERO_ROLE_CHECKPOINT),
                               "load: all_gather of stage-0 optimizer state");
             }
-        if (e->cfg.stage < 3 || eg->persistent)
+        if ((e->cfg.stage < 3 || eg->persistent) && eg->shard_numel > 0)
             ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__eng_param_shard(e, g),
                                                   zero__eng_param_whole(e, g), eg->shard_numel,
                                                   e->cfg.param_dtype, g, ZERO_ROLE_CHECKPOINT),
                           "load: all_gather of params");
+        if ((e->cfg.stage < 3 || eg->persistent) && eg->pshard_numel > eg->shard_numel)
+            ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__ck_state_ptr(e, ZERO_STATE_PARAM, g,
+                                                                        eg->shard_numel),
+                                                  zero__eng_param_whole(e, g) +
+                                                      eg->gnumel * e->cfg.param_size,
+                                                  eg->pshard_numel - eg->shard_numel,
+                                                  e->cfg.param_dtype, g, ZERO_ROLE_CHECKPOINT),
+                          "load: all_gather of frozen params");
     }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "load: event");
     return ZERO_OK;
@@ -13467,7 +13778,8 @@ ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *
 
 /* ---- the format ------------------------------------------------------------------------------ */
 
-#define ZERO__CK_VERSION 2u       /* of the manifest; version 1 (no client state) still loads */
+#define ZERO__CK_VERSION 3u       /* of the manifest; versions 1 (no client state) and 2 (no
+                                     per-tensor hyper-parameters) still load */
 #define ZERO__CK_SHARD_VERSION 1u /* of the shard files */
 #define ZERO__CK_MANIFEST "zero.manifest"
 #define ZERO__CK_MAN_FIXED 184u   /* bytes before the group table */
@@ -13490,10 +13802,12 @@ typedef struct zero__ck_tensor {
     uint64_t offset, numel;
     int ndim;
     uint64_t dims[ZERO_TENSOR_MAX_DIMS];
+    double lr_mul, wd; /* zero_engine_set_tensor_hparams (wd < 0: the default) */
 } zero__ck_tensor;
 
 typedef struct zero__ck_group {
     uint64_t numel, shard_numel, used_numel;
+    uint64_t pshard_numel; /* numel / world: the params section (trained + frozen slices) */
     uint64_t sec_off; /* byte offset of the group's master section in every shard file */
     int first_tensor;
 } zero__ck_group;
@@ -13530,6 +13844,13 @@ ZERODEF void zero_checkpoint_close(zero_checkpoint *ck) { zero__ck_free(ck); }
 
 static size_t zero__ck_sec_esz(const zero_checkpoint *ck, int ki) { return ki == 3 ? ck->psize : 4; }
 
+/* Elements of section ki of group g: master, m, v cover the trained slice (shard_numel), the
+   params the trained and frozen slices (pshard_numel; equal without frozen tensors). */
+static uint64_t zero__ck_sec_numel(const zero_checkpoint *ck, int g, int ki)
+{
+    return ki == 3 ? ck->groups[g].pshard_numel : ck->groups[g].shard_numel;
+}
+
 static uint64_t zero__ck_sec_off(const zero_checkpoint *ck, int g, int ki)
 {
     return ck->groups[g].sec_off + (uint64_t)ki * 4u * ck->groups[g].shard_numel;
@@ -13560,7 +13881,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     version = (uint32_t)zero__ck_get(&rd, 4);
     (void)zero__ck_get(&rd, 4);
     mbytes = zero__ck_get(&rd, 8);
-    if (version != 1u && version != ZERO__CK_VERSION)
+    if (version < 1u || version > ZERO__CK_VERSION)
         return zero__fail(ZERO_ERROR_IO, "%s: format version %u (this library reads 1..%u)",
                           what, version, ZERO__CK_VERSION);
     if (mbytes != n)
@@ -13675,7 +13996,8 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
         t->ndim = (int)(uint32_t)zero__ck_get(&rd, 4);
         if (rd.bad) break;
         if (t->group >= G || t->ndim < 0 || t->ndim > ZERO_TENSOR_MAX_DIMS || t->numel == 0 ||
-            t->numel > (uint64_t)SIZE_MAX || (t->flags & ~(uint32_t)ZERO_TENSOR_NO_DECAY)) {
+            t->numel > (uint64_t)SIZE_MAX ||
+            (t->flags & ~(uint32_t)(ZERO_TENSOR_NO_DECAY | ZERO_TENSOR_FROZEN))) {
             r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': bad group, flags, size or ndim", what,
                            t->name);
             goto fail;
@@ -13707,6 +14029,17 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
             goto fail;
         }
     }
+    for (i = 0; i < T; i++) { /* version 3: the per-tensor hyper-parameters */
+        zero__ck_tensor *t = &ck->tensors[i];
+        t->lr_mul = version >= 3u ? zero__ck_get_f64(&rd) : 1.0;
+        t->wd = version >= 3u ? zero__ck_get_f64(&rd) : ZERO_WEIGHT_DECAY_DEFAULT;
+        if (!(t->lr_mul >= 0.0) || isinf(t->lr_mul) ||
+            (t->wd != ZERO_WEIGHT_DECAY_DEFAULT && (!(t->wd >= 0.0) || isinf(t->wd)))) {
+            r = zero__fail(ZERO_ERROR_IO, "%s: tensor '%s': lr_mul %g, weight decay %g", what,
+                           t->name, t->lr_mul, t->wd);
+            goto fail;
+        }
+    }
     if (rd.bad || rd.at != rd.n) {
         r = zero__fail(ZERO_ERROR_IO, "%s: %s at byte %zu", what,
                        rd.bad ? "ends early" : "has extra bytes", rd.at);
@@ -13717,6 +14050,8 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     for (i = 0; i < T && r == ZERO_OK; i++)
         r = zero_plan_add(ck->plan, ck->tensors[i].name, (size_t)ck->tensors[i].numel,
                           (int)ck->tensors[i].group, NULL);
+    for (i = 0; i < T && r == ZERO_OK; i++)
+        if (ck->tensors[i].flags & ZERO_TENSOR_FROZEN) r = zero_plan_freeze(ck->plan, (int)i);
     if (r == ZERO_OK) r = zero_plan_commit(ck->plan, (int)world, align, 0);
     if (r != ZERO_OK) {
         char prev[400];
@@ -13746,20 +14081,22 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
         uint64_t b;
         memset(&gi, 0, sizeof gi);
         zero_plan_group(ck->plan, (int)i, &gi);
-        if (gi.numel != ck->groups[i].numel || gi.shard_numel != ck->groups[i].shard_numel ||
+        ck->groups[i].pshard_numel = gi.shard_numel;
+        if (gi.numel != ck->groups[i].numel ||
+            (gi.numel - gi.frozen_numel) / world != ck->groups[i].shard_numel ||
             gi.used_numel != ck->groups[i].used_numel) {
             r = zero__fail(ZERO_ERROR_IO, "%s: group %u sizes differ from the plan's", what, i);
             goto fail;
         }
         ck->groups[i].sec_off = off;
         /* bytes, not elements: the plan checked counts, the product can still wrap */
-        if (ck->groups[i].shard_numel > (UINT64_MAX - off) / (12u + ck->psize)) {
+        if (ck->groups[i].pshard_numel > (UINT64_MAX - off) / (12u + ck->psize)) {
             r = zero__fail(ZERO_ERROR_IO, "%s: group %u: %llu elements per shard overflow a "
                            "64-bit byte size", what, i,
                            (unsigned long long)ck->groups[i].shard_numel);
             goto fail;
         }
-        b = ck->groups[i].shard_numel * (12u + ck->psize);
+        b = ck->groups[i].shard_numel * 12u + ck->groups[i].pshard_numel * ck->psize;
         off += b;
     }
     ck->shard_bytes = off;
@@ -13946,6 +14283,8 @@ ZERODEF zero_result zero_checkpoint_get_tensor(const zero_checkpoint *ck, int te
     out->numel = (size_t)t->numel;
     out->ndim = t->ndim;
     for (k = 0; k < t->ndim; k++) out->dims[k] = t->dims[k];
+    out->lr_mul = t->lr_mul;
+    out->weight_decay = t->wd;
     return ZERO_OK;
 }
 
@@ -14014,7 +14353,7 @@ static zero_result zero__ck_check_shard_header(const zero_checkpoint *ck, const 
         (void)zero__ck_get(&rd, 4);
         if (kind != (uint64_t)zero__ck_kinds[ki] || grp != (uint64_t)g ||
             off != zero__ck_sec_off(ck, g, ki) ||
-            bytes != ck->groups[g].shard_numel * zero__ck_sec_esz(ck, ki)) {
+            bytes != zero__ck_sec_numel(ck, g, ki) * zero__ck_sec_esz(ck, ki)) {
             r = zero__fail(ZERO_ERROR_IO, "%s: section table entry %u (%s of group %d) does not "
                            "match the plan", path, i, zero__ck_kind_name(ki), g);
             goto out;
@@ -14041,7 +14380,7 @@ static zero_result zero__ck_stream(const zero_checkpoint *ck, int fd, const char
                                    unsigned char *dst_base, unsigned char *chunk, size_t chunk_bytes)
 {
     size_t esz = zero__ck_sec_esz(ck, ki);
-    uint64_t bytes = ck->groups[g].shard_numel * esz, off = zero__ck_sec_off(ck, g, ki), pos = 0;
+    uint64_t bytes = zero__ck_sec_numel(ck, g, ki) * esz, off = zero__ck_sec_off(ck, g, ki), pos = 0;
     uint32_t crc = 0;
     size_t per = chunk_bytes / esz * esz;
     zero_result r;
@@ -14181,7 +14520,7 @@ static int zero__ck_want_one(void *ctx, const zero_checkpoint *ck, int q, int g,
     memset(&seg, 0, sizeof seg);
     if (t->group != (uint32_t)g) return 0;
     if (zero_plan_intersect(ck->plan, o->tensor, q, &seg) != ZERO_OK || seg.numel == 0) return 0;
-    pc[0].src = seg.offset - (uint64_t)q * ck->groups[g].shard_numel;
+    pc[0].src = zero__plan_shard_pos(ck->plan, o->tensor, q, seg.offset);
     pc[0].n = seg.numel;
     pc[0].dst = seg.offset - t->offset;
     return 1;
@@ -14204,6 +14543,10 @@ ZERODEF zero_result zero_checkpoint_read_tensor(zero_checkpoint *ck, int tensor,
         return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_checkpoint_read_tensor: tensor %d unknown", tensor);
     for (ki = 0; ki < 4 && zero__ck_kinds[ki] != kind; ki++) {}
     if (ki == 4) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_read_tensor: kind %d", (int)kind);
+    if (ki < 3 && (ck->tensors[tensor].flags & ZERO_TENSOR_FROZEN))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_read_tensor: tensor '%s' is "
+                          "frozen: it has no %s (read its params)", ck->tensors[tensor].name,
+                          zero__ck_kind_name(ki));
     o.tensor = tensor;
     o.ki = ki;
     o.dst = (unsigned char *)dst;
@@ -14617,14 +14960,17 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
        tile), and an NVMe param shard once per group. */
     for (g = 0; g < e->layout.ngroups && r == ZERO_OK; g++) {
         size_t n = e->layout.groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
+        size_t pn = e->layout.groups[g].pshard_numel; /* params: + the frozen slice */
         uint32_t crc[4] = {0, 0, 0, 0};
-        while (pos < n && r == ZERO_OK) {
-            size_t c = n - pos < per ? n - pos : per;
+        while (pos < pn && r == ZERO_OK) {
+            size_t c = pn - pos < per ? pn - pos : per;
             if (e->nvme.opt_file && c > e->host.tile_numel - pos % e->host.tile_numel)
                 c = e->host.tile_numel - pos % e->host.tile_numel;
+            if (pos < n && c > n - pos) c = n - pos; /* chunks end where the trained slice does */
             for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
                 size_t esz = ki == 3 ? e->cfg.param_size : 4;
                 uint64_t sec = off + (uint64_t)n * (ki == 3 ? 12u : 4u * (unsigned)ki);
+                if (ki < 3 && pos >= n) continue;
                 r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
                 if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
                 if (r != ZERO_OK) {
@@ -14640,7 +14986,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
             pos += c;
         }
         for (ki = 0; ki < 4; ki++) crcs[g * 4 + ki] = crc[ki];
-        off += (uint64_t)n * (12u + e->cfg.param_size);
+        off += (uint64_t)n * 12u + (uint64_t)pn * e->cfg.param_size;
     }
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
@@ -14658,8 +15004,9 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
             uint64_t so = hb;
             for (g = 0; g < e->layout.ngroups; g++)
                 for (ki = 0; ki < 4; ki++) {
-                    uint64_t bytes = (uint64_t)e->layout.groups[g].shard_numel *
-                                     (ki == 3 ? e->cfg.param_size : 4);
+                    uint64_t bytes = ki == 3 ? (uint64_t)e->layout.groups[g].pshard_numel *
+                                                   e->cfg.param_size
+                                             : (uint64_t)e->layout.groups[g].shard_numel * 4u;
                     zero__ck_sec_entry(&hdr, (uint32_t)zero__ck_kinds[ki], (uint32_t)g, so, bytes,
                                        crcs[g * 4 + ki]);
                     so += bytes;
@@ -14690,7 +15037,8 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
     int g, t, q;
     memset(&b, 0, sizeof b);
     for (g = 0; g < e->layout.ngroups; g++)
-        fbytes += (uint64_t)e->layout.groups[g].shard_numel * (12u + e->cfg.param_size);
+        fbytes += (uint64_t)e->layout.groups[g].shard_numel * 12u +
+                  (uint64_t)e->layout.groups[g].pshard_numel * e->cfg.param_size;
     h = (unsigned char *)ZERO_MALLOC((size_t)hb);
     if (!h) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: manifest");
     zero__ck_put(&b, "ZEROMANI", 8);
@@ -14762,6 +15110,10 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
     zero__ck_u64(&b, client_bytes);
     zero__ck_u32(&b, client_crc);
     zero__ck_u32(&b, 0);
+    for (t = 0; t < e->layout.ntensors; t++) { /* version 3: the per-tensor hyper-parameters */
+        zero__ck_f64(&b, e->opt.lr_mul[t]);
+        zero__ck_f64(&b, e->opt.wd[t]);
+    }
     if (r == ZERO_OK && !b.err) {
         int i;
         for (i = 0; i < 8; i++) b.p[16 + i] = (unsigned char)((uint64_t)(b.n + 4) >> (8 * i));
@@ -14885,7 +15237,7 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
     for (g = 0; g < ck->info.num_groups && r == ZERO_OK; g++)
         for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
             uint64_t off = zero__ck_sec_off(ck, g, ki);
-            uint64_t bytes = ck->groups[g].shard_numel * zero__ck_sec_esz(ck, ki);
+            uint64_t bytes = zero__ck_sec_numel(ck, g, ki) * zero__ck_sec_esz(ck, ki);
             uint32_t c = zero_crc32c(0, L->map + off, (size_t)bytes);
             if (c != crcs[g * 4 + ki]) {
                 int t = ck->groups[g].first_tensor;
@@ -14925,9 +15277,12 @@ static int zero__ck_want_load(void *ctx, const zero_checkpoint *ck, int q, int g
         lo = a > b ? a : b;
         hi = a + sn.numel < b + sq.numel ? a + sn.numel : b + sq.numel;
         if (lo >= hi) continue;
-        pc[np].src = (sq.offset - (uint64_t)q * ck->groups[g].shard_numel) + (lo - b);
+        pc[np].src = zero__plan_shard_pos(ck->plan, t, q, sq.offset) + (lo - b);
         pc[np].n = hi - lo;
-        pc[np].dst = e->layout.groups[ti.group].off_shard + (sn.offset - shn.offset) + (lo - a);
+        /* in the staging layout: every group's part (trained and frozen slices) */
+        pc[np].dst = e->layout.groups[ti.group].off_pstage +
+                     zero__plan_shard_pos(e->layout.plan, L->tmap[t], e->cfg.rank, sn.offset) +
+                     (lo - a);
         np++;
     }
     return np;
@@ -14936,7 +15291,7 @@ static int zero__ck_want_load(void *ctx, const zero_checkpoint *ck, int q, int g
 static unsigned char *zero__ck_base_load(void *ctx, int ki)
 {
     zero__ck_load *L = (zero__ck_load *)ctx;
-    return L->stage_buf + (size_t)ki * L->e->layout.shard_numel * 4u;
+    return L->stage_buf + (size_t)ki * L->e->layout.pshard_total * 4u;
 }
 
 /* "[d0, d1, ...]" into dst. */
@@ -15016,8 +15371,9 @@ static zero_result zero__ck_apply(zero_engine *e, const zero_checkpoint *ck, con
     for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
         size_t esz = ki == 3 ? e->cfg.param_size : 4;
         unsigned char *src = L->map ? L->map + zero__ck_sec_off(ck, g, ki) + at * esz
-                                    : L->stage_buf + (size_t)ki * e->layout.shard_numel * 4u +
-                                          (e->layout.groups[g].off_shard + at) * esz;
+                                    : L->stage_buf + (size_t)ki * e->layout.pshard_total * 4u +
+                                          (e->layout.groups[g].off_pstage + at) * esz;
+        if (ki < 3 && at >= e->layout.groups[g].shard_numel) continue; /* frozen: params only */
         r = zero__ck_state_io(e, zero__ck_kinds[ki], g, at, n, src, 1);
     }
     return r;
@@ -15108,10 +15464,11 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
                      ti.group == (int)ck->tensors[t].group;
         }
         for (t = 0; L.same && t < e->layout.ngroups; t++)
-            L.same = ck->groups[t].shard_numel == e->layout.groups[t].shard_numel;
+            L.same = ck->groups[t].shard_numel == e->layout.groups[t].shard_numel &&
+                     ck->groups[t].pshard_numel == e->layout.groups[t].pshard_numel;
     }
     if (r == ZERO_OK && !L.same) { /* resharding: staging filled from every file needed */
-        if (zero__mul_size(e->layout.shard_numel, 12u + e->cfg.param_size, &bytes) || bytes == 0)
+        if (zero__mul_size(e->layout.pshard_total, 12u + e->cfg.param_size, &bytes) || bytes == 0)
             bytes = 0;
         L.stage_buf = bytes ? (unsigned char *)zero__alloc(&e->cfg.desc.allocator, bytes) : NULL;
         if (!L.stage_buf) /* not cleared: only tensor elements are read back */
@@ -15168,7 +15525,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         if (r == ZERO_OK) r = zero_plan_intersect(e->layout.plan, t, e->cfg.rank, &sn);
         if (r == ZERO_OK) r = zero_plan_shard(e->layout.plan, ti.group, e->cfg.rank, &shn);
         if (r != ZERO_OK || sn.numel == 0) continue;
-        at = sn.offset - shn.offset;
+        at = zero__plan_shard_pos(e->layout.plan, t, e->cfg.rank, sn.offset);
         r = zero__ck_apply(e, ck, &L, ti.group, at, sn.numel);
     }
     if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
@@ -15200,6 +15557,10 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     e->opt.adam.eps = ck->info.adam.eps;
     e->opt.adam.weight_decay = ck->info.adam.weight_decay;
     e->cfg.desc.adam = e->opt.adam;
+    for (t = 0; t < ck->info.num_tensors; t++) {
+        e->opt.lr_mul[L.tmap[t]] = ck->tensors[t].lr_mul;
+        e->opt.wd[L.tmap[t]] = ck->tensors[t].wd;
+    }
     e->opt.scaler.scale = ck->info.scaler.scale;
     e->opt.scaler.factor = ck->info.scaler.factor;
     e->opt.scaler.min_scale = ck->info.scaler.min_scale;
@@ -15952,6 +16313,9 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
         size_t n = (size_t)ck->tensors[t].numel;
         if (dtype != ZERO_F32 && dtype == ck->info.param_dtype) {
             r = zero_checkpoint_read_tensor(ck, t, ZERO_STATE_PARAM, out);
+        } else if (ck->tensors[t].flags & ZERO_TENSOR_FROZEN) { /* no master: its params */
+            r = zero_checkpoint_read_tensor(ck, t, ZERO_STATE_PARAM, buf);
+            if (r == ZERO_OK) r = zero_convert(out, dtype, buf, ck->info.param_dtype, n, ZERO_SIMD_AUTO);
         } else {
             r = zero_checkpoint_read_tensor(ck, t, ZERO_STATE_MASTER, buf);
             if (r == ZERO_OK) r = zero_convert(out, dtype, buf, ZERO_F32, n, ZERO_SIMD_AUTO);

@@ -789,7 +789,9 @@ zero_cuda__sumsq_kernel(const __grid_constant__ zero_cuda__sq_table tab)
    where it falls, nor on the table it came in. */
 
 #define ZERO_CUDA__ADAM_MAX 192 /* ranges per launch (the table is a kernel parameter) */
-#define ZERO_CUDA__ADAM_COEFS 4 /* distinct coefficient sets per launch                */
+/* distinct coefficient sets per launch: one per (lr multiplier, weight decay) pair in use
+   (zero_engine_set_tensor_hparams), so a few parameter groups share one launch */
+#define ZERO_CUDA__ADAM_COEFS 8
 
 typedef struct zero_cuda__adam_seg {
     float *master, *m, *v;

@@ -48,6 +48,9 @@ typedef struct ec_cfg {
     int pin_memory;
     int async_step;          /* engine async_step: steps without info, read one step later */
     int param_read_ahead;    /* engine param_read_ahead (offload_param = nvme)             */
+    /* per-tensor hyper-parameters, set after commit when hp_on (zero_engine_set_tensor_hparams) */
+    int hp_on;
+    double lr_mul[EC_MAX_T], hp_wd[EC_MAX_T];
 } ec_cfg;
 
 typedef struct ec_result {
@@ -66,6 +69,7 @@ typedef struct ec_result {
     size_t live_after_step_max; /* the most non-persistent gathered numel seen after a step */
     size_t plan_total, plan_shard_total, max_group, max_np_group, persist_total;
     size_t max_group2; /* the second-largest group (the largest when there is one group) */
+    size_t frozen_total; /* every group's frozen region (zero_group_info.frozen_numel) */
     int ngroups;
     float loss_scale_before[EC_MAX_STEPS];
 } ec_result;
@@ -195,6 +199,33 @@ static zero_result ec_add_tensors(zero_engine *e, const ec_cfg *c, int *ids)
     return ZERO_OK;
 }
 
+/* Eight parameter groups on the default model (every tensor its own lr multiplier and weight
+   decay pair: 1, 0.1, 3, 0 (does not move), ...; the default decay, explicit ones, an explicit
+   0 on a decayed tensor and an explicit decay on a NO_DECAY one), applied after commit. */
+static inline void ec_param_groups(ec_cfg *c)
+{
+    static const double mul[8] = {1.0, 0.1, 3.0, 0.0, 0.5, 2.5, 1.0, 0.25};
+    static const double wd[8] = {ZERO_WEIGHT_DECAY_DEFAULT, 0.2, 0.0, ZERO_WEIGHT_DECAY_DEFAULT,
+                                 0.3, ZERO_WEIGHT_DECAY_DEFAULT, 0.15, ZERO_WEIGHT_DECAY_DEFAULT};
+    int t;
+    c->hp_on = 1;
+    for (t = 0; t < 8; t++) {
+        c->lr_mul[t] = mul[t];
+        c->hp_wd[t] = wd[t];
+    }
+}
+
+/* Applies cfg's per-tensor hyper-parameters (when hp_on) after commit. */
+static zero_result ec_set_hparams(zero_engine *e, const ec_cfg *c, const int *ids)
+{
+    int t;
+    for (t = 0; c->hp_on && t < c->ntensors; t++) {
+        zero_result r = zero_engine_set_tensor_hparams(e, ids[t], c->lr_mul[t], c->hp_wd[t]);
+        if (r != ZERO_OK) return r;
+    }
+    return ZERO_OK;
+}
+
 /* Sets every tensor to ec_init_value; tmp holds at least the largest tensor. */
 static zero_result ec_set_init(zero_engine *e, const ec_cfg *c, const int *ids, float *tmp)
 {
@@ -232,6 +263,7 @@ static void ec_fill_grads(const ec_cfg *c, const zero_plan *plan, const int *ids
         zero_tensor_info ti;
         size_t i;
         if (c->groups[t] != g) continue;
+        if (c->flags[t] & ZERO_TENSOR_FROZEN) continue; /* no gradient */
         zero_plan_tensor(plan, ids[t], &ti);
         for (i = 0; i < ti.numel; i++) {
             float p = ec_to_f32(pp, c->dtype, ti.offset + i);
@@ -252,6 +284,29 @@ static void ec_fill_grads(const ec_cfg *c, const zero_plan *plan, const int *ids
     }
 }
 
+/* Frozen tensors (ZERO_TENSOR_FROZEN) never change: per rank, the elements of frozen
+   tensors whose gathered value differed from their initial value (tests/test_frozen.c). */
+static int ec_frozen_bad[EC_MAX_RANKS];
+
+static void ec_check_frozen(const ec_cfg *c, const zero_plan *plan, const int *ids, int g, int rank,
+                            const void *pp)
+{
+    size_t esz = zero_dtype_size(c->dtype);
+    int t;
+    for (t = 0; t < c->ntensors; t++) {
+        zero_tensor_info ti;
+        size_t i;
+        if (c->groups[t] != g || !(c->flags[t] & ZERO_TENSOR_FROZEN)) continue;
+        zero_plan_tensor(plan, ids[t], &ti);
+        for (i = 0; i < ti.numel; i++) {
+            unsigned char want[4];
+            ec_from_f32(want, c->dtype, 0, ec_init_value(t, i));
+            if (memcmp((const unsigned char *)pp + (ti.offset + i) * esz, want, esz))
+                ec_frozen_bad[rank]++;
+        }
+    }
+}
+
 /* One step's micro-steps (forward, then backward group by group with the synthetic
    gradients of step s at the given loss scale, each group made ready), without the
    optimizer step itself. */
@@ -265,7 +320,14 @@ static zero_result ec_micro_steps(const ec_cfg *c, zero_engine *e, const int *id
         void *pp, *gp;
         EC_TRY(ec_forward(e, G));
         for (g = G - 1; g >= 0; g--) {
+            zero_group_info gi;
+            zero_plan_group(plan, g, &gi);
             EC_TRY(zero_engine_gather(e, g, &pp));
+            if (gi.frozen_numel) ec_check_frozen(c, plan, ids, g, rank, pp);
+            if (gi.frozen_numel == gi.numel) { /* only frozen tensors: no gradient */
+                EC_TRY(zero_engine_release(e, g));
+                continue;
+            }
             EC_TRY(zero_engine_grads(e, g, &gp));
             ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
             EC_TRY(zero_engine_release(e, g));
@@ -285,9 +347,11 @@ static zero_result ec_read_states(zero_engine *e, ec_ctx *ctx, int rank, int t, 
     zero_range rg;
     zero_result r;
     size_t i, esz = zero_dtype_size(c->dtype);
-    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_MASTER, res->master[t], &rg)) != ZERO_OK) return r;
-    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_M, res->m[t], &rg)) != ZERO_OK) return r;
-    if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_V, res->v[t], &rg)) != ZERO_OK) return r;
+    if (!(c->flags[t] & ZERO_TENSOR_FROZEN)) { /* frozen: params only (master, m, v stay 0) */
+        if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_MASTER, res->master[t], &rg)) != ZERO_OK) return r;
+        if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_M, res->m[t], &rg)) != ZERO_OK) return r;
+        if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_V, res->v[t], &rg)) != ZERO_OK) return r;
+    }
     if ((r = zero_engine_read_tensor(e, id, ZERO_STATE_PARAM, ctx->param_rank[rank][t], &rg)) != ZERO_OK)
         return r;
     pthread_mutex_lock(&ctx->mu);
@@ -336,6 +400,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     EC_TRY(zero_engine_create(&d, &e));
     EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
+    EC_TRY(ec_set_hparams(e, c, ids));
     plan = zero_engine_plan(e);
     G = zero_plan_num_groups(plan);
     if (rank == 0) {
@@ -347,6 +412,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
             zero_group_info gi;
             zero_plan_group(plan, g, &gi);
             res->plan_shard_total += gi.shard_numel;
+            res->frozen_total += gi.frozen_numel;
             if (gi.numel > res->max_group) {
                 res->max_group2 = res->max_group;
                 res->max_group = gi.numel;

@@ -34,7 +34,7 @@ def main():
     m = open(os.path.join(d, "zero.manifest"), "rb").read()
     assert m[:8] == b"ZEROMANI", "magic"
     version, _, total, gen = struct.unpack_from("<IIQQ", m, 8)
-    assert version in (1, 2) and total == len(m), "version/size"
+    assert version in (1, 2, 3) and total == len(m), "version/size"
     assert struct.unpack_from("<I", m, len(m) - 4)[0] == crc32c(m[:-4]), "manifest crc"
     world, stage, dtype, align, ng, nt = struct.unpack_from("<6I", m, 32)
     (step,) = struct.unpack_from("<q", m, 56)
@@ -62,6 +62,11 @@ def main():
     if version >= 2:
         client_bytes, client_crc = struct.unpack_from("<QI", m, at)
         at += 16
+    hparams = []
+    if version >= 3:  # per tensor: f64 lr multiplier, f64 weight decay (-1: the default)
+        for _ in range(nt):
+            hparams.append(struct.unpack_from("<2d", m, at))
+            at += 16
     assert at == len(m) - 4, "manifest length"
     client = b""
     if client_bytes:

@@ -761,8 +761,10 @@ ZT_TEST(client_state_round_trip)
     }
 }
 
-/* Rewrites dir's manifest as format version 1 wrote it (no client state entry). */
-static int ck_manifest_to_v1(const char *dir)
+/* Rewrites dir's manifest as format version 'version' wrote it: 2 without the per-tensor
+   hyper-parameters (16 bytes a tensor before the checksum), 1 also without the client state
+   entry (16 bytes before them). */
+static int ck_manifest_to_version(const char *dir, int version)
 {
     char man[400];
     FILE *f;
@@ -775,8 +777,14 @@ static int ck_manifest_to_v1(const char *dir)
     n = fread(buf, 1, sizeof buf, f);
     fclose(f);
     if (n < 200 || n == sizeof buf) return 0;
-    n -= 16; /* the client entry (16 bytes) before the checksum goes */
-    buf[8] = 1;
+    {
+        size_t T = (size_t)buf[52] | (size_t)buf[53] << 8 | (size_t)buf[54] << 16 |
+                   (size_t)buf[55] << 24, cut = 16 * T + (version == 1 ? 16 : 0);
+        if (buf[8] != 3 || cut + 200 > n) return 0;
+        memmove(buf + n - 4 - cut, buf + n - 4, 4);
+        n -= cut;
+    }
+    buf[8] = (unsigned char)version;
     for (i = 0; i < 8; i++) buf[16 + i] = (unsigned char)((uint64_t)n >> (8 * i));
     crc = zero_crc32c(0, buf, n - 4);
     for (i = 0; i < 4; i++) buf[n - 4 + i] = (unsigned char)(crc >> (8 * i));
@@ -787,7 +795,8 @@ static int ck_manifest_to_v1(const char *dir)
     return 1;
 }
 
-/* A checkpoint in the format before client state (version 1) loads, with 0 bytes. */
+/* Checkpoints in the formats before client state (version 1) and before per-tensor
+   hyper-parameters (version 2) load: 0 bytes of client state, every tensor at the defaults. */
 ZT_TEST(client_state_old_format)
 {
     ec_cfg c;
@@ -802,8 +811,16 @@ ZT_TEST(client_state_old_format)
     a.save_dir = dir;
     ra = ck_run(&c, &a);
     ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
-    ZT_CHECK(ck_manifest_to_v1(dir));
+    ZT_CHECK(ck_manifest_to_version(dir, 1));
     ck_client_load_ok(&c, dir, NULL, 0, CK_CLIENT_MAX, ra, "version 1 manifest");
+    ec_result_free(ra);
+    /* version 2 (client state, no per-tensor hyper-parameters): loads at the defaults */
+    snprintf(dir, sizeof dir, "%s/client-v2", ck_root);
+    a.save_dir = dir;
+    ra = ck_run(&c, &a);
+    ZT_CHECKF(ra->rc == ZERO_OK, "%s", ra->err);
+    ZT_CHECK(ck_manifest_to_version(dir, 2));
+    ck_client_load_ok(&c, dir, NULL, 0, CK_CLIENT_MAX, ra, "version 2 manifest");
     ec_result_free(ra);
 }
 

@@ -27,6 +27,8 @@ static const char *help_text =
     "ZeRO stages 0-3, or the largest model whose model states fit a given memory.\n"
     "\n"
     "  --params N           model parameters (Psi)\n"
+    "  --frozen N           of which N are frozen (fine-tuning, ZERO_TENSOR_FROZEN): params\n"
+    "                       only, no gradients or optimizer state (paper mode)\n"
     "  --ranks N            data-parallel ranks (GPUs), N >= 1\n"
     "  --stage S            one stage only (0-3; DeepSpeed mode: 2 or 3); default: all\n"
     "  --offload            optimizer state and step on the host (ZeRO-Offload)\n"
@@ -287,6 +289,7 @@ static void print_json_header(const options *o, const zero_estimate_desc *d)
                d->param_bytes ? d->param_bytes : 2, d->grad_bytes ? d->grad_bytes : 2,
                d->optimizer_bytes ? d->optimizer_bytes : 12);
         printf("  \"offload\": %s,\n", o->offload ? "true" : "false");
+        printf("  \"frozen\": %llu,\n", (unsigned long long)d->frozen);
     } else {
         int gpn = d->gpus_per_node ? d->gpus_per_node : 1;
         printf("  \"gpus_per_node\": %d,\n  \"nodes\": %d,\n", gpn, d->ranks / gpn);
@@ -343,6 +346,10 @@ int main(int argc, char **argv)
                 return bad("--params '%s': %s", val, why ? why : "must be at least 1");
             o.base.params = u;
             o.have_params = 1;
+        } else if (TAKES("--frozen")) {
+            if (parse_scaled(val, count_units, &u, &why))
+                return bad("--frozen '%s': %s", val, why);
+            o.base.frozen = u;
         } else if (TAKES("--largest-layer")) {
             if (parse_scaled(val, count_units, &u, &why) || u == 0)
                 return bad("--largest-layer '%s': %s", val, why ? why : "must be at least 1");
@@ -379,6 +386,7 @@ int main(int argc, char **argv)
             o.base.additional_buffer_factor = f;
         } else if (strncmp(arg, "--", 2) == 0 &&
                    (strcmp(name, "--params") == 0 || strcmp(name, "--ranks") == 0 ||
+                    strcmp(name, "--frozen") == 0 ||
                     strcmp(name, "--stage") == 0 || strcmp(name, "--memory") == 0 ||
                     strcmp(name, "--gpus-per-node") == 0 || strcmp(name, "--largest-layer") == 0 ||
                     strcmp(name, "--buffer-factor") == 0 || strcmp(name, "--param-bytes") == 0 ||
@@ -403,6 +411,10 @@ int main(int argc, char **argv)
         if (o.have_memory) return bad("--memory is only for --max-params%s%s", "", "");
         if (!o.have_params) return bad("--params is required%s%s", "", "");
     }
+    if (o.deepspeed && o.base.frozen)
+        return bad("--frozen is paper mode only (DeepSpeed's estimators have none)%s%s", "", "");
+    if (!o.max_params && o.base.frozen > o.base.params)
+        return bad("--frozen exceeds --params%s%s", "", "");
     if (o.deepspeed) {
         o.base.mode = ZERO_ESTIMATE_DEEPSPEED;
         if (o.stage >= 0 && o.stage < 2)
@@ -525,6 +537,10 @@ int main(int argc, char **argv)
             printf("bytes per parameter: %d (params) + %d (grads) + K = %d (optimizer state)\n",
                    o.base.param_bytes ? o.base.param_bytes : 2, o.base.grad_bytes ? o.base.grad_bytes : 2,
                    o.base.optimizer_bytes ? o.base.optimizer_bytes : 12);
+            if (o.base.frozen) {
+                commas(o.base.frozen, a, sizeof a);
+                printf("frozen: %s of them (params only: no gradients, no optimizer state)\n", a);
+            }
         }
         printf("\n");
         if (o.deepspeed) {

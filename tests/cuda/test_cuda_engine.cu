@@ -18,7 +18,7 @@
 #include "tests/engine_common.h"
 #pragma GCC diagnostic pop
 
-#define NTESTS 4
+#define NTESTS 5
 
 /* ec_rank_fn with the device chosen and every param read / gradient write done through the
    device's download / upload on the compute queue (the engine hands out device pointers);
@@ -59,6 +59,7 @@ static zero_result cu_rank_fn(int rank, zero_comm *host_comm, void *user)
     EC_TRY(zero_engine_create(&d, &e));
     EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
+    EC_TRY(ec_set_hparams(e, c, ids));
     if (cx->use_cuda) {
         zero_cuda_stats st;
         EC_TRY(zero_cuda_device_stats(dev, &st));
@@ -266,6 +267,19 @@ ZT_TEST(test_offload_equals_plain)
         }
 }
 
+/* Eight parameter groups (zero_engine_set_tensor_hparams): eight distinct Adam constant
+   sets, every one in the fused kernel's table of one launch; the CUDA device gives the host
+   device's bits at every stage. */
+ZT_TEST(test_parameter_groups)
+{
+    ec_cfg c;
+    ec_cfg_init(&c, 0, 2, ZERO_BF16, 2, 3);
+    c.lr = 1e-2f;
+    c.wd = 0.05f;
+    ec_param_groups(&c);
+    check_config(&c, "N=2 bf16 eight parameter groups");
+}
+
 int main(void)
 {
     {
@@ -276,5 +290,6 @@ int main(void)
     ZT_RUN(test_fp32_comm_and_skip);
     ZT_RUN(test_larger_model);
     ZT_RUN(test_offload_equals_plain);
+    ZT_RUN(test_parameter_groups);
     return zt_summary();
 }
