@@ -905,7 +905,7 @@ ZT_TEST(client_state_errors)
            (it allocated the claimed bytes: OUT_OF_MEMORY, or an abort under ASan) */
         char man[400];
         unsigned char mb[1 << 16];
-        size_t mn, i;
+        size_t mn, i, at;
         uint32_t crc;
         uint64_t claim = (uint64_t)1 << 40;
         zero_checkpoint *ck = NULL;
@@ -916,7 +916,15 @@ ZT_TEST(client_state_errors)
         mn = f ? fread(mb, 1, sizeof mb, f) : 0;
         if (f) fclose(f);
         ZT_CHECK(mn > 200 && mn < sizeof mb);
-        for (i = 0; i < 8; i++) mb[mn - 20 + i] = (unsigned char)(claim >> (8 * i)); /* the client entry's size */
+        /* the client entry (u64 size = 1000, u32 CRC, u32 0), found from the end: the
+           per-tensor entries of later versions follow it */
+        for (at = mn - 20; at > 0; at--) {
+            uint64_t v = 0;
+            for (i = 0; i < 8; i++) v |= (uint64_t)mb[at + i] << (8 * i);
+            if (v == n && !mb[at + 12] && !mb[at + 13] && !mb[at + 14] && !mb[at + 15]) break;
+        }
+        ZT_CHECK(at > 0);
+        for (i = 0; i < 8; i++) mb[at + i] = (unsigned char)(claim >> (8 * i));
         crc = zero_crc32c(0, mb, mn - 4);
         for (i = 0; i < 4; i++) mb[mn - 4 + i] = (unsigned char)(crc >> (8 * i));
         f = fopen(man, "wb");
