@@ -9,6 +9,8 @@
 #   make cuda          compile and link the CUDA/NCCL parts with nvcc (skips without it)
 #   make test-cuda     run the GPU tests (a skip line in a second without a GPU: probes, then builds)
 #   make sanitize-cuda the GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
+#   make test-cuda-sim the CUDA code (tests/cuda, ...) on the CPU under tests/cudasim, no GPU or
+#                      toolkit (CUDASIM_SAN=asan|tsan; make cudasim-run SRC=my.cu: your own)
 #   make bench / bench-cuda
 #   make mpi           zero_mpi.h: build/train_mlp_mpi, the MPI tests and bench (skips without mpicc)
 #   make test-mpi      the MPI tests under mpirun with 2, 3 and 4 processes (one skip line without MPI)
@@ -36,6 +38,7 @@ EXAMPLES := $(patsubst examples/%.c,build/%,$(sort $(wildcard examples/*.c)))
 BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $(wildcard bench/*.c))))
 TOOLS    := build/zero-estimate build/zero-ckpt
 
+.PHONY: test-cuda-sim cudasim-run print-cudasim-tsan
 .PHONY: all test demo demo-mlp test-gpt2 test-sanitize test-tsan compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
         print-nccl mpi test-mpi bench-mpi test-ckpt-kill fuzz test-safetensors-py
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
@@ -83,6 +86,8 @@ build/test_nccl_mock build/san/test_nccl_mock: $(wildcard tests/mock/*.h)
 # The GPT example's activation-offload and tiling tests run the example: make test builds it first.
 build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
 build/test_gpt2_tiling build/san/test_gpt2_tiling: build/train_gpt2 $(wildcard examples/*.h)
+# test_lr_zero runs the example's schedule to lr 0
+build/test_lr_zero build/san/test_lr_zero: build/train_gpt2
 
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
@@ -113,7 +118,7 @@ PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 # tests/readme_outputs.sh runs the command of each output README.md quotes and compares;
 # tests/gpu_check_test.sh runs tools/gpu_check.sh without a GPU (fake tools).
 CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
-SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh tests/gpu_check_test.sh
+SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh tests/gpt2_doc_outputs.sh tests/gpu_check_test.sh
 README_PROGS := build/train_mlp $(filter build/train_gpt2,$(EXAMPLES)) # what README quotes
 test:
 	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) $(README_PROGS) $(CUDA_HOST_TEST)
@@ -312,6 +317,49 @@ bench-cuda:
 # Where the NCCL search landed (tests/nccl_find.sh checks it on fake wheel layouts).
 print-nccl:
 	@echo "NCCL_HOME=$(NCCL_HOME)"; echo "NCCL_LIBDIR=$(NCCL_LIBDIR)"; echo "NCCL_LIB=$(NCCL_LIB)"
+# ---- cudasim: the CUDA code on the CPU (tests/cudasim, docs/cuda.md) -------------------------
+# The .cu files compile as C++17 with g++ (or CUDASIM_CXX) against tests/cudasim's
+# cuda_runtime.h (and the other simulated headers there); no CUDA toolkit is used.
+# CUDASIM_SAN: "" (default), asan (AddressSanitizer + UBSan) or tsan (ThreadSanitizer);
+# each has its own build directory. CUDASIM_PROGS: the programs make test-cuda-sim runs
+# (names of .cu files, without .cu, from tests/cuda, examples, bench or tests/cudasim).
+CUDASIM_CXX ?= g++
+CUDASIM_SAN ?=
+CUDASIM_DIR := build/cudasim$(if $(CUDASIM_SAN),-$(CUDASIM_SAN))
+CUDASIM_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+CUDASIM_SANFLAGS := $(if $(filter asan,$(CUDASIM_SAN)),$(CUDASIM_ASAN)) $(if $(filter tsan,$(CUDASIM_SAN)),-fsanitize=thread)
+CUDASIM_OPT ?= $(if $(CUDASIM_SAN),-O1,-O2)
+CUDASIM_FLAGS := -std=c++17 $(WARN) -Wno-unknown-pragmas $(CUDASIM_OPT) -g -ffp-contract=off -pthread -I. -Itests/cudasim $(CUDASIM_SANFLAGS)
+CUDASIM_LIB_SRC := $(sort $(wildcard tests/cudasim/*.cpp))
+CUDASIM_LIB_OBJ := $(patsubst tests/cudasim/%.cpp,$(CUDASIM_DIR)/lib/%.o,$(CUDASIM_LIB_SRC))
+CUDASIM_HDRS := $(wildcard tests/cudasim/*.h)
+CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine
+CUDASIM_BINS = $(addprefix $(CUDASIM_DIR)/,$(CUDASIM_PROGS))
+# the programs CI runs under ThreadSanitizer: streams, events and the comms
+CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels
+vpath %.cu tests/cudasim
+
+$(CUDASIM_DIR)/lib:
+	@mkdir -p $@
+$(CUDASIM_DIR)/lib/%.o: tests/cudasim/%.cpp $(CUDASIM_HDRS) | $(CUDASIM_DIR)/lib
+	$(CUDASIM_CXX) $(CUDASIM_FLAGS) -c $< -o $@
+$(CUDASIM_DIR)/%: %.cu $(CUDASIM_LIB_OBJ) $(CUDA_HEADERS) $(CUDASIM_HDRS) $(wildcard tests/*.h tests/cuda/*.h examples/*.h examples/*.cuh) | $(CUDASIM_DIR)/lib
+	$(CUDASIM_CXX) $(CUDASIM_FLAGS) -x c++ $< -x none $(CUDASIM_LIB_OBJ) -o $@ -lm
+
+# make test-cuda-sim: every CUDASIM_PROGS program under the harness (tests/run.sh adds up).
+# make cudasim-run SRC=my.cu [ARGS=...]: one .cu file of yours, built and run under it.
+test-cuda-sim:
+	@$(MAKE) --no-print-directory $(PAR) $(CUDASIM_BINS)
+	@bash tests/run.sh $(CUDASIM_BINS)
+
+print-cudasim-tsan:
+	@echo $(CUDASIM_TSAN_PROGS)
+
+cudasim-run: $(CUDASIM_LIB_OBJ)
+	@test -n "$(SRC)" || { echo "cudasim-run: give SRC=file.cu"; exit 1; }
+	$(CUDASIM_CXX) $(CUDASIM_FLAGS) -x c++ $(SRC) -x none $(CUDASIM_LIB_OBJ) -o $(CUDASIM_DIR)/$(basename $(notdir $(SRC))) -lm
+	$(CUDASIM_DIR)/$(basename $(notdir $(SRC))) $(ARGS)
+
 # ---- MPI (zero_mpi.h) ------------------------------------------------------------------------
 # Open MPI: apt-get install openmpi-bin libopenmpi-dev. Tests run as wrapper scripts
 # build/mpi/<test>.np<N> (mpirun -np N <test>), so tests/run.sh counts them like any test.

@@ -137,9 +137,10 @@
    BUFFERS AND LARGE LAYERS (docs/engine.md). Stage-3 gathered params and stage 2-3
    gradient buffers share one arena of d.max_live_numel elements, each taking its own size
    (default: the largest group beside 2 + prefetch depth groups of the second-largest
-   size), so device bytes = model states + arena + bucket + scratch. Stage-3 prefetch
-   follows the order of gathers the first micro-step recorded. A layer too large for the
-   arena is registered in tiles and run tile by tile (memory-centric tiling):
+   size), so device bytes = model states + arena + bucket + scratch. A buffer that fits by
+   size beside at most one other buffer in use (the pattern above) always finds room.
+   Stage-3 prefetch follows the order of gathers the first micro-step recorded. A layer too
+   large for the arena is registered in tiles and run tile by tile (memory-centric tiling):
        zero_engine_add_tiled_tensor(e, "wte", rows, cols, K, first_group, flags, &t0);
        zero_engine_tile_view(e, t0, i, &v);  // tile i: v.group, v.row0, v.rows, v.offset
    and a weight used twice (a tied embedding) may hand in its two gradient contributions
@@ -196,7 +197,9 @@
    bytes, checked at zero_engine_release and zero_engine_grads_ready, so a write past a
    buffer (fp32 gradients into an fp16 buffer, an index past the group's numel) is an
    INVALID_STATE naming the group and the buffer instead of a corrupted heap. Note that
-   d.adam.lr = 0 means the default 1e-3, while zero_engine_set_lr(e, 0) sets 0.
+   d.adam.lr = 0 means the default 1e-3 (filled in once, at create), while
+   zero_engine_set_lr(e, 0) sets 0: the step takes the current lr as it is, so a schedule
+   that ends at 0 moves no param at its last step (weight decay neither).
 
    LICENSE: MIT, see the end of this file.
 */
@@ -1000,9 +1003,17 @@ ZERODEF zero_result zero_adam_desc_resolve(zero_adam_desc *out, const zero_adam_
    AdamW: neg_lr_wd = -(lr * wd), l2 = 0; Adam: neg_lr_wd = 0, l2 = wd. desc is resolved
    first (zeros mean defaults). INVALID_ARGUMENT for step < 1, a bad desc or wd, a
    coefficient that is not finite in fp32, an eps that is 0 in fp32 or a beta that rounds
-   to 1 in fp32. Nothing written on error. */
+   to 1 in fp32. Nothing written on error. The lr is desc's, so a desc lr of 0 means 1e-3
+   here: a schedule passes its values to zero_adam_coefs_make_lr. */
 ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_desc *desc,
                                          double weight_decay, int64_t step);
+
+/* As zero_adam_coefs_make, with the learning rate lr taken as given (0 = 0: the params and,
+   AdamW, their decoupled decay lr * wd do not move; m and v still update): what a schedule
+   calls, and what the engine's step uses (zero_engine_set_lr). desc's lr is not read;
+   INVALID_ARGUMENT also for a negative or non-finite lr. */
+ZERODEF zero_result zero_adam_coefs_make_lr(zero_adam_coefs *out, const zero_adam_desc *desc,
+                                            double lr, double weight_decay, int64_t step);
 
 /* Adam/AdamW on the host over one range, each element by zero_adam_update() with its
    gradient multiplied by grad_mul first; param (if any) receives the rounded master
@@ -1628,7 +1639,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e);
 /* The descriptor with every default filled in (valid after create): the resolved Adam
    and scaler settings (scaler.mode DYNAMIC or NONE in place of DEFAULT; init_scale 65536,
    window 1000, hysteresis 2, min_scale 1, factor 2 where 0 was given), dtypes, accum_steps,
-   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stages 2-3. */
+   prefetch_depth, align_numel, host_threads; max_live_numel after commit at stages 2-3.
+   adam.lr is the current learning rate (zero_engine_set_lr): 0 there is 0, which a new
+   engine created from this descriptor would read as the default 1e-3. */
 ZERODEF zero_result zero_engine_get_desc(const zero_engine *e, zero_engine_desc *out);
 
 /* The default arena (max_live_numel = 0) holds the largest group's params and gradients at
@@ -1744,7 +1757,9 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
    not use is dropped, never served stale). Stages 0-2: the whole param buffer, no communication. Gathers
    are counted: each needs a matching zero_engine_release(). Errors: NOT_FOUND for an
    unknown group; INVALID_STATE before commit or when the arena is full of groups in use and
-   gradient buffers (the message names them and the max_live_numel that would fit). */
+   gradient buffers (the message names them and a max_live_numel at which a rerun of the
+   same calls passes this one). Beside at most one other group in use or gradient buffer
+   handed out, a group that fits by size always finds room (docs/engine.md, "Placement"). */
 ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_params);
 
 /* Ends one use of group g's parameters. Stage 3: when the count drops to zero its extent is
@@ -1769,7 +1784,9 @@ ZERODEF zero_result zero_engine_prefetch(zero_engine *e, int group);
    two need not share the arena. Errors: NOT_FOUND; INVALID_STATE before commit, when g is
    already ready in this micro-step (all its parts), when the step's micro-steps are all
    done, or (stages 2-3) when the arena is full of gathered groups in use and gradient
-   buffers not yet ready (the message names them and the max_live_numel that would fit). */
+   buffers not yet ready (the message names them and a max_live_numel at which a rerun of
+   the same calls passes this one; as for gather, a buffer that fits by size beside at most
+   one other held buffer always finds room). */
 ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grads);
 
 /* COLLECTIVE. Group g's gradients for this micro-step (or this part of them) are written (by
@@ -5652,29 +5669,26 @@ ZERODEF zero_result zero_adam_desc_resolve(zero_adam_desc *out, const zero_adam_
     return ZERO_OK;
 }
 
-ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_desc *desc,
-                                         double weight_decay, int64_t step)
+/* The constants from a resolved desc (no defaults filled: lr 0 is 0, beta1 0 is 0) and the
+   learning rate lr, taken as given. fn names the caller in messages. */
+static zero_result zero__adam_coefs(zero_adam_coefs *out, const zero_adam_desc *d, double lr,
+                                    double weight_decay, int64_t step, const char *fn)
 {
-    zero_adam_desc d;
     zero_adam_coefs c;
-    double t, lr, b1, b2, wd, bc1, bc2;
-    zero_result r;
-    memset(&d, 0, sizeof d); /* resolve writes it on success; this quiets -O3's doubts */
-    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make: out is NULL");
-    if (!desc) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make: desc is NULL");
-    r = zero_adam_desc_resolve(&d, desc);
-    if (r != ZERO_OK) return r;
+    double t, b1, b2, wd, bc1, bc2;
     if (step < 1)
-        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
-                          "zero_adam_coefs_make: step = %lld (steps count from 1)", (long long)step);
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: step = %lld (steps count from 1)", fn,
+                          (long long)step);
+    if (!(lr >= 0.0) || !isfinite(lr))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: lr = %g (must be finite and >= 0)", fn,
+                          lr);
     if (!(weight_decay >= 0.0) || !isfinite(weight_decay))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
-                          "zero_adam_coefs_make: weight_decay = %g (must be finite and >= 0)",
+                          "%s: weight_decay = %g (must be finite and >= 0)", fn,
                           (double)weight_decay);
     t = (double)step;
-    lr = d.lr;
-    b1 = d.beta1;
-    b2 = d.beta2;
+    b1 = d->beta1;
+    b2 = d->beta2;
     wd = weight_decay;
     bc1 = 1.0 - pow(b1, t);
     bc2 = 1.0 - pow(b2, t);
@@ -5684,8 +5698,8 @@ ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_d
     c.one_minus_beta2 = (float)(1.0 - b2);
     c.step_size = (float)(lr / bc1);
     c.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    c.eps = (float)d.eps;
-    if (d.mode == ZERO_ADAMW) {
+    c.eps = (float)d->eps;
+    if (d->mode == ZERO_ADAMW) {
         c.neg_lr_wd = (float)(-(lr * wd));
         c.l2 = 0.0f;
     } else {
@@ -5694,17 +5708,45 @@ ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_d
     }
     if (!(c.beta1 < 1.0f) || !(c.beta2 < 1.0f) || !(c.eps > 0.0f))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
-                          "zero_adam_coefs_make: beta1 = %.17g, beta2 = %.17g, eps = %g: a beta "
-                          "that rounds to 1 or an eps that rounds to 0 in fp32",
-                          d.beta1, d.beta2, d.eps);
+                          "%s: beta1 = %.17g, beta2 = %.17g, eps = %g: a beta that rounds to 1 or "
+                          "an eps that rounds to 0 in fp32",
+                          fn, d->beta1, d->beta2, d->eps);
     if (!isfinite(c.step_size) || !isfinite(c.inv_sqrt_bc2) || !isfinite(c.neg_lr_wd) ||
         !isfinite(c.l2))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
-                          "zero_adam_coefs_make: lr = %g, weight_decay = %g at step %lld give a "
-                          "coefficient that is not finite in fp32",
-                          d.lr, weight_decay, (long long)step);
+                          "%s: lr = %g, weight_decay = %g at step %lld give a coefficient that is "
+                          "not finite in fp32",
+                          fn, lr, weight_decay, (long long)step);
     *out = c;
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_adam_coefs_make(zero_adam_coefs *out, const zero_adam_desc *desc,
+                                         double weight_decay, int64_t step)
+{
+    zero_adam_desc d;
+    zero_result r;
+    memset(&d, 0, sizeof d); /* resolve writes it on success; this quiets -O3's doubts */
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make: out is NULL");
+    if (!desc) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make: desc is NULL");
+    r = zero_adam_desc_resolve(&d, desc);
+    if (r != ZERO_OK) return r;
+    return zero__adam_coefs(out, &d, d.lr, weight_decay, step, "zero_adam_coefs_make");
+}
+
+ZERODEF zero_result zero_adam_coefs_make_lr(zero_adam_coefs *out, const zero_adam_desc *desc,
+                                            double lr, double weight_decay, int64_t step)
+{
+    zero_adam_desc d;
+    zero_result r;
+    memset(&d, 0, sizeof d);
+    if (!out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make_lr: out is NULL");
+    if (!desc)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_adam_coefs_make_lr: desc is NULL");
+    r = zero_adam_desc_resolve(&d, desc);
+    if (r != ZERO_OK) return r;
+    return zero__adam_coefs(out, &d, lr, weight_decay, step, "zero_adam_coefs_make_lr");
 }
 
 /* ---- the kernels: elements [begin, end) of one range ---- */
@@ -7689,6 +7731,7 @@ typedef struct zero__eng_group {
     int refs;            /* outstanding user gathers                                      */
     size_t poff;         /* stage 3: arena offset of the gathered params, or NONE         */
     size_t goff;         /* stages 2-3: arena offset of the gradient buffer, or NONE      */
+    size_t phome, ghome; /* their fixed offsets when the arena holds everything at once   */
     int grads_state;     /* ZERO__GRADS_*                                                 */
     int parts;           /* gradient contributions per micro-step (zero_engine_set_grad_parts) */
     int parts_ready;     /* of which made ready in this micro-step                        */
@@ -7820,9 +7863,15 @@ typedef struct zero__eng_optimizer {
     zero_adam_coefs *coefs;
 } zero__eng_optimizer;
 
-/* The arena's free list (stages 2-3): free extents sorted by offset, best fit. */
+/* The arena's free list (stages 2-3): free extents sorted by offset (placement: the
+   comment at zero__eng_arena_choose). */
 typedef struct zero__eng_pool {
-    size_t numel; /* the arena's size in elements */
+    size_t numel;     /* the arena's size in elements                                     */
+    size_t all_numel; /* what can ever be live at once; numel == all_numel: fixed homes   */
+    size_t held_numel; /* held by the user now: gathered groups in use (refs > 0) and
+                          gradient buffers handed out (neither evictable nor flushable)    */
+    int held_count;    /* how many buffers that is                                         */
+    size_t need_max;   /* the most any request since commit needed (zero__eng_arena_need)  */
     zero__eng_extent *free_ext;
     int nfree, cap_free;
 } zero__eng_pool;
@@ -8825,8 +8874,10 @@ static const char *zero__eng_tensor_name(const zero_engine *e, int t)
    layer's params, its gradients and its prefetches next to the largest group (a held
    gradient or gathered params); and at least the largest group's params and gradients at
    once plus the prefetches when that is at most ZERO_ARENA_SMALL_NUMEL elements, so small
-   models run any call pattern at the defaults. Clamped to what can ever be live at once:
-   every group's gradients (P) and, at stage 3, every non-persistent group's params. */
+   models hold any group's params and gradients at once at the defaults (with the placement
+   rule at zero__eng_arena_choose: never a failure while at most one other buffer is held).
+   Clamped to what can ever be live at once: every group's gradients (P) and, at stage 3,
+   every non-persistent group's params; an arena of that size gives each buffer a home. */
 static zero_result zero__eng_arena_size(zero_engine *e)
 {
     size_t live = e->cfg.desc.max_live_numel, all = e->layout.total_numel, np = 0, dflt, both;
@@ -8866,6 +8917,19 @@ static zero_result zero__eng_arena_size(zero_engine *e)
                               ? 2 * e->layout.max_group_numel
                               : e->layout.max_group_numel);
     e->pool.numel = live < all ? live : all;
+    e->pool.all_numel = all;
+    if (e->pool.numel == all && all != (size_t)-1) { /* room for everything: fixed homes */
+        size_t at = 0;
+        for (g = 0; g < e->layout.ngroups; g++) {
+            e->layout.groups[g].ghome = at;
+            at += e->layout.groups[g].numel;
+        }
+        for (g = 0; g < e->layout.ngroups; g++)
+            if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) {
+                e->layout.groups[g].phome = at;
+                at += e->layout.groups[g].numel;
+            }
+    }
     return ZERO_OK;
 }
 
@@ -9413,16 +9477,10 @@ static double zero__eng_tensor_wd(const zero_engine *e, int t, double wd)
 static zero_result zero__eng_tensor_coefs(const zero_engine *e, int t, double lr_mul, double wd,
                                           int64_t step, zero_adam_coefs *out)
 {
-    zero_adam_desc d = e->opt.adam;
     double lr = e->opt.adam.lr * lr_mul, w = zero__eng_tensor_wd(e, t, wd);
-    zero_result r;
-    d.lr = lr > 0.0 ? lr : 1.0;
-    r = zero_adam_coefs_make(out, &d, w, step);
-    if (r == ZERO_OK && !(lr > 0.0)) {
-        out->step_size = 0.0f;
-        out->neg_lr_wd = d.mode == ZERO_ADAMW ? (float)(-(lr * w)) : 0.0f;
-    }
-    return r;
+    /* e->opt.adam was resolved once, at create: the current lr is taken as it is (0 = 0:
+       zero_engine_set_lr(e, 0) trains at 0, never at the descriptor's default) */
+    return zero__adam_coefs(out, &e->opt.adam, lr, w, step, "Adam");
 }
 
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
@@ -10444,6 +10502,7 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     avail = cap - (used - (e->buf.mem_total <= used ? e->buf.mem_total : used));
     memset(&ed, 0, sizeof ed);
     ed.params = e->layout.total_numel;
+    ed.frozen = e->layout.total_numel - e->layout.gtotal_numel;
     ed.ranks = e->cfg.world;
     ed.stage = e->cfg.stage;
     ed.param_bytes = (int)e->cfg.param_size;
@@ -10857,42 +10916,118 @@ static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g)
 
 /* ---- the arena ------------------------------------------------------------------------------ */
 /* Stage-3 gathered params and stage 2-3 gradient buffers share one device buffer of
-   max_live_numel elements; each takes its own size (best fit among the free extents, the
-   lowest such). Decisions follow the call sequence alone, so every rank places alike. */
+   max_live_numel elements, each taking its own size. Decisions follow the call sequence
+   alone, so every rank places alike.
 
-/* The free extent a request of n elements takes, or -1: the smallest that fits (the lowest
-   of equals). Compute-queue users (gradient buffers) prefer an extent without a pending
-   fence, so a buffer still being reduced on COMM is reused last. */
-static int zero__eng_arena_find(const zero_engine *e, size_t n, int for_compute)
+   Where a buffer goes (docs/engine.md, "Placement"). The user holds a buffer from
+   zero_engine_gather to zero_engine_release (params) or from zero_engine_grads to
+   zero_engine_grads_ready (gradients); everything else in the arena can go on demand (a
+   prefetch is evicted, a pending reduction flushed). A position x for n elements in an
+   arena of L is safe when one of the two sides it leaves holds T = min(M, L - n) elements
+   (M: the largest group), i.e. the largest request that fits beside it by size. Every
+   buffer takes a safe position if one can be had (evicting and flushing first), params
+   the lowest, gradient buffers the highest (each free extent offers both its ends). So
+   when at most one other buffer is held, a request that fits beside it by size always
+   finds room: with the rest evicted, the held one leaves a side of >= T, and the request
+   goes to that side's outer end, itself safe. With more buffers held any position that
+   fits is taken, and a request fails only when, with the rest evicted, no gap is large
+   enough; zero__eng_arena_need then names a size at which it (and every request before)
+   cannot fail. An arena that holds everything at once gives each buffer a fixed home. */
+
+static int zero__eng_pos_safe(size_t L, size_t M, size_t x, size_t n)
 {
-    int i, best = -1, pass;
-    for (pass = 0; pass < 2 && best < 0; pass++)
-        for (i = 0; i < e->pool.nfree; i++) {
-            const zero__eng_extent *x = &e->pool.free_ext[i];
-            if (x->numel < n) continue;
-            if (pass == 0 && for_compute && x->fence_seq > e->sync.compute_seq) continue;
-            if (best < 0 || x->numel < e->pool.free_ext[best].numel) best = i;
-        }
-    return best;
+    size_t t = L - n < M ? L - n : M;
+    return x >= t || L - x - n >= t;
 }
 
-/* Takes n elements at the start of free extent i. Compute-queue users wait for its fence. */
-static zero_result zero__eng_arena_take(zero_engine *e, int i, size_t n, int for_compute, size_t *off)
+/* The extent of ext[0..m) and the position *pos where n elements go, or -1: kind 0 (params)
+   the lowest position, 1 (gradient buffers) the highest, among both ends of each extent
+   whose fence is not after fenced_after; safe: only positions zero__eng_pos_safe allows. */
+static int zero__eng_arena_choose(const zero__eng_extent *ext, int m, size_t L, size_t M,
+                                  size_t n, int kind, int safe, uint64_t fenced_after, size_t *pos)
+{
+    int k, end;
+    for (k = 0; k < m; k++) {
+        int i = kind ? m - 1 - k : k;
+        const zero__eng_extent *x = &ext[i];
+        if (x->numel < n || x->fence_seq > fenced_after) continue;
+        for (end = 0; end < 2; end++) {
+            size_t p = (end == 0) == (kind == 0) ? x->off : x->off + x->numel - n;
+            if (!safe || zero__eng_pos_safe(L, M, p, n)) {
+                *pos = p;
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
+/* Removes [pos, pos + n) from extent i of ext[0..*m) (it lies inside): the extent shrinks,
+   goes, or splits in two (the caller's array has room for one more). */
+static void zero__eng_ext_cut(zero__eng_extent *ext, int *m, int i, size_t pos, size_t n)
+{
+    zero__eng_extent *x = &ext[i];
+    size_t left = pos - x->off, right = x->off + x->numel - pos - n;
+    if (left > 0 && right > 0) {
+        memmove(x + 2, x + 1, (size_t)(*m - i - 1) * sizeof *x);
+        (*m)++;
+        x[1] = *x;
+        x[1].off = pos + n;
+        x[1].numel = right;
+        x->numel = left;
+    } else if (left > 0) {
+        x->numel = left;
+    } else if (right > 0) {
+        x->off = pos + n;
+        x->numel = right;
+    } else {
+        memmove(x, x + 1, (size_t)(*m - i - 1) * sizeof *x);
+        (*m)--;
+    }
+}
+
+/* Where n elements of group g's buffer (kind 0 params, 1 gradients) go in the arena as it
+   is now: its home when the arena holds everything, else zero__eng_arena_choose, compute-
+   queue users (gradient buffers) first among extents without a pending fence, so a buffer
+   still being reduced on COMM is reused last. -1 if none. */
+static int zero__eng_arena_find(const zero_engine *e, int g, size_t n, int kind, int safe,
+                                size_t *pos)
+{
+    int i;
+    if (e->pool.numel == e->pool.all_numel) {
+        size_t home = kind ? e->layout.groups[g].ghome : e->layout.groups[g].phome;
+        for (i = 0; i < e->pool.nfree; i++)
+            if (e->pool.free_ext[i].off <= home &&
+                home + n <= e->pool.free_ext[i].off + e->pool.free_ext[i].numel) {
+                *pos = home;
+                return i;
+            }
+        return -1;
+    }
+    i = -1;
+    if (kind)
+        i = zero__eng_arena_choose(e->pool.free_ext, e->pool.nfree, e->pool.numel,
+                                   e->layout.max_group_numel, n, kind, safe,
+                                   e->sync.compute_seq, pos);
+    if (i < 0)
+        i = zero__eng_arena_choose(e->pool.free_ext, e->pool.nfree, e->pool.numel,
+                                   e->layout.max_group_numel, n, kind, safe, UINT64_MAX, pos);
+    return i;
+}
+
+/* Takes [pos, pos + n) of free extent i. Compute-queue users wait for its fence. */
+static zero_result zero__eng_arena_take(zero_engine *e, int i, size_t pos, size_t n,
+                                        int for_compute, size_t *off)
 {
     zero__eng_extent *x = &e->pool.free_ext[i];
     zero_result r = ZERO_OK;
-    *off = x->off;
+    *off = pos;
     if (for_compute && x->fence_seq > e->sync.compute_seq) {
         r = zero__eng_wait(e, ZERO_QUEUE_COMPUTE, x->fence);
         if (r != ZERO_OK) return r;
         e->sync.compute_seq = x->fence_seq;
     }
-    x->off += n;
-    x->numel -= n;
-    if (x->numel == 0) {
-        memmove(x, x + 1, (size_t)(e->pool.nfree - i - 1) * sizeof *x);
-        e->pool.nfree--;
-    }
+    zero__eng_ext_cut(e->pool.free_ext, &e->pool.nfree, i, pos, n);
     e->prefetch.stats.live_numel += n;
     if (e->prefetch.stats.live_numel > e->prefetch.stats.peak_live_numel)
         e->prefetch.stats.peak_live_numel = e->prefetch.stats.live_numel;
@@ -10993,17 +11128,39 @@ static int zero__eng_evict_one(zero_engine *e, int near)
     return 1;
 }
 
-/* Room for n elements for group g: the free extents, then pending reductions flushed (their
-   gradient buffers return), then prefetched groups evicted. -1 when nothing helps. */
-static zero_result zero__eng_arena_room(zero_engine *e, int g, size_t n, int for_compute, int *out)
+/* An arena size at which a request of n elements cannot fail, whatever the placement
+   before it: with h elements held in k buffers and everything else evicted, the k buffers
+   leave at most k + 1 gaps, so L >= h + (k + 1)(n - 1) + 1 leaves one of >= n. Kept as the
+   most over every call that may need room since commit (every gather of a group not in
+   use, prefetched or not: a rerun in another arena may find it not prefetched; every
+   grads), as the held buffers at each call depend on the call sequence alone, not on the
+   arena; capped at what can ever be live (fixed homes). */
+static void zero__eng_arena_need(zero_engine *e, size_t n)
 {
-    int i = zero__eng_arena_find(e, n, for_compute);
+    size_t need = e->pool.held_numel, gaps;
+    if (zero__mul_size((size_t)e->pool.held_count + 1, n - 1, &gaps) != 0 ||
+        zero__add_size(need, gaps, &need) != 0 || zero__add_size(need, 1, &need) != 0)
+        need = (size_t)-1;
+    if (need > e->pool.all_numel) need = e->pool.all_numel;
+    if (need > e->pool.need_max) e->pool.need_max = need;
+}
+
+/* Room for n elements of group g's buffer (kind 0 params, 1 gradients; the caller has
+   called zero__eng_arena_need): a safe position
+   among the free extents, then with pending reductions flushed (their gradient buffers
+   return), then with prefetched groups evicted one by one; then any position that fits.
+   *out = -1 when nothing helps. */
+static zero_result zero__eng_arena_room(zero_engine *e, int g, size_t n, int kind, int *out,
+                                        size_t *pos)
+{
+    int i = zero__eng_arena_find(e, g, n, kind, 1, pos);
     if (i < 0 && e->micro.npending > 0) {
         zero_result r = zero__eng_flush(e);
         if (r != ZERO_OK) return r;
-        i = zero__eng_arena_find(e, n, for_compute);
+        i = zero__eng_arena_find(e, g, n, kind, 1, pos);
     }
-    while (i < 0 && zero__eng_evict_one(e, g)) i = zero__eng_arena_find(e, n, for_compute);
+    while (i < 0 && zero__eng_evict_one(e, g)) i = zero__eng_arena_find(e, g, n, kind, 1, pos);
+    if (i < 0) i = zero__eng_arena_find(e, g, n, kind, 0, pos);
     *out = i;
     return ZERO_OK;
 }
@@ -11020,7 +11177,7 @@ static zero_result zero__eng_arena_full(const zero_engine *e, const char *fn, in
         np += e->layout.groups[i].poff != ZERO__ENG_NONE;
         ng += e->layout.groups[i].goff != ZERO__ENG_NONE;
     }
-    want = held + n < held ? (size_t)-1 : held + n;
+    want = e->pool.need_max; /* zero__eng_arena_need: > numel, or the request would fit */
     return zero__fail(ZERO_ERROR_INVALID_STATE,
                       "%s: group %d ('%.100s'): no room for its %s (%zu elements) in the arena "
                       "(max_live_numel = %zu): %zu elements held by %d gathered group(s) and %d "
@@ -11584,11 +11741,17 @@ ZERODEF zero_result zero_engine_grads(zero_engine *e, int group, void **out_grad
         size_t off;
         int x;
         zero__eng_trace_note(e, 2 * group + 1);
-        if ((r = zero__eng_arena_room(e, group, eg->gnumel, 1, &x)) != ZERO_OK) return r;
-        if (x < 0) return zero__eng_arena_full(e, "zero_engine_grads", group, eg->gnumel, "gradient buffer");
-        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->gnumel, 1, &off), "zero_engine_grads: event");
+        zero__eng_arena_need(e, eg->gnumel);
+        if ((r = zero__eng_arena_room(e, group, eg->gnumel, 1, &x, &off)) != ZERO_OK) return r;
+        if (x < 0)
+            return zero__eng_arena_full(e, "zero_engine_grads", group, eg->gnumel,
+                                        "gradient buffer");
+        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, off, eg->gnumel, 1, &off),
+                      "zero_engine_grads: event");
         eg->goff = off;
         e->prefetch.stats.grad_live_numel += eg->gnumel;
+        e->pool.held_numel += eg->gnumel;
+        e->pool.held_count++;
     } else if (eg->reduced_valid) {
         ZERO__ENG_TRY(e, zero__eng_wait(e, ZERO_QUEUE_COMPUTE, eg->ev_reduced),
                       "zero_engine_grads: event");
@@ -11631,6 +11794,10 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
     e->micro.pending_store[e->micro.npending] =
         (unsigned char)(e->micro.done == 0 && eg->parts_ready == 0);
     e->micro.pending[e->micro.npending++] = group;
+    if (eg->goff != ZERO__ENG_NONE) { /* the buffer is the engine's now (a flush returns it) */
+        e->pool.held_numel -= eg->gnumel;
+        e->pool.held_count--;
+    }
     eg->parts_ready++;
     eg->grads_state = eg->parts_ready == eg->parts ? ZERO__GRADS_READY : ZERO__GRADS_NONE;
     e->micro.pending_numel += eg->gnumel;
@@ -11691,9 +11858,10 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
     if (g < 0 || g >= e->layout.ngroups || e->layout.groups[g].persistent ||
         e->layout.groups[g].poff != ZERO__ENG_NONE)
         return ZERO_OK;
-    x = zero__eng_arena_find(e, e->layout.groups[g].numel, 0);
+    x = zero__eng_arena_find(e, g, e->layout.groups[g].numel, 0, 1, &off);
     if (x < 0) return ZERO_OK;
-    if ((r = zero__eng_arena_take(e, x, e->layout.groups[g].numel, 0, &off)) != ZERO_OK) return r;
+    r = zero__eng_arena_take(e, x, off, e->layout.groups[g].numel, 0, &off);
+    if (r != ZERO_OK) return r;
     *issued = 1;
     e->prefetch.stats.prefetches++;
     return zero__eng_issue_gather(e, g, off);
@@ -11704,23 +11872,27 @@ static zero_result zero__eng_try_prefetch(zero_engine *e, int g, int *issued)
    the gradient buffers the order asks for before it (so a prefetch is never evicted for
    them); stops at the first that does not fit. Nothing while recording. */
 #define ZERO__ENG_FIT_MAX 64
-/* Whether the free extents, after n elements are taken for a prefetch (best fit, as
-   zero__eng_arena_find), still place each of the nres gradient buffers res[] in turn (best
-   fit each): total room is not enough, a fragmented arena would evict the prefetch again.
-   Conservative: releases and flushed reductions in between are not counted. */
-static int zero__eng_prefetch_fits(const zero_engine *e, size_t n, const size_t *res, int nres)
+/* Whether the free extents, after group g's n elements are taken for a prefetch (placed as
+   zero__eng_arena_find places it), still place each of the nres gradient buffers res[] in
+   turn at safe positions: total room is not enough, a fragmented arena would evict the
+   prefetch again. Conservative: releases and flushed reductions in between are not
+   counted. An arena with fixed homes has room for everything. */
+static int zero__eng_prefetch_fits(const zero_engine *e, int g, size_t n, const size_t *res,
+                                   int nres)
 {
-    size_t room[ZERO__ENG_FIT_MAX];
+    zero__eng_extent ext[2 * ZERO__ENG_FIT_MAX + 2];
+    size_t pos;
     int i, k, m = e->pool.nfree;
+    if (e->pool.numel == e->pool.all_numel) return 1;
     if (m > ZERO__ENG_FIT_MAX) return 0;
-    for (i = 0; i < m; i++) room[i] = e->pool.free_ext[i].numel;
-    for (k = -1; k < nres; k++) {
-        size_t want = k < 0 ? n : res[k];
-        int best = -1;
-        for (i = 0; i < m; i++)
-            if (room[i] >= want && (best < 0 || room[i] < room[best])) best = i;
-        if (best < 0) return 0;
-        room[best] -= want;
+    memcpy(ext, e->pool.free_ext, (size_t)m * sizeof *ext);
+    if ((i = zero__eng_arena_find(e, g, n, 0, 1, &pos)) < 0) return 0;
+    zero__eng_ext_cut(ext, &m, i, pos, n);
+    for (k = 0; k < nres; k++) {
+        i = zero__eng_arena_choose(ext, m, e->pool.numel, e->layout.max_group_numel, res[k], 1, 1,
+                                   UINT64_MAX, &pos);
+        if (i < 0) return 0;
+        zero__eng_ext_cut(ext, &m, i, pos, res[k]);
     }
     return 1;
 }
@@ -11737,13 +11909,13 @@ static zero_result zero__eng_trace_prefetch(zero_engine *e)
         if (e->prefetch.trace[j] & 1) { /* a gradient buffer comes first: keep room for it */
             if (h->goff == ZERO__ENG_NONE) {
                 if (nres == ZERO__ENG_FIT_MAX) break;
-                res[nres++] = h->numel;
+                res[nres++] = h->gnumel;
             }
             continue;
         }
         seen++;
         if (h->poff != ZERO__ENG_NONE) continue; /* in use or prefetched already */
-        if (!zero__eng_prefetch_fits(e, h->numel, res, nres)) break;
+        if (!zero__eng_prefetch_fits(e, g, h->numel, res, nres)) break;
         if ((r = zero__eng_try_prefetch(e, g, &issued)) != ZERO_OK) return r;
         if (!issued) break;
     }
@@ -11766,12 +11938,13 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
         return ZERO_OK;
     }
     zero__eng_trace_note(e, 2 * group);
+    if (eg->refs == 0) zero__eng_arena_need(e, eg->numel);
     if (eg->poff == ZERO__ENG_NONE) {
         size_t off;
         int x;
-        if ((r = zero__eng_arena_room(e, group, eg->numel, 0, &x)) != ZERO_OK) return r;
+        if ((r = zero__eng_arena_room(e, group, eg->numel, 0, &x, &off)) != ZERO_OK) return r;
         if (x < 0) return zero__eng_arena_full(e, "zero_engine_gather", group, eg->numel, "params");
-        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, eg->numel, 0, &off), "gather: arena");
+        ZERO__ENG_TRY(e, zero__eng_arena_take(e, x, off, eg->numel, 0, &off), "gather: arena");
         if ((r = zero__eng_issue_gather(e, group, off)) != ZERO_OK) return r;
     } else if (eg->refs == 0) {
         e->prefetch.stats.prefetch_hits++;
@@ -11780,7 +11953,10 @@ ZERODEF zero_result zero_engine_gather(zero_engine *e, int group, void **out_par
     if (eg->gathered_seq > e->sync.compute_seq) e->sync.compute_seq = eg->gathered_seq;
     if ((r = zero__eng_dbg_hand(e, group, 0, zero__eng_param_whole(e, group), out_params)) != ZERO_OK)
         return r;
-    eg->refs++;
+    if (eg->refs++ == 0) { /* in use: no longer evictable */
+        e->pool.held_numel += eg->numel;
+        e->pool.held_count++;
+    }
     return zero__eng_trace_prefetch(e);
 }
 
@@ -11807,7 +11983,11 @@ ZERODEF zero_result zero_engine_release(zero_engine *e, int group)
                           group);
     if ((r = zero__eng_dbg_check(e, group, 0, "zero_engine_release")) != ZERO_OK) return r;
     eg->refs--;
-    if (eg->refs == 0 && e->cfg.stage == 3 && !eg->persistent) zero__eng_drop_params(e, group);
+    if (eg->refs == 0 && e->cfg.stage == 3 && !eg->persistent) {
+        e->pool.held_numel -= eg->numel;
+        e->pool.held_count--;
+        zero__eng_drop_params(e, group);
+    }
     return ZERO_OK;
 }
 

@@ -162,6 +162,17 @@ ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_devic
 }
 #endif
 
+/* ZERO_CUDA_LAUNCH(kernel, grid, block, shmem, stream, args...): every kernel launch of
+   zero's CUDA code goes through it: kernel<<<grid, block, shmem, stream>>>(args...) under
+   nvcc, the CPU harness's launcher (tests/cudasim's cuda_runtime.h, docs/cuda.md) otherwise. A
+   kernel name with a comma (a template with two arguments) goes in parentheses. */
+#if defined(__CUDACC__)
+#define ZERO_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<grid, block, shmem, stream>>>(__VA_ARGS__)
+#else
+#define ZERO_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...) \
+    CUDASIM_LAUNCH(kernel, grid, block, shmem, stream, __VA_ARGS__)
+#endif
+
 #endif /* ZERO_CUDA_H */
 
 /* ======================================================================================
@@ -171,7 +182,10 @@ ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_devic
 #define ZERO_CUDA_IMPLEMENTATION_DONE
 
 #ifndef __CUDACC__
-#error "zero_cuda.h: the implementation (ZERO_CUDA_IMPLEMENTATION) must be compiled by nvcc"
+#include <cuda_runtime.h> /* tests/cudasim's (it defines CUDASIM), or CUDA's, which errors below */
+#endif
+#if !defined(__CUDACC__) && !defined(CUDASIM)
+#error "zero_cuda.h: the implementation (ZERO_CUDA_IMPLEMENTATION) must be compiled by nvcc (or by g++/clang++ against tests/cudasim, the CPU harness)"
 #endif
 #ifndef ZERO_IMPLEMENTATION_DONE
 #error "zero_cuda.h: define ZERO_IMPLEMENTATION in the same file, before including zero.h"
@@ -187,6 +201,18 @@ ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_devic
 #include <stdint.h>
 #include <string.h>
 #include <type_traits>
+
+/* ZERO_CUDA_ARENA_POISON(p, bytes) / ZERO_CUDA_ARENA_UNPOISON(p, bytes): called for the parts
+   of an arena (one cudaMalloc carved into blocks) that are not / become handed out. No-ops
+   unless defined before this point: the CPU harness (tests/cudasim) maps them to
+   AddressSanitizer's manual poisoning, so a kernel that touches arena memory no alloc owns
+   is reported (after the device's queued work, for a free). */
+#ifndef ZERO_CUDA_ARENA_POISON
+#define ZERO_CUDA_ARENA_POISON(p, bytes) ((void)0)
+#endif
+#ifndef ZERO_CUDA_ARENA_UNPOISON
+#define ZERO_CUDA_ARENA_UNPOISON(p, bytes) ((void)0)
+#endif
 
 #define ZERO_CUDA__HD static __host__ __device__ __forceinline__
 #define ZERO_CUDA__THREADS 256    /* threads per block of the element kernels              */
@@ -1148,6 +1174,7 @@ static zero_result zero_cuda__reserve(zero_device *dev, size_t total_bytes, size
         return zero__fail(e == cudaErrorMemoryAllocation ? ZERO_ERROR_OUT_OF_MEMORY : ZERO_ERROR_DEVICE,
                           "cuda reserve: cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
     }
+    ZERO_CUDA_ARENA_POISON(base, bytes);
     memset(b, 0, sizeof *b);
     b->size = bytes;
     a->base = (char *)base;
@@ -1188,6 +1215,7 @@ static void *zero_cuda__arena_take(zero_cuda__device *d, size_t size, size_t req
             b->requested = requested;
             b->category = cat;
             a->live++;
+            ZERO_CUDA_ARENA_UNPOISON(a->base + b->offset, requested);
             return a->base + b->offset;
         }
     return NULL;
@@ -1272,6 +1300,7 @@ static zero_result zero_cuda__free(zero_device *dev, void *ptr)
         if (!b) break;
         d->bytes[b->category] -= b->requested;
         d->allocations--;
+        ZERO_CUDA_ARENA_POISON(p, b->size);
         b->used = 0;
         b->requested = 0;
         if ((n = b->next) != NULL && !n->used) { /* merge the next free block */
@@ -1319,7 +1348,7 @@ static zero_result zero_cuda__sq_launch(const zero_cuda__device *d, cudaStream_t
     size_t nblocks = tab->start[tab->n];
     size_t cap = (size_t)(d->sm_count > 0 ? d->sm_count : 1) * 6; /* 32 KiB of shared memory per block */
     unsigned grid = (unsigned)(nblocks < cap ? (nblocks ? nblocks : 1) : cap);
-    zero_cuda__sumsq_kernel<DT><<<grid, ZERO_CUDA__THREADS, 0, stream>>>(*tab);
+    ZERO_CUDA_LAUNCH(zero_cuda__sumsq_kernel<DT>, grid, ZERO_CUDA__THREADS, 0, stream, *tab);
     return zero_cuda__launched("cuda sumsq (batched): kernel launch");
 }
 
@@ -1348,8 +1377,8 @@ static zero_result zero_cuda__nonfinite_run(const zero_cuda__device *d, cudaStre
             nvec = (numel - head) / per;
         }
     }
-    zero_cuda__nonfinite_kernel<DT><<<zero_cuda__grid(nvec + (numel - per * nvec), d->sm_count, 8),
-                                      ZERO_CUDA__THREADS, 0, stream>>>(x, numel, head, nvec, flag);
+    ZERO_CUDA_LAUNCH(zero_cuda__nonfinite_kernel<DT>, zero_cuda__grid(nvec + (numel - per * nvec), d->sm_count, 8),
+                     ZERO_CUDA__THREADS, 0, stream, x, numel, head, nvec, flag);
     return zero_cuda__launched("cuda nonfinite: kernel launch");
 }
 
@@ -1432,7 +1461,7 @@ static zero_result zero_cuda__adam_launch(const zero_cuda__device *d, cudaStream
     size_t nchunks = tab->start[tab->n];
     unsigned grid = zero_cuda__grid(nchunks * ZERO_CUDA__THREADS, d->sm_count, 8);
     if (nchunks == 0) return ZERO_OK;
-    zero_cuda__adam_kernel<G, P><<<grid, ZERO_CUDA__THREADS, 0, stream>>>(*tab);
+    ZERO_CUDA_LAUNCH((zero_cuda__adam_kernel<G, P>), grid, ZERO_CUDA__THREADS, 0, stream, *tab);
     return zero_cuda__launched("cuda adam (batched): kernel launch");
 }
 
@@ -1640,8 +1669,8 @@ static zero_result zero_cuda__run_ew(const zero_cuda__device *d, cudaStream_t st
         head = (size_t)h;
         nvec = (numel - head) / 8;
     }
-    zero_cuda__ew_kernel<Op><<<zero_cuda__grid(nvec + (numel - 8 * nvec), d->sm_count, 8), ZERO_CUDA__THREADS, 0,
-                               stream>>>(op, numel, head, nvec);
+    ZERO_CUDA_LAUNCH(zero_cuda__ew_kernel<Op>, zero_cuda__grid(nvec + (numel - 8 * nvec), d->sm_count, 8),
+                     ZERO_CUDA__THREADS, 0, stream, op, numel, head, nvec);
     return zero_cuda__launched(what);
 }
 
@@ -1842,7 +1871,7 @@ static zero_result zero_cuda__grad_mul(zero_device *dev, zero_queue q, const dou
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda grad_mul: %s is NULL",
                           !sumsq ? "sumsq" : !nonfinite ? "nonfinite" : "out");
     ZERO_CUDA__FLUSH();
-    zero_cuda__grad_mul_kernel<<<1, 1, 0, stream>>>(sumsq, nonfinite, unscale, clip_norm, out);
+    ZERO_CUDA_LAUNCH(zero_cuda__grad_mul_kernel, 1, 1, 0, stream, sumsq, nonfinite, unscale, clip_norm, out);
     return zero_cuda__launched("cuda grad_mul: kernel launch");
 }
 
@@ -2290,8 +2319,8 @@ static zero_result zero_cuda__reduce_dt(cudaStream_t s, const zero_cuda__srcs *s
                                         zero_op op, int sm_count)
 {
     unsigned grid = zero_cuda__grid(numel, sm_count, 8);
-    if (op == ZERO_OP_SUM) zero_cuda__reduce_kernel<DT, ZERO_OP_SUM><<<grid, ZERO_CUDA__THREADS, 0, s>>>(*srcs, n, dst, numel);
-    else zero_cuda__reduce_kernel<DT, ZERO_OP_MAX><<<grid, ZERO_CUDA__THREADS, 0, s>>>(*srcs, n, dst, numel);
+    if (op == ZERO_OP_SUM) ZERO_CUDA_LAUNCH((zero_cuda__reduce_kernel<DT, ZERO_OP_SUM>), grid, ZERO_CUDA__THREADS, 0, s, *srcs, n, dst, numel);
+    else ZERO_CUDA_LAUNCH((zero_cuda__reduce_kernel<DT, ZERO_OP_MAX>), grid, ZERO_CUDA__THREADS, 0, s, *srcs, n, dst, numel);
     return zero_cuda__launched("cuda comm: reduce kernel launch");
 }
 

@@ -137,7 +137,7 @@ int main(int argc, char **argv)
     CHECK_ZERO(dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, m, n * 4));
     CHECK_ZERO(dev->ops->fill_zero(dev, ZERO_QUEUE_COMPUTE, csrc, copy_bytes));
     CHECK_ZERO(dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, mulskip, one_zero, sizeof one_zero));
-    init_kernel<<<sm * 8, 256, 0, s>>>(grad, dt, master, n);
+    ZERO_CUDA_LAUNCH(init_kernel, sm * 8, 256, 0, s, grad, dt, master, n);
     CHECK_CUDA(cudaGetLastError());
     memset(&desc, 0, sizeof desc);
     desc.weight_decay = 0.01;
@@ -165,7 +165,7 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
         if (i >= 0) t_adam[i] = ms;
         CHECK_CUDA(cudaEventRecord(e0, s));
-        copy_kernel<<<sm * 8, 256, 0, s>>>((const uint4 *)csrc, (uint4 *)cdst, copy_bytes / 16);
+        ZERO_CUDA_LAUNCH(copy_kernel, sm * 8, 256, 0, s, (const uint4 *)csrc, (uint4 *)cdst, copy_bytes / 16);
         CHECK_CUDA(cudaEventRecord(e1, s));
         CHECK_CUDA(cudaEventSynchronize(e1));
         CHECK_CUDA(cudaGetLastError());

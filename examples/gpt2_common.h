@@ -81,10 +81,15 @@ typedef struct gpt2_opts {
     const char *save_dir, *resume_dir; /* checkpoints                           */
     int save_every;                    /* save every K steps and after the last */
     const char *init_path;             /* start from a .safetensors file        */
+    char init_file[4096];              /* --init DIR: DIR/model.safetensors     */
     const char *data_path;             /* a directory of text files, a text file or a .bin */
     const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
     const char *logits_path;           /* step 0: rank 0's logits (fp32) of its first micro-batch */
     uint64_t seed;                     /* initial values and sampling           */
+    /* fine-tuning (docs/gpt2.md): AdamW's settings, the embeddings' lr multiplier, frozen tensors */
+    double beta1, beta2, eps, weight_decay;
+    double lr_embed;     /* --lr-embed: wte and wpe train at lr * lr_embed (per-tensor lr) */
+    const char *freeze;  /* --freeze LIST: wte, wpe, ln_f, h.N, h.A-B, comma-separated   */
 } gpt2_opts;
 
 /* The small default model: learns visibly within a few minutes on 2 cores. */
@@ -111,6 +116,11 @@ static inline void gpt2_opts_default(gpt2_opts *o)
     o->sample = 200;
     o->log_every = 0;
     o->seed = 1337;
+    o->beta1 = GPT2_BETA1;
+    o->beta2 = GPT2_BETA2;
+    o->eps = GPT2_EPS;
+    o->weight_decay = GPT2_WEIGHT_DECAY;
+    o->lr_embed = 1.0;
 }
 
 static inline void gpt2_usage(FILE *f, const char *prog)
@@ -119,19 +129,25 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "usage: %s [options]\n"
             "model:  --layers L --heads H --channels C --seq T --vocab V (default 4 4 64 64 256)\n"
             "        --preset 124M|1558M   GPT-2 small / XL shapes (T 1024, V 50257)\n"
-            "        --init FILE.safetensors   start from a Hugging Face GPT-2 file\n"
+            "        --init FILE.safetensors|DIR   start from a Hugging Face GPT-2 file, or a save_pretrained\n"
+            "                                      directory (config.json gives the shape; model.safetensors)\n"
             "data:   --data DIR|FILE|FILE.bin (default %s; text = bytes, .bin = llm.c tokens)\n"
             "        --batch B   sequences per micro-step over all ranks (default 8)\n"
             "train:  --stage 0..3 (default: the demo, every stage)  --ranks N (default 4)\n"
             "        --steps S --accum A --dtype f32|bf16|f16 --lr LR --lr-min-frac F\n"
             "        --warmup W --clip X (0 = none) --seed S\n"
             "        --val-every K --val-batches K --sample N --log-every K\n"
+            "AdamW:  --beta1 B (default %g; torch and HF 0.9) --beta2 B (%g; torch and HF 0.999)\n"
+            "        --eps E (%g; torch and HF 1e-8) --weight-decay W (%g on 2-D weights; torch 0.01, HF 0)\n"
+            "tune:   --freeze LIST   frozen tensors (no gradients, no optimizer state): wte, wpe, ln_f,\n"
+            "                        h.N, h.A-B, comma-separated (e.g. wte,wpe,h.0-5); train_gpt2.c\n"
+            "        --lr-embed M    wte and wpe train at lr x M (per-tensor lr; default 1)\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
             "         --offload-activations none|host|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
-            prog, GPT2_DEFAULT_DATA);
+            prog, GPT2_DEFAULT_DATA, GPT2_BETA1, GPT2_BETA2, GPT2_EPS, GPT2_WEIGHT_DECAY);
 }
 
 /* "4MB", "64MiB", "300KiB", "1GB" or plain bytes; 0 on a malformed size. */
@@ -148,9 +164,95 @@ static inline int gpt2_parse_tier(const char *v, zero_offload_device *out)
 
 /* Parses argv into o (defaults first: gpt2_opts_default). Returns 0, 1 for --help (usage
    printed to stdout) or 2 on an error (message and usage on stderr). */
+/* The value of "key" in a flat JSON object held in text (Hugging Face's config.json): a
+   number, or true/false as 1/0. Returns 0, or -1 when the key is absent or not a number. */
+static inline int gpt2_json_number(const char *text, const char *key, double *out)
+{
+    char pat[80];
+    const char *p;
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    for (p = strstr(text, pat); p; p = strstr(p + 1, pat)) {
+        const char *q = p + strlen(pat);
+        char *end = NULL;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q != ':') continue; /* the name as a value, not a key */
+        q++;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (!strncmp(q, "true", 4)) return *out = 1, 0;
+        if (!strncmp(q, "false", 5)) return *out = 0, 0;
+        *out = strtod(q, &end);
+        return end != q ? 0 : -1;
+    }
+    return -1;
+}
+
+/* --init DIR: reads DIR/config.json (n_layer, n_head, n_embd, n_positions, vocab_size,
+   layer_norm_epsilon, tie_word_embeddings) into o->cfg, refusing a shape flag given on the
+   command line (given: bit 0 --layers, 1 --heads, 2 --channels, 3 --vocab) that disagrees,
+   naming both values, and points o->init_path at DIR/model.safetensors. 0, or -1 with a
+   message in why. */
+static inline int gpt2_read_hf_dir(gpt2_opts *o, const char *dir, unsigned given, char *why, size_t n)
+{
+    static const char *const keys[4] = {"n_layer", "n_head", "n_embd", "vocab_size"};
+    static const char *const flags[4] = {"--layers", "--heads", "--channels", "--vocab"};
+    int *dst[4];
+    char path[4200], *text = NULL;
+    FILE *f;
+    long len;
+    double v;
+    int k, rc = -1;
+    struct stat st;
+    dst[0] = &o->cfg.layers, dst[1] = &o->cfg.heads, dst[2] = &o->cfg.channels, dst[3] = &o->cfg.vocab;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!(f = fopen(path, "rb"))) {
+        snprintf(why, n, "--init %.300s: a directory without config.json", dir);
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && len < (1L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = (char *)malloc((size_t)len + 1)) != NULL && fread(text, 1, (size_t)len, f) == (size_t)len) {
+        text[len] = '\0';
+        rc = 0;
+    } else {
+        snprintf(why, n, "%.300s: unreadable (or over 1 MB)", path);
+    }
+    fclose(f);
+    for (k = 0; k < 4 && rc == 0; k++) {
+        if (gpt2_json_number(text, keys[k], &v) != 0 || !(v >= 1 && v <= 1e7) || v != (double)(int)v) {
+            snprintf(why, n, "%.300s: no integer %s", path, keys[k]);
+            rc = -1;
+        } else if ((given >> k & 1) && *dst[k] != (int)v) {
+            snprintf(why, n, "%.300s says %s = %d, %s says %d: drop the flag or use another checkpoint", path, keys[k],
+                     (int)v, flags[k], *dst[k]);
+            rc = -1;
+        } else {
+            *dst[k] = (int)v;
+        }
+    }
+    if (rc == 0 && gpt2_json_number(text, "n_positions", &v) == 0) {
+        if (!(v >= 1 && v <= 1e7) || v != (double)(int)v) snprintf(why, n, "%.300s: bad n_positions", path), rc = -1;
+        else o->cfg.max_seq = (int)v; /* wpe's rows, whatever --seq trains with */
+    }
+    if (rc == 0 && gpt2_json_number(text, "layer_norm_epsilon", &v) == 0 && v != 1e-5)
+        snprintf(why, n, "%.300s: layer_norm_epsilon = %g; this model uses 1e-5", path, v), rc = -1;
+    if (rc == 0 && gpt2_json_number(text, "tie_word_embeddings", &v) == 0 && v != 1)
+        snprintf(why, n, "%.300s: tie_word_embeddings = false; this model ties the LM head to wte", path), rc = -1;
+    free(text);
+    if (rc != 0) return rc;
+    snprintf(o->init_file, sizeof o->init_file, "%s/model.safetensors", dir);
+    if (stat(o->init_file, &st) != 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        snprintf(why, n, "--init %.300s: no model.safetensors%s", dir,
+                 stat(path, &st) == 0 ? " (a sharded model.safetensors.index.json: not supported yet)" : "");
+        return -1;
+    }
+    o->init_path = o->init_file;
+    return 0;
+}
+
 static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
 {
     int a;
+    unsigned given = 0; /* shape flags on the command line (gpt2_read_hf_dir) */
     for (a = 1; a < argc; a += 2) {
         const char *k = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
         int bad = 0;
@@ -163,11 +265,11 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             gpt2_usage(stderr, argv[0]);
             return 2;
         }
-        if (!strcmp(k, "--layers")) o->cfg.layers = atoi(v);
-        else if (!strcmp(k, "--heads")) o->cfg.heads = atoi(v);
-        else if (!strcmp(k, "--channels")) o->cfg.channels = atoi(v);
+        if (!strcmp(k, "--layers")) o->cfg.layers = atoi(v), given |= 1u;
+        else if (!strcmp(k, "--heads")) o->cfg.heads = atoi(v), given |= 2u;
+        else if (!strcmp(k, "--channels")) o->cfg.channels = atoi(v), given |= 4u;
         else if (!strcmp(k, "--seq")) o->cfg.seq = atoi(v);
-        else if (!strcmp(k, "--vocab")) o->cfg.vocab = atoi(v);
+        else if (!strcmp(k, "--vocab")) o->cfg.vocab = atoi(v), given |= 8u;
         else if (!strcmp(k, "--preset")) {
             if (!strcmp(v, "124M")) {
                 o->cfg.layers = 12, o->cfg.heads = 12, o->cfg.channels = 768;
@@ -176,6 +278,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             } else bad = 1;
             o->cfg.seq = o->cfg.max_seq = 1024;
             o->cfg.vocab = 50257;
+            given |= 15u;
         } else if (!strcmp(k, "--batch")) o->batch = atoi(v);
         else if (!strcmp(k, "--stage")) o->stage = atoi(v), bad = o->stage < 0 || o->stage > 3;
         else if (!strcmp(k, "--ranks")) o->ranks = atoi(v), o->ranks_given = 1;
@@ -210,6 +313,12 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--data")) o->data_path = v;
         else if (!strcmp(k, "--log")) o->log_path = v;
         else if (!strcmp(k, "--dump-logits")) o->logits_path = v;
+        else if (!strcmp(k, "--beta1")) o->beta1 = atof(v), bad = !(o->beta1 > 0 && o->beta1 < 1);
+        else if (!strcmp(k, "--beta2")) o->beta2 = atof(v), bad = !(o->beta2 > 0 && o->beta2 < 1);
+        else if (!strcmp(k, "--eps")) o->eps = atof(v), bad = !(o->eps > 0 && o->eps < 1);
+        else if (!strcmp(k, "--weight-decay")) o->weight_decay = atof(v), bad = !(o->weight_decay >= 0 && o->weight_decay < 1e6);
+        else if (!strcmp(k, "--lr-embed")) o->lr_embed = atof(v), bad = !(o->lr_embed >= 0 && o->lr_embed < 1e6);
+        else if (!strcmp(k, "--freeze")) o->freeze = v;
         else {
             fprintf(stderr, "%s: unknown option %s\n", argv[0], k);
             gpt2_usage(stderr, argv[0]);
@@ -218,6 +327,25 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         if (bad) {
             fprintf(stderr, "%s: bad value for %s: %s\n", argv[0], k, v);
             return 2;
+        }
+    }
+    if (o->init_path) {
+        struct stat st;
+        char why[800];
+        if (stat(o->init_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            int seq_given = 0;
+            for (a = 1; a + 1 < argc; a += 2) seq_given |= !strcmp(argv[a], "--seq");
+            o->cfg.max_seq = 0;
+            if (gpt2_read_hf_dir(o, o->init_path, given, why, sizeof why) != 0) {
+                fprintf(stderr, "%s: %s\n", argv[0], why);
+                return 2;
+            }
+            if (!seq_given && o->cfg.seq > o->cfg.max_seq) o->cfg.seq = o->cfg.max_seq;
+            if (o->cfg.seq > o->cfg.max_seq) {
+                fprintf(stderr, "%s: --seq %d exceeds config.json's n_positions = %d\n", argv[0], o->cfg.seq,
+                        o->cfg.max_seq);
+                return 2;
+            }
         }
     }
     if (o->cfg.max_seq == 0 || o->cfg.max_seq < o->cfg.seq) o->cfg.max_seq = o->cfg.seq;
@@ -273,10 +401,10 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->accum_steps = o->accum;
     d->adam.mode = ZERO_ADAMW;
     d->adam.lr = o->lr;
-    d->adam.beta1 = GPT2_BETA1;
-    d->adam.beta2 = GPT2_BETA2;
-    d->adam.eps = GPT2_EPS;
-    d->adam.weight_decay = GPT2_WEIGHT_DECAY;
+    d->adam.beta1 = o->beta1;
+    d->adam.beta2 = o->beta2;
+    d->adam.eps = o->eps;
+    d->adam.weight_decay = o->weight_decay;
     d->clip_norm = o->clip;
     /* No stage-3 prefetch: the host device's collectives are synchronous (nothing to
        overlap), and a prefetch of group 0 at the end of the backward would go unused (its
@@ -362,6 +490,40 @@ static inline void gpt2_param_table(const gpt2_config *c, gpt2_tensor *t)
         t[i].numel = (size_t)t[i].dims[0] * (size_t)(t[i].ndim == 2 ? t[i].dims[1] : 1);
         t[i].flags = t[i].ndim == 2 ? 0u : ZERO_TENSOR_NO_DECAY; /* decay 2-D weights only */
     }
+}
+
+/* Marks the tensors --freeze names ZERO_TENSOR_FROZEN: "wte", "wpe", "ln_f" (its weight and
+   bias), "h.N" (every tensor of block N) and "h.A-B" (blocks A..B), comma-separated.
+   Returns 0, or -1 with a message in why naming the item that is not one of them. */
+static inline int gpt2_mark_frozen(const gpt2_config *c, gpt2_tensor *t, const char *list, char *why, size_t n)
+{
+    const char *p = list;
+    while (p && *p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[64];
+        int a = -1, b = -1, k, used = 0;
+        if (len == 0 || len >= sizeof item) {
+            snprintf(why, n, "--freeze: empty or overlong item in '%s'", list);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (!strcmp(item, "wte")) t[GPT2_WTE].flags |= ZERO_TENSOR_FROZEN;
+        else if (!strcmp(item, "wpe")) t[GPT2_WPE].flags |= ZERO_TENSOR_FROZEN;
+        else if (!strcmp(item, "ln_f")) t[GPT2_LNF_W].flags |= ZERO_TENSOR_FROZEN, t[GPT2_LNF_B].flags |= ZERO_TENSOR_FROZEN;
+        else if ((sscanf(item, "h.%d-%d%n", &a, &b, &used) == 2 || (sscanf(item, "h.%d%n", &a, &used) == 1 && (b = a) >= 0)) &&
+                 used == (int)len && a >= 0 && a <= b && b < c->layers) {
+            for (; a <= b; a++)
+                for (k = 0; k < GPT2_BLOCK_TENSORS; k++) t[gpt2_block_tensor(a, k)].flags |= ZERO_TENSOR_FROZEN;
+        } else {
+            snprintf(why, n, "--freeze: '%s' is not wte, wpe, ln_f, h.N or h.A-B with blocks 0..%d", item,
+                     c->layers - 1);
+            return -1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
 }
 
 /* Group of tile k when wte is registered in tiles (--tile-embedding K): after the blocks,
@@ -742,13 +904,34 @@ typedef struct gpt2_client {
 /* Model states per rank (DESIGN.md's table, K = 12) for params and gradients of 'es' bytes
    each: (2 es + 12) Psi split as the stage says; with accumulation (A > 1) stages 0 and 1
    also keep an accumulator of the reduced gradients (whole at stage 0, a shard at 1). */
+/* Model-state bytes per rank with F of the Psi elements frozen (T = Psi - F trained): params
+   of every element, gradients and K = 12 bytes of optimizer state of the trained ones. */
+static inline double gpt2_formula_states_frozen(int stage, double psi, double frozen, double n, int accum, double es)
+{
+    double t = psi - frozen;
+    switch (stage) {
+    case 0: return es * psi + (es + 12) * t + (accum > 1 ? es * t : 0);
+    case 1: return es * psi + es * t + 12 * t / n + (accum > 1 ? es * t / n : 0);
+    case 2: return es * psi + (es + 12) * t / n;
+    default: return es * psi / n + (es + 12) * t / n;
+    }
+}
+
 static inline double gpt2_formula_states(int stage, double psi, double n, int accum, double es)
 {
+    return gpt2_formula_states_frozen(stage, psi, 0, n, accum, es);
+}
+
+/* The same with F of the Psi elements frozen (no gradient, no optimizer state: T = Psi - F
+   trained; docs/engine.md "Frozen tensors"). */
+static inline double gpt2_formula_traffic_frozen(int stage, double psi, double frozen, double n, double a, double es)
+{
+    double f = (n - 1) / n * es, t = psi - frozen;
     switch (stage) {
-    case 0: return (2 * es + 12) * psi + (accum > 1 ? es * psi : 0);
-    case 1: return 2 * es * psi + 12 * psi / n + (accum > 1 ? es * psi / n : 0);
-    case 2: return es * psi + (es + 12) * psi / n;
-    default: return (2 * es + 12) * psi / n;
+    case 0: return 2 * a * t * f;
+    case 1:
+    case 2: return (a + 1) * t * f;
+    default: return (2 * a * psi + a * t) * f;
     }
 }
 
@@ -756,13 +939,7 @@ static inline double gpt2_formula_states(int stage, double psi, double n, int ac
    (N-1)/N, gradients reduced once per micro-step (A of them), 'es' bytes each. */
 static inline double gpt2_formula_traffic(int stage, double psi, double n, double a, double es)
 {
-    double f = (n - 1) / n * es;
-    switch (stage) {
-    case 0: return 2 * a * psi * f;
-    case 1:
-    case 2: return (a + 1) * psi * f;
-    default: return 3 * a * psi * f;
-    }
+    return gpt2_formula_traffic_frozen(stage, psi, 0, n, a, es);
 }
 
 /* ---- memory report ----------------------------------------------------------------------- */

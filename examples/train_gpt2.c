@@ -308,6 +308,8 @@ typedef struct model {
     gpt2_tensor *tab;   /* the parameter table, ids and offsets                    */
     size_t emb_numel;   /* group 0's buffer                                       */
     size_t blk_numel;   /* a block group's buffer                                 */
+    size_t emb_gnumel;  /* group 0's gradient buffer: its trained tensors (--freeze) */
+    unsigned char *blk_frozen; /* [L]: block l is frozen (--freeze h.N): no gradients */
     float *emb_f32, *blk_f32;   /* params converted to fp32 (bf16/fp16 runs)      */
     float *emb_grad, *blk_grad; /* fp32 gradients before they go to the engine    */
     float *encoded;             /* [BT, C]: the input of block 0                  */
@@ -383,6 +385,7 @@ static void model_free(model *m)
     free(m->acts);
     free(m->tab);
     free(m->tv);
+    free(m->blk_frozen);
     memset(m, 0, sizeof *m);
 }
 
@@ -394,7 +397,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
 {
     const zero_plan *plan = zero_engine_plan(e);
     zero_group_info gi;
-    int l, T = c->seq, C = c->channels, H = c->heads, ok = 1;
+    int l, T = c->seq, C = c->channels, H = c->heads, ok = 1, any_frozen = 0;
     size_t BT = (size_t)B * T;
     zero_result r;
     memset(m, 0, sizeof *m);
@@ -409,8 +412,15 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     }
     if ((r = zero_plan_group(plan, 0, &gi)) != ZERO_OK) return r;
     m->emb_numel = gi.used_numel;
+    m->emb_gnumel = gi.frozen_numel ? gi.numel - gi.frozen_numel : gi.used_numel;
     if ((r = zero_plan_group(plan, 1, &gi)) != ZERO_OK) return r;
     m->blk_numel = gi.used_numel;
+    if (!(m->blk_frozen = (unsigned char *)calloc((size_t)c->layers + 1, 1))) return ZERO_ERROR_OUT_OF_MEMORY;
+    for (l = 0; l < c->layers; l++) {
+        if ((r = zero_plan_group(plan, 1 + l, &gi)) != ZERO_OK) return r;
+        m->blk_frozen[l] = gi.frozen_numel == gi.numel;
+        any_frozen |= m->blk_frozen[l];
+    }
     m->bufs = (float **)calloc(32 + 14 * (size_t)c->layers, sizeof(float *));
     m->acts = (block_acts *)calloc((size_t)c->layers, sizeof(block_acts));
     if (!m->bufs || !m->acts) return ZERO_ERROR_OUT_OF_MEMORY;
@@ -418,8 +428,8 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     if (dt != ZERO_F32) {
         M_ALLOC(m->emb_f32, m->emb_numel);
         M_ALLOC(m->blk_f32, m->blk_numel);
-        M_ALLOC(m->blk_grad, m->blk_numel);
     }
+    if (dt != ZERO_F32 || any_frozen) M_ALLOC(m->blk_grad, m->blk_numel); /* frozen blocks' dw go here */
     M_ALLOC(m->emb_grad, m->emb_numel);
     M_ALLOC(m->encoded, BT * C);
     if (ckpt) M_ALLOC(m->x, BT * C);
@@ -615,7 +625,8 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         memset(dlnf, 0, sizeof(float) * (size_t)BT * C);
         if (m->tiles == 0) {
             matmul_acc(dlnf, C, m->logits, V, 1, emb[GPT2_WTE], C, BT, C, V);    /* dlnf = dlogits wte      */
-            matmul_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, V, C, BT); /* dwte += dlogits^T lnf   */
+            if (!(m->tab[GPT2_WTE].flags & ZERO_TENSOR_FROZEN)) /* dwte += dlogits^T lnf */
+                matmul_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, V, C, BT);
         }
         /* tiled: dlnf tile by tile, adding the products in the same order over V; the
            tiles' dwte waits for the end of the backward (it needs dlogits and lnf only) */
@@ -637,13 +648,14 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         int grp = 1 + l, first = gpt2_block_tensor(l, 0);
         float *gbase;
         if ((r = gather_timed(m, grp, &p)) != ZERO_OK) return r;
-        if ((r = view_group(m, grp, p, w)) == ZERO_OK) r = grads_timed(m, grp, &g);
+        g = NULL; /* a frozen block takes no gradient: its dw go to scratch */
+        if ((r = view_group(m, grp, p, w)) == ZERO_OK && !m->blk_frozen[l]) r = grads_timed(m, grp, &g);
         if (r != ZERO_OK) {
             zero_engine_release(m->e, grp);
             return r;
         }
-        gbase = m->dt == ZERO_F32 ? (float *)g : m->blk_grad;
-        if (m->dt != ZERO_F32) memset(gbase, 0, sizeof(float) * m->blk_numel);
+        gbase = m->dt == ZERO_F32 && g ? (float *)g : m->blk_grad;
+        if (gbase == m->blk_grad) memset(gbase, 0, sizeof(float) * m->blk_numel);
         for (k = 0; k < GPT2_BLOCK_TENSORS; k++) dw[k] = gbase + m->tab[first + k].offset;
         if (m->ckpt) { /* the block's input comes back; the same forward recomputes its activations */
             r = zero_engine_fetch(m->e, l, m->x, sizeof(float) * (size_t)BT * C);
@@ -656,18 +668,19 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         } else {
             block_backward(c, B, T, w, dw, &m->acts[l], l ? m->acts[l - 1].res3 : m->encoded, m->dres, &m->s);
         }
-        if (m->dt != ZERO_F32) r = zero_convert(g, m->dt, gbase, ZERO_F32, m->blk_numel, ZERO_SIMD_AUTO);
+        if (g && m->dt != ZERO_F32) r = zero_convert(g, m->dt, gbase, ZERO_F32, m->blk_numel, ZERO_SIMD_AUTO);
         zero_engine_release(m->e, grp);
-        if (r != ZERO_OK || (r = grads_ready_timed(m, grp)) != ZERO_OK) return r;
+        if (r != ZERO_OK || (g && (r = grads_ready_timed(m, grp)) != ZERO_OK)) return r;
     }
     for (i = 0; i < BT; i++) { /* the embeddings: wte[token] and wpe[position] += dres */
         float *dpe = demb[GPT2_WPE] + (size_t)(i % T) * C;
         const float *d = m->dres + (size_t)i * C;
-        if (m->tiles == 0) {
+        if (m->tiles == 0 && !(m->tab[GPT2_WTE].flags & ZERO_TENSOR_FROZEN)) {
             float *dte = demb[GPT2_WTE] + (size_t)x[i] * C;
             for (k = 0; k < C; k++) dte[k] += d[k];
         }
-        for (k = 0; k < C; k++) dpe[k] += d[k];
+        if (!(m->tab[GPT2_WPE].flags & ZERO_TENSOR_FROZEN))
+            for (k = 0; k < C; k++) dpe[k] += d[k];
     }
     /* tiled: each tile's gradient, the head's part (dlogits^T lnf over the tile's rows) and
        then the lookup's rows, in the untiled order per element, handed over once */
@@ -690,8 +703,10 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
             return r;
         if ((r = grads_ready_timed(m, v->group)) != ZERO_OK) return r;
     }
+    if (m->emb_gnumel == 0) return ZERO_OK; /* wte, wpe and ln_f all frozen */
     if ((r = grads_timed(m, 0, &g)) != ZERO_OK) return r;
-    r = zero_convert(g, m->dt, m->emb_grad, ZERO_F32, m->emb_numel, ZERO_SIMD_AUTO);
+    /* the trained tensors come first in the group (frozen ones after: --freeze) */
+    r = zero_convert(g, m->dt, m->emb_grad, ZERO_F32, m->emb_gnumel, ZERO_SIMD_AUTO);
     if (r == ZERO_OK) r = grads_ready_timed(m, 0);
     return r;
 }
@@ -714,6 +729,7 @@ typedef struct run {
     zero_engine_memory mem; /* rank 0, device tier                                   */
     zero_traffic traffic;   /* rank 0, last step                                     */
     size_t psi;             /* the plan's padded total                               */
+    size_t frozen;          /* of which frozen (--freeze): the plan's frozen regions    */
     int skipped;
     float final_scale;
     float *final_params;    /* every tensor's fp32 master, table order (each rank its shard);
@@ -790,20 +806,39 @@ static zero_result keep_params(const model *m, run *R)
     const gpt2_tensor *tab = m->tab;
     size_t most = 0, at = 0;
     int i, k;
-    float *buf;
+    float *buf, *pbuf;
     zero_result r = ZERO_OK;
     R->params_sum = FNV1A64_START;
     for (i = 0; i < gpt2_num_tensors(c); i++)
         if (tab[i].numel > most) most = tab[i].numel;
-    if (!(buf = (float *)malloc(most * sizeof(float)))) return ZERO_ERROR_OUT_OF_MEMORY;
+    if (!(buf = (float *)malloc(2 * most * sizeof(float)))) return ZERO_ERROR_OUT_OF_MEMORY;
+    pbuf = buf + most; /* frozen tensors' params */
     for (i = 0; i < gpt2_num_tensors(c) && r == ZERO_OK; i++) {
         int parts = tab[i].id < 0 ? m->tiles : 1;
         for (k = 0; k < parts && r == ZERO_OK; k++) {
             zero_range own;
             size_t first = tab[i].id < 0 ? m->tv[k].row0 * m->tv[k].cols : 0;
             memset(&own, 0, sizeof own);
-            r = zero_engine_read_tensor(m->e, tab[i].id < 0 ? m->tv[k].tensor : tab[i].id, ZERO_STATE_MASTER,
-                                        buf, &own);
+            if (tab[i].flags & ZERO_TENSOR_FROZEN) { /* no master: its params, this rank's slice */
+                zero_range seg;
+                zero_tensor_info ti;
+                zero_engine_desc dd;
+                memset(&dd, 0, sizeof dd);
+                memset(&seg, 0, sizeof seg);
+                memset(&ti, 0, sizeof ti);
+                r = zero_engine_read_tensor(m->e, tab[i].id, ZERO_STATE_PARAM, pbuf, &own);
+                if (r == ZERO_OK && (r = zero_engine_get_desc(m->e, &dd)) == ZERO_OK && !dd.comm) r = ZERO_ERROR_INVALID_STATE;
+                if (r == ZERO_OK) r = zero_plan_tensor(zero_engine_plan(m->e), tab[i].id, &ti);
+                if (r == ZERO_OK) r = zero_plan_intersect(zero_engine_plan(m->e), tab[i].id, dd.comm->rank, &seg);
+                if (r != ZERO_OK) break;
+                own.offset = seg.offset - ti.offset;
+                own.numel = seg.numel;
+                r = zero_convert(buf + own.offset, ZERO_F32, (const char *)pbuf + own.offset * zero_dtype_size(m->dt),
+                                 m->dt, own.numel, ZERO_SIMD_AUTO);
+            } else {
+                r = zero_engine_read_tensor(m->e, tab[i].id < 0 ? m->tv[k].tensor : tab[i].id, ZERO_STATE_MASTER,
+                                            buf, &own);
+            }
             if (r != ZERO_OK) break;
             if (R->final_params)
                 memcpy(R->final_params + at + first + own.offset, buf + own.offset, own.numel * sizeof(float));
@@ -847,8 +882,13 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     tab = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(c));
     if (!tab) CHECK(ZERO_ERROR_OUT_OF_MEMORY);
     gpt2_param_table(c, tab);
+    if (o->freeze && gpt2_mark_frozen(c, tab, o->freeze, NULL, 0) != 0) CHECK(ZERO_ERROR_INVALID_ARGUMENT); /* main checked it */
     CHECK(gpt2_add_tensors_tiled(e, c, tab, o->tile_embedding, &wte_tile0));
     CHECK(zero_engine_commit(e));
+    if (o->lr_embed != 1.0) { /* the embeddings' parameter group */
+        CHECK(zero_engine_set_tensor_hparams(e, tab[GPT2_WTE].id, o->lr_embed, ZERO_WEIGHT_DECAY_DEFAULT));
+        CHECK(zero_engine_set_tensor_hparams(e, tab[GPT2_WPE].id, o->lr_embed, ZERO_WEIGHT_DECAY_DEFAULT));
+    }
     r = model_init(&m, e, c, tab, B, o->dtype, o->oact != ZERO_OFFLOAD_NONE, o->tile_embedding, wte_tile0);
     tab = NULL; /* the model owns it */
     if (r != ZERO_OK) goto done;
@@ -935,6 +975,11 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         zero_engine_memory_usage(e, &R->mem);
         zero_engine_traffic(e, &R->traffic, NULL);
         R->psi = zero_plan_total_numel(zero_engine_plan(e));
+        R->frozen = 0;
+        for (int g = 0; g < zero_plan_num_groups(zero_engine_plan(e)); g++) {
+            zero_group_info gi;
+            if (zero_plan_group(zero_engine_plan(e), g, &gi) == ZERO_OK) R->frozen += gi.frozen_numel;
+        }
         R->final_scale = zero_engine_loss_scale(e);
     }
     if (rank == 0 && !R->quiet && o->oact != ZERO_OFFLOAD_NONE) {
@@ -1022,6 +1067,29 @@ int main(int argc, char **argv)
 #endif
     rc = gpt2_parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
+    if (o.freeze || o.lr_embed != 1.0) {
+        gpt2_tensor *ft = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(&o.cfg));
+        char why[200];
+        int bad = !ft;
+        if (ft) {
+            gpt2_param_table(&o.cfg, ft);
+            if (o.freeze && gpt2_mark_frozen(&o.cfg, ft, o.freeze, why, sizeof why) != 0) {
+                fprintf(stderr, "%s: %s\n", argv[0], why);
+                bad = 1;
+            }
+            free(ft);
+        }
+        if (!bad && o.tile_embedding > 0) {
+            fprintf(stderr, "%s: --freeze and --lr-embed work on a whole wte (not with --tile-embedding)\n", argv[0]);
+            bad = 1;
+        }
+        if (!bad && (o.oopt || o.oparam || o.ograd) && o.freeze) {
+            fprintf(stderr, "%s: --freeze with offload is not supported yet (the engine refuses frozen tensors "
+                    "with offload)\n", argv[0]);
+            bad = 1;
+        }
+        if (bad) return 2;
+    }
     if (o.tile_embedding > 0 && o.init_path) {
         fprintf(stderr, "%s: --init reads a whole transformer.wte.weight; it cannot fill --tile-embedding's tiles\n",
                 argv[0]);
@@ -1118,16 +1186,19 @@ int main(int argc, char **argv)
         if (first != last) {
             printf("%-5d | %-9.5f %-9.5f | %-11.0f %-11.0f | %-11.0f %-11.0f | %-8.2f\n", st,
                    R.loss[R.first_step], R.loss[R.end_step - 1], states_of(&R.mem),
-                   gpt2_formula_states(st, (double)R.psi, o.ranks, o.accum, es), meas_t,
-                   gpt2_formula_traffic(st, (double)R.psi, o.ranks, o.accum, es),
+                   gpt2_formula_states_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), meas_t,
+                   gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es),
                    1e3 * R.seconds / (R.end_step - R.first_step));
             fflush(stdout);
             if (st != first && (sum != ref_sum || R.loss[R.end_step - 1] != ref_final)) same = 0;
         } else {
             printf("model states per rank: %.0f B measured, %.0f B by formula; traffic per step: %.0f B measured, "
-                   "%.0f B by formula; Psi = %zu\n",
-                   states_of(&R.mem), gpt2_formula_states(st, (double)R.psi, o.ranks, o.accum, es), meas_t,
-                   gpt2_formula_traffic(st, (double)R.psi, o.ranks, o.accum, es), R.psi);
+                   "%.0f B by formula; Psi = %zu%s\n",
+                   states_of(&R.mem),
+                   gpt2_formula_states_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), meas_t,
+                   gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), R.psi,
+                   R.frozen ? " (frozen F as below)" : "");
+            if (R.frozen) printf("frozen: F = %zu of them (--freeze %s): no gradients, no optimizer state\n", R.frozen, o.freeze);
             printf("final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, final loss scale %g\n",
                    R.loss[R.end_step - 1], R.val_loss, 1e3 * R.seconds / (R.end_step - R.first_step), R.skipped,
                    (double)R.final_scale);

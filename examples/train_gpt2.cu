@@ -69,7 +69,7 @@
 /* a kernel launch on the run's stream, then its launch error */
 #define LAUNCH(kernel, blocks, ...)                                                                  \
     do {                                                                                             \
-        kernel<<<(blocks), GK_THREADS, 0, R->st>>>(__VA_ARGS__);                                     \
+        ZERO_CUDA_LAUNCH(kernel, (blocks), GK_THREADS, 0, R->st, __VA_ARGS__);                         \
         CUDA(cudaGetLastError());                                                                    \
     } while (0)
 
@@ -439,10 +439,10 @@ static zero_result forward(gpu_run *R, int which, float dscale, int dump)
     if (which < 0) goto done;
     {
         unsigned rows = (unsigned)(N < 65536 ? N : 65536);
-        gk_crossentropy<<<rows, GK_THREADS, 0, R->st>>>(a->logits, a->losses, a->tgt, N, R->V, dscale);
+        ZERO_CUDA_LAUNCH(gk_crossentropy, rows, GK_THREADS, 0, R->st, a->logits, a->losses, a->tgt, N, R->V, dscale);
         CUDA(cudaGetLastError());
     }
-    gk_loss_mean<<<1, GK_THREADS, 0, R->st>>>(a->loss_sum + which, a->losses, N);
+    ZERO_CUDA_LAUNCH(gk_loss_mean, 1, GK_THREADS, 0, R->st, a->loss_sum + which, a->losses, N);
     CUDA(cudaGetLastError());
 done:
     return r;
@@ -688,10 +688,10 @@ static zero_result engine_desc(const gpu_run *R, zero_engine_desc *d)
     d->accum_steps = o->accum;
     d->adam.mode = ZERO_ADAMW;
     d->adam.lr = o->lr;
-    d->adam.beta1 = GPT2_BETA1;
-    d->adam.beta2 = GPT2_BETA2;
-    d->adam.eps = GPT2_EPS;
-    d->adam.weight_decay = GPT2_WEIGHT_DECAY;
+    d->adam.beta1 = o->beta1;
+    d->adam.beta2 = o->beta2;
+    d->adam.eps = o->eps;
+    d->adam.weight_decay = o->weight_decay;
     d->clip_norm = o->clip;
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
@@ -1001,6 +1001,11 @@ int main(int argc, char **argv)
     if (o.tile_embedding) {
         fprintf(stderr, PROG ": --tile-embedding is implemented by the CPU example (train_gpt2); "
                         "not supported here\n");
+        return 2;
+    }
+    if (o.freeze || o.lr_embed != 1.0) {
+        fprintf(stderr, PROG ": --freeze and --lr-embed are implemented by the CPU example (train_gpt2); "
+                        "not supported here yet\n");
         return 2;
     }
     /* cuBLAS takes the rows (batch x seq per rank) as int, the token lists hold positions */

@@ -165,14 +165,14 @@ static zero_result micro_step(zero_engine *e, zero_device *dev, cublasHandle_t b
         BLAS(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, no, B, ni, &one, (T *)p + m->woff[l], ct, ni,
                           m->act16[l], ct, ni, &zero, m->z, CUDA_R_32F, no, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT));
-        bias_act<T><<<blocks_for((long long)B * no, threads), threads, 0, st>>>(
+        ZERO_CUDA_LAUNCH(bias_act<T>, blocks_for((long long)B * no, threads), threads, 0, st,
             m->z, (const T *)p + m->boff[l], m->act[l + 1], (T *)m->act16[l + 1], B, no, l < NL - 1);
         CUDA(cudaGetLastError());
         TRY(zero_engine_release(e, l));
     }
     /* loss and dL/dy times the loss scale */
-    loss_grad<T><<<1, 256, 0, st>>>(m->act[NL], m->target, B * OUT, scale * 2.0f / (float)(B * OUT),
-                                    m->dz, (T *)m->dz16, m->loss);
+    ZERO_CUDA_LAUNCH(loss_grad<T>, 1, 256, 0, st, m->act[NL], m->target, B * OUT, scale * 2.0f / (float)(B * OUT),
+                     m->dz, (T *)m->dz16, m->loss);
     CUDA(cudaGetLastError());
     /* backward, layer by layer in reverse */
     for (l = NL - 1; l >= 0; l--) {
@@ -183,15 +183,15 @@ static zero_result micro_step(zero_engine *e, zero_device *dev, cublasHandle_t b
         /* dW^T (ni x no) = X^T (ni x B) dZ (B x no), written in T into the engine's buffer */
         BLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, ni, no, B, &one, m->act16[l], ct, ni, m->dz16, ct, no,
                           &zero, (T *)g + m->woff[l], ct, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        bias_grad<T><<<blocks_for(no, threads), threads, 0, st>>>(m->dz, B, no, (T *)g + m->boff[l]);
+        ZERO_CUDA_LAUNCH(bias_grad<T>, blocks_for(no, threads), threads, 0, st, m->dz, B, no, (T *)g + m->boff[l]);
         CUDA(cudaGetLastError());
         if (l > 0) {
             /* dX^T (ni x B) = W^T (ni x no) dZ^T (no x B), then through the previous tanh */
             BLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, B, no, &one, (T *)p + m->woff[l], ct, ni,
                               m->dz16, ct, no, &zero, m->dact[l], CUDA_R_32F, ni, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
-            tanh_back<T><<<blocks_for((long long)B * ni, threads), threads, 0, st>>>(m->dact[l], m->act[l], B * ni, m->dz,
-                                                                            (T *)m->dz16);
+            ZERO_CUDA_LAUNCH(tanh_back<T>, blocks_for((long long)B * ni, threads), threads, 0, st, m->dact[l], m->act[l],
+                             B * ni, m->dz, (T *)m->dz16);
             CUDA(cudaGetLastError());
         }
         TRY(zero_engine_release(e, l));

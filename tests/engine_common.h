@@ -502,6 +502,67 @@ static inline ec_result *ec_run_with(const ec_cfg *c, ec_ctx *ctx,
     return res;
 }
 
+/* A run in pieces (checkpoint tests): steps first..last-1 (the synthetic gradients of those
+   step numbers), after loading load_dir (else from the initial values and cfg's per-tensor
+   hyper-parameters), saving into save_dir at the end; after_load (optional) looks at the
+   loaded engine on each rank. */
+typedef struct ec_job {
+    ec_ctx ctx; /* first: ec_run_with hands it to the rank function */
+    const char *save_dir, *load_dir;
+    int first, last;
+    zero_result (*after_load)(struct ec_job *job, zero_engine *e, const int *ids);
+    int checked; /* for after_load: ranks whose check passed */
+} ec_job;
+
+static zero_result ec_job_rank(int rank, zero_comm *comm, void *user)
+{
+    ec_job *job = (ec_job *)user;
+    const ec_cfg *c = job->ctx.cfg;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r = ZERO_OK;
+    int ids[EC_MAX_T], t, s;
+    float *tmp = NULL;
+    size_t mx = 1;
+    for (t = 0; t < c->ntensors; t++)
+        if (c->sizes[t] > mx) mx = c->sizes[t];
+    tmp = (float *)malloc(mx * sizeof(float));
+    ec_engine_desc(c, &d);
+    EC_TRY(zero_host_device_create(NULL, &dev));
+    d.device = dev;
+    d.comm = comm;
+    EC_TRY(zero_engine_create(&d, &e));
+    EC_TRY(ec_add_tensors(e, c, ids));
+    EC_TRY(zero_engine_commit(e));
+    if (job->load_dir) {
+        EC_TRY(zero_engine_load(e, job->load_dir));
+        if (job->after_load) EC_TRY(job->after_load(job, e, ids));
+    } else {
+        EC_TRY(ec_set_hparams(e, c, ids));
+        EC_TRY(ec_set_init(e, c, ids, tmp));
+    }
+    for (s = job->first; s < job->last; s++) {
+        EC_TRY(ec_micro_steps(c, e, ids, rank, s, zero_engine_loss_scale(e)));
+        EC_TRY(zero_engine_step(e, NULL));
+    }
+    if (job->save_dir) EC_TRY(zero_engine_save(e, job->save_dir));
+    for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, &job->ctx, rank, t, ids[t]));
+done:
+    if (r != ZERO_OK && rank == 0)
+        snprintf(job->ctx.res->err, sizeof job->ctx.res->err, "%s", zero_last_error());
+    free(tmp);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+/* Runs job (its ctx zeroed by the caller) for cfg; the result as ec_run's. */
+static inline ec_result *ec_run_job(const ec_cfg *c, ec_job *job)
+{
+    return ec_run_with(c, &job->ctx, ec_job_rank, job);
+}
+
 /* Runs cfg on the host device; the result is heap-allocated (free with ec_result_free). */
 static inline ec_result *ec_run(const ec_cfg *c)
 {

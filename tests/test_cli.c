@@ -103,10 +103,11 @@ ZT_TEST(json_matches_library)
     static const char *argsets[] = {"--params 7.5e9 --ranks 64 --json",
                                     "--params 1000003 --ranks 7 --json --offload",
                                     "--params 350M --ranks 3 --json --grad-bytes 4 --optimizer-bytes 16",
-                                    "--params 7.5B --ranks 64 --stage 2 --json"};
+                                    "--params 7.5B --ranks 64 --stage 2 --json",
+                                    "--params 350M --ranks 3 --frozen 100000001 --json"};
     int a, s;
     if (!have_tool()) ZT_SKIP(TOOL " not built");
-    for (a = 0; a < 4; a++) {
+    for (a = 0; a < 5; a++) {
         zero_estimate_desc d;
         int first = a == 3 ? 2 : 0, last = a == 3 ? 2 : 3;
         run(argsets[a]);
@@ -117,6 +118,8 @@ ZT_TEST(json_matches_library)
         d.offload = strstr(R.out, "\"offload\": true") != NULL;
         d.grad_bytes = (int)json_u64(R.out, "grad_bytes", 0);
         d.optimizer_bytes = (int)json_u64(R.out, "optimizer_bytes", 0);
+        d.frozen = json_u64(R.out, "frozen", 0);
+        ZT_CHECK(d.frozen == (a == 4 ? 100000001u : 0u));
         ZT_CHECK(json_u64(R.out, "param_bytes", 0) == 2);
         for (s = first; s <= last; s++) {
             zero_estimate e;
@@ -267,6 +270,8 @@ ZT_TEST(bad_arguments_exit_2_with_usage)
         "--deepspeed --params 5 --ranks 8 --buffer-factor nan",
         "--deepspeed --params 5 --ranks 8 --buffer-factor -1",
         "--params 5 --ranks 8 --optimizer-bytes 0", "--params 5 --ranks 8 --param-bytes 2000",
+        "--params 5 --ranks 8 --frozen 6", "--params 5 --ranks 8 --frozen -1", "--params 5 --ranks 8 --frozen",
+        "--deepspeed --params 5 --ranks 8 --stage 2 --frozen 1",
         "--params 9007199254740993 --ranks 8", "--ranks 99999999999 --params 5",
         "--max-params --memory 16EiB --ranks 8", "--max-params --memory 19EB --ranks 8",
         "--max-params --memory 1E --ranks 8", "--max-params --memory 1eB --ranks 8",

@@ -266,55 +266,15 @@ ZT_TEST(frozen_memory_and_traffic_formula)
 
 /* ---- checkpoints ---- */
 
-typedef struct fz_job {
-    ec_ctx ctx; /* first: ec_run_with hands it to the rank function */
-    const char *save_dir, *load_dir;
-    int first, last;
-} fz_job;
-
-static zero_result fz_rank(int rank, zero_comm *comm, void *user)
-{
-    fz_job *job = (fz_job *)user;
-    const ec_cfg *c = job->ctx.cfg;
-    zero_device *dev = NULL;
-    zero_engine *e = NULL;
-    zero_engine_desc d;
-    zero_result r = ZERO_OK;
-    int ids[EC_MAX_T], t, s;
-    float *tmp = (float *)malloc(256 * sizeof(float));
-    ec_engine_desc(c, &d);
-    EC_TRY(zero_host_device_create(NULL, &dev));
-    d.device = dev;
-    d.comm = comm;
-    EC_TRY(zero_engine_create(&d, &e));
-    EC_TRY(ec_add_tensors(e, c, ids));
-    EC_TRY(zero_engine_commit(e));
-    if (job->load_dir) EC_TRY(zero_engine_load(e, job->load_dir));
-    else EC_TRY(ec_set_init(e, c, ids, tmp));
-    for (s = job->first; s < job->last; s++) {
-        EC_TRY(ec_micro_steps(c, e, ids, rank, s, zero_engine_loss_scale(e)));
-        EC_TRY(zero_engine_step(e, NULL));
-    }
-    if (job->save_dir) EC_TRY(zero_engine_save(e, job->save_dir));
-    for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, &job->ctx, rank, t, ids[t]));
-done:
-    if (r != ZERO_OK && rank == 0)
-        snprintf(job->ctx.res->err, sizeof job->ctx.res->err, "%s", zero_last_error());
-    free(tmp);
-    zero_engine_destroy(e);
-    zero_device_destroy(dev);
-    return r;
-}
-
 static ec_result *fz_run(const ec_cfg *c, const char *save, const char *load, int first, int last)
 {
-    fz_job job;
+    ec_job job;
     memset(&job, 0, sizeof job);
     job.save_dir = save;
     job.load_dir = load;
     job.first = first;
     job.last = last;
-    return ec_run_with(c, &job.ctx, fz_rank, &job);
+    return ec_run_job(c, &job);
 }
 
 /* Saved at N = 2 (every stage), loaded at N' in {1, 2, 3} and every stage: the run continues

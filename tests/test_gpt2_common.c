@@ -173,9 +173,129 @@ ZT_TEST(the_schedule_and_the_flags)
     ZT_CHECK(gpt2_formula_traffic(3, 1000, 4, 1, 4) == 3 * 1000 * 0.75 * 4);
 }
 
+/* Fine-tuning flags: AdamW's settings reach the engine descriptor; --freeze marks exactly
+   the named tensors; the frozen-aware formulas (F = 0: the paper's) against numbers worked
+   out by hand. */
+ZT_TEST(the_fine_tuning_flags)
+{
+    gpt2_opts o;
+    gpt2_tensor *t;
+    zero_engine_desc d;
+    char why[200];
+    char a0[] = "t", a1[] = "--beta1", a2[] = "0.8", a3[] = "--beta2", a4[] = "0.99", a5[] = "--eps",
+         a6[] = "1e-6", a7[] = "--weight-decay", a8[] = "0.01", a9[] = "--lr-embed", a10[] = "0.5",
+         a11[] = "--freeze", a12[] = "wte,ln_f,h.1-2";
+    char *good[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12};
+    char b2[] = "0", b4[] = "1";
+    char *bad1[] = {a0, a1, b2}, *bad2[] = {a0, a3, b4};
+    int i, k, frozen;
+    gpt2_opts_default(&o);
+    ZT_CHECK(o.beta1 == 0.9 && o.beta2 == 0.95 && o.eps == 1e-8 && o.weight_decay == 0.1 && o.lr_embed == 1.0);
+    ZT_CHECK(gpt2_parse_args(13, good, &o) == 0);
+    gpt2_engine_desc(&o, 1, 2, &d);
+    ZT_CHECK(d.adam.beta1 == 0.8 && d.adam.beta2 == 0.99 && d.adam.eps == 1e-6 && d.adam.weight_decay == 0.01);
+    ZT_CHECK(o.lr_embed == 0.5 && o.freeze && !strcmp(o.freeze, "wte,ln_f,h.1-2"));
+    gpt2_opts_default(&o);
+    fprintf(stderr, "(two refusals expected)\n");
+    ZT_CHECK(gpt2_parse_args(3, bad1, &o) == 2); /* beta1 0 would mean the default 0.9 */
+    ZT_CHECK(gpt2_parse_args(3, bad2, &o) == 2);
+    o.cfg.layers = 4;
+    t = (gpt2_tensor *)malloc(sizeof *t * (size_t)gpt2_num_tensors(&o.cfg));
+    ZT_CHECK(t != NULL);
+    if (!t) return;
+    gpt2_param_table(&o.cfg, t);
+    ZT_CHECK(gpt2_mark_frozen(&o.cfg, t, "wte,ln_f,h.1-2", why, sizeof why) == 0);
+    for (i = 0; i < gpt2_num_tensors(&o.cfg); i++) {
+        int want = i == GPT2_WTE || i == GPT2_LNF_W || i == GPT2_LNF_B ||
+                   (i >= gpt2_block_tensor(1, 0) && i < gpt2_block_tensor(3, 0));
+        ZT_CHECKF(!!(t[i].flags & ZERO_TENSOR_FROZEN) == want, "%s", t[i].name);
+    }
+    gpt2_param_table(&o.cfg, t);
+    ZT_CHECK(gpt2_mark_frozen(&o.cfg, t, "h.3", why, sizeof why) == 0);
+    for (frozen = 0, k = 0; k < gpt2_num_tensors(&o.cfg); k++) frozen += !!(t[k].flags & ZERO_TENSOR_FROZEN);
+    ZT_CHECK(frozen == GPT2_BLOCK_TENSORS);
+    ZT_CHECK(gpt2_mark_frozen(&o.cfg, t, "h.4", why, sizeof why) == -1 && strstr(why, "'h.4'"));
+    ZT_CHECK(gpt2_mark_frozen(&o.cfg, t, "h.2-1", why, sizeof why) == -1);
+    ZT_CHECK(gpt2_mark_frozen(&o.cfg, t, "wte,,wpe", why, sizeof why) == -1);
+    ZT_CHECK(gpt2_mark_frozen(&o.cfg, t, "lm_head", why, sizeof why) == -1 && strstr(why, "'lm_head'"));
+    ZT_CHECK(gpt2_mark_frozen(&o.cfg, t, "h.1x", why, sizeof why) == -1);
+    free(t);
+    /* N = 4, Psi = 1000 of which F = 200 frozen (T = 800), fp32 (4 bytes), accumulation 1:
+       stage 0: 4 Psi + 16 T = 16800; stage 1: 4 Psi + 4 T + 12 T / 4 = 9600; stage 2: 4 Psi +
+       16 T / 4 = 7200; stage 3: 4 Psi / 4 + 16 T / 4 = 4200. Traffic x 4 bytes x 3/4: stage 0
+       2 T, stages 1-2 2 T, stage 3 2 Psi + T. */
+    ZT_CHECK(gpt2_formula_states_frozen(0, 1000, 200, 4, 1, 4) == 16800);
+    ZT_CHECK(gpt2_formula_states_frozen(1, 1000, 200, 4, 1, 4) == 9600);
+    ZT_CHECK(gpt2_formula_states_frozen(2, 1000, 200, 4, 1, 4) == 7200);
+    ZT_CHECK(gpt2_formula_states_frozen(3, 1000, 200, 4, 1, 4) == 4200);
+    ZT_CHECK(gpt2_formula_traffic_frozen(0, 1000, 200, 4, 1, 4) == 1600 * 3);
+    ZT_CHECK(gpt2_formula_traffic_frozen(2, 1000, 200, 4, 1, 4) == 1600 * 3);
+    ZT_CHECK(gpt2_formula_traffic_frozen(3, 1000, 200, 4, 1, 4) == 2800 * 3);
+    for (k = 0; k <= 3; k++)
+        ZT_CHECK(gpt2_formula_states_frozen(k, 1000, 0, 4, 2, 2) == gpt2_formula_states(k, 1000, 4, 2, 2));
+}
+
+/* --init DIR: config.json gives the shape (n_positions apart from --seq); a shape flag that
+   disagrees is refused naming both values; an untied head, another epsilon and a sharded
+   checkpoint are refused by name. */
+static void hf_write(const char *dir, const char *name, const char *text)
+{
+    char path[600];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+ZT_TEST(init_from_a_hf_directory)
+{
+    char dir[] = "/tmp/zero_hfdir_XXXXXX", want[700];
+    char a0[] = "t", a1[] = "--init", a3[] = "--layers", a4[] = "3", a5[] = "--seq", a6[] = "16";
+    char *args[] = {a0, a1, dir, a5, a6}, *bad[] = {a0, a1, dir, a3, a4};
+    gpt2_opts o;
+    const char *cfg = "{\n  \"n_layer\": 2, \"n_head\": 2,\n  \"n_embd\": 32, \"n_positions\": 40,\n"
+                      "  \"vocab_size\": 300, \"layer_norm_epsilon\": 1e-05, \"tie_word_embeddings\": true\n}\n";
+    if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
+    hf_write(dir, "config.json", cfg);
+    gpt2_opts_default(&o);
+    fprintf(stderr, "(five refusals expected)\n");
+    ZT_CHECK(gpt2_parse_args(5, args, &o) == 2); /* no model.safetensors yet */
+    hf_write(dir, "model.safetensors", "");
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(5, args, &o) == 0);
+    snprintf(want, sizeof want, "%s/model.safetensors", dir);
+    ZT_CHECK(o.cfg.layers == 2 && o.cfg.heads == 2 && o.cfg.channels == 32 && o.cfg.vocab == 300 &&
+             o.cfg.max_seq == 40 && o.cfg.seq == 16 && o.init_path && !strcmp(o.init_path, want));
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, args, &o) == 0 && o.cfg.seq == 40); /* --seq defaults to n_positions' bound */
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(5, bad, &o) == 2);
+    hf_write(dir, "config.json", "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 300, "
+                                 "\"tie_word_embeddings\": false}");
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, args, &o) == 2);
+    hf_write(dir, "config.json", "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 300, "
+                                 "\"layer_norm_epsilon\": 1e-6}");
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, args, &o) == 2);
+    hf_write(dir, "config.json", "{\"n_layer\": 2.5, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 300}");
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, args, &o) == 2);
+    {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+}
+
 int main(void)
 {
     ZT_RUN(the_table_is_gpt2_small_under_hf_names);
+    ZT_RUN(the_fine_tuning_flags);
+    ZT_RUN(init_from_a_hf_directory);
     ZT_RUN(the_loader_and_the_batches);
     ZT_RUN(the_schedule_and_the_flags);
     return zt_summary();

@@ -136,71 +136,30 @@ ZT_TEST(hparams_offload_equals_plain)
 
 /* ---- checkpoints ---- */
 
-typedef struct hp_job {
-    ec_ctx ctx; /* first: ec_run_with hands it to the rank function */
-    const char *save_dir, *load_dir;
-    int first, last; /* steps first..last-1 (synthetic gradients of those step numbers) */
-    int hp_checked;  /* ranks whose loaded hyper-parameters equal the saved ones */
-} hp_job;
-
-static zero_result hp_rank(int rank, zero_comm *comm, void *user)
+/* after_load: every tensor's hyper-parameters are the saved ones (cfg's). */
+static zero_result hp_after_load(ec_job *job, zero_engine *e, const int *ids)
 {
-    hp_job *job = (hp_job *)user;
     const ec_cfg *c = job->ctx.cfg;
-    zero_device *dev = NULL;
-    zero_engine *e = NULL;
-    zero_engine_desc d;
-    zero_result r = ZERO_OK;
-    int ids[EC_MAX_T], t, s;
-    float *tmp = (float *)malloc(256 * sizeof(float));
-    ec_engine_desc(c, &d);
-    EC_TRY(zero_host_device_create(NULL, &dev));
-    d.device = dev;
-    d.comm = comm;
-    EC_TRY(zero_engine_create(&d, &e));
-    EC_TRY(ec_add_tensors(e, c, ids));
-    EC_TRY(zero_engine_commit(e));
-    if (job->load_dir) {
-        int ok = 1;
-        EC_TRY(zero_engine_load(e, job->load_dir));
-        for (t = 0; t < c->ntensors; t++) {
-            double mul = -1, wd = -1;
-            double want = c->hp_wd[t] >= 0 ? c->hp_wd[t]
-                          : (c->flags[t] & ZERO_TENSOR_NO_DECAY) ? 0.0 : (double)c->wd;
-            EC_TRY(zero_engine_tensor_hparams(e, ids[t], &mul, &wd));
-            ok &= mul == c->lr_mul[t] && wd == want;
-        }
-        pthread_mutex_lock(&job->ctx.mu);
-        job->hp_checked += ok;
-        pthread_mutex_unlock(&job->ctx.mu);
-    } else {
-        EC_TRY(ec_set_hparams(e, c, ids));
-        EC_TRY(ec_set_init(e, c, ids, tmp));
+    int t, ok = 1;
+    for (t = 0; t < c->ntensors; t++) {
+        double mul = -1, wd = -1;
+        double want = c->hp_wd[t] >= 0 ? c->hp_wd[t]
+                      : (c->flags[t] & ZERO_TENSOR_NO_DECAY) ? 0.0 : (double)c->wd;
+        zero_result r = zero_engine_tensor_hparams(e, ids[t], &mul, &wd);
+        if (r != ZERO_OK) return r;
+        ok &= mul == c->lr_mul[t] && wd == want;
     }
-    for (s = job->first; s < job->last; s++) {
-        EC_TRY(ec_micro_steps(c, e, ids, rank, s, zero_engine_loss_scale(e)));
-        EC_TRY(zero_engine_step(e, NULL));
-    }
-    if (job->save_dir) EC_TRY(zero_engine_save(e, job->save_dir));
-    for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, &job->ctx, rank, t, ids[t]));
-done:
-    if (r != ZERO_OK && rank == 0) snprintf(job->ctx.res->err, sizeof job->ctx.res->err, "%s", zero_last_error());
-    free(tmp);
-    zero_engine_destroy(e);
-    zero_device_destroy(dev);
-    return r;
-}
-
-static ec_result *hp_run(const ec_cfg *c, hp_job *job)
-{
-    return ec_run_with(c, &job->ctx, hp_rank, job);
+    pthread_mutex_lock(&job->ctx.mu);
+    job->checked += ok;
+    pthread_mutex_unlock(&job->ctx.mu);
+    return ZERO_OK;
 }
 
 ZT_TEST(hparams_saved_in_checkpoints)
 {
     char dir[] = "/tmp/zero_hparams_XXXXXX";
     ec_cfg c;
-    hp_job j1, j2, j3;
+    ec_job j1, j2, j3;
     ec_result *straight, *before, *after;
     char why[160];
     zero_checkpoint *ck = NULL;
@@ -212,11 +171,11 @@ ZT_TEST(hparams_saved_in_checkpoints)
     memset(&j3, 0, sizeof j3);
     j1.first = 0;
     j1.last = 4;
-    straight = hp_run(&c, &j1);
+    straight = ec_run_job(&c, &j1);
     j2.first = 0;
     j2.last = 2;
     j2.save_dir = dir;
-    before = hp_run(&c, &j2);
+    before = ec_run_job(&c, &j2);
     ZT_CHECKF(straight->rc == ZERO_OK && before->rc == ZERO_OK, "%s %s", straight->err, before->err);
     /* the checkpoint's tensor table carries them */
     ZT_CHECK(zero_checkpoint_open(dir, &ck) == ZERO_OK);
@@ -231,9 +190,10 @@ ZT_TEST(hparams_saved_in_checkpoints)
     j3.first = 2;
     j3.last = 4;
     j3.load_dir = dir;
-    after = hp_run(&c, &j3);
+    j3.after_load = hp_after_load;
+    after = ec_run_job(&c, &j3);
     ZT_CHECKF(after->rc == ZERO_OK, "%s", after->err);
-    ZT_CHECKF(j3.hp_checked == c.world, "%d of %d ranks loaded the hyper-parameters", j3.hp_checked,
+    ZT_CHECKF(j3.checked == c.world, "%d of %d ranks loaded the hyper-parameters", j3.checked,
               c.world);
     if (after->rc == ZERO_OK && straight->rc == ZERO_OK)
         ZT_CHECKF(ec_same_state(&c, straight, after, why, sizeof why), "resumed: %s", why);

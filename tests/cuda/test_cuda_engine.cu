@@ -17,8 +17,9 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #include "tests/engine_common.h"
 #pragma GCC diagnostic pop
+#include "tests/nvme_dir.h"
 
-#define NTESTS 5
+#define NTESTS 6
 
 /* ec_rank_fn with the device chosen and every param read / gradient write done through the
    device's download / upload on the compute queue (the engine hands out device pointers);
@@ -267,6 +268,53 @@ ZT_TEST(test_offload_equals_plain)
         }
 }
 
+/* ZeRO-Infinity on the GPU: master, m, v (and at stage 3 the param shards) on NVMe through
+   pinned staging, against the host device running the same configuration, and against the
+   plain CUDA run: bit for bit, every step's info included. */
+ZT_TEST(test_offload_nvme_equals_host)
+{
+    static const int worlds[] = {1, 2, 3};
+    char dir[64];
+    int wi, st;
+    if (!nd_make_dir(dir, sizeof dir, "cuda-nvme")) ZT_SKIP("no temporary directory");
+    for (wi = 0; wi < 3; wi++)
+        for (st = 1; st <= 3; st += 2) {
+            ec_cfg c;
+            cu_ctx cx;
+            ec_result *host, *cuda, *plain;
+            char why[160];
+            int s, rk;
+            ec_cfg_init(&c, st, worlds[wi], wi == 1 ? ZERO_BF16 : ZERO_F16, wi == 2 ? 3 : 1, 4);
+            c.clip = 0.5f;
+            c.sub_group = 37;
+            c.pin_memory = 1;
+            plain = cu_run(&c, 1, &cx);
+            c.offload_opt = ZERO_OFFLOAD_NVME;
+            c.offload_param = st == 3 ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_NONE;
+            c.nvme_path = dir;
+            host = cu_run(&c, 0, &cx);
+            cuda = cu_run(&c, 1, &cx);
+            ZT_CHECKF(host->rc == ZERO_OK && cuda->rc == ZERO_OK && plain->rc == ZERO_OK, "N=%d stage %d: %s %s %s",
+                      worlds[wi], st, host->err, cuda->err, plain->err);
+            if (host->rc == ZERO_OK && cuda->rc == ZERO_OK && plain->rc == ZERO_OK) {
+                ZT_CHECKF(ec_same_state(&c, host, cuda, why, sizeof why), "N=%d stage %d nvme: cuda vs host: %s",
+                          worlds[wi], st, why);
+                ZT_CHECKF(ec_same_state(&c, plain, cuda, why, sizeof why), "N=%d stage %d: nvme vs plain: %s",
+                          worlds[wi], st, why);
+                for (s = 0; s < c.steps; s++)
+                    for (rk = 0; rk < c.world; rk++)
+                        ZT_CHECKF(memcmp(&cuda->info[rk][s], &host->info[rk][s], sizeof host->info[rk][s]) == 0,
+                                  "N=%d stage %d step %d rank %d: step info differs from the host's", worlds[wi], st,
+                                  s, rk);
+            }
+            ec_result_free(host);
+            ec_result_free(cuda);
+            ec_result_free(plain);
+        }
+    ZT_CHECKF(nd_dir_is_empty(dir), "%s: files left behind", dir);
+    rmdir(dir);
+}
+
 /* Eight parameter groups (zero_engine_set_tensor_hparams): eight distinct Adam constant
    sets, every one in the fused kernel's table of one launch; the CUDA device gives the host
    device's bits at every stage. */
@@ -290,6 +338,7 @@ int main(void)
     ZT_RUN(test_fp32_comm_and_skip);
     ZT_RUN(test_larger_model);
     ZT_RUN(test_offload_equals_plain);
+    ZT_RUN(test_offload_nvme_equals_host);
     ZT_RUN(test_parameter_groups);
     return zt_summary();
 }
