@@ -1,6 +1,7 @@
 # zero - build, test and bench. Everything lands in build/.
 #   make               the CPU library tests, examples, tools and benches
 #   make test          the CPU suite (ends with "N passed, N failed, N skipped")
+#   make test-long     the suite's stress cases at their long sizes (CI runs it)
 #   make demo          the GPT-2 example at stages 0-3 on 4 ranks (make demo-mlp: the MLP)
 #   make test-gpt2     the GPT-2 example against PyTorch / Hugging Face (PYTHON: a venv with torch)
 #   make test-sanitize the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer
@@ -39,7 +40,7 @@ BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $
 TOOLS    := build/zero-estimate build/zero-ckpt
 
 .PHONY: test-cuda-sim cudasim-run print-cudasim-tsan
-.PHONY: all test demo demo-mlp test-gpt2 test-sanitize test-tsan compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
+.PHONY: all test test-long demo demo-mlp test-gpt2 test-sanitize test-tsan compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
         print-nccl mpi test-mpi bench-mpi test-ckpt-kill fuzz test-safetensors-py
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
@@ -49,8 +50,12 @@ build build/san build/compile build/cuda:
 # The implementation (zero.h's, and zero_nccl.h's TCP bootstrap) is compiled once
 # (build/zero_impl.o, and build/san/zero_impl.o for the sanitizer run) and linked into every
 # test program, except a test whose source defines ZERO_IMPLEMENTATION itself (it reaches
-# private zero__ functions or sets ZERO_MALLOC hooks): that one is compiled alone. The test
-# of ZERO_STATIC and single-file use is compile-tests.
+# private types, sets ZERO_MALLOC hooks or compiles the NCCL comm against mocks): that one is
+# compiled alone, as ZERO_STATIC (only what it calls is compiled) at SELF_OPT (-Og). Private
+# helpers a test only calls are exported by tests/zero_impl.c (tests/zt_private.h) instead.
+# A whole compile of zero.h costs ~5 s of CPU; make test compiles it 3 times whole (zero_impl.o,
+# the two examples) and 11 times in part (ZERO_STATIC: 9 tests, 2 tools).
+# The test of ZERO_STATIC and single-file use is compile-tests.
 SELF_IMPL_SRC := $(shell grep -l '^[[:space:]]*\#[[:space:]]*define[[:space:]][[:space:]]*ZERO_IMPLEMENTATION' $(TEST_SRC) /dev/null 2>/dev/null)
 SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_SRC)))
 LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
@@ -59,14 +64,15 @@ TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
 # tests that run a bench's code at a small size (bench_infinity's model, in bench/bench_common.h)
 build/test_infinity build/san/test_infinity: bench/bench_common.h
 
-build/zero_impl.o: tests/zero_impl.c $(HEADERS) | build
+SELF_OPT ?= -Og
+build/zero_impl.o: tests/zero_impl.c tests/zt_private.h $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-build/san/zero_impl.o: tests/zero_impl.c $(HEADERS) | build/san
+build/san/zero_impl.o: tests/zero_impl.c tests/zt_private.h $(HEADERS) | build/san
 	$(CC) $(SAN_FLAGS) -c $< -o $@
 
 $(SELF_TESTS): build/%: tests/%.c $(TEST_DEPS) | build
-	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(SELF_OPT) -DZERO_STATIC $< -o $@ $(LDLIBS)
 
 $(LINKED_TESTS): build/%: tests/%.c build/zero_impl.o $(TEST_DEPS) | build
 	$(CC) $(ALL_CFLAGS) $< build/zero_impl.o -o $@ $(LDLIBS)
@@ -83,17 +89,22 @@ build/test_nccl_mock: ALL_CFLAGS += -Itests/mock
 build/san/test_nccl_mock: SAN_FLAGS += -Itests/mock
 build/test_nccl_mock build/san/test_nccl_mock: $(wildcard tests/mock/*.h)
 
+# test_cli runs the examples and tools, and crafts the GPT example's inputs with gpt2_common.h.
+build/test_cli build/san/test_cli: $(wildcard examples/*.h)
+build/test_gpt2_common build/san/test_gpt2_common: $(wildcard examples/*.h)
+
 # The GPT example's activation-offload and tiling tests run the example: make test builds it first.
 build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
 build/test_gpt2_tiling build/san/test_gpt2_tiling: build/train_gpt2 $(wildcard examples/*.h)
 # test_lr_zero runs the example's schedule to lr 0
 build/test_lr_zero build/san/test_lr_zero: build/train_gpt2
 
+# The tools call a small part of the API: as ZERO_STATIC only that part is compiled.
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
-	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -DZERO_STATIC $< -o $@ $(LDLIBS)
 
 build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) | build
-	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -DZERO_STATIC $< -o $@ $(LDLIBS)
 
 build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
 	$(CC) $(ALL_CFLAGS) $< -o $@ $(LDLIBS)
@@ -118,11 +129,21 @@ PAR = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 # tests/readme_outputs.sh runs the command of each output README.md quotes and compares;
 # tests/gpu_check_test.sh runs tools/gpu_check.sh without a GPU (fake tools).
 CUDA_HOST_TEST = $(if $(NVCC),build/cuda/test_cuda_host)
+# test_cuda_host runs no kernel: PTX for one architecture is enough (ptxas never runs; a
+# third of the CPU of the three targets' build).
+build/cuda/test_cuda_host: CUDA_ARCH = -gencode arch=compute_80,code=compute_80
 SCRIPT_TESTS := tests/make_targets.sh tests/readme_outputs.sh tests/gpt2_doc_outputs.sh tests/gpu_check_test.sh
 README_PROGS := build/train_mlp $(filter build/train_gpt2,$(EXAMPLES)) # what README quotes
 test:
 	@$(MAKE) --no-print-directory $(PAR) $(TESTS) $(TOOLS) $(README_PROGS) $(CUDA_HOST_TEST)
 	@bash tests/run.sh $(TESTS) $(CUDA_HOST_TEST) $(SCRIPT_TESTS)
+
+# make test-long: the stress cases at their long sizes (ZT_LONG=1; make test runs them short).
+# CI runs it.
+LONG_TESTS := build/test_local build/test_local_spin
+test-long:
+	@$(MAKE) --no-print-directory $(PAR) $(LONG_TESTS)
+	@ZT_LONG=1 bash tests/run.sh $(LONG_TESTS)
 
 test-sanitize:
 	@$(MAKE) --no-print-directory $(PAR) $(SAN_TESTS) $(TOOLS) build/train_mlp
@@ -333,10 +354,14 @@ CUDASIM_FLAGS := -std=c++17 $(WARN) -Wno-unknown-pragmas $(CUDASIM_OPT) -g -ffp-
 CUDASIM_LIB_SRC := $(sort $(wildcard tests/cudasim/*.cpp))
 CUDASIM_LIB_OBJ := $(patsubst tests/cudasim/%.cpp,$(CUDASIM_DIR)/lib/%.o,$(CUDASIM_LIB_SRC))
 CUDASIM_HDRS := $(wildcard tests/cudasim/*.h)
-CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine
+CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine test_sim_nccl test_nccl
 CUDASIM_BINS = $(addprefix $(CUDASIM_DIR)/,$(CUDASIM_PROGS))
+# the examples under the harness (tests/cudasim/examples.sh, with build/train_gpt2 to compare);
+# CUDASIM_EXAMPLES= leaves them out (the default under TSan, which runs the stream and comm tests)
+CUDASIM_EXAMPLES ?= $(if $(filter tsan,$(CUDASIM_SAN)),,examples)
+CUDASIM_EX_BINS = $(if $(CUDASIM_EXAMPLES),$(CUDASIM_DIR)/train_gpt2 $(CUDASIM_DIR)/train_gpu build/train_gpt2)
 # the programs CI runs under ThreadSanitizer: streams, events and the comms
-CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels
+CUDASIM_TSAN_PROGS ?= test_cudasim test_cuda_comm test_cuda_kernels test_sim_nccl
 vpath %.cu tests/cudasim
 
 $(CUDASIM_DIR)/lib:
@@ -349,8 +374,10 @@ $(CUDASIM_DIR)/%: %.cu $(CUDASIM_LIB_OBJ) $(CUDA_HEADERS) $(CUDASIM_HDRS) $(wild
 # make test-cuda-sim: every CUDASIM_PROGS program under the harness (tests/run.sh adds up).
 # make cudasim-run SRC=my.cu [ARGS=...]: one .cu file of yours, built and run under it.
 test-cuda-sim:
-	@$(MAKE) --no-print-directory $(PAR) $(CUDASIM_BINS)
-	@bash tests/run.sh $(CUDASIM_BINS)
+	@$(MAKE) --no-print-directory $(PAR) $(CUDASIM_BINS) $(filter-out $(CUDASIM_DIR)/train_gpu,$(CUDASIM_EX_BINS))
+	@$(if $(CUDASIM_EXAMPLES),$(MAKE) --no-print-directory $(CUDASIM_DIR)/train_gpu || echo "test-cuda-sim: train_gpu.cu does not build under the harness (tests/cudasim/README.md)";) true
+	@$(if $(CUDASIM_EXAMPLES),printf '#!/bin/sh\nexec bash tests/cudasim/examples.sh %s\n' $(CUDASIM_DIR) > $(CUDASIM_DIR)/examples && chmod +x $(CUDASIM_DIR)/examples;) true
+	@bash tests/run.sh $(CUDASIM_BINS) $(if $(CUDASIM_EXAMPLES),$(CUDASIM_DIR)/examples)
 
 print-cudasim-tsan:
 	@echo $(CUDASIM_TSAN_PROGS)

@@ -63,6 +63,7 @@
        d.device = dev;
        d.comm = comm;
        d.adam.lr = 1e-3;
+       d.debug_guards = 1; // while integrating (see WHILE INTEGRATING); off for speed later
        r = zero_engine_create(&d, &e);
        for (t = 0; t < T && r == ZERO_OK; t++) {
            char name[8];
@@ -196,8 +197,17 @@
    zero_engine_gather and zero_engine_grads hand out are then copies followed by guard
    bytes, checked at zero_engine_release and zero_engine_grads_ready, so a write past a
    buffer (fp32 gradients into an fp16 buffer, an index past the group's numel) is an
-   INVALID_STATE naming the group and the buffer instead of a corrupted heap. Note that
-   d.adam.lr = 0 means the default 1e-3 (filled in once, at create), while
+   INVALID_STATE naming the group and the buffer instead of a corrupted heap. They catch
+   a write past the end of a handed-out buffer that touches its 64 guard bytes; not one
+   that skips past them, nor a write before its start, nor reads, nor a write inside the
+   buffer into the wrong tensor. Without guards the same bug corrupts memory the library
+   owns and shows up later (a heap error, a wrong event).
+   Ranks of the local comm (zero_local_run) are threads of one process: a static or global
+   buffer in the rank function is shared by every rank; give each rank its own buffers and
+   the same initial values (docs/engine.md, docs/backends.md). With guards on, the first
+   step after zero_engine_set_tensor calls compares a hash of each tensor's values across
+   ranks (a user-tagged all-reduce): different values are MISMATCH naming the tensor.
+   Note that d.adam.lr = 0 means the default 1e-3 (filled in once, at create), while
    zero_engine_set_lr(e, 0) sets 0: the step takes the current lr as it is, so a schedule
    that ends at 0 moves no param at its last step (weight decay neither).
 
@@ -1519,6 +1529,10 @@ typedef struct zero_engine_desc {
                                     fp32 values into an fp16 buffer is the usual cause). Costs
                                     two copies of each group on the device (not counted in
                                     zero_engine_memory_usage) and a device sync per check.
+                                    Also: the step after zero_engine_set_tensor calls compares
+                                    each tensor's values across ranks (a hash, all-reduced
+                                    under ZERO_COLL_USER; every rank must set the same tensors):
+                                    MISMATCH naming the first that differs.
                                     0 = on when the implementation is compiled with ZERO_DEBUG
                                     defined, else off; -1 = off. Local (not in the plan hash). */
 } zero_engine_desc;
@@ -7481,7 +7495,7 @@ ZERODEF zero_result zero_io_declare_zeros(zero_io_file *file, uint64_t offset, s
     size_t lo;
     uint64_t end;
     zero_result r;
-    zero_io_ticket unused = 0; /* only its address is passed (as the non-NULL buf) */
+    zero_io_ticket unused = 0; /* its address stands in for a buffer: gcc -Og/-O0 sees it read */
     r = zero__io_check("zero_io_declare_zeros", file, offset, &unused, bytes, &unused);
     if (r != ZERO_OK) return r;
     io = file->io;
@@ -8003,6 +8017,8 @@ typedef struct zero__eng_debug {
     int guards;   /* debug_guards resolved */
     void **copies; /* per group, its param copy [2g] and grad copy [2g+1] (device memory,
                       allocated on first use), each + guard bytes */
+    uint64_t *set_hash; /* per tensor, FNV-1a of the values zero_engine_set_tensor last got */
+    int set_pending;    /* set_tensor called since the last cross-rank comparison */
 } zero__eng_debug;
 
 struct zero_engine {
@@ -8569,6 +8585,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
         }
     }
     zero__free(a, e->debug.copies);
+    zero__free(a, e->debug.set_hash);
     zero__free(a, e->layout.groups);
     zero__free(a, e->pool.free_ext);
     zero__free(a, e->micro.pending);
@@ -10769,7 +10786,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
             char prev[340];
             zero__eng_copy_error(prev, sizeof prev);
             alloc_r = r;
-            snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: host tier (offload): %s", prev);
+            snprintf(alloc_err, sizeof alloc_err, "zero_engine_commit: offload tiers: %s", prev);
         }
     }
     if (alloc_r == ZERO_OK && plan_r == ZERO_OK && (r = zero__act_alloc(e)) != ZERO_OK) {
@@ -12126,6 +12143,8 @@ static zero_result zero__eng_step_ready(const zero_engine *e)
     return ZERO_OK;
 }
 
+static zero_result zero__eng_check_set(zero_engine *e); /* debug mode: below set_tensor */
+
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
 {
     zero_result r = zero__eng_usable(e, "zero_engine_step");
@@ -12138,6 +12157,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     if ((r = zero__eng_step_settle(e)) != ZERO_OK) return r; /* the previous step's verdict */
     dev = e->cfg.dev;
     if ((r = zero__eng_step_ready(e)) != ZERO_OK) return r;
+    if (e->debug.guards && e->debug.set_pending && (r = zero__eng_check_set(e)) != ZERO_OK) return r;
     /* Prefetched groups hold the old values. */
     zero__eng_drop_prefetched(e);
     scale_used = e->opt.scaler.scale;
@@ -12355,7 +12375,55 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
 
 ZERODEF zero_result zero_engine_set_tensor(zero_engine *e, int tensor, const float *values)
 {
-    return zero__eng_set_tensor(e, tensor, values, NULL);
+    zero_result r = zero__eng_set_tensor(e, tensor, values, NULL);
+    if (r == ZERO_OK && e->debug.guards) { /* debug mode: remember a hash, compared at the next step */
+        const zero_plan *plan = e->layout.plan;
+        int T = zero_plan_num_tensors(plan);
+        zero_tensor_info ti;
+        uint64_t h = 0xcbf29ce484222325ull;
+        size_t i;
+        const unsigned char *b = (const unsigned char *)values;
+        if (!e->debug.set_hash &&
+            !(e->debug.set_hash = (uint64_t *)zero__alloc_zeroed(&e->cfg.desc.allocator, (size_t)T * 8u)))
+            return ZERO_OK; /* the check is best effort: no memory, no check */
+        if (zero_plan_tensor(plan, tensor, &ti) != ZERO_OK) return ZERO_OK;
+        for (i = 0; i < ti.numel * sizeof(float); i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        e->debug.set_hash[tensor] = h | 1u; /* never 0: 0 is "not set" */
+        e->debug.set_pending = 1;
+    }
+    return r;
+}
+
+/* Debug mode, at a step after set_tensor calls: every rank must have set the same values
+   (ranks as threads share a static buffer by mistake; docs/engine.md). COLLECTIVE (a user-
+   tagged all-reduce of each tensor's hash, its max and its min). MISMATCH naming the first
+   tensor whose hashes differ. */
+static zero_result zero__eng_check_set(zero_engine *e)
+{
+    const zero_plan *plan = e->layout.plan;
+    int T = zero_plan_num_tensors(plan), t;
+    double *v;
+    zero_result r;
+    e->debug.set_pending = 0;
+    if (!(v = (double *)zero__alloc(&e->cfg.desc.allocator, (size_t)T * 4u * sizeof(double))))
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_step: debug guards: %d tensors' hashes", T);
+    for (t = 0; t < T; t++) {
+        uint64_t h = e->debug.set_hash ? e->debug.set_hash[t] : 0;
+        v[4 * t] = (double)(h >> 32), v[4 * t + 1] = (double)(h & 0xffffffffu);
+        v[4 * t + 2] = -v[4 * t], v[4 * t + 3] = -v[4 * t + 1];
+    }
+    r = zero_engine_allreduce(e, v, (size_t)T * 4u, ZERO_F64, ZERO_OP_MAX);
+    for (t = 0; t < T && r == ZERO_OK; t++)
+        if (v[4 * t] != -v[4 * t + 2] || v[4 * t + 1] != -v[4 * t + 3]) {
+            zero_tensor_info ti;
+            zero_plan_tensor(plan, t, &ti);
+            r = zero__fail(ZERO_ERROR_MISMATCH,
+                           "zero_engine_step: debug guards: ranks set different values for tensor %d ('%s') "
+                           "with zero_engine_set_tensor (every rank must pass the same; ranks of the local "
+                           "comm are threads: a static buffer is shared by all of them)", t, ti.name);
+        }
+    zero__free(&e->cfg.desc.allocator, v);
+    return r;
 }
 
 ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_state_kind kind,

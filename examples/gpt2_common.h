@@ -15,12 +15,16 @@
 #include "size_arg.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define GPT2_MAX_RANKS 64
 #define GPT2_LN_EPS 1e-5f /* GPT2Config.layer_norm_epsilon */
@@ -31,6 +35,7 @@
 #define GPT2_WEIGHT_DECAY 0.1
 #define GPT2_BIN_MAGIC 20240520 /* llm.c's token file header */
 #define GPT2_DEFAULT_DATA "/usr/share/common-licenses"
+#define GPT2_MAX_LAYERS 1000000 /* 4 + 12 L tensors and 1 + L groups stay far inside an int */
 
 /* ---- configuration ------------------------------------------------------------------------ */
 
@@ -134,8 +139,9 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "data:   --data DIR|FILE|FILE.bin (default %s; text = bytes, .bin = llm.c tokens)\n"
             "        --batch B   sequences per micro-step over all ranks (default 8)\n"
             "train:  --stage 0..3 (default: the demo, every stage)  --ranks N (default 4)\n"
-            "        --steps S --accum A --dtype f32|bf16|f16 --lr LR --lr-min-frac F\n"
-            "        --warmup W --clip X (0 = none) --seed S\n"
+            "        --steps S (default 100) --accum A (default 1) --dtype f32|bf16|f16 (default f32)\n"
+            "        --lr LR (default 3e-3) --lr-min-frac F (default 0.1) --warmup W (default 10)\n"
+            "        --clip X (default 1; 0 = none) --seed S (default 1337)\n"
             "        --val-every K --val-batches K --sample N --log-every K\n"
             "AdamW:  --beta1 B (default %g; torch and HF 0.9) --beta2 B (%g; torch and HF 0.999)\n"
             "        --eps E (%g; torch and HF 1e-8) --weight-decay W (%g on 2-D weights; torch 0.01, HF 0)\n"
@@ -144,7 +150,7 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --lr-embed M    wte and wpe train at lr x M (per-tensor lr; default 1)\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
-            "         --offload-activations none|host|nvme   (train_gpt2.c) checkpoint each block's input there\n"
+            "         --offload-activations none|cpu|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
             prog, GPT2_DEFAULT_DATA, GPT2_BETA1, GPT2_BETA2, GPT2_EPS, GPT2_WEIGHT_DECAY);
@@ -159,6 +165,18 @@ static inline int gpt2_parse_tier(const char *v, zero_offload_device *out)
     else if (!strcmp(v, "cpu") || !strcmp(v, "host")) *out = ZERO_OFFLOAD_CPU;
     else if (!strcmp(v, "nvme")) *out = ZERO_OFFLOAD_NVME;
     else return -1;
+    return 0;
+}
+
+/* A whole decimal number in [lo, hi] into *out; -1 otherwise (atoi would wrap or take "4x"). */
+static inline int gpt2_parse_int(const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    long x;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || errno != 0 || x < lo || x > hi) return -1;
+    *out = (int)x;
     return 0;
 }
 
@@ -265,11 +283,11 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             gpt2_usage(stderr, argv[0]);
             return 2;
         }
-        if (!strcmp(k, "--layers")) o->cfg.layers = atoi(v), given |= 1u;
-        else if (!strcmp(k, "--heads")) o->cfg.heads = atoi(v), given |= 2u;
-        else if (!strcmp(k, "--channels")) o->cfg.channels = atoi(v), given |= 4u;
-        else if (!strcmp(k, "--seq")) o->cfg.seq = atoi(v);
-        else if (!strcmp(k, "--vocab")) o->cfg.vocab = atoi(v), given |= 8u;
+        if (!strcmp(k, "--layers")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->cfg.layers), given |= 1u;
+        else if (!strcmp(k, "--heads")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->cfg.heads), given |= 2u;
+        else if (!strcmp(k, "--channels")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->cfg.channels), given |= 4u;
+        else if (!strcmp(k, "--seq")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->cfg.seq);
+        else if (!strcmp(k, "--vocab")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->cfg.vocab), given |= 8u;
         else if (!strcmp(k, "--preset")) {
             if (!strcmp(v, "124M")) {
                 o->cfg.layers = 12, o->cfg.heads = 12, o->cfg.channels = 768;
@@ -279,11 +297,11 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             o->cfg.seq = o->cfg.max_seq = 1024;
             o->cfg.vocab = 50257;
             given |= 15u;
-        } else if (!strcmp(k, "--batch")) o->batch = atoi(v);
-        else if (!strcmp(k, "--stage")) o->stage = atoi(v), bad = o->stage < 0 || o->stage > 3;
-        else if (!strcmp(k, "--ranks")) o->ranks = atoi(v), o->ranks_given = 1;
-        else if (!strcmp(k, "--steps")) o->steps = atoi(v);
-        else if (!strcmp(k, "--accum")) o->accum = atoi(v);
+        } else if (!strcmp(k, "--batch")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->batch);
+        else if (!strcmp(k, "--stage")) bad = gpt2_parse_int(v, 0, 3, &o->stage);
+        else if (!strcmp(k, "--ranks")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->ranks), o->ranks_given = 1;
+        else if (!strcmp(k, "--steps")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->steps);
+        else if (!strcmp(k, "--accum")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->accum);
         else if (!strcmp(k, "--dtype")) {
             if (!strcmp(v, "f32") || !strcmp(v, "fp32")) o->dtype = ZERO_F32;
             else if (!strcmp(v, "bf16")) o->dtype = ZERO_BF16;
@@ -291,13 +309,13 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             else bad = 1;
         } else if (!strcmp(k, "--lr")) o->lr = atof(v);
         else if (!strcmp(k, "--lr-min-frac")) o->lr_min_frac = atof(v);
-        else if (!strcmp(k, "--warmup")) o->warmup = atoi(v);
+        else if (!strcmp(k, "--warmup")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->warmup);
         else if (!strcmp(k, "--clip")) o->clip = (float)atof(v);
-        else if (!strcmp(k, "--val-every")) o->val_every = atoi(v);
-        else if (!strcmp(k, "--val-batches")) o->val_batches = atoi(v);
-        else if (!strcmp(k, "--sample")) o->sample = atoi(v);
-        else if (!strcmp(k, "--log-every")) o->log_every = atoi(v);
-        else if (!strcmp(k, "--stop-at")) o->stop_at = atoi(v), bad = o->stop_at < 0;
+        else if (!strcmp(k, "--val-every")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->val_every);
+        else if (!strcmp(k, "--val-batches")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->val_batches);
+        else if (!strcmp(k, "--sample")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->sample);
+        else if (!strcmp(k, "--log-every")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->log_every);
+        else if (!strcmp(k, "--stop-at")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->stop_at);
         else if (!strcmp(k, "--seed")) o->seed = (uint64_t)strtoull(v, NULL, 10);
         else if (!strcmp(k, "--device-memory")) bad = (o->device_memory = gpt2_parse_size(v)) == 0;
         else if (!strcmp(k, "--offload-optimizer")) bad = gpt2_parse_tier(v, &o->oopt) != 0;
@@ -305,9 +323,9 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--offload-gradients")) bad = gpt2_parse_tier(v, &o->ograd) != 0;
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
-        else if (!strcmp(k, "--tile-embedding")) o->tile_embedding = atoi(v), bad = o->tile_embedding < 1;
+        else if (!strcmp(k, "--tile-embedding")) bad = gpt2_parse_int(v, 1, INT_MAX, &o->tile_embedding);
         else if (!strcmp(k, "--save")) o->save_dir = v;
-        else if (!strcmp(k, "--save-every")) o->save_every = atoi(v);
+        else if (!strcmp(k, "--save-every")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->save_every);
         else if (!strcmp(k, "--resume")) o->resume_dir = v;
         else if (!strcmp(k, "--init")) o->init_path = v;
         else if (!strcmp(k, "--data")) o->data_path = v;
@@ -354,6 +372,9 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         const char *why = NULL;
         if (c->layers < 1 || c->heads < 1 || c->channels < 1 || c->seq < 2 || c->vocab < 2)
             why = "--layers, --heads, --channels, --vocab must be >= 1 and --seq >= 2";
+        else if (c->layers > GPT2_MAX_LAYERS) why = "--layers must be at most 1000000";
+        else if (o->ranks >= 1 && (double)(o->batch / o->ranks) * c->seq * 4 * c->channels > INT_MAX)
+            why = "--batch / --ranks x --seq x 4 --channels (a rank's largest activation) must stay below 2^31 elements";
         else if (c->channels % c->heads) why = "--channels must be a multiple of --heads";
         else if (o->ranks < 1 || o->ranks > GPT2_MAX_RANKS) why = "--ranks must be 1..64";
         else if (o->batch < 1 || ((o->ranks_given || !o->launcher) && o->batch % o->ranks))
@@ -424,6 +445,133 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
             d->activation_host_bytes = span * (size_t)c->layers;
         }
     }
+}
+
+/* ---- what a run needs, before it allocates ---------------------------------------------- */
+
+/* The bytes this process may use: the machine's memory, or an address-space limit (ulimit -v)
+   when that is lower. 0 when neither is known. */
+static inline double gpt2_memory_limit(void)
+{
+    double lim = 0.0;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    struct rlimit rl;
+    if (pages > 0 && psz > 0) lim = (double)pages * (double)psz;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (lim == 0.0 || (double)rl.rlim_cur < lim))
+        lim = (double)rl.rlim_cur;
+    return lim;
+}
+
+/* One rank's activations and scratch for B sequences, in bytes: what train_gpt2.c's
+   model_init allocates (fp32), every block's (one block's with checkpointing, ckpt = 1),
+   the head's and the backward's. */
+static inline double gpt2_activation_bytes(const gpt2_config *c, int B, int ckpt, int tiles, zero_dtype dt)
+{
+    double T = c->seq, C = c->channels, V = c->vocab, BT = (double)B * T;
+    double rows = tiles > 0 ? ceil(V / tiles) : V; /* wte's rows the head transposes at once */
+    double emb = (tiles > 0 ? 0.0 : V * C) + (double)(c->max_seq > c->seq ? c->max_seq : c->seq) * C + 2 * C;
+    double blk = 12 * C * C + 13 * C;
+    double block = 20 * BT * C + 4 * BT + (double)B * c->heads * T * T;
+    double f = emb + (dt != ZERO_F32 ? emb + 2 * blk : 0.0) + BT * C * (ckpt ? 2 : 1);
+    f += block * (ckpt ? 1 : c->layers);
+    f += BT * C + 2 * BT + BT * V + C * rows + (tiles > 0 && dt != ZERO_F32 ? 2 * rows * C : 0.0);
+    f += 13 * BT * C + T + 4 * C * C; /* the backward's dres, d4a, d4b, dqkv, dc, datt, wT */
+    return 4.0 * f;
+}
+
+/* ---- --init: what the engine's loader does not refuse ------------------------------------ */
+
+/* Element i of a safetensors tensor of dtype dt ("F32", "F16", "BF16", "F64") at p is a NaN
+   (2), an infinity (1) or finite (0): an all-ones exponent, by the bits. */
+static inline int gpt2__nonfinite(const unsigned char *p, const char *dt, size_t i)
+{
+    uint64_t u = 0;
+    int k, w = !strcmp(dt, "F64") ? 8 : !strcmp(dt, "F32") ? 4 : 2;
+    for (k = w - 1; k >= 0; k--) u = u << 8 | p[i * (size_t)w + (size_t)k]; /* little-endian */
+    if (w == 8) return (u >> 52 & 0x7ff) != 0x7ff ? 0 : (u & 0xfffffffffffffull) ? 2 : 1;
+    if (w == 4) return (u >> 23 & 0xff) != 0xff ? 0 : (u & 0x7fffffu) ? 2 : 1;
+    if (!strcmp(dt, "F16")) return (u >> 10 & 0x1f) != 0x1f ? 0 : (u & 0x3ffu) ? 2 : 1;
+    return (u >> 7 & 0xff) != 0xff ? 0 : (u & 0x7fu) ? 2 : 1; /* BF16 */
+}
+
+/* Checks a --init safetensors file for what train_gpt2 cannot train from and the engine's
+   loader would accept: a non-finite weight (every step would be skipped), and an untied LM
+   head (an lm_head.weight whose values are not transformer.wte.weight's: this model's head
+   is wte, so the file's head would be dropped). 0, or -1 with a sentence naming the tensor
+   in err. The engine's loader checks the rest (names, shapes, dtypes, sizes). */
+static inline int gpt2_init_check(const char *path, char *err, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char b8[8], *data = NULL;
+    uint64_t hl = 0, lm[2] = {0, 0}, wte[2] = {0, 0};
+    char *h = NULL, *p;
+    int k, rc = -1, have_lm = 0, have_wte = 0;
+    if (!f) return 0; /* the engine's loader names what is wrong */
+    if (fread(b8, 1, 8, f) != 8) goto ok;
+    for (k = 7; k >= 0; k--) hl = hl << 8 | b8[k];
+    if (hl == 0 || hl > ((uint64_t)100 << 20) || !(h = (char *)malloc((size_t)hl + 1))) goto ok;
+    if (fread(h, 1, (size_t)hl, f) != (size_t)hl) goto ok;
+    h[hl] = '\0';
+    /* each entry: "NAME":{"dtype":"F32","shape":[...],"data_offsets":[A,B]} */
+    for (p = h; (p = strstr(p, "\"data_offsets\"")) != NULL; p++) {
+        char name[256] = "", dt[8] = "";
+        const char *q = p, *open, *d;
+        unsigned long long a = 0, bnd = 0;
+        size_t i, cnt, w;
+        while (q > h && *q != '{') q--;                   /* the entry's object */
+        open = q;
+        while (q > h && *--q != '"') {}                  /* its name's closing quote */
+        for (d = q; d > h && *(d - 1) != '"'; d--) {}    /* its opening quote */
+        if ((size_t)(q - d) < sizeof name) memcpy(name, d, (size_t)(q - d)), name[q - d] = '\0';
+        d = strstr(open, "\"dtype\"");
+        if (!d || d > p || sscanf(d, "\"dtype\" : \"%7[A-Z0-9]\"", dt) != 1) continue;
+        if (sscanf(strchr(p, '['), "[ %llu , %llu ]", &a, &bnd) != 2 || bnd < a || bnd - a > ((uint64_t)1 << 40))
+            continue;
+        if (!strcmp(name, "lm_head.weight")) have_lm = 1, lm[0] = a, lm[1] = bnd;
+        if (!strcmp(name, "transformer.wte.weight") || !strcmp(name, "wte.weight")) have_wte = 1, wte[0] = a, wte[1] = bnd;
+        w = !strcmp(dt, "F64") ? 8 : !strcmp(dt, "F32") ? 4 : (!strcmp(dt, "F16") || !strcmp(dt, "BF16")) ? 2 : 0;
+        if (w == 0 || (bnd - a) % w) continue;
+        free(data);
+        if (!(data = (unsigned char *)malloc((size_t)(bnd - a) + 1)) ||
+            fseek(f, (long)(8 + hl + a), SEEK_SET) != 0 || fread(data, 1, (size_t)(bnd - a), f) != (size_t)(bnd - a))
+            goto ok; /* too short or unreadable: the engine's loader says so */
+        for (i = 0, cnt = (size_t)(bnd - a) / w; i < cnt; i++) {
+            int bad = gpt2__nonfinite(data, dt, i);
+            if (bad) {
+                snprintf(err, n, "--init %s: %s holds %s at element %zu of %zu: train_gpt2 refuses non-finite "
+                         "weights", path, name, bad == 2 ? "NaN" : "an infinity", i, cnt);
+                goto out;
+            }
+        }
+    }
+    if (have_lm && (!have_wte || lm[1] - lm[0] != wte[1] - wte[0])) {
+        snprintf(err, n, "--init %s: lm_head.weight is not transformer.wte.weight (an untied head, "
+                 "tie_word_embeddings = false): train_gpt2's head is wte, untied heads are not supported", path);
+        goto out;
+    }
+    if (have_lm && lm[0] != wte[0]) { /* the two byte ranges must hold the same values */
+        unsigned char x[65536], y[65536];
+        uint64_t at;
+        for (at = 0; at < lm[1] - lm[0]; at += sizeof x) {
+            size_t m = lm[1] - lm[0] - at < sizeof x ? (size_t)(lm[1] - lm[0] - at) : sizeof x;
+            if (fseek(f, (long)(8 + hl + lm[0] + at), SEEK_SET) != 0 || fread(x, 1, m, f) != m ||
+                fseek(f, (long)(8 + hl + wte[0] + at), SEEK_SET) != 0 || fread(y, 1, m, f) != m)
+                goto ok;
+            if (memcmp(x, y, m) != 0) {
+                snprintf(err, n, "--init %s: lm_head.weight differs from transformer.wte.weight (an untied head, "
+                         "tie_word_embeddings = false): train_gpt2's head is wte, untied heads are not supported",
+                         path);
+                goto out;
+            }
+        }
+    }
+ok:
+    rc = 0;
+out:
+    free(data);
+    free(h);
+    fclose(f);
+    return rc;
 }
 
 /* ---- the parameter table ----------------------------------------------------------------- */
@@ -671,6 +819,7 @@ static inline zero_result gpt2_set_init_tiled(zero_engine *e, const gpt2_config 
         }
         for (k = 0; k < tiles && r == ZERO_OK; k++) {
             zero_tile_view v;
+            memset(&v, 0, sizeof v); /* gcc -O3 cannot see tile_view fill it */
             r = zero_engine_tile_view(e, wte_tile0, k, &v);
             if (r == ZERO_OK) r = zero_engine_set_tensor(e, v.tensor, vals + v.row0 * v.cols);
         }
@@ -707,13 +856,15 @@ static inline int gpt2__cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Appends the bytes of file path to *buf (capacity *cap, length *len). 0 or -1. */
-static inline int gpt2__append_file(const char *path, unsigned char **buf, size_t *len, size_t *cap)
+/* Appends the bytes of file path, at most 'most' of them (its size when it was listed), to
+   *buf (capacity *cap, length *len). 0 or -1. */
+static inline int gpt2__append_file(const char *path, size_t most, unsigned char **buf, size_t *len, size_t *cap)
 {
     FILE *f = fopen(path, "rb");
-    size_t got;
+    size_t got, end = *len + most;
     if (!f) return -1;
     for (;;) {
+        if (*len >= end) break;
         if (*cap - *len < 65536) {
             size_t nc = *cap * 2 + 65536;
             unsigned char *nb = (unsigned char *)realloc(*buf, nc);
@@ -723,7 +874,7 @@ static inline int gpt2__append_file(const char *path, unsigned char **buf, size_
             }
             *buf = nb, *cap = nc;
         }
-        got = fread(*buf + *len, 1, *cap - *len, f);
+        got = fread(*buf + *len, 1, *cap - *len < end - *len ? *cap - *len : end - *len, f);
         *len += got;
         if (got == 0) break;
     }
@@ -732,8 +883,24 @@ static inline int gpt2__append_file(const char *path, unsigned char **buf, size_
     return got ? -1 : 0;
 }
 
-/* Loads path (NULL = GPT2_DEFAULT_DATA) for a model of vocab V and sequence length T. On
-   failure returns -1 with a sentence in err. */
+/* Refuses (-1, a sentence in err) a corpus of 'bytes' that cannot be loaded in the memory
+   this process may use: text takes 5 bytes per byte (the bytes, then an int32 token each),
+   an llm.c file 3 (its uint16 tokens become int32). */
+static inline int gpt2__data_fits(const char *path, double bytes, int text, char *err, size_t errlen)
+{
+    double need = bytes * (text ? 5.0 : 3.0), lim = gpt2_memory_limit();
+    if (lim > 0 && need > lim) {
+        snprintf(err, errlen, "--data %s: %.0f bytes of files need about %.2f GB of memory to load; the limit "
+                 "here is %.2f GB (physical memory, or ulimit -v)", path, bytes, need / 1e9, lim / 1e9);
+        return -1;
+    }
+    return 0;
+}
+
+/* Loads path (NULL = GPT2_DEFAULT_DATA) for a model of vocab V and sequence length T: a
+   directory or a regular file (never a device or a FIFO, which could block or never end),
+   each file read up to the size it had when listed. On failure returns -1 with a sentence
+   in err. */
 static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, char *err, size_t errlen)
 {
     struct stat st;
@@ -745,11 +912,16 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
         snprintf(err, errlen, "--data %s: no such file or directory", path);
         return -1;
     }
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "--data %s: not a regular file or a directory (a device or a FIFO is not read)", path);
+        return -1;
+    }
     if (S_ISDIR(st.st_mode)) {
         DIR *dir = opendir(path);
         struct dirent *de;
         char **names = NULL;
-        size_t count = 0, ncap = 0;
+        size_t count = 0, ncap = 0, nread;
+        double total = 0.0;
         if (!dir) {
             snprintf(err, errlen, "--data %s: cannot open the directory", path);
             return -1;
@@ -768,27 +940,32 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
             names[count] = (char *)malloc(strlen(de->d_name) + 1);
             if (!names[count]) break;
             strcpy(names[count++], de->d_name);
+            total += (double)fs.st_size;
         }
         closedir(dir);
         if (count) qsort(names, count, sizeof(char *), gpt2__cmp_names);
-        for (i = 0; i < count; i++) {
+        nread = gpt2__data_fits(path, total, 1, err, errlen) != 0 ? 0 : count;
+        for (i = 0; i < nread; i++) {
             char full[4096];
+            struct stat fs;
             snprintf(full, sizeof full, "%s/%s", path, names[i]);
-            if (gpt2__append_file(full, &buf, &len, &cap) != 0) {
+            if (stat(full, &fs) != 0 || !S_ISREG(fs.st_mode) ||
+                gpt2__append_file(full, (size_t)fs.st_size, &buf, &len, &cap) != 0) {
                 snprintf(err, errlen, "--data: cannot read %.200s", full);
                 len = 0;
-                count = i; /* free the rest below */
                 break;
             }
         }
         for (i = 0; i < count; i++) free(names[i]);
         free(names);
         if (!buf || len == 0) {
-            if (!buf || err[0] == '\0') snprintf(err, errlen, "--data %s: no text in its files", path);
+            if (err[0] == '\0') snprintf(err, errlen, "--data %s: no text in its files", path);
             free(buf);
             return -1;
         }
-    } else if (gpt2__append_file(path, &buf, &len, &cap) != 0) {
+    } else if (gpt2__data_fits(path, (double)st.st_size, gpt2_data_is_text(path), err, errlen) != 0) {
+        return -1;
+    } else if (gpt2__append_file(path, (size_t)st.st_size, &buf, &len, &cap) != 0) {
         snprintf(err, errlen, "--data %s: cannot read it", path);
         free(buf);
         return -1;
@@ -854,7 +1031,7 @@ static inline size_t gpt2_num_seqs(const gpt2_data *d, int val, int T)
 }
 
 /* The stride that walks a split's n windows in a scattered order visiting each once per
-   pass: the smallest integer >= 0.618 n that is coprime with n (1 for n <= 2). */
+   pass: the first integer from floor(0.618 n) up that is coprime with n (1 for n <= 2). */
 static inline uint64_t gpt2_stride(uint64_t n)
 {
     uint64_t s = (uint64_t)(0.6180339887498949 * (double)n), a, b, t;
@@ -896,8 +1073,65 @@ typedef struct gpt2_client {
     int64_t next_step;   /* the step the resumed run starts at              */
     uint64_t next_batch; /* the training batch it reads first               */
     uint64_t rng;        /* the sampling generator's state                  */
+    int32_t shape[8];    /* the model: GPT2_CLIENT_SHAPE's fields, in order  */
 } gpt2_client;
-#define GPT2_CLIENT_MAGIC 0x3274706730726f7aull
+#define GPT2_CLIENT_MAGIC 0x3374706730726f7aull /* v2: with the shape ("zor0gpt3") */
+#define GPT2_CLIENT_SHAPE 8
+
+/* The shape a run records and a --resume must match: what the tensor table cannot tell
+   (the heads split the same tensors differently; the tiling and dtype change the groups). */
+static inline void gpt2_client_shape(const gpt2_opts *o, int32_t *shape)
+{
+    shape[0] = o->cfg.layers, shape[1] = o->cfg.heads, shape[2] = o->cfg.channels, shape[3] = o->cfg.seq;
+    shape[4] = o->cfg.max_seq, shape[5] = o->cfg.vocab, shape[6] = o->tile_embedding, shape[7] = (int32_t)o->dtype;
+}
+
+static inline void gpt2_client_init(gpt2_client *cl, const gpt2_opts *o)
+{
+    memset(cl, 0, sizeof *cl);
+    cl->magic = GPT2_CLIENT_MAGIC;
+    cl->rng = o->seed ^ 0x5a5a5a5a5a5a5a5aull;
+    gpt2_client_shape(o, cl->shape);
+}
+
+static inline int gpt2__shape_text(const int32_t *s, char *out, size_t n)
+{
+    const char *dt = s[7] >= ZERO_F32 && s[7] <= ZERO_F64 ? zero_dtype_name((zero_dtype)s[7]) : "?";
+    return snprintf(out, n, "--layers %d --heads %d --channels %d --seq %d (positions %d) --vocab %d "
+                    "--tile-embedding %d --dtype %s", (int)s[0], (int)s[1], (int)s[2], (int)s[3], (int)s[4],
+                    (int)s[5], (int)s[6], dt);
+}
+
+/* Checks a client state read back from dir (got bytes) against this run's options: its
+   size and magic, the model's shape (both named when they differ), and every field's range
+   (next_step in 0..--steps, next_batch at least one batch per step). 0, or -1 with a
+   sentence in err. */
+static inline int gpt2_client_check(const gpt2_client *cl, size_t got, const gpt2_opts *o, const char *dir,
+                                    char *err, size_t n)
+{
+    int32_t want[GPT2_CLIENT_SHAPE];
+    char a[256], b[256];
+    if (got != sizeof *cl || cl->magic != GPT2_CLIENT_MAGIC) {
+        snprintf(err, n, "--resume %s: its client state (%zu bytes) is not this train_gpt2's (%zu bytes with "
+                 "the model's shape; an older example's checkpoint holds 32)", dir, got, sizeof *cl);
+        return -1;
+    }
+    gpt2_client_shape(o, want);
+    if (memcmp(want, cl->shape, sizeof want) != 0) {
+        gpt2__shape_text(cl->shape, a, sizeof a);
+        gpt2__shape_text(want, b, sizeof b);
+        snprintf(err, n, "--resume %s: the checkpoint's model is %s; this run's is %s", dir, a, b);
+        return -1;
+    }
+    if (cl->next_step < 0 || cl->next_step > o->steps || cl->next_batch < (uint64_t)cl->next_step ||
+        cl->next_batch / ((uint64_t)INT_MAX + 1) > (uint64_t)cl->next_step) {
+        snprintf(err, n, "--resume %s: its client state is damaged or not of this run (next step %lld, next "
+                 "batch %llu; --steps %d)", dir, (long long)cl->next_step, (unsigned long long)cl->next_batch,
+                 o->steps);
+        return -1;
+    }
+    return 0;
+}
 
 /* ---- the paper's formulas ---------------------------------------------------------------- */
 

@@ -23,6 +23,7 @@
 #include "zero.h"
 #include "examples/gpt2_common.h"
 
+#include <errno.h> /* --log */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,6 +334,7 @@ typedef struct model {
     float **bufs;               /* every buffer above, for freeing                */
     int nbufs;
     double t_gather, t_reduce;  /* seconds in gathers and gradient hand-overs      */
+    char why[192];              /* model_init's failed allocation, for the message  */
 } model;
 
 static double now_s(void)
@@ -368,10 +370,15 @@ static zero_result grads_ready_timed(model *m, int g)
     return r;
 }
 
-static float *model_alloc(model *m, size_t n)
+static float *model_alloc(model *m, size_t n, const char *what)
 {
     float *p = (float *)calloc(n ? n : 1, sizeof(float));
-    if (!p) return NULL;
+    if (!p) {
+        if (!m->why[0])
+            snprintf(m->why, sizeof m->why, "cannot allocate %zu bytes of activations (%s; %zu bytes "
+                     "allocated before it)", n * sizeof(float), what, m->floats * sizeof(float));
+        return NULL;
+    }
     m->bufs[m->nbufs++] = p;
     m->floats += n;
     return p;
@@ -423,8 +430,11 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     }
     m->bufs = (float **)calloc(32 + 14 * (size_t)c->layers, sizeof(float *));
     m->acts = (block_acts *)calloc((size_t)c->layers, sizeof(block_acts));
-    if (!m->bufs || !m->acts) return ZERO_ERROR_OUT_OF_MEMORY;
-#define M_ALLOC(p, n) ok = ok && ((p) = model_alloc(m, (n))) != NULL
+    if (!m->bufs || !m->acts) {
+        snprintf(m->why, sizeof m->why, "cannot allocate the tables of %d layers", c->layers);
+        return ZERO_ERROR_OUT_OF_MEMORY;
+    }
+#define M_ALLOC(p, n) ok = ok && ((p) = model_alloc(m, (n), #p)) != NULL
     if (dt != ZERO_F32) {
         M_ALLOC(m->emb_f32, m->emb_numel);
         M_ALLOC(m->blk_f32, m->blk_numel);
@@ -727,6 +737,7 @@ typedef struct run {
     double seconds;         /* rank 0's training steps (validation and saving excluded) */
     double t_gather, t_reduce, t_step; /* rank 0: seconds in gathers, gradient hand-overs, step() */
     zero_engine_memory mem; /* rank 0, device tier                                   */
+    zero_engine_memory off[2]; /* rank 0, the host and NVMe tiers (offload)              */
     zero_traffic traffic;   /* rank 0, last step                                     */
     size_t psi;             /* the plan's padded total                               */
     size_t frozen;          /* of which frozen (--freeze): the plan's frozen regions    */
@@ -738,6 +749,7 @@ typedef struct run {
     size_t total_numel;
     char sample[4096];      /* rank 0's generated text                                 */
     FILE *log;              /* --log CSV, rank 0                                     */
+    char err[GPT2_MAX_RANKS][640]; /* each rank's failure, printed once by main          */
 } run;
 
 #define CHECK(call)                                                                          \
@@ -866,9 +878,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     zero_result r = ZERO_OK;
     double tstep;
     memset(&m, 0, sizeof m);
-    memset(&cl, 0, sizeof cl);
-    cl.magic = GPT2_CLIENT_MAGIC;
-    cl.rng = o->seed ^ 0x5a5a5a5a5a5a5a5aull;
+    gpt2_client_init(&cl, o);
     {
         zero_host_device_desc hd;
         memset(&hd, 0, sizeof hd);
@@ -896,13 +906,14 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     else CHECK(gpt2_set_init_tiled(e, c, m.tab, o->seed, o->tile_embedding, wte_tile0));
     if (o->resume_dir) { /* the engine's state, and ours: the data position and the generator */
         size_t got = 0;
+        char why[640];
         CHECK(zero_engine_load_client(e, o->resume_dir, &cl, sizeof cl, &got));
-        if (got != sizeof cl || cl.magic != GPT2_CLIENT_MAGIC) {
-            r = ZERO_ERROR_MISMATCH;
-            fprintf(stderr, "rank %d: %s holds no train_gpt2 client state (%zu bytes)\n", rank, o->resume_dir, got);
-            zero_clear_error();
+        if (gpt2_client_check(&cl, got, o, o->resume_dir, why, sizeof why) != 0) {
+            r = ZERO_ERROR_MISMATCH; /* every rank read the same state: rank 0 says why, once */
+            snprintf(R->err[rank], sizeof R->err[rank], "%s", why);
             goto done;
         }
+        if (rank == 0) printf("resumed from %s at step %lld\n", o->resume_dir, (long long)cl.next_step);
     }
     R->first_step = (int)cl.next_step;
     x = (int *)malloc(sizeof(int) * (size_t)B * T);
@@ -911,10 +922,12 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     if (rank == 0 && !R->quiet) {
         printf("per-rank memory (rank 0, stage %d):\n", R->stage);
         gpt2_print_memory(stdout, e, 0);
+        printf("rank 0 activations %zu B (the forward's and the backward's buffers)\n", m.floats * sizeof(float));
     }
     for (s = R->first_step; s < R->end_step; s++) {
         zero_step_info info;
-        double loss = 0.0, lr = gpt2_lr(o, s), vl = -1.0, t_opt;
+        double loss = 0.0, lr = gpt2_lr(o, s), vl = 0.0, t_opt;
+        int have_vl = 0;
         float scale;
         tstep = now_s();
         CHECK(zero_engine_set_lr(e, lr));
@@ -948,31 +961,38 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         if ((o->val_every > 0 && (s + 1) % o->val_every == 0) || s + 1 == R->end_step) {
             double g0 = m.t_gather;
             CHECK(val_loss(&m, R, rank, world, x, y, &vl));
+            have_vl = 1; /* also a NaN: printed as such, never dropped */
             m.t_gather = g0; /* the breakdown is of training steps */
         }
         if (rank == 0) {
             int every = o->log_every ? o->log_every : 1;
-            if (!R->quiet && (s % every == 0 || s + 1 == R->end_step || vl >= 0)) {
+            if (!R->quiet && (s % every == 0 || s + 1 == R->end_step || have_vl)) {
                 printf("step %5d | loss %.6f | lr %.3e | norm %8.4f | %8.2f ms | %8.0f tok/s", s, loss, lr,
                        (double)info.grad_norm, 1e3 * tstep, (double)o->batch * o->accum * T / tstep);
-                if (vl >= 0) printf(" | val %.6f", vl);
-                printf("%s\n", info.skipped ? " | skipped (inf/NaN)" : "");
+                if (have_vl) printf(" | val %.6f", vl);
+                printf("%s\n", !info.skipped ? ""
+                                : o->dtype == ZERO_F16 ? " | skipped (norm -1): inf/NaN gradients, an fp16 overflow: the loss scale halves"
+                                                       : " | skipped (norm -1): inf/NaN gradients");
                 fflush(stdout);
             }
             if (R->log) {
                 fprintf(R->log, "%d,%.17g,%.17g,%.9g,", s, loss, lr, (double)info.grad_norm);
-                if (vl >= 0) fprintf(R->log, "%.17g", vl);
+                if (have_vl) fprintf(R->log, "%.17g", vl);
                 fprintf(R->log, "\n");
             }
         }
-        if (vl >= 0) R->val_loss = vl;
-        if (o->save_dir && ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == R->end_step))
+        if (have_vl) R->val_loss = vl;
+        if (o->save_dir && ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == R->end_step)) {
             CHECK(zero_engine_save_client(e, o->save_dir, &cl, sizeof cl));
+            if (rank == 0 && !R->quiet) printf("saved step %d to %s\n", s + 1, o->save_dir);
+        }
     }
     if (rank == 0) {
         R->t_gather = m.t_gather;
         R->t_reduce = m.t_reduce;
         zero_engine_memory_usage(e, &R->mem);
+        zero_engine_memory_tier(e, ZERO_TIER_HOST, &R->off[0]);
+        zero_engine_memory_tier(e, ZERO_TIER_NVME, &R->off[1]);
         zero_engine_traffic(e, &R->traffic, NULL);
         R->psi = zero_plan_total_numel(zero_engine_plan(e));
         R->frozen = 0;
@@ -989,7 +1009,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         printf("activations (rank 0): %zu bytes of one block's kept instead of %zu of %d blocks; "
                "%llu inputs stashed (%s), fetches: %llu from staging, %llu read ahead, %llu read on demand\n",
                blk, blk * (size_t)c->layers, c->layers, (unsigned long long)as.stashes,
-               o->oact == ZERO_OFFLOAD_NVME ? "nvme" : "host", (unsigned long long)as.staging_hits,
+               o->oact == ZERO_OFFLOAD_NVME ? "nvme" : "cpu", (unsigned long long)as.staging_hits,
                (unsigned long long)as.prefetch_hits, (unsigned long long)as.demand_reads);
     }
     CHECK(keep_params(&m, R));
@@ -999,7 +1019,9 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         if (rank == 0) memcpy(R->sample, text, sizeof text);
     }
 done:
-    if (r != ZERO_OK) fprintf(stderr, "rank %d: %s: %s\n", rank, zero_result_string(r), zero_last_error());
+    if (r != ZERO_OK && !R->err[rank][0]) /* main prints one rank's, once */
+        snprintf(R->err[rank], sizeof R->err[rank], "%s: %s", zero_result_string(r),
+                 m.why[0] ? m.why : zero_last_error());
     free(x);
     free(y);
     free(tab);
@@ -1036,10 +1058,50 @@ static zero_result launch(run *R)
 #endif
 }
 
+/* The failure to report: the first rank's whose error is its own (not the comm's abort
+   after a peer failed), else the first rank's. */
+static const char *first_error(const run *R)
+{
+    int k;
+    for (k = 0; k < GPT2_MAX_RANKS; k++)
+        if (R->err[k][0] && !strstr(R->err[k], "aborted") && strncmp(R->err[k], "communication", 13) != 0)
+            return R->err[k];
+    for (k = 0; k < GPT2_MAX_RANKS; k++)
+        if (R->err[k][0]) return R->err[k];
+    return "no detail";
+}
+
 static double states_of(const zero_engine_memory *m)
 {
     return (double)(m->bytes[ZERO_MEM_PARAM] + m->bytes[ZERO_MEM_GRAD] + m->bytes[ZERO_MEM_MASTER] +
                     m->bytes[ZERO_MEM_MOMENT1] + m->bytes[ZERO_MEM_MOMENT2]);
+}
+
+/* Refuses (-1, the figures in err) a run whose memory cannot fit in what this process may use,
+   before anything is allocated: every rank's activations (threads share the process),
+   every rank's model states by the paper's formula at the largest stage run (the host
+   device is this machine's memory; an NVMe tier takes them off it, so they are not counted
+   then), the tokens, and the final params main keeps. */
+static int memory_check(const gpt2_opts *o, const gpt2_data *d, size_t total, int keep_all, char *err, size_t n)
+{
+    double lim = gpt2_memory_limit(), ranks = o->ranks;
+    int B = o->batch / o->ranks, ckpt = o->oact != ZERO_OFFLOAD_NONE, nvme;
+    double act = gpt2_activation_bytes(&o->cfg, B, ckpt, o->tile_embedding, o->dtype);
+    double states, data = 4.0 * (double)(d->ntrain + d->nval), params = keep_all ? 4.0 * (double)total : 0.0;
+    double es = (double)zero_dtype_size(o->dtype), need;
+#ifdef ZERO_GPT2_MPI
+    ranks = 1; /* one rank per process */
+#endif
+    nvme = o->oopt == ZERO_OFFLOAD_NVME || o->oparam == ZERO_OFFLOAD_NVME;
+    states = nvme ? 0.0 : ranks * gpt2_formula_states(o->stage < 0 ? 0 : o->stage, (double)total, o->ranks, o->accum, es);
+    need = ranks * act + states + data + params;
+    if (lim <= 0 || need <= lim) return 0;
+    snprintf(err, n, "this run needs about %.2f GB of memory, more than the %.2f GB this process may use (physical "
+             "memory, or ulimit -v): activations %.2f GB per rank x %.0f (--batch %d / --ranks %d, --seq %d, "
+             "--channels %d, --layers %d), model states %.2f GB, data %.2f GB, final params %.2f GB",
+             need / 1e9, lim / 1e9, act / 1e9, ranks, o->batch, o->ranks, o->cfg.seq, o->cfg.channels,
+             o->cfg.layers, states / 1e9, data / 1e9, params / 1e9);
+    return -1;
 }
 
 static int finish(int rc)
@@ -1118,6 +1180,14 @@ int main(int argc, char **argv)
     }
 #endif
     err[0] = '\0';
+    if (o.init_path && gpt2_init_check(o.init_path, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return finish(2);
+    }
+    if (example_nvme_dir(o.nvme_path, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return finish(2);
+    }
     if (gpt2_data_load(o.data_path, o.cfg.vocab, o.cfg.seq, &data, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         return finish(2);
@@ -1125,12 +1195,19 @@ int main(int argc, char **argv)
     if (o.stage >= 0) first = last = o.stage;
     tab = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(&o.cfg));
     if (!tab) {
+        fprintf(stderr, "out of memory: cannot allocate the parameter table (%d tensors of %zu bytes)\n",
+                gpt2_num_tensors(&o.cfg), sizeof(gpt2_tensor));
         gpt2_data_free(&data);
         return finish(1);
     }
     gpt2_param_table(&o.cfg, tab);
     for (st = 0; st < gpt2_num_tensors(&o.cfg); st++) total += tab[st].numel;
     free(tab);
+    if (memory_check(&o, &data, total, keep_all, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        gpt2_data_free(&data);
+        return finish(1);
+    }
     printf("GPT-2 on %d %s: L %d, H %d, C %d, T %d, V %d (%zu parameters), %s params; %d steps of %d x %d "
            "sequences; data %s (%zu train / %zu val tokens)\n",
            o.ranks,
@@ -1142,7 +1219,7 @@ int main(int argc, char **argv)
            o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.seq, o.cfg.vocab, total, zero_dtype_name(o.dtype), o.steps,
            o.accum, o.batch, o.data_path ? o.data_path : GPT2_DEFAULT_DATA, data.ntrain, data.nval);
     if (first != last) {
-        printf("%-5s | %-9s %-9s | %-23s | %-23s | %-8s\n", "", "loss", "", "model states B/rank",
+        printf("%-5s | %-9s %-9s | %-23s | %-23s | %-8s\n", "", "loss", "", "device states B/rank",
                "comm B/rank/step", "time");
         printf("%-5s | %-9s %-9s | %-11s %-11s | %-11s %-11s | %-8s\n", "stage", "first", "final", "measured",
                "formula", "measured", "formula", "ms/step");
@@ -1163,7 +1240,11 @@ int main(int argc, char **argv)
         if (keep_all) R.final_params = (float *)calloc(total, sizeof(float));
         if (o.log_path && st == last) R.log = fopen(o.log_path, "w");
         if (!R.loss || (keep_all && !R.final_params) || (o.log_path && st == last && !R.log)) {
-            fprintf(stderr, "out of memory (or --log %s cannot be written)\n", o.log_path ? o.log_path : "");
+            if (!R.loss || (keep_all && !R.final_params))
+                fprintf(stderr, "out of memory: cannot allocate %zu bytes of losses (--steps %d) and %zu bytes of final "
+                        "params\n", (size_t)o.steps * sizeof(double), o.steps, keep_all ? total * sizeof(float) : 0);
+            else fprintf(stderr, "--log %s: cannot write it: %s\n", o.log_path, strerror(errno));
+            if (R.log) fclose(R.log);
             free(R.loss);
             free(R.final_params);
             gpt2_data_free(&data);
@@ -1173,7 +1254,7 @@ int main(int argc, char **argv)
         r = launch(&R);
         if (R.log) fclose(R.log);
         if (r != ZERO_OK || R.first_step >= R.end_step) {
-            if (r != ZERO_OK) fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r), zero_last_error());
+            if (r != ZERO_OK) fprintf(stderr, "stage %d failed: %s\n", st, example_flags_named(first_error(&R), err, sizeof err));
             else fprintf(stderr, "the checkpoint is at step %d: nothing to do up to step %d\n", R.first_step, R.end_step);
             free(R.loss);
             free(R.final_params);
@@ -1192,9 +1273,13 @@ int main(int argc, char **argv)
             fflush(stdout);
             if (st != first && (sum != ref_sum || R.loss[R.end_step - 1] != ref_final)) same = 0;
         } else {
-            printf("model states per rank: %.0f B measured, %.0f B by formula; traffic per step: %.0f B measured, "
-                   "%.0f B by formula; Psi = %zu%s\n",
-                   states_of(&R.mem),
+            char tiers[128] = "";
+            if (states_of(&R.off[0]) + states_of(&R.off[1]) > 0) /* offload: the rest is off the device */
+                snprintf(tiers, sizeof tiers, " (+ %.0f B host, %.0f B nvme)", states_of(&R.off[0]),
+                         states_of(&R.off[1]));
+            printf("model states per rank: %.0f B measured on the device%s, %.0f B by formula (every tier); "
+                   "traffic per step: %.0f B measured, %.0f B by formula; Psi = %zu%s\n",
+                   states_of(&R.mem), tiers,
                    gpt2_formula_states_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), meas_t,
                    gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), R.psi,
                    R.frozen ? " (frozen F as below)" : "");

@@ -39,7 +39,8 @@
    --sample N ends with N tokens generated as the CPU example does. Not supported here:
    --device-memory (a budget of the CPU example's host device), refused with a message.
 
-   Status: compiled and linked with nvcc, warnings as errors; never run on a GPU.
+   Status: compiled and linked with nvcc, warnings as errors; never run on a GPU; runs on
+   the CPU under the harness of tests/cudasim (make test-cuda-sim, tests/cudasim/examples.sh).
    docs/gpt2_cuda.md has the whole story and the GPU check (tools/gpt2_gpu_check.sh). */
 #define ZERO_IMPLEMENTATION
 #define ZERO_CUDA_IMPLEMENTATION
@@ -722,10 +723,9 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     double t_step, t_run, tokens = (double)o->batch * R->T * o->accum, val = -1;
     int s, k, i, end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps; /* --stop-at */
     size_t most[2] = {0, 0}, got = 0;
-    gpt2_client cl; /* what a checkpoint carries besides the engine: the data position */
-    memset(&cl, 0, sizeof cl);
-    cl.magic = GPT2_CLIENT_MAGIC;
-    cl.rng = o->seed ^ 0x5a5a5a5a5a5a5a5aull;
+    gpt2_client cl; /* what a checkpoint carries besides the engine: the data position, the shape */
+    char why[640];
+    gpt2_client_init(&cl, o);
     R->e = NULL;
     R->pf32[0] = R->pf32[1] = R->gf32[0] = R->gf32[1] = NULL;
     R->grad_group[0] = R->grad_group[1] = -1;
@@ -738,8 +738,8 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     else TRY(gpt2_set_init(R->e, &o->cfg, R->t, o->seed));
     if (o->resume_dir) { /* any stage and world size; the data stream continues from the client state */
         TRY(zero_engine_load_client(R->e, o->resume_dir, &cl, sizeof cl, &got));
-        if (got != sizeof cl || cl.magic != GPT2_CLIENT_MAGIC) {
-            r = fail(ZERO_ERROR_INVALID_ARGUMENT, o->resume_dir, "not a checkpoint of the GPT-2 examples (no client state)");
+        if (gpt2_client_check(&cl, got, o, o->resume_dir, why, sizeof why) != 0) { /* every field, and the shape */
+            r = fail(ZERO_ERROR_MISMATCH, o->resume_dir, why);
             goto done;
         }
         if (cl.next_step >= end) {

@@ -95,12 +95,6 @@ static zero_result no_memory(run *R, int rank, const char *what, size_t bytes)
     return ZERO_ERROR_OUT_OF_MEMORY;
 }
 
-/* The detail of a failure: this program's own, else the library's. */
-static const char *why_failed(const run *R, int rank)
-{
-    return R->why[rank][0] ? R->why[rank] : zero_last_error();
-}
-
 /* ---- one rank ---------------------------------------------------------------------------- */
 
 static float to_f32(const void *p, zero_dtype dt, size_t i)
@@ -327,8 +321,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     }
     CHECK(keep_share(e, wid, bid, rank, R));
 done:
-    if (r != ZERO_OK) {
-        fprintf(stderr, "rank %d: %s: %s\n", rank, zero_result_string(r), why_failed(R, rank));
+    if (r != ZERO_OK) { /* main prints it, once */
         if (!R->why[rank][0]) snprintf(R->why[rank], sizeof R->why[rank], "%s", zero_last_error());
     }
     R->res[rank] = r;
@@ -524,13 +517,14 @@ static double final_loss(const run *R, const opts *o)
    same stage with neither; per-tier bytes, step times and the final losses. */
 static int offload_demo(opts *o)
 {
+    char msg[1024];
     run R[2];
     int i;
     uint64_t sums[2];
     const zero_engine_memory *dm, *hm;
     if (o->stage < 0) o->stage = 3;
     printf("ZeRO-Offload demo: stage %d, %d rank(s), MLP %d-%d-%d-%d (%s), %d steps; device budget "
-           "%zu B per rank, offload_optimizer %s, offload_param %s\n",
+           "%zu B per rank, --offload-optimizer %s, --offload-param %s\n",
            o->stage, o->ranks, IN, HID, HID, OUT, zero_dtype_name(o->dtype), o->steps,
            o->device_memory, zero_offload_device_name(o->oopt), zero_offload_device_name(o->oparam));
     for (i = 0; i < 2; i++) {
@@ -544,7 +538,7 @@ static int offload_demo(opts *o)
         if (r != ZERO_OK) {
             if (R[i].loss)
                 fprintf(stderr, "%s run failed: %s: %s\n", i ? "plain" : "budgeted",
-                        zero_result_string(r), run_error(&R[i]));
+                        zero_result_string(r), example_flags_named(run_error(&R[i]), msg, sizeof msg));
             free(R[0].loss);
             if (i) free(R[1].loss);
 #ifdef ZERO_MLP_MPI
@@ -596,6 +590,7 @@ static int offload_demo(opts *o)
 int main(int argc, char **argv)
 {
     opts o;
+    char msg[1024];
     int a, st, first = 0, last = 3, ok = 1, same = 1, fell = 1;
     double ref_loss = -1.0;
     uint64_t checksum = 0;
@@ -657,6 +652,13 @@ int main(int argc, char **argv)
             return bad_arg(opt, v, why);
         }
     }
+    {
+        char why[512];
+        if (example_nvme_dir(o.nvme_path, why, sizeof why) != 0) {
+            fprintf(stderr, "train_mlp: %s\n", why);
+            return 2;
+        }
+    }
     if (o.stage >= 0) first = last = o.stage;
 #ifdef ZERO_MLP_MPI
     {
@@ -699,7 +701,8 @@ int main(int argc, char **argv)
         r = R.loss ? launch(&R) : ZERO_ERROR_OUT_OF_MEMORY;
         if (r != ZERO_OK) {
             if (R.loss)
-                fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r), run_error(&R));
+                fprintf(stderr, "stage %d failed: %s: %s\n", st, zero_result_string(r),
+                        example_flags_named(run_error(&R), msg, sizeof msg));
             free(R.loss);
 #ifdef ZERO_MLP_MPI
             MPI_Abort(MPI_COMM_WORLD, 1); /* the peers may be waiting for this rank */

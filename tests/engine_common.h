@@ -625,8 +625,10 @@ static zero_result ec_wrap_count(zero_comm *c)
     if (ec_wrap_in_group[c->rank]) ec_wrap_grouped_colls++;
     if (ec_wrap_seq[c->rank]++ == ec_wrap_fail_at) r = ZERO_ERROR_COMM;
     pthread_mutex_unlock(&ec_wrap_mu);
-#ifdef ZERO_IMPLEMENTATION /* zero__fail (the message) exists only in the implementation's file */
+#if defined(ZERO_IMPLEMENTATION) /* the message: zero__fail, or zt_fail for a linked test */
     if (r != ZERO_OK) return zero__fail(r, "ec_wrap: injected failure");
+#elif defined(ZT_PRIVATE_H)
+    if (r != ZERO_OK) return zt_fail(r, "ec_wrap: injected failure");
 #endif
     return r;
 }

@@ -6,8 +6,10 @@
    sizes that do not fit end with a message that says which allocation failed. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen */
 #include "zero.h"
+#include "examples/gpt2_common.h"
 #include "tests/zt.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -166,6 +168,11 @@ ZT_TEST(json_deepspeed)
     ZT_CHECK(R.status == 0);
     ZT_CHECK(strstr(R.out, "71.69 GiB") && strstr(R.out, "63.72 GiB") && strstr(R.out, "6.09 GiB") &&
              strstr(R.out, "5.31 GiB") && strstr(R.out, "127.45 GiB"));
+    /* without --gib, DeepSpeed's own units: the same 2^30-byte figures, labelled GB as it prints them */
+    run("--deepspeed --params 2851M --largest-layer 32M --ranks 8 --gpus-per-node 8");
+    ZT_CHECK(R.status == 0);
+    ZT_CHECKF(strstr(R.out, "71.69 GB") && strstr(R.out, "6.09 GB") && strstr(R.out, "127.45 GB") &&
+                  !strstr(R.out, "76.98 GB") && !strstr(R.out, "GiB"), "%s", R.out);
     /* --offload keeps only the offloaded rows */
     run("--deepspeed --params 2851M --largest-layer 32M --ranks 8 --offload --json");
     ZT_CHECK(R.status == 0 && strstr(R.out, "\"offload_optimizer\": false") == NULL);
@@ -472,6 +479,290 @@ ZT_TEST(ckpt_info_escapes_names)
     ZT_CHECK(system(line) == 0);
 }
 
+/* ---- train_gpt2's inputs (issue 25): every refusal names the flag and the figure ------------ */
+
+#define GPT2 "build/train_gpt2"
+#define GPT2_SMALL GPT2 " --ranks 1 --stage 0 --sample 0 --val-batches 1 --layers 2"
+
+/* A --init file of the small model (tied: no lm_head.weight unless 'head' is 1 (wte's
+   values) or 2 (other values)), element 'nan_at' of tensor 'nan_tensor' a NaN (-1: none). */
+static int write_init(const char *path, int head, int nan_tensor, size_t nan_at)
+{
+    gpt2_opts o;
+    gpt2_tensor *t;
+    char *hdr, *a0 = (char *)"t", *a1 = (char *)"--layers", *a2 = (char *)"2";
+    char *argv[] = {a0, a1, a2};
+    size_t off = 0, used = 0, cap = 65536, hl;
+    int i, n, k, rc = -1;
+    FILE *f;
+    gpt2_opts_default(&o);
+    if (gpt2_parse_args(3, argv, &o) != 0) return -1;
+    n = gpt2_num_tensors(&o.cfg);
+    t = (gpt2_tensor *)calloc((size_t)n, sizeof *t);
+    hdr = (char *)malloc(cap);
+    if (!t || !hdr || !(f = fopen(path, "wb"))) goto out;
+    gpt2_param_table(&o.cfg, t);
+    used += (size_t)snprintf(hdr + used, cap - used, "{");
+    for (i = 0; i <= n; i++) { /* i == n: the head */
+        int src = i == n ? GPT2_WTE : i;
+        if (i == n && !head) break;
+        used += (size_t)snprintf(hdr + used, cap - used, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[", i ? "," : "",
+                                 i == n ? "lm_head.weight" : t[src].name);
+        for (k = 0; k < t[src].ndim; k++)
+            used += (size_t)snprintf(hdr + used, cap - used, "%s%llu", k ? "," : "", (unsigned long long)t[src].dims[k]);
+        used += (size_t)snprintf(hdr + used, cap - used, "],\"data_offsets\":[%zu,%zu]}", off, off + 4 * t[src].numel);
+        off += 4 * t[src].numel;
+    }
+    used += (size_t)snprintf(hdr + used, cap - used, "}");
+    hl = used;
+    for (k = 0; k < 8; k++) fputc((int)((unsigned long long)hl >> (8 * k) & 255), f);
+    fwrite(hdr, 1, hl, f);
+    for (i = 0; i <= n; i++) {
+        int src = i == n ? GPT2_WTE : i;
+        float *v;
+        if (i == n && !head) break;
+        v = (float *)malloc(4 * t[src].numel);
+        if (!v) break;
+        gpt2_init_values(&o.cfg, t, src, o.seed, v);
+        if (i == nan_tensor) v[nan_at] = NAN;
+        if (i == n && head == 2) v[7] += 1.0f;
+        fwrite(v, 4, t[src].numel, f);
+        free(v);
+    }
+    rc = fclose(f) == 0 && i == n + 1 - (head ? 0 : 1) ? 0 : -1;
+out:
+    free(t);
+    free(hdr);
+    return rc;
+}
+
+ZT_TEST(gpt2_init_refuses_nan_and_untied_head)
+{
+    char path[64], line[256];
+    if (access(GPT2, X_OK) != 0) ZT_SKIP(GPT2 " not built");
+    snprintf(path, sizeof path, "/tmp/zt_cli_init_%d.safetensors", (int)getpid());
+    ZT_CHECK(write_init(path, 0, -1, 0) == 0); /* a good file trains */
+    snprintf(line, sizeof line, GPT2_SMALL " --steps 2 --init %s", path);
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0 && strstr(R.out, "val loss: ") != NULL, "exit %d: %s", R.status, R.err);
+    ZT_CHECK(write_init(path, 1, -1, 0) == 0); /* a head equal to wte is tied: accepted */
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0, "tied lm_head.weight: exit %d: %s", R.status, R.err);
+    ZT_CHECK(write_init(path, 2, -1, 0) == 0); /* an untied head: refused, named */
+    run_cmd(line);
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "lm_head.weight") && strstr(R.err, "untied"), "exit %d: %s", R.status,
+              R.err);
+    ZT_CHECK(write_init(path, 0, gpt2_block_tensor(1, GPT2_FC_W), 77) == 0); /* a NaN: refused, named */
+    run_cmd(line);
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "transformer.h.1.mlp.c_fc.weight holds NaN at element 77"),
+              "exit %d: out %s err %s", R.status, R.out, R.err);
+    ZT_CHECK(strstr(R.out, "val loss: 0") == NULL);
+    remove(path);
+}
+
+/* Crafts a checkpoint of the small model whose client state is 'cl' (checksums valid: the
+   engine writes it). */
+static zero_result craft_rank(int rank, zero_comm *comm, void *user)
+{
+    const gpt2_client *cl = (const gpt2_client *)user;
+    static const char dir_fmt[] = "/tmp/zt_cli_craft_%d";
+    char dir[64], *a0 = (char *)"t", *a1 = (char *)"--layers", *a2 = (char *)"2";
+    char *argv[] = {a0, a1, a2};
+    gpt2_opts o;
+    gpt2_tensor *t = NULL;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r;
+    (void)rank;
+    gpt2_opts_default(&o);
+    gpt2_parse_args(3, argv, &o);
+    snprintf(dir, sizeof dir, dir_fmt, (int)getpid());
+    gpt2_engine_desc(&o, 0, o.batch, &d);
+    r = zero_host_device_create(NULL, &dev);
+    d.device = dev, d.comm = comm;
+    if (!r) r = zero_engine_create(&d, &e);
+    t = (gpt2_tensor *)calloc((size_t)gpt2_num_tensors(&o.cfg), sizeof *t);
+    if (!t) r = ZERO_ERROR_OUT_OF_MEMORY;
+    else gpt2_param_table(&o.cfg, t);
+    if (!r) r = gpt2_add_tensors(e, &o.cfg, t);
+    if (!r) r = zero_engine_commit(e);
+    if (!r) r = gpt2_set_init(e, &o.cfg, t, o.seed);
+    if (!r) r = zero_engine_save_client(e, dir, cl, sizeof *cl);
+    free(t);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+ZT_TEST(gpt2_resume_validates_the_client_state)
+{
+    static const int64_t steps[] = {-1, INT64_MAX, 11};
+    char dir[64], line[320], *a0 = (char *)"t", *a1 = (char *)"--layers", *a2 = (char *)"2";
+    char *argv[] = {a0, a1, a2};
+    gpt2_opts o;
+    gpt2_client cl;
+    size_t k;
+    if (access(GPT2, X_OK) != 0) ZT_SKIP(GPT2 " not built");
+    snprintf(dir, sizeof dir, "/tmp/zt_cli_craft_%d", (int)getpid());
+    gpt2_opts_default(&o);
+    ZT_CHECK(gpt2_parse_args(3, argv, &o) == 0);
+    for (k = 0; k < sizeof steps / sizeof steps[0]; k++) { /* next_step outside 0..--steps: refused */
+        gpt2_client_init(&cl, &o);
+        cl.next_step = steps[k];
+        cl.next_batch = steps[k] > 0 ? (uint64_t)steps[k] : 0;
+        ZT_CHECKF(zero_local_run(1, craft_rank, &cl) == ZERO_OK, "%s", zero_last_error());
+        snprintf(line, sizeof line, GPT2_SMALL " --steps 10 --resume %s", dir);
+        run_cmd(line);
+        ZT_CHECKF(R.status == 1 && strstr(R.err, "damaged") && strstr(R.err, "--steps 10"), "next_step %lld: exit %d: %s",
+                  (long long)steps[k], R.status, R.err);
+    }
+    gpt2_client_init(&cl, &o); /* a next_batch that no run reaches: refused */
+    cl.next_step = 3, cl.next_batch = 2;
+    ZT_CHECK(zero_local_run(1, craft_rank, &cl) == ZERO_OK);
+    run_cmd(line);
+    ZT_CHECKF(R.status == 1 && strstr(R.err, "next batch 2"), "exit %d: %s", R.status, R.err);
+    gpt2_client_init(&cl, &o); /* a good one resumes, and says so */
+    cl.next_step = 3, cl.next_batch = 3;
+    ZT_CHECK(zero_local_run(1, craft_rank, &cl) == ZERO_OK);
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0, "exit %d: %s", R.status, R.err);
+    snprintf(line, sizeof line, "resumed from %s at step 3\n", dir);
+    ZT_CHECKF(strstr(R.out, line) != NULL, "%s", R.out);
+    /* another shape (--heads): refused, both named */
+    snprintf(line, sizeof line, GPT2_SMALL " --steps 10 --heads 8 --resume %s", dir);
+    run_cmd(line);
+    ZT_CHECKF(R.status == 1 && strstr(R.err, "checkpoint's model is --layers 2 --heads 4") &&
+                  strstr(R.err, "this run's is --layers 2 --heads 8"), "exit %d: %s", R.status, R.err);
+    ZT_CHECKF(count_lines(R.err) == 1, "printed once: %s", R.err);
+    snprintf(line, sizeof line, "rm -rf '%s'", dir);
+    ZT_CHECK(system(line) == 0);
+}
+
+/* --save and --resume say what they did; a resumed run continues the straight one. */
+ZT_TEST(gpt2_save_and_resume_print_what_they_did)
+{
+    char dir[64], line[320];
+    if (access(GPT2, X_OK) != 0) ZT_SKIP(GPT2 " not built");
+    snprintf(dir, sizeof dir, "/tmp/zt_cli_save_%d", (int)getpid());
+    snprintf(line, sizeof line, GPT2_SMALL " --steps 4 --stop-at 2 --save %s", dir);
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0, "exit %d: %s", R.status, R.err);
+    snprintf(line, sizeof line, "saved step 2 to %s\n", dir);
+    ZT_CHECKF(strstr(R.out, line) != NULL, "%s", R.out);
+    snprintf(line, sizeof line, GPT2_SMALL " --steps 4 --resume %s", dir);
+    run_cmd(line);
+    snprintf(line, sizeof line, "resumed from %s at step 2\n", dir);
+    ZT_CHECKF(R.status == 0 && strstr(R.out, line) != NULL, "exit %d: %s %s", R.status, R.out, R.err);
+    snprintf(line, sizeof line, "rm -rf '%s'", dir);
+    ZT_CHECK(system(line) == 0);
+}
+
+/* Errors name the flags typed, not the engine's fields, and are printed once; --nvme-path is
+   created like --save's directory; --help gives the defaults. */
+ZT_TEST(cli_errors_name_flags_once)
+{
+    char dir[64], line[256];
+    if (access(GPT2, X_OK) != 0 || access("build/train_mlp", X_OK) != 0) ZT_SKIP("examples not built");
+    run_cmd("build/train_mlp --offload-optimizer nvme --steps 1");
+    ZT_CHECKF(R.status != 0 && strstr(R.err, "needs --nvme-path") && !strstr(R.err, "nvme_path") &&
+                  count_lines(R.err) == 1, "exit %d: %s", R.status, R.err);
+    run_cmd(GPT2 " --offload-param cpu --stage 1 --steps 1");
+    ZT_CHECKF(R.status != 0 && strstr(R.err, "--offload-param cpu needs stage 3") && !strstr(R.err, "offload_param") &&
+                  count_lines(R.err) == 1, "exit %d: %s", R.status, R.err);
+    snprintf(dir, sizeof dir, "/tmp/zt_cli_nvme_%d", (int)getpid());
+    snprintf(line, sizeof line, "build/train_mlp --offload-optimizer nvme --nvme-path %s --steps 2", dir);
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0 && access(dir, F_OK) == 0 && strstr(R.out, "--offload-optimizer nvme"), "exit %d: %s",
+              R.status, R.err);
+    snprintf(line, sizeof line, "rm -rf '%s'", dir);
+    ZT_CHECK(system(line) == 0);
+    snprintf(line, sizeof line, GPT2_SMALL " --steps 1 --offload-optimizer nvme --nvme-path %s/a/b", dir);
+    run_cmd(line); /* one level is created, as zero_engine_save does; the error says which */
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "--nvme-path ") && strstr(R.err, "cannot create it") &&
+                  !strstr(R.err, "host tier"), "exit %d: %s", R.status, R.err);
+    run_cmd(GPT2 " --help");
+    ZT_CHECK(strstr(R.out, "--steps S (default 100)") && strstr(R.out, "--lr LR (default 3e-3)") &&
+             strstr(R.out, "--offload-activations none|cpu|nvme"));
+    snprintf(line, sizeof line, GPT2_SMALL " --steps 2 --offload-activations cpu");
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0 && strstr(R.out, "inputs stashed (cpu)"), "exit %d: %s %s", R.status, R.out, R.err);
+}
+
+/* What the single-stage summary and the step lines say: with offload the measured model
+   states are the device's (the other tiers named), an fp16 skipped step says why. */
+ZT_TEST(gpt2_labels_say_what_they_count)
+{
+    char line[256];
+    if (access(GPT2, X_OK) != 0) ZT_SKIP(GPT2 " not built");
+    snprintf(line, sizeof line, GPT2 " --stage 3 --ranks 2 --steps 2 --sample 0 --val-batches 1 --layers 2 "
+             "--offload-optimizer nvme --offload-param nvme --nvme-path /tmp/zt_cli_nvl_%d", (int)getpid());
+    run_cmd(line);
+    ZT_CHECKF(R.status == 0 && strstr(R.out, "model states per rank: 0 B measured on the device (+ ") &&
+                  strstr(R.out, "B by formula (every tier)"), "exit %d: %s %s", R.status, R.out, R.err);
+    snprintf(line, sizeof line, "rm -rf /tmp/zt_cli_nvl_%d", (int)getpid());
+    ZT_CHECK(system(line) == 0);
+    run_cmd(GPT2_SMALL " --dtype f16 --steps 3 --lr 300 --warmup 0 --clip 0");
+    ZT_CHECKF(R.status == 0 && strstr(R.out, "norm  -1.0000") &&
+                  strstr(R.out, "| skipped (norm -1): inf/NaN gradients, an fp16 overflow: the loss scale halves"),
+              "exit %d: %s", R.status, R.out);
+}
+
+/* The memory check's activation bytes (gpt2_activation_bytes) are what the run allocates. */
+ZT_TEST(gpt2_activation_estimate_is_what_it_allocates)
+{
+    static const char *const flags[] = {"", "--offload-activations cpu", "--dtype bf16", "--tile-embedding 3",
+                                        "--tile-embedding 5 --dtype f16 --batch 4 --heads 2"};
+    size_t k;
+    if (access(GPT2, X_OK) != 0) ZT_SKIP(GPT2 " not built");
+    for (k = 0; k < sizeof flags / sizeof flags[0]; k++) {
+        char line[256], *a[16], buf[256], *tok, *save = NULL;
+        int argc = 0;
+        gpt2_opts o;
+        const char *p;
+        double est;
+        unsigned long long got = 0;
+        snprintf(line, sizeof line, GPT2_SMALL " --steps 1 --val-batches 1 %s", flags[k]);
+        run_cmd(line);
+        ZT_CHECKF(R.status == 0, "%s: exit %d: %s", line, R.status, R.err);
+        p = strstr(R.out, "rank 0 activations ");
+        ZT_CHECKF(p && sscanf(p, "rank 0 activations %llu B", &got) == 1, "%s", R.out);
+        snprintf(buf, sizeof buf, "t --ranks 1 --layers 2 %s", flags[k]);
+        for (tok = strtok_r(buf, " ", &save); tok && argc < 16; tok = strtok_r(NULL, " ", &save)) a[argc++] = tok;
+        gpt2_opts_default(&o);
+        ZT_CHECK(gpt2_parse_args(argc, a, &o) == 0);
+        est = gpt2_activation_bytes(&o.cfg, o.batch / o.ranks, o.oact != ZERO_OFFLOAD_NONE, o.tile_embedding, o.dtype);
+        ZT_CHECKF(fabs(est - (double)got) <= 1e-3 * (double)got, "%s: allocated %llu, estimated %.0f (argc %d tiles %d B %d L %d)", flags[k], got,
+                  est, argc, o.tile_embedding, o.batch, o.cfg.layers);
+    }
+}
+
+/* Sizes that cannot fit are refused before anything is allocated, with the figure; what
+   runs out anyway says which allocation; devices and FIFOs are not read as data. */
+ZT_TEST(gpt2_sizes_and_data_that_do_not_fit)
+{
+    char fifo[64], line[160];
+    run_cmd("ulimit -v 4000000 && " GPT2 " --batch 16384 --steps 1 --stage 0");
+    ZT_CHECKF(R.status == 1 && strstr(R.err, "this run needs about ") && strstr(R.err, "GB per rank x 4") &&
+                  strstr(R.err, "--batch 16384") && R.out[0] == '\0', "exit %d: out %s err %s", R.status, R.out, R.err);
+    run_cmd("ulimit -v 4000000 && " GPT2 " --batch 2048 --steps 1 --stage 0 --sample 0");
+    ZT_CHECKF(R.status == 1 && strstr(R.err, "out of memory: cannot allocate ") && strstr(R.err, "bytes of activations"),
+              "exit %d: %s", R.status, R.err);
+    ZT_CHECKF(count_lines(R.err) == 1, "printed once: %s", R.err);
+    run_cmd(GPT2 " --layers 100000000");
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "--layers must be at most"), "exit %d: %s", R.status, R.err);
+    run_cmd(GPT2 " --layers 4x");
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "bad value for --layers: 4x"), "exit %d: %s", R.status, R.err);
+    run_cmd(GPT2 " --data /dev/zero");
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "not a regular file"), "exit %d: %s", R.status, R.err);
+    snprintf(fifo, sizeof fifo, "/tmp/zt_cli_fifo_%d", (int)getpid());
+    ZT_CHECK(mkfifo(fifo, 0600) == 0);
+    snprintf(line, sizeof line, "timeout 20 " GPT2 " --data %s", fifo);
+    run_cmd(line);
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "not a regular file"), "exit %d: %s", R.status, R.err);
+    remove(fifo);
+}
+
 int main(void)
 {
     ZT_RUN(table_paper_example);
@@ -486,5 +777,12 @@ int main(void)
     ZT_RUN(gpt2_help_names_every_option);
     ZT_RUN(train_mlp_sizes_that_do_not_fit);
     ZT_RUN(ckpt_info_escapes_names);
+    ZT_RUN(gpt2_init_refuses_nan_and_untied_head);
+    ZT_RUN(gpt2_resume_validates_the_client_state);
+    ZT_RUN(gpt2_save_and_resume_print_what_they_did);
+    ZT_RUN(cli_errors_name_flags_once);
+    ZT_RUN(gpt2_labels_say_what_they_count);
+    ZT_RUN(gpt2_activation_estimate_is_what_it_allocates);
+    ZT_RUN(gpt2_sizes_and_data_that_do_not_fit);
     return zt_summary();
 }

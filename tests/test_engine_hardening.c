@@ -8,7 +8,7 @@
      of the same size; grads_ready on different groups) passed the comm's agreement check
      and mixed shards or summed gradients of different groups: the engine's tag (group,
      role, sequence) now travels with every collective and the local comm compares it. */
-#define ZERO_IMPLEMENTATION
+#define _XOPEN_SOURCE 700 /* POSIX names (mkdtemp, pwrite): zero.h is linked (build/zero_impl.o) */
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"

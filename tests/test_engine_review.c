@@ -7,9 +7,10 @@
    - set_tensor while the tensor's group is gathered was accepted at stages 0-2 (refused at 3);
    plus unusual configurations kept bit-identical across stages (many one-element groups,
    groups smaller than N x align, a group larger than the bucket, N = 1 and 8). */
-#define ZERO_IMPLEMENTATION
+#define _XOPEN_SOURCE 700 /* zero.h is linked (build/zero_impl.o); its private helpers: tests/zt_private.h */
 #include "zero.h"
 #include "tests/zt.h"
+#include "tests/zt_private.h"
 #include "tests/engine_common.h"
 
 /* reduce_bucket_numel = max_live_numel = SIZE_MAX: one flush per micro-step (a group call of
@@ -67,7 +68,7 @@ ZT_TEST(tiny_groups_and_big_group)
 
 /* ---- a host device whose allocations (or reserve) fail on one rank ----------------------- */
 
-static ZERO__THREAD_LOCAL int fd_rank = -1;
+static _Thread_local int fd_rank = -1;
 static int fd_fail_rank = -1;
 static int fd_fail_cat = -1;     /* fail alloc of this category on fd_fail_rank */
 static int fd_fail_reserve = 0;  /* fail reserve on fd_fail_rank                */
@@ -78,7 +79,7 @@ static zero_result fd_alloc(zero_device *d, size_t b, zero_mem_category c, void 
 {
     if (fd_rank == fd_fail_rank && (int)c == fd_fail_cat) {
         *out = NULL;
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "fd: injected out of memory (%s)",
+        return zt_fail(ZERO_ERROR_OUT_OF_MEMORY, "fd: injected out of memory (%s)",
                           zero_mem_category_name(c));
     }
     return fd_host_ops->alloc(d, b, c, out);
@@ -89,7 +90,7 @@ static zero_result fd_reserve(zero_device *d, size_t total, size_t n)
     (void)d;
     (void)n;
     if (fd_rank == fd_fail_rank && fd_fail_reserve)
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "fd: injected reserve failure (%zu)", total);
+        return zt_fail(ZERO_ERROR_OUT_OF_MEMORY, "fd: injected reserve failure (%zu)", total);
     return ZERO_OK;
 }
 

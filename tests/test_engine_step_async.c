@@ -3,7 +3,7 @@
    reference is the same run with the synchronous step: parameters, moments, master weights,
    every step's info and every loss scale must be the same bits, at every stage, with
    skipped steps (inf and NaN on one rank), clipping, accumulation and scale growth. */
-#define ZERO_IMPLEMENTATION
+#define _XOPEN_SOURCE 700 /* POSIX names (mkdtemp, pwrite): zero.h is linked (build/zero_impl.o) */
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"

@@ -4,7 +4,7 @@
    text loader concatenates a directory's regular files in strcmp order and the .bin loader
    reads llm.c's format (and refuses a bad one); the schedule is llm.c's; the flags parse and
    bad values are refused. (tests/gpt2_reference.py checks the model against PyTorch.) */
-#define ZERO_IMPLEMENTATION
+#define _XOPEN_SOURCE 700 /* POSIX names (mkdtemp, pwrite): zero.h is linked (build/zero_impl.o) */
 #include "zero.h"
 #include "examples/gpt2_common.h"
 #include "tests/zt.h"

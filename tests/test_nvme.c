@@ -10,7 +10,7 @@
    log line, a live job's (a child holding its lock) and other files are not. Each test makes its own
    directory and removes it. ZT_NVME_DIR picks where (default: the first of /var/tmp, /tmp,
    build where O_DIRECT works). */
-#define ZERO_IMPLEMENTATION
+#define _XOPEN_SOURCE 700 /* POSIX names (mkdtemp, pwrite): zero.h is linked (build/zero_impl.o) */
 #include "zero.h"
 #include "tests/zt.h"
 
@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 /* ZeRO-Offload in the engine: the knobs, the device memory budget, exactness of the
    offloaded step against the same run without offload (bit for bit), and the accounting of
    each tier against the ZeRO-Offload formula plus the declared staging buffers. */
-#define ZERO_IMPLEMENTATION
+#define _XOPEN_SOURCE 700 /* POSIX names (mkdtemp, pwrite): zero.h is linked (build/zero_impl.o) */
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"

@@ -1,7 +1,8 @@
 /* Results, error detail, dtypes and allocation hooks. */
-#define ZERO_IMPLEMENTATION
+#define _XOPEN_SOURCE 700 /* zero.h is linked (build/zero_impl.o); its private helpers: tests/zt_private.h */
 #include "zero.h"
 #include "tests/zt.h"
+#include "tests/zt_private.h"
 
 ZT_TEST(result_strings_are_distinct)
 {
@@ -23,7 +24,7 @@ ZT_TEST(result_strings_are_distinct)
 
 ZT_TEST(error_detail_is_kept_and_cleared)
 {
-    zero_result r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "world = %d", -3);
+    zero_result r = zt_fail(ZERO_ERROR_INVALID_ARGUMENT, "world = %d", -3);
     ZT_CHECK(r == ZERO_ERROR_INVALID_ARGUMENT);
     ZT_CHECK(strcmp(zero_last_error(), "world = -3") == 0);
     zero_clear_error();
@@ -56,20 +57,20 @@ static void hook_free(void *p, void *user)
 ZT_TEST(allocator_hooks_are_used)
 {
     zero_allocator a = {hook_alloc, hook_free, NULL};
-    void *p = zero__alloc(&a, 64);
+    void *p = zt_alloc(&a, 64);
     ZT_CHECK(p != NULL && hook_live == 1);
-    zero__free(&a, p);
+    zt_free(&a, p);
     ZT_CHECK(hook_live == 0);
-    ZT_CHECK(zero__alloc(&a, 0) == NULL && hook_live == 0);
+    ZT_CHECK(zt_alloc(&a, 0) == NULL && hook_live == 0);
 }
 
 ZT_TEST(size_arithmetic_detects_overflow)
 {
     size_t out = 0;
-    ZT_CHECK(zero__mul_size((size_t)-1 / 2 + 1, 2, &out) == -1);
-    ZT_CHECK(zero__mul_size(1000, 8, &out) == 0 && out == 8000);
-    ZT_CHECK(zero__add_size((size_t)-1, 1, &out) == -1);
-    ZT_CHECK(zero__add_size(5, 6, &out) == 0 && out == 11);
+    ZT_CHECK(zt_mul_size((size_t)-1 / 2 + 1, 2, &out) == -1);
+    ZT_CHECK(zt_mul_size(1000, 8, &out) == 0 && out == 8000);
+    ZT_CHECK(zt_add_size((size_t)-1, 1, &out) == -1);
+    ZT_CHECK(zt_add_size(5, 6, &out) == 0 && out == 11);
 }
 
 int main(void)

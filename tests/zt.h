@@ -68,6 +68,14 @@ static inline int zt_quick(void)
     return q && *q && strcmp(q, "0") != 0;
 }
 
+/* 1 when ZT_LONG is set (make test-long, which CI runs): the stress cases run at their long
+   sizes; make test runs them short. */
+static inline int zt_long(void)
+{
+    const char *q = getenv("ZT_LONG");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
 /* A small deterministic generator (splitmix64), so failures reproduce. */
 static unsigned long long zt_rng_state = 0x9e3779b97f4a7c15ull;
 static inline unsigned long long zt_rand64(void)

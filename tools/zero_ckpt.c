@@ -71,7 +71,12 @@ static int info(const char *dir)
     zero_checkpoint_info in;
     int t, k;
     if (zero_checkpoint_open(dir, &ck) != ZERO_OK) return fail("open");
-    zero_checkpoint_get_info(ck, &in);
+    memset(&in, 0, sizeof in); /* gcc -O2 -DZERO_STATIC (make) cannot see every field written */
+    if (zero_checkpoint_get_info(ck, &in) != ZERO_OK) {
+        int rc = fail("info");
+        zero_checkpoint_close(ck);
+        return rc;
+    }
     printf("checkpoint %s\n", dir);
     printf("  generation %llu, step %lld, world %d, stage %d, params %s, align %zu\n",
            (unsigned long long)in.generation, (long long)in.step, in.world, in.stage,
@@ -105,7 +110,8 @@ static int info(const char *dir)
     }
     for (t = 0; t < in.num_tensors; t++) {
         zero_checkpoint_tensor ti;
-        zero_checkpoint_get_tensor(ck, t, &ti);
+        memset(&ti, 0, sizeof ti);
+        if (zero_checkpoint_get_tensor(ck, t, &ti) != ZERO_OK) break;
         printf("  tensor ");
         print_name(ti.name, 32);
         printf(" group %3d  numel %12zu  shape [", ti.group, ti.numel);

@@ -52,6 +52,7 @@ static const char *help_text =
     "  --memory BYTES       device memory per rank for --max-params\n"
     "  --json               the same data as JSON (keys: docs/estimator.md)\n"
     "  --gib                print sizes in binary units (GiB = 2^30) instead of GB = 10^9\n"
+    "                       (--deepspeed prints 2^30 bytes as GB, as DeepSpeed does)\n"
     "  --help               this text\n"
     "\n"
     "Numbers are exact: 7500000000, 7.5e9, 7.5B, 350M, 32K, 1.5T (K M B/G T P: powers of\n"
@@ -165,7 +166,8 @@ typedef struct scale {
     const char *name;
 } scale;
 
-/* The unit for a table whose largest value is 'max'. */
+/* The unit for a table whose largest value is 'max': powers of 1000, or of 1024 ('binary'),
+   named KiB, MiB, GiB or, as DeepSpeed names them ('binary' 2), KB, MB, GB. */
 static scale pick_scale(uint64_t max, int binary)
 {
     static const char *dec[] = {"B", "KB", "MB", "GB", "TB", "PB", "EB"};
@@ -178,7 +180,7 @@ static scale pick_scale(uint64_t max, int binary)
         i++;
     }
     s.div = div;
-    s.name = binary ? bin[i] : dec[i];
+    s.name = binary == 1 ? bin[i] : dec[i];
     return s;
 }
 
@@ -548,8 +550,9 @@ int main(int argc, char **argv)
                    o.max_params ? "        max params" : "", "per GPU", "per CPU (node)");
             for (i = 0; i < nrows; i++) {
                 const row *r = &rows[i];
-                human(r->est.device_bytes, pick_scale(r->est.device_bytes, o.gib), a, sizeof a);
-                human(r->est.host_bytes, pick_scale(r->est.host_bytes, o.gib), b, sizeof b);
+                /* DeepSpeed's units: 2^30 bytes called GB (--gib: called GiB) */
+                human(r->est.device_bytes, pick_scale(r->est.device_bytes, o.gib ? 1 : 2), a, sizeof a);
+                human(r->est.host_bytes, pick_scale(r->est.host_bytes, o.gib ? 1 : 2), b, sizeof b);
                 human_count(r->max_params, c + 3, sizeof c - 3);
                 memcpy(c, ">= ", 3); /* 2^53 is the estimator's cap: every size fits */
                 printf("%5d  %-17s  %-13s  %-9s  ", r->desc.stage, r->desc.offload ? "cpu" : "none",
@@ -606,7 +609,9 @@ int main(int argc, char **argv)
             }
         }
         printf("\n%s; %s. Exact bytes: --json.\n",
-               o.gib ? "KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes" : "KB, MB, GB = 10^3, 10^6, 10^9 bytes",
+               o.gib ? "KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes"
+               : o.deepspeed ? "KB, MB, GB = 2^10, 2^20, 2^30 bytes, as DeepSpeed prints them"
+                             : "KB, MB, GB = 10^3, 10^6, 10^9 bytes",
                o.deepspeed ? "per GPU = DeepSpeed's gpu_mem, per CPU = its cpu_mem (one node)"
                : o.max_params ? "bytes per rank at the answer; buffers and activations not included"
                : o.offload ? "per rank; saving = stage-0 data-parallel total / device"

@@ -13,6 +13,8 @@
      engine runs (stages 0-3) against the local comm at the same N (on the CUDA device and
      the host run) within a stated tolerance (NCCL reduces in a different order than the
      local comm's rank order).
+   - Ranks that disagree on a collective's count: an error on both (the watchdog's timeout
+     on a GPU; under tests/cudasim the simulated NCCL's message naming the collective).
    - Timeouts: a queue of two collectives, each joined within the timeout of the one before,
      does not time out (the clock starts at the previous one's end); one rank never joins a
      collective; the other gets ZERO_ERROR_TIMEOUT from
@@ -613,6 +615,17 @@ ZT_TEST(tcp_bootstrap_2_ranks)
 
 /* ---- timeouts: the last rank never joins ---- */
 
+/* A rank's stream and n zeroed floats on it (the timeout tests' setup). */
+static zero_result rank_stream_buffer(cudaStream_t *st, float **d, size_t n)
+{
+    zero_result r = ZERO_OK;
+    CUDA_TRY(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc((void **)d, n * sizeof(float)));
+    CUDA_TRY(cudaMemsetAsync(*d, 0, n * sizeof(float), *st)); /* ordered before the collectives */
+done:
+    return r;
+}
+
 typedef struct hang_ctx {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -633,9 +646,7 @@ static zero_result hang_rank(int rank, int world, zero_comm *comm, void *user)
     float *d = NULL;
     zero_result r = ZERO_OK;
     (void)world;
-    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    CUDA_TRY(cudaMalloc((void **)&d, 1024 * sizeof(float)));
-    CUDA_TRY(cudaMemsetAsync(d, 0, 1024 * sizeof(float), st)); /* ordered before the collective */
+    Z_TRY(rank_stream_buffer(&st, &d, 1024));
     if (h->mode != 2) { /* one collective together: connections are up */
         Z_TRY(comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st));
         Z_TRY(zero_nccl_wait(comm, 0));
@@ -717,9 +728,7 @@ static zero_result queue_rank(int rank, int world, zero_comm *comm, void *user)
     zero_result r = ZERO_OK;
     int i;
     (void)world;
-    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    CUDA_TRY(cudaMalloc((void **)&d, 64 * sizeof(float)));
-    CUDA_TRY(cudaMemsetAsync(d, 0, 64 * sizeof(float), st));
+    Z_TRY(rank_stream_buffer(&st, &d, 64));
     Z_TRY(comm->ops->all_reduce(comm, d, d, 64, ZERO_F32, ZERO_OP_SUM, st)); /* connections up */
     Z_TRY(zero_nccl_wait(comm, 0));
     for (i = 0; i < 2; i++) {
@@ -746,6 +755,52 @@ ZT_TEST(timeout_clock_starts_after_previous)
     (void)run_ranks(2, queue_rank, &q, q.timeout_ms, 0, NULL, err, sizeof err);
     ZT_CHECKF(q.got[0] == ZERO_OK && q.got[1] == ZERO_OK, "rank 0 %s, rank 1 %s: %s %s", zero_result_string(q.got[0]),
               zero_result_string(q.got[1]), q.msg, err);
+}
+
+/* Ranks that disagree on a collective's count: an error on both, never a hang. On a GPU
+   the watchdog's timeout ends it (NCCL cannot tell); under the harness (tests/cudasim) the
+   simulated NCCL reports it at once, naming the collective and both counts. */
+typedef struct mismatch_ctx {
+    zero_result got[2];
+    char msg[2][700];
+} mismatch_ctx;
+
+static zero_result mismatch_rank(int rank, int world, zero_comm *comm, void *user)
+{
+    mismatch_ctx *m = (mismatch_ctx *)user;
+    cudaStream_t st = NULL;
+    float *d = NULL;
+    zero_result r = ZERO_OK;
+    (void)world;
+    Z_TRY(rank_stream_buffer(&st, &d, 64));
+    r = comm->ops->all_reduce(comm, d, d, rank == 0 ? 64 : 32, ZERO_F32, ZERO_OP_SUM, st);
+    if (r == ZERO_OK) r = zero_nccl_wait(comm, 0);
+    m->got[rank] = r;
+    snprintf(m->msg[rank], sizeof m->msg[rank], "%s", r == ZERO_OK ? "" : zero_last_error());
+    r = ZERO_OK;
+done:
+    if (st) cudaStreamDestroy(st);
+    cudaFree(d);
+    return r;
+}
+
+ZT_TEST(mismatched_counts_fail)
+{
+    mismatch_ctx m;
+    char err[800] = "";
+    int r;
+    const char *why = cannot_run(2);
+    if (why) ZT_SKIP(why);
+    memset(&m, 0, sizeof m);
+    (void)run_ranks(2, mismatch_rank, &m, 2000, 0, NULL, err, sizeof err);
+    for (r = 0; r < 2; r++) {
+        ZT_CHECKF(m.got[r] != ZERO_OK, "rank %d: the mismatched all-reduce succeeded", r);
+#ifdef CUDASIM
+        ZT_CHECKF(m.got[r] == ZERO_ERROR_COMM && strstr(m.msg[r], "ncclAllReduce(count 64") &&
+                      strstr(m.msg[r], "ncclAllReduce(count 32") && strstr(m.msg[r], "does not match"),
+                  "rank %d: %s: %s", r, zero_result_string(m.got[r]), m.msg[r]);
+#endif
+    }
 }
 
 /* ---- engine runs: NCCL against the local comm ---- */
@@ -1030,5 +1085,6 @@ int main(void)
     ZT_RUN(timeout_watchdog_unblocks_stream_sync);
     ZT_RUN(timeout_first_collective);
     ZT_RUN(timeout_clock_starts_after_previous);
+    ZT_RUN(mismatched_counts_fail);
     return zt_summary();
 }

@@ -5,7 +5,8 @@
    CUDA_R_16BF (the types examples/train_gpu.cu and examples/train_gpt2.cu pass), column-major
    as cuBLAS: C = alpha op(A) op(B) + beta C, op(A) m x k, op(B) k x n, C m x n.
 
-   What it checks at the call, as cuBLAS does: m, n, k, batch >= 0, lda >= rows of A as stored
+   What it checks at the call, as cuBLAS does (and the handle's stream on the handle's
+   device, cudasim::stream_device): m, n, k, batch >= 0, lda >= rows of A as stored
    (m for CUBLAS_OP_N, k for CUBLAS_OP_T), ldb likewise, ldc >= m, a supported type and
    compute type (CUBLAS_STATUS_INVALID_VALUE / CUBLAS_STATUS_NOT_SUPPORTED). What a GPU would
    not report but corrupts memory: each operand's extent, (cols - 1) ld + rows elements for
@@ -154,6 +155,14 @@ inline cublasStatus_t gemm(const char *who, cublasHandle_t h, cublasOperation_t 
         std::fprintf(stderr, "cudasim: %s: lda %d, ldb %d, ldc %d below the stored rows %lld, %lld, %d\n", who, lda,
                      ldb, ldc, oa.rows, ob.rows, m);
         return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    {
+        int sd = cudasim::stream_device(h->stream);
+        if (sd >= 0 && sd != h->device) {
+            cudasim::fail(cudaErrorInvalidResourceHandle, "%s: the handle's stream is on device %d, the handle on %d",
+                          who, sd, h->device);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
     }
     al = *(const float *)alpha;
     be = *(const float *)beta;

@@ -20,8 +20,9 @@
      flag. ncclCommAbort of the parent withdraws its rank from a running split (the child
      is then never written for that rank).
    - Collectives (ncclAllReduce, ncclReduceScatter, ncclAllGather, ncclBroadcast) are
-     checked at the call (comm, type, op, root, buffers inside one allocation of the comm's
-     device via cudasim::check_access, NCCL's in-place rules: all-reduce and broadcast with
+     checked at the call (comm, type, op, root, the stream on the comm's device, buffers
+     inside one allocation of the comm's device via cudasim::check_access, NCCL's in-place
+     rules: all-reduce and broadcast with
      sendbuff == recvbuff, all-gather with sendbuff == recvbuff + rank * sendcount,
      reduce-scatter with recvbuff == sendbuff + rank * recvcount; any other overlap is an
      error), numbered in call order per communicator, and enqueued on the stream
@@ -320,7 +321,7 @@ struct call {
     ncclDataType_t type;
     ncclRedOp_t op;
     int root;
-    ncclComm_t comm;
+    std::shared_ptr<state> sp; /* not the handle: a grouped call outlives a destroyed one */
     cudaStream_t stream;
 };
 
@@ -392,11 +393,7 @@ inline void run(const std::shared_ptr<state> &sp, const call &c, uint64_t seq)
                     for (int r = 1; r < n; r++) {
                         float b = (float)cudasim_num::load(x.send[(size_t)r], base + i, k);
                         a = c.op == ncclMax ? (b > a ? b : a) : a + b;
-                        if (k != cudasim_num::F32) { /* rounded to the type at every step */
-                            uint16_t h;
-                            cudasim_num::store(&h, 0, k, a);
-                            a = (float)cudasim_num::load(&h, 0, k);
-                        }
+                        a = cudasim_num::round_to(k, a); /* rounded to the type at every step */
                     }
                     cudasim_num::store(tmp.data(), i, k, a);
                 }
@@ -418,7 +415,7 @@ inline void run(const std::shared_ptr<state> &sp, const call &c, uint64_t seq)
 /* Enqueues one collective on its stream. */
 inline ncclResult_t launch(const call &c)
 {
-    std::shared_ptr<state> sp = of(c.comm);
+    std::shared_ptr<state> sp = c.sp;
     uint64_t seq = sp->next_coll++;
     sp->pending++;
     cudaError_t e = cudasim::enqueue(c.stream, kind_name(c.kind), [sp, c, seq]() -> cudaError_t {
@@ -484,6 +481,15 @@ inline ncclResult_t collective(int kind, const void *send, void *recv, size_t co
     if (!cudasim::check_access(sp->device, recv, rbytes, who, "recvbuff"))
         return set_last(ncclInvalidArgument, "%s: recvbuff %p (%zu bytes) is not device memory of the comm's device %d",
                         who, recv, rbytes, sp->device);
+    {
+        int sd = cudasim::stream_device(stream);
+        if (sd >= 0 && sd != sp->device) {
+            cudasim::fail(cudaErrorInvalidResourceHandle, "%s: the stream is on device %d, the communicator on device %d",
+                          who, sd, sp->device);
+            return set_last(ncclInvalidArgument, "%s: the stream is on device %d, the communicator on device %d", who,
+                            sd, sp->device);
+        }
+    }
     if (uses_send && overlap(send, sbytes, recv, rbytes)) {
         const char *s = (const char *)send, *r = (const char *)recv;
         bool inplace = kind == 0   ? s == r + me * sbytes
@@ -499,7 +505,7 @@ inline ncclResult_t collective(int kind, const void *send, void *recv, size_t co
                             who);
         }
     }
-    call c = {kind, uses_send ? send : nullptr, recv, count, type, op, root, comm, stream};
+    call c = {kind, uses_send ? send : nullptr, recv, count, type, op, root, sp, stream};
     if (group_depth() > 0) {
         group_calls().push_back(c);
         return ncclSuccess;
@@ -693,7 +699,7 @@ inline ncclResult_t ncclGroupEnd(void)
     std::vector<call> calls;
     calls.swap(group_calls());
     for (const call &c : calls) {
-        ncclResult_t q = of(c.comm) && !of(c.comm)->stopped() ? launch(c) : ncclInvalidUsage;
+        ncclResult_t q = c.sp->stopped() ? ncclInvalidUsage : launch(c);
         if (r == ncclSuccess) r = q;
     }
     return r;

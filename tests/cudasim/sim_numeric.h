@@ -68,6 +68,12 @@ enum kind { F32 = 0, F64 = 1, F16 = 2, BF16 = 3 };
 
 inline size_t kind_size(kind k) { return k == F64 ? 8 : k == F32 ? 4 : 2; }
 
+/* a rounded to the 16-bit type k and widened back (F32, F64: a unchanged) */
+inline float round_to(kind k, float a)
+{
+    return k == F16 ? f16_to_f32(f32_to_f16(a)) : k == BF16 ? bf16_to_f32(f32_to_bf16(a)) : a;
+}
+
 inline double load(const void *p, size_t i, kind k)
 {
     switch (k) {

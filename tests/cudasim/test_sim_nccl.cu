@@ -10,7 +10,8 @@
    - seeded defects, each caught with a message that names it: counts that differ across
      ranks (ncclInvalidUsage naming the collective, the ranks and both counts, no hang), a
      peer that never arrives (the stream stays busy until ncclCommAbort ends the wait),
-     overlapping buffers that are not in place, pageable host memory as a buffer, two
+     overlapping buffers that are not in place, pageable host memory as a buffer, a stream
+     of another device, two
      ranks on one device without NCCL_MULTI_RANK_GPU_ENABLE;
    - cuBLAS: cublasGemmEx in the four transposes and cublasGemmStridedBatchedEx against a
      loop in the documented order, fp32 and bf16/fp16 operands, beta != 0, and an operand
@@ -142,8 +143,7 @@ static double ref_reduce(kind k, bool max, int n, size_t i, size_t base)
         if (k == cudasim_num::F64) a = max ? (b > a ? b : a) : a + b;
         else {
             float fa = (float)a, fb = (float)b, s = max ? (fb > fa ? fb : fa) : fa + fb;
-            cudasim_num::store(buf, 0, k, s);
-            a = cudasim_num::load(buf, 0, k);
+            a = cudasim_num::round_to(k, s);
         }
     }
     return a;
@@ -307,8 +307,8 @@ ZT_TEST(peer_never_arrives_abort_unblocks)
 ZT_TEST(bad_buffers_refused)
 {
     ncclUniqueId id = new_id();
-    ncclResult_t overlap = ncclSuccess, pageable = ncclSuccess;
-    std::string m1, m2;
+    ncclResult_t overlap = ncclSuccess, pageable = ncclSuccess, other = ncclSuccess;
+    std::string m1, m2, m3;
     ranks(1, 4, [&](int r) {
         ncclComm_t comm = init_blocking(id, 1, r);
         cudaStream_t st;
@@ -319,6 +319,15 @@ ZT_TEST(bad_buffers_refused)
         m1 = ncclGetLastError(comm);
         pageable = ncclAllReduce(host, p, 8, ncclFloat32, ncclSum, comm, st);
         m2 = ncclGetLastError(comm);
+        { /* a stream of another device */
+            cudaStream_t s1;
+            cudaSetDevice(1);
+            cudaStreamCreate(&s1);
+            cudaSetDevice(0);
+            other = ncclAllReduce(p, p, 8, ncclFloat32, ncclSum, comm, s1);
+            m3 = ncclGetLastError(comm);
+            cudaStreamDestroy(s1);
+        }
         cudaStreamSynchronize(st);
         cudaGetLastError(); /* check_access recorded its error as the last one */
         cudaFree(p);
@@ -329,6 +338,8 @@ ZT_TEST(bad_buffers_refused)
               m1.c_str());
     ZT_CHECKF(pageable == ncclInvalidArgument && m2.find("sendbuff") != std::string::npos, "%d '%s'", (int)pageable,
               m2.c_str());
+    ZT_CHECKF(other == ncclInvalidArgument && m3.find("stream is on device 1") != std::string::npos, "%d '%s'",
+              (int)other, m3.c_str());
 }
 
 ZT_TEST(duplicate_gpu_needs_the_variable)
@@ -411,6 +422,22 @@ ZT_TEST(cublas_gemm_reference)
         cudaFree(dA);
         cudaFree(dB);
         cudaFree(dC);
+    }
+    { /* a stream of another device than the handle's */
+        cudaStream_t s1;
+        float *d, one = 1.0f;
+        cudaMalloc((void **)&d, 16 * sizeof(float));
+        cudaSetDevice(2);
+        cudaStreamCreate(&s1);
+        cudaSetDevice(0);
+        cublasSetStream(h, s1);
+        cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, d, CUDA_R_32F, 4, d, CUDA_R_32F, 4,
+                                        &one, d, CUDA_R_32F, 4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        ZT_CHECKF(s == CUBLAS_STATUS_INVALID_VALUE && cudasim::last_message().find("device 2") != std::string::npos,
+                  "%s '%s'", cublasGetStatusString(s), cudasim::last_message().c_str());
+        cudaGetLastError();
+        cudaStreamDestroy(s1);
+        cudaFree(d);
     }
     cublasDestroy(h);
     cudaStreamDestroy(st);
