@@ -3,8 +3,15 @@
 #define CUDASIM_CUDA_BF16_H
 #include <cuda_runtime.h>
 
+static inline float __bfloat162float(struct __nv_bfloat16 b);
+static inline struct __nv_bfloat16 __float2bfloat16_rn(float f);
+
+/* As CUDA's: default-constructible, from float (round to nearest even) and back. */
 struct __nv_bfloat16 {
     unsigned short x;
+    __nv_bfloat16() = default;
+    __nv_bfloat16(float f);
+    operator float() const;
 };
 
 static inline float __bfloat162float(__nv_bfloat16 b)
@@ -26,4 +33,6 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f)
     return b;
 }
 static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+inline __nv_bfloat16::__nv_bfloat16(float f) : x(__float2bfloat16_rn(f).x) {}
+inline __nv_bfloat16::operator float() const { return __bfloat162float(*this); }
 #endif

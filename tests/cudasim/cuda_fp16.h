@@ -3,8 +3,15 @@
 #define CUDASIM_CUDA_FP16_H
 #include <cuda_runtime.h>
 
+static inline float __half2float(struct __half h);
+static inline struct __half __float2half_rn(float f);
+
+/* As CUDA's: default-constructible, from float (round to nearest even) and back. */
 struct __half {
     unsigned short x;
+    __half() = default;
+    __half(float f);
+    operator float() const;
 };
 
 static inline float __half2float(__half h)
@@ -50,4 +57,6 @@ static inline __half __float2half_rn(float f)
     }
 }
 static inline __half __float2half(float f) { return __float2half_rn(f); }
+inline __half::__half(float f) : x(__float2half_rn(f).x) {}
+inline __half::operator float() const { return __half2float(*this); }
 #endif

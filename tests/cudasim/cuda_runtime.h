@@ -296,9 +296,22 @@ template <class T> static inline T atomicCAS(T *p, T cmp, T v)
     __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return cmp;
 }
-static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence_block(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence_system(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+/* Fences: the blocks of a launch run one after another on one thread, so a fence orders
+   nothing the harness could reorder; ThreadSanitizer does not take fences (a compiler
+   barrier there). */
+#if defined(__SANITIZE_THREAD__)
+#define CUDASIM__FENCE() __asm__ __volatile__("" ::: "memory")
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CUDASIM__FENCE() __asm__ __volatile__("" ::: "memory")
+#endif
+#endif
+#ifndef CUDASIM__FENCE
+#define CUDASIM__FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
+static inline void __threadfence(void) { CUDASIM__FENCE(); }
+static inline void __threadfence_block(void) { CUDASIM__FENCE(); }
+static inline void __threadfence_system(void) { CUDASIM__FENCE(); }
 
 /* Cached loads: a plain load (the simulation has no caches). */
 template <class T> static inline T __ldg(const T *p) { return *p; }

@@ -377,7 +377,7 @@ ZT_TEST(test_events_and_streams)
     const int n = 1 << 14;
     float *p, h[4];
     cudaStream_t s;
-    cudaEvent_t e0, e1;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
     ZT_CHECK(cudaMalloc((void **)&p, n * 4) == cudaSuccess);
     ZT_CHECK(cudaStreamCreate(&s) == cudaSuccess);
     ZT_CHECK(cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess);
@@ -686,6 +686,9 @@ ZT_TEST(test_defect_missing_wait)
 #ifdef T_TSAN
     child c = run_child(child_race_missing_wait, race1);
     EXPECT_OUT(c, "ThreadSanitizer: data race");
+    c = run_child(child_race_with_wait, race2);
+    ZT_CHECKF(c.status == 0 && !has(c, "ThreadSanitizer"), "with the wait, TSan or the data complained:\n%s",
+              c.out.c_str());
 #else
     child c = run_child(child_race_missing_wait, race1);
     ZT_CHECKF(c.status == 0, "a missing wait went unnoticed in race mode:\n%s", c.out.c_str());
