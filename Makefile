@@ -5,7 +5,8 @@
 #   make demo          the GPT-2 example at stages 0-3 on 4 ranks (make demo-mlp: the MLP)
 #   make test-gpt2     the GPT-2 example against PyTorch / Hugging Face (PYTHON: a venv with torch)
 #   make test-sanitize the CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make compile-tests zero.h as C99 -pedantic, C11, C++17 and ZERO_STATIC, gcc and clang
+#   make test-tsan     the threaded tests under ThreadSanitizer
+#   make compile-tests zero.h as C99 -pedantic, C11, C++17 and ZERO_STATIC, gcc and clang (-O0, -O1, -O2)
 #   make cuda          compile and link the CUDA/NCCL parts with nvcc (skips without it)
 #   make test-cuda     run the GPU tests (a skip line in a second without a GPU: probes, then builds)
 #   make sanitize-cuda the GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
@@ -39,7 +40,7 @@ BENCHES  := $(patsubst bench/%.c,build/%,$(filter-out bench/bench_mpi.c,$(sort $
 TOOLS    := build/zero-estimate build/zero-ckpt
 
 .PHONY: test-cuda-sim cudasim-run print-cudasim-tsan
-.PHONY: all test test-long demo demo-mlp test-gpt2 test-sanitize compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
+.PHONY: all test test-long demo demo-mlp test-gpt2 test-sanitize test-tsan compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
         print-nccl mpi test-mpi bench-mpi test-ckpt-kill fuzz test-safetensors-py
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
@@ -60,8 +61,8 @@ SELF_TESTS    := $(patsubst tests/%.c,build/%,$(filter $(TEST_SRC),$(SELF_IMPL_S
 LINKED_TESTS  := $(filter-out $(SELF_TESTS),$(TESTS))
 TEST_DEPS     := $(HEADERS) $(wildcard tests/*.h)
 
-# tests that run a bench's code at a small size
-build/test_infinity build/san/test_infinity build/bench_overlap: bench/bench_infinity.c bench/bench_common.h
+# tests that run a bench's code at a small size (bench_infinity's model, in bench/bench_common.h)
+build/test_infinity build/san/test_infinity: bench/bench_common.h
 
 SELF_OPT ?= -Og
 build/zero_impl.o: tests/zero_impl.c tests/zt_private.h $(HEADERS) | build
@@ -148,6 +149,24 @@ test-sanitize:
 	@$(MAKE) --no-print-directory $(PAR) $(SAN_TESTS) $(TOOLS) build/train_mlp
 	@ZT_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(SAN_TESTS)
 
+# make test-tsan: the threaded tests under ThreadSanitizer (ranks as threads of the local
+# comm, the I/O engine's workers, the asynchronous step, the activation tier), ZT_QUICK.
+# A report fails the program (exit status 66).
+TSAN_FLAGS := -std=c11 $(WARN) -O1 -g -fsanitize=thread -pthread -I.
+TSAN_NAMES := test_local test_engine_allreduce test_engine_async test_engine_step_async test_activations test_nvme
+TSAN_TESTS := $(addprefix build/tsan/,$(TSAN_NAMES))
+build/tsan:
+	@mkdir -p $@
+build/tsan/zero_impl.o: tests/zero_impl.c $(HEADERS) | build/tsan
+	$(CC) $(TSAN_FLAGS) -c $< -o $@
+$(filter $(addprefix build/tsan/,$(notdir $(SELF_TESTS))),$(TSAN_TESTS)): build/tsan/%: tests/%.c $(TEST_DEPS) | build/tsan
+	$(CC) $(TSAN_FLAGS) $< -o $@ $(LDLIBS)
+$(filter $(addprefix build/tsan/,$(notdir $(LINKED_TESTS))),$(TSAN_TESTS)): build/tsan/%: tests/%.c build/tsan/zero_impl.o $(TEST_DEPS) | build/tsan
+	$(CC) $(TSAN_FLAGS) $< build/tsan/zero_impl.o -o $@ $(LDLIBS)
+test-tsan:
+	@$(MAKE) --no-print-directory $(PAR) $(TSAN_TESTS)
+	@ZT_QUICK=1 TSAN_OPTIONS="exitcode=66 second_deadlock_stack=1" bash tests/run.sh $(TSAN_TESTS)
+
 # ---- checkpoints: the full kill test, libFuzzer harnesses, the Python safetensors check ----
 test-ckpt-kill: build/test_checkpoint
 	ZERO_CKPT_KILLS=$${ZERO_CKPT_KILLS:-200} build/test_checkpoint
@@ -218,6 +237,10 @@ compile-tests: | build/compile
 	    $$cc -std=$$std $(WARN) -O1 -I. build/compile/quickstart.c -o build/compile/$$cc-quickstart-$$std -lm -pthread; \
 	    ./build/compile/$$cc-quickstart-$$std >/dev/null; \
 	  done; \
+	  for opt in -O0 -O2; do \
+	    $$cc -std=c11 $(WARN) -Werror=implicit-function-declaration $$opt -I. tests/compile/compile_first.c -o build/compile/$$cc-first$$opt -lm -pthread; \
+	    ./build/compile/$$cc-first$$opt; \
+	  done; \
 	  for std in c99 c11 gnu11; do \
 	    $$cc -std=$$std $(WARN) -Werror=implicit-function-declaration -O1 -I. tests/compile/compile_xsi.c -o build/compile/$$cc-xsi-$$std -lm -pthread; \
 	    ./build/compile/$$cc-xsi-$$std; \
@@ -232,7 +255,7 @@ compile-tests: | build/compile
 	for cxx in g++ clang++; do \
 	  $$cxx -std=c++17 $(WARN) -O1 -I. -x c++ $(COMPILE_SRC) -o build/compile/$$cxx-cxx17 -lm -pthread; \
 	  ./build/compile/$$cxx-cxx17; \
-	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h>; M_PI and XSI/BSD names after zero.h first (c99, c11, gnu11); the implementation refuses -ffast-math; the manual's quick start compiles and runs: ok"
+	done; echo "compile-tests: zero.h (+ zero_nccl.h bootstrap, zero_cuda.h/zero_nccl.h declarations) as C99, C11, C++17 and ZERO_STATIC with gcc and clang, and after <stdio.h>/<stdlib.h>/<string.h> (at -O0, -O1 and -O2: warnings differ by level); M_PI and XSI/BSD names after zero.h first (c99, c11, gnu11); the implementation refuses -ffast-math; the manual's quick start compiles and runs: ok"
 
 # ---- CUDA and NCCL ------------------------------------------------------------------------
 # nvcc: NVCC if given; else CUDA_HOME/bin/nvcc if CUDA_HOME is given; else nvcc on PATH;

@@ -628,6 +628,10 @@ typedef struct zero_comm_tag {
     int32_t group; /* engine group, -1 for none                                     */
     int32_t role;  /* what the collective is for (the engine's roles); 0 = untagged */
     uint64_t seq;  /* the caller's collective sequence number                        */
+    uint64_t count; /* the whole payload in elements when the caller splits it over
+                       several collectives (zero_engine_allreduce: its count), so
+                       ranks that split different totals disagree at the first
+                       piece; 0 otherwise                                           */
 } zero_comm_tag;
 
 /* The roles of zero_comm_tag.role: what each engine collective is for. A stage-3 prefetch
@@ -1868,7 +1872,10 @@ ZERODEF zero_result zero_engine_tensor_hparams(const zero_engine *e, int tensor,
    ZERO_OP_SUM or ZERO_OP_MAX; the local comm sums in rank order (the same bits on every
    rank). Each call is tagged ZERO_ROLE_USER, so a rank that calls it where another rank
    calls one of the engine's own collectives fails with ZERO_ERROR_MISMATCH instead of
-   exchanging the wrong data (or hanging); its traffic is counted under ZERO_COLL_USER,
+   exchanging the wrong data (or hanging), and so do ranks that pass different counts, dtypes
+   or ops (each 64-byte piece's tag carries the whole count; count 0 is one empty
+   collective), on every comm that compares tags (local, CUDA device, MPI; not NCCL:
+   docs/backends.md); its traffic is counted under ZERO_COLL_USER,
    apart from the engine's. It goes through the engine's 64-byte device scratch, one
    collective per 64 bytes, so it is meant for a few values. Call it between engine calls
    (after commit; any time in a step, not between a group's grads and grads_ready unless
@@ -1963,9 +1970,12 @@ ZERODEF const char *zero_coll_name(zero_coll kind);
 
    ERRORS. INVALID_STATE: no activation tier configured, before commit, a broken engine, a key
    already stashed (fetch or drop it first), a key already fetched (each stash is fetched
-   once). NOT_FOUND: a key never stashed, or dropped. INVALID_ARGUMENT: NULL buffer, bytes 0, a fetch
-   whose bytes differ from the stash's, a stash larger than the staging (NVME). OUT_OF_MEMORY:
-   the tier is full (the message names the bytes asked, in use and the setting). IO: a write
+   once; the tier remembers fetched and dropped keys while they number at most the live
+   ones plus 16, so a key fetched long before is NOT_FOUND instead). NOT_FOUND: a key never
+   stashed, or dropped. Keys are found in O(1) on average, and the key table holds at most
+   about four entries per live key (it shrinks when keys are fetched). INVALID_ARGUMENT:
+   NULL buffer, bytes 0, a fetch whose bytes differ from the stash's, a stash larger than
+   the staging (NVME). OUT_OF_MEMORY: the tier is full (the message names the bytes asked, in use and the setting). IO: a write
    or read of the file failed (the message names the file, offset and cause): a failed write
    is reported by the fetch of its key, which then forgets the key; a failed read leaves the
    key stashed (fetch may be tried again). DEVICE: a copy failed (the engine is broken). A
@@ -2061,8 +2071,10 @@ ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
    rank's message, and every rank removes the files it wrote for this save; the engine is
    unchanged either way and the previous checkpoint in dir stays loadable. Rank 0 holds
    dir/zero.lock for the whole save: a save into a directory that another live save holds
-   fails at once with IO "another save is in progress in DIR (pid P, host H)"; a lock whose
-   holder is gone (its flock released, or its pid dead on this host) is taken over. The
+   fails at once with IO "another save is in progress in DIR (pid P, host H)". The lock's
+   flock alone decides: held = live, whatever pid it names (another PID namespace or host);
+   free = stale (its holder died, kill -9 included), even empty or unreadable, and taken
+   over (docs/checkpoint.md). The
    generation is a 64-bit integer (after 2^64 - 1 it wraps to the lowest one no file of dir
    names). A manifest in dir that is not a regular file (a FIFO) is IO, never opened.
    Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
@@ -2094,7 +2106,11 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
    device) is IO, never read; a shard file without read permission is IO "permission
    denied". On error every rank returns the same code
    and message (naming the file, tensor or byte offset) and the engine is unchanged.
-   Call between steps with no group gathered. Host memory: with the saving layout (same
+   Writing the state can fail too (an offload tier's I/O error: the NVMe tier's EIO, a
+   device error): the ranks agree on that as well, before the load's closing all-gathers,
+   and every rank returns the failing rank's error with its engine broken (destroy only:
+   the state was overwritten in part on that rank and cannot be restored), never OK on some
+   ranks and never a wait for the comm's timeout. Call between steps with no group gathered. Host memory: with the saving layout (same
    world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
    resharding, this rank's new shard is staged (12 + param bytes per shard element).
    Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
@@ -3849,7 +3865,7 @@ struct zero_local_group {
     unsigned char *has_comm;  /* [world]                                                 */
     zero__local_post *posts;  /* [2][world]: by parity of the collective's sequence       */
     int verdict_ok[2];
-    char verdict_msg[2][448];
+    char verdict_msg[2][512];
 };
 
 typedef struct zero__local_comm {
@@ -3894,14 +3910,16 @@ static const char *zero__local_kind_name(int kind)
 /* " group 0 (gather, seq 12)", " (flag, seq 40)", or "" when untagged. */
 static void zero__local_describe_tag(char *buf, size_t size, const zero_comm_tag *t)
 {
+    char count[40] = "";
+    if (t->count) snprintf(count, sizeof count, ", count %llu", (unsigned long long)t->count);
     if (t->role == ZERO_ROLE_NONE)
         buf[0] = '\0';
     else if (t->group >= 0)
-        snprintf(buf, size, " group %d (%s, seq %llu)", (int)t->group, zero_comm_role_name(t->role),
-                 (unsigned long long)t->seq);
+        snprintf(buf, size, " group %d (%s, seq %llu%s)", (int)t->group, zero_comm_role_name(t->role),
+                 (unsigned long long)t->seq, count);
     else
-        snprintf(buf, size, " (%s, seq %llu)", zero_comm_role_name(t->role),
-                 (unsigned long long)t->seq);
+        snprintf(buf, size, " (%s, seq %llu%s)", zero_comm_role_name(t->role),
+                 (unsigned long long)t->seq, count);
 }
 
 /* "all_reduce(numel 10, f32, sum)" */
@@ -3932,14 +3950,14 @@ static int zero__local_same(const zero__local_post *a, const zero__local_post *b
 static int zero__local_same_tag(const zero_comm_tag *a, const zero_comm_tag *b)
 {
     return a->role == ZERO_ROLE_NONE || b->role == ZERO_ROLE_NONE ||
-           (a->group == b->group && a->role == b->role && a->seq == b->seq);
+           (a->group == b->group && a->role == b->role && a->seq == b->seq && a->count == b->count);
 }
 
 /* Under the lock, by the last rank to post: do all posts of parity 'par' agree? */
 static int zero__local_judge(zero_local_group *g, int par, unsigned long long seq)
 {
     const zero__local_post *p = g->posts + (size_t)par * (size_t)g->world;
-    char a[96], b[96], ta[64], tb[64];
+    char a[96], b[96], ta[112], tb[112];
     int r;
     for (r = 0; r < g->world; r++)
         if (p[r].bad) {
@@ -12566,22 +12584,31 @@ ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t coun
     dev = e->cfg.dev;
     es = zero_dtype_size(dtype);
     per = ZERO__ENG_SCRATCH_BYTES / es;
-    for (done = 0; done < count; done += n) {
-        unsigned char *host = (unsigned char *)buf + done * es;
+    /* Every piece's tag carries the whole count, and a count of 0 is still one (empty)
+       collective: ranks that pass different counts disagree at their first piece, before any
+       byte moves, instead of pairing one rank's extra piece with a peer's next call. */
+    done = 0;
+    do {
+        unsigned char *host = count ? (unsigned char *)buf + done * es : NULL;
         n = count - done < per ? count - done : per;
-        ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->buf.scratch, host, n * es),
-                      "allreduce: upload");
+        if (n)
+            ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMM, e->buf.scratch, host, n * es),
+                          "allreduce: upload");
         zero__eng_tag(e, -1, ZERO_ROLE_USER);
+        e->cfg.comm->tag.count = (uint64_t)count;
         r = e->cfg.comm->ops->all_reduce(e->cfg.comm, e->buf.scratch, e->buf.scratch, n, dtype, op,
                                      zero__eng_comm_queue(e));
         zero__eng_untag(e);
         if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
         zero__eng_count(e, ZERO_COLL_USER,
                         2.0 * (double)n * (double)(e->cfg.world - 1) / (double)e->cfg.world, dtype);
-        ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->buf.scratch, n * es),
-                      "allreduce: download");
-        ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
-    }
+        if (n) {
+            ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->buf.scratch, n * es),
+                          "allreduce: download");
+            ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMM), "allreduce: sync");
+        }
+        done += n;
+    } while (done < count);
     return ZERO_OK;
 }
 
@@ -12706,8 +12733,12 @@ struct zero__act {
     zero_io *io;
     zero_io_file *file;
     zero_event *ev_c2o, *ev_o2c;
-    zero__act_key *keys;
+    zero__act_key *keys; /* live keys and the recently fetched or dropped (remembered so a
+                            second fetch names the cause), in no order */
     int nkeys, cap;      /* the spaces' region arrays hold 2 * cap + 2 */
+    int ntomb;           /* of nkeys: FETCHED or EMPTY entries                          */
+    int *index;          /* key -> 1 + its entry, open addressing with linear probing;
+                            0 = free; 2 * cap slots (a power of two)                    */
     size_t *quar;        /* staging regions an upload in flight reads (cap + 1 slots) */
     int nquar, ncopy;    /* quarantined regions; keys in S_COPY */
     uint64_t seq;
@@ -12781,25 +12812,46 @@ static zero_result zero__act_resolve(zero_engine_desc *d)
     return ZERO_OK;
 }
 
-/* Room for one more key (and its regions) in the tables. */
-static zero_result zero__act_reserve(zero_engine *e, const char *fn)
+/* The key table: O(1) average per look-up through the index, and never larger than about
+   four times the keys stashed now: fetched and dropped entries are remembered (a second
+   fetch of a key says it was fetched) only until they outnumber the live ones (plus 16),
+   then dropped in one pass, and the arrays shrink when a quarter of them is in use. */
+static unsigned zero__act_slot(int key, int mask)
+{
+    return ((uint32_t)key * 2654435761u >> 7) & (unsigned)mask;
+}
+
+static void zero__act_index_put(struct zero__act *a, int i)
+{
+    int mask = 2 * a->cap - 1;
+    unsigned h = zero__act_slot(a->keys[i].key, mask);
+    while (a->index[h]) h = (h + 1) & (unsigned)mask;
+    a->index[h] = i + 1;
+}
+
+static void zero__act_index_build(struct zero__act *a)
+{
+    int i;
+    memset(a->index, 0, (size_t)(2 * a->cap) * sizeof *a->index);
+    for (i = 0; i < a->nkeys; i++) zero__act_index_put(a, i);
+}
+
+/* The tables at 'cap' entries (cap >= nkeys, and room for every region in use). */
+static zero_result zero__act_resize(zero_engine *e, int cap, const char *fn)
 {
     struct zero__act *a = e->act;
     const zero_allocator *al = &e->cfg.desc.allocator;
-    int cap = a->cap ? 2 * a->cap : 16;
-    zero__act_key *k;
-    zero__act_region *hr, *fr;
-    size_t *q;
-    if (a->nkeys < a->cap) return ZERO_OK;
-    k = (zero__act_key *)zero__alloc(al, (size_t)cap * sizeof *k);
-    hr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *hr);
-    fr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *fr);
-    q = (size_t *)zero__alloc(al, (size_t)(cap + 1) * sizeof *q);
-    if (!k || !hr || !fr || !q) {
+    zero__act_key *k = (zero__act_key *)zero__alloc(al, (size_t)cap * sizeof *k);
+    zero__act_region *hr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *hr);
+    zero__act_region *fr = (zero__act_region *)zero__alloc(al, (size_t)(2 * cap + 2) * sizeof *fr);
+    size_t *q = (size_t *)zero__alloc(al, (size_t)(cap + 1) * sizeof *q);
+    int *ix = (int *)zero__alloc(al, (size_t)(2 * cap) * sizeof *ix);
+    if (!k || !hr || !fr || !q || !ix) {
         zero__free(al, k);
         zero__free(al, hr);
         zero__free(al, fr);
         zero__free(al, q);
+        zero__free(al, ix);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: the key table (%d keys)", fn, cap);
     }
     memset(k, 0, (size_t)cap * sizeof *k);
@@ -12811,12 +12863,47 @@ static zero_result zero__act_reserve(zero_engine *e, const char *fn)
     zero__free(al, a->hs.r);
     zero__free(al, a->fs.r);
     zero__free(al, a->quar);
+    zero__free(al, a->index);
     a->keys = k;
     a->hs.r = hr;
     a->fs.r = fr;
     a->quar = q;
+    a->index = ix;
     a->cap = cap;
+    zero__act_index_build(a);
     return ZERO_OK;
+}
+
+/* Forgets the fetched and dropped entries once they outnumber the live ones (plus 16), and
+   shrinks the tables to half while a quarter holds entries. Between calls, never inside
+   one that holds an entry's index. Best effort: a failed shrink keeps the larger tables. */
+static void zero__act_tidy(zero_engine *e)
+{
+    struct zero__act *a = e->act;
+    int i, n = 0, cap;
+    if (a->ntomb > a->nkeys - a->ntomb + 16) {
+        for (i = 0; i < a->nkeys; i++)
+            if (a->keys[i].state == ZERO__ACT_STASHED || a->keys[i].state == ZERO__ACT_FAILED)
+                a->keys[n++] = a->keys[i];
+        a->nkeys = n;
+        a->ntomb = 0;
+        zero__act_index_build(a);
+    }
+    cap = a->cap;
+    while (cap > 16 && 4 * (a->nkeys + 1) <= cap / 2 && 2 * (cap / 2) + 2 >= a->hs.n + 2 &&
+           2 * (cap / 2) + 2 >= a->fs.n + 2 && cap / 2 >= a->nquar + 1)
+        cap /= 2;
+    if (cap < a->cap && zero__act_resize(e, cap, "zero_engine_stash") != ZERO_OK) zero_clear_error();
+}
+
+/* Room for one more key (and its regions) in the tables. */
+static zero_result zero__act_reserve(zero_engine *e, const char *fn)
+{
+    struct zero__act *a = e->act;
+    if (a->nkeys < a->cap) return ZERO_OK;
+    zero__act_tidy(e);
+    if (a->nkeys < a->cap) return ZERO_OK;
+    return zero__act_resize(e, a->cap ? 2 * a->cap : 16, fn);
 }
 
 /* commit: the tier's host memory, file and events (nothing when offload_activations is
@@ -12889,6 +12976,7 @@ static void zero__act_free(zero_engine *e)
         if (a->ev_o2c) e->cfg.dev->ops->event_destroy(e->cfg.dev, a->ev_o2c);
     }
     zero__free(al, a->keys);
+    zero__free(al, a->index);
     zero__free(al, a->hs.r);
     zero__free(al, a->fs.r);
     zero__free(al, a->quar);
@@ -12935,9 +13023,11 @@ static zero_result zero__act_args(const zero_engine *e, const char *fn, int key,
 
 static int zero__act_find(const struct zero__act *a, int key)
 {
-    int i;
-    for (i = 0; i < a->nkeys; i++)
-        if (a->keys[i].key == key) return i;
+    int mask = 2 * a->cap - 1;
+    unsigned h;
+    if (!a->cap) return -1;
+    for (h = zero__act_slot(key, mask); a->index[h]; h = (h + 1) & (unsigned)mask)
+        if (a->keys[a->index[h] - 1].key == key) return a->index[h] - 1;
     return -1;
 }
 
@@ -13136,7 +13226,13 @@ ZERODEF zero_result zero_engine_stash(zero_engine *e, int key, const void *devic
                                            a->host + (a->tier == ZERO_OFFLOAD_NVME ? soff : off),
                                            device_src, bytes),
                   "zero_engine_stash: copy to the host");
-    if (i < 0) i = a->nkeys++;
+    if (i < 0) {
+        i = a->nkeys++;
+        a->keys[i].key = key;
+        zero__act_index_put(a, i);
+    } else {
+        a->ntomb--; /* a fetched or dropped entry, stashed again */
+    }
     k = &a->keys[i];
     memset(k, 0, sizeof *k);
     k->key = key;
@@ -13172,7 +13268,9 @@ static zero_result zero__act_live_key(struct zero__act *a, int key, const char *
 {
     int i = zero__act_find(a, key);
     *out = i;
-    if (i < 0) return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d was never stashed", fn, key);
+    if (i < 0)
+        return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (never stashed, or "
+                          "fetched or dropped long before)", fn, key);
     if (a->keys[i].state == ZERO__ACT_FETCHED)
         return zero__fail(ZERO_ERROR_INVALID_STATE,
                           "%s: key %d was already fetched (each stash is fetched once)", fn, key);
@@ -13199,6 +13297,7 @@ static void zero__act_forget(struct zero__act *a, zero__act_key *k, int state)
     }
     a->st.live_keys--;
     a->st.live_bytes -= k->bytes;
+    a->ntomb++;
     k->state = state;
 }
 
@@ -13282,24 +13381,14 @@ ZERODEF zero_result zero_engine_fetch(zero_engine *e, int key, void *device_dst,
     a->st.fetches++;
     a->st.bytes_fetched += bytes;
     if (a->tier == ZERO_OFFLOAD_NVME) zero__act_prefetch(e);
+    zero__act_tidy(e);
     return ZERO_OK;
 }
 
-ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key)
+/* Drops the live entry i (STASHED or FAILED), waiting for its transfers. */
+static void zero__act_drop_at(struct zero__act *a, int i)
 {
-    const char *fn = "zero_engine_stash_drop";
-    struct zero__act *a;
-    zero__act_key *k;
-    zero_result r;
-    int i;
-    if ((r = zero__act_usable(e, fn)) != ZERO_OK) return r;
-    a = e->act;
-    if ((r = zero__act_live_key(a, key, fn, &i)) != ZERO_OK) {
-        if (r == ZERO_ERROR_INVALID_STATE)
-            return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (fetched)", fn, key);
-        return r;
-    }
-    k = &a->keys[i];
+    zero__act_key *k = &a->keys[i];
     if (k->sstate == ZERO__ACT_S_WRITE || k->sstate == ZERO__ACT_S_READ) {
         (void)zero_io_wait(a->io, k->ticket);
         zero_clear_error();
@@ -13309,6 +13398,21 @@ ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key)
        copy into the same region; staging waits for the next sync */
     zero__act_unstage(a, k, k->sstate == ZERO__ACT_S_COPY);
     zero__act_forget(a, k, ZERO__ACT_EMPTY);
+}
+
+ZERODEF zero_result zero_engine_stash_drop(zero_engine *e, int key)
+{
+    const char *fn = "zero_engine_stash_drop";
+    zero_result r;
+    int i;
+    if ((r = zero__act_usable(e, fn)) != ZERO_OK) return r;
+    if ((r = zero__act_live_key(e->act, key, fn, &i)) != ZERO_OK) {
+        if (r == ZERO_ERROR_INVALID_STATE)
+            return zero__fail(ZERO_ERROR_NOT_FOUND, "%s: key %d is not stashed (fetched)", fn, key);
+        return r;
+    }
+    zero__act_drop_at(e->act, i);
+    zero__act_tidy(e);
     return ZERO_OK;
 }
 
@@ -13319,9 +13423,9 @@ ZERODEF zero_result zero_engine_stash_clear(zero_engine *e)
     if ((r = zero__act_usable(e, "zero_engine_stash_clear")) != ZERO_OK) return r;
     for (i = 0; i < e->act->nkeys; i++) {
         int st = e->act->keys[i].state;
-        if (st == ZERO__ACT_STASHED || st == ZERO__ACT_FAILED)
-            (void)zero_engine_stash_drop(e, e->act->keys[i].key);
+        if (st == ZERO__ACT_STASHED || st == ZERO__ACT_FAILED) zero__act_drop_at(e->act, i);
     }
+    zero__act_tidy(e);
     return ZERO_OK;
 }
 
@@ -14272,12 +14376,14 @@ static void zero__ck_client_name(char *dst, size_t n, uint64_t gen)
     snprintf(dst, n, "zero-%016llx.client", (unsigned long long)gen);
 }
 
-/* Reads and checks the client state of ck into dst (info.client_bytes bytes). */
+/* Reads and checks the client state of ck into dst (info.client_bytes bytes). dst NULL
+   (zero_checkpoint_verify): checks it through a buffer of at most 1 MiB, so a manifest that
+   claims a huge client state costs nothing before the file's size is compared. */
 static zero_result zero__ck_read_client(const zero_checkpoint *ck, void *dst)
 {
     char name[64], path[4200];
     struct stat st;
-    uint32_t crc;
+    uint32_t crc = 0;
     zero_result r;
     int fd;
     if (ck->info.client_bytes == 0) return ZERO_OK;
@@ -14290,10 +14396,24 @@ static zero_result zero__ck_read_client(const zero_checkpoint *ck, void *dst)
                           "(truncated or replaced)", path, (long long)st.st_size,
                           (unsigned long long)ck->info.client_bytes);
     }
-    r = zero__ck_pread(fd, dst, (size_t)ck->info.client_bytes, 0, path);
+    if (dst) {
+        r = zero__ck_pread(fd, dst, (size_t)ck->info.client_bytes, 0, path);
+        if (r == ZERO_OK) crc = zero_crc32c(0, dst, (size_t)ck->info.client_bytes);
+    } else {
+        size_t chunk = ck->info.client_bytes < ((uint64_t)1 << 20) ? (size_t)ck->info.client_bytes
+                                                                   : (size_t)1 << 20, n;
+        uint64_t off;
+        unsigned char *buf = (unsigned char *)ZERO_MALLOC(chunk);
+        r = buf ? ZERO_OK : zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: a buffer of %zu bytes", path, chunk);
+        for (off = 0; r == ZERO_OK && off < ck->info.client_bytes; off += n) {
+            n = ck->info.client_bytes - off < chunk ? (size_t)(ck->info.client_bytes - off) : chunk;
+            r = zero__ck_pread(fd, buf, n, off, path);
+            if (r == ZERO_OK) crc = zero_crc32c(crc, buf, n);
+        }
+        ZERO_FREE(buf);
+    }
     close(fd);
     if (r != ZERO_OK) return r;
-    crc = zero_crc32c(0, dst, (size_t)ck->info.client_bytes);
     if (crc != ck->client_crc)
         return zero__fail(ZERO_ERROR_IO, "%s: client state checksum mismatch (bytes 0..%llu: "
                           "stored %08x, computed %08x)", path,
@@ -14626,18 +14746,12 @@ ZERODEF zero_result zero_checkpoint_verify(zero_checkpoint *ck)
 {
     zero__ck_reader rdr;
     zero_result r;
-    unsigned char *cl;
     if (!ck) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_checkpoint_verify: NULL");
     rdr.want = zero__ck_want_all;
     rdr.base = zero__ck_base_none;
     rdr.ctx = NULL;
-    if ((r = zero__ck_read(ck, &rdr)) != ZERO_OK || ck->info.client_bytes == 0) return r;
-    cl = (unsigned char *)ZERO_MALLOC((size_t)ck->info.client_bytes);
-    if (!cl) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_checkpoint_verify: client state "
-                               "of %llu bytes", (unsigned long long)ck->info.client_bytes);
-    r = zero__ck_read_client(ck, cl);
-    ZERO_FREE(cl);
-    return r;
+    if ((r = zero__ck_read(ck, &rdr)) != ZERO_OK) return r;
+    return zero__ck_read_client(ck, NULL);
 }
 
 /* read_tensor: one tensor, one kind, whole. */
@@ -14910,15 +15024,89 @@ static void zero__ck_cleanup(const char *dir, uint64_t keep, int keep_only, int 
         if (zero__ck_is_tmp(s) || (zero__ck_name_gen(s, &g) && g != keep)) {
             snprintf(path, sizeof path, "%s/%s", dir, s);
             (void)unlink(path);
+        } else if (strncmp(s, "zero.lock.", 10) == 0) { /* a lock in the making, if flocked */
+            int fd;
+            snprintf(path, sizeof path, "%s/%s", dir, s);
+            fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+            if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) (void)unlink(path);
+            if (fd >= 0) close(fd);
         }
     }
     closedir(d);
 }
 
-/* The save lock, dir/zero.lock: rank 0 creates it (O_EXCL) for the whole save, holds an
-   flock on it and writes "pid P host H" into it. Another save finds it and fails at once,
-   unless its holder is gone (the flock is free, or P is dead on this host): a stale lock
-   is removed and taken. */
+/* The save lock, dir/zero.lock, held by rank 0 for the whole save. Its flock decides:
+   a lock whose flock is held is live whatever its text says (the holder's pid may be in
+   another PID namespace, container or host), and only a lock whose flock can be taken is
+   stale (its holder's process ended: kill -9 included), whatever it holds (empty,
+   unreadable). So the lock never appears without its flock: it is made under a private
+   name (zero.lock.<pid>.<n>.tmp), flocked and written, then link()ed to zero.lock, which
+   fails if one exists. A stale lock is unlinked while its flock is held (and only if the
+   name still points at it), then the new one is made. Where link() is refused (file
+   systems without hard links), O_EXCL then flock, checking the name still points at it. */
+static zero_result zero__ck_lock_make(const char *path, const char *text, int *fd_out, int *exists)
+{
+    static int serial;
+    char tmp[4300];
+    size_t n = strlen(text);
+    int fd, linked, err = 0;
+    struct stat st, st2;
+    zero_result r;
+    *fd_out = -1;
+    *exists = 0;
+    snprintf(tmp, sizeof tmp, "%s.%ld.%d.tmp", path, (long)getpid(), __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED));
+    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", tmp, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        err = errno;
+        (void)unlink(tmp);
+        close(fd);
+        return zero__fail(ZERO_ERROR_IO, "%s: flock: %s", tmp, strerror(err));
+    }
+    if ((r = zero__ck_pwrite(fd, text, n, 0, tmp)) != ZERO_OK) {
+        (void)unlink(tmp);
+        close(fd);
+        return r;
+    }
+    linked = link(tmp, path) == 0;
+    if (!linked) err = errno;
+    (void)unlink(tmp);
+    if (linked) {
+        *fd_out = fd;
+        return ZERO_OK;
+    }
+    close(fd);
+    if (err == EEXIST || err == ENOENT) { /* ENOENT: a save's cleanup took the private name */
+        *exists = 1;
+        return ZERO_OK;
+    }
+    if (err != EPERM && err != ENOTSUP && err != EOPNOTSUPP && err != EXDEV && err != EMLINK)
+        return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(err));
+    /* no hard links here: O_EXCL, then flock; a peer that found it unlocked in between may
+       have removed it, so the name must still point at this file */
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (errno == EEXIST) {
+            *exists = 1;
+            return ZERO_OK;
+        }
+        return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(errno));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fstat(fd, &st) != 0 || stat(path, &st2) != 0 ||
+        st.st_ino != st2.st_ino || st.st_dev != st2.st_dev) {
+        close(fd); /* taken meanwhile, or removed as stale: try again */
+        *exists = 1;
+        return ZERO_OK;
+    }
+    if ((r = zero__ck_pwrite(fd, text, n, 0, path)) != ZERO_OK) {
+        (void)unlink(path);
+        close(fd);
+        return r;
+    }
+    *fd_out = fd;
+    return ZERO_OK;
+}
+
 static zero_result zero__ck_lock(const char *dir, int *fd_out)
 {
     char path[4200], host[256], buf[400];
@@ -14927,27 +15115,16 @@ static zero_result zero__ck_lock(const char *dir, int *fd_out)
     snprintf(path, sizeof path, "%s/zero.lock", dir);
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
     host[sizeof host - 1] = '\0';
-    for (tries = 0; tries < 4; tries++) {
+    for (tries = 0; tries < 8; tries++) {
         struct stat st, st2;
         long pid = 0;
         char other[256];
         ssize_t got;
-        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), stale = 0;
-        if (fd >= 0) {
-            int n = snprintf(buf, sizeof buf, "pid %ld host %s\n", (long)getpid(), host);
-            zero_result r = flock(fd, LOCK_EX | LOCK_NB) == 0
-                                ? zero__ck_pwrite(fd, buf, (size_t)n, 0, path)
-                                : zero__fail(ZERO_ERROR_IO, "%s: flock: %s", path, strerror(errno));
-            if (r != ZERO_OK) {
-                (void)unlink(path);
-                close(fd);
-                return r;
-            }
-            *fd_out = fd;
-            return ZERO_OK;
-        }
-        if (errno != EEXIST)
-            return zero__fail(ZERO_ERROR_IO, "%s: create the save lock: %s", path, strerror(errno));
+        int fd, exists, locked_err;
+        zero_result r;
+        snprintf(buf, sizeof buf, "pid %ld host %s\n", (long)getpid(), host);
+        r = zero__ck_lock_make(path, buf, fd_out, &exists);
+        if (r != ZERO_OK || !exists) return r;
         fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
             if (errno == ENOENT) continue; /* released meanwhile */
@@ -14957,19 +15134,23 @@ static zero_result zero__ck_lock(const char *dir, int *fd_out)
             close(fd);
             return zero__fail(ZERO_ERROR_IO, "%s: the save lock is not a regular file", path);
         }
+        locked_err = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+        if (locked_err == 0) { /* stale: its holder is gone; remove it if the name still is it */
+            if (stat(path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
+                (void)unlink(path);
+            close(fd);
+            continue;
+        }
         got = pread(fd, buf, sizeof buf - 1, 0);
         buf[got > 0 ? got : 0] = '\0';
+        close(fd);
         snprintf(other, sizeof other, "?");
         if (sscanf(buf, "pid %ld host %255s", &pid, other) < 1) pid = 0;
-        if (got > 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) stale = 1; /* its holder is gone */
-        else if (pid > 0 && strcmp(other, host) == 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-            stale = 1;
-        if (stale && stat(path, &st2) == 0 && st2.st_ino == st.st_ino && st2.st_dev == st.st_dev)
-            (void)unlink(path);
-        close(fd);
-        if (!stale)
-            return zero__fail(ZERO_ERROR_IO, "another save is in progress in %s (pid %ld, host %s; "
-                              "%s)", dir, pid, other, path);
+        if (locked_err != EWOULDBLOCK && locked_err != EAGAIN)
+            return zero__fail(ZERO_ERROR_IO, "%s: flock: %s (cannot tell whether the save lock of pid "
+                              "%ld, host %s is live)", path, strerror(locked_err), pid, other);
+        return zero__fail(ZERO_ERROR_IO, "another save is in progress in %s (pid %ld, host %s; "
+                          "%s)", dir, pid, other, path);
     }
     return zero__fail(ZERO_ERROR_IO, "%s: could not take the save lock", path);
 }
@@ -15213,10 +15394,10 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
     keep = e->traffic.cur;
     /* 1. the directory, the save lock and the generation (rank 0 takes and proposes them) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        r = zero__fail(ZERO_ERROR_IO, "zero_engine_save: mkdir %s: %s", dir, strerror(errno));
+        r = zero__fail(ZERO_ERROR_IO, "mkdir %s: %s", dir, strerror(errno)); /* prefixed below */
     if (r == ZERO_OK && e->cfg.rank == 0 && client_bytes > 0 && !client)
-        r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_save_client: rank 0's client is "
-                       "NULL with client_bytes %zu", client_bytes);
+        r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "rank 0's client is NULL with client_bytes %zu "
+                       "(zero_engine_save_client)", client_bytes);
     if (r == ZERO_OK && e->cfg.rank == 0) r = zero__ck_lock(dir, &lock);
     if (r == ZERO_OK && e->cfg.rank == 0) r = zero__ck_next_gen(dir, &gen);
     if (r != ZERO_OK) {
@@ -15596,8 +15777,19 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         r = zero__ck_apply(e, ck, &L, ti.group, at, sn.numel);
     }
     if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+    /* 5. the ranks agree on the apply before any collective of the load's end: a rank whose
+       apply failed (the NVMe tier's EIO, a device error) holds a half-written state and
+       cannot undo it, so every rank returns that rank's error with its engine broken; none
+       waits in the all-gathers below for a rank that left, none returns OK with a state the
+       failed rank does not share */
     if (r != ZERO_OK) {
-        r = zero__eng_break(e, r, "zero_engine_load: upload");
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        r = zero__fail(r, "applying the checkpoint on rank %d: %.380s", e->cfg.rank, prev);
+    }
+    r = zero__ck_agree(e, r, NULL);
+    if (r != ZERO_OK) {
+        r = zero__eng_break(e, r, "zero_engine_load");
         goto out;
     }
     if ((r = zero__ck_state_spread(e)) != ZERO_OK) goto out;

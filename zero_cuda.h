@@ -2266,19 +2266,22 @@ typedef struct zero_cuda__post { /* all 8-byte fields: all-gathered as F64 (a pl
     uint64_t kind, bad, dtype, op, root, numel;
     uint64_t send, recv;
     uint64_t ev[3];
-    uint64_t tag_group, tag_role, tag_seq; /* the caller's comm->tag (zero.h); role 0 = untagged */
+    uint64_t tag_group, tag_role, tag_seq, tag_count; /* the caller's comm->tag (zero.h); role 0 = untagged */
 } zero_cuda__post;
 
 /* " group 0 (gather, seq 12)", " (flag, seq 3)" or "" (untagged), for mismatch messages. */
 static void zero_cuda__tag_text(char *buf, size_t size, const zero_cuda__post *p)
 {
     int32_t group = (int32_t)(int64_t)p->tag_group, role = (int32_t)p->tag_role;
+    char count[40] = "";
+    if (p->tag_count) snprintf(count, sizeof count, ", count %llu", (unsigned long long)p->tag_count);
     if (role == ZERO_ROLE_NONE) buf[0] = '\0';
     else if (group >= 0)
-        snprintf(buf, size, " group %d (%s, seq %llu)", (int)group, zero_comm_role_name(role),
-                 (unsigned long long)p->tag_seq);
+        snprintf(buf, size, " group %d (%s, seq %llu%s)", (int)group, zero_comm_role_name(role),
+                 (unsigned long long)p->tag_seq, count);
     else
-        snprintf(buf, size, " (%s, seq %llu)", zero_comm_role_name(role), (unsigned long long)p->tag_seq);
+        snprintf(buf, size, " (%s, seq %llu%s)", zero_comm_role_name(role), (unsigned long long)p->tag_seq,
+                 count);
 }
 
 typedef struct zero_cuda__comm {
@@ -2475,6 +2478,7 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
     me->tag_group = (uint64_t)(int64_t)comm->tag.group;
     me->tag_role = (uint64_t)(int64_t)comm->tag.role;
     me->tag_seq = comm->tag.seq;
+    me->tag_count = comm->tag.count;
     if (!me->bad && guard.enter(c->ordinal, "cuda comm") != ZERO_OK) {
         me->bad = 1; /* still take part in the rendezvous: peers must not wait for us */
         my_err = ZERO_ERROR_DEVICE;
@@ -2504,14 +2508,15 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
                               name, rank, p, zero_cuda__kind_name((int)o->kind), (size_t)o->numel,
                               zero_dtype_name((zero_dtype)o->dtype), (int)o->op, (int)o->root);
     }
-    /* Same arguments, different purpose (the engine's tag: group, role, seq) where both sides
+    /* Same arguments, different purpose (the engine's tag: group, role, seq, count) where both sides
        are tagged: the ranks' control flow diverged. Every rank names rank 0 and the first
        rank that differs from it, as the local comm does. */
     for (p = 1; p < world; p++) {
         const zero_cuda__post *a = &c->posts[0], *o = &c->posts[p];
         if (a->tag_role != ZERO_ROLE_NONE && o->tag_role != ZERO_ROLE_NONE &&
-            (a->tag_group != o->tag_group || a->tag_role != o->tag_role || a->tag_seq != o->tag_seq)) {
-            char ta[64], tb[64];
+            (a->tag_group != o->tag_group || a->tag_role != o->tag_role || a->tag_seq != o->tag_seq ||
+             a->tag_count != o->tag_count)) {
+            char ta[112], tb[112];
             zero_cuda__tag_text(ta, sizeof ta, a);
             zero_cuda__tag_text(tb, sizeof tb, o);
             return zero__fail(ZERO_ERROR_MISMATCH, "cuda %s (rank %d): ranks disagree: rank 0 %s%s vs rank %d %s%s",

@@ -29,9 +29,9 @@
        MPI_Finalize();
 
    HOW A COLLECTIVE RUNS (docs/mpi.md has the whole protocol and its cost)
-       1. Signature round: one MPI_Iallreduce(MAX) of 11 int64 fields and their bitwise
+       1. Signature round: one MPI_Iallreduce(MAX) of 12 int64 fields and their bitwise
           complements (kind, dtype, count, op, root, this comm's own sequence number, an
-          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq), so every rank
+          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq, count), so every rank
           learns whether all ranks agree. On disagreement a second round (MPI_Iallgather of
           the signatures) names the first rank that differs from rank 0, and every rank
           returns ZERO_ERROR_MISMATCH with the same sentence; nothing is written.
@@ -232,6 +232,7 @@ enum {
     ZERO__MPI_F_ROLE,
     ZERO__MPI_F_GROUP,
     ZERO__MPI_F_TAGSEQ,
+    ZERO__MPI_F_TAGCOUNT,
     ZERO__MPI_NF
 };
 
@@ -376,12 +377,14 @@ static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, d
 static void zero__mpi_describe(char *buf, size_t size, const int64_t *f)
 {
     const char *name = zero__mpi_kind_name(f[ZERO__MPI_F_KIND]);
-    char tag[96];
+    char tag[128], count[40];
     int kind = (int)f[ZERO__MPI_F_KIND];
-    tag[0] = '\0';
+    tag[0] = count[0] = '\0';
+    if (f[ZERO__MPI_F_TAGCOUNT] != 0)
+        snprintf(count, sizeof count, " count %llu", (unsigned long long)f[ZERO__MPI_F_TAGCOUNT]);
     if (f[ZERO__MPI_F_ROLE] != 0)
-        snprintf(tag, sizeof tag, ", tag role %lld group %lld seq %lld", (long long)f[ZERO__MPI_F_ROLE],
-                 (long long)f[ZERO__MPI_F_GROUP], (long long)f[ZERO__MPI_F_TAGSEQ]);
+        snprintf(tag, sizeof tag, ", tag role %lld group %lld seq %lld%s", (long long)f[ZERO__MPI_F_ROLE],
+                 (long long)f[ZERO__MPI_F_GROUP], (long long)f[ZERO__MPI_F_TAGSEQ], count);
     if (f[ZERO__MPI_F_MAGIC] != ZERO__MPI_MAGIC)
         snprintf(buf, size, "a call of another zero_mpi.h version or program (magic %llx)",
                  (unsigned long long)f[ZERO__MPI_F_MAGIC]);
@@ -723,6 +726,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
         f[ZERO__MPI_F_ROLE] = comm->tag.role;
         f[ZERO__MPI_F_GROUP] = comm->tag.group;
         f[ZERO__MPI_F_TAGSEQ] = (int64_t)comm->tag.seq;
+        f[ZERO__MPI_F_TAGCOUNT] = (int64_t)comm->tag.count;
     }
     res = zero__mpi_agree(c, f, deadline, why);
     if (res != ZERO_OK) return res;

@@ -9,6 +9,9 @@
            read-ahead); reference: the I/O engine alone (zero_io, same block size and queue
            depth) writing the K buffers and reading them back, all queued at once.
    ratio = tier / reference (1 = no cost over the bare copy or I/O).
+   Then the key table: stash + fetch of 64 bytes under a new key every time (a counter),
+   65536 times, host tier: the time per pair over the last 1024 keys against the first 1024
+   (1 = O(1) per key whatever came before; the linear search it replaced gave ~730).
 
        build/bench_activations [--keys K] [--mib S] [--reps R] [--dir DIR] */
 #define ZERO_IMPLEMENTATION
@@ -92,30 +95,41 @@ static zero_result reference(const bopts *o, zero_offload_device tier, unsigned 
     return r;
 }
 
+/* One rank's engine (host device, a 1024-element model) with an activation tier. */
+static zero_result tier_engine(zero_comm *comm, zero_offload_device tier, size_t host_bytes,
+                               size_t nvme_bytes, const char *dir, zero_device **dev, zero_engine **e)
+{
+    zero_engine_desc d;
+    zero_result r;
+    *e = NULL;
+    if ((r = zero_host_device_create(NULL, dev)) != ZERO_OK) return r;
+    memset(&d, 0, sizeof d);
+    d.stage = 1;
+    d.device = *dev;
+    d.comm = comm;
+    d.offload_activations = tier;
+    d.nvme_path = dir;
+    d.activation_host_bytes = host_bytes;
+    d.activation_nvme_bytes = nvme_bytes;
+    r = zero_engine_create(&d, e);
+    if (r == ZERO_OK) r = zero_engine_add_tensor(*e, "w", 1024, 0, 0, NULL);
+    if (r == ZERO_OK) r = zero_engine_commit(*e);
+    return r;
+}
+
 static zero_result bench_rank(int rank, zero_comm *comm, void *user)
 {
     brun *B = (brun *)user;
     const bopts *o = B->o;
     zero_device *dev = NULL;
     zero_engine *e = NULL;
-    zero_engine_desc d;
     unsigned char *src = NULL, *chk = NULL;
     size_t n = o->bytes, span = (size_t)zero_io_align_up(n), i;
     int rep, k;
     zero_result r;
     (void)rank;
-    if ((r = zero_host_device_create(NULL, &dev)) != ZERO_OK) return r;
-    memset(&d, 0, sizeof d);
-    d.stage = 1;
-    d.device = dev;
-    d.comm = comm;
-    d.offload_activations = B->tier;
-    d.nvme_path = o->dir;
-    d.activation_host_bytes = B->tier == ZERO_OFFLOAD_CPU ? span * (size_t)o->keys : 2 * span;
-    d.activation_nvme_bytes = span * (size_t)o->keys;
-    r = zero_engine_create(&d, &e);
-    if (r == ZERO_OK) r = zero_engine_add_tensor(e, "w", 1024, 0, 0, NULL);
-    if (r == ZERO_OK) r = zero_engine_commit(e);
+    r = tier_engine(comm, B->tier, B->tier == ZERO_OFFLOAD_CPU ? span * (size_t)o->keys : 2 * span,
+                    span * (size_t)o->keys, o->dir, &dev, &e);
     if (r == ZERO_OK && (r = dev->ops->alloc(dev, n, ZERO_MEM_SCRATCH, (void **)&src)) == ZERO_OK) {
         chk = (unsigned char *)malloc(n);
         if (!chk) r = ZERO_ERROR_OUT_OF_MEMORY;
@@ -139,6 +153,32 @@ static zero_result bench_rank(int rank, zero_comm *comm, void *user)
     if (r == ZERO_OK) r = zero_engine_activation_stats(e, &B->st);
     if (r == ZERO_OK) r = reference(o, B->tier, chk, &B->ref);
     free(chk);
+    if (src) dev->ops->free(dev, src);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+/* The key table: 65536 stash + fetch pairs under new keys; out[0] = us per pair over the
+   first 1024, out[1] over the last 1024. */
+static zero_result keys_rank(int rank, zero_comm *comm, void *user)
+{
+    double *out = (double *)user, t = 0;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    unsigned char *src = NULL;
+    int k;
+    zero_result r;
+    (void)rank;
+    r = tier_engine(comm, ZERO_OFFLOAD_CPU, (size_t)1 << 20, 0, NULL, &dev, &e);
+    if (r == ZERO_OK) r = dev->ops->alloc(dev, 64, ZERO_MEM_SCRATCH, (void **)&src);
+    for (k = 0; k < 65536 && r == ZERO_OK; k++) {
+        if (k == 0 || k == 65536 - 1024) t = bench_now();
+        r = zero_engine_stash(e, k, src, 64);
+        if (r == ZERO_OK) r = zero_engine_fetch(e, k, src, 64);
+        if (k == 1023) out[0] = (bench_now() - t) / 1024 * 1e6;
+        if (k == 65535) out[1] = (bench_now() - t) / 1024 * 1e6;
+    }
     if (src) dev->ops->free(dev, src);
     zero_engine_destroy(e);
     zero_device_destroy(dev);
@@ -183,6 +223,16 @@ int main(int argc, char **argv)
                (unsigned long long)B.st.staging_hits / (unsigned long long)o.reps,
                (unsigned long long)B.st.prefetch_hits / (unsigned long long)o.reps,
                (unsigned long long)B.st.demand_reads / (unsigned long long)o.reps);
+    }
+    {
+        double us[2] = {0, 0};
+        zero_result r = zero_local_run(1, keys_rank, us);
+        if (r != ZERO_OK) {
+            fprintf(stderr, "key table: %s: %s\n", zero_result_string(r), zero_last_error());
+            return 1;
+        }
+        printf("key table: stash + fetch under a new key: %.2f us per pair at keys 0..1k, %.2f us at "
+               "63k..64k, ratio %.2f (1 = O(1))\n", us[0], us[1], us[1] / us[0]);
     }
     return 0;
 }

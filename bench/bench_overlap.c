@@ -5,7 +5,7 @@
 
    The model is bench_infinity's (G layers of n = Psi / G bf16 params, 1 rank), with each
    layer doing the matrix products of a linear layer over T tokens (forward 2 T n FLOPs,
-   backward 4 T n: bench_infinity.c --tokens). A backward gathers each layer in reverse
+   backward 4 T n: bench_infinity.c --tokens; the model is in bench/bench_common.h). A backward gathers each layer in reverse
    order; with NVMe params each gather needs the layer's shard (2 n bytes) from the file, and
    the engine reads shards ahead of the gathers in the recorded order on its I/O engine
    (io_uring or threads) while the caller computes. The ratio backward(nvme) /
@@ -26,9 +26,16 @@
    Besides the measured ratio it prints 1 + (gather extra) / (backward on the device): the
    ratio the NVMe tier causes by itself, which a busy machine's noise in the compute does
    not move. */
-#define BENCH_INFINITY_NO_MAIN
-#define BENCH_INFINITY_HELPERS
-#include "bench_infinity.c"
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ZERO_BENCH_INFINITY
+#define ZERO_BENCH_INFINITY_TOOLS
+#include "bench_common.h" /* bench_infinity's model: inf_train, inf_disk_rates, inf_parse */
 
 static double ov_best(const double *v, int steps)
 {

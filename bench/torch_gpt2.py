@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Tokens per second of PyTorch (CPU, one thread) training Hugging Face's GPT2LMHeadModel with
+"""Tokens per second of PyTorch (CPU, --threads N, default 1) training Hugging Face's GPT2LMHeadModel with
 AdamW, the same model and batch as build/train_gpt2 at 1 rank (bench/gpt2.sh runs both).
 
-    bench/torch_gpt2.py --layers L --heads H --channels C --seq T --vocab V --batch B --steps S
+    bench/torch_gpt2.py --layers L --heads H --channels C --seq T --vocab V --batch B --steps S [--threads N]
 
 Random tokens; the first two steps are warmup. Prints "TORCH_TOKENS_PER_S <x>".
 """
@@ -19,8 +19,9 @@ transformers.logging.set_verbosity_error()
 ap = argparse.ArgumentParser()
 for k, v in (('layers', 4), ('heads', 4), ('channels', 64), ('seq', 64), ('vocab', 256), ('batch', 8), ('steps', 30)):
     ap.add_argument('--' + k, type=int, default=v)
+ap.add_argument('--threads', type=int, default=1)
 a = ap.parse_args()
-torch.set_num_threads(1)
+torch.set_num_threads(a.threads)
 torch.manual_seed(0)
 m = GPT2LMHeadModel(GPT2Config(vocab_size=a.vocab, n_positions=a.seq, n_embd=a.channels, n_layer=a.layers,
                                n_head=a.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,

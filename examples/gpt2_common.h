@@ -468,14 +468,14 @@ static inline double gpt2_memory_limit(void)
 static inline double gpt2_activation_bytes(const gpt2_config *c, int B, int ckpt, int tiles, zero_dtype dt)
 {
     double T = c->seq, C = c->channels, V = c->vocab, BT = (double)B * T;
-    double rows = tiles > 0 ? ceil(V / tiles) : V; /* wte's rows the head transposes at once */
+    double rows = tiles > 0 ? ceil(V / tiles) : V; /* wte's rows of one tile */
     double emb = (tiles > 0 ? 0.0 : V * C) + (double)(c->max_seq > c->seq ? c->max_seq : c->seq) * C + 2 * C;
     double blk = 12 * C * C + 13 * C;
     double block = 20 * BT * C + 4 * BT + (double)B * c->heads * T * T;
     double f = emb + (dt != ZERO_F32 ? emb + 2 * blk : 0.0) + BT * C * (ckpt ? 2 : 1);
     f += block * (ckpt ? 1 : c->layers);
-    f += BT * C + 2 * BT + BT * V + C * rows + (tiles > 0 && dt != ZERO_F32 ? 2 * rows * C : 0.0);
-    f += 13 * BT * C + T + 4 * C * C; /* the backward's dres, d4a, d4b, dqkv, dc, datt, wT */
+    f += BT * C + 2 * BT + BT * V + (tiles > 0 && dt != ZERO_F32 ? 2 * rows * C : 0.0);
+    f += 13 * BT * C + T * T; /* the backward's dres, d4a, d4b, dqkv, dc, datt */
     return 4.0 * f;
 }
 

@@ -22,6 +22,7 @@
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #include "examples/gpt2_common.h"
+#include "examples/gpt2_gemm.h"
 
 #include <errno.h> /* --log */
 #include <math.h>
@@ -38,45 +39,8 @@
    The model's compute: fp32, row-major, BT = B * T rows of activations.
    ====================================================================================== */
 
-/* out[m][n] += sum over k = 0, 1, ..., K-1 of a[m][k] b[k][n], with a[m][k] at a[m * ars + k * acs]
-   (so a may be read transposed) and b row-major with row length ldb; out has row length ldo.
-   Tiles of 4 rows x 64 columns are summed in local arrays the compiler keeps in vector
-   registers; each output still adds its K products one by one in k order, so the result is
-   the plain triple loop's, bit for bit. */
-#define MM_TILE 64
-static void matmul_acc(float *out, int ldo, const float *a, int ars, int acs, const float *b, int ldb, int M, int N,
-                       int K)
-{
-    int m, n0, k, r, j;
-    for (m = 0; m < M; m += 4) {
-        int mr = M - m < 4 ? M - m : 4;
-        for (n0 = 0; n0 < N; n0 += MM_TILE) {
-            int nn = N - n0 < MM_TILE ? N - n0 : MM_TILE;
-            float acc[4][MM_TILE];
-            for (r = 0; r < mr; r++)
-                for (j = 0; j < nn; j++) acc[r][j] = out[(size_t)(m + r) * ldo + n0 + j];
-            if (mr == 4 && nn == MM_TILE) { /* the common case, with constant bounds */
-                for (k = 0; k < K; k++) {
-                    const float *bk = b + (size_t)k * ldb + n0;
-                    for (r = 0; r < 4; r++) {
-                        float av = a[(size_t)(m + r) * ars + (size_t)k * acs];
-                        for (j = 0; j < MM_TILE; j++) acc[r][j] += av * bk[j];
-                    }
-                }
-            } else {
-                for (k = 0; k < K; k++) {
-                    const float *bk = b + (size_t)k * ldb + n0;
-                    for (r = 0; r < mr; r++) {
-                        float av = a[(size_t)(m + r) * ars + (size_t)k * acs];
-                        for (j = 0; j < nn; j++) acc[r][j] += av * bk[j];
-                    }
-                }
-            }
-            for (r = 0; r < mr; r++)
-                for (j = 0; j < nn; j++) out[(size_t)(m + r) * ldo + n0 + j] = acc[r][j];
-        }
-    }
-}
+/* The products are gemm_acc's (examples/gpt2_gemm.h): each output one chain of fused
+   multiply-adds in k order, whatever the kernel; a transposed operand is read in place. */
 
 /* out[i][o] = bias[o] + sum_c x[i][c] w[c][o]  (Conv1D: w is [IC, OC]). */
 static void matmul_forward(float *out, const float *x, const float *w, const float *bias, int rows, int IC,
@@ -85,21 +49,17 @@ static void matmul_forward(float *out, const float *x, const float *w, const flo
     int i, o;
     for (i = 0; i < rows; i++)
         for (o = 0; o < OC; o++) out[(size_t)i * OC + o] = bias ? bias[o] : 0.0f;
-    matmul_acc(out, OC, x, IC, 1, w, OC, rows, OC, IC);
+    gemm_acc(out, OC, x, IC, 1, w, OC, 1, rows, OC, IC);
 }
 
-/* Backward of matmul_forward: dx += dout w^T (through wT, w transposed to [OC, IC]),
-   dw += x^T dout, dbias += column sums of dout. */
+/* Backward of matmul_forward: dx += dout w^T (w read transposed in place), dw += x^T dout,
+   dbias += column sums of dout. */
 static void matmul_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x,
-                            const float *w, float *wT, int rows, int IC, int OC)
+                            const float *w, int rows, int IC, int OC)
 {
-    int i, c, o;
-    if (dx) {
-        for (c = 0; c < IC; c++)
-            for (o = 0; o < OC; o++) wT[(size_t)o * IC + c] = w[(size_t)c * OC + o];
-        matmul_acc(dx, IC, dout, OC, 1, wT, IC, rows, IC, OC);
-    }
-    matmul_acc(dw, OC, x, 1, IC, dout, OC, IC, OC, rows);
+    int i, o;
+    if (dx) gemm_acc(dx, IC, dout, OC, 1, w, 1, OC, rows, IC, OC);
+    gemm_acc(dw, OC, x, 1, IC, dout, OC, 1, IC, OC, rows);
     if (dbias)
         for (i = 0; i < rows; i++)
             for (o = 0; o < OC; o++) dbias[o] += dout[(size_t)i * OC + o];
@@ -150,68 +110,60 @@ static void layernorm_backward(float *dx, float *dw, float *db, const float *dou
 
 /* Causal self-attention of H heads over qkv [BT, 3C] (q | k | v, head h on channels
    h*hs .. h*hs+hs-1 of each): att [B, H, T, T] keeps the softmax (zero above the
-   diagonal), out [BT, C] the heads side by side. */
+   diagonal), out [BT, C] the heads side by side. Per sequence and head, three products of
+   gemm_acc: the scores q k^T (all T x T of them, the upper triangle is then masked), the
+   softmax by rows, y = att v (the zeros above the diagonal add exact zeros). */
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H)
 {
-    int hs = C / H, b, h, t, t2, i;
+    int hs = C / H, b, h, t, t2;
     float scale = 1.0f / sqrtf((float)hs);
     for (b = 0; b < B; b++)
-        for (h = 0; h < H; h++)
+        for (h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+            float *ah = att + ((size_t)b * H + h) * T * T, *y = out + (size_t)b * T * C + h * hs;
+            memset(ah, 0, sizeof(float) * (size_t)T * T);
+            gemm_acc(ah, T, q, 3 * C, 1, k, 1, 3 * C, T, T, hs); /* q k^T: k read transposed */
             for (t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float *a = att + (((size_t)b * H + h) * T + t) * T, mx = -INFINITY, sum = 0.0f;
-                float *y = out + ((size_t)b * T + t) * C + h * hs;
+                float *a = ah + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
                 for (t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float s = 0.0f;
-                    for (i = 0; i < hs; i++) s += q[i] * k[i];
-                    a[t2] = s * scale;
-                    if (a[t2] > mx) mx = a[t2];
+                    a[t2] *= scale;
+                    mx = a[t2] > mx ? a[t2] : mx;
                 }
-                for (t2 = 0; t2 <= t; t2++) sum += (a[t2] = expf(a[t2] - mx));
+                for (t2 = 0; t2 <= t; t2++) a[t2] -= mx;
+                gemm_expf(a, a, (size_t)t + 1);
+                for (t2 = 0; t2 <= t; t2++) sum += a[t2];
                 for (t2 = 0; t2 <= t; t2++) a[t2] /= sum;
                 for (t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
-                for (i = 0; i < hs; i++) y[i] = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    for (i = 0; i < hs; i++) y[i] += a[t2] * v[i];
-                }
+                memset(y + (size_t)t * C, 0, sizeof(float) * (size_t)hs);
             }
+            gemm_acc(y, C, ah, T, 1, v, 3 * C, 1, T, hs, T);
+        }
 }
 
-/* dqkv += the attention's gradient (datt: T floats of scratch). */
+/* dqkv += the attention's gradient (datt: T x T floats of scratch). */
 static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
                                int B, int T, int C, int H)
 {
-    int hs = C / H, b, h, t, t2, i;
+    int hs = C / H, b, h, t, t2;
     float scale = 1.0f / sqrtf((float)hs);
     for (b = 0; b < B; b++)
-        for (h = 0; h < H; h++)
-            for (t = 0; t < T; t++) {
-                const float *a = att + (((size_t)b * H + h) * T + t) * T;
-                const float *g = dout + ((size_t)b * T + t) * C + h * hs;
-                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs, dot = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) { /* through the weighted sum of v */
-                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float *dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs, s = 0.0f;
-                    for (i = 0; i < hs; i++) {
-                        s += g[i] * v[i];
-                        dv[i] += a[t2] * g[i];
-                    }
-                    datt[t2] = s;
-                    dot += a[t2] * s;
-                }
-                for (t2 = 0; t2 <= t; t2++) { /* through the softmax and q k^T */
-                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float dpre = a[t2] * (datt[t2] - dot) * scale;
-                    for (i = 0; i < hs; i++) {
-                        dq[i] += dpre * k[i];
-                        dk[i] += dpre * q[i];
-                    }
-                }
+        for (h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+            const float *ah = att + ((size_t)b * H + h) * T * T, *g = dout + (size_t)b * T * C + h * hs;
+            float *dq = dqkv + (size_t)b * T * 3 * C + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            gemm_acc(dv, 3 * C, ah, 1, T, g, C, 1, T, hs, T); /* dv += att^T dy */
+            memset(datt, 0, sizeof(float) * (size_t)T * T);
+            gemm_acc(datt, T, g, C, 1, v, 1, 3 * C, T, T, hs); /* datt = dy v^T */
+            for (t = 0; t < T; t++) {                         /* through the softmax */
+                const float *a = ah + (size_t)t * T;
+                float *d = datt + (size_t)t * T, dot = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) dot += a[t2] * d[t2];
+                for (t2 = 0; t2 <= t; t2++) d[t2] = a[t2] * (d[t2] - dot) * scale;
+                for (t2 = t + 1; t2 < T; t2++) d[t2] = 0.0f;
             }
+            gemm_acc(dq, 3 * C, datt, T, 1, k, 3 * C, 1, T, hs, T); /* dq += dpre k   */
+            gemm_acc(dk, 3 * C, datt, 1, T, q, 3 * C, 1, T, hs, T); /* dk += dpre^T q */
+        }
 }
 
 /* gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -220,10 +172,11 @@ static void gelu_forward(float *out, float *tanh_out, const float *x, size_t n)
 {
     size_t i;
     for (i = 0; i < n; i++) {
-        float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
-        out[i] = 0.5f * v * (1.0f + th);
-        tanh_out[i] = th; /* for the backward: tanhf is the costliest part */
+        float v = x[i];
+        tanh_out[i] = GELU_K * (v + 0.044715f * v * v * v);
     }
+    gemm_tanhf(tanh_out, tanh_out, n); /* kept for the backward: tanh is the costliest part */
+    for (i = 0; i < n; i++) out[i] = 0.5f * x[i] * (1.0f + tanh_out[i]);
 }
 
 static void gelu_backward(float *dx, const float *x, const float *tanh_x, const float *dout, size_t n)
@@ -265,8 +218,7 @@ typedef struct bwd_scratch {
     float *d4a, *d4b; /* [BT, 4C] */
     float *dqkv;      /* [BT, 3C] */
     float *dc;        /* [BT, C]  */
-    float *datt;      /* [T]      */
-    float *wT;        /* the largest weight, transposed */
+    float *datt;      /* [T, T]   */
 } bwd_scratch;
 
 /* dres: in, the gradient of the block's output; out, of its input. dw[k] += the gradient of
@@ -278,21 +230,21 @@ static void block_backward(const gpt2_config *c, int B, int T, float *const *w, 
     size_t n4 = (size_t)BT * 4 * C;
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
     memset(s->d4a, 0, sizeof(float) * n4);
-    matmul_backward(s->d4a, dw[GPT2_FCPROJ_W], dw[GPT2_FCPROJ_B], dres, a->fch_gelu, w[GPT2_FCPROJ_W], s->wT, BT,
+    matmul_backward(s->d4a, dw[GPT2_FCPROJ_W], dw[GPT2_FCPROJ_B], dres, a->fch_gelu, w[GPT2_FCPROJ_W], BT,
                     4 * C, C);
     gelu_backward(s->d4b, a->fch, a->fch_tanh, s->d4a, n4);
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
-    matmul_backward(s->dc, dw[GPT2_FC_W], dw[GPT2_FC_B], s->d4b, a->ln2, w[GPT2_FC_W], s->wT, BT, C, 4 * C);
+    matmul_backward(s->dc, dw[GPT2_FC_W], dw[GPT2_FC_B], s->d4b, a->ln2, w[GPT2_FC_W], BT, C, 4 * C);
     layernorm_backward(dres, dw[GPT2_LN2_W], dw[GPT2_LN2_B], s->dc, a->res2, w[GPT2_LN2_W], a->ln2_mean,
                        a->ln2_rstd, BT, C); /* dres is now d res2 */
     /* attention: res2 = in + c_proj(attn(c_attn(ln_1(in)))) */
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
-    matmul_backward(s->dc, dw[GPT2_ATTPROJ_W], dw[GPT2_ATTPROJ_B], dres, a->atty, w[GPT2_ATTPROJ_W], s->wT, BT, C,
+    matmul_backward(s->dc, dw[GPT2_ATTPROJ_W], dw[GPT2_ATTPROJ_B], dres, a->atty, w[GPT2_ATTPROJ_W], BT, C,
                     C);
     memset(s->dqkv, 0, sizeof(float) * (size_t)BT * 3 * C);
     attention_backward(s->dqkv, s->datt, s->dc, a->qkv, a->att, B, T, C, c->heads);
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
-    matmul_backward(s->dc, dw[GPT2_QKV_W], dw[GPT2_QKV_B], s->dqkv, a->ln1, w[GPT2_QKV_W], s->wT, BT, C, 3 * C);
+    matmul_backward(s->dc, dw[GPT2_QKV_W], dw[GPT2_QKV_B], s->dqkv, a->ln1, w[GPT2_QKV_W], BT, C, 3 * C);
     layernorm_backward(dres, dw[GPT2_LN1_W], dw[GPT2_LN1_B], s->dc, in, w[GPT2_LN1_W], a->ln1_mean, a->ln1_rstd, BT,
                        C); /* dres is now d in */
 }
@@ -323,8 +275,6 @@ typedef struct model {
     size_t floats;              /* allocated by model_alloc                       */
     size_t block_bytes;         /* one block's activations                        */
     float *lnf, *lnf_mean, *lnf_rstd, *logits; /* logits [BT, V]: probs after the loss */
-    float *wteT;                /* [C, V]: wte transposed for the head's forward (tiled:
-                                   [C, tile_rows], one tile's)                    */
     int tiles;                  /* --tile-embedding K: wte in K tile groups (0: whole) */
     zero_tile_view *tv;         /* [tiles]: each tile's group, rows and offset     */
     size_t tile_rows;           /* the largest tile's rows                        */
@@ -466,7 +416,6 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     M_ALLOC(m->lnf_mean, BT);
     M_ALLOC(m->lnf_rstd, BT);
     M_ALLOC(m->logits, BT * c->vocab);
-    M_ALLOC(m->wteT, (size_t)C * (tiles > 0 ? m->tile_rows : (size_t)c->vocab));
     if (tiles > 0 && dt != ZERO_F32) {
         M_ALLOC(m->tile_f32, m->tile_rows * C);
         M_ALLOC(m->tile_grad, m->tile_rows * C);
@@ -476,8 +425,7 @@ static zero_result model_init(model *m, zero_engine *e, const gpt2_config *c, gp
     M_ALLOC(m->s.d4b, BT * 4 * C);
     M_ALLOC(m->s.dqkv, BT * 3 * C);
     M_ALLOC(m->s.dc, BT * C);
-    M_ALLOC(m->s.datt, (size_t)T);
-    M_ALLOC(m->s.wT, (size_t)4 * C * C);
+    M_ALLOC(m->s.datt, (size_t)T * T);
 #undef M_ALLOC
     return ok ? ZERO_OK : ZERO_ERROR_OUT_OF_MEMORY;
 }
@@ -522,7 +470,7 @@ static zero_result gather_tile(model *m, int k, float **w)
 static zero_result model_forward(model *m, const int *x, int B, int T)
 {
     const gpt2_config *c = &m->c;
-    int C = c->channels, V = c->vocab, BT = B * T, l, i, t, k;
+    int C = c->channels, V = c->vocab, BT = B * T, l, i, k;
     float *w[GPT2_BLOCK_TENSORS], *emb[GPT2_EMB_TENSORS];
     const float *in;
     void *p;
@@ -570,9 +518,8 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
     }
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, in, emb[GPT2_LNF_W], emb[GPT2_LNF_B], BT, C);
     if (m->tiles == 0) {
-        for (i = 0; i < V; i++) /* the head is wte: logits = lnf wte^T */
-            for (t = 0; t < C; t++) m->wteT[(size_t)t * V + i] = emb[GPT2_WTE][(size_t)i * C + t];
-        matmul_forward(m->logits, m->lnf, m->wteT, NULL, BT, C, V);
+        memset(m->logits, 0, sizeof(float) * (size_t)BT * V); /* the head is wte: logits = lnf wte^T */
+        gemm_acc(m->logits, V, m->lnf, C, 1, emb[GPT2_WTE], 1, C, BT, V, C);
         goto out;
     }
     /* tiled: the logits of tile l's rows (columns row0 .. row0 + rows - 1) from that tile alone;
@@ -582,10 +529,8 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
         int rows = (int)m->tv[l].rows;
         float *wt;
         if ((r = gather_tile(m, l, &wt)) != ZERO_OK) goto out;
-        for (i = 0; i < rows; i++)
-            for (t = 0; t < C; t++) m->wteT[(size_t)t * rows + i] = wt[(size_t)i * C + t];
+        gemm_acc(m->logits + m->tv[l].row0, V, m->lnf, C, 1, wt, 1, C, BT, rows, C);
         zero_engine_release(m->e, m->tv[l].group);
-        matmul_acc(m->logits + m->tv[l].row0, V, m->lnf, C, 1, m->wteT, rows, BT, rows, C);
     }
 out:
     zero_engine_release(m->e, 0);
@@ -599,12 +544,18 @@ static double model_loss(model *m, const int *y, int BT)
     int V = m->c.vocab, i, v;
     double total = 0.0;
     for (i = 0; i < BT; i++) {
-        float *z = m->logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f;
-        for (v = 0; v < V; v++)
-            if (z[v] > mx) mx = z[v];
-        for (v = 0; v < V; v++) sum += expf(z[v] - mx);
-        total += (double)(logf(sum) - (z[y[i]] - mx));
-        for (v = 0; v < V; v++) z[v] = expf(z[v] - mx) / sum;
+        float *z = m->logits + (size_t)i * V, mx = -INFINITY, sum = 0.0f, zy, lane[16];
+        for (v = 0; v < 16; v++) lane[v] = -INFINITY;
+        for (v = 0; v < V; v++) lane[v % 16] = z[v] > lane[v % 16] ? z[v] : lane[v % 16];
+        for (v = 0; v < 16; v++) mx = lane[v] > mx ? lane[v] : mx;
+        zy = z[y[i]] - mx;
+        for (v = 0; v < V; v++) z[v] -= mx;
+        gemm_expf(z, z, (size_t)V);
+        for (v = 0; v < 16; v++) lane[v] = 0.0f; /* the sum in 16 lanes, added in lane order */
+        for (v = 0; v < V; v++) lane[v % 16] += z[v];
+        for (v = 0; v < 16; v++) sum += lane[v];
+        total += (double)(logf(sum) - zy);
+        for (v = 0; v < V; v++) z[v] /= sum;
     }
     return total;
 }
@@ -620,11 +571,11 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
     float gs = scale / (float)BT;
     void *p, *g;
     zero_result r;
-    for (i = 0; i < BT; i++) /* d(mean loss * scale) / d logits = scale (softmax - onehot) / BT */
-        for (k = 0; k < V; k++) {
-            float *d = m->logits + (size_t)i * V + k;
-            *d = (*d - (k == y[i] ? 1.0f : 0.0f)) * gs;
-        }
+    for (i = 0; i < BT; i++) { /* d(mean loss * scale) / d logits = scale (softmax - onehot) / BT */
+        float *d = m->logits + (size_t)i * V, py = d[y[i]];
+        for (k = 0; k < V; k++) d[k] *= gs;
+        d[y[i]] = (py - 1.0f) * gs;
+    }
     memset(m->emb_grad, 0, sizeof(float) * m->emb_numel);
     for (k = 0; k < GPT2_EMB_TENSORS; k++) demb[k] = m->emb_grad + m->tab[k].offset;
     /* the head and the final norm: group 0 again */
@@ -634,16 +585,16 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         float *dlnf = m->s.dc;
         memset(dlnf, 0, sizeof(float) * (size_t)BT * C);
         if (m->tiles == 0) {
-            matmul_acc(dlnf, C, m->logits, V, 1, emb[GPT2_WTE], C, BT, C, V);    /* dlnf = dlogits wte      */
-            if (!(m->tab[GPT2_WTE].flags & ZERO_TENSOR_FROZEN)) /* dwte += dlogits^T lnf */
-                matmul_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, V, C, BT);
+            gemm_acc(dlnf, C, m->logits, V, 1, emb[GPT2_WTE], C, 1, BT, C, V); /* dlnf = dlogits wte */
+            if (!(m->tab[GPT2_WTE].flags & ZERO_TENSOR_FROZEN))                  /* dwte += dlogits^T lnf */
+                gemm_acc(demb[GPT2_WTE], C, m->logits, 1, V, m->lnf, C, 1, V, C, BT);
         }
         /* tiled: dlnf tile by tile, adding the products in the same order over V; the
            tiles' dwte waits for the end of the backward (it needs dlogits and lnf only) */
         for (l = 0; l < m->tiles && r == ZERO_OK; l++) {
             float *wt;
             if ((r = gather_tile(m, l, &wt)) != ZERO_OK) break;
-            matmul_acc(dlnf, C, m->logits + m->tv[l].row0, V, 1, wt, C, BT, C, (int)m->tv[l].rows);
+            gemm_acc(dlnf, C, m->logits + m->tv[l].row0, V, 1, wt, C, 1, BT, C, (int)m->tv[l].rows);
             zero_engine_release(m->e, m->tv[l].group);
         }
         memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
@@ -702,7 +653,7 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
         g = (char *)g + v->offset * zero_dtype_size(m->dt);
         gt = m->dt == ZERO_F32 ? (float *)g : m->tile_grad;
         if (m->dt != ZERO_F32) memset(gt, 0, sizeof(float) * rows * C);
-        matmul_acc(gt, C, m->logits + v->row0, 1, V, m->lnf, C, (int)rows, C, BT);
+        gemm_acc(gt, C, m->logits + v->row0, 1, V, m->lnf, C, 1, (int)rows, C, BT);
         for (i = 0; i < BT; i++) {
             size_t row = (size_t)x[i] - v->row0; /* wraps past rows when below row0 */
             const float *d = m->dres + (size_t)i * C;
@@ -1026,6 +977,7 @@ done:
     free(y);
     free(tab);
     model_free(&m);
+    gemm_release();
     zero_engine_destroy(e);
     zero_device_destroy(dev);
     return r;

@@ -82,10 +82,20 @@ static void *dev_buf(zero_device *dev, size_t bytes)
     return p;
 }
 
-static void fill_random(unsigned char *p, size_t n)
+/* Random bytes from the caller's own splitmix64 state: ranks run as threads, so a shared
+   generator (zt_rand64) would be a data race and make each run's data differ. */
+static unsigned long long act_rand(unsigned long long *state)
+{
+    unsigned long long z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void fill_random(unsigned long long *state, unsigned char *p, size_t n)
 {
     size_t i;
-    for (i = 0; i < n; i++) p[i] = (unsigned char)zt_rand64();
+    for (i = 0; i < n; i++) p[i] = (unsigned char)act_rand(state);
 }
 
 /* ---- round trip ---------------------------------------------------------------------------- */
@@ -117,6 +127,7 @@ static zero_result rt_rank(int rank, zero_comm *comm, void *user)
     void *src[RT_KEYS], *dst;
     size_t n[RT_KEYS];
     int order[RT_KEYS], k, pass, fails = 0;
+    unsigned long long rng = 0x5eed0000ull + (unsigned long long)rank;
     zero_result r = act_engine(&R->c, comm, &dev, &e);
     memset(ref, 0, sizeof ref);
     memset(src, 0, sizeof src);
@@ -128,7 +139,7 @@ static zero_result rt_rank(int rank, zero_comm *comm, void *user)
             if (!src[k]) src[k] = dev_buf(dev, 200000);
             free(ref[k]);
             ref[k] = (unsigned char *)malloc(n[k]);
-            fill_random(ref[k], n[k]);
+            fill_random(&rng, ref[k], n[k]);
             r = dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, src[k], ref[k], n[k]);
             if (r == ZERO_OK) r = zero_engine_stash(e, 1000 * rank + k, src[k], n[k]);
         }
@@ -140,7 +151,7 @@ static zero_result rt_rank(int rank, zero_comm *comm, void *user)
         for (k = 0; k < RT_KEYS; k++) order[k] = RT_KEYS - 1 - k;
         if (pass == 1)
             for (k = RT_KEYS - 1; k > 0; k--) {
-                int j = (int)(zt_rand64() % (unsigned long long)(k + 1)), t = order[k];
+                int j = (int)(act_rand(&rng) % (unsigned long long)(k + 1)), t = order[k];
                 order[k] = order[j];
                 order[j] = t;
             }
@@ -248,10 +259,11 @@ static zero_result pf_rank(int rank, zero_comm *comm, void *user)
     unsigned char *ref = (unsigned char *)malloc(P->bytes * (size_t)P->keys), *tmp = (unsigned char *)malloc(P->bytes);
     void *buf;
     int k;
+    unsigned long long rng = 0x9f000000ull + (unsigned long long)rank;
     zero_result r = act_engine(&P->c, comm, &dev, &e);
     (void)rank;
     buf = dev_buf(dev, P->bytes);
-    fill_random(ref, P->bytes * (size_t)P->keys);
+    fill_random(&rng, ref, P->bytes * (size_t)P->keys);
     for (k = 0; k < P->keys && r == ZERO_OK; k++) { /* one buffer reused for every stash */
         r = dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, buf, ref + (size_t)k * P->bytes, P->bytes);
         if (r == ZERO_OK) r = zero_engine_stash(e, k, buf, P->bytes);
@@ -514,6 +526,98 @@ ZT_TEST(errors_are_clear)
     rmdir(dir);
 }
 
+/* ---- the key table ------------------------------------------------------------------------- */
+
+/* A new key for every stash (a counter), 65536 of them, host and NVMe tiers: every fetch
+   returns its bytes, and the key table stays small (it held every key ever stashed and
+   searched them linearly: 213 us per stash + fetch at 64k keys). Then 3000 live keys at
+   once: the table grows, finds each key (fetched in a shuffled order), and shrinks back
+   once they are fetched. A key fetched twice in a row is INVALID_STATE, a key never
+   stashed NOT_FOUND. (Timing is bench/bench_activations.c's.) */
+static zero_result keys_rank(int rank, zero_comm *comm, void *user)
+{
+    const char *dir = (const char *)user;
+    int tier, k, n, bad = 0, peak_cap = 0, order[3000];
+    unsigned long long rng = 0x4b455953ull;
+    (void)rank;
+    for (tier = 0; tier < 2; tier++) {
+        zero_device *dev = NULL;
+        zero_engine *e = NULL;
+        act_cfg c;
+        unsigned char in[64], out[64];
+        void *buf, *dst;
+        memset(&c, 0, sizeof c);
+        c.tier = tier ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_CPU;
+        c.dir = dir;
+        c.host_bytes = (size_t)(tier ? 8 : 16) << 20; /* 3000 live keys of 4096 bytes each (aligned) */
+        c.nvme_bytes = (size_t)16 << 20;
+        bad = 0;
+        peak_cap = 0;
+        ZT_CHECK(act_engine(&c, comm, &dev, &e) == ZERO_OK);
+        if (!e) return ZERO_ERROR_INVALID_STATE;
+        buf = dev_buf(dev, 64);
+        dst = dev_buf(dev, 64);
+        n = tier ? 8192 : 65536; /* NVMe: each stash is a file write */
+        for (k = 0; k < n; k++) {
+            memset(in, (unsigned char)k, sizeof in);
+            in[0] = (unsigned char)(k >> 8);
+            if (dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, buf, in, 64) != ZERO_OK ||
+                zero_engine_stash(e, 7 * k + 3, buf, 64) != ZERO_OK ||
+                zero_engine_fetch(e, 7 * k + 3, dst, 64) != ZERO_OK ||
+                dev->ops->download(dev, ZERO_QUEUE_COMPUTE, out, dst, 64) != ZERO_OK ||
+                dev->ops->sync(dev, ZERO_QUEUE_COMPUTE) != ZERO_OK || memcmp(in, out, 64) != 0)
+                bad++;
+            if (e->act->cap > peak_cap) peak_cap = e->act->cap;
+        }
+        ZT_CHECKF(bad == 0, "tier %d: %d keys came back wrong", tier, bad);
+        ZT_CHECKF(peak_cap <= 64 && e->act->nkeys <= 48, "tier %d: a key table of %d entries (%d used) for "
+                  "one live key", tier, peak_cap, e->act->nkeys);
+        ZT_CHECK(zero_engine_fetch(e, 7 * (n - 1) + 3, dst, 64) == ZERO_ERROR_INVALID_STATE);
+        ZT_CHECK(strstr(zero_last_error(), "already fetched") != NULL);
+        ZT_CHECK(zero_engine_fetch(e, -5, dst, 64) == ZERO_ERROR_NOT_FOUND);
+        if (tier == 0) { /* many live keys: the table grows, then shrinks */
+            for (k = 0; k < 3000; k++) {
+                memset(in, 0, sizeof in);
+                memcpy(in, &k, sizeof k);
+                bad += dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, buf, in, 64) != ZERO_OK;
+                bad += zero_engine_stash(e, k * 100003, buf, 64) != ZERO_OK;
+                bad += zero_engine_stash_fence(e) != ZERO_OK;
+                order[k] = k;
+            }
+            ZT_CHECKF(bad == 0 && e->act->cap >= 3000, "%d errors, table %d", bad, e->act->cap);
+            for (k = 2999; k > 0; k--) {
+                int j = (int)(act_rand(&rng) % (unsigned long long)(k + 1)), t = order[k];
+                order[k] = order[j];
+                order[j] = t;
+            }
+            for (k = 0; k < 3000; k++) {
+                int got = -1;
+                bad += zero_engine_fetch(e, order[k] * 100003, dst, 64) != ZERO_OK;
+                bad += dev->ops->download(dev, ZERO_QUEUE_COMPUTE, out, dst, 64) != ZERO_OK;
+                bad += dev->ops->sync(dev, ZERO_QUEUE_COMPUTE) != ZERO_OK;
+                memcpy(&got, out, sizeof got);
+                bad += got != order[k];
+            }
+            ZT_CHECKF(bad == 0, "%d wrong", bad);
+            ZT_CHECKF(e->act->cap <= 64, "after every fetch the table still has %d entries", e->act->cap);
+        }
+        dev->ops->free(dev, buf);
+        dev->ops->free(dev, dst);
+        act_close(dev, e);
+    }
+    return ZERO_OK;
+}
+
+ZT_TEST(the_key_table_stays_small)
+{
+    const char *dir = make_nvme_dir();
+    ZT_CHECK(dir != NULL);
+    if (!dir) return;
+    ZT_CHECKF(zero_local_run(1, keys_rank, (void *)dir) == ZERO_OK, "%s", zero_last_error());
+    ZT_CHECK(files_in(dir) == 0);
+    rmdir(dir);
+}
+
 /* ---- I/O errors ---------------------------------------------------------------------------- */
 
 static zero_result io_rank(int rank, zero_comm *comm, void *user)
@@ -526,8 +630,8 @@ static zero_result io_rank(int rank, zero_comm *comm, void *user)
     unsigned char in[3][4096], out[4096];
     void *buf, *dst;
     int k;
+    unsigned long long rng = 0x10000000ull + (unsigned long long)rank;
     zero_result r;
-    (void)rank;
     memset(&c, 0, sizeof c);
     c.tier = ZERO_OFFLOAD_NVME;
     c.dir = dir;
@@ -536,7 +640,7 @@ static zero_result io_rank(int rank, zero_comm *comm, void *user)
     if ((r = act_engine(&c, comm, &dev, &e)) != ZERO_OK) return r;
     buf = dev_buf(dev, 4096);
     dst = dev_buf(dev, 4096);
-    for (k = 0; k < 3; k++) fill_random(in[k], 4096);
+    for (k = 0; k < 3; k++) fill_random(&rng, in[k], 4096);
     /* The write of key 0 fails (EIO): its fetch says so, after the others came back. */
     memset(&f, 0, sizeof f);
     f.kind = ZERO_IO_FAULT_ERRNO;
@@ -617,14 +721,14 @@ static zero_result race_rank(int rank, zero_comm *comm, void *user)
     unsigned char *ref = (unsigned char *)malloc((size_t)RACE_L * RACE_B);
     unsigned char *x, *y, *xs[RACE_L];
     int l, step;
+    unsigned long long rng = 0x7ace0000ull + (unsigned long long)rank;
     zero_result r = act_engine(&R->c, comm, &dev, &e);
-    (void)rank;
     v = vc_current;
     x = (unsigned char *)dev_buf(dev, RACE_B);
     y = (unsigned char *)dev_buf(dev, RACE_B);
     for (l = 0; l < RACE_L; l++) xs[l] = R->distinct ? (unsigned char *)dev_buf(dev, RACE_B) : x;
     for (step = 0; step < 2 && r == ZERO_OK; step++) {
-        fill_random(ref, (size_t)RACE_L * RACE_B);
+        fill_random(&rng, ref, (size_t)RACE_L * RACE_B);
         for (l = 0; l < RACE_L && r == ZERO_OK; l++) {
             vc_begin(v, ZERO_QUEUE_COMPUTE); /* block l-1's forward writes x[l] */
             vc_touch(v, ZERO_QUEUE_COMPUTE, xs[l], RACE_B, 1, "forward writes x");
@@ -708,6 +812,7 @@ int main(void)
     ZT_RUN(nvme_prefetch_follows_reverse_order);
     ZT_RUN(accounting_is_exact);
     ZT_RUN(errors_are_clear);
+    ZT_RUN(the_key_table_stays_small);
     ZT_RUN(io_errors_are_reported);
     ZT_RUN(race_model_no_use_before_arrival);
     return zt_summary();

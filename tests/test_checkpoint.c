@@ -900,6 +900,47 @@ ZT_TEST(client_state_errors)
         ec_result_free(ra);
         ck_client_load_ok(&c, dir, blob, n, CK_CLIENT_MAX, NULL, "after the refused save");
     }
+    {   /* a manifest (checksum valid) claiming 1 TB of client state: zero_checkpoint_verify
+           (zero-ckpt info) compares the file's size first and allocates nothing of that size
+           (it allocated the claimed bytes: OUT_OF_MEMORY, or an abort under ASan) */
+        char man[400];
+        unsigned char mb[1 << 16];
+        size_t mn, i, at;
+        uint32_t crc;
+        uint64_t claim = (uint64_t)1 << 40;
+        zero_checkpoint *ck = NULL;
+        FILE *f;
+        snprintf(man, sizeof man, "%s/zero.manifest", dir);
+        f = fopen(man, "rb");
+        ZT_CHECK(f != NULL);
+        mn = f ? fread(mb, 1, sizeof mb, f) : 0;
+        if (f) fclose(f);
+        ZT_CHECK(mn > 200 && mn < sizeof mb);
+        /* the client entry (u64 size = 1000, u32 CRC, u32 0), found from the end: the
+           per-tensor entries of later versions follow it */
+        for (at = mn - 20; at > 0; at--) {
+            uint64_t v = 0;
+            for (i = 0; i < 8; i++) v |= (uint64_t)mb[at + i] << (8 * i);
+            if (v == n && !mb[at + 12] && !mb[at + 13] && !mb[at + 14] && !mb[at + 15]) break;
+        }
+        ZT_CHECK(at > 0);
+        for (i = 0; i < 8; i++) mb[at + i] = (unsigned char)(claim >> (8 * i));
+        crc = zero_crc32c(0, mb, mn - 4);
+        for (i = 0; i < 4; i++) mb[mn - 4 + i] = (unsigned char)(crc >> (8 * i));
+        f = fopen(man, "wb");
+        ZT_CHECK(f && fwrite(mb, 1, mn, f) == mn);
+        if (f) fclose(f);
+        ZT_CHECKF(zero_checkpoint_open(dir, &ck) == ZERO_OK, "%s", zero_last_error());
+        {
+            zero_checkpoint_info in;
+            memset(&in, 0, sizeof in);
+            ZT_CHECK(ck && zero_checkpoint_get_info(ck, &in) == ZERO_OK && in.client_bytes == claim);
+        }
+        ZT_CHECKF(ck && zero_checkpoint_verify(ck) == ZERO_ERROR_IO &&
+                      strstr(zero_last_error(), "client state of 1000 bytes, the manifest says 1099511627776"),
+                  "%s", zero_last_error());
+        zero_checkpoint_close(ck);
+    }
 }
 
 /* ---- hostile directories, races and files ------------------------------------------------------ */
@@ -1056,6 +1097,105 @@ ZT_TEST(ranks_agree_on_the_checkpoint)
             fclose(f);
         }
         ZT_CHECK(ck_save(&c, A, 1) && ck_gen_of(A) == 3 && ck_size(lock) < 0);
+    }
+}
+
+/* The save lock is decided by its flock alone: held = live (a save fails at once naming the
+   holder), whatever pid and host the file names (a pid of another PID namespace or host
+   reads as dead here); free = stale (taken over), whatever the file holds: empty (a kill -9
+   between creating and writing it) or unreadable text. */
+static void lk_write(const char *path, const char *text, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ZT_CHECK(fd >= 0 && write(fd, text, n) == (ssize_t)n);
+    if (fd >= 0) close(fd);
+}
+
+static void lk_expect_live(const ec_cfg *c, const char *dir, const char *lock, const char *want,
+                           const char *label)
+{
+    ck_job a;
+    ec_result *ra;
+    uint64_t gen = ck_gen_of(dir);
+    memset(&a, 0, sizeof a);
+    a.s1 = 1;
+    a.save_dir = dir;
+    ra = ck_run(c, &a);
+    ZT_CHECKF(ra->rc == ZERO_ERROR_IO && strstr(ra->err, want), "%s: %s: %s", label,
+              zero_result_string(ra->rc), ra->err);
+    ec_result_free(ra);
+    ZT_CHECKF(ck_gen_of(dir) == gen && ck_size(lock) >= 0, "%s: the live lock was taken", label);
+}
+
+ZT_TEST(the_save_lock_is_its_flock)
+{
+    ec_cfg c;
+    char D[300], lock[400], host[256], txt[400], want[700];
+    int fd, n, up[2], down[2];
+    pid_t child;
+    ck_cfg(&c, 2, 4, ZERO_F16, 2);
+    c.nfault = 0;
+    snprintf(D, sizeof D, "%s/lock", ck_root);
+    snprintf(lock, sizeof lock, "%s/zero.lock", D);
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    ZT_CHECK(ck_save(&c, D, 1) && ck_gen_of(D) == 1);
+    /* live: flocked by this process (another open file), the pid not visible here */
+    n = snprintf(txt, sizeof txt, "pid %d host %s\n", 999999999, host);
+    lk_write(lock, txt, (size_t)n);
+    fd = open(lock, O_RDONLY);
+    ZT_CHECK(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+    snprintf(want, sizeof want, "another save is in progress in %s (pid 999999999, host %s", D, host);
+    lk_expect_live(&c, D, lock, want, "invisible pid, this host");
+    lk_write(lock, "", 0); /* live and empty: its holder has not written it yet */
+    lk_expect_live(&c, D, lock, "another save is in progress", "empty, flocked");
+    if (fd >= 0) close(fd);
+    /* live: flocked by a child process; the file names a pid that does not exist */
+    n = snprintf(txt, sizeof txt, "pid %d host %s\n", 2147483000, host);
+    lk_write(lock, txt, (size_t)n);
+    ZT_CHECK(pipe(up) == 0 && pipe(down) == 0);
+    fflush(stdout);
+    child = fork();
+    if (child == 0) {
+        char ch = 1;
+        int cfd = open(lock, O_RDONLY);
+        close(up[0]);
+        close(down[1]);
+        if (cfd < 0 || flock(cfd, LOCK_EX) != 0) ch = 0;
+        if (write(up[1], &ch, 1) != 1) _exit(2);
+        if (read(down[0], &ch, 1) < 0) _exit(3); /* until the parent closes its end */
+        _exit(0);
+    }
+    ZT_CHECK(child > 0);
+    close(up[1]);
+    close(down[0]);
+    if (child > 0) {
+        char ch = 0;
+        int st = 0;
+        ZT_CHECK(read(up[0], &ch, 1) == 1 && ch == 1);
+        lk_expect_live(&c, D, lock, "(pid 2147483000, host", "flocked by a child, bogus pid");
+        close(down[1]);
+        ZT_CHECK(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    close(up[0]);
+    /* stale: the child is gone, its flock with it */
+    ZT_CHECK(ck_save(&c, D, 1) && ck_gen_of(D) == 2 && ck_size(lock) < 0);
+    /* stale: empty, nobody holds its flock */
+    lk_write(lock, "", 0);
+    ZT_CHECKF(ck_save(&c, D, 1) && ck_gen_of(D) == 3 && ck_size(lock) < 0, "empty lock: lock %ld",
+              ck_size(lock));
+    /* stale: unreadable text */
+    lk_write(lock, "\x01\xff garbage", 10);
+    ZT_CHECK(ck_save(&c, D, 1) && ck_gen_of(D) == 4 && ck_size(lock) < 0);
+    /* no lock in the making is left behind */
+    {
+        DIR *d = opendir(D);
+        struct dirent *de;
+        int left = 0;
+        while (d && (de = readdir(d)) != NULL)
+            if (strncmp(de->d_name, "zero.lock", 9) == 0) left++;
+        if (d) closedir(d);
+        ZT_CHECK(left == 0);
     }
 }
 
@@ -1932,6 +2072,7 @@ int main(void)
     CK_RUN(client_state_old_format);
     CK_RUN(client_state_errors);
     CK_RUN(ranks_agree_on_the_checkpoint);
+    CK_RUN(the_save_lock_is_its_flock);
     CK_RUN(failed_save_cleans_up);
     CK_RUN(generation_is_exact_64_bit);
     CK_RUN(byte_sizes_do_not_wrap);

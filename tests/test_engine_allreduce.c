@@ -212,6 +212,106 @@ ZT_TEST(a_mismatch_with_an_engine_collective_is_an_error_not_a_hang)
     }
 }
 
+/* Ranks that pass different counts, dtypes or ops: every rank gets ZERO_ERROR_MISMATCH at
+   once and no rank's buffer changes. The counts sit at every boundary of the 64-byte pieces
+   (the old code summed one rank's extra piece into a peer's next call and returned OK). */
+typedef struct dctx {
+    int world;
+    size_t count[MAXR];
+    zero_dtype dt[MAXR];
+    zero_op op[MAXR];
+    zero_result r[MAXR], next[MAXR];
+    int changed[MAXR];
+    char msg[MAXR][512];
+} dctx;
+
+static zero_result differ_rank(int rank, zero_comm *comm, void *user)
+{
+    dctx *c = (dctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    double d[MAXN], d0[MAXN];
+    float f[MAXN], f0[MAXN];
+    int i;
+    zero_result r = mk(comm, &dev, &e);
+    for (i = 0; i < MAXN; i++) f0[i] = f[i] = (float)value(rank, i), d0[i] = d[i] = value(rank, i);
+    if (!r) {
+        r = zero_engine_allreduce(e, c->dt[rank] == ZERO_F32 ? (void *)f : (void *)d, c->count[rank],
+                                  c->dt[rank], c->op[rank]);
+        snprintf(c->msg[rank], sizeof c->msg[rank], "%s", zero_last_error());
+        c->r[rank] = r;
+        /* a second call (equal on every rank) cannot receive a left-over piece of the first */
+        c->next[rank] = zero_engine_allreduce(e, d, 1, ZERO_F64, ZERO_OP_SUM);
+        c->changed[rank] = memcmp(f, f0, sizeof f) != 0 || memcmp(d, d0, sizeof d) != 0;
+    }
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+static void differ_case(dctx *c, const char *what)
+{
+    zero_local_desc d;
+    double t0 = zt_now_ms();
+    int rk;
+    memset(&d, 0, sizeof d);
+    d.world = c->world;
+    d.timeout_ms = 20000;
+    (void)zero_local_run_desc(&d, differ_rank, c);
+    for (rk = 0; rk < c->world; rk++) {
+        ZT_CHECKF(c->r[rk] == ZERO_ERROR_MISMATCH, "%s: rank %d got %s (%s)", what, rk,
+                  zero_result_string(c->r[rk]), c->msg[rk]);
+        ZT_CHECKF(!c->changed[rk], "%s: rank %d's values changed", what, rk);
+        ZT_CHECKF(c->next[rk] != ZERO_OK, "%s: rank %d: the engine is broken after a mismatch", what, rk);
+    }
+    ZT_CHECKF(zt_now_ms() - t0 < 10000, "%s took %.0f ms (no timeout wait)", what, zt_now_ms() - t0);
+}
+
+ZT_TEST(different_counts_dtypes_or_ops_are_a_mismatch_on_every_rank)
+{
+    int t, i, j, w;
+    char what[128];
+    for (t = 0; t < 2; t++) {
+        zero_dtype dt = t ? ZERO_F64 : ZERO_F32;
+        size_t per = 64 / zero_dtype_size(dt);
+        size_t counts[9];
+        counts[0] = 0, counts[1] = 1, counts[2] = per - 1, counts[3] = per, counts[4] = per + 1;
+        counts[5] = 2 * per - 1, counts[6] = 2 * per, counts[7] = 2 * per + 1, counts[8] = MAXN;
+        for (i = 0; i < 9; i++)
+            for (j = 0; j < 9; j++) {
+                dctx c;
+                if (counts[i] == counts[j]) continue;
+                for (w = 2; w <= 3; w++) {
+                    int rk;
+                    memset(&c, 0, sizeof c);
+                    c.world = w;
+                    for (rk = 0; rk < w; rk++) c.dt[rk] = dt, c.op[rk] = ZERO_OP_SUM, c.count[rk] = counts[i];
+                    c.count[w - 1] = counts[j]; /* the last rank differs */
+                    snprintf(what, sizeof what, "N %d %s counts %zu / %zu", w, zero_dtype_name(dt), counts[i],
+                             counts[j]);
+                    differ_case(&c, what);
+                }
+            }
+    }
+    for (i = 0; i < 9; i++) { /* same count, different dtype or op */
+        static const size_t counts[] = {0, 1, 7, 8, 9, 15, 16, 17, MAXN};
+        dctx c;
+        memset(&c, 0, sizeof c);
+        c.world = 2;
+        c.count[0] = c.count[1] = counts[i];
+        c.dt[0] = ZERO_F32, c.dt[1] = ZERO_F64;
+        snprintf(what, sizeof what, "count %zu f32 / f64", counts[i]);
+        differ_case(&c, what);
+        memset(&c, 0, sizeof c);
+        c.world = 2;
+        c.count[0] = c.count[1] = counts[i];
+        c.dt[0] = c.dt[1] = ZERO_F64;
+        c.op[0] = ZERO_OP_SUM, c.op[1] = ZERO_OP_MAX;
+        snprintf(what, sizeof what, "count %zu sum / max", counts[i]);
+        differ_case(&c, what);
+    }
+}
+
 static zero_result args_rank(int rank, zero_comm *comm, void *user)
 {
     zero_device *dev = NULL;
@@ -262,6 +362,7 @@ int main(void)
     ZT_RUN(sums_and_maxes_equal_the_rank_order_reference);
     ZT_RUN(the_engine_traffic_is_the_same_with_user_reductions);
     ZT_RUN(a_mismatch_with_an_engine_collective_is_an_error_not_a_hang);
+    ZT_RUN(different_counts_dtypes_or_ops_are_a_mismatch_on_every_rank);
     ZT_RUN(bad_arguments_are_errors_and_the_engine_stays_usable);
     return zt_summary();
 }

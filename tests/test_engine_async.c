@@ -156,7 +156,7 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
     if (r) goto out;
     {
         zero_engine_desc got;
-        if (zero_engine_get_desc(e, &got) == ZERO_OK) A->pinned = got.pin_memory;
+        if (rank == 0 && zero_engine_get_desc(e, &got) == ZERO_OK) A->pinned = got.pin_memory; /* one writer */
     }
     plan = zero_engine_plan(e);
     G = zero_plan_num_groups(plan);

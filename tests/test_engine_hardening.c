@@ -342,6 +342,16 @@ ZT_TEST(local_comm_compares_tags)
         ZT_CHECKF(x.rc[r] == ZERO_ERROR_MISMATCH &&
                       strstr(x.err[r], "rank 0 all_gather (gather, seq 0) vs rank 1 all_gather "
                                        "(param_update, seq 0)") != NULL, "%s", x.err[r]);
+    /* a payload split into pieces: the same role, group and seq, another whole count */
+    x.t[1] = x.t[0];
+    x.t[0].role = x.t[1].role = ZERO_ROLE_USER;
+    x.t[0].count = 8;
+    x.t[1].count = 9;
+    ZT_CHECK(zero_local_run(2, tag_rank, &x) == ZERO_OK);
+    for (r = 0; r < 2; r++)
+        ZT_CHECKF(x.rc[r] == ZERO_ERROR_MISMATCH &&
+                      strstr(x.err[r], "rank 0 all_gather (user, seq 0, count 8) vs rank 1 all_gather "
+                                       "(user, seq 0, count 9)") != NULL, "%s", x.err[r]);
     /* the role names */
     ZT_CHECK(strcmp(zero_comm_role_name(ZERO_ROLE_NONE), "untagged") == 0);
     ZT_CHECK(strcmp(zero_comm_role_name(ZERO_ROLE_NORM), "norm") == 0);

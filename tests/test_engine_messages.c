@@ -222,6 +222,42 @@ ZT_TEST(checkpoint_dtype_mismatch_is_named)
     ZT_CHECK(system(cmd) == 0);
 }
 
+/* e: a save whose directory cannot be made names the call once (it said
+   "zero_engine_save: zero_engine_save: mkdir ..."). */
+static zero_result mkdir_rank(int rank, zero_comm *comm, void *user)
+{
+    msgs *m = (msgs *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r = zero_host_device_create(NULL, &dev);
+    memset(&d, 0, sizeof d);
+    d.device = dev;
+    d.comm = comm;
+    if (!r) r = zero_engine_create(&d, &e);
+    if (!r) r = add5(e, rank, 0);
+    if (!r) r = zero_engine_commit(e);
+    if (!r) keep(m, rank, 0, zero_engine_save(e, m->dir));
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+ZT_TEST(save_mkdir_failure_names_the_call_once)
+{
+    msgs m;
+    int rk;
+    memset(&m, 0, sizeof m);
+    snprintf(m.dir, sizeof m.dir, "/nonexistent-zero-%d/a/b", (int)getpid());
+    ZT_CHECKF(zero_local_run(2, mkdir_rank, &m) == ZERO_OK, "%s", zero_last_error());
+    for (rk = 0; rk < 2; rk++) {
+        const char *t = m.text[rk][0], *first = strstr(t, "zero_engine_save:");
+        ZT_CHECKF(m.got[rk][0] == ZERO_ERROR_IO && strstr(t, "zero_engine_save: mkdir /nonexistent-zero-") &&
+                      strstr(t, "No such file or directory"), "rank %d: %s", rk, t);
+        ZT_CHECKF(first && !strstr(first + 1, "zero_engine_save:"), "rank %d: %s", rk, t);
+    }
+}
+
 /* ---- debug guards ---- */
 
 typedef struct gctx {
@@ -325,6 +361,7 @@ int main(void)
     ZT_RUN(commit_mismatch_names_the_difference);
     ZT_RUN(commit_agreeing_ranks_still_commit);
     ZT_RUN(checkpoint_dtype_mismatch_is_named);
+    ZT_RUN(save_mkdir_failure_names_the_call_once);
     ZT_RUN(debug_guards_catch_overruns);
     return zt_summary();
 }

@@ -3,8 +3,9 @@
    Psi = 393216 on 2 ranks under a device budget smaller than the gradient shard alone, and
    must give the plain run's losses and final params bit for bit, with a falling loss. */
 #define ZERO_IMPLEMENTATION
-#define BENCH_INFINITY_NO_MAIN
-#include "bench/bench_infinity.c"
+#include "zero.h"
+#define ZERO_BENCH_INFINITY
+#include "bench/bench_common.h" /* bench_infinity's model and training loop (inf_train) */
 #include "tests/zt.h"
 
 ZT_TEST(infinity_small_psi_equals_the_plain_run)

@@ -17,6 +17,17 @@ static char tier_dir[64];
 
 static const char *tier_make_dir(void) { return nd_make_dir(tier_dir, sizeof tier_dir, "nvme-tier"); }
 
+/* The engine's block request number 'request' (from 1, counted from now) fails with EIO. */
+static void inject_eio(zero_io *io, uint64_t request)
+{
+    zero_io_fault f;
+    memset(&f, 0, sizeof f);
+    f.kind = ZERO_IO_FAULT_ERRNO;
+    f.request = request;
+    f.err = EIO;
+    ZT_CHECK(zero_io_inject_fault(io, &f) == ZERO_OK);
+}
+
 /* Eight groups of one tensor each (uneven sizes), so the order has room to read ahead. */
 static void tier_model(ec_cfg *c)
 {
@@ -200,14 +211,7 @@ static zero_result wb_rank(int rank, zero_comm *comm, void *user)
         ZT_CHECK(zero_engine_add_tensor(e, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
     }
     ZT_CHECK(zero_engine_commit(e) == ZERO_OK);
-    if (w->fail_request) {
-        zero_io_fault f;
-        memset(&f, 0, sizeof f);
-        f.kind = ZERO_IO_FAULT_ERRNO;
-        f.request = w->fail_request;
-        f.err = EIO;
-        ZT_CHECK(zero_io_inject_fault(e->nvme.io, &f) == ZERO_OK);
-    }
+    if (w->fail_request) inject_eio(e->nvme.io, w->fail_request);
     for (t = 0; t < 7; t++) {
         size_t i;
         for (i = 0; i < sizes[t]; i++) vals[i] = 0.01f * (float)(i % 97) - 0.3f * (float)t;
@@ -280,6 +284,166 @@ ZT_TEST(write_behind_errors_are_never_lost)
     {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", w.ckdir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+}
+
+/* ---- a load into the NVMe tier: an I/O error on one rank is agreed ---- */
+
+typedef struct ld_run {
+    const char *nvme, *ckdir;
+    int stage;
+    zero_offload_device opt, par;
+    int save;          /* 1: a plain engine sets every tensor and saves (the checkpoint) */
+    int fail_rank;     /* the rank whose block request fail_request fails (EIO)          */
+    uint64_t fail_request;
+    zero_result rc[2], after[2];
+    uint64_t requests[2]; /* block requests this rank's load issued              */
+    int exact[2];         /* a load that succeeded: master equals the saved values */
+    char msg[2][512];
+} ld_run;
+
+static float ld_value(int t, size_t i) { return 0.015625f * (float)(i % 61) - 0.25f * (float)t; }
+
+static zero_result ld_rank(int rank, zero_comm *comm, void *user)
+{
+    static const size_t sizes[] = {40, 33, 64, 17, 90, 25, 50, 12};
+    ld_run *L = (ld_run *)user;
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL;
+    zero_io_stats st0, st1;
+    float vals[128], got[128];
+    zero_result r;
+    int t;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    memset(&d, 0, sizeof d);
+    d.stage = L->save ? 3 : L->stage;
+    d.device = dev;
+    d.comm = comm;
+    if (!L->save) {
+        d.offload_optimizer = L->opt;
+        d.offload_param = L->par;
+        d.nvme_path = L->nvme;
+        d.sub_group_size = 48; /* several tile records: many requests to fail */
+    }
+    r = zero_engine_create(&d, &e);
+    for (t = 0; t < 8 && r == ZERO_OK; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", t);
+        r = zero_engine_add_tensor(e, name, sizes[t], t, 0, NULL);
+    }
+    if (r == ZERO_OK) r = zero_engine_commit(e);
+    ZT_CHECKF(r == ZERO_OK, "rank %d: %s", rank, zero_last_error());
+    if (r == ZERO_OK && L->save) {
+        for (t = 0; t < 8 && r == ZERO_OK; t++) {
+            size_t i;
+            for (i = 0; i < sizes[t]; i++) vals[i] = ld_value(t, i);
+            r = zero_engine_set_tensor(e, t, vals);
+        }
+        if (r == ZERO_OK) r = zero_engine_save(e, L->ckdir);
+        ZT_CHECKF(r == ZERO_OK, "save: %s", zero_last_error());
+    } else if (r == ZERO_OK) {
+        memset(&st0, 0, sizeof st0);
+        memset(&st1, 0, sizeof st1);
+        ZT_CHECK(zero_engine_nvme_stats(e, &st0) == ZERO_OK);
+        if (L->fail_request && rank == L->fail_rank) inject_eio(e->nvme.io, L->fail_request);
+        L->rc[rank] = zero_engine_load(e, L->ckdir);
+        snprintf(L->msg[rank], sizeof L->msg[rank], "%s", zero_last_error());
+        ZT_CHECK(zero_engine_nvme_stats(e, &st1) == ZERO_OK);
+        L->requests[rank] = st1.requests - st0.requests;
+        L->exact[rank] = 1;
+        for (t = 0; t < 8 && L->rc[rank] == ZERO_OK; t++) {
+            zero_range rg;
+            size_t i;
+            memset(&rg, 0, sizeof rg);
+            if (zero_engine_read_tensor(e, t, ZERO_STATE_MASTER, got, &rg) != ZERO_OK) L->exact[rank] = 0;
+            for (i = rg.offset; i < rg.offset + rg.numel; i++)
+                if (got[i] != ld_value(t, i)) L->exact[rank] = 0;
+        }
+        /* a failed load leaves no rank with a usable half-loaded engine: the next call fails at once */
+        if (L->rc[rank] != ZERO_OK) L->after[rank] = zero_engine_load(e, L->ckdir);
+    }
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+/* zero_engine_load into an engine with an NVMe tier (optimizer at stages 1-3; params, with
+   the optimizer on the CPU or NVMe, at stage 3), 2 ranks: the fault-free load restores the
+   saved master weights exactly; then, for each rank and every block request that rank's
+   load issues, that request fails with EIO. Every rank returns ZERO_ERROR_IO with the
+   cause, at once (no rank waits for the comm's timeout in the load's all-gathers), and
+   every rank's engine is broken (the next call is INVALID_STATE): no rank returns OK, and
+   none keeps a half-loaded state. */
+ZT_TEST(a_load_error_on_one_rank_is_agreed)
+{
+    static const struct {
+        int stage;
+        zero_offload_device opt, par;
+    } cfgs[] = {{1, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE}, {2, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE},
+                {3, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE}, {3, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME},
+                {3, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME}};
+    char d2[64];
+    const char *nvme = tier_make_dir();
+    ld_run L;
+    zero_local_desc ld;
+    size_t c;
+    int f, runs = 0;
+    snprintf(d2, sizeof d2, "/tmp/zero-test-ld-XXXXXX");
+    memset(&L, 0, sizeof L);
+    L.nvme = nvme;
+    L.ckdir = mkdtemp(d2);
+    ZT_CHECK(nvme && L.ckdir);
+    if (!nvme || !L.ckdir) return;
+    memset(&ld, 0, sizeof ld);
+    ld.world = 2;
+    ld.timeout_ms = 5000;
+    L.save = 1;
+    ZT_CHECK(zero_local_run_desc(&ld, ld_rank, &L) == ZERO_OK);
+    L.save = 0;
+    for (c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        uint64_t n[2], k;
+        L.stage = cfgs[c].stage;
+        L.opt = cfgs[c].opt;
+        L.par = cfgs[c].par;
+        L.fail_request = 0;
+        ZT_CHECK(zero_local_run_desc(&ld, ld_rank, &L) == ZERO_OK);
+        ZT_CHECKF(L.rc[0] == ZERO_OK && L.rc[1] == ZERO_OK && L.exact[0] && L.exact[1],
+                  "config %zu, fault-free: %s / %s", c, L.msg[0], L.msg[1]);
+        n[0] = L.requests[0];
+        n[1] = L.requests[1];
+        ZT_CHECKF(n[0] >= 2 && n[1] >= 2, "config %zu: %llu / %llu requests", c, (unsigned long long)n[0],
+                  (unsigned long long)n[1]);
+        for (f = 0; f < 2; f++)
+            for (k = 1; k <= n[f]; k++) {
+                double t0 = zt_now_ms();
+                L.fail_rank = f;
+                L.fail_request = k;
+                memset(L.rc, 0, sizeof L.rc);
+                memset(L.after, 0, sizeof L.after);
+                ZT_CHECK(zero_local_run_desc(&ld, ld_rank, &L) == ZERO_OK);
+                runs++;
+                ZT_CHECKF(L.rc[0] == ZERO_ERROR_IO && L.rc[1] == ZERO_ERROR_IO,
+                          "config %zu (stage %d), rank %d request %llu of %llu: %s (%s) / %s (%s)", c, L.stage, f,
+                          (unsigned long long)k, (unsigned long long)n[f], zero_result_string(L.rc[0]), L.msg[0],
+                          zero_result_string(L.rc[1]), L.msg[1]);
+                ZT_CHECKF(strstr(L.msg[0], "Input/output error") && strstr(L.msg[1], "Input/output error"),
+                          "config %zu, rank %d request %llu: %s / %s", c, f, (unsigned long long)k, L.msg[0],
+                          L.msg[1]);
+                ZT_CHECKF(L.after[0] == ZERO_ERROR_INVALID_STATE && L.after[1] == ZERO_ERROR_INVALID_STATE,
+                          "config %zu, rank %d request %llu: after: %s / %s", c, f, (unsigned long long)k,
+                          zero_result_string(L.after[0]), zero_result_string(L.after[1]));
+                ZT_CHECKF(zt_now_ms() - t0 < 4000, "config %zu, rank %d request %llu: %.0f ms (timeout: 5 s)", c,
+                          f, (unsigned long long)k, zt_now_ms() - t0);
+            }
+    }
+    ZT_CHECK(runs >= 20);
+    ZT_CHECK(nd_dir_is_empty(nvme));
+    rmdir(nvme);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", L.ckdir);
         ZT_CHECK(system(cmd) == 0);
     }
 }
@@ -369,6 +533,7 @@ int main(void)
     ZT_RUN(param_read_ahead_with_accumulation_is_exact);
     ZT_RUN(param_read_ahead_validated);
     ZT_RUN(write_behind_errors_are_never_lost);
+    ZT_RUN(a_load_error_on_one_rank_is_agreed);
     ZT_RUN(commit_touches_no_host_tier_memory);
     return zt_summary();
 }

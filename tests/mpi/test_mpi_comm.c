@@ -223,6 +223,7 @@ ZT_TEST(tags_compared)
     zero_result r;
     zero_comm_tag t;
     /* equal tags: fine */
+    memset(&t, 0, sizeof t);
     t.group = 3;
     t.role = 2;
     t.seq = 41;
@@ -241,6 +242,13 @@ ZT_TEST(tags_compared)
     if (zm_rank == 0) g_comm->tag.seq = 40;
     r = g_comm->ops->reduce_scatter(g_comm, buf, out, 1, ZERO_F32, ZERO_OP_SUM, NULL);
     expect_all(r, ZERO_ERROR_MISMATCH, "tag seq");
+    /* a payload split into pieces (zero_engine_allreduce): a different whole count */
+    g_comm->tag = t;
+    g_comm->tag.count = zm_rank == zm_world - 1 ? 9 : 8;
+    r = g_comm->ops->all_reduce(g_comm, buf, out, 1, ZERO_F32, ZERO_OP_SUM, NULL);
+    expect_all(r, ZERO_ERROR_MISMATCH, "tag count");
+    ZT_CHECKF(strstr(zero_last_error(), "count 8") && strstr(zero_last_error(), "count 9"), "rank %d: %s",
+              zm_rank, zero_last_error());
     /* one rank untagged */
     g_comm->tag = t;
     if (zm_rank == 1) memset(&g_comm->tag, 0, sizeof g_comm->tag);

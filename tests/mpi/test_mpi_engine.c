@@ -200,6 +200,72 @@ ZT_TEST(engine_failure_on_one_rank)
     ec_wrap_reset(-1);
 }
 
+/* zero_engine_allreduce with a count that differs on the last rank, at every boundary of
+   its 64-byte pieces (and different dtypes and ops): ZERO_ERROR_MISMATCH on every process,
+   no value changed, no wait for the timeout; equal calls sum correctly. The comm's tag
+   carries the whole count (zero_mpi.h's signature field TAGCOUNT). */
+static zero_result allreduce_engine(zero_device **dev, zero_engine **e)
+{
+    zero_engine_desc d;
+    zero_result r = zero_host_device_create(NULL, dev);
+    if (r) return r;
+    memset(&d, 0, sizeof d);
+    d.stage = 2;
+    d.device = *dev;
+    d.comm = g_comm;
+    if ((r = zero_engine_create(&d, e))) return r;
+    if ((r = zero_engine_add_tensor(*e, "w", 64, 0, 0, NULL))) return r;
+    return zero_engine_commit(*e);
+}
+
+ZT_TEST(engine_allreduce_counts_differ)
+{
+    static const size_t f64_counts[] = {0, 1, 7, 8, 9, 15, 16, 17, 40};
+    size_t i, j, k;
+    double v[40], v0[40];
+    for (i = 0; i < 9; i++)
+        for (j = 0; j < 11; j++) {
+            zero_device *dev = NULL;
+            zero_engine *e = NULL;
+            size_t count = f64_counts[i];
+            zero_dtype dt = ZERO_F64;
+            zero_op op = ZERO_OP_SUM;
+            zero_result r;
+            double t0 = zt_now_ms();
+            if (j < 9 && f64_counts[j] == count) continue;
+            if (zm_rank == zm_world - 1) {
+                if (j < 9) count = f64_counts[j];
+                else if (j == 9) dt = ZERO_F32; /* same count, another dtype */
+                else op = ZERO_OP_MAX;          /* same count, another op */
+            }
+            for (k = 0; k < 40; k++) v[k] = v0[k] = zm_rank + 0.25 * (double)k;
+            r = allreduce_engine(&dev, &e);
+            ZT_CHECKF(r == ZERO_OK, "rank %d: %s", zm_rank, zero_last_error());
+            if (r == ZERO_OK) {
+                r = zero_engine_allreduce(e, v, count, dt, op);
+                ZT_CHECKF(r == ZERO_ERROR_MISMATCH, "rank %d, case %zu/%zu: %s (%s)", zm_rank, i, j,
+                          zero_result_string(r), zero_last_error());
+                ZT_CHECKF(memcmp(v, v0, sizeof v) == 0, "rank %d, case %zu/%zu: values changed", zm_rank, i, j);
+                ZT_CHECKF(zt_now_ms() - t0 < 10000, "rank %d: took %.0f ms", zm_rank, zt_now_ms() - t0);
+            }
+            zero_engine_destroy(e);
+            zero_device_destroy(dev);
+        }
+    { /* equal calls still work: a sum across the piece boundary */
+        zero_device *dev = NULL;
+        zero_engine *e = NULL;
+        zero_result r = allreduce_engine(&dev, &e);
+        for (k = 0; k < 17; k++) v[k] = zm_rank + 0.25 * (double)k;
+        if (r == ZERO_OK) r = zero_engine_allreduce(e, v, 17, ZERO_F64, ZERO_OP_SUM);
+        ZT_CHECKF(r == ZERO_OK, "rank %d: %s", zm_rank, zero_last_error());
+        for (k = 0; k < 17 && r == ZERO_OK; k++)
+            ZT_CHECKF(v[k] == zm_world * (zm_world - 1) / 2.0 + zm_world * 0.25 * (double)k, "rank %d: [%zu] = %g",
+                      zm_rank, k, v[k]);
+        zero_engine_destroy(e);
+        zero_device_destroy(dev);
+    }
+}
+
 int main(int argc, char **argv)
 {
     zm_init(&argc, &argv);
@@ -212,6 +278,7 @@ int main(int argc, char **argv)
     ZM_RUN(engine_mpi_equals_threads);
     ZM_RUN(engine_mpi_fp32_params);
     ZM_RUN(engine_mpi_fp32_comm_and_nan_step);
+    if (zm_world >= 2) ZM_RUN(engine_allreduce_counts_differ);
     zero_comm_destroy(g_comm);
     if (zm_world >= 2) ZM_RUN(engine_failure_on_one_rank);
     return zm_summary();
