@@ -2105,10 +2105,27 @@ static zero_result zero_nccl__retire(zero_nccl__comm *c, zero_nccl__slot *s, int
 
 /* Lock held. One look at the comm: NCCL's asynchronous error, every stream's events,
    events for collectives not yet covered. *busy = 1 when collectives are unfinished. */
+/* Lock held, not inside an NCCL call. The comm's asynchronous error, if any, as a fatal
+   failure (the communicator is aborted); ZERO_OK while it is healthy or still settling. */
+static zero_result zero_nccl__async_check(zero_nccl__comm *c)
+{
+    ncclResult_t state = ncclSuccess, q = ncclCommGetAsyncError(c->nccl, &state);
+    if (q != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+        char detail[400];
+        ncclResult_t bad = q != ncclSuccess ? q : state;
+        zero_nccl__detail(c->nccl, bad, detail, sizeof detail);
+        return zero_nccl__fatal(c, zero_nccl__map(bad) == ZERO_ERROR_TIMEOUT ? ZERO_ERROR_TIMEOUT
+                                                                           : ZERO_ERROR_COMM,
+                                "asynchronous NCCL error: %s; the communicator was aborted",
+                                detail);
+    }
+    return ZERO_OK;
+}
+
 static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
 {
-    ncclResult_t state = ncclSuccess, q;
     int64_t now = zero_nccl__now_ns();
+    zero_result r;
     int i;
     *busy = 0;
     if (c->failure != ZERO_OK) return zero_nccl__failed(c);
@@ -2122,22 +2139,11 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
                                     "connects; a peer that crashed or hangs never answers); the "
                                     "communicator is aborted when the call returns",
                                     c->call_what, (double)(now - c->call_start_ns) * 1e-9, c->timeout_ms);
-        q = ncclSuccess;
-    } else {
-        q = ncclCommGetAsyncError(c->nccl, &state);
-    }
-    if (q != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
-        char detail[400];
-        ncclResult_t bad = q != ncclSuccess ? q : state;
-        zero_nccl__detail(c->nccl, bad, detail, sizeof detail);
-        return zero_nccl__fatal(c, zero_nccl__map(bad) == ZERO_ERROR_TIMEOUT ? ZERO_ERROR_TIMEOUT
-                                                                           : ZERO_ERROR_COMM,
-                                "asynchronous NCCL error: %s; the communicator was aborted",
-                                detail);
+    } else if ((r = zero_nccl__async_check(c)) != ZERO_OK) {
+        return r;
     }
     for (i = 0; i < ZERO_NCCL__MAX_STREAMS; i++) {
         zero_nccl__slot *s = &c->slots[i];
-        zero_result r;
         if (!s->used) continue;
         r = zero_nccl__retire(c, s, now);
         if (r != ZERO_OK) return r;
@@ -2146,6 +2152,10 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
            unrelated later work on the stream (a false timeout) or inside a graph capture */
         if (s->count > 0 || s->unrecorded > 0) *busy = 1;
     }
+    /* Asked again once the work is seen finished: an error raised between the first
+       question and the last event's completion (a collective that failed, then let its
+       stream go on) would otherwise read as a clean finish. */
+    if (!*busy && !c->in_call) return zero_nccl__async_check(c);
     return ZERO_OK;
 }
 
