@@ -1476,6 +1476,21 @@ typedef struct zero_engine_desc {
                                     Same bits in every setting. Local to the rank (not in the
                                     plan hash). Resolved: 0 becomes CPU when offload_optimizer
                                     is set, stays NONE otherwise.                              */
+    double offload_optimizer_ratio; /* partial offload (DeepSpeed's offload_optimizer.ratio,
+                                    "Twin-Flow"): the fraction r in (0, 1] of this rank's
+                                    optimizer shard (master, m, v) that lives in the tier of
+                                    offload_optimizer; the rest stays on the device and the
+                                    device's Adam updates it while the host's Adam runs on the
+                                    host part. The split is at element granularity: the first
+                                    H = max(1, floor(r S + 0.5)) (at most S) elements of the
+                                    rank's shard (S elements, groups in order) are offloaded,
+                                    so any r is honoured for any size. 0 = 1 (everything) when
+                                    offload_optimizer is set; needs offload_optimizer (a
+                                    nonzero r without it, NaN, r < 0 or r > 1:
+                                    INVALID_ARGUMENT). r < 1 is not supported with offload_param
+                                    or offload_gradients = NVME (INVALID_ARGUMENT). Same bits
+                                    at every r; in the plan hash (ranks must agree). Resolved:
+                                    0 becomes 1 when offload_optimizer is set.                 */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* ZERO_PIN_MEMORY_AUTO (0, the default) or _ON (1): host
                                     buffers through the device's pinned allocation
@@ -7871,6 +7886,10 @@ typedef struct zero__eng_optimizer {
     zero_scaler scaler;
     int64_t step;
     float *master, *m, *v;
+    /* offload_optimizer_ratio < 1: the device part of master, m, v (elements [H, S) of the
+       shard, H = host.opt_numel) and its gradients, uploaded from the host tier at the step */
+    float *dmaster, *dm, *dv;
+    unsigned char *dgrad;
     /* per tensor (zero_engine_set_tensor_hparams): the lr multiplier, the weight decay (< 0:
        the default) and this step's Adam constants made from them */
     double *lr_mul, *wd;
@@ -7948,6 +7967,11 @@ typedef struct zero__eng_host_tier {
     zero__eng_tile *tiles;
     zero__eng_piece *pieces;
     int ntiles, npieces;
+    /* offload_optimizer_ratio < 1: the host tier holds elements [0, opt_numel) of the
+       rank's shard (tiles [0, ntiles)); the device holds [opt_numel, S) (opt.dmaster, dm,
+       dv, dgrad; tiles [ntiles, ntiles + ndtiles), updated by the device's Adam) */
+    size_t opt_numel;
+    int ndtiles;
     zero__eng_allocation allocs[ZERO__ENG_MAX_HOST_ALLOCS];
     int pinned[ZERO__ENG_MAX_HOST_ALLOCS];
     int nallocs;
@@ -8352,6 +8376,20 @@ static int zero__eng_cpus(void)
     return n > 16 ? 16 : (int)n;
 }
 
+/* offload_optimizer_ratio: how many of the S elements of a rank's shard the offload tier
+   holds, H = floor(r S + 0.5) (r S rounded to nearest, halves up, in double), at least 1 and
+   at most S (S = 0: 0). Shared with the estimator. */
+static size_t zero__eng_ratio_split(size_t S, double r)
+{
+    double h;
+    size_t H;
+    if (S == 0) return 0;
+    if (!(r > 0.0) || r >= 1.0) return S;
+    h = floor(r * (double)S + 0.5);
+    H = h >= (double)S ? S : (size_t)h;
+    return H < 1 ? 1 : H;
+}
+
 /* Validates and defaults the offload knobs of a descriptor (zero_engine_create). */
 static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
 {
@@ -8393,6 +8431,31 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
                           fn, zero_offload_device_name(d->offload_optimizer));
     if (d->offload_gradients == ZERO_OFFLOAD_NONE && d->offload_optimizer != ZERO_OFFLOAD_NONE)
         d->offload_gradients = ZERO_OFFLOAD_CPU; /* today's host tier */
+    {
+        double q = d->offload_optimizer_ratio;
+        if (q != q || q < 0.0 || q > 1.0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_optimizer_ratio = %g (the fraction of the optimizer "
+                              "state offloaded: a number in (0, 1], 0 = 1)",
+                              fn, q);
+        if (q != 0.0 && d->offload_optimizer == ZERO_OFFLOAD_NONE)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_optimizer_ratio = %g needs offload_optimizer cpu or "
+                              "nvme (it is the fraction of the optimizer state offloaded)",
+                              fn, q);
+        if (q == 0.0 && d->offload_optimizer != ZERO_OFFLOAD_NONE) d->offload_optimizer_ratio = q = 1.0;
+        if (q < 1.0 && q > 0.0 && d->offload_param != ZERO_OFFLOAD_NONE)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_optimizer_ratio = %g with offload_param = %s is not "
+                              "supported (the device part's Adam writes device params; use "
+                              "ratio 1 with offload_param, or offload_param = none)",
+                              fn, q, zero_offload_device_name(d->offload_param));
+        if (q < 1.0 && q > 0.0 && d->offload_gradients == ZERO_OFFLOAD_NVME)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_optimizer_ratio = %g with offload_gradients = nvme is "
+                              "not supported (use offload_gradients = cpu, or ratio 1)",
+                              fn, q);
+    }
     if ((d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME) &&
         (!d->nvme_path || !d->nvme_path[0]))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -8822,6 +8885,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
+    h = zero__eng_mix(h, zero__eng_dbits(d->offload_optimizer_ratio));
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -9075,13 +9139,22 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (!e->layout.acc_is_user_grad && !e->cfg.opt_offloaded)
         ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel,
                               e->cfg.comm_size, &sz->bytes[ZERO__B_GRAD_ACC]);
+    /* offload_optimizer_ratio: the host tier takes H of the S elements, the device the rest
+       (its master, m, v and the gradients its Adam reads: opt.dmaster, dm, dv, dgrad) */
+    e->host.opt_numel = e->cfg.opt_offloaded
+                            ? zero__eng_ratio_split(e->layout.shard_numel,
+                                                    e->cfg.desc.offload_optimizer_ratio)
+                            : 0;
+    if (e->cfg.opt_offloaded)
+        ovf |= zero__mul_size(e->layout.shard_numel - e->host.opt_numel, e->cfg.comm_size,
+                              &sz->bytes[ZERO__B_GRAD_ACC]);
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
     sz->cat[ZERO__B_M2] = ZERO_MEM_MOMENT2;
     ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel, 4,
                           &sz->bytes[ZERO__B_MASTER]);
     /* in the host tier: zero__eng_offload_alloc */
-    if (e->cfg.opt_offloaded) sz->bytes[ZERO__B_MASTER] = 0;
+    if (e->cfg.opt_offloaded) sz->bytes[ZERO__B_MASTER] = (e->layout.shard_numel - e->host.opt_numel) * 4;
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
     e->host.params_numel = ohp;
     /* The bucket stages the reductions whose comm dtype differs from the param dtype: a
@@ -9197,7 +9270,7 @@ static void zero__eng_free_host(zero_engine *e)
     zero__free(&e->cfg.desc.allocator, e->host.pieces);
     e->host.tiles = NULL;
     e->host.pieces = NULL;
-    e->host.ntiles = e->host.npieces = 0;
+    e->host.ntiles = e->host.npieces = e->host.ndtiles = 0;
 }
 
 /* The tiles of the offloaded step: each group's shard cut into runs of tile_numel elements,
@@ -9205,7 +9278,7 @@ static void zero__eng_free_host(zero_engine *e)
 static zero_result zero__eng_offload_plan(zero_engine *e)
 {
     const zero_allocator *a = &e->cfg.desc.allocator;
-    size_t T = e->cfg.desc.sub_group_size, maxsh = 0, nt = 0, np = 0, b;
+    size_t T = e->cfg.desc.sub_group_size, maxsh = 0, nt = 0, np = 0, nh = 0, b, n;
     int g, t, pass;
     for (g = 0; g < e->layout.ngroups; g++)
         if (e->layout.groups[g].shard_numel > maxsh) maxsh = e->layout.groups[g].shard_numel;
@@ -9214,11 +9287,17 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
     if (T == 0) T = 1;
     e->host.tile_numel = T;
     for (pass = 0; pass < 2; pass++) { /* count, then fill */
-        nt = np = 0;
+        nt = np = nh = 0;
         for (g = 0; g < e->layout.ngroups; g++) {
-            size_t sh = e->layout.groups[g].shard_numel;
-            for (b = 0; b < sh; b += T) {
-                size_t n = sh - b < T ? sh - b : T;
+            size_t sh = e->layout.groups[g].shard_numel, os = e->layout.groups[g].off_shard;
+            /* offload_optimizer_ratio: no tile crosses the split H (host part | device part) */
+            size_t cut = e->host.opt_numel > os && e->host.opt_numel < os + sh
+                             ? e->host.opt_numel - os
+                             : 0;
+            for (b = 0; b < sh; b += n) {
+                n = sh - b < T ? sh - b : T;
+                if (b < cut && b + n > cut) n = cut - b;
+                if (os + b < e->host.opt_numel) nh++;
                 if (pass) {
                     e->host.tiles[nt].group = g;
                     e->host.tiles[nt].begin = b;
@@ -9266,7 +9345,8 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
                 return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: offload tiles");
         }
     }
-    e->host.ntiles = (int)nt;
+    e->host.ntiles = (int)nh; /* the host part's tiles; the device part's follow them */
+    e->host.ndtiles = (int)(nt - nh);
     e->host.npieces = (int)np;
     return ZERO_OK;
 }
@@ -9295,7 +9375,7 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->layout.shard_numel, 4, &sb) ||
+    if (zero__mul_size(e->host.opt_numel, 4, &sb) ||
         zero__mul_size(e->layout.shard_numel, e->cfg.comm_size, &gb) ||
         zero__mul_size(e->layout.max_group_numel / (size_t)e->cfg.world, e->cfg.comm_size, &gi) ||
         zero__mul_size(e->host.tile_numel, 2 * e->cfg.param_size, &pb))
@@ -9983,11 +10063,11 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
                                  &e->nvme.opt_file)) != ZERO_OK)
         return r;
     e->nvme.mem[ZERO_MEM_MASTER] = e->nvme.mem[ZERO_MEM_MOMENT1] = e->nvme.mem[ZERO_MEM_MOMENT2] =
-        e->layout.shard_numel * 4;
+        e->host.opt_numel * 4; /* the host part: all of S at offload_optimizer_ratio 1 */
     e->nvme.mem_total += (size_t)zero_io_file_size(e->nvme.opt_file);
     /* tile alignment */
     e->nvme.mem[ZERO_MEM_SCRATCH] +=
-        (size_t)zero_io_file_size(e->nvme.opt_file) - 12 * e->layout.shard_numel;
+        (size_t)zero_io_file_size(e->nvme.opt_file) - 12 * e->host.opt_numel;
     for (k = 0; k < e->host.ntiles; k++) /* the preallocated file reads as zeros: nothing written */
         if ((r = zero_io_declare_zeros(e->nvme.opt_file, e->nvme.tile_off[k],
                                        e->host.tiles[k].numel * 12u)) != ZERO_OK)
@@ -10102,6 +10182,31 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
         } else {
             memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
+    }
+    return r;
+}
+
+/* Offloaded master (kind 0), m (1) or v (2), elements [off, off + n) of the shard: copied to
+   out, or from in when in is not NULL, wherever they live: the host part [0, H) in host
+   memory or through the NVMe tier's cache, the device part [H, S) (offload_optimizer_ratio
+   < 1) on the device (a transfer on COMPUTE, waited for). */
+static zero_result zero__eng_opt_io(zero_engine *e, int kind, size_t off, size_t n, float *out,
+                                    const float *in)
+{
+    size_t H = e->host.opt_numel, nh = off >= H ? 0 : (off + n <= H ? n : H - off);
+    zero_result r = ZERO_OK;
+    if (nh > 0 && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME)
+        r = zero__eng_nvme_state(e, off, nh, kind, out, in);
+    else if (nh > 0) {
+        float *base = kind == 0 ? e->opt.master : kind == 1 ? e->opt.m : e->opt.v;
+        if (in) memcpy(base + off, in, nh * 4);
+        else memcpy(out, base + off, nh * 4);
+    }
+    if (r == ZERO_OK && n > nh) {
+        float *d = (kind == 0 ? e->opt.dmaster : kind == 1 ? e->opt.dm : e->opt.dv) + (off + nh - H);
+        r = in ? e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, d, in + nh, (n - nh) * 4)
+               : e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, out + nh, d, (n - nh) * 4);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
     }
     return r;
 }
@@ -10301,6 +10406,41 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
     return ZERO_OK;
 }
 
+/* offload_optimizer_ratio < 1, the step's device part (elements [H, S) of the shard, tiles
+   [ntiles, ntiles + ndtiles)): the gradients leave the host tier for opt.dgrad in one upload
+   (they all came to the host for the norm, which must see the shard whole, in group order),
+   then the device's adam op per piece of each tile, with the piece's tensor constants and
+   the device's multiplier and flag: the same element expression as the host Adam, so the
+   split changes no bit. Everything on COMPUTE, after the flag and the multiplier. */
+static zero_result zero__eng_step_device_part(zero_engine *e, const float *mul, const float *flag)
+{
+    zero_device *dev = e->cfg.dev;
+    size_t H = e->host.opt_numel, S = e->layout.shard_numel;
+    int k, i;
+    zero_result r = dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->opt.dgrad,
+                                     e->host.grad + H * e->cfg.comm_size, (S - H) * e->cfg.comm_size);
+    for (k = e->host.ntiles; k < e->host.ntiles + e->host.ndtiles && r == ZERO_OK; k++) {
+        const zero__eng_tile *tl = &e->host.tiles[k];
+        size_t at = e->layout.groups[tl->group].off_shard + tl->begin - H;
+        unsigned char *dst = zero__eng_tile_param_dev(e, tl);
+        for (i = tl->first; i < tl->first + tl->count && r == ZERO_OK; i++) {
+            const zero__eng_piece *pc = &e->host.pieces[i];
+            zero_adam_range ar;
+            memset(&ar, 0, sizeof ar);
+            ar.numel = pc->numel;
+            ar.master = e->opt.dmaster + at + pc->off;
+            ar.m = e->opt.dm + at + pc->off;
+            ar.v = e->opt.dv + at + pc->off;
+            ar.grad = e->opt.dgrad + (at + pc->off) * e->cfg.comm_size;
+            ar.grad_dtype = e->cfg.comm_dtype;
+            ar.param = dst + pc->off * e->cfg.param_size;
+            ar.param_dtype = e->cfg.param_dtype;
+            r = dev->ops->adam(dev, ZERO_QUEUE_COMPUTE, &ar, &e->opt.coefs[pc->tensor], mul, flag);
+        }
+    }
+    return r;
+}
+
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
    (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
    k = 0..n-1, the host Adam reads the gradients where the reduction left them (host.grad),
@@ -10308,7 +10448,7 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
    writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
    half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
    not be tile k - 2's). A skipped step moves nothing. */
-static zero_result zero__eng_step_offload(zero_engine *e)
+static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, const float *dev_flag)
 {
     zero_device *dev = e->cfg.dev;
     float fm[3];
@@ -10329,11 +10469,17 @@ static zero_result zero__eng_step_offload(zero_engine *e)
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->buf.scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-    if (fm[0] != 0.0f || e->host.ntiles == 0)
+    if (fm[0] != 0.0f || e->host.ntiles + e->host.ndtiles == 0)
         return e->nvme.io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
     /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
        gathers that read the offloaded param shards are done before Adam rewrites them */
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    /* offload_optimizer_ratio < 1: the device part first, enqueued on COMPUTE (its gradients
+       up, then the device's Adam per tile piece), so that on an asynchronous device it runs
+       while the host Adam below works on the host part */
+    if (e->host.ndtiles > 0) {
+        ZERO__ENG_TRY(e, zero__eng_step_device_part(e, dev_mul, dev_flag), "step: device part");
+    }
     /* NVMe: reads run nswap - 2 tiles ahead; the slot of tile k + nswap - 2 was last written
        behind tile k - 2, so a read never waits for the write just issued */
     for (k = 0; e->nvme.opt_file && k < e->nvme.nswap - 2 && k < e->host.ntiles && io_r == ZERO_OK;
@@ -10587,7 +10733,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 25 };
+enum { ZERO__ENG_NSETTINGS = 26 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -10598,7 +10744,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
-            "offload_optimizer", "offload_param"};
+            "offload_optimizer", "offload_param", "offload_optimizer_ratio"};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -10614,6 +10760,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[17] = e->opt.scaler.factor; v[18] = e->opt.scaler.min_scale; v[19] = e->opt.scaler.window;
         v[20] = e->opt.scaler.hysteresis; v[21] = e->opt.scaler.error_at_min;
         v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
+        v[25] = d->offload_optimizer_ratio;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
@@ -10857,12 +11004,18 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     }
     e->buf.param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->buf.grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
-    e->buf.grad_acc =
-        e->layout.acc_is_user_grad ? e->buf.grad_user : (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
+    e->buf.grad_acc = e->layout.acc_is_user_grad ? e->buf.grad_user
+                      : e->cfg.opt_offloaded    ? NULL
+                                                : (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
     if (!e->cfg.opt_offloaded) { /* offloaded: host-tier pointers, set by zero__eng_offload_alloc */
         e->opt.master = (float *)ptrs[ZERO__B_MASTER];
         e->opt.m = (float *)ptrs[ZERO__B_M1];
         e->opt.v = (float *)ptrs[ZERO__B_M2];
+    } else { /* offload_optimizer_ratio < 1: the device part (NULL at ratio 1) */
+        e->opt.dmaster = (float *)ptrs[ZERO__B_MASTER];
+        e->opt.dm = (float *)ptrs[ZERO__B_M1];
+        e->opt.dv = (float *)ptrs[ZERO__B_M2];
+        e->opt.dgrad = (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
     }
     e->buf.bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
     e->buf.arena = (unsigned char *)ptrs[ZERO__B_ARENA];
@@ -11482,7 +11635,7 @@ static zero_result zero__tier_adam(zero_engine *e, const float *mul,
                                    const float *flag)
 {
     if (zero__tier_where(e, ZERO_MEM_MASTER, -1) != ZERO_TIER_DEVICE)
-        return zero__eng_step_offload(e);
+        return zero__eng_step_offload(e, mul, flag);
     return zero__eng_adam_device(e, mul, flag);
 }
 
@@ -12360,10 +12513,8 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, pt.param,
                                 tmp ? (const void *)tmp : (const void *)(values + pt.p0),
                                 pt.pn * e->cfg.param_size);
-    if (r == ZERO_OK && pt.mn > 0 && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
-        r = zero__eng_nvme_state(e, pt.master_off, pt.mn, 0, NULL, values + pt.m0);
-    } else if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_offloaded)
-        memcpy(e->opt.master + pt.master_off, values + pt.m0, pt.mn * sizeof(float));
+    if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_offloaded)
+        r = zero__eng_opt_io(e, 0, pt.master_off, pt.mn, NULL, values + pt.m0);
     else if (r == ZERO_OK && pt.mn > 0)
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, e->opt.master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
@@ -12458,9 +12609,9 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: kind = %d",
                           (int)kind);
     }
-    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
-        r = zero__eng_nvme_state(e, pt.master_off, n, (int)kind - 1, (float *)host_dst + off, NULL);
-        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: NVMe read");
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.opt_offloaded) {
+        r = zero__eng_opt_io(e, (int)kind - 1, pt.master_off, n, (float *)host_dst + off, NULL);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: offload tier read");
     } else if (n > 0 && kind == ZERO_STATE_PARAM && pt.param_host && e->nvme.param_file) {
         unsigned char *hp = NULL;
         zero_tensor_info ti;
@@ -13507,17 +13658,8 @@ static zero_result zero__ck_state_offload(zero_engine *e, zero_state_kind k, int
     if (k != ZERO_STATE_PARAM && e->cfg.opt_offloaded) {
         size_t at = eg->off_shard + off;
         *handled = 1;
-        if (e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME)
-            return zero__eng_nvme_state(e, at, n, (int)k - 1, to_device ? NULL : (float *)host,
-                                        to_device ? (const float *)host : NULL);
-        {
-            float *base = k == ZERO_STATE_MASTER ? e->opt.master
-                          : k == ZERO_STATE_M    ? e->opt.m
-                                                 : e->opt.v;
-            if (to_device) memcpy(base + at, host, n * 4);
-            else memcpy(host, base + at, n * 4);
-        }
-        return ZERO_OK;
+        return zero__eng_opt_io(e, (int)k - 1, at, n, to_device ? NULL : (float *)host,
+                                to_device ? (const float *)host : NULL);
     }
     if (k == ZERO_STATE_PARAM && e->cfg.params_offloaded && e->cfg.stage == 3 && !eg->persistent) {
         unsigned char *hp = NULL;
@@ -15753,7 +15895,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
        the four kinds together, so an NVMe tile record and param shard are read and written
        once. The padding between tensors is never written (the engine's stays 0). */
-    for (t = 0; e->cfg.opt_offloaded && t < e->host.ntiles && r == ZERO_OK; t++) {
+    for (t = 0; e->cfg.opt_offloaded && t < e->host.ntiles + e->host.ndtiles && r == ZERO_OK; t++) {
         const zero__eng_tile *tl = &e->host.tiles[t];
         int pi;
         for (pi = tl->first; pi < tl->first + tl->count && r == ZERO_OK; pi++)

@@ -48,6 +48,7 @@ typedef struct ec_cfg {
     int pin_memory;
     int async_step;          /* engine async_step: steps without info, read one step later */
     int param_read_ahead;    /* engine param_read_ahead (offload_param = nvme)             */
+    double offload_ratio;    /* engine offload_optimizer_ratio (0 = 1 with offload)        */
     /* per-tensor hyper-parameters, set after commit when hp_on (zero_engine_set_tensor_hparams) */
     int hp_on;
     double lr_mul[EC_MAX_T], hp_wd[EC_MAX_T];
@@ -183,6 +184,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->param_read_ahead = c->param_read_ahead;
     d->pin_memory = c->pin_memory;
     d->async_step = c->async_step;
+    d->offload_optimizer_ratio = c->offload_ratio;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */
