@@ -564,6 +564,10 @@ typedef struct zero_estimate_desc {
     zero_offload_device offload_param;     /* stage 3, with the optimizer offloaded: the
                                   param shards leave the device for host_bytes (CPU) or
                                   nvme_bytes (NVME)                                         */
+    double offload_optimizer_ratio; /* paper mode, with offload_optimizer: the fraction r in
+                                  (0, 1] of the optimizer state offloaded (0 = 1); the tier
+                                  holds K H bytes, H = max(1, floor(r S + 0.5)) of the S
+                                  optimizer elements per rank, the device K (S - H)       */
     uint64_t frozen;           /* paper mode: F of the Psi parameters are frozen
                                   (ZERO_TENSOR_FROZEN): params only, no gradient or
                                   optimizer state (0..params; max_params: Psi counts them) */
@@ -3553,6 +3557,16 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
                           "mode: offload, offload_params)", fn);
     if (r->offload && r->offload_optimizer == ZERO_OFFLOAD_NONE) r->offload_optimizer = ZERO_OFFLOAD_CPU;
     if (r->offload_optimizer != ZERO_OFFLOAD_NONE) r->offload = 1;
+    if (r->offload_optimizer_ratio != r->offload_optimizer_ratio || r->offload_optimizer_ratio < 0.0 ||
+        r->offload_optimizer_ratio > 1.0 ||
+        (r->offload_optimizer_ratio != 0.0 && r->offload_optimizer == ZERO_OFFLOAD_NONE))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_optimizer_ratio = %g (in (0, 1], 0 = 1; paper mode, with "
+                          "offload_optimizer)", fn, r->offload_optimizer_ratio);
+    if (r->mode == ZERO_ESTIMATE_DEEPSPEED && r->offload_optimizer_ratio != 0.0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_optimizer_ratio is a paper-mode setting", fn);
+    if (r->offload_optimizer_ratio == 0.0) r->offload_optimizer_ratio = 1.0;
     if (r->offload_param != ZERO_OFFLOAD_NONE && (r->stage != 3 || !r->offload))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_param needs stage 3 and an offloaded optimizer", fn);
@@ -3588,6 +3602,20 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
     return ZERO_OK;
 }
 
+/* offload_optimizer_ratio: how many of the S elements of a rank's shard the offload tier
+   holds, H = floor(r S + 0.5) (r S rounded to nearest, halves up, in double), at least 1 and
+   at most S (S = 0: 0). Shared with the estimator. */
+static uint64_t zero__ratio_split(uint64_t S, double r)
+{
+    double h;
+    uint64_t H;
+    if (S == 0) return 0;
+    if (!(r > 0.0) || r >= 1.0) return S;
+    h = floor(r * (double)S + 0.5);
+    H = h >= (double)S ? S : (uint64_t)h;
+    return H < 1 ? 1 : H;
+}
+
 /* Paper mode: the device categories and host bytes of Psi = p. -1 on overflow. */
 static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_estimate *e)
 {
@@ -3605,6 +3633,14 @@ static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_es
     e->optimizer_bytes = r->offload ? 0 : opt;
     e->host_bytes = r->offload_optimizer == ZERO_OFFLOAD_CPU ? opt : 0;
     e->nvme_bytes = r->offload_optimizer == ZERO_OFFLOAD_NVME ? opt : 0;
+    if (r->offload_optimizer != ZERO_OFFLOAD_NONE && r->offload_optimizer_ratio < 1.0) {
+        /* partial offload: the tier holds K H of the K S, H as the engine splits */
+        uint64_t h = zero__ratio_split(on, r->offload_optimizer_ratio), off;
+        if (zero__mul_u64(h, (uint64_t)r->optimizer_bytes, &off)) return -1;
+        e->optimizer_bytes = opt - off;
+        if (r->offload_optimizer == ZERO_OFFLOAD_CPU) e->host_bytes = off;
+        else e->nvme_bytes = off;
+    }
     if (r->offload_param != ZERO_OFFLOAD_NONE) { /* ZeRO-Infinity: 2 S leave the device */
         uint64_t *tier = r->offload_param == ZERO_OFFLOAD_CPU ? &e->host_bytes : &e->nvme_bytes;
         if (zero__add_u64(*tier, e->params_bytes, tier)) return -1;
@@ -8376,20 +8412,6 @@ static int zero__eng_cpus(void)
     return n > 16 ? 16 : (int)n;
 }
 
-/* offload_optimizer_ratio: how many of the S elements of a rank's shard the offload tier
-   holds, H = floor(r S + 0.5) (r S rounded to nearest, halves up, in double), at least 1 and
-   at most S (S = 0: 0). Shared with the estimator. */
-static size_t zero__eng_ratio_split(size_t S, double r)
-{
-    double h;
-    size_t H;
-    if (S == 0) return 0;
-    if (!(r > 0.0) || r >= 1.0) return S;
-    h = floor(r * (double)S + 0.5);
-    H = h >= (double)S ? S : (size_t)h;
-    return H < 1 ? 1 : H;
-}
-
 /* Validates and defaults the offload knobs of a descriptor (zero_engine_create). */
 static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
 {
@@ -9142,7 +9164,7 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     /* offload_optimizer_ratio: the host tier takes H of the S elements, the device the rest
        (its master, m, v and the gradients its Adam reads: opt.dmaster, dm, dv, dgrad) */
     e->host.opt_numel = e->cfg.opt_offloaded
-                            ? zero__eng_ratio_split(e->layout.shard_numel,
+                            ? zero__ratio_split(e->layout.shard_numel,
                                                     e->cfg.desc.offload_optimizer_ratio)
                             : 0;
     if (e->cfg.opt_offloaded)

@@ -328,6 +328,48 @@ ZT_TEST(checkpoint_saved_with_one_ratio_resumes_with_another)
     rmdir(dir);
 }
 
+/* ---- the estimator ---- */
+
+/* Paper mode: the tier holds K H of the K S optimizer bytes per rank (H as the engine
+   splits S = ceil(Psi / N)), the device the rest; validation as the engine's. */
+ZT_TEST(estimator_splits_the_optimizer_state)
+{
+    zero_estimate_desc d;
+    zero_estimate full, part;
+    int ri, nv;
+    for (nv = 0; nv < 2; nv++)
+        for (ri = 0; ri < NRATIOS; ri++) {
+            uint64_t S;
+            memset(&d, 0, sizeof d);
+            d.params = 1000003;
+            d.ranks = 4;
+            d.stage = 2;
+            d.offload_optimizer = nv ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_CPU;
+            ZT_CHECK(zero_estimate_compute(&d, &full) == ZERO_OK);
+            d.offload_optimizer_ratio = ratios[ri];
+            ZT_CHECK(zero_estimate_compute(&d, &part) == ZERO_OK);
+            S = (d.params + 3) / 4;
+            ZT_CHECK((nv ? part.nvme_bytes : part.host_bytes) == 12 * (uint64_t)host_part((size_t)S, ratios[ri]));
+            ZT_CHECK(part.optimizer_bytes == 12 * (S - host_part((size_t)S, ratios[ri])));
+            ZT_CHECK(part.optimizer_bytes + (nv ? part.nvme_bytes : part.host_bytes) ==
+                     (nv ? full.nvme_bytes : full.host_bytes));
+            ZT_CHECK(part.device_bytes == full.device_bytes + part.optimizer_bytes);
+        }
+    memset(&d, 0, sizeof d);
+    d.params = 1000;
+    d.ranks = 2;
+    d.stage = 1;
+    d.offload_optimizer_ratio = 0.5; /* without offload */
+    ZT_CHECK(zero_estimate_compute(&d, &part) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(strstr(zero_last_error(), "offload_optimizer_ratio") != NULL);
+    d.offload = 1;
+    ZT_CHECK(zero_estimate_compute(&d, &part) == ZERO_OK && part.host_bytes == 12 * 250);
+    d.offload_optimizer_ratio = nan("");
+    ZT_CHECK(zero_estimate_compute(&d, &part) == ZERO_ERROR_INVALID_ARGUMENT);
+    d.offload_optimizer_ratio = 1.01;
+    ZT_CHECK(zero_estimate_compute(&d, &part) == ZERO_ERROR_INVALID_ARGUMENT);
+}
+
 int main(void)
 {
     ZT_RUN(ratio_validated_with_clear_errors);
@@ -336,5 +378,6 @@ int main(void)
     ZT_RUN(ratio_exact_on_nvme_and_with_faults);
     ZT_RUN(tiers_hold_the_formula_with_r);
     ZT_RUN(checkpoint_saved_with_one_ratio_resumes_with_another);
+    ZT_RUN(estimator_splits_the_optimizer_state);
     return zt_summary();
 }
