@@ -157,6 +157,9 @@
    bit-identical to the run without offload. zero_host_device_desc.capacity gives the host
    device a memory budget, so a CPU run proves that a model too large for "device" memory
    trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
+   d.offload_optimizer_ratio = r (0 < r <= 1) offloads only the first H = max(1,
+   floor(r S + 0.5)) elements of the rank's S-element optimizer shard; the device keeps
+   and updates the rest (its Adam runs while the host's does): same bits at every r.
 
    ACTIVATIONS (ZeRO-R's activation offload, ZeRO-Infinity's activation tier;
    docs/offload.md). With d.offload_activations = cpu | nvme, zero_engine_stash(e, key, buf,
