@@ -1928,6 +1928,47 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
    checkpoint or set_tensor moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
 ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
 
+/* ---- Engine: moving the model states off the device between training phases ----------
+   (DeepSpeed's offload_states / reload_states; docs/offload.md "Between phases".) */
+
+/* zero_engine_offload_states' 'what': any OR of these. */
+typedef enum zero_states_mask {
+    ZERO_STATES_PARAMS = 1, /* the device's params (ZERO_MEM_PARAM: whole at stages 0-2; at
+                               stage 3 the shards and the persistent groups)              */
+    ZERO_STATES_GRADS = 2,  /* the device's gradient buffers (ZERO_MEM_GRAD: the user
+                               gradients of stages 0-1, the accumulator, and with
+                               offload_optimizer_ratio < 1 the device part's gradients)  */
+    ZERO_STATES_MASTER = 4, /* fp32 master weights on the device (ZERO_MEM_MASTER)       */
+    ZERO_STATES_M = 8,      /* Adam's m on the device (ZERO_MEM_MOMENT1)                 */
+    ZERO_STATES_V = 16,     /* Adam's v on the device (ZERO_MEM_MOMENT2)                 */
+    ZERO_STATES_ALL = 31
+} zero_states_mask;
+
+/* Local (no collective). Between steps, moves the device's copies of the states in 'what'
+   to host memory (tier = ZERO_OFFLOAD_CPU: plain memory from the engine's allocator) or to
+   a file under nvme_path (ZERO_OFFLOAD_NVME), and frees their device memory: the device
+   tier's bytes (zero_engine_memory_usage) drop by exactly the bytes of those categories'
+   device buffers, which the host or NVMe tier then reports under the same categories.
+   States already off the device (offload_optimizer, offload_param) stay where they are;
+   the gather arena, the reduce bucket and the scratch stay on the device. Until
+   zero_engine_reload_states every call that reads or writes the engine's state returns
+   INVALID_STATE (queries of memory, traffic and settings still answer; destroy frees
+   everything). On the CUDA device the freed blocks return to the device's reserve, where
+   any later allocation of that zero_device can take them.
+   Errors (nothing changes): INVALID_STATE when the engine is not committed or is broken,
+   states are offloaded already (a second call; reload first), a group is gathered
+   (release it), a gradient buffer is handed out or a micro-step is under way (call it
+   between zero_engine_step and the next micro-step); INVALID_ARGUMENT for what = 0 or
+   unknown bits, tier not CPU or NVME, NVME without nvme_path; OUT_OF_MEMORY, IO. */
+ZERODEF zero_result zero_engine_offload_states(zero_engine *e, unsigned what,
+                                               zero_offload_device tier);
+
+/* Local. Brings back what zero_engine_offload_states moved: device buffers of the same
+   sizes, the same bits, and training goes on as if nothing had happened. Nothing
+   offloaded: ZERO_OK, nothing done. On failure (OUT_OF_MEMORY on the device, IO) the
+   states stay offloaded and the call may be retried. */
+ZERODEF zero_result zero_engine_reload_states(zero_engine *e);
+
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
    the last step(); may be NULL) and since commit (may be NULL). Commit's hash check counts
    in the total only. */
@@ -8103,6 +8144,8 @@ struct zero_engine {
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
     struct zero__gnv *gnv; /* offload_gradients = nvme: the NVMe tier of the reduced
                               gradients (zero__gnv_*); NULL otherwise */
+    struct zero__soff *soff; /* zero_engine_offload_states: what is off the device; NULL
+                                when nothing is */
 };
 
 /* The activation tier: its subsection at the end of the engine. */
@@ -8243,6 +8286,10 @@ static zero_result zero__eng_usable(const zero_engine *e, const char *fn)
                           "%s: the engine is unusable (destroy it with zero_engine_destroy and "
                           "create a new one): %s",
                           fn, e->broken_why[0] ? e->broken_why : "an earlier failure");
+    if (e->soff)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: the model states are offloaded (zero_engine_offload_states); "
+                          "call zero_engine_reload_states first", fn);
     return ZERO_OK;
 }
 
@@ -8622,10 +8669,13 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     return ZERO_OK;
 }
 
+static void zero__soff_free(zero_engine *e);
 static void zero__eng_free_device(zero_engine *e)
 {
     int i;
+    zero__soff_free(e); /* offloaded states: their host copies or file */
     for (i = e->buf.nallocs - 1; i >= 0; i--) {
+        if (!e->buf.allocs[i].ptr) continue; /* offloaded (zero_engine_offload_states) */
         e->cfg.dev->ops->free(e->cfg.dev, e->buf.allocs[i].ptr);
         e->buf.mem[e->buf.allocs[i].cat] -= e->buf.allocs[i].bytes;
         e->buf.mem_total -= e->buf.allocs[i].bytes;
@@ -12658,6 +12708,297 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
         out_range->offset = off;
         out_range->numel = n;
     }
+    return ZERO_OK;
+}
+
+/* ---- Engine: offload_states / reload_states ----------------------------------------------
+   What this part owns: the device buffers moved off the device between training phases
+   (zero_engine_offload_states), their host copies or file, and putting them back. */
+
+enum { ZERO__SOFF_PARAM, ZERO__SOFF_GRAD_USER, ZERO__SOFF_GRAD_ACC, ZERO__SOFF_MASTER, ZERO__SOFF_M,
+       ZERO__SOFF_V, ZERO__SOFF_N };
+
+struct zero__soff {
+    unsigned what;             /* the bits asked                                          */
+    zero_offload_device tier;
+    int n;                     /* buffers moved                                           */
+    int slot[ZERO__SOFF_N];    /* which engine pointer each is (ZERO__SOFF_*)             */
+    int alloc[ZERO__SOFF_N];   /* its entry in e->buf.allocs                              */
+    void *host[ZERO__SOFF_N];  /* CPU: the copy                                           */
+    uint64_t off[ZERO__SOFF_N]; /* NVMe: its range in file                                */
+    zero_io *io;               /* NVMe: the engine's I/O engine, or one made for this     */
+    int own_io;
+    zero_io_file *file;
+    uint64_t file_bytes;
+};
+
+/* The engine pointer of slot k (NULL when that buffer does not exist or aliases another). */
+static void *zero__soff_get(const zero_engine *e, int k)
+{
+    switch (k) {
+    case ZERO__SOFF_PARAM: return e->buf.param;
+    case ZERO__SOFF_GRAD_USER: return e->buf.grad_user;
+    case ZERO__SOFF_GRAD_ACC:
+        if (e->cfg.opt_offloaded) return e->opt.dgrad;
+        return e->layout.acc_is_user_grad ? NULL : e->buf.grad_acc;
+    case ZERO__SOFF_MASTER: return e->cfg.opt_offloaded ? (void *)e->opt.dmaster : (void *)e->opt.master;
+    case ZERO__SOFF_M: return e->cfg.opt_offloaded ? (void *)e->opt.dm : (void *)e->opt.m;
+    default: return e->cfg.opt_offloaded ? (void *)e->opt.dv : (void *)e->opt.v;
+    }
+}
+
+static void zero__soff_set(zero_engine *e, int k, void *p)
+{
+    switch (k) {
+    case ZERO__SOFF_PARAM: e->buf.param = (unsigned char *)p; break;
+    case ZERO__SOFF_GRAD_USER:
+        e->buf.grad_user = (unsigned char *)p;
+        if (e->layout.acc_is_user_grad) e->buf.grad_acc = (unsigned char *)p;
+        break;
+    case ZERO__SOFF_GRAD_ACC:
+        if (e->cfg.opt_offloaded) e->opt.dgrad = (unsigned char *)p;
+        else e->buf.grad_acc = (unsigned char *)p;
+        break;
+    case ZERO__SOFF_MASTER:
+        if (e->cfg.opt_offloaded) e->opt.dmaster = (float *)p;
+        else e->opt.master = (float *)p;
+        break;
+    case ZERO__SOFF_M:
+        if (e->cfg.opt_offloaded) e->opt.dm = (float *)p;
+        else e->opt.m = (float *)p;
+        break;
+    default:
+        if (e->cfg.opt_offloaded) e->opt.dv = (float *)p;
+        else e->opt.v = (float *)p;
+        break;
+    }
+}
+
+/* The host copies, the file and the I/O engine of x (not the device buffers). */
+static void zero__soff_release(zero_engine *e, struct zero__soff *x)
+{
+    int i;
+    if (!x) return;
+    for (i = 0; i < x->n; i++) zero__free(&e->cfg.desc.allocator, x->host[i]);
+    zero_io_file_destroy(x->file);
+    if (x->own_io) zero_io_destroy(x->io);
+    zero__free(&e->cfg.desc.allocator, x);
+}
+
+/* destroy: what is offloaded is dropped with the engine (its device buffers are gone). */
+static void zero__soff_free(zero_engine *e)
+{
+    int i;
+    if (!e->soff) return;
+    for (i = 0; i < e->soff->n; i++) {
+        const zero__eng_allocation *a = &e->buf.allocs[e->soff->alloc[i]];
+        zero__eng_host_tier *h = &e->host;
+        if (e->soff->tier == ZERO_OFFLOAD_NVME) {
+            e->nvme.mem[a->cat] -= a->bytes;
+        } else {
+            h->mem[a->cat] -= a->bytes;
+            h->mem_total -= a->bytes;
+        }
+    }
+    if (e->soff->file) e->nvme.mem_total -= (size_t)e->soff->file_bytes;
+    zero__soff_release(e, e->soff);
+    e->soff = NULL;
+}
+
+/* Every queue's work is done: a prefetch's all-gather may read the param shards, a step's
+   upload the host tier, a held CUDA call a buffer. */
+static zero_result zero__soff_quiesce(zero_engine *e)
+{
+    zero_device *dev = e->cfg.dev;
+    zero_result r = dev->ops->sync(dev, ZERO_QUEUE_COMM);
+    if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMPUTE);
+    if (r == ZERO_OK && (e->cfg.opt_offloaded || e->async.after_step || e->act))
+        r = dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD);
+    return r;
+}
+
+ZERODEF zero_result zero_engine_offload_states(zero_engine *e, unsigned what, zero_offload_device tier)
+{
+    static const char *fn = "zero_engine_offload_states";
+    zero_result r = zero__eng_usable(e, fn);
+    struct zero__soff *x;
+    zero_device *dev;
+    size_t maxb = 0;
+    void *stage = NULL;
+    int k, i, g;
+    if (r != ZERO_OK) {
+        if (e && e->soff)
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "%s: the states are offloaded already (asked: 0x%x); call "
+                              "zero_engine_reload_states first", fn, e->soff->what);
+        return r;
+    }
+    if (what == 0 || (what & ~(unsigned)ZERO_STATES_ALL))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: what = 0x%x (an OR of ZERO_STATES_PARAMS, _GRADS, _MASTER, _M, _V)",
+                          fn, what);
+    if (tier != ZERO_OFFLOAD_CPU && tier != ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: tier = %d (cpu or nvme)", fn, (int)tier);
+    if (tier == ZERO_OFFLOAD_NVME && (!e->cfg.desc.nvme_path || !e->cfg.desc.nvme_path[0]))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: tier nvme needs nvme_path in the engine's descriptor", fn);
+    if (e->micro.done != 0 || e->micro.ready_groups != 0)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: in the middle of a step (%d micro-steps done, %d groups ready): "
+                          "call it between zero_engine_step and the next micro-step",
+                          fn, e->micro.done, e->micro.ready_groups);
+    for (g = 0; g < e->layout.ngroups; g++) {
+        if (e->layout.groups[g].refs > 0)
+            return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: group %d is gathered (release it first)",
+                              fn, g);
+        if (e->layout.groups[g].grads_state != ZERO__GRADS_NONE)
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "%s: group %d's gradient buffer is handed out (a micro-step is under "
+                              "way)", fn, g);
+    }
+    if ((r = zero__eng_step_complete(e)) != ZERO_OK) return r; /* async_step: its verdict */
+    dev = e->cfg.dev;
+    if ((r = zero__soff_quiesce(e)) != ZERO_OK) return zero__eng_break(e, r, "zero_engine_offload_states: sync");
+    x = (struct zero__soff *)zero__alloc_zeroed(&e->cfg.desc.allocator, sizeof *x);
+    if (!x) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: bookkeeping", fn);
+    x->what = what;
+    x->tier = tier;
+    for (k = 0; k < ZERO__SOFF_N; k++) { /* the device buffers of what */
+        unsigned bit = k == ZERO__SOFF_PARAM ? ZERO_STATES_PARAMS
+                       : k <= ZERO__SOFF_GRAD_ACC ? ZERO_STATES_GRADS
+                       : k == ZERO__SOFF_MASTER ? ZERO_STATES_MASTER
+                       : k == ZERO__SOFF_M ? ZERO_STATES_M : ZERO_STATES_V;
+        void *p = zero__soff_get(e, k);
+        if (!(what & bit) || !p) continue;
+        for (i = 0; i < e->buf.nallocs; i++)
+            if (e->buf.allocs[i].ptr == p) break;
+        if (i == e->buf.nallocs) continue; /* not a device buffer of its own (never: defensive) */
+        x->slot[x->n] = k;
+        x->alloc[x->n] = i;
+        x->off[x->n] = x->file_bytes;
+        x->file_bytes += zero_io_align_up((uint64_t)e->buf.allocs[i].bytes);
+        if (e->buf.allocs[i].bytes > maxb) maxb = e->buf.allocs[i].bytes;
+        x->n++;
+    }
+    if (tier == ZERO_OFFLOAD_NVME && x->n > 0) {
+        if (e->nvme.io) x->io = e->nvme.io;
+        else {
+            zero_io_desc iod;
+            memset(&iod, 0, sizeof iod);
+            iod.block_size = e->cfg.desc.block_size;
+            iod.queue_depth = e->cfg.desc.queue_depth;
+            iod.allocator = e->cfg.desc.allocator;
+            r = zero_io_create(&iod, &x->io);
+            x->own_io = r == ZERO_OK;
+        }
+        if (r == ZERO_OK)
+            r = zero_io_file_create(x->io, e->cfg.desc.nvme_path, "states", e->cfg.rank, x->file_bytes,
+                                    &x->file);
+        if (r == ZERO_OK) r = zero_io_buffer_alloc(x->io, (size_t)zero_io_align_up((uint64_t)maxb), &stage);
+    }
+    /* copy everything out first: a failure changes nothing */
+    for (i = 0; i < x->n && r == ZERO_OK; i++) {
+        const zero__eng_allocation *a = &e->buf.allocs[x->alloc[i]];
+        void *dst = stage;
+        if (tier == ZERO_OFFLOAD_CPU) {
+            dst = x->host[i] = zero__alloc(&e->cfg.desc.allocator, a->bytes);
+            if (!dst) {
+                r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %zu bytes of host memory (%s)", fn,
+                               a->bytes, zero_mem_category_name(a->cat));
+                break;
+            }
+        }
+        r = dev->ops->download(dev, ZERO_QUEUE_COMPUTE, dst, a->ptr, a->bytes);
+        if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMPUTE);
+        if (r == ZERO_OK && tier == ZERO_OFFLOAD_NVME) {
+            zero_io_ticket t = 0;
+            r = zero_io_write(x->file, x->off[i], stage, a->bytes, &t);
+            if (r == ZERO_OK) r = zero_io_wait(x->io, t);
+        }
+    }
+    if (stage) zero_io_buffer_free(x->io, stage);
+    if (r != ZERO_OK) {
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        zero__soff_release(e, x);
+        return zero__fail(r, "%s: nothing moved: %.380s", fn, prev);
+    }
+    for (i = 0; i < x->n; i++) { /* then free the device buffers */
+        zero__eng_allocation *a = &e->buf.allocs[x->alloc[i]];
+        r = dev->ops->free(dev, a->ptr);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_offload_states: free");
+        a->ptr = NULL;
+        zero__soff_set(e, x->slot[i], NULL);
+        e->buf.mem[a->cat] -= a->bytes;
+        e->buf.mem_total -= a->bytes;
+        if (tier == ZERO_OFFLOAD_NVME) {
+            e->nvme.mem[a->cat] += a->bytes;
+        } else {
+            e->host.mem[a->cat] += a->bytes;
+            if (e->host.mem[a->cat] > e->host.mem_peak[a->cat]) e->host.mem_peak[a->cat] = e->host.mem[a->cat];
+            e->host.mem_total += a->bytes;
+            if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
+        }
+    }
+    if (x->file) e->nvme.mem_total += (size_t)x->file_bytes;
+    e->soff = x;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_reload_states(zero_engine *e)
+{
+    static const char *fn = "zero_engine_reload_states";
+    struct zero__soff *x;
+    zero_device *dev;
+    void *got[ZERO__SOFF_N], *stage = NULL;
+    size_t maxb = 0;
+    zero_result r = ZERO_OK;
+    int i, n;
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
+    if (!e->soff) return zero__eng_usable(e, fn); /* nothing offloaded: nothing to do */
+    x = e->soff;
+    dev = e->cfg.dev;
+    for (i = 0; i < x->n; i++)
+        if (e->buf.allocs[x->alloc[i]].bytes > maxb) maxb = e->buf.allocs[x->alloc[i]].bytes;
+    if (x->tier == ZERO_OFFLOAD_NVME && x->n > 0)
+        r = zero_io_buffer_alloc(x->io, (size_t)zero_io_align_up((uint64_t)maxb), &stage);
+    for (n = 0; n < x->n && r == ZERO_OK; n++) {
+        const zero__eng_allocation *a = &e->buf.allocs[x->alloc[n]];
+        const void *src = x->host[n];
+        got[n] = NULL;
+        r = dev->ops->alloc(dev, a->bytes, a->cat, &got[n]);
+        if (r != ZERO_OK) break;
+        if (x->tier == ZERO_OFFLOAD_NVME) {
+            zero_io_ticket t = 0;
+            r = zero_io_read(x->file, x->off[n], stage, a->bytes, &t);
+            if (r == ZERO_OK) r = zero_io_wait(x->io, t);
+            src = stage;
+        }
+        if (r == ZERO_OK) r = dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, got[n], src, a->bytes);
+        if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMPUTE);
+        if (r != ZERO_OK) {
+            n++; /* got[n] is freed below */
+            break;
+        }
+    }
+    if (stage) zero_io_buffer_free(x->io, stage);
+    if (r != ZERO_OK) { /* the states stay offloaded: give back what was taken */
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        for (i = 0; i < n; i++)
+            if (got[i]) (void)dev->ops->free(dev, got[i]);
+        return zero__fail(r, "%s: the states stay offloaded (retry): %.380s", fn, prev);
+    }
+    for (i = 0; i < x->n; i++) {
+        zero__eng_allocation *a = &e->buf.allocs[x->alloc[i]];
+        a->ptr = got[i];
+        zero__soff_set(e, x->slot[i], got[i]);
+        e->buf.mem[a->cat] += a->bytes;
+        if (e->buf.mem[a->cat] > e->buf.mem_peak[a->cat]) e->buf.mem_peak[a->cat] = e->buf.mem[a->cat];
+        e->buf.mem_total += a->bytes;
+        if (e->buf.mem_total > e->buf.mem_peak_total) e->buf.mem_peak_total = e->buf.mem_total;
+    }
+    zero__soff_free(e); /* the host copies, the file, their accounting */
     return ZERO_OK;
 }
 
