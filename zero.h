@@ -160,6 +160,10 @@
    d.offload_optimizer_ratio = r (0 < r <= 1) offloads only the first H = max(1,
    floor(r S + 0.5)) elements of the rank's S-element optimizer shard; the device keeps
    and updates the rest (its Adam runs while the host's does): same bits at every r.
+   Between training phases (another model generating, say), zero_engine_offload_states(e,
+   ZERO_STATES_ALL, ZERO_OFFLOAD_CPU | _NVME) moves the device's params, gradients, master,
+   m and v (any OR of ZERO_STATES_*) to host memory or a file and frees their device
+   memory; zero_engine_reload_states(e) brings them back bit for bit.
 
    ACTIVATIONS (ZeRO-R's activation offload, ZeRO-Infinity's activation tier;
    docs/offload.md). With d.offload_activations = cpu | nvme, zero_engine_stash(e, key, buf,
