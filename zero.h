@@ -382,6 +382,71 @@ ZERODEF zero_result zero_convert(void *dst, zero_dtype dst_dtype, const void *sr
                                  zero_dtype src_dtype, size_t numel, zero_simd simd);
 
 /* ======================================================================================
+   Quantization: symmetric int8 / int4 blocks with one fp32 scale per block, what ZeRO++'s
+   quantized collectives carry (qwZ: the stage-3 forward all-gather; qgZ: the gradient
+   reduce-scatter; docs/engine.md, "Quantized collectives").
+   ====================================================================================== */
+/* Quantization declarations.
+
+   A buffer of numel elements is cut into blocks of 'block' elements (the last one, the
+   tail, may be shorter). Block k holds its elements' codes q_i in [-Q, Q] (Q = 127 for
+   int8, 7 for int4) and one fp32 scale s_k:
+
+       absmax = max |x_i| over the block (x_i read exactly as fp32)
+       s      = absmax / Q, rounded UP to the next fp32 (so |x_i| / s <= Q: no code clamps)
+       q_i    = round-to-nearest-even(fl32(x_i / s))        (s = 0: q_i = 0)
+       y_i    = round_to_dtype(fl32(q_i * s))               (dequantized)
+
+   Error bound, per block (derived in docs/engine.md, tested per block against double):
+       |x_i - y_i| <= s/2 + 2^-16 s + h32(absmax) + hT(absmax)
+   where hT(v) is half the spacing of the output dtype T at magnitude v (fp32: 2^-24 v,
+   fp16: 2^-11 v, bf16: 2^-8 v, and at least half T's smallest subnormal): s/2 is the
+   code's rounding, 2^-16 s covers the fp32 division and product (2 Q 2^-24 s <= 2^-16 s),
+   the h terms the fp32 product and the output rounding. All-zero blocks give s = 0 and
+   y = +0 exactly.
+
+   Non-finite: a block with an inf or NaN gets s = NaN and every code 0, so every element of
+   the block dequantizes to NaN: the damage is never hidden. For gradients (qgZ) the loss
+   scaler's inf/NaN check then sees the overflow exactly as without quantization.
+
+   Layout of a quantized buffer (zero_quant_bytes): the nb = ceil(numel / block) fp32 scales
+   first, then the codes (int8: one signed byte per element; int4: two per byte, element i
+   in byte i / 2, the low nibble for even i, two's complement), zero bytes up to a multiple
+   of 4. Bit for bit the same from the host functions and from zero_cuda.h's kernels.
+
+   ZERO_QUANT_BLOCK_DEFAULT (256): DeepSpeed's quantizer picks groups of up to ~8000
+   elements for kernel speed; 256 keeps the error local (one outlier coarsens 255 neighbours,
+   not thousands) for 4 / 256 = 1.6 % extra bytes at int8 (3.1 % at int4). */
+
+#define ZERO_QUANT_BLOCK_DEFAULT 256
+#define ZERO_QUANT_BLOCK_MAX ((size_t)1 << 24)
+
+/* Bytes of the quantized form of numel elements into *out. bits: 8 or 4; block: even, 2 ..
+   ZERO_QUANT_BLOCK_MAX (0 = ZERO_QUANT_BLOCK_DEFAULT). INVALID_ARGUMENT otherwise, OVERFLOW
+   when the size does not fit size_t. */
+ZERODEF zero_result zero_quant_bytes(size_t numel, int bits, size_t block, size_t *out);
+
+/* Quantizes numel elements of src (ZERO_F32, ZERO_F16 or ZERO_BF16) into dst, which holds
+   zero_quant_bytes(numel, bits, block) bytes (layout above; every byte written). Errors:
+   INVALID_ARGUMENT (dtype, bits, block, NULL with numel > 0), OVERFLOW; nothing written. */
+ZERODEF zero_result zero_quantize(void *dst, const void *src, zero_dtype src_dtype, size_t numel,
+                                  int bits, size_t block);
+
+/* Dequantizes numel elements into dst (ZERO_F32, ZERO_F16 or ZERO_BF16). Errors as
+   zero_quantize. */
+ZERODEF zero_result zero_dequantize(void *dst, zero_dtype dst_dtype, const void *src,
+                                    size_t numel, int bits, size_t block);
+
+/* qgZ's reduction: count quantized buffers of numel elements each, at src + k * src_stride
+   bytes (k = 0 .. count-1), dequantized in fp32 and summed in the order k = 0, 1, ... (from
+   buffer 0's value, as the local comm sums in rank order), rounded once into dst's dtype.
+   count = 1 is zero_dequantize. INVALID_ARGUMENT also for count < 1 or a stride below the
+   buffers' size. */
+ZERODEF zero_result zero_dequantize_sum(void *dst, zero_dtype dst_dtype, const void *src,
+                                        size_t src_stride, int count, size_t numel, int bits,
+                                        size_t block);
+
+/* ======================================================================================
    Plan: tensors packed into flat, padded group buffers; shard r of a group is its r-th
    equal slice (what NCCL's reduce-scatter and all-gather need).
    ====================================================================================== */
@@ -2885,6 +2950,187 @@ ZERODEF zero_result zero_convert(void *dst, zero_dtype dst_dtype, const void *sr
 #endif
     zero__cvt_scalar(kind, d, s, 0, numel);
     return ZERO_OK;
+}
+
+/* ---- block quantization ----------------------------------------------------------------
+   The arithmetic of one block is ZERO_HOSTDEV so that zero_cuda.h's kernels compute the same
+   expressions: the scale rounded up with an exact fmaf test, the code by one IEEE division
+   and rintf (the default rounding mode), the dequantized sum by explicit fmaf (no product
+   meets a sum that a compiler could contract). */
+
+/* The block's scale from its largest magnitude (finite) and whether it holds inf/NaN. */
+static inline ZERO_HOSTDEV float zero__quant_scale(float absmax, int nonfinite, int qmax)
+{
+    float q = (float)qmax, sc;
+    if (nonfinite) return NAN;
+    if (absmax == 0.0f) return 0.0f;
+    sc = absmax / q;
+    if (fmaf(sc, q, -absmax) < 0.0f) sc = nextafterf(sc, INFINITY); /* sc * Q >= absmax */
+    return sc;
+}
+
+/* x's code under scale sc: 0 for a zero block or a NaN scale (the block dequantizes to 0
+   or NaN), else nearest even of x / sc (|x / sc| <= Q by the rounded-up scale; clamped
+   anyway). */
+static inline ZERO_HOSTDEV int zero__quant_code(float x, float sc, int qmax)
+{
+    float t;
+    if (!(sc > 0.0f)) return 0;
+    t = rintf(x / sc);
+    if (t > (float)qmax) t = (float)qmax;
+    if (t < -(float)qmax) t = -(float)qmax;
+    return (int)t;
+}
+
+/* Code i of a codes region (int8: a signed byte; int4: a nibble, two's complement). */
+static inline ZERO_HOSTDEV int zero__quant_get(const unsigned char *codes, int bits, size_t i)
+{
+    int v;
+    if (bits == 8) return (int)(signed char)codes[i];
+    v = (codes[i >> 1] >> ((i & 1u) * 4u)) & 0xf;
+    return v >= 8 ? v - 16 : v;
+}
+
+static zero_result zero__quant_check(const char *fn, zero_dtype dt, int bits, size_t *block)
+{
+    if (*block == 0) *block = ZERO_QUANT_BLOCK_DEFAULT;
+    if (bits != 8 && bits != 4)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: bits = %d (8 or 4)", fn, bits);
+    if (*block < 2 || *block > ZERO_QUANT_BLOCK_MAX || (*block & 1u))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: block = %zu (an even number of elements, 2 .. %zu)", fn, *block,
+                          ZERO_QUANT_BLOCK_MAX);
+    if (dt != ZERO_F32 && dt != ZERO_F16 && dt != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: dtype %d (%s): f32, f16 or bf16 only",
+                          fn, (int)dt, zero_dtype_name(dt));
+    return ZERO_OK;
+}
+
+static zero_result zero__quant_size(const char *fn, size_t numel, int bits, size_t block,
+                                    size_t *out)
+{
+    size_t nb = numel / block + (numel % block != 0), codes, t;
+    codes = bits == 8 ? numel : numel / 2 + (numel & 1u);
+    if (zero__mul_size(nb, 4, &t) != 0 || zero__add_size(t, codes, &t) != 0 ||
+        zero__add_size(t, 3, &t) != 0)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: %zu elements overflow size_t bytes", fn, numel);
+    *out = t & ~(size_t)3;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_quant_bytes(size_t numel, int bits, size_t block, size_t *out)
+{
+    zero_result r = zero__quant_check("zero_quant_bytes", ZERO_F32, bits, &block);
+    if (r != ZERO_OK) return r;
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_quant_bytes: out is NULL");
+    return zero__quant_size("zero_quant_bytes", numel, bits, block, out);
+}
+
+/* Element i of src (f32 / f16 / bf16, any alignment) as fp32 bits. */
+static uint32_t zero__quant_ld(const unsigned char *src, zero_dtype dt, size_t i)
+{
+    uint32_t u;
+    uint16_t h;
+    if (dt == ZERO_F32) {
+        memcpy(&u, src + 4 * i, 4);
+        return u;
+    }
+    memcpy(&h, src + 2 * i, 2);
+    return dt == ZERO_F16 ? zero__f16_to_f32_bits(h) : zero__bf16_to_f32_bits(h);
+}
+
+static void zero__quant_st(unsigned char *dst, zero_dtype dt, size_t i, float v)
+{
+    uint32_t u = zero__f32_bits(v);
+    uint16_t h;
+    if (dt == ZERO_F32) {
+        memcpy(dst + 4 * i, &u, 4);
+        return;
+    }
+    h = dt == ZERO_F16 ? zero__f32_to_f16_bits(u) : zero__f32_to_bf16_bits(u);
+    memcpy(dst + 2 * i, &h, 2);
+}
+
+ZERODEF zero_result zero_quantize(void *dst, const void *src, zero_dtype src_dtype, size_t numel,
+                                  int bits, size_t block)
+{
+    const unsigned char *x = (const unsigned char *)src;
+    unsigned char *d = (unsigned char *)dst, *codes;
+    size_t bytes, nb, k, i;
+    int qmax = bits == 8 ? 127 : 7;
+    zero_result r = zero__quant_check("zero_quantize", src_dtype, bits, &block);
+    if (r == ZERO_OK) r = zero__quant_size("zero_quantize", numel, bits, block, &bytes);
+    if (r != ZERO_OK) return r;
+    if (numel > 0 && (!dst || !src))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_quantize: %s is NULL with numel = %zu",
+                          !dst ? "dst" : "src", numel);
+    if (numel == 0) return ZERO_OK;
+    nb = numel / block + (numel % block != 0);
+    codes = d + 4 * nb;
+    memset(codes, 0, bytes - 4 * nb); /* int4 nibbles are or-ed in; the padding is zero */
+    for (k = 0; k < nb; k++) {
+        size_t i0 = k * block, len = numel - i0 < block ? numel - i0 : block;
+        uint32_t amax = 0;
+        int bad = 0;
+        float sc;
+        for (i = 0; i < len; i++) {
+            uint32_t a = zero__quant_ld(x, src_dtype, i0 + i) & 0x7fffffffu;
+            if (a >= 0x7f800000u) bad = 1;
+            else if (a > amax) amax = a; /* non-negative floats order as their bits */
+        }
+        sc = zero__quant_scale(zero__f32_from_bits(amax), bad, qmax);
+        memcpy(d + 4 * k, &sc, 4);
+        for (i = i0; i < i0 + len; i++) {
+            int q = zero__quant_code(zero__f32_from_bits(zero__quant_ld(x, src_dtype, i)), sc, qmax);
+            if (bits == 8) codes[i] = (unsigned char)(q & 0xff);
+            else codes[i >> 1] = (unsigned char)(codes[i >> 1] | ((unsigned)(q & 0xf) << ((i & 1u) * 4u)));
+        }
+    }
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_dequantize_sum(void *dst, zero_dtype dst_dtype, const void *src,
+                                        size_t src_stride, int count, size_t numel, int bits,
+                                        size_t block)
+{
+    const unsigned char *x = (const unsigned char *)src;
+    unsigned char *d = (unsigned char *)dst;
+    size_t bytes, nb, k, i;
+    int j;
+    zero_result r = zero__quant_check("zero_dequantize", dst_dtype, bits, &block);
+    if (r == ZERO_OK) r = zero__quant_size("zero_dequantize", numel, bits, block, &bytes);
+    if (r != ZERO_OK) return r;
+    if (count < 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_dequantize_sum: count = %d", count);
+    if (count > 1 && src_stride < bytes)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_dequantize_sum: src_stride = %zu below the %zu bytes of a buffer",
+                          src_stride, bytes);
+    if (numel > 0 && (!dst || !src))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_dequantize: %s is NULL with numel = %zu",
+                          !dst ? "dst" : "src", numel);
+    nb = numel / block + (numel % block != 0);
+    for (k = 0; k < nb; k++) {
+        size_t i0 = k * block, len = numel - i0 < block ? numel - i0 : block;
+        for (i = i0; i < i0 + len; i++) {
+            float acc = 0.0f;
+            for (j = 0; j < count; j++) {
+                const unsigned char *b = x + (size_t)j * src_stride;
+                float sc;
+                memcpy(&sc, b + 4 * k, 4);
+                if (j == 0) acc = (float)zero__quant_get(b + 4 * nb, bits, i) * sc;
+                else acc = fmaf((float)zero__quant_get(b + 4 * nb, bits, i), sc, acc);
+            }
+            zero__quant_st(d, dst_dtype, i, acc);
+        }
+    }
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_dequantize(void *dst, zero_dtype dst_dtype, const void *src,
+                                    size_t numel, int bits, size_t block)
+{
+    return zero_dequantize_sum(dst, dst_dtype, src, 0, 1, numel, bits, block);
 }
 /* Plan implementation.
 
