@@ -2020,6 +2020,8 @@ static const zero_device_ops zero_cuda__ops = {
     zero_cuda_host_alloc, /* pinned host memory for the offload tier */
     zero_cuda_host_free,
     zero_cuda__memory_info,
+    NULL, /* quantize: below */
+    NULL,
 };
 
 ZERODEF int zero_cuda_device_count(void)
@@ -2633,6 +2635,7 @@ static const zero_comm_ops zero_cuda__comm_ops = {
     zero_cuda__barrier,
     NULL,
     NULL,
+    NULL, /* all_to_all: not yet (quantized_gradients is refused on this comm) */
 };
 
 ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_device *dev, zero_comm **out)

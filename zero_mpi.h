@@ -884,6 +884,7 @@ static const zero_comm_ops zero__mpi_ops = {
     zero__mpi_barrier,
     NULL,
     NULL,
+    NULL, /* all_to_all: not yet (quantized_gradients is refused on this comm) */
 };
 
 ZERODEF int zero_mpi_cuda_aware(void)
