@@ -19,6 +19,7 @@
        results      zero_result, zero_result_string(), zero_last_error()
        memory       ZERO_MALLOC / ZERO_FREE hooks, zero_allocator in descriptors
        conversion   fp32 <-> fp16 / bf16, scalar and bulk (SIMD where the CPU has it)
+       quantization int8 / int4 blocks with one scale each (ZeRO++'s qwZ and qgZ)
        plan         flat buffers, groups, shards, tensor views and intersections
        estimator    bytes per rank for stages 0-3 (paper and DeepSpeed formulas)
        comm         the collective interface; the in-process local comm (ranks as threads)
@@ -174,6 +175,17 @@
    gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
    parameter groups); the fused Adam kernels apply each tensor's constants in their one pass
    and checkpoints keep them.
+
+   ZERO++ QUANTIZED COLLECTIVES (docs/engine.md, "Quantized collectives"; lossy by design).
+   d.quantized_weights = 1 (stage 3, qwZ): the forward's all-gather of each group carries
+   int8 blocks with one fp32 scale per block (about half the bytes at 16-bit); the
+   backward's gathers stay exact. d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
+   reduce-scatter becomes int4 blocks (quantized_gradient_bits = 8 for int8) moved by the
+   comm's all_to_all, summed in fp32 in rank order (the same bits every run and at stages
+   1-3). d.quant_block_numel: elements per block (0 = 256). Every element comes back within
+   scale/2 plus the dtypes' roundings (the Quantization section derives the bound); an
+   inf/NaN block comes back NaN, so the loss scaler still sees an overflow. The optimizer
+   state and checkpoints stay exact. zero_quantize / zero_dequantize expose the format.
 
    OPTIONS (define before including, in the implementation file)
        ZERO_STATIC            make every function static (private to one translation unit)
@@ -3088,7 +3100,7 @@ ZERODEF zero_result zero_quantize(void *dst, const void *src, zero_dtype src_dty
 {
     const unsigned char *x = (const unsigned char *)src;
     unsigned char *d = (unsigned char *)dst, *codes;
-    size_t bytes, nb, k, i;
+    size_t bytes = 0, nb, k, i;
     int qmax = bits == 8 ? 127 : 7;
     zero_result r = zero__quant_check("zero_quantize", src_dtype, bits, &block);
     if (r == ZERO_OK) r = zero__quant_size("zero_quantize", numel, bits, block, &bytes);
@@ -3127,7 +3139,7 @@ ZERODEF zero_result zero_dequantize_sum(void *dst, zero_dtype dst_dtype, const v
 {
     const unsigned char *x = (const unsigned char *)src;
     unsigned char *d = (unsigned char *)dst;
-    size_t bytes, nb, k, i;
+    size_t bytes = 0, nb, k, i;
     int j;
     zero_result r = zero__quant_check("zero_dequantize", dst_dtype, bits, &block);
     if (r == ZERO_OK) r = zero__quant_size("zero_dequantize", numel, bits, block, &bytes);
