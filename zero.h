@@ -11635,6 +11635,7 @@ static void zero__eng_drop_prefetched(zero_engine *e)
     for (g = 0; g < e->layout.ngroups; g++)
         if (e->layout.groups[g].poff != ZERO__ENG_NONE && e->layout.groups[g].refs == 0) {
             zero__eng_drop_params(e, g);
+            if (e->quant.fwd) e->quant.fwd[g] = 0; /* its next gather is a forward's again */
             e->prefetch.stats.evictions++;
             e->prefetch.stats.prefetch_wasted++;
         }
@@ -12351,8 +12352,10 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
     if (e->micro.ready_groups == e->layout.total_parts) {
         e->micro.done++;
         e->micro.ready_groups = 0;
-        if (e->quant.fwd) /* qwZ: the next gather of each group is the next forward's */
-            memset(e->quant.fwd, 0, (size_t)e->layout.ngroups);
+        if (e->quant.fwd) /* qwZ: the next gather of each group is the next forward's, unless
+                             the group is gathered already (prefetched or held for it) */
+            for (g = 0; g < e->layout.ngroups; g++)
+                e->quant.fwd[g] = (unsigned char)(e->layout.groups[g].poff != ZERO__ENG_NONE);
         for (g = 0; g < e->layout.ngroups; g++) {
             e->layout.groups[g].grads_state = ZERO__GRADS_NONE;
             e->layout.groups[g].parts_ready = 0;

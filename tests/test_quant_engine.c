@@ -67,6 +67,37 @@ ZT_TEST(qwz_forward_within_bound_backward_exact)
         }
 }
 
+/* Deeper prefetch with accumulation: a group prefetched at the end of one micro-step for the
+   next one's forward still gets an exact backward (the state equals the exact run's). */
+ZT_TEST(qwz_prefetch_accumulation_backward_exact)
+{
+    int depth;
+    for (depth = 1; depth <= 3; depth++) {
+        ec_cfg c;
+        ec_qw_stats st;
+        ec_result *q, *x;
+        char why[160];
+        memset(&st, 0, sizeof st);
+        pthread_mutex_init(&st.mu, NULL);
+        q_cfg(&c, 3, 4, ZERO_BF16, 3, 3);
+        c.prefetch = depth;
+        c.quant_w = 1;
+        c.qw_stats = &st;
+        q = ec_run(&c);
+        c.quant_w = 0;
+        c.qw_stats = NULL;
+        x = ec_run(&c);
+        ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
+        ZT_CHECKF(st.bad_blocks == 0 && st.differing > 0, "depth %d: %ld bad blocks, %ld differ", depth,
+                  st.bad_blocks, st.differing);
+        if (q->rc == ZERO_OK && x->rc == ZERO_OK)
+            ZT_CHECKF(ec_same_state(&c, q, x, why, sizeof why), "depth %d: backward not exact: %s", depth, why);
+        ec_result_free(q);
+        ec_result_free(x);
+        pthread_mutex_destroy(&st.mu);
+    }
+}
+
 /* The same bits every run and at stages 1, 2, 3 (int4 and int8, accumulation 1 and 2). */
 ZT_TEST(qgz_deterministic_stages_identical)
 {
@@ -334,6 +365,7 @@ ZT_TEST(refused_combinations)
 int main(void)
 {
     ZT_RUN(qwz_forward_within_bound_backward_exact);
+    ZT_RUN(qwz_prefetch_accumulation_backward_exact);
     ZT_RUN(qgz_deterministic_stages_identical);
     ZT_RUN(qgz_close_to_exact_every_remainder);
     ZT_RUN(qgz_overflow_reaches_the_scaler);
