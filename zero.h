@@ -973,7 +973,7 @@ ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, floa
 {
     float mm, vv, denom, pp;
     g = fmaf(c->l2, *p, g);
-    mm = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
+    mm = fmaf(c->one_minus_beta1, g - *m, *m); /* lerp: m + (1 - beta1)(g - m), torch's form */
     vv = fmaf(c->beta2, *v, (c->one_minus_beta2 * g) * g);
     denom = fmaf(sqrtf(vv), c->inv_sqrt_bc2, c->eps);
     pp = fmaf(c->neg_lr_wd, *p, *p); /* p - lr*wd*p rounded once: the decay is not quantised */
@@ -5814,7 +5814,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
                      size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
     const __m256 gm = _mm256_set1_ps(grad_mul), l2 = _mm256_set1_ps(c->l2);
-    const __m256 b1 = _mm256_set1_ps(c->beta1), omb1 = _mm256_set1_ps(c->one_minus_beta1);
+    const __m256 omb1 = _mm256_set1_ps(c->one_minus_beta1);
     const __m256 b2 = _mm256_set1_ps(c->beta2), omb2 = _mm256_set1_ps(c->one_minus_beta2);
     const __m256 ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2), eps = _mm256_set1_ps(c->eps);
     const __m256 nlwd = _mm256_set1_ps(c->neg_lr_wd), nstep = _mm256_set1_ps(-c->step_size);
@@ -5829,7 +5829,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
         v = _mm256_loadu_ps(r->v + i);
         g = _mm256_mul_ps(g, gm);                                          /* g * grad_mul */
         g = _mm256_fmadd_ps(l2, p, g);                                     /* fmaf(l2, p, g) */
-        mm = _mm256_fmadd_ps(b1, m, _mm256_mul_ps(omb1, g));
+        mm = _mm256_fmadd_ps(omb1, _mm256_sub_ps(g, m), m);                 /* lerp */
         vv = _mm256_fmadd_ps(b2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
         denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ibc2, eps);
         pp = _mm256_fmadd_ps(nlwd, p, p);                                  /* fmaf(neg_lr_wd, p, p) */
@@ -5849,7 +5849,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
                        size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
     const __m512 gm = _mm512_set1_ps(grad_mul), l2 = _mm512_set1_ps(c->l2);
-    const __m512 b1 = _mm512_set1_ps(c->beta1), omb1 = _mm512_set1_ps(c->one_minus_beta1);
+    const __m512 omb1 = _mm512_set1_ps(c->one_minus_beta1);
     const __m512 b2 = _mm512_set1_ps(c->beta2), omb2 = _mm512_set1_ps(c->one_minus_beta2);
     const __m512 ibc2 = _mm512_set1_ps(c->inv_sqrt_bc2), eps = _mm512_set1_ps(c->eps);
     const __m512 nlwd = _mm512_set1_ps(c->neg_lr_wd), nstep = _mm512_set1_ps(-c->step_size);
@@ -5864,7 +5864,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
         v = _mm512_loadu_ps(r->v + i);
         g = _mm512_mul_ps(g, gm);
         g = _mm512_fmadd_ps(l2, p, g);
-        mm = _mm512_fmadd_ps(b1, m, _mm512_mul_ps(omb1, g));
+        mm = _mm512_fmadd_ps(omb1, _mm512_sub_ps(g, m), m);
         vv = _mm512_fmadd_ps(b2, v, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
         denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), ibc2, eps);
         pp = _mm512_fmadd_ps(nlwd, p, p);

@@ -104,7 +104,7 @@ NOINLINE static void pass_unscale(float *g, float mul, size_t b, size_t e)
 NOINLINE static void pass_m(float *m, const float *g, float b1, size_t b, size_t e)
 {
     size_t i;
-    for (i = b; i < e; i++) m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    for (i = b; i < e; i++) m[i] = m[i] + (1.0f - b1) * (g[i] - m[i]); /* the lerp form */
 }
 NOINLINE static void pass_v(float *v, const float *g, float b2, size_t b, size_t e)
 {
