@@ -2700,15 +2700,20 @@ ZERO__AVX2 static inline void zero__st_f16x8_avx2(void *dst, __m256 x)
 
 ZERO__AVX2 static inline void zero__st_bf16x8_avx2(void *dst, __m256 x)
 {
+    /* RNE: add 0x7fff + the kept lsb, keep the high half; NaN (unordered with itself)
+       keeps its bits with the quiet bit set. The high halves are gathered with one byte
+       shuffle (bytes 2-3 of each element to the low 8 bytes of each lane) and one
+       quadword permute: 7 operations and a 16-byte store a vector. */
+    const __m256i take_high = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
     __m256i b = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x400000)), nan);
-    r = _mm256_srli_epi32(r, 16); /* 0..0xffff: packus keeps every value */
-    _mm_storeu_si128((__m128i *)dst,
-                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    __m256 q = _mm256_castsi256_ps(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)));
+    r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), q, nan));
+    r = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, take_high), 0x08); /* quadwords 0, 2 */
+    _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(r));
 }
 
 /* The AVX-512 helpers use the zero-masking forms with a full mask (the same instructions):
