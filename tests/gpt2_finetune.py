@@ -27,6 +27,9 @@ same batches, schedule and clipping. Checks:
   memory    each run's model-state bytes and traffic per rank, measured, equal the formula
             with the frozen elements counted apart (the example's own line)
   refusals  a shape flag that disagrees with config.json is refused naming both values
+  tokenize  tools/tokenize.py with a byte-level BPE tokenizer.json built here: the .bin holds
+            GPT2TokenizerFast's tokens of each file after <|endoftext|>, decodes back to the
+            text, and train_gpt2 trains on it
 
 Ends with "N passed, N failed, N skipped".
 """
@@ -152,6 +155,7 @@ def main():
     ap.add_argument('--exe', default='build/train_gpt2')
     ap.add_argument('--ckpt-tool', default='build/zero-ckpt')
     ap.add_argument('--work', default='build/gpt2-finetune')
+    ap.add_argument('--tokenize-tool', default='tools/tokenize.py')
     ap.add_argument('--data', default='/usr/share/common-licenses')
     ap.add_argument('--layers', type=int, default=2)
     ap.add_argument('--heads', type=int, default=4)
@@ -252,6 +256,41 @@ def main():
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     want = f"says n_layer = {a.layers}, --layers says {a.layers + 1}"
     ck.check('refused: --layers against config.json', p.returncode == 2 and want in p.stdout, p.stdout.strip()[-200:])
+    # tools/tokenize.py with a byte-level BPE tokenizer.json built here (nothing downloads):
+    # the tokens are HF's GPT-2 tokenizer's on the same file, each document after <|endoftext|>
+    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders
+    from transformers import GPT2TokenizerFast
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train([os.path.join(a.data, names[0])], trainers.BpeTrainer(
+        vocab_size=400, special_tokens=['<|endoftext|>'], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tdir = os.path.join(a.work, 'tokenizer')
+    os.makedirs(tdir)
+    tk.save(os.path.join(tdir, 'tokenizer.json'))
+    docs = [os.path.join(a.data, n) for n in names[1:3]]
+    tbin = os.path.join(a.work, 'tokens.bin')
+    p = subprocess.run([sys.executable, a.tokenize_tool, '--tokenizer', tdir, '--out', tbin] + docs,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    hf_tok = GPT2TokenizerFast(tokenizer_file=os.path.join(tdir, 'tokenizer.json'))
+    eot = hf_tok.convert_tokens_to_ids('<|endoftext|>')
+    want = []
+    texts = [open(d, encoding='utf-8').read() for d in docs]
+    for t in texts:
+        want += [eot] + hf_tok(t)['input_ids']
+    got = []
+    if p.returncode == 0:
+        hdr = np.fromfile(tbin, dtype=np.int32, count=256)
+        got = np.fromfile(tbin, dtype=np.uint16, offset=1024).tolist()
+        got = got if hdr[0] == 20240520 and hdr[1] == 1 and hdr[2] == len(got) else []
+    back = hf_tok.decode(got).split('<|endoftext|>')[1:] if got else []
+    c = subprocess.run([a.exe, '--data', tbin, '--vocab', '400', '--layers', '1', '--channels', '32', '--seq', '32',
+                        '--steps', '2', '--stage', '0', '--ranks', '1', '--sample', '0'],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ck.check('tools/tokenize.py: GPT-2 tokenizer tokens in llm.c .bin, trained on', got == want and back == texts and
+             c.returncode == 0, f'{len(got)} tokens ({len(want)} from GPT2TokenizerFast), decoded back '
+             f'{"equal" if back == texts else "DIFFERENT"}; train_gpt2 --data exit {c.returncode}; {p.stdout.strip()}')
+
     print(f"gpt2_finetune: {time.time() - t_start:.1f} s")
     print(f"{ck.passed} passed, {ck.failed} failed, {ck.skipped} skipped")
     return 1 if ck.failed else 0
