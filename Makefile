@@ -200,16 +200,19 @@ test-safetensors-py: build/test_checkpoint
 	  build/st-py/expect-client.bin
 
 # make demo: the GPT-2 example at stages 0-3 on 4 ranks (threads); make demo-mlp: the MLP.
-# make test-gpt2: tests/gpt2_reference.py with PYTHON = a venv holding torch, transformers,
-# safetensors, numpy (tools/torch_venv.sh DIR makes one); GPT2_REF_FLAGS=--quick for the CI
-# subset. One skip line without torch.
+# make test-gpt2: tests/gpt2_reference.py, then tests/gpt2_finetune.py (a Hugging Face
+# checkpoint fine-tuned with frozen tensors and parameter groups, exported back; ~12 s plus
+# torch's import) with PYTHON = a venv holding torch, transformers, safetensors, numpy
+# (tools/torch_venv.sh DIR makes one); GPT2_REF_FLAGS=--quick for the CI subset of the
+# first. One skip line without torch.
 GPT2_REF_FLAGS ?=
 test-gpt2: build/train_gpt2 build/zero-ckpt
 	@if ! $(PYTHON) -c 'import torch, transformers, safetensors, numpy' >/dev/null 2>&1; then \
 	   echo "test-gpt2: skipped: $(PYTHON) has no torch/transformers (tools/torch_venv.sh DIR; make test-gpt2 PYTHON=DIR/bin/python)"; \
 	   echo "0 passed, 0 failed, 1 skipped"; \
 	 else if $(HAVE_MPI); then $(MAKE) --no-print-directory build/train_gpt2_mpi; fi; \
-	   $(PYTHON) tests/gpt2_reference.py $(GPT2_REF_FLAGS); fi
+	   rc=0; $(PYTHON) tests/gpt2_reference.py $(GPT2_REF_FLAGS) || rc=1; \
+	   $(PYTHON) tests/gpt2_finetune.py || rc=1; exit $$rc; fi
 
 DEMO ?= build/train_gpt2
 demo: build/train_gpt2

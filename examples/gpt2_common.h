@@ -90,7 +90,9 @@ typedef struct gpt2_opts {
                                           index or a directory (zero_engine_load_pretrained) */
     char init_file[4096];              /* --init DIR: DIR/model.safetensors or its index */
     const char *data_path;             /* a directory of text files, a text file or a .bin */
+    const char *val_path;              /* --val-data: the validation tokens (else --data's last tenth) */
     const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
+    const char *export_dir;            /* --export DIR: config.json + model.safetensors at the end */
     const char *logits_path;           /* step 0: rank 0's logits (fp32) of its first micro-batch */
     uint64_t seed;                     /* initial values and sampling           */
     /* fine-tuning (docs/gpt2.md): AdamW's settings, the embeddings' lr multiplier, frozen tensors */
@@ -142,6 +144,7 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --init FILE.safetensors|DIR   start from a Hugging Face GPT-2 file, or a save_pretrained\n"
             "                                      directory (config.json gives the shape; model.safetensors)\n"
             "data:   --data DIR|FILE|FILE.bin (default %s; text = bytes, .bin = llm.c tokens)\n"
+            "        --val-data DIR|FILE|FILE.bin   validate on it (default: --data's last tenth)\n"
             "        --batch B   sequences per micro-step over all ranks (default 8)\n"
             "train:  --stage 0..3 (default: the demo, every stage)  --ranks N (default 4)\n"
             "        --steps S (default 100) --accum A (default 1) --dtype f32|bf16|f16 (default f32)\n"
@@ -162,7 +165,9 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "ZeRO++: --quantized-weights 0|1   stage 3: the forward all-gather as int8 blocks (qwZ)\n"
             "        --quantized-gradients 0|1|4|8   stages 1-3: the gradient reduce-scatter as int4\n"
             "                                        (1 or 4) or int8 blocks (qgZ); both lossy\n"
-            "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
+            "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n"
+            "        --export DIR   (train_gpt2.c) the final weights as a Hugging Face directory:\n"
+            "                       config.json + model.safetensors for GPT2LMHeadModel.from_pretrained\n",
             prog, GPT2_DEFAULT_DATA, GPT2_BETA1, GPT2_BETA2, GPT2_EPS, GPT2_WEIGHT_DECAY);
 }
 
@@ -342,7 +347,9 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--resume")) o->resume_dir = v;
         else if (!strcmp(k, "--init")) o->init_path = v;
         else if (!strcmp(k, "--data")) o->data_path = v;
+        else if (!strcmp(k, "--val-data")) o->val_path = v;
         else if (!strcmp(k, "--log")) o->log_path = v;
+        else if (!strcmp(k, "--export")) o->export_dir = v;
         else if (!strcmp(k, "--dump-logits")) o->logits_path = v;
         else if (!strcmp(k, "--beta1")) o->beta1 = atof(v), bad = !(o->beta1 > 0 && o->beta1 < 1);
         else if (!strcmp(k, "--beta2")) o->beta2 = atof(v), bad = !(o->beta2 > 0 && o->beta2 < 1);
@@ -960,7 +967,8 @@ static inline int gpt2__data_fits(const char *path, double bytes, int text, char
    directory or a regular file (never a device or a FIFO, which could block or never end),
    each file read up to the size it had when listed. On failure returns -1 with a sentence
    in err. */
-static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, char *err, size_t errlen)
+static inline int gpt2__data_read(const char *path, const char *flag, int split, int V, int T, gpt2_data *d, char *err,
+                                  size_t errlen)
 {
     struct stat st;
     size_t n = 0, i, len = 0, cap = 0;
@@ -968,11 +976,11 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
     memset(d, 0, sizeof *d);
     if (!path) path = GPT2_DEFAULT_DATA;
     if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "--data %s: no such file or directory", path);
+        snprintf(err, errlen, "%s %s: no such file or directory", flag, path);
         return -1;
     }
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "--data %s: not a regular file or a directory (a device or a FIFO is not read)", path);
+        snprintf(err, errlen, "%s %s: not a regular file or a directory (a device or a FIFO is not read)", flag, path);
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
@@ -982,7 +990,7 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
         size_t count = 0, ncap = 0, nread;
         double total = 0.0;
         if (!dir) {
-            snprintf(err, errlen, "--data %s: cannot open the directory", path);
+            snprintf(err, errlen, "%s %s: cannot open the directory", flag, path);
             return -1;
         }
         while ((de = readdir(dir)) != NULL) {
@@ -1010,7 +1018,7 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
             snprintf(full, sizeof full, "%s/%s", path, names[i]);
             if (stat(full, &fs) != 0 || !S_ISREG(fs.st_mode) ||
                 gpt2__append_file(full, (size_t)fs.st_size, &buf, &len, &cap) != 0) {
-                snprintf(err, errlen, "--data: cannot read %.200s", full);
+                snprintf(err, errlen, "%s: cannot read %.200s", flag, full);
                 len = 0;
                 break;
             }
@@ -1018,29 +1026,29 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
         for (i = 0; i < count; i++) free(names[i]);
         free(names);
         if (!buf || len == 0) {
-            if (err[0] == '\0') snprintf(err, errlen, "--data %s: no text in its files", path);
+            if (err[0] == '\0') snprintf(err, errlen, "%s %s: no text in its files", flag, path);
             free(buf);
             return -1;
         }
     } else if (gpt2__data_fits(path, (double)st.st_size, gpt2_data_is_text(path), err, errlen) != 0) {
         return -1;
     } else if (gpt2__append_file(path, (size_t)st.st_size, &buf, &len, &cap) != 0) {
-        snprintf(err, errlen, "--data %s: cannot read it", path);
+        snprintf(err, errlen, "%s %s: cannot read it", flag, path);
         free(buf);
         return -1;
     }
     if (!gpt2_data_is_text(path)) { /* llm.c tokens */
         int32_t hdr[256];
         if (len < sizeof hdr) {
-            snprintf(err, errlen, "--data %s: shorter than llm.c's 1024-byte header", path);
+            snprintf(err, errlen, "%s %s: shorter than llm.c's 1024-byte header", flag, path);
             free(buf);
             return -1;
         }
         memcpy(hdr, buf, sizeof hdr);
         if (hdr[0] != GPT2_BIN_MAGIC || hdr[1] != 1 || hdr[2] < 0 ||
             (size_t)hdr[2] * 2 > len - sizeof hdr) {
-            snprintf(err, errlen, "--data %s: not an llm.c token file (magic %d, version %d, %d tokens)",
-                     path, (int)hdr[0], (int)hdr[1], (int)hdr[2]);
+            snprintf(err, errlen, "%s %s: not an llm.c token file (magic %d, version %d, %d tokens)",
+                     flag, path, (int)hdr[0], (int)hdr[1], (int)hdr[2]);
             free(buf);
             return -1;
         }
@@ -1051,7 +1059,7 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
             memcpy(&tk, buf + sizeof hdr + 2 * i, 2);
             d->tokens[i] = tk;
             if ((int)tk >= V) {
-                snprintf(err, errlen, "--data %s: token %u at %zu is outside --vocab %d", path, (unsigned)tk, i, V);
+                snprintf(err, errlen, "%s %s: token %u at %zu is outside --vocab %d", flag, path, (unsigned)tk, i, V);
                 free(buf);
                 gpt2_data_free(d);
                 return -1;
@@ -1059,7 +1067,7 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
         }
     } else {
         if (V < 256) {
-            snprintf(err, errlen, "--data %s: text is bytes and needs --vocab >= 256 (it is %d)", path, V);
+            snprintf(err, errlen, "%s %s: text is bytes and needs --vocab >= 256 (it is %d)", flag, path, V);
             free(buf);
             return -1;
         }
@@ -1069,17 +1077,51 @@ static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, c
     }
     free(buf);
     if (!d->tokens) {
-        snprintf(err, errlen, "--data %s: out of memory", path);
+        snprintf(err, errlen, "%s %s: out of memory", flag, path);
         return -1;
     }
-    d->nval = n / 10;
+    d->nval = split ? n / 10 : 0;
     d->ntrain = n - d->nval;
-    if (d->ntrain < (size_t)T + 1 || d->nval < (size_t)T + 1) {
-        snprintf(err, errlen, "--data %s: %zu tokens are too few for sequences of %d (each split needs %d)",
-                 path, n, T, T + 1);
+    if (d->ntrain < (size_t)T + 1 || (split && d->nval < (size_t)T + 1)) {
+        snprintf(err, errlen, "%s %s: %zu tokens are too few for sequences of %d (each split needs %d)",
+                 flag, path, n, T, T + 1);
         gpt2_data_free(d);
         return -1;
     }
+    return 0;
+}
+
+/* Loads path for a model of vocab V and sequence length T, its last tenth the validation
+   split. -1 with a sentence in err on failure. */
+static inline int gpt2_data_load(const char *path, int V, int T, gpt2_data *d, char *err, size_t errlen)
+{
+    return gpt2__data_read(path, "--data", 1, V, T, d, err, errlen);
+}
+
+/* --data path --val-data val_path: every token of path trains, every token of val_path
+   (the same formats) validates; val_path NULL: gpt2_data_load. */
+static inline int gpt2_data_load_val(const char *path, const char *val_path, int V, int T, gpt2_data *d, char *err,
+                                     size_t errlen)
+{
+    gpt2_data v;
+    int32_t *both;
+    if (!val_path) return gpt2_data_load(path, V, T, d, err, errlen);
+    if (gpt2__data_read(path, "--data", 0, V, T, d, err, errlen) != 0) return -1;
+    if (gpt2__data_read(val_path, "--val-data", 0, V, T, &v, err, errlen) != 0) {
+        gpt2_data_free(d);
+        return -1;
+    }
+    both = (int32_t *)realloc(d->tokens, sizeof(int32_t) * (d->ntrain + v.ntrain));
+    if (!both) {
+        snprintf(err, errlen, "--val-data %s: out of memory", val_path);
+        gpt2_data_free(&v);
+        gpt2_data_free(d);
+        return -1;
+    }
+    memcpy(both + d->ntrain, v.tokens, sizeof(int32_t) * v.ntrain);
+    d->tokens = both;
+    d->nval = v.ntrain;
+    gpt2_data_free(&v);
     return 0;
 }
 
@@ -1252,4 +1294,128 @@ static inline void gpt2_print_memory(FILE *f, zero_engine *e, int rank)
         fprintf(f, "\n");
     }
 }
+/* ---- a Hugging Face directory out: config.json + model.safetensors ----------------------- */
+
+/* Writes text to path through "path.tmp" and a rename. 0, or -1 with a sentence in err. */
+static inline int gpt2__write_file(const char *path, const void *data, size_t len, char *err, size_t n)
+{
+    char tmp[4300];
+    FILE *f;
+    int ok;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!(f = fopen(tmp, "wb"))) {
+        snprintf(err, n, "%.300s: cannot write it: %s", tmp, strerror(errno));
+        return -1;
+    }
+    ok = fwrite(data, 1, len, f) == len;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(err, n, "%.300s: cannot write it: %s", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* DIR/config.json for GPT2LMHeadModel of this shape: what from_pretrained needs to build the
+   model the weights belong to (this model: LayerNorm eps 1e-5, gelu_new, no dropout, the
+   head tied to wte, so model.safetensors holds no lm_head.weight, as save_pretrained writes
+   it). dtype: the weights' ("float32", "bfloat16", "float16"). 0, or -1 with err. */
+static inline int gpt2_hf_config_write(const char *dir, int layers, int heads, int channels, int positions, int vocab,
+                                       const char *dtype, char *err, size_t n)
+{
+    char text[1400], path[4200], eos[16];
+    int len;
+    if (vocab == 50257) snprintf(eos, sizeof eos, "50256"); /* GPT-2's <|endoftext|> */
+    else snprintf(eos, sizeof eos, "null");
+    len = snprintf(text, sizeof text,
+                   "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                   "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n"
+                   "  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n  \"n_inner\": null,\n"
+                   "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                   "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+                   "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
+                   "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
+                   layers, heads, channels, positions, positions, vocab, eos, eos, dtype);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return gpt2__write_file(path, text, (size_t)len, err, n);
+}
+
+/* Creates directory dir (its parent must exist) unless it is one; refuses to replace
+   dir/config.json or dir/model.safetensors unless force. 0, or -1 with err. */
+static inline int gpt2_hf_dir_prepare(const char *dir, int force, char *err, size_t n)
+{
+    static const char *const names[2] = {"config.json", "model.safetensors"};
+    struct stat st;
+    char path[4200];
+    int k;
+    if (stat(dir, &st) != 0 && mkdir(dir, 0755) != 0) {
+        snprintf(err, n, "%.300s: cannot create the directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, n, "%.300s: not a directory", dir);
+        return -1;
+    }
+    for (k = 0; k < 2 && !force; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        if (lstat(path, &st) == 0) {
+            snprintf(err, n, "%.300s exists (add --force to replace it)", path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* DIR/model.safetensors from fp32 values in table order (the example's final params): the
+   table's names and shapes, F32, data in table order after a header padded with spaces to
+   a multiple of 8 bytes. 0, or -1 with err. */
+static inline int gpt2_hf_weights_write(const char *dir, const gpt2_config *c, const float *params, char *err,
+                                        size_t n)
+{
+    int nt = gpt2_num_tensors(c), i, k, rc = -1;
+    gpt2_tensor *t = (gpt2_tensor *)malloc(sizeof *t * (size_t)nt);
+    size_t cap = 256 + (size_t)nt * 160, hl, at = 0, total = 0;
+    char *h = (char *)malloc(cap), path[4200], tmp[4300];
+    FILE *f = NULL;
+    unsigned char len8[8];
+    if (!t || !h) {
+        snprintf(err, n, "--export: out of memory for the header of %d tensors", nt);
+        goto out;
+    }
+    gpt2_param_table(c, t);
+    hl = (size_t)snprintf(h, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (i = 0; i < nt; i++) {
+        hl += (size_t)snprintf(h + hl, cap - hl, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%llu", t[i].name,
+                               (unsigned long long)t[i].dims[0]);
+        if (t[i].ndim == 2) hl += (size_t)snprintf(h + hl, cap - hl, ",%llu", (unsigned long long)t[i].dims[1]);
+        hl += (size_t)snprintf(h + hl, cap - hl, "],\"data_offsets\":[%zu,%zu]}", at, at + 4 * t[i].numel);
+        at += 4 * t[i].numel;
+        total += t[i].numel;
+    }
+    hl += (size_t)snprintf(h + hl, cap - hl, "}");
+    while (hl % 8) h[hl++] = ' ';
+    for (k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hl >> (8 * k));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!(f = fopen(tmp, "wb")) || fwrite(len8, 1, 8, f) != 8 || fwrite(h, 1, hl, f) != hl ||
+        fwrite(params, sizeof(float), total, f) != total) {
+        snprintf(err, n, "%.300s: cannot write it: %s", tmp, strerror(errno));
+        goto out;
+    }
+    k = fclose(f);
+    f = NULL;
+    if (k != 0 || rename(tmp, path) != 0) {
+        snprintf(err, n, "%.300s: cannot write it: %s", path, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (f) fclose(f);
+    if (rc != 0) remove(tmp);
+    free(t);
+    free(h);
+    return rc;
+}
+
 #endif

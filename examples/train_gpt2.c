@@ -1070,7 +1070,7 @@ int main(int argc, char **argv)
     gpt2_opts o;
     gpt2_data data;
     char err[512];
-    int rc, first = 0, last = 3, st, same = 1, keep_all;
+    int rc, first = 0, last = 3, st, same = 1, keep_all, writer = 1;
     double ref_final = 0.0;
     uint64_t ref_sum = 0;
     size_t total = 0;
@@ -1112,7 +1112,7 @@ int main(int argc, char **argv)
 #ifdef ZERO_GPT2_MPI
     keep_all = 1;
 #else
-    keep_all = o.ranks > 1; /* one rank hashes its params as it reads them (keep_params) */
+    keep_all = o.ranks > 1 || o.export_dir; /* one rank hashes its params as it reads them (keep_params) */
 #endif
 #ifdef ZERO_GPT2_MPI
     {
@@ -1129,8 +1129,13 @@ int main(int argc, char **argv)
         }
         o.ranks = world;
         if (me != 0 && !freopen("/dev/null", "w", stdout)) return 1; /* rank 0 prints */
+        writer = me == 0;
     }
 #endif
+    if (o.export_dir && writer && gpt2_hf_dir_prepare(o.export_dir, 1, err, sizeof err) != 0) {
+        fprintf(stderr, "--export: %s\n", err); /* before the run, not after it */
+        return finish(2);
+    }
     err[0] = '\0';
     if (o.init_path && gpt2_init_check(o.init_path, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -1140,7 +1145,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return finish(2);
     }
-    if (gpt2_data_load(o.data_path, o.cfg.vocab, o.cfg.seq, &data, err, sizeof err) != 0) {
+    if (gpt2_data_load_val(o.data_path, o.val_path, o.cfg.vocab, o.cfg.seq, &data, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         return finish(2);
     }
@@ -1260,6 +1265,19 @@ int main(int argc, char **argv)
                                     : "WARNING: the stages differ");
             printf("val loss: %.9g\n", R.val_loss);
             printf("params checksum: %016llx\n", (unsigned long long)sum);
+            if (o.export_dir && writer) {
+                if (gpt2_hf_weights_write(o.export_dir, &o.cfg, R.final_params, err, sizeof err) != 0 ||
+                    gpt2_hf_config_write(o.export_dir, o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.max_seq,
+                                         o.cfg.vocab, "float32", err, sizeof err) != 0) {
+                    fprintf(stderr, "--export: %s\n", err);
+                    free(R.loss);
+                    free(R.final_params);
+                    gpt2_data_free(&data);
+                    return finish(1);
+                }
+                printf("exported %s/config.json and model.safetensors (fp32): GPT2LMHeadModel.from_pretrained loads "
+                       "them\n", o.export_dir);
+            }
             if (o.sample > 0) printf("sample:\n%s\n", R.sample);
         }
         free(R.loss);

@@ -1006,6 +1006,11 @@ int main(int argc, char **argv)
                         "not supported here\n");
         return 2;
     }
+    if (o.export_dir) {
+        fprintf(stderr, PROG ": --export is implemented by the CPU example (train_gpt2); save with --save and "
+                "run zero-ckpt export DIR --hf OUTDIR\n");
+        return 2;
+    }
     if (o.freeze || o.lr_embed != 1.0) {
         fprintf(stderr, PROG ": --freeze and --lr-embed are implemented by the CPU example (train_gpt2); "
                         "not supported here yet\n");
@@ -1025,7 +1030,7 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": no GPU visible (examples/train_gpt2.c trains the same model on the CPU)\n");
         return 1;
     }
-    if (gpt2_data_load(o.data_path, o.cfg.vocab, o.cfg.seq, &data, err, sizeof err) != 0) {
+    if (gpt2_data_load_val(o.data_path, o.val_path, o.cfg.vocab, o.cfg.seq, &data, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
         return 1;
     }

@@ -119,6 +119,26 @@ ZT_TEST(the_loader_and_the_batches)
         ZT_CHECK(d.ntrain == 360 && d.nval == 40 && d.tokens[0] == 50000 && d.tokens[399] == 50000 + 399 % 257);
         gpt2_data_free(&d);
         ZT_CHECK(gpt2_data_load(path, 50000, T, &d, err, sizeof err) != 0 && strstr(err, "outside --vocab"));
+        { /* --val-data: every token of --data trains, every token of the other file validates */
+            char vpath[600];
+            hdr[2] = 300;
+            for (j = 0; j < 300; j++) tok[j] = (uint16_t)(7 + j);
+            memcpy(buf, hdr, sizeof hdr);
+            memcpy(buf + sizeof hdr, tok, 600);
+            snprintf(vpath, sizeof vpath, "%s/val.bin", dir);
+            ZT_CHECK(write_file(vpath, buf, sizeof hdr + 600) == 0);
+            ZT_CHECKF(gpt2_data_load_val(path, vpath, 50257, T, &d, err, sizeof err) == 0, "%s", err);
+            ZT_CHECK(d.ntrain == 400 && d.nval == 300 && d.tokens[399] == 50000 + 399 % 257 && d.tokens[400] == 7 &&
+                     d.tokens[699] == 7 + 299);
+            gpt2_data_free(&d);
+            ZT_CHECK(gpt2_data_load_val(path, vpath, 300, T, &d, err, sizeof err) != 0 && strstr(err, "--data"));
+            ZT_CHECK(gpt2_data_load_val(path, vpath, 50257, 350, &d, err, sizeof err) != 0 &&
+                     strstr(err, "--val-data") && strstr(err, "too few"));
+            unlink(vpath);
+            hdr[2] = 400;
+            for (j = 0; j < 400; j++) tok[j] = (uint16_t)(50000 + j % 257);
+            memcpy(buf + sizeof hdr, tok, sizeof tok);
+        }
         hdr[0] = 12345;
         memcpy(buf, hdr, sizeof hdr);
         ZT_CHECK(write_file(path, buf, sizeof buf) == 0);
