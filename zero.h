@@ -803,8 +803,11 @@ typedef enum zero_queue {
 
 typedef struct zero_event zero_event; /* backend-defined */
 
-/* One contiguous range for the Adam step. master, m, v are fp32; grad is read in
-   grad_dtype; param (may be NULL) receives the updated master in param_dtype. */
+/* One contiguous range for the Adam step. master, m, v are fp32 (state_dtype F32 or
+   DEFAULT) or bf16 bit patterns (state_dtype BF16: the pointers hold uint16_t, cast);
+   grad is read in grad_dtype; param (may be NULL) receives the updated master in
+   param_dtype. Every field must be set (state_dtype, sr_key and sr_index too: a
+   zero-initialised tail means fp32 states). */
 typedef struct zero_adam_range {
     size_t numel;
     float *master;
@@ -814,6 +817,10 @@ typedef struct zero_adam_range {
     zero_dtype grad_dtype;
     void *param;
     zero_dtype param_dtype;
+    zero_dtype state_dtype; /* master, m, v: DEFAULT or F32 (fp32), BF16 (bf16, stored by
+                               stochastic rounding: zero_adam_update_bf16)                 */
+    uint64_t sr_key;        /* BF16 states: zero_sr_key(seed, step) of this step           */
+    uint64_t sr_index;      /* BF16 states: the global index of element 0 (the RNG counter) */
 } zero_adam_range;
 
 /* Per-step constants of Adam/AdamW, made on the host from the double hyper-parameters
@@ -980,6 +987,100 @@ ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, floa
     *p = fmaf(-c->step_size, mm / denom, pp);
     *m = mm;
     *v = vv;
+}
+
+/* bf16 optimizer states (zero_engine_desc.optimizer_dtype = ZERO_BF16): master, m and v
+   are stored in bf16, each rounded STOCHASTICALLY from the fp32 result of zero_adam_update:
+   with x between the neighbouring bf16 values a < x < b, x rounds to b with probability
+   (x - a) / (b - a), so the expected stored value is x (unbiased: small updates are not
+   lost on average, as they are with round-to-nearest). The random bits come from a
+   counter-based RNG: a pure function of (seed, step, element index), so every element's
+   result is the same wherever it is computed (any stage, rank count, shard, tile, thread,
+   SIMD path or device). The index is the element's global index in the model: tensors in
+   registration order, unpadded (zero_engine: the sum of the numel of the tensors before
+   it, plus the element's index within its tensor). */
+
+/* The 64-bit mixer of the RNG (splitmix64's finaliser: a bijection, every input bit
+   reaching every output bit). */
+ZERO_INLINE ZERO_HOSTDEV uint64_t zero_sr_mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* The key of step 'step' (1-based optimizer step) under 'seed'. */
+ZERO_INLINE ZERO_HOSTDEV uint64_t zero_sr_key(uint64_t seed, int64_t step)
+{
+    return zero_sr_mix(zero_sr_mix(seed ^ 0x5a45524f5352ull) + (uint64_t)step * 0x9e3779b97f4a7c15ull);
+}
+
+/* 64 random bits for element 'index' under 'key': bits 0-15 round the master, 16-31 m,
+   32-47 v. */
+ZERO_INLINE ZERO_HOSTDEV uint64_t zero_sr_bits(uint64_t key, uint64_t index)
+{
+    return zero_sr_mix(key + (index + 1) * 0x9e3779b97f4a7c15ull);
+}
+
+/* fp32 bit pattern x -> bf16 bits, stochastically with the 16 random bits r16 (0..65535):
+   round up (away from zero) when the 16 bits dropped plus r16 carry, i.e. with
+   probability dropped / 65536. Exact values (dropped = 0) never move; inf stays inf; NaN
+   stays NaN (quiet); a value above the largest finite bf16 may round to inf, with the
+   probability its distance gives. */
+ZERO_INLINE ZERO_HOSTDEV uint16_t zero_bf16_bits_sr(uint32_t x, uint32_t r16)
+{
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + (r16 & 0xffffu)) >> 16);
+}
+
+/* Bit casts for the element function below (host and CUDA). */
+ZERO_INLINE ZERO_HOSTDEV uint32_t zero__sr_f32_bits(float f)
+{
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    union { float f; uint32_t u; } x;
+    x.f = f;
+    return x.u;
+#endif
+}
+
+ZERO_INLINE ZERO_HOSTDEV float zero__sr_f32_from(uint32_t u)
+{
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    union { float f; uint32_t u; } x;
+    x.u = u;
+    return x.f;
+#endif
+}
+
+/* bf16 bits -> fp32, exact (a NaN stays a NaN, made quiet). */
+ZERO_INLINE ZERO_HOSTDEV float zero_bf16_bits_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u;
+    return zero__sr_f32_from(x);
+}
+
+/* Adam on one element with bf16 states: master, m, v widened to fp32 (exact), the fp32
+   zero_adam_update, each result stored by zero_bf16_bits_sr with its 16 bits of 'bits'
+   (zero_sr_bits(key, index)). Returns the stored master as fp32 (what the param gets). */
+ZERO_INLINE ZERO_HOSTDEV float zero_adam_update_bf16(float g, uint16_t *p, uint16_t *m,
+                                                    uint16_t *v, const zero_adam_coefs *c,
+                                                    uint64_t bits)
+{
+    float pp = zero_bf16_bits_to_f32(*p), mm = zero_bf16_bits_to_f32(*m),
+          vv = zero_bf16_bits_to_f32(*v);
+    zero_adam_update(g, &pp, &mm, &vv, c);
+    *p = zero_bf16_bits_sr(zero__sr_f32_bits(pp), (uint32_t)bits);
+    *m = zero_bf16_bits_sr(zero__sr_f32_bits(mm), (uint32_t)(bits >> 16));
+    *v = zero_bf16_bits_sr(zero__sr_f32_bits(vv), (uint32_t)(bits >> 32));
+    return zero_bf16_bits_to_f32(*p);
 }
 
 /* Optimizer declarations. */
@@ -1424,6 +1525,16 @@ typedef struct zero_engine_desc {
     zero_dtype grad_comm_dtype;  /* reduction and accumulation dtype: DEFAULT = param_dtype;
                                     ZERO_F32 for accuracy (twice the gradient traffic)          */
     zero_adam_desc adam;         /* Adam/AdamW hyper-parameters (zero = defaults, AdamW)        */
+    zero_dtype optimizer_dtype;  /* master, m and v: DEFAULT = ZERO_F32 (12 bytes per trained
+                                    element); ZERO_BF16 = 6 bytes, each value rounded
+                                    stochastically after every step (zero_adam_update_bf16,
+                                    the RNG keyed by optimizer_seed, the step and the
+                                    element's global index: every stage, rank count and
+                                    offload tier gives the same bits). Not the same
+                                    training as F32 (docs/optimizer.md). offload_optimizer =
+                                    NVME: UNSUPPORTED for now. In the plan hash.              */
+    uint64_t optimizer_seed;     /* optimizer_dtype BF16: the stochastic rounding's seed (any
+                                    value, 0 included). In the plan hash.                     */
     zero_scaler_desc scaler;     /* loss scaling (zero = dynamic for fp16, none otherwise)      */
     float clip_norm;             /* global gradient-norm clipping; 0 = none                     */
     int accum_steps;             /* micro-steps per step; 0 = 1                                 */
@@ -5923,9 +6034,39 @@ ZERO__AVX512 static void zero__adam_avx512(const zero_adam_range *r, const zero_
 
 #endif /* ZERO__X86_SIMD */
 
+/* bf16 states (state_dtype BF16): zero_adam_update_bf16 per element, on every simd path
+   (the RNG and the rounding are integer work: the same bits wherever they run). */
+static void zero__adam_bf16(const zero_adam_range *r, const zero_adam_coefs *c, float grad_mul,
+                            size_t i, size_t end)
+{
+    uint16_t *ms = (uint16_t *)(void *)r->master, *m1 = (uint16_t *)(void *)r->m,
+             *m2 = (uint16_t *)(void *)r->v;
+    for (; i < end; i++) {
+        float g, p;
+        switch (r->grad_dtype) {
+        case ZERO_F16: g = zero_f16_to_f32(((const uint16_t *)r->grad)[i]); break;
+        case ZERO_BF16: g = zero_bf16_to_f32(((const uint16_t *)r->grad)[i]); break;
+        default: g = ((const float *)r->grad)[i]; break;
+        }
+        p = zero_adam_update_bf16(g * grad_mul, &ms[i], &m1[i], &m2[i], c,
+                                  zero_sr_bits(r->sr_key, r->sr_index + i));
+        if (r->param) {
+            switch (r->param_dtype) {
+            case ZERO_F16: ((uint16_t *)r->param)[i] = zero_f32_to_f16(p); break;
+            case ZERO_BF16: ((uint16_t *)r->param)[i] = zero_f32_to_bf16(p); break;
+            default: ((float *)r->param)[i] = p; break;
+            }
+        }
+    }
+}
+
 static void zero__adam_run(const zero__adam_job *job)
 {
     if (job->begin >= job->end) return;
+    if (job->range->state_dtype == ZERO_BF16) {
+        zero__adam_bf16(job->range, job->coefs, job->grad_mul, job->begin, job->end);
+        return;
+    }
 #ifdef ZERO__X86_SIMD
     if (job->path == ZERO_SIMD_AVX512) {
         zero__adam_avx512(job->range, job->coefs, job->grad_mul, job->begin, job->end);
@@ -5969,6 +6110,11 @@ ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_host: param_dtype = %d (%s): f32, f16 or bf16 only",
                           (int)range->param_dtype, zero_dtype_name(range->param_dtype));
+    if (range->state_dtype != ZERO_DTYPE_DEFAULT && range->state_dtype != ZERO_F32 &&
+        range->state_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_adam_host: state_dtype = %d (%s): f32 or bf16 only",
+                          (int)range->state_dtype, zero_dtype_name(range->state_dtype));
     if (n > 0 && (!range->master || !range->m || !range->v || !range->grad))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_host: %s is NULL with numel = %zu",
@@ -7782,6 +7928,7 @@ typedef struct zero__eng_tile {
 typedef struct zero__eng_piece {
     int tensor;
     size_t off, numel; /* within the tile */
+    size_t elem;       /* its first element's index within the tensor */
 } zero__eng_piece;
 
 #define ZERO__ENG_MAX_HOST_ALLOCS 12
@@ -7815,6 +7962,8 @@ typedef struct zero__eng_config {
     zero_dtype param_dtype;       /* params and the user's gradients                      */
     zero_dtype comm_dtype;        /* reductions and the gradient accumulator              */
     size_t param_size, comm_size; /* their element sizes in bytes                         */
+    zero_dtype opt_dtype;         /* master, m, v: F32 or BF16 (optimizer_dtype)           */
+    size_t opt_size;              /* its element size: 4 or 2                              */
     int opt_offloaded;            /* offload_optimizer != NONE: master, m, v off the device */
     int params_offloaded;         /* offload_param != NONE: partitioned param shards off it */
 } zero__eng_config;
@@ -7870,7 +8019,11 @@ typedef struct zero__eng_optimizer {
     zero_adam_desc adam;
     zero_scaler scaler;
     int64_t step;
-    float *master, *m, *v;
+    float *master, *m, *v; /* optimizer_dtype BF16: bf16 bits (index with zero__opt_at)   */
+    uint64_t *model_off;   /* per tensor: its first element's global index (the numel of
+                              the tensors registered before it): the stochastic rounding's
+                              counter                                                      */
+    uint64_t sr_key;       /* this step's zero_sr_key(optimizer_seed, step)                */
     /* per tensor (zero_engine_set_tensor_hparams): the lr multiplier, the weight decay (< 0:
        the default) and this step's Adam constants made from them */
     double *lr_mul, *wd;
@@ -8464,6 +8617,15 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
                           d.host_threads);
     if (d.host_threads == 0) d.host_threads = zero__eng_cpus();
     if ((r = zero__eng_offload_resolve(&d)) != ZERO_OK) return r;
+    if (d.optimizer_dtype == ZERO_DTYPE_DEFAULT) d.optimizer_dtype = ZERO_F32;
+    if (d.optimizer_dtype != ZERO_F32 && d.optimizer_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_create: optimizer_dtype = %d (%s): f32 or bf16",
+                          (int)d.optimizer_dtype, zero_dtype_name(d.optimizer_dtype));
+    if (d.optimizer_dtype == ZERO_BF16 && d.offload_optimizer == ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "zero_engine_create: optimizer_dtype = bf16 with offload_optimizer = "
+                          "nvme is not supported yet (use cpu, or f32 states)");
     if ((r = zero__act_resolve(&d)) != ZERO_OK) return r;
     if (d.align_numel == 0) d.align_numel = ZERO_DEFAULT_ALIGN_NUMEL;
     if (!d.device || !d.device->ops)
@@ -8527,6 +8689,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cfg.comm_dtype = d.grad_comm_dtype;
     e->cfg.param_size = zero_dtype_size(e->cfg.param_dtype);
     e->cfg.comm_size = zero_dtype_size(e->cfg.comm_dtype);
+    e->cfg.opt_dtype = d.optimizer_dtype;
+    e->cfg.opt_size = zero_dtype_size(d.optimizer_dtype);
     e->cfg.opt_offloaded = d.offload_optimizer != ZERO_OFFLOAD_NONE;
     e->cfg.params_offloaded = d.offload_param != ZERO_OFFLOAD_NONE;
     e->lifecycle = ZERO__ENG_CREATED;
@@ -8599,6 +8763,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->opt.lr_mul);
     zero__free(a, e->opt.wd);
     zero__free(a, e->opt.coefs);
+    zero__free(a, e->opt.model_off);
     zero_plan_destroy(e->layout.plan);
     zero__free(a, e);
 }
@@ -8822,6 +8987,8 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
+    h = zero__eng_mix(h, (uint64_t)d->optimizer_dtype);
+    h = zero__eng_mix(h, d->optimizer_seed);
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -8977,11 +9144,18 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         e->opt.lr_mul = (double *)zero__alloc(a, (size_t)T * sizeof *e->opt.lr_mul);
         e->opt.wd = (double *)zero__alloc(a, (size_t)T * sizeof *e->opt.wd);
         e->opt.coefs = (zero_adam_coefs *)zero__alloc(a, (size_t)T * sizeof *e->opt.coefs);
-        if (!e->opt.lr_mul || !e->opt.wd || !e->opt.coefs)
+        e->opt.model_off = (uint64_t *)zero__alloc(a, ((size_t)T + 1) * sizeof *e->opt.model_off);
+        if (!e->opt.lr_mul || !e->opt.wd || !e->opt.coefs || !e->opt.model_off)
             return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: tensor tables");
+        e->opt.model_off[0] = 0;
         for (t = 0; t < T; t++) {
+            zero_tensor_info ti;
+            zero_result rt;
             e->opt.lr_mul[t] = 1.0;
             e->opt.wd[t] = ZERO_WEIGHT_DECAY_DEFAULT;
+            memset(&ti, 0, sizeof ti);
+            if ((rt = zero_plan_tensor(e->layout.plan, t, &ti)) != ZERO_OK) return rt;
+            e->opt.model_off[t + 1] = e->opt.model_off[t] + (uint64_t)ti.numel;
         }
     }
     for (g = e->layout.ngroups; g < e->layout.cap_parts_req; g++)
@@ -9078,8 +9252,8 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
     sz->cat[ZERO__B_M2] = ZERO_MEM_MOMENT2;
-    ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel, 4,
-                          &sz->bytes[ZERO__B_MASTER]);
+    ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel,
+                          e->cfg.opt_size, &sz->bytes[ZERO__B_MASTER]);
     /* in the host tier: zero__eng_offload_alloc */
     if (e->cfg.opt_offloaded) sz->bytes[ZERO__B_MASTER] = 0;
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
@@ -9249,6 +9423,7 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
                         e->host.pieces[np].tensor = t;
                         e->host.pieces[np].off = lo - b;
                         e->host.pieces[np].numel = hi - lo;
+                        e->host.pieces[np].elem = lo + shr.offset - ti.offset;
                     }
                     np++;
                 }
@@ -9295,7 +9470,7 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->layout.shard_numel, 4, &sb) ||
+    if (zero__mul_size(e->layout.shard_numel, e->cfg.opt_size, &sb) ||
         zero__mul_size(e->layout.shard_numel, e->cfg.comm_size, &gb) ||
         zero__mul_size(e->layout.max_group_numel / (size_t)e->cfg.world, e->cfg.comm_size, &gi) ||
         zero__mul_size(e->host.tile_numel, 2 * e->cfg.param_size, &pb))
@@ -9500,11 +9675,27 @@ static zero_result zero__eng_tensor_coefs(const zero_engine *e, int t, double lr
     return zero__adam_coefs(out, &e->opt.adam, lr, w, step, "Adam");
 }
 
+/* Element 'off' of an optimizer state buffer (fp32 or bf16: optimizer_dtype); NULL stays
+   NULL. */
+static float *zero__opt_at(const zero_engine *e, float *base, size_t off)
+{
+    return base ? (float *)(void *)((unsigned char *)base + off * e->cfg.opt_size) : NULL;
+}
+
+/* The state dtype and stochastic-rounding counter of an Adam range over tensor t's
+   elements from 'elem' on (its index within the tensor). */
+static void zero__eng_range_sr(const zero_engine *e, zero_adam_range *ar, int t, size_t elem)
+{
+    ar->state_dtype = e->cfg.opt_dtype;
+    ar->sr_key = e->opt.sr_key;
+    ar->sr_index = e->opt.model_off[t] + (uint64_t)elem;
+}
+
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
    gradients and master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
-                                       float *mst, float *mm, float *vv)
+                                       float *mst, float *mm, float *vv) /* opt_size elements */
 {
     const zero__eng_tile *tl = &e->host.tiles[k];
     const zero__eng_group *eg = &e->layout.groups[tl->group];
@@ -9525,9 +9716,10 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
         zero_adam_range ar;
         zero_result r;
         ar.numel = pc->numel;
-        ar.master = mst + pc->off;
-        ar.m = mm + pc->off;
-        ar.v = vv + pc->off;
+        ar.master = zero__opt_at(e, mst, pc->off);
+        ar.m = zero__opt_at(e, mm, pc->off);
+        ar.v = zero__opt_at(e, vv, pc->off);
+        zero__eng_range_sr(e, &ar, pc->tensor, pc->elem);
         ar.grad = gbuf + pc->off * e->cfg.comm_size;
         ar.grad_dtype = e->cfg.comm_dtype;
         ar.param = pbuf + pc->off * e->cfg.param_size;
@@ -10370,8 +10562,8 @@ static zero_result zero__eng_step_offload(zero_engine *e)
         } else {
             const zero__eng_tile *tl = &e->host.tiles[k];
             size_t mb = e->layout.groups[tl->group].off_shard + tl->begin;
-            r = zero__eng_tile_adam(e, k, fm[1], e->opt.master + mb, e->opt.m + mb,
-                                    e->opt.v + mb);
+            r = zero__eng_tile_adam(e, k, fm[1], zero__opt_at(e, e->opt.master, mb),
+                                    zero__opt_at(e, e->opt.m, mb), zero__opt_at(e, e->opt.v, mb));
             if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
         }
         if (e->nvme.param_file && !dst && io_r == ZERO_OK &&
@@ -10587,7 +10779,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 25 };
+enum { ZERO__ENG_NSETTINGS = 27 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -10598,7 +10790,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
-            "offload_optimizer", "offload_param"};
+            "offload_optimizer", "offload_param", "optimizer_dtype", "optimizer_seed"};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -10614,8 +10806,10 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[17] = e->opt.scaler.factor; v[18] = e->opt.scaler.min_scale; v[19] = e->opt.scaler.window;
         v[20] = e->opt.scaler.hysteresis; v[21] = e->opt.scaler.error_at_min;
         v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
+        v[25] = d->optimizer_dtype; v[26] = (double)d->optimizer_seed;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
+        if (i == 26) return zero__eng_mix((uint64_t)i, d->optimizer_seed); /* every bit */
         return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
     }
     i -= ZERO__ENG_NSETTINGS;
@@ -11457,9 +11651,10 @@ static zero_result zero__eng_adam_device(zero_engine *e, const float *mul,
             else po = eg->off_param + (seg.offset - sh.offset);
         }
         ar.numel = seg.numel;
-        ar.master = e->opt.master + mo;
-        ar.m = e->opt.m + mo;
-        ar.v = e->opt.v + mo;
+        ar.master = zero__opt_at(e, e->opt.master, mo);
+        ar.m = zero__opt_at(e, e->opt.m, mo);
+        ar.v = zero__opt_at(e, e->opt.v, mo);
+        zero__eng_range_sr(e, &ar, t, seg.offset - ti.offset);
         ar.grad = zero__eng_grad_acc(e, ti.group) + go * e->cfg.comm_size;
         ar.grad_dtype = e->cfg.comm_dtype;
         ar.param = e->buf.param + po * e->cfg.param_size;
@@ -12189,6 +12384,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++)
         r = zero__eng_tensor_coefs(e, t, e->opt.lr_mul[t], e->opt.wd[t], e->opt.step + 1,
                                    &e->opt.coefs[t]);
+    e->opt.sr_key = zero_sr_key(e->cfg.desc.optimizer_seed, e->opt.step + 1);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
     if ((r = zero__tier_adam(e, mul, flag)) != ZERO_OK) return r;
     /* 4. stages 1-2 (stage 3: persistent groups) all-gather the updated param shards. */
@@ -12360,7 +12556,22 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, pt.param,
                                 tmp ? (const void *)tmp : (const void *)(values + pt.p0),
                                 pt.pn * e->cfg.param_size);
-    if (r == ZERO_OK && pt.mn > 0 && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
+    if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_dtype == ZERO_BF16) {
+        /* bf16 states: the master is the value rounded to nearest even (no randomness) */
+        void *mb = zero__alloc(&e->cfg.desc.allocator, pt.mn * 2u);
+        if (!mb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_tensor: %zu bytes",
+                                pt.mn * 2u);
+        if (r == ZERO_OK)
+            r = zero_convert(mb, ZERO_BF16, values + pt.m0, ZERO_F32, pt.mn, ZERO_SIMD_AUTO);
+        if (r == ZERO_OK && e->cfg.opt_offloaded)
+            memcpy(zero__opt_at(e, e->opt.master, pt.master_off), mb, pt.mn * 2u);
+        else if (r == ZERO_OK)
+            r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE,
+                                        zero__opt_at(e, e->opt.master, pt.master_off), mb,
+                                        pt.mn * 2u);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+        zero__free(&e->cfg.desc.allocator, mb);
+    } else if (r == ZERO_OK && pt.mn > 0 && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
         r = zero__eng_nvme_state(e, pt.master_off, pt.mn, 0, NULL, values + pt.m0);
     } else if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_offloaded)
         memcpy(e->opt.master + pt.master_off, values + pt.m0, pt.mn * sizeof(float));
@@ -12451,14 +12662,24 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
                                                     : "second moment");
     switch (kind) {
     case ZERO_STATE_PARAM: src = pt.param; off = pt.p0; n = pt.pn; esz = e->cfg.param_size; break;
-    case ZERO_STATE_MASTER: src = e->opt.master ? e->opt.master + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
-    case ZERO_STATE_M: src = e->opt.m ? e->opt.m + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
-    case ZERO_STATE_V: src = e->opt.v ? e->opt.v + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
+    case ZERO_STATE_MASTER: src = zero__opt_at(e, e->opt.master, pt.master_off); off = pt.m0; n = pt.mn; esz = e->cfg.opt_size; break;
+    case ZERO_STATE_M: src = zero__opt_at(e, e->opt.m, pt.master_off); off = pt.m0; n = pt.mn; esz = e->cfg.opt_size; break;
+    case ZERO_STATE_V: src = zero__opt_at(e, e->opt.v, pt.master_off); off = pt.m0; n = pt.mn; esz = e->cfg.opt_size; break;
     default:
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: kind = %d",
                           (int)kind);
     }
-    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.opt_dtype == ZERO_BF16) {
+        /* bf16 states: into the upper half of the caller's range, widened below */
+        void *hd = (uint16_t *)(void *)((float *)host_dst + off + n) - n;
+        if (e->cfg.opt_offloaded) {
+            memcpy(hd, src, n * 2u);
+        } else {
+            r = e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, hd, src, n * 2u);
+            if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+            if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: download");
+        }
+    } else if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
         r = zero__eng_nvme_state(e, pt.master_off, n, (int)kind - 1, (float *)host_dst + off, NULL);
         if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: NVMe read");
     } else if (n > 0 && kind == ZERO_STATE_PARAM && pt.param_host && e->nvme.param_file) {
@@ -12477,6 +12698,15 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
                                   (unsigned char *)host_dst + off * esz, src, n * esz);
         if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
         if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: download");
+    }
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.opt_dtype == ZERO_BF16) {
+        /* bf16 states arrived in the upper half of the caller's fp32 range (its own
+           elements only: other ranks may fill the rest of the buffer): widen, first first
+           (f[i] never reaches an h[j], j > i, not yet read) */
+        float *f = (float *)host_dst + off;
+        const uint16_t *h = (const uint16_t *)(void *)(f + n) - n;
+        size_t i;
+        for (i = 0; i < n; i++) f[i] = zero_bf16_to_f32(h[i]);
     }
     if (out_range) {
         out_range->offset = off;
@@ -13479,9 +13709,9 @@ static unsigned char *zero__ck_state_ptr(const zero_engine *e, zero_state_kind k
     size_t base = e->cfg.stage == 0 ? eg->off_gwhole + (size_t)e->cfg.rank * eg->shard_numel
                                 : eg->off_shard;
     switch (k) {
-    case ZERO_STATE_MASTER: return (unsigned char *)(e->opt.master + base + off);
-    case ZERO_STATE_M: return (unsigned char *)(e->opt.m + base + off);
-    case ZERO_STATE_V: return (unsigned char *)(e->opt.v + base + off);
+    case ZERO_STATE_MASTER: return (unsigned char *)zero__opt_at(e, e->opt.master, base + off);
+    case ZERO_STATE_M: return (unsigned char *)zero__opt_at(e, e->opt.m, base + off);
+    case ZERO_STATE_V: return (unsigned char *)zero__opt_at(e, e->opt.v, base + off);
     case ZERO_STATE_PARAM:
         /* the rank's part: its trained slice, then its frozen slice (kept whole below stage
            3 and for persistent groups: the frozen slice r lies after the trained region) */
@@ -13514,8 +13744,8 @@ static zero_result zero__ck_state_offload(zero_engine *e, zero_state_kind k, int
             float *base = k == ZERO_STATE_MASTER ? e->opt.master
                           : k == ZERO_STATE_M    ? e->opt.m
                                                  : e->opt.v;
-            if (to_device) memcpy(base + at, host, n * 4);
-            else memcpy(host, base + at, n * 4);
+            if (to_device) memcpy(zero__opt_at(e, base, at), host, n * e->cfg.opt_size);
+            else memcpy(host, zero__opt_at(e, base, at), n * e->cfg.opt_size);
         }
         return ZERO_OK;
     }
@@ -13553,6 +13783,25 @@ static zero_result zero__ck_state_io(zero_engine *e, zero_state_kind k, int g, s
     int handled = 0;
     zero_result r;
     if (n == 0) return ZERO_OK;
+    if (k != ZERO_STATE_PARAM && e->cfg.opt_dtype == ZERO_BF16) {
+        /* bf16 states: checkpoints hold fp32 (a bf16 value widens exactly; an fp32 value
+           loads rounded to nearest even), through a bf16 copy, synchronously */
+        uint16_t *b = (uint16_t *)zero__alloc(&e->cfg.desc.allocator, n * 2u);
+        if (!b) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "checkpoint: %zu bytes", n * 2u);
+        r = to_device ? zero_convert(b, ZERO_BF16, host, ZERO_F32, n, ZERO_SIMD_AUTO) : ZERO_OK;
+        if (r == ZERO_OK) r = zero__ck_state_offload(e, k, g, off, n, b, to_device, &handled);
+        if (r == ZERO_OK && !handled) {
+            dev = zero__ck_state_ptr(e, k, g, off);
+            r = to_device
+                    ? e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, dev, b, n * 2u)
+                    : e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, b, dev, n * 2u);
+            if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+        }
+        if (r == ZERO_OK && !to_device)
+            r = zero_convert(host, ZERO_F32, b, ZERO_BF16, n, ZERO_SIMD_AUTO);
+        zero__free(&e->cfg.desc.allocator, b);
+        return r;
+    }
     r = zero__ck_state_offload(e, k, g, off, n, host, to_device, &handled);
     if (r != ZERO_OK || handled) return r;
     dev = zero__ck_state_ptr(e, k, g, off);
@@ -13577,8 +13826,9 @@ static zero_result zero__ck_state_spread(zero_engine *e)
                                                      : e->opt.v;
                 if (eg->shard_numel == 0) break; /* only frozen tensors */
                 ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__ck_state_ptr(e, (zero_state_kind)k, g, 0),
-                                                      base + eg->off_gwhole, eg->shard_numel,
-                                                      ZERO_F32, g, ZERO_ROLE_CHECKPOINT),
+                                                      zero__opt_at(e, base, eg->off_gwhole),
+                                                      eg->shard_numel, e->cfg.opt_dtype, g,
+                                                      ZERO_ROLE_CHECKPOINT),
                               "load: all_gather of stage-0 optimizer state");
             }
         if ((e->cfg.stage < 3 || eg->persistent) && eg->shard_numel > 0)

@@ -51,6 +51,8 @@ typedef struct ec_cfg {
     /* per-tensor hyper-parameters, set after commit when hp_on (zero_engine_set_tensor_hparams) */
     int hp_on;
     double lr_mul[EC_MAX_T], hp_wd[EC_MAX_T];
+    zero_dtype opt_dtype;    /* engine optimizer_dtype (0 = fp32 states)                    */
+    uint64_t opt_seed;       /* engine optimizer_seed                                       */
 } ec_cfg;
 
 typedef struct ec_result {
@@ -183,6 +185,8 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->param_read_ahead = c->param_read_ahead;
     d->pin_memory = c->pin_memory;
     d->async_step = c->async_step;
+    d->optimizer_dtype = c->opt_dtype;
+    d->optimizer_seed = c->opt_seed;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */

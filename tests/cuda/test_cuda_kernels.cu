@@ -345,6 +345,8 @@ static void adam_case(zero_dtype gd, zero_dtype pd, size_t n, const int offs[3],
     zero_adam_range hr, dr;
     const char *what[3] = {"master", "m", "v"};
     int j;
+    memset(&hr, 0, sizeof hr);
+    memset(&dr, 0, sizeof dr);
     gen(ZERO_F32, hm, tot, 1);                      /* master */
     gen(ZERO_F32, hm + tot, tot, 1);                /* m */
     for (i = 0; i < tot; i++) hm[2 * tot + i] = fabsf(gen_f32(i % 50 == 7)); /* v >= 0 (a few NaN/inf) */
@@ -724,6 +726,7 @@ ZT_TEST(test_past_2_31)
         zero_adam_desc desc;
         zero_adam_coefs co;
         zero_adam_range r;
+        memset(&r, 0, sizeof r);
         memset(&desc, 0, sizeof desc);
         desc.weight_decay = 0.1;
         Z_OK(zero_adam_coefs_make(&co, &desc, 0.1f, 1));
@@ -744,6 +747,7 @@ ZT_TEST(test_past_2_31)
             float hm[3][64], gm[3][64];
             size_t i, s = wins[w];
             zero_adam_range hr;
+            memset(&hr, 0, sizeof hr);
             for (i = 0; i < W; i++) hx[i] = hashed16(s + i);
             for (i = 0; i < W; i++) hm[0][i] = zero_f16_to_f32(hx[i]);
             memset(hm[1], 0, sizeof hm[1]);
@@ -896,6 +900,8 @@ ZT_TEST(test_batched)
         CUDA_OK(h2d(dmul + 1, &zero, 4));
         for (start = 0; start < n; start += len, k++) {
             zero_adam_range hr, dr;
+            memset(&hr, 0, sizeof hr);
+            memset(&dr, 0, sizeof dr);
             len = (size_t)(1 + (k * 7919) % 9000);
             if (len > n - start) len = n - start;
             hr.numel = dr.numel = len;
@@ -935,6 +941,7 @@ ZT_TEST(test_step_chain)
     zero_adam_range r;
     uint16_t nan16 = 0x7e00;
     int pass;
+    memset(&r, 0, sizeof r);
     CUDA_OK(cudaMalloc((void **)&m, n * 12));
     CUDA_OK(cudaMalloc((void **)&g, n * 2));
     CUDA_OK(cudaMalloc((void **)&flag, 32));
