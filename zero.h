@@ -158,6 +158,14 @@
    device a memory budget, so a CPU run proves that a model too large for "device" memory
    trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
 
+   BF16 OPTIMIZER STATES (docs/optimizer.md). d.optimizer_dtype = ZERO_BF16 stores master,
+   m and v in bf16 (K = 6: 10 Psi bytes at stage 0 with 16-bit params and gradients instead
+   of 16 Psi), each rounded stochastically after every step with random bits that are a
+   pure function of (d.optimizer_seed, the step, the element's global index), so stages
+   0-3, every N, the host and CUDA Adam and cpu offload stay bit-identical to each other.
+   The training is close to, not the same as, the fp32-state run. read_tensor returns the
+   states widened to fp32; checkpoints hold fp32 (bf16 -> bf16 resumes bit-exactly).
+
    ACTIVATIONS (ZeRO-R's activation offload, ZeRO-Infinity's activation tier;
    docs/offload.md). With d.offload_activations = cpu | nvme, zero_engine_stash(e, key, buf,
    bytes) parks a checkpointed activation (a block's input) in host memory or a file after
@@ -567,6 +575,10 @@ typedef struct zero_estimate_desc {
     uint64_t frozen;           /* paper mode: F of the Psi parameters are frozen
                                   (ZERO_TENSOR_FROZEN): params only, no gradient or
                                   optimizer state (0..params; max_params: Psi counts them) */
+    zero_dtype optimizer_dtype; /* paper mode: the engine's optimizer_dtype: DEFAULT/F32 =
+                                  K 12 (fp32 master, m, v), BF16 = K 6 (then optimizer_bytes
+                                  must be 0 or 6): 10 Psi bytes at stage 0 with 16-bit
+                                  params and grads                                          */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -3619,6 +3631,21 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
                           fn, r->param_bytes, r->grad_bytes, r->optimizer_bytes);
     if (r->param_bytes == 0) r->param_bytes = 2;
     if (r->grad_bytes == 0) r->grad_bytes = 2;
+    if (r->optimizer_dtype == ZERO_DTYPE_DEFAULT) r->optimizer_dtype = ZERO_F32;
+    if (r->optimizer_dtype != ZERO_F32 && r->optimizer_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: optimizer_dtype = %d (f32 or bf16)",
+                          fn, (int)r->optimizer_dtype);
+    if (r->optimizer_dtype == ZERO_BF16) {
+        if (r->mode == ZERO_ESTIMATE_DEEPSPEED)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: optimizer_dtype = bf16 is a paper-mode setting (DeepSpeed's "
+                              "estimators assume fp32 optimizer state)", fn);
+        if (r->optimizer_bytes != 0 && r->optimizer_bytes != 6)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: optimizer_bytes = %d with optimizer_dtype = bf16 (K is 6: "
+                              "bf16 master, m and v)", fn, r->optimizer_bytes);
+        r->optimizer_bytes = 6;
+    }
     if (r->optimizer_bytes == 0) r->optimizer_bytes = 12;
     if (r->gpus_per_node < 0)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: gpus_per_node = %d", fn, r->gpus_per_node);
