@@ -2335,6 +2335,18 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
    engine is then unusable (later calls say so). Call when zero_engine_set_tensor() may be
    called, between steps, with every group released. */
 ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path);
+/* COLLECTIVE. zero_engine_load_safetensors for a Hugging Face checkpoint (what
+   from_pretrained reads): path is one .safetensors file, a sharded checkpoint's index (a
+   JSON file such as model.safetensors.index.json whose "weight_map" maps every tensor to
+   its shard, a file in the index's directory), or a directory holding model.safetensors or
+   else model.safetensors.index.json. Each engine tensor is looked up by its name in every
+   file; when prefix is not NULL and the name starts with it, then also by the rest of the
+   name: the layout of a checkpoint saved from the base model (prefix "transformer." finds
+   GPT2LMHeadModel's "transformer.h.0.ln_1.weight" in the hub's GPT2Model file as
+   "h.0.ln_1.weight"). Every file is opened and its header checked before anything is set;
+   errors and guarantees as zero_engine_load_safetensors's, plus IO naming a malformed index
+   or a weight_map entry that is not a plain file name, NOT_FOUND for a missing shard. */
+ZERODEF zero_result zero_engine_load_pretrained(zero_engine *e, const char *path, const char *prefix);
 
 #ifdef __cplusplus
 }
@@ -16639,8 +16651,12 @@ static zero_result zero__st_open(const char *path, int *fd_out, zero__st_file *f
     r = zero__ck_pread(fd, lenb, 8, 0, path);
     for (i = 0; i < 8; i++) hn |= (uint64_t)lenb[i] << (8 * i);
     if (r == ZERO_OK && (hn < 2 || hn > ((uint64_t)100 << 20) || hn > (uint64_t)st.st_size - 8))
-        r = zero__fail(ZERO_ERROR_IO, "%s: header size %llu does not fit the file of %lld bytes "
-                       "(or exceeds 100 MB)", path, (unsigned long long)hn, (long long)st.st_size);
+        r = lenb[0] == '{'
+                ? zero__fail(ZERO_ERROR_IO, "%s: a JSON file, not a safetensors file (a sharded "
+                             "checkpoint's model.safetensors.index.json? zero_engine_load_pretrained "
+                             "reads those)", path)
+                : zero__fail(ZERO_ERROR_IO, "%s: header size %llu does not fit the file of %lld bytes "
+                             "(or exceeds 100 MB)", path, (unsigned long long)hn, (long long)st.st_size);
     if (r != ZERO_OK) {
         close(fd);
         return r;
@@ -16662,45 +16678,296 @@ static zero_result zero__st_open(const char *path, int *fd_out, zero__st_file *f
     return ZERO_OK;
 }
 
-ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path)
+/* The shard files of a load: one safetensors file, or those a sharded checkpoint's index names. */
+typedef struct zero__st_set {
+    int n, cap;
+    char **paths;          /* each file's path (owned)                 */
+    int *fds;              /* open for reading, -1 before              */
+    uint64_t *data_off;    /* where each file's data starts            */
+    zero__st_file *f;      /* each file's parsed header                */
+} zero__st_set;
+
+static void zero__st_set_free(zero__st_set *s)
 {
-    zero_result r = zero__eng_usable(e, "zero_engine_load_safetensors");
-    zero__st_file f;
-    uint64_t data_off = 0;
-    int fd = -1, t, *which = NULL;
-    size_t maxn = 0;
+    int i;
+    for (i = 0; i < s->n; i++) {
+        ZERO_FREE(s->paths[i]);
+        if (s->fds[i] >= 0) close(s->fds[i]);
+        zero__st_free(&s->f[i]);
+    }
+    ZERO_FREE(s->paths);
+    ZERO_FREE(s->fds);
+    ZERO_FREE(s->data_off);
+    ZERO_FREE(s->f);
+    memset(s, 0, sizeof *s);
+}
+
+/* Adds file dir/name (dir NULL: name) to the set unless it is there; not opened yet. */
+static zero_result zero__st_set_add(zero__st_set *s, const char *dir, const char *name)
+{
+    size_t dl = dir ? strlen(dir) : 0, nl = strlen(name);
+    char *path;
+    int i;
+    path = (char *)ZERO_MALLOC(dl + nl + 2);
+    if (!path) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "safetensors shard list");
+    if (dir) {
+        memcpy(path, dir, dl);
+        path[dl] = '/';
+        memcpy(path + dl + 1, name, nl + 1);
+    } else {
+        memcpy(path, name, nl + 1);
+    }
+    for (i = 0; i < s->n; i++)
+        if (strcmp(s->paths[i], path) == 0) {
+            ZERO_FREE(path);
+            return ZERO_OK;
+        }
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 4, k;
+        char **np = (char **)ZERO_MALLOC((size_t)cap * sizeof *np);
+        int *nf = (int *)ZERO_MALLOC((size_t)cap * sizeof *nf);
+        uint64_t *no = (uint64_t *)ZERO_MALLOC((size_t)cap * sizeof *no);
+        zero__st_file *nfi = (zero__st_file *)ZERO_MALLOC((size_t)cap * sizeof *nfi);
+        if (s->cap > (1 << 20) || !np || !nf || !no || !nfi) {
+            ZERO_FREE(np);
+            ZERO_FREE(nf);
+            ZERO_FREE(no);
+            ZERO_FREE(nfi);
+            ZERO_FREE(path);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "safetensors shard list of %d files", s->n);
+        }
+        for (k = 0; k < s->n; k++) np[k] = s->paths[k], nf[k] = s->fds[k], no[k] = s->data_off[k], nfi[k] = s->f[k];
+        ZERO_FREE(s->paths);
+        ZERO_FREE(s->fds);
+        ZERO_FREE(s->data_off);
+        ZERO_FREE(s->f);
+        s->paths = np, s->fds = nf, s->data_off = no, s->f = nfi, s->cap = cap;
+    }
+    s->paths[s->n] = path;
+    s->fds[s->n] = -1;
+    s->data_off[s->n] = 0;
+    memset(&s->f[s->n], 0, sizeof s->f[s->n]);
+    s->n++;
+    return ZERO_OK;
+}
+
+/* Skips one JSON value (a sharded index's "metadata" and other keys), nested at most 64 deep. */
+static zero_result zero__st_skip_value(zero__st_p *p, int depth)
+{
+    zero_result r;
+    unsigned char c;
+    zero__st_ws(p);
+    if (depth > 64) return zero__st_err(p, "nested more than 64 deep");
+    if (p->at >= p->n) return zero__st_err(p, "expected a value");
+    c = p->s[p->at];
+    if (c == '"') return zero__st_string(p, NULL);
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        p->at++;
+        if (zero__st_lit(p, close)) return ZERO_OK;
+        do {
+            if (c == '{') {
+                if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+                if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
+            }
+            if ((r = zero__st_skip_value(p, depth + 1)) != ZERO_OK) return r;
+        } while (zero__st_lit(p, ','));
+        return zero__st_lit(p, close) ? ZERO_OK : zero__st_err(p, c == '{' ? "expected '}'" : "expected ']'");
+    }
+    {
+        size_t start = p->at; /* a number, true, false or null */
+        while (p->at < p->n && ((p->s[p->at] >= '0' && p->s[p->at] <= '9') || (p->s[p->at] >= 'a' &&
+                                p->s[p->at] <= 'z') || p->s[p->at] == '-' || p->s[p->at] == '+' ||
+                                p->s[p->at] == '.' || p->s[p->at] == 'E'))
+            p->at++;
+        return p->at > start ? ZERO_OK : zero__st_err(p, "expected a value");
+    }
+}
+
+/* A sharded checkpoint's index (JSON text h of hn bytes, read from path): every distinct
+   file its "weight_map" object names, in the directory of path, into s. The names must be
+   plain file names (no '/', not "." or ".."). */
+static zero_result zero__st_index(const unsigned char *h, size_t hn, const char *path, zero__st_set *s)
+{
+    zero__st_p p;
+    zero_result r = ZERO_OK;
+    char *dir = NULL;
+    const char *slash = strrchr(path, '/');
+    int have_map = 0, entries = 0;
+    p.s = h;
+    p.n = hn;
+    p.at = 0;
+    p.what = path;
+    if (slash) {
+        size_t dl = (size_t)(slash - path);
+        dir = (char *)ZERO_MALLOC(dl + 2);
+        if (!dir) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: index", path);
+        memcpy(dir, path, dl ? dl : 1); /* "/x.json": the root */
+        dir[dl ? dl : 1] = '\0';
+    }
+    if (!zero__st_lit(&p, '{')) {
+        r = zero__st_err(&p, "a sharded index must be a JSON object");
+        goto out;
+    }
+    if (zero__st_lit(&p, '}')) goto closed;
+    do {
+        char *key = NULL;
+        if ((r = zero__st_string(&p, &key)) != ZERO_OK) goto out;
+        if (!zero__st_lit(&p, ':')) {
+            ZERO_FREE(key);
+            r = zero__st_err(&p, "expected ':'");
+            goto out;
+        }
+        if (strcmp(key, "weight_map") != 0 || have_map) {
+            r = strcmp(key, "weight_map") == 0 ? zero__st_err(&p, "weight_map appears twice")
+                                                : zero__st_skip_value(&p, 0);
+            ZERO_FREE(key);
+            if (r != ZERO_OK) goto out;
+            continue;
+        }
+        ZERO_FREE(key);
+        have_map = 1;
+        if (!zero__st_lit(&p, '{')) {
+            r = zero__st_err(&p, "weight_map must be an object of tensor name -> file name");
+            goto out;
+        }
+        if (zero__st_lit(&p, '}')) continue;
+        do {
+            char *file = NULL;
+            if ((r = zero__st_string(&p, NULL)) != ZERO_OK) goto out;
+            if (!zero__st_lit(&p, ':')) {
+                r = zero__st_err(&p, "expected ':'");
+                goto out;
+            }
+            zero__st_ws(&p);
+            if (p.at >= p.n || p.s[p.at] != '"') {
+                r = zero__st_err(&p, "a weight_map value is not a file name");
+                goto out;
+            }
+            if ((r = zero__st_string(&p, &file)) != ZERO_OK) goto out;
+            if (!file[0] || strchr(file, '/') || strcmp(file, ".") == 0 || strcmp(file, "..") == 0 ||
+                strlen(file) > 255) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: weight_map names '%.100s', not a plain file name in the "
+                               "index's directory", path, file);
+                ZERO_FREE(file);
+                goto out;
+            }
+            r = zero__st_set_add(s, dir, file);
+            ZERO_FREE(file);
+            if (r != ZERO_OK) goto out;
+            entries++;
+        } while (zero__st_lit(&p, ','));
+        if (!zero__st_lit(&p, '}')) {
+            r = zero__st_err(&p, "expected '}'");
+            goto out;
+        }
+    } while (zero__st_lit(&p, ','));
+    if (!zero__st_lit(&p, '}')) {
+        r = zero__st_err(&p, "expected '}'");
+        goto out;
+    }
+closed:
+    zero__st_ws(&p);
+    if (p.at != p.n) r = zero__st_err(&p, "text after the index's object");
+    else if (!have_map || entries == 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: a sharded index without a weight_map (or an empty one)", path);
+out:
+    ZERO_FREE(dir);
+    return r;
+}
+
+/* The files of a Hugging Face checkpoint at path into s: a directory (its model.safetensors,
+   else its model.safetensors.index.json), a sharded index (a regular file whose text is a
+   JSON object: its weight_map's files) or one safetensors file. Every file is opened and
+   its header checked. */
+static zero_result zero__st_set_open(const char *path, zero__st_set *s)
+{
+    struct stat st;
+    zero_result r;
+    int i, fd = -1;
+    memset(s, 0, sizeof *s);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        r = zero__st_set_add(s, path, "model.safetensors");
+        if (r == ZERO_OK && stat(s->paths[0], &st) != 0) {
+            zero__st_set_free(s);
+            r = zero__st_set_add(s, path, "model.safetensors.index.json");
+            if (r == ZERO_OK && stat(s->paths[0], &st) != 0)
+                r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: a directory without model.safetensors or "
+                               "model.safetensors.index.json", path);
+        }
+    } else {
+        r = zero__st_set_add(s, NULL, path);
+    }
+    if (r == ZERO_OK) { /* a JSON index rather than a safetensors file? */
+        unsigned char b[9];
+        uint64_t hn = 0;
+        int k;
+        r = zero__ck_open_read(s->paths[0], "safetensors file or sharded index", 0, &fd, &st);
+        if (r == ZERO_OK && st.st_size >= 1 && st.st_size <= ((off_t)100 << 20)) {
+            size_t got = st.st_size >= 9 ? 9 : 1;
+            r = zero__ck_pread(fd, b, got, 0, s->paths[0]);
+            for (k = 0; k < 8 && got == 9; k++) hn |= (uint64_t)b[k] << (8 * k);
+            if (r == ZERO_OK && b[0] == '{' && !(got == 9 && hn <= (uint64_t)st.st_size - 9 && b[8] == '{')) {
+                unsigned char *text = (unsigned char *)ZERO_MALLOC((size_t)st.st_size);
+                zero__st_set idx;
+                memset(&idx, 0, sizeof idx);
+                if (!text) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: index", s->paths[0]);
+                if (r == ZERO_OK) r = zero__ck_pread(fd, text, (size_t)st.st_size, 0, s->paths[0]);
+                if (r == ZERO_OK) r = zero__st_index(text, (size_t)st.st_size, s->paths[0], &idx);
+                ZERO_FREE(text);
+                close(fd);
+                fd = -1;
+                zero__st_set_free(s);
+                *s = idx;
+                if (r != ZERO_OK) zero__st_set_free(s);
+            }
+        }
+        if (fd >= 0) close(fd);
+    }
+    for (i = 0; i < s->n && r == ZERO_OK; i++) r = zero__st_open(s->paths[i], &s->fds[i], &s->f[i], &s->data_off[i]);
+    if (r != ZERO_OK) zero__st_set_free(s);
+    return r;
+}
+
+/* The loads' common part: every engine tensor from the set's files (by its name, or the
+   name less prefix), checked and agreed on before anything is set. */
+static zero_result zero__eng_load_set(zero_engine *e, zero__st_set *s, const char *prefix, const char *what,
+                                      zero_result r)
+{
+    int t, *which = NULL, *file = NULL;
+    size_t maxn = 0, pl = prefix ? strlen(prefix) : 0;
     unsigned char *raw = NULL, *conv = NULL;
     float *vals = NULL;
-    memset(&f, 0, sizeof f);
-    if (r != ZERO_OK) return r;
-    /* Every check and allocation of every rank first, then one agreement: a rank that
-       fails (argument, header, allocation) fails every rank's call before anything is set. */
-    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
-    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1);
-    if (r == ZERO_OK) r = zero__st_open(path, &fd, &f, &data_off);
-    if (r != ZERO_OK) {
-        r = zero__ck_agree(e, r, NULL);
-        return r;
-    }
+    if (r != ZERO_OK) return zero__ck_agree(e, r, NULL);
     which = (int *)ZERO_MALLOC((size_t)e->layout.ntensors * sizeof(int));
-    if (!which) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
+    file = (int *)ZERO_MALLOC((size_t)e->layout.ntensors * sizeof(int));
+    if (!which || !file) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
     /* every check first: nothing is set unless all tensors are there and fit */
     for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
         zero__st_entry *E = NULL;
         uint64_t numel = 1;
-        int k, nd = t < e->layout.cap_shapes ? e->layout.shapes[t].ndim : 0;
+        int k, i, nd = t < e->layout.cap_shapes ? e->layout.shapes[t].ndim : 0;
+        const char *path;
         memset(&ti, 0, sizeof ti);
         zero_plan_tensor(e->layout.plan, t, &ti);
-        E = zero__st_find(&f, ti.name);
+        for (i = 0; i < s->n && !E; i++) E = zero__st_find(&s->f[i], ti.name);
+        if (!E && pl > 0 && strncmp(ti.name, prefix, pl) == 0 && ti.name[pl])
+            for (i = 0; i < s->n && !E; i++) E = zero__st_find(&s->f[i], ti.name + pl);
         if (!E) {
-            r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", path, ti.name);
+            if (pl > 0 && strncmp(ti.name, prefix, pl) == 0 && ti.name[pl])
+                r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s' (nor '%s')", what, ti.name,
+                               ti.name + pl);
+            else
+                r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", what, ti.name);
             break;
         }
+        file[t] = i - 1;
+        path = s->paths[i - 1];
         for (k = 0; k < E->ndim; k++) numel *= E->dims[k];
         if (numel != ti.numel) {
             r = zero__fail(ZERO_ERROR_MISMATCH, "%s: tensor '%s' has %llu elements, the engine's "
-                           "%zu", path, ti.name, (unsigned long long)numel, ti.numel);
+                           "%zu", path, E->name, (unsigned long long)numel, ti.numel);
             break;
         }
         if (nd > 0) {
@@ -16708,17 +16975,17 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
             for (k = 0; same && k < nd; k++) same = e->layout.shapes[t].dims[k] == E->dims[k];
             if (!same) {
                 r = zero__fail(ZERO_ERROR_MISMATCH, "%s: tensor '%s' has another shape than the "
-                               "engine's (same size)", path, ti.name);
+                               "engine's (same size)", path, E->name);
                 break;
             }
         }
         if (strcmp(E->dtype, "F32") != 0 && strcmp(E->dtype, "F16") != 0 &&
             strcmp(E->dtype, "BF16") != 0) {
             r = zero__fail(ZERO_ERROR_UNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 or BF16 can "
-                           "be loaded)", path, ti.name, E->dtype);
+                           "be loaded)", path, E->name, E->dtype);
             break;
         }
-        which[t] = (int)(E - f.ent);
+        which[t] = (int)(E - s->f[i - 1].ent);
         if (ti.numel > maxn) maxn = ti.numel;
     }
     if (r == ZERO_OK) {
@@ -16733,11 +17000,12 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     }
     r = zero__ck_agree(e, r, NULL); /* from here on every rank sets every tensor */
     for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++) {
-        zero__st_entry *E = &f.ent[which[t]];
+        zero__st_entry *E = &s->f[file[t]].ent[which[t]];
         zero_dtype dt = strcmp(E->dtype, "F32") == 0 ? ZERO_F32
                         : strcmp(E->dtype, "F16") == 0 ? ZERO_F16 : ZERO_BF16;
         size_t n = (size_t)((E->end - E->begin) / zero_dtype_size(dt));
-        r = zero__ck_pread(fd, raw, (size_t)(E->end - E->begin), data_off + E->begin, path);
+        r = zero__ck_pread(s->fds[file[t]], raw, (size_t)(E->end - E->begin), s->data_off[file[t]] + E->begin,
+                           s->paths[file[t]]);
         if (r == ZERO_OK) r = zero_convert(vals, ZERO_F32, raw, dt, n, ZERO_SIMD_AUTO);
         if (r == ZERO_OK) r = zero__eng_set_tensor(e, t, vals, conv);
         if (r != ZERO_OK && t > 0 && e->lifecycle == ZERO__ENG_COMMITTED) { /* half set: unusable */
@@ -16754,8 +17022,38 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     ZERO_FREE(vals);
     if (conv) zero__free(&e->cfg.desc.allocator, conv);
     ZERO_FREE(which);
-    zero__st_free(&f);
-    if (fd >= 0) close(fd);
+    ZERO_FREE(file);
+    return r;
+}
+
+ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_load_safetensors");
+    zero__st_set s;
+    memset(&s, 0, sizeof s);
+    if (r != ZERO_OK) return r;
+    /* Every check and allocation of every rank first, then one agreement: a rank that
+       fails (argument, header, allocation) fails every rank's call before anything is set. */
+    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
+    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1);
+    if (r == ZERO_OK) r = zero__st_set_add(&s, NULL, path);
+    if (r == ZERO_OK) r = zero__st_open(path, &s.fds[0], &s.f[0], &s.data_off[0]);
+    r = zero__eng_load_set(e, &s, NULL, path, r);
+    zero__st_set_free(&s);
+    return r;
+}
+
+ZERODEF zero_result zero_engine_load_pretrained(zero_engine *e, const char *path, const char *prefix)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_load_pretrained");
+    zero__st_set s;
+    memset(&s, 0, sizeof s);
+    if (r != ZERO_OK) return r;
+    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_pretrained: path is NULL");
+    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_pretrained", 1);
+    if (r == ZERO_OK) r = zero__st_set_open(path, &s);
+    r = zero__eng_load_set(e, &s, prefix, path, r);
+    zero__st_set_free(&s);
     return r;
 }
 

@@ -87,8 +87,9 @@ typedef struct gpt2_opts {
     /* files */
     const char *save_dir, *resume_dir; /* checkpoints                           */
     int save_every;                    /* save every K steps and after the last */
-    const char *init_path;             /* start from a .safetensors file        */
-    char init_file[4096];              /* --init DIR: DIR/model.safetensors     */
+    const char *init_path;             /* start from a .safetensors file, a sharded
+                                          index or a directory (zero_engine_load_pretrained) */
+    char init_file[4096];              /* --init DIR: DIR/model.safetensors or its index */
     const char *data_path;             /* a directory of text files, a text file or a .bin */
     const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
     const char *logits_path;           /* step 0: rank 0's logits (fp32) of its first micro-batch */
@@ -260,11 +261,12 @@ static inline int gpt2_read_hf_dir(gpt2_opts *o, const char *dir, unsigned given
     free(text);
     if (rc != 0) return rc;
     snprintf(o->init_file, sizeof o->init_file, "%s/model.safetensors", dir);
-    if (stat(o->init_file, &st) != 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-        snprintf(why, n, "--init %.300s: no model.safetensors%s", dir,
-                 stat(path, &st) == 0 ? " (a sharded model.safetensors.index.json: not supported yet)" : "");
-        return -1;
+    if (stat(o->init_file, &st) != 0) { /* a sharded checkpoint: its index names the files */
+        snprintf(o->init_file, sizeof o->init_file, "%s/model.safetensors.index.json", dir);
+        if (stat(o->init_file, &st) != 0) {
+            snprintf(why, n, "--init %.300s: no model.safetensors or model.safetensors.index.json", dir);
+            return -1;
+        }
     }
     o->init_path = o->init_file;
     return 0;
@@ -508,7 +510,7 @@ static inline int gpt2__nonfinite(const unsigned char *p, const char *dt, size_t
    head (an lm_head.weight whose values are not transformer.wte.weight's: this model's head
    is wte, so the file's head would be dropped). 0, or -1 with a sentence naming the tensor
    in err. The engine's loader checks the rest (names, shapes, dtypes, sizes). */
-static inline int gpt2_init_check(const char *path, char *err, size_t n)
+static inline int gpt2_init_check_file(const char *path, char *err, size_t n)
 {
     FILE *f = fopen(path, "rb");
     unsigned char b8[8], *data = NULL;
@@ -553,7 +555,7 @@ static inline int gpt2_init_check(const char *path, char *err, size_t n)
             }
         }
     }
-    if (have_lm && (!have_wte || lm[1] - lm[0] != wte[1] - wte[0])) {
+    if (have_lm && have_wte && lm[1] - lm[0] != wte[1] - wte[0]) {
         snprintf(err, n, "--init %s: lm_head.weight is not transformer.wte.weight (an untied head, "
                  "tie_word_embeddings = false): train_gpt2's head is wte, untied heads are not supported", path);
         goto out;
@@ -580,6 +582,45 @@ out:
     free(data);
     free(h);
     fclose(f);
+    return rc;
+}
+
+/* gpt2_init_check_file on the --init path: one .safetensors file, or each file a sharded
+   index names (its "weight_map" values; the engine's loader checks the index's form). An
+   lm_head.weight in another shard than wte's is not compared. */
+static inline int gpt2_init_check(const char *path, char *err, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = NULL, *p, *q, file[4400];
+    const char *slash = strrchr(path, '/');
+    long len = 0;
+    int rc = 0, dl = slash ? (int)(slash - path) : 0;
+    if (!f) return 0; /* the engine's loader names what is wrong */
+    if (fgetc(f) != '{' || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) <= 0 || len > (100L << 20) ||
+        fseek(f, 0, SEEK_SET) != 0 || !(text = (char *)malloc((size_t)len + 1)) ||
+        fread(text, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        free(text);
+        return gpt2_init_check_file(path, err, n);
+    }
+    fclose(f);
+    text[len] = '\0';
+    p = strstr(text, "\"weight_map\"");
+    while (p && rc == 0 && (p = strstr(p, ".safetensors\"")) != NULL) { /* each tensor's file name */
+        char *seen;
+        for (q = p; q > text && q[-1] != '"'; q--) {}
+        p += 13; /* past the name's closing quote */
+        if (p - q > 256 || memchr(q, '/', (size_t)(p - q))) continue; /* the loader refuses it */
+        {
+            char name[300];
+            snprintf(name, sizeof name, "\"%.*s", (int)(p - q), q); /* "NAME.safetensors" */
+            seen = strstr(text, name); /* its first mention: checked there */
+            if (seen && seen != q - 1) continue;
+        }
+        snprintf(file, sizeof file, "%.*s%s%.*s", dl, path, slash ? "/" : "", (int)(p - q - 1), q);
+        rc = gpt2_init_check_file(file, err, n);
+    }
+    free(text);
     return rc;
 }
 
