@@ -80,6 +80,7 @@ typedef struct gpt2_opts {
     zero_offload_device ograd; /* --offload-gradients: where the reduced gradient shard waits
                                   for the step (none = the host tier when oopt is set) */
     const char *nvme_path;
+    double offload_ratio;     /* --offload-ratio R: offload_optimizer_ratio (0 = 1)      */
     zero_offload_device oact; /* --offload-activations: checkpoint each block's input in this
                                  tier, recompute the block in the backward (none = keep all) */
     int tile_embedding;       /* --tile-embedding K: wte (embedding and LM head) as K tile
@@ -154,6 +155,8 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --lr-embed M    wte and wpe train at lr x M (per-tensor lr; default 1)\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
+            "         --offload-ratio R   the fraction R in (0, 1] of the optimizer state offloaded,\n"
+            "                             the rest updated on the device (default 1)\n"
             "         --offload-activations none|cpu|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
@@ -331,6 +334,8 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--offload-param")) bad = gpt2_parse_tier(v, &o->oparam) != 0;
         else if (!strcmp(k, "--offload-gradients")) bad = gpt2_parse_tier(v, &o->ograd) != 0;
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
+        else if (!strcmp(k, "--offload-ratio"))
+            o->offload_ratio = atof(v), bad = !(o->offload_ratio > 0 && o->offload_ratio <= 1);
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
         else if (!strcmp(k, "--tile-embedding")) bad = gpt2_parse_int(v, 1, INT_MAX, &o->tile_embedding);
         else if (!strcmp(k, "--save")) o->save_dir = v;
@@ -445,6 +450,7 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
     d->offload_gradients = o->ograd;
+    d->offload_optimizer_ratio = o->offload_ratio;
     d->nvme_path = o->nvme_path;
     if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
         size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * c->seq * c->channels);

@@ -460,8 +460,13 @@ static zero_result valid_rank(int rank, zero_comm *comm, void *user)
     d.nvme_path = "/tmp";
     ZT_CHECK(zero_engine_create(&d, &e) == ZERO_ERROR_UNSUPPORTED);
     ZT_CHECK(strstr(zero_last_error(), "nvme") != NULL);
-    d.offload_optimizer = ZERO_OFFLOAD_NONE;
+    d.offload_optimizer = ZERO_OFFLOAD_CPU;
     d.nvme_path = NULL;
+    d.offload_optimizer_ratio = 0.5;
+    ZT_CHECK(zero_engine_create(&d, &e) == ZERO_ERROR_UNSUPPORTED);
+    ZT_CHECK(strstr(zero_last_error(), "offload_optimizer_ratio") != NULL);
+    d.offload_optimizer_ratio = 0;
+    d.offload_optimizer = ZERO_OFFLOAD_NONE;
     ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
     if (e) {
         zero_engine_desc got;
