@@ -1012,7 +1012,7 @@ ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE void zero_adam_update(float g, floa
 {
     float mm, vv, denom, pp;
     g = fmaf(c->l2, *p, g);
-    mm = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
+    mm = fmaf(c->one_minus_beta1, g - *m, *m); /* lerp: m + (1 - beta1)(g - m), torch's form */
     vv = fmaf(c->beta2, *v, (c->one_minus_beta2 * g) * g);
     denom = fmaf(sqrtf(vv), c->inv_sqrt_bc2, c->eps);
     pp = fmaf(c->neg_lr_wd, *p, *p); /* p - lr*wd*p rounded once: the decay is not quantised */
@@ -2832,15 +2832,20 @@ ZERO__AVX2 static inline void zero__st_f16x8_avx2(void *dst, __m256 x)
 
 ZERO__AVX2 static inline void zero__st_bf16x8_avx2(void *dst, __m256 x)
 {
+    /* RNE: add 0x7fff + the kept lsb, keep the high half; NaN (unordered with itself)
+       keeps its bits with the quiet bit set. The high halves are gathered with one byte
+       shuffle (bytes 2-3 of each element to the low 8 bytes of each lane) and one
+       quadword permute: 7 operations and a 16-byte store a vector. */
+    const __m256i take_high = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
     __m256i b = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x400000)), nan);
-    r = _mm256_srli_epi32(r, 16); /* 0..0xffff: packus keeps every value */
-    _mm_storeu_si128((__m128i *)dst,
-                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    __m256 q = _mm256_castsi256_ps(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)));
+    r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), q, nan));
+    r = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, take_high), 0x08); /* quadwords 0, 2 */
+    _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(r));
 }
 
 /* The AVX-512 helpers use the zero-masking forms with a full mask (the same instructions):
@@ -6072,7 +6077,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
                      size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
     const __m256 gm = _mm256_set1_ps(grad_mul), l2 = _mm256_set1_ps(c->l2);
-    const __m256 b1 = _mm256_set1_ps(c->beta1), omb1 = _mm256_set1_ps(c->one_minus_beta1);
+    const __m256 omb1 = _mm256_set1_ps(c->one_minus_beta1);
     const __m256 b2 = _mm256_set1_ps(c->beta2), omb2 = _mm256_set1_ps(c->one_minus_beta2);
     const __m256 ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2), eps = _mm256_set1_ps(c->eps);
     const __m256 nlwd = _mm256_set1_ps(c->neg_lr_wd), nstep = _mm256_set1_ps(-c->step_size);
@@ -6087,7 +6092,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
         v = _mm256_loadu_ps(r->v + i);
         g = _mm256_mul_ps(g, gm);                                          /* g * grad_mul */
         g = _mm256_fmadd_ps(l2, p, g);                                     /* fmaf(l2, p, g) */
-        mm = _mm256_fmadd_ps(b1, m, _mm256_mul_ps(omb1, g));
+        mm = _mm256_fmadd_ps(omb1, _mm256_sub_ps(g, m), m);                 /* lerp */
         vv = _mm256_fmadd_ps(b2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
         denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ibc2, eps);
         pp = _mm256_fmadd_ps(nlwd, p, p);                                  /* fmaf(neg_lr_wd, p, p) */
@@ -6107,7 +6112,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
                        size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
     const __m512 gm = _mm512_set1_ps(grad_mul), l2 = _mm512_set1_ps(c->l2);
-    const __m512 b1 = _mm512_set1_ps(c->beta1), omb1 = _mm512_set1_ps(c->one_minus_beta1);
+    const __m512 omb1 = _mm512_set1_ps(c->one_minus_beta1);
     const __m512 b2 = _mm512_set1_ps(c->beta2), omb2 = _mm512_set1_ps(c->one_minus_beta2);
     const __m512 ibc2 = _mm512_set1_ps(c->inv_sqrt_bc2), eps = _mm512_set1_ps(c->eps);
     const __m512 nlwd = _mm512_set1_ps(c->neg_lr_wd), nstep = _mm512_set1_ps(-c->step_size);
@@ -6122,7 +6127,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
         v = _mm512_loadu_ps(r->v + i);
         g = _mm512_mul_ps(g, gm);
         g = _mm512_fmadd_ps(l2, p, g);
-        mm = _mm512_fmadd_ps(b1, m, _mm512_mul_ps(omb1, g));
+        mm = _mm512_fmadd_ps(omb1, _mm512_sub_ps(g, m), m);
         vv = _mm512_fmadd_ps(b2, v, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
         denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), ibc2, eps);
         pp = _mm512_fmadd_ps(nlwd, p, p);
