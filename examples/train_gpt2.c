@@ -1237,6 +1237,11 @@ int main(int argc, char **argv)
                    gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), R.psi,
                    R.frozen ? " (frozen F as below)" : "");
             if (R.frozen) printf("frozen: F = %zu of them (--freeze %s): no gradients, no optimizer state\n", R.frozen, o.freeze);
+            if (o.quant_w || o.quant_g) /* ZeRO++: the bytes that crossed, the formula is the exact run's */
+                printf("quantized collectives (%s%s%s): traffic measured is the quantized bytes, the formula the "
+                       "exact run's (docs/engine.md, \"Quantized collectives\")\n",
+                       o.quant_w ? "qwZ int8" : "", o.quant_w && o.quant_g ? ", " : "",
+                       o.quant_g ? (o.quant_g == 8 ? "qgZ int8" : "qgZ int4") : "");
             printf("final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, final loss scale %g\n",
                    R.loss[R.end_step - 1], R.val_loss, 1e3 * R.seconds / (R.end_step - R.first_step), R.skipped,
                    (double)R.final_scale);
