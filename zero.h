@@ -166,6 +166,14 @@
    m and v (any OR of ZERO_STATES_*) to host memory or a file and frees their device
    memory; zero_engine_reload_states(e) brings them back bit for bit.
 
+   BF16 OPTIMIZER STATES (docs/optimizer.md). d.optimizer_dtype = ZERO_BF16 stores master,
+   m and v in bf16 (K = 6: 10 Psi bytes at stage 0 with 16-bit params and gradients instead
+   of 16 Psi), each rounded stochastically after every step with random bits that are a
+   pure function of (d.optimizer_seed, the step, the element's global index), so stages
+   0-3, every N, the host and CUDA Adam and cpu offload stay bit-identical to each other.
+   The training is close to, not the same as, the fp32-state run. read_tensor returns the
+   states widened to fp32; checkpoints hold fp32 (bf16 -> bf16 resumes bit-exactly).
+
    ACTIVATIONS (ZeRO-R's activation offload, ZeRO-Infinity's activation tier;
    docs/offload.md). With d.offload_activations = cpu | nvme, zero_engine_stash(e, key, buf,
    bytes) parks a checkpointed activation (a block's input) in host memory or a file after
@@ -270,6 +278,15 @@
 #define ZERO_HOSTDEV __host__ __device__
 #else
 #define ZERO_HOSTDEV
+#endif
+
+/* The element functions below are inlined even into the host's simd-target functions, so
+   that fmaf and sqrtf compile to the target's instructions there (a call to libm's fmaf
+   otherwise: several times slower). */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define ZERO__ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define ZERO__ALWAYS_INLINE
 #endif
 
 #if defined(__cplusplus)
@@ -655,6 +672,10 @@ typedef struct zero_estimate_desc {
     uint64_t frozen;           /* paper mode: F of the Psi parameters are frozen
                                   (ZERO_TENSOR_FROZEN): params only, no gradient or
                                   optimizer state (0..params; max_params: Psi counts them) */
+    zero_dtype optimizer_dtype; /* paper mode: the engine's optimizer_dtype: DEFAULT/F32 =
+                                  K 12 (fp32 master, m, v), BF16 = K 6 (then optimizer_bytes
+                                  must be 0 or 6): 10 Psi bytes at stage 0 with 16-bit
+                                  params and grads                                          */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -896,8 +917,11 @@ typedef enum zero_queue {
 
 typedef struct zero_event zero_event; /* backend-defined */
 
-/* One contiguous range for the Adam step. master, m, v are fp32; grad is read in
-   grad_dtype; param (may be NULL) receives the updated master in param_dtype. */
+/* One contiguous range for the Adam step. master, m, v are fp32 (state_dtype F32 or
+   DEFAULT) or bf16 bit patterns (state_dtype BF16: the pointers hold uint16_t, cast);
+   grad is read in grad_dtype; param (may be NULL) receives the updated master in
+   param_dtype. Every field must be set (state_dtype, sr_key and sr_index too: a
+   zero-initialised tail means fp32 states). */
 typedef struct zero_adam_range {
     size_t numel;
     float *master;
@@ -907,6 +931,10 @@ typedef struct zero_adam_range {
     zero_dtype grad_dtype;
     void *param;
     zero_dtype param_dtype;
+    zero_dtype state_dtype; /* master, m, v: DEFAULT or F32 (fp32), BF16 (bf16, stored by
+                               stochastic rounding: zero_adam_update_bf16)                 */
+    uint64_t sr_key;        /* BF16 states: zero_sr_key(seed, step) of this step           */
+    uint64_t sr_index;      /* BF16 states: the global index of element 0 (the RNG counter) */
 } zero_adam_range;
 
 /* Per-step constants of Adam/AdamW, made on the host from the double hyper-parameters
@@ -1070,7 +1098,7 @@ ZERO_INLINE ZERO_HOSTDEV void zero_grad_mul(double sumsq, float nonfinite, float
     *out_norm = norm;
 }
 
-ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, float *v,
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE void zero_adam_update(float g, float *p, float *m, float *v,
                                                const zero_adam_coefs *c)
 {
     float mm, vv, denom, pp;
@@ -1082,6 +1110,100 @@ ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, floa
     *p = fmaf(-c->step_size, mm / denom, pp);
     *m = mm;
     *v = vv;
+}
+
+/* bf16 optimizer states (zero_engine_desc.optimizer_dtype = ZERO_BF16): master, m and v
+   are stored in bf16, each rounded STOCHASTICALLY from the fp32 result of zero_adam_update:
+   with x between the neighbouring bf16 values a < x < b, x rounds to b with probability
+   (x - a) / (b - a), so the expected stored value is x (unbiased: small updates are not
+   lost on average, as they are with round-to-nearest). The random bits come from a
+   counter-based RNG: a pure function of (seed, step, element index), so every element's
+   result is the same wherever it is computed (any stage, rank count, shard, tile, thread,
+   SIMD path or device). The index is the element's global index in the model: tensors in
+   registration order, unpadded (zero_engine: the sum of the numel of the tensors before
+   it, plus the element's index within its tensor). */
+
+/* The 64-bit mixer of the RNG (splitmix64's finaliser: a bijection, every input bit
+   reaching every output bit). */
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE uint64_t zero_sr_mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* The key of step 'step' (1-based optimizer step) under 'seed'. */
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE uint64_t zero_sr_key(uint64_t seed, int64_t step)
+{
+    return zero_sr_mix(zero_sr_mix(seed ^ 0x5a45524f5352ull) + (uint64_t)step * 0x9e3779b97f4a7c15ull);
+}
+
+/* 64 random bits for element 'index' under 'key': bits 0-15 round the master, 16-31 m,
+   32-47 v. */
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE uint64_t zero_sr_bits(uint64_t key, uint64_t index)
+{
+    return zero_sr_mix(key + (index + 1) * 0x9e3779b97f4a7c15ull);
+}
+
+/* fp32 bit pattern x -> bf16 bits, stochastically with the 16 random bits r16 (0..65535):
+   round up (away from zero) when the 16 bits dropped plus r16 carry, i.e. with
+   probability dropped / 65536. Exact values (dropped = 0) never move; inf stays inf; NaN
+   stays NaN (quiet); a value above the largest finite bf16 may round to inf, with the
+   probability its distance gives. */
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE uint16_t zero_bf16_bits_sr(uint32_t x, uint32_t r16)
+{
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + (r16 & 0xffffu)) >> 16);
+}
+
+/* Bit casts for the element function below (host and CUDA). */
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE uint32_t zero__sr_f32_bits(float f)
+{
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    union { float f; uint32_t u; } x;
+    x.f = f;
+    return x.u;
+#endif
+}
+
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE float zero__sr_f32_from(uint32_t u)
+{
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    union { float f; uint32_t u; } x;
+    x.u = u;
+    return x.f;
+#endif
+}
+
+/* bf16 bits -> fp32, exact (a NaN stays a NaN, made quiet). */
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE float zero_bf16_bits_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u;
+    return zero__sr_f32_from(x);
+}
+
+/* Adam on one element with bf16 states: master, m, v widened to fp32 (exact), the fp32
+   zero_adam_update, each result stored by zero_bf16_bits_sr with its 16 bits of 'bits'
+   (zero_sr_bits(key, index)). Returns the stored master as fp32 (what the param gets). */
+ZERO_INLINE ZERO_HOSTDEV ZERO__ALWAYS_INLINE float zero_adam_update_bf16(float g, uint16_t *p, uint16_t *m,
+                                                    uint16_t *v, const zero_adam_coefs *c,
+                                                    uint64_t bits)
+{
+    float pp = zero_bf16_bits_to_f32(*p), mm = zero_bf16_bits_to_f32(*m),
+          vv = zero_bf16_bits_to_f32(*v);
+    zero_adam_update(g, &pp, &mm, &vv, c);
+    *p = zero_bf16_bits_sr(zero__sr_f32_bits(pp), (uint32_t)bits);
+    *m = zero_bf16_bits_sr(zero__sr_f32_bits(mm), (uint32_t)(bits >> 16));
+    *v = zero_bf16_bits_sr(zero__sr_f32_bits(vv), (uint32_t)(bits >> 32));
+    return zero_bf16_bits_to_f32(*p);
 }
 
 /* Optimizer declarations. */
@@ -1526,6 +1648,16 @@ typedef struct zero_engine_desc {
     zero_dtype grad_comm_dtype;  /* reduction and accumulation dtype: DEFAULT = param_dtype;
                                     ZERO_F32 for accuracy (twice the gradient traffic)          */
     zero_adam_desc adam;         /* Adam/AdamW hyper-parameters (zero = defaults, AdamW)        */
+    zero_dtype optimizer_dtype;  /* master, m and v: DEFAULT = ZERO_F32 (12 bytes per trained
+                                    element); ZERO_BF16 = 6 bytes, each value rounded
+                                    stochastically after every step (zero_adam_update_bf16,
+                                    the RNG keyed by optimizer_seed, the step and the
+                                    element's global index: every stage, rank count and
+                                    offload tier gives the same bits). Not the same
+                                    training as F32 (docs/optimizer.md). offload_optimizer =
+                                    NVME: UNSUPPORTED for now. In the plan hash.              */
+    uint64_t optimizer_seed;     /* optimizer_dtype BF16: the stochastic rounding's seed (any
+                                    value, 0 included). In the plan hash.                     */
     zero_scaler_desc scaler;     /* loss scaling (zero = dynamic for fp16, none otherwise)      */
     float clip_norm;             /* global gradient-norm clipping; 0 = none                     */
     int accum_steps;             /* micro-steps per step; 0 = 1                                 */
@@ -3882,6 +4014,21 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
                           fn, r->param_bytes, r->grad_bytes, r->optimizer_bytes);
     if (r->param_bytes == 0) r->param_bytes = 2;
     if (r->grad_bytes == 0) r->grad_bytes = 2;
+    if (r->optimizer_dtype == ZERO_DTYPE_DEFAULT) r->optimizer_dtype = ZERO_F32;
+    if (r->optimizer_dtype != ZERO_F32 && r->optimizer_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: optimizer_dtype = %d (f32 or bf16)",
+                          fn, (int)r->optimizer_dtype);
+    if (r->optimizer_dtype == ZERO_BF16) {
+        if (r->mode == ZERO_ESTIMATE_DEEPSPEED)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: optimizer_dtype = bf16 is a paper-mode setting (DeepSpeed's "
+                              "estimators assume fp32 optimizer state)", fn);
+        if (r->optimizer_bytes != 0 && r->optimizer_bytes != 6)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: optimizer_bytes = %d with optimizer_dtype = bf16 (K is 6: "
+                              "bf16 master, m and v)", fn, r->optimizer_bytes);
+        r->optimizer_bytes = 6;
+    }
     if (r->optimizer_bytes == 0) r->optimizer_bytes = 12;
     if (r->gpus_per_node < 0)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: gpus_per_node = %d", fn, r->gpus_per_node);
@@ -6374,9 +6521,70 @@ ZERO__AVX512 static void zero__adam_avx512(const zero_adam_range *r, const zero_
 
 #endif /* ZERO__X86_SIMD */
 
+/* bf16 states (state_dtype BF16): zero_adam_update_bf16 per element (the RNG and the
+   rounding are integer work; fmaf is exact wherever it runs: every path gives the same
+   bits). One loop, compiled for each simd target so that fmaf and sqrtf become single
+   instructions there instead of libm calls (6x faster on AVX2 than the portable build). */
+#define ZERO__ADAM_BF16_LOOP(r, c, grad_mul, i, end)                                         \
+    do {                                                                                     \
+        uint16_t *ms_ = (uint16_t *)(void *)(r)->master, *m1_ = (uint16_t *)(void *)(r)->m,   \
+                 *m2_ = (uint16_t *)(void *)(r)->v;                                          \
+        for (; (i) < (end); (i)++) {                                                         \
+            float g_, p_;                                                                    \
+            switch ((r)->grad_dtype) {                                                       \
+            case ZERO_F16: g_ = zero__f32_from_bits(zero__f16_to_f32_bits(((const uint16_t *)(r)->grad)[i])); break; \
+            case ZERO_BF16: g_ = zero__f32_from_bits(zero__bf16_to_f32_bits(((const uint16_t *)(r)->grad)[i])); break; \
+            default: g_ = ((const float *)(r)->grad)[i]; break;                              \
+            }                                                                                \
+            p_ = zero_adam_update_bf16(g_ * (grad_mul), &ms_[i], &m1_[i], &m2_[i], (c),      \
+                                       zero_sr_bits((r)->sr_key, (r)->sr_index + (i)));      \
+            if ((r)->param) {                                                                \
+                switch ((r)->param_dtype) {                                                  \
+                case ZERO_F16: ((uint16_t *)(r)->param)[i] = zero__f32_to_f16_bits(zero__f32_bits(p_)); break; \
+                case ZERO_BF16: ((uint16_t *)(r)->param)[i] = zero__f32_to_bf16_bits(zero__f32_bits(p_)); break; \
+                default: ((float *)(r)->param)[i] = p_; break;                               \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    } while (0)
+
+static void zero__adam_bf16(const zero_adam_range *r, const zero_adam_coefs *c, float grad_mul,
+                            size_t i, size_t end)
+{
+    ZERO__ADAM_BF16_LOOP(r, c, grad_mul, i, end);
+}
+
+#ifdef ZERO__X86_SIMD
+ZERO__AVX2 static void zero__adam_bf16_avx2(const zero_adam_range *r, const zero_adam_coefs *c,
+                                            float grad_mul, size_t i, size_t end)
+{
+    ZERO__ADAM_BF16_LOOP(r, c, grad_mul, i, end);
+}
+
+ZERO__AVX512 static void zero__adam_bf16_avx512(const zero_adam_range *r, const zero_adam_coefs *c,
+                                                float grad_mul, size_t i, size_t end)
+{
+    ZERO__ADAM_BF16_LOOP(r, c, grad_mul, i, end);
+}
+#endif
+
 static void zero__adam_run(const zero__adam_job *job)
 {
     if (job->begin >= job->end) return;
+    if (job->range->state_dtype == ZERO_BF16) {
+#ifdef ZERO__X86_SIMD
+        if (job->path == ZERO_SIMD_AVX512) {
+            zero__adam_bf16_avx512(job->range, job->coefs, job->grad_mul, job->begin, job->end);
+            return;
+        }
+        if (job->path == ZERO_SIMD_AVX2) {
+            zero__adam_bf16_avx2(job->range, job->coefs, job->grad_mul, job->begin, job->end);
+            return;
+        }
+#endif
+        zero__adam_bf16(job->range, job->coefs, job->grad_mul, job->begin, job->end);
+        return;
+    }
 #ifdef ZERO__X86_SIMD
     if (job->path == ZERO_SIMD_AVX512) {
         zero__adam_avx512(job->range, job->coefs, job->grad_mul, job->begin, job->end);
@@ -6420,6 +6628,11 @@ ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_host: param_dtype = %d (%s): f32, f16 or bf16 only",
                           (int)range->param_dtype, zero_dtype_name(range->param_dtype));
+    if (range->state_dtype != ZERO_DTYPE_DEFAULT && range->state_dtype != ZERO_F32 &&
+        range->state_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_adam_host: state_dtype = %d (%s): f32 or bf16 only",
+                          (int)range->state_dtype, zero_dtype_name(range->state_dtype));
     if (n > 0 && (!range->master || !range->m || !range->v || !range->grad))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_adam_host: %s is NULL with numel = %zu",
@@ -8233,6 +8446,7 @@ typedef struct zero__eng_tile {
 typedef struct zero__eng_piece {
     int tensor;
     size_t off, numel; /* within the tile */
+    size_t elem;       /* its first element's index within the tensor */
 } zero__eng_piece;
 
 #define ZERO__ENG_MAX_HOST_ALLOCS 12
@@ -8266,6 +8480,8 @@ typedef struct zero__eng_config {
     zero_dtype param_dtype;       /* params and the user's gradients                      */
     zero_dtype comm_dtype;        /* reductions and the gradient accumulator              */
     size_t param_size, comm_size; /* their element sizes in bytes                         */
+    zero_dtype opt_dtype;         /* master, m, v: F32 or BF16 (optimizer_dtype)           */
+    size_t opt_size;              /* its element size: 4 or 2                              */
     int opt_offloaded;            /* offload_optimizer != NONE: master, m, v off the device */
     int params_offloaded;         /* offload_param != NONE: partitioned param shards off it */
 } zero__eng_config;
@@ -8321,7 +8537,11 @@ typedef struct zero__eng_optimizer {
     zero_adam_desc adam;
     zero_scaler scaler;
     int64_t step;
-    float *master, *m, *v;
+    float *master, *m, *v; /* optimizer_dtype BF16: bf16 bits (index with zero__opt_at)   */
+    uint64_t *model_off;   /* per tensor: its first element's global index (the numel of
+                              the tensors registered before it): the stochastic rounding's
+                              counter                                                      */
+    uint64_t sr_key;       /* this step's zero_sr_key(optimizer_seed, step)                */
     /* offload_optimizer_ratio < 1: the device part of master, m, v (elements [H, S) of the
        shard, H = host.opt_numel) and its gradients, uploaded from the host tier at the step */
     float *dmaster, *dm, *dv;
@@ -9088,6 +9308,21 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
                           d.host_threads);
     if (d.host_threads == 0) d.host_threads = zero__eng_cpus();
     if ((r = zero__eng_offload_resolve(&d)) != ZERO_OK) return r;
+    if (d.optimizer_dtype == ZERO_DTYPE_DEFAULT) d.optimizer_dtype = ZERO_F32;
+    if (d.optimizer_dtype != ZERO_F32 && d.optimizer_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_create: optimizer_dtype = %d (%s): f32 or bf16",
+                          (int)d.optimizer_dtype, zero_dtype_name(d.optimizer_dtype));
+    if (d.optimizer_dtype == ZERO_BF16 && d.offload_optimizer == ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "zero_engine_create: optimizer_dtype = bf16 with offload_optimizer = "
+                          "nvme is not supported yet (use cpu, or f32 states)");
+    if (d.optimizer_dtype == ZERO_BF16 && d.offload_optimizer != ZERO_OFFLOAD_NONE &&
+        d.offload_optimizer_ratio < 1.0)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "zero_engine_create: optimizer_dtype = bf16 with offload_optimizer_ratio "
+                          "= %g is not supported yet (use ratio 1, or f32 states)",
+                          d.offload_optimizer_ratio);
     if ((r = zero__act_resolve(&d)) != ZERO_OK) return r;
     if (d.align_numel == 0) d.align_numel = ZERO_DEFAULT_ALIGN_NUMEL;
     if (!d.device || !d.device->ops)
@@ -9152,6 +9387,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cfg.comm_dtype = d.grad_comm_dtype;
     e->cfg.param_size = zero_dtype_size(e->cfg.param_dtype);
     e->cfg.comm_size = zero_dtype_size(e->cfg.comm_dtype);
+    e->cfg.opt_dtype = d.optimizer_dtype;
+    e->cfg.opt_size = zero_dtype_size(d.optimizer_dtype);
     e->cfg.opt_offloaded = d.offload_optimizer != ZERO_OFFLOAD_NONE;
     e->cfg.params_offloaded = d.offload_param != ZERO_OFFLOAD_NONE;
     e->quant.weights = d.quantized_weights;
@@ -9231,6 +9468,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->opt.lr_mul);
     zero__free(a, e->opt.wd);
     zero__free(a, e->opt.coefs);
+    zero__free(a, e->opt.model_off);
     zero_plan_destroy(e->layout.plan);
     zero__free(a, e);
 }
@@ -9454,6 +9692,8 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
+    h = zero__eng_mix(h, (uint64_t)d->optimizer_dtype);
+    h = zero__eng_mix(h, d->optimizer_seed);
     h = zero__eng_mix(h, zero__eng_dbits(d->offload_optimizer_ratio));
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
@@ -9645,11 +9885,18 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         e->opt.lr_mul = (double *)zero__alloc(a, (size_t)T * sizeof *e->opt.lr_mul);
         e->opt.wd = (double *)zero__alloc(a, (size_t)T * sizeof *e->opt.wd);
         e->opt.coefs = (zero_adam_coefs *)zero__alloc(a, (size_t)T * sizeof *e->opt.coefs);
-        if (!e->opt.lr_mul || !e->opt.wd || !e->opt.coefs)
+        e->opt.model_off = (uint64_t *)zero__alloc(a, ((size_t)T + 1) * sizeof *e->opt.model_off);
+        if (!e->opt.lr_mul || !e->opt.wd || !e->opt.coefs || !e->opt.model_off)
             return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: tensor tables");
+        e->opt.model_off[0] = 0;
         for (t = 0; t < T; t++) {
+            zero_tensor_info ti;
+            zero_result rt;
             e->opt.lr_mul[t] = 1.0;
             e->opt.wd[t] = ZERO_WEIGHT_DECAY_DEFAULT;
+            memset(&ti, 0, sizeof ti);
+            if ((rt = zero_plan_tensor(e->layout.plan, t, &ti)) != ZERO_OK) return rt;
+            e->opt.model_off[t + 1] = e->opt.model_off[t] + (uint64_t)ti.numel;
         }
     }
     for (g = e->layout.ngroups; g < e->layout.cap_parts_req; g++)
@@ -9755,8 +10002,8 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
     sz->cat[ZERO__B_M2] = ZERO_MEM_MOMENT2;
-    ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel, 4,
-                          &sz->bytes[ZERO__B_MASTER]);
+    ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel,
+                          e->cfg.opt_size, &sz->bytes[ZERO__B_MASTER]);
     /* in the host tier: zero__eng_offload_alloc */
     if (e->cfg.opt_offloaded) sz->bytes[ZERO__B_MASTER] = (e->layout.shard_numel - e->host.opt_numel) * 4;
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
@@ -9937,6 +10184,7 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
                         e->host.pieces[np].tensor = t;
                         e->host.pieces[np].off = lo - b;
                         e->host.pieces[np].numel = hi - lo;
+                        e->host.pieces[np].elem = lo + shr.offset - ti.offset;
                     }
                     np++;
                 }
@@ -9984,7 +10232,7 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->host.opt_numel, 4, &sb) ||
+    if (zero__mul_size(e->host.opt_numel, e->cfg.opt_size, &sb) ||
         zero__mul_size(e->layout.shard_numel, e->cfg.comm_size, &gb) ||
         zero__mul_size(e->layout.max_group_numel / (size_t)e->cfg.world, e->cfg.comm_size, &gi) ||
         zero__mul_size(e->host.tile_numel, 2 * e->cfg.param_size, &pb))
@@ -10189,11 +10437,27 @@ static zero_result zero__eng_tensor_coefs(const zero_engine *e, int t, double lr
     return zero__adam_coefs(out, &e->opt.adam, lr, w, step, "Adam");
 }
 
+/* Element 'off' of an optimizer state buffer (fp32 or bf16: optimizer_dtype); NULL stays
+   NULL. */
+static float *zero__opt_at(const zero_engine *e, float *base, size_t off)
+{
+    return base ? (float *)(void *)((unsigned char *)base + off * e->cfg.opt_size) : NULL;
+}
+
+/* The state dtype and stochastic-rounding counter of an Adam range over tensor t's
+   elements from 'elem' on (its index within the tensor). */
+static void zero__eng_range_sr(const zero_engine *e, zero_adam_range *ar, int t, size_t elem)
+{
+    ar->state_dtype = e->cfg.opt_dtype;
+    ar->sr_key = e->opt.sr_key;
+    ar->sr_index = e->opt.model_off[t] + (uint64_t)elem;
+}
+
 /* Host Adam over tile k's pieces (the same element expression as the device's adam op):
    gradients and master/m/v in the host tier, params into the staging
    tile (zero between pieces: the padding stays zero) or the offloaded shard. */
 static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
-                                       float *mst, float *mm, float *vv)
+                                       float *mst, float *mm, float *vv) /* opt_size elements */
 {
     const zero__eng_tile *tl = &e->host.tiles[k];
     const zero__eng_group *eg = &e->layout.groups[tl->group];
@@ -10214,9 +10478,10 @@ static zero_result zero__eng_tile_adam(zero_engine *e, int k, float mul,
         zero_adam_range ar;
         zero_result r;
         ar.numel = pc->numel;
-        ar.master = mst + pc->off;
-        ar.m = mm + pc->off;
-        ar.v = vv + pc->off;
+        ar.master = zero__opt_at(e, mst, pc->off);
+        ar.m = zero__opt_at(e, mm, pc->off);
+        ar.v = zero__opt_at(e, vv, pc->off);
+        zero__eng_range_sr(e, &ar, pc->tensor, pc->elem);
         ar.grad = gbuf + pc->off * e->cfg.comm_size;
         ar.grad_dtype = e->cfg.comm_dtype;
         ar.param = pbuf + pc->off * e->cfg.param_size;
@@ -11125,8 +11390,8 @@ static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, 
         } else {
             const zero__eng_tile *tl = &e->host.tiles[k];
             size_t mb = e->layout.groups[tl->group].off_shard + tl->begin;
-            r = zero__eng_tile_adam(e, k, fm[1], e->opt.master + mb, e->opt.m + mb,
-                                    e->opt.v + mb);
+            r = zero__eng_tile_adam(e, k, fm[1], zero__opt_at(e, e->opt.master, mb),
+                                    zero__opt_at(e, e->opt.m, mb), zero__opt_at(e, e->opt.v, mb));
             if (r != ZERO_OK) return zero__eng_break(e, r, "step: host adam");
         }
         if (e->nvme.param_file && !dst && io_r == ZERO_OK &&
@@ -11357,7 +11622,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 26 };
+enum { ZERO__ENG_NSETTINGS = 28 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -11368,7 +11633,8 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
-            "offload_optimizer", "offload_param", "offload_optimizer_ratio"};
+            "offload_optimizer", "offload_param", "offload_optimizer_ratio", "optimizer_dtype",
+            "optimizer_seed"};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -11385,8 +11651,10 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[20] = e->opt.scaler.hysteresis; v[21] = e->opt.scaler.error_at_min;
         v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
         v[25] = d->offload_optimizer_ratio;
+        v[26] = d->optimizer_dtype; v[27] = (double)d->optimizer_seed;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
+        if (i == 27) return zero__eng_mix((uint64_t)i, d->optimizer_seed); /* every bit */
         return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
     }
     i -= ZERO__ENG_NSETTINGS;
@@ -12236,9 +12504,10 @@ static zero_result zero__eng_adam_device(zero_engine *e, const float *mul,
             else po = eg->off_param + (seg.offset - sh.offset);
         }
         ar.numel = seg.numel;
-        ar.master = e->opt.master + mo;
-        ar.m = e->opt.m + mo;
-        ar.v = e->opt.v + mo;
+        ar.master = zero__opt_at(e, e->opt.master, mo);
+        ar.m = zero__opt_at(e, e->opt.m, mo);
+        ar.v = zero__opt_at(e, e->opt.v, mo);
+        zero__eng_range_sr(e, &ar, t, seg.offset - ti.offset);
         ar.grad = zero__eng_grad_acc(e, ti.group) + go * e->cfg.comm_size;
         ar.grad_dtype = e->cfg.comm_dtype;
         ar.param = e->buf.param + po * e->cfg.param_size;
@@ -12985,6 +13254,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++)
         r = zero__eng_tensor_coefs(e, t, e->opt.lr_mul[t], e->opt.wd[t], e->opt.step + 1,
                                    &e->opt.coefs[t]);
+    e->opt.sr_key = zero_sr_key(e->cfg.desc.optimizer_seed, e->opt.step + 1);
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
     if ((r = zero__tier_adam(e, mul, flag)) != ZERO_OK) return r;
     /* 4. stages 1-2 (stage 3: persistent groups) all-gather the updated param shards. */
@@ -13156,7 +13426,22 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, pt.param,
                                 tmp ? (const void *)tmp : (const void *)(values + pt.p0),
                                 pt.pn * e->cfg.param_size);
-    if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_offloaded)
+    if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_dtype == ZERO_BF16) {
+        /* bf16 states: the master is the value rounded to nearest even (no randomness) */
+        void *mb = zero__alloc(&e->cfg.desc.allocator, pt.mn * 2u);
+        if (!mb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_tensor: %zu bytes",
+                                pt.mn * 2u);
+        if (r == ZERO_OK)
+            r = zero_convert(mb, ZERO_BF16, values + pt.m0, ZERO_F32, pt.mn, ZERO_SIMD_AUTO);
+        if (r == ZERO_OK && e->cfg.opt_offloaded)
+            memcpy(zero__opt_at(e, e->opt.master, pt.master_off), mb, pt.mn * 2u);
+        else if (r == ZERO_OK)
+            r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE,
+                                        zero__opt_at(e, e->opt.master, pt.master_off), mb,
+                                        pt.mn * 2u);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+        zero__free(&e->cfg.desc.allocator, mb);
+    } else if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_offloaded)
         r = zero__eng_opt_io(e, 0, pt.master_off, pt.mn, NULL, values + pt.m0);
     else if (r == ZERO_OK && pt.mn > 0)
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, e->opt.master + pt.master_off,
@@ -13245,14 +13530,24 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
                                                     : "second moment");
     switch (kind) {
     case ZERO_STATE_PARAM: src = pt.param; off = pt.p0; n = pt.pn; esz = e->cfg.param_size; break;
-    case ZERO_STATE_MASTER: src = e->opt.master ? e->opt.master + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
-    case ZERO_STATE_M: src = e->opt.m ? e->opt.m + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
-    case ZERO_STATE_V: src = e->opt.v ? e->opt.v + pt.master_off : NULL; off = pt.m0; n = pt.mn; esz = 4; break;
+    case ZERO_STATE_MASTER: src = zero__opt_at(e, e->opt.master, pt.master_off); off = pt.m0; n = pt.mn; esz = e->cfg.opt_size; break;
+    case ZERO_STATE_M: src = zero__opt_at(e, e->opt.m, pt.master_off); off = pt.m0; n = pt.mn; esz = e->cfg.opt_size; break;
+    case ZERO_STATE_V: src = zero__opt_at(e, e->opt.v, pt.master_off); off = pt.m0; n = pt.mn; esz = e->cfg.opt_size; break;
     default:
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: kind = %d",
                           (int)kind);
     }
-    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.opt_offloaded) {
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.opt_dtype == ZERO_BF16) {
+        /* bf16 states: into the upper half of the caller's range, widened below */
+        void *hd = (uint16_t *)(void *)((float *)host_dst + off + n) - n;
+        if (e->cfg.opt_offloaded) {
+            memcpy(hd, src, n * 2u);
+        } else {
+            r = e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, hd, src, n * 2u);
+            if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+            if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: download");
+        }
+    } else if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.opt_offloaded) {
         r = zero__eng_opt_io(e, (int)kind - 1, pt.master_off, n, (float *)host_dst + off, NULL);
         if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: offload tier read");
     } else if (n > 0 && kind == ZERO_STATE_PARAM && pt.param_host && e->nvme.param_file) {
@@ -13271,6 +13566,15 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
                                   (unsigned char *)host_dst + off * esz, src, n * esz);
         if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
         if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: download");
+    }
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.opt_dtype == ZERO_BF16) {
+        /* bf16 states arrived in the upper half of the caller's fp32 range (its own
+           elements only: other ranks may fill the rest of the buffer): widen, first first
+           (f[i] never reaches an h[j], j > i, not yet read) */
+        float *f = (float *)host_dst + off;
+        const uint16_t *h = (const uint16_t *)(void *)(f + n) - n;
+        size_t i;
+        for (i = 0; i < n; i++) f[i] = zero_bf16_to_f32(h[i]);
     }
     if (out_range) {
         out_range->offset = off;
@@ -14564,9 +14868,9 @@ static unsigned char *zero__ck_state_ptr(const zero_engine *e, zero_state_kind k
     size_t base = e->cfg.stage == 0 ? eg->off_gwhole + (size_t)e->cfg.rank * eg->shard_numel
                                 : eg->off_shard;
     switch (k) {
-    case ZERO_STATE_MASTER: return (unsigned char *)(e->opt.master + base + off);
-    case ZERO_STATE_M: return (unsigned char *)(e->opt.m + base + off);
-    case ZERO_STATE_V: return (unsigned char *)(e->opt.v + base + off);
+    case ZERO_STATE_MASTER: return (unsigned char *)zero__opt_at(e, e->opt.master, base + off);
+    case ZERO_STATE_M: return (unsigned char *)zero__opt_at(e, e->opt.m, base + off);
+    case ZERO_STATE_V: return (unsigned char *)zero__opt_at(e, e->opt.v, base + off);
     case ZERO_STATE_PARAM:
         /* the rank's part: its trained slice, then its frozen slice (kept whole below stage
            3 and for persistent groups: the frozen slice r lies after the trained region) */
@@ -14592,6 +14896,14 @@ static zero_result zero__ck_state_offload(zero_engine *e, zero_state_kind k, int
     if (k != ZERO_STATE_PARAM && e->cfg.opt_offloaded) {
         size_t at = eg->off_shard + off;
         *handled = 1;
+        if (e->cfg.opt_dtype == ZERO_BF16) { /* bf16 states: the host tier only (ratio 1, no nvme) */
+            float *base = k == ZERO_STATE_MASTER ? e->opt.master
+                          : k == ZERO_STATE_M    ? e->opt.m
+                                                 : e->opt.v;
+            if (to_device) memcpy(zero__opt_at(e, base, at), host, n * e->cfg.opt_size);
+            else memcpy(host, zero__opt_at(e, base, at), n * e->cfg.opt_size);
+            return ZERO_OK;
+        }
         return zero__eng_opt_io(e, (int)k - 1, at, n, to_device ? NULL : (float *)host,
                                 to_device ? (const float *)host : NULL);
     }
@@ -14629,6 +14941,25 @@ static zero_result zero__ck_state_io(zero_engine *e, zero_state_kind k, int g, s
     int handled = 0;
     zero_result r;
     if (n == 0) return ZERO_OK;
+    if (k != ZERO_STATE_PARAM && e->cfg.opt_dtype == ZERO_BF16) {
+        /* bf16 states: checkpoints hold fp32 (a bf16 value widens exactly; an fp32 value
+           loads rounded to nearest even), through a bf16 copy, synchronously */
+        uint16_t *b = (uint16_t *)zero__alloc(&e->cfg.desc.allocator, n * 2u);
+        if (!b) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "checkpoint: %zu bytes", n * 2u);
+        r = to_device ? zero_convert(b, ZERO_BF16, host, ZERO_F32, n, ZERO_SIMD_AUTO) : ZERO_OK;
+        if (r == ZERO_OK) r = zero__ck_state_offload(e, k, g, off, n, b, to_device, &handled);
+        if (r == ZERO_OK && !handled) {
+            dev = zero__ck_state_ptr(e, k, g, off);
+            r = to_device
+                    ? e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, dev, b, n * 2u)
+                    : e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, b, dev, n * 2u);
+            if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+        }
+        if (r == ZERO_OK && !to_device)
+            r = zero_convert(host, ZERO_F32, b, ZERO_BF16, n, ZERO_SIMD_AUTO);
+        zero__free(&e->cfg.desc.allocator, b);
+        return r;
+    }
     r = zero__ck_state_offload(e, k, g, off, n, host, to_device, &handled);
     if (r != ZERO_OK || handled) return r;
     dev = zero__ck_state_ptr(e, k, g, off);
@@ -14653,8 +14984,9 @@ static zero_result zero__ck_state_spread(zero_engine *e)
                                                      : e->opt.v;
                 if (eg->shard_numel == 0) break; /* only frozen tensors */
                 ZERO__ENG_TRY(e, zero__eng_all_gather(e, zero__ck_state_ptr(e, (zero_state_kind)k, g, 0),
-                                                      base + eg->off_gwhole, eg->shard_numel,
-                                                      ZERO_F32, g, ZERO_ROLE_CHECKPOINT),
+                                                      zero__opt_at(e, base, eg->off_gwhole),
+                                                      eg->shard_numel, e->cfg.opt_dtype, g,
+                                                      ZERO_ROLE_CHECKPOINT),
                               "load: all_gather of stage-0 optimizer state");
             }
         if ((e->cfg.stage < 3 || eg->persistent) && eg->shard_numel > 0)

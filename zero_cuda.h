@@ -826,6 +826,8 @@ typedef struct zero_cuda__adam_seg {
     size_t numel;
     unsigned head;   /* 0..7; or 8: no 16-byte path (pointers misaligned to each other) */
     unsigned coefs;  /* index into the table's coefficient sets                         */
+    uint64_t sr_key, sr_index; /* bf16 states: the stochastic rounding's key and counter */
+    unsigned bf16;   /* 1: master, m, v are bf16 (state_dtype BF16; always head 8)       */
 } zero_cuda__adam_seg;
 
 typedef struct zero_cuda__adam_table {
@@ -865,7 +867,16 @@ template <int G, int P>
 static __device__ __forceinline__ void zero_cuda__adam_one(const zero_cuda__adam_seg &s, size_t i, float mul,
                                                            const zero_adam_coefs &c)
 {
-    float p = s.master[i], mm = s.m[i], vv = s.v[i];
+    float p, mm, vv;
+    if (s.bf16) { /* bf16 states: the element function every backend shares */
+        p = zero_adam_update_bf16(__fmul_rn(zero_cuda__io<G>::ld(s.grad, i), mul),
+                                  (uint16_t *)(void *)s.master + i, (uint16_t *)(void *)s.m + i,
+                                  (uint16_t *)(void *)s.v + i, &c,
+                                  zero_sr_bits(s.sr_key, s.sr_index + i));
+        if constexpr (P != 0) zero_cuda__io<P>::st(s.param, i, p);
+        return;
+    }
+    p = s.master[i], mm = s.m[i], vv = s.v[i];
     zero_adam_update(__fmul_rn(zero_cuda__io<G>::ld(s.grad, i), mul), &p, &mm, &vv, &c);
     s.master[i] = p;
     s.m[i] = mm;
@@ -923,7 +934,8 @@ static void zero_cuda__adam_push(zero_cuda__adam_table *t, const zero_adam_range
     const void *ptrs[5] = {range->master, range->m, range->v, range->grad, range->param};
     size_t es[5] = {4, 4, 4, zero_dtype_size(range->grad_dtype),
                     range->param ? zero_dtype_size(range->param_dtype) : 0};
-    int head = zero_cuda__head(ptrs, es, 5);
+    const int bf16 = range->state_dtype == ZERO_BF16;
+    int head = bf16 ? -1 : zero_cuda__head(ptrs, es, 5); /* bf16 states: element by element */
     size_t slots;
     sg->master = range->master;
     sg->m = range->m;
@@ -933,6 +945,9 @@ static void zero_cuda__adam_push(zero_cuda__adam_table *t, const zero_adam_range
     sg->numel = range->numel;
     sg->head = head < 0 ? 8u : (unsigned)head;
     sg->coefs = coefs;
+    sg->bf16 = (unsigned)bf16;
+    sg->sr_key = range->sr_key;
+    sg->sr_index = range->sr_index;
     slots = zero_cuda__adam_slots(sg->numel, sg->head);
     t->start[t->n + 1] = t->start[t->n] + (slots + ZERO_CUDA__THREADS - 1) / ZERO_CUDA__THREADS;
     t->n++;
@@ -1881,6 +1896,7 @@ static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_ad
     zero_cuda__pending *pd;
     zero_result r;
     int pdt, k, ci = -1;
+    size_t ssz;
     ZERO_CUDA__ENTER_D("cuda adam");
     if (!range || !coefs || !grad_mul)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: %s is NULL",
@@ -1892,14 +1908,19 @@ static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_ad
         range->param_dtype != ZERO_BF16)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: param_dtype = %d (%s): f32, f16 or bf16 only",
                           (int)range->param_dtype, zero_dtype_name(range->param_dtype));
+    if (range->state_dtype != ZERO_DTYPE_DEFAULT && range->state_dtype != ZERO_F32 &&
+        range->state_dtype != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: state_dtype = %d (%s): f32 or bf16 only",
+                          (int)range->state_dtype, zero_dtype_name(range->state_dtype));
+    ssz = range->state_dtype == ZERO_BF16 ? 2u : 4u;
     if (range->numel > 0 && (!range->master || !range->m || !range->v || !range->grad))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda adam: %s is NULL with numel = %zu",
                           !range->master ? "master" : !range->m ? "m" : !range->v ? "v" : "grad", range->numel);
     if (range->numel > (size_t)-1 / 4)
         return zero__fail(ZERO_ERROR_OVERFLOW, "cuda adam: numel %zu overflows", range->numel);
-    if ((r = zero_cuda__check_align("adam", "master", range->master, 4)) != ZERO_OK ||
-        (r = zero_cuda__check_align("adam", "m", range->m, 4)) != ZERO_OK ||
-        (r = zero_cuda__check_align("adam", "v", range->v, 4)) != ZERO_OK ||
+    if ((r = zero_cuda__check_align("adam", "master", range->master, ssz)) != ZERO_OK ||
+        (r = zero_cuda__check_align("adam", "m", range->m, ssz)) != ZERO_OK ||
+        (r = zero_cuda__check_align("adam", "v", range->v, ssz)) != ZERO_OK ||
         (r = zero_cuda__check_align("adam", "grad", range->grad, zero_dtype_size(range->grad_dtype))) != ZERO_OK ||
         (r = zero_cuda__check_align("adam", "param", range->param, zero_dtype_size(range->param_dtype))) != ZERO_OK ||
         (r = zero_cuda__check_align("adam", "grad_mul", grad_mul, 4)) != ZERO_OK ||
@@ -1918,7 +1939,8 @@ static zero_result zero_cuda__adam(zero_device *dev, zero_queue q, const zero_ad
         if (fits && ci < 0 && pd->adam.ncoefs == ZERO_CUDA__ADAM_COEFS) fits = 0;
         /* ranges of one launch run concurrently: one that overlaps a held one waits */
         for (k = 0; fits && k < pd->adam.n; k++)
-            if (zero_cuda__overlap(pd->adam.seg[k].master, pd->adam.seg[k].numel * 4, range->master, range->numel * 4))
+            if (zero_cuda__overlap(pd->adam.seg[k].master, pd->adam.seg[k].numel * (pd->adam.seg[k].bf16 ? 2u : 4u),
+                                   range->master, range->numel * ssz))
                 fits = 0;
         if (!fits) {
             r = zero_cuda__flush_q(d, (int)q);

@@ -175,6 +175,7 @@ static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int th
     zero_adam_range r;
     double t0, best = 1e30;
     int rep;
+    memset(&r, 0, sizeof r);
     r.numel = n;
     r.master = s->master;
     r.m = s->m;

@@ -82,6 +82,7 @@ int main(int argc, char **argv)
     zero_adam_desc desc;
     zero_adam_coefs co;
     zero_adam_range r;
+    memset(&r, 0, sizeof r);
     cudaDeviceProp prop;
     float adam_ms, copy_ms, memcpy_ms;
     double adam_gbs, copy_gbs, memcpy_gbs;

@@ -119,6 +119,7 @@ static double time_adam(const opts *o, size_t S, size_t T)
         size_t b;
         for (b = 0; b < S; b += T) {
             zero_adam_range ar;
+            memset(&ar, 0, sizeof ar);
             ar.numel = S - b < T ? S - b : T;
             ar.master = m + b;
             ar.m = mm + b;

@@ -61,6 +61,8 @@ typedef struct gpt2_opts {
     int steps;            /* optimizer steps (total, also when resuming)        */
     int accum;            /* micro-steps per step                               */
     zero_dtype dtype;     /* params and gradients: F32, BF16 or F16             */
+    zero_dtype odtype;    /* --optimizer-dtype: master, m, v (0 = F32; BF16 = stochastic
+                             rounding, seeded by --seed)                         */
     double lr;            /* peak learning rate                                 */
     double lr_min_frac;   /* the cosine ends at lr * lr_min_frac                */
     int warmup;           /* linear warmup steps                                */
@@ -150,6 +152,7 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --steps S (default 100) --accum A (default 1) --dtype f32|bf16|f16 (default f32)\n"
             "        --lr LR (default 3e-3) --lr-min-frac F (default 0.1) --warmup W (default 10)\n"
             "        --clip X (default 1; 0 = none) --seed S (default 1337)\n"
+            "        --optimizer-dtype f32|bf16 (default f32) master, m, v; bf16 rounds stochastically\n"
             "        --val-every K --val-batches K --sample N --log-every K\n"
             "AdamW:  --beta1 B (default %g; torch and HF 0.9) --beta2 B (%g; torch and HF 0.999)\n"
             "        --eps E (%g; torch and HF 1e-8) --weight-decay W (%g on 2-D weights; torch 0.01, HF 0)\n"
@@ -323,6 +326,10 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             else if (!strcmp(v, "bf16")) o->dtype = ZERO_BF16;
             else if (!strcmp(v, "f16") || !strcmp(v, "fp16")) o->dtype = ZERO_F16;
             else bad = 1;
+        } else if (!strcmp(k, "--optimizer-dtype")) {
+            if (!strcmp(v, "f32") || !strcmp(v, "fp32")) o->odtype = ZERO_F32;
+            else if (!strcmp(v, "bf16")) o->odtype = ZERO_BF16;
+            else bad = 1;
         } else if (!strcmp(k, "--lr")) o->lr = atof(v);
         else if (!strcmp(k, "--lr-min-frac")) o->lr_min_frac = atof(v);
         else if (!strcmp(k, "--warmup")) bad = gpt2_parse_int(v, INT_MIN, INT_MAX, &o->warmup);
@@ -442,6 +449,8 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     memset(d, 0, sizeof *d);
     d->stage = stage;
     d->param_dtype = o->dtype;
+    d->optimizer_dtype = o->odtype;
+    d->optimizer_seed = o->seed;
     d->accum_steps = o->accum;
     d->adam.mode = ZERO_ADAMW;
     d->adam.lr = o->lr;
@@ -1241,15 +1250,23 @@ static inline int gpt2_client_check(const gpt2_client *cl, size_t got, const gpt
    also keep an accumulator of the reduced gradients (whole at stage 0, a shard at 1). */
 /* Model-state bytes per rank with F of the Psi elements frozen (T = Psi - F trained): params
    of every element, gradients and K = 12 bytes of optimizer state of the trained ones. */
-static inline double gpt2_formula_states_frozen(int stage, double psi, double frozen, double n, int accum, double es)
+/* The same with K bytes of optimizer state per trained element (12: fp32 master, m, v;
+   6: --optimizer-dtype bf16). */
+static inline double gpt2_formula_states_k(int stage, double psi, double frozen, double n, int accum, double es,
+                                           double K)
 {
     double t = psi - frozen;
     switch (stage) {
-    case 0: return es * psi + (es + 12) * t + (accum > 1 ? es * t : 0);
-    case 1: return es * psi + es * t + 12 * t / n + (accum > 1 ? es * t / n : 0);
-    case 2: return es * psi + (es + 12) * t / n;
-    default: return es * psi / n + (es + 12) * t / n;
+    case 0: return es * psi + (es + K) * t + (accum > 1 ? es * t : 0);
+    case 1: return es * psi + es * t + K * t / n + (accum > 1 ? es * t / n : 0);
+    case 2: return es * psi + (es + K) * t / n;
+    default: return es * psi / n + (es + K) * t / n;
     }
+}
+
+static inline double gpt2_formula_states_frozen(int stage, double psi, double frozen, double n, int accum, double es)
+{
+    return gpt2_formula_states_k(stage, psi, frozen, n, accum, es, 12);
 }
 
 static inline double gpt2_formula_states(int stage, double psi, double n, int accum, double es)

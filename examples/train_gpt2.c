@@ -1045,7 +1045,8 @@ static int memory_check(const gpt2_opts *o, const gpt2_data *d, size_t total, in
     ranks = 1; /* one rank per process */
 #endif
     nvme = o->oopt == ZERO_OFFLOAD_NVME || o->oparam == ZERO_OFFLOAD_NVME;
-    states = nvme ? 0.0 : ranks * gpt2_formula_states(o->stage < 0 ? 0 : o->stage, (double)total, o->ranks, o->accum, es);
+    states = nvme ? 0.0 : ranks * gpt2_formula_states_k(o->stage < 0 ? 0 : o->stage, (double)total, 0, o->ranks, o->accum, es,
+                                                  o->odtype == ZERO_BF16 ? 6 : 12);
     need = ranks * act + states + data + params;
     if (lim <= 0 || need <= lim) return 0;
     snprintf(err, n, "this run needs about %.2f GB of memory, more than the %.2f GB this process may use (physical "
@@ -1224,7 +1225,7 @@ int main(int argc, char **argv)
         if (first != last) {
             printf("%-5d | %-9.5f %-9.5f | %-11.0f %-11.0f | %-11.0f %-11.0f | %-8.2f\n", st,
                    R.loss[R.first_step], R.loss[R.end_step - 1], states_of(&R.mem),
-                   gpt2_formula_states_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), meas_t,
+                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
                    gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es),
                    1e3 * R.seconds / (R.end_step - R.first_step));
             fflush(stdout);
@@ -1237,7 +1238,7 @@ int main(int argc, char **argv)
             printf("model states per rank: %.0f B measured on the device%s, %.0f B by formula (every tier); "
                    "traffic per step: %.0f B measured, %.0f B by formula; Psi = %zu%s\n",
                    states_of(&R.mem), tiers,
-                   gpt2_formula_states_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), meas_t,
+                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
                    gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), R.psi,
                    R.frozen ? " (frozen F as below)" : "");
             if (R.frozen) printf("frozen: F = %zu of them (--freeze %s): no gradients, no optimizer state\n", R.frozen, o.freeze);

@@ -57,6 +57,8 @@ typedef struct ec_cfg {
     /* per-tensor hyper-parameters, set after commit when hp_on (zero_engine_set_tensor_hparams) */
     int hp_on;
     double lr_mul[EC_MAX_T], hp_wd[EC_MAX_T];
+    zero_dtype opt_dtype;    /* engine optimizer_dtype (0 = fp32 states)                    */
+    uint64_t opt_seed;       /* engine optimizer_seed                                       */
     /* ZeRO++'s quantized collectives (tests/test_quant_engine.c): the engine's settings, and
        when qw_stats is set the forward's gathered params are compared with the backward's
        (exact) per quantization block of each rank's shard, against the int8 bound. */
@@ -205,6 +207,8 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->param_read_ahead = c->param_read_ahead;
     d->pin_memory = c->pin_memory;
     d->async_step = c->async_step;
+    d->optimizer_dtype = c->opt_dtype;
+    d->optimizer_seed = c->opt_seed;
     d->quantized_weights = c->quant_w;
     d->quantized_gradients = c->quant_g;
     d->quantized_gradient_bits = c->quant_bits;

@@ -58,6 +58,7 @@ static void bufs_free(bufs *b)
 static zero_adam_range bufs_range(const bufs *b)
 {
     zero_adam_range r;
+    memset(&r, 0, sizeof r);
     r.numel = b->n;
     r.master = b->master;
     r.m = b->m;
@@ -378,6 +379,7 @@ ZT_TEST(paths_and_thread_counts_give_identical_bits)
                 for (th = 1; th <= 4; th++) {
                     bufs b;
                     zero_adam_range r;
+                    memset(&r, 0, sizeof r);
                     bufs_copy(&b, &base);
                     r = bufs_range(&b);
                     ZT_CHECK(zero_adam_host(&r, &c, 0.01f, g_paths[p], th) == ZERO_OK);
@@ -395,6 +397,7 @@ ZT_TEST(paths_and_thread_counts_give_identical_bits)
                 /* AUTO is one of the above */
                 bufs b;
                 zero_adam_range r;
+                memset(&r, 0, sizeof r);
                 bufs_copy(&b, &base);
                 r = bufs_range(&b);
                 ZT_CHECK(zero_adam_host(&r, &c, 0.01f, ZERO_SIMD_AUTO, 0) == ZERO_OK);
@@ -427,6 +430,7 @@ ZT_TEST(element_update_does_not_depend_on_its_offset)
             for (o = 0; o <= 17; o++) {
                 bufs big;
                 zero_adam_range r;
+                memset(&r, 0, sizeof r);
                 bufs_alloc(&big, o + len + pad, gd, pd);
                 fill_state(&big, 0);
                 fill_grads(&big, 10.0); /* filler around the data */
@@ -465,6 +469,7 @@ ZT_TEST(nonfinite_gradients_give_nan_on_every_path)
     for (p = 0; p < g_num_paths; p++) {
         float mast[20], m[20], v[20];
         zero_adam_range r;
+        memset(&r, 0, sizeof r);
         for (i = 0; i < 20; i++) {
             g[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
             mast[i] = 1;
@@ -611,6 +616,7 @@ ZT_TEST(host_errors_write_nothing)
     uint16_t ph[8] = {0};
     zero_adam_range r, ok;
     zero_adam_coefs c;
+    memset(&r, 0, sizeof r);
     make_coefs(&c, ZERO_ADAMW, 0.0f, 1);
     memset(&ok, 0, sizeof ok);
     ok.numel = 8;
@@ -769,6 +775,7 @@ ZT_TEST(small_weight_decay_is_rounded_once)
             zero_adam_coefs c;
             zero_adam_range r;
             double lr = 1e-3, wd = lws[k] / lr, worst = 0, worst_old = 0;
+            memset(&r, 0, sizeof r);
             memset(&d, 0, sizeof d);
             d.mode = ZERO_ADAMW;
             d.lr = lr;

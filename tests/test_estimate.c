@@ -107,6 +107,38 @@ ZT_TEST(paper_byte_sizes)
              e.optimizer_bytes == 5344);
 }
 
+/* optimizer_dtype = bf16: K = 6. Stage 0, Psi = 1000: (2 + 2 + 6) * 1000 = 10000 (10 Psi);
+   stage 1, N = 3: 4 * 1000 + 6 * 334 = 6004; offloaded: the 2004 bytes move to the host. */
+ZT_TEST(paper_bf16_optimizer_states)
+{
+    zero_estimate_desc d;
+    zero_estimate e;
+    memset(&d, 0, sizeof d);
+    d.params = 1000;
+    d.ranks = 3;
+    d.optimizer_dtype = ZERO_BF16;
+    ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK);
+    ZT_CHECK(e.device_bytes == 10000 && e.optimizer_bytes == 6000);
+    d.stage = 1;
+    ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK);
+    ZT_CHECK(e.device_bytes == 6004 && e.optimizer_bytes == 2004);
+    d.offload = 1;
+    ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK);
+    ZT_CHECK(e.device_bytes == 4000 && e.host_bytes == 2004);
+    d.offload = 0;
+    d.optimizer_bytes = 6; /* consistent: allowed */
+    ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK && e.optimizer_bytes == 2004);
+    d.optimizer_bytes = 12; /* contradicts bf16 */
+    ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    d.optimizer_bytes = 0;
+    d.optimizer_dtype = ZERO_F16;
+    ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    d.optimizer_dtype = ZERO_BF16;
+    d.mode = ZERO_ESTIMATE_DEEPSPEED;
+    d.stage = 2;
+    ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+}
+
 static zero_estimate ds(uint64_t params, int ranks, int gpn, int stage, int offload,
                         int offload_params, int no_zero_init, uint64_t largest)
 {
@@ -457,6 +489,7 @@ int main(void)
     ZT_RUN(paper_uneven_shards_round_up);
     ZT_RUN(paper_offload);
     ZT_RUN(paper_byte_sizes);
+    ZT_RUN(paper_bf16_optimizer_states);
     ZT_RUN(deepspeed_stage3_t5_3b);
     ZT_RUN(deepspeed_stage2);
     ZT_RUN(deepspeed_stage3_multi_node);

@@ -245,6 +245,9 @@ ZT_TEST(the_fine_tuning_flags)
        16 T / 4 = 7200; stage 3: 4 Psi / 4 + 16 T / 4 = 4200. Traffic x 4 bytes x 3/4: stage 0
        2 T, stages 1-2 2 T, stage 3 2 Psi + T. */
     ZT_CHECK(gpt2_formula_states_frozen(0, 1000, 200, 4, 1, 4) == 16800);
+    /* bf16 optimizer states (K = 6), 16-bit params: stage 0 = 10 Psi, stage 1 = 4 Psi + 6 Psi / N */
+    ZT_CHECK(gpt2_formula_states_k(0, 1000, 0, 4, 1, 2, 6) == 10000);
+    ZT_CHECK(gpt2_formula_states_k(1, 1000, 0, 4, 1, 2, 6) == 5500);
     ZT_CHECK(gpt2_formula_states_frozen(1, 1000, 200, 4, 1, 4) == 9600);
     ZT_CHECK(gpt2_formula_states_frozen(2, 1000, 200, 4, 1, 4) == 7200);
     ZT_CHECK(gpt2_formula_states_frozen(3, 1000, 200, 4, 1, 4) == 4200);

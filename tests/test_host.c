@@ -470,6 +470,7 @@ static void adam_free(adam_bufs *b)
 static zero_adam_range adam_range(adam_bufs *b)
 {
     zero_adam_range r;
+    memset(&r, 0, sizeof r);
     r.numel = b->n;
     r.master = b->master;
     r.m = b->m;
@@ -489,6 +490,9 @@ ZT_TEST(adam_skips_or_matches_the_host_kernel)
     adam_bufs a, b, c;
     zero_adam_range ra, rb, rc;
     float mul = 1.0f / 1024.0f, skip = 1.0f, noskip = 0.0f;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    memset(&rc, 0, sizeof rc);
     memset(&desc, 0, sizeof desc);
     desc.weight_decay = 0.01f;
     ZT_CHECK(zero_adam_desc_resolve(&resolved, &desc) == ZERO_OK);

@@ -434,9 +434,9 @@ static zero_result vc_adam(zero_device *d, zero_queue q, const zero_adam_range *
     vc_touch(v, q, r->grad, r->numel * zero_dtype_size(r->grad_dtype), 0, "adam grad");
     vc_touch(v, q, mul, 4, 0, "adam grad_mul");
     vc_touch(v, q, skip, 4, 0, "adam skip");
-    vc_touch(v, q, r->master, r->numel * 4, 1, "adam master");
-    vc_touch(v, q, r->m, r->numel * 4, 1, "adam m");
-    vc_touch(v, q, r->v, r->numel * 4, 1, "adam v");
+    vc_touch(v, q, r->master, r->numel * (r->state_dtype == ZERO_BF16 ? 2 : 4), 1, "adam master");
+    vc_touch(v, q, r->m, r->numel * (r->state_dtype == ZERO_BF16 ? 2 : 4), 1, "adam m");
+    vc_touch(v, q, r->v, r->numel * (r->state_dtype == ZERO_BF16 ? 2 : 4), 1, "adam v");
     if (r->param) vc_touch(v, q, r->param, r->numel * zero_dtype_size(r->param_dtype), 1, "adam param");
     return IN(d)->ops->adam(IN(d), q, r, c, mul, skip);
 }

@@ -44,6 +44,8 @@ static const char *help_text =
     "  --grad-bytes B       bytes per gradient (default 2)\n"
     "  --optimizer-bytes K  bytes of optimizer state per parameter (default 12: Adam's fp32\n"
     "                       master, m and v)\n"
+    "  --optimizer-dtype f32|bf16\n"
+    "                       the engine's optimizer_dtype: bf16 master, m and v = K 6\n"
     "  --deepspeed          DeepSpeed's estimate_zero2/zero3_model_states_mem_needs formulas\n"
     "                       (per GPU and per node CPU; all offload combinations unless\n"
     "                       filtered by --stage, --offload, --offload-params)\n"
@@ -292,7 +294,9 @@ static void print_json_header(const options *o, const zero_estimate_desc *d)
     if (!o->deepspeed) {
         printf("  \"param_bytes\": %d,\n  \"grad_bytes\": %d,\n  \"optimizer_bytes\": %d,\n",
                d->param_bytes ? d->param_bytes : 2, d->grad_bytes ? d->grad_bytes : 2,
-               d->optimizer_bytes ? d->optimizer_bytes : 12);
+               d->optimizer_bytes                       ? d->optimizer_bytes
+               : d->optimizer_dtype == ZERO_BF16 ? 6
+                                                 : 12);
         printf("  \"offload\": %s,\n", o->offload ? "true" : "false");
         printf("  \"frozen\": %llu,\n", (unsigned long long)d->frozen);
     } else {
@@ -346,6 +350,10 @@ int main(int argc, char **argv)
             if (t == ZERO_OFFLOAD_NONE) return bad("%s '%s': want cpu or nvme", name, val);
             if (name[10] == 'o') o.oopt = t;
             else o.oparam = t;
+        } else if (TAKES("--optimizer-dtype")) {
+            if (!strcmp(val, "bf16")) o.base.optimizer_dtype = ZERO_BF16;
+            else if (!strcmp(val, "f32") || !strcmp(val, "fp32")) o.base.optimizer_dtype = ZERO_F32;
+            else return bad("--optimizer-dtype '%s': want f32 or bf16%s", val, "");
         } else if (TAKES("--params")) {
             if (parse_scaled(val, count_units, &u, &why) || u == 0)
                 return bad("--params '%s': %s", val, why ? why : "must be at least 1");
@@ -401,7 +409,8 @@ int main(int argc, char **argv)
                     strcmp(name, "--stage") == 0 || strcmp(name, "--memory") == 0 ||
                     strcmp(name, "--gpus-per-node") == 0 || strcmp(name, "--largest-layer") == 0 ||
                     strcmp(name, "--buffer-factor") == 0 || strcmp(name, "--offload-ratio") == 0 || strcmp(name, "--param-bytes") == 0 ||
-                    strcmp(name, "--grad-bytes") == 0 || strcmp(name, "--optimizer-bytes") == 0)) {
+                    strcmp(name, "--grad-bytes") == 0 || strcmp(name, "--optimizer-bytes") == 0 ||
+                    strcmp(name, "--optimizer-dtype") == 0)) {
             return bad("%s needs a value%s", name, "");
         } else if (eq && (strcmp(name, "--offload") == 0 || strcmp(name, "--json") == 0 ||
                           strcmp(name, "--deepspeed") == 0 || strcmp(name, "--max-params") == 0 ||

@@ -229,6 +229,26 @@ ZT_TEST(test_fp32_comm_and_skip)
     check_config(&c, "N=2 f32 inf at step 1");
 }
 
+/* bf16 optimizer states (optimizer_dtype = bf16): the CUDA device at stages 0-3 equals the
+   host device bit for bit (the same stochastic rounding, keyed by the element's global
+   index), with a NaN step skipped. */
+ZT_TEST(test_bf16_states)
+{
+    ec_cfg c;
+    ec_cfg_init(&c, 0, 3, ZERO_F16, 2, 4);
+    c.opt_dtype = ZERO_BF16;
+    c.opt_seed = 77;
+    c.lr = 3e-3f;
+    c.clip = 0.5f;
+    check_config(&c, "N=3 f16 bf16 states");
+    ec_cfg_init(&c, 0, 2, ZERO_BF16, 1, 4);
+    c.opt_dtype = ZERO_BF16;
+    c.fault_rank = 1;
+    c.fault_steps[0] = 1;
+    c.nfault = 1;
+    check_config(&c, "N=2 bf16 bf16 states, NaN at step 1");
+}
+
 /* A larger model (tensors of 10^5..10^6 elements, more than one sumsq block per shard) so
    the vector paths and the two-pass sum carry real weight. */
 ZT_TEST(test_larger_model)
@@ -398,6 +418,7 @@ int main(void)
     }
     ZT_RUN(test_stages_equal_and_equal_host);
     ZT_RUN(test_fp32_comm_and_skip);
+    ZT_RUN(test_bf16_states);
     ZT_RUN(test_larger_model);
     ZT_RUN(test_offload_equals_plain);
     ZT_RUN(test_offload_ratio_and_states);

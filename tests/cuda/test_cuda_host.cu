@@ -353,6 +353,7 @@ ZT_TEST(test_adam_slots_engine_ranges)
                             zero_range seg;
                             zero_adam_range ar;
                             size_t mo, po;
+                            memset(&ar, 0, sizeof ar);
                             memset(&seg, 0, sizeof seg);
                             ZT_CHECK(zero_plan_intersect(plan, gi.tensors[k], rank, &seg) == ZERO_OK);
                             if (seg.numel == 0) continue;

@@ -345,6 +345,8 @@ static void adam_case(zero_dtype gd, zero_dtype pd, size_t n, const int offs[3],
     zero_adam_range hr, dr;
     const char *what[3] = {"master", "m", "v"};
     int j;
+    memset(&hr, 0, sizeof hr);
+    memset(&dr, 0, sizeof dr);
     gen(ZERO_F32, hm, tot, 1);                      /* master */
     gen(ZERO_F32, hm + tot, tot, 1);                /* m */
     for (i = 0; i < tot; i++) hm[2 * tot + i] = fabsf(gen_f32(i % 50 == 7)); /* v >= 0 (a few NaN/inf) */
@@ -444,6 +446,100 @@ ZT_TEST(test_adam)
         Z_OK(zero_adam_coefs_make(&co, &desc, 0.0f, 1));
         adam_case(ZERO_F16, ZERO_F16, 1000, o, &co, 1.0f, 1.0f);
     }
+}
+
+/* bf16 optimizer states (state_dtype BF16): the CUDA kernel and the host give the same bits
+   for master, m, v and params, every grad and param dtype, ranges at odd offsets (the
+   stochastic rounding's counter is sr_index + i), several ranges in one launch. */
+ZT_TEST(test_adam_bf16_states)
+{
+    static const zero_dtype gds[3] = {ZERO_F32, ZERO_F16, ZERO_BF16};
+    static const zero_dtype pds[4] = {ZERO_DTYPE_DEFAULT, ZERO_F32, ZERO_F16, ZERO_BF16};
+    const size_t n = 5000;
+    uint16_t *hs = (uint16_t *)malloc(n * 6), *gs = (uint16_t *)malloc(n * 6);
+    unsigned char *hg = (unsigned char *)malloc(n * 4), *hp = (unsigned char *)malloc(n * 4),
+                  *gp = (unsigned char *)malloc(n * 4);
+    uint16_t *ds = NULL;
+    unsigned char *dg = NULL, *dp = NULL;
+    float *dmul = NULL, mul = 0.75f, skip = 0.0f;
+    zero_adam_desc desc;
+    zero_adam_coefs co;
+    int gi, pi;
+    size_t i;
+    memset(&desc, 0, sizeof desc);
+    desc.weight_decay = 0.05;
+    Z_OK(zero_adam_coefs_make(&co, &desc, 0.05, 4));
+    if (cudaMalloc((void **)&ds, n * 6) != cudaSuccess || cudaMalloc((void **)&dg, n * 4) != cudaSuccess ||
+        cudaMalloc((void **)&dp, n * 4) != cudaSuccess || cudaMalloc((void **)&dmul, 8) != cudaSuccess) {
+        ZT_CHECKF(0, "cudaMalloc failed");
+        goto done;
+    }
+    Z_OK(h2d(dmul, &mul, 4) == cudaSuccess ? ZERO_OK : ZERO_ERROR_DEVICE);
+    Z_OK(h2d(dmul + 1, &skip, 4) == cudaSuccess ? ZERO_OK : ZERO_ERROR_DEVICE);
+    for (gi = 0; gi < 3; gi++)
+        for (pi = 0; pi < 4; pi++) {
+            zero_dtype gd = gds[gi], pd = pds[pi];
+            size_t cuts[4] = {0, 3, 1001, n}, k;
+            for (i = 0; i < n; i++) {
+                hs[i] = zero_f32_to_bf16((float)sin(0.3 * (double)i));
+                hs[n + i] = zero_f32_to_bf16((float)(1e-2 * cos((double)i)));
+                hs[2 * n + i] = zero_f32_to_bf16((float)(1e-4 * (1.2 + sin(0.7 * (double)i))));
+            }
+            gen(gd, hg, n, 0);
+            memset(hp, 0, n * 4);
+            memcpy(gs, hs, n * 6);
+            if (h2d(ds, hs, n * 6) != cudaSuccess || h2d(dg, hg, n * 4) != cudaSuccess ||
+                h2d(dp, hp, n * 4) != cudaSuccess) {
+                ZT_CHECKF(0, "upload failed");
+                goto done;
+            }
+            for (k = 0; k + 1 < 4; k++) { /* three ranges, queued into one launch */
+                zero_adam_range hr, dr;
+                size_t a = cuts[k], b = cuts[k + 1];
+                memset(&hr, 0, sizeof hr);
+                hr.numel = b - a;
+                hr.grad_dtype = gd;
+                hr.param_dtype = pd;
+                hr.state_dtype = ZERO_BF16;
+                hr.sr_key = zero_sr_key(11, 4);
+                hr.sr_index = 100 + a;
+                dr = hr;
+                hr.master = (float *)(void *)(hs + a);
+                hr.m = (float *)(void *)(hs + n + a);
+                hr.v = (float *)(void *)(hs + 2 * n + a);
+                hr.grad = at(hg, gd, a);
+                hr.param = pd == ZERO_DTYPE_DEFAULT ? NULL : at(hp, pd, a);
+                dr.master = (float *)(void *)(ds + a);
+                dr.m = (float *)(void *)(ds + n + a);
+                dr.v = (float *)(void *)(ds + 2 * n + a);
+                dr.grad = at(dg, gd, a);
+                dr.param = pd == ZERO_DTYPE_DEFAULT ? NULL : at(dp, pd, a);
+                Z_OK(H->ops->adam(H, ZERO_QUEUE_COMPUTE, &hr, &co, &mul, &skip));
+                Z_OK(G->ops->adam(G, ZERO_QUEUE_COMPUTE, &dr, &co, dmul, dmul + 1));
+            }
+            Z_OK(gsync());
+            if (cudaMemcpy(gs, ds, n * 6, cudaMemcpyDeviceToHost) != cudaSuccess ||
+                cudaMemcpy(gp, dp, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+                ZT_CHECKF(0, "download failed");
+                goto done;
+            }
+            ZT_CHECKF(!memcmp(gs, hs, n * 6), "bf16 states g=%s p=%s: master/m/v differ", zero_dtype_name(gd),
+                      zero_dtype_name(pd));
+            if (pd != ZERO_DTYPE_DEFAULT)
+                ZT_CHECKF(!memcmp(gp, hp, n * zero_dtype_size(pd)), "bf16 states g=%s p=%s: params differ",
+                          zero_dtype_name(gd), zero_dtype_name(pd));
+            if (zt_cur_failures) goto done;
+        }
+done:
+    cudaFree(ds);
+    cudaFree(dg);
+    cudaFree(dp);
+    cudaFree(dmul);
+    free(hs);
+    free(gs);
+    free(hg);
+    free(hp);
+    free(gp);
 }
 
 /* ---- arena, fallback, pinned memory, argument errors ---- */
@@ -724,6 +820,7 @@ ZT_TEST(test_past_2_31)
         zero_adam_desc desc;
         zero_adam_coefs co;
         zero_adam_range r;
+        memset(&r, 0, sizeof r);
         memset(&desc, 0, sizeof desc);
         desc.weight_decay = 0.1;
         Z_OK(zero_adam_coefs_make(&co, &desc, 0.1f, 1));
@@ -744,6 +841,7 @@ ZT_TEST(test_past_2_31)
             float hm[3][64], gm[3][64];
             size_t i, s = wins[w];
             zero_adam_range hr;
+            memset(&hr, 0, sizeof hr);
             for (i = 0; i < W; i++) hx[i] = hashed16(s + i);
             for (i = 0; i < W; i++) hm[0][i] = zero_f16_to_f32(hx[i]);
             memset(hm[1], 0, sizeof hm[1]);
@@ -896,6 +994,8 @@ ZT_TEST(test_batched)
         CUDA_OK(h2d(dmul + 1, &zero, 4));
         for (start = 0; start < n; start += len, k++) {
             zero_adam_range hr, dr;
+            memset(&hr, 0, sizeof hr);
+            memset(&dr, 0, sizeof dr);
             len = (size_t)(1 + (k * 7919) % 9000);
             if (len > n - start) len = n - start;
             hr.numel = dr.numel = len;
@@ -935,6 +1035,7 @@ ZT_TEST(test_step_chain)
     zero_adam_range r;
     uint16_t nan16 = 0x7e00;
     int pass;
+    memset(&r, 0, sizeof r);
     CUDA_OK(cudaMalloc((void **)&m, n * 12));
     CUDA_OK(cudaMalloc((void **)&g, n * 2));
     CUDA_OK(cudaMalloc((void **)&flag, 32));
@@ -992,6 +1093,7 @@ int main(void)
     ZT_RUN(test_sumsq);
     ZT_RUN(test_grad_mul);
     ZT_RUN(test_adam);
+    ZT_RUN(test_adam_bf16_states);
     ZT_RUN(test_arena);
     ZT_RUN(test_streams_events);
     ZT_RUN(test_device_errors);
