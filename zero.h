@@ -675,7 +675,18 @@ typedef struct zero_comm_ops {
     /* Optional (may be NULL): calls between them form one group (NCCL's grouped calls). */
     zero_result (*group_start)(zero_comm *comm);
     zero_result (*group_end)(zero_comm *comm);
+    /* Optional (may be NULL: the engine then refuses the hierarchical modes, MiCS and hpZ,
+       with UNSUPPORTED). COLLECTIVE over comm, like MPI_Comm_split: the ranks that pass the
+       same color >= 0 form a new comm, ranked by key, ties by their rank in comm; a rank
+       passing color < 0 gets *out = NULL. The new comm is independent of its parent (its
+       own collectives, destroyed with zero_comm_destroy, before or after the parent). The
+       engine asks for its groups once, at commit (zero_engine_desc.ranks_per_node). */
+    zero_result (*split)(zero_comm *comm, int color, int key, zero_comm **out);
 } zero_comm_ops;
+
+/* comm->ops->split, or UNSUPPORTED (naming the backend) when the comm has none. COLLECTIVE;
+   *out is NULL on error and for color < 0. INVALID_ARGUMENT for NULL comm or out. */
+ZERODEF zero_result zero_comm_split(zero_comm *comm, int color, int key, zero_comm **out);
 
 /* Determinism is a backend's promise: the local comm (and zero_cuda.h's device comm) sum
    in rank order 0..N-1 with one rounding, so an element's reduction is the same bits
@@ -722,7 +733,11 @@ struct zero_comm {
    - In place. all_gather with send == recv + rank * send_numel, all_reduce with
      send == recv, and reduce_scatter with recv == send + rank * recv_numel all work.
    - numel 0 is a valid collective (a synchronisation point whose arguments are checked);
-     the buffers may then be NULL. */
+     the buffers may then be NULL.
+   - Split (zero_comm_split). The ranks of one color get a new group of their own (same
+     timeout, spin and allocator), whose comms are threads of the same ranks: reductions
+     in it sum in its own rank order (key order), the same rule as above. Breaking the
+     parent does not break its children (each group fails on its own). */
 
 typedef struct zero_local_desc {
     int world;                /* ranks, >= 1                                           */
@@ -1535,6 +1550,17 @@ typedef struct zero_engine_desc {
                                     MISMATCH naming the first that differs.
                                     0 = on when the implementation is compiled with ZERO_DEBUG
                                     defined, else off; -1 = off. Local (not in the plan hash). */
+    /* Topology (docs/engine.md, "Beyond one node"):                                         */
+    int ranks_per_node;          /* R: ranks [k R, (k + 1) R) of the comm share node k. 0 = from
+                                    the launcher's environment, the first of LOCAL_WORLD_SIZE
+                                    (torchrun), OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI),
+                                    SLURM_NTASKS_PER_NODE (srun) that is set, used when it
+                                    divides the world, else the world (one node). Otherwise
+                                    1..world and dividing it (INVALID_ARGUMENT). In the plan
+                                    hash: every rank must agree (MISMATCH at commit). Changes
+                                    no value: zero_traffic splits the bytes into intra- and
+                                    inter-node by it, and the hierarchical modes build their
+                                    groups on it.                                              */
 } zero_engine_desc;
 
 #define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
@@ -1583,6 +1609,14 @@ typedef struct zero_traffic {
     uint64_t calls[ZERO_COLL_COUNT];
     double numel[ZERO_COLL_COUNT]; /* elements moved per rank (exact below 2^53)          */
     double bytes[ZERO_COLL_COUNT]; /* the same in bytes of each call's dtype              */
+    /* bytes[] split by the topology (zero_engine_desc.ranks_per_node): a collective over G
+       ranks moves u elements between this rank and each of its G - 1 peers (u: the send
+       block of an all-gather, the received block of a reduce-scatter, 2 T / G of an
+       all-reduce of T), so intra = u x (its peers on this rank's node) and inter = u x (its
+       peers on other nodes); intra + inter = bytes up to the rounding of 2 T / G. One node
+       (the default): all intra. docs/engine.md, "Traffic". */
+    double intra_bytes[ZERO_COLL_COUNT];
+    double inter_bytes[ZERO_COLL_COUNT];
 } zero_traffic;
 
 /* Bytes this rank's engine holds on one tier (the device, for zero_engine_memory_usage), by
@@ -3866,6 +3900,7 @@ struct zero_local_group {
     zero__local_post *posts;  /* [2][world]: by parity of the collective's sequence       */
     int verdict_ok[2];
     char verdict_msg[2][512];
+    zero_local_group **split_slot; /* [world]: zero_comm_split's new groups, by leader */
 };
 
 typedef struct zero__local_comm {
@@ -4394,6 +4429,7 @@ static void zero__local_group_free(zero_local_group *g)
     zero_allocator a = g->allocator;
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
+    zero__free(&a, (void *)g->split_slot);
     zero__free(&a, g->posts);
     zero__free(&a, g->has_comm);
     zero__free(&a, g->here);
@@ -4419,6 +4455,102 @@ static void zero__local_destroy(zero_comm *comm)
     if (last) zero__local_group_free(g);
 }
 
+/* zero_comm_split on the local comm: the colors and keys are all-gathered over the parent;
+   the new rank 0 of each color (its leader) creates the color's group and publishes it in
+   the parent's split_slot; every member then creates its comm in it, and the leader hands
+   the group over to its comms (destroyed with the last). Two all-reduces over the parent
+   make every rank fail together when any step failed on any rank. */
+static zero_result zero__local_split(zero_comm *comm, int color, int key, zero_comm **out)
+{
+    zero__local_comm *c = zero__local_get(comm);
+    zero_local_group *g, *sub = NULL;
+    zero_comm *nc = NULL;
+    zero_result r, mine_r = ZERO_OK;
+    double me[2], fail;
+    double *all;
+    int world, rank, q, n = 0, newrank = 0, leader = -1;
+    char why[300] = "";
+    if (!c || !out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_comm_split: %s",
+                          out ? "comm is not a local comm" : "out is NULL");
+    *out = NULL;
+    g = c->group;
+    world = g->world;
+    rank = comm->rank;
+    all = (double *)zero__alloc(&g->allocator, 2 * (size_t)world * sizeof *all);
+    me[0] = (double)color;
+    me[1] = (double)key;
+    /* every rank joins every round, also one out of memory (it gathers nothing) */
+    r = zero__local_all_gather(comm, all ? me : NULL, all ? all : NULL, all ? 2 : 0, ZERO_F64,
+                               NULL);
+    if (r != ZERO_OK) {
+        zero__free(&g->allocator, all);
+        return r;
+    }
+    if (!all) {
+        mine_r = ZERO_ERROR_OUT_OF_MEMORY;
+        snprintf(why, sizeof why, "rank %d: out of memory", rank);
+    } else if (color >= 0) {
+        for (q = 0; q < world; q++) {
+            if (all[2 * q] != (double)color) continue;
+            if (all[2 * q + 1] < (double)key || (all[2 * q + 1] == (double)key && q < rank))
+                newrank++;
+            if (leader < 0 || all[2 * q + 1] < all[2 * leader + 1]) leader = q;
+            n++;
+        }
+        if (newrank == 0) { /* the leader: creates the color's group */
+            zero_local_desc d;
+            memset(&d, 0, sizeof d);
+            d.world = n;
+            d.timeout_ms = g->timeout_ms;
+            d.allocator = g->allocator;
+            d.spin_us = g->spin_ns > 0 ? (int)(g->spin_ns / 1000) : -1;
+            if (d.spin_us == 0) d.spin_us = 1;
+            mine_r = zero_local_group_create(&d, &sub);
+            if (mine_r != ZERO_OK)
+                snprintf(why, sizeof why, "rank %d: creating the group of color %d: %.200s", rank,
+                         color, zero_last_error());
+            pthread_mutex_lock(&g->mu);
+            g->split_slot[rank] = sub;
+            pthread_mutex_unlock(&g->mu);
+        }
+    }
+    /* round 1: every leader's group exists (or some rank failed) */
+    fail = mine_r != ZERO_OK ? 1.0 : 0.0;
+    r = zero__local_all_reduce(comm, &fail, &fail, 1, ZERO_F64, ZERO_OP_MAX, NULL);
+    if (r == ZERO_OK && fail == 0.0 && color >= 0) {
+        zero_local_group *mygroup;
+        pthread_mutex_lock(&g->mu);
+        mygroup = g->split_slot[leader];
+        pthread_mutex_unlock(&g->mu);
+        mine_r = zero_local_comm_create(mygroup, newrank, &nc);
+        if (mine_r != ZERO_OK)
+            snprintf(why, sizeof why, "rank %d: its comm in the group of color %d: %.200s", rank,
+                     color, zero_last_error());
+    }
+    /* round 2: every member has its comm (or some rank failed) */
+    if (r == ZERO_OK && fail == 0.0) {
+        fail = mine_r != ZERO_OK ? 1.0 : 0.0;
+        r = zero__local_all_reduce(comm, &fail, &fail, 1, ZERO_F64, ZERO_OP_MAX, NULL);
+    }
+    if (sub) { /* the leader hands the group to its comms (freed with the last one) */
+        pthread_mutex_lock(&g->mu);
+        g->split_slot[rank] = NULL;
+        pthread_mutex_unlock(&g->mu);
+        zero_local_group_destroy(sub);
+    }
+    zero__free(&g->allocator, all);
+    if (r != ZERO_OK || fail != 0.0) {
+        zero_comm_destroy(nc);
+        if (r != ZERO_OK) return r;
+        if (mine_r != ZERO_OK) return zero__fail(mine_r, "zero_comm_split: %s", why);
+        return zero__fail(ZERO_ERROR_COMM, "zero_comm_split (rank %d): another rank failed to "
+                          "split (its error names the cause)", rank);
+    }
+    *out = nc;
+    return ZERO_OK;
+}
+
 static const zero_comm_ops zero__local_ops = {
     "local",
     zero__local_destroy,
@@ -4429,7 +4561,21 @@ static const zero_comm_ops zero__local_ops = {
     zero__local_barrier,
     NULL,
     NULL,
+    zero__local_split,
 };
+
+ZERODEF zero_result zero_comm_split(zero_comm *comm, int color, int key, zero_comm **out)
+{
+    if (out) *out = NULL;
+    if (!comm || !comm->ops || !out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_comm_split: %s is NULL",
+                          out ? "comm" : "out");
+    if (!comm->ops->split)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "zero_comm_split: the '%s' comm has no split (sub-communicators)",
+                          comm->ops->name ? comm->ops->name : "?");
+    return comm->ops->split(comm, color, key, out);
+}
 
 ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_local_group **out)
 {
@@ -4471,7 +4617,9 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
     g->here = (unsigned char *)zero__alloc(&a, w);
     g->has_comm = (unsigned char *)zero__alloc(&a, w);
     g->posts = (zero__local_post *)zero__alloc(&a, 2 * w * sizeof *g->posts);
-    if (!g->here || !g->has_comm || !g->posts) {
+    g->split_slot = (zero_local_group **)zero__alloc(&a, w * sizeof *g->split_slot);
+    if (!g->here || !g->has_comm || !g->posts || !g->split_slot) {
+        zero__free(&a, (void *)g->split_slot);
         zero__free(&a, g->posts);
         zero__free(&a, g->has_comm);
         zero__free(&a, g->here);
@@ -4482,6 +4630,7 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
     memset(g->here, 0, w);
     memset(g->has_comm, 0, w);
     memset(g->posts, 0, 2 * w * sizeof *g->posts);
+    memset((void *)g->split_slot, 0, w * sizeof *g->split_slot);
     rc = pthread_mutex_init(&g->mu, NULL);
     if (rc == 0) {
         rc = pthread_condattr_init(&attr);
@@ -4495,6 +4644,7 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
         if (rc != 0) pthread_mutex_destroy(&g->mu);
     }
     if (rc != 0) {
+        zero__free(&a, (void *)g->split_slot);
         zero__free(&a, g->posts);
         zero__free(&a, g->has_comm);
         zero__free(&a, g->here);
@@ -7922,6 +8072,13 @@ typedef struct zero__eng_micro {
     size_t pending_numel;
 } zero__eng_micro;
 
+/* The topology: ranks_per_node resolved, and the peers this rank has on its own node in
+   the engine's comm (the traffic counters' split). */
+typedef struct zero__eng_topo {
+    int rpn;       /* ranks per node (R)                               */
+    int same_node; /* peers on this rank's node in cfg.comm: R - 1     */
+} zero__eng_topo;
+
 /* Collective traffic: the running total, the current step's, the last completed step's,
    and the count of collectives run (the seq of comm->tag). */
 typedef struct zero__eng_traffic {
@@ -8033,6 +8190,7 @@ struct zero_engine {
     zero__eng_prefetch prefetch;
     zero__eng_micro micro;
     zero__eng_traffic traffic;
+    zero__eng_topo topo;
     zero__eng_host_tier host;
     zero__eng_nvme_tier nvme;
     zero__eng_async async;
@@ -8232,15 +8390,25 @@ static void *zero__eng_comm_queue(zero_engine *e)
 
 /* ---- counted collectives ------------------------------------------------------------------ */
 
-static void zero__eng_count(zero_engine *e, zero_coll kind, double numel, zero_dtype dtype)
+/* Counts one collective: numel is its bus volume per rank (the zero_traffic formulas); unit
+   the elements exchanged with each peer of the comm it ran on (size ranks, 'same' of them
+   peers on this rank's node): intra = unit x same, inter = unit x (size - 1 - same)
+   (docs/engine.md, "Traffic"). */
+static void zero__eng_count(zero_engine *e, zero_coll kind, double numel, zero_dtype dtype,
+                            double unit, int size, int same)
 {
-    double bytes = numel * (double)zero_dtype_size(dtype);
+    double es = (double)zero_dtype_size(dtype), bytes = numel * es;
+    double intra = unit * (double)same * es, inter = unit * (double)(size - 1 - same) * es;
     e->traffic.cur.calls[kind]++;
     e->traffic.cur.numel[kind] += numel;
     e->traffic.cur.bytes[kind] += bytes;
+    e->traffic.cur.intra_bytes[kind] += intra;
+    e->traffic.cur.inter_bytes[kind] += inter;
     e->traffic.total.calls[kind]++;
     e->traffic.total.numel[kind] += numel;
     e->traffic.total.bytes[kind] += bytes;
+    e->traffic.total.intra_bytes[kind] += intra;
+    e->traffic.total.inter_bytes[kind] += inter;
 }
 
 /* Every engine collective carries its identity (group, role, running count) in the comm's
@@ -8268,7 +8436,7 @@ static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *
     zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(e->cfg.world - 1),
-                        dtype);
+                        dtype, (double)send_numel, e->cfg.world, e->topo.same_node);
     return r;
 }
 
@@ -8282,7 +8450,8 @@ static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, vo
     zero__eng_untag(e);
     if (r == ZERO_OK)
         zero__eng_count(e, ZERO_COLL_REDUCE_SCATTER,
-                        (double)recv_numel * (double)(e->cfg.world - 1), dtype);
+                        (double)recv_numel * (double)(e->cfg.world - 1), dtype, (double)recv_numel,
+                        e->cfg.world, e->topo.same_node);
     return r;
 }
 
@@ -8298,7 +8467,8 @@ static zero_result zero__eng_all_reduce(zero_engine *e, const void *send, void *
     if (r == ZERO_OK)
         zero__eng_count(e, control ? ZERO_COLL_CONTROL : ZERO_COLL_ALL_REDUCE,
                         2.0 * (double)numel * (double)(e->cfg.world - 1) / (double)e->cfg.world,
-                        dtype);
+                        dtype, 2.0 * (double)numel / (double)e->cfg.world, e->cfg.world,
+                        e->topo.same_node);
     return r;
 }
 
@@ -8428,6 +8598,45 @@ static int zero__eng_dtype_ok(zero_dtype d)
     return d == ZERO_F16 || d == ZERO_BF16 || d == ZERO_F32;
 }
 
+/* The launcher's ranks per node: the first of the variables that is set and a positive
+   integer (SLURM_NTASKS_PER_NODE may read "4(x2)": its leading number); 0 when none is. */
+static int zero__eng_env_rpn(const char **name)
+{
+    static const char *const vars[3] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                        "SLURM_NTASKS_PER_NODE"};
+    int i;
+    for (i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        long x = 0;
+        if (!v || !*v) continue;
+        while (*v >= '0' && *v <= '9' && x < 1000000000L) x = x * 10 + (*v++ - '0');
+        if (x > 0 && x < 1000000000L) {
+            *name = vars[i];
+            return (int)x;
+        }
+    }
+    return 0;
+}
+
+/* Resolves ranks_per_node (zero_engine_desc): explicit values must divide the world; the
+   launcher's value is used where it divides it, else the world is one node. */
+static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
+{
+    int world = d->comm->world;
+    if (d->ranks_per_node < 0 || d->ranks_per_node > world ||
+        (d->ranks_per_node > 0 && world % d->ranks_per_node != 0))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_create: ranks_per_node = %d does not divide the world of %d "
+                          "ranks (0 = from the launcher, else a divisor of the world)",
+                          d->ranks_per_node, world);
+    if (d->ranks_per_node == 0) {
+        const char *name = "";
+        int v = zero__eng_env_rpn(&name);
+        d->ranks_per_node = v > 0 && v <= world && world % v == 0 ? v : world;
+    }
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine **out)
 {
     zero_engine_desc d;
@@ -8494,6 +8703,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     if ((d.allocator.alloc == NULL) != (d.allocator.free == NULL))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_engine_create: allocator needs both alloc and free");
+    if ((r = zero__eng_topo_resolve(&d)) != ZERO_OK) return r;
     e = (zero_engine *)zero__alloc(&d.allocator, sizeof *e);
     if (!e) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_create: %zu bytes", sizeof *e);
     memset(e, 0, sizeof *e);
@@ -8520,6 +8730,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cfg.comm = d.comm;
     e->cfg.rank = d.comm->rank;
     e->cfg.world = d.comm->world;
+    e->topo.rpn = d.ranks_per_node;
+    e->topo.same_node = d.ranks_per_node - 1;
     e->cfg.stage = d.stage;
     e->cfg.accum_steps = d.accum_steps;
     e->prefetch.depth = d.prefetch_depth > 0 ? d.prefetch_depth : 0;
@@ -8822,6 +9034,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
+    h = zero__eng_mix(h, (uint64_t)d->ranks_per_node);
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -10587,7 +10800,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 25 };
+enum { ZERO__ENG_NSETTINGS = 26 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -10598,7 +10811,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
-            "offload_optimizer", "offload_param"};
+            "offload_optimizer", "offload_param", "ranks_per_node"};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -10614,6 +10827,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[17] = e->opt.scaler.factor; v[18] = e->opt.scaler.min_scale; v[19] = e->opt.scaler.window;
         v[20] = e->opt.scaler.hysteresis; v[21] = e->opt.scaler.error_at_min;
         v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
+        v[25] = d->ranks_per_node;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
@@ -12601,7 +12815,8 @@ ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t coun
         zero__eng_untag(e);
         if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
         zero__eng_count(e, ZERO_COLL_USER,
-                        2.0 * (double)n * (double)(e->cfg.world - 1) / (double)e->cfg.world, dtype);
+                        2.0 * (double)n * (double)(e->cfg.world - 1) / (double)e->cfg.world, dtype,
+                        2.0 * (double)n / (double)e->cfg.world, e->cfg.world, e->topo.same_node);
         if (n) {
             ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->buf.scratch, n * es),
                           "allreduce: download");

@@ -2633,6 +2633,7 @@ static const zero_comm_ops zero_cuda__comm_ops = {
     zero_cuda__barrier,
     NULL,
     NULL,
+    NULL, /* no split: the hierarchical modes need the NCCL (or a host) comm */
 };
 
 ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_device *dev, zero_comm **out)

@@ -2593,6 +2593,7 @@ static const zero_comm_ops zero_nccl__ops = {
     zero_nccl__barrier,
     zero_nccl__group_start,
     zero_nccl__group_end,
+    NULL, /* split: not yet (the hierarchical modes refuse this comm with UNSUPPORTED) */
 };
 
 static zero_nccl__comm *zero_nccl__of(zero_comm *comm)

@@ -51,6 +51,10 @@ typedef struct ec_cfg {
     /* per-tensor hyper-parameters, set after commit when hp_on (zero_engine_set_tensor_hparams) */
     int hp_on;
     double lr_mul[EC_MAX_T], hp_wd[EC_MAX_T];
+    /* topology (tests/test_hier.c): engine ranks_per_node; per-rank override when
+       rpn_rank[r] != 0 (a disagreement test) */
+    int ranks_per_node;
+    int rpn_rank[EC_MAX_RANKS];
 } ec_cfg;
 
 typedef struct ec_result {
@@ -183,6 +187,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->param_read_ahead = c->param_read_ahead;
     d->pin_memory = c->pin_memory;
     d->async_step = c->async_step;
+    d->ranks_per_node = c->ranks_per_node;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */
@@ -397,6 +402,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     }
     d.device = dev;
     d.comm = comm;
+    if (rank < EC_MAX_RANKS && c->rpn_rank[rank]) d.ranks_per_node = c->rpn_rank[rank];
     EC_TRY(zero_engine_create(&d, &e));
     EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
@@ -683,7 +689,7 @@ static zero_result ec_wrap_ge(zero_comm *c)
     return ZERO_OK;
 }
 static zero_comm_ops ec_wrap_ops __attribute__((unused)) = {"wrap", ec_wrap_destroy, ec_wrap_ag, ec_wrap_rs, ec_wrap_ar,
-                                    ec_wrap_bc, ec_wrap_barrier, ec_wrap_gs, ec_wrap_ge};
+                                    ec_wrap_bc, ec_wrap_barrier, ec_wrap_gs, ec_wrap_ge, NULL};
 #endif
 
 /* ---- the stage-equivalence check every engine test uses (needs tests/zt.h first) ---------- */
