@@ -170,6 +170,12 @@
    partitioned at stage 3. Its group lays it out after the trained tensors, so the gradient
    buffer holds the trained ones only (zero_group_info.frozen_numel).
 
+   BEYOND ONE NODE (docs/engine.md, "Inside and between nodes"). d.ranks_per_node = R says
+   ranks [k R, (k + 1) R) share node k (0 = the launcher's LOCAL_WORLD_SIZE,
+   OMPI_COMM_WORLD_LOCAL_SIZE or SLURM_NTASKS_PER_NODE, else one node); it changes no value.
+   zero_engine_traffic splits every collective's bytes into intra_bytes and inter_bytes by
+   it. zero_comm_split(comm, color, key, &sub) makes sub-communicators (local, MPI comms).
+
    PARAMETER GROUPS (docs/optimizer.md). zero_engine_set_tensor_hparams(e, t, lr_mul, wd)
    gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
    parameter groups); the fused Adam kernels apply each tensor's constants in their one pass
