@@ -1567,6 +1567,16 @@ typedef struct zero_engine_desc {
                                     no value: zero_traffic splits the bytes into intra- and
                                     inter-node by it, and the hierarchical modes build their
                                     groups on it.                                              */
+    int mics_shard_size;         /* MiCS (FSDP2's HSDP), stages 1-3: S > 1 partitions the model
+                                    states within groups of S consecutive ranks [k S, (k + 1) S)
+                                    and replicates them across the N / S groups. Gradients are
+                                    reduce-scattered inside the group (every reduction, as
+                                    flat), the accumulated shard is all-reduced across the
+                                    replicas once per step (at the accumulation boundary),
+                                    params are all-gathered inside the group only. Memory per
+                                    rank: the flat formulas at N = S. 0 or N = off. Must divide
+                                    N; needs a comm with split (UNSUPPORTED otherwise); refused
+                                    at stage 0 and with any NVMe tier (docs/engine.md, "MiCS"). */
 } zero_engine_desc;
 
 #define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
@@ -8083,6 +8093,10 @@ typedef struct zero__eng_micro {
 typedef struct zero__eng_topo {
     int rpn;       /* ranks per node (R)                               */
     int same_node; /* peers on this rank's node in cfg.comm: R - 1     */
+    int world_all, rank_all; /* cfg.comm's (cfg.world, cfg.rank: the shard group's with MiCS) */
+    int mics;      /* MiCS shard group size S; 0 = off                 */
+    zero_comm *shard, *replica; /* MiCS: the group of S ranks, the N / S replicas (owned) */
+    int shard_same, replica_same; /* their peers on this rank's node */
 } zero__eng_topo;
 
 /* Collective traffic: the running total, the current step's, the last completed step's,
@@ -8419,11 +8433,16 @@ static void zero__eng_count(zero_engine *e, zero_coll kind, double numel, zero_d
 
 /* Every engine collective carries its identity (group, role, running count) in the comm's
    tag; the tag is cleared after the call so a direct user of the same comm is untagged. */
+static void zero__eng_tag_on(zero_engine *e, zero_comm *c, int group, zero_comm_role role)
+{
+    c->tag.group = (int32_t)group;
+    c->tag.role = (int32_t)role;
+    c->tag.seq = e->traffic.coll_seq++;
+}
+
 static void zero__eng_tag(zero_engine *e, int group, zero_comm_role role)
 {
-    e->cfg.comm->tag.group = (int32_t)group;
-    e->cfg.comm->tag.role = (int32_t)role;
-    e->cfg.comm->tag.seq = e->traffic.coll_seq++;
+    zero__eng_tag_on(e, e->cfg.comm, group, role);
 }
 
 static void zero__eng_untag(zero_engine *e)
@@ -8431,18 +8450,33 @@ static void zero__eng_untag(zero_engine *e)
     memset(&e->cfg.comm->tag, 0, sizeof e->cfg.comm->tag);
 }
 
+/* The comm a collective runs on. Flat: cfg.comm. MiCS: the layout's collectives (every
+   all-gather and reduce-scatter, the step's flag and norm) on the shard group, whose ranks
+   hold the partition; the agreements (commit, checkpoint, offload, the user's values) on
+   cfg.comm, so every rank of the world joins them. *same: its peers on this rank's node. */
+static zero_comm *zero__eng_route(zero_engine *e, int layout, int *same)
+{
+    if (e->topo.shard && layout) {
+        *same = e->topo.shard_same;
+        return e->topo.shard;
+    }
+    *same = e->topo.same_node;
+    return e->cfg.comm;
+}
+
 static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *recv,
                                         size_t send_numel, zero_dtype dtype, int group,
                                         zero_comm_role role)
 {
     zero_result r;
-    zero__eng_tag(e, group, role);
-    r = e->cfg.comm->ops->all_gather(e->cfg.comm, send, recv, send_numel, dtype,
-                                     zero__eng_comm_queue(e));
-    zero__eng_untag(e);
+    int same;
+    zero_comm *c = zero__eng_route(e, 1, &same);
+    zero__eng_tag_on(e, c, group, role);
+    r = c->ops->all_gather(c, send, recv, send_numel, dtype, zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
     if (r == ZERO_OK)
-        zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(e->cfg.world - 1),
-                        dtype, (double)send_numel, e->cfg.world, e->topo.same_node);
+        zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(c->world - 1),
+                        dtype, (double)send_numel, c->world, same);
     return r;
 }
 
@@ -8450,14 +8484,15 @@ static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, vo
                                             size_t recv_numel, zero_dtype dtype, int group)
 {
     zero_result r;
-    zero__eng_tag(e, group, ZERO_ROLE_GRAD_REDUCE);
-    r = e->cfg.comm->ops->reduce_scatter(e->cfg.comm, send, recv, recv_numel, dtype, ZERO_OP_SUM,
-                                     zero__eng_comm_queue(e));
-    zero__eng_untag(e);
+    int same;
+    zero_comm *c = zero__eng_route(e, 1, &same);
+    zero__eng_tag_on(e, c, group, ZERO_ROLE_GRAD_REDUCE);
+    r = c->ops->reduce_scatter(c, send, recv, recv_numel, dtype, ZERO_OP_SUM,
+                               zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
     if (r == ZERO_OK)
-        zero__eng_count(e, ZERO_COLL_REDUCE_SCATTER,
-                        (double)recv_numel * (double)(e->cfg.world - 1), dtype, (double)recv_numel,
-                        e->cfg.world, e->topo.same_node);
+        zero__eng_count(e, ZERO_COLL_REDUCE_SCATTER, (double)recv_numel * (double)(c->world - 1),
+                        dtype, (double)recv_numel, c->world, same);
     return r;
 }
 
@@ -8466,26 +8501,49 @@ static zero_result zero__eng_all_reduce(zero_engine *e, const void *send, void *
                                         int group, zero_comm_role role)
 {
     zero_result r;
-    zero__eng_tag(e, group, role);
-    r = e->cfg.comm->ops->all_reduce(e->cfg.comm, send, recv, numel, dtype, op,
-                                     zero__eng_comm_queue(e));
-    zero__eng_untag(e);
+    int same;
+    zero_comm *c = zero__eng_route(e, role == ZERO_ROLE_FLAG || role == ZERO_ROLE_NORM ||
+                                          role == ZERO_ROLE_GRAD_REDUCE, &same);
+    zero__eng_tag_on(e, c, group, role);
+    r = c->ops->all_reduce(c, send, recv, numel, dtype, op, zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
     if (r == ZERO_OK)
         zero__eng_count(e, control ? ZERO_COLL_CONTROL : ZERO_COLL_ALL_REDUCE,
-                        2.0 * (double)numel * (double)(e->cfg.world - 1) / (double)e->cfg.world,
-                        dtype, 2.0 * (double)numel / (double)e->cfg.world, e->cfg.world,
-                        e->topo.same_node);
+                        2.0 * (double)numel * (double)(c->world - 1) / (double)c->world, dtype,
+                        2.0 * (double)numel / (double)c->world, c->world, same);
+    return r;
+}
+
+/* MiCS, at the step: the accumulated gradient shard of group g (n elements of the comm dtype
+   at p, device or host tier) summed over the replicas in their order (the documented
+   order: inside the group at each reduction, then across groups once per step). */
+static zero_result zero__eng_replica_reduce(zero_engine *e, void *p, size_t n, int g)
+{
+    zero_comm *c = e->topo.replica;
+    zero_result r;
+    zero__eng_tag_on(e, c, g, ZERO_ROLE_GRAD_REDUCE);
+    r = c->ops->all_reduce(c, p, p, n, e->cfg.comm_dtype, ZERO_OP_SUM, zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
+    if (r == ZERO_OK)
+        zero__eng_count(e, ZERO_COLL_ALL_REDUCE,
+                        2.0 * (double)n * (double)(c->world - 1) / (double)c->world,
+                        e->cfg.comm_dtype, 2.0 * (double)n / (double)c->world, c->world,
+                        e->topo.replica_same);
     return r;
 }
 
 static zero_result zero__eng_group_start(zero_engine *e)
 {
-    return e->cfg.comm->ops->group_start ? e->cfg.comm->ops->group_start(e->cfg.comm) : ZERO_OK;
+    int same;
+    zero_comm *c = zero__eng_route(e, 1, &same);
+    return c->ops->group_start ? c->ops->group_start(c) : ZERO_OK;
 }
 
 static zero_result zero__eng_group_end(zero_engine *e)
 {
-    return e->cfg.comm->ops->group_end ? e->cfg.comm->ops->group_end(e->cfg.comm) : ZERO_OK;
+    int same;
+    zero_comm *c = zero__eng_route(e, 1, &same);
+    return c->ops->group_end ? c->ops->group_end(c) : ZERO_OK;
 }
 
 /* A failure between group_start and group_end: break the engine, then close the comm's
@@ -8629,6 +8687,32 @@ static int zero__eng_env_rpn(const char **name)
 static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
 {
     int world = d->comm->world;
+    if (d->mics_shard_size < 0 || d->mics_shard_size > world ||
+        (d->mics_shard_size > 0 && world % d->mics_shard_size != 0))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_create: mics_shard_size = %d does not divide the world of %d "
+                          "ranks (0 = off, else a divisor of the world)",
+                          d->mics_shard_size, world);
+    if (d->mics_shard_size == world) d->mics_shard_size = 0; /* one group: flat */
+    if (d->mics_shard_size > 0) {
+        if (d->stage == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_create: mics_shard_size = %d at stage 0: MiCS "
+                              "partitions model states within groups, and stage 0 partitions "
+                              "none (use stage 1, 2 or 3)", d->mics_shard_size);
+        if (d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME ||
+            d->offload_gradients == ZERO_OFFLOAD_NVME)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_create: mics_shard_size with an NVMe tier: the "
+                              "replicas' all-reduce needs the whole accumulated gradient shard in "
+                              "memory at the step, and the NVMe tiers stream it to files as it is "
+                              "reduced (use offload cpu, or no MiCS)");
+        if (!d->comm->ops->split)
+            return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                              "zero_engine_create: mics_shard_size = %d needs sub-communicators, "
+                              "and the '%s' comm has no split (zero_comm_ops.split)",
+                              d->mics_shard_size, d->comm->ops->name ? d->comm->ops->name : "?");
+    }
     if (d->ranks_per_node < 0 || d->ranks_per_node > world ||
         (d->ranks_per_node > 0 && world % d->ranks_per_node != 0))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -8738,6 +8822,13 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cfg.world = d.comm->world;
     e->topo.rpn = d.ranks_per_node;
     e->topo.same_node = d.ranks_per_node - 1;
+    e->topo.world_all = d.comm->world;
+    e->topo.rank_all = d.comm->rank;
+    e->topo.mics = d.mics_shard_size;
+    if (e->topo.mics) { /* the layout is the shard group's: N = S, this rank's place in it */
+        e->cfg.world = e->topo.mics;
+        e->cfg.rank = d.comm->rank % e->topo.mics;
+    }
     e->cfg.stage = d.stage;
     e->cfg.accum_steps = d.accum_steps;
     e->prefetch.depth = d.prefetch_depth > 0 ? d.prefetch_depth : 0;
@@ -8768,6 +8859,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     const zero_allocator *a;
     int g;
     if (!e) return;
+    zero_comm_destroy(e->topo.replica);
+    zero_comm_destroy(e->topo.shard);
+    e->topo.replica = e->topo.shard = NULL;
     a = &e->cfg.desc.allocator;
     if (e->cfg.dev) {
         /* Let queued work finish before freeing what it may touch (errors are moot here). */
@@ -9041,6 +9135,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
     h = zero__eng_mix(h, (uint64_t)d->ranks_per_node);
+    h = zero__eng_mix(h, (uint64_t)d->mics_shard_size);
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -9683,6 +9778,12 @@ static zero_result zero__eng_host_grad_norm(zero_engine *e)
     ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD),
                   "step: sync of the offload queue");
     if (e->gnv && (r = zero__gnv_norm(e, &sumsq, &flag)) != ZERO_OK) return r; /* nvme */
+    for (g = 0; g < e->layout.ngroups && e->topo.replica; g++) /* MiCS: across the replicas */
+        if (e->layout.groups[g].shard_numel)
+            ZERO__ENG_TRY(e, zero__eng_replica_reduce(e, e->host.grad + e->layout.groups[g].off_shard *
+                                                                            e->cfg.comm_size,
+                                                      e->layout.groups[g].shard_numel, g),
+                          "step: all_reduce of the gradients across the MiCS replicas");
     for (g = 0; g < e->layout.ngroups && !e->gnv; g++) {
         const unsigned char *a = e->host.grad + e->layout.groups[g].off_shard * e->cfg.comm_size;
         size_t n = e->layout.groups[g].shard_numel;
@@ -10806,7 +10907,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 26 };
+enum { ZERO__ENG_NSETTINGS = 27 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -10817,7 +10918,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
-            "offload_optimizer", "offload_param", "ranks_per_node"};
+            "offload_optimizer", "offload_param", "ranks_per_node", "mics_shard_size"};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -10834,6 +10935,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[20] = e->opt.scaler.hysteresis; v[21] = e->opt.scaler.error_at_min;
         v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
         v[25] = d->ranks_per_node;
+        v[26] = d->mics_shard_size;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
@@ -10919,6 +11021,45 @@ static zero_result zero__eng_find_mismatch(zero_engine *e, char *msg, size_t n)
     snprintf(msg, n, "zero_engine_commit: ranks gave different settings: the first difference "
              "is the %s on rank %d; across ranks it ranges over [%.17g, %.17g]; every rank "
              "must use the same descriptor", what, e->cfg.rank, -v[1], v[0]);
+    return ZERO_OK;
+}
+
+/* Peers of this rank (rank_all) on its node among the count ranks first + i stride. */
+static int zero__eng_same_node(const zero_engine *e, int first, int stride, int count)
+{
+    int i, n = 0, node = e->topo.rank_all / e->topo.rpn;
+    for (i = 0; i < count; i++) {
+        int q = first + i * stride;
+        if (q != e->topo.rank_all && q / e->topo.rpn == node) n++;
+    }
+    return n;
+}
+
+/* MiCS (commit, after the agreement, so every rank asks for the same groups): the shard
+   group (color rank / S, ranked by rank) and the replica group (color rank % S, ranked by
+   the group index, so its sum runs over the groups in order). Collective over cfg.comm. */
+static zero_result zero__eng_topo_split(zero_engine *e)
+{
+    int S = e->topo.mics, N = e->topo.world_all, rank = e->topo.rank_all;
+    zero_result r;
+    zero__eng_tag(e, -1, ZERO_ROLE_COMMIT);
+    r = zero_comm_split(e->cfg.comm, rank / S, rank, &e->topo.shard);
+    zero__eng_untag(e);
+    if (r != ZERO_OK) return zero__fail(r, "zero_engine_commit: the MiCS shard group: %.360s",
+                                        zero_last_error());
+    zero__eng_tag(e, -1, ZERO_ROLE_COMMIT);
+    r = zero_comm_split(e->cfg.comm, rank % S, rank / S, &e->topo.replica);
+    zero__eng_untag(e);
+    if (r != ZERO_OK) return zero__fail(r, "zero_engine_commit: the MiCS replica group: %.360s",
+                                        zero_last_error());
+    if (e->topo.shard->world != S || e->topo.shard->rank != e->cfg.rank ||
+        e->topo.replica->world != N / S || e->topo.replica->rank != rank / S)
+        return zero__fail(ZERO_ERROR_COMM, "zero_engine_commit: the comm's split gave rank %d of "
+                          "%d and %d of %d (want %d of %d, %d of %d)", e->topo.shard->rank,
+                          e->topo.shard->world, e->topo.replica->rank, e->topo.replica->world,
+                          e->cfg.rank, S, rank / S, N / S);
+    e->topo.shard_same = zero__eng_same_node(e, rank / S * S, 1, S);
+    e->topo.replica_same = zero__eng_same_node(e, rank % S, S, N / S);
     return ZERO_OK;
 }
 
@@ -11074,6 +11215,11 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                                 "buffers (%s); every rank's commit fails",
                  zero_result_string(peer));
         return zero__eng_commit_failed(e, peer, pm);
+    }
+    if (e->topo.mics && (r = zero__eng_topo_split(e)) != ZERO_OK) {
+        char sm[420];
+        zero__eng_copy_error(sm, sizeof sm);
+        return zero__eng_commit_failed(e, r, sm);
     }
     e->buf.param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->buf.grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
@@ -12381,12 +12527,22 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     /* Prefetched groups hold the old values. */
     zero__eng_drop_prefetched(e);
     scale_used = e->opt.scaler.scale;
-    unscale =
-        (float)(1.0 / ((double)scale_used * (double)e->cfg.world * (double)e->cfg.accum_steps));
+    unscale = (float)(1.0 / ((double)scale_used * (double)e->topo.world_all *
+                             (double)e->cfg.accum_steps));
     sumsq = (double *)(void *)e->buf.scratch;
     flag = (float *)(void *)(e->buf.scratch + 8);
     mul = (float *)(void *)(e->buf.scratch + 12);
 
+    /* 0. MiCS: the accumulated shards summed across the replicas (the host tier does it
+       after its last add, in zero__eng_host_grad_norm). */
+    if (e->topo.replica && zero__tier_where(e, ZERO_MEM_GRAD, -1) == ZERO_TIER_DEVICE) {
+        ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
+        for (g = 0; g < e->layout.ngroups; g++)
+            if (e->layout.groups[g].shard_numel)
+                ZERO__ENG_TRY(e, zero__eng_replica_reduce(e, zero__eng_grad_acc_shard(e, g),
+                                                          e->layout.groups[g].shard_numel, g),
+                              "step: all_reduce of the gradients across the MiCS replicas");
+    }
     /* 1. non-finite flag and sum of squares over this rank's shard of every group (in the
        gradients' tier). */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
@@ -12821,8 +12977,9 @@ ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t coun
         zero__eng_untag(e);
         if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
         zero__eng_count(e, ZERO_COLL_USER,
-                        2.0 * (double)n * (double)(e->cfg.world - 1) / (double)e->cfg.world, dtype,
-                        2.0 * (double)n / (double)e->cfg.world, e->cfg.world, e->topo.same_node);
+                        2.0 * (double)n * (double)(e->topo.world_all - 1) / (double)e->topo.world_all,
+                        dtype, 2.0 * (double)n / (double)e->topo.world_all, e->topo.world_all,
+                        e->topo.same_node);
         if (n) {
             ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->buf.scratch, n * es),
                           "allreduce: download");
@@ -13152,7 +13309,7 @@ static zero_result zero__act_alloc(zero_engine *e)
         iod.queue_depth = e->cfg.desc.queue_depth;
         iod.allocator = e->cfg.desc.allocator;
         if ((r = zero_io_create(&iod, &a->io)) != ZERO_OK) return r;
-        if ((r = zero_io_file_create(a->io, e->cfg.desc.nvme_path, "act", e->cfg.rank,
+        if ((r = zero_io_file_create(a->io, e->cfg.desc.nvme_path, "act", e->topo.rank_all,
                                      (uint64_t)e->cfg.desc.activation_nvme_bytes, &a->file)) !=
             ZERO_OK)
             return r;
@@ -15047,15 +15204,15 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
     int f, i, j, k;
     msg[0] = '\0';
     if (r != ZERO_OK) snprintf(msg, sizeof msg, "%.238s", zero_last_error());
-    v[0] = r != ZERO_OK ? (double)(e->cfg.world - e->cfg.rank) : 0.0;
+    v[0] = r != ZERO_OK ? (double)(e->topo.world_all - e->topo.rank_all) : 0.0;
     v[1] = val ? (double)(*val >> 32) : 0.0;
     v[2] = val ? (double)(*val & 0xffffffffu) : 0.0;
     if ((rr = zero__ck_allreduce(e, v, 3, ZERO_OP_MAX)) != ZERO_OK) return rr;
     if (val) *val = (uint64_t)v[1] << 32 | (uint64_t)v[2];
     if (v[0] == 0.0) return ZERO_OK;
-    f = e->cfg.world - (int)v[0];
+    f = e->topo.world_all - (int)v[0];
     memset(b, 0, sizeof b);
-    if (e->cfg.rank == f) {
+    if (e->topo.rank_all == f) {
         b[0] = (unsigned char)(-(int)r);
         memcpy(b + 1, msg, strlen(msg) < BYTES - 2 ? strlen(msg) : BYTES - 2);
     }
@@ -15063,7 +15220,7 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
         for (j = 0; j < 8; j++) {
             double d = 0.0;
             for (k = 5; k >= 0; k--) d = d * 256.0 + (double)b[i * 48 + j * 6 + k];
-            v[j] = e->cfg.rank == f ? d : 0.0;
+            v[j] = e->topo.rank_all == f ? d : 0.0;
         }
         if ((rr = zero__ck_allreduce(e, v, 8, ZERO_OP_SUM)) != ZERO_OK) return rr;
         for (j = 0; j < 8; j++) {
@@ -15616,11 +15773,11 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
     /* 1. the directory, the save lock and the generation (rank 0 takes and proposes them) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "mkdir %s: %s", dir, strerror(errno)); /* prefixed below */
-    if (r == ZERO_OK && e->cfg.rank == 0 && client_bytes > 0 && !client)
+    if (r == ZERO_OK && e->topo.rank_all == 0 && client_bytes > 0 && !client)
         r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "rank 0's client is NULL with client_bytes %zu "
                        "(zero_engine_save_client)", client_bytes);
-    if (r == ZERO_OK && e->cfg.rank == 0) r = zero__ck_lock(dir, &lock);
-    if (r == ZERO_OK && e->cfg.rank == 0) r = zero__ck_next_gen(dir, &gen);
+    if (r == ZERO_OK && e->topo.rank_all == 0) r = zero__ck_lock(dir, &lock);
+    if (r == ZERO_OK && e->topo.rank_all == 0) r = zero__ck_next_gen(dir, &gen);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
@@ -15631,29 +15788,30 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
        generation's files on every rank (each its own), so no orphan outlives the save. */
     if (r == ZERO_OK) {
         zero_result sr = ZERO_OK;
-        if (e->cfg.rank == 0 && client_bytes > 0) {
+        if (e->topo.rank_all == 0 && client_bytes > 0) {
             char name[64];
             zero__ck_client_name(name, sizeof name, gen);
             client_crc = zero_crc32c(0, client, client_bytes);
             sr = zero__ck_write_file(dir, name, client, client_bytes);
         }
-        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, gen);
+        /* MiCS: the first replica's ranks write the shards (a checkpoint of S ranks) */
+        if (sr == ZERO_OK && e->topo.rank_all < e->cfg.world) sr = zero__ck_write_shard(e, dir, gen);
         r = zero__ck_agree(e, sr, NULL);
-        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->cfg.rank);
+        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->topo.rank_all < e->cfg.world ? e->cfg.rank : -1);
         else {
             /* 3. the manifest (the commit point), then the older generations go */
             zero_result mr = ZERO_OK;
-            if (e->cfg.rank == 0) {
+            if (e->topo.rank_all == 0) {
                 mr = zero__ck_write_manifest(e, dir, gen, client_bytes, client_crc);
                 if (mr == ZERO_OK) zero__ck_cleanup(dir, gen, 1, 0);
             }
             r = zero__ck_agree(e, mr, NULL);
             /* not committed (the manifest names another generation): this one goes */
             if (r != ZERO_OK && zero__ck_manifest_gen(dir) != gen)
-                zero__ck_cleanup(dir, gen, 0, e->cfg.rank);
+                zero__ck_cleanup(dir, gen, 0, e->topo.rank_all < e->cfg.world ? e->cfg.rank : -1);
         }
     }
-    if (e->cfg.rank == 0) zero__ck_unlock(dir, lock);
+    if (e->topo.rank_all == 0) zero__ck_unlock(dir, lock);
     e->traffic.cur = keep;
     return r;
 }

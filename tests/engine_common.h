@@ -55,6 +55,8 @@ typedef struct ec_cfg {
        rpn_rank[r] != 0 (a disagreement test) */
     int ranks_per_node;
     int rpn_rank[EC_MAX_RANKS];
+    int mics;                     /* engine mics_shard_size; per-rank override mics_rank[r] */
+    int mics_rank[EC_MAX_RANKS];
 } ec_cfg;
 
 typedef struct ec_result {
@@ -188,6 +190,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->pin_memory = c->pin_memory;
     d->async_step = c->async_step;
     d->ranks_per_node = c->ranks_per_node;
+    d->mics_shard_size = c->mics;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */
@@ -403,6 +406,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     d.device = dev;
     d.comm = comm;
     if (rank < EC_MAX_RANKS && c->rpn_rank[rank]) d.ranks_per_node = c->rpn_rank[rank];
+    if (rank < EC_MAX_RANKS && c->mics_rank[rank]) d.mics_shard_size = c->mics_rank[rank];
     EC_TRY(zero_engine_create(&d, &e));
     EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));

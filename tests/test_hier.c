@@ -6,7 +6,7 @@
    split into intra- and inter-node bytes: on every rank and step equal to the attribution
    of docs/engine.md computed from the flat totals, the totals unchanged by the topology,
    and the state bits unchanged, at N = 4 and 8 with R = 2 and 4, stages 0-3. */
-#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
+#define _POSIX_C_SOURCE 200809L /* setenv, strdup, mkdtemp */
 #include "zero.h"
 #include "tests/zt.h"
 #include "tests/engine_common.h"
@@ -288,6 +288,380 @@ ZT_TEST(traffic_split_flat)
         }
 }
 
+/* ---- MiCS (mics_shard_size) ---------------------------------------------------------------- */
+
+/* The MiCS cases: (N, S, R). */
+static const int mics_cases[][3] = {{4, 2, 2}, {4, 2, 1}, {8, 2, 4}, {8, 4, 2}, {8, 4, 4}, {8, 2, 2}};
+#define MICS_NCASES ((int)(sizeof mics_cases / sizeof mics_cases[0]))
+
+static void mics_cfg(ec_cfg *c, int stage, int N, int S, int R, zero_dtype dt, int accum, int steps)
+{
+    ec_cfg_init(c, stage, N, dt, accum, steps);
+    c->mics = S;
+    c->ranks_per_node = R;
+    c->lr = 1e-2f;
+}
+
+/* Stages 1-3 are bit-identical to each other at the same (N, S); replicas hold the same
+   params (params_agree). */
+ZT_TEST(mics_stages_identical)
+{
+    int k, st;
+    for (k = 0; k < MICS_NCASES; k++) {
+        ec_cfg c;
+        ec_result *ref = NULL;
+        for (st = 1; st <= 3; st++) {
+            ec_result *res;
+            char why[160];
+            mics_cfg(&c, st, mics_cases[k][0], mics_cases[k][1], mics_cases[k][2], ZERO_BF16, 2, 3);
+            c.comm_dtype = k % 2 ? ZERO_F32 : ZERO_DTYPE_DEFAULT;
+            res = ec_run(&c);
+            ZT_CHECKF(res->rc == ZERO_OK, "case %d stage %d: %s", k, st, res->err);
+            ZT_CHECKF(res->params_agree, "case %d stage %d: replicas hold different params", k, st);
+            if (!ref) {
+                ref = res;
+                continue;
+            }
+            ZT_CHECKF(ec_same_state(&c, ref, res, why, sizeof why), "N=%d S=%d R=%d stage %d vs 1: %s",
+                      mics_cases[k][0], mics_cases[k][1], mics_cases[k][2], st, why);
+            ec_result_free(res);
+        }
+        ec_result_free(ref);
+    }
+}
+
+/* The reference: a flat run whose comm sums each reduce-scatter in MiCS's documented order
+   (inside each group of S consecutive ranks in rank order, fp32, rounded to the dtype; then
+   over the groups in order, fp32, rounded), written here from the all-gathered inputs. */
+static int hr_S;
+
+static zero_comm *hr_inner(zero_comm *c) { return ((ec_wrap *)c->impl)->inner; }
+static void hr_destroy(zero_comm *c) { (void)c; }
+static zero_result hr_ag(zero_comm *c, const void *s, void *r, size_t n, zero_dtype d, void *q)
+{
+    return hr_inner(c)->ops->all_gather(hr_inner(c), s, r, n, d, q);
+}
+static zero_result hr_ar(zero_comm *c, const void *s, void *r, size_t n, zero_dtype d, zero_op op, void *q)
+{
+    return hr_inner(c)->ops->all_reduce(hr_inner(c), s, r, n, d, op, q);
+}
+static zero_result hr_bc(zero_comm *c, void *b, size_t n, zero_dtype d, int root, void *q)
+{
+    return hr_inner(c)->ops->broadcast(hr_inner(c), b, n, d, root, q);
+}
+static zero_result hr_barrier(zero_comm *c) { return hr_inner(c)->ops->barrier(hr_inner(c)); }
+static float hr_load(const unsigned char *p, zero_dtype d, size_t i)
+{
+    float x;
+    zero_convert(&x, ZERO_F32, p + i * zero_dtype_size(d), d, 1, ZERO_SIMD_PORTABLE);
+    return x;
+}
+static float hr_round(float x, zero_dtype d)
+{
+    unsigned char b[4];
+    float y;
+    zero_convert(b, d, &x, ZERO_F32, 1, ZERO_SIMD_PORTABLE);
+    zero_convert(&y, ZERO_F32, b, d, 1, ZERO_SIMD_PORTABLE);
+    return y;
+}
+static zero_result hr_rs(zero_comm *c, const void *send, void *recv, size_t n, zero_dtype d,
+                         zero_op op, void *q)
+{
+    zero_comm *in = hr_inner(c);
+    int N = in->world, S = hr_S, j, k;
+    size_t es = zero_dtype_size(d), i, whole = (size_t)N * n;
+    unsigned char *all = (unsigned char *)malloc(whole * (size_t)N * es + 1);
+    zero_result r;
+    if (!all || op != ZERO_OP_SUM) {
+        free(all);
+        return ZERO_ERROR_OUT_OF_MEMORY;
+    }
+    r = in->ops->all_gather(in, send, all, whole, d, q); /* every rank's whole input */
+    for (i = 0; i < n && r == ZERO_OK; i++) {
+        size_t at = (size_t)in->rank * n + i;
+        float total = 0.0f;
+        for (j = 0; j < N / S; j++) {
+            float acc = hr_load(all + (size_t)(j * S) * whole * es, d, at), part;
+            for (k = j * S + 1; k < (j + 1) * S; k++) acc += hr_load(all + (size_t)k * whole * es, d, at);
+            part = hr_round(acc, d);
+            total = j == 0 ? part : total + part;
+        }
+        total = hr_round(total, d);
+        zero_convert((unsigned char *)recv + i * es, d, &total, ZERO_F32, 1, ZERO_SIMD_PORTABLE);
+    }
+    free(all);
+    return r;
+}
+static zero_comm_ops hr_ops = {"mics-reference", hr_destroy, hr_ag, hr_rs, hr_ar, hr_bc, hr_barrier,
+                               NULL, NULL, NULL};
+
+ZT_TEST(mics_equals_reference)
+{
+    static const zero_dtype dts[] = {ZERO_F32, ZERO_BF16, ZERO_F16};
+    int k, st, d;
+    for (k = 0; k < MICS_NCASES; k++)
+        for (d = 0; d < 3; d++)
+            for (st = 1; st <= 3; st += 2) {
+                ec_cfg c, f;
+                ec_result *got, *ref;
+                char why[160];
+                mics_cfg(&c, st, mics_cases[k][0], mics_cases[k][1], mics_cases[k][2], dts[d], 1, 3);
+                got = ec_run(&c);
+                f = c;
+                f.mics = 0;
+                f.stage = 2;
+                f.wrap_ops = &hr_ops;
+                hr_S = c.mics;
+                ref = ec_run(&f);
+                ZT_CHECKF(got->rc == ZERO_OK && ref->rc == ZERO_OK, "%s / %s", got->err, ref->err);
+                ZT_CHECKF(ec_same_state(&c, ref, got, why, sizeof why),
+                          "N=%d S=%d R=%d %s stage %d vs the reference: %s", c.world, c.mics,
+                          c.ranks_per_node, zero_dtype_name(dts[d]), st, why);
+                ec_result_free(got);
+                ec_result_free(ref);
+            }
+}
+
+/* Memory per rank: exactly the flat run's at N = S, every category, now and at peak, on
+   the device and (offload cpu) the host tier. */
+ZT_TEST(mics_memory_is_flat_at_S)
+{
+    int k, st, off;
+    for (k = 0; k < MICS_NCASES; k++)
+        for (st = 1; st <= 3; st++)
+            for (off = 0; off <= 1; off++) {
+                int N = mics_cases[k][0], S = mics_cases[k][1], rk;
+                ec_cfg c, f;
+                ec_result *got, *ref;
+                mics_cfg(&c, st, N, S, mics_cases[k][2], ZERO_BF16, 2, 1);
+                if (off) c.offload_opt = ZERO_OFFLOAD_CPU;
+                f = c;
+                f.mics = 0;
+                f.world = S;
+                f.ranks_per_node = 0;
+                got = ec_run(&c);
+                ref = ec_run(&f);
+                ZT_CHECKF(got->rc == ZERO_OK && ref->rc == ZERO_OK, "%s / %s", got->err, ref->err);
+                for (rk = 0; rk < N && got->rc == ZERO_OK && ref->rc == ZERO_OK; rk++) {
+                    ZT_CHECKF(memcmp(&got->mem[rk], &ref->mem[rk % S], sizeof got->mem[rk]) == 0,
+                              "N=%d S=%d stage %d offload %d rank %d: device %zu bytes vs flat at S %zu",
+                              N, S, st, off, rk, got->mem[rk].total_bytes, ref->mem[rk % S].total_bytes);
+                    ZT_CHECKF(memcmp(&got->host_mem[rk], &ref->host_mem[rk % S], sizeof got->host_mem[rk]) == 0,
+                              "N=%d S=%d stage %d offload %d rank %d: host %zu vs %zu", N, S, st, off, rk,
+                              got->host_mem[rk].total_bytes, ref->host_mem[rk % S].total_bytes);
+                }
+                ec_result_free(got);
+                ec_result_free(ref);
+            }
+}
+
+/* Peers of rank on its node among count ranks first + i stride (nodes of R). */
+static int peers_on_node(int rank, int R, int first, int stride, int count)
+{
+    int i, n = 0;
+    for (i = 0; i < count; i++) {
+        int q = first + i * stride;
+        if (q != rank && q / R == rank / R) n++;
+    }
+    return n;
+}
+
+/* Traffic per step on every rank = the MiCS formulas: inside the group A P (S-1)/S
+   reduce-scattered (comm dtype) and P (S-1)/S all-gathered (stage 1-2; stage 3: 2 A per
+   micro-step), across the replicas one all-reduce of the P / S shard: 2 (P/S) (G-1)/G,
+   G = N / S; each split by the peers on the node. */
+ZT_TEST(mics_traffic_formulas)
+{
+    int k, st;
+    for (k = 0; k < MICS_NCASES; k++)
+        for (st = 1; st <= 3; st++) {
+            int N = mics_cases[k][0], S = mics_cases[k][1], R = mics_cases[k][2], G = N / S, rk, s;
+            ec_cfg c;
+            ec_result *got;
+            double P, cs = 4.0, ps = 2.0, A = 2.0;
+            mics_cfg(&c, st, N, S, R, ZERO_BF16, 2, 2);
+            c.comm_dtype = ZERO_F32;
+            got = ec_run(&c);
+            ZT_CHECKF(got->rc == ZERO_OK, "%s", got->err);
+            if (got->rc != ZERO_OK) {
+                ec_result_free(got);
+                continue;
+            }
+            P = (double)got->plan_total;
+            for (rk = 0; rk < N; rk++)
+                for (s = 0; s < c.steps; s++) {
+                    const zero_traffic *t = &got->traffic_last[rk][s];
+                    int ss = peers_on_node(rk, R, rk / S * S, 1, S);
+                    int rs_ = peers_on_node(rk, R, rk % S, S, G);
+                    double ag_units = st == 3 ? 2.0 * A : 1.0; /* P / S per unit */
+                    double rs_b = A * P / S * cs, ag_b = ag_units * P / S * ps, ar_u = 2.0 * P / S / G * cs;
+                    ZT_CHECKF(close_rel(t->bytes[ZERO_COLL_REDUCE_SCATTER], rs_b * (S - 1)) &&
+                                  close_rel(t->intra_bytes[ZERO_COLL_REDUCE_SCATTER], rs_b * ss) &&
+                                  close_rel(t->inter_bytes[ZERO_COLL_REDUCE_SCATTER], rs_b * (S - 1 - ss)),
+                              "N=%d S=%d R=%d stage %d rank %d step %d: reduce-scatter %.17g / %.17g / %.17g",
+                              N, S, R, st, rk, s, t->bytes[ZERO_COLL_REDUCE_SCATTER],
+                              t->intra_bytes[ZERO_COLL_REDUCE_SCATTER], t->inter_bytes[ZERO_COLL_REDUCE_SCATTER]);
+                    ZT_CHECKF(close_rel(t->bytes[ZERO_COLL_ALL_GATHER], ag_b * (S - 1)) &&
+                                  close_rel(t->intra_bytes[ZERO_COLL_ALL_GATHER], ag_b * ss) &&
+                                  close_rel(t->inter_bytes[ZERO_COLL_ALL_GATHER], ag_b * (S - 1 - ss)),
+                              "N=%d S=%d R=%d stage %d rank %d step %d: all-gather %.17g / %.17g / %.17g",
+                              N, S, R, st, rk, s, t->bytes[ZERO_COLL_ALL_GATHER],
+                              t->intra_bytes[ZERO_COLL_ALL_GATHER], t->inter_bytes[ZERO_COLL_ALL_GATHER]);
+                    ZT_CHECKF(close_rel(t->bytes[ZERO_COLL_ALL_REDUCE], ar_u * (G - 1)) &&
+                                  close_rel(t->intra_bytes[ZERO_COLL_ALL_REDUCE], ar_u * rs_) &&
+                                  close_rel(t->inter_bytes[ZERO_COLL_ALL_REDUCE], ar_u * (G - 1 - rs_)),
+                              "N=%d S=%d R=%d stage %d rank %d step %d: all-reduce %.17g / %.17g / %.17g",
+                              N, S, R, st, rk, s, t->bytes[ZERO_COLL_ALL_REDUCE],
+                              t->intra_bytes[ZERO_COLL_ALL_REDUCE], t->inter_bytes[ZERO_COLL_ALL_REDUCE]);
+                }
+            ec_result_free(got);
+        }
+}
+
+/* Offload cpu (and at stage 3 the params on the host too): the same bits as without. */
+ZT_TEST(mics_offload_cpu)
+{
+    int st, k;
+    for (k = 0; k < MICS_NCASES; k += 2)
+        for (st = 1; st <= 3; st++) {
+            ec_cfg c;
+            ec_result *a, *b;
+            char why[160];
+            mics_cfg(&c, st, mics_cases[k][0], mics_cases[k][1], mics_cases[k][2], ZERO_BF16, 2, 3);
+            a = ec_run(&c);
+            c.offload_opt = ZERO_OFFLOAD_CPU;
+            if (st == 3) c.offload_param = ZERO_OFFLOAD_CPU;
+            b = ec_run(&c);
+            ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
+            ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "case %d stage %d offload: %s", k, st, why);
+            ec_result_free(a);
+            ec_result_free(b);
+        }
+}
+
+/* Checkpoints: a MiCS run saved after 2 steps loads bit for bit into a flat run (N = 2 and
+   4, stages 1 and 3) and into another topology (N = 8, S = 4, R = 4); resuming MiCS from it
+   equals the straight 4-step MiCS run. */
+ZT_TEST(mics_checkpoint)
+{
+    char dir[] = "/tmp/zero_hier_XXXXXX";
+    ec_cfg c, l;
+    ec_job js, jl;
+    ec_result *saved, *loaded, *straight, *resumed;
+    char why[160];
+    static const int loads[][4] = {{2, 0, 0, 1}, {4, 0, 0, 3}, {8, 4, 4, 2}, {4, 2, 2, 3}};
+    size_t i;
+    if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
+    mics_cfg(&c, 2, 4, 2, 2, ZERO_BF16, 2, 4);
+    memset(&js, 0, sizeof js);
+    js.save_dir = dir;
+    js.first = 0;
+    js.last = 2;
+    saved = ec_run_job(&c, &js);
+    ZT_CHECKF(saved->rc == ZERO_OK, "%s", saved->err);
+    for (i = 0; i < sizeof loads / sizeof loads[0] && saved->rc == ZERO_OK; i++) {
+        l = c;
+        l.world = loads[i][0];
+        l.mics = loads[i][1];
+        l.ranks_per_node = loads[i][2];
+        l.stage = loads[i][3];
+        memset(&jl, 0, sizeof jl);
+        jl.load_dir = dir;
+        jl.first = jl.last = 2;
+        loaded = ec_run_job(&l, &jl);
+        ZT_CHECKF(loaded->rc == ZERO_OK, "load %zu: %s", i, loaded->err);
+        ZT_CHECKF(ec_same_state(&c, saved, loaded, why, sizeof why), "load into N=%d S=%d stage %d: %s",
+                  l.world, l.mics, l.stage, why);
+        ec_result_free(loaded);
+    }
+    straight = ec_run(&c);
+    memset(&jl, 0, sizeof jl);
+    jl.load_dir = dir;
+    jl.first = 2;
+    jl.last = 4;
+    resumed = ec_run_job(&c, &jl);
+    ZT_CHECKF(straight->rc == ZERO_OK && resumed->rc == ZERO_OK, "%s / %s", straight->err, resumed->err);
+    ZT_CHECKF(ec_same_state(&c, straight, resumed, why, sizeof why), "resumed vs straight: %s", why);
+    ec_result_free(straight);
+    ec_result_free(resumed);
+    ec_result_free(saved);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+}
+
+/* Refused: stage 0, a size that does not divide N, NVMe tiers, a comm without split;
+   ranks that disagree: MISMATCH naming mics_shard_size. */
+typedef struct mr_ctx {
+    int stage, mics, nvme, nosplit;
+    zero_result got;
+    char msg[400];
+} mr_ctx;
+
+static zero_result mr_rank(int rank, zero_comm *comm, void *user)
+{
+    mr_ctx *m = (mr_ctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_comm_ops ops = *comm->ops;
+    zero_comm wrapped = *comm;
+    zero_result r = zero_host_device_create(NULL, &dev);
+    if (r != ZERO_OK) return r;
+    ops.split = NULL;
+    wrapped.ops = &ops;
+    memset(&d, 0, sizeof d);
+    d.stage = m->stage;
+    d.device = dev;
+    d.comm = m->nosplit ? &wrapped : comm;
+    d.mics_shard_size = m->mics;
+    if (m->nvme) {
+        d.offload_optimizer = ZERO_OFFLOAD_NVME;
+        d.nvme_path = "/tmp";
+    }
+    r = zero_engine_create(&d, &e);
+    if (rank == 0) {
+        m->got = r;
+        snprintf(m->msg, sizeof m->msg, "%s", zero_last_error());
+    }
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+static zero_result mr_try(int stage, int mics, int nvme, int nosplit, char *msg, size_t n)
+{
+    mr_ctx m;
+    memset(&m, 0, sizeof m);
+    m.stage = stage;
+    m.mics = mics;
+    m.nvme = nvme;
+    m.nosplit = nosplit;
+    if (zero_local_run(4, mr_rank, &m) != ZERO_OK) return ZERO_ERROR_COMM;
+    snprintf(msg, n, "%s", m.msg);
+    return m.got;
+}
+
+ZT_TEST(mics_refused)
+{
+    char msg[400];
+    ec_cfg c;
+    ec_result *res;
+    ZT_CHECK(mr_try(0, 2, 0, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT && strstr(msg, "stage 0"));
+    ZT_CHECK(mr_try(2, 3, 0, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT && strstr(msg, "mics_shard_size"));
+    ZT_CHECK(mr_try(2, 2, 1, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT && strstr(msg, "NVMe"));
+    ZT_CHECK(mr_try(2, 2, 0, 1, msg, sizeof msg) == ZERO_ERROR_UNSUPPORTED && strstr(msg, "split"));
+    ZT_CHECK(mr_try(2, 4, 0, 1, msg, sizeof msg) == ZERO_OK); /* S = N is flat: no split needed */
+    ZT_CHECK(mr_try(0, 0, 0, 1, msg, sizeof msg) == ZERO_OK);
+    mics_cfg(&c, 1, 4, 2, 2, ZERO_BF16, 1, 1); /* stage 1: no arena size that differs first */
+    c.mics_rank[1] = 4; /* rank 1: flat */
+    res = ec_run(&c);
+    ZT_CHECKF(res->rc == ZERO_ERROR_MISMATCH && strstr(res->err, "mics_shard_size"), "%s", res->err);
+    ec_result_free(res);
+}
+
 int main(void)
 {
     ZT_RUN(split_local);
@@ -295,5 +669,12 @@ int main(void)
     ZT_RUN(ranks_per_node_resolve);
     ZT_RUN(ranks_per_node_mismatch);
     ZT_RUN(traffic_split_flat);
+    ZT_RUN(mics_refused);
+    ZT_RUN(mics_stages_identical);
+    ZT_RUN(mics_equals_reference);
+    ZT_RUN(mics_memory_is_flat_at_S);
+    ZT_RUN(mics_traffic_formulas);
+    ZT_RUN(mics_offload_cpu);
+    ZT_RUN(mics_checkpoint);
     return zt_summary();
 }

@@ -4,7 +4,8 @@
    reductions in them equal the same order's reference bit for bit, color < 0 gives none;
    the engine with an explicit ranks_per_node = R over MPI equals the threads run with the
    same R (tests/engine_common.h) on this rank: its state elements, its step infos and every
-   step's traffic, intra- and inter-node bytes included. */
+   step's traffic, intra- and inter-node bytes included; and MiCS (mics_shard_size = 2,
+   stages 1-3) over MPI equals its threads run the same way. */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #define ZERO_MPI_IMPLEMENTATION
@@ -132,6 +133,32 @@ ZT_TEST(engine_topology_mpi_equals_threads)
     }
 }
 
+/* MiCS over MPI: S = 2 at an even count above 2 (np 4: shard groups inside the nodes,
+   replicas across them), stages 1-3, equals the threads run (states, infos, traffic). */
+ZT_TEST(mics_mpi_equals_threads)
+{
+    int st;
+    if (zm_world % 2 != 0 || zm_world < 4) ZT_SKIP("MiCS needs an even count above 2");
+    for (st = 1; st <= 3; st++) {
+        ec_cfg c;
+        ec_ctx ctx;
+        ec_result *ref, *got;
+        char label[64];
+        ec_cfg_init(&c, st, zm_world, ZERO_BF16, 2, 2);
+        c.ranks_per_node = g_R;
+        c.mics = 2;
+        snprintf(label, sizeof label, "MiCS S 2 stage %d R %d", st, g_R);
+        ref = ec_run(&c);
+        got = run_mpi_rank(&c, &ctx);
+        compare(&c, ref, got, label);
+        if (got->rc == ZERO_OK)
+            ZT_CHECKF(got->traffic_last[zm_rank][1].calls[ZERO_COLL_ALL_REDUCE] > 0,
+                      "rank %d %s: no replica all-reduce", zm_rank, label);
+        ec_result_free(ref);
+        ec_result_free(got);
+    }
+}
+
 int main(int argc, char **argv)
 {
     zero_mpi_desc d;
@@ -149,6 +176,7 @@ int main(int argc, char **argv)
     }
     ZM_RUN(split_mpi);
     ZM_RUN(engine_topology_mpi_equals_threads);
+    ZM_RUN(mics_mpi_equals_threads);
     zero_comm_destroy(g_comm);
     return zm_summary();
 }
