@@ -175,6 +175,10 @@
    OMPI_COMM_WORLD_LOCAL_SIZE or SLURM_NTASKS_PER_NODE, else one node); it changes no value.
    zero_engine_traffic splits every collective's bytes into intra_bytes and inter_bytes by
    it. zero_comm_split(comm, color, key, &sub) makes sub-communicators (local, MPI comms).
+   d.mics_shard_size = S (MiCS / HSDP, stages 1-3) partitions the model states within groups
+   of S consecutive ranks and replicates them across the N / S groups: memory per rank is
+   the flat engine's at N = S, gathers and reduce-scatters stay inside the group, and one
+   all-reduce per step crosses the replicas. Exact: stages 1-3 give the same bits.
 
    PARAMETER GROUPS (docs/optimizer.md). zero_engine_set_tensor_hparams(e, t, lr_mul, wd)
    gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
