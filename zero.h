@@ -577,6 +577,11 @@ typedef struct zero_estimate_desc {
     uint64_t frozen;           /* paper mode: F of the Psi parameters are frozen
                                   (ZERO_TENSOR_FROZEN): params only, no gradient or
                                   optimizer state (0..params; max_params: Psi counts them) */
+    /* paper mode, beyond one node (docs/engine.md, "Memory and traffic per mode"): */
+    int ranks_per_node;        /* R: 0 = ranks (one node); must divide ranks               */
+    int mics_shard_size;       /* S: MiCS (stages 1-3), 0 or ranks = flat; must divide ranks.
+                                  The memory is the flat engine's at N = S               */
+    int accum_steps;           /* micro-steps per step for the traffic; 0 = 1             */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -594,6 +599,13 @@ typedef struct zero_estimate {
                                  DeepSpeed: cpu_mem per node                             */
     uint64_t gather_bytes;    /* DeepSpeed stage 3: largest_layer_memory (inside device_bytes) */
     uint64_t nvme_bytes;      /* paper mode: state per rank on the NVMe tier (offload_* = NVME) */
+    /* paper mode: bytes per step of rank 0 (every rank's when S and R nest), as
+       zero_traffic counts them (payload: no control all-reduces, no persistent groups):
+       gradients reduced at grad_bytes per element (reduce-scatter; stage 0 all-reduce),
+       params all-gathered at param_bytes (stages 1-2 once per step, stage 3 twice per
+       micro-step), MiCS's replica all-reduce at grad_bytes; intra + inter = total up to
+       rounding */
+    double step_bytes, step_intra_bytes, step_inter_bytes;
 } zero_estimate;
 
 /* Fills *out for desc. Errors (INVALID_ARGUMENT naming the field): NULL pointers, params 0
@@ -3595,6 +3607,20 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
     if (r->offload_param != ZERO_OFFLOAD_NONE && (r->stage != 3 || !r->offload))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_param needs stage 3 and an offloaded optimizer", fn);
+    if (r->ranks_per_node < 0 || r->mics_shard_size < 0 || r->accum_steps < 0 ||
+        (r->ranks_per_node > 0 && r->ranks % r->ranks_per_node != 0) ||
+        (r->mics_shard_size > 0 && r->ranks % r->mics_shard_size != 0))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: ranks_per_node = %d, mics_shard_size = %d (divisors of ranks = %d, "
+                          "0 = default), accum_steps = %d", fn, r->ranks_per_node,
+                          r->mics_shard_size, r->ranks, r->accum_steps);
+    if (r->ranks_per_node == 0) r->ranks_per_node = r->ranks;
+    if (r->mics_shard_size == r->ranks) r->mics_shard_size = 0;
+    if (r->accum_steps == 0) r->accum_steps = 1;
+    if (r->mics_shard_size && (r->stage == 0 || r->mode == ZERO_ESTIMATE_DEEPSPEED))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: mics_shard_size = %d needs paper mode and stage 1-3", fn,
+                          r->mics_shard_size);
     if (r->frozen && r->mode == ZERO_ESTIMATE_DEEPSPEED)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: frozen = %llu: a paper-mode setting (DeepSpeed's estimators have "
@@ -3627,10 +3653,46 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
     return ZERO_OK;
 }
 
+/* Peers of rank 0 on its node (nodes of R) among count ranks first + i stride. */
+static int zero__estimate_peers(int R, int stride, int count)
+{
+    int i, n = 0;
+    for (i = 1; i < count; i++) n += (i * stride) / R == 0;
+    return n;
+}
+
+/* One collective's pairwise bytes (docs/engine.md, "Inside and between nodes"): unit
+   elements of es bytes with each of the group's size - 1 peers, same of them on the node. */
+static void zero__estimate_coll(zero_estimate *e, double unit, double es, int size, int same)
+{
+    e->step_bytes += unit * es * (double)(size - 1);
+    e->step_intra_bytes += unit * es * (double)same;
+    e->step_inter_bytes += unit * es * (double)(size - 1 - same);
+}
+
+/* Paper mode: the traffic per step of rank 0 (zero_estimate.step_*). */
+static void zero__estimate_traffic(const zero_estimate_desc *r, uint64_t p, zero_estimate *e)
+{
+    int N = r->ranks, R = r->ranks_per_node, S = r->mics_shard_size ? r->mics_shard_size : N;
+    double P = (double)p, T = (double)(p > r->frozen ? p - r->frozen : 0), A = r->accum_steps;
+    double g = r->grad_bytes, pb = r->param_bytes;
+    int gs = zero__estimate_peers(R, 1, S); /* the group: ranks 0..S-1 */
+    if (N == 1) return;
+    if (r->stage == 0) {
+        zero__estimate_coll(e, A * 2.0 * T / N, g, N, gs);
+        return;
+    }
+    zero__estimate_coll(e, A * T / S, g, S, gs);                            /* reduce-scatter */
+    zero__estimate_coll(e, (r->stage == 3 ? 2.0 * A * P : T) / S, pb, S, gs); /* all-gather */
+    if (S < N) /* MiCS: the replicas 0, S, 2 S, ... */
+        zero__estimate_coll(e, 2.0 * T / N, g, N / S, zero__estimate_peers(R, S, N / S));
+}
+
 /* Paper mode: the device categories and host bytes of Psi = p. -1 on overflow. */
 static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_estimate *e)
 {
-    uint64_t n = (uint64_t)r->ranks, shard = p / n + (p % n != 0); /* ceil(Psi / N) */
+    uint64_t n = (uint64_t)(r->mics_shard_size ? r->mics_shard_size : r->ranks);
+    uint64_t shard = p / n + (p % n != 0); /* ceil(Psi / N), N = S with MiCS */
     uint64_t tp = p > r->frozen ? p - r->frozen : 0;               /* trained: Psi - F */
     uint64_t tshard = tp / n + (tp % n != 0);                      /* ceil((Psi - F) / N) */
     uint64_t pn = r->stage >= 3 ? shard : p;                       /* params kept   */
@@ -3653,6 +3715,7 @@ static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_es
         zero__add_u64(sum, e->optimizer_bytes, &e->device_bytes))
         return -1;
     e->gather_bytes = 0;
+    zero__estimate_traffic(r, p, e);
     return 0;
 }
 

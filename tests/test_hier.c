@@ -230,6 +230,36 @@ ZT_TEST(ranks_per_node_mismatch)
 
 /* ---- traffic split ----------------------------------------------------------------------- */
 
+/* The estimator's traffic per step (zero_estimate.step_*) for the run's Psi (its plan's
+   padded numel) against rank 0's measured payload of the last step. */
+static void est_check(const ec_cfg *c, const ec_result *res, int S, int R)
+{
+    zero_estimate_desc d;
+    zero_estimate e;
+    const zero_traffic *t = &res->traffic_last[0][c->steps - 1];
+    double b = 0, in = 0, out = 0;
+    int k;
+    memset(&d, 0, sizeof d);
+    d.params = res->plan_total;
+    d.ranks = c->world;
+    d.stage = c->stage;
+    d.param_bytes = (int)zero_dtype_size(c->dtype);
+    d.grad_bytes = (int)zero_dtype_size(c->comm_dtype ? c->comm_dtype : c->dtype);
+    d.ranks_per_node = R;
+    d.mics_shard_size = S;
+    d.accum_steps = c->accum;
+    ZT_CHECKF(zero_estimate_compute(&d, &e) == ZERO_OK, "%s", zero_last_error());
+    for (k = 0; k < ZERO_COLL_CONTROL; k++) {
+        b += t->bytes[k];
+        in += t->intra_bytes[k];
+        out += t->inter_bytes[k];
+    }
+    ZT_CHECKF(fabs(e.step_bytes - b) <= 1e-9 * b + 1e-6 && fabs(e.step_intra_bytes - in) <= 1e-9 * b + 1e-6 &&
+                  fabs(e.step_inter_bytes - out) <= 1e-9 * b + 1e-6,
+              "N=%d S=%d R=%d stage %d: estimator %.17g / %.17g / %.17g, measured %.17g / %.17g / %.17g",
+              c->world, S, R, c->stage, e.step_bytes, e.step_intra_bytes, e.step_inter_bytes, b, in, out);
+}
+
 /* Relative closeness for sums of doubles that round differently (2 T / N is not always an
    integer, so the split's sum may differ from the total in the last bits). */
 static int close_rel(double a, double b) { return fabs(a - b) <= 1e-12 * (fabs(b) + 1.0); }
@@ -283,6 +313,7 @@ ZT_TEST(traffic_split_flat)
                           R, stage, h->inter_bytes[ZERO_COLL_REDUCE_SCATTER], rs,
                           h->inter_bytes[ZERO_COLL_ALL_GATHER], ag);
             }
+            if (hier->rc == ZERO_OK) est_check(&c, hier, 0, R);
             ec_result_free(flat);
             ec_result_free(hier);
         }
@@ -514,6 +545,7 @@ ZT_TEST(mics_traffic_formulas)
                               N, S, R, st, rk, s, t->bytes[ZERO_COLL_ALL_REDUCE],
                               t->intra_bytes[ZERO_COLL_ALL_REDUCE], t->inter_bytes[ZERO_COLL_ALL_REDUCE]);
                 }
+            est_check(&c, got, S, R);
             ec_result_free(got);
         }
 }
