@@ -157,6 +157,13 @@
    bit-identical to the run without offload. zero_host_device_desc.capacity gives the host
    device a memory budget, so a CPU run proves that a model too large for "device" memory
    trains; zero_engine_memory_tier() reports device, host and NVMe bytes.
+   d.offload_optimizer_ratio = r (0 < r <= 1) offloads only the first H = max(1,
+   floor(r S + 0.5)) elements of the rank's S-element optimizer shard; the device keeps
+   and updates the rest (its Adam runs while the host's does): same bits at every r.
+   Between training phases (another model generating, say), zero_engine_offload_states(e,
+   ZERO_STATES_ALL, ZERO_OFFLOAD_CPU | _NVME) moves the device's params, gradients, master,
+   m and v (any OR of ZERO_STATES_*) to host memory or a file and frees their device
+   memory; zero_engine_reload_states(e) brings them back bit for bit.
 
    ACTIVATIONS (ZeRO-R's activation offload, ZeRO-Infinity's activation tier;
    docs/offload.md). With d.offload_activations = cpu | nvme, zero_engine_stash(e, key, buf,
@@ -574,6 +581,10 @@ typedef struct zero_estimate_desc {
     zero_offload_device offload_param;     /* stage 3, with the optimizer offloaded: the
                                   param shards leave the device for host_bytes (CPU) or
                                   nvme_bytes (NVME)                                         */
+    double offload_optimizer_ratio; /* paper mode, with offload_optimizer: the fraction r in
+                                  (0, 1] of the optimizer state offloaded (0 = 1); the tier
+                                  holds K H bytes, H = max(1, floor(r S + 0.5)) of the S
+                                  optimizer elements per rank, the device K (S - H)       */
     uint64_t frozen;           /* paper mode: F of the Psi parameters are frozen
                                   (ZERO_TENSOR_FROZEN): params only, no gradient or
                                   optimizer state (0..params; max_params: Psi counts them) */
@@ -1513,6 +1524,21 @@ typedef struct zero_engine_desc {
                                     Same bits in every setting. Local to the rank (not in the
                                     plan hash). Resolved: 0 becomes CPU when offload_optimizer
                                     is set, stays NONE otherwise.                              */
+    double offload_optimizer_ratio; /* partial offload (DeepSpeed's offload_optimizer.ratio,
+                                    "Twin-Flow"): the fraction r in (0, 1] of this rank's
+                                    optimizer shard (master, m, v) that lives in the tier of
+                                    offload_optimizer; the rest stays on the device and the
+                                    device's Adam updates it while the host's Adam runs on the
+                                    host part. The split is at element granularity: the first
+                                    H = max(1, floor(r S + 0.5)) (at most S) elements of the
+                                    rank's shard (S elements, groups in order) are offloaded,
+                                    so any r is honoured for any size. 0 = 1 (everything) when
+                                    offload_optimizer is set; needs offload_optimizer (a
+                                    nonzero r without it, NaN, r < 0 or r > 1:
+                                    INVALID_ARGUMENT). r < 1 is not supported with offload_param
+                                    or offload_gradients = NVME (INVALID_ARGUMENT). Same bits
+                                    at every r; in the plan hash (ranks must agree). Resolved:
+                                    0 becomes 1 when offload_optimizer is set.                 */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* ZERO_PIN_MEMORY_AUTO (0, the default) or _ON (1): host
                                     buffers through the device's pinned allocation
@@ -1592,7 +1618,8 @@ typedef struct zero_engine_desc {
                                     params are all-gathered inside the group only. Memory per
                                     rank: the flat formulas at N = S. 0 or N = off. Must divide
                                     N; needs a comm with split (UNSUPPORTED otherwise); refused
-                                    at stage 0 and with any NVMe tier (docs/engine.md, "MiCS"). */
+                                    at stage 0, with any NVMe tier and with a partial
+                                    offload_optimizer_ratio (docs/engine.md, "MiCS").          */
 } zero_engine_desc;
 
 #define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
@@ -1972,6 +1999,47 @@ ZERODEF zero_result zero_engine_memory_tier(const zero_engine *e, zero_mem_tier 
    checkpoint or set_tensor moved. All zero (and ZERO_OK) without an NVMe tier. INVALID_ARGUMENT: NULL. */
 ZERODEF zero_result zero_engine_nvme_stats(const zero_engine *e, zero_io_stats *out);
 
+/* ---- Engine: moving the model states off the device between training phases ----------
+   (DeepSpeed's offload_states / reload_states; docs/offload.md "Between phases".) */
+
+/* zero_engine_offload_states' 'what': any OR of these. */
+typedef enum zero_states_mask {
+    ZERO_STATES_PARAMS = 1, /* the device's params (ZERO_MEM_PARAM: whole at stages 0-2; at
+                               stage 3 the shards and the persistent groups)              */
+    ZERO_STATES_GRADS = 2,  /* the device's gradient buffers (ZERO_MEM_GRAD: the user
+                               gradients of stages 0-1, the accumulator, and with
+                               offload_optimizer_ratio < 1 the device part's gradients)  */
+    ZERO_STATES_MASTER = 4, /* fp32 master weights on the device (ZERO_MEM_MASTER)       */
+    ZERO_STATES_M = 8,      /* Adam's m on the device (ZERO_MEM_MOMENT1)                 */
+    ZERO_STATES_V = 16,     /* Adam's v on the device (ZERO_MEM_MOMENT2)                 */
+    ZERO_STATES_ALL = 31
+} zero_states_mask;
+
+/* Local (no collective). Between steps, moves the device's copies of the states in 'what'
+   to host memory (tier = ZERO_OFFLOAD_CPU: plain memory from the engine's allocator) or to
+   a file under nvme_path (ZERO_OFFLOAD_NVME), and frees their device memory: the device
+   tier's bytes (zero_engine_memory_usage) drop by exactly the bytes of those categories'
+   device buffers, which the host or NVMe tier then reports under the same categories.
+   States already off the device (offload_optimizer, offload_param) stay where they are;
+   the gather arena, the reduce bucket and the scratch stay on the device. Until
+   zero_engine_reload_states every call that reads or writes the engine's state returns
+   INVALID_STATE (queries of memory, traffic and settings still answer; destroy frees
+   everything). On the CUDA device the freed blocks return to the device's reserve, where
+   any later allocation of that zero_device can take them.
+   Errors (nothing changes): INVALID_STATE when the engine is not committed or is broken,
+   states are offloaded already (a second call; reload first), a group is gathered
+   (release it), a gradient buffer is handed out or a micro-step is under way (call it
+   between zero_engine_step and the next micro-step); INVALID_ARGUMENT for what = 0 or
+   unknown bits, tier not CPU or NVME, NVME without nvme_path; OUT_OF_MEMORY, IO. */
+ZERODEF zero_result zero_engine_offload_states(zero_engine *e, unsigned what,
+                                               zero_offload_device tier);
+
+/* Local. Brings back what zero_engine_offload_states moved: device buffers of the same
+   sizes, the same bits, and training goes on as if nothing had happened. Nothing
+   offloaded: ZERO_OK, nothing done. On failure (OUT_OF_MEMORY on the device, IO) the
+   states stay offloaded and the call may be retried. */
+ZERODEF zero_result zero_engine_reload_states(zero_engine *e);
+
 /* Traffic of the last step (from the end of the previous step(), or commit, to the end of
    the last step(); may be NULL) and since commit (may be NULL). Commit's hash check counts
    in the total only. */
@@ -2269,6 +2337,18 @@ ZERODEF zero_result zero_checkpoint_export(zero_checkpoint *ck, const char *path
    engine is then unusable (later calls say so). Call when zero_engine_set_tensor() may be
    called, between steps, with every group released. */
 ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path);
+/* COLLECTIVE. zero_engine_load_safetensors for a Hugging Face checkpoint (what
+   from_pretrained reads): path is one .safetensors file, a sharded checkpoint's index (a
+   JSON file such as model.safetensors.index.json whose "weight_map" maps every tensor to
+   its shard, a file in the index's directory), or a directory holding model.safetensors or
+   else model.safetensors.index.json. Each engine tensor is looked up by its name in every
+   file; when prefix is not NULL and the name starts with it, then also by the rest of the
+   name: the layout of a checkpoint saved from the base model (prefix "transformer." finds
+   GPT2LMHeadModel's "transformer.h.0.ln_1.weight" in the hub's GPT2Model file as
+   "h.0.ln_1.weight"). Every file is opened and its header checked before anything is set;
+   errors and guarantees as zero_engine_load_safetensors's, plus IO naming a malformed index
+   or a weight_map entry that is not a plain file name, NOT_FOUND for a missing shard. */
+ZERODEF zero_result zero_engine_load_pretrained(zero_engine *e, const char *path, const char *prefix);
 
 #ifdef __cplusplus
 }
@@ -3604,6 +3684,16 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
                           "mode: offload, offload_params)", fn);
     if (r->offload && r->offload_optimizer == ZERO_OFFLOAD_NONE) r->offload_optimizer = ZERO_OFFLOAD_CPU;
     if (r->offload_optimizer != ZERO_OFFLOAD_NONE) r->offload = 1;
+    if (r->offload_optimizer_ratio != r->offload_optimizer_ratio || r->offload_optimizer_ratio < 0.0 ||
+        r->offload_optimizer_ratio > 1.0 ||
+        (r->offload_optimizer_ratio != 0.0 && r->offload_optimizer == ZERO_OFFLOAD_NONE))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_optimizer_ratio = %g (in (0, 1], 0 = 1; paper mode, with "
+                          "offload_optimizer)", fn, r->offload_optimizer_ratio);
+    if (r->mode == ZERO_ESTIMATE_DEEPSPEED && r->offload_optimizer_ratio != 0.0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: offload_optimizer_ratio is a paper-mode setting", fn);
+    if (r->offload_optimizer_ratio == 0.0) r->offload_optimizer_ratio = 1.0;
     if (r->offload_param != ZERO_OFFLOAD_NONE && (r->stage != 3 || !r->offload))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_param needs stage 3 and an offloaded optimizer", fn);
@@ -3688,6 +3778,20 @@ static void zero__estimate_traffic(const zero_estimate_desc *r, uint64_t p, zero
         zero__estimate_coll(e, 2.0 * T / N, g, N / S, zero__estimate_peers(R, S, N / S));
 }
 
+/* offload_optimizer_ratio: how many of the S elements of a rank's shard the offload tier
+   holds, H = floor(r S + 0.5) (r S rounded to nearest, halves up, in double), at least 1 and
+   at most S (S = 0: 0). Shared with the estimator. */
+static uint64_t zero__ratio_split(uint64_t S, double r)
+{
+    double h;
+    uint64_t H;
+    if (S == 0) return 0;
+    if (!(r > 0.0) || r >= 1.0) return S;
+    h = floor(r * (double)S + 0.5);
+    H = h >= (double)S ? S : (uint64_t)h;
+    return H < 1 ? 1 : H;
+}
+
 /* Paper mode: the device categories and host bytes of Psi = p. -1 on overflow. */
 static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_estimate *e)
 {
@@ -3706,6 +3810,14 @@ static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_es
     e->optimizer_bytes = r->offload ? 0 : opt;
     e->host_bytes = r->offload_optimizer == ZERO_OFFLOAD_CPU ? opt : 0;
     e->nvme_bytes = r->offload_optimizer == ZERO_OFFLOAD_NVME ? opt : 0;
+    if (r->offload_optimizer != ZERO_OFFLOAD_NONE && r->offload_optimizer_ratio < 1.0) {
+        /* partial offload: the tier holds K H of the K S, H as the engine splits */
+        uint64_t h = zero__ratio_split(on, r->offload_optimizer_ratio), off;
+        if (zero__mul_u64(h, (uint64_t)r->optimizer_bytes, &off)) return -1;
+        e->optimizer_bytes = opt - off;
+        if (r->offload_optimizer == ZERO_OFFLOAD_CPU) e->host_bytes = off;
+        else e->nvme_bytes = off;
+    }
     if (r->offload_param != ZERO_OFFLOAD_NONE) { /* ZeRO-Infinity: 2 S leave the device */
         uint64_t *tier = r->offload_param == ZERO_OFFLOAD_CPU ? &e->host_bytes : &e->nvme_bytes;
         if (zero__add_u64(*tier, e->params_bytes, tier)) return -1;
@@ -8104,6 +8216,10 @@ typedef struct zero__eng_optimizer {
     zero_scaler scaler;
     int64_t step;
     float *master, *m, *v;
+    /* offload_optimizer_ratio < 1: the device part of master, m, v (elements [H, S) of the
+       shard, H = host.opt_numel) and its gradients, uploaded from the host tier at the step */
+    float *dmaster, *dm, *dv;
+    unsigned char *dgrad;
     /* per tensor (zero_engine_set_tensor_hparams): the lr multiplier, the weight decay (< 0:
        the default) and this step's Adam constants made from them */
     double *lr_mul, *wd;
@@ -8192,6 +8308,11 @@ typedef struct zero__eng_host_tier {
     zero__eng_tile *tiles;
     zero__eng_piece *pieces;
     int ntiles, npieces;
+    /* offload_optimizer_ratio < 1: the host tier holds elements [0, opt_numel) of the
+       rank's shard (tiles [0, ntiles)); the device holds [opt_numel, S) (opt.dmaster, dm,
+       dv, dgrad; tiles [ntiles, ntiles + ndtiles), updated by the device's Adam) */
+    size_t opt_numel;
+    int ndtiles;
     zero__eng_allocation allocs[ZERO__ENG_MAX_HOST_ALLOCS];
     int pinned[ZERO__ENG_MAX_HOST_ALLOCS];
     int nallocs;
@@ -8285,6 +8406,8 @@ struct zero_engine {
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
     struct zero__gnv *gnv; /* offload_gradients = nvme: the NVMe tier of the reduced
                               gradients (zero__gnv_*); NULL otherwise */
+    struct zero__soff *soff; /* zero_engine_offload_states: what is off the device; NULL
+                                when nothing is */
 };
 
 /* The activation tier: its subsection at the end of the engine. */
@@ -8425,6 +8548,10 @@ static zero_result zero__eng_usable(const zero_engine *e, const char *fn)
                           "%s: the engine is unusable (destroy it with zero_engine_destroy and "
                           "create a new one): %s",
                           fn, e->broken_why[0] ? e->broken_why : "an earlier failure");
+    if (e->soff)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: the model states are offloaded (zero_engine_offload_states); "
+                          "call zero_engine_reload_states first", fn);
     return ZERO_OK;
 }
 
@@ -8694,6 +8821,31 @@ static zero_result zero__eng_offload_resolve(zero_engine_desc *d)
                           fn, zero_offload_device_name(d->offload_optimizer));
     if (d->offload_gradients == ZERO_OFFLOAD_NONE && d->offload_optimizer != ZERO_OFFLOAD_NONE)
         d->offload_gradients = ZERO_OFFLOAD_CPU; /* today's host tier */
+    {
+        double q = d->offload_optimizer_ratio;
+        if (q != q || q < 0.0 || q > 1.0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_optimizer_ratio = %g (the fraction of the optimizer "
+                              "state offloaded: a number in (0, 1], 0 = 1)",
+                              fn, q);
+        if (q != 0.0 && d->offload_optimizer == ZERO_OFFLOAD_NONE)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_optimizer_ratio = %g needs offload_optimizer cpu or "
+                              "nvme (it is the fraction of the optimizer state offloaded)",
+                              fn, q);
+        if (q == 0.0 && d->offload_optimizer != ZERO_OFFLOAD_NONE) d->offload_optimizer_ratio = q = 1.0;
+        if (q < 1.0 && q > 0.0 && d->offload_param != ZERO_OFFLOAD_NONE)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_optimizer_ratio = %g with offload_param = %s is not "
+                              "supported (the device part's Adam writes device params; use "
+                              "ratio 1 with offload_param, or offload_param = none)",
+                              fn, q, zero_offload_device_name(d->offload_param));
+        if (q < 1.0 && q > 0.0 && d->offload_gradients == ZERO_OFFLOAD_NVME)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: offload_optimizer_ratio = %g with offload_gradients = nvme is "
+                              "not supported (use offload_gradients = cpu, or ratio 1)",
+                              fn, q);
+    }
     if ((d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME) &&
         (!d->nvme_path || !d->nvme_path[0]))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
@@ -8774,6 +8926,12 @@ static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
                               "replicas' all-reduce needs the whole accumulated gradient shard in "
                               "memory at the step, and the NVMe tiers stream it to files as it is "
                               "reduced (use offload cpu, or no MiCS)");
+        if (d->offload_optimizer_ratio > 0.0 && d->offload_optimizer_ratio < 1.0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_create: mics_shard_size with offload_optimizer_ratio = "
+                              "%g: not supported (the replicas' all-reduce runs on one gradient "
+                              "tier, and a partial offload splits the shard over two; use ratio 1)",
+                              d->offload_optimizer_ratio);
         if (!d->comm->ops->split)
             return zero__fail(ZERO_ERROR_UNSUPPORTED,
                               "zero_engine_create: mics_shard_size = %d needs sub-communicators, "
@@ -8910,10 +9068,13 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     return ZERO_OK;
 }
 
+static void zero__soff_free(zero_engine *e);
 static void zero__eng_free_device(zero_engine *e)
 {
     int i;
+    zero__soff_free(e); /* offloaded states: their host copies or file */
     for (i = e->buf.nallocs - 1; i >= 0; i--) {
+        if (!e->buf.allocs[i].ptr) continue; /* offloaded (zero_engine_offload_states) */
         e->cfg.dev->ops->free(e->cfg.dev, e->buf.allocs[i].ptr);
         e->buf.mem[e->buf.allocs[i].cat] -= e->buf.allocs[i].bytes;
         e->buf.mem_total -= e->buf.allocs[i].bytes;
@@ -9201,6 +9362,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->align_numel);
     h = zero__eng_mix(h, (uint64_t)d->offload_optimizer);
     h = zero__eng_mix(h, (uint64_t)d->offload_param);
+    h = zero__eng_mix(h, zero__eng_dbits(d->offload_optimizer_ratio));
     h = zero__eng_mix(h, (uint64_t)d->ranks_per_node);
     h = zero__eng_mix(h, (uint64_t)d->mics_shard_size);
     for (t = 0; t < e->layout.ntensors; t++)
@@ -9456,13 +9618,22 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     if (!e->layout.acc_is_user_grad && !e->cfg.opt_offloaded)
         ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel,
                               e->cfg.comm_size, &sz->bytes[ZERO__B_GRAD_ACC]);
+    /* offload_optimizer_ratio: the host tier takes H of the S elements, the device the rest
+       (its master, m, v and the gradients its Adam reads: opt.dmaster, dm, dv, dgrad) */
+    e->host.opt_numel = e->cfg.opt_offloaded
+                            ? zero__ratio_split(e->layout.shard_numel,
+                                                    e->cfg.desc.offload_optimizer_ratio)
+                            : 0;
+    if (e->cfg.opt_offloaded)
+        ovf |= zero__mul_size(e->layout.shard_numel - e->host.opt_numel, e->cfg.comm_size,
+                              &sz->bytes[ZERO__B_GRAD_ACC]);
     sz->cat[ZERO__B_MASTER] = ZERO_MEM_MASTER;
     sz->cat[ZERO__B_M1] = ZERO_MEM_MOMENT1;
     sz->cat[ZERO__B_M2] = ZERO_MEM_MOMENT2;
     ovf |= zero__mul_size(e->cfg.stage == 0 ? e->layout.gtotal_numel : e->layout.shard_numel, 4,
                           &sz->bytes[ZERO__B_MASTER]);
     /* in the host tier: zero__eng_offload_alloc */
-    if (e->cfg.opt_offloaded) sz->bytes[ZERO__B_MASTER] = 0;
+    if (e->cfg.opt_offloaded) sz->bytes[ZERO__B_MASTER] = (e->layout.shard_numel - e->host.opt_numel) * 4;
     sz->bytes[ZERO__B_M1] = sz->bytes[ZERO__B_M2] = sz->bytes[ZERO__B_MASTER];
     e->host.params_numel = ohp;
     /* The bucket stages the reductions whose comm dtype differs from the param dtype: a
@@ -9578,7 +9749,7 @@ static void zero__eng_free_host(zero_engine *e)
     zero__free(&e->cfg.desc.allocator, e->host.pieces);
     e->host.tiles = NULL;
     e->host.pieces = NULL;
-    e->host.ntiles = e->host.npieces = 0;
+    e->host.ntiles = e->host.npieces = e->host.ndtiles = 0;
 }
 
 /* The tiles of the offloaded step: each group's shard cut into runs of tile_numel elements,
@@ -9586,7 +9757,7 @@ static void zero__eng_free_host(zero_engine *e)
 static zero_result zero__eng_offload_plan(zero_engine *e)
 {
     const zero_allocator *a = &e->cfg.desc.allocator;
-    size_t T = e->cfg.desc.sub_group_size, maxsh = 0, nt = 0, np = 0, b;
+    size_t T = e->cfg.desc.sub_group_size, maxsh = 0, nt = 0, np = 0, nh = 0, b, n;
     int g, t, pass;
     for (g = 0; g < e->layout.ngroups; g++)
         if (e->layout.groups[g].shard_numel > maxsh) maxsh = e->layout.groups[g].shard_numel;
@@ -9595,11 +9766,17 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
     if (T == 0) T = 1;
     e->host.tile_numel = T;
     for (pass = 0; pass < 2; pass++) { /* count, then fill */
-        nt = np = 0;
+        nt = np = nh = 0;
         for (g = 0; g < e->layout.ngroups; g++) {
-            size_t sh = e->layout.groups[g].shard_numel;
-            for (b = 0; b < sh; b += T) {
-                size_t n = sh - b < T ? sh - b : T;
+            size_t sh = e->layout.groups[g].shard_numel, os = e->layout.groups[g].off_shard;
+            /* offload_optimizer_ratio: no tile crosses the split H (host part | device part) */
+            size_t cut = e->host.opt_numel > os && e->host.opt_numel < os + sh
+                             ? e->host.opt_numel - os
+                             : 0;
+            for (b = 0; b < sh; b += n) {
+                n = sh - b < T ? sh - b : T;
+                if (b < cut && b + n > cut) n = cut - b;
+                if (os + b < e->host.opt_numel) nh++;
                 if (pass) {
                     e->host.tiles[nt].group = g;
                     e->host.tiles[nt].begin = b;
@@ -9647,7 +9824,8 @@ static zero_result zero__eng_offload_plan(zero_engine *e)
                 return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: offload tiles");
         }
     }
-    e->host.ntiles = (int)nt;
+    e->host.ntiles = (int)nh; /* the host part's tiles; the device part's follow them */
+    e->host.ndtiles = (int)(nt - nh);
     e->host.npieces = (int)np;
     return ZERO_OK;
 }
@@ -9676,7 +9854,7 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
         if (r != ZERO_OK) return r;
     }
     if ((r = zero__eng_offload_plan(e)) != ZERO_OK) return r;
-    if (zero__mul_size(e->layout.shard_numel, 4, &sb) ||
+    if (zero__mul_size(e->host.opt_numel, 4, &sb) ||
         zero__mul_size(e->layout.shard_numel, e->cfg.comm_size, &gb) ||
         zero__mul_size(e->layout.max_group_numel / (size_t)e->cfg.world, e->cfg.comm_size, &gi) ||
         zero__mul_size(e->host.tile_numel, 2 * e->cfg.param_size, &pb))
@@ -10370,11 +10548,11 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
                                  &e->nvme.opt_file)) != ZERO_OK)
         return r;
     e->nvme.mem[ZERO_MEM_MASTER] = e->nvme.mem[ZERO_MEM_MOMENT1] = e->nvme.mem[ZERO_MEM_MOMENT2] =
-        e->layout.shard_numel * 4;
+        e->host.opt_numel * 4; /* the host part: all of S at offload_optimizer_ratio 1 */
     e->nvme.mem_total += (size_t)zero_io_file_size(e->nvme.opt_file);
     /* tile alignment */
     e->nvme.mem[ZERO_MEM_SCRATCH] +=
-        (size_t)zero_io_file_size(e->nvme.opt_file) - 12 * e->layout.shard_numel;
+        (size_t)zero_io_file_size(e->nvme.opt_file) - 12 * e->host.opt_numel;
     for (k = 0; k < e->host.ntiles; k++) /* the preallocated file reads as zeros: nothing written */
         if ((r = zero_io_declare_zeros(e->nvme.opt_file, e->nvme.tile_off[k],
                                        e->host.tiles[k].numel * 12u)) != ZERO_OK)
@@ -10489,6 +10667,31 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
         } else {
             memcpy(out + (a - off), sl + (size_t)kind * tl->numel + (a - tlo), (b - a) * 4);
         }
+    }
+    return r;
+}
+
+/* Offloaded master (kind 0), m (1) or v (2), elements [off, off + n) of the shard: copied to
+   out, or from in when in is not NULL, wherever they live: the host part [0, H) in host
+   memory or through the NVMe tier's cache, the device part [H, S) (offload_optimizer_ratio
+   < 1) on the device (a transfer on COMPUTE, waited for). */
+static zero_result zero__eng_opt_io(zero_engine *e, int kind, size_t off, size_t n, float *out,
+                                    const float *in)
+{
+    size_t H = e->host.opt_numel, nh = off >= H ? 0 : (off + n <= H ? n : H - off);
+    zero_result r = ZERO_OK;
+    if (nh > 0 && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME)
+        r = zero__eng_nvme_state(e, off, nh, kind, out, in);
+    else if (nh > 0) {
+        float *base = kind == 0 ? e->opt.master : kind == 1 ? e->opt.m : e->opt.v;
+        if (in) memcpy(base + off, in, nh * 4);
+        else memcpy(out, base + off, nh * 4);
+    }
+    if (r == ZERO_OK && n > nh) {
+        float *d = (kind == 0 ? e->opt.dmaster : kind == 1 ? e->opt.dm : e->opt.dv) + (off + nh - H);
+        r = in ? e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, d, in + nh, (n - nh) * 4)
+               : e->cfg.dev->ops->download(e->cfg.dev, ZERO_QUEUE_COMPUTE, out + nh, d, (n - nh) * 4);
+        if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
     }
     return r;
 }
@@ -10688,6 +10891,41 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
     return ZERO_OK;
 }
 
+/* offload_optimizer_ratio < 1, the step's device part (elements [H, S) of the shard, tiles
+   [ntiles, ntiles + ndtiles)): the gradients leave the host tier for opt.dgrad in one upload
+   (they all came to the host for the norm, which must see the shard whole, in group order),
+   then the device's adam op per piece of each tile, with the piece's tensor constants and
+   the device's multiplier and flag: the same element expression as the host Adam, so the
+   split changes no bit. Everything on COMPUTE, after the flag and the multiplier. */
+static zero_result zero__eng_step_device_part(zero_engine *e, const float *mul, const float *flag)
+{
+    zero_device *dev = e->cfg.dev;
+    size_t H = e->host.opt_numel, S = e->layout.shard_numel;
+    int k, i;
+    zero_result r = dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, e->opt.dgrad,
+                                     e->host.grad + H * e->cfg.comm_size, (S - H) * e->cfg.comm_size);
+    for (k = e->host.ntiles; k < e->host.ntiles + e->host.ndtiles && r == ZERO_OK; k++) {
+        const zero__eng_tile *tl = &e->host.tiles[k];
+        size_t at = e->layout.groups[tl->group].off_shard + tl->begin - H;
+        unsigned char *dst = zero__eng_tile_param_dev(e, tl);
+        for (i = tl->first; i < tl->first + tl->count && r == ZERO_OK; i++) {
+            const zero__eng_piece *pc = &e->host.pieces[i];
+            zero_adam_range ar;
+            memset(&ar, 0, sizeof ar);
+            ar.numel = pc->numel;
+            ar.master = e->opt.dmaster + at + pc->off;
+            ar.m = e->opt.dm + at + pc->off;
+            ar.v = e->opt.dv + at + pc->off;
+            ar.grad = e->opt.dgrad + (at + pc->off) * e->cfg.comm_size;
+            ar.grad_dtype = e->cfg.comm_dtype;
+            ar.param = dst + pc->off * e->cfg.param_size;
+            ar.param_dtype = e->cfg.param_dtype;
+            r = dev->ops->adam(dev, ZERO_QUEUE_COMPUTE, &ar, &e->opt.coefs[pc->tensor], mul, flag);
+        }
+    }
+    return r;
+}
+
 /* The offloaded optimizer step, after the device computed the flag and the multiplier
    (scratch + 8: flag, multiplier, norm) from the host-tier gradients. Over tiles
    k = 0..n-1, the host Adam reads the gradients where the reduction left them (host.grad),
@@ -10695,7 +10933,7 @@ static zero_result zero__gnv_norm(zero_engine *e, double *sumsq, float *flag)
    writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
    half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
    not be tile k - 2's). A skipped step moves nothing. */
-static zero_result zero__eng_step_offload(zero_engine *e)
+static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, const float *dev_flag)
 {
     zero_device *dev = e->cfg.dev;
     float fm[3];
@@ -10716,11 +10954,17 @@ static zero_result zero__eng_step_offload(zero_engine *e)
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->buf.scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
-    if (fm[0] != 0.0f || e->host.ntiles == 0)
+    if (fm[0] != 0.0f || e->host.ntiles + e->host.ndtiles == 0)
         return e->nvme.io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
     /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
        gathers that read the offloaded param shards are done before Adam rewrites them */
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    /* offload_optimizer_ratio < 1: the device part first, enqueued on COMPUTE (its gradients
+       up, then the device's Adam per tile piece), so that on an asynchronous device it runs
+       while the host Adam below works on the host part */
+    if (e->host.ndtiles > 0) {
+        ZERO__ENG_TRY(e, zero__eng_step_device_part(e, dev_mul, dev_flag), "step: device part");
+    }
     /* NVMe: reads run nswap - 2 tiles ahead; the slot of tile k + nswap - 2 was last written
        behind tile k - 2, so a read never waits for the write just issued */
     for (k = 0; e->nvme.opt_file && k < e->nvme.nswap - 2 && k < e->host.ntiles && io_r == ZERO_OK;
@@ -10974,7 +11218,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 27 };
+enum { ZERO__ENG_NSETTINGS = 28 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -10985,7 +11229,8 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "adam.lr", "adam.beta1", "adam.beta2", "adam.eps", "adam.weight_decay",
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
-            "offload_optimizer", "offload_param", "ranks_per_node", "mics_shard_size"};
+            "offload_optimizer", "offload_param", "offload_optimizer_ratio", "ranks_per_node",
+            "mics_shard_size"};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -11001,8 +11246,9 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[17] = e->opt.scaler.factor; v[18] = e->opt.scaler.min_scale; v[19] = e->opt.scaler.window;
         v[20] = e->opt.scaler.hysteresis; v[21] = e->opt.scaler.error_at_min;
         v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
-        v[25] = d->ranks_per_node;
-        v[26] = d->mics_shard_size;
+        v[25] = d->offload_optimizer_ratio;
+        v[26] = d->ranks_per_node;
+        v[27] = d->mics_shard_size;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         return zero__eng_mix((uint64_t)i, zero__eng_dbits(v[i]));
@@ -11290,12 +11536,18 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     }
     e->buf.param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->buf.grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
-    e->buf.grad_acc =
-        e->layout.acc_is_user_grad ? e->buf.grad_user : (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
+    e->buf.grad_acc = e->layout.acc_is_user_grad ? e->buf.grad_user
+                      : e->cfg.opt_offloaded    ? NULL
+                                                : (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
     if (!e->cfg.opt_offloaded) { /* offloaded: host-tier pointers, set by zero__eng_offload_alloc */
         e->opt.master = (float *)ptrs[ZERO__B_MASTER];
         e->opt.m = (float *)ptrs[ZERO__B_M1];
         e->opt.v = (float *)ptrs[ZERO__B_M2];
+    } else { /* offload_optimizer_ratio < 1: the device part (NULL at ratio 1) */
+        e->opt.dmaster = (float *)ptrs[ZERO__B_MASTER];
+        e->opt.dm = (float *)ptrs[ZERO__B_M1];
+        e->opt.dv = (float *)ptrs[ZERO__B_M2];
+        e->opt.dgrad = (unsigned char *)ptrs[ZERO__B_GRAD_ACC];
     }
     e->buf.bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
     e->buf.arena = (unsigned char *)ptrs[ZERO__B_ARENA];
@@ -11915,7 +12167,7 @@ static zero_result zero__tier_adam(zero_engine *e, const float *mul,
                                    const float *flag)
 {
     if (zero__tier_where(e, ZERO_MEM_MASTER, -1) != ZERO_TIER_DEVICE)
-        return zero__eng_step_offload(e);
+        return zero__eng_step_offload(e, mul, flag);
     return zero__eng_adam_device(e, mul, flag);
 }
 
@@ -12803,10 +13055,8 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, pt.param,
                                 tmp ? (const void *)tmp : (const void *)(values + pt.p0),
                                 pt.pn * e->cfg.param_size);
-    if (r == ZERO_OK && pt.mn > 0 && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
-        r = zero__eng_nvme_state(e, pt.master_off, pt.mn, 0, NULL, values + pt.m0);
-    } else if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_offloaded)
-        memcpy(e->opt.master + pt.master_off, values + pt.m0, pt.mn * sizeof(float));
+    if (r == ZERO_OK && pt.mn > 0 && e->cfg.opt_offloaded)
+        r = zero__eng_opt_io(e, 0, pt.master_off, pt.mn, NULL, values + pt.m0);
     else if (r == ZERO_OK && pt.mn > 0)
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, e->opt.master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
@@ -12901,9 +13151,9 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_read_tensor: kind = %d",
                           (int)kind);
     }
-    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME) {
-        r = zero__eng_nvme_state(e, pt.master_off, n, (int)kind - 1, (float *)host_dst + off, NULL);
-        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: NVMe read");
+    if (n > 0 && kind != ZERO_STATE_PARAM && e->cfg.opt_offloaded) {
+        r = zero__eng_opt_io(e, (int)kind - 1, pt.master_off, n, (float *)host_dst + off, NULL);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_read_tensor: offload tier read");
     } else if (n > 0 && kind == ZERO_STATE_PARAM && pt.param_host && e->nvme.param_file) {
         unsigned char *hp = NULL;
         zero_tensor_info ti;
@@ -12925,6 +13175,297 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
         out_range->offset = off;
         out_range->numel = n;
     }
+    return ZERO_OK;
+}
+
+/* ---- Engine: offload_states / reload_states ----------------------------------------------
+   What this part owns: the device buffers moved off the device between training phases
+   (zero_engine_offload_states), their host copies or file, and putting them back. */
+
+enum { ZERO__SOFF_PARAM, ZERO__SOFF_GRAD_USER, ZERO__SOFF_GRAD_ACC, ZERO__SOFF_MASTER, ZERO__SOFF_M,
+       ZERO__SOFF_V, ZERO__SOFF_N };
+
+struct zero__soff {
+    unsigned what;             /* the bits asked                                          */
+    zero_offload_device tier;
+    int n;                     /* buffers moved                                           */
+    int slot[ZERO__SOFF_N];    /* which engine pointer each is (ZERO__SOFF_*)             */
+    int alloc[ZERO__SOFF_N];   /* its entry in e->buf.allocs                              */
+    void *host[ZERO__SOFF_N];  /* CPU: the copy                                           */
+    uint64_t off[ZERO__SOFF_N]; /* NVMe: its range in file                                */
+    zero_io *io;               /* NVMe: the engine's I/O engine, or one made for this     */
+    int own_io;
+    zero_io_file *file;
+    uint64_t file_bytes;
+};
+
+/* The engine pointer of slot k (NULL when that buffer does not exist or aliases another). */
+static void *zero__soff_get(const zero_engine *e, int k)
+{
+    switch (k) {
+    case ZERO__SOFF_PARAM: return e->buf.param;
+    case ZERO__SOFF_GRAD_USER: return e->buf.grad_user;
+    case ZERO__SOFF_GRAD_ACC:
+        if (e->cfg.opt_offloaded) return e->opt.dgrad;
+        return e->layout.acc_is_user_grad ? NULL : e->buf.grad_acc;
+    case ZERO__SOFF_MASTER: return e->cfg.opt_offloaded ? (void *)e->opt.dmaster : (void *)e->opt.master;
+    case ZERO__SOFF_M: return e->cfg.opt_offloaded ? (void *)e->opt.dm : (void *)e->opt.m;
+    default: return e->cfg.opt_offloaded ? (void *)e->opt.dv : (void *)e->opt.v;
+    }
+}
+
+static void zero__soff_set(zero_engine *e, int k, void *p)
+{
+    switch (k) {
+    case ZERO__SOFF_PARAM: e->buf.param = (unsigned char *)p; break;
+    case ZERO__SOFF_GRAD_USER:
+        e->buf.grad_user = (unsigned char *)p;
+        if (e->layout.acc_is_user_grad) e->buf.grad_acc = (unsigned char *)p;
+        break;
+    case ZERO__SOFF_GRAD_ACC:
+        if (e->cfg.opt_offloaded) e->opt.dgrad = (unsigned char *)p;
+        else e->buf.grad_acc = (unsigned char *)p;
+        break;
+    case ZERO__SOFF_MASTER:
+        if (e->cfg.opt_offloaded) e->opt.dmaster = (float *)p;
+        else e->opt.master = (float *)p;
+        break;
+    case ZERO__SOFF_M:
+        if (e->cfg.opt_offloaded) e->opt.dm = (float *)p;
+        else e->opt.m = (float *)p;
+        break;
+    default:
+        if (e->cfg.opt_offloaded) e->opt.dv = (float *)p;
+        else e->opt.v = (float *)p;
+        break;
+    }
+}
+
+/* The host copies, the file and the I/O engine of x (not the device buffers). */
+static void zero__soff_release(zero_engine *e, struct zero__soff *x)
+{
+    int i;
+    if (!x) return;
+    for (i = 0; i < x->n; i++) zero__free(&e->cfg.desc.allocator, x->host[i]);
+    zero_io_file_destroy(x->file);
+    if (x->own_io) zero_io_destroy(x->io);
+    zero__free(&e->cfg.desc.allocator, x);
+}
+
+/* destroy: what is offloaded is dropped with the engine (its device buffers are gone). */
+static void zero__soff_free(zero_engine *e)
+{
+    int i;
+    if (!e->soff) return;
+    for (i = 0; i < e->soff->n; i++) {
+        const zero__eng_allocation *a = &e->buf.allocs[e->soff->alloc[i]];
+        zero__eng_host_tier *h = &e->host;
+        if (e->soff->tier == ZERO_OFFLOAD_NVME) {
+            e->nvme.mem[a->cat] -= a->bytes;
+        } else {
+            h->mem[a->cat] -= a->bytes;
+            h->mem_total -= a->bytes;
+        }
+    }
+    if (e->soff->file) e->nvme.mem_total -= (size_t)e->soff->file_bytes;
+    zero__soff_release(e, e->soff);
+    e->soff = NULL;
+}
+
+/* Every queue's work is done: a prefetch's all-gather may read the param shards, a step's
+   upload the host tier, a held CUDA call a buffer. */
+static zero_result zero__soff_quiesce(zero_engine *e)
+{
+    zero_device *dev = e->cfg.dev;
+    zero_result r = dev->ops->sync(dev, ZERO_QUEUE_COMM);
+    if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMPUTE);
+    if (r == ZERO_OK && (e->cfg.opt_offloaded || e->async.after_step || e->act))
+        r = dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD);
+    return r;
+}
+
+ZERODEF zero_result zero_engine_offload_states(zero_engine *e, unsigned what, zero_offload_device tier)
+{
+    static const char *fn = "zero_engine_offload_states";
+    zero_result r = zero__eng_usable(e, fn);
+    struct zero__soff *x;
+    zero_device *dev;
+    size_t maxb = 0;
+    void *stage = NULL;
+    int k, i, g;
+    if (r != ZERO_OK) {
+        if (e && e->soff)
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "%s: the states are offloaded already (asked: 0x%x); call "
+                              "zero_engine_reload_states first", fn, e->soff->what);
+        return r;
+    }
+    if (what == 0 || (what & ~(unsigned)ZERO_STATES_ALL))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: what = 0x%x (an OR of ZERO_STATES_PARAMS, _GRADS, _MASTER, _M, _V)",
+                          fn, what);
+    if (tier != ZERO_OFFLOAD_CPU && tier != ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: tier = %d (cpu or nvme)", fn, (int)tier);
+    if (tier == ZERO_OFFLOAD_NVME && (!e->cfg.desc.nvme_path || !e->cfg.desc.nvme_path[0]))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: tier nvme needs nvme_path in the engine's descriptor", fn);
+    if (e->micro.done != 0 || e->micro.ready_groups != 0)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "%s: in the middle of a step (%d micro-steps done, %d groups ready): "
+                          "call it between zero_engine_step and the next micro-step",
+                          fn, e->micro.done, e->micro.ready_groups);
+    for (g = 0; g < e->layout.ngroups; g++) {
+        if (e->layout.groups[g].refs > 0)
+            return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: group %d is gathered (release it first)",
+                              fn, g);
+        if (e->layout.groups[g].grads_state != ZERO__GRADS_NONE)
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "%s: group %d's gradient buffer is handed out (a micro-step is under "
+                              "way)", fn, g);
+    }
+    if ((r = zero__eng_step_complete(e)) != ZERO_OK) return r; /* async_step: its verdict */
+    dev = e->cfg.dev;
+    if ((r = zero__soff_quiesce(e)) != ZERO_OK) return zero__eng_break(e, r, "zero_engine_offload_states: sync");
+    x = (struct zero__soff *)zero__alloc_zeroed(&e->cfg.desc.allocator, sizeof *x);
+    if (!x) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: bookkeeping", fn);
+    x->what = what;
+    x->tier = tier;
+    for (k = 0; k < ZERO__SOFF_N; k++) { /* the device buffers of what */
+        unsigned bit = k == ZERO__SOFF_PARAM ? ZERO_STATES_PARAMS
+                       : k <= ZERO__SOFF_GRAD_ACC ? ZERO_STATES_GRADS
+                       : k == ZERO__SOFF_MASTER ? ZERO_STATES_MASTER
+                       : k == ZERO__SOFF_M ? ZERO_STATES_M : ZERO_STATES_V;
+        void *p = zero__soff_get(e, k);
+        if (!(what & bit) || !p) continue;
+        for (i = 0; i < e->buf.nallocs; i++)
+            if (e->buf.allocs[i].ptr == p) break;
+        if (i == e->buf.nallocs) continue; /* not a device buffer of its own (never: defensive) */
+        x->slot[x->n] = k;
+        x->alloc[x->n] = i;
+        x->off[x->n] = x->file_bytes;
+        x->file_bytes += zero_io_align_up((uint64_t)e->buf.allocs[i].bytes);
+        if (e->buf.allocs[i].bytes > maxb) maxb = e->buf.allocs[i].bytes;
+        x->n++;
+    }
+    if (tier == ZERO_OFFLOAD_NVME && x->n > 0) {
+        if (e->nvme.io) x->io = e->nvme.io;
+        else {
+            zero_io_desc iod;
+            memset(&iod, 0, sizeof iod);
+            iod.block_size = e->cfg.desc.block_size;
+            iod.queue_depth = e->cfg.desc.queue_depth;
+            iod.allocator = e->cfg.desc.allocator;
+            r = zero_io_create(&iod, &x->io);
+            x->own_io = r == ZERO_OK;
+        }
+        if (r == ZERO_OK)
+            r = zero_io_file_create(x->io, e->cfg.desc.nvme_path, "states", e->cfg.rank, x->file_bytes,
+                                    &x->file);
+        if (r == ZERO_OK) r = zero_io_buffer_alloc(x->io, (size_t)zero_io_align_up((uint64_t)maxb), &stage);
+    }
+    /* copy everything out first: a failure changes nothing */
+    for (i = 0; i < x->n && r == ZERO_OK; i++) {
+        const zero__eng_allocation *a = &e->buf.allocs[x->alloc[i]];
+        void *dst = stage;
+        if (tier == ZERO_OFFLOAD_CPU) {
+            dst = x->host[i] = zero__alloc(&e->cfg.desc.allocator, a->bytes);
+            if (!dst) {
+                r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %zu bytes of host memory (%s)", fn,
+                               a->bytes, zero_mem_category_name(a->cat));
+                break;
+            }
+        }
+        r = dev->ops->download(dev, ZERO_QUEUE_COMPUTE, dst, a->ptr, a->bytes);
+        if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMPUTE);
+        if (r == ZERO_OK && tier == ZERO_OFFLOAD_NVME) {
+            zero_io_ticket t = 0;
+            r = zero_io_write(x->file, x->off[i], stage, a->bytes, &t);
+            if (r == ZERO_OK) r = zero_io_wait(x->io, t);
+        }
+    }
+    if (stage) zero_io_buffer_free(x->io, stage);
+    if (r != ZERO_OK) {
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        zero__soff_release(e, x);
+        return zero__fail(r, "%s: nothing moved: %.380s", fn, prev);
+    }
+    for (i = 0; i < x->n; i++) { /* then free the device buffers */
+        zero__eng_allocation *a = &e->buf.allocs[x->alloc[i]];
+        r = dev->ops->free(dev, a->ptr);
+        if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_offload_states: free");
+        a->ptr = NULL;
+        zero__soff_set(e, x->slot[i], NULL);
+        e->buf.mem[a->cat] -= a->bytes;
+        e->buf.mem_total -= a->bytes;
+        if (tier == ZERO_OFFLOAD_NVME) {
+            e->nvme.mem[a->cat] += a->bytes;
+        } else {
+            e->host.mem[a->cat] += a->bytes;
+            if (e->host.mem[a->cat] > e->host.mem_peak[a->cat]) e->host.mem_peak[a->cat] = e->host.mem[a->cat];
+            e->host.mem_total += a->bytes;
+            if (e->host.mem_total > e->host.mem_peak_total) e->host.mem_peak_total = e->host.mem_total;
+        }
+    }
+    if (x->file) e->nvme.mem_total += (size_t)x->file_bytes;
+    e->soff = x;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_reload_states(zero_engine *e)
+{
+    static const char *fn = "zero_engine_reload_states";
+    struct zero__soff *x;
+    zero_device *dev;
+    void *got[ZERO__SOFF_N], *stage = NULL;
+    size_t maxb = 0;
+    zero_result r = ZERO_OK;
+    int i, n;
+    if (!e) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: engine is NULL", fn);
+    if (!e->soff) return zero__eng_usable(e, fn); /* nothing offloaded: nothing to do */
+    x = e->soff;
+    dev = e->cfg.dev;
+    for (i = 0; i < x->n; i++)
+        if (e->buf.allocs[x->alloc[i]].bytes > maxb) maxb = e->buf.allocs[x->alloc[i]].bytes;
+    if (x->tier == ZERO_OFFLOAD_NVME && x->n > 0)
+        r = zero_io_buffer_alloc(x->io, (size_t)zero_io_align_up((uint64_t)maxb), &stage);
+    for (n = 0; n < x->n && r == ZERO_OK; n++) {
+        const zero__eng_allocation *a = &e->buf.allocs[x->alloc[n]];
+        const void *src = x->host[n];
+        got[n] = NULL;
+        r = dev->ops->alloc(dev, a->bytes, a->cat, &got[n]);
+        if (r != ZERO_OK) break;
+        if (x->tier == ZERO_OFFLOAD_NVME) {
+            zero_io_ticket t = 0;
+            r = zero_io_read(x->file, x->off[n], stage, a->bytes, &t);
+            if (r == ZERO_OK) r = zero_io_wait(x->io, t);
+            src = stage;
+        }
+        if (r == ZERO_OK) r = dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, got[n], src, a->bytes);
+        if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMPUTE);
+        if (r != ZERO_OK) {
+            n++; /* got[n] is freed below */
+            break;
+        }
+    }
+    if (stage) zero_io_buffer_free(x->io, stage);
+    if (r != ZERO_OK) { /* the states stay offloaded: give back what was taken */
+        char prev[400];
+        zero__eng_copy_error(prev, sizeof prev);
+        for (i = 0; i < n; i++)
+            if (got[i]) (void)dev->ops->free(dev, got[i]);
+        return zero__fail(r, "%s: the states stay offloaded (retry): %.380s", fn, prev);
+    }
+    for (i = 0; i < x->n; i++) {
+        zero__eng_allocation *a = &e->buf.allocs[x->alloc[i]];
+        a->ptr = got[i];
+        zero__soff_set(e, x->slot[i], got[i]);
+        e->buf.mem[a->cat] += a->bytes;
+        if (e->buf.mem[a->cat] > e->buf.mem_peak[a->cat]) e->buf.mem_peak[a->cat] = e->buf.mem[a->cat];
+        e->buf.mem_total += a->bytes;
+        if (e->buf.mem_total > e->buf.mem_peak_total) e->buf.mem_peak_total = e->buf.mem_total;
+    }
+    zero__soff_free(e); /* the host copies, the file, their accounting */
     return ZERO_OK;
 }
 
@@ -13952,17 +14493,8 @@ static zero_result zero__ck_state_offload(zero_engine *e, zero_state_kind k, int
     if (k != ZERO_STATE_PARAM && e->cfg.opt_offloaded) {
         size_t at = eg->off_shard + off;
         *handled = 1;
-        if (e->cfg.desc.offload_optimizer == ZERO_OFFLOAD_NVME)
-            return zero__eng_nvme_state(e, at, n, (int)k - 1, to_device ? NULL : (float *)host,
-                                        to_device ? (const float *)host : NULL);
-        {
-            float *base = k == ZERO_STATE_MASTER ? e->opt.master
-                          : k == ZERO_STATE_M    ? e->opt.m
-                                                 : e->opt.v;
-            if (to_device) memcpy(base + at, host, n * 4);
-            else memcpy(host, base + at, n * 4);
-        }
-        return ZERO_OK;
+        return zero__eng_opt_io(e, (int)k - 1, at, n, to_device ? NULL : (float *)host,
+                                to_device ? (const float *)host : NULL);
     }
     if (k == ZERO_STATE_PARAM && e->cfg.params_offloaded && e->cfg.stage == 3 && !eg->persistent) {
         unsigned char *hp = NULL;
@@ -16199,7 +16731,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
        the four kinds together, so an NVMe tile record and param shard are read and written
        once. The padding between tensors is never written (the engine's stays 0). */
-    for (t = 0; e->cfg.opt_offloaded && t < e->host.ntiles && r == ZERO_OK; t++) {
+    for (t = 0; e->cfg.opt_offloaded && t < e->host.ntiles + e->host.ndtiles && r == ZERO_OK; t++) {
         const zero__eng_tile *tl = &e->host.tiles[t];
         int pi;
         for (pi = tl->first; pi < tl->first + tl->count && r == ZERO_OK; pi++)
@@ -16768,8 +17300,12 @@ static zero_result zero__st_open(const char *path, int *fd_out, zero__st_file *f
     r = zero__ck_pread(fd, lenb, 8, 0, path);
     for (i = 0; i < 8; i++) hn |= (uint64_t)lenb[i] << (8 * i);
     if (r == ZERO_OK && (hn < 2 || hn > ((uint64_t)100 << 20) || hn > (uint64_t)st.st_size - 8))
-        r = zero__fail(ZERO_ERROR_IO, "%s: header size %llu does not fit the file of %lld bytes "
-                       "(or exceeds 100 MB)", path, (unsigned long long)hn, (long long)st.st_size);
+        r = lenb[0] == '{'
+                ? zero__fail(ZERO_ERROR_IO, "%s: a JSON file, not a safetensors file (a sharded "
+                             "checkpoint's model.safetensors.index.json? zero_engine_load_pretrained "
+                             "reads those)", path)
+                : zero__fail(ZERO_ERROR_IO, "%s: header size %llu does not fit the file of %lld bytes "
+                             "(or exceeds 100 MB)", path, (unsigned long long)hn, (long long)st.st_size);
     if (r != ZERO_OK) {
         close(fd);
         return r;
@@ -16791,45 +17327,296 @@ static zero_result zero__st_open(const char *path, int *fd_out, zero__st_file *f
     return ZERO_OK;
 }
 
-ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path)
+/* The shard files of a load: one safetensors file, or those a sharded checkpoint's index names. */
+typedef struct zero__st_set {
+    int n, cap;
+    char **paths;          /* each file's path (owned)                 */
+    int *fds;              /* open for reading, -1 before              */
+    uint64_t *data_off;    /* where each file's data starts            */
+    zero__st_file *f;      /* each file's parsed header                */
+} zero__st_set;
+
+static void zero__st_set_free(zero__st_set *s)
 {
-    zero_result r = zero__eng_usable(e, "zero_engine_load_safetensors");
-    zero__st_file f;
-    uint64_t data_off = 0;
-    int fd = -1, t, *which = NULL;
-    size_t maxn = 0;
+    int i;
+    for (i = 0; i < s->n; i++) {
+        ZERO_FREE(s->paths[i]);
+        if (s->fds[i] >= 0) close(s->fds[i]);
+        zero__st_free(&s->f[i]);
+    }
+    ZERO_FREE(s->paths);
+    ZERO_FREE(s->fds);
+    ZERO_FREE(s->data_off);
+    ZERO_FREE(s->f);
+    memset(s, 0, sizeof *s);
+}
+
+/* Adds file dir/name (dir NULL: name) to the set unless it is there; not opened yet. */
+static zero_result zero__st_set_add(zero__st_set *s, const char *dir, const char *name)
+{
+    size_t dl = dir ? strlen(dir) : 0, nl = strlen(name);
+    char *path;
+    int i;
+    path = (char *)ZERO_MALLOC(dl + nl + 2);
+    if (!path) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "safetensors shard list");
+    if (dir) {
+        memcpy(path, dir, dl);
+        path[dl] = '/';
+        memcpy(path + dl + 1, name, nl + 1);
+    } else {
+        memcpy(path, name, nl + 1);
+    }
+    for (i = 0; i < s->n; i++)
+        if (strcmp(s->paths[i], path) == 0) {
+            ZERO_FREE(path);
+            return ZERO_OK;
+        }
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 4, k;
+        char **np = (char **)ZERO_MALLOC((size_t)cap * sizeof *np);
+        int *nf = (int *)ZERO_MALLOC((size_t)cap * sizeof *nf);
+        uint64_t *no = (uint64_t *)ZERO_MALLOC((size_t)cap * sizeof *no);
+        zero__st_file *nfi = (zero__st_file *)ZERO_MALLOC((size_t)cap * sizeof *nfi);
+        if (s->cap > (1 << 20) || !np || !nf || !no || !nfi) {
+            ZERO_FREE(np);
+            ZERO_FREE(nf);
+            ZERO_FREE(no);
+            ZERO_FREE(nfi);
+            ZERO_FREE(path);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "safetensors shard list of %d files", s->n);
+        }
+        for (k = 0; k < s->n; k++) np[k] = s->paths[k], nf[k] = s->fds[k], no[k] = s->data_off[k], nfi[k] = s->f[k];
+        ZERO_FREE(s->paths);
+        ZERO_FREE(s->fds);
+        ZERO_FREE(s->data_off);
+        ZERO_FREE(s->f);
+        s->paths = np, s->fds = nf, s->data_off = no, s->f = nfi, s->cap = cap;
+    }
+    s->paths[s->n] = path;
+    s->fds[s->n] = -1;
+    s->data_off[s->n] = 0;
+    memset(&s->f[s->n], 0, sizeof s->f[s->n]);
+    s->n++;
+    return ZERO_OK;
+}
+
+/* Skips one JSON value (a sharded index's "metadata" and other keys), nested at most 64 deep. */
+static zero_result zero__st_skip_value(zero__st_p *p, int depth)
+{
+    zero_result r;
+    unsigned char c;
+    zero__st_ws(p);
+    if (depth > 64) return zero__st_err(p, "nested more than 64 deep");
+    if (p->at >= p->n) return zero__st_err(p, "expected a value");
+    c = p->s[p->at];
+    if (c == '"') return zero__st_string(p, NULL);
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        p->at++;
+        if (zero__st_lit(p, close)) return ZERO_OK;
+        do {
+            if (c == '{') {
+                if ((r = zero__st_string(p, NULL)) != ZERO_OK) return r;
+                if (!zero__st_lit(p, ':')) return zero__st_err(p, "expected ':'");
+            }
+            if ((r = zero__st_skip_value(p, depth + 1)) != ZERO_OK) return r;
+        } while (zero__st_lit(p, ','));
+        return zero__st_lit(p, close) ? ZERO_OK : zero__st_err(p, c == '{' ? "expected '}'" : "expected ']'");
+    }
+    {
+        size_t start = p->at; /* a number, true, false or null */
+        while (p->at < p->n && ((p->s[p->at] >= '0' && p->s[p->at] <= '9') || (p->s[p->at] >= 'a' &&
+                                p->s[p->at] <= 'z') || p->s[p->at] == '-' || p->s[p->at] == '+' ||
+                                p->s[p->at] == '.' || p->s[p->at] == 'E'))
+            p->at++;
+        return p->at > start ? ZERO_OK : zero__st_err(p, "expected a value");
+    }
+}
+
+/* A sharded checkpoint's index (JSON text h of hn bytes, read from path): every distinct
+   file its "weight_map" object names, in the directory of path, into s. The names must be
+   plain file names (no '/', not "." or ".."). */
+static zero_result zero__st_index(const unsigned char *h, size_t hn, const char *path, zero__st_set *s)
+{
+    zero__st_p p;
+    zero_result r = ZERO_OK;
+    char *dir = NULL;
+    const char *slash = strrchr(path, '/');
+    int have_map = 0, entries = 0;
+    p.s = h;
+    p.n = hn;
+    p.at = 0;
+    p.what = path;
+    if (slash) {
+        size_t dl = (size_t)(slash - path);
+        dir = (char *)ZERO_MALLOC(dl + 2);
+        if (!dir) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: index", path);
+        memcpy(dir, path, dl ? dl : 1); /* "/x.json": the root */
+        dir[dl ? dl : 1] = '\0';
+    }
+    if (!zero__st_lit(&p, '{')) {
+        r = zero__st_err(&p, "a sharded index must be a JSON object");
+        goto out;
+    }
+    if (zero__st_lit(&p, '}')) goto closed;
+    do {
+        char *key = NULL;
+        if ((r = zero__st_string(&p, &key)) != ZERO_OK) goto out;
+        if (!zero__st_lit(&p, ':')) {
+            ZERO_FREE(key);
+            r = zero__st_err(&p, "expected ':'");
+            goto out;
+        }
+        if (strcmp(key, "weight_map") != 0 || have_map) {
+            r = strcmp(key, "weight_map") == 0 ? zero__st_err(&p, "weight_map appears twice")
+                                                : zero__st_skip_value(&p, 0);
+            ZERO_FREE(key);
+            if (r != ZERO_OK) goto out;
+            continue;
+        }
+        ZERO_FREE(key);
+        have_map = 1;
+        if (!zero__st_lit(&p, '{')) {
+            r = zero__st_err(&p, "weight_map must be an object of tensor name -> file name");
+            goto out;
+        }
+        if (zero__st_lit(&p, '}')) continue;
+        do {
+            char *file = NULL;
+            if ((r = zero__st_string(&p, NULL)) != ZERO_OK) goto out;
+            if (!zero__st_lit(&p, ':')) {
+                r = zero__st_err(&p, "expected ':'");
+                goto out;
+            }
+            zero__st_ws(&p);
+            if (p.at >= p.n || p.s[p.at] != '"') {
+                r = zero__st_err(&p, "a weight_map value is not a file name");
+                goto out;
+            }
+            if ((r = zero__st_string(&p, &file)) != ZERO_OK) goto out;
+            if (!file[0] || strchr(file, '/') || strcmp(file, ".") == 0 || strcmp(file, "..") == 0 ||
+                strlen(file) > 255) {
+                r = zero__fail(ZERO_ERROR_IO, "%s: weight_map names '%.100s', not a plain file name in the "
+                               "index's directory", path, file);
+                ZERO_FREE(file);
+                goto out;
+            }
+            r = zero__st_set_add(s, dir, file);
+            ZERO_FREE(file);
+            if (r != ZERO_OK) goto out;
+            entries++;
+        } while (zero__st_lit(&p, ','));
+        if (!zero__st_lit(&p, '}')) {
+            r = zero__st_err(&p, "expected '}'");
+            goto out;
+        }
+    } while (zero__st_lit(&p, ','));
+    if (!zero__st_lit(&p, '}')) {
+        r = zero__st_err(&p, "expected '}'");
+        goto out;
+    }
+closed:
+    zero__st_ws(&p);
+    if (p.at != p.n) r = zero__st_err(&p, "text after the index's object");
+    else if (!have_map || entries == 0)
+        r = zero__fail(ZERO_ERROR_IO, "%s: a sharded index without a weight_map (or an empty one)", path);
+out:
+    ZERO_FREE(dir);
+    return r;
+}
+
+/* The files of a Hugging Face checkpoint at path into s: a directory (its model.safetensors,
+   else its model.safetensors.index.json), a sharded index (a regular file whose text is a
+   JSON object: its weight_map's files) or one safetensors file. Every file is opened and
+   its header checked. */
+static zero_result zero__st_set_open(const char *path, zero__st_set *s)
+{
+    struct stat st;
+    zero_result r;
+    int i, fd = -1;
+    memset(s, 0, sizeof *s);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        r = zero__st_set_add(s, path, "model.safetensors");
+        if (r == ZERO_OK && stat(s->paths[0], &st) != 0) {
+            zero__st_set_free(s);
+            r = zero__st_set_add(s, path, "model.safetensors.index.json");
+            if (r == ZERO_OK && stat(s->paths[0], &st) != 0)
+                r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: a directory without model.safetensors or "
+                               "model.safetensors.index.json", path);
+        }
+    } else {
+        r = zero__st_set_add(s, NULL, path);
+    }
+    if (r == ZERO_OK) { /* a JSON index rather than a safetensors file? */
+        unsigned char b[9];
+        uint64_t hn = 0;
+        int k;
+        r = zero__ck_open_read(s->paths[0], "safetensors file or sharded index", 0, &fd, &st);
+        if (r == ZERO_OK && st.st_size >= 1 && st.st_size <= ((off_t)100 << 20)) {
+            size_t got = st.st_size >= 9 ? 9 : 1;
+            r = zero__ck_pread(fd, b, got, 0, s->paths[0]);
+            for (k = 0; k < 8 && got == 9; k++) hn |= (uint64_t)b[k] << (8 * k);
+            if (r == ZERO_OK && b[0] == '{' && !(got == 9 && hn <= (uint64_t)st.st_size - 9 && b[8] == '{')) {
+                unsigned char *text = (unsigned char *)ZERO_MALLOC((size_t)st.st_size);
+                zero__st_set idx;
+                memset(&idx, 0, sizeof idx);
+                if (!text) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: index", s->paths[0]);
+                if (r == ZERO_OK) r = zero__ck_pread(fd, text, (size_t)st.st_size, 0, s->paths[0]);
+                if (r == ZERO_OK) r = zero__st_index(text, (size_t)st.st_size, s->paths[0], &idx);
+                ZERO_FREE(text);
+                close(fd);
+                fd = -1;
+                zero__st_set_free(s);
+                *s = idx;
+                if (r != ZERO_OK) zero__st_set_free(s);
+            }
+        }
+        if (fd >= 0) close(fd);
+    }
+    for (i = 0; i < s->n && r == ZERO_OK; i++) r = zero__st_open(s->paths[i], &s->fds[i], &s->f[i], &s->data_off[i]);
+    if (r != ZERO_OK) zero__st_set_free(s);
+    return r;
+}
+
+/* The loads' common part: every engine tensor from the set's files (by its name, or the
+   name less prefix), checked and agreed on before anything is set. */
+static zero_result zero__eng_load_set(zero_engine *e, zero__st_set *s, const char *prefix, const char *what,
+                                      zero_result r)
+{
+    int t, *which = NULL, *file = NULL;
+    size_t maxn = 0, pl = prefix ? strlen(prefix) : 0;
     unsigned char *raw = NULL, *conv = NULL;
     float *vals = NULL;
-    memset(&f, 0, sizeof f);
-    if (r != ZERO_OK) return r;
-    /* Every check and allocation of every rank first, then one agreement: a rank that
-       fails (argument, header, allocation) fails every rank's call before anything is set. */
-    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
-    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1);
-    if (r == ZERO_OK) r = zero__st_open(path, &fd, &f, &data_off);
-    if (r != ZERO_OK) {
-        r = zero__ck_agree(e, r, NULL);
-        return r;
-    }
+    if (r != ZERO_OK) return zero__ck_agree(e, r, NULL);
     which = (int *)ZERO_MALLOC((size_t)e->layout.ntensors * sizeof(int));
-    if (!which) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
+    file = (int *)ZERO_MALLOC((size_t)e->layout.ntensors * sizeof(int));
+    if (!which || !file) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_load_safetensors");
     /* every check first: nothing is set unless all tensors are there and fit */
     for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++) {
         zero_tensor_info ti;
         zero__st_entry *E = NULL;
         uint64_t numel = 1;
-        int k, nd = t < e->layout.cap_shapes ? e->layout.shapes[t].ndim : 0;
+        int k, i, nd = t < e->layout.cap_shapes ? e->layout.shapes[t].ndim : 0;
+        const char *path;
         memset(&ti, 0, sizeof ti);
         zero_plan_tensor(e->layout.plan, t, &ti);
-        E = zero__st_find(&f, ti.name);
+        for (i = 0; i < s->n && !E; i++) E = zero__st_find(&s->f[i], ti.name);
+        if (!E && pl > 0 && strncmp(ti.name, prefix, pl) == 0 && ti.name[pl])
+            for (i = 0; i < s->n && !E; i++) E = zero__st_find(&s->f[i], ti.name + pl);
         if (!E) {
-            r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", path, ti.name);
+            if (pl > 0 && strncmp(ti.name, prefix, pl) == 0 && ti.name[pl])
+                r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s' (nor '%s')", what, ti.name,
+                               ti.name + pl);
+            else
+                r = zero__fail(ZERO_ERROR_NOT_FOUND, "%s: no tensor named '%s'", what, ti.name);
             break;
         }
+        file[t] = i - 1;
+        path = s->paths[i - 1];
         for (k = 0; k < E->ndim; k++) numel *= E->dims[k];
         if (numel != ti.numel) {
             r = zero__fail(ZERO_ERROR_MISMATCH, "%s: tensor '%s' has %llu elements, the engine's "
-                           "%zu", path, ti.name, (unsigned long long)numel, ti.numel);
+                           "%zu", path, E->name, (unsigned long long)numel, ti.numel);
             break;
         }
         if (nd > 0) {
@@ -16837,17 +17624,17 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
             for (k = 0; same && k < nd; k++) same = e->layout.shapes[t].dims[k] == E->dims[k];
             if (!same) {
                 r = zero__fail(ZERO_ERROR_MISMATCH, "%s: tensor '%s' has another shape than the "
-                               "engine's (same size)", path, ti.name);
+                               "engine's (same size)", path, E->name);
                 break;
             }
         }
         if (strcmp(E->dtype, "F32") != 0 && strcmp(E->dtype, "F16") != 0 &&
             strcmp(E->dtype, "BF16") != 0) {
             r = zero__fail(ZERO_ERROR_UNSUPPORTED, "%s: tensor '%s' is %s (F32, F16 or BF16 can "
-                           "be loaded)", path, ti.name, E->dtype);
+                           "be loaded)", path, E->name, E->dtype);
             break;
         }
-        which[t] = (int)(E - f.ent);
+        which[t] = (int)(E - s->f[i - 1].ent);
         if (ti.numel > maxn) maxn = ti.numel;
     }
     if (r == ZERO_OK) {
@@ -16862,11 +17649,12 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     }
     r = zero__ck_agree(e, r, NULL); /* from here on every rank sets every tensor */
     for (t = 0; t < e->layout.ntensors && r == ZERO_OK; t++) {
-        zero__st_entry *E = &f.ent[which[t]];
+        zero__st_entry *E = &s->f[file[t]].ent[which[t]];
         zero_dtype dt = strcmp(E->dtype, "F32") == 0 ? ZERO_F32
                         : strcmp(E->dtype, "F16") == 0 ? ZERO_F16 : ZERO_BF16;
         size_t n = (size_t)((E->end - E->begin) / zero_dtype_size(dt));
-        r = zero__ck_pread(fd, raw, (size_t)(E->end - E->begin), data_off + E->begin, path);
+        r = zero__ck_pread(s->fds[file[t]], raw, (size_t)(E->end - E->begin), s->data_off[file[t]] + E->begin,
+                           s->paths[file[t]]);
         if (r == ZERO_OK) r = zero_convert(vals, ZERO_F32, raw, dt, n, ZERO_SIMD_AUTO);
         if (r == ZERO_OK) r = zero__eng_set_tensor(e, t, vals, conv);
         if (r != ZERO_OK && t > 0 && e->lifecycle == ZERO__ENG_COMMITTED) { /* half set: unusable */
@@ -16883,8 +17671,38 @@ ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *pat
     ZERO_FREE(vals);
     if (conv) zero__free(&e->cfg.desc.allocator, conv);
     ZERO_FREE(which);
-    zero__st_free(&f);
-    if (fd >= 0) close(fd);
+    ZERO_FREE(file);
+    return r;
+}
+
+ZERODEF zero_result zero_engine_load_safetensors(zero_engine *e, const char *path)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_load_safetensors");
+    zero__st_set s;
+    memset(&s, 0, sizeof s);
+    if (r != ZERO_OK) return r;
+    /* Every check and allocation of every rank first, then one agreement: a rank that
+       fails (argument, header, allocation) fails every rank's call before anything is set. */
+    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_safetensors: path is NULL");
+    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_safetensors", 1);
+    if (r == ZERO_OK) r = zero__st_set_add(&s, NULL, path);
+    if (r == ZERO_OK) r = zero__st_open(path, &s.fds[0], &s.f[0], &s.data_off[0]);
+    r = zero__eng_load_set(e, &s, NULL, path, r);
+    zero__st_set_free(&s);
+    return r;
+}
+
+ZERODEF zero_result zero_engine_load_pretrained(zero_engine *e, const char *path, const char *prefix)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_load_pretrained");
+    zero__st_set s;
+    memset(&s, 0, sizeof s);
+    if (r != ZERO_OK) return r;
+    if (!path) r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_engine_load_pretrained: path is NULL");
+    if (r == ZERO_OK) r = zero__ck_between_steps(e, "zero_engine_load_pretrained", 1);
+    if (r == ZERO_OK) r = zero__st_set_open(path, &s);
+    r = zero__eng_load_set(e, &s, prefix, path, r);
+    zero__st_set_free(&s);
     return r;
 }
 

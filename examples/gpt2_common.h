@@ -78,6 +78,7 @@ typedef struct gpt2_opts {
     zero_offload_device ograd; /* --offload-gradients: where the reduced gradient shard waits
                                   for the step (none = the host tier when oopt is set) */
     const char *nvme_path;
+    double offload_ratio;     /* --offload-ratio R: offload_optimizer_ratio (0 = 1)      */
     zero_offload_device oact; /* --offload-activations: checkpoint each block's input in this
                                  tier, recompute the block in the backward (none = keep all) */
     int tile_embedding;       /* --tile-embedding K: wte (embedding and LM head) as K tile
@@ -85,8 +86,9 @@ typedef struct gpt2_opts {
     /* files */
     const char *save_dir, *resume_dir; /* checkpoints                           */
     int save_every;                    /* save every K steps and after the last */
-    const char *init_path;             /* start from a .safetensors file        */
-    char init_file[4096];              /* --init DIR: DIR/model.safetensors     */
+    const char *init_path;             /* start from a .safetensors file, a sharded
+                                          index or a directory (zero_engine_load_pretrained) */
+    char init_file[4096];              /* --init DIR: DIR/model.safetensors or its index */
     const char *data_path;             /* a directory of text files, a text file or a .bin */
     const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
     const char *logits_path;           /* step 0: rank 0's logits (fp32) of its first micro-batch */
@@ -150,6 +152,8 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --lr-embed M    wte and wpe train at lr x M (per-tensor lr; default 1)\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
+            "         --offload-ratio R   the fraction R in (0, 1] of the optimizer state offloaded,\n"
+            "                             the rest updated on the device (default 1)\n"
             "         --offload-activations none|cpu|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n",
@@ -257,11 +261,12 @@ static inline int gpt2_read_hf_dir(gpt2_opts *o, const char *dir, unsigned given
     free(text);
     if (rc != 0) return rc;
     snprintf(o->init_file, sizeof o->init_file, "%s/model.safetensors", dir);
-    if (stat(o->init_file, &st) != 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-        snprintf(why, n, "--init %.300s: no model.safetensors%s", dir,
-                 stat(path, &st) == 0 ? " (a sharded model.safetensors.index.json: not supported yet)" : "");
-        return -1;
+    if (stat(o->init_file, &st) != 0) { /* a sharded checkpoint: its index names the files */
+        snprintf(o->init_file, sizeof o->init_file, "%s/model.safetensors.index.json", dir);
+        if (stat(o->init_file, &st) != 0) {
+            snprintf(why, n, "--init %.300s: no model.safetensors or model.safetensors.index.json", dir);
+            return -1;
+        }
     }
     o->init_path = o->init_file;
     return 0;
@@ -322,6 +327,8 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--offload-param")) bad = gpt2_parse_tier(v, &o->oparam) != 0;
         else if (!strcmp(k, "--offload-gradients")) bad = gpt2_parse_tier(v, &o->ograd) != 0;
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
+        else if (!strcmp(k, "--offload-ratio"))
+            o->offload_ratio = atof(v), bad = !(o->offload_ratio > 0 && o->offload_ratio <= 1);
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
         else if (!strcmp(k, "--tile-embedding")) bad = gpt2_parse_int(v, 1, INT_MAX, &o->tile_embedding);
         else if (!strcmp(k, "--save")) o->save_dir = v;
@@ -434,6 +441,7 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
     d->offload_gradients = o->ograd;
+    d->offload_optimizer_ratio = o->offload_ratio;
     d->nvme_path = o->nvme_path;
     if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
         size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * c->seq * c->channels);
@@ -499,7 +507,7 @@ static inline int gpt2__nonfinite(const unsigned char *p, const char *dt, size_t
    head (an lm_head.weight whose values are not transformer.wte.weight's: this model's head
    is wte, so the file's head would be dropped). 0, or -1 with a sentence naming the tensor
    in err. The engine's loader checks the rest (names, shapes, dtypes, sizes). */
-static inline int gpt2_init_check(const char *path, char *err, size_t n)
+static inline int gpt2_init_check_file(const char *path, char *err, size_t n)
 {
     FILE *f = fopen(path, "rb");
     unsigned char b8[8], *data = NULL;
@@ -544,7 +552,7 @@ static inline int gpt2_init_check(const char *path, char *err, size_t n)
             }
         }
     }
-    if (have_lm && (!have_wte || lm[1] - lm[0] != wte[1] - wte[0])) {
+    if (have_lm && have_wte && lm[1] - lm[0] != wte[1] - wte[0]) {
         snprintf(err, n, "--init %s: lm_head.weight is not transformer.wte.weight (an untied head, "
                  "tie_word_embeddings = false): train_gpt2's head is wte, untied heads are not supported", path);
         goto out;
@@ -571,6 +579,45 @@ out:
     free(data);
     free(h);
     fclose(f);
+    return rc;
+}
+
+/* gpt2_init_check_file on the --init path: one .safetensors file, or each file a sharded
+   index names (its "weight_map" values; the engine's loader checks the index's form). An
+   lm_head.weight in another shard than wte's is not compared. */
+static inline int gpt2_init_check(const char *path, char *err, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = NULL, *p, *q, file[4400];
+    const char *slash = strrchr(path, '/');
+    long len = 0;
+    int rc = 0, dl = slash ? (int)(slash - path) : 0;
+    if (!f) return 0; /* the engine's loader names what is wrong */
+    if (fgetc(f) != '{' || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) <= 0 || len > (100L << 20) ||
+        fseek(f, 0, SEEK_SET) != 0 || !(text = (char *)malloc((size_t)len + 1)) ||
+        fread(text, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        free(text);
+        return gpt2_init_check_file(path, err, n);
+    }
+    fclose(f);
+    text[len] = '\0';
+    p = strstr(text, "\"weight_map\"");
+    while (p && rc == 0 && (p = strstr(p, ".safetensors\"")) != NULL) { /* each tensor's file name */
+        char *seen;
+        for (q = p; q > text && q[-1] != '"'; q--) {}
+        p += 13; /* past the name's closing quote */
+        if (p - q > 256 || memchr(q, '/', (size_t)(p - q))) continue; /* the loader refuses it */
+        {
+            char name[300];
+            snprintf(name, sizeof name, "\"%.*s", (int)(p - q), q); /* "NAME.safetensors" */
+            seen = strstr(text, name); /* its first mention: checked there */
+            if (seen && seen != q - 1) continue;
+        }
+        snprintf(file, sizeof file, "%.*s%s%.*s", dl, path, slash ? "/" : "", (int)(p - q - 1), q);
+        rc = gpt2_init_check_file(file, err, n);
+    }
+    free(text);
     return rc;
 }
 

@@ -853,7 +853,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     r = model_init(&m, e, c, tab, B, o->dtype, o->oact != ZERO_OFFLOAD_NONE, o->tile_embedding, wte_tile0);
     tab = NULL; /* the model owns it */
     if (r != ZERO_OK) goto done;
-    if (o->init_path) CHECK(zero_engine_load_safetensors(e, o->init_path));
+    if (o->init_path) CHECK(zero_engine_load_pretrained(e, o->init_path, "transformer."));
     else CHECK(gpt2_set_init_tiled(e, c, m.tab, o->seed, o->tile_embedding, wte_tile0));
     if (o->resume_dir) { /* the engine's state, and ours: the data position and the generator */
         size_t got = 0;

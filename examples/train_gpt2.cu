@@ -734,7 +734,7 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     TRY(gpt2_add_tensors(R->e, &o->cfg, R->t));
     TRY(zero_engine_commit(R->e));
     TRY(gpt2_offsets(zero_engine_plan(R->e), &o->cfg, R->t));
-    if (o->init_path) TRY(zero_engine_load_safetensors(R->e, o->init_path));
+    if (o->init_path) TRY(zero_engine_load_pretrained(R->e, o->init_path, "transformer."));
     else TRY(gpt2_set_init(R->e, &o->cfg, R->t, o->seed));
     if (o->resume_dir) { /* any stage and world size; the data stream continues from the client state */
         TRY(zero_engine_load_client(R->e, o->resume_dir, &cl, sizeof cl, &got));

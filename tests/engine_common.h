@@ -48,6 +48,12 @@ typedef struct ec_cfg {
     int pin_memory;
     int async_step;          /* engine async_step: steps without info, read one step later */
     int param_read_ahead;    /* engine param_read_ahead (offload_param = nvme)             */
+    double offload_ratio;    /* engine offload_optimizer_ratio (0 = 1 with offload)        */
+    /* zero_engine_offload_states(states_what, states_tier) before step states_at, and
+       zero_engine_reload_states right after (tests/test_offload_states.c); 0 = never */
+    unsigned states_what;
+    zero_offload_device states_tier;
+    int states_at;
     /* per-tensor hyper-parameters, set after commit when hp_on (zero_engine_set_tensor_hparams) */
     int hp_on;
     double lr_mul[EC_MAX_T], hp_wd[EC_MAX_T];
@@ -70,6 +76,9 @@ typedef struct ec_result {
     zero_engine_memory mem[EC_MAX_RANKS];
     zero_engine_memory host_mem[EC_MAX_RANKS]; /* the host tier (offload) */
     zero_engine_memory nvme_mem[EC_MAX_RANKS]; /* the NVMe tier (offload) */
+    /* states_what: each tier before the offload [0], between it and the reload [1], after [2] */
+    zero_engine_memory states_mem[EC_MAX_RANKS][3][3];
+    zero_result states_refused[EC_MAX_RANKS]; /* a gather while offloaded */
     zero_traffic traffic_last[EC_MAX_RANKS][EC_MAX_STEPS];
     zero_gather_stats gstats[EC_MAX_RANKS];
     size_t live_after_step_max; /* the most non-persistent gathered numel seen after a step */
@@ -191,6 +200,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->async_step = c->async_step;
     d->ranks_per_node = c->ranks_per_node;
     d->mics_shard_size = c->mics;
+    d->offload_optimizer_ratio = c->offload_ratio;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */
@@ -447,6 +457,18 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         float scale = zero_engine_loss_scale(e); /* async_step: completes step s - 1 */
         if (rank == 0) res->loss_scale_before[s] = scale;
         if (c->async_step && s > 0) EC_TRY(zero_engine_last_step(e, &res->info[rank][s - 1]));
+        if (c->states_what && s == c->states_at) { /* between phases: off the device and back */
+            int k;
+            for (k = 0; k < 3; k++) zero_engine_memory_tier(e, (zero_mem_tier)k, &res->states_mem[rank][0][k]);
+            EC_TRY(zero_engine_offload_states(e, c->states_what, c->states_tier));
+            for (k = 0; k < 3; k++) zero_engine_memory_tier(e, (zero_mem_tier)k, &res->states_mem[rank][1][k]);
+            {
+                void *p = NULL;
+                res->states_refused[rank] = zero_engine_gather(e, 0, &p);
+            }
+            EC_TRY(zero_engine_reload_states(e));
+            for (k = 0; k < 3; k++) zero_engine_memory_tier(e, (zero_mem_tier)k, &res->states_mem[rank][2][k]);
+        }
         EC_TRY(ec_micro_steps(c, e, ids, rank, s, scale));
         EC_TRY(zero_engine_step(e, c->async_step ? NULL : &info));
         if (!c->async_step) res->info[rank][s] = info;

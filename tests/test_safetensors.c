@@ -381,6 +381,158 @@ ZT_TEST(fifo_is_refused)
               WIFSIGNALED(st) ? "hung (killed by the alarm)" : "checks failed", WEXITSTATUS(st));
 }
 
+/* ---- a Hugging Face checkpoint: sharded, prefix-less ---------------------------------------- */
+
+/* Writes tensors t[first, last) of file_value under names "<prefix>t<k>" as one F32 file. */
+static int write_part(const char *path, const char *prefix, int first, int last)
+{
+    char h[512];
+    size_t at = 0, hl, i;
+    unsigned char len[8];
+    int t, k;
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return -1;
+    hl = (size_t)snprintf(h, sizeof h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (t = first; t < last; t++) {
+        hl += (size_t)snprintf(h + hl, sizeof h - hl, ",\"%st%d\":{\"dtype\":\"F32\",\"shape\":[%zu],"
+                               "\"data_offsets\":[%zu,%zu]}", prefix, t, tn[t], at, at + 4 * tn[t]);
+        at += 4 * tn[t];
+    }
+    hl += (size_t)snprintf(h + hl, sizeof h - hl, "}");
+    for (k = 0; k < 8; k++) len[k] = (unsigned char)((uint64_t)hl >> (8 * k));
+    fwrite(len, 1, 8, fp);
+    fwrite(h, 1, hl, fp);
+    for (t = first; t < last; t++)
+        for (i = 0; i < tn[t]; i++) {
+            float v = file_value(t, i);
+            fwrite(&v, 4, 1, fp);
+        }
+    return fclose(fp);
+}
+
+typedef struct pctx {
+    const char *path, *prefix;
+    int use_plain; /* zero_engine_load_safetensors instead of zero_engine_load_pretrained */
+    zero_result got[2];
+    int unchanged[2], loaded[2];
+    char msg[2][520];
+} pctx;
+
+/* Engine tensors "model.t<k>" at stage 3, f16 params, loaded from P->path. */
+static zero_result pre_rank(int rank, zero_comm *comm, void *user)
+{
+    pctx *P = (pctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    float v[100];
+    int t;
+    size_t i;
+    zero_result r = zero_host_device_create(NULL, &dev);
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    d.param_dtype = ZERO_F16;
+    d.device = dev;
+    d.comm = comm;
+    if (!r) r = zero_engine_create(&d, &e);
+    for (t = 0; t < NT && !r; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "model.t%d", t % 10);
+        r = zero_engine_add_tensor(e, name, tn[t], t == 0 ? 0 : 1, 0, NULL);
+    }
+    if (!r) r = zero_engine_commit(e);
+    for (t = 0; t < NT && !r; t++) {
+        for (i = 0; i < tn[t]; i++) v[i] = init_value(t, i);
+        r = zero_engine_set_tensor(e, t, v);
+    }
+    if (!r) {
+        P->got[rank] = P->use_plain ? zero_engine_load_safetensors(e, P->path)
+                                    : zero_engine_load_pretrained(e, P->path, P->prefix);
+        snprintf(P->msg[rank], sizeof P->msg[rank], "%s", zero_last_error());
+        P->unchanged[rank] = state_is(e, init_value);
+        P->loaded[rank] = state_is(e, file_value);
+    }
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "wb");
+    if (fp) {
+        fputs(text, fp);
+        fclose(fp);
+    }
+}
+
+/* zero_engine_load_pretrained: a directory, a sharded index (weight_map over two files, with
+   a metadata object holding numbers), names with and without the prefix; the index given to
+   zero_engine_load_safetensors says it is JSON; a malformed index, a shard name with a '/'
+   and a missing shard are refused on every rank with nothing changed. */
+ZT_TEST(pretrained_sharded_and_prefixless)
+{
+    char dir[64], p[3][128], idx[128], text[512];
+    pctx P;
+    int rk, c;
+    snprintf(dir, sizeof dir, "/tmp/zt_st_hf_%d", (int)getpid());
+    ZT_CHECK(mkdir(dir, 0755) == 0);
+    snprintf(p[0], sizeof p[0], "%s/model.safetensors", dir);
+    snprintf(p[1], sizeof p[1], "%s/model-00001-of-00002.safetensors", dir);
+    snprintf(p[2], sizeof p[2], "%s/model-00002-of-00002.safetensors", dir);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    for (c = 0; c < 8; c++) {
+        const char *prefix = c == 0 || c == 2 ? "" : "model."; /* names in the files */
+        const char *want = "";                                 /* a word the error must hold */
+        memset(&P, 0, sizeof P);
+        P.prefix = "model.";
+        P.path = dir;
+        remove(p[0]);
+        remove(p[1]);
+        remove(p[2]);
+        remove(idx);
+        if (c <= 1) { /* one file in the directory, either layout */
+            ZT_CHECK(write_part(p[0], prefix, 0, NT) == 0);
+        } else {      /* two shards and the index (a directory, then the index itself) */
+            ZT_CHECK(write_part(p[1], prefix, 0, 2) == 0);
+            ZT_CHECK(write_part(p[2], prefix, 2, NT) == 0);
+            snprintf(text, sizeof text, "{\n  \"metadata\": {\"total_size\": 804, \"x\": [1, -2.5e3, true, null, {}]},\n"
+                     "  \"weight_map\": {\"%st0\": \"model-00001-of-00002.safetensors\", \"%st1\": "
+                     "\"model-00001-of-00002.safetensors\", \"%st2\": \"model-00002-of-00002.safetensors\"}\n}\n",
+                     prefix, prefix, prefix);
+            write_text(idx, text);
+            if (c >= 3) P.path = idx;
+            if (c == 4) P.use_plain = 1, want = "a JSON file, not a safetensors file";
+            if (c == 5) write_text(idx, "{\"weight_map\": {\"model.t0\": \"../x.safetensors\"}}"), want = "not a plain file name";
+            if (c == 6) remove(p[2]), want = "missing";
+            if (c == 7) write_text(idx, "{\"weight_map\": {\"model.t0\" \"a\"}}"), want = "expected ':'";
+        }
+        ZT_CHECK(zero_local_run(2, pre_rank, &P) == ZERO_OK);
+        for (rk = 0; rk < 2; rk++) {
+            if (c <= 3) {
+                ZT_CHECKF(P.got[rk] == ZERO_OK && P.loaded[rk], "case %d rank %d: %s", c, rk, P.msg[rk]);
+            } else {
+                ZT_CHECKF(P.got[rk] != ZERO_OK && P.unchanged[rk], "case %d rank %d: not refused or changed (%s)", c,
+                          rk, P.msg[rk]);
+                ZT_CHECKF(rk == 1 || strstr(P.msg[rk], want) != NULL, "case %d: '%s' lacks '%s'", c, P.msg[rk], want);
+            }
+        }
+    }
+    /* without the prefix, a prefix-less file's names are not found, naming both */
+    memset(&P, 0, sizeof P);
+    ZT_CHECK(write_part(p[0], "", 0, NT) == 0);
+    P.path = p[0];
+    P.prefix = "model.";
+    P.use_plain = 1;
+    ZT_CHECK(zero_local_run(2, pre_rank, &P) == ZERO_OK);
+    ZT_CHECKF(P.got[0] == ZERO_ERROR_NOT_FOUND && strstr(P.msg[0], "'model.t0'"), "%s", P.msg[0]);
+    remove(p[0]);
+    remove(p[1]);
+    remove(p[2]);
+    remove(idx);
+    ZT_CHECK(rmdir(dir) == 0);
+}
+
 int main(void)
 {
     ZT_RUN(many_names_n_log_n);
@@ -388,5 +540,6 @@ int main(void)
     ZT_RUN(names_are_utf8);
     ZT_RUN(failed_load_changes_no_rank);
     ZT_RUN(fifo_is_refused);
+    ZT_RUN(pretrained_sharded_and_prefixless);
     return zt_summary();
 }

@@ -37,6 +37,9 @@ static const char *help_text =
     "                       NVMe (ZeRO-Infinity); adds host and nvme columns\n"
     "  --offload-param cpu|nvme\n"
     "                       stage 3, with --offload-optimizer: the param shards off the device\n"
+    "  --offload-ratio R    with --offload(-optimizer): the fraction R in (0, 1] of the\n"
+    "                       optimizer state offloaded (offload_optimizer_ratio); the rest\n"
+    "                       stays on the device (default 1)\n"
     "  --param-bytes B      bytes per parameter (default 2: fp16/bf16)\n"
     "  --grad-bytes B       bytes per gradient (default 2)\n"
     "  --optimizer-bytes K  bytes of optimizer state per parameter (default 12: Adam's fp32\n"
@@ -380,6 +383,12 @@ int main(int argc, char **argv)
                 else if (strcmp(name, "--grad-bytes") == 0) o.base.grad_bytes = (int)u;
                 else o.base.optimizer_bytes = (int)u;
             }
+        } else if (TAKES("--offload-ratio")) {
+            char *end = NULL;
+            double f = strtod(val, &end);
+            if (!*val || *end || !(f > 0.0) || f > 1.0)
+                return bad("--offload-ratio '%s': %s", val, "want a number in (0, 1]");
+            o.base.offload_optimizer_ratio = f;
         } else if (TAKES("--buffer-factor")) {
             char *end = NULL;
             double f = strtod(val, &end);
@@ -391,7 +400,7 @@ int main(int argc, char **argv)
                     strcmp(name, "--frozen") == 0 ||
                     strcmp(name, "--stage") == 0 || strcmp(name, "--memory") == 0 ||
                     strcmp(name, "--gpus-per-node") == 0 || strcmp(name, "--largest-layer") == 0 ||
-                    strcmp(name, "--buffer-factor") == 0 || strcmp(name, "--param-bytes") == 0 ||
+                    strcmp(name, "--buffer-factor") == 0 || strcmp(name, "--offload-ratio") == 0 || strcmp(name, "--param-bytes") == 0 ||
                     strcmp(name, "--grad-bytes") == 0 || strcmp(name, "--optimizer-bytes") == 0)) {
             return bad("%s needs a value%s", name, "");
         } else if (eq && (strcmp(name, "--offload") == 0 || strcmp(name, "--json") == 0 ||
@@ -442,6 +451,8 @@ int main(int argc, char **argv)
         return bad("--offload-param is stage 3 only%s%s", "", "");
     if (o.oparam && o.stage < 0) o.stage = 3; /* the only stage it applies to */
     if (o.oopt) o.offload = 1;
+    if (o.base.offload_optimizer_ratio > 0.0 && (o.deepspeed || !o.offload))
+        return bad("--offload-ratio needs --offload or --offload-optimizer (paper mode)%s%s", "", "");
     if (o.deepspeed && (o.base.param_bytes || o.base.grad_bytes || o.base.optimizer_bytes))
         return bad("--param-bytes, --grad-bytes and --optimizer-bytes are paper mode only%s%s", "", "");
 
@@ -462,6 +473,7 @@ int main(int argc, char **argv)
         zero_estimate e;
         d.stage = 0;
         d.offload = 0;
+        d.offload_optimizer_ratio = 0.0;
         if (zero_estimate_compute(&d, &e) != ZERO_OK) return bad("%s%s", zero_last_error(), "");
         baseline = e.device_bytes;
     }
@@ -519,6 +531,9 @@ int main(int argc, char **argv)
                              : "",
                    o.oparam ? ", stage-3 params on " : "",
                    o.oparam ? (o.oparam == ZERO_OFFLOAD_NVME ? "NVMe" : "the host") : "");
+        if (!o.deepspeed && o.base.offload_optimizer_ratio > 0.0)
+            printf("offload_optimizer_ratio = %g: that fraction of each rank's optimizer state "
+                   "offloaded, the rest on the device\n", o.base.offload_optimizer_ratio);
         if (o.max_params) {
             commas(o.memory, a, sizeof a);
             human(o.memory, pick_scale(o.memory, o.gib), b, sizeof b);

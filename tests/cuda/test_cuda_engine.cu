@@ -19,7 +19,7 @@
 #pragma GCC diagnostic pop
 #include "tests/nvme_dir.h"
 
-#define NTESTS 6
+#define NTESTS 7
 
 /* ec_rank_fn with the device chosen and every param read / gradient write done through the
    device's download / upload on the compute queue (the engine hands out device pointers);
@@ -81,6 +81,17 @@ static zero_result cu_rank_fn(int rank, zero_comm *host_comm, void *user)
     for (s = 0; s < c->steps; s++) {
         zero_step_info info;
         float scale = zero_engine_loss_scale(e);
+        if (c->states_what && s == c->states_at) { /* between phases: off the GPU and back */
+            zero_engine_memory m0, m1;
+            void *pp = NULL;
+            EC_TRY(zero_engine_memory_usage(e, &m0));
+            EC_TRY(zero_engine_offload_states(e, c->states_what, c->states_tier));
+            EC_TRY(zero_engine_memory_usage(e, &m1));
+            res->states_mem[rank][0][0] = m0;
+            res->states_mem[rank][1][0] = m1;
+            res->states_refused[rank] = zero_engine_gather(e, 0, &pp);
+            EC_TRY(zero_engine_reload_states(e));
+        }
         for (k = 0; k < c->accum; k++) {
             void *pp, *gp;
             EC_TRY(ec_forward(e, G));
@@ -315,6 +326,57 @@ ZT_TEST(test_offload_nvme_equals_host)
     rmdir(dir);
 }
 
+/* Partial offload (offload_optimizer_ratio: the device part's Adam is the fused CUDA
+   kernel, the host part's the host Adam) and zero_engine_offload_states / _reload_states
+   in the middle of the run (every state to pinned-less host memory and to NVMe, through
+   the device's free / alloc / download / upload): the plain CUDA run's bits. */
+ZT_TEST(test_offload_ratio_and_states)
+{
+    char dir[64];
+    int st, v;
+    if (!nd_make_dir(dir, sizeof dir, "cuda-states")) ZT_SKIP("no temporary directory");
+    for (st = 0; st <= 3; st++)
+        for (v = 0; v < 3; v++) {
+            ec_cfg c;
+            cu_ctx cx;
+            ec_result *ref, *got;
+            char why[160];
+            int rk;
+            if (st == 0 && v == 0) continue; /* no offload at stage 0 */
+            ec_cfg_init(&c, st, 2, ZERO_F16, 2, 4);
+            c.clip = 0.5f;
+            c.sub_group = 37;
+            c.pin_memory = 1;
+            c.nvme_path = dir;
+            ref = cu_run(&c, 1, &cx);
+            if (v == 0) {
+                c.offload_opt = ZERO_OFFLOAD_CPU;
+                c.offload_ratio = 0.4;
+            } else {
+                c.states_what = ZERO_STATES_ALL;
+                c.states_tier = v == 1 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NVME;
+                c.states_at = 2;
+            }
+            got = cu_run(&c, 1, &cx);
+            ZT_CHECKF(ref->rc == ZERO_OK && got->rc == ZERO_OK, "stage %d v %d: %s %s", st, v, ref->err, got->err);
+            if (ref->rc == ZERO_OK && got->rc == ZERO_OK) {
+                ZT_CHECKF(ec_same_state(&c, ref, got, why, sizeof why), "stage %d v %d: %s", st, v, why);
+                for (rk = 0; v > 0 && rk < 2; rk++) {
+                    const zero_engine_memory *m0 = &got->states_mem[rk][0][0], *m1 = &got->states_mem[rk][1][0];
+                    ZT_CHECK(got->states_refused[rk] == ZERO_ERROR_INVALID_STATE);
+                    ZT_CHECKF(m1->total_bytes == m0->total_bytes - m0->bytes[ZERO_MEM_PARAM] - m0->bytes[ZERO_MEM_GRAD] -
+                                                     m0->bytes[ZERO_MEM_MASTER] - m0->bytes[ZERO_MEM_MOMENT1] -
+                                                     m0->bytes[ZERO_MEM_MOMENT2],
+                              "stage %d v %d rank %d: device %zu of %zu", st, v, rk, m1->total_bytes, m0->total_bytes);
+                }
+            }
+            ec_result_free(ref);
+            ec_result_free(got);
+        }
+    ZT_CHECKF(nd_dir_is_empty(dir), "%s: files left behind", dir);
+    rmdir(dir);
+}
+
 /* Eight parameter groups (zero_engine_set_tensor_hparams): eight distinct Adam constant
    sets, every one in the fused kernel's table of one launch; the CUDA device gives the host
    device's bits at every stage. */
@@ -338,6 +400,7 @@ int main(void)
     ZT_RUN(test_fp32_comm_and_skip);
     ZT_RUN(test_larger_model);
     ZT_RUN(test_offload_equals_plain);
+    ZT_RUN(test_offload_ratio_and_states);
     ZT_RUN(test_offload_nvme_equals_host);
     ZT_RUN(test_parameter_groups);
     return zt_summary();
