@@ -354,7 +354,7 @@ CUDASIM_FLAGS := -std=c++17 $(WARN) -Wno-unknown-pragmas $(CUDASIM_OPT) -g -ffp-
 CUDASIM_LIB_SRC := $(sort $(wildcard tests/cudasim/*.cpp))
 CUDASIM_LIB_OBJ := $(patsubst tests/cudasim/%.cpp,$(CUDASIM_DIR)/lib/%.o,$(CUDASIM_LIB_SRC))
 CUDASIM_HDRS := $(wildcard tests/cudasim/*.h)
-CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine test_sim_nccl test_nccl
+CUDASIM_PROGS ?= test_cudasim test_cuda_host test_cuda_kernels test_cuda_comm test_cuda_engine test_cuda_quant test_sim_nccl test_nccl
 CUDASIM_BINS = $(addprefix $(CUDASIM_DIR)/,$(CUDASIM_PROGS))
 # the examples under the harness (tests/cudasim/examples.sh, with build/train_gpt2 to compare);
 # CUDASIM_EXAMPLES= leaves them out (the default under TSan, which runs the stream and comm tests)

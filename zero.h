@@ -19,6 +19,7 @@
        results      zero_result, zero_result_string(), zero_last_error()
        memory       ZERO_MALLOC / ZERO_FREE hooks, zero_allocator in descriptors
        conversion   fp32 <-> fp16 / bf16, scalar and bulk (SIMD where the CPU has it)
+       quantization int8 / int4 blocks with one scale each (ZeRO++'s qwZ and qgZ)
        plan         flat buffers, groups, shards, tensor views and intersections
        estimator    bytes per rank for stages 0-3 (paper and DeepSpeed formulas)
        comm         the collective interface; the in-process local comm (ranks as threads)
@@ -191,6 +192,17 @@
    gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
    parameter groups); the fused Adam kernels apply each tensor's constants in their one pass
    and checkpoints keep them.
+
+   ZERO++ QUANTIZED COLLECTIVES (docs/engine.md, "Quantized collectives"; lossy by design).
+   d.quantized_weights = 1 (stage 3, qwZ): the forward's all-gather of each group carries
+   int8 blocks with one fp32 scale per block (about half the bytes at 16-bit); the
+   backward's gathers stay exact. d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
+   reduce-scatter becomes int4 blocks (quantized_gradient_bits = 8 for int8) moved by the
+   comm's all_to_all, summed in fp32 in rank order (the same bits every run and at stages
+   1-3). d.quant_block_numel: elements per block (0 = 256). Every element comes back within
+   scale/2 plus the dtypes' roundings (the Quantization section derives the bound); an
+   inf/NaN block comes back NaN, so the loss scaler still sees an overflow. The optimizer
+   state and checkpoints stay exact. zero_quantize / zero_dequantize expose the format.
 
    OPTIONS (define before including, in the implementation file)
        ZERO_STATIC            make every function static (private to one translation unit)
@@ -397,6 +409,71 @@ ZERODEF float zero_bf16_to_f32(uint16_t bits);
    simd names a path this CPU or build lacks. Nothing is written on error. */
 ZERODEF zero_result zero_convert(void *dst, zero_dtype dst_dtype, const void *src,
                                  zero_dtype src_dtype, size_t numel, zero_simd simd);
+
+/* ======================================================================================
+   Quantization: symmetric int8 / int4 blocks with one fp32 scale per block, what ZeRO++'s
+   quantized collectives carry (qwZ: the stage-3 forward all-gather; qgZ: the gradient
+   reduce-scatter; docs/engine.md, "Quantized collectives").
+   ====================================================================================== */
+/* Quantization declarations.
+
+   A buffer of numel elements is cut into blocks of 'block' elements (the last one, the
+   tail, may be shorter). Block k holds its elements' codes q_i in [-Q, Q] (Q = 127 for
+   int8, 7 for int4) and one fp32 scale s_k:
+
+       absmax = max |x_i| over the block (x_i read exactly as fp32)
+       s      = absmax / Q, rounded UP to the next fp32 (so |x_i| / s <= Q: no code clamps)
+       q_i    = round-to-nearest-even(fl32(x_i / s))        (s = 0: q_i = 0)
+       y_i    = round_to_dtype(fl32(q_i * s))               (dequantized)
+
+   Error bound, per block (derived in docs/engine.md, tested per block against double):
+       |x_i - y_i| <= s/2 + 2^-16 s + h32(absmax) + hT(absmax)
+   where hT(v) is half the spacing of the output dtype T at magnitude v (fp32: 2^-24 v,
+   fp16: 2^-11 v, bf16: 2^-8 v, and at least half T's smallest subnormal): s/2 is the
+   code's rounding, 2^-16 s covers the fp32 division and product (2 Q 2^-24 s <= 2^-16 s),
+   the h terms the fp32 product and the output rounding. All-zero blocks give s = 0 and
+   y = +0 exactly.
+
+   Non-finite: a block with an inf or NaN gets s = NaN and every code 0, so every element of
+   the block dequantizes to NaN: the damage is never hidden. For gradients (qgZ) the loss
+   scaler's inf/NaN check then sees the overflow exactly as without quantization.
+
+   Layout of a quantized buffer (zero_quant_bytes): the nb = ceil(numel / block) fp32 scales
+   first, then the codes (int8: one signed byte per element; int4: two per byte, element i
+   in byte i / 2, the low nibble for even i, two's complement), zero bytes up to a multiple
+   of 4. Bit for bit the same from the host functions and from zero_cuda.h's kernels.
+
+   ZERO_QUANT_BLOCK_DEFAULT (256): DeepSpeed's quantizer picks groups of up to ~8000
+   elements for kernel speed; 256 keeps the error local (one outlier coarsens 255 neighbours,
+   not thousands) for 4 / 256 = 1.6 % extra bytes at int8 (3.1 % at int4). */
+
+#define ZERO_QUANT_BLOCK_DEFAULT 256
+#define ZERO_QUANT_BLOCK_MAX ((size_t)1 << 24)
+
+/* Bytes of the quantized form of numel elements into *out. bits: 8 or 4; block: even, 2 ..
+   ZERO_QUANT_BLOCK_MAX (0 = ZERO_QUANT_BLOCK_DEFAULT). INVALID_ARGUMENT otherwise, OVERFLOW
+   when the size does not fit size_t. */
+ZERODEF zero_result zero_quant_bytes(size_t numel, int bits, size_t block, size_t *out);
+
+/* Quantizes numel elements of src (ZERO_F32, ZERO_F16 or ZERO_BF16) into dst, which holds
+   zero_quant_bytes(numel, bits, block) bytes (layout above; every byte written). Errors:
+   INVALID_ARGUMENT (dtype, bits, block, NULL with numel > 0), OVERFLOW; nothing written. */
+ZERODEF zero_result zero_quantize(void *dst, const void *src, zero_dtype src_dtype, size_t numel,
+                                  int bits, size_t block);
+
+/* Dequantizes numel elements into dst (ZERO_F32, ZERO_F16 or ZERO_BF16). Errors as
+   zero_quantize. */
+ZERODEF zero_result zero_dequantize(void *dst, zero_dtype dst_dtype, const void *src,
+                                    size_t numel, int bits, size_t block);
+
+/* qgZ's reduction: count quantized buffers of numel elements each, at src + k * src_stride
+   bytes (k = 0 .. count-1), dequantized in fp32 and summed in the order k = 0, 1, ... (from
+   buffer 0's value, as the local comm sums in rank order), rounded once into dst's dtype.
+   count = 1 is zero_dequantize. INVALID_ARGUMENT also for count < 1 or a stride below the
+   buffers' size. */
+ZERODEF zero_result zero_dequantize_sum(void *dst, zero_dtype dst_dtype, const void *src,
+                                        size_t src_stride, int count, size_t numel, int bits,
+                                        size_t block);
 
 /* ======================================================================================
    Plan: tensors packed into flat, padded group buffers; shard r of a group is its r-th
@@ -708,6 +785,11 @@ typedef struct zero_comm_ops {
     /* Optional (may be NULL): calls between them form one group (NCCL's grouped calls). */
     zero_result (*group_start)(zero_comm *comm);
     zero_result (*group_end)(zero_comm *comm);
+    /* Optional (may be NULL; quantized_gradients needs it): send holds world blocks of numel
+       elements, block r for rank r; recv receives world blocks, block r from rank r. A pure
+       copy (the bits arrive as sent). Not in place: send and recv must not overlap. */
+    zero_result (*all_to_all)(zero_comm *comm, const void *send, void *recv, size_t numel,
+                              zero_dtype dtype, void *queue);
     /* Optional (may be NULL: the engine then refuses the hierarchical modes, MiCS and hpZ,
        with UNSUPPORTED). COLLECTIVE over comm, like MPI_Comm_split: the ranks that pass the
        same color >= 0 form a new comm, ranked by key, ties by their rank in comm; a rank
@@ -939,6 +1021,15 @@ typedef struct zero_device_ops {
     /* Optional (may be NULL): the device's memory capacity (its budget) and the bytes in use
        now; the engine names them when an allocation does not fit. */
     zero_result (*memory_info)(zero_device *dev, size_t *capacity, size_t *used);
+    /* Optional (may be NULL; quantized_weights / quantized_gradients need them): block
+       quantization, enqueued on q, with the bits of zero_quantize and zero_dequantize_sum
+       (the Quantization section): quantize writes zero_quant_bytes(numel, bits, block) bytes
+       at dst; dequantize sums count quantized buffers at src + k * src_stride into dst. */
+    zero_result (*quantize)(zero_device *dev, zero_queue q, void *dst, const void *src,
+                            zero_dtype src_dtype, size_t numel, int bits, size_t block);
+    zero_result (*dequantize)(zero_device *dev, zero_queue q, void *dst, zero_dtype dst_dtype,
+                              const void *src, size_t src_stride, int count, size_t numel,
+                              int bits, size_t block);
 } zero_device_ops;
 
 struct zero_device {
@@ -1021,7 +1112,7 @@ ZERO_INLINE ZERO_HOSTDEV void zero_adam_update(float g, float *p, float *m, floa
 {
     float mm, vv, denom, pp;
     g = fmaf(c->l2, *p, g);
-    mm = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
+    mm = fmaf(c->one_minus_beta1, g - *m, *m); /* lerp: m + (1 - beta1)(g - m), torch's form */
     vv = fmaf(c->beta2, *v, (c->one_minus_beta2 * g) * g);
     denom = fmaf(sqrtf(vv), c->inv_sqrt_bc2, c->eps);
     pp = fmaf(c->neg_lr_wd, *p, *p); /* p - lr*wd*p rounded once: the decay is not quantised */
@@ -1598,6 +1689,24 @@ typedef struct zero_engine_desc {
                                     MISMATCH naming the first that differs.
                                     0 = on when the implementation is compiled with ZERO_DEBUG
                                     defined, else off; -1 = off. Local (not in the plan hash). */
+    /* ZeRO++'s quantized collectives (docs/engine.md, "Quantized collectives"). Lossy by
+       design: the values that cross are int8 / int4 blocks with one fp32 scale each (the
+       Quantization section above); every rank must set the same values.                    */
+    int quantized_weights;       /* qwZ, stage 3: 1 = the first all-gather of each group in a
+                                    micro-step (the forward's) carries int8 blocks + scales
+                                    instead of the params (about half the bytes at 16-bit);
+                                    later gathers of the group in the micro-step (the
+                                    backward's) are exact. 0 = off. Needs the device's
+                                    quantize / dequantize ops.                                 */
+    int quantized_gradients;     /* qgZ, stages 1-3: 1 = the gradient reduce-scatter becomes
+                                    quantize (each rank's N blocks), all_to_all, dequantize and
+                                    sum in fp32 in rank order (deterministic; stages 1-3 give
+                                    the same bits). Needs grad_comm_dtype = param_dtype and a
+                                    comm with all_to_all. 0 = off.                             */
+    int quantized_gradient_bits; /* qgZ's code width: 4 (0 = the default, ZeRO++'s) or 8     */
+    size_t quant_block_numel;    /* elements per quantization block, even (0 =
+                                    ZERO_QUANT_BLOCK_DEFAULT = 256); blocks never straddle a
+                                    rank's shard                                              */
     /* Topology (docs/engine.md, "Beyond one node"):                                         */
     int ranks_per_node;          /* R: ranks [k R, (k + 1) R) of the comm share node k. 0 = from
                                     the launcher's environment, the first of LOCAL_WORLD_SIZE
@@ -2767,15 +2876,20 @@ ZERO__AVX2 static inline void zero__st_f16x8_avx2(void *dst, __m256 x)
 
 ZERO__AVX2 static inline void zero__st_bf16x8_avx2(void *dst, __m256 x)
 {
+    /* RNE: add 0x7fff + the kept lsb, keep the high half; NaN (unordered with itself)
+       keeps its bits with the quiet bit set. The high halves are gathered with one byte
+       shuffle (bytes 2-3 of each element to the low 8 bytes of each lane) and one
+       quadword permute: 7 operations and a 16-byte store a vector. */
+    const __m256i take_high = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
     __m256i b = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x400000)), nan);
-    r = _mm256_srli_epi32(r, 16); /* 0..0xffff: packus keeps every value */
-    _mm_storeu_si128((__m128i *)dst,
-                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    __m256 q = _mm256_castsi256_ps(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)));
+    r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), q, nan));
+    r = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, take_high), 0x08); /* quadwords 0, 2 */
+    _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(r));
 }
 
 /* The AVX-512 helpers use the zero-masking forms with a full mask (the same instructions):
@@ -3031,6 +3145,187 @@ ZERODEF zero_result zero_convert(void *dst, zero_dtype dst_dtype, const void *sr
 #endif
     zero__cvt_scalar(kind, d, s, 0, numel);
     return ZERO_OK;
+}
+
+/* ---- block quantization ----------------------------------------------------------------
+   The arithmetic of one block is ZERO_HOSTDEV so that zero_cuda.h's kernels compute the same
+   expressions: the scale rounded up with an exact fmaf test, the code by one IEEE division
+   and rintf (the default rounding mode), the dequantized sum by explicit fmaf (no product
+   meets a sum that a compiler could contract). */
+
+/* The block's scale from its largest magnitude (finite) and whether it holds inf/NaN. */
+static inline ZERO_HOSTDEV float zero__quant_scale(float absmax, int nonfinite, int qmax)
+{
+    float q = (float)qmax, sc;
+    if (nonfinite) return NAN;
+    if (absmax == 0.0f) return 0.0f;
+    sc = absmax / q;
+    if (fmaf(sc, q, -absmax) < 0.0f) sc = nextafterf(sc, INFINITY); /* sc * Q >= absmax */
+    return sc;
+}
+
+/* x's code under scale sc: 0 for a zero block or a NaN scale (the block dequantizes to 0
+   or NaN), else nearest even of x / sc (|x / sc| <= Q by the rounded-up scale; clamped
+   anyway). */
+static inline ZERO_HOSTDEV int zero__quant_code(float x, float sc, int qmax)
+{
+    float t;
+    if (!(sc > 0.0f)) return 0;
+    t = rintf(x / sc);
+    if (t > (float)qmax) t = (float)qmax;
+    if (t < -(float)qmax) t = -(float)qmax;
+    return (int)t;
+}
+
+/* Code i of a codes region (int8: a signed byte; int4: a nibble, two's complement). */
+static inline ZERO_HOSTDEV int zero__quant_get(const unsigned char *codes, int bits, size_t i)
+{
+    int v;
+    if (bits == 8) return (int)(signed char)codes[i];
+    v = (codes[i >> 1] >> ((i & 1u) * 4u)) & 0xf;
+    return v >= 8 ? v - 16 : v;
+}
+
+static zero_result zero__quant_check(const char *fn, zero_dtype dt, int bits, size_t *block)
+{
+    if (*block == 0) *block = ZERO_QUANT_BLOCK_DEFAULT;
+    if (bits != 8 && bits != 4)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: bits = %d (8 or 4)", fn, bits);
+    if (*block < 2 || *block > ZERO_QUANT_BLOCK_MAX || (*block & 1u))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: block = %zu (an even number of elements, 2 .. %zu)", fn, *block,
+                          ZERO_QUANT_BLOCK_MAX);
+    if (dt != ZERO_F32 && dt != ZERO_F16 && dt != ZERO_BF16)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: dtype %d (%s): f32, f16 or bf16 only",
+                          fn, (int)dt, zero_dtype_name(dt));
+    return ZERO_OK;
+}
+
+static zero_result zero__quant_size(const char *fn, size_t numel, int bits, size_t block,
+                                    size_t *out)
+{
+    size_t nb = numel / block + (numel % block != 0), codes, t;
+    codes = bits == 8 ? numel : numel / 2 + (numel & 1u);
+    if (zero__mul_size(nb, 4, &t) != 0 || zero__add_size(t, codes, &t) != 0 ||
+        zero__add_size(t, 3, &t) != 0)
+        return zero__fail(ZERO_ERROR_OVERFLOW, "%s: %zu elements overflow size_t bytes", fn, numel);
+    *out = t & ~(size_t)3;
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_quant_bytes(size_t numel, int bits, size_t block, size_t *out)
+{
+    zero_result r = zero__quant_check("zero_quant_bytes", ZERO_F32, bits, &block);
+    if (r != ZERO_OK) return r;
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_quant_bytes: out is NULL");
+    return zero__quant_size("zero_quant_bytes", numel, bits, block, out);
+}
+
+/* Element i of src (f32 / f16 / bf16, any alignment) as fp32 bits. */
+static uint32_t zero__quant_ld(const unsigned char *src, zero_dtype dt, size_t i)
+{
+    uint32_t u;
+    uint16_t h;
+    if (dt == ZERO_F32) {
+        memcpy(&u, src + 4 * i, 4);
+        return u;
+    }
+    memcpy(&h, src + 2 * i, 2);
+    return dt == ZERO_F16 ? zero__f16_to_f32_bits(h) : zero__bf16_to_f32_bits(h);
+}
+
+static void zero__quant_st(unsigned char *dst, zero_dtype dt, size_t i, float v)
+{
+    uint32_t u = zero__f32_bits(v);
+    uint16_t h;
+    if (dt == ZERO_F32) {
+        memcpy(dst + 4 * i, &u, 4);
+        return;
+    }
+    h = dt == ZERO_F16 ? zero__f32_to_f16_bits(u) : zero__f32_to_bf16_bits(u);
+    memcpy(dst + 2 * i, &h, 2);
+}
+
+ZERODEF zero_result zero_quantize(void *dst, const void *src, zero_dtype src_dtype, size_t numel,
+                                  int bits, size_t block)
+{
+    const unsigned char *x = (const unsigned char *)src;
+    unsigned char *d = (unsigned char *)dst, *codes;
+    size_t bytes = 0, nb, k, i;
+    int qmax = bits == 8 ? 127 : 7;
+    zero_result r = zero__quant_check("zero_quantize", src_dtype, bits, &block);
+    if (r == ZERO_OK) r = zero__quant_size("zero_quantize", numel, bits, block, &bytes);
+    if (r != ZERO_OK) return r;
+    if (numel > 0 && (!dst || !src))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_quantize: %s is NULL with numel = %zu",
+                          !dst ? "dst" : "src", numel);
+    if (numel == 0) return ZERO_OK;
+    nb = numel / block + (numel % block != 0);
+    codes = d + 4 * nb;
+    memset(codes, 0, bytes - 4 * nb); /* int4 nibbles are or-ed in; the padding is zero */
+    for (k = 0; k < nb; k++) {
+        size_t i0 = k * block, len = numel - i0 < block ? numel - i0 : block;
+        uint32_t amax = 0;
+        int bad = 0;
+        float sc;
+        for (i = 0; i < len; i++) {
+            uint32_t a = zero__quant_ld(x, src_dtype, i0 + i) & 0x7fffffffu;
+            if (a >= 0x7f800000u) bad = 1;
+            else if (a > amax) amax = a; /* non-negative floats order as their bits */
+        }
+        sc = zero__quant_scale(zero__f32_from_bits(amax), bad, qmax);
+        memcpy(d + 4 * k, &sc, 4);
+        for (i = i0; i < i0 + len; i++) {
+            int q = zero__quant_code(zero__f32_from_bits(zero__quant_ld(x, src_dtype, i)), sc, qmax);
+            if (bits == 8) codes[i] = (unsigned char)(q & 0xff);
+            else codes[i >> 1] = (unsigned char)(codes[i >> 1] | ((unsigned)(q & 0xf) << ((i & 1u) * 4u)));
+        }
+    }
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_dequantize_sum(void *dst, zero_dtype dst_dtype, const void *src,
+                                        size_t src_stride, int count, size_t numel, int bits,
+                                        size_t block)
+{
+    const unsigned char *x = (const unsigned char *)src;
+    unsigned char *d = (unsigned char *)dst;
+    size_t bytes = 0, nb, k, i;
+    int j;
+    zero_result r = zero__quant_check("zero_dequantize", dst_dtype, bits, &block);
+    if (r == ZERO_OK) r = zero__quant_size("zero_dequantize", numel, bits, block, &bytes);
+    if (r != ZERO_OK) return r;
+    if (count < 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_dequantize_sum: count = %d", count);
+    if (count > 1 && src_stride < bytes)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_dequantize_sum: src_stride = %zu below the %zu bytes of a buffer",
+                          src_stride, bytes);
+    if (numel > 0 && (!dst || !src))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_dequantize: %s is NULL with numel = %zu",
+                          !dst ? "dst" : "src", numel);
+    nb = numel / block + (numel % block != 0);
+    for (k = 0; k < nb; k++) {
+        size_t i0 = k * block, len = numel - i0 < block ? numel - i0 : block;
+        for (i = i0; i < i0 + len; i++) {
+            float acc = 0.0f;
+            for (j = 0; j < count; j++) {
+                const unsigned char *b = x + (size_t)j * src_stride;
+                float sc;
+                memcpy(&sc, b + 4 * k, 4);
+                if (j == 0) acc = (float)zero__quant_get(b + 4 * nb, bits, i) * sc;
+                else acc = fmaf((float)zero__quant_get(b + 4 * nb, bits, i), sc, acc);
+            }
+            zero__quant_st(d, dst_dtype, i, acc);
+        }
+    }
+    return ZERO_OK;
+}
+
+ZERODEF zero_result zero_dequantize(void *dst, zero_dtype dst_dtype, const void *src,
+                                    size_t numel, int bits, size_t block)
+{
+    return zero_dequantize_sum(dst, dst_dtype, src, 0, 1, numel, bits, block);
 }
 /* Plan implementation.
 
@@ -4053,7 +4348,8 @@ enum {
     ZERO__LC_ALL_GATHER,
     ZERO__LC_REDUCE_SCATTER,
     ZERO__LC_ALL_REDUCE,
-    ZERO__LC_BROADCAST
+    ZERO__LC_BROADCAST,
+    ZERO__LC_ALL_TO_ALL
 };
 
 enum { ZERO__SYNC_POST, ZERO__SYNC_MID, ZERO__SYNC_END };
@@ -4130,6 +4426,7 @@ static const char *zero__local_kind_name(int kind)
     switch (kind) {
     case ZERO__LC_BARRIER: return "barrier";
     case ZERO__LC_ALL_GATHER: return "all_gather";
+    case ZERO__LC_ALL_TO_ALL: return "all_to_all";
     case ZERO__LC_REDUCE_SCATTER: return "reduce_scatter";
     case ZERO__LC_ALL_REDUCE: return "all_reduce";
     case ZERO__LC_BROADCAST: return "broadcast";
@@ -4163,8 +4460,8 @@ static void zero__local_describe(char *buf, size_t size, const zero__local_post 
     else if (p->kind == ZERO__LC_BROADCAST)
         snprintf(buf, size, "broadcast(numel %zu, %s, root %d)", p->numel, zero_dtype_name(p->dtype),
                  p->root);
-    else if (p->kind == ZERO__LC_ALL_GATHER)
-        snprintf(buf, size, "all_gather(numel %zu, %s)", p->numel, zero_dtype_name(p->dtype));
+    else if (p->kind == ZERO__LC_ALL_GATHER || p->kind == ZERO__LC_ALL_TO_ALL)
+        snprintf(buf, size, "%s(numel %zu, %s)", name, p->numel, zero_dtype_name(p->dtype));
     else
         snprintf(buf, size, "%s(numel %zu, %s, %s)", name, p->numel, zero_dtype_name(p->dtype),
                  p->op == ZERO_OP_MAX ? "max" : "sum");
@@ -4464,7 +4761,8 @@ static void zero__local_check(zero__local_post *p, const zero_local_group *g, ch
         snprintf(why, why_size, "%s: root = %d with world = %d", name, p->root, g->world);
         return;
     }
-    if ((p->kind == ZERO__LC_ALL_GATHER || p->kind == ZERO__LC_REDUCE_SCATTER) &&
+    if ((p->kind == ZERO__LC_ALL_GATHER || p->kind == ZERO__LC_REDUCE_SCATTER ||
+         p->kind == ZERO__LC_ALL_TO_ALL) &&
         zero__mul_size(p->numel, (size_t)g->world, &total) != 0) {
         snprintf(why, why_size, "%s: numel %zu times world %d overflows", name, p->numel, g->world);
         return;
@@ -4519,6 +4817,14 @@ static zero_result zero__local_collective(zero_comm *comm, zero__local_post *p)
                 if (n && dst != peer[from].send) memcpy(dst, peer[from].send, n * es);
             }
             break;
+        case ZERO__LC_ALL_TO_ALL: /* block 'rank' of every peer's send */
+            for (s = 0; s < world; s++) {
+                int from = (rank + s) % world;
+                if (n)
+                    memcpy((unsigned char *)p->recv + (size_t)from * n * es,
+                           (const unsigned char *)peer[from].send + (size_t)rank * n * es, n * es);
+            }
+            break;
         case ZERO__LC_REDUCE_SCATTER:
             for (s = 0; s < world; s++)
                 c->srcs[s] = (const unsigned char *)peer[s].send + (size_t)rank * n * es;
@@ -4559,6 +4865,20 @@ static zero_result zero__local_all_gather(zero_comm *comm, const void *send, voi
     p.send = send;
     p.recv = recv;
     p.numel = send_numel;
+    p.dtype = dtype;
+    return zero__local_collective(comm, &p);
+}
+
+static zero_result zero__local_all_to_all(zero_comm *comm, const void *send, void *recv,
+                                          size_t numel, zero_dtype dtype, void *queue)
+{
+    zero__local_post p;
+    (void)queue;
+    memset(&p, 0, sizeof p);
+    p.kind = ZERO__LC_ALL_TO_ALL;
+    p.send = send;
+    p.recv = recv;
+    p.numel = numel;
     p.dtype = dtype;
     return zero__local_collective(comm, &p);
 }
@@ -4756,6 +5076,7 @@ static const zero_comm_ops zero__local_ops = {
     zero__local_barrier,
     NULL,
     NULL,
+    zero__local_all_to_all,
     zero__local_split,
 };
 
@@ -5856,6 +6177,23 @@ static zero_result zero__host_adam(zero_device *dev, zero_queue q, const zero_ad
     return zero_adam_host(range, coefs, *grad_mul, d->simd, d->threads);
 }
 
+static zero_result zero__host_quantize(zero_device *dev, zero_queue q, void *dst, const void *src,
+                                       zero_dtype src_dtype, size_t numel, int bits, size_t block)
+{
+    ZERO__HOST_ENTER("quantize");
+    (void)d;
+    return zero_quantize(dst, src, src_dtype, numel, bits, block);
+}
+
+static zero_result zero__host_dequantize(zero_device *dev, zero_queue q, void *dst,
+                                         zero_dtype dst_dtype, const void *src, size_t src_stride,
+                                         int count, size_t numel, int bits, size_t block)
+{
+    ZERO__HOST_ENTER("dequantize");
+    (void)d;
+    return zero_dequantize_sum(dst, dst_dtype, src, src_stride, count, numel, bits, block);
+}
+
 /* The budget (0 = none: the capacity reported is SIZE_MAX) and the live bytes. */
 static zero_result zero__host_memory_info(zero_device *dev, size_t *capacity, size_t *used)
 {
@@ -5916,6 +6254,8 @@ static const zero_device_ops zero__host_ops = {
     NULL, /* host_alloc: host memory is the engine's own (the host tier) */
     NULL,
     zero__host_memory_info,
+    zero__host_quantize,
+    zero__host_dequantize,
 };
 
 ZERODEF zero_result zero_host_device_create(const zero_host_device_desc *desc, zero_device **out)
@@ -6159,7 +6499,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
                      size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
     const __m256 gm = _mm256_set1_ps(grad_mul), l2 = _mm256_set1_ps(c->l2);
-    const __m256 b1 = _mm256_set1_ps(c->beta1), omb1 = _mm256_set1_ps(c->one_minus_beta1);
+    const __m256 omb1 = _mm256_set1_ps(c->one_minus_beta1);
     const __m256 b2 = _mm256_set1_ps(c->beta2), omb2 = _mm256_set1_ps(c->one_minus_beta2);
     const __m256 ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2), eps = _mm256_set1_ps(c->eps);
     const __m256 nlwd = _mm256_set1_ps(c->neg_lr_wd), nstep = _mm256_set1_ps(-c->step_size);
@@ -6174,7 +6514,7 @@ zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float g
         v = _mm256_loadu_ps(r->v + i);
         g = _mm256_mul_ps(g, gm);                                          /* g * grad_mul */
         g = _mm256_fmadd_ps(l2, p, g);                                     /* fmaf(l2, p, g) */
-        mm = _mm256_fmadd_ps(b1, m, _mm256_mul_ps(omb1, g));
+        mm = _mm256_fmadd_ps(omb1, _mm256_sub_ps(g, m), m);                 /* lerp */
         vv = _mm256_fmadd_ps(b2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
         denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ibc2, eps);
         pp = _mm256_fmadd_ps(nlwd, p, p);                                  /* fmaf(neg_lr_wd, p, p) */
@@ -6194,7 +6534,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
                        size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
     const __m512 gm = _mm512_set1_ps(grad_mul), l2 = _mm512_set1_ps(c->l2);
-    const __m512 b1 = _mm512_set1_ps(c->beta1), omb1 = _mm512_set1_ps(c->one_minus_beta1);
+    const __m512 omb1 = _mm512_set1_ps(c->one_minus_beta1);
     const __m512 b2 = _mm512_set1_ps(c->beta2), omb2 = _mm512_set1_ps(c->one_minus_beta2);
     const __m512 ibc2 = _mm512_set1_ps(c->inv_sqrt_bc2), eps = _mm512_set1_ps(c->eps);
     const __m512 nlwd = _mm512_set1_ps(c->neg_lr_wd), nstep = _mm512_set1_ps(-c->step_size);
@@ -6209,7 +6549,7 @@ zero__adam_avx512_body(const zero_adam_range *r, const zero_adam_coefs *c, float
         v = _mm512_loadu_ps(r->v + i);
         g = _mm512_mul_ps(g, gm);
         g = _mm512_fmadd_ps(l2, p, g);
-        mm = _mm512_fmadd_ps(b1, m, _mm512_mul_ps(omb1, g));
+        mm = _mm512_fmadd_ps(omb1, _mm512_sub_ps(g, m), m);
         vv = _mm512_fmadd_ps(b2, v, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
         denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), ibc2, eps);
         pp = _mm512_fmadd_ps(nlwd, p, p);
@@ -8386,6 +8726,18 @@ typedef struct zero__eng_debug {
     int set_pending;    /* set_tensor called since the last cross-rank comparison */
 } zero__eng_debug;
 
+/* ZeRO++'s quantized collectives: the settings, the device buffer of the quantized blocks
+   (send part, then receive part; used on COMM only, so qwZ and qgZ share it) and, per group,
+   whether its forward (quantized) gather ran in this micro-step. */
+typedef struct zero__eng_quant {
+    int weights;          /* qwZ on                                                        */
+    int grad_bits;        /* qgZ: 4 or 8; 0 = off                                          */
+    size_t block;         /* elements per block                                            */
+    unsigned char *buf;   /* device                                                        */
+    size_t send_bytes;    /* the send part; the receive part follows                       */
+    unsigned char *fwd;   /* per group (host): the forward's quantized gather was issued     */
+} zero__eng_quant;
+
 struct zero_engine {
     int lifecycle;         /* ZERO__ENG_CREATED, _COMMITTED or _BROKEN                     */
     char broken_why[480];  /* why the engine is ZERO__ENG_BROKEN, for every later call     */
@@ -8406,6 +8758,7 @@ struct zero_engine {
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
     struct zero__gnv *gnv; /* offload_gradients = nvme: the NVMe tier of the reduced
                               gradients (zero__gnv_*); NULL otherwise */
+    zero__eng_quant quant; /* ZeRO++'s qwZ / qgZ */
     struct zero__soff *soff; /* zero_engine_offload_states: what is off the device; NULL
                                 when nothing is */
 };
@@ -8674,12 +9027,85 @@ static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *
     return r;
 }
 
+/* A collective whose wire bytes are not numel x a dtype's size (the quantized ones): numel
+   counts the elements it stands for, bytes what crosses. */
+static void zero__eng_count_bytes(zero_engine *e, zero_coll kind, double numel, double bytes)
+{
+    e->traffic.cur.calls[kind]++;
+    e->traffic.cur.numel[kind] += numel;
+    e->traffic.cur.bytes[kind] += bytes;
+    e->traffic.total.calls[kind]++;
+    e->traffic.total.numel[kind] += numel;
+    e->traffic.total.bytes[kind] += bytes;
+}
+
+/* qwZ: all-gathers n param elements per rank from src into dst (rank r's at dst + r n) as
+   int8 blocks: quantize this rank's n, all-gather the packed bytes (as fp32 words, a pure
+   copy), dequantize every rank's (this rank's too, so every rank holds the same values).
+   Counted as an all-gather of n (N-1) elements and P (N-1) bytes, P the packed size. */
+static zero_result zero__eng_all_gather_q(zero_engine *e, const void *src, void *dst, size_t n,
+                                          int group)
+{
+    zero_device *dev = e->cfg.dev;
+    unsigned char *send = e->quant.buf, *recv = e->quant.buf + e->quant.send_bytes;
+    size_t P = 0, N = (size_t)e->cfg.world, ps = e->cfg.param_size, r;
+    zero_result x = zero__quant_size("gather", n, 8, e->quant.block, &P);
+    if (x == ZERO_OK)
+        x = dev->ops->quantize(dev, ZERO_QUEUE_COMM, send, src, e->cfg.param_dtype, n, 8,
+                               e->quant.block);
+    if (x == ZERO_OK) {
+        zero__eng_tag(e, group, ZERO_ROLE_GATHER);
+        x = e->cfg.comm->ops->all_gather(e->cfg.comm, send, recv, P / 4, ZERO_F32,
+                                         zero__eng_comm_queue(e));
+        zero__eng_untag(e);
+    }
+    if (x != ZERO_OK) return x;
+    zero__eng_count_bytes(e, ZERO_COLL_ALL_GATHER, (double)n * (double)(N - 1),
+                          (double)P * (double)(N - 1));
+    for (r = 0; r < N && x == ZERO_OK; r++)
+        x = dev->ops->dequantize(dev, ZERO_QUEUE_COMM, (unsigned char *)dst + r * n * ps,
+                                 e->cfg.param_dtype, recv + r * P, 0, 1, n, 8, e->quant.block);
+    return x;
+}
+
+/* qgZ: the reduce-scatter of n elements per rank (send: N blocks of n in the param dtype,
+   block r for rank r) into recv (n elements of the param dtype): every block quantized, an
+   all_to_all of the packed blocks, then the N received dequantized and summed in fp32 in
+   rank order, rounded once. Counted as a reduce-scatter of n (N-1) elements, P (N-1) bytes. */
+static zero_result zero__eng_reduce_scatter_q(zero_engine *e, const void *send_v, void *recv_v,
+                                              size_t n, int group)
+{
+    zero_device *dev = e->cfg.dev;
+    unsigned char *send = e->quant.buf, *recv = e->quant.buf + e->quant.send_bytes;
+    size_t P = 0, N = (size_t)e->cfg.world, ps = e->cfg.param_size, r;
+    int bits = e->quant.grad_bits;
+    zero_result x = zero__quant_size("gradient reduction", n, bits, e->quant.block, &P);
+    for (r = 0; r < N && x == ZERO_OK; r++)
+        x = dev->ops->quantize(dev, ZERO_QUEUE_COMM, send + r * P,
+                               (const unsigned char *)send_v + r * n * ps, e->cfg.param_dtype, n,
+                               bits, e->quant.block);
+    if (x == ZERO_OK) {
+        zero__eng_tag(e, group, ZERO_ROLE_GRAD_REDUCE);
+        x = e->cfg.comm->ops->all_to_all(e->cfg.comm, send, recv, P / 4, ZERO_F32,
+                                         zero__eng_comm_queue(e));
+        zero__eng_untag(e);
+    }
+    if (x != ZERO_OK) return x;
+    zero__eng_count_bytes(e, ZERO_COLL_REDUCE_SCATTER, (double)n * (double)(N - 1),
+                          (double)P * (double)(N - 1));
+    return dev->ops->dequantize(dev, ZERO_QUEUE_COMM, recv_v, e->cfg.comm_dtype, recv, P,
+                                (int)N, n, bits, e->quant.block);
+}
+
 static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, void *recv,
                                             size_t recv_numel, zero_dtype dtype, int group)
 {
     zero_result r;
     int same;
-    zero_comm *c = zero__eng_route(e, 1, &same);
+    zero_comm *c;
+    if (e->quant.grad_bits && recv_numel > 0) /* only the gradient reduction calls this */
+        return zero__eng_reduce_scatter_q(e, send, recv, recv_numel, group);
+    c = zero__eng_route(e, 1, &same);
     zero__eng_tag_on(e, c, group, ZERO_ROLE_GRAD_REDUCE);
     r = c->ops->reduce_scatter(c, send, recv, recv_numel, dtype, ZERO_OP_SUM,
                                zero__eng_comm_queue(e));
@@ -8932,6 +9358,12 @@ static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
                               "%g: not supported (the replicas' all-reduce runs on one gradient "
                               "tier, and a partial offload splits the shard over two; use ratio 1)",
                               d->offload_optimizer_ratio);
+        if (d->quantized_weights || d->quantized_gradients)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_create: mics_shard_size with quantized_%s: not "
+                              "supported yet (the quantized collectives run on the whole comm, "
+                              "MiCS's on the shard group)",
+                              d->quantized_weights ? "weights" : "gradients");
         if (!d->comm->ops->split)
             return zero__fail(ZERO_ERROR_UNSUPPORTED,
                               "zero_engine_create: mics_shard_size = %d needs sub-communicators, "
@@ -8949,6 +9381,54 @@ static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
         int v = zero__eng_env_rpn(&name);
         d->ranks_per_node = v > 0 && v <= world && world % v == 0 ? v : world;
     }
+    return ZERO_OK;
+}
+
+/* Validates and resolves the quantized collectives' settings (ZeRO++'s qwZ / qgZ). */
+static zero_result zero__eng_quant_resolve(zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    if (d->quantized_weights != 0 && d->quantized_weights != 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: quantized_weights = %d (0 or 1)", fn,
+                          d->quantized_weights);
+    if (d->quantized_gradients != 0 && d->quantized_gradients != 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: quantized_gradients = %d (0 or 1)", fn,
+                          d->quantized_gradients);
+    if (d->quantized_gradient_bits == 0) d->quantized_gradient_bits = 4;
+    if (d->quantized_gradient_bits != 4 && d->quantized_gradient_bits != 8)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: quantized_gradient_bits = %d (4 or 8)",
+                          fn, d->quantized_gradient_bits);
+    if (d->quant_block_numel == 0) d->quant_block_numel = ZERO_QUANT_BLOCK_DEFAULT;
+    if (d->quant_block_numel < 2 || d->quant_block_numel > ZERO_QUANT_BLOCK_MAX ||
+        (d->quant_block_numel & 1u))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: quant_block_numel = %zu (even, 2 .. %zu)", fn, d->quant_block_numel,
+                          ZERO_QUANT_BLOCK_MAX);
+    if (!d->quantized_weights && !d->quantized_gradients) return ZERO_OK;
+    if (d->quantized_weights && d->stage != 3)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: quantized_weights needs stage 3 (stage %d gathers no params: qwZ "
+                          "quantizes the stage-3 forward all-gather)", fn, d->stage);
+    if (d->quantized_gradients && d->stage == 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: quantized_gradients needs stage 1, 2 or 3 (stage 0 all-reduces the "
+                          "whole gradient on every rank; qgZ replaces a reduce-scatter)", fn);
+    if (d->quantized_gradients && d->grad_comm_dtype != d->param_dtype)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: quantized_gradients with grad_comm_dtype %s != param_dtype %s: qgZ "
+                          "carries int%d blocks and sums them in fp32, so a wider comm dtype buys "
+                          "nothing on the wire; leave grad_comm_dtype at its default", fn,
+                          zero_dtype_name(d->grad_comm_dtype), zero_dtype_name(d->param_dtype),
+                          d->quantized_gradient_bits);
+    if (!d->device->ops->quantize || !d->device->ops->dequantize)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "%s: quantized_%s: device '%s' has no quantize / dequantize ops", fn,
+                          d->quantized_weights ? "weights" : "gradients",
+                          d->device->ops->name ? d->device->ops->name : "?");
+    if (d->quantized_gradients && !d->comm->ops->all_to_all)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "%s: quantized_gradients: comm '%s' has no all_to_all (the local comm "
+                          "has one)", fn, d->comm->ops->name ? d->comm->ops->name : "?");
     return ZERO_OK;
 }
 
@@ -9018,6 +9498,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     if ((d.allocator.alloc == NULL) != (d.allocator.free == NULL))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_engine_create: allocator needs both alloc and free");
+    if ((r = zero__eng_quant_resolve(&d)) != ZERO_OK) return r;
     if ((r = zero__eng_topo_resolve(&d)) != ZERO_OK) return r;
     e = (zero_engine *)zero__alloc(&d.allocator, sizeof *e);
     if (!e) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_create: %zu bytes", sizeof *e);
@@ -9063,6 +9544,9 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cfg.comm_size = zero_dtype_size(e->cfg.comm_dtype);
     e->cfg.opt_offloaded = d.offload_optimizer != ZERO_OFFLOAD_NONE;
     e->cfg.params_offloaded = d.offload_param != ZERO_OFFLOAD_NONE;
+    e->quant.weights = d.quantized_weights;
+    e->quant.grad_bits = d.quantized_gradients ? d.quantized_gradient_bits : 0;
+    e->quant.block = d.quant_block_numel;
     e->lifecycle = ZERO__ENG_CREATED;
     *out = e;
     return ZERO_OK;
@@ -9133,6 +9617,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->layout.parts_req);
     zero__free(a, e->prefetch.trace);
     zero__free(a, e->layout.tiled);
+    zero__free(a, e->quant.fwd);
     zero__free(a, e->layout.tiled_dims);
     zero__free(a, e->layout.tensor_flags);
     zero__free(a, e->layout.shapes);
@@ -9403,7 +9888,7 @@ typedef struct zero__eng_sizes {
 
 enum {
     ZERO__B_SCRATCH = 0, ZERO__B_PARAM, ZERO__B_GRAD_USER, ZERO__B_GRAD_ACC, ZERO__B_MASTER,
-    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_ARENA, ZERO__B_N
+    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_ARENA, ZERO__B_QUANT, ZERO__B_N
 };
 
 /* The first tensor of group g, for messages. */
@@ -9494,6 +9979,41 @@ static zero_result zero__eng_arena_size(zero_engine *e)
 }
 
 /* Fills the group table and the sizes from the committed plan. */
+/* The device buffer of the quantized collectives (ZERO_MEM_BUCKET): qwZ sends one packed
+   shard and receives N (int8, the largest param shard); qgZ sends N packed gradient blocks
+   and receives N (int4/int8, the largest gradient shard); one buffer of the larger of each
+   part serves both (both run on COMM, in order). Also the per-group forward flags. */
+static zero_result zero__eng_quant_layout(zero_engine *e, size_t *bytes)
+{
+    const char *fn = "zero_engine_commit: quantized collectives";
+    size_t N = (size_t)e->cfg.world, ms = 0, pw = 0, pg = 0, send = 0, recv = 0, t = 0;
+    int g, ovf = 0;
+    *bytes = 0;
+    e->quant.send_bytes = 0;
+    if (!e->quant.weights && !e->quant.grad_bits) return ZERO_OK;
+    for (g = 0; g < e->layout.ngroups; g++) {
+        const zero__eng_group *eg = &e->layout.groups[g];
+        if (eg->pshard_numel > ms) ms = eg->pshard_numel;
+        if (eg->shard_numel > ms) ms = eg->shard_numel;
+    }
+    if (e->quant.weights && zero__quant_size(fn, ms, 8, e->quant.block, &pw) != ZERO_OK)
+        return ZERO_ERROR_OVERFLOW;
+    if (e->quant.grad_bits &&
+        zero__quant_size(fn, ms, e->quant.grad_bits, e->quant.block, &pg) != ZERO_OK)
+        return ZERO_ERROR_OVERFLOW;
+    ovf |= zero__mul_size(N, pg, &send);
+    if (pw > send) send = pw;
+    ovf |= zero__mul_size(N, pw > pg ? pw : pg, &recv);
+    ovf |= zero__add_size(send, recv, &t);
+    if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "%s: sizes overflow size_t", fn);
+    e->quant.fwd = (unsigned char *)zero__alloc_zeroed(&e->cfg.desc.allocator,
+                                                        (size_t)e->layout.ngroups + 1);
+    if (!e->quant.fwd) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: group flags", fn);
+    e->quant.send_bytes = send;
+    *bytes = t;
+    return ZERO_OK;
+}
+
 static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
 {
     int g, G = zero_plan_num_groups(e->layout.plan);
@@ -9661,6 +10181,11 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         zero_result r = zero__eng_arena_size(e);
         if (r != ZERO_OK) return r;
         ovf |= zero__mul_size(e->pool.numel, e->cfg.param_size, &sz->bytes[ZERO__B_ARENA]);
+    }
+    sz->cat[ZERO__B_QUANT] = ZERO_MEM_BUCKET;
+    {
+        zero_result qr = zero__eng_quant_layout(e, &sz->bytes[ZERO__B_QUANT]);
+        if (qr != ZERO_OK) return qr;
     }
     if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: sizes overflow size_t");
     if (e->cfg.stage >= 2) {
@@ -11066,7 +11591,7 @@ static void zero__eng_oom_bulk(const zero_engine *e, const zero__eng_sizes *sz, 
 {
     static const char *const names[ZERO__B_N] = {
         "scratch", "params", "user gradients", "gradient accumulator", "master weights", "Adam m",
-        "Adam v", "reduce bucket", "arena"};
+        "Adam v", "reduce bucket", "arena", "quantized blocks"};
     size_t bulk = 0, len = strlen(out), per = 0, mdep, sharded = 0, fixed, two;
     int i, ib = 0, any = 0;
     for (i = 0; i < sz->n && i < ZERO__B_N; i++)
@@ -11551,6 +12076,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     }
     e->buf.bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
     e->buf.arena = (unsigned char *)ptrs[ZERO__B_ARENA];
+    e->quant.buf = (unsigned char *)ptrs[ZERO__B_QUANT];
     for (i = 0; i < e->buf.nallocs; i++)
         ZERO__ENG_TRY(e,
                       e->cfg.dev->ops->fill_zero(e->cfg.dev, ZERO_QUEUE_COMPUTE,
@@ -11794,6 +12320,7 @@ static void zero__eng_drop_prefetched(zero_engine *e)
     for (g = 0; g < e->layout.ngroups; g++)
         if (e->layout.groups[g].poff != ZERO__ENG_NONE && e->layout.groups[g].refs == 0) {
             zero__eng_drop_params(e, g);
+            if (e->quant.fwd) e->quant.fwd[g] = 0; /* its next gather is a forward's again */
             e->prefetch.stats.evictions++;
             e->prefetch.stats.prefetch_wasted++;
         }
@@ -12243,7 +12770,7 @@ static zero_result zero__eng_flush(zero_engine *e)
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
                   "gradient reduction: event");
     fuse = e->micro.npending > 1 && e->cfg.comm_dtype == e->cfg.param_dtype &&
-           e->cfg.comm->ops->group_start != NULL;
+           e->cfg.comm->ops->group_start != NULL && !e->quant.grad_bits;
     if (fuse) {
         ZERO__ENG_TRY(e, zero__eng_group_start(e), "gradient reduction: group_start");
         for (i = 0; i < e->micro.npending; i++)
@@ -12510,6 +13037,10 @@ ZERODEF zero_result zero_engine_grads_ready(zero_engine *e, int group)
     if (e->micro.ready_groups == e->layout.total_parts) {
         e->micro.done++;
         e->micro.ready_groups = 0;
+        if (e->quant.fwd) /* qwZ: the next gather of each group is the next forward's, unless
+                             the group is gathered already (prefetched or held for it) */
+            for (g = 0; g < e->layout.ngroups; g++)
+                e->quant.fwd[g] = (unsigned char)(e->layout.groups[g].poff != ZERO__ENG_NONE);
         for (g = 0; g < e->layout.ngroups; g++) {
             e->layout.groups[g].grads_state = ZERO__GRADS_NONE;
             e->layout.groups[g].parts_ready = 0;
@@ -12533,18 +13064,31 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
     e->prefetch.stats.live_groups++;
     if ((r = zero__tier_shard_up(e, g, dst, &src)) != ZERO_OK) return r;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
-    if (eg->shard_numel > 0)
-        ZERO__ENG_TRY(e,
-                      zero__eng_all_gather(e, src, dst, eg->shard_numel, e->cfg.param_dtype, g,
-                                           ZERO_ROLE_GATHER),
-                      "gather: all_gather");
-    if (eg->pshard_numel > eg->shard_numel) /* the frozen region, after the trained one */
-        ZERO__ENG_TRY(e,
-                      zero__eng_all_gather(e, src + eg->shard_numel * e->cfg.param_size,
-                                           dst + eg->gnumel * e->cfg.param_size,
-                                           eg->pshard_numel - eg->shard_numel,
-                                           e->cfg.param_dtype, g, ZERO_ROLE_GATHER),
-                      "gather: all_gather of the frozen region");
+    if (e->quant.weights && !e->quant.fwd[g]) { /* qwZ: the forward's gather, int8 blocks */
+        e->quant.fwd[g] = 1;
+        if (eg->shard_numel > 0)
+            ZERO__ENG_TRY(e, zero__eng_all_gather_q(e, src, dst, eg->shard_numel, g),
+                          "gather: quantized all_gather");
+        if (eg->pshard_numel > eg->shard_numel)
+            ZERO__ENG_TRY(e,
+                          zero__eng_all_gather_q(e, src + eg->shard_numel * e->cfg.param_size,
+                                                 dst + eg->gnumel * e->cfg.param_size,
+                                                 eg->pshard_numel - eg->shard_numel, g),
+                          "gather: quantized all_gather of the frozen region");
+    } else {
+        if (eg->shard_numel > 0)
+            ZERO__ENG_TRY(e,
+                          zero__eng_all_gather(e, src, dst, eg->shard_numel, e->cfg.param_dtype,
+                                               g, ZERO_ROLE_GATHER),
+                          "gather: all_gather");
+        if (eg->pshard_numel > eg->shard_numel) /* the frozen region, after the trained one */
+            ZERO__ENG_TRY(e,
+                          zero__eng_all_gather(e, src + eg->shard_numel * e->cfg.param_size,
+                                               dst + eg->gnumel * e->cfg.param_size,
+                                               eg->pshard_numel - eg->shard_numel,
+                                               e->cfg.param_dtype, g, ZERO_ROLE_GATHER),
+                          "gather: all_gather of the frozen region");
+    }
     ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
     e->prefetch.stats.gathers++;
     return ZERO_OK;

@@ -1994,6 +1994,144 @@ static zero_result zero_cuda__memory_info(zero_device *dev, size_t *capacity, si
     return ZERO_OK;
 }
 
+/* ---- block quantization (ZeRO++'s qwZ / qgZ; zero.h's Quantization section) ----
+   One thread per quantization block for quantize (its two passes over the block: the
+   absmax, then the codes; blocks are small, 256 by default), one thread per element for the
+   dequantized sum. The arithmetic is zero.h's (zero__quant_scale, zero__quant_code,
+   zero__quant_get and the same fmaf sum), so the bytes and values equal the host's. */
+
+template <int DT>
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__quantize_kernel(unsigned char *dst, const void *src, size_t numel, size_t block,
+                           size_t nb, int bits, size_t codes_end, size_t bytes)
+{
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+    int qmax = bits == 8 ? 127 : 7;
+    unsigned char *codes = dst + 4 * nb;
+    for (; k < nb; k += step) {
+        size_t i0 = k * block, len = numel - i0 < block ? numel - i0 : block, i;
+        uint32_t amax = 0;
+        int bad = 0;
+        float sc;
+        for (i = 0; i < len; i++) {
+            uint32_t a = zero_cuda__f32_bits(zero_cuda__io<DT>::ld(src, i0 + i)) & 0x7fffffffu;
+            if (a >= 0x7f800000u) bad = 1;
+            else if (a > amax) amax = a;
+        }
+        sc = zero__quant_scale(zero_cuda__f32_from(amax), bad, qmax);
+        ((float *)dst)[k] = sc;
+        if (bits == 8) {
+            for (i = 0; i < len; i++)
+                codes[i0 + i] =
+                    (unsigned char)(zero__quant_code(zero_cuda__io<DT>::ld(src, i0 + i), sc, qmax) & 0xff);
+        } else {
+            for (i = 0; i < len; i += 2) { /* block is even: pairs never straddle blocks */
+                int lo = zero__quant_code(zero_cuda__io<DT>::ld(src, i0 + i), sc, qmax);
+                int hi = i + 1 < len ? zero__quant_code(zero_cuda__io<DT>::ld(src, i0 + i + 1), sc, qmax) : 0;
+                codes[(i0 + i) >> 1] = (unsigned char)((unsigned)(lo & 0xf) | ((unsigned)(hi & 0xf) << 4));
+            }
+        }
+        if (k == nb - 1)
+            for (i = codes_end; i < bytes; i++) dst[i] = 0; /* the padding */
+    }
+}
+
+template <int DT>
+static __global__ void __launch_bounds__(ZERO_CUDA__THREADS)
+zero_cuda__dequantize_kernel(void *dst, const unsigned char *src, size_t src_stride, int count,
+                             size_t numel, size_t block, size_t nb, int bits)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+    for (; i < numel; i += step) {
+        size_t k = i / block;
+        float acc = 0.0f;
+        int j;
+        for (j = 0; j < count; j++) {
+            const unsigned char *b = src + (size_t)j * src_stride;
+            float sc = ((const float *)b)[k];
+            if (j == 0) acc = (float)zero__quant_get(b + 4 * nb, bits, i) * sc;
+            else acc = fmaf((float)zero__quant_get(b + 4 * nb, bits, i), sc, acc);
+        }
+        zero_cuda__io<DT>::st(dst, i, acc);
+    }
+}
+
+static zero_result zero_cuda__quantize(zero_device *dev, zero_queue q, void *dst, const void *src,
+                                       zero_dtype src_dtype, size_t numel, int bits, size_t block)
+{
+    size_t bytes = 0, nb, codes_end;
+    unsigned grid;
+    zero_result r = zero__quant_check("cuda quantize", src_dtype, bits, &block);
+    if (r == ZERO_OK) r = zero__quant_size("cuda quantize", numel, bits, block, &bytes);
+    if (r != ZERO_OK) return r;
+    {
+        ZERO_CUDA__ENTER("cuda quantize");
+        if (numel == 0) return ZERO_OK;
+        if ((r = zero_cuda__check_buf("quantize", "src", src, src_dtype, numel)) != ZERO_OK) return r;
+        if (!dst) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda quantize: dst is NULL");
+        if ((r = zero_cuda__check_align("quantize", "dst", dst, 4)) != ZERO_OK) return r;
+        nb = numel / block + (numel % block != 0);
+        codes_end = 4 * nb + (bits == 8 ? numel : numel / 2 + (numel & 1u));
+        grid = zero_cuda__grid(nb, d->sm_count, 8);
+        ZERO_CUDA__FLUSH();
+        switch (src_dtype) {
+        case ZERO_F32:
+            ZERO_CUDA_LAUNCH(zero_cuda__quantize_kernel<ZERO_F32>, grid, ZERO_CUDA__THREADS, 0, stream,
+                             (unsigned char *)dst, src, numel, block, nb, bits, codes_end, bytes);
+            break;
+        case ZERO_F16:
+            ZERO_CUDA_LAUNCH(zero_cuda__quantize_kernel<ZERO_F16>, grid, ZERO_CUDA__THREADS, 0, stream,
+                             (unsigned char *)dst, src, numel, block, nb, bits, codes_end, bytes);
+            break;
+        default:
+            ZERO_CUDA_LAUNCH(zero_cuda__quantize_kernel<ZERO_BF16>, grid, ZERO_CUDA__THREADS, 0, stream,
+                             (unsigned char *)dst, src, numel, block, nb, bits, codes_end, bytes);
+            break;
+        }
+        return zero_cuda__launched("cuda quantize: kernel launch");
+    }
+}
+
+static zero_result zero_cuda__dequantize(zero_device *dev, zero_queue q, void *dst, zero_dtype dst_dtype,
+                                         const void *src, size_t src_stride, int count, size_t numel,
+                                         int bits, size_t block)
+{
+    size_t bytes = 0, nb;
+    unsigned grid;
+    zero_result r = zero__quant_check("cuda dequantize", dst_dtype, bits, &block);
+    if (r == ZERO_OK) r = zero__quant_size("cuda dequantize", numel, bits, block, &bytes);
+    if (r != ZERO_OK) return r;
+    if (count < 1 || (count > 1 && (src_stride < bytes || src_stride % 4 != 0)))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "cuda dequantize: count = %d, src_stride = %zu (a multiple of 4, at least %zu)",
+                          count, src_stride, bytes);
+    {
+        ZERO_CUDA__ENTER("cuda dequantize");
+        if (numel == 0) return ZERO_OK;
+        if ((r = zero_cuda__check_buf("dequantize", "dst", dst, dst_dtype, numel)) != ZERO_OK) return r;
+        if (!src) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda dequantize: src is NULL");
+        if ((r = zero_cuda__check_align("dequantize", "src", src, 4)) != ZERO_OK) return r;
+        nb = numel / block + (numel % block != 0);
+        grid = zero_cuda__grid(numel, d->sm_count, 8);
+        ZERO_CUDA__FLUSH();
+        switch (dst_dtype) {
+        case ZERO_F32:
+            ZERO_CUDA_LAUNCH(zero_cuda__dequantize_kernel<ZERO_F32>, grid, ZERO_CUDA__THREADS, 0, stream, dst,
+                             (const unsigned char *)src, src_stride, count, numel, block, nb, bits);
+            break;
+        case ZERO_F16:
+            ZERO_CUDA_LAUNCH(zero_cuda__dequantize_kernel<ZERO_F16>, grid, ZERO_CUDA__THREADS, 0, stream, dst,
+                             (const unsigned char *)src, src_stride, count, numel, block, nb, bits);
+            break;
+        default:
+            ZERO_CUDA_LAUNCH(zero_cuda__dequantize_kernel<ZERO_BF16>, grid, ZERO_CUDA__THREADS, 0, stream, dst,
+                             (const unsigned char *)src, src_stride, count, numel, block, nb, bits);
+            break;
+        }
+        return zero_cuda__launched("cuda dequantize: kernel launch");
+    }
+}
+
 static const zero_device_ops zero_cuda__ops = {
     "cuda",
     zero_cuda__destroy,
@@ -2020,6 +2158,8 @@ static const zero_device_ops zero_cuda__ops = {
     zero_cuda_host_alloc, /* pinned host memory for the offload tier */
     zero_cuda_host_free,
     zero_cuda__memory_info,
+    zero_cuda__quantize,
+    zero_cuda__dequantize,
 };
 
 ZERODEF int zero_cuda_device_count(void)
@@ -2633,6 +2773,7 @@ static const zero_comm_ops zero_cuda__comm_ops = {
     zero_cuda__barrier,
     NULL,
     NULL,
+    NULL, /* all_to_all: not yet (quantized_gradients is refused on this comm) */
     NULL, /* no split: the hierarchical modes need the NCCL (or a host) comm */
 };
 

@@ -216,7 +216,8 @@ enum {
     ZERO__MPI_ALL_REDUCE,
     ZERO__MPI_BROADCAST,
     ZERO__MPI_LEAVE,
-    ZERO__MPI_ABORT
+    ZERO__MPI_ABORT,
+    ZERO__MPI_ALL_TO_ALL /* last: the earlier kinds keep their values in the signature */
 };
 
 /* Signature fields (int64 each). */
@@ -288,6 +289,7 @@ static const char *zero__mpi_kind_name(int64_t kind)
     case ZERO__MPI_BROADCAST: return "broadcast";
     case ZERO__MPI_LEAVE: return "leave";
     case ZERO__MPI_ABORT: return "abort";
+    case ZERO__MPI_ALL_TO_ALL: return "all_to_all";
     }
     return "?";
 }
@@ -398,8 +400,8 @@ static void zero__mpi_describe(char *buf, size_t size, const int64_t *f)
                  (unsigned long long)f[ZERO__MPI_F_NUMEL],
                  zero_dtype_name((zero_dtype)f[ZERO__MPI_F_DTYPE]), (long long)f[ZERO__MPI_F_ROOT], tag,
                  (long long)f[ZERO__MPI_F_SEQ]);
-    else if (kind == ZERO__MPI_ALL_GATHER)
-        snprintf(buf, size, "all_gather(numel %llu, %s%s) as its #%lld",
+    else if (kind == ZERO__MPI_ALL_GATHER || kind == ZERO__MPI_ALL_TO_ALL)
+        snprintf(buf, size, "%s(numel %llu, %s%s) as its #%lld", name,
                  (unsigned long long)f[ZERO__MPI_F_NUMEL],
                  zero_dtype_name((zero_dtype)f[ZERO__MPI_F_DTYPE]), tag, (long long)f[ZERO__MPI_F_SEQ]);
     else
@@ -579,6 +581,14 @@ static unsigned char *zero__mpi_ag_recv(void *ctx, int p, size_t *bytes)
     *bytes = l->block;
     return l->block ? l->recv + (size_t)p * l->block : NULL;
 }
+/* all_to_all: block p of my send to p (zero__mpi_rs_send); peer p's block 'rank' into
+   recv + p * block. */
+static unsigned char *zero__mpi_a2a_recv(void *ctx, int p, size_t *bytes)
+{
+    zero__mpi_lay *l = (zero__mpi_lay *)ctx;
+    *bytes = l->block;
+    return l->block ? l->recv + (size_t)p * l->block : NULL;
+}
 /* reduce_scatter: block p of my send to p; peer p's block 'rank' into scratch + p * block. */
 static const unsigned char *zero__mpi_rs_send(void *ctx, int p, size_t *bytes)
 {
@@ -701,7 +711,8 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
         if (es == 0) snprintf(why, sizeof why, "%s: unknown dtype %d", what, (int)dtype);
         else if (op != ZERO_OP_SUM && op != ZERO_OP_MAX) snprintf(why, sizeof why, "%s: unknown op %d", what, (int)op);
         else if (root < 0 || root >= world) snprintf(why, sizeof why, "%s: root = %d with world = %d", what, root, world);
-        else if ((kind == ZERO__MPI_ALL_GATHER || kind == ZERO__MPI_REDUCE_SCATTER) &&
+        else if ((kind == ZERO__MPI_ALL_GATHER || kind == ZERO__MPI_REDUCE_SCATTER ||
+                  kind == ZERO__MPI_ALL_TO_ALL) &&
                  zero__mul_size(numel, (size_t)world, &total) != 0)
             snprintf(why, sizeof why, "%s: numel %zu times world %d overflows", what, numel, world);
         else if (zero__mul_size(total, es, &bytes) != 0 || bytes > (size_t)INT64_MAX)
@@ -760,6 +771,18 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
         if (res == ZERO_OK) res = zero__mpi_dev_sync(c);
         return res;
     }
+    case ZERO__MPI_ALL_TO_ALL: {
+        unsigned char *mine = lay.recv + (size_t)rank * numel * es;
+        lay.block = numel * es;
+        if (c->device) res = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, mine, lay.send + (size_t)rank * lay.block, lay.block);
+        else memcpy(mine, lay.send + (size_t)rank * lay.block, lay.block);
+        if (res != ZERO_OK) return res;
+        x.send_at = zero__mpi_rs_send;
+        x.recv_at = zero__mpi_a2a_recv;
+        res = zero__mpi_exchange(c, &x, ZERO__MPI_TAG_DATA, deadline, what);
+        if (res == ZERO_OK) res = zero__mpi_dev_sync(c);
+        return res;
+    }
     case ZERO__MPI_BROADCAST:
         lay.block = numel * es;
         lay.send = lay.recv;
@@ -808,6 +831,13 @@ static zero_result zero__mpi_all_gather(zero_comm *comm, const void *send, void 
 {
     (void)queue;
     return zero__mpi_collective(comm, ZERO__MPI_ALL_GATHER, send, recv, send_numel, dtype, ZERO_OP_SUM, 0);
+}
+
+static zero_result zero__mpi_all_to_all(zero_comm *comm, const void *send, void *recv, size_t numel,
+                                        zero_dtype dtype, void *queue)
+{
+    (void)queue;
+    return zero__mpi_collective(comm, ZERO__MPI_ALL_TO_ALL, send, recv, numel, dtype, ZERO_OP_SUM, 0);
 }
 
 static zero_result zero__mpi_reduce_scatter(zero_comm *comm, const void *send, void *recv,
@@ -886,6 +916,7 @@ static const zero_comm_ops zero__mpi_ops = {
     zero__mpi_barrier,
     NULL,
     NULL,
+    zero__mpi_all_to_all,
     zero__mpi_split,
 };
 

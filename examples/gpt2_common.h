@@ -97,6 +97,9 @@ typedef struct gpt2_opts {
     double beta1, beta2, eps, weight_decay;
     double lr_embed;     /* --lr-embed: wte and wpe train at lr * lr_embed (per-tensor lr) */
     const char *freeze;  /* --freeze LIST: wte, wpe, ln_f, h.N, h.A-B, comma-separated   */
+    /* ZeRO++ (docs/engine.md, "Quantized collectives"): lossy by design */
+    int quant_w;         /* --quantized-weights 0|1: qwZ (stage 3, int8 forward all-gather) */
+    int quant_g;         /* --quantized-gradients 0|1|4|8: qgZ (1 = int4, the default; 8 = int8) */
     /* beyond one node (docs/engine.md, "MiCS"): the engine's topology and MiCS groups */
     int ranks_per_node;  /* --ranks-per-node R (0 = the launcher's, else one node)       */
     int mics_shard_size; /* --mics-shard-size S (stages 1-3; 0 = flat)                  */
@@ -159,6 +162,9 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "                             the rest updated on the device (default 1)\n"
             "         --offload-activations none|cpu|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
+            "ZeRO++: --quantized-weights 0|1   stage 3: the forward all-gather as int8 blocks (qwZ)\n"
+            "        --quantized-gradients 0|1|4|8   stages 1-3: the gradient reduce-scatter as int4\n"
+            "                                        (1 or 4) or int8 blocks (qgZ); both lossy\n"
             "nodes:  --ranks-per-node R   ranks [k R, (k+1) R) share a node: traffic split intra/inter\n"
             "        --mics-shard-size S  MiCS (stages 1-3): states partitioned in groups of S ranks,\n"
             "                             replicated across the N / S groups\n"
@@ -352,6 +358,9 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--weight-decay")) o->weight_decay = atof(v), bad = !(o->weight_decay >= 0 && o->weight_decay < 1e6);
         else if (!strcmp(k, "--lr-embed")) o->lr_embed = atof(v), bad = !(o->lr_embed >= 0 && o->lr_embed < 1e6);
         else if (!strcmp(k, "--freeze")) o->freeze = v;
+        else if (!strcmp(k, "--quantized-weights")) bad = gpt2_parse_int(v, 0, 1, &o->quant_w);
+        else if (!strcmp(k, "--quantized-gradients"))
+            bad = gpt2_parse_int(v, 0, 8, &o->quant_g) || (o->quant_g > 1 && o->quant_g != 4 && o->quant_g != 8);
         else {
             fprintf(stderr, "%s: unknown option %s\n", argv[0], k);
             gpt2_usage(stderr, argv[0]);
@@ -446,6 +455,9 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
        overlap), and a prefetch of group 0 at the end of the backward would go unused (its
        gradients need no params), so the traffic is the paper's 3 Psi exactly. */
     d->prefetch_depth = -1;
+    d->quantized_weights = o->quant_w;
+    d->quantized_gradients = o->quant_g != 0;
+    d->quantized_gradient_bits = o->quant_g > 1 ? o->quant_g : 0;
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
     d->offload_gradients = o->ograd;
@@ -1235,6 +1247,7 @@ static inline void gpt2_formula_traffic_nodes(int stage, double psi, double froz
     zero_estimate_desc d;
     zero_estimate e;
     memset(&d, 0, sizeof d);
+    memset(&e, 0, sizeof e);
     d.params = (uint64_t)psi;
     d.frozen = (uint64_t)frozen;
     d.ranks = n;

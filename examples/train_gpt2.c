@@ -1179,7 +1179,7 @@ int main(int argc, char **argv)
     for (st = first; st <= last; st++) {
         run R;
         zero_result r;
-        double es = (double)zero_dtype_size(o.dtype), meas_t, ft[3], mi = 0, mo = 0;
+        double es = (double)zero_dtype_size(o.dtype), meas_t, ft[3] = {0, 0, 0}, mi = 0, mo = 0;
         int nstates, k, hier = o.ranks_per_node > 0 || o.mics_shard_size > 0;
         uint64_t sum;
         memset(&R, 0, sizeof R);
@@ -1251,6 +1251,11 @@ int main(int argc, char **argv)
                    (hier ? ft[0] : gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es)), R.psi,
                    R.frozen ? " (frozen F as below)" : "");
             if (R.frozen) printf("frozen: F = %zu of them (--freeze %s): no gradients, no optimizer state\n", R.frozen, o.freeze);
+            if (o.quant_w || o.quant_g) /* ZeRO++: the bytes that crossed, the formula is the exact run's */
+                printf("quantized collectives (%s%s%s): traffic measured is the quantized bytes, the formula the "
+                       "exact run's (docs/engine.md, \"Quantized collectives\")\n",
+                       o.quant_w ? "qwZ int8" : "", o.quant_w && o.quant_g ? ", " : "",
+                       o.quant_g ? (o.quant_g == 8 ? "qgZ int8" : "qgZ int4") : "");
             if (hier)
                 printf("traffic per step inside nodes: %.0f B measured, %.0f B by formula; between nodes: %.0f B "
                        "measured, %.0f B by formula (--ranks-per-node %d, --mics-shard-size %d)\n", mi, ft[1], mo,

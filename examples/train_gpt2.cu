@@ -694,6 +694,9 @@ static zero_result engine_desc(const gpu_run *R, zero_engine_desc *d)
     d->adam.eps = o->eps;
     d->adam.weight_decay = o->weight_decay;
     d->clip_norm = o->clip;
+    d->quantized_weights = o->quant_w; /* qgZ needs a comm with all_to_all: refused on the device comms */
+    d->quantized_gradients = o->quant_g != 0;
+    d->quantized_gradient_bits = o->quant_g > 1 ? o->quant_g : 0;
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
     d->offload_gradients = o->ograd;

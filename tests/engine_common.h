@@ -57,6 +57,12 @@ typedef struct ec_cfg {
     /* per-tensor hyper-parameters, set after commit when hp_on (zero_engine_set_tensor_hparams) */
     int hp_on;
     double lr_mul[EC_MAX_T], hp_wd[EC_MAX_T];
+    /* ZeRO++'s quantized collectives (tests/test_quant_engine.c): the engine's settings, and
+       when qw_stats is set the forward's gathered params are compared with the backward's
+       (exact) per quantization block of each rank's shard, against the int8 bound. */
+    int quant_w, quant_g, quant_bits;
+    size_t quant_block;
+    struct ec_qw_stats *qw_stats;
     /* topology (tests/test_hier.c): engine ranks_per_node; per-rank override when
        rpn_rank[r] != 0 (a disagreement test) */
     int ranks_per_node;
@@ -64,6 +70,13 @@ typedef struct ec_cfg {
     int mics;                     /* engine mics_shard_size; per-rank override mics_rank[r] */
     int mics_rank[EC_MAX_RANKS];
 } ec_cfg;
+
+typedef struct ec_qw_stats {
+    pthread_mutex_t mu;
+    long blocks, bad_blocks;
+    double max_err_over_scale; /* the largest |forward - exact| / scale seen */
+    long differing;            /* elements whose forward value differed from the exact one */
+} ec_qw_stats;
 
 typedef struct ec_result {
     zero_result rc;
@@ -198,6 +211,10 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->param_read_ahead = c->param_read_ahead;
     d->pin_memory = c->pin_memory;
     d->async_step = c->async_step;
+    d->quantized_weights = c->quant_w;
+    d->quantized_gradients = c->quant_g;
+    d->quantized_gradient_bits = c->quant_bits;
+    d->quant_block_numel = c->quant_block;
     d->ranks_per_node = c->ranks_per_node;
     d->mics_shard_size = c->mics;
     d->offload_optimizer_ratio = c->offload_ratio;
@@ -328,19 +345,71 @@ static void ec_check_frozen(const ec_cfg *c, const zero_plan *plan, const int *i
 /* One step's micro-steps (forward, then backward group by group with the synthetic
    gradients of step s at the given loss scale, each group made ready), without the
    optimizer step itself. */
+/* qwZ: group g's forward values fwd against its exact (backward) values pp, per block of
+   each rank's shard: |fwd - exact| <= s/2 + 2^-16 s + h32 + hT with s = absmax / 127
+   rounded up (tests/test_quant.c checks the same bound on the primitives). */
+static void ec_qw_compare(const ec_cfg *c, const zero_group_info *gi, const void *fwd,
+                          const void *pp)
+{
+    size_t N = (size_t)c->world, S = gi->shard_numel, B = c->quant_block ? c->quant_block : 256;
+    size_t r, k, i;
+    double rel = c->dtype == ZERO_F32 ? ldexp(1.0, -24) : c->dtype == ZERO_F16 ? ldexp(1.0, -11)
+                                                                              : ldexp(1.0, -8);
+    long blocks = 0, bad = 0, diff = 0;
+    double worst = 0.0;
+    for (r = 0; r < N; r++)
+        for (k = 0; k * B < S; k++) {
+            size_t i0 = r * S + k * B, len = S - k * B < B ? S - k * B : B;
+            double amax = 0.0, sc, bound;
+            for (i = i0; i < i0 + len; i++)
+                if (fabs((double)ec_to_f32(pp, c->dtype, i)) > amax) amax = fabs((double)ec_to_f32(pp, c->dtype, i));
+            sc = amax / 127.0 * (1.0 + ldexp(1.0, -22));
+            bound = sc / 2 + sc * ldexp(1.0, -16) + amax * ldexp(1.0, -24) + amax * rel + ldexp(1.0, -24);
+            blocks++;
+            for (i = i0; i < i0 + len; i++) {
+                double x = (double)ec_to_f32(pp, c->dtype, i), y = (double)ec_to_f32(fwd, c->dtype, i);
+                if (x != y) diff++;
+                if (fabs(x - y) > bound) {
+                    bad++;
+                    break;
+                }
+                if (sc > 0 && fabs(x - y) / sc > worst) worst = fabs(x - y) / sc;
+            }
+        }
+    pthread_mutex_lock(&c->qw_stats->mu);
+    c->qw_stats->blocks += blocks;
+    c->qw_stats->bad_blocks += bad;
+    c->qw_stats->differing += diff;
+    if (worst > c->qw_stats->max_err_over_scale) c->qw_stats->max_err_over_scale = worst;
+    pthread_mutex_unlock(&c->qw_stats->mu);
+}
+
 static zero_result ec_micro_steps(const ec_cfg *c, zero_engine *e, const int *ids, int rank,
                                   int s, float scale)
 {
     const zero_plan *plan = zero_engine_plan(e);
     int G = zero_plan_num_groups(plan), k, g;
     zero_result r = ZERO_OK;
+    void *fwd[64] = {0};
     for (k = 0; k < c->accum; k++) {
         void *pp, *gp;
-        EC_TRY(ec_forward(e, G));
+        if (c->qw_stats && G <= 64) { /* the forward, keeping each group's values */
+            for (g = 0; g < G && r == ZERO_OK; g++) {
+                zero_group_info gi;
+                zero_plan_group(plan, g, &gi);
+                EC_TRY(zero_engine_gather(e, g, &pp));
+                if (!fwd[g]) fwd[g] = malloc(gi.numel * zero_dtype_size(c->dtype) + 1);
+                if (fwd[g]) memcpy(fwd[g], pp, gi.numel * zero_dtype_size(c->dtype));
+                EC_TRY(zero_engine_release(e, g));
+            }
+        } else {
+            EC_TRY(ec_forward(e, G));
+        }
         for (g = G - 1; g >= 0; g--) {
             zero_group_info gi;
             zero_plan_group(plan, g, &gi);
             EC_TRY(zero_engine_gather(e, g, &pp));
+            if (c->qw_stats && G <= 64 && fwd[g]) ec_qw_compare(c, &gi, fwd[g], pp);
             if (gi.frozen_numel) ec_check_frozen(c, plan, ids, g, rank, pp);
             if (gi.frozen_numel == gi.numel) { /* only frozen tensors: no gradient */
                 EC_TRY(zero_engine_release(e, g));
@@ -353,6 +422,7 @@ static zero_result ec_micro_steps(const ec_cfg *c, zero_engine *e, const int *id
         }
     }
 done:
+    for (g = 0; g < 64; g++) free(fwd[g]);
     return r;
 }
 
@@ -681,6 +751,13 @@ static zero_result ec_wrap_ag(zero_comm *c, const void *s, void *r, size_t n, ze
     zero_result x = ec_wrap_count(c);
     return x ? x : ec_inner(c)->ops->all_gather(ec_inner(c), s, r, n, d, q);
 }
+static zero_result ec_wrap_a2a(zero_comm *c, const void *s, void *r, size_t n, zero_dtype d, void *q)
+{
+    zero_result x = ec_wrap_count(c);
+    if (x) return x;
+    return ec_inner(c)->ops->all_to_all ? ec_inner(c)->ops->all_to_all(ec_inner(c), s, r, n, d, q)
+                                        : ZERO_ERROR_UNSUPPORTED;
+}
 static zero_result ec_wrap_rs(zero_comm *c, const void *s, void *r, size_t n, zero_dtype d,
                               zero_op op, void *q)
 {
@@ -715,7 +792,8 @@ static zero_result ec_wrap_ge(zero_comm *c)
     return ZERO_OK;
 }
 static zero_comm_ops ec_wrap_ops __attribute__((unused)) = {"wrap", ec_wrap_destroy, ec_wrap_ag, ec_wrap_rs, ec_wrap_ar,
-                                    ec_wrap_bc, ec_wrap_barrier, ec_wrap_gs, ec_wrap_ge, NULL};
+                                    ec_wrap_bc, ec_wrap_barrier, ec_wrap_gs, ec_wrap_ge,
+                                    ec_wrap_a2a, NULL};
 #endif
 
 /* ---- the stage-equivalence check every engine test uses (needs tests/zt.h first) ---------- */

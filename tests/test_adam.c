@@ -154,11 +154,12 @@ static void ref_step(ref *s, double graw, double grad_mul, const ref_coefs *c)
         g = c->l2 * s->p + g;
         eg = EPS32 * fabs(g) + TINY32 + c->l2 * s->ep + eg;
     }
-    a1 = (1.0 - c->b1) * g; /* fl(omb1 * g) */
-    mm = c->b1 * s->m + a1;
-    /* + the fp32 roundings of beta1 and 1 - beta1 (EPS32 b1 |m|, EPS32 |a1|) */
-    em = EPS32 * fabs(mm) + TINY32 + c->b1 * s->em + (1.0 - c->b1) * eg + EPS32 * fabs(a1) + TINY32 +
-         EPS32 * c->b1 * fabs(s->m) + EPS32 * fabs(a1);
+    a1 = (1.0 - c->b1) * (g - s->m); /* w * fl(g - m), w = fl(1 - beta1) */
+    mm = s->m + a1;                  /* the lerp m + w (g - m): one fma */
+    /* the fma's rounding, the inherited errors (dm/dm = beta1, dm/dg = 1 - beta1), the
+       rounding of g - m and the fp32 rounding of 1 - beta1 (each EPS32 |a1|) */
+    em = EPS32 * fabs(mm) + TINY32 + c->b1 * s->em + (1.0 - c->b1) * eg + EPS32 * fabs(a1) +
+         (1.0 - c->b1) * TINY32 + EPS32 * fabs(a1);
     t1 = (1.0 - c->b2) * g;
     et1 = EPS32 * fabs(t1) + TINY32 + (1.0 - c->b2) * eg + EPS32 * fabs(t1) /* 1 - beta2 */;
     t2 = t1 * g;
@@ -802,6 +803,139 @@ ZT_TEST(small_weight_decay_is_rounded_once)
         }
 }
 
+/* ---- m in torch's lerp form ------------------------------------------------------------------ */
+
+/* a + b rounded once to float, to nearest even, for doubles a, b: s = a + b and its exact
+   error e (Knuth's two-sum); s rounds to the right float unless it sits exactly on a
+   midpoint between two floats, where the sign of e decides (s + e lies within half a
+   double ulp of s, and every float midpoint is a double). */
+static float sum_rounded_once(double a, double b)
+{
+    double s = a + b, bb = s - a, e = (a - (s - bb)) + (b - bb), lo, hi;
+    float f = (float)s;
+    if ((double)f == s) return f;
+    lo = (double)f < s ? (double)f : (double)nextafterf(f, -INFINITY);
+    hi = (double)f > s ? (double)f : (double)nextafterf(f, INFINITY);
+    if (s - lo == hi - s && e != 0.0) return (float)(e > 0 ? hi : lo);
+    return f;
+}
+
+/* torch's Adam updates m as exp_avg.lerp_(grad, 1 - beta1): m + w (g - m) with w the fp32
+   1 - beta1 and g - m an fp32 difference, one multiply-add (its vectorised lerp is an fma
+   for weights below 0.5). Every path's m must be that value rounded once, computed here in
+   double with an exact rounding step (no fmaf); the previous form fmaf(beta1, m, w g) is
+   checked to differ, so the test can fail. */
+ZT_TEST(m_is_torchs_lerp_rounded_once)
+{
+    static const zero_dtype gds[] = {ZERO_F32, ZERO_F16, ZERO_BF16};
+    size_t n = zt_quick() ? 4001 : 40001, i;
+    int p, k, t;
+    find_paths();
+    for (k = 0; k < 3; k++)
+        for (p = 0; p < g_num_paths; p++) {
+            bufs b;
+            float *m0 = (float *)malloc(n * sizeof(float));
+            zero_adam_desc d;
+            long bad = 0, old_differs = 0;
+            zt_seed(11 + (unsigned long long)k);
+            ZT_CHECK(zero_adam_desc_resolve(&d, NULL) == ZERO_OK);
+            bufs_alloc(&b, n, gds[k], ZERO_F16);
+            fill_state(&b, 0);
+            for (t = 1; t <= 3; t++) {
+                zero_adam_coefs c;
+                zero_adam_range r = bufs_range(&b);
+                fill_grads(&b, t == 2 ? 1e-3 : 1.0);
+                memcpy(m0, b.m, n * sizeof(float));
+                ZT_CHECK(zero_adam_coefs_make(&c, &d, 0.0, t) == ZERO_OK);
+                ZT_CHECK(zero_adam_host(&r, &c, 1.0f, g_paths[p], 1) == ZERO_OK);
+                for (i = 0; i < n; i++) {
+                    float diff = b.gval[i] - m0[i];
+                    float want = sum_rounded_once((double)m0[i],
+                                                  (double)c.one_minus_beta1 * (double)diff);
+                    float old = fmaf(c.beta1, m0[i], c.one_minus_beta1 * b.gval[i]);
+                    if (memcmp(&want, &b.m[i], sizeof want) != 0 && bad++ < 3)
+                        ZT_CHECKF(0, "grad %s %s step %d elem %zu: m %.9g, lerp %.9g",
+                                  zero_dtype_name(gds[k]), zero_simd_name(g_paths[p]), t, i,
+                                  (double)b.m[i], (double)want);
+                    old_differs += old != want;
+                }
+            }
+            ZT_CHECKF(old_differs > 0, "the old form never differed: the test cannot tell");
+            if (k == 0 && p == 0)
+                printf("  m is the lerp rounded once on every path; fmaf(beta1, m, (1-beta1) g) "
+                       "differs in %.1f%% of element-steps\n",
+                       100.0 * (double)old_differs / (3.0 * (double)n));
+            free(m0);
+            bufs_free(&b);
+        }
+}
+
+/* p against a float64 AdamW (betas, eps, lr, decay exact doubles) over T steps: the mean
+   distance in ulp, with m in the lerp form (every path) and in the previous form
+   fmaf(beta1, m, (1 - beta1) g) (the scalar expression, reproduced here). The lerp form's
+   m has one rounding of g - m and one of the fma, where the previous form carries the fp32
+   beta1's 2.7e-8 relative error into every step: its mean must be lower. */
+ZT_TEST(p_mean_error_against_float64_lerp_below_previous_form)
+{
+    const int T = 20;
+    size_t n = zt_quick() ? 20000 : 200000, i;
+    bufs b;
+    float *op, *om, *ov;
+    double *rp, *rm, *rv, sum_new = 0, sum_old = 0;
+    zero_adam_desc d;
+    int t;
+    zt_seed(5);
+    memset(&d, 0, sizeof d);
+    d.weight_decay = 0.01;
+    ZT_CHECK(zero_adam_desc_resolve(&d, &d) == ZERO_OK); /* lr 1e-3, 0.9, 0.999, 1e-8 */
+    bufs_alloc(&b, n, ZERO_F32, (zero_dtype)0);
+    op = (float *)malloc(n * sizeof(float));
+    om = (float *)calloc(n, sizeof(float));
+    ov = (float *)calloc(n, sizeof(float));
+    rp = (double *)malloc(n * sizeof(double));
+    rm = (double *)calloc(n, sizeof(double));
+    rv = (double *)calloc(n, sizeof(double));
+    for (i = 0; i < n; i++) rp[i] = op[i] = b.master[i] = (float)uni(-1, 1);
+    for (t = 1; t <= T; t++) {
+        zero_adam_coefs c;
+        zero_adam_range r = bufs_range(&b);
+        double bc1 = 1.0 - pow(0.9, t), bc2 = 1.0 - pow(0.999, t);
+        for (i = 0; i < n; i++) set_grad(&b, i, (float)uni(-1, 1));
+        ZT_CHECK(zero_adam_coefs_make(&c, &d, 0.01, t) == ZERO_OK);
+        ZT_CHECK(zero_adam_host(&r, &c, 1.0f, ZERO_SIMD_AUTO, 1) == ZERO_OK);
+        for (i = 0; i < n; i++) {
+            double g = b.gval[i];
+            float mm, vv, den;
+            rm[i] = 0.9 * rm[i] + 0.1 * g;
+            rv[i] = 0.999 * rv[i] + 0.001 * g * g;
+            rp[i] = rp[i] * (1.0 - 1e-3 * 0.01) -
+                    1e-3 / bc1 * rm[i] / (sqrt(rv[i]) / sqrt(bc2) + 1e-8);
+            /* the previous form: zero_adam_update with the old m */
+            mm = fmaf(c.beta1, om[i], c.one_minus_beta1 * b.gval[i]);
+            vv = fmaf(c.beta2, ov[i], (c.one_minus_beta2 * b.gval[i]) * b.gval[i]);
+            den = fmaf(sqrtf(vv), c.inv_sqrt_bc2, c.eps);
+            op[i] = fmaf(-c.step_size, mm / den, fmaf(c.neg_lr_wd, op[i], op[i]));
+            om[i] = mm;
+            ov[i] = vv;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        sum_new += ulps(b.master[i], rp[i]);
+        sum_old += ulps(op[i], rp[i]);
+    }
+    printf("  p after %d steps: mean %.3f ulp from float64 with the lerp m, %.3f with the "
+           "previous form\n", T, sum_new / (double)n, sum_old / (double)n);
+    ZT_CHECKF(sum_new < sum_old, "lerp %.3f ulp, previous %.3f", sum_new / (double)n,
+              sum_old / (double)n);
+    free(op);
+    free(om);
+    free(ov);
+    free(rp);
+    free(rm);
+    free(rv);
+    bufs_free(&b);
+}
+
 int main(void)
 {
     find_paths();
@@ -821,5 +955,7 @@ int main(void)
     ZT_RUN(host_errors_write_nothing);
     ZT_RUN(v_at_beta2_0999_is_within_a_few_ulp_of_float64);
     ZT_RUN(small_weight_decay_is_rounded_once);
+    ZT_RUN(m_is_torchs_lerp_rounded_once);
+    ZT_RUN(p_mean_error_against_float64_lerp_below_previous_form);
     return zt_summary();
 }

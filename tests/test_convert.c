@@ -486,6 +486,31 @@ ZT_TEST(simd_paths_identical_on_edges)
     }
 }
 
+/* f32 -> bf16 on every path against the scalar function, for every one of the 65536 high
+   halves (every sign, exponent, NaN and infinity) with the low halves that decide the
+   rounding: 0, 1, just below, at and just above the tie, and all ones (a NaN whose payload
+   sits only in the low half must stay NaN). */
+ZT_TEST(bf16_rounding_every_high_half_every_path)
+{
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff};
+    enum { NL = sizeof lows / sizeof lows[0] };
+    static float x[65536 * NL];
+    static uint16_t want[65536 * NL], got[65536 * NL];
+    size_t i, n = 65536 * NL;
+    int p;
+    for (i = 0; i < n; i++) x[i] = u2f((uint32_t)(i / NL) << 16 | lows[i % NL]);
+    for (i = 0; i < n; i++) want[i] = zero_f32_to_bf16(x[i]);
+    for (p = ZERO_SIMD_PORTABLE; p <= (int)zero_simd_detect(); p++) {
+        size_t bad = 0, first = 0;
+        memset(got, 0, sizeof got);
+        ZT_CHECK(zero_convert(got, ZERO_BF16, x, ZERO_F32, n, (zero_simd)p) == ZERO_OK);
+        for (i = 0; i < n; i++)
+            if (got[i] != want[i] && bad++ == 0) first = i;
+        ZT_CHECKF(bad == 0, "%s: %zu of %zu differ, first %08x -> %04x (want %04x)", zero_simd_name((zero_simd)p),
+                  bad, n, f2u(x[first]), got[first], want[first]);
+    }
+}
+
 #ifdef ZERO__X86_SIMD
 ZT_TEST(simd_ignores_ftz_daz)
 {
@@ -630,6 +655,7 @@ int main(void)
     ZT_RUN(widening_to_f64_is_exact);
     ZT_RUN(bulk_every_path_pair_length_alignment);
     ZT_RUN(simd_paths_identical_on_edges);
+    ZT_RUN(bf16_rounding_every_high_half_every_path);
 #ifdef ZERO__X86_SIMD
     ZT_RUN(simd_ignores_ftz_daz);
     ZT_RUN(shared_helpers_match_scalar);

@@ -424,7 +424,7 @@ static zero_result hr_rs(zero_comm *c, const void *send, void *recv, size_t n, z
     return r;
 }
 static zero_comm_ops hr_ops = {"mics-reference", hr_destroy, hr_ag, hr_rs, hr_ar, hr_bc, hr_barrier,
-                               NULL, NULL, NULL};
+                               NULL, NULL, NULL, NULL};
 
 ZT_TEST(mics_equals_reference)
 {

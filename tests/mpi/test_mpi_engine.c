@@ -266,6 +266,25 @@ ZT_TEST(engine_allreduce_counts_differ)
     }
 }
 
+/* ZeRO++'s quantized collectives (qwZ at stage 3, qgZ int4 and int8 at stages 1-3): over
+   MPI (all_to_all) the same bits as over the threads' local comm. */
+ZT_TEST(engine_mpi_quantized)
+{
+    int st, bits;
+    for (bits = 4; bits <= 8; bits += 4)
+        for (st = 1; st <= 3; st++) {
+            ec_cfg c;
+            char label[96];
+            ec_cfg_init(&c, st, zm_world, ZERO_BF16, 2, 2);
+            c.quant_g = 1;
+            c.quant_bits = bits;
+            c.quant_w = st == 3;
+            c.quant_block = 16;
+            snprintf(label, sizeof label, "stage %d bf16 qgZ int%d%s", st, bits, st == 3 ? " qwZ" : "");
+            check_cfg(&c, label);
+        }
+}
+
 int main(int argc, char **argv)
 {
     zm_init(&argc, &argv);
@@ -278,6 +297,7 @@ int main(int argc, char **argv)
     ZM_RUN(engine_mpi_equals_threads);
     ZM_RUN(engine_mpi_fp32_params);
     ZM_RUN(engine_mpi_fp32_comm_and_nan_step);
+    ZM_RUN(engine_mpi_quantized);
     if (zm_world >= 2) ZM_RUN(engine_allreduce_counts_differ);
     zero_comm_destroy(g_comm);
     if (zm_world >= 2) ZM_RUN(engine_failure_on_one_rank);

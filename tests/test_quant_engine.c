@@ -1,0 +1,377 @@
+/* test_quant_engine.c - ZeRO++'s quantized collectives in the engine (quantized_weights =
+   qwZ, quantized_gradients = qgZ) at N = 4 and 8 on the local comm:
+   - qwZ: every forward value within the int8 bound of the exact value, per block of every
+     rank's shard, for f32, f16 and bf16; the backward's gathers exact (the run's state equals
+     the exact run's, the synthetic gradients being functions of the backward's values);
+   - qgZ: the same bits every run and at stages 1, 2 and 3; Adam's first moment after one
+     step within the derived bound of the exact run's (int4 and int8), for tensor sizes of
+     every remainder mod 2N; an inf in one rank's gradient still skips the step;
+   - the traffic counters: the quantized bytes exactly as the formula;
+   - offload cpu, accumulation and a checkpoint saved with qwZ + qgZ loaded into a flat run;
+   - the combinations that make no sense refused with a message. */
+#define _XOPEN_SOURCE 700 /* mkdtemp */
+#include "zero.h"
+#include "tests/zt.h"
+#include "tests/engine_common.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static const zero_dtype dts[3] = {ZERO_F32, ZERO_F16, ZERO_BF16};
+
+static void q_cfg(ec_cfg *c, int stage, int world, zero_dtype dt, int accum, int steps)
+{
+    ec_cfg_init(c, stage, world, dt, accum, steps);
+}
+
+/* Packed bytes of n elements, by the documented layout (independent of zero_quant_bytes). */
+static double packed(size_t n, int bits, size_t block)
+{
+    size_t nb = (n + block - 1) / block, b = 4 * nb + (bits == 8 ? n : (n + 1) / 2);
+    return (double)((b + 3) / 4 * 4);
+}
+
+ZT_TEST(qwz_forward_within_bound_backward_exact)
+{
+    int w, d;
+    for (w = 4; w <= 8; w += 4)
+        for (d = 0; d < 3; d++) {
+            ec_cfg c;
+            ec_qw_stats st;
+            ec_result *q, *x;
+            char why[160];
+            memset(&st, 0, sizeof st);
+            pthread_mutex_init(&st.mu, NULL);
+            q_cfg(&c, 3, w, dts[d], 1, 3);
+            c.quant_w = 1;
+            c.quant_block = 16; /* several blocks per shard, tails included */
+            c.qw_stats = &st;
+            q = ec_run(&c);
+            c.quant_w = 0;
+            c.qw_stats = NULL;
+            x = ec_run(&c);
+            ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
+            ZT_CHECKF(st.blocks > 0 && st.bad_blocks == 0, "N %d %s: %ld of %ld blocks out of bound", w,
+                      zero_dtype_name(dts[d]), st.bad_blocks, st.blocks);
+            /* lossy (measured): some forward values differ; in fp32 by at most half a scale
+               (f16 / bf16 add their own rounding, within the bound checked above) */
+            ZT_CHECKF(st.differing > 0 && (dts[d] != ZERO_F32 || st.max_err_over_scale <= 0.5 + 1e-3),
+                      "N %d %s: %ld differ, worst %g scales", w, zero_dtype_name(dts[d]), st.differing,
+                      st.max_err_over_scale);
+            if (q->rc == ZERO_OK && x->rc == ZERO_OK)
+                ZT_CHECKF(ec_same_state(&c, q, x, why, sizeof why) && q->params_agree,
+                          "N %d %s: backward not exact: %s", w, zero_dtype_name(dts[d]), why);
+            ec_result_free(q);
+            ec_result_free(x);
+            pthread_mutex_destroy(&st.mu);
+        }
+}
+
+/* Deeper prefetch with accumulation: a group prefetched at the end of one micro-step for the
+   next one's forward still gets an exact backward (the state equals the exact run's). */
+ZT_TEST(qwz_prefetch_accumulation_backward_exact)
+{
+    int depth;
+    for (depth = 1; depth <= 3; depth++) {
+        ec_cfg c;
+        ec_qw_stats st;
+        ec_result *q, *x;
+        char why[160];
+        memset(&st, 0, sizeof st);
+        pthread_mutex_init(&st.mu, NULL);
+        q_cfg(&c, 3, 4, ZERO_BF16, 3, 3);
+        c.prefetch = depth;
+        c.quant_w = 1;
+        c.qw_stats = &st;
+        q = ec_run(&c);
+        c.quant_w = 0;
+        c.qw_stats = NULL;
+        x = ec_run(&c);
+        ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
+        ZT_CHECKF(st.bad_blocks == 0 && st.differing > 0, "depth %d: %ld bad blocks, %ld differ", depth,
+                  st.bad_blocks, st.differing);
+        if (q->rc == ZERO_OK && x->rc == ZERO_OK)
+            ZT_CHECKF(ec_same_state(&c, q, x, why, sizeof why), "depth %d: backward not exact: %s", depth, why);
+        ec_result_free(q);
+        ec_result_free(x);
+        pthread_mutex_destroy(&st.mu);
+    }
+}
+
+/* The same bits every run and at stages 1, 2, 3 (int4 and int8, accumulation 1 and 2). */
+ZT_TEST(qgz_deterministic_stages_identical)
+{
+    int w, bits, acc;
+    for (w = 4; w <= 8; w += 4)
+        for (bits = 4; bits <= 8; bits += 4)
+            for (acc = 1; acc <= 2; acc++) {
+                ec_result *r[4];
+                ec_cfg c;
+                char why[160];
+                int s;
+                for (s = 1; s <= 3; s++) {
+                    q_cfg(&c, s, w, bits == 4 ? ZERO_BF16 : ZERO_F16, acc, 3);
+                    c.quant_g = 1;
+                    c.quant_bits = bits;
+                    r[s] = ec_run(&c);
+                    ZT_CHECKF(r[s]->rc == ZERO_OK, "stage %d: %s", s, r[s]->err);
+                }
+                r[0] = ec_run(&c); /* stage 3 again */
+                if (r[1]->rc == ZERO_OK && r[2]->rc == ZERO_OK && r[3]->rc == ZERO_OK) {
+                    ZT_CHECKF(ec_same_state(&c, r[1], r[2], why, sizeof why), "N %d int%d accum %d stage 1 vs 2: %s",
+                              w, bits, acc, why);
+                    ZT_CHECKF(ec_same_state(&c, r[2], r[3], why, sizeof why), "N %d int%d accum %d stage 2 vs 3: %s",
+                              w, bits, acc, why);
+                    ZT_CHECKF(r[0]->rc == ZERO_OK && ec_same_state(&c, r[3], r[0], why, sizeof why),
+                              "N %d int%d accum %d rerun: %s", w, bits, acc, why);
+                }
+                for (s = 0; s < 4; s++) ec_result_free(r[s]);
+            }
+}
+
+/* One step, fp32: Adam's m = (1 - beta1) g with g the mean of the ranks' gradients. With qgZ
+   each rank's block is off by at most s_r (1/2 + 2^-16), s_r <= G / Q (G bounds |gradient|),
+   so |m_q - m_exact| <= (1 - beta1) G / Q (1/2 + 2^-16) plus fp32 roundings. Tensor sizes
+   take every remainder mod 2N. Also: lossy (some m differ), and params agree across ranks. */
+ZT_TEST(qgz_close_to_exact_every_remainder)
+{
+    int w, bits;
+    for (w = 4; w <= 8; w += 4)
+        for (bits = 4; bits <= 8; bits += 4) {
+            ec_cfg c;
+            ec_result *q, *x;
+            int t, Q = bits == 8 ? 127 : 7;
+            double G = 0.026, worst = 0.0, bound = 0.1 * G / Q * (0.5 + ldexp(1.0, -16)) + 1e-8;
+            long differ = 0, bad = 0;
+            q_cfg(&c, 2, w, ZERO_F32, 1, 1);
+            c.ntensors = 2 * w;
+            for (t = 0; t < c.ntensors; t++) {
+                c.sizes[t] = (size_t)(3 * 2 * w + t); /* remainder t mod 2N */
+                c.groups[t] = t / 2;
+                c.flags[t] = 0;
+            }
+            c.quant_block = 8;
+            x = ec_run(&c);
+            c.quant_g = 1;
+            c.quant_bits = bits;
+            q = ec_run(&c);
+            ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
+            if (q->rc != ZERO_OK || x->rc != ZERO_OK) {
+                ec_result_free(q);
+                ec_result_free(x);
+                continue;
+            }
+            ZT_CHECK(q->params_agree);
+            for (t = 0; t < c.ntensors; t++) {
+                size_t i;
+                for (i = 0; i < c.sizes[t]; i++) {
+                    double e = fabs((double)q->m[t][i] - (double)x->m[t][i]);
+                    if (e > bound + 1e-6 * fabs((double)x->m[t][i])) bad++;
+                    if (e > worst) worst = e;
+                    differ += e != 0.0;
+                }
+            }
+            ZT_CHECKF(bad == 0 && differ > 0, "N %d int%d: %ld beyond %g (worst %g), %ld differ", w, bits,
+                      bad, bound, worst, differ);
+            printf("  N %d int%d: worst |m_q - m| %.3g, bound %.3g\n", w, bits, worst, bound);
+            ec_result_free(q);
+            ec_result_free(x);
+        }
+}
+
+/* An inf in one rank's fp16 gradient at step 1: the step is skipped on every rank (the
+   non-finite block dequantizes to NaN, the scaler sees it), as in the exact run. */
+ZT_TEST(qgz_overflow_reaches_the_scaler)
+{
+    ec_cfg c;
+    ec_result *q;
+    int rk;
+    q_cfg(&c, 2, 4, ZERO_F16, 1, 3);
+    c.quant_g = 1;
+    c.fault_steps[0] = 1;
+    c.nfault = 1;
+    c.fault_rank = 2;
+    c.fault_inf = 1;
+    q = ec_run(&c);
+    ZT_CHECKF(q->rc == ZERO_OK, "%s", q->err);
+    for (rk = 0; rk < 4 && q->rc == ZERO_OK; rk++)
+        ZT_CHECKF(!q->info[rk][0].skipped && q->info[rk][1].skipped && !q->info[rk][2].skipped,
+                  "rank %d: skipped %d %d %d", rk, q->info[rk][0].skipped, q->info[rk][1].skipped,
+                  q->info[rk][2].skipped);
+    ec_result_free(q);
+}
+
+/* The traffic counters against the formula: per micro-step and non-persistent group g (stage
+   3), one quantized forward gather (P8(S_g) (N-1) bytes) and one exact backward gather
+   (S_g x 2 (N-1)); qgZ's reduce-scatter Pbits(S_g) (N-1) bytes; the element counts as in the
+   exact run. */
+ZT_TEST(traffic_formula)
+{
+    int w;
+    for (w = 4; w <= 8; w += 4) {
+        ec_cfg c;
+        ec_result *q, *x;
+        zero_plan *plan = NULL;
+        double ag = 0.0, rs = 0.0;
+        int t, g, rk, accum = 2;
+        size_t block = 32;
+        q_cfg(&c, 3, w, ZERO_BF16, accum, 2);
+        ZT_CHECK(zero_plan_create(&plan, NULL) == ZERO_OK);
+        for (t = 0; t < c.ntensors; t++) {
+            char name[8];
+            int id;
+            snprintf(name, sizeof name, "t%d", t);
+            ZT_CHECK(zero_plan_add(plan, name, c.sizes[t], c.groups[t], &id) == ZERO_OK);
+        }
+        ZT_CHECK(zero_plan_commit(plan, w, ZERO_DEFAULT_ALIGN_NUMEL, 0) == ZERO_OK);
+        for (g = 0; g < zero_plan_num_groups(plan); g++) {
+            zero_group_info gi;
+            zero_plan_group(plan, g, &gi);
+            ag += accum * (packed(gi.shard_numel, 8, block) + 2.0 * (double)gi.shard_numel) * (w - 1);
+            rs += accum * packed(gi.shard_numel, 4, block) * (w - 1);
+        }
+        zero_plan_destroy(plan);
+        x = ec_run(&c);
+        c.quant_w = c.quant_g = 1;
+        c.quant_block = block;
+        q = ec_run(&c);
+        ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
+        for (rk = 0; rk < w && q->rc == ZERO_OK && x->rc == ZERO_OK; rk++) {
+            const zero_traffic *a = &q->traffic_last[rk][1], *b = &x->traffic_last[rk][1];
+            ZT_CHECKF(a->bytes[ZERO_COLL_ALL_GATHER] == ag, "N %d rank %d: all-gather %.0f bytes, formula %.0f",
+                      w, rk, a->bytes[ZERO_COLL_ALL_GATHER], ag);
+            ZT_CHECKF(a->bytes[ZERO_COLL_REDUCE_SCATTER] == rs,
+                      "N %d rank %d: reduce-scatter %.0f bytes, formula %.0f", w, rk,
+                      a->bytes[ZERO_COLL_REDUCE_SCATTER], rs);
+            ZT_CHECK(a->numel[ZERO_COLL_ALL_GATHER] == b->numel[ZERO_COLL_ALL_GATHER]);
+            ZT_CHECK(a->numel[ZERO_COLL_REDUCE_SCATTER] == b->numel[ZERO_COLL_REDUCE_SCATTER]);
+            if (rk == 0)
+                printf("  N %d: all-gather %.0f -> %.0f bytes, reduce-scatter %.0f -> %.0f bytes per step\n", w,
+                       b->bytes[ZERO_COLL_ALL_GATHER], a->bytes[ZERO_COLL_ALL_GATHER],
+                       b->bytes[ZERO_COLL_REDUCE_SCATTER], a->bytes[ZERO_COLL_REDUCE_SCATTER]);
+        }
+        ec_result_free(q);
+        ec_result_free(x);
+    }
+}
+
+/* qwZ + qgZ with offload cpu and accumulation: the offloaded run equals the plain one. */
+ZT_TEST(offload_cpu_accumulation)
+{
+    ec_cfg c;
+    ec_result *a, *b;
+    char why[160];
+    q_cfg(&c, 3, 4, ZERO_F16, 2, 3);
+    c.quant_w = c.quant_g = 1;
+    a = ec_run(&c);
+    c.offload_opt = ZERO_OFFLOAD_CPU;
+    c.offload_param = ZERO_OFFLOAD_CPU;
+    b = ec_run(&c);
+    ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s %s", a->err, b->err);
+    if (a->rc == ZERO_OK && b->rc == ZERO_OK)
+        ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "offload: %s", why);
+    ec_result_free(a);
+    ec_result_free(b);
+}
+
+/* A checkpoint saved by a qwZ + qgZ run holds its exact master state and loads into a flat
+   (unquantized) run, which reads back the same bits. */
+ZT_TEST(checkpoint_into_flat_run)
+{
+    char dir[] = "/tmp/zero_quant_XXXXXX";
+    ec_cfg c;
+    ec_job a, b;
+    ec_result *saved, *loaded;
+    char why[160];
+    if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
+    q_cfg(&c, 3, 4, ZERO_BF16, 2, 2);
+    c.quant_w = c.quant_g = 1;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.first = 0;
+    a.last = 2;
+    a.save_dir = dir;
+    saved = ec_run_job(&c, &a);
+    c.quant_w = c.quant_g = 0;
+    c.stage = 2;
+    b.first = b.last = 2;
+    b.load_dir = dir;
+    loaded = ec_run_job(&c, &b);
+    ZT_CHECKF(saved->rc == ZERO_OK && loaded->rc == ZERO_OK, "%s %s", saved->err, loaded->err);
+    if (saved->rc == ZERO_OK && loaded->rc == ZERO_OK)
+        ZT_CHECKF(ec_same_state(&c, saved, loaded, why, sizeof why), "loaded: %s", why);
+    ec_result_free(saved);
+    ec_result_free(loaded);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+}
+
+/* A comm without all_to_all (a wrapper of the local comm that hides it). */
+static zero_comm_ops no_a2a_ops;
+
+static zero_result refuse_rank(int rank, zero_comm *comm, void *user)
+{
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_comm hidden;
+    int *fails = (int *)user;
+    (void)rank;
+    if (zero_host_device_create(NULL, &dev) != ZERO_OK) return ZERO_ERROR_DEVICE;
+#define REFUSE(setup, code, needle)                                                          \
+    do {                                                                                     \
+        memset(&d, 0, sizeof d);                                                             \
+        d.device = dev;                                                                      \
+        d.comm = comm;                                                                       \
+        setup;                                                                               \
+        if (zero_engine_create(&d, &e) != (code) || e != NULL ||                             \
+            !strstr(zero_last_error(), needle)) {                                            \
+            fprintf(stderr, "  not refused as expected: %s (%s)\n", #setup, zero_last_error()); \
+            (*fails)++;                                                                      \
+        }                                                                                    \
+        zero_engine_destroy(e);                                                              \
+        e = NULL;                                                                            \
+    } while (0)
+    REFUSE((d.stage = 2, d.quantized_weights = 1), ZERO_ERROR_INVALID_ARGUMENT, "needs stage 3");
+    REFUSE((d.stage = 0, d.quantized_gradients = 1), ZERO_ERROR_INVALID_ARGUMENT, "stage 1, 2 or 3");
+    REFUSE((d.stage = 2, d.quantized_gradients = 1, d.grad_comm_dtype = ZERO_F32),
+           ZERO_ERROR_INVALID_ARGUMENT, "grad_comm_dtype");
+    REFUSE((d.stage = 2, d.quantized_gradients = 1, d.quantized_gradient_bits = 2),
+           ZERO_ERROR_INVALID_ARGUMENT, "quantized_gradient_bits");
+    REFUSE((d.stage = 3, d.quantized_weights = 1, d.quant_block_numel = 7),
+           ZERO_ERROR_INVALID_ARGUMENT, "quant_block_numel");
+    REFUSE((d.stage = 3, d.quantized_weights = 2), ZERO_ERROR_INVALID_ARGUMENT, "quantized_weights");
+    hidden = *comm;
+    no_a2a_ops = *comm->ops;
+    no_a2a_ops.all_to_all = NULL;
+    hidden.ops = &no_a2a_ops;
+    REFUSE((d.stage = 2, d.quantized_gradients = 1, d.comm = &hidden), ZERO_ERROR_UNSUPPORTED,
+           "all_to_all");
+#undef REFUSE
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+ZT_TEST(refused_combinations)
+{
+    int fails = 0;
+    ZT_CHECK(zero_local_run(1, refuse_rank, &fails) == ZERO_OK);
+    ZT_CHECKF(fails == 0, "%d combinations not refused", fails);
+}
+
+int main(void)
+{
+    ZT_RUN(qwz_forward_within_bound_backward_exact);
+    ZT_RUN(qwz_prefetch_accumulation_backward_exact);
+    ZT_RUN(qgz_deterministic_stages_identical);
+    ZT_RUN(qgz_close_to_exact_every_remainder);
+    ZT_RUN(qgz_overflow_reaches_the_scaler);
+    ZT_RUN(traffic_formula);
+    ZT_RUN(offload_cpu_accumulation);
+    ZT_RUN(checkpoint_into_flat_run);
+    ZT_RUN(refused_combinations);
+    return zt_summary();
+}
