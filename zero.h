@@ -11682,15 +11682,30 @@ static void zero__eng_oom_hint(zero_engine *e, const zero__eng_sizes *sz, char *
     ed.grad_bytes = (int)(e->cfg.stage >= 2 ? e->cfg.comm_size : e->cfg.param_size);
     ed.offload_optimizer = e->cfg.desc.offload_optimizer;
     ed.offload_param = e->cfg.desc.offload_param;
+    ed.offload_optimizer_ratio = e->cfg.opt_offloaded ? e->cfg.desc.offload_optimizer_ratio : 0.0;
     if (zero_estimate_compute(&ed, &now) != ZERO_OK) return;
+    ed.offload_optimizer_ratio = 0.0; /* the candidates offload all of it */
     now_dev = zero__eng_hint_states(&now, e->cfg.opt_offloaded);
     buffers = need > now_dev ? need - now_dev : 0;
     if (!e->cfg.opt_offloaded) { /* offloaded gradients reduce in place, into the host tier */
         size_t stay = e->cfg.stage <= 1 ? sz->bytes[ZERO__B_GRAD_ACC] : 0;
         buffers = buffers > stay ? buffers - stay : 0;
+    } else { /* a partial offload's device gradients: gone with the whole state offloaded */
+        buffers = buffers > sz->bytes[ZERO__B_GRAD_ACC] ? buffers - sz->bytes[ZERO__B_GRAD_ACC] : 0;
     }
     snprintf(fits, sizeof fits, "no offload setting fits");
-    for (i = 0; i < (int)(sizeof cand / sizeof cand[0]); i++) {
+    if (e->cfg.opt_offloaded && e->cfg.desc.offload_optimizer_ratio < 1.0) {
+        /* partial offload: its device part (master, m, v and gradients of S - H elements) is
+           exactly what offload_optimizer_ratio = 1 would leave off the device */
+        size_t part = sz->bytes[ZERO__B_MASTER] + sz->bytes[ZERO__B_M1] + sz->bytes[ZERO__B_M2] +
+                      sz->bytes[ZERO__B_GRAD_ACC];
+        if (need - part <= avail) {
+            snprintf(fits, sizeof fits, "offload_optimizer_ratio=1 would fit (%zu device bytes)",
+                     need - part);
+            nth = -1; /* found: no candidate below */
+        }
+    }
+    for (i = 0; nth >= 0 && i < (int)(sizeof cand / sizeof cand[0]); i++) {
         size_t dev_bytes;
         if (cand[i].opt && e->cfg.opt_offloaded && !cand[i].par) continue;
         if (cand[i].par && e->cfg.params_offloaded) continue;

@@ -89,6 +89,7 @@ typedef struct arun {
     int model;     /* 0: ec_default_model; 1: persistent, partitioned, persistent (below) */
     int pin;       /* the engine's pin_memory when offloading (0: the default) */
     int pinned;    /* out: whether the engine took pinned memory */
+    double ratio;  /* offload_optimizer_ratio (0 = 1) */
     int races[EC_MAX_RANKS];
     char first[EC_MAX_RANKS][256];
 } arun;
@@ -144,6 +145,7 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
         d.nvme_path = A->nvme_dir;
         d.sub_group_size = 29; /* many tiles: the pipeline's staging tiles are reused */
         d.pin_memory = A->pin; /* the default pins: this device offers host_alloc */
+        d.offload_optimizer_ratio = A->ratio;
         vc_current->defer = 1;
     }
     r = zero_engine_create(&d, &e);
@@ -297,6 +299,40 @@ ZT_TEST(offload_orders_its_queues)
                 ZT_CHECKF(vc_pinned_live == 0, "%s: %d pinned buffers not given back", label, vc_pinned_live);
                 ZT_CHECKF((vc_pinned_total > 0) == (o > 0), "%s: pinned buffers taken: %d", label, vc_pinned_total);
                 vc_pinned_total = 0;
+                for (rk = 0; rk < A.world; rk++) {
+                    if (o == 0) plain[rk] = A.hash[rk];
+                    else ZT_CHECKF(A.hash[rk] == plain[rk], "%s rank %d: state differs from the plain run",
+                                   label, rk);
+                }
+            }
+        }
+}
+
+/* Partial offload (offload_optimizer_ratio 0.4) on the race model: the device part's
+   gradient upload from the host tier (on COMPUTE, after the OFFLOAD downloads it reads),
+   the device's Adam beside the host's and the param tiles' uploads raise no race, and the
+   state is the plain run's. */
+ZT_TEST(offload_ratio_orders_its_queues)
+{
+    int st, v;
+    for (st = 1; st <= 3; st++)
+        for (v = 0; v < 2; v++) {
+            uint64_t plain[EC_MAX_RANKS];
+            int o, rk;
+            for (o = 0; o <= 1; o++) {
+                arun A;
+                char label[64];
+                memset(&A, 0, sizeof A);
+                A.stage = st;
+                A.world = 3;
+                A.steps = 3;
+                A.dt = v ? ZERO_BF16 : ZERO_F16;
+                A.accum = v ? 2 : 1;
+                if (v) A.cdt = ZERO_F32;
+                A.offload = o;
+                A.ratio = o ? 0.4 : 0.0;
+                snprintf(label, sizeof label, "stage %d variant %d ratio 0.4", st, v);
+                check_async(&A, label);
                 for (rk = 0; rk < A.world; rk++) {
                     if (o == 0) plain[rk] = A.hash[rk];
                     else ZT_CHECKF(A.hash[rk] == plain[rk], "%s rank %d: state differs from the plain run",
@@ -524,6 +560,7 @@ int main(void)
     ZT_RUN(checker_detects_unordered_queues);
     ZT_RUN(engine_orders_its_queues);
     ZT_RUN(offload_orders_its_queues);
+    ZT_RUN(offload_ratio_orders_its_queues);
     ZT_RUN(nvme_gradients_order_their_queues);
     ZT_RUN(offload_waits_for_the_upload_of_its_param_tile);
     ZT_RUN(pin_memory_default_follows_the_device);

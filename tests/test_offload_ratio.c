@@ -175,6 +175,36 @@ ZT_TEST(tiers_hold_the_formula_with_r)
     rmdir(dir);
 }
 
+/* A device budget that the ratio-1 run fits and the ratio-0.5 run does not: commit fails
+   with OUT_OF_MEMORY naming ratio 1 and its exact device bytes; with it, it trains. */
+ZT_TEST(over_budget_names_ratio_one)
+{
+    ec_cfg c;
+    ec_result *r;
+    size_t one;
+    ec_cfg_init(&c, 2, 2, ZERO_F16, 1, 2);
+    c.sizes[5] = 4000;
+    c.offload_opt = ZERO_OFFLOAD_CPU;
+    r = ec_run(&c);
+    ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+    one = r->mem[0].peak_total_bytes;
+    ec_result_free(r);
+    c.device_capacity = one;
+    c.offload_ratio = 0.5;
+    r = ec_run(&c);
+    ZT_CHECK(r->rc == ZERO_ERROR_OUT_OF_MEMORY);
+    {
+        char want[96];
+        snprintf(want, sizeof want, "offload_optimizer_ratio=1 would fit (%zu device bytes)", one);
+        ZT_CHECKF(strstr(r->err, want) != NULL, "%s", r->err);
+    }
+    ec_result_free(r);
+    c.offload_ratio = 1.0;
+    r = ec_run(&c);
+    ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+    ec_result_free(r);
+}
+
 /* ---- the descriptor ---- */
 
 static zero_result create_with(zero_engine_desc *d, zero_device *dev, zero_comm *comm)
@@ -377,6 +407,7 @@ int main(void)
     ZT_RUN(every_ratio_is_bit_identical);
     ZT_RUN(ratio_exact_on_nvme_and_with_faults);
     ZT_RUN(tiers_hold_the_formula_with_r);
+    ZT_RUN(over_budget_names_ratio_one);
     ZT_RUN(checkpoint_saved_with_one_ratio_resumes_with_another);
     ZT_RUN(estimator_splits_the_optimizer_state);
     return zt_summary();
