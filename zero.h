@@ -186,6 +186,16 @@
    partitioned at stage 3. Its group lays it out after the trained tensors, so the gradient
    buffer holds the trained ones only (zero_group_info.frozen_numel).
 
+   BEYOND ONE NODE (docs/engine.md, "Inside and between nodes"). d.ranks_per_node = R says
+   ranks [k R, (k + 1) R) share node k (0 = the launcher's LOCAL_WORLD_SIZE,
+   OMPI_COMM_WORLD_LOCAL_SIZE or SLURM_NTASKS_PER_NODE, else one node); it changes no value.
+   zero_engine_traffic splits every collective's bytes into intra_bytes and inter_bytes by
+   it. zero_comm_split(comm, color, key, &sub) makes sub-communicators (local, MPI comms).
+   d.mics_shard_size = S (MiCS / HSDP, stages 1-3) partitions the model states within groups
+   of S consecutive ranks and replicates them across the N / S groups: memory per rank is
+   the flat engine's at N = S, gathers and reduce-scatters stay inside the group, and one
+   all-reduce per step crosses the replicas. Exact: stages 1-3 give the same bits.
+
    PARAMETER GROUPS (docs/optimizer.md). zero_engine_set_tensor_hparams(e, t, lr_mul, wd)
    gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
    parameter groups); the fused Adam kernels apply each tensor's constants in their one pass
@@ -676,6 +686,11 @@ typedef struct zero_estimate_desc {
                                   K 12 (fp32 master, m, v), BF16 = K 6 (then optimizer_bytes
                                   must be 0 or 6): 10 Psi bytes at stage 0 with 16-bit
                                   params and grads                                          */
+    /* paper mode, beyond one node (docs/engine.md, "Memory and traffic per mode"): */
+    int ranks_per_node;        /* R: 0 = ranks (one node); must divide ranks               */
+    int mics_shard_size;       /* S: MiCS (stages 1-3), 0 or ranks = flat; must divide ranks.
+                                  The memory is the flat engine's at N = S               */
+    int accum_steps;           /* micro-steps per step for the traffic; 0 = 1             */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -693,6 +708,13 @@ typedef struct zero_estimate {
                                  DeepSpeed: cpu_mem per node                             */
     uint64_t gather_bytes;    /* DeepSpeed stage 3: largest_layer_memory (inside device_bytes) */
     uint64_t nvme_bytes;      /* paper mode: state per rank on the NVMe tier (offload_* = NVME) */
+    /* paper mode: bytes per step of rank 0 (every rank's when S and R nest), as
+       zero_traffic counts them (payload: no control all-reduces, no persistent groups):
+       gradients reduced at grad_bytes per element (reduce-scatter; stage 0 all-reduce),
+       params all-gathered at param_bytes (stages 1-2 once per step, stage 3 twice per
+       micro-step), MiCS's replica all-reduce at grad_bytes; intra + inter = total up to
+       rounding */
+    double step_bytes, step_intra_bytes, step_inter_bytes;
 } zero_estimate;
 
 /* Fills *out for desc. Errors (INVALID_ARGUMENT naming the field): NULL pointers, params 0
@@ -789,7 +811,18 @@ typedef struct zero_comm_ops {
        copy (the bits arrive as sent). Not in place: send and recv must not overlap. */
     zero_result (*all_to_all)(zero_comm *comm, const void *send, void *recv, size_t numel,
                               zero_dtype dtype, void *queue);
+    /* Optional (may be NULL: the engine then refuses the hierarchical modes, MiCS and hpZ,
+       with UNSUPPORTED). COLLECTIVE over comm, like MPI_Comm_split: the ranks that pass the
+       same color >= 0 form a new comm, ranked by key, ties by their rank in comm; a rank
+       passing color < 0 gets *out = NULL. The new comm is independent of its parent (its
+       own collectives, destroyed with zero_comm_destroy, before or after the parent). The
+       engine asks for its groups once, at commit (zero_engine_desc.ranks_per_node). */
+    zero_result (*split)(zero_comm *comm, int color, int key, zero_comm **out);
 } zero_comm_ops;
+
+/* comm->ops->split, or UNSUPPORTED (naming the backend) when the comm has none. COLLECTIVE;
+   *out is NULL on error and for color < 0. INVALID_ARGUMENT for NULL comm or out. */
+ZERODEF zero_result zero_comm_split(zero_comm *comm, int color, int key, zero_comm **out);
 
 /* Determinism is a backend's promise: the local comm (and zero_cuda.h's device comm) sum
    in rank order 0..N-1 with one rounding, so an element's reduction is the same bits
@@ -836,7 +869,11 @@ struct zero_comm {
    - In place. all_gather with send == recv + rank * send_numel, all_reduce with
      send == recv, and reduce_scatter with recv == send + rank * recv_numel all work.
    - numel 0 is a valid collective (a synchronisation point whose arguments are checked);
-     the buffers may then be NULL. */
+     the buffers may then be NULL.
+   - Split (zero_comm_split). The ranks of one color get a new group of their own (same
+     timeout, spin and allocator), whose comms are threads of the same ranks: reductions
+     in it sum in its own rank order (key order), the same rule as above. Breaking the
+     parent does not break its children (each group fails on its own). */
 
 typedef struct zero_local_desc {
     int world;                /* ranks, >= 1                                           */
@@ -1802,6 +1839,28 @@ typedef struct zero_engine_desc {
     size_t quant_block_numel;    /* elements per quantization block, even (0 =
                                     ZERO_QUANT_BLOCK_DEFAULT = 256); blocks never straddle a
                                     rank's shard                                              */
+    /* Topology (docs/engine.md, "Beyond one node"):                                         */
+    int ranks_per_node;          /* R: ranks [k R, (k + 1) R) of the comm share node k. 0 = from
+                                    the launcher's environment, the first of LOCAL_WORLD_SIZE
+                                    (torchrun), OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI),
+                                    SLURM_NTASKS_PER_NODE (srun) that is set, used when it
+                                    divides the world, else the world (one node). Otherwise
+                                    1..world and dividing it (INVALID_ARGUMENT). In the plan
+                                    hash: every rank must agree (MISMATCH at commit). Changes
+                                    no value: zero_traffic splits the bytes into intra- and
+                                    inter-node by it, and the hierarchical modes build their
+                                    groups on it.                                              */
+    int mics_shard_size;         /* MiCS (FSDP2's HSDP), stages 1-3: S > 1 partitions the model
+                                    states within groups of S consecutive ranks [k S, (k + 1) S)
+                                    and replicates them across the N / S groups. Gradients are
+                                    reduce-scattered inside the group (every reduction, as
+                                    flat), the accumulated shard is all-reduced across the
+                                    replicas once per step (at the accumulation boundary),
+                                    params are all-gathered inside the group only. Memory per
+                                    rank: the flat formulas at N = S. 0 or N = off. Must divide
+                                    N; needs a comm with split (UNSUPPORTED otherwise); refused
+                                    at stage 0, with any NVMe tier and with a partial
+                                    offload_optimizer_ratio (docs/engine.md, "MiCS").          */
 } zero_engine_desc;
 
 #define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
@@ -1850,6 +1909,14 @@ typedef struct zero_traffic {
     uint64_t calls[ZERO_COLL_COUNT];
     double numel[ZERO_COLL_COUNT]; /* elements moved per rank (exact below 2^53)          */
     double bytes[ZERO_COLL_COUNT]; /* the same in bytes of each call's dtype              */
+    /* bytes[] split by the topology (zero_engine_desc.ranks_per_node): a collective over G
+       ranks moves u elements between this rank and each of its G - 1 peers (u: the send
+       block of an all-gather, the received block of a reduce-scatter, 2 T / G of an
+       all-reduce of T), so intra = u x (its peers on this rank's node) and inter = u x (its
+       peers on other nodes); intra + inter = bytes up to the rounding of 2 T / G. One node
+       (the default): all intra. docs/engine.md, "Traffic". */
+    double intra_bytes[ZERO_COLL_COUNT];
+    double inter_bytes[ZERO_COLL_COUNT];
 } zero_traffic;
 
 /* Bytes this rank's engine holds on one tier (the device, for zero_engine_memory_usage), by
@@ -4072,6 +4139,20 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
     if (r->offload_param != ZERO_OFFLOAD_NONE && (r->stage != 3 || !r->offload))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_param needs stage 3 and an offloaded optimizer", fn);
+    if (r->ranks_per_node < 0 || r->mics_shard_size < 0 || r->accum_steps < 0 ||
+        (r->ranks_per_node > 0 && r->ranks % r->ranks_per_node != 0) ||
+        (r->mics_shard_size > 0 && r->ranks % r->mics_shard_size != 0))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: ranks_per_node = %d, mics_shard_size = %d (divisors of ranks = %d, "
+                          "0 = default), accum_steps = %d", fn, r->ranks_per_node,
+                          r->mics_shard_size, r->ranks, r->accum_steps);
+    if (r->ranks_per_node == 0) r->ranks_per_node = r->ranks;
+    if (r->mics_shard_size == r->ranks) r->mics_shard_size = 0;
+    if (r->accum_steps == 0) r->accum_steps = 1;
+    if (r->mics_shard_size && (r->stage == 0 || r->mode == ZERO_ESTIMATE_DEEPSPEED))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: mics_shard_size = %d needs paper mode and stage 1-3", fn,
+                          r->mics_shard_size);
     if (r->frozen && r->mode == ZERO_ESTIMATE_DEEPSPEED)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: frozen = %llu: a paper-mode setting (DeepSpeed's estimators have "
@@ -4104,6 +4185,41 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
     return ZERO_OK;
 }
 
+/* Peers of rank 0 on its node (nodes of R) among count ranks first + i stride. */
+static int zero__estimate_peers(int R, int stride, int count)
+{
+    int i, n = 0;
+    for (i = 1; i < count; i++) n += (i * stride) / R == 0;
+    return n;
+}
+
+/* One collective's pairwise bytes (docs/engine.md, "Inside and between nodes"): unit
+   elements of es bytes with each of the group's size - 1 peers, same of them on the node. */
+static void zero__estimate_coll(zero_estimate *e, double unit, double es, int size, int same)
+{
+    e->step_bytes += unit * es * (double)(size - 1);
+    e->step_intra_bytes += unit * es * (double)same;
+    e->step_inter_bytes += unit * es * (double)(size - 1 - same);
+}
+
+/* Paper mode: the traffic per step of rank 0 (zero_estimate.step_*). */
+static void zero__estimate_traffic(const zero_estimate_desc *r, uint64_t p, zero_estimate *e)
+{
+    int N = r->ranks, R = r->ranks_per_node, S = r->mics_shard_size ? r->mics_shard_size : N;
+    double P = (double)p, T = (double)(p > r->frozen ? p - r->frozen : 0), A = r->accum_steps;
+    double g = r->grad_bytes, pb = r->param_bytes;
+    int gs = zero__estimate_peers(R, 1, S); /* the group: ranks 0..S-1 */
+    if (N == 1) return;
+    if (r->stage == 0) {
+        zero__estimate_coll(e, A * 2.0 * T / N, g, N, gs);
+        return;
+    }
+    zero__estimate_coll(e, A * T / S, g, S, gs);                            /* reduce-scatter */
+    zero__estimate_coll(e, (r->stage == 3 ? 2.0 * A * P : T) / S, pb, S, gs); /* all-gather */
+    if (S < N) /* MiCS: the replicas 0, S, 2 S, ... */
+        zero__estimate_coll(e, 2.0 * T / N, g, N / S, zero__estimate_peers(R, S, N / S));
+}
+
 /* offload_optimizer_ratio: how many of the S elements of a rank's shard the offload tier
    holds, H = floor(r S + 0.5) (r S rounded to nearest, halves up, in double), at least 1 and
    at most S (S = 0: 0). Shared with the estimator. */
@@ -4121,7 +4237,8 @@ static uint64_t zero__ratio_split(uint64_t S, double r)
 /* Paper mode: the device categories and host bytes of Psi = p. -1 on overflow. */
 static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_estimate *e)
 {
-    uint64_t n = (uint64_t)r->ranks, shard = p / n + (p % n != 0); /* ceil(Psi / N) */
+    uint64_t n = (uint64_t)(r->mics_shard_size ? r->mics_shard_size : r->ranks);
+    uint64_t shard = p / n + (p % n != 0); /* ceil(Psi / N), N = S with MiCS */
     uint64_t tp = p > r->frozen ? p - r->frozen : 0;               /* trained: Psi - F */
     uint64_t tshard = tp / n + (tp % n != 0);                      /* ceil((Psi - F) / N) */
     uint64_t pn = r->stage >= 3 ? shard : p;                       /* params kept   */
@@ -4152,6 +4269,7 @@ static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_es
         zero__add_u64(sum, e->optimizer_bytes, &e->device_bytes))
         return -1;
     e->gather_bytes = 0;
+    zero__estimate_traffic(r, p, e);
     return 0;
 }
 
@@ -4420,6 +4538,7 @@ struct zero_local_group {
     zero__local_post *posts;  /* [2][world]: by parity of the collective's sequence       */
     int verdict_ok[2];
     char verdict_msg[2][512];
+    zero_local_group **split_slot; /* [world]: zero_comm_split's new groups, by leader */
 };
 
 typedef struct zero__local_comm {
@@ -4972,6 +5091,7 @@ static void zero__local_group_free(zero_local_group *g)
     zero_allocator a = g->allocator;
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
+    zero__free(&a, (void *)g->split_slot);
     zero__free(&a, g->posts);
     zero__free(&a, g->has_comm);
     zero__free(&a, g->here);
@@ -4997,6 +5117,102 @@ static void zero__local_destroy(zero_comm *comm)
     if (last) zero__local_group_free(g);
 }
 
+/* zero_comm_split on the local comm: the colors and keys are all-gathered over the parent;
+   the new rank 0 of each color (its leader) creates the color's group and publishes it in
+   the parent's split_slot; every member then creates its comm in it, and the leader hands
+   the group over to its comms (destroyed with the last). Two all-reduces over the parent
+   make every rank fail together when any step failed on any rank. */
+static zero_result zero__local_split(zero_comm *comm, int color, int key, zero_comm **out)
+{
+    zero__local_comm *c = zero__local_get(comm);
+    zero_local_group *g, *sub = NULL;
+    zero_comm *nc = NULL;
+    zero_result r, mine_r = ZERO_OK;
+    double me[2], fail;
+    double *all;
+    int world, rank, q, n = 0, newrank = 0, leader = -1;
+    char why[300] = "";
+    if (!c || !out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_comm_split: %s",
+                          out ? "comm is not a local comm" : "out is NULL");
+    *out = NULL;
+    g = c->group;
+    world = g->world;
+    rank = comm->rank;
+    all = (double *)zero__alloc(&g->allocator, 2 * (size_t)world * sizeof *all);
+    me[0] = (double)color;
+    me[1] = (double)key;
+    /* every rank joins every round, also one out of memory (it gathers nothing) */
+    r = zero__local_all_gather(comm, all ? me : NULL, all ? all : NULL, all ? 2 : 0, ZERO_F64,
+                               NULL);
+    if (r != ZERO_OK) {
+        zero__free(&g->allocator, all);
+        return r;
+    }
+    if (!all) {
+        mine_r = ZERO_ERROR_OUT_OF_MEMORY;
+        snprintf(why, sizeof why, "rank %d: out of memory", rank);
+    } else if (color >= 0) {
+        for (q = 0; q < world; q++) {
+            if (all[2 * q] != (double)color) continue;
+            if (all[2 * q + 1] < (double)key || (all[2 * q + 1] == (double)key && q < rank))
+                newrank++;
+            if (leader < 0 || all[2 * q + 1] < all[2 * leader + 1]) leader = q;
+            n++;
+        }
+        if (newrank == 0) { /* the leader: creates the color's group */
+            zero_local_desc d;
+            memset(&d, 0, sizeof d);
+            d.world = n;
+            d.timeout_ms = g->timeout_ms;
+            d.allocator = g->allocator;
+            d.spin_us = g->spin_ns > 0 ? (int)(g->spin_ns / 1000) : -1;
+            if (d.spin_us == 0) d.spin_us = 1;
+            mine_r = zero_local_group_create(&d, &sub);
+            if (mine_r != ZERO_OK)
+                snprintf(why, sizeof why, "rank %d: creating the group of color %d: %.200s", rank,
+                         color, zero_last_error());
+            pthread_mutex_lock(&g->mu);
+            g->split_slot[rank] = sub;
+            pthread_mutex_unlock(&g->mu);
+        }
+    }
+    /* round 1: every leader's group exists (or some rank failed) */
+    fail = mine_r != ZERO_OK ? 1.0 : 0.0;
+    r = zero__local_all_reduce(comm, &fail, &fail, 1, ZERO_F64, ZERO_OP_MAX, NULL);
+    if (r == ZERO_OK && fail == 0.0 && color >= 0) {
+        zero_local_group *mygroup;
+        pthread_mutex_lock(&g->mu);
+        mygroup = g->split_slot[leader];
+        pthread_mutex_unlock(&g->mu);
+        mine_r = zero_local_comm_create(mygroup, newrank, &nc);
+        if (mine_r != ZERO_OK)
+            snprintf(why, sizeof why, "rank %d: its comm in the group of color %d: %.200s", rank,
+                     color, zero_last_error());
+    }
+    /* round 2: every member has its comm (or some rank failed) */
+    if (r == ZERO_OK && fail == 0.0) {
+        fail = mine_r != ZERO_OK ? 1.0 : 0.0;
+        r = zero__local_all_reduce(comm, &fail, &fail, 1, ZERO_F64, ZERO_OP_MAX, NULL);
+    }
+    if (sub) { /* the leader hands the group to its comms (freed with the last one) */
+        pthread_mutex_lock(&g->mu);
+        g->split_slot[rank] = NULL;
+        pthread_mutex_unlock(&g->mu);
+        zero_local_group_destroy(sub);
+    }
+    zero__free(&g->allocator, all);
+    if (r != ZERO_OK || fail != 0.0) {
+        zero_comm_destroy(nc);
+        if (r != ZERO_OK) return r;
+        if (mine_r != ZERO_OK) return zero__fail(mine_r, "zero_comm_split: %s", why);
+        return zero__fail(ZERO_ERROR_COMM, "zero_comm_split (rank %d): another rank failed to "
+                          "split (its error names the cause)", rank);
+    }
+    *out = nc;
+    return ZERO_OK;
+}
+
 static const zero_comm_ops zero__local_ops = {
     "local",
     zero__local_destroy,
@@ -5008,7 +5224,21 @@ static const zero_comm_ops zero__local_ops = {
     NULL,
     NULL,
     zero__local_all_to_all,
+    zero__local_split,
 };
+
+ZERODEF zero_result zero_comm_split(zero_comm *comm, int color, int key, zero_comm **out)
+{
+    if (out) *out = NULL;
+    if (!comm || !comm->ops || !out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_comm_split: %s is NULL",
+                          out ? "comm" : "out");
+    if (!comm->ops->split)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "zero_comm_split: the '%s' comm has no split (sub-communicators)",
+                          comm->ops->name ? comm->ops->name : "?");
+    return comm->ops->split(comm, color, key, out);
+}
 
 ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_local_group **out)
 {
@@ -5050,7 +5280,9 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
     g->here = (unsigned char *)zero__alloc(&a, w);
     g->has_comm = (unsigned char *)zero__alloc(&a, w);
     g->posts = (zero__local_post *)zero__alloc(&a, 2 * w * sizeof *g->posts);
-    if (!g->here || !g->has_comm || !g->posts) {
+    g->split_slot = (zero_local_group **)zero__alloc(&a, w * sizeof *g->split_slot);
+    if (!g->here || !g->has_comm || !g->posts || !g->split_slot) {
+        zero__free(&a, (void *)g->split_slot);
         zero__free(&a, g->posts);
         zero__free(&a, g->has_comm);
         zero__free(&a, g->here);
@@ -5061,6 +5293,7 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
     memset(g->here, 0, w);
     memset(g->has_comm, 0, w);
     memset(g->posts, 0, 2 * w * sizeof *g->posts);
+    memset((void *)g->split_slot, 0, w * sizeof *g->split_slot);
     rc = pthread_mutex_init(&g->mu, NULL);
     if (rc == 0) {
         rc = pthread_condattr_init(&attr);
@@ -5074,6 +5307,7 @@ ZERODEF zero_result zero_local_group_create(const zero_local_desc *desc, zero_lo
         if (rc != 0) pthread_mutex_destroy(&g->mu);
     }
     if (rc != 0) {
+        zero__free(&a, (void *)g->split_slot);
         zero__free(&a, g->posts);
         zero__free(&a, g->has_comm);
         zero__free(&a, g->here);
@@ -8597,6 +8831,17 @@ typedef struct zero__eng_micro {
     size_t pending_numel;
 } zero__eng_micro;
 
+/* The topology: ranks_per_node resolved, and the peers this rank has on its own node in
+   the engine's comm (the traffic counters' split). */
+typedef struct zero__eng_topo {
+    int rpn;       /* ranks per node (R)                               */
+    int same_node; /* peers on this rank's node in cfg.comm: R - 1     */
+    int world_all, rank_all; /* cfg.comm's (cfg.world, cfg.rank: the shard group's with MiCS) */
+    int mics;      /* MiCS shard group size S; 0 = off                 */
+    zero_comm *shard, *replica; /* MiCS: the group of S ranks, the N / S replicas (owned) */
+    int shard_same, replica_same; /* their peers on this rank's node */
+} zero__eng_topo;
+
 /* Collective traffic: the running total, the current step's, the last completed step's,
    and the count of collectives run (the seq of comm->tag). */
 typedef struct zero__eng_traffic {
@@ -8725,6 +8970,7 @@ struct zero_engine {
     zero__eng_prefetch prefetch;
     zero__eng_micro micro;
     zero__eng_traffic traffic;
+    zero__eng_topo topo;
     zero__eng_host_tier host;
     zero__eng_nvme_tier nvme;
     zero__eng_async async;
@@ -8931,24 +9177,39 @@ static void *zero__eng_comm_queue(zero_engine *e)
 
 /* ---- counted collectives ------------------------------------------------------------------ */
 
-static void zero__eng_count(zero_engine *e, zero_coll kind, double numel, zero_dtype dtype)
+/* Counts one collective: numel is its bus volume per rank (the zero_traffic formulas); unit
+   the elements exchanged with each peer of the comm it ran on (size ranks, 'same' of them
+   peers on this rank's node): intra = unit x same, inter = unit x (size - 1 - same)
+   (docs/engine.md, "Traffic"). */
+static void zero__eng_count(zero_engine *e, zero_coll kind, double numel, zero_dtype dtype,
+                            double unit, int size, int same)
 {
-    double bytes = numel * (double)zero_dtype_size(dtype);
+    double es = (double)zero_dtype_size(dtype), bytes = numel * es;
+    double intra = unit * (double)same * es, inter = unit * (double)(size - 1 - same) * es;
     e->traffic.cur.calls[kind]++;
     e->traffic.cur.numel[kind] += numel;
     e->traffic.cur.bytes[kind] += bytes;
+    e->traffic.cur.intra_bytes[kind] += intra;
+    e->traffic.cur.inter_bytes[kind] += inter;
     e->traffic.total.calls[kind]++;
     e->traffic.total.numel[kind] += numel;
     e->traffic.total.bytes[kind] += bytes;
+    e->traffic.total.intra_bytes[kind] += intra;
+    e->traffic.total.inter_bytes[kind] += inter;
 }
 
 /* Every engine collective carries its identity (group, role, running count) in the comm's
    tag; the tag is cleared after the call so a direct user of the same comm is untagged. */
+static void zero__eng_tag_on(zero_engine *e, zero_comm *c, int group, zero_comm_role role)
+{
+    c->tag.group = (int32_t)group;
+    c->tag.role = (int32_t)role;
+    c->tag.seq = e->traffic.coll_seq++;
+}
+
 static void zero__eng_tag(zero_engine *e, int group, zero_comm_role role)
 {
-    e->cfg.comm->tag.group = (int32_t)group;
-    e->cfg.comm->tag.role = (int32_t)role;
-    e->cfg.comm->tag.seq = e->traffic.coll_seq++;
+    zero__eng_tag_on(e, e->cfg.comm, group, role);
 }
 
 static void zero__eng_untag(zero_engine *e)
@@ -8956,18 +9217,33 @@ static void zero__eng_untag(zero_engine *e)
     memset(&e->cfg.comm->tag, 0, sizeof e->cfg.comm->tag);
 }
 
+/* The comm a collective runs on. Flat: cfg.comm. MiCS: the layout's collectives (every
+   all-gather and reduce-scatter, the step's flag and norm) on the shard group, whose ranks
+   hold the partition; the agreements (commit, checkpoint, offload, the user's values) on
+   cfg.comm, so every rank of the world joins them. *same: its peers on this rank's node. */
+static zero_comm *zero__eng_route(zero_engine *e, int layout, int *same)
+{
+    if (e->topo.shard && layout) {
+        *same = e->topo.shard_same;
+        return e->topo.shard;
+    }
+    *same = e->topo.same_node;
+    return e->cfg.comm;
+}
+
 static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *recv,
                                         size_t send_numel, zero_dtype dtype, int group,
                                         zero_comm_role role)
 {
     zero_result r;
-    zero__eng_tag(e, group, role);
-    r = e->cfg.comm->ops->all_gather(e->cfg.comm, send, recv, send_numel, dtype,
-                                     zero__eng_comm_queue(e));
-    zero__eng_untag(e);
+    int same;
+    zero_comm *c = zero__eng_route(e, 1, &same);
+    zero__eng_tag_on(e, c, group, role);
+    r = c->ops->all_gather(c, send, recv, send_numel, dtype, zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
     if (r == ZERO_OK)
-        zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(e->cfg.world - 1),
-                        dtype);
+        zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)send_numel * (double)(c->world - 1),
+                        dtype, (double)send_numel, c->world, same);
     return r;
 }
 
@@ -9045,15 +9321,18 @@ static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, vo
                                             size_t recv_numel, zero_dtype dtype, int group)
 {
     zero_result r;
+    int same;
+    zero_comm *c;
     if (e->quant.grad_bits && recv_numel > 0) /* only the gradient reduction calls this */
         return zero__eng_reduce_scatter_q(e, send, recv, recv_numel, group);
-    zero__eng_tag(e, group, ZERO_ROLE_GRAD_REDUCE);
-    r = e->cfg.comm->ops->reduce_scatter(e->cfg.comm, send, recv, recv_numel, dtype, ZERO_OP_SUM,
-                                     zero__eng_comm_queue(e));
-    zero__eng_untag(e);
+    c = zero__eng_route(e, 1, &same);
+    zero__eng_tag_on(e, c, group, ZERO_ROLE_GRAD_REDUCE);
+    r = c->ops->reduce_scatter(c, send, recv, recv_numel, dtype, ZERO_OP_SUM,
+                               zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
     if (r == ZERO_OK)
-        zero__eng_count(e, ZERO_COLL_REDUCE_SCATTER,
-                        (double)recv_numel * (double)(e->cfg.world - 1), dtype);
+        zero__eng_count(e, ZERO_COLL_REDUCE_SCATTER, (double)recv_numel * (double)(c->world - 1),
+                        dtype, (double)recv_numel, c->world, same);
     return r;
 }
 
@@ -9062,25 +9341,49 @@ static zero_result zero__eng_all_reduce(zero_engine *e, const void *send, void *
                                         int group, zero_comm_role role)
 {
     zero_result r;
-    zero__eng_tag(e, group, role);
-    r = e->cfg.comm->ops->all_reduce(e->cfg.comm, send, recv, numel, dtype, op,
-                                     zero__eng_comm_queue(e));
-    zero__eng_untag(e);
+    int same;
+    zero_comm *c = zero__eng_route(e, role == ZERO_ROLE_FLAG || role == ZERO_ROLE_NORM ||
+                                          role == ZERO_ROLE_GRAD_REDUCE, &same);
+    zero__eng_tag_on(e, c, group, role);
+    r = c->ops->all_reduce(c, send, recv, numel, dtype, op, zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
     if (r == ZERO_OK)
         zero__eng_count(e, control ? ZERO_COLL_CONTROL : ZERO_COLL_ALL_REDUCE,
-                        2.0 * (double)numel * (double)(e->cfg.world - 1) / (double)e->cfg.world,
-                        dtype);
+                        2.0 * (double)numel * (double)(c->world - 1) / (double)c->world, dtype,
+                        2.0 * (double)numel / (double)c->world, c->world, same);
+    return r;
+}
+
+/* MiCS, at the step: the accumulated gradient shard of group g (n elements of the comm dtype
+   at p, device or host tier) summed over the replicas in their order (the documented
+   order: inside the group at each reduction, then across groups once per step). */
+static zero_result zero__eng_replica_reduce(zero_engine *e, void *p, size_t n, int g)
+{
+    zero_comm *c = e->topo.replica;
+    zero_result r;
+    zero__eng_tag_on(e, c, g, ZERO_ROLE_GRAD_REDUCE);
+    r = c->ops->all_reduce(c, p, p, n, e->cfg.comm_dtype, ZERO_OP_SUM, zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
+    if (r == ZERO_OK)
+        zero__eng_count(e, ZERO_COLL_ALL_REDUCE,
+                        2.0 * (double)n * (double)(c->world - 1) / (double)c->world,
+                        e->cfg.comm_dtype, 2.0 * (double)n / (double)c->world, c->world,
+                        e->topo.replica_same);
     return r;
 }
 
 static zero_result zero__eng_group_start(zero_engine *e)
 {
-    return e->cfg.comm->ops->group_start ? e->cfg.comm->ops->group_start(e->cfg.comm) : ZERO_OK;
+    int same;
+    zero_comm *c = zero__eng_route(e, 1, &same);
+    return c->ops->group_start ? c->ops->group_start(c) : ZERO_OK;
 }
 
 static zero_result zero__eng_group_end(zero_engine *e)
 {
-    return e->cfg.comm->ops->group_end ? e->cfg.comm->ops->group_end(e->cfg.comm) : ZERO_OK;
+    int same;
+    zero_comm *c = zero__eng_route(e, 1, &same);
+    return c->ops->group_end ? c->ops->group_end(c) : ZERO_OK;
 }
 
 /* A failure between group_start and group_end: break the engine, then close the comm's
@@ -9224,6 +9527,83 @@ static int zero__eng_dtype_ok(zero_dtype d)
     return d == ZERO_F16 || d == ZERO_BF16 || d == ZERO_F32;
 }
 
+/* The launcher's ranks per node: the first of the variables that is set and a positive
+   integer (SLURM_NTASKS_PER_NODE may read "4(x2)": its leading number); 0 when none is. */
+static int zero__eng_env_rpn(const char **name)
+{
+    static const char *const vars[3] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                        "SLURM_NTASKS_PER_NODE"};
+    int i;
+    for (i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        long x = 0;
+        if (!v || !*v) continue;
+        while (*v >= '0' && *v <= '9' && x < 1000000000L) x = x * 10 + (*v++ - '0');
+        if (x > 0 && x < 1000000000L) {
+            *name = vars[i];
+            return (int)x;
+        }
+    }
+    return 0;
+}
+
+/* Resolves ranks_per_node (zero_engine_desc): explicit values must divide the world; the
+   launcher's value is used where it divides it, else the world is one node. */
+static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
+{
+    int world = d->comm->world;
+    if (d->mics_shard_size < 0 || d->mics_shard_size > world ||
+        (d->mics_shard_size > 0 && world % d->mics_shard_size != 0))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_create: mics_shard_size = %d does not divide the world of %d "
+                          "ranks (0 = off, else a divisor of the world)",
+                          d->mics_shard_size, world);
+    if (d->mics_shard_size == world) d->mics_shard_size = 0; /* one group: flat */
+    if (d->mics_shard_size > 0) {
+        if (d->stage == 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_create: mics_shard_size = %d at stage 0: MiCS "
+                              "partitions model states within groups, and stage 0 partitions "
+                              "none (use stage 1, 2 or 3)", d->mics_shard_size);
+        if (d->offload_optimizer == ZERO_OFFLOAD_NVME || d->offload_param == ZERO_OFFLOAD_NVME ||
+            d->offload_gradients == ZERO_OFFLOAD_NVME)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_create: mics_shard_size with an NVMe tier: the "
+                              "replicas' all-reduce needs the whole accumulated gradient shard in "
+                              "memory at the step, and the NVMe tiers stream it to files as it is "
+                              "reduced (use offload cpu, or no MiCS)");
+        if (d->offload_optimizer_ratio > 0.0 && d->offload_optimizer_ratio < 1.0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_create: mics_shard_size with offload_optimizer_ratio = "
+                              "%g: not supported (the replicas' all-reduce runs on one gradient "
+                              "tier, and a partial offload splits the shard over two; use ratio 1)",
+                              d->offload_optimizer_ratio);
+        if (d->quantized_weights || d->quantized_gradients)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_engine_create: mics_shard_size with quantized_%s: not "
+                              "supported yet (the quantized collectives run on the whole comm, "
+                              "MiCS's on the shard group)",
+                              d->quantized_weights ? "weights" : "gradients");
+        if (!d->comm->ops->split)
+            return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                              "zero_engine_create: mics_shard_size = %d needs sub-communicators, "
+                              "and the '%s' comm has no split (zero_comm_ops.split)",
+                              d->mics_shard_size, d->comm->ops->name ? d->comm->ops->name : "?");
+    }
+    if (d->ranks_per_node < 0 || d->ranks_per_node > world ||
+        (d->ranks_per_node > 0 && world % d->ranks_per_node != 0))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "zero_engine_create: ranks_per_node = %d does not divide the world of %d "
+                          "ranks (0 = from the launcher, else a divisor of the world)",
+                          d->ranks_per_node, world);
+    if (d->ranks_per_node == 0) {
+        const char *name = "";
+        int v = zero__eng_env_rpn(&name);
+        d->ranks_per_node = v > 0 && v <= world && world % v == 0 ? v : world;
+    }
+    return ZERO_OK;
+}
+
 /* Validates and resolves the quantized collectives' settings (ZeRO++'s qwZ / qgZ). */
 static zero_result zero__eng_quant_resolve(zero_engine_desc *d)
 {
@@ -9354,6 +9734,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "zero_engine_create: allocator needs both alloc and free");
     if ((r = zero__eng_quant_resolve(&d)) != ZERO_OK) return r;
+    if ((r = zero__eng_topo_resolve(&d)) != ZERO_OK) return r;
     e = (zero_engine *)zero__alloc(&d.allocator, sizeof *e);
     if (!e) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_create: %zu bytes", sizeof *e);
     memset(e, 0, sizeof *e);
@@ -9380,6 +9761,15 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cfg.comm = d.comm;
     e->cfg.rank = d.comm->rank;
     e->cfg.world = d.comm->world;
+    e->topo.rpn = d.ranks_per_node;
+    e->topo.same_node = d.ranks_per_node - 1;
+    e->topo.world_all = d.comm->world;
+    e->topo.rank_all = d.comm->rank;
+    e->topo.mics = d.mics_shard_size;
+    if (e->topo.mics) { /* the layout is the shard group's: N = S, this rank's place in it */
+        e->cfg.world = e->topo.mics;
+        e->cfg.rank = d.comm->rank % e->topo.mics;
+    }
     e->cfg.stage = d.stage;
     e->cfg.accum_steps = d.accum_steps;
     e->prefetch.depth = d.prefetch_depth > 0 ? d.prefetch_depth : 0;
@@ -9418,6 +9808,9 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     const zero_allocator *a;
     int g;
     if (!e) return;
+    zero_comm_destroy(e->topo.replica);
+    zero_comm_destroy(e->topo.shard);
+    e->topo.replica = e->topo.shard = NULL;
     a = &e->cfg.desc.allocator;
     if (e->cfg.dev) {
         /* Let queued work finish before freeing what it may touch (errors are moot here). */
@@ -9695,6 +10088,8 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->optimizer_dtype);
     h = zero__eng_mix(h, d->optimizer_seed);
     h = zero__eng_mix(h, zero__eng_dbits(d->offload_optimizer_ratio));
+    h = zero__eng_mix(h, (uint64_t)d->ranks_per_node);
+    h = zero__eng_mix(h, (uint64_t)d->mics_shard_size);
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -10401,6 +10796,12 @@ static zero_result zero__eng_host_grad_norm(zero_engine *e)
     ZERO__ENG_TRY(e, e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD),
                   "step: sync of the offload queue");
     if (e->gnv && (r = zero__gnv_norm(e, &sumsq, &flag)) != ZERO_OK) return r; /* nvme */
+    for (g = 0; g < e->layout.ngroups && e->topo.replica; g++) /* MiCS: across the replicas */
+        if (e->layout.groups[g].shard_numel)
+            ZERO__ENG_TRY(e, zero__eng_replica_reduce(e, e->host.grad + e->layout.groups[g].off_shard *
+                                                                            e->cfg.comm_size,
+                                                      e->layout.groups[g].shard_numel, g),
+                          "step: all_reduce of the gradients across the MiCS replicas");
     for (g = 0; g < e->layout.ngroups && !e->gnv; g++) {
         const unsigned char *a = e->host.grad + e->layout.groups[g].off_shard * e->cfg.comm_size;
         size_t n = e->layout.groups[g].shard_numel;
@@ -11622,7 +12023,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 28 };
+enum { ZERO__ENG_NSETTINGS = 30 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -11634,7 +12035,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
             "offload_optimizer", "offload_param", "offload_optimizer_ratio", "optimizer_dtype",
-            "optimizer_seed"};
+            "optimizer_seed", "ranks_per_node", "mics_shard_size"};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -11652,6 +12053,8 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[22] = (double)d->align_numel; v[23] = d->offload_optimizer; v[24] = d->offload_param;
         v[25] = d->offload_optimizer_ratio;
         v[26] = d->optimizer_dtype; v[27] = (double)d->optimizer_seed;
+        v[28] = d->ranks_per_node;
+        v[29] = d->mics_shard_size;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         if (i == 27) return zero__eng_mix((uint64_t)i, d->optimizer_seed); /* every bit */
@@ -11738,6 +12141,45 @@ static zero_result zero__eng_find_mismatch(zero_engine *e, char *msg, size_t n)
     snprintf(msg, n, "zero_engine_commit: ranks gave different settings: the first difference "
              "is the %s on rank %d; across ranks it ranges over [%.17g, %.17g]; every rank "
              "must use the same descriptor", what, e->cfg.rank, -v[1], v[0]);
+    return ZERO_OK;
+}
+
+/* Peers of this rank (rank_all) on its node among the count ranks first + i stride. */
+static int zero__eng_same_node(const zero_engine *e, int first, int stride, int count)
+{
+    int i, n = 0, node = e->topo.rank_all / e->topo.rpn;
+    for (i = 0; i < count; i++) {
+        int q = first + i * stride;
+        if (q != e->topo.rank_all && q / e->topo.rpn == node) n++;
+    }
+    return n;
+}
+
+/* MiCS (commit, after the agreement, so every rank asks for the same groups): the shard
+   group (color rank / S, ranked by rank) and the replica group (color rank % S, ranked by
+   the group index, so its sum runs over the groups in order). Collective over cfg.comm. */
+static zero_result zero__eng_topo_split(zero_engine *e)
+{
+    int S = e->topo.mics, N = e->topo.world_all, rank = e->topo.rank_all;
+    zero_result r;
+    zero__eng_tag(e, -1, ZERO_ROLE_COMMIT);
+    r = zero_comm_split(e->cfg.comm, rank / S, rank, &e->topo.shard);
+    zero__eng_untag(e);
+    if (r != ZERO_OK) return zero__fail(r, "zero_engine_commit: the MiCS shard group: %.360s",
+                                        zero_last_error());
+    zero__eng_tag(e, -1, ZERO_ROLE_COMMIT);
+    r = zero_comm_split(e->cfg.comm, rank % S, rank / S, &e->topo.replica);
+    zero__eng_untag(e);
+    if (r != ZERO_OK) return zero__fail(r, "zero_engine_commit: the MiCS replica group: %.360s",
+                                        zero_last_error());
+    if (e->topo.shard->world != S || e->topo.shard->rank != e->cfg.rank ||
+        e->topo.replica->world != N / S || e->topo.replica->rank != rank / S)
+        return zero__fail(ZERO_ERROR_COMM, "zero_engine_commit: the comm's split gave rank %d of "
+                          "%d and %d of %d (want %d of %d, %d of %d)", e->topo.shard->rank,
+                          e->topo.shard->world, e->topo.replica->rank, e->topo.replica->world,
+                          e->cfg.rank, S, rank / S, N / S);
+    e->topo.shard_same = zero__eng_same_node(e, rank / S * S, 1, S);
+    e->topo.replica_same = zero__eng_same_node(e, rank % S, S, N / S);
     return ZERO_OK;
 }
 
@@ -11893,6 +12335,11 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                                 "buffers (%s); every rank's commit fails",
                  zero_result_string(peer));
         return zero__eng_commit_failed(e, peer, pm);
+    }
+    if (e->topo.mics && (r = zero__eng_topo_split(e)) != ZERO_OK) {
+        char sm[420];
+        zero__eng_copy_error(sm, sizeof sm);
+        return zero__eng_commit_failed(e, r, sm);
     }
     e->buf.param = (unsigned char *)ptrs[ZERO__B_PARAM];
     e->buf.grad_user = (unsigned char *)ptrs[ZERO__B_GRAD_USER];
@@ -13226,12 +13673,22 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     /* Prefetched groups hold the old values. */
     zero__eng_drop_prefetched(e);
     scale_used = e->opt.scaler.scale;
-    unscale =
-        (float)(1.0 / ((double)scale_used * (double)e->cfg.world * (double)e->cfg.accum_steps));
+    unscale = (float)(1.0 / ((double)scale_used * (double)e->topo.world_all *
+                             (double)e->cfg.accum_steps));
     sumsq = (double *)(void *)e->buf.scratch;
     flag = (float *)(void *)(e->buf.scratch + 8);
     mul = (float *)(void *)(e->buf.scratch + 12);
 
+    /* 0. MiCS: the accumulated shards summed across the replicas (the host tier does it
+       after its last add, in zero__eng_host_grad_norm). */
+    if (e->topo.replica && zero__tier_where(e, ZERO_MEM_GRAD, -1) == ZERO_TIER_DEVICE) {
+        ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "step: event");
+        for (g = 0; g < e->layout.ngroups; g++)
+            if (e->layout.groups[g].shard_numel)
+                ZERO__ENG_TRY(e, zero__eng_replica_reduce(e, zero__eng_grad_acc_shard(e, g),
+                                                          e->layout.groups[g].shard_numel, g),
+                              "step: all_reduce of the gradients across the MiCS replicas");
+    }
     /* 1. non-finite flag and sum of squares over this rank's shard of every group (in the
        gradients' tier). */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "step: event");
@@ -13990,7 +14447,9 @@ ZERODEF zero_result zero_engine_allreduce(zero_engine *e, void *buf, size_t coun
         zero__eng_untag(e);
         if (r != ZERO_OK) return zero__eng_break(e, r, "allreduce: all_reduce of the user's values");
         zero__eng_count(e, ZERO_COLL_USER,
-                        2.0 * (double)n * (double)(e->cfg.world - 1) / (double)e->cfg.world, dtype);
+                        2.0 * (double)n * (double)(e->topo.world_all - 1) / (double)e->topo.world_all,
+                        dtype, 2.0 * (double)n / (double)e->topo.world_all, e->topo.world_all,
+                        e->topo.same_node);
         if (n) {
             ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMM, host, e->buf.scratch, n * es),
                           "allreduce: download");
@@ -14320,7 +14779,7 @@ static zero_result zero__act_alloc(zero_engine *e)
         iod.queue_depth = e->cfg.desc.queue_depth;
         iod.allocator = e->cfg.desc.allocator;
         if ((r = zero_io_create(&iod, &a->io)) != ZERO_OK) return r;
-        if ((r = zero_io_file_create(a->io, e->cfg.desc.nvme_path, "act", e->cfg.rank,
+        if ((r = zero_io_file_create(a->io, e->cfg.desc.nvme_path, "act", e->topo.rank_all,
                                      (uint64_t)e->cfg.desc.activation_nvme_bytes, &a->file)) !=
             ZERO_OK)
             return r;
@@ -16234,15 +16693,15 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
     int f, i, j, k;
     msg[0] = '\0';
     if (r != ZERO_OK) snprintf(msg, sizeof msg, "%.238s", zero_last_error());
-    v[0] = r != ZERO_OK ? (double)(e->cfg.world - e->cfg.rank) : 0.0;
+    v[0] = r != ZERO_OK ? (double)(e->topo.world_all - e->topo.rank_all) : 0.0;
     v[1] = val ? (double)(*val >> 32) : 0.0;
     v[2] = val ? (double)(*val & 0xffffffffu) : 0.0;
     if ((rr = zero__ck_allreduce(e, v, 3, ZERO_OP_MAX)) != ZERO_OK) return rr;
     if (val) *val = (uint64_t)v[1] << 32 | (uint64_t)v[2];
     if (v[0] == 0.0) return ZERO_OK;
-    f = e->cfg.world - (int)v[0];
+    f = e->topo.world_all - (int)v[0];
     memset(b, 0, sizeof b);
-    if (e->cfg.rank == f) {
+    if (e->topo.rank_all == f) {
         b[0] = (unsigned char)(-(int)r);
         memcpy(b + 1, msg, strlen(msg) < BYTES - 2 ? strlen(msg) : BYTES - 2);
     }
@@ -16250,7 +16709,7 @@ static zero_result zero__ck_agree(zero_engine *e, zero_result r, uint64_t *val)
         for (j = 0; j < 8; j++) {
             double d = 0.0;
             for (k = 5; k >= 0; k--) d = d * 256.0 + (double)b[i * 48 + j * 6 + k];
-            v[j] = e->cfg.rank == f ? d : 0.0;
+            v[j] = e->topo.rank_all == f ? d : 0.0;
         }
         if ((rr = zero__ck_allreduce(e, v, 8, ZERO_OP_SUM)) != ZERO_OK) return rr;
         for (j = 0; j < 8; j++) {
@@ -16803,11 +17262,11 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
     /* 1. the directory, the save lock and the generation (rank 0 takes and proposes them) */
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         r = zero__fail(ZERO_ERROR_IO, "mkdir %s: %s", dir, strerror(errno)); /* prefixed below */
-    if (r == ZERO_OK && e->cfg.rank == 0 && client_bytes > 0 && !client)
+    if (r == ZERO_OK && e->topo.rank_all == 0 && client_bytes > 0 && !client)
         r = zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "rank 0's client is NULL with client_bytes %zu "
                        "(zero_engine_save_client)", client_bytes);
-    if (r == ZERO_OK && e->cfg.rank == 0) r = zero__ck_lock(dir, &lock);
-    if (r == ZERO_OK && e->cfg.rank == 0) r = zero__ck_next_gen(dir, &gen);
+    if (r == ZERO_OK && e->topo.rank_all == 0) r = zero__ck_lock(dir, &lock);
+    if (r == ZERO_OK && e->topo.rank_all == 0) r = zero__ck_next_gen(dir, &gen);
     if (r != ZERO_OK) {
         char prev[400];
         zero__eng_copy_error(prev, sizeof prev);
@@ -16818,29 +17277,30 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
        generation's files on every rank (each its own), so no orphan outlives the save. */
     if (r == ZERO_OK) {
         zero_result sr = ZERO_OK;
-        if (e->cfg.rank == 0 && client_bytes > 0) {
+        if (e->topo.rank_all == 0 && client_bytes > 0) {
             char name[64];
             zero__ck_client_name(name, sizeof name, gen);
             client_crc = zero_crc32c(0, client, client_bytes);
             sr = zero__ck_write_file(dir, name, client, client_bytes);
         }
-        if (sr == ZERO_OK) sr = zero__ck_write_shard(e, dir, gen);
+        /* MiCS: the first replica's ranks write the shards (a checkpoint of S ranks) */
+        if (sr == ZERO_OK && e->topo.rank_all < e->cfg.world) sr = zero__ck_write_shard(e, dir, gen);
         r = zero__ck_agree(e, sr, NULL);
-        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->cfg.rank);
+        if (r != ZERO_OK) zero__ck_cleanup(dir, gen, 0, e->topo.rank_all < e->cfg.world ? e->cfg.rank : -1);
         else {
             /* 3. the manifest (the commit point), then the older generations go */
             zero_result mr = ZERO_OK;
-            if (e->cfg.rank == 0) {
+            if (e->topo.rank_all == 0) {
                 mr = zero__ck_write_manifest(e, dir, gen, client_bytes, client_crc);
                 if (mr == ZERO_OK) zero__ck_cleanup(dir, gen, 1, 0);
             }
             r = zero__ck_agree(e, mr, NULL);
             /* not committed (the manifest names another generation): this one goes */
             if (r != ZERO_OK && zero__ck_manifest_gen(dir) != gen)
-                zero__ck_cleanup(dir, gen, 0, e->cfg.rank);
+                zero__ck_cleanup(dir, gen, 0, e->topo.rank_all < e->cfg.world ? e->cfg.rank : -1);
         }
     }
-    if (e->cfg.rank == 0) zero__ck_unlock(dir, lock);
+    if (e->topo.rank_all == 0) zero__ck_unlock(dir, lock);
     e->traffic.cur = keep;
     return r;
 }

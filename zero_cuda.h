@@ -2796,6 +2796,7 @@ static const zero_comm_ops zero_cuda__comm_ops = {
     NULL,
     NULL,
     NULL, /* all_to_all: not yet (quantized_gradients is refused on this comm) */
+    NULL, /* no split: the hierarchical modes need the NCCL (or a host) comm */
 };
 
 ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_device *dev, zero_comm **out)

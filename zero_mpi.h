@@ -1161,6 +1161,8 @@ static void zero__mpi_destroy(zero_comm *comm)
     zero__mpi_free(c);
 }
 
+static zero_result zero__mpi_split(zero_comm *comm, int color, int key, zero_comm **out);
+
 static const zero_comm_ops zero__mpi_ops = {
     "mpi",
     zero__mpi_destroy,
@@ -1172,7 +1174,63 @@ static const zero_comm_ops zero__mpi_ops = {
     NULL,
     NULL,
     zero__mpi_all_to_all,
+    zero__mpi_split,
 };
+
+/* zero_comm_split: first an agreement round over the parent (an all-gather of every rank's
+   color, deadline-bounded like every collective, so a rank that never calls split fails
+   its peers with TIMEOUT instead of hanging them in MPI_Comm_split); then MPI_Comm_split,
+   which every rank has reached, and zero_mpi_create on the result (duplicated; the split
+   communicator is freed). The child has the parent's timeout, device and allocator. */
+static zero_result zero__mpi_split(zero_comm *comm, int color, int key, zero_comm **out)
+{
+    zero__mpi_comm *c = zero__mpi_get(comm);
+    zero_mpi_desc d;
+    MPI_Comm part = MPI_COMM_NULL;
+    zero_comm *child = NULL;
+    zero_result r;
+    double me[2], *all, fail;
+    int rc, had;
+    char e[MPI_MAX_ERROR_STRING + 1];
+    if (!c || !out)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_comm_split: %s",
+                          out ? "comm is not an MPI comm" : "out is NULL");
+    *out = NULL;
+    all = (double *)zero__alloc(&c->allocator, 2 * (size_t)comm->world * sizeof *all);
+    me[0] = (double)color;
+    me[1] = (double)key;
+    had = all != NULL;
+    r = zero__mpi_all_gather(comm, all ? me : NULL, all, all ? 2 : 0, ZERO_F64, NULL);
+    zero__free(&c->allocator, all);
+    if (r != ZERO_OK) return r;
+    if (!had) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_comm_split: out of memory");
+    rc = MPI_Comm_split(c->mc, color >= 0 ? color : MPI_UNDEFINED, key, &part);
+    if (rc != MPI_SUCCESS) {
+        zero__mpi_errtext(rc, e, sizeof e);
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "zero_comm_split: MPI_Comm_split failed: %s", e);
+    }
+    if (part != MPI_COMM_NULL) {
+        memset(&d, 0, sizeof d);
+        d.comm = part;
+        d.timeout_ms = c->timeout_ms;
+        d.abort_on_timeout = c->abort_on_timeout;
+        d.device = c->device;
+        d.allocator = c->allocator;
+        r = zero_mpi_create(&d, &child);
+        MPI_Comm_free(&part);
+    }
+    /* every rank learns whether every child was made */
+    fail = r != ZERO_OK ? 1.0 : 0.0;
+    if (zero__mpi_all_reduce(comm, &fail, &fail, 1, ZERO_F64, ZERO_OP_MAX, NULL) != ZERO_OK ||
+        fail != 0.0) {
+        zero_comm_destroy(child);
+        if (r != ZERO_OK) return r;
+        return zero__fail(ZERO_ERROR_COMM, "zero_comm_split (rank %d): another rank failed to "
+                          "make its part of the split (its error names the cause)", comm->rank);
+    }
+    *out = child;
+    return ZERO_OK;
+}
 
 ZERODEF int zero_mpi_cuda_aware(void)
 {

@@ -2594,6 +2594,7 @@ static const zero_comm_ops zero_nccl__ops = {
     zero_nccl__group_start,
     zero_nccl__group_end,
     NULL, /* all_to_all: not yet (quantized_gradients is refused on this comm) */
+    NULL, /* split: not yet (the hierarchical modes refuse this comm with UNSUPPORTED) */
 };
 
 static zero_nccl__comm *zero_nccl__of(zero_comm *comm)

@@ -104,6 +104,9 @@ typedef struct gpt2_opts {
     /* ZeRO++ (docs/engine.md, "Quantized collectives"): lossy by design */
     int quant_w;         /* --quantized-weights 0|1: qwZ (stage 3, int8 forward all-gather) */
     int quant_g;         /* --quantized-gradients 0|1|4|8: qgZ (1 = int4, the default; 8 = int8) */
+    /* beyond one node (docs/engine.md, "MiCS"): the engine's topology and MiCS groups */
+    int ranks_per_node;  /* --ranks-per-node R (0 = the launcher's, else one node)       */
+    int mics_shard_size; /* --mics-shard-size S (stages 1-3; 0 = flat)                  */
 } gpt2_opts;
 
 /* The small default model: learns visibly within a few minutes on 2 cores. */
@@ -168,6 +171,9 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "ZeRO++: --quantized-weights 0|1   stage 3: the forward all-gather as int8 blocks (qwZ)\n"
             "        --quantized-gradients 0|1|4|8   stages 1-3: the gradient reduce-scatter as int4\n"
             "                                        (1 or 4) or int8 blocks (qgZ); both lossy\n"
+            "nodes:  --ranks-per-node R   ranks [k R, (k+1) R) share a node: traffic split intra/inter\n"
+            "        --mics-shard-size S  MiCS (stages 1-3): states partitioned in groups of S ranks,\n"
+            "                             replicated across the N / S groups\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n"
             "        --export DIR   (train_gpt2.c) the final weights as a Hugging Face directory:\n"
             "                       config.json + model.safetensors for GPT2LMHeadModel.from_pretrained\n",
@@ -345,6 +351,8 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--offload-param")) bad = gpt2_parse_tier(v, &o->oparam) != 0;
         else if (!strcmp(k, "--offload-gradients")) bad = gpt2_parse_tier(v, &o->ograd) != 0;
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
+        else if (!strcmp(k, "--ranks-per-node")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->ranks_per_node);
+        else if (!strcmp(k, "--mics-shard-size")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->mics_shard_size);
         else if (!strcmp(k, "--offload-ratio"))
             o->offload_ratio = atof(v), bad = !(o->offload_ratio > 0 && o->offload_ratio <= 1);
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
@@ -471,6 +479,8 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->offload_gradients = o->ograd;
     d->offload_optimizer_ratio = o->offload_ratio;
     d->nvme_path = o->nvme_path;
+    d->ranks_per_node = o->ranks_per_node;
+    d->mics_shard_size = stage >= 1 ? o->mics_shard_size : 0; /* the demo's stage 0 runs flat */
     if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
         size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * c->seq * c->channels);
         d->offload_activations = o->oact;
@@ -1285,6 +1295,31 @@ static inline double gpt2_formula_traffic_frozen(int stage, double psi, double f
     case 2: return (a + 1) * t * f;
     default: return (2 * a * psi + a * t) * f;
     }
+}
+
+/* Payload bytes per rank per step by the estimator (zero_estimate.step_*): total, inside
+   and between nodes, at ranks_per_node R (0 = one node) and MiCS shard size S (0 = flat;
+   stage 0 runs flat); -1 in out[0] when the estimator refuses the settings. */
+static inline void gpt2_formula_traffic_nodes(int stage, double psi, double frozen, int n, int a,
+                                              double es, int R, int S, double out[3])
+{
+    zero_estimate_desc d;
+    zero_estimate e;
+    memset(&d, 0, sizeof d);
+    memset(&e, 0, sizeof e);
+    d.params = (uint64_t)psi;
+    d.frozen = (uint64_t)frozen;
+    d.ranks = n;
+    d.stage = stage;
+    d.param_bytes = d.grad_bytes = (int)es;
+    d.ranks_per_node = R > 0 && R <= n && n % R == 0 ? R : n;
+    d.mics_shard_size = stage >= 1 ? S : 0;
+    d.accum_steps = a;
+    out[0] = out[1] = out[2] = -1.0;
+    if (zero_estimate_compute(&d, &e) != ZERO_OK) return;
+    out[0] = e.step_bytes;
+    out[1] = e.step_intra_bytes;
+    out[2] = e.step_inter_bytes;
 }
 
 /* Payload bytes per rank per step: the paper's 2 Psi (3 Psi at stage 3) elements times

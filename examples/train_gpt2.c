@@ -1185,7 +1185,8 @@ int main(int argc, char **argv)
     for (st = first; st <= last; st++) {
         run R;
         zero_result r;
-        double es = (double)zero_dtype_size(o.dtype), meas_t;
+        double es = (double)zero_dtype_size(o.dtype), meas_t, ft[3] = {0, 0, 0}, mi = 0, mo = 0;
+        int nstates, k, hier = o.ranks_per_node > 0 || o.mics_shard_size > 0;
         uint64_t sum;
         memset(&R, 0, sizeof R);
         R.o = &o;
@@ -1222,14 +1223,28 @@ int main(int argc, char **argv)
         sum = R.final_params ? fnv1a64(FNV1A64_START, R.final_params, total * sizeof(float)) : R.params_sum;
         meas_t = R.traffic.bytes[ZERO_COLL_ALL_GATHER] + R.traffic.bytes[ZERO_COLL_REDUCE_SCATTER] +
                  R.traffic.bytes[ZERO_COLL_ALL_REDUCE] + R.traffic.bytes[ZERO_COLL_BROADCAST];
+        /* MiCS: memory is the flat engine's at N = S (stage 0 runs flat) */
+        nstates = o.mics_shard_size > 0 && st >= 1 ? o.mics_shard_size : o.ranks;
+        gpt2_formula_traffic_nodes(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es, o.ranks_per_node,
+                                   o.mics_shard_size, ft);
+        for (k = 0; k < ZERO_COLL_CONTROL; k++) {
+            mi += R.traffic.intra_bytes[k];
+            mo += R.traffic.inter_bytes[k];
+        }
         if (first != last) {
             printf("%-5d | %-9.5f %-9.5f | %-11.0f %-11.0f | %-11.0f %-11.0f | %-8.2f\n", st,
                    R.loss[R.first_step], R.loss[R.end_step - 1], states_of(&R.mem),
-                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
-                   gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es),
+                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, nstates, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
+                   (hier ? ft[0] : gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es)),
                    1e3 * R.seconds / (R.end_step - R.first_step));
+            if (hier)
+                printf("      | inside nodes %.0f B measured, %.0f B by formula; between nodes %.0f B measured, %.0f B "
+                       "by formula\n", mi, ft[1], mo, ft[2]);
             fflush(stdout);
-            if (st != first && (sum != ref_sum || R.loss[R.end_step - 1] != ref_final)) same = 0;
+            /* MiCS sums in its own order: stages 1-3 agree with each other, stage 0 runs flat */
+            if (st != first && !(o.mics_shard_size > 0 && st == 1) &&
+                (sum != ref_sum || R.loss[R.end_step - 1] != ref_final))
+                same = 0;
         } else {
             char tiers[128] = "";
             if (states_of(&R.off[0]) + states_of(&R.off[1]) > 0) /* offload: the rest is off the device */
@@ -1238,8 +1253,8 @@ int main(int argc, char **argv)
             printf("model states per rank: %.0f B measured on the device%s, %.0f B by formula (every tier); "
                    "traffic per step: %.0f B measured, %.0f B by formula; Psi = %zu%s\n",
                    states_of(&R.mem), tiers,
-                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
-                   gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es), R.psi,
+                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, nstates, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
+                   (hier ? ft[0] : gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es)), R.psi,
                    R.frozen ? " (frozen F as below)" : "");
             if (R.frozen) printf("frozen: F = %zu of them (--freeze %s): no gradients, no optimizer state\n", R.frozen, o.freeze);
             if (o.quant_w || o.quant_g) /* ZeRO++: the bytes that crossed, the formula is the exact run's */
@@ -1247,6 +1262,10 @@ int main(int argc, char **argv)
                        "exact run's (docs/engine.md, \"Quantized collectives\")\n",
                        o.quant_w ? "qwZ int8" : "", o.quant_w && o.quant_g ? ", " : "",
                        o.quant_g ? (o.quant_g == 8 ? "qgZ int8" : "qgZ int4") : "");
+            if (hier)
+                printf("traffic per step inside nodes: %.0f B measured, %.0f B by formula; between nodes: %.0f B "
+                       "measured, %.0f B by formula (--ranks-per-node %d, --mics-shard-size %d)\n", mi, ft[1], mo,
+                       ft[2], o.ranks_per_node, o.mics_shard_size);
             printf("final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, final loss scale %g\n",
                    R.loss[R.end_step - 1], R.val_loss, 1e3 * R.seconds / (R.end_step - R.first_step), R.skipped,
                    (double)R.final_scale);
@@ -1262,7 +1281,9 @@ int main(int argc, char **argv)
         ref_final = R.loss[R.end_step - 1];
         if (st == last) {
             if (first != last)
-                printf("%s\n", same ? "stages 0-3: identical losses and bit-identical parameters"
+                printf("%s\n", same ? (o.mics_shard_size > 0 ? "stages 1-3 (MiCS): identical losses and "
+                                                                 "bit-identical parameters (stage 0 flat)"
+                                                               : "stages 0-3: identical losses and bit-identical parameters")
                                     : "WARNING: the stages differ");
             printf("val loss: %.9g\n", R.val_loss);
             printf("params checksum: %016llx\n", (unsigned long long)sum);

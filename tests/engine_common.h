@@ -65,6 +65,12 @@ typedef struct ec_cfg {
     int quant_w, quant_g, quant_bits;
     size_t quant_block;
     struct ec_qw_stats *qw_stats;
+    /* topology (tests/test_hier.c): engine ranks_per_node; per-rank override when
+       rpn_rank[r] != 0 (a disagreement test) */
+    int ranks_per_node;
+    int rpn_rank[EC_MAX_RANKS];
+    int mics;                     /* engine mics_shard_size; per-rank override mics_rank[r] */
+    int mics_rank[EC_MAX_RANKS];
 } ec_cfg;
 
 typedef struct ec_qw_stats {
@@ -213,6 +219,8 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->quantized_gradients = c->quant_g;
     d->quantized_gradient_bits = c->quant_bits;
     d->quant_block_numel = c->quant_block;
+    d->ranks_per_node = c->ranks_per_node;
+    d->mics_shard_size = c->mics;
     d->offload_optimizer_ratio = c->offload_ratio;
 }
 
@@ -481,6 +489,8 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     }
     d.device = dev;
     d.comm = comm;
+    if (rank < EC_MAX_RANKS && c->rpn_rank[rank]) d.ranks_per_node = c->rpn_rank[rank];
+    if (rank < EC_MAX_RANKS && c->mics_rank[rank]) d.mics_shard_size = c->mics_rank[rank];
     EC_TRY(zero_engine_create(&d, &e));
     EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
@@ -787,7 +797,7 @@ static zero_result ec_wrap_ge(zero_comm *c)
 }
 static zero_comm_ops ec_wrap_ops __attribute__((unused)) = {"wrap", ec_wrap_destroy, ec_wrap_ag, ec_wrap_rs, ec_wrap_ar,
                                     ec_wrap_bc, ec_wrap_barrier, ec_wrap_gs, ec_wrap_ge,
-                                    ec_wrap_a2a};
+                                    ec_wrap_a2a, NULL};
 #endif
 
 /* ---- the stage-equivalence check every engine test uses (needs tests/zt.h first) ---------- */

@@ -73,7 +73,7 @@ static zero_result vcc_group(zero_comm *c)
 }
 static void vcc_destroy(zero_comm *c) { (void)c; }
 static zero_comm_ops vcc_ops = {"vc", vcc_destroy, vcc_ag, vcc_rs, vcc_ar, vcc_bc, vcc_barrier,
-                                vcc_group, vcc_group, NULL};
+                                vcc_group, vcc_group, NULL, NULL};
 
 /* ---- the run: the ec harness' program with the user's accesses logged ------------------- */
 

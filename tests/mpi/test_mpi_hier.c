@@ -1,0 +1,182 @@
+/* test_mpi_hier.c - beyond one node over MPI (issue 26), run as R ranks per node with
+   R = 2 when the process count is even (mpirun -np 4: 2 nodes x 2), else 1: zero_comm_split
+   on the MPI comm (MPI_Comm_split) gives the node and cross-node groups with their ranks,
+   reductions in them equal the same order's reference bit for bit, color < 0 gives none;
+   the engine with an explicit ranks_per_node = R over MPI equals the threads run with the
+   same R (tests/engine_common.h) on this rank: its state elements, its step infos and every
+   step's traffic, intra- and inter-node bytes included; and MiCS (mics_shard_size = 2,
+   stages 1-3) over MPI equals its threads run the same way. */
+#define ZERO_IMPLEMENTATION
+#include "zero.h"
+#define ZERO_MPI_IMPLEMENTATION
+#include "zero_mpi.h"
+#include "tests/mpi/zt_mpi.h"
+#include "tests/engine_common.h"
+
+static zero_comm *g_comm;
+static int g_R;
+
+static float sp_value(int rank, size_t i) { return (float)(0.1 + 0.37 * rank + 1e-3 * (double)i) / 3.0f; }
+
+ZT_TEST(split_mpi)
+{
+    zero_comm *node = NULL, *cross = NULL, *none = NULL;
+    int R = g_R, rank = zm_rank, q;
+    float in[3], out[3];
+    size_t i;
+    zero_result r = zero_comm_split(g_comm, rank / R, rank, &node);
+    ZT_CHECKF(r == ZERO_OK, "rank %d: %s", rank, zero_last_error());
+    if (r != ZERO_OK) return;
+    ZT_CHECK(node && node->world == R && node->rank == rank % R);
+    r = zero_comm_split(g_comm, rank % R, zm_world - rank, &cross); /* reversed by key */
+    ZT_CHECKF(r == ZERO_OK, "rank %d: %s", rank, zero_last_error());
+    if (r != ZERO_OK) return;
+    ZT_CHECK(cross && cross->world == zm_world / R && cross->rank == (zm_world - 1 - rank) / R);
+    r = zero_comm_split(g_comm, rank == 0 ? 1 : -1, 0, &none);
+    ZT_CHECK(r == ZERO_OK && (rank == 0) == (none != NULL));
+    for (i = 0; i < 3; i++) in[i] = sp_value(rank, i);
+    ZT_CHECK(node->ops->all_reduce(node, in, out, 3, ZERO_F32, ZERO_OP_SUM, NULL) == ZERO_OK);
+    for (i = 0; i < 3; i++) {
+        int b = rank / R * R;
+        float acc = sp_value(b, i);
+        for (q = b + 1; q < b + R; q++) acc += sp_value(q, i);
+        ZT_CHECKF(memcmp(&acc, &out[i], 4) == 0, "rank %d node sum element %zu", rank, i);
+    }
+    ZT_CHECK(cross->ops->all_reduce(cross, in, out, 3, ZERO_F32, ZERO_OP_SUM, NULL) == ZERO_OK);
+    for (i = 0; i < 3; i++) { /* in the cross comm's rank order: the highest node first */
+        int last = (zm_world / R - 1) * R + rank % R;
+        float acc = sp_value(last, i);
+        for (q = last - R; q >= 0; q -= R) acc += sp_value(q, i);
+        ZT_CHECKF(memcmp(&acc, &out[i], 4) == 0, "rank %d cross sum element %zu", rank, i);
+    }
+    zero_comm_destroy(none);
+    zero_comm_destroy(cross);
+    zero_comm_destroy(node);
+}
+
+/* This process's rank of cfg over MPI (ec_rank_fn), the state arrays starting at 0xff. */
+static ec_result *run_mpi_rank(const ec_cfg *c, ec_ctx *ctx)
+{
+    ec_result *res = (ec_result *)calloc(1, sizeof *res);
+    int t;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->cfg = c;
+    ctx->res = res;
+    pthread_mutex_init(&ctx->mu, NULL);
+    for (t = 0; t < c->ntensors; t++) {
+        size_t n = c->sizes[t];
+        res->master[t] = (float *)malloc(n * 4);
+        res->m[t] = (float *)malloc(n * 4);
+        res->v[t] = (float *)malloc(n * 4);
+        res->param[t] = (unsigned char *)malloc(n * 4);
+        memset(res->master[t], 0xff, n * 4);
+        memset(res->m[t], 0xff, n * 4);
+        memset(res->v[t], 0xff, n * 4);
+        memset(res->param[t], 0xff, n * 4);
+        ctx->param_rank[zm_rank][t] = (unsigned char *)calloc(n, 4);
+    }
+    res->rc = ec_rank_fn(zm_rank, g_comm, ctx);
+    if (res->rc != ZERO_OK && !res->err[0]) snprintf(res->err, sizeof res->err, "%s", zero_last_error());
+    for (t = 0; t < c->ntensors; t++) free(ctx->param_rank[zm_rank][t]);
+    pthread_mutex_destroy(&ctx->mu);
+    return res;
+}
+
+/* The elements this rank holds (not 0xff) equal the threads run's; its infos and traffic. */
+static void compare(const ec_cfg *c, const ec_result *ref, const ec_result *got, const char *label)
+{
+    int t, s, bad = 0;
+    ZT_CHECKF(ref->rc == ZERO_OK && got->rc == ZERO_OK, "rank %d %s: %s %s", zm_rank, label, ref->err,
+              got->err);
+    if (ref->rc != ZERO_OK || got->rc != ZERO_OK) return;
+    for (t = 0; t < c->ntensors; t++) {
+        size_t i;
+        for (i = 0; i < c->sizes[t]; i++) {
+            uint32_t ff = 0xffffffffu;
+            if (memcmp(&got->master[t][i], &ff, 4) == 0) continue;
+            if ((memcmp(&got->master[t][i], &ref->master[t][i], 4) ||
+                 memcmp(&got->m[t][i], &ref->m[t][i], 4) || memcmp(&got->v[t][i], &ref->v[t][i], 4)) &&
+                bad++ < 3)
+                ZT_CHECKF(0, "rank %d %s: tensor %d element %zu differs", zm_rank, label, t, i);
+        }
+    }
+    for (s = 0; s < c->steps; s++) {
+        const zero_traffic *a = &got->traffic_last[zm_rank][s], *b = &ref->traffic_last[zm_rank][s];
+        ZT_CHECKF(memcmp(&got->info[zm_rank][s], &ref->info[zm_rank][s], sizeof got->info[0][0]) == 0,
+                  "rank %d %s: step %d info differs", zm_rank, label, s);
+        ZT_CHECKF(memcmp(a, b, sizeof *a) == 0, "rank %d %s: step %d traffic differs (inter %.17g vs "
+                  "%.17g)", zm_rank, label, s, a->inter_bytes[ZERO_COLL_ALL_GATHER],
+                  b->inter_bytes[ZERO_COLL_ALL_GATHER]);
+    }
+}
+
+ZT_TEST(engine_topology_mpi_equals_threads)
+{
+    int st;
+    for (st = 0; st <= 3; st++) {
+        ec_cfg c;
+        ec_ctx ctx;
+        ec_result *ref, *got;
+        char label[64];
+        ec_cfg_init(&c, st, zm_world, ZERO_BF16, 2, 2);
+        c.ranks_per_node = g_R;
+        snprintf(label, sizeof label, "stage %d R %d", st, g_R);
+        ref = ec_run(&c);
+        got = run_mpi_rank(&c, &ctx);
+        compare(&c, ref, got, label);
+        if (g_R < zm_world && got->rc == ZERO_OK)
+            ZT_CHECKF(got->traffic_last[zm_rank][1].inter_bytes[ZERO_COLL_ALL_GATHER] > 0.0 ||
+                          st == 0,
+                      "rank %d %s: no inter-node bytes", zm_rank, label);
+        ec_result_free(ref);
+        ec_result_free(got);
+    }
+}
+
+/* MiCS over MPI: S = 2 at an even count above 2 (np 4: shard groups inside the nodes,
+   replicas across them), stages 1-3, equals the threads run (states, infos, traffic). */
+ZT_TEST(mics_mpi_equals_threads)
+{
+    int st;
+    if (zm_world % 2 != 0 || zm_world < 4) ZT_SKIP("MiCS needs an even count above 2");
+    for (st = 1; st <= 3; st++) {
+        ec_cfg c;
+        ec_ctx ctx;
+        ec_result *ref, *got;
+        char label[64];
+        ec_cfg_init(&c, st, zm_world, ZERO_BF16, 2, 2);
+        c.ranks_per_node = g_R;
+        c.mics = 2;
+        snprintf(label, sizeof label, "MiCS S 2 stage %d R %d", st, g_R);
+        ref = ec_run(&c);
+        got = run_mpi_rank(&c, &ctx);
+        compare(&c, ref, got, label);
+        if (got->rc == ZERO_OK)
+            ZT_CHECKF(got->traffic_last[zm_rank][1].calls[ZERO_COLL_ALL_REDUCE] > 0,
+                      "rank %d %s: no replica all-reduce", zm_rank, label);
+        ec_result_free(ref);
+        ec_result_free(got);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    zero_mpi_desc d;
+    zm_init(&argc, &argv);
+    if (zm_world > EC_MAX_RANKS) {
+        if (zm_rank == 0) printf("test_mpi_hier: at most %d processes\n", EC_MAX_RANKS);
+        return zm_summary();
+    }
+    g_R = zm_world % 2 == 0 ? 2 : 1;
+    memset(&d, 0, sizeof d);
+    d.timeout_ms = 60000;
+    if (zero_mpi_create(&d, &g_comm) != ZERO_OK) {
+        fprintf(stderr, "rank %d: %s\n", zm_rank, zero_last_error());
+        return zm_summary();
+    }
+    ZM_RUN(split_mpi);
+    ZM_RUN(engine_topology_mpi_equals_threads);
+    ZM_RUN(mics_mpi_equals_threads);
+    zero_comm_destroy(g_comm);
+    return zm_summary();
+}
