@@ -218,7 +218,7 @@ ZT_TEST(traffic_formula)
         q_cfg(&c, 3, w, ZERO_BF16, accum, 2);
         ZT_CHECK(zero_plan_create(&plan, NULL) == ZERO_OK);
         for (t = 0; t < c.ntensors; t++) {
-            char name[8];
+            char name[16];
             int id;
             snprintf(name, sizeof name, "t%d", t);
             ZT_CHECK(zero_plan_add(plan, name, c.sizes[t], c.groups[t], &id) == ZERO_OK);
