@@ -5102,6 +5102,7 @@ static void zero__local_destroy(zero_comm *comm)
 {
     zero__local_comm *c = zero__local_get(comm);
     zero_local_group *g;
+    zero_allocator a;
     int last;
     if (!c) return;
     g = c->group;
@@ -5110,10 +5111,11 @@ static void zero__local_destroy(zero_comm *comm)
                       comm->rank);
     g->has_comm[comm->rank] = 0;
     last = --g->live == 0 && g->orphaned;
+    a = g->allocator; /* read under the lock: once unlocked, the last rank out may free g */
     pthread_mutex_unlock(&g->mu);
     c->base.impl = NULL; /* a stale handle is then rejected, not followed */
-    zero__free(&g->allocator, c->srcs);
-    zero__free(&g->allocator, c);
+    zero__free(&a, c->srcs);
+    zero__free(&a, c);
     if (last) zero__local_group_free(g);
 }
 
