@@ -10,7 +10,8 @@ jobs_max=${ZT_JOBS:-$(nproc 2>/dev/null || echo 1)}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zt-run.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 tests=("$@"); n=${#tests[@]}; next=0; running=0
-launch() { ( "${tests[$1]}" >"$tmp/$1.out" 2>&1; echo $? >"$tmp/$1.rc.part"; mv "$tmp/$1.rc.part" "$tmp/$1.rc" ) & }
+launch() { ( t0=$SECONDS; "${tests[$1]}" >"$tmp/$1.out" 2>&1; echo "$? $((SECONDS - t0))" >"$tmp/$1.rc.part"
+             mv "$tmp/$1.rc.part" "$tmp/$1.rc" ) & }
 for ((i = 0; i < n; i++)); do
   while :; do
     # count what has finished, start more while fewer than jobs_max run
@@ -21,8 +22,8 @@ for ((i = 0; i < n; i++)); do
     [ -e "$tmp/$i.rc" ] && break
     wait -n 2>/dev/null || sleep 0.05
   done
-  t=${tests[$i]}; out=$(cat "$tmp/$i.out"); rc=$(cat "$tmp/$i.rc")
-  echo "== $t"
+  t=${tests[$i]}; out=$(cat "$tmp/$i.out"); read -r rc secs <"$tmp/$i.rc"
+  echo "== $t (${secs}s)"
   printf '%s\n' "$out" | grep -v '^zt: '
   line=$(printf '%s\n' "$out" | grep '^zt: ' | tail -n 1)
   if [ -z "$line" ]; then
