@@ -1762,6 +1762,21 @@ typedef struct zero_engine_desc {
                                     or offload_gradients = NVME (INVALID_ARGUMENT). Same bits
                                     at every r; in the plan hash (ranks must agree). Resolved:
                                     0 becomes 1 when offload_optimizer is set.                 */
+    int delayed_update;          /* DPU, the ZeRO-Offload paper's delayed parameter update
+                                    (docs/offload.md, "Delayed parameter update"): 1 = once
+                                    delayed_update_after updates have been applied, the host
+                                    Adam of a step's gradients runs on a background thread
+                                    while the caller's next forward and backward run, and its
+                                    params are published at the end of the next
+                                    zero_engine_step: each forward then sees the params
+                                    without the previous step's update (one-step staleness).
+                                    0 = off (default). Needs offload_optimizer = CPU at ratio 1
+                                    and offload_param NONE or CPU (INVALID_ARGUMENT otherwise,
+                                    saying why). Costs the host tier S c + S p bytes (a second
+                                    gradient shard, the pending params). In the plan hash.     */
+    int delayed_update_after;    /* DPU's warm-up K >= 0: the first K updates are applied at
+                                    once, every later one is delayed (0 = delayed from the
+                                    first). Nonzero needs delayed_update = 1.                  */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* ZERO_PIN_MEMORY_AUTO (0, the default) or _ON (1): host
                                     buffers through the device's pinned allocation
@@ -2173,6 +2188,15 @@ ZERODEF int64_t zero_engine_step_count(const zero_engine *e);
    device's (engine broken). */
 ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
 
+/* delayed_update (docs/offload.md, "Delayed parameter update"): waits for the pending delayed
+   update and publishes its params, so the next forward (or an export, an evaluation) sees
+   every update taken so far. COLLECTIVE (stages 1-2 and persistent groups all-gather the
+   published shards). Call it between zero_engine_step and the next micro-step (INVALID_STATE
+   otherwise, or while a group is gathered). Without delayed_update, or with nothing pending:
+   ZERO_OK, nothing done. Training may go on after it: the next delayed update is published
+   at the end of the step after it, as always. */
+ZERODEF zero_result zero_engine_finish_update(zero_engine *e);
+
 /* Changes the learning rate from the next step on (schedules). lr = 0 sets 0 (the params
    stop moving; weight decay too): unlike zero_adam_desc.lr, where 0 means the default 1e-3.
    INVALID_ARGUMENT for a negative or non-finite lr. */
@@ -2522,6 +2546,8 @@ typedef struct zero_checkpoint_info {
     zero_scaler scaler;   /* its loss-scaler state                                       */
     uint64_t total_bytes; /* manifest plus shard files (plus the client state file)      */
     uint64_t client_bytes; /* client state saved by zero_engine_save_client() (0: none)   */
+    int update_pending;   /* 1: saved by a delayed_update engine with an update pending: the
+                             master, m, v hold it, the params do not yet (docs/offload.md)   */
 } zero_checkpoint_info;
 
 typedef struct zero_checkpoint_tensor {
@@ -8685,7 +8711,7 @@ typedef struct zero__eng_piece {
     size_t elem;       /* its first element's index within the tensor */
 } zero__eng_piece;
 
-#define ZERO__ENG_MAX_HOST_ALLOCS 12
+#define ZERO__ENG_MAX_HOST_ALLOCS 16
 #define ZERO__ENG_RA_MAX 16 /* param_read_ahead's largest value */
 
 /* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
@@ -8939,6 +8965,29 @@ typedef struct zero__eng_async {
     int at_min_unreported; /* an overflow at the minimum scale not yet returned */
 } zero__eng_async;
 
+/* delayed_update (DPU, docs/offload.md "Delayed parameter update"): the host Adam of a
+   step's gradients runs on a background thread while the caller's next forward and backward
+   run; it reads the gradient shard that was host.grad (host.grad then becomes the spare, so
+   the next backward lands elsewhere) and writes master, m, v in place and the new params
+   into 'params' (the rank's shard, group g at off_shard[g]), which the next step (or
+   zero_engine_finish_update) publishes to the device. */
+typedef struct zero__eng_dpu {
+    int on, after;              /* delayed_update, delayed_update_after (K)                    */
+    unsigned char *spare;       /* the other gradient shard (host, S x comm dtype)             */
+    unsigned char *params;      /* the pending params (host, S x param dtype)                  */
+    const unsigned char *grad;  /* the gradients the running update reads                      */
+    zero_adam_coefs *coefs;     /* per tensor: the constants of the delayed update             */
+    float mul;                  /* its gradient multiplier                                     */
+    uint64_t sr_key;            /* its stochastic-rounding key (bf16 states)                   */
+    int publish;                /* params holds an update not yet published                    */
+    int running;                /* the background thread runs (joined before anything reads
+                                   master, m, v or params)                                     */
+    int threaded;               /* the thread was started (else the update ran inline)         */
+    pthread_t thread;
+    zero_result result;         /* the update's result                                         */
+    char why[400];
+} zero__eng_dpu;
+
 /* debug_guards: hand out guarded copies of params and gradients. */
 typedef struct zero__eng_debug {
     int guards;   /* debug_guards resolved */
@@ -8976,6 +9025,7 @@ struct zero_engine {
     zero__eng_host_tier host;
     zero__eng_nvme_tier nvme;
     zero__eng_async async;
+    zero__eng_dpu dpu;
     zero__eng_debug debug;
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
     struct zero__gnv *gnv; /* offload_gradients = nvme: the NVMe tier of the reduced
@@ -8995,6 +9045,7 @@ static void zero__act_account(const zero_engine *e, zero_mem_tier tier, zero_eng
 /* ---- small helpers ---------------------------------------------------------------------- */
 
 static void zero__eng_free_host(zero_engine *e);
+static zero_result zero__dpu_join(zero_engine *e);
 static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g);
 static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
@@ -9654,6 +9705,53 @@ static zero_result zero__eng_quant_resolve(zero_engine_desc *d)
     return ZERO_OK;
 }
 
+/* delayed_update (DPU): validated against the resolved offload settings. */
+static zero_result zero__eng_dpu_resolve(const zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    if (d->delayed_update != 0 && d->delayed_update != 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: delayed_update = %d (0 = off, 1 = on)",
+                          fn, d->delayed_update);
+    if (d->delayed_update_after < 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update_after = %d (the warm-up updates applied at once "
+                          "before the delayed update starts: >= 0)",
+                          fn, d->delayed_update_after);
+    if (!d->delayed_update) {
+        if (d->delayed_update_after != 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: delayed_update_after = %d needs delayed_update = 1 (it is the "
+                              "delayed update's warm-up)",
+                              fn, d->delayed_update_after);
+        return ZERO_OK;
+    }
+    if (d->offload_optimizer != ZERO_OFFLOAD_CPU)
+        return zero__fail(
+            ZERO_ERROR_INVALID_ARGUMENT,
+            "%s: delayed_update needs offload_optimizer = cpu (offload_optimizer is %s): it "
+            "overlaps the host Adam with the device's next forward and backward; %s",
+            fn, zero_offload_device_name(d->offload_optimizer),
+            d->offload_optimizer == ZERO_OFFLOAD_NONE
+                ? "without offload the device's own Adam is already queued behind the backward, "
+                  "so there is nothing to hide and the delay would only make the params stale"
+                : "the NVMe tier is not supported yet (its step reads and writes the records "
+                  "on the caller's thread)");
+    if (d->offload_optimizer_ratio < 1.0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update with offload_optimizer_ratio = %g is not supported "
+                          "yet (the device part's Adam is not delayed; use ratio 1)",
+                          fn, d->offload_optimizer_ratio);
+    if (d->offload_param == ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update with offload_param = nvme is not supported yet "
+                          "(use offload_param = cpu or none)", fn);
+    if (d->mics_shard_size > 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update with mics_shard_size = %d is not supported yet", fn,
+                          d->mics_shard_size);
+    return ZERO_OK;
+}
+
 ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine **out)
 {
     zero_engine_desc d;
@@ -9737,6 +9835,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
                           "zero_engine_create: allocator needs both alloc and free");
     if ((r = zero__eng_quant_resolve(&d)) != ZERO_OK) return r;
     if ((r = zero__eng_topo_resolve(&d)) != ZERO_OK) return r;
+    if ((r = zero__eng_dpu_resolve(&d)) != ZERO_OK) return r;
     e = (zero_engine *)zero__alloc(&d.allocator, sizeof *e);
     if (!e) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_create: %zu bytes", sizeof *e);
     memset(e, 0, sizeof *e);
@@ -9783,6 +9882,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cfg.opt_size = zero_dtype_size(d.optimizer_dtype);
     e->cfg.opt_offloaded = d.offload_optimizer != ZERO_OFFLOAD_NONE;
     e->cfg.params_offloaded = d.offload_param != ZERO_OFFLOAD_NONE;
+    e->dpu.on = d.delayed_update;
+    e->dpu.after = d.delayed_update_after;
     e->quant.weights = d.quantized_weights;
     e->quant.grad_bits = d.quantized_gradients ? d.quantized_gradient_bits : 0;
     e->quant.block = d.quant_block_numel;
@@ -9822,6 +9923,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->cfg.opt_offloaded || e->async.after_step)
                 (void)e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD);
         }
+        (void)zero__dpu_join(e); /* the delayed update's thread writes host-tier memory */
         zero__act_free(e);
         if (e->debug.copies)
             for (g = 0; g < 2 * e->layout.ngroups; g++)
@@ -9863,6 +9965,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->opt.lr_mul);
     zero__free(a, e->opt.wd);
     zero__free(a, e->opt.coefs);
+    zero__free(a, e->dpu.coefs);
     zero__free(a, e->opt.model_off);
     zero_plan_destroy(e->layout.plan);
     zero__free(a, e);
@@ -10092,6 +10195,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, zero__eng_dbits(d->offload_optimizer_ratio));
     h = zero__eng_mix(h, (uint64_t)d->ranks_per_node);
     h = zero__eng_mix(h, (uint64_t)d->mics_shard_size);
+    h = zero__eng_mix(h, (uint64_t)(int64_t)(d->delayed_update ? d->delayed_update_after : -1));
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -10664,6 +10768,20 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     }
     if ((r = zero__eng_host_alloc(e, pb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
     e->host.tile_params = (unsigned char *)p;
+    if (e->dpu.on) { /* delayed_update: a second gradient shard and the pending params */
+        size_t qb;
+        if (zero__mul_size(e->layout.shard_numel, e->cfg.param_size, &qb))
+            return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
+        if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+        e->dpu.spare = (unsigned char *)p;
+        if ((r = zero__eng_host_alloc(e, qb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
+        e->dpu.params = (unsigned char *)p;
+        e->dpu.coefs = (zero_adam_coefs *)zero__alloc(
+            &e->cfg.desc.allocator, (size_t)(e->layout.ntensors ? e->layout.ntensors : 1) *
+                                        sizeof *e->dpu.coefs);
+        if (!e->dpu.coefs)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: delayed update");
+    }
     return ZERO_OK;
 }
 
@@ -11725,6 +11843,9 @@ static zero_result zero__eng_step_device_part(zero_engine *e, const float *mul, 
    writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
    half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
    not be tile k - 2's). A skipped step moves nothing. */
+static zero_result zero__dpu_publish(zero_engine *e);
+static void zero__dpu_launch(zero_engine *e, float mul);
+
 static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, const float *dev_flag)
 {
     zero_device *dev = e->cfg.dev;
@@ -11746,11 +11867,20 @@ static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, 
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->buf.scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
+    if (e->dpu.on) { /* delayed_update: the previous step's update is published now */
+        zero_result r = zero__dpu_join(e);
+        if (r == ZERO_OK) r = zero__dpu_publish(e);
+        if (r != ZERO_OK) return r;
+    }
     if (fm[0] != 0.0f || e->host.ntiles + e->host.ndtiles == 0)
         return e->nvme.io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
     /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
        gathers that read the offloaded param shards are done before Adam rewrites them */
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    if (e->dpu.on && e->opt.step >= (int64_t)e->dpu.after) { /* delayed: published next step */
+        zero__dpu_launch(e, fm[1]);
+        return ZERO_OK;
+    }
     /* offload_optimizer_ratio < 1: the device part first, enqueued on COMPUTE (its gradients
        up, then the device's Adam per tile piece), so that on an asynchronous device it runs
        while the host Adam below works on the host part */
@@ -11835,6 +11965,129 @@ static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, 
         return zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1);
     }
     return ZERO_OK;
+}
+
+/* ---- the delayed parameter update (delayed_update, DPU) ---- */
+
+/* The delayed update: the host Adam over every tile (the same pieces, constants and element
+   expression as the immediate step), gradients from dpu.grad, params into dpu.params. Runs
+   on the background thread; touches only host-tier memory (master, m, v, dpu.*). */
+static zero_result zero__dpu_adam(zero_engine *e)
+{
+    int k, i;
+    for (k = 0; k < e->host.ntiles; k++) {
+        const zero__eng_tile *tl = &e->host.tiles[k];
+        size_t mb = e->layout.groups[tl->group].off_shard + tl->begin;
+        for (i = tl->first; i < tl->first + tl->count; i++) {
+            const zero__eng_piece *pc = &e->host.pieces[i];
+            zero_adam_range ar;
+            zero_result r;
+            memset(&ar, 0, sizeof ar);
+            ar.numel = pc->numel;
+            ar.master = zero__opt_at(e, e->opt.master, mb + pc->off);
+            ar.m = zero__opt_at(e, e->opt.m, mb + pc->off);
+            ar.v = zero__opt_at(e, e->opt.v, mb + pc->off);
+            ar.state_dtype = e->cfg.opt_dtype;
+            ar.sr_key = e->dpu.sr_key;
+            ar.sr_index = e->opt.model_off[pc->tensor] + (uint64_t)pc->elem;
+            ar.grad = e->dpu.grad + (mb + pc->off) * e->cfg.comm_size;
+            ar.grad_dtype = e->cfg.comm_dtype;
+            ar.param = e->dpu.params + (mb + pc->off) * e->cfg.param_size;
+            ar.param_dtype = e->cfg.param_dtype;
+            r = zero_adam_host(&ar, &e->dpu.coefs[pc->tensor], e->dpu.mul, ZERO_SIMD_AUTO,
+                               pc->numel >= 65536 ? e->cfg.desc.host_threads : 1);
+            if (r != ZERO_OK) return r;
+        }
+    }
+    return ZERO_OK;
+}
+
+static void *zero__dpu_thread(void *arg)
+{
+    zero_engine *e = (zero_engine *)arg;
+    e->dpu.result = zero__dpu_adam(e);
+    if (e->dpu.result != ZERO_OK) zero__eng_copy_error(e->dpu.why, sizeof e->dpu.why);
+    return NULL;
+}
+
+/* Waits for the running delayed update (if any). Its failure (none is expected: the inputs
+   were validated) breaks the engine. */
+static zero_result zero__dpu_join(zero_engine *e)
+{
+    zero_result r;
+    if (!e->dpu.running) return ZERO_OK;
+    e->dpu.running = 0;
+    if (e->dpu.threaded && pthread_join(e->dpu.thread, NULL) != 0) {
+        e->dpu.result = ZERO_ERROR_INVALID_STATE;
+        snprintf(e->dpu.why, sizeof e->dpu.why, "pthread_join failed");
+    }
+    e->dpu.threaded = 0;
+    r = e->dpu.result;
+    if (r == ZERO_OK) return ZERO_OK;
+    e->dpu.publish = 0;
+    (void)zero__fail(r, "%s", e->dpu.why);
+    return zero__eng_break(e, r, "the delayed update's host Adam");
+}
+
+/* Publishes the pending params (after the join): each tile's range of dpu.params goes to
+   where the immediate step would have put it (uploaded on COMPUTE, or copied into the
+   offloaded shard of a stage-3 group), then COMPUTE is synced so the next delayed update
+   may rewrite dpu.params. The all-gather of stages 1-2 (stage 3: persistent groups) is the
+   caller's (zero__eng_gather_updated). */
+static zero_result zero__dpu_publish(zero_engine *e)
+{
+    zero_device *dev = e->cfg.dev;
+    int k;
+    if (!e->dpu.publish) return ZERO_OK;
+    e->dpu.publish = 0;
+    /* the uploads of earlier gathers that read the offloaded param shards are done */
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "delayed update: sync");
+    for (k = 0; k < e->host.ntiles; k++) {
+        const zero__eng_tile *tl = &e->host.tiles[k];
+        const zero__eng_group *eg = &e->layout.groups[tl->group];
+        unsigned char *dst = zero__eng_tile_param_dev(e, tl);
+        const unsigned char *src = e->dpu.params + (eg->off_shard + tl->begin) * e->cfg.param_size;
+        if (dst)
+            ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst, src,
+                                              tl->numel * e->cfg.param_size),
+                          "delayed update: param upload");
+        else
+            memcpy(e->host.params + (eg->off_param + tl->begin) * e->cfg.param_size, src,
+                   tl->numel * e->cfg.param_size);
+    }
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "delayed update: sync");
+    return ZERO_OK;
+}
+
+/* Starts the delayed update of this step (its verdict taken, fm[1] the multiplier, the
+   constants in opt.coefs): the gradient shard is handed to it and host.grad becomes the
+   spare, so the next backward's downloads land beside it. A thread that cannot be started
+   runs the update here (the same bits, no overlap). */
+static void zero__dpu_launch(zero_engine *e, float mul)
+{
+    unsigned char *g = e->host.grad;
+    memcpy(e->dpu.coefs, e->opt.coefs, (size_t)e->layout.ntensors * sizeof *e->dpu.coefs);
+    e->dpu.mul = mul;
+    e->dpu.sr_key = e->opt.sr_key;
+    e->host.grad = e->dpu.spare;
+    e->dpu.spare = g;
+    e->dpu.grad = g;
+    e->dpu.result = ZERO_OK;
+    e->dpu.why[0] = '\0';
+    e->dpu.publish = 1;
+    e->dpu.running = 1;
+    e->dpu.threaded = pthread_create(&e->dpu.thread, NULL, zero__dpu_thread, e) == 0;
+    if (!e->dpu.threaded) (void)zero__dpu_thread(e);
+}
+
+/* set_tensor while an update is pending: the tensor's elements of this rank's shard in the
+   pending params take the new values too (values + m0, mn elements at shard offset off), so
+   the publish does not bring the old ones back. */
+static zero_result zero__dpu_set(zero_engine *e, size_t off, const float *values, size_t n)
+{
+    if (!e->dpu.publish || n == 0) return ZERO_OK;
+    return zero_convert(e->dpu.params + off * e->cfg.param_size, e->cfg.param_dtype, values,
+                        ZERO_F32, n, ZERO_SIMD_AUTO);
 }
 
 /* The device's model states of an estimate: with the optimizer offloaded the reduced
@@ -12025,7 +12278,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 30 };
+enum { ZERO__ENG_NSETTINGS = 31 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -12037,7 +12290,8 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
             "offload_optimizer", "offload_param", "offload_optimizer_ratio", "optimizer_dtype",
-            "optimizer_seed", "ranks_per_node", "mics_shard_size"};
+            "optimizer_seed", "ranks_per_node", "mics_shard_size",
+            "delayed_update_after" /* -1 = delayed_update off */};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -12057,6 +12311,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[26] = d->optimizer_dtype; v[27] = (double)d->optimizer_seed;
         v[28] = d->ranks_per_node;
         v[29] = d->mics_shard_size;
+        v[30] = d->delayed_update ? d->delayed_update_after : -1;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         if (i == 27) return zero__eng_mix((uint64_t)i, d->optimizer_seed); /* every bit */
@@ -13657,6 +13912,38 @@ static zero_result zero__eng_step_ready(const zero_engine *e)
     return ZERO_OK;
 }
 
+/* Stages 1-2 (stage 3: persistent groups) all-gather the updated param shards: the end of
+   a step, or of zero_engine_finish_update. COLLECTIVE. */
+static zero_result zero__eng_gather_updated(zero_engine *e)
+{
+    int g;
+    if (e->cfg.stage >= 1 && e->cfg.world > 1) {
+        int any = 0;
+        for (g = 0; g < e->layout.ngroups; g++)
+            any |= e->cfg.stage < 3 || e->layout.groups[g].persistent;
+        if (any) {
+            ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
+                          "step: event");
+            ZERO__ENG_TRY(e, zero__eng_group_start(e), "step: group_start");
+            for (g = 0; g < e->layout.ngroups; g++) {
+                if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) continue;
+                if (e->layout.groups[g].shard_numel == 0) continue; /* only frozen tensors */
+                ZERO__ENG_TRY_IN_GROUP(e,
+                                       zero__eng_all_gather(e, zero__eng_param_shard(e, g),
+                                                            zero__eng_param_whole(e, g),
+                                                            e->layout.groups[g].shard_numel,
+                                                            e->cfg.param_dtype, g,
+                                                            ZERO_ROLE_PARAM_UPDATE),
+                                       "step: all_gather of updated params");
+            }
+            ZERO__ENG_TRY(e, zero__eng_group_end(e), "step: group_end");
+            ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
+                          "step: event");
+        }
+    }
+    return ZERO_OK;
+}
+
 static zero_result zero__eng_check_set(zero_engine *e); /* debug mode: below set_tensor */
 
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
@@ -13717,30 +14004,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
     if ((r = zero__tier_adam(e, mul, flag)) != ZERO_OK) return r;
     /* 4. stages 1-2 (stage 3: persistent groups) all-gather the updated param shards. */
-    if (e->cfg.stage >= 1 && e->cfg.world > 1) {
-        int any = 0;
-        for (g = 0; g < e->layout.ngroups; g++)
-            any |= e->cfg.stage < 3 || e->layout.groups[g].persistent;
-        if (any) {
-            ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
-                          "step: event");
-            ZERO__ENG_TRY(e, zero__eng_group_start(e), "step: group_start");
-            for (g = 0; g < e->layout.ngroups; g++) {
-                if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) continue;
-                if (e->layout.groups[g].shard_numel == 0) continue; /* only frozen tensors */
-                ZERO__ENG_TRY_IN_GROUP(e,
-                                       zero__eng_all_gather(e, zero__eng_param_shard(e, g),
-                                                            zero__eng_param_whole(e, g),
-                                                            e->layout.groups[g].shard_numel,
-                                                            e->cfg.param_dtype, g,
-                                                            ZERO_ROLE_PARAM_UPDATE),
-                                       "step: all_gather of updated params");
-            }
-            ZERO__ENG_TRY(e, zero__eng_group_end(e), "step: group_end");
-            ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
-                          "step: event");
-        }
-    }
+    if ((r = zero__eng_gather_updated(e)) != ZERO_OK) return r;
     /* 5. one download: flag, multiplier, norm (async_step: later, on the offload queue). */
     if (e->cfg.desc.async_step && !info) {
         if (!e->async.after_step)
@@ -13766,6 +14030,29 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     if (info) *info = e->async.last_info;
     if (at_min) return zero__eng_at_min_error(e);
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_finish_update(zero_engine *e)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_finish_update");
+    int g;
+    if (r != ZERO_OK) return r;
+    if (e->micro.done != 0 || e->micro.ready_groups != 0)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "zero_engine_finish_update: in the middle of a step (call it between "
+                          "zero_engine_step and the next micro-step)");
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].refs > 0)
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "zero_engine_finish_update: group %d is still gathered (%d "
+                              "references); release every group first",
+                              g, e->layout.groups[g].refs);
+    if (!e->dpu.on) return ZERO_OK;
+    if ((r = zero__dpu_join(e)) != ZERO_OK) return r;
+    if (!e->dpu.publish) return ZERO_OK; /* the same on every rank: no collective either */
+    zero__eng_drop_prefetched(e);        /* prefetched groups hold the old values */
+    if ((r = zero__dpu_publish(e)) != ZERO_OK) return r;
+    return zero__eng_gather_updated(e);
 }
 
 /* ---- tensors in and out ------------------------------------------------------------------ */
@@ -13844,6 +14131,7 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
                           "zero_engine_set_tensor: group %d is gathered (release it first)",
                           ti.group);
     if ((r = zero__eng_parts_of(e, tensor, &pt)) != ZERO_OK) return r;
+    if ((r = zero__dpu_join(e)) != ZERO_OK) return r; /* delayed_update: it writes master */
     /* A prefetch's all-gather may still be reading the shard on COMM: order the uploads
        after it; the prefetched copy is stale and dropped. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
@@ -13906,6 +14194,7 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, e->opt.master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
     if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+    if (r == ZERO_OK) r = zero__dpu_set(e, pt.master_off, values + pt.m0, pt.mn);
     if (tmp != conv) zero__free(&e->cfg.desc.allocator, tmp);
     if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_set_tensor: upload");
     return ZERO_OK;
@@ -13972,6 +14261,7 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
     const void *src;
     size_t off, n, esz;
     if (r != ZERO_OK) return r;
+    if ((r = zero__dpu_join(e)) != ZERO_OK) return r; /* delayed_update: master, m, v complete */
     if (tensor < 0 || tensor >= e->layout.ntensors)
         return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_read_tensor: tensor %d unknown",
                           tensor);
@@ -16034,7 +16324,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     ck->info.scaler.iter = (int64_t)zero__ck_get(&rd, 8);
     ck->info.scaler.last_overflow_iter = (int64_t)zero__ck_get(&rd, 8);
     ck->info.scaler.error_at_min = (int32_t)(uint32_t)zero__ck_get(&rd, 4);
-    (void)zero__ck_get(&rd, 4);
+    ck->info.update_pending = (int)(zero__ck_get(&rd, 4) & 1u); /* flags (0 before DPU) */
     (void)zero__ck_get(&rd, 8);
     ck->info.plan_hash = zero__ck_get(&rd, 8);
     if (world < 1 || world > 65536 || stage > 3 ||
@@ -16761,7 +17051,7 @@ static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int ne
             if (e->layout.groups[g].refs > 0)
                 return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: group %d is gathered (release "
                                   "every group first)", fn, g);
-    return ZERO_OK;
+    return zero__dpu_join(e); /* delayed_update: master, m, v complete */
 }
 
 /* ---- save ------------------------------------------------------------------------------------ */
@@ -17188,7 +17478,7 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
     zero__ck_u64(&b, (uint64_t)e->opt.scaler.iter);
     zero__ck_u64(&b, (uint64_t)e->opt.scaler.last_overflow_iter);
     zero__ck_u32(&b, (uint32_t)e->opt.scaler.error_at_min); /* informative: load keeps its own */
-    zero__ck_u32(&b, 0);
+    zero__ck_u32(&b, e->dpu.publish ? 1u : 0u); /* flags: bit 0 = a delayed update pending */
     zero__ck_u64(&b, 0);
     zero__ck_u64(&b, zero_plan_hash(e->layout.plan));
     for (g = 0; g < e->layout.ngroups; g++) {
@@ -17689,6 +17979,20 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     e->opt.scaler.dynamic = ck->info.scaler.dynamic;
     e->opt.scaler.iter = ck->info.scaler.iter;
     e->opt.scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
+    /* delayed_update: a checkpoint saved with an update pending holds it in master, m, v but
+       not in the params; this engine publishes it at the end of its next step (the params
+       pending = the master rounded, as the host Adam writes them). Without delayed_update
+       the next step's Adam rewrites every param from the master anyway. */
+    e->dpu.publish = 0;
+    if (e->dpu.on && ck->info.update_pending && e->layout.shard_numel > 0) {
+        r = zero_convert(e->dpu.params, e->cfg.param_dtype, e->opt.master, e->cfg.opt_dtype,
+                         e->layout.shard_numel, ZERO_SIMD_AUTO);
+        if (r != ZERO_OK) {
+            r = zero__eng_break(e, r, "zero_engine_load: the pending params");
+            goto out;
+        }
+        e->dpu.publish = 1;
+    }
     if (want_client) {
         if (cl) memcpy(client, cl, (size_t)ck->info.client_bytes);
         if (client_bytes) *client_bytes = (size_t)ck->info.client_bytes;
