@@ -81,6 +81,8 @@ typedef struct gpt2_opts {
                                   for the step (none = the host tier when oopt is set) */
     const char *nvme_path;
     double offload_ratio;     /* --offload-ratio R: offload_optimizer_ratio (0 = 1)      */
+    int dpu, dpu_after;       /* --delayed-update-after K: delayed_update = 1 with K warm-up
+                                 updates (needs --offload-optimizer cpu)                  */
     zero_offload_device oact; /* --offload-activations: checkpoint each block's input in this
                                  tier, recompute the block in the backward (none = keep all) */
     int tile_embedding;       /* --tile-embedding K: wte (embedding and LM head) as K tile
@@ -166,6 +168,8 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
             "         --offload-ratio R   the fraction R in (0, 1] of the optimizer state offloaded,\n"
             "                             the rest updated on the device (default 1)\n"
+            "         --delayed-update-after K   DPU: after K updates the host Adam overlaps the next\n"
+            "                             forward and backward (one-step-stale params; needs cpu)\n"
             "         --offload-activations none|cpu|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "ZeRO++: --quantized-weights 0|1   stage 3: the forward all-gather as int8 blocks (qwZ)\n"
@@ -355,6 +359,8 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--mics-shard-size")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->mics_shard_size);
         else if (!strcmp(k, "--offload-ratio"))
             o->offload_ratio = atof(v), bad = !(o->offload_ratio > 0 && o->offload_ratio <= 1);
+        else if (!strcmp(k, "--delayed-update-after"))
+            o->dpu = 1, bad = gpt2_parse_int(v, 0, INT_MAX, &o->dpu_after);
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
         else if (!strcmp(k, "--tile-embedding")) bad = gpt2_parse_int(v, 1, INT_MAX, &o->tile_embedding);
         else if (!strcmp(k, "--save")) o->save_dir = v;
@@ -478,6 +484,8 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->offload_param = o->oparam;
     d->offload_gradients = o->ograd;
     d->offload_optimizer_ratio = o->offload_ratio;
+    d->delayed_update = o->dpu;
+    d->delayed_update_after = o->dpu_after;
     d->nvme_path = o->nvme_path;
     d->ranks_per_node = o->ranks_per_node;
     d->mics_shard_size = stage >= 1 ? o->mics_shard_size : 0; /* the demo's stage 0 runs flat */

@@ -900,6 +900,10 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         }
         t_opt = now_s();
         CHECK(zero_engine_step(e, &info));
+        /* --delayed-update-after: the last update reaches the params before the final
+           validation, export and checksum (a --stop-at run leaves it pending in its checkpoint,
+           so its resume is the uninterrupted run) */
+        if (s + 1 == o->steps) CHECK(zero_engine_finish_update(e));
         if (rank == 0) R->t_step += now_s() - t_opt;
         cl.next_step = s + 1;
         /* the log's loss: every rank's mean, through a tagged user all-reduce */

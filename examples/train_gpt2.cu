@@ -793,6 +793,7 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
             TRY(backward(R));
         }
         TRY(zero_engine_step(R->e, &info));
+        if (s + 1 == o->steps) TRY(zero_engine_finish_update(R->e)); /* --delayed-update-after */
         /* a step that waited through a watchdog abort reads undefined values and still
            returns OK: the NCCL comm says whether its collectives really finished */
         if (zero_nccl_is(R->comm)) TRY(zero_nccl_status(R->comm));
