@@ -679,6 +679,11 @@ typedef struct zero_estimate_desc {
                                   (0, 1] of the optimizer state offloaded (0 = 1); the tier
                                   holds K H bytes, H = max(1, floor(r S + 0.5)) of the S
                                   optimizer elements per rank, the device K (S - H)       */
+    int delayed_update;        /* paper mode, with offload_optimizer = CPU: the engine's
+                                  delayed_update adds a second gradient shard and the pending
+                                  params to host_bytes: (grad_bytes + param_bytes) x the
+                                  optimizer elements per rank, ceil((Psi - F) / N) at
+                                  stages 1-3 (the engine refuses offload at stage 0)       */
     uint64_t frozen;           /* paper mode: F of the Psi parameters are frozen
                                   (ZERO_TENSOR_FROZEN): params only, no gradient or
                                   optimizer state (0..params; max_params: Psi counts them) */
@@ -4162,6 +4167,15 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_optimizer_ratio is a paper-mode setting", fn);
     if (r->offload_optimizer_ratio == 0.0) r->offload_optimizer_ratio = 1.0;
+    if (r->delayed_update != 0 && r->delayed_update != 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: delayed_update = %d (0 or 1)", fn,
+                          r->delayed_update);
+    if (r->delayed_update &&
+        (r->mode == ZERO_ESTIMATE_DEEPSPEED || r->offload_optimizer != ZERO_OFFLOAD_CPU ||
+         r->offload_optimizer_ratio < 1.0 || r->offload_param == ZERO_OFFLOAD_NVME))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update needs paper mode and offload_optimizer = cpu at "
+                          "ratio 1 (offload_param none or cpu), as the engine's", fn);
     if (r->offload_param != ZERO_OFFLOAD_NONE && (r->stage != 3 || !r->offload))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_param needs stage 3 and an offloaded optimizer", fn);
@@ -4285,6 +4299,12 @@ static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_es
         e->optimizer_bytes = opt - off;
         if (r->offload_optimizer == ZERO_OFFLOAD_CPU) e->host_bytes = off;
         else e->nvme_bytes = off;
+    }
+    if (r->delayed_update) { /* DPU: a second gradient shard and the pending params */
+        uint64_t dpu;
+        if (zero__mul_u64(on, (uint64_t)r->grad_bytes + (uint64_t)r->param_bytes, &dpu) ||
+            zero__add_u64(e->host_bytes, dpu, &e->host_bytes))
+            return -1;
     }
     if (r->offload_param != ZERO_OFFLOAD_NONE) { /* ZeRO-Infinity: 2 S leave the device */
         uint64_t *tier = r->offload_param == ZERO_OFFLOAD_CPU ? &e->host_bytes : &e->nvme_bytes;

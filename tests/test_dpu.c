@@ -479,6 +479,45 @@ ZT_TEST(finish_update_rules)
     ZT_CHECK(zero_local_run(1, finish_rank, NULL) == ZERO_OK);
 }
 
+/* ---- the estimator ---- */
+
+/* Paper mode: delayed_update adds (grad + param bytes) x ceil((Psi - F) / N) to host_bytes,
+   nothing to the device; refused without offload_optimizer = cpu at ratio 1. */
+ZT_TEST(estimator_counts_the_two_buffers)
+{
+    zero_estimate_desc d;
+    zero_estimate a, b;
+    int st;
+    for (st = 1; st <= 3; st++) {
+        memset(&d, 0, sizeof d);
+        d.params = 1000003;
+        d.ranks = 4;
+        d.stage = st;
+        d.frozen = 3;
+        d.offload_optimizer = ZERO_OFFLOAD_CPU;
+        d.offload_param = st == 3 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+        ZT_CHECK(zero_estimate_compute(&d, &a) == ZERO_OK);
+        d.delayed_update = 1;
+        ZT_CHECK(zero_estimate_compute(&d, &b) == ZERO_OK);
+        ZT_CHECK(b.device_bytes == a.device_bytes);
+        ZT_CHECKF(b.host_bytes == a.host_bytes + 250000u * 4u, "stage %d: %llu vs %llu", st,
+                  (unsigned long long)b.host_bytes, (unsigned long long)a.host_bytes);
+        d.grad_bytes = 4; /* fp32 gradient communication */
+        ZT_CHECK(zero_estimate_compute(&d, &b) == ZERO_OK);
+        d.delayed_update = 0;
+        ZT_CHECK(zero_estimate_compute(&d, &a) == ZERO_OK);
+        ZT_CHECK(b.host_bytes == a.host_bytes + 250000u * 6u);
+    }
+    d.delayed_update = 1;
+    d.offload_optimizer = ZERO_OFFLOAD_NVME;
+    d.offload_param = ZERO_OFFLOAD_NONE;
+    ZT_CHECK(zero_estimate_compute(&d, &b) == ZERO_ERROR_INVALID_ARGUMENT);
+    d.offload_optimizer = ZERO_OFFLOAD_CPU;
+    d.offload_optimizer_ratio = 0.5;
+    ZT_CHECK(zero_estimate_compute(&d, &b) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(strstr(zero_last_error(), "delayed_update") != NULL);
+}
+
 int main(void)
 {
     ZT_RUN(delayed_update_validated_with_clear_errors);
@@ -490,5 +529,6 @@ int main(void)
     ZT_RUN(checkpoint_with_an_update_pending_resumes_exactly);
     ZT_RUN(host_tier_holds_the_two_buffers);
     ZT_RUN(finish_update_rules);
+    ZT_RUN(estimator_counts_the_two_buffers);
     return zt_summary();
 }

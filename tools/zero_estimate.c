@@ -40,6 +40,8 @@ static const char *help_text =
     "  --offload-ratio R    with --offload(-optimizer): the fraction R in (0, 1] of the\n"
     "                       optimizer state offloaded (offload_optimizer_ratio); the rest\n"
     "                       stays on the device (default 1)\n"
+    "  --delayed-update     with --offload-optimizer cpu: the engine's delayed_update (DPU)\n"
+    "                       adds (grad + param bytes) x ceil(Psi / N) to the host column\n"
     "  --param-bytes B      bytes per parameter (default 2: fp16/bf16)\n"
     "  --grad-bytes B       bytes per gradient (default 2)\n"
     "  --optimizer-bytes K  bytes of optimizer state per parameter (default 12: Adam's fp32\n"
@@ -334,6 +336,8 @@ int main(int argc, char **argv)
             return 0;
         } else if (FLAG("--offload")) {
             o.offload = 1;
+        } else if (FLAG("--delayed-update")) {
+            o.base.delayed_update = 1;
         } else if (FLAG("--offload-params")) {
             o.offload_params = 1;
         } else if (FLAG("--deepspeed")) {
@@ -414,7 +418,8 @@ int main(int argc, char **argv)
             return bad("%s needs a value%s", name, "");
         } else if (eq && (strcmp(name, "--offload") == 0 || strcmp(name, "--json") == 0 ||
                           strcmp(name, "--deepspeed") == 0 || strcmp(name, "--max-params") == 0 ||
-                          strcmp(name, "--gib") == 0 || strcmp(name, "--offload-params") == 0)) {
+                          strcmp(name, "--gib") == 0 || strcmp(name, "--offload-params") == 0 ||
+                          strcmp(name, "--delayed-update") == 0)) {
             return bad("%s takes no value%s", name, "");
         } else {
             return bad("unknown argument '%s'%s", arg, "");
@@ -483,6 +488,7 @@ int main(int argc, char **argv)
         d.stage = 0;
         d.offload = 0;
         d.offload_optimizer_ratio = 0.0;
+        d.delayed_update = 0;
         if (zero_estimate_compute(&d, &e) != ZERO_OK) return bad("%s%s", zero_last_error(), "");
         baseline = e.device_bytes;
     }
