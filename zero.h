@@ -165,6 +165,15 @@
    ZERO_STATES_ALL, ZERO_OFFLOAD_CPU | _NVME) moves the device's params, gradients, master,
    m and v (any OR of ZERO_STATES_*) to host memory or a file and frees their device
    memory; zero_engine_reload_states(e) brings them back bit for bit.
+   d.delayed_update = 1 with d.delayed_update_after = K (the ZeRO-Offload paper's DPU;
+   offload_optimizer = cpu): after K updates, the host Adam of a step's gradients runs on
+   a background thread while the next forward and backward run, and its params are
+   published at the end of the next zero_engine_step: each forward then sees the params
+   without the previous step's update (one step stale); the loss scaler and clipping see
+   each step's own gradients as before. zero_engine_finish_update(e) publishes the pending
+   update (call it before an export or a final evaluation). Checkpoints hold the pending
+   update and resume bit for bit. Costs the host tier a second gradient shard and the
+   pending params.
 
    BF16 OPTIMIZER STATES (docs/optimizer.md). d.optimizer_dtype = ZERO_BF16 stores master,
    m and v in bf16 (K = 6: 10 Psi bytes at stage 0 with 16-bit params and gradients instead
