@@ -195,6 +195,11 @@
    of S consecutive ranks and replicates them across the N / S groups: memory per rank is
    the flat engine's at N = S, gathers and reduce-scatters stay inside the group, and one
    all-reduce per step crosses the replicas. Exact: stages 1-3 give the same bits.
+   d.hpz_partition_size = S (ZeRO++ hpZ, stage 3; S divides R) keeps beside the 1/N param
+   shard a secondary copy cut over the S ranks of the node (+ p Psi / S bytes), taken from
+   the first all-gather of a group after the params change; every later gather of the group
+   (the backward's, the next micro-steps') runs inside the node: per step one gather crosses
+   nodes instead of 2 A. Exact: the same bits as plain stage 3.
 
    PARAMETER GROUPS (docs/optimizer.md). zero_engine_set_tensor_hparams(e, t, lr_mul, wd)
    gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
@@ -204,7 +209,7 @@
    ZERO++ QUANTIZED COLLECTIVES (docs/engine.md, "Quantized collectives"; lossy by design).
    d.quantized_weights = 1 (stage 3, qwZ): the forward's all-gather of each group carries
    int8 blocks with one fp32 scale per block (about half the bytes at 16-bit); the
-   backward's gathers stay exact. d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
+   backward's gathers stay exact (with hpZ they read the forward's values). d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
    reduce-scatter becomes int4 blocks (quantized_gradient_bits = 8 for int8) moved by the
    comm's all_to_all, summed in fp32 in rank order (the same bits every run and at stages
    1-3). d.quant_block_numel: elements per block (0 = 256). Every element comes back within
