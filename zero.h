@@ -14285,7 +14285,8 @@ ZERODEF zero_result zero_engine_finish_update(zero_engine *e)
     if (!e->dpu.on) return ZERO_OK;
     if ((r = zero__dpu_join(e)) != ZERO_OK) return r;
     if (!e->dpu.publish) return ZERO_OK; /* the same on every rank: no collective either */
-    zero__eng_drop_prefetched(e);        /* prefetched groups hold the old values */
+    zero__eng_drop_prefetched(e);        /* prefetched groups hold the old values, */
+    zero__eng_hpz_stale(e, -1);          /* and so do hpZ's secondary parts */
     if ((r = zero__dpu_publish(e)) != ZERO_OK) return r;
     return zero__eng_gather_updated(e);
 }

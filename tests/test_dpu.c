@@ -48,6 +48,7 @@ static ec_result *run_reference(const ec_cfg *c, int K)
     ref.offload_opt = ref.offload_param = ZERO_OFFLOAD_NONE;
     ref.offload_grad = ZERO_OFFLOAD_NONE;
     ref.persist = 0;
+    ref.hpz = 0;
     ref.dpu = ref.dpu_after = 0;
     ref.stale = &st;
     ref.stale_after = K;
@@ -173,6 +174,19 @@ ZT_TEST(delayed_update_bf16_states_and_offloaded_params)
         got = ec_run(&c);
         snprintf(label, sizeof label, "stage 3 offload_param N=%d", world);
         check_same(&c, ref, got, label);
+        ec_result_free(got);
+        ec_result_free(ref);
+    }
+    {   /* stage 3 with ZeRO++'s hpZ (secondary partitions of 2 in a node of 4) */
+        ec_cfg c;
+        ec_result *ref, *got;
+        cfg_fp16(&c, 3, 4, 5);
+        c.ranks_per_node = 4;
+        c.hpz = 2;
+        c.dpu_after = 1;
+        ref = run_reference(&c, 1);
+        got = ec_run(&c);
+        check_same(&c, ref, got, "stage 3 hpZ N=4");
         ec_result_free(got);
         ec_result_free(ref);
     }
