@@ -107,6 +107,7 @@ typedef struct gpt2_opts {
     /* beyond one node (docs/engine.md, "MiCS"): the engine's topology and MiCS groups */
     int ranks_per_node;  /* --ranks-per-node R (0 = the launcher's, else one node)       */
     int mics_shard_size; /* --mics-shard-size S (stages 1-3; 0 = flat)                  */
+    double dropout;      /* --dropout P: HF's embd_pdrop, attn_pdrop and resid_pdrop (0 = none) */
 } gpt2_opts;
 
 /* The small default model: learns visibly within a few minutes on 2 cores. */
@@ -162,6 +163,9 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "tune:   --freeze LIST   frozen tensors (no gradients, no optimizer state): wte, wpe, ln_f,\n"
             "                        h.N, h.A-B, comma-separated (e.g. wte,wpe,h.0-5); train_gpt2.c\n"
             "        --lr-embed M    wte and wpe train at lr x M (per-tensor lr; default 1)\n"
+            "        --dropout P     HF GPT-2's embd, attn and resid dropout, P in [0, 1) (default 0: none;\n"
+            "                        GPT2Config's is 0.1); masks from a counter-based hash of (--seed, step,\n"
+            "                        micro-step, layer, site, element), docs/gpt2.md; train_gpt2.c\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
             "         --offload-ratio R   the fraction R in (0, 1] of the optimizer state offloaded,\n"
@@ -372,6 +376,11 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--weight-decay")) o->weight_decay = atof(v), bad = !(o->weight_decay >= 0 && o->weight_decay < 1e6);
         else if (!strcmp(k, "--lr-embed")) o->lr_embed = atof(v), bad = !(o->lr_embed >= 0 && o->lr_embed < 1e6);
         else if (!strcmp(k, "--freeze")) o->freeze = v;
+        else if (!strcmp(k, "--dropout")) {
+            char *end;
+            o->dropout = strtod(v, &end);
+            bad = end == v || *end != '\0' || !(o->dropout >= 0 && o->dropout < 1);
+        }
         else if (!strcmp(k, "--quantized-weights")) bad = gpt2_parse_int(v, 0, 1, &o->quant_w);
         else if (!strcmp(k, "--quantized-gradients"))
             bad = gpt2_parse_int(v, 0, 8, &o->quant_g) || (o->quant_g > 1 && o->quant_g != 4 && o->quant_g != 8);
@@ -822,6 +831,57 @@ static inline double gpt2_rng_normal(uint64_t *s)
     double u1 = gpt2_rng_uniform(s), u2 = gpt2_rng_uniform(s);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2);
+}
+
+/* ---- dropout masks (docs/gpt2.md, "Dropout") ---------------------------------------------- */
+
+/* A mask element is a pure function of where it is, so any rank, stage or recomputation
+   draws the same one: for the stream key K(seed, step, micro, layer, site) and the index i of
+   the element in the global batch's tensor (row-major: [B, T, C] for the embeddings and the
+   residual branches, [B, H, T, T] for the attention probabilities), with mix the splitmix64
+   finalizer and G = 0x9e3779b97f4a7c15, all arithmetic mod 2^64:
+     K = mix(mix(mix(mix(mix(seed) ^ step) ^ micro) ^ layer) ^ site)
+     u(i) = mix(K + (i + 1) G) >> 40                      (24 bits)
+     keep(i) = u(i) >= round(P 2^24), and a kept element is multiplied by float(1 / (1 - P)).
+   Sites: GPT2_DROP_EMBD (layer 0: wte + wpe), GPT2_DROP_ATTN (the softmax), GPT2_DROP_ATTN_RESID
+   (attn.c_proj's output), GPT2_DROP_MLP_RESID (mlp.c_proj's output). tests/gpt2_finetune.py
+   computes the same in numpy. */
+enum { GPT2_DROP_EMBD = 0, GPT2_DROP_ATTN = 1, GPT2_DROP_ATTN_RESID = 2, GPT2_DROP_MLP_RESID = 3 };
+#define GPT2_DROP_G 0x9e3779b97f4a7c15ull
+
+static inline uint64_t gpt2_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t gpt2_dropout_key(uint64_t seed, uint64_t step, uint64_t micro, uint64_t layer, uint64_t site)
+{
+    return gpt2_mix64(gpt2_mix64(gpt2_mix64(gpt2_mix64(gpt2_mix64(seed) ^ step) ^ micro) ^ layer) ^ site);
+}
+
+/* round(P 2^24): u(i) below it is dropped */
+static inline uint32_t gpt2_dropout_threshold(double p) { return (uint32_t)(p * 16777216.0 + 0.5); }
+
+static inline int gpt2_dropout_keep(uint64_t key, uint64_t i, uint32_t thr)
+{
+    return (uint32_t)(gpt2_mix64(key + (i + 1) * GPT2_DROP_G) >> 40) >= thr;
+}
+
+/* x[j] for j in [0, n), element i0 + j of its global tensor, times its mask: 0 or scale. */
+static inline void gpt2_dropout_apply(float *x, size_t n, uint64_t key, uint64_t i0, uint32_t thr, float scale)
+{
+    size_t j;
+    for (j = 0; j < n; j++) x[j] = gpt2_dropout_keep(key, i0 + j, thr) ? x[j] * scale : 0.0f;
+}
+
+/* out[j] = x[j] times its mask (out may be x). */
+static inline void gpt2_dropout_copy(float *out, const float *x, size_t n, uint64_t key, uint64_t i0, uint32_t thr,
+                                     float scale)
+{
+    size_t j;
+    for (j = 0; j < n; j++) out[j] = gpt2_dropout_keep(key, i0 + j, thr) ? x[j] * scale : 0.0f;
 }
 
 /* ---- sampling (both examples' generate) -------------------------------------------------- */
