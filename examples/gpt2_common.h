@@ -108,6 +108,9 @@ typedef struct gpt2_opts {
     int ranks_per_node;  /* --ranks-per-node R (0 = the launcher's, else one node)       */
     int mics_shard_size; /* --mics-shard-size S (stages 1-3; 0 = flat)                  */
     double dropout;      /* --dropout P: HF's embd_pdrop, attn_pdrop and resid_pdrop (0 = none) */
+    const char *tokenizer_path;     /* --tokenizer: a tokenizer.json (or a directory holding one) */
+    const char *decode_path;        /* --decode FILE.bin: print its tokens as text and exit */
+    const struct gpt2_vocab *vocab; /* the caller's gpt2_vocab_load of tokenizer_path (NULL: none) */
 } gpt2_opts;
 
 /* The small default model: learns visibly within a few minutes on 2 cores. */
@@ -179,6 +182,8 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "        --mics-shard-size S  MiCS (stages 1-3): states partitioned in groups of S ranks,\n"
             "                             replicated across the N / S groups\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n"
+            "        --tokenizer FILE|DIR   a Hugging Face tokenizer.json: the sample prints text, not ids\n"
+            "        --decode FILE.bin   with --tokenizer: print the file's tokens as text, and exit\n"
             "        --export DIR   (train_gpt2.c) the final weights as a Hugging Face directory:\n"
             "                       config.json + model.safetensors for GPT2LMHeadModel.from_pretrained\n",
             prog, GPT2_DEFAULT_DATA, GPT2_BETA1, GPT2_BETA2, GPT2_EPS, GPT2_WEIGHT_DECAY);
@@ -368,6 +373,8 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--data")) o->data_path = v;
         else if (!strcmp(k, "--val-data")) o->val_path = v;
         else if (!strcmp(k, "--log")) o->log_path = v;
+        else if (!strcmp(k, "--tokenizer")) o->tokenizer_path = v;
+        else if (!strcmp(k, "--decode")) o->decode_path = v;
         else if (!strcmp(k, "--export")) o->export_dir = v;
         else if (!strcmp(k, "--dump-logits")) o->logits_path = v;
         else if (!strcmp(k, "--beta1")) o->beta1 = atof(v), bad = !(o->beta1 > 0 && o->beta1 < 1);
@@ -924,6 +931,346 @@ static inline size_t gpt2_sample_format(const int *tok, int len, int text, char 
             used += (size_t)snprintf(out + used, cap - used, "%d ", tok[i]);
     }
     return used;
+}
+
+/* ---- a vocabulary to print tokens as text (--tokenizer) --------------------------------- */
+
+/* Token id -> its bytes, from a Hugging Face tokenizer.json: model.vocab ({"string": id}) and
+   added_tokens ([{"id": N, "content": "..."}], printed as their content). With a ByteLevel
+   decoder (GPT-2's byte-level BPE) each character of a vocab string stands for one byte by
+   GPT-2's bytes_to_unicode (bytes 33-126, 161-172 and 174-255 are their own code points;
+   the other 68, in order, are 256-323): decoding undoes that map. Other decoders: the
+   strings as they are. */
+typedef struct gpt2_vocab {
+    char **str;   /* [n]: id's bytes (NULL: no such id in the file) */
+    size_t *len;  /* [n]                                           */
+    int n;        /* ids 0 .. n - 1                                */
+    int byte_level;
+} gpt2_vocab;
+
+static inline void gpt2_vocab_free(gpt2_vocab *v)
+{
+    int i;
+    for (i = 0; v->str && i < v->n; i++) free(v->str[i]);
+    free(v->str);
+    free(v->len);
+    memset(v, 0, sizeof *v);
+}
+
+static inline const char *gpt2__json_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+static inline size_t gpt2__utf8_put(char *out, uint32_t cp)
+{
+    if (cp < 0x80) return out[0] = (char)cp, 1;
+    if (cp < 0x800) return out[0] = (char)(0xc0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), 2;
+    if (cp < 0x10000)
+        return out[0] = (char)(0xe0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 63)), out[2] = (char)(0x80 | (cp & 63)), 3;
+    out[0] = (char)(0xf0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 63)), out[2] = (char)(0x80 | (cp >> 6 & 63));
+    out[3] = (char)(0x80 | (cp & 63));
+    return 4;
+}
+
+static inline int gpt2__hex4(const char *p, uint32_t *out)
+{
+    int k;
+    *out = 0;
+    for (k = 0; k < 4; k++) {
+        char c = p[k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *out = *out << 4 | (uint32_t)d;
+    }
+    return 0;
+}
+
+/* The JSON string at *p (its opening quote) as UTF-8 into out (cap >= its escaped length +
+   1, which bounds the decoded one); *p moves past the closing quote. Its length, or -1. */
+static inline long gpt2__json_string(const char **p, char *out, size_t cap)
+{
+    const char *q = *p;
+    size_t n = 0;
+    if (*q++ != '"') return -1;
+    while (*q && *q != '"') {
+        uint32_t cp, lo;
+        if (n + 5 > cap) return -1;
+        if (*q != '\\') {
+            out[n++] = *q++;
+            continue;
+        }
+        q++;
+        switch (*q) {
+        case '"': case '\\': case '/': out[n++] = *q; break;
+        case 'b': out[n++] = '\b'; break;
+        case 'f': out[n++] = '\f'; break;
+        case 'n': out[n++] = '\n'; break;
+        case 'r': out[n++] = '\r'; break;
+        case 't': out[n++] = '\t'; break;
+        case 'u':
+            if (gpt2__hex4(q + 1, &cp) != 0) return -1;
+            q += 4;
+            if (cp >= 0xd800 && cp < 0xdc00) { /* a surrogate pair */
+                if (q[1] != '\\' || q[2] != 'u' || gpt2__hex4(q + 3, &lo) != 0 || lo < 0xdc00 || lo >= 0xe000) return -1;
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                q += 6;
+            }
+            n += gpt2__utf8_put(out + n, cp);
+            break;
+        default: return -1;
+        }
+        q++;
+    }
+    if (*q != '"') return -1;
+    *p = q + 1;
+    out[n] = '\0';
+    return (long)n;
+}
+
+/* Past the JSON value at p (strings, numbers, literals, nested objects and arrays); NULL if
+   it is malformed. */
+static inline const char *gpt2__json_skip(const char *p)
+{
+    int depth = 0;
+    p = gpt2__json_ws(p);
+    do {
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++)
+                if (*p == '\\' && p[1]) p++;
+            if (!*p) return NULL;
+            p++;
+        } else if (*p == '{' || *p == '[') {
+            depth++, p++;
+        } else if (*p == '}' || *p == ']') {
+            if (--depth < 0) return NULL;
+            p++;
+        } else if (*p) {
+            p++;
+            if (depth == 0) /* a number or literal: to its end */
+                while (*p && !strchr(",}] \t\r\n", *p)) p++;
+        } else {
+            return NULL;
+        }
+        if (depth > 0) p = gpt2__json_ws(p);
+    } while (depth > 0);
+    return p;
+}
+
+/* The value of the top-level key of the JSON object text (past its colon), or NULL. */
+static inline const char *gpt2__json_member(const char *text, const char *key)
+{
+    const char *p = gpt2__json_ws(text);
+    size_t kl = strlen(key);
+    if (*p++ != '{') return NULL;
+    for (;;) {
+        const char *k;
+        size_t klen;
+        p = gpt2__json_ws(p);
+        if (*p != '"') return NULL;
+        k = p + 1;
+        if (!(p = gpt2__json_skip(p))) return NULL;
+        klen = (size_t)(p - 1 - k); /* the key as written (no key we look for has escapes) */
+        p = gpt2__json_ws(p);
+        if (*p++ != ':') return NULL;
+        if (klen == kl && !strncmp(k, key, kl)) return gpt2__json_ws(p);
+        if (!(p = gpt2__json_skip(p))) return NULL;
+        p = gpt2__json_ws(p);
+        if (*p++ != ',') return NULL;
+    }
+}
+
+/* Sets id's bytes (from a string of n bytes, byte-level mapped when bl). 0, or -1. */
+static inline int gpt2__vocab_set(gpt2_vocab *v, long id, const char *s, size_t n, int bl)
+{
+    char *out;
+    size_t i = 0, k = 0;
+    if (id < 0 || id >= v->n || v->str[id]) return -1;
+    if (!(out = (char *)malloc(n + 1))) return -1;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        uint32_t cp = c;
+        size_t len = 1;
+        if (bl && c >= 0x80) { /* the byte-level alphabet lies below U+0800: 1 or 2 bytes */
+            len = c >= 0xc0 ? (c >= 0xe0 ? (c >= 0xf0 ? 4 : 3) : 2) : 1;
+            cp = 0x110000; /* none of the alphabet unless a whole 2-byte character */
+            if (len == 2 && i + 1 < n) cp = (uint32_t)(c & 31) << 6 | ((unsigned char)s[i + 1] & 63);
+        }
+        if (bl && ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))) {
+            out[k++] = (char)cp;
+        } else if (bl && cp >= 256 && cp < 256 + 68) { /* the n-th byte outside those ranges */
+            int b, m = -1;
+            for (b = 0; b < 256; b++)
+                if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) && ++m == (int)(cp - 256)) break;
+            out[k++] = (char)b;
+        } else { /* not a byte-level character: its UTF-8 as it is */
+            memcpy(out + k, s + i, len <= n - i ? len : n - i);
+            k += len <= n - i ? len : n - i;
+        }
+        i += len;
+    }
+    out[k] = '\0';
+    v->str[id] = out;
+    v->len[id] = k;
+    return 0;
+}
+
+/* Loads path (a tokenizer.json, or a directory holding one) into v. 0, or -1 with a
+   sentence in err. */
+static inline int gpt2_vocab_load(const char *path, gpt2_vocab *v, char *err, size_t n)
+{
+    char file[4200], *text = NULL, *buf = NULL;
+    const char *p, *dec;
+    struct stat st;
+    FILE *f;
+    long len = -1, maxid = -1, id;
+    int pass, rc = -1;
+    memset(v, 0, sizeof *v);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(file, sizeof file, "%s/tokenizer.json", path);
+    else snprintf(file, sizeof file, "%s", path);
+    if (!(f = fopen(file, "rb"))) {
+        snprintf(err, n, "--tokenizer %.300s: cannot open it: %s", file, strerror(errno));
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && len < (1L << 28) && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = (char *)malloc((size_t)len + 1)) != NULL && (buf = (char *)malloc((size_t)len + 1)) != NULL &&
+        fread(text, 1, (size_t)len, f) == (size_t)len)
+        text[len] = '\0', rc = 0;
+    fclose(f);
+    if (rc != 0) {
+        snprintf(err, n, "--tokenizer %.300s: unreadable (or not 1 B to 256 MB)", file);
+        goto out;
+    }
+    rc = -1;
+    dec = gpt2__json_member(text, "decoder");
+    if (dec && *dec == '{') { /* ByteLevel, alone or in a Sequence's decoders */
+        const char *end = gpt2__json_skip(dec);
+        const char *hit = strstr(dec, "\"ByteLevel\"");
+        v->byte_level = hit && end && hit < end;
+    }
+    p = gpt2__json_member(text, "model");
+    if (!p || *p != '{' || !(p = gpt2__json_member(p, "vocab")) || *p != '{') {
+        snprintf(err, n, "--tokenizer %.300s: no model.vocab object (a Hugging Face tokenizer.json has one)", file);
+        goto out;
+    }
+    for (pass = 0; pass < 2; pass++) { /* the largest id, then the strings */
+        const char *q = gpt2__json_ws(p + 1), *a;
+        while (*q == '"') {
+            long sl = gpt2__json_string(&q, buf, (size_t)len + 1);
+            char *e;
+            q = gpt2__json_ws(q);
+            if (sl < 0 || *q != ':') break;
+            q = gpt2__json_ws(q + 1);
+            id = strtol(q, &e, 10);
+            if (e == q || id < 0 || id >= (1L << 24)) break;
+            if (pass == 0 && id > maxid) maxid = id;
+            if (pass == 1 && gpt2__vocab_set(v, id, buf, (size_t)sl, v->byte_level) != 0) break;
+            q = gpt2__json_ws(e);
+            if (*q == ',') q = gpt2__json_ws(q + 1);
+        }
+        if (*q != '}') {
+            snprintf(err, n, "--tokenizer %.300s: model.vocab is malformed near byte %ld (or an id repeats)", file,
+                     (long)(q - text));
+            goto out;
+        }
+        a = gpt2__json_member(text, "added_tokens");
+        for (a = a && *a == '[' ? gpt2__json_ws(a + 1) : NULL; a && *a == '{';) { /* {"id": N, "content": "..."} */
+            const char *c = gpt2__json_member(a, "content"), *i = gpt2__json_member(a, "id");
+            long sl = c && *c == '"' ? gpt2__json_string(&c, buf, (size_t)len + 1) : -1;
+            id = i ? strtol(i, NULL, 10) : -1;
+            if (sl < 0 || id < 0 || id >= (1L << 24)) {
+                snprintf(err, n, "--tokenizer %.300s: an added token without an id or content", file);
+                goto out;
+            }
+            if (pass == 0 && id > maxid) maxid = id;
+            if (pass == 1 && v->str[id] == NULL && gpt2__vocab_set(v, id, buf, (size_t)sl, 0) != 0) {
+                snprintf(err, n, "--tokenizer %.300s: out of memory", file);
+                goto out;
+            }
+            if (!(a = gpt2__json_skip(a))) break;
+            a = gpt2__json_ws(a);
+            if (*a == ',') a = gpt2__json_ws(a + 1);
+        }
+        if (pass == 0) {
+            v->n = (int)maxid + 1;
+            v->str = (char **)calloc((size_t)v->n + 1, sizeof(char *));
+            v->len = (size_t *)calloc((size_t)v->n + 1, sizeof(size_t));
+            if (!v->str || !v->len) {
+                snprintf(err, n, "--tokenizer %.300s: out of memory for %d tokens", file, v->n);
+                goto out;
+            }
+        }
+    }
+    rc = 0;
+out:
+    free(text);
+    free(buf);
+    if (rc != 0) gpt2_vocab_free(v);
+    return rc;
+}
+
+/* Writes tokens tok[0..len) as text into out from out[used] (cap bytes in all): each id's
+   bytes, control bytes other than newline and tab as '?', an id the vocabulary lacks as
+   [id]. Stops 8 bytes short of cap; returns the new used (out not terminated). */
+static inline size_t gpt2_vocab_format(const gpt2_vocab *v, const int *tok, int len, char *out, size_t cap, size_t used)
+{
+    int i;
+    size_t k;
+    for (i = 0; i < len && used + 8 < cap; i++) {
+        if (tok[i] < 0 || tok[i] >= v->n || !v->str[tok[i]]) {
+            used += (size_t)snprintf(out + used, cap - used, "[%d]", tok[i]);
+            continue;
+        }
+        for (k = 0; k < v->len[tok[i]] && used + 8 < cap; k++) {
+            unsigned char c = (unsigned char)v->str[tok[i]][k];
+            out[used++] = (char)(c < 32 && c != '\n' && c != '\t' ? '?' : c == 127 ? '?' : c);
+        }
+    }
+    return used;
+}
+
+/* --decode: the tokens of an llm.c .bin file (256 int32 header: magic 20240520, version 1,
+   count; uint16 tokens) written to out as v's bytes, exactly (an id v lacks as [id]). 0, or
+   -1 with a sentence in err. */
+static inline int gpt2_decode_bin(const gpt2_vocab *v, const char *path, FILE *out, char *err, size_t n)
+{
+    int32_t hdr[256];
+    uint16_t buf[4096];
+    long long left;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, n, "--decode %.300s: cannot open it: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fread(hdr, sizeof hdr, 1, f) != 1 || hdr[0] != GPT2_BIN_MAGIC || hdr[1] != 1 || hdr[2] < 0) {
+        snprintf(err, n, "--decode %.300s: not an llm.c token file (magic %d, version 1)", path, GPT2_BIN_MAGIC);
+        fclose(f);
+        return -1;
+    }
+    for (left = hdr[2]; left > 0;) {
+        size_t want = left < 4096 ? (size_t)left : 4096, got = fread(buf, sizeof(uint16_t), want, f), i;
+        for (i = 0; i < got; i++) {
+            if (buf[i] < v->n && v->str[buf[i]]) fwrite(v->str[buf[i]], 1, v->len[buf[i]], out);
+            else fprintf(out, "[%d]", (int)buf[i]);
+        }
+        if (got != want) {
+            snprintf(err, n, "--decode %.300s: %lld tokens short of its header's %d", path, left - (long long)got,
+                     (int)hdr[2]);
+            fclose(f);
+            return -1;
+        }
+        left -= (long long)got;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* The sample's text: through o->vocab when there is one, else gpt2_sample_format. */
+static inline size_t gpt2_sample_text(const gpt2_opts *o, const int *tok, int len, char *out, size_t cap, size_t used)
+{
+    if (o->vocab) return gpt2_vocab_format(o->vocab, tok, len, out, cap, used);
+    return gpt2_sample_format(tok, len, gpt2_data_is_text(o->data_path), out, cap, used);
 }
 
 /* GPT-2's initialisation: weights N(0, 0.02), the two residual projections (attn.c_proj,

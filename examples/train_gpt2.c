@@ -801,11 +801,12 @@ static zero_result val_loss(model *m, const run *R, int rank, int world, int *x,
 
 /* n tokens after a prompt of the first 16 validation tokens, sampled from the softmax with
    the generator rng; every rank computes the same (stage 3 gathers need them all). Text
-   data: the bytes, unprintable ones as '?'; token files: the ids. */
+   data: the bytes, unprintable ones as '?'; token files: the ids, or with --tokenizer their
+   text (gpt2_sample_text). */
 static zero_result generate(model *m, const run *R, uint64_t *rng, char *out, size_t cap)
 {
     int n = R->o->sample, T = m->T, V = m->c.vocab, plen = 16, len, i;
-    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n)), text = gpt2_data_is_text(R->o->data_path);
+    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n));
     size_t used = 0;
     zero_result r = ZERO_OK;
     if (!tok) return ZERO_ERROR_OUT_OF_MEMORY;
@@ -816,7 +817,7 @@ static zero_result generate(model *m, const run *R, uint64_t *rng, char *out, si
         r = model_forward(m, tok + start, 1, w);
         tok[len] = gpt2_sample_token(m->logits + (size_t)(w - 1) * V, V, rng);
     }
-    used = gpt2_sample_format(tok, len, text, out, cap, used);
+    used = gpt2_sample_text(R->o, tok, len, out, cap, used);
     out[used] = '\0';
     free(tok);
     return r;
@@ -1138,6 +1139,9 @@ static int memory_check(const gpt2_opts *o, const gpt2_data *d, size_t total, in
     return -1;
 }
 
+static gpt2_vocab vocab; /* --tokenizer */
+static void vocab_free(void) { gpt2_vocab_free(&vocab); }
+
 static int finish(int rc)
 {
 #ifdef ZERO_GPT2_MPI
@@ -1163,6 +1167,23 @@ int main(int argc, char **argv)
 #endif
     rc = gpt2_parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
+    if (o.decode_path && !o.tokenizer_path) {
+        fprintf(stderr, "%s: --decode FILE.bin needs --tokenizer (the vocabulary to print it with)\n", argv[0]);
+        return 2;
+    }
+    if (o.tokenizer_path) {
+        atexit(vocab_free);
+        if (gpt2_vocab_load(o.tokenizer_path, &vocab, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", argv[0], err);
+            return 2;
+        }
+        o.vocab = &vocab;
+        if (o.decode_path) {
+            rc = gpt2_decode_bin(&vocab, o.decode_path, stdout, err, sizeof err);
+            if (rc != 0) fprintf(stderr, "%s: %s\n", argv[0], err);
+            return rc ? 1 : 0;
+        }
+    }
     if (o.freeze || o.lr_embed != 1.0) {
         gpt2_tensor *ft = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(&o.cfg));
         char why[200];

@@ -1016,6 +1016,11 @@ int main(int argc, char **argv)
                         "not supported here yet\n");
         return 2;
     }
+    if (o.dropout > 0) {
+        fprintf(stderr, PROG ": --dropout %g is implemented by the CPU example (train_gpt2) only; its kernels "
+                        "have no dropout masks yet (--dropout 0 trains without dropout here)\n", o.dropout);
+        return 2;
+    }
     /* cuBLAS takes the rows (batch x seq per rank) as int, the token lists hold positions */
     if ((long long)o.batch * o.cfg.seq > INT_MAX) {
         fprintf(stderr, PROG ": --batch x --seq must stay below 2^31\n");
