@@ -104,7 +104,7 @@ build/test_lr_zero build/san/test_lr_zero: build/train_gpt2
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -DZERO_STATIC $< -o $@ $(LDLIBS)
 
-build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) | build
+build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) examples/gpt2_common.h examples/size_arg.h | build
 	$(CC) $(ALL_CFLAGS) -DZERO_STATIC $< -o $@ $(LDLIBS)
 
 build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build

@@ -91,6 +91,7 @@ typedef struct gpt2_opts {
     const char *init_path;             /* start from a .safetensors file, a sharded
                                           index or a directory (zero_engine_load_pretrained) */
     char init_file[4096];              /* --init DIR: DIR/model.safetensors or its index */
+    const char *init_dir;              /* --init DIR: DIR (its config.json goes on to --export and --save) */
     const char *data_path;             /* a directory of text files, a text file or a .bin */
     const char *val_path;              /* --val-data: the validation tokens (else --data's last tenth) */
     const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
@@ -408,6 +409,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             int seq_given = 0;
             for (a = 1; a + 1 < argc; a += 2) seq_given |= !strcmp(argv[a], "--seq");
             o->cfg.max_seq = 0;
+            o->init_dir = o->init_path;
             if (gpt2_read_hf_dir(o, o->init_path, given, why, sizeof why) != 0) {
                 fprintf(stderr, "%s: %s\n", argv[0], why);
                 return 2;
@@ -1776,28 +1778,127 @@ static inline int gpt2__write_file(const char *path, const void *data, size_t le
     return 0;
 }
 
+/* The next member of a JSON object at *p (after its '{' or a member): key and value spans
+   as written. 1, 0 at the object's end, -1 if malformed. */
+static inline int gpt2__json_next(const char **p, const char **k, size_t *klen, const char **v, size_t *vlen)
+{
+    const char *q = gpt2__json_ws(*p);
+    if (*q == ',') q = gpt2__json_ws(q + 1);
+    if (*q == '}') return 0;
+    if (*q != '"') return -1;
+    *k = q + 1;
+    if (!(q = gpt2__json_skip(q))) return -1;
+    *klen = (size_t)(q - 1 - *k);
+    q = gpt2__json_ws(q);
+    if (*q++ != ':') return -1;
+    *v = gpt2__json_ws(q);
+    if (!(q = gpt2__json_skip(*v))) return -1;
+    *vlen = (size_t)(q - *v);
+    *p = q;
+    return 1;
+}
+
+/* DIR/config.json for GPT2LMHeadModel. What the weights fix is written from the arguments
+   (architectures GPT2LMHeadModel, also after a GPT2Model --init; n_layer, n_head, n_embd,
+   n_positions, n_ctx, vocab_size, layer_norm_epsilon 1e-5,
+   tie_word_embeddings, torch_dtype, and dtype when base has it). Every other key comes from base (the --init directory's
+   config.json, or a copy a checkpoint keeps; NULL: none) as it is written there, its unknown
+   keys included (task_specific_params, summary_*, a tokenizer's ids ...), else from the
+   defaults below (model_type gpt2, activation_function gelu_new, the dropouts 0, ...). 0, or
+   -1 with a sentence in err (base unreadable or not a JSON object). */
+static inline int gpt2_hf_config_write_from(const char *dir, int layers, int heads, int channels, int positions,
+                                            int vocab, const char *dtype, const char *base, char *err, size_t n)
+{
+    static const char *const keys[] = {"architectures", "model_type", "n_layer", "n_head", "n_embd", "n_positions",
+                                       "n_ctx", "vocab_size", "n_inner", "activation_function", "layer_norm_epsilon",
+                                       "resid_pdrop", "embd_pdrop", "attn_pdrop", "scale_attn_weights",
+                                       "tie_word_embeddings", "bos_token_id", "eos_token_id", "torch_dtype"};
+    enum { NK = sizeof keys / sizeof keys[0] };
+    char vals[NK][64], path[4200], *btext = NULL, *text;
+    const char *obj = NULL, *k, *v, *q;
+    size_t klen, vlen, cap, used = 0;
+    int i, rc, owned[NK];
+    FILE *f;
+    long len;
+    memset(owned, 0, sizeof owned);
+    snprintf(vals[0], 64, "[\"GPT2LMHeadModel\"]"), owned[0] = 1; /* what the weights are, whatever --init was */
+    snprintf(vals[1], 64, "\"gpt2\"");
+    snprintf(vals[2], 64, "%d", layers), owned[2] = 1;
+    snprintf(vals[3], 64, "%d", heads), owned[3] = 1;
+    snprintf(vals[4], 64, "%d", channels), owned[4] = 1;
+    snprintf(vals[5], 64, "%d", positions), owned[5] = 1;
+    snprintf(vals[6], 64, "%d", positions), owned[6] = 1;
+    snprintf(vals[7], 64, "%d", vocab), owned[7] = 1;
+    snprintf(vals[8], 64, "null");
+    snprintf(vals[9], 64, "\"gelu_new\"");
+    snprintf(vals[10], 64, "1e-05"), owned[10] = 1;
+    snprintf(vals[11], 64, "0.0");
+    snprintf(vals[12], 64, "0.0");
+    snprintf(vals[13], 64, "0.0");
+    snprintf(vals[14], 64, "true");
+    snprintf(vals[15], 64, "true"), owned[15] = 1;
+    snprintf(vals[16], 64, "%s", vocab == 50257 ? "50256" : "null"); /* GPT-2's <|endoftext|> */
+    snprintf(vals[17], 64, "%s", vocab == 50257 ? "50256" : "null");
+    snprintf(vals[18], 64, "\"%s\"", dtype), owned[18] = 1;
+    if (base && (f = fopen(base, "rb")) != NULL) {
+        if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && len < (1L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+            (btext = (char *)malloc((size_t)len + 1)) != NULL && fread(btext, 1, (size_t)len, f) == (size_t)len) {
+            btext[len] = '\0';
+            obj = gpt2__json_ws(btext);
+            if (*obj != '{') obj = NULL;
+        }
+        fclose(f);
+        if (!obj) {
+            snprintf(err, n, "%.300s: not a JSON object under 1 MB", base);
+            free(btext);
+            return -1;
+        }
+    }
+    cap = 4096 + (btext ? strlen(btext) : 0);
+    if (!(text = (char *)malloc(cap))) {
+        free(btext);
+        snprintf(err, n, "out of memory for config.json");
+        return -1;
+    }
+    used += (size_t)snprintf(text + used, cap - used, "{");
+    for (i = 0; i < NK; i++) { /* ours, or the base's value of a key the weights do not fix */
+        const char *val = vals[i];
+        int vl = (int)strlen(vals[i]);
+        for (q = obj ? obj + 1 : NULL; q && !owned[i] && gpt2__json_next(&q, &k, &klen, &v, &vlen) == 1;)
+            if (klen == strlen(keys[i]) && !strncmp(k, keys[i], klen)) val = v, vl = (int)vlen;
+        used += (size_t)snprintf(text + used, cap - used, "%s\n  \"%s\": %.*s", i ? "," : "", keys[i], vl, val);
+    }
+    rc = 0;
+    for (q = obj ? obj + 1 : NULL; q && (rc = gpt2__json_next(&q, &k, &klen, &v, &vlen)) == 1;) { /* the rest */
+        for (i = 0; i < NK; i++)
+            if (klen == strlen(keys[i]) && !strncmp(k, keys[i], klen)) break;
+        if (i < NK || used + klen + vlen + 64 >= cap) continue;
+        if (klen == 5 && !strncmp(k, "dtype", 5)) /* transformers 5's name of torch_dtype: the weights' too */
+            used += (size_t)snprintf(text + used, cap - used, ",\n  \"dtype\": \"%s\"", dtype);
+        else used += (size_t)snprintf(text + used, cap - used, ",\n  \"%.*s\": %.*s", (int)klen, k, (int)vlen, v);
+    }
+    free(btext);
+    if (rc < 0) {
+        free(text);
+        snprintf(err, n, "%.300s: malformed JSON", base);
+        return -1;
+    }
+    used += (size_t)snprintf(text + used, cap - used, "\n}\n");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    rc = gpt2__write_file(path, text, used, err, n);
+    free(text);
+    return rc;
+}
+
 /* DIR/config.json for GPT2LMHeadModel of this shape: what from_pretrained needs to build the
    model the weights belong to (this model: LayerNorm eps 1e-5, gelu_new, no dropout, the
    head tied to wte, so model.safetensors holds no lm_head.weight, as save_pretrained writes
-   it). dtype: the weights' ("float32", "bfloat16", "float16"). 0, or -1 with err. */
+   it). dtype: the weights' ("float32", "bfloat16", "float16"). 0, or -1 with err. With
+   no base: gpt2_hf_config_write_from's defaults. */
 static inline int gpt2_hf_config_write(const char *dir, int layers, int heads, int channels, int positions, int vocab,
                                        const char *dtype, char *err, size_t n)
 {
-    char text[1400], path[4200], eos[16];
-    int len;
-    if (vocab == 50257) snprintf(eos, sizeof eos, "50256"); /* GPT-2's <|endoftext|> */
-    else snprintf(eos, sizeof eos, "null");
-    len = snprintf(text, sizeof text,
-                   "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                   "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n"
-                   "  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n  \"n_inner\": null,\n"
-                   "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-                   "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-                   "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
-                   "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
-                   layers, heads, channels, positions, positions, vocab, eos, eos, dtype);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    return gpt2__write_file(path, text, (size_t)len, err, n);
+    return gpt2_hf_config_write_from(dir, layers, heads, channels, positions, vocab, dtype, NULL, err, n);
 }
 
 /* Creates directory dir (its parent must exist) unless it is one; refuses to replace

@@ -1155,7 +1155,7 @@ int main(int argc, char **argv)
 {
     gpt2_opts o;
     gpt2_data data;
-    char err[512];
+    char err[512], base[4200] = "";
     int rc, first = 0, last = 3, st, same = 1, keep_all, writer = 1;
     double ref_final = 0.0;
     uint64_t ref_sum = 0;
@@ -1389,10 +1389,25 @@ int main(int argc, char **argv)
                                     : "WARNING: the stages differ");
             printf("val loss: %.9g\n", R.val_loss);
             printf("params checksum: %016llx\n", (unsigned long long)sum);
+            /* config.json's keys the weights do not fix come from --init DIR's (or a resumed
+               checkpoint's copy): --export writes them, and --save keeps a copy beside the
+               checkpoint for zero-ckpt export --hf */
+            if (o.init_dir) snprintf(base, sizeof base, "%s/config.json", o.init_dir);
+            else if (o.resume_dir) snprintf(base, sizeof base, "%s/config.json", o.resume_dir);
+            if (base[0] && access(base, R_OK) != 0) base[0] = '\0';
+            if (o.save_dir && base[0] && writer &&
+                gpt2_hf_config_write_from(o.save_dir, o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.max_seq,
+                                          o.cfg.vocab, "float32", base, err, sizeof err) != 0) {
+                fprintf(stderr, "--save: %s\n", err);
+                free(R.loss);
+                free(R.final_params);
+                gpt2_data_free(&data);
+                return finish(1);
+            }
             if (o.export_dir && writer) {
                 if (gpt2_hf_weights_write(o.export_dir, &o.cfg, R.final_params, err, sizeof err) != 0 ||
-                    gpt2_hf_config_write(o.export_dir, o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.max_seq,
-                                         o.cfg.vocab, "float32", err, sizeof err) != 0) {
+                    gpt2_hf_config_write_from(o.export_dir, o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.max_seq,
+                                              o.cfg.vocab, "float32", base[0] ? base : NULL, err, sizeof err) != 0) {
                     fprintf(stderr, "--export: %s\n", err);
                     free(R.loss);
                     free(R.final_params);

@@ -23,7 +23,9 @@ same batches, schedule and clipping. Checks:
   frozen    the exported frozen tensors bit-equal to the initial ones
   export    train_gpt2 --export DIR and zero-ckpt export CKPT --hf DIR load with
             GPT2LMHeadModel.from_pretrained (no missing or unexpected keys, lm_head tied to
-            wte) and give the C program's val loss within 1e-5 relative
+            wte) and give the C program's val loss within 1e-5 relative; their config.json
+            keeps every key of --init's (one the test adds, zero_carry_check, included;
+            architectures GPT2LMHeadModel)
   memory    each run's model-state bytes and traffic per rank, measured, equal the formula
             with the frozen elements counted apart (the example's own line)
   refusals  a shape flag that disagrees with config.json is refused naming both values
@@ -271,7 +273,8 @@ def main():
     # the pretrained model, three ways
     cfg = GPT2Config(vocab_size=a.vocab, n_positions=a.positions, n_embd=a.channels, n_layer=a.layers, n_head=a.heads,
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-                     activation_function='gelu_new', bos_token_id=None, eos_token_id=None, tie_word_embeddings=True)
+                     activation_function='gelu_new', bos_token_id=None, eos_token_id=None, tie_word_embeddings=True,
+                     zero_carry_check={'nested': [1, 'x'], 'note': 'a key zero does not know'})
     torch.manual_seed(a.seed)
     model = GPT2LMHeadModel(cfg).float()
     dirs = {k: os.path.join(a.work, k) for k in ('plain', 'prefixless', 'sharded')}
@@ -326,6 +329,13 @@ def main():
             vl, info, tied = hf_val_loss(d, val, a)
             ev = abs(vl - c['val']) / c['val']
             ok = not info['missing_keys'] and not info['unexpected_keys'] and not info['mismatched_keys'] and tied
+            # config.json: every key of --init's carried through (architectures: the export's class)
+            icfg, ecfg = (json.load(open(os.path.join(x, 'config.json'))) for x in (dirs[src], d))
+            lost = [k for k in icfg if k != 'architectures' and ecfg.get(k, '<missing>') != icfg[k]]
+            ck.check(f'split {split} stage {stage}: {how} carries --init\'s config.json through',
+                     not lost and ecfg.get('architectures') == ['GPT2LMHeadModel'] and 'zero_carry_check' in icfg,
+                     f'{len(icfg)} keys of {src}/config.json, {len(lost)} lost or changed {lost[:5]}; architectures '
+                     f'{ecfg.get("architectures")}')
             ck.check(f'split {split} stage {stage}: {how} loads with from_pretrained', ok and ev <= 1e-5,
                      f'val loss {vl:.9f} vs C {c["val"]:.9f}, rel {ev:.2e} (<= 1e-5); missing {sorted(info["missing_keys"])}, '
                      f'unexpected {sorted(info["unexpected_keys"])}, head tied {tied}')
