@@ -195,6 +195,11 @@
    of S consecutive ranks and replicates them across the N / S groups: memory per rank is
    the flat engine's at N = S, gathers and reduce-scatters stay inside the group, and one
    all-reduce per step crosses the replicas. Exact: stages 1-3 give the same bits.
+   d.hpz_partition_size = S (ZeRO++ hpZ, stage 3; S divides R) keeps beside the 1/N param
+   shard a secondary copy cut over the S ranks of the node (+ p Psi / S bytes), taken from
+   the first all-gather of a group after the params change; every later gather of the group
+   (the backward's, the next micro-steps') runs inside the node: per step one gather crosses
+   nodes instead of 2 A. Exact: the same bits as plain stage 3.
 
    PARAMETER GROUPS (docs/optimizer.md). zero_engine_set_tensor_hparams(e, t, lr_mul, wd)
    gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
@@ -204,7 +209,7 @@
    ZERO++ QUANTIZED COLLECTIVES (docs/engine.md, "Quantized collectives"; lossy by design).
    d.quantized_weights = 1 (stage 3, qwZ): the forward's all-gather of each group carries
    int8 blocks with one fp32 scale per block (about half the bytes at 16-bit); the
-   backward's gathers stay exact. d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
+   backward's gathers stay exact (with hpZ they read the forward's values). d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
    reduce-scatter becomes int4 blocks (quantized_gradient_bits = 8 for int8) moved by the
    comm's all_to_all, summed in fp32 in rank order (the same bits every run and at stages
    1-3). d.quant_block_numel: elements per block (0 = 256). Every element comes back within
@@ -691,6 +696,11 @@ typedef struct zero_estimate_desc {
     int mics_shard_size;       /* S: MiCS (stages 1-3), 0 or ranks = flat; must divide ranks.
                                   The memory is the flat engine's at N = S               */
     int accum_steps;           /* micro-steps per step for the traffic; 0 = 1             */
+    int hpz_partition_size;    /* S: ZeRO++ hpZ (stage 3), 0, 1 or ranks = off; must divide
+                                  ranks_per_node; not with MiCS. The device keeps the
+                                  secondary ceil(Psi / N) N / S params beside the shard, and
+                                  each step all-gathers once over the N ranks and 2 A - 1
+                                  times over the S ranks of the node                       */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -712,8 +722,8 @@ typedef struct zero_estimate {
        zero_traffic counts them (payload: no control all-reduces, no persistent groups):
        gradients reduced at grad_bytes per element (reduce-scatter; stage 0 all-reduce),
        params all-gathered at param_bytes (stages 1-2 once per step, stage 3 twice per
-       micro-step), MiCS's replica all-reduce at grad_bytes; intra + inter = total up to
-       rounding */
+       micro-step; with hpZ once over N and 2 A - 1 times over the S ranks of the node),
+       MiCS's replica all-reduce at grad_bytes; intra + inter = total up to rounding */
     double step_bytes, step_intra_bytes, step_inter_bytes;
 } zero_estimate;
 
@@ -1861,6 +1871,21 @@ typedef struct zero_engine_desc {
                                     N; needs a comm with split (UNSUPPORTED otherwise); refused
                                     at stage 0, with any NVMe tier and with a partial
                                     offload_optimizer_ratio (docs/engine.md, "MiCS").          */
+    int hpz_partition_size;      /* ZeRO++ hpZ, stage 3: S > 1 keeps, beside the primary 1/N
+                                    param shard, a secondary copy of each partitioned group
+                                    cut in S parts over the S consecutive ranks [k S, (k + 1) S)
+                                    (the group's slice k' = rank % S of the gathered params,
+                                    + p Psi / S bytes per rank), taken from the first all-gather
+                                    of the group after the params last changed (the step,
+                                    set_tensor, a load); every later gather of the group until
+                                    they change all-gathers the secondary parts over those S
+                                    ranks only, no shard upload. S must divide ranks_per_node
+                                    (the group lies inside a node; S = R is ZeRO++'s default).
+                                    Exact: the same bits as plain stage 3 (with qwZ the
+                                    secondary holds the forward's dequantized values, so the
+                                    backward reads those). 0, 1 or N = off (DeepSpeed's 1).
+                                    Needs a comm with split; refused below stage 3, with MiCS,
+                                    with offload_param = nvme (docs/engine.md, "hpZ").        */
 } zero_engine_desc;
 
 #define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
@@ -4153,6 +4178,20 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: mics_shard_size = %d needs paper mode and stage 1-3", fn,
                           r->mics_shard_size);
+    if (r->hpz_partition_size < 0 || r->hpz_partition_size > r->ranks)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d (0 or 1 = off, else a divisor of "
+                          "ranks_per_node = %d)", fn, r->hpz_partition_size, r->ranks_per_node);
+    if (r->hpz_partition_size <= 1 || r->hpz_partition_size == r->ranks) r->hpz_partition_size = 0;
+    if (r->hpz_partition_size &&
+        (r->ranks_per_node % r->hpz_partition_size != 0 || r->stage != 3 ||
+         r->mode == ZERO_ESTIMATE_DEEPSPEED || r->mics_shard_size ||
+         r->offload_param == ZERO_OFFLOAD_NVME))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d needs paper mode, stage 3, no MiCS, no "
+                          "NVMe param tier and a divisor of ranks_per_node = %d (the secondary "
+                          "group inside a node)",
+                          fn, r->hpz_partition_size, r->ranks_per_node);
     if (r->frozen && r->mode == ZERO_ESTIMATE_DEEPSPEED)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: frozen = %llu: a paper-mode setting (DeepSpeed's estimators have "
@@ -4215,6 +4254,12 @@ static void zero__estimate_traffic(const zero_estimate_desc *r, uint64_t p, zero
         return;
     }
     zero__estimate_coll(e, A * T / S, g, S, gs);                            /* reduce-scatter */
+    if (r->hpz_partition_size) { /* hpZ: one gather over N, the rest over the node's H */
+        int H = r->hpz_partition_size;
+        zero__estimate_coll(e, P / N, pb, N, gs);
+        zero__estimate_coll(e, (2.0 * A - 1.0) * P / H, pb, H, H - 1);
+        return;
+    }
     zero__estimate_coll(e, (r->stage == 3 ? 2.0 * A * P : T) / S, pb, S, gs); /* all-gather */
     if (S < N) /* MiCS: the replicas 0, S, 2 S, ... */
         zero__estimate_coll(e, 2.0 * T / N, g, N / S, zero__estimate_peers(R, S, N / S));
@@ -4264,6 +4309,13 @@ static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_es
         uint64_t *tier = r->offload_param == ZERO_OFFLOAD_CPU ? &e->host_bytes : &e->nvme_bytes;
         if (zero__add_u64(*tier, e->params_bytes, tier)) return -1;
         e->params_bytes = 0;
+    }
+    if (r->hpz_partition_size) { /* hpZ: the secondary parts, N / S shards, on the device */
+        uint64_t sec, b;
+        if (zero__mul_u64(shard, (uint64_t)(r->ranks / r->hpz_partition_size), &sec) ||
+            zero__mul_u64(sec, (uint64_t)r->param_bytes, &b) ||
+            zero__add_u64(e->params_bytes, b, &e->params_bytes))
+            return -1;
     }
     if (zero__add_u64(e->params_bytes, e->grads_bytes, &sum) ||
         zero__add_u64(sum, e->optimizer_bytes, &e->device_bytes))
@@ -8640,6 +8692,7 @@ typedef struct zero__eng_group {
     size_t numel, shard_numel, used_numel, gnumel, pshard_numel;
     size_t off_gwhole; /* in the whole gradient / stage-0 optimizer layout (sum of gnumel) */
     size_t off_pstage; /* in a layout of every group's pshard_numel (checkpoint staging)  */
+    size_t off_sec;    /* hpZ: in the secondary buffer (numel / S per partitioned group)    */
     int persistent; /* stage 3 only */
     size_t off_whole, off_shard, off_param;
     int refs;            /* outstanding user gathers                                      */
@@ -8842,6 +8895,14 @@ typedef struct zero__eng_topo {
     int mics;      /* MiCS shard group size S; 0 = off                 */
     zero_comm *shard, *replica; /* MiCS: the group of S ranks, the N / S replicas (owned) */
     int shard_same, replica_same; /* their peers on this rank's node */
+    /* hpZ (hpz_partition_size): the S ranks [k S, (k + 1) S) (owned), this rank's secondary
+       parts (device, group g's numel / S at its off_sec), and per group (host) whether they
+       hold the current params */
+    int hpz;
+    zero_comm *hpz_comm;
+    int hpz_same;
+    unsigned char *hpz_buf;
+    unsigned char *hpz_valid;
 } zero__eng_topo;
 
 /* Collective traffic: the running total, the current step's, the last completed step's,
@@ -9249,16 +9310,23 @@ static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *
     return r;
 }
 
-/* A collective whose wire bytes are not numel x a dtype's size (the quantized ones): numel
-   counts the elements it stands for, bytes what crosses. */
-static void zero__eng_count_bytes(zero_engine *e, zero_coll kind, double numel, double bytes)
+/* A collective whose wire bytes are not numel x a dtype's size (the quantized ones, on
+   cfg.comm): numel counts the elements it stands for, unit the bytes this rank exchanges with
+   each of its N - 1 peers (split by the topology as zero__eng_count does). */
+static void zero__eng_count_bytes(zero_engine *e, zero_coll kind, double numel, double unit)
 {
+    double N = (double)e->cfg.world, same = (double)e->topo.same_node;
+    double intra = unit * same, inter = unit * (N - 1.0 - same);
     e->traffic.cur.calls[kind]++;
     e->traffic.cur.numel[kind] += numel;
-    e->traffic.cur.bytes[kind] += bytes;
+    e->traffic.cur.bytes[kind] += unit * (N - 1.0);
+    e->traffic.cur.intra_bytes[kind] += intra;
+    e->traffic.cur.inter_bytes[kind] += inter;
     e->traffic.total.calls[kind]++;
     e->traffic.total.numel[kind] += numel;
-    e->traffic.total.bytes[kind] += bytes;
+    e->traffic.total.bytes[kind] += unit * (N - 1.0);
+    e->traffic.total.intra_bytes[kind] += intra;
+    e->traffic.total.inter_bytes[kind] += inter;
 }
 
 /* qwZ: all-gathers n param elements per rank from src into dst (rank r's at dst + r n) as
@@ -9282,8 +9350,7 @@ static zero_result zero__eng_all_gather_q(zero_engine *e, const void *src, void 
         zero__eng_untag(e);
     }
     if (x != ZERO_OK) return x;
-    zero__eng_count_bytes(e, ZERO_COLL_ALL_GATHER, (double)n * (double)(N - 1),
-                          (double)P * (double)(N - 1));
+    zero__eng_count_bytes(e, ZERO_COLL_ALL_GATHER, (double)n * (double)(N - 1), (double)P);
     for (r = 0; r < N && x == ZERO_OK; r++)
         x = dev->ops->dequantize(dev, ZERO_QUEUE_COMM, (unsigned char *)dst + r * n * ps,
                                  e->cfg.param_dtype, recv + r * P, 0, 1, n, 8, e->quant.block);
@@ -9313,8 +9380,7 @@ static zero_result zero__eng_reduce_scatter_q(zero_engine *e, const void *send_v
         zero__eng_untag(e);
     }
     if (x != ZERO_OK) return x;
-    zero__eng_count_bytes(e, ZERO_COLL_REDUCE_SCATTER, (double)n * (double)(N - 1),
-                          (double)P * (double)(N - 1));
+    zero__eng_count_bytes(e, ZERO_COLL_REDUCE_SCATTER, (double)n * (double)(N - 1), (double)P);
     return dev->ops->dequantize(dev, ZERO_QUEUE_COMM, recv_v, e->cfg.comm_dtype, recv, P,
                                 (int)N, n, bits, e->quant.block);
 }
@@ -9372,6 +9438,33 @@ static zero_result zero__eng_replica_reduce(zero_engine *e, void *p, size_t n, i
                         e->cfg.comm_dtype, 2.0 * (double)n / (double)c->world, c->world,
                         e->topo.replica_same);
     return r;
+}
+
+/* hpZ: group g's gathered params into dst from the secondary parts (numel / S each) of the
+   S ranks of this rank's hpZ group, inside the node. */
+static zero_result zero__eng_hpz_gather(zero_engine *e, int g, unsigned char *dst)
+{
+    const zero__eng_group *eg = &e->layout.groups[g];
+    zero_comm *c = e->topo.hpz_comm;
+    size_t n = eg->numel / (size_t)c->world;
+    zero_result r;
+    zero__eng_tag_on(e, c, g, ZERO_ROLE_GATHER);
+    r = c->ops->all_gather(c, e->topo.hpz_buf + eg->off_sec * e->cfg.param_size, dst, n,
+                           e->cfg.param_dtype, zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
+    if (r == ZERO_OK)
+        zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)n * (double)(c->world - 1),
+                        e->cfg.param_dtype, (double)n, c->world, e->topo.hpz_same);
+    return r;
+}
+
+/* hpZ: the secondary parts of group g (every group: g < 0) no longer hold the params (they
+   are about to change): the next gather is a full one and takes them again. */
+static void zero__eng_hpz_stale(zero_engine *e, int g)
+{
+    if (!e->topo.hpz_valid) return;
+    if (g >= 0) e->topo.hpz_valid[g] = 0;
+    else memset(e->topo.hpz_valid, 0, (size_t)e->layout.ngroups);
 }
 
 static zero_result zero__eng_group_start(zero_engine *e)
@@ -9549,6 +9642,54 @@ static int zero__eng_env_rpn(const char **name)
     return 0;
 }
 
+/* Validates and resolves hpz_partition_size (after ranks_per_node): 0, 1 and the world are
+   off; otherwise stage 3, a divisor of ranks_per_node (the secondary group lies inside a
+   node), no MiCS, no NVMe param tier, a comm that can split. */
+static zero_result zero__eng_hpz_resolve(zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    int world = d->comm->world, S = d->hpz_partition_size, R = d->ranks_per_node;
+    if (S < 0 || S > world)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d (0 or 1 = off, else a divisor of "
+                          "ranks_per_node = %d)", fn, S, R);
+    if (S <= 1 || S == world) { /* one rank, or the primary partition itself: nothing to add */
+        d->hpz_partition_size = 0;
+        return ZERO_OK;
+    }
+    if (R % S != 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d does not divide ranks_per_node = %d: hpZ's "
+                          "secondary partition group must lie inside one node (S = %d ranks "
+                          "[k S, (k + 1) S), with nodes of R = %d), or its gathers cross nodes "
+                          "again; use a divisor of ranks_per_node (ZeRO++ uses S = R)",
+                          fn, S, R, S, R);
+    if (d->stage != 3)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d at stage %d: hpZ keeps a secondary copy of "
+                          "the stage-3 param partition so that later all-gathers stay inside "
+                          "the node; stages 0-2 hold whole params and gather none (use stage 3)",
+                          fn, S, d->stage);
+    if (d->mics_shard_size > 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size with mics_shard_size = %d: MiCS already "
+                          "partitions the params within its shard group and gathers them there, "
+                          "so a secondary partition has nothing to add (choose one)",
+                          fn, d->mics_shard_size);
+    if (d->offload_param == ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size with offload_param = nvme: not supported (the "
+                          "NVMe param tier reads each primary shard ahead of every gather of "
+                          "the recorded order, and hpZ's gathers from the secondary read none; "
+                          "use offload_param = cpu or none)", fn);
+    if (!d->comm->ops->split)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "%s: hpz_partition_size = %d needs sub-communicators, and the '%s' "
+                          "comm has no split (zero_comm_ops.split)",
+                          fn, S, d->comm->ops->name ? d->comm->ops->name : "?");
+    return ZERO_OK;
+}
+
 /* Resolves ranks_per_node (zero_engine_desc): explicit values must divide the world; the
    launcher's value is used where it divides it, else the world is one node. */
 static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
@@ -9603,7 +9744,7 @@ static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
         int v = zero__eng_env_rpn(&name);
         d->ranks_per_node = v > 0 && v <= world && world % v == 0 ? v : world;
     }
-    return ZERO_OK;
+    return zero__eng_hpz_resolve(d);
 }
 
 /* Validates and resolves the quantized collectives' settings (ZeRO++'s qwZ / qgZ). */
@@ -9768,6 +9909,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->topo.world_all = d.comm->world;
     e->topo.rank_all = d.comm->rank;
     e->topo.mics = d.mics_shard_size;
+    e->topo.hpz = d.hpz_partition_size;
     if (e->topo.mics) { /* the layout is the shard group's: N = S, this rank's place in it */
         e->cfg.world = e->topo.mics;
         e->cfg.rank = d.comm->rank % e->topo.mics;
@@ -9812,7 +9954,8 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     if (!e) return;
     zero_comm_destroy(e->topo.replica);
     zero_comm_destroy(e->topo.shard);
-    e->topo.replica = e->topo.shard = NULL;
+    zero_comm_destroy(e->topo.hpz_comm);
+    e->topo.replica = e->topo.shard = e->topo.hpz_comm = NULL;
     a = &e->cfg.desc.allocator;
     if (e->cfg.dev) {
         /* Let queued work finish before freeing what it may touch (errors are moot here). */
@@ -9857,6 +10000,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->prefetch.trace);
     zero__free(a, e->layout.tiled);
     zero__free(a, e->quant.fwd);
+    zero__free(a, e->topo.hpz_valid);
     zero__free(a, e->layout.tiled_dims);
     zero__free(a, e->layout.tensor_flags);
     zero__free(a, e->layout.shapes);
@@ -10092,6 +10236,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, zero__eng_dbits(d->offload_optimizer_ratio));
     h = zero__eng_mix(h, (uint64_t)d->ranks_per_node);
     h = zero__eng_mix(h, (uint64_t)d->mics_shard_size);
+    h = zero__eng_mix(h, (uint64_t)d->hpz_partition_size);
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -10130,7 +10275,7 @@ typedef struct zero__eng_sizes {
 
 enum {
     ZERO__B_SCRATCH = 0, ZERO__B_PARAM, ZERO__B_GRAD_USER, ZERO__B_GRAD_ACC, ZERO__B_MASTER,
-    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_ARENA, ZERO__B_QUANT, ZERO__B_N
+    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_ARENA, ZERO__B_QUANT, ZERO__B_HPZ, ZERO__B_N
 };
 
 /* The first tensor of group g, for messages. */
@@ -10435,6 +10580,22 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
     {
         zero_result qr = zero__eng_quant_layout(e, &sz->bytes[ZERO__B_QUANT]);
         if (qr != ZERO_OK) return qr;
+    }
+    /* hpZ: the secondary parts, numel / S of each partitioned group (numel is a multiple of
+       N, so of S), counted as params: the + p Psi / S of the formula */
+    sz->cat[ZERO__B_HPZ] = ZERO_MEM_PARAM;
+    if (e->topo.hpz) {
+        size_t sec = 0;
+        for (g = 0; g < G; g++) {
+            zero__eng_group *eg = &e->layout.groups[g];
+            if (eg->persistent) continue;
+            eg->off_sec = sec;
+            ovf |= zero__add_size(sec, eg->numel / (size_t)e->topo.hpz, &sec);
+        }
+        ovf |= zero__mul_size(sec, e->cfg.param_size, &sz->bytes[ZERO__B_HPZ]);
+        e->topo.hpz_valid = (unsigned char *)zero__alloc_zeroed(a, (size_t)G + 1);
+        if (!e->topo.hpz_valid)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: hpZ group flags");
     }
     if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: sizes overflow size_t");
     if (e->cfg.stage >= 2) {
@@ -11858,7 +12019,7 @@ static void zero__eng_oom_bulk(const zero_engine *e, const zero__eng_sizes *sz, 
 {
     static const char *const names[ZERO__B_N] = {
         "scratch", "params", "user gradients", "gradient accumulator", "master weights", "Adam m",
-        "Adam v", "reduce bucket", "arena", "quantized blocks"};
+        "Adam v", "reduce bucket", "arena", "quantized blocks", "hpZ secondary params"};
     size_t bulk = 0, len = strlen(out), per = 0, mdep, sharded = 0, fixed, two;
     int i, ib = 0, any = 0;
     for (i = 0; i < sz->n && i < ZERO__B_N; i++)
@@ -12025,7 +12186,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 30 };
+enum { ZERO__ENG_NSETTINGS = 31 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -12037,7 +12198,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
             "offload_optimizer", "offload_param", "offload_optimizer_ratio", "optimizer_dtype",
-            "optimizer_seed", "ranks_per_node", "mics_shard_size"};
+            "optimizer_seed", "ranks_per_node", "mics_shard_size", "hpz_partition_size"};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -12057,6 +12218,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[26] = d->optimizer_dtype; v[27] = (double)d->optimizer_seed;
         v[28] = d->ranks_per_node;
         v[29] = d->mics_shard_size;
+        v[30] = d->hpz_partition_size;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         if (i == 27) return zero__eng_mix((uint64_t)i, d->optimizer_seed); /* every bit */
@@ -12182,6 +12344,25 @@ static zero_result zero__eng_topo_split(zero_engine *e)
                           e->cfg.rank, S, rank / S, N / S);
     e->topo.shard_same = zero__eng_same_node(e, rank / S * S, 1, S);
     e->topo.replica_same = zero__eng_same_node(e, rank % S, S, N / S);
+    return ZERO_OK;
+}
+
+/* hpZ (commit, after the agreement): the secondary partition group, color rank / S ranked by
+   rank, so its rank is rank % S (the slice of each gathered group this rank keeps). */
+static zero_result zero__eng_hpz_split(zero_engine *e)
+{
+    int S = e->topo.hpz, rank = e->topo.rank_all;
+    zero_result r;
+    zero__eng_tag(e, -1, ZERO_ROLE_COMMIT);
+    r = zero_comm_split(e->cfg.comm, rank / S, rank, &e->topo.hpz_comm);
+    zero__eng_untag(e);
+    if (r != ZERO_OK)
+        return zero__fail(r, "zero_engine_commit: the hpZ group: %.380s", zero_last_error());
+    if (e->topo.hpz_comm->world != S || e->topo.hpz_comm->rank != rank % S)
+        return zero__fail(ZERO_ERROR_COMM, "zero_engine_commit: the comm's split gave rank %d of "
+                          "%d for the hpZ group (want %d of %d)", e->topo.hpz_comm->rank,
+                          e->topo.hpz_comm->world, rank % S, S);
+    e->topo.hpz_same = zero__eng_same_node(e, rank / S * S, 1, S);
     return ZERO_OK;
 }
 
@@ -12338,6 +12519,11 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                  zero_result_string(peer));
         return zero__eng_commit_failed(e, peer, pm);
     }
+    if (e->topo.hpz && (r = zero__eng_hpz_split(e)) != ZERO_OK) {
+        char sm[420];
+        zero__eng_copy_error(sm, sizeof sm);
+        return zero__eng_commit_failed(e, r, sm);
+    }
     if (e->topo.mics && (r = zero__eng_topo_split(e)) != ZERO_OK) {
         char sm[420];
         zero__eng_copy_error(sm, sizeof sm);
@@ -12361,6 +12547,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     e->buf.bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
     e->buf.arena = (unsigned char *)ptrs[ZERO__B_ARENA];
     e->quant.buf = (unsigned char *)ptrs[ZERO__B_QUANT];
+    e->topo.hpz_buf = (unsigned char *)ptrs[ZERO__B_HPZ];
     for (i = 0; i < e->buf.nallocs; i++)
         ZERO__ENG_TRY(e,
                       e->cfg.dev->ops->fill_zero(e->cfg.dev, ZERO_QUEUE_COMPUTE,
@@ -13347,6 +13534,15 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
     zero_result r;
     eg->poff = off; /* the extent is the group's from here on, even if the gather fails */
     e->prefetch.stats.live_groups++;
+    if (e->topo.hpz && e->topo.hpz_valid[g]) { /* hpZ: from the secondary parts, in the node */
+        ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
+                      "gather: event");
+        if (e->quant.fwd) e->quant.fwd[g] = 1;
+        ZERO__ENG_TRY(e, zero__eng_hpz_gather(e, g, dst), "gather: hpZ all_gather");
+        ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
+        e->prefetch.stats.gathers++;
+        return ZERO_OK;
+    }
     if ((r = zero__tier_shard_up(e, g, dst, &src)) != ZERO_OK) return r;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
     if (e->quant.weights && !e->quant.fwd[g]) { /* qwZ: the forward's gather, int8 blocks */
@@ -13373,6 +13569,15 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
                                                eg->pshard_numel - eg->shard_numel,
                                                e->cfg.param_dtype, g, ZERO_ROLE_GATHER),
                           "gather: all_gather of the frozen region");
+    }
+    if (e->topo.hpz) { /* hpZ: keep this rank's secondary part of what was gathered */
+        size_t n = eg->numel / (size_t)e->topo.hpz, ps = e->cfg.param_size;
+        ZERO__ENG_TRY(e,
+                      e->cfg.dev->ops->copy(e->cfg.dev, ZERO_QUEUE_COMM,
+                                            e->topo.hpz_buf + eg->off_sec * ps,
+                                            dst + (size_t)e->topo.hpz_comm->rank * n * ps, n * ps),
+                      "gather: hpZ secondary copy");
+        e->topo.hpz_valid[g] = 1;
     }
     ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
     e->prefetch.stats.gathers++;
@@ -13672,8 +13877,9 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     dev = e->cfg.dev;
     if ((r = zero__eng_step_ready(e)) != ZERO_OK) return r;
     if (e->debug.guards && e->debug.set_pending && (r = zero__eng_check_set(e)) != ZERO_OK) return r;
-    /* Prefetched groups hold the old values. */
+    /* Prefetched groups hold the old values, and so will hpZ's secondary parts. */
     zero__eng_drop_prefetched(e);
+    zero__eng_hpz_stale(e, -1);
     scale_used = e->opt.scaler.scale;
     unscale = (float)(1.0 / ((double)scale_used * (double)e->topo.world_all *
                              (double)e->cfg.accum_steps));
@@ -13853,6 +14059,7 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         e->prefetch.stats.evictions++;
         e->prefetch.stats.prefetch_wasted++;
     }
+    zero__eng_hpz_stale(e, ti.group);
     if (e->cfg.stage == 0 && !ti.frozen) { /* stage 0 holds the whole master */
         pt.m0 = 0;
         pt.mn = ti.numel;
@@ -14046,7 +14253,7 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
    What this part owns: the device buffers moved off the device between training phases
    (zero_engine_offload_states), their host copies or file, and putting them back. */
 
-enum { ZERO__SOFF_PARAM, ZERO__SOFF_GRAD_USER, ZERO__SOFF_GRAD_ACC, ZERO__SOFF_MASTER, ZERO__SOFF_M,
+enum { ZERO__SOFF_PARAM, ZERO__SOFF_HPZ, ZERO__SOFF_GRAD_USER, ZERO__SOFF_GRAD_ACC, ZERO__SOFF_MASTER, ZERO__SOFF_M,
        ZERO__SOFF_V, ZERO__SOFF_N };
 
 struct zero__soff {
@@ -14068,6 +14275,7 @@ static void *zero__soff_get(const zero_engine *e, int k)
 {
     switch (k) {
     case ZERO__SOFF_PARAM: return e->buf.param;
+    case ZERO__SOFF_HPZ: return e->topo.hpz_buf;
     case ZERO__SOFF_GRAD_USER: return e->buf.grad_user;
     case ZERO__SOFF_GRAD_ACC:
         if (e->cfg.opt_offloaded) return e->opt.dgrad;
@@ -14082,6 +14290,7 @@ static void zero__soff_set(zero_engine *e, int k, void *p)
 {
     switch (k) {
     case ZERO__SOFF_PARAM: e->buf.param = (unsigned char *)p; break;
+    case ZERO__SOFF_HPZ: e->topo.hpz_buf = (unsigned char *)p; break;
     case ZERO__SOFF_GRAD_USER:
         e->buf.grad_user = (unsigned char *)p;
         if (e->layout.acc_is_user_grad) e->buf.grad_acc = (unsigned char *)p;
@@ -14195,7 +14404,7 @@ ZERODEF zero_result zero_engine_offload_states(zero_engine *e, unsigned what, ze
     x->what = what;
     x->tier = tier;
     for (k = 0; k < ZERO__SOFF_N; k++) { /* the device buffers of what */
-        unsigned bit = k == ZERO__SOFF_PARAM ? ZERO_STATES_PARAMS
+        unsigned bit = k <= ZERO__SOFF_HPZ ? ZERO_STATES_PARAMS
                        : k <= ZERO__SOFF_GRAD_ACC ? ZERO_STATES_GRADS
                        : k == ZERO__SOFF_MASTER ? ZERO_STATES_MASTER
                        : k == ZERO__SOFF_M ? ZERO_STATES_M : ZERO_STATES_V;
@@ -17619,6 +17828,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         goto out;
     }
     zero__eng_drop_prefetched(e);
+    zero__eng_hpz_stale(e, -1);
     if (e->nvme.io) r = zero__eng_nvme_forget(e);
     /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
        the four kinds together, so an NVMe tile record and param shard are read and written

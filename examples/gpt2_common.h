@@ -108,6 +108,7 @@ typedef struct gpt2_opts {
     /* beyond one node (docs/engine.md, "MiCS"): the engine's topology and MiCS groups */
     int ranks_per_node;  /* --ranks-per-node R (0 = the launcher's, else one node)       */
     int mics_shard_size; /* --mics-shard-size S (stages 1-3; 0 = flat)                  */
+    int hpz;             /* --hpz-partition-size S (stage 3, ZeRO++ hpZ; 0 = off)        */
     double dropout;      /* --dropout P: HF's embd_pdrop, attn_pdrop and resid_pdrop (0 = none) */
     const char *tokenizer_path;     /* --tokenizer: a tokenizer.json (or a directory holding one) */
     const char *decode_path;        /* --decode FILE.bin: print its tokens as text and exit */
@@ -182,6 +183,9 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "nodes:  --ranks-per-node R   ranks [k R, (k+1) R) share a node: traffic split intra/inter\n"
             "        --mics-shard-size S  MiCS (stages 1-3): states partitioned in groups of S ranks,\n"
             "                             replicated across the N / S groups\n"
+            "        --hpz-partition-size S   hpZ (stage 3): a secondary param partition over the\n"
+            "                             S ranks of a node, so later gathers stay inside it\n"
+            "                             (S divides --ranks-per-node; exact)\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n"
             "        --tokenizer FILE|DIR   a Hugging Face tokenizer.json: the sample prints text, not ids\n"
             "        --decode FILE.bin   with --tokenizer: print the file's tokens as text, and exit\n"
@@ -363,6 +367,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
         else if (!strcmp(k, "--ranks-per-node")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->ranks_per_node);
         else if (!strcmp(k, "--mics-shard-size")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->mics_shard_size);
+        else if (!strcmp(k, "--hpz-partition-size")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->hpz);
         else if (!strcmp(k, "--offload-ratio"))
             o->offload_ratio = atof(v), bad = !(o->offload_ratio > 0 && o->offload_ratio <= 1);
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
@@ -499,6 +504,7 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->nvme_path = o->nvme_path;
     d->ranks_per_node = o->ranks_per_node;
     d->mics_shard_size = stage >= 1 ? o->mics_shard_size : 0; /* the demo's stage 0 runs flat */
+    d->hpz_partition_size = stage == 3 ? o->hpz : 0;          /* and stages 0-2 without hpZ */
     if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
         size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * c->seq * c->channels);
         d->offload_activations = o->oact;
@@ -1707,10 +1713,11 @@ static inline double gpt2_formula_traffic_frozen(int stage, double psi, double f
 }
 
 /* Payload bytes per rank per step by the estimator (zero_estimate.step_*): total, inside
-   and between nodes, at ranks_per_node R (0 = one node) and MiCS shard size S (0 = flat;
-   stage 0 runs flat); -1 in out[0] when the estimator refuses the settings. */
+   and between nodes, at ranks_per_node R (0 = one node), MiCS shard size S (0 = flat;
+   stage 0 runs flat) and hpZ partition size H (stage 3; 0 = off); -1 in out[0] when the
+   estimator refuses the settings. */
 static inline void gpt2_formula_traffic_nodes(int stage, double psi, double frozen, int n, int a,
-                                              double es, int R, int S, double out[3])
+                                              double es, int R, int S, int H, double out[3])
 {
     zero_estimate_desc d;
     zero_estimate e;
@@ -1723,6 +1730,7 @@ static inline void gpt2_formula_traffic_nodes(int stage, double psi, double froz
     d.param_bytes = d.grad_bytes = (int)es;
     d.ranks_per_node = R > 0 && R <= n && n % R == 0 ? R : n;
     d.mics_shard_size = stage >= 1 ? S : 0;
+    d.hpz_partition_size = stage == 3 ? H : 0;
     d.accum_steps = a;
     out[0] = out[1] = out[2] = -1.0;
     if (zero_estimate_compute(&d, &e) != ZERO_OK) return;

@@ -1288,7 +1288,10 @@ int main(int argc, char **argv)
         run R;
         zero_result r;
         double es = (double)zero_dtype_size(o.dtype), meas_t, ft[3] = {0, 0, 0}, mi = 0, mo = 0;
-        int nstates, k, hier = o.ranks_per_node > 0 || o.mics_shard_size > 0;
+        int nstates, k, hier = o.ranks_per_node > 0 || o.mics_shard_size > 0 || o.hpz > 1;
+        /* hpZ (stage 3): the secondary partition, p Psi / H more params per rank */
+        int H = st == 3 && o.hpz > 1 && o.hpz < o.ranks ? o.hpz : 0;
+        double fstates;
         uint64_t sum;
         memset(&R, 0, sizeof R);
         R.o = &o;
@@ -1328,15 +1331,17 @@ int main(int argc, char **argv)
         /* MiCS: memory is the flat engine's at N = S (stage 0 runs flat) */
         nstates = o.mics_shard_size > 0 && st >= 1 ? o.mics_shard_size : o.ranks;
         gpt2_formula_traffic_nodes(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es, o.ranks_per_node,
-                                   o.mics_shard_size, ft);
+                                   o.mics_shard_size, H, ft);
+        fstates = gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, nstates, o.accum, es,
+                                        o.odtype == ZERO_BF16 ? 6 : 12) +
+                  (H ? es * (double)R.psi / H : 0.0);
         for (k = 0; k < ZERO_COLL_CONTROL; k++) {
             mi += R.traffic.intra_bytes[k];
             mo += R.traffic.inter_bytes[k];
         }
         if (first != last) {
             printf("%-5d | %-9.5f %-9.5f | %-11.0f %-11.0f | %-11.0f %-11.0f | %-8.2f\n", st,
-                   R.loss[R.first_step], R.loss[R.end_step - 1], states_of(&R.mem),
-                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, nstates, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
+                   R.loss[R.first_step], R.loss[R.end_step - 1], states_of(&R.mem), fstates, meas_t,
                    (hier ? ft[0] : gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es)),
                    1e3 * R.seconds / (R.end_step - R.first_step));
             if (hier)
@@ -1354,8 +1359,7 @@ int main(int argc, char **argv)
                          states_of(&R.off[1]));
             printf("model states per rank: %.0f B measured on the device%s, %.0f B by formula (every tier); "
                    "traffic per step: %.0f B measured, %.0f B by formula; Psi = %zu%s\n",
-                   states_of(&R.mem), tiers,
-                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, nstates, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
+                   states_of(&R.mem), tiers, fstates, meas_t,
                    (hier ? ft[0] : gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es)), R.psi,
                    R.frozen ? " (frozen F as below)" : "");
             if (R.frozen) printf("frozen: F = %zu of them (--freeze %s): no gradients, no optimizer state\n", R.frozen, o.freeze);
@@ -1366,8 +1370,9 @@ int main(int argc, char **argv)
                        o.quant_g ? (o.quant_g == 8 ? "qgZ int8" : "qgZ int4") : "");
             if (hier)
                 printf("traffic per step inside nodes: %.0f B measured, %.0f B by formula; between nodes: %.0f B "
-                       "measured, %.0f B by formula (--ranks-per-node %d, --mics-shard-size %d)\n", mi, ft[1], mo,
-                       ft[2], o.ranks_per_node, o.mics_shard_size);
+                       "measured, %.0f B by formula (--ranks-per-node %d, --mics-shard-size %d, "
+                       "--hpz-partition-size %d)\n", mi, ft[1], mo, ft[2], o.ranks_per_node,
+                       o.mics_shard_size, o.hpz);
             printf("final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, final loss scale %g\n",
                    R.loss[R.end_step - 1], R.val_loss, 1e3 * R.seconds / (R.end_step - R.first_step), R.skipped,
                    (double)R.final_scale);

@@ -71,6 +71,8 @@ typedef struct ec_cfg {
     int rpn_rank[EC_MAX_RANKS];
     int mics;                     /* engine mics_shard_size; per-rank override mics_rank[r] */
     int mics_rank[EC_MAX_RANKS];
+    int hpz;                      /* engine hpz_partition_size; per-rank override hpz_rank[r] */
+    int hpz_rank[EC_MAX_RANKS];
 } ec_cfg;
 
 typedef struct ec_qw_stats {
@@ -221,6 +223,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->quant_block_numel = c->quant_block;
     d->ranks_per_node = c->ranks_per_node;
     d->mics_shard_size = c->mics;
+    d->hpz_partition_size = c->hpz;
     d->offload_optimizer_ratio = c->offload_ratio;
 }
 
@@ -491,6 +494,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     d.comm = comm;
     if (rank < EC_MAX_RANKS && c->rpn_rank[rank]) d.ranks_per_node = c->rpn_rank[rank];
     if (rank < EC_MAX_RANKS && c->mics_rank[rank]) d.mics_shard_size = c->mics_rank[rank];
+    if (rank < EC_MAX_RANKS && c->hpz_rank[rank]) d.hpz_partition_size = c->hpz_rank[rank];
     EC_TRY(zero_engine_create(&d, &e));
     EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
