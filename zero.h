@@ -6898,9 +6898,103 @@ static void zero__adam_bf16(const zero_adam_range *r, const zero_adam_coefs *c, 
 }
 
 #ifdef ZERO__X86_SIMD
+/* The same on AVX2, 8 elements a vector, bit-identical to the loop: the fp32 math is the
+   fp32 body's (the same operations in the same order as zero_adam_update); the RNG is
+   splitmix64 on 4 u64 lanes (a 64-bit product from three 32x32 -> 64 products); the
+   rounding and the NaN rule are zero_bf16_bits_sr's on 8 u32 lanes. */
+ZERO__AVX2 static inline __m256i zero__mul64_avx2(__m256i a, uint64_t b)
+{
+    const __m256i bl = _mm256_set1_epi64x((long long)(b & 0xffffffffu)),
+                  bh = _mm256_set1_epi64x((long long)(b >> 32));
+    __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), bl),
+                                     _mm256_mul_epu32(a, bh));
+    return _mm256_add_epi64(_mm256_mul_epu32(a, bl), _mm256_slli_epi64(cross, 32));
+}
+
+ZERO__AVX2 static inline __m256i zero__sr_mix_avx2(__m256i x)
+{
+    x = _mm256_xor_si256(x, _mm256_srli_epi64(x, 30));
+    x = zero__mul64_avx2(x, 0xbf58476d1ce4e5b9ull);
+    x = _mm256_xor_si256(x, _mm256_srli_epi64(x, 27));
+    x = zero__mul64_avx2(x, 0x94d049bb133111ebull);
+    return _mm256_xor_si256(x, _mm256_srli_epi64(x, 31));
+}
+
+/* fp32 results -> bf16 bits, stochastically with the 16 random bits in each lane of r. */
+ZERO__AVX2 static inline __m128i zero__bf16x8_sr_avx2(__m256 f, __m256i r)
+{
+    __m256i x = _mm256_castps_si256(f);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    __m256i up = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_and_si256(r, _mm256_set1_epi32(0xffff))), 16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    x = _mm256_blendv_epi8(up, q, nan); /* every lane <= 0xffff: the pack does not saturate */
+    x = _mm256_permute4x64_epi64(_mm256_packus_epi32(x, x), 0x08);
+    return _mm256_castsi256_si128(x);
+}
+
+ZERO__AVX2 static inline __attribute__((always_inline)) void
+zero__adam_bf16_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float grad_mul,
+                          size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
+{
+    const __m256 gm = _mm256_set1_ps(grad_mul), l2 = _mm256_set1_ps(c->l2);
+    const __m256 omb1 = _mm256_set1_ps(c->one_minus_beta1);
+    const __m256 b2 = _mm256_set1_ps(c->beta2), omb2 = _mm256_set1_ps(c->one_minus_beta2);
+    const __m256 ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2), eps = _mm256_set1_ps(c->eps);
+    const __m256 nlwd = _mm256_set1_ps(c->neg_lr_wd), nstep = _mm256_set1_ps(-c->step_size);
+    const uint64_t gold = 0x9e3779b97f4a7c15ull;
+    const __m256i lanes = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const __m256i step8 = _mm256_set1_epi64x((long long)(8 * gold));
+    uint16_t *ms = (uint16_t *)(void *)r->master, *m1 = (uint16_t *)(void *)r->m,
+             *m2 = (uint16_t *)(void *)r->v;
+    size_t i = *pi;
+    /* the RNG's counters key + (index + 1) * gold for elements i .. i + 7, advanced by 8 */
+    uint64_t k0 = r->sr_key + (r->sr_index + i + 1) * gold;
+    __m256i ca = _mm256_setr_epi64x((long long)k0, (long long)(k0 + gold),
+                                    (long long)(k0 + 2 * gold), (long long)(k0 + 3 * gold));
+    __m256i cb = _mm256_add_epi64(ca, _mm256_set1_epi64x((long long)(4 * gold)));
+    for (; i + 8 <= end; i += 8) {
+        __m256 g, p, m, v, mm, vv, denom, pp;
+        __m256i ba, bb, lo, hi;
+        __m128i ph;
+        if (gk == ZERO_F16) g = zero__f16x8_to_f32_avx2((const uint16_t *)r->grad + i);
+        else if (gk == ZERO_BF16) g = zero__bf16x8_to_f32_avx2((const uint16_t *)r->grad + i);
+        else g = _mm256_loadu_ps((const float *)r->grad + i);
+        p = zero__ld_bf16x8_avx2(ms + i);
+        m = zero__ld_bf16x8_avx2(m1 + i);
+        v = zero__ld_bf16x8_avx2(m2 + i);
+        g = _mm256_mul_ps(g, gm);
+        g = _mm256_fmadd_ps(l2, p, g);
+        mm = _mm256_fmadd_ps(omb1, _mm256_sub_ps(g, m), m);
+        vv = _mm256_fmadd_ps(b2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+        denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ibc2, eps);
+        pp = _mm256_fmadd_ps(nlwd, p, p);
+        p = _mm256_fmadd_ps(nstep, _mm256_div_ps(mm, denom), pp);
+        /* 64 random bits per element; lo = their low halves in element order, hi = high */
+        ba = _mm256_permutevar8x32_epi32(zero__sr_mix_avx2(ca), lanes);
+        bb = _mm256_permutevar8x32_epi32(zero__sr_mix_avx2(cb), lanes);
+        lo = _mm256_permute2x128_si256(ba, bb, 0x20);
+        hi = _mm256_permute2x128_si256(ba, bb, 0x31);
+        ca = _mm256_add_epi64(ca, step8);
+        cb = _mm256_add_epi64(cb, step8);
+        ph = zero__bf16x8_sr_avx2(p, lo);
+        _mm_storeu_si128((__m128i *)(void *)(ms + i), ph);
+        _mm_storeu_si128((__m128i *)(void *)(m1 + i), zero__bf16x8_sr_avx2(mm, _mm256_srli_epi32(lo, 16)));
+        _mm_storeu_si128((__m128i *)(void *)(m2 + i), zero__bf16x8_sr_avx2(vv, hi));
+        if (pk != ZERO__ADAM_NO_PARAM) {
+            p = zero__ld_bf16x8_avx2(ms + i); /* the param is the stored master */
+            if (pk == ZERO_F16) zero__f32_to_f16x8_avx2((uint16_t *)r->param + i, p);
+            else if (pk == ZERO_BF16) zero__f32_to_bf16x8_avx2((uint16_t *)r->param + i, p);
+            else _mm256_storeu_ps((float *)r->param + i, p);
+        }
+    }
+    *pi = i;
+}
+
 ZERO__AVX2 static void zero__adam_bf16_avx2(const zero_adam_range *r, const zero_adam_coefs *c,
                                             float grad_mul, size_t i, size_t end)
 {
+    ZERO__ADAM_DISPATCH(zero__adam_bf16_avx2_body);
     ZERO__ADAM_BF16_LOOP(r, c, grad_mul, i, end);
 }
 

@@ -198,6 +198,39 @@ static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int th
     return best;
 }
 
+/* The same pass with bf16 master, m and v (optimizer_dtype = bf16: stochastic rounding from
+   the counter-based RNG), on the given simd path; sb holds 3 n uint16 states. */
+static double bf16_states_seconds(state *s, uint16_t *sb, size_t n, const zero_adam_coefs *c,
+                                  int threads, zero_simd simd)
+{
+    zero_adam_range r;
+    double t0, best = 1e30;
+    int rep;
+    memset(&r, 0, sizeof r);
+    r.numel = n;
+    r.master = (float *)(void *)sb;
+    r.m = (float *)(void *)(sb + n);
+    r.v = (float *)(void *)(sb + 2 * n);
+    r.state_dtype = ZERO_BF16;
+    r.sr_key = zero_sr_key(1, 10);
+    r.grad = s->gh;
+    r.grad_dtype = ZERO_F16;
+    r.param = s->ph;
+    r.param_dtype = ZERO_F16;
+    for (rep = 0; rep <= REPS; rep++) {
+        zero_result res;
+        t0 = bench_now();
+        res = zero_adam_host(&r, c, 1.0f / 1024, simd, threads);
+        t0 = bench_now() - t0;
+        if (res != ZERO_OK) {
+            fprintf(stderr, "bench_adam: %s\n", zero_last_error());
+            exit(1);
+        }
+        if (rep > 0 && t0 < best) best = t0;
+    }
+    return best;
+}
+
 static double naive_seconds(state *s, size_t n, const zero_adam_coefs *c, int threads)
 {
     naive_job jobs[2];
@@ -288,6 +321,24 @@ int main(void)
                triad_gbs * 16.0 / 12.0, (double)n / tn / 1e9, tn / tf, tbf / tf,
                fused_gbs / triad_gbs >= 0.8 && tn / tf >= 4.0 ? "targets met"
                                                               : "below target");
+    }
+    {
+        uint16_t *sb = (uint16_t *)xalloc(3 * n * sizeof(uint16_t));
+        for (i = 0; i < n; i++) {
+            sb[i] = zero_f32_to_bf16(s.master[i]);
+            sb[n + i] = sb[2 * n + i] = 0;
+        }
+        printf("bf16 states (master, m, v in bf16, stochastic rounding), Gp/s:\n");
+        printf("%-8s %11s %11s %11s %14s\n", "threads", "fp32 states", "bf16 vector", "bf16 loop",
+               "bf16/fp32 time");
+        for (threads = 1; threads <= 2; threads++) {
+            double tf = fused_seconds(&s, n, &c, threads, ZERO_F16);
+            double tv = bf16_states_seconds(&s, sb, n, &c, threads, ZERO_SIMD_AUTO);
+            double tl = bf16_states_seconds(&s, sb, n, &c, threads, ZERO_SIMD_PORTABLE);
+            printf("%-8d %11.3f %11.3f %11.3f %13.2fx\n", threads, (double)n / tf / 1e9,
+                   (double)n / tv / 1e9, (double)n / tl / 1e9, tv / tf);
+        }
+        free(sb);
     }
     printf("bf16/f16: the time of the same pass writing bf16 params over the fp16 one (AVX2: a "
            "7-operation store a vector against F16C's one)\n");

@@ -300,6 +300,76 @@ static void bf16_cfg(ec_cfg *c, int world, zero_dtype dt, int accum, int steps)
     c->lr = 3e-3f; /* updates big enough to move bf16 masters */
 }
 
+/* Each vector path (AVX2: 8 lanes, the RNG on 64-bit lanes) against the portable element
+   loop, for every gradient and param dtype, states with NaN, inf, signed zeros, subnormals
+   and values next to the largest bf16, counters crossing 2^32 (sr_index), and lengths that
+   leave every possible tail. */
+ZT_TEST(adam_bf16_vector_paths_match_the_loop_on_every_dtype_and_edge)
+{
+    static const zero_simd paths[] = {ZERO_SIMD_AVX2, ZERO_SIMD_AVX512};
+    static const zero_dtype gds[] = {ZERO_F32, ZERO_F16, ZERO_BF16};
+    static const zero_dtype pds[] = {ZERO_DTYPE_DEFAULT, ZERO_F32, ZERO_F16, ZERO_BF16};
+    static const uint16_t edges[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f7f,
+                                     0xff7f, 0x0001, 0x8001, 0x007f, 0x3f80, 0x7f01};
+    enum { N = 203 };
+    uint16_t st[3][N], ref[3][N], w[3][N];
+    float gf[N], pref[N], pw[N];
+    uint16_t gh[N];
+    zero_adam_desc d;
+    zero_adam_coefs c;
+    size_t i, n;
+    int p, gi, pi, tested = 0;
+    memset(&d, 0, sizeof d);
+    d.weight_decay = 0.01;
+    ZT_CHECK(zero_adam_coefs_make(&c, &d, 0.01, 7) == ZERO_OK);
+    for (i = 0; i < N; i++) {
+        uint32_t h = (uint32_t)zero_sr_mix(i + 1);
+        st[0][i] = zero_f32_to_bf16((float)(3.0 * sin(0.7 * (double)i)));
+        st[1][i] = zero_f32_to_bf16((float)(1e-2 * cos((double)i)));
+        st[2][i] = zero_f32_to_bf16((float)(1e-5 * (1.5 + sin(0.3 * (double)i))));
+        if (i % 7 == 3) st[h % 3][i] = edges[(h >> 8) % (sizeof edges / sizeof edges[0])];
+        gf[i] = (float)(0.1 * sin(1.3 * (double)i));
+        if (i % 29 == 5) gf[i] = i % 2 ? INFINITY : NAN;
+        if (i % 31 == 7) gf[i] = 3e38f;
+    }
+    for (p = 0; p < 2; p++) {
+        if (paths[p] > zero_simd_detect()) continue;
+        for (gi = 0; gi < 3; gi++)
+            for (pi = 0; pi < 4; pi++)
+                for (n = N - 8; n <= N; n++) {
+                    zero_adam_range r;
+                    int pass;
+                    for (i = 0; i < N; i++)
+                        gh[i] = gds[gi] == ZERO_F16 ? zero_f32_to_f16(gf[i]) : zero_f32_to_bf16(gf[i]);
+                    for (pass = 0; pass < 2; pass++) {
+                        uint16_t(*dst)[N] = pass ? w : ref;
+                        float *pd = pass ? pw : pref;
+                        memcpy(dst, st, sizeof st);
+                        memset(pd, 0, sizeof pw);
+                        memset(&r, 0, sizeof r);
+                        r.numel = n;
+                        r.grad_dtype = gds[gi];
+                        r.grad = gds[gi] == ZERO_F32 ? (const void *)gf : (const void *)gh;
+                        r.param_dtype = pds[pi] == ZERO_DTYPE_DEFAULT ? ZERO_F32 : pds[pi];
+                        r.param = pds[pi] == ZERO_DTYPE_DEFAULT ? NULL : (void *)pd;
+                        r.state_dtype = ZERO_BF16;
+                        r.master = (float *)(void *)dst[0];
+                        r.m = (float *)(void *)dst[1];
+                        r.v = (float *)(void *)dst[2];
+                        r.sr_key = zero_sr_key(11, 7);
+                        r.sr_index = 0xfffffff0ull + n;
+                        ZT_CHECK(zero_adam_host(&r, &c, 0.75f, pass ? paths[p] : ZERO_SIMD_PORTABLE, 1) == ZERO_OK);
+                    }
+                    ZT_CHECKF(!memcmp(ref, w, sizeof ref) && !memcmp(pref, pw, sizeof pw),
+                              "%s differs from the loop: grad %s, param %s, n %zu",
+                              zero_simd_name(paths[p]), zero_dtype_name(gds[gi]),
+                              zero_dtype_name(pds[pi]), n);
+                    tested++;
+                }
+    }
+    if (!tested) ZT_SKIP("no vector path on this CPU");
+}
+
 /* Stages 0-3 give the same bits at every N, fp16 and bf16 params, with accumulation and
    clipping; and the run is not the fp32-state run (the states are bf16 values). */
 ZT_TEST(engine_stages_identical_at_every_n)
@@ -683,6 +753,7 @@ int main(void)
     ZT_RUN(sr_with_the_rng_is_unbiased);
     ZT_RUN(adam_bf16_matches_float64_with_the_same_rounding);
     ZT_RUN(adam_bf16_paths_threads_and_splits_agree);
+    ZT_RUN(adam_bf16_vector_paths_match_the_loop_on_every_dtype_and_edge);
     ZT_RUN(engine_stages_identical_at_every_n);
     ZT_RUN(engine_offload_identical_to_plain);
     ZT_RUN(engine_memory_is_the_formula);
