@@ -38,8 +38,8 @@
 
    --sample N ends with N tokens generated as the CPU example does (--tokenizer: as text).
    Not supported here, refused with a message: --device-memory (a budget of the CPU
-   example's host device), --tile-embedding, --export, --freeze, --lr-embed and --dropout P
-   > 0 (train_gpt2.c has them).
+   example's host device), --tile-embedding, --export, --freeze and --dropout P > 0
+   (train_gpt2.c has them). --lr-embed and the AdamW flags work as there.
 
    Status: compiled and linked with nvcc, warnings as errors; never run on a GPU; runs on
    the CPU under the harness of tests/cudasim (make test-cuda-sim, tests/cudasim/examples.sh).
@@ -738,6 +738,10 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
     TRY(gpt2_add_tensors(R->e, &o->cfg, R->t));
     TRY(zero_engine_commit(R->e));
     TRY(gpt2_offsets(zero_engine_plan(R->e), &o->cfg, R->t));
+    if (o->lr_embed != 1.0) { /* --lr-embed: the embeddings' parameter group, as train_gpt2.c */
+        TRY(zero_engine_set_tensor_hparams(R->e, R->t[GPT2_WTE].id, o->lr_embed, ZERO_WEIGHT_DECAY_DEFAULT));
+        TRY(zero_engine_set_tensor_hparams(R->e, R->t[GPT2_WPE].id, o->lr_embed, ZERO_WEIGHT_DECAY_DEFAULT));
+    }
     if (o->init_path) TRY(zero_engine_load_pretrained(R->e, o->init_path, "transformer."));
     else TRY(gpt2_set_init(R->e, &o->cfg, R->t, o->seed));
     if (o->resume_dir) { /* any stage and world size; the data stream continues from the client state */
@@ -1033,9 +1037,8 @@ int main(int argc, char **argv)
                 "run zero-ckpt export DIR --hf OUTDIR\n");
         return 2;
     }
-    if (o.freeze || o.lr_embed != 1.0) {
-        fprintf(stderr, PROG ": --freeze and --lr-embed are implemented by the CPU example (train_gpt2); "
-                        "not supported here yet\n");
+    if (o.freeze) {
+        fprintf(stderr, PROG ": --freeze is implemented by the CPU example (train_gpt2); not supported here yet\n");
         return 2;
     }
     if (o.dropout > 0) {

@@ -9,8 +9,9 @@
 #   comm (rank 0 of 1, stage 3); CPU and NVMe optimizer offload at stage 3, 2 ranks, whose
 #   losses and params checksum must equal the plain run's bit for bit;
 # - the same flags against the CPU example (build/train_gpt2, --ranks 2, stage 0, 20 steps):
-#   every step's loss within the bound of docs/gpt2_cuda.md ("Under the harness"), and
-#   --sample's text equal to the CPU example's;
+#   every step's loss within the bound of docs/gpt2_cuda.md ("Under the harness"), also with
+#   --lr-embed and the AdamW flags away from their defaults (which must change the run),
+#   and --sample's text equal to the CPU example's; --freeze and --dropout 0.1 refused;
 # - examples/train_gpu.cu (one process: its ranks are a launcher's processes, which the
 #   harness cannot join) at stages 0-3, f16 and bf16: exit 0 and the same printed losses
 #   at every stage.
@@ -77,6 +78,33 @@ if [ -x build/train_gpt2 ]; then
 else
   echo "  skip: build/train_gpt2 not built"; skipped=$((skipped + 1))
 fi
+
+# fine-tuning flags: --lr-embed (the embeddings' parameter group) and AdamW's settings away
+# from their defaults, against the CPU example within the f32 bound; the run without them
+# differs (they reached the engine); --freeze and --dropout P > 0 refused with a message
+if [ -x build/train_gpt2 ]; then
+  F="--lr-embed 0.5 --beta1 0.85 --beta2 0.99 --eps 1e-6 --weight-decay 0.05"
+  # shellcheck disable=SC2086
+  "$D/train_gpt2" $G $F --steps 20 --stage 3 --ranks 2 --log "$tmp/fg.csv" > "$tmp/fg.out" 2>&1
+  # shellcheck disable=SC2086
+  build/train_gpt2 $G $F --steps 20 --stage 3 --ranks 2 --log "$tmp/fc.csv" > "$tmp/fc.out" 2>&1
+  # shellcheck disable=SC2086
+  build/train_gpt2 $G --steps 20 --stage 3 --ranks 2 --log "$tmp/fp.csv" > "$tmp/fp.out" 2>&1
+  worst=$(paste -d, "$tmp/fg.csv" "$tmp/fc.csv" "$tmp/fp.csv" | awk -F, '
+    NR > 1 { d = $2 - $7; if (d < 0) d = -d; r = d / ($7 < 0 ? -$7 : $7); if (r > w) w = r; n++
+             e = $12 - $7; if (e < 0) e = -e; if (e > m) m = e }
+    END { if (n != 20) print "rows " n; else printf "%.3g%s\n", w, (w <= 1e-5 && m > 1e-4 ? "" : " over 1e-5, or the same as without the flags") }')
+  case "$worst" in
+    *over*|rows*|"") bad "train_gpt2.cu $F vs train_gpt2.c: $worst" "$tmp/fg.out" ;;
+    *) ok "train_gpt2.cu $F vs train_gpt2.c, stage 3, 20 steps: worst relative loss difference $worst (bound 1e-5)" ;;
+  esac
+fi
+for f in "--freeze wte" "--dropout 0.1"; do
+  # shellcheck disable=SC2086
+  "$D/train_gpt2" $G $f > "$tmp/ref.out" 2>&1; rc=$?
+  if [ "$rc" = 2 ] && grep -q "CPU example" "$tmp/ref.out"; then ok "train_gpt2.cu $f: refused (exit 2), naming the CPU example"
+  else bad "train_gpt2.cu $f: exit $rc" "$tmp/ref.out"; fi
+done
 
 # --sample: each token one forward of a single sequence (B = 1); the text equals the CPU
 # example's (the same draws from logits that differ in their last bits only)
