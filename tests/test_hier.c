@@ -1141,6 +1141,80 @@ ZT_TEST(hpz_refused)
     }
 }
 
+/* The params change between gathers: after a forward pass with hpZ (secondary parts valid),
+   a load of a checkpoint saved after step 1, and later a set_tensor of tensor 0, must make
+   the parts stale (else the next gathers read the old values): the run equals plain stage 3
+   doing the same, bit for bit. */
+typedef struct hs_job {
+    ec_ctx ctx; /* first */
+    const char *dir;
+} hs_job;
+
+static zero_result hs_rank(int rank, zero_comm *comm, void *user)
+{
+    hs_job *job = (hs_job *)user;
+    const ec_cfg *c = job->ctx.cfg;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_result r = ZERO_OK;
+    int ids[EC_MAX_T], t, s;
+    float *tmp = (float *)malloc(4096 * sizeof(float));
+    ec_engine_desc(c, &d);
+    EC_TRY(tmp ? zero_host_device_create(NULL, &dev) : ZERO_ERROR_OUT_OF_MEMORY);
+    d.device = dev;
+    d.comm = comm;
+    EC_TRY(zero_engine_create(&d, &e));
+    EC_TRY(ec_add_tensors(e, c, ids));
+    EC_TRY(zero_engine_commit(e));
+    EC_TRY(ec_set_init(e, c, ids, tmp));
+    for (s = 0; s < 4; s++) {
+        if (s >= 2) /* a forward pass first: every secondary part valid */
+            EC_TRY(ec_forward(e, zero_plan_num_groups(zero_engine_plan(e))));
+        if (s == 2) EC_TRY(zero_engine_load(e, job->dir)); /* back to after step 1 */
+        if (s == 3) { /* new values for tensor 0 */
+            size_t i;
+            for (i = 0; i < c->sizes[0]; i++) tmp[i] = 0.25f - 0.001f * (float)i;
+            EC_TRY(zero_engine_set_tensor(e, ids[0], tmp));
+        }
+        EC_TRY(ec_micro_steps(c, e, ids, rank, s, zero_engine_loss_scale(e)));
+        EC_TRY(zero_engine_step(e, NULL));
+        if (s == 0) EC_TRY(zero_engine_save(e, job->dir));
+    }
+    for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, &job->ctx, rank, t, ids[t]));
+done:
+    if (r != ZERO_OK && rank == 0)
+        snprintf(job->ctx.res->err, sizeof job->ctx.res->err, "%s", zero_last_error());
+    free(tmp);
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+ZT_TEST(hpz_params_change_between_gathers)
+{
+    char d1[] = "/tmp/zero_hpz_a_XXXXXX", d2[] = "/tmp/zero_hpz_b_XXXXXX", cmd[128];
+    ec_cfg c;
+    hs_job j1, j2;
+    ec_result *a, *b;
+    char why[160];
+    if (!mkdtemp(d1) || !mkdtemp(d2)) ZT_SKIP("mkdtemp failed");
+    hpz_cfg(&c, 0, ZERO_BF16, 2, 4);
+    memset(&j1, 0, sizeof j1);
+    j1.dir = d1;
+    b = ec_run_with(&c, &j1.ctx, hs_rank, &j1);
+    c.hpz = 0;
+    memset(&j2, 0, sizeof j2);
+    j2.dir = d2;
+    a = ec_run_with(&c, &j2.ctx, hs_rank, &j2);
+    ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
+    ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "%s", why);
+    ec_result_free(a);
+    ec_result_free(b);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", d1, d2);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s, %s\n", d1, d2);
+}
+
 int main(void)
 {
     ZT_RUN(split_local);
@@ -1162,5 +1236,6 @@ int main(void)
     ZT_RUN(hpz_with_quantized);
     ZT_RUN(hpz_checkpoint);
     ZT_RUN(hpz_offload_states);
+    ZT_RUN(hpz_params_change_between_gathers);
     return zt_summary();
 }
