@@ -791,7 +791,8 @@ static zero_result zero__mpi_reduce(zero__mpi_comm *c, void *dst, const unsigned
 /* How a collective's data travels (chosen from the signature's fields). */
 enum {
     ZERO__MPI_HEADER_ONLY,   /* signatures first, then the data round (large messages)      */
-    ZERO__MPI_INLINE_BLOCKS, /* all_gather / broadcast / reduce_scatter: blocks in the packets */
+    ZERO__MPI_INLINE_BLOCKS, /* all_gather / broadcast / reduce_scatter / all_to_all: blocks in
+                                the packets                                                    */
     ZERO__MPI_ONE_ROUND,     /* all_reduce: the whole buffer in every packet                 */
     ZERO__MPI_INLINE_SLICES  /* all_reduce: slice p in the packet to p, then the gather round */
 };
@@ -830,6 +831,15 @@ static zero_result zero__mpi_finish_inline(zero__mpi_comm *c, int kind, int mode
             if (c->device) res = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, mine, send, block);
             else memcpy(mine, send, block);
         }
+        for (p = 0; p < world && res == ZERO_OK; p++)
+            if (p != rank) res = zero__mpi_stage_out(c, out + (size_t)p * block, ZERO__MPI_PAYLOAD(p), block);
+        if (res == ZERO_OK) res = zero__mpi_dev_sync(c);
+        return res;
+    }
+    if (kind == ZERO__MPI_ALL_TO_ALL) { /* my own block, then block 'rank' of every peer */
+        const unsigned char *own = (const unsigned char *)send + (size_t)rank * block;
+        if (c->device) res = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, out + (size_t)rank * block, own, block);
+        else memcpy(out + (size_t)rank * block, own, block);
         for (p = 0; p < world && res == ZERO_OK; p++)
             if (p != rank) res = zero__mpi_stage_out(c, out + (size_t)p * block, ZERO__MPI_PAYLOAD(p), block);
         if (res == ZERO_OK) res = zero__mpi_dev_sync(c);
@@ -959,7 +969,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
     }
     switch (mode) {
     case ZERO__MPI_INLINE_BLOCKS:
-        if (kind == ZERO__MPI_REDUCE_SCATTER) { /* block p to peer p */
+        if (kind == ZERO__MPI_REDUCE_SCATTER || kind == ZERO__MPI_ALL_TO_ALL) { /* block p to peer p */
             per_peer = 1;
             for (p = 0; p < world && res == ZERO_OK; p++) {
                 if (p == rank) continue;

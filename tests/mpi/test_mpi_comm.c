@@ -13,8 +13,8 @@
 #include "zero_mpi.h"
 #include "tests/mpi/zt_mpi.h"
 
-enum { K_AG, K_RS, K_AR, K_BC };
-static const char *const kname[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
+enum { K_AG, K_RS, K_AR, K_BC, K_A2A };
+static const char *const kname[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all"};
 
 typedef struct ccase {
     int kind, inplace, root;
@@ -47,7 +47,7 @@ static void put(void *p, zero_dtype dt, size_t i, double x)
 /* Sizes of rank r's buffers: the allocation and the bytes the output covers. */
 static size_t alloc_numel(const ccase *c, int world)
 {
-    return (c->kind == K_AG || c->kind == K_RS) ? c->numel * (size_t)world : c->numel;
+    return (c->kind == K_AG || c->kind == K_RS || c->kind == K_A2A) ? c->numel * (size_t)world : c->numel;
 }
 
 /* Runs case c on comm (rank, world) with inputs from in_value; out gets the output bytes
@@ -87,6 +87,12 @@ static zero_result run_case(zero_comm *comm, const ccase *c, unsigned char *out,
         r = comm->ops->all_reduce(comm, a, c->inplace ? a : b, n, c->dtype, c->op, NULL);
         memcpy(out, c->inplace ? a : b, n * es);
         *out_bytes = n * es;
+        break;
+    case K_A2A: /* never in place (send and recv must not overlap) */
+        for (i = 0; i < big; i++) put(a, c->dtype, i, in_value(c, rank, i));
+        r = comm->ops->all_to_all(comm, a, b, n, c->dtype, NULL);
+        memcpy(out, b, big * es);
+        *out_bytes = big * es;
         break;
     default:
         if (rank == c->root)
@@ -133,7 +139,7 @@ ZT_TEST(collectives_equal_local_comm)
     static const zero_dtype dts[] = {ZERO_F32, ZERO_F16, ZERO_BF16, ZERO_F64};
     static const size_t sizes[] = {0, 1, 7, 1001, 40000};
     int k, d, s, ip, op, nsz = zt_quick() ? 4 : 5, cases = 0;
-    for (k = 0; k < 4; k++)
+    for (k = 0; k < 5; k++)
         for (d = 0; d < 4; d++)
             for (s = 0; s < nsz; s++)
                 for (ip = 0; ip < 2; ip++)
@@ -151,7 +157,7 @@ ZT_TEST(collectives_equal_local_comm)
                         c.inplace = ip;
                         c.op = op ? ZERO_OP_MAX : ZERO_OP_SUM;
                         c.root = (int)((s + ip) % (size_t)zm_world);
-                        if (k == K_BC && ip) continue; /* one buffer: always in place */
+                        if ((k == K_BC || k == K_A2A) && ip) continue; /* no in-place form */
                         cap = alloc_numel(&c, zm_world) * es + 16;
                         got = (unsigned char *)malloc(cap);
                         memset(&x, 0, sizeof x);
@@ -191,6 +197,12 @@ ZT_TEST(mismatches_fail_every_rank)
     else r = g_comm->ops->reduce_scatter(g_comm, buf, out, 8, ZERO_F32, ZERO_OP_SUM, NULL);
     expect_all(r, ZERO_ERROR_MISMATCH, "kinds");
     ZT_CHECKF(strstr(zero_last_error(), "rank 0 called all_gather") && strstr(zero_last_error(), "rank 1 called reduce_scatter"),
+              "rank %d: message names both sides: %s", zm_rank, zero_last_error());
+    /* all_to_all against all_gather of the same count (the same packet sizes) */
+    if (zm_rank == 0) r = g_comm->ops->all_to_all(g_comm, buf, out, 8, ZERO_F32, NULL);
+    else r = g_comm->ops->all_gather(g_comm, buf, out, 8, ZERO_F32, NULL);
+    expect_all(r, ZERO_ERROR_MISMATCH, "all_to_all vs all_gather");
+    ZT_CHECKF(strstr(zero_last_error(), "rank 0 called all_to_all") && strstr(zero_last_error(), "rank 1 called all_gather"),
               "rank %d: message names both sides: %s", zm_rank, zero_last_error());
     /* different counts, the last rank's */
     r = g_comm->ops->all_reduce(g_comm, buf, out, zm_rank == last ? 9 : 8, ZERO_F32, ZERO_OP_SUM, NULL);
