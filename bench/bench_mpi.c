@@ -15,8 +15,9 @@
    over zero_mpi.h with one rank per process, against zero_local_run with the same number
    of threads in rank 0's process while the other processes sleep.
 
-       mpirun -np 4 build/mpi/bench_mpi [--max-mib M] [--steps T] [--rounds R]
-   (--steps 0: the collectives only) */
+       mpirun -np 4 build/mpi/bench_mpi [--max-mib M] [--steps T] [--rounds R] [--sizes K,K,..]
+   (--steps 0: the collectives only; --sizes 4,64,65536: those sizes in KiB instead of
+   4 KiB, 16 KiB, ... up to --max-mib) */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #define ZERO_MPI_IMPLEMENTATION
@@ -148,7 +149,8 @@ int main(int argc, char **argv)
     zero_mpi_desc md;
     zero_comm *comm = NULL;
     size_t total, max_bytes = (size_t)256 << 20;
-    int a, which, steps = 5, st, rounds = 3;
+    int a, which, steps = 5, st, rounds = 3, nsizes = 0, k;
+    size_t sizes_kib[16];
     float *send, *recv;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -157,6 +159,16 @@ int main(int argc, char **argv)
         if (!strcmp(argv[a], "--max-mib")) max_bytes = (size_t)atol(argv[a + 1]) << 20;
         else if (!strcmp(argv[a], "--steps")) steps = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--rounds")) rounds = atoi(argv[a + 1]) > 0 ? atoi(argv[a + 1]) : 1;
+        else if (!strcmp(argv[a], "--sizes")) { /* "4,64,65536": these sizes (KiB) only */
+            const char *q = argv[a + 1];
+            while (*q && nsizes < 16) {
+                char *end;
+                unsigned long v = strtoul(q, &end, 10);
+                if (end == q) break;
+                if (v > 0) sizes_kib[nsizes++] = (size_t)v;
+                q = *end == ',' ? end + 1 : end;
+            }
+        }
     }
     memset(&md, 0, sizeof md);
     md.timeout_ms = 600000;
@@ -164,6 +176,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: %s\n", me, zero_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    for (k = 0; k < nsizes; k++)
+        if (sizes_kib[k] << 10 > max_bytes) max_bytes = sizes_kib[k] << 10;
     send = (float *)malloc(max_bytes);
     recv = (float *)malloc(max_bytes);
     if (!send || !recv) MPI_Abort(MPI_COMM_WORLD, 1);
@@ -174,7 +188,9 @@ int main(int argc, char **argv)
                "GB/s; ratio = ours / MPI's)\n%-14s %10s | %9s %9s %6s\n",
                world, "collective", "size", "ours", "MPI", "ratio");
     for (which = 0; which < 3; which++)
-        for (total = 4096 / sizeof(float); total * sizeof(float) <= max_bytes; total *= 4) {
+        for (k = 0, total = nsizes ? (sizes_kib[0] << 10) / sizeof(float) : 4096 / sizeof(float);
+             nsizes ? k < nsizes : total * sizeof(float) <= max_bytes;
+             k++, total = nsizes ? (k < nsizes ? (sizes_kib[k] << 10) / sizeof(float) : 0) : total * 4) {
             double bytes = (double)total * sizeof(float), f = (double)(world - 1) / world, t_ours, t_mpi, b_ours, b_mpi;
             int iters = bytes <= (64 << 10) ? 100 : bytes <= (1 << 20) ? 30 : bytes <= (16 << 20) ? 5 : 2;
             if (which == AR) f *= 2;
