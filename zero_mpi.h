@@ -45,6 +45,7 @@
             all_gather      each rank sends its block to every peer
             reduce_scatter  rank p receives block p of every peer's send (an all-to-all),
                             then sums them in rank order 0..N-1 in fp32 and rounds once
+            all_to_all      the same blocks, copied (no sum)
             all_reduce      the same on slice p of the buffer, then an all-gather of slices
             broadcast       the root sends to every peer
             barrier         the packet round alone
@@ -52,10 +53,14 @@
           2 (N-1)/N for all_reduce, as the engine counts it (the one-round small
           all_reduce sends the whole buffer to each peer). MPI_SUM is never used (its
           order is unspecified and MPI has no fp16 / bf16).
-       Every wait polls MPI_Testall against the collective's deadline (timeout_ms from its
-       start): nothing blocks longer. It spins for ZERO_MPI_SPIN_MS (2 ms; define it before
-       the implementation to change it), then sleeps 50 us between polls, so a rank waiting
-       for a slower peer leaves it the core.
+       Every op speaks this protocol, all_to_all (blocks as reduce_scatter's, no sum) and
+       the comms zero_comm_split makes included (each its own communicator, collective
+       numbers and packets). Every wait polls MPI_Testsome against the collective's
+       deadline (timeout_ms from its start): nothing blocks longer. It spins for
+       ZERO_MPI_SPIN_MS (2 ms; define it before the implementation to change it), yielding
+       the core between polls only when the node runs more ranks than it has cores (as
+       Open MPI's own waits do), then sleeps 50 us between polls, so a rank waiting for a
+       much slower peer leaves it the core.
 
    FAILURE
        TIMEOUT   a collective not complete by its deadline returns ZERO_ERROR_TIMEOUT and
@@ -206,8 +211,10 @@ ZERODEF zero_result zero_mpi_nccl_unique_id(MPI_Comm comm, int root, void *id, i
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -286,7 +293,12 @@ typedef struct zero__mpi_comm {
     zero_result broken;      /* ZERO_OK, or why every call now fails                    */
     char broken_msg[320];
     int leak;                /* a timed-out request may still use sig/pkt/scratch: keep them */
-    int64_t *sig;            /* [4 * NF]: [0, 4) the gave-up message this rank sends        */
+    int64_t *sig;            /* [4 * NF]: [0, 4) the gave-up message this rank sends, [8, 12)
+                                the one received (gaveup_req)                              */
+    MPI_Request gaveup_req;  /* a receive of a peer's gave-up message, posted from create    */
+    int gaveup_got;          /* it completed: sig[8..12) holds the message                  */
+    int yield;               /* more ranks on this node than cores: yield while spinning   */
+    int *idx;                /* [nreqs_cap]: MPI_Testsome's indices                         */
     int64_t *sigs;           /* [world * NF]: every rank's signature of this collective    */
     unsigned char *pkt_in;   /* [world * SLOT]: the packets received, peer p's at p * SLOT */
     unsigned char *pkt_out;  /* [world * SLOT]: the packets sent, to peer p at p * SLOT    */
@@ -367,8 +379,10 @@ static zero_result zero__mpi_break(zero__mpi_comm *c, zero_result why, const cha
    request freed at once; the buffer, c->sig, is kept with the comm's leaked buffers):
    {magic, its collective number, its timeout, its rank}. A peer that joins that
    collective late would otherwise complete it from the packets the timed-out rank had
-   already sent (MPI cannot take a send back); it looks for this message whenever a wait
-   completes, and fails with the timeout instead of returning stale success. */
+   already sent (MPI cannot take a send back). Every comm keeps a receive for this message
+   posted (gaveup_req, from create), and every wait tests it together with its own
+   requests: MPI matches the message as it delivers the packets, at no cost per
+   collective, and the wait fails with the timeout instead of returning stale success. */
 static void zero__mpi_gaveup_send(zero__mpi_comm *c)
 {
     int p;
@@ -384,25 +398,12 @@ static void zero__mpi_gaveup_send(zero__mpi_comm *c)
     }
 }
 
-/* Takes one gave-up message if one has arrived: 1 and *msg filled, else 0. */
-static int zero__mpi_gaveup_take(zero__mpi_comm *c, int64_t *msg)
-{
-    int flag = 0;
-    MPI_Status st;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, ZERO__MPI_TAG_GAVEUP, c->mc, &flag, &st) != MPI_SUCCESS || !flag) return 0;
-    if (MPI_Recv(msg, 4, MPI_INT64_T, st.MPI_SOURCE, ZERO__MPI_TAG_GAVEUP, c->mc, MPI_STATUS_IGNORE) !=
-            MPI_SUCCESS ||
-        msg[0] != ZERO__MPI_MAGIC) {
-        msg[1] = (int64_t)c->seq;
-        msg[2] = -1;
-        msg[3] = st.MPI_SOURCE;
-    }
-    return 1;
-}
-
 static zero_result zero__mpi_gaveup_fail(zero__mpi_comm *c, const int64_t *msg, const char *what)
 {
     c->leak = 1;
+    if (msg[0] != ZERO__MPI_MAGIC) /* not ours: cannot happen on the comm's own communicator */
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): a malformed gave-up message", what,
+                               c->seq, c->base.rank);
     return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
                            "%s #%llu (rank %d): rank %lld timed out after %lld ms in its collective #%lld and "
                            "left the collective (this rank joined too late)",
@@ -412,42 +413,44 @@ static zero_result zero__mpi_gaveup_fail(zero__mpi_comm *c, const int64_t *msg, 
 /* Polls n requests until all complete or the deadline passes. On a timeout the requests
    stay pending (MPI cannot cancel collectives, nor reliably sends): the comm is broken,
    every peer is told (zero__mpi_gaveup_send), and its buffers are kept for the rest of
-   the process. A peer's gave-up message for an earlier collective fails the wait at once;
-   one for this collective fails it when it completes or at this rank's own deadline
-   (each rank waits its own timeout, so no rank returns before it). */
+   the process. A peer's gave-up message (gaveup_req, tested with the requests in one
+   MPI_Testsome, so a message MPI delivered with the packets is seen in the same poll)
+   for an earlier collective fails the wait at once; one for this collective fails it when
+   it completes or at this rank's own deadline (each rank waits its own timeout, so no
+   rank returns before it). reqs has room for n + 1 requests (zero__mpi_reqs). */
 static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, double deadline,
                                   const char *what, const char *phase)
 {
     unsigned polls = 0;
     double start = 0;
-    int64_t msg[4];
-    int seen = 0;
+    const int64_t *msg = c->sig + 8;
+    int left = n;
     for (;;) {
-        int done = 0, rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        int i, m = n, outcount = 0, rc;
+        if (c->gaveup_req != MPI_REQUEST_NULL) reqs[m++] = c->gaveup_req;
+        rc = MPI_Testsome(m, reqs, &outcount, c->idx, MPI_STATUSES_IGNORE);
+        if (m > n) c->gaveup_req = reqs[n]; /* MPI_REQUEST_NULL once it completed */
         if (rc != MPI_SUCCESS) {
             char e[MPI_MAX_ERROR_STRING + 1];
             zero__mpi_errtext(rc, e, sizeof e);
             c->leak = 1;
-            return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Testall in the %s failed: %s",
+            return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Testsome in the %s failed: %s",
                                    what, c->seq, c->base.rank, phase, e);
         }
-        if (done) {
-            /* Open MPI's iprobe looks, then progresses: a gave-up message delivered before
-               this call is seen once the progress engine has run twice since the requests
-               were posted (Testall and one probe, or two probes when the first Testall
-               already found everything here: the last rank to arrive, or a late one). */
-            if (seen || zero__mpi_gaveup_take(c, msg) || (polls == 0 && zero__mpi_gaveup_take(c, msg)))
-                return zero__mpi_gaveup_fail(c, msg, what);
+        if (outcount != MPI_UNDEFINED)
+            for (i = 0; i < outcount; i++)
+                if (c->idx[i] < n) left--;
+        if (c->gaveup_req == MPI_REQUEST_NULL && !c->gaveup_got) {
+            c->gaveup_got = 1;
+            if (msg[0] != ZERO__MPI_MAGIC || msg[1] < (int64_t)c->seq) return zero__mpi_gaveup_fail(c, msg, what);
+        }
+        if (left <= 0) {
+            if (c->gaveup_got && msg[1] <= (int64_t)c->seq) return zero__mpi_gaveup_fail(c, msg, what);
             return ZERO_OK;
         }
-        polls++;
-        if ((polls & 31u) == 0) {
+        if ((++polls & 31u) == 0) {
             double t = zero__mpi_now_ms();
             if (start == 0) start = t;
-            if (!seen && zero__mpi_gaveup_take(c, msg)) {
-                seen = 1;
-                if (msg[1] < (int64_t)c->seq) return zero__mpi_gaveup_fail(c, msg, what);
-            }
             if (t > deadline) {
                 c->leak = 1;
                 zero__mpi_gaveup_send(c);
@@ -456,10 +459,11 @@ static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, d
                                        "did not join",
                                        c->base.rank, c->timeout_ms, what, c->seq, phase);
             }
-            /* Spin for the first ZERO_MPI_SPIN_MS, then poll every 50 us: a rank waiting
-               for a slower peer leaves it the core (ranks may share cores). */
+            /* Spin for the first ZERO_MPI_SPIN_MS (yielding the core between polls when
+               this node has more ranks than cores, as MPI's own waits do), then poll every
+               50 us: a rank waiting for a much slower peer leaves it the core. */
             if (t - start < ZERO_MPI_SPIN_MS) {
-                sched_yield();
+                if (c->yield) sched_yield();
             } else {
                 struct timespec ts = {0, 50000};
                 nanosleep(&ts, NULL);
@@ -590,15 +594,24 @@ static zero_result zero__mpi_round(zero__mpi_comm *c, const int64_t *mine, int p
 
 /* ---- the data round ---- */
 
+/* Room for n requests, and one more for the wait's gave-up receive. */
 static int zero__mpi_reqs(zero__mpi_comm *c, size_t n)
 {
     MPI_Request *grown;
-    if (n <= c->nreqs_cap) return 1;
-    grown = (MPI_Request *)zero__alloc(&c->allocator, n * sizeof *grown);
-    if (!grown) return 0;
+    int *idx;
+    if (n + 1 <= c->nreqs_cap) return 1;
+    grown = (MPI_Request *)zero__alloc(&c->allocator, (n + 1) * sizeof *grown);
+    idx = (int *)zero__alloc(&c->allocator, (n + 1) * sizeof *idx);
+    if (!grown || !idx) {
+        zero__free(&c->allocator, grown);
+        zero__free(&c->allocator, idx);
+        return 0;
+    }
     zero__free(&c->allocator, c->reqs);
+    zero__free(&c->allocator, c->idx);
     c->reqs = grown;
-    c->nreqs_cap = n;
+    c->idx = idx;
+    c->nreqs_cap = n + 1;
     return 1;
 }
 
@@ -1135,6 +1148,16 @@ static zero_result zero__mpi_barrier(zero_comm *comm)
 
 /* ---- lifetime ---- */
 
+/* Withdraws the posted gave-up receive (a receive cancels locally; MPI_Wait then returns
+   at once) before the communicator is freed. Not after a timeout: the comm's buffers and
+   communicator are kept then, and so is this request. */
+static void zero__mpi_unpost(zero__mpi_comm *c)
+{
+    if (c->leak || c->gaveup_req == MPI_REQUEST_NULL) return;
+    if (MPI_Cancel(&c->gaveup_req) == MPI_SUCCESS) (void)MPI_Wait(&c->gaveup_req, MPI_STATUS_IGNORE);
+    else c->leak = 1; /* cannot withdraw it: keep what it may still write */
+}
+
 static void zero__mpi_free(zero__mpi_comm *c)
 {
     zero_allocator a = c->allocator;
@@ -1146,6 +1169,7 @@ static void zero__mpi_free(zero__mpi_comm *c)
         zero__free(&a, c->pkt_out);
     }
     zero__free(&a, c->reqs);
+    zero__free(&a, c->idx);
     zero__free(&a, (void *)c->srcs);
     zero__free(&a, c->plen);
     zero__free(&a, c);
@@ -1166,6 +1190,7 @@ static void zero__mpi_destroy(zero_comm *comm)
     /* After a timeout, requests may still be pending on the communicator, and Open MPI's
        progress engine follows freed communicators of pending nonblocking collectives: keep
        it (and the buffers) for the rest of the process. */
+    zero__mpi_unpost(c);
     if (!c->leak) MPI_Comm_free(&c->mc);
     comm->impl = NULL; /* a stale handle is then rejected, not followed */
     zero__mpi_free(c);
@@ -1294,6 +1319,7 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     c = (zero__mpi_comm *)zero__alloc(&a, sizeof *c);
     if (!c) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_mpi_create: out of memory");
     memset(c, 0, sizeof *c);
+    c->gaveup_req = MPI_REQUEST_NULL;
     c->allocator = a;
     c->timeout_ms = desc->timeout_ms ? desc->timeout_ms : ZERO_MPI_DEFAULT_TIMEOUT_MS;
     c->abort_on_timeout = desc->abort_on_timeout;
@@ -1346,6 +1372,22 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
         MPI_Comm_free(&c->mc);
         zero__mpi_free(c);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_mpi_create: out of memory (world %d)", world);
+    }
+    rc = MPI_Irecv(c->sig + 8, 4, MPI_INT64_T, MPI_ANY_SOURCE, ZERO__MPI_TAG_GAVEUP, c->mc, &c->gaveup_req);
+    if (rc != MPI_SUCCESS) {
+        zero__mpi_errtext(rc, e, sizeof e);
+        c->gaveup_req = MPI_REQUEST_NULL;
+        MPI_Comm_free(&c->mc);
+        zero__mpi_free(c);
+        return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: posting a receive failed: %s", e);
+    }
+    {   /* more ranks on this node than cores (mpirun's count, where it tells): yield while
+           spinning, as Open MPI's own waits do when oversubscribed */
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        long cores = sysconf(_SC_NPROCESSORS_ONLN), local;
+        if (!ls) ls = getenv("MPI_LOCALNRANKS"); /* MPICH's Hydra */
+        local = ls ? strtol(ls, NULL, 10) : 0;
+        c->yield = cores > 0 && local > cores;
     }
     *out = &c->base;
     return ZERO_OK;
