@@ -66,8 +66,10 @@
        TIMEOUT   a collective not complete by its deadline returns ZERO_ERROR_TIMEOUT and
                  breaks the comm; with abort_on_timeout set the process calls MPI_Abort
                  instead of returning. The rank first tells every peer it gave up, so a
-                 peer that joins after the deadline returns TIMEOUT too instead of
-                 completing from the packets already sent. The timed-out MPI requests cannot be cancelled: the
+                 peer that joins after the deadline returns TIMEOUT too: in that
+                 collective, or (when MPI delivered the message after the packets, and
+                 the collective completed from the packets already sent, with every
+                 rank's data) at once in its next call. The timed-out MPI requests cannot be cancelled: the
                  buffers of that call may still be written by MPI, and the comm's scratch and
                  duplicated communicator are then never freed. After a timeout the sensible thing is to end the job.
        MISMATCH  ranks called different collectives (or the same with different arguments
