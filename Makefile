@@ -96,6 +96,7 @@ build/test_gpt2_common build/san/test_gpt2_common: $(wildcard examples/*.h)
 # The GPT example's activation-offload and tiling tests run the example: make test builds it first.
 build/test_gpt2_activations build/san/test_gpt2_activations: build/train_gpt2
 build/test_gpt2_tiling build/san/test_gpt2_tiling: build/train_gpt2 $(wildcard examples/*.h)
+build/test_gpt2_dropout build/san/test_gpt2_dropout: build/train_gpt2 $(wildcard examples/*.h)
 # test_lr_zero runs the example's schedule to lr 0
 build/test_lr_zero build/san/test_lr_zero: build/train_gpt2
 
@@ -103,7 +104,7 @@ build/test_lr_zero build/san/test_lr_zero: build/train_gpt2
 build/zero-estimate: tools/zero_estimate.c $(HEADERS) | build
 	$(CC) $(ALL_CFLAGS) -DZERO_STATIC $< -o $@ $(LDLIBS)
 
-build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) | build
+build/zero-ckpt: tools/zero_ckpt.c $(HEADERS) examples/gpt2_common.h examples/size_arg.h | build
 	$(CC) $(ALL_CFLAGS) -DZERO_STATIC $< -o $@ $(LDLIBS)
 
 build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
@@ -153,7 +154,7 @@ test-sanitize:
 # comm, the I/O engine's workers, the asynchronous step, the activation tier), ZT_QUICK.
 # A report fails the program (exit status 66).
 TSAN_FLAGS := -std=c11 $(WARN) -O1 -g -fsanitize=thread -pthread -I.
-TSAN_NAMES := test_local test_engine_allreduce test_engine_async test_engine_step_async test_activations test_nvme
+TSAN_NAMES := test_local test_engine_allreduce test_engine_async test_engine_step_async test_activations test_nvme test_dpu
 TSAN_TESTS := $(addprefix build/tsan/,$(TSAN_NAMES))
 build/tsan:
 	@mkdir -p $@

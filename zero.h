@@ -165,6 +165,15 @@
    ZERO_STATES_ALL, ZERO_OFFLOAD_CPU | _NVME) moves the device's params, gradients, master,
    m and v (any OR of ZERO_STATES_*) to host memory or a file and frees their device
    memory; zero_engine_reload_states(e) brings them back bit for bit.
+   d.delayed_update = 1 with d.delayed_update_after = K (the ZeRO-Offload paper's DPU;
+   offload_optimizer = cpu): after K updates, the host Adam of a step's gradients runs on
+   a background thread while the next forward and backward run, and its params are
+   published at the end of the next zero_engine_step: each forward then sees the params
+   without the previous step's update (one step stale); the loss scaler and clipping see
+   each step's own gradients as before. zero_engine_finish_update(e) publishes the pending
+   update (call it before an export or a final evaluation). Checkpoints hold the pending
+   update and resume bit for bit. Costs the host tier a second gradient shard and the
+   pending params.
 
    BF16 OPTIMIZER STATES (docs/optimizer.md). d.optimizer_dtype = ZERO_BF16 stores master,
    m and v in bf16 (K = 6: 10 Psi bytes at stage 0 with 16-bit params and gradients instead
@@ -195,6 +204,11 @@
    of S consecutive ranks and replicates them across the N / S groups: memory per rank is
    the flat engine's at N = S, gathers and reduce-scatters stay inside the group, and one
    all-reduce per step crosses the replicas. Exact: stages 1-3 give the same bits.
+   d.hpz_partition_size = S (ZeRO++ hpZ, stage 3; S divides R) keeps beside the 1/N param
+   shard a secondary copy cut over the S ranks of the node (+ p Psi / S bytes), taken from
+   the first all-gather of a group after the params change; every later gather of the group
+   (the backward's, the next micro-steps') runs inside the node: per step one gather crosses
+   nodes instead of 2 A. Exact: the same bits as plain stage 3.
 
    PARAMETER GROUPS (docs/optimizer.md). zero_engine_set_tensor_hparams(e, t, lr_mul, wd)
    gives tensor t the lr engine_lr * lr_mul and its own weight decay after commit (PyTorch's
@@ -204,7 +218,7 @@
    ZERO++ QUANTIZED COLLECTIVES (docs/engine.md, "Quantized collectives"; lossy by design).
    d.quantized_weights = 1 (stage 3, qwZ): the forward's all-gather of each group carries
    int8 blocks with one fp32 scale per block (about half the bytes at 16-bit); the
-   backward's gathers stay exact. d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
+   backward's gathers stay exact (with hpZ they read the forward's values). d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
    reduce-scatter becomes int4 blocks (quantized_gradient_bits = 8 for int8) moved by the
    comm's all_to_all, summed in fp32 in rank order (the same bits every run and at stages
    1-3). d.quant_block_numel: elements per block (0 = 256). Every element comes back within
@@ -679,6 +693,11 @@ typedef struct zero_estimate_desc {
                                   (0, 1] of the optimizer state offloaded (0 = 1); the tier
                                   holds K H bytes, H = max(1, floor(r S + 0.5)) of the S
                                   optimizer elements per rank, the device K (S - H)       */
+    int delayed_update;        /* paper mode, with offload_optimizer = CPU: the engine's
+                                  delayed_update adds a second gradient shard and the pending
+                                  params to host_bytes: (grad_bytes + param_bytes) x the
+                                  optimizer elements per rank, ceil((Psi - F) / N) at
+                                  stages 1-3 (the engine refuses offload at stage 0)       */
     uint64_t frozen;           /* paper mode: F of the Psi parameters are frozen
                                   (ZERO_TENSOR_FROZEN): params only, no gradient or
                                   optimizer state (0..params; max_params: Psi counts them) */
@@ -691,6 +710,11 @@ typedef struct zero_estimate_desc {
     int mics_shard_size;       /* S: MiCS (stages 1-3), 0 or ranks = flat; must divide ranks.
                                   The memory is the flat engine's at N = S               */
     int accum_steps;           /* micro-steps per step for the traffic; 0 = 1             */
+    int hpz_partition_size;    /* S: ZeRO++ hpZ (stage 3), 0, 1 or ranks = off; must divide
+                                  ranks_per_node; not with MiCS. The device keeps the
+                                  secondary ceil(Psi / N) N / S params beside the shard, and
+                                  each step all-gathers once over the N ranks and 2 A - 1
+                                  times over the S ranks of the node                       */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -712,8 +736,8 @@ typedef struct zero_estimate {
        zero_traffic counts them (payload: no control all-reduces, no persistent groups):
        gradients reduced at grad_bytes per element (reduce-scatter; stage 0 all-reduce),
        params all-gathered at param_bytes (stages 1-2 once per step, stage 3 twice per
-       micro-step), MiCS's replica all-reduce at grad_bytes; intra + inter = total up to
-       rounding */
+       micro-step; with hpZ once over N and 2 A - 1 times over the S ranks of the node),
+       MiCS's replica all-reduce at grad_bytes; intra + inter = total up to rounding */
     double step_bytes, step_intra_bytes, step_inter_bytes;
 } zero_estimate;
 
@@ -1762,6 +1786,21 @@ typedef struct zero_engine_desc {
                                     or offload_gradients = NVME (INVALID_ARGUMENT). Same bits
                                     at every r; in the plan hash (ranks must agree). Resolved:
                                     0 becomes 1 when offload_optimizer is set.                 */
+    int delayed_update;          /* DPU, the ZeRO-Offload paper's delayed parameter update
+                                    (docs/offload.md, "Delayed parameter update"): 1 = once
+                                    delayed_update_after updates have been applied, the host
+                                    Adam of a step's gradients runs on a background thread
+                                    while the caller's next forward and backward run, and its
+                                    params are published at the end of the next
+                                    zero_engine_step: each forward then sees the params
+                                    without the previous step's update (one-step staleness).
+                                    0 = off (default). Needs offload_optimizer = CPU at ratio 1
+                                    and offload_param NONE or CPU (INVALID_ARGUMENT otherwise,
+                                    saying why). Costs the host tier S c + S p bytes (a second
+                                    gradient shard, the pending params). In the plan hash.     */
+    int delayed_update_after;    /* DPU's warm-up K >= 0: the first K updates are applied at
+                                    once, every later one is delayed (0 = delayed from the
+                                    first). Nonzero needs delayed_update = 1.                  */
     const char *nvme_path;       /* directory of the NVMe tier's files; required with NVME     */
     int pin_memory;              /* ZERO_PIN_MEMORY_AUTO (0, the default) or _ON (1): host
                                     buffers through the device's pinned allocation
@@ -1861,6 +1900,21 @@ typedef struct zero_engine_desc {
                                     N; needs a comm with split (UNSUPPORTED otherwise); refused
                                     at stage 0, with any NVMe tier and with a partial
                                     offload_optimizer_ratio (docs/engine.md, "MiCS").          */
+    int hpz_partition_size;      /* ZeRO++ hpZ, stage 3: S > 1 keeps, beside the primary 1/N
+                                    param shard, a secondary copy of each partitioned group
+                                    cut in S parts over the S consecutive ranks [k S, (k + 1) S)
+                                    (the group's slice k' = rank % S of the gathered params,
+                                    + p Psi / S bytes per rank), taken from the first all-gather
+                                    of the group after the params last changed (the step,
+                                    set_tensor, a load); every later gather of the group until
+                                    they change all-gathers the secondary parts over those S
+                                    ranks only, no shard upload. S must divide ranks_per_node
+                                    (the group lies inside a node; S = R is ZeRO++'s default).
+                                    Exact: the same bits as plain stage 3 (with qwZ the
+                                    secondary holds the forward's dequantized values, so the
+                                    backward reads those). 0, 1 or N = off (DeepSpeed's 1).
+                                    Needs a comm with split; refused below stage 3, with MiCS,
+                                    with offload_param = nvme (docs/engine.md, "hpZ").        */
 } zero_engine_desc;
 
 #define ZERO_DEBUG_GUARD_BYTES 64 /* debug_guards: guard bytes after each handed-out buffer */
@@ -2172,6 +2226,15 @@ ZERODEF int64_t zero_engine_step_count(const zero_engine *e);
    was enqueued with async_step and info NULL. Errors: INVALID_ARGUMENT (NULL), the
    device's (engine broken). */
 ZERODEF zero_result zero_engine_last_step(zero_engine *e, zero_step_info *info);
+
+/* delayed_update (docs/offload.md, "Delayed parameter update"): waits for the pending delayed
+   update and publishes its params, so the next forward (or an export, an evaluation) sees
+   every update taken so far. COLLECTIVE (stages 1-2 and persistent groups all-gather the
+   published shards). Call it between zero_engine_step and the next micro-step (INVALID_STATE
+   otherwise, or while a group is gathered). Without delayed_update, or with nothing pending:
+   ZERO_OK, nothing done. Training may go on after it: the next delayed update is published
+   at the end of the step after it, as always. */
+ZERODEF zero_result zero_engine_finish_update(zero_engine *e);
 
 /* Changes the learning rate from the next step on (schedules). lr = 0 sets 0 (the params
    stop moving; weight decay too): unlike zero_adam_desc.lr, where 0 means the default 1e-3.
@@ -2522,6 +2585,8 @@ typedef struct zero_checkpoint_info {
     zero_scaler scaler;   /* its loss-scaler state                                       */
     uint64_t total_bytes; /* manifest plus shard files (plus the client state file)      */
     uint64_t client_bytes; /* client state saved by zero_engine_save_client() (0: none)   */
+    int update_pending;   /* 1: saved by a delayed_update engine with an update pending: the
+                             master, m, v hold it, the params do not yet (docs/offload.md)   */
 } zero_checkpoint_info;
 
 typedef struct zero_checkpoint_tensor {
@@ -4136,6 +4201,15 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_optimizer_ratio is a paper-mode setting", fn);
     if (r->offload_optimizer_ratio == 0.0) r->offload_optimizer_ratio = 1.0;
+    if (r->delayed_update != 0 && r->delayed_update != 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: delayed_update = %d (0 or 1)", fn,
+                          r->delayed_update);
+    if (r->delayed_update &&
+        (r->mode == ZERO_ESTIMATE_DEEPSPEED || r->offload_optimizer != ZERO_OFFLOAD_CPU ||
+         r->offload_optimizer_ratio < 1.0 || r->offload_param == ZERO_OFFLOAD_NVME))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update needs paper mode and offload_optimizer = cpu at "
+                          "ratio 1 (offload_param none or cpu), as the engine's", fn);
     if (r->offload_param != ZERO_OFFLOAD_NONE && (r->stage != 3 || !r->offload))
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: offload_param needs stage 3 and an offloaded optimizer", fn);
@@ -4153,6 +4227,20 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: mics_shard_size = %d needs paper mode and stage 1-3", fn,
                           r->mics_shard_size);
+    if (r->hpz_partition_size < 0 || r->hpz_partition_size > r->ranks)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d (0 or 1 = off, else a divisor of "
+                          "ranks_per_node = %d)", fn, r->hpz_partition_size, r->ranks_per_node);
+    if (r->hpz_partition_size <= 1 || r->hpz_partition_size == r->ranks) r->hpz_partition_size = 0;
+    if (r->hpz_partition_size &&
+        (r->ranks_per_node % r->hpz_partition_size != 0 || r->stage != 3 ||
+         r->mode == ZERO_ESTIMATE_DEEPSPEED || r->mics_shard_size ||
+         r->offload_param == ZERO_OFFLOAD_NVME))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d needs paper mode, stage 3, no MiCS, no "
+                          "NVMe param tier and a divisor of ranks_per_node = %d (the secondary "
+                          "group inside a node)",
+                          fn, r->hpz_partition_size, r->ranks_per_node);
     if (r->frozen && r->mode == ZERO_ESTIMATE_DEEPSPEED)
         return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
                           "%s: frozen = %llu: a paper-mode setting (DeepSpeed's estimators have "
@@ -4215,6 +4303,12 @@ static void zero__estimate_traffic(const zero_estimate_desc *r, uint64_t p, zero
         return;
     }
     zero__estimate_coll(e, A * T / S, g, S, gs);                            /* reduce-scatter */
+    if (r->hpz_partition_size) { /* hpZ: one gather over N, the rest over the node's H */
+        int H = r->hpz_partition_size;
+        zero__estimate_coll(e, P / N, pb, N, gs);
+        zero__estimate_coll(e, (2.0 * A - 1.0) * P / H, pb, H, H - 1);
+        return;
+    }
     zero__estimate_coll(e, (r->stage == 3 ? 2.0 * A * P : T) / S, pb, S, gs); /* all-gather */
     if (S < N) /* MiCS: the replicas 0, S, 2 S, ... */
         zero__estimate_coll(e, 2.0 * T / N, g, N / S, zero__estimate_peers(R, S, N / S));
@@ -4260,10 +4354,23 @@ static int zero__estimate_paper(const zero_estimate_desc *r, uint64_t p, zero_es
         if (r->offload_optimizer == ZERO_OFFLOAD_CPU) e->host_bytes = off;
         else e->nvme_bytes = off;
     }
+    if (r->delayed_update) { /* DPU: a second gradient shard and the pending params */
+        uint64_t dpu;
+        if (zero__mul_u64(on, (uint64_t)r->grad_bytes + (uint64_t)r->param_bytes, &dpu) ||
+            zero__add_u64(e->host_bytes, dpu, &e->host_bytes))
+            return -1;
+    }
     if (r->offload_param != ZERO_OFFLOAD_NONE) { /* ZeRO-Infinity: 2 S leave the device */
         uint64_t *tier = r->offload_param == ZERO_OFFLOAD_CPU ? &e->host_bytes : &e->nvme_bytes;
         if (zero__add_u64(*tier, e->params_bytes, tier)) return -1;
         e->params_bytes = 0;
+    }
+    if (r->hpz_partition_size) { /* hpZ: the secondary parts, N / S shards, on the device */
+        uint64_t sec, b;
+        if (zero__mul_u64(shard, (uint64_t)(r->ranks / r->hpz_partition_size), &sec) ||
+            zero__mul_u64(sec, (uint64_t)r->param_bytes, &b) ||
+            zero__add_u64(e->params_bytes, b, &e->params_bytes))
+            return -1;
     }
     if (zero__add_u64(e->params_bytes, e->grads_bytes, &sum) ||
         zero__add_u64(sum, e->optimizer_bytes, &e->device_bytes))
@@ -8640,6 +8747,7 @@ typedef struct zero__eng_group {
     size_t numel, shard_numel, used_numel, gnumel, pshard_numel;
     size_t off_gwhole; /* in the whole gradient / stage-0 optimizer layout (sum of gnumel) */
     size_t off_pstage; /* in a layout of every group's pshard_numel (checkpoint staging)  */
+    size_t off_sec;    /* hpZ: in the secondary buffer (numel / S per partitioned group)    */
     int persistent; /* stage 3 only */
     size_t off_whole, off_shard, off_param;
     int refs;            /* outstanding user gathers                                      */
@@ -8685,7 +8793,7 @@ typedef struct zero__eng_piece {
     size_t elem;       /* its first element's index within the tensor */
 } zero__eng_piece;
 
-#define ZERO__ENG_MAX_HOST_ALLOCS 12
+#define ZERO__ENG_MAX_HOST_ALLOCS 16
 #define ZERO__ENG_RA_MAX 16 /* param_read_ahead's largest value */
 
 /* A tensor's registered shape (checkpoints, safetensors); ndim 0 = none. */
@@ -8842,6 +8950,14 @@ typedef struct zero__eng_topo {
     int mics;      /* MiCS shard group size S; 0 = off                 */
     zero_comm *shard, *replica; /* MiCS: the group of S ranks, the N / S replicas (owned) */
     int shard_same, replica_same; /* their peers on this rank's node */
+    /* hpZ (hpz_partition_size): the S ranks [k S, (k + 1) S) (owned), this rank's secondary
+       parts (device, group g's numel / S at its off_sec), and per group (host) whether they
+       hold the current params */
+    int hpz;
+    zero_comm *hpz_comm;
+    int hpz_same;
+    unsigned char *hpz_buf;
+    unsigned char *hpz_valid;
 } zero__eng_topo;
 
 /* Collective traffic: the running total, the current step's, the last completed step's,
@@ -8939,6 +9055,29 @@ typedef struct zero__eng_async {
     int at_min_unreported; /* an overflow at the minimum scale not yet returned */
 } zero__eng_async;
 
+/* delayed_update (DPU, docs/offload.md "Delayed parameter update"): the host Adam of a
+   step's gradients runs on a background thread while the caller's next forward and backward
+   run; it reads the gradient shard that was host.grad (host.grad then becomes the spare, so
+   the next backward lands elsewhere) and writes master, m, v in place and the new params
+   into 'params' (the rank's shard, group g at off_shard[g]), which the next step (or
+   zero_engine_finish_update) publishes to the device. */
+typedef struct zero__eng_dpu {
+    int on, after;              /* delayed_update, delayed_update_after (K)                    */
+    unsigned char *spare;       /* the other gradient shard (host, S x comm dtype)             */
+    unsigned char *params;      /* the pending params (host, S x param dtype)                  */
+    const unsigned char *grad;  /* the gradients the running update reads                      */
+    zero_adam_coefs *coefs;     /* per tensor: the constants of the delayed update             */
+    float mul;                  /* its gradient multiplier                                     */
+    uint64_t sr_key;            /* its stochastic-rounding key (bf16 states)                   */
+    int publish;                /* params holds an update not yet published                    */
+    int running;                /* the background thread runs (joined before anything reads
+                                   master, m, v or params)                                     */
+    int threaded;               /* the thread was started (else the update ran inline)         */
+    pthread_t thread;
+    zero_result result;         /* the update's result                                         */
+    char why[400];
+} zero__eng_dpu;
+
 /* debug_guards: hand out guarded copies of params and gradients. */
 typedef struct zero__eng_debug {
     int guards;   /* debug_guards resolved */
@@ -8976,6 +9115,7 @@ struct zero_engine {
     zero__eng_host_tier host;
     zero__eng_nvme_tier nvme;
     zero__eng_async async;
+    zero__eng_dpu dpu;
     zero__eng_debug debug;
     struct zero__act *act; /* the activation tier (zero_engine_stash); NULL without one */
     struct zero__gnv *gnv; /* offload_gradients = nvme: the NVMe tier of the reduced
@@ -8995,6 +9135,7 @@ static void zero__act_account(const zero_engine *e, zero_mem_tier tier, zero_eng
 /* ---- small helpers ---------------------------------------------------------------------- */
 
 static void zero__eng_free_host(zero_engine *e);
+static zero_result zero__dpu_join(zero_engine *e);
 static unsigned char *zero__eng_grad_acc_shard(const zero_engine *e, int g);
 static zero_result zero__eng_nvme_alloc(zero_engine *e);
 static void zero__eng_nvme_free(zero_engine *e);
@@ -9249,16 +9390,23 @@ static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *
     return r;
 }
 
-/* A collective whose wire bytes are not numel x a dtype's size (the quantized ones): numel
-   counts the elements it stands for, bytes what crosses. */
-static void zero__eng_count_bytes(zero_engine *e, zero_coll kind, double numel, double bytes)
+/* A collective whose wire bytes are not numel x a dtype's size (the quantized ones, on
+   cfg.comm): numel counts the elements it stands for, unit the bytes this rank exchanges with
+   each of its N - 1 peers (split by the topology as zero__eng_count does). */
+static void zero__eng_count_bytes(zero_engine *e, zero_coll kind, double numel, double unit)
 {
+    double N = (double)e->cfg.world, same = (double)e->topo.same_node;
+    double intra = unit * same, inter = unit * (N - 1.0 - same);
     e->traffic.cur.calls[kind]++;
     e->traffic.cur.numel[kind] += numel;
-    e->traffic.cur.bytes[kind] += bytes;
+    e->traffic.cur.bytes[kind] += unit * (N - 1.0);
+    e->traffic.cur.intra_bytes[kind] += intra;
+    e->traffic.cur.inter_bytes[kind] += inter;
     e->traffic.total.calls[kind]++;
     e->traffic.total.numel[kind] += numel;
-    e->traffic.total.bytes[kind] += bytes;
+    e->traffic.total.bytes[kind] += unit * (N - 1.0);
+    e->traffic.total.intra_bytes[kind] += intra;
+    e->traffic.total.inter_bytes[kind] += inter;
 }
 
 /* qwZ: all-gathers n param elements per rank from src into dst (rank r's at dst + r n) as
@@ -9282,8 +9430,7 @@ static zero_result zero__eng_all_gather_q(zero_engine *e, const void *src, void 
         zero__eng_untag(e);
     }
     if (x != ZERO_OK) return x;
-    zero__eng_count_bytes(e, ZERO_COLL_ALL_GATHER, (double)n * (double)(N - 1),
-                          (double)P * (double)(N - 1));
+    zero__eng_count_bytes(e, ZERO_COLL_ALL_GATHER, (double)n * (double)(N - 1), (double)P);
     for (r = 0; r < N && x == ZERO_OK; r++)
         x = dev->ops->dequantize(dev, ZERO_QUEUE_COMM, (unsigned char *)dst + r * n * ps,
                                  e->cfg.param_dtype, recv + r * P, 0, 1, n, 8, e->quant.block);
@@ -9313,8 +9460,7 @@ static zero_result zero__eng_reduce_scatter_q(zero_engine *e, const void *send_v
         zero__eng_untag(e);
     }
     if (x != ZERO_OK) return x;
-    zero__eng_count_bytes(e, ZERO_COLL_REDUCE_SCATTER, (double)n * (double)(N - 1),
-                          (double)P * (double)(N - 1));
+    zero__eng_count_bytes(e, ZERO_COLL_REDUCE_SCATTER, (double)n * (double)(N - 1), (double)P);
     return dev->ops->dequantize(dev, ZERO_QUEUE_COMM, recv_v, e->cfg.comm_dtype, recv, P,
                                 (int)N, n, bits, e->quant.block);
 }
@@ -9372,6 +9518,33 @@ static zero_result zero__eng_replica_reduce(zero_engine *e, void *p, size_t n, i
                         e->cfg.comm_dtype, 2.0 * (double)n / (double)c->world, c->world,
                         e->topo.replica_same);
     return r;
+}
+
+/* hpZ: group g's gathered params into dst from the secondary parts (numel / S each) of the
+   S ranks of this rank's hpZ group, inside the node. */
+static zero_result zero__eng_hpz_gather(zero_engine *e, int g, unsigned char *dst)
+{
+    const zero__eng_group *eg = &e->layout.groups[g];
+    zero_comm *c = e->topo.hpz_comm;
+    size_t n = eg->numel / (size_t)c->world;
+    zero_result r;
+    zero__eng_tag_on(e, c, g, ZERO_ROLE_GATHER);
+    r = c->ops->all_gather(c, e->topo.hpz_buf + eg->off_sec * e->cfg.param_size, dst, n,
+                           e->cfg.param_dtype, zero__eng_comm_queue(e));
+    memset(&c->tag, 0, sizeof c->tag);
+    if (r == ZERO_OK)
+        zero__eng_count(e, ZERO_COLL_ALL_GATHER, (double)n * (double)(c->world - 1),
+                        e->cfg.param_dtype, (double)n, c->world, e->topo.hpz_same);
+    return r;
+}
+
+/* hpZ: the secondary parts of group g (every group: g < 0) no longer hold the params (they
+   are about to change): the next gather is a full one and takes them again. */
+static void zero__eng_hpz_stale(zero_engine *e, int g)
+{
+    if (!e->topo.hpz_valid) return;
+    if (g >= 0) e->topo.hpz_valid[g] = 0;
+    else memset(e->topo.hpz_valid, 0, (size_t)e->layout.ngroups);
 }
 
 static zero_result zero__eng_group_start(zero_engine *e)
@@ -9549,6 +9722,54 @@ static int zero__eng_env_rpn(const char **name)
     return 0;
 }
 
+/* Validates and resolves hpz_partition_size (after ranks_per_node): 0, 1 and the world are
+   off; otherwise stage 3, a divisor of ranks_per_node (the secondary group lies inside a
+   node), no MiCS, no NVMe param tier, a comm that can split. */
+static zero_result zero__eng_hpz_resolve(zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    int world = d->comm->world, S = d->hpz_partition_size, R = d->ranks_per_node;
+    if (S < 0 || S > world)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d (0 or 1 = off, else a divisor of "
+                          "ranks_per_node = %d)", fn, S, R);
+    if (S <= 1 || S == world) { /* one rank, or the primary partition itself: nothing to add */
+        d->hpz_partition_size = 0;
+        return ZERO_OK;
+    }
+    if (R % S != 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d does not divide ranks_per_node = %d: hpZ's "
+                          "secondary partition group must lie inside one node (S = %d ranks "
+                          "[k S, (k + 1) S), with nodes of R = %d), or its gathers cross nodes "
+                          "again; use a divisor of ranks_per_node (ZeRO++ uses S = R)",
+                          fn, S, R, S, R);
+    if (d->stage != 3)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size = %d at stage %d: hpZ keeps a secondary copy of "
+                          "the stage-3 param partition so that later all-gathers stay inside "
+                          "the node; stages 0-2 hold whole params and gather none (use stage 3)",
+                          fn, S, d->stage);
+    if (d->mics_shard_size > 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size with mics_shard_size = %d: MiCS already "
+                          "partitions the params within its shard group and gathers them there, "
+                          "so a secondary partition has nothing to add (choose one)",
+                          fn, d->mics_shard_size);
+    if (d->offload_param == ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: hpz_partition_size with offload_param = nvme: not supported (the "
+                          "NVMe param tier reads each primary shard ahead of every gather of "
+                          "the recorded order, and hpZ's gathers from the secondary read none; "
+                          "use offload_param = cpu or none)", fn);
+    if (!d->comm->ops->split)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "%s: hpz_partition_size = %d needs sub-communicators, and the '%s' "
+                          "comm has no split (zero_comm_ops.split)",
+                          fn, S, d->comm->ops->name ? d->comm->ops->name : "?");
+    return ZERO_OK;
+}
+
 /* Resolves ranks_per_node (zero_engine_desc): explicit values must divide the world; the
    launcher's value is used where it divides it, else the world is one node. */
 static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
@@ -9603,7 +9824,7 @@ static zero_result zero__eng_topo_resolve(zero_engine_desc *d)
         int v = zero__eng_env_rpn(&name);
         d->ranks_per_node = v > 0 && v <= world && world % v == 0 ? v : world;
     }
-    return ZERO_OK;
+    return zero__eng_hpz_resolve(d);
 }
 
 /* Validates and resolves the quantized collectives' settings (ZeRO++'s qwZ / qgZ). */
@@ -9651,6 +9872,53 @@ static zero_result zero__eng_quant_resolve(zero_engine_desc *d)
         return zero__fail(ZERO_ERROR_UNSUPPORTED,
                           "%s: quantized_gradients: comm '%s' has no all_to_all (the local comm "
                           "has one)", fn, d->comm->ops->name ? d->comm->ops->name : "?");
+    return ZERO_OK;
+}
+
+/* delayed_update (DPU): validated against the resolved offload settings. */
+static zero_result zero__eng_dpu_resolve(const zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    if (d->delayed_update != 0 && d->delayed_update != 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: delayed_update = %d (0 = off, 1 = on)",
+                          fn, d->delayed_update);
+    if (d->delayed_update_after < 0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update_after = %d (the warm-up updates applied at once "
+                          "before the delayed update starts: >= 0)",
+                          fn, d->delayed_update_after);
+    if (!d->delayed_update) {
+        if (d->delayed_update_after != 0)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "%s: delayed_update_after = %d needs delayed_update = 1 (it is the "
+                              "delayed update's warm-up)",
+                              fn, d->delayed_update_after);
+        return ZERO_OK;
+    }
+    if (d->offload_optimizer != ZERO_OFFLOAD_CPU)
+        return zero__fail(
+            ZERO_ERROR_INVALID_ARGUMENT,
+            "%s: delayed_update needs offload_optimizer = cpu (offload_optimizer is %s): it "
+            "overlaps the host Adam with the device's next forward and backward; %s",
+            fn, zero_offload_device_name(d->offload_optimizer),
+            d->offload_optimizer == ZERO_OFFLOAD_NONE
+                ? "without offload the device's own Adam is already queued behind the backward, "
+                  "so there is nothing to hide and the delay would only make the params stale"
+                : "the NVMe tier is not supported yet (its step reads and writes the records "
+                  "on the caller's thread)");
+    if (d->offload_optimizer_ratio < 1.0)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update with offload_optimizer_ratio = %g is not supported "
+                          "yet (the device part's Adam is not delayed; use ratio 1)",
+                          fn, d->offload_optimizer_ratio);
+    if (d->offload_param == ZERO_OFFLOAD_NVME)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update with offload_param = nvme is not supported yet "
+                          "(use offload_param = cpu or none)", fn);
+    if (d->mics_shard_size > 1)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: delayed_update with mics_shard_size = %d is not supported yet", fn,
+                          d->mics_shard_size);
     return ZERO_OK;
 }
 
@@ -9737,6 +10005,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
                           "zero_engine_create: allocator needs both alloc and free");
     if ((r = zero__eng_quant_resolve(&d)) != ZERO_OK) return r;
     if ((r = zero__eng_topo_resolve(&d)) != ZERO_OK) return r;
+    if ((r = zero__eng_dpu_resolve(&d)) != ZERO_OK) return r;
     e = (zero_engine *)zero__alloc(&d.allocator, sizeof *e);
     if (!e) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_create: %zu bytes", sizeof *e);
     memset(e, 0, sizeof *e);
@@ -9768,6 +10037,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->topo.world_all = d.comm->world;
     e->topo.rank_all = d.comm->rank;
     e->topo.mics = d.mics_shard_size;
+    e->topo.hpz = d.hpz_partition_size;
     if (e->topo.mics) { /* the layout is the shard group's: N = S, this rank's place in it */
         e->cfg.world = e->topo.mics;
         e->cfg.rank = d.comm->rank % e->topo.mics;
@@ -9783,6 +10053,8 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->cfg.opt_size = zero_dtype_size(d.optimizer_dtype);
     e->cfg.opt_offloaded = d.offload_optimizer != ZERO_OFFLOAD_NONE;
     e->cfg.params_offloaded = d.offload_param != ZERO_OFFLOAD_NONE;
+    e->dpu.on = d.delayed_update;
+    e->dpu.after = d.delayed_update_after;
     e->quant.weights = d.quantized_weights;
     e->quant.grad_bits = d.quantized_gradients ? d.quantized_gradient_bits : 0;
     e->quant.block = d.quant_block_numel;
@@ -9812,7 +10084,8 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     if (!e) return;
     zero_comm_destroy(e->topo.replica);
     zero_comm_destroy(e->topo.shard);
-    e->topo.replica = e->topo.shard = NULL;
+    zero_comm_destroy(e->topo.hpz_comm);
+    e->topo.replica = e->topo.shard = e->topo.hpz_comm = NULL;
     a = &e->cfg.desc.allocator;
     if (e->cfg.dev) {
         /* Let queued work finish before freeing what it may touch (errors are moot here). */
@@ -9822,6 +10095,7 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
             if (e->cfg.opt_offloaded || e->async.after_step)
                 (void)e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_OFFLOAD);
         }
+        (void)zero__dpu_join(e); /* the delayed update's thread writes host-tier memory */
         zero__act_free(e);
         if (e->debug.copies)
             for (g = 0; g < 2 * e->layout.ngroups; g++)
@@ -9857,12 +10131,14 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero__free(a, e->prefetch.trace);
     zero__free(a, e->layout.tiled);
     zero__free(a, e->quant.fwd);
+    zero__free(a, e->topo.hpz_valid);
     zero__free(a, e->layout.tiled_dims);
     zero__free(a, e->layout.tensor_flags);
     zero__free(a, e->layout.shapes);
     zero__free(a, e->opt.lr_mul);
     zero__free(a, e->opt.wd);
     zero__free(a, e->opt.coefs);
+    zero__free(a, e->dpu.coefs);
     zero__free(a, e->opt.model_off);
     zero_plan_destroy(e->layout.plan);
     zero__free(a, e);
@@ -10092,6 +10368,8 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, zero__eng_dbits(d->offload_optimizer_ratio));
     h = zero__eng_mix(h, (uint64_t)d->ranks_per_node);
     h = zero__eng_mix(h, (uint64_t)d->mics_shard_size);
+    h = zero__eng_mix(h, (uint64_t)d->hpz_partition_size);
+    h = zero__eng_mix(h, (uint64_t)(int64_t)(d->delayed_update ? d->delayed_update_after : -1));
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -10130,7 +10408,7 @@ typedef struct zero__eng_sizes {
 
 enum {
     ZERO__B_SCRATCH = 0, ZERO__B_PARAM, ZERO__B_GRAD_USER, ZERO__B_GRAD_ACC, ZERO__B_MASTER,
-    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_ARENA, ZERO__B_QUANT, ZERO__B_N
+    ZERO__B_M1, ZERO__B_M2, ZERO__B_BUCKET, ZERO__B_ARENA, ZERO__B_QUANT, ZERO__B_HPZ, ZERO__B_N
 };
 
 /* The first tensor of group g, for messages. */
@@ -10436,6 +10714,22 @@ static zero_result zero__eng_layout(zero_engine *e, zero__eng_sizes *sz)
         zero_result qr = zero__eng_quant_layout(e, &sz->bytes[ZERO__B_QUANT]);
         if (qr != ZERO_OK) return qr;
     }
+    /* hpZ: the secondary parts, numel / S of each partitioned group (numel is a multiple of
+       N, so of S), counted as params: the + p Psi / S of the formula */
+    sz->cat[ZERO__B_HPZ] = ZERO_MEM_PARAM;
+    if (e->topo.hpz) {
+        size_t sec = 0;
+        for (g = 0; g < G; g++) {
+            zero__eng_group *eg = &e->layout.groups[g];
+            if (eg->persistent) continue;
+            eg->off_sec = sec;
+            ovf |= zero__add_size(sec, eg->numel / (size_t)e->topo.hpz, &sec);
+        }
+        ovf |= zero__mul_size(sec, e->cfg.param_size, &sz->bytes[ZERO__B_HPZ]);
+        e->topo.hpz_valid = (unsigned char *)zero__alloc_zeroed(a, (size_t)G + 1);
+        if (!e->topo.hpz_valid)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: hpZ group flags");
+    }
     if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: sizes overflow size_t");
     if (e->cfg.stage >= 2) {
         e->pool.free_ext[0].off = 0;
@@ -10664,6 +10958,20 @@ static zero_result zero__eng_offload_alloc(zero_engine *e)
     }
     if ((r = zero__eng_host_alloc(e, pb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
     e->host.tile_params = (unsigned char *)p;
+    if (e->dpu.on) { /* delayed_update: a second gradient shard and the pending params */
+        size_t qb;
+        if (zero__mul_size(e->layout.shard_numel, e->cfg.param_size, &qb))
+            return zero__fail(ZERO_ERROR_OVERFLOW, "zero_engine_commit: host tier sizes overflow");
+        if ((r = zero__eng_host_alloc(e, gb, ZERO_MEM_GRAD, &p)) != ZERO_OK) return r;
+        e->dpu.spare = (unsigned char *)p;
+        if ((r = zero__eng_host_alloc(e, qb, ZERO_MEM_PARAM, &p)) != ZERO_OK) return r;
+        e->dpu.params = (unsigned char *)p;
+        e->dpu.coefs = (zero_adam_coefs *)zero__alloc(
+            &e->cfg.desc.allocator, (size_t)(e->layout.ntensors ? e->layout.ntensors : 1) *
+                                        sizeof *e->dpu.coefs);
+        if (!e->dpu.coefs)
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: delayed update");
+    }
     return ZERO_OK;
 }
 
@@ -11725,6 +12033,9 @@ static zero_result zero__eng_step_device_part(zero_engine *e, const float *mul, 
    writes param half k & 1, a host sync on COMPUTE waits for the last upload from that
    half, whichever earlier tile it was (tiles of offloaded shards upload nothing, so it need
    not be tile k - 2's). A skipped step moves nothing. */
+static zero_result zero__dpu_publish(zero_engine *e);
+static void zero__dpu_launch(zero_engine *e, float mul);
+
 static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, const float *dev_flag)
 {
     zero_device *dev = e->cfg.dev;
@@ -11746,11 +12057,20 @@ static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, 
     ZERO__ENG_TRY(e, dev->ops->download(dev, ZERO_QUEUE_COMPUTE, fm, e->buf.scratch + 8, sizeof fm),
                   "step: download of the multiplier");
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "step: sync");
+    if (e->dpu.on) { /* delayed_update: the previous step's update is published now */
+        zero_result r = zero__dpu_join(e);
+        if (r == ZERO_OK) r = zero__dpu_publish(e);
+        if (r != ZERO_OK) return r;
+    }
     if (fm[0] != 0.0f || e->host.ntiles + e->host.ndtiles == 0)
         return e->nvme.io ? zero__eng_nvme_agree(e, io_r, io_err, "zero_engine_step", -1) : ZERO_OK;
     /* the gradients are in the host tier (waited for by the norm); the uploads of earlier
        gathers that read the offloaded param shards are done before Adam rewrites them */
     ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "step: sync of the offload queue");
+    if (e->dpu.on && e->opt.step >= (int64_t)e->dpu.after) { /* delayed: published next step */
+        zero__dpu_launch(e, fm[1]);
+        return ZERO_OK;
+    }
     /* offload_optimizer_ratio < 1: the device part first, enqueued on COMPUTE (its gradients
        up, then the device's Adam per tile piece), so that on an asynchronous device it runs
        while the host Adam below works on the host part */
@@ -11837,6 +12157,129 @@ static zero_result zero__eng_step_offload(zero_engine *e, const float *dev_mul, 
     return ZERO_OK;
 }
 
+/* ---- the delayed parameter update (delayed_update, DPU) ---- */
+
+/* The delayed update: the host Adam over every tile (the same pieces, constants and element
+   expression as the immediate step), gradients from dpu.grad, params into dpu.params. Runs
+   on the background thread; touches only host-tier memory (master, m, v, dpu.*). */
+static zero_result zero__dpu_adam(zero_engine *e)
+{
+    int k, i;
+    for (k = 0; k < e->host.ntiles; k++) {
+        const zero__eng_tile *tl = &e->host.tiles[k];
+        size_t mb = e->layout.groups[tl->group].off_shard + tl->begin;
+        for (i = tl->first; i < tl->first + tl->count; i++) {
+            const zero__eng_piece *pc = &e->host.pieces[i];
+            zero_adam_range ar;
+            zero_result r;
+            memset(&ar, 0, sizeof ar);
+            ar.numel = pc->numel;
+            ar.master = zero__opt_at(e, e->opt.master, mb + pc->off);
+            ar.m = zero__opt_at(e, e->opt.m, mb + pc->off);
+            ar.v = zero__opt_at(e, e->opt.v, mb + pc->off);
+            ar.state_dtype = e->cfg.opt_dtype;
+            ar.sr_key = e->dpu.sr_key;
+            ar.sr_index = e->opt.model_off[pc->tensor] + (uint64_t)pc->elem;
+            ar.grad = e->dpu.grad + (mb + pc->off) * e->cfg.comm_size;
+            ar.grad_dtype = e->cfg.comm_dtype;
+            ar.param = e->dpu.params + (mb + pc->off) * e->cfg.param_size;
+            ar.param_dtype = e->cfg.param_dtype;
+            r = zero_adam_host(&ar, &e->dpu.coefs[pc->tensor], e->dpu.mul, ZERO_SIMD_AUTO,
+                               pc->numel >= 65536 ? e->cfg.desc.host_threads : 1);
+            if (r != ZERO_OK) return r;
+        }
+    }
+    return ZERO_OK;
+}
+
+static void *zero__dpu_thread(void *arg)
+{
+    zero_engine *e = (zero_engine *)arg;
+    e->dpu.result = zero__dpu_adam(e);
+    if (e->dpu.result != ZERO_OK) zero__eng_copy_error(e->dpu.why, sizeof e->dpu.why);
+    return NULL;
+}
+
+/* Waits for the running delayed update (if any). Its failure (none is expected: the inputs
+   were validated) breaks the engine. */
+static zero_result zero__dpu_join(zero_engine *e)
+{
+    zero_result r;
+    if (!e->dpu.running) return ZERO_OK;
+    e->dpu.running = 0;
+    if (e->dpu.threaded && pthread_join(e->dpu.thread, NULL) != 0) {
+        e->dpu.result = ZERO_ERROR_INVALID_STATE;
+        snprintf(e->dpu.why, sizeof e->dpu.why, "pthread_join failed");
+    }
+    e->dpu.threaded = 0;
+    r = e->dpu.result;
+    if (r == ZERO_OK) return ZERO_OK;
+    e->dpu.publish = 0;
+    (void)zero__fail(r, "%s", e->dpu.why);
+    return zero__eng_break(e, r, "the delayed update's host Adam");
+}
+
+/* Publishes the pending params (after the join): each tile's range of dpu.params goes to
+   where the immediate step would have put it (uploaded on COMPUTE, or copied into the
+   offloaded shard of a stage-3 group), then COMPUTE is synced so the next delayed update
+   may rewrite dpu.params. The all-gather of stages 1-2 (stage 3: persistent groups) is the
+   caller's (zero__eng_gather_updated). */
+static zero_result zero__dpu_publish(zero_engine *e)
+{
+    zero_device *dev = e->cfg.dev;
+    int k;
+    if (!e->dpu.publish) return ZERO_OK;
+    e->dpu.publish = 0;
+    /* the uploads of earlier gathers that read the offloaded param shards are done */
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_OFFLOAD), "delayed update: sync");
+    for (k = 0; k < e->host.ntiles; k++) {
+        const zero__eng_tile *tl = &e->host.tiles[k];
+        const zero__eng_group *eg = &e->layout.groups[tl->group];
+        unsigned char *dst = zero__eng_tile_param_dev(e, tl);
+        const unsigned char *src = e->dpu.params + (eg->off_shard + tl->begin) * e->cfg.param_size;
+        if (dst)
+            ZERO__ENG_TRY(e, dev->ops->upload(dev, ZERO_QUEUE_COMPUTE, dst, src,
+                                              tl->numel * e->cfg.param_size),
+                          "delayed update: param upload");
+        else
+            memcpy(e->host.params + (eg->off_param + tl->begin) * e->cfg.param_size, src,
+                   tl->numel * e->cfg.param_size);
+    }
+    ZERO__ENG_TRY(e, dev->ops->sync(dev, ZERO_QUEUE_COMPUTE), "delayed update: sync");
+    return ZERO_OK;
+}
+
+/* Starts the delayed update of this step (its verdict taken, fm[1] the multiplier, the
+   constants in opt.coefs): the gradient shard is handed to it and host.grad becomes the
+   spare, so the next backward's downloads land beside it. A thread that cannot be started
+   runs the update here (the same bits, no overlap). */
+static void zero__dpu_launch(zero_engine *e, float mul)
+{
+    unsigned char *g = e->host.grad;
+    memcpy(e->dpu.coefs, e->opt.coefs, (size_t)e->layout.ntensors * sizeof *e->dpu.coefs);
+    e->dpu.mul = mul;
+    e->dpu.sr_key = e->opt.sr_key;
+    e->host.grad = e->dpu.spare;
+    e->dpu.spare = g;
+    e->dpu.grad = g;
+    e->dpu.result = ZERO_OK;
+    e->dpu.why[0] = '\0';
+    e->dpu.publish = 1;
+    e->dpu.running = 1;
+    e->dpu.threaded = pthread_create(&e->dpu.thread, NULL, zero__dpu_thread, e) == 0;
+    if (!e->dpu.threaded) (void)zero__dpu_thread(e);
+}
+
+/* set_tensor while an update is pending: the tensor's elements of this rank's shard in the
+   pending params take the new values too (values + m0, mn elements at shard offset off), so
+   the publish does not bring the old ones back. */
+static zero_result zero__dpu_set(zero_engine *e, size_t off, const float *values, size_t n)
+{
+    if (!e->dpu.publish || n == 0) return ZERO_OK;
+    return zero_convert(e->dpu.params + off * e->cfg.param_size, e->cfg.param_dtype, values,
+                        ZERO_F32, n, ZERO_SIMD_AUTO);
+}
+
 /* The device's model states of an estimate: with the optimizer offloaded the reduced
    gradients (the estimator's shard at stages 2-3) live in the host tier; at stage 1 the
    device keeps the whole user gradient buffer, which is the estimator's figure. */
@@ -11858,7 +12301,7 @@ static void zero__eng_oom_bulk(const zero_engine *e, const zero__eng_sizes *sz, 
 {
     static const char *const names[ZERO__B_N] = {
         "scratch", "params", "user gradients", "gradient accumulator", "master weights", "Adam m",
-        "Adam v", "reduce bucket", "arena", "quantized blocks"};
+        "Adam v", "reduce bucket", "arena", "quantized blocks", "hpZ secondary params"};
     size_t bulk = 0, len = strlen(out), per = 0, mdep, sharded = 0, fixed, two;
     int i, ib = 0, any = 0;
     for (i = 0; i < sz->n && i < ZERO__B_N; i++)
@@ -12025,7 +12468,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 30 };
+enum { ZERO__ENG_NSETTINGS = 32 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -12037,7 +12480,8 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "scaler.scale", "scaler.dynamic", "scaler.factor", "scaler.min_scale",
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
             "offload_optimizer", "offload_param", "offload_optimizer_ratio", "optimizer_dtype",
-            "optimizer_seed", "ranks_per_node", "mics_shard_size"};
+            "optimizer_seed", "ranks_per_node", "mics_shard_size", "hpz_partition_size",
+            "delayed_update_after" /* -1 = delayed_update off */};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -12057,6 +12501,8 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[26] = d->optimizer_dtype; v[27] = (double)d->optimizer_seed;
         v[28] = d->ranks_per_node;
         v[29] = d->mics_shard_size;
+        v[30] = d->hpz_partition_size;
+        v[31] = d->delayed_update ? d->delayed_update_after : -1;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         if (i == 27) return zero__eng_mix((uint64_t)i, d->optimizer_seed); /* every bit */
@@ -12182,6 +12628,25 @@ static zero_result zero__eng_topo_split(zero_engine *e)
                           e->cfg.rank, S, rank / S, N / S);
     e->topo.shard_same = zero__eng_same_node(e, rank / S * S, 1, S);
     e->topo.replica_same = zero__eng_same_node(e, rank % S, S, N / S);
+    return ZERO_OK;
+}
+
+/* hpZ (commit, after the agreement): the secondary partition group, color rank / S ranked by
+   rank, so its rank is rank % S (the slice of each gathered group this rank keeps). */
+static zero_result zero__eng_hpz_split(zero_engine *e)
+{
+    int S = e->topo.hpz, rank = e->topo.rank_all;
+    zero_result r;
+    zero__eng_tag(e, -1, ZERO_ROLE_COMMIT);
+    r = zero_comm_split(e->cfg.comm, rank / S, rank, &e->topo.hpz_comm);
+    zero__eng_untag(e);
+    if (r != ZERO_OK)
+        return zero__fail(r, "zero_engine_commit: the hpZ group: %.380s", zero_last_error());
+    if (e->topo.hpz_comm->world != S || e->topo.hpz_comm->rank != rank % S)
+        return zero__fail(ZERO_ERROR_COMM, "zero_engine_commit: the comm's split gave rank %d of "
+                          "%d for the hpZ group (want %d of %d)", e->topo.hpz_comm->rank,
+                          e->topo.hpz_comm->world, rank % S, S);
+    e->topo.hpz_same = zero__eng_same_node(e, rank / S * S, 1, S);
     return ZERO_OK;
 }
 
@@ -12338,6 +12803,11 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
                  zero_result_string(peer));
         return zero__eng_commit_failed(e, peer, pm);
     }
+    if (e->topo.hpz && (r = zero__eng_hpz_split(e)) != ZERO_OK) {
+        char sm[420];
+        zero__eng_copy_error(sm, sizeof sm);
+        return zero__eng_commit_failed(e, r, sm);
+    }
     if (e->topo.mics && (r = zero__eng_topo_split(e)) != ZERO_OK) {
         char sm[420];
         zero__eng_copy_error(sm, sizeof sm);
@@ -12361,6 +12831,7 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
     e->buf.bucket = (unsigned char *)ptrs[ZERO__B_BUCKET];
     e->buf.arena = (unsigned char *)ptrs[ZERO__B_ARENA];
     e->quant.buf = (unsigned char *)ptrs[ZERO__B_QUANT];
+    e->topo.hpz_buf = (unsigned char *)ptrs[ZERO__B_HPZ];
     for (i = 0; i < e->buf.nallocs; i++)
         ZERO__ENG_TRY(e,
                       e->cfg.dev->ops->fill_zero(e->cfg.dev, ZERO_QUEUE_COMPUTE,
@@ -13347,6 +13818,15 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
     zero_result r;
     eg->poff = off; /* the extent is the group's from here on, even if the gather fails */
     e->prefetch.stats.live_groups++;
+    if (e->topo.hpz && e->topo.hpz_valid[g]) { /* hpZ: from the secondary parts, in the node */
+        ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
+                      "gather: event");
+        if (e->quant.fwd) e->quant.fwd[g] = 1;
+        ZERO__ENG_TRY(e, zero__eng_hpz_gather(e, g, dst), "gather: hpZ all_gather");
+        ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
+        e->prefetch.stats.gathers++;
+        return ZERO_OK;
+    }
     if ((r = zero__tier_shard_up(e, g, dst, &src)) != ZERO_OK) return r;
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM), "gather: event");
     if (e->quant.weights && !e->quant.fwd[g]) { /* qwZ: the forward's gather, int8 blocks */
@@ -13373,6 +13853,15 @@ static zero_result zero__eng_issue_gather(zero_engine *e, int g, size_t off)
                                                eg->pshard_numel - eg->shard_numel,
                                                e->cfg.param_dtype, g, ZERO_ROLE_GATHER),
                           "gather: all_gather of the frozen region");
+    }
+    if (e->topo.hpz) { /* hpZ: keep this rank's secondary part of what was gathered */
+        size_t n = eg->numel / (size_t)e->topo.hpz, ps = e->cfg.param_size;
+        ZERO__ENG_TRY(e,
+                      e->cfg.dev->ops->copy(e->cfg.dev, ZERO_QUEUE_COMM,
+                                            e->topo.hpz_buf + eg->off_sec * ps,
+                                            dst + (size_t)e->topo.hpz_comm->rank * n * ps, n * ps),
+                      "gather: hpZ secondary copy");
+        e->topo.hpz_valid[g] = 1;
     }
     ZERO__ENG_TRY(e, zero__eng_fence(e, eg->ev_gathered, &eg->gathered_seq), "gather: event");
     e->prefetch.stats.gathers++;
@@ -13657,6 +14146,38 @@ static zero_result zero__eng_step_ready(const zero_engine *e)
     return ZERO_OK;
 }
 
+/* Stages 1-2 (stage 3: persistent groups) all-gather the updated param shards: the end of
+   a step, or of zero_engine_finish_update. COLLECTIVE. */
+static zero_result zero__eng_gather_updated(zero_engine *e)
+{
+    int g;
+    if (e->cfg.stage >= 1 && e->cfg.world > 1) {
+        int any = 0;
+        for (g = 0; g < e->layout.ngroups; g++)
+            any |= e->cfg.stage < 3 || e->layout.groups[g].persistent;
+        if (any) {
+            ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
+                          "step: event");
+            ZERO__ENG_TRY(e, zero__eng_group_start(e), "step: group_start");
+            for (g = 0; g < e->layout.ngroups; g++) {
+                if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) continue;
+                if (e->layout.groups[g].shard_numel == 0) continue; /* only frozen tensors */
+                ZERO__ENG_TRY_IN_GROUP(e,
+                                       zero__eng_all_gather(e, zero__eng_param_shard(e, g),
+                                                            zero__eng_param_whole(e, g),
+                                                            e->layout.groups[g].shard_numel,
+                                                            e->cfg.param_dtype, g,
+                                                            ZERO_ROLE_PARAM_UPDATE),
+                                       "step: all_gather of updated params");
+            }
+            ZERO__ENG_TRY(e, zero__eng_group_end(e), "step: group_end");
+            ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
+                          "step: event");
+        }
+    }
+    return ZERO_OK;
+}
+
 static zero_result zero__eng_check_set(zero_engine *e); /* debug mode: below set_tensor */
 
 ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
@@ -13672,8 +14193,9 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     dev = e->cfg.dev;
     if ((r = zero__eng_step_ready(e)) != ZERO_OK) return r;
     if (e->debug.guards && e->debug.set_pending && (r = zero__eng_check_set(e)) != ZERO_OK) return r;
-    /* Prefetched groups hold the old values. */
+    /* Prefetched groups hold the old values, and so will hpZ's secondary parts. */
     zero__eng_drop_prefetched(e);
+    zero__eng_hpz_stale(e, -1);
     scale_used = e->opt.scaler.scale;
     unscale = (float)(1.0 / ((double)scale_used * (double)e->topo.world_all *
                              (double)e->cfg.accum_steps));
@@ -13717,30 +14239,7 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     if (r != ZERO_OK) return zero__eng_break(e, r, "step: Adam constants");
     if ((r = zero__tier_adam(e, mul, flag)) != ZERO_OK) return r;
     /* 4. stages 1-2 (stage 3: persistent groups) all-gather the updated param shards. */
-    if (e->cfg.stage >= 1 && e->cfg.world > 1) {
-        int any = 0;
-        for (g = 0; g < e->layout.ngroups; g++)
-            any |= e->cfg.stage < 3 || e->layout.groups[g].persistent;
-        if (any) {
-            ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMPUTE, ZERO_QUEUE_COMM),
-                          "step: event");
-            ZERO__ENG_TRY(e, zero__eng_group_start(e), "step: group_start");
-            for (g = 0; g < e->layout.ngroups; g++) {
-                if (e->cfg.stage == 3 && !e->layout.groups[g].persistent) continue;
-                if (e->layout.groups[g].shard_numel == 0) continue; /* only frozen tensors */
-                ZERO__ENG_TRY_IN_GROUP(e,
-                                       zero__eng_all_gather(e, zero__eng_param_shard(e, g),
-                                                            zero__eng_param_whole(e, g),
-                                                            e->layout.groups[g].shard_numel,
-                                                            e->cfg.param_dtype, g,
-                                                            ZERO_ROLE_PARAM_UPDATE),
-                                       "step: all_gather of updated params");
-            }
-            ZERO__ENG_TRY(e, zero__eng_group_end(e), "step: group_end");
-            ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
-                          "step: event");
-        }
-    }
+    if ((r = zero__eng_gather_updated(e)) != ZERO_OK) return r;
     /* 5. one download: flag, multiplier, norm (async_step: later, on the offload queue). */
     if (e->cfg.desc.async_step && !info) {
         if (!e->async.after_step)
@@ -13766,6 +14265,30 @@ ZERODEF zero_result zero_engine_step(zero_engine *e, zero_step_info *info)
     if (info) *info = e->async.last_info;
     if (at_min) return zero__eng_at_min_error(e);
     return ZERO_OK;
+}
+
+ZERODEF zero_result zero_engine_finish_update(zero_engine *e)
+{
+    zero_result r = zero__eng_usable(e, "zero_engine_finish_update");
+    int g;
+    if (r != ZERO_OK) return r;
+    if (e->micro.done != 0 || e->micro.ready_groups != 0)
+        return zero__fail(ZERO_ERROR_INVALID_STATE,
+                          "zero_engine_finish_update: in the middle of a step (call it between "
+                          "zero_engine_step and the next micro-step)");
+    for (g = 0; g < e->layout.ngroups; g++)
+        if (e->layout.groups[g].refs > 0)
+            return zero__fail(ZERO_ERROR_INVALID_STATE,
+                              "zero_engine_finish_update: group %d is still gathered (%d "
+                              "references); release every group first",
+                              g, e->layout.groups[g].refs);
+    if (!e->dpu.on) return ZERO_OK;
+    if ((r = zero__dpu_join(e)) != ZERO_OK) return r;
+    if (!e->dpu.publish) return ZERO_OK; /* the same on every rank: no collective either */
+    zero__eng_drop_prefetched(e);        /* prefetched groups hold the old values, */
+    zero__eng_hpz_stale(e, -1);          /* and so do hpZ's secondary parts */
+    if ((r = zero__dpu_publish(e)) != ZERO_OK) return r;
+    return zero__eng_gather_updated(e);
 }
 
 /* ---- tensors in and out ------------------------------------------------------------------ */
@@ -13844,6 +14367,7 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
                           "zero_engine_set_tensor: group %d is gathered (release it first)",
                           ti.group);
     if ((r = zero__eng_parts_of(e, tensor, &pt)) != ZERO_OK) return r;
+    if ((r = zero__dpu_join(e)) != ZERO_OK) return r; /* delayed_update: it writes master */
     /* A prefetch's all-gather may still be reading the shard on COMM: order the uploads
        after it; the prefetched copy is stale and dropped. */
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE),
@@ -13853,6 +14377,7 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         e->prefetch.stats.evictions++;
         e->prefetch.stats.prefetch_wasted++;
     }
+    zero__eng_hpz_stale(e, ti.group);
     if (e->cfg.stage == 0 && !ti.frozen) { /* stage 0 holds the whole master */
         pt.m0 = 0;
         pt.mn = ti.numel;
@@ -13906,6 +14431,7 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         r = e->cfg.dev->ops->upload(e->cfg.dev, ZERO_QUEUE_COMPUTE, e->opt.master + pt.master_off,
                                 values + pt.m0, pt.mn * sizeof(float));
     if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
+    if (r == ZERO_OK) r = zero__dpu_set(e, pt.master_off, values + pt.m0, pt.mn);
     if (tmp != conv) zero__free(&e->cfg.desc.allocator, tmp);
     if (r != ZERO_OK) return zero__eng_break(e, r, "zero_engine_set_tensor: upload");
     return ZERO_OK;
@@ -13972,6 +14498,7 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
     const void *src;
     size_t off, n, esz;
     if (r != ZERO_OK) return r;
+    if ((r = zero__dpu_join(e)) != ZERO_OK) return r; /* delayed_update: master, m, v complete */
     if (tensor < 0 || tensor >= e->layout.ntensors)
         return zero__fail(ZERO_ERROR_NOT_FOUND, "zero_engine_read_tensor: tensor %d unknown",
                           tensor);
@@ -14046,7 +14573,7 @@ ZERODEF zero_result zero_engine_read_tensor(zero_engine *e, int tensor, zero_sta
    What this part owns: the device buffers moved off the device between training phases
    (zero_engine_offload_states), their host copies or file, and putting them back. */
 
-enum { ZERO__SOFF_PARAM, ZERO__SOFF_GRAD_USER, ZERO__SOFF_GRAD_ACC, ZERO__SOFF_MASTER, ZERO__SOFF_M,
+enum { ZERO__SOFF_PARAM, ZERO__SOFF_HPZ, ZERO__SOFF_GRAD_USER, ZERO__SOFF_GRAD_ACC, ZERO__SOFF_MASTER, ZERO__SOFF_M,
        ZERO__SOFF_V, ZERO__SOFF_N };
 
 struct zero__soff {
@@ -14068,6 +14595,7 @@ static void *zero__soff_get(const zero_engine *e, int k)
 {
     switch (k) {
     case ZERO__SOFF_PARAM: return e->buf.param;
+    case ZERO__SOFF_HPZ: return e->topo.hpz_buf;
     case ZERO__SOFF_GRAD_USER: return e->buf.grad_user;
     case ZERO__SOFF_GRAD_ACC:
         if (e->cfg.opt_offloaded) return e->opt.dgrad;
@@ -14082,6 +14610,7 @@ static void zero__soff_set(zero_engine *e, int k, void *p)
 {
     switch (k) {
     case ZERO__SOFF_PARAM: e->buf.param = (unsigned char *)p; break;
+    case ZERO__SOFF_HPZ: e->topo.hpz_buf = (unsigned char *)p; break;
     case ZERO__SOFF_GRAD_USER:
         e->buf.grad_user = (unsigned char *)p;
         if (e->layout.acc_is_user_grad) e->buf.grad_acc = (unsigned char *)p;
@@ -14195,7 +14724,7 @@ ZERODEF zero_result zero_engine_offload_states(zero_engine *e, unsigned what, ze
     x->what = what;
     x->tier = tier;
     for (k = 0; k < ZERO__SOFF_N; k++) { /* the device buffers of what */
-        unsigned bit = k == ZERO__SOFF_PARAM ? ZERO_STATES_PARAMS
+        unsigned bit = k <= ZERO__SOFF_HPZ ? ZERO_STATES_PARAMS
                        : k <= ZERO__SOFF_GRAD_ACC ? ZERO_STATES_GRADS
                        : k == ZERO__SOFF_MASTER ? ZERO_STATES_MASTER
                        : k == ZERO__SOFF_M ? ZERO_STATES_M : ZERO_STATES_V;
@@ -16034,7 +16563,7 @@ static zero_result zero__ck_parse_manifest(const unsigned char *buf, size_t n, c
     ck->info.scaler.iter = (int64_t)zero__ck_get(&rd, 8);
     ck->info.scaler.last_overflow_iter = (int64_t)zero__ck_get(&rd, 8);
     ck->info.scaler.error_at_min = (int32_t)(uint32_t)zero__ck_get(&rd, 4);
-    (void)zero__ck_get(&rd, 4);
+    ck->info.update_pending = (int)(zero__ck_get(&rd, 4) & 1u); /* flags (0 before DPU) */
     (void)zero__ck_get(&rd, 8);
     ck->info.plan_hash = zero__ck_get(&rd, 8);
     if (world < 1 || world > 65536 || stage > 3 ||
@@ -16761,7 +17290,7 @@ static zero_result zero__ck_between_steps(zero_engine *e, const char *fn, int ne
             if (e->layout.groups[g].refs > 0)
                 return zero__fail(ZERO_ERROR_INVALID_STATE, "%s: group %d is gathered (release "
                                   "every group first)", fn, g);
-    return ZERO_OK;
+    return zero__dpu_join(e); /* delayed_update: master, m, v complete */
 }
 
 /* ---- save ------------------------------------------------------------------------------------ */
@@ -17188,7 +17717,7 @@ static zero_result zero__ck_write_manifest(zero_engine *e, const char *dir, uint
     zero__ck_u64(&b, (uint64_t)e->opt.scaler.iter);
     zero__ck_u64(&b, (uint64_t)e->opt.scaler.last_overflow_iter);
     zero__ck_u32(&b, (uint32_t)e->opt.scaler.error_at_min); /* informative: load keeps its own */
-    zero__ck_u32(&b, 0);
+    zero__ck_u32(&b, e->dpu.publish ? 1u : 0u); /* flags: bit 0 = a delayed update pending */
     zero__ck_u64(&b, 0);
     zero__ck_u64(&b, zero_plan_hash(e->layout.plan));
     for (g = 0; g < e->layout.ngroups; g++) {
@@ -17619,6 +18148,7 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
         goto out;
     }
     zero__eng_drop_prefetched(e);
+    zero__eng_hpz_stale(e, -1);
     if (e->nvme.io) r = zero__eng_nvme_forget(e);
     /* Offloaded: tile by tile in shard order, each tile's pieces (its tensors' parts) with
        the four kinds together, so an NVMe tile record and param shard are read and written
@@ -17689,6 +18219,20 @@ ZERODEF zero_result zero_engine_load_client(zero_engine *e, const char *dir, voi
     e->opt.scaler.dynamic = ck->info.scaler.dynamic;
     e->opt.scaler.iter = ck->info.scaler.iter;
     e->opt.scaler.last_overflow_iter = ck->info.scaler.last_overflow_iter;
+    /* delayed_update: a checkpoint saved with an update pending holds it in master, m, v but
+       not in the params; this engine publishes it at the end of its next step (the params
+       pending = the master rounded, as the host Adam writes them). Without delayed_update
+       the next step's Adam rewrites every param from the master anyway. */
+    e->dpu.publish = 0;
+    if (e->dpu.on && ck->info.update_pending && e->layout.shard_numel > 0) {
+        r = zero_convert(e->dpu.params, e->cfg.param_dtype, e->opt.master, e->cfg.opt_dtype,
+                         e->layout.shard_numel, ZERO_SIMD_AUTO);
+        if (r != ZERO_OK) {
+            r = zero__eng_break(e, r, "zero_engine_load: the pending params");
+            goto out;
+        }
+        e->dpu.publish = 1;
+    }
     if (want_client) {
         if (cl) memcpy(client, cl, (size_t)ck->info.client_bytes);
         if (client_bytes) *client_bytes = (size_t)ck->info.client_bytes;

@@ -12,6 +12,10 @@
    estimator's formula (zero_estimate.step_*); the step time is a model, not a measurement:
    intra / B_intra + inter / B_inter, the link speeds given (default 450 GB/s inside a node,
    NVLink-class, and 25 GB/s between nodes, 200 Gb/s InfiniBand), nothing overlapped.
+   The ZeRO++ rows (qwZ, qgZ int4, hpZ) have no estimator formula (the quantized bytes depend
+   on each group's shard): their formula is the per-group one of docs/engine.md, from the
+   plan (P8 and P4 of each group's shard), and each row also prints its bytes between nodes
+   in the ZeRO++ paper's units, M = a third of flat stage 3's (the paper: 3 M -> 0.75 M).
 
        build/bench_hier [--intra-gbs B] [--inter-gbs B] [--layers L] */
 #define ZERO_IMPLEMENTATION
@@ -28,7 +32,7 @@
 
 typedef struct bh_mode {
     const char *name;
-    int stage, mics;
+    int stage, mics, hpz, qw, qg;
 } bh_mode;
 
 typedef struct bh_run {
@@ -37,6 +41,7 @@ typedef struct bh_run {
     zero_traffic traffic; /* rank 0, the step */
     size_t psi;
     double seconds;
+    double q8, q4, sec; /* rank 0: sums over groups of P8(shard), P4(shard), numel / hpz */
 } bh_run;
 
 static zero_result bh_rank(int rank, zero_comm *comm, void *user)
@@ -58,6 +63,9 @@ static zero_result bh_rank(int rank, zero_comm *comm, void *user)
     d.prefetch_depth = -1;
     d.ranks_per_node = BH_R;
     d.mics_shard_size = B->mode->mics;
+    d.hpz_partition_size = B->mode->hpz;
+    d.quantized_weights = B->mode->qw;
+    d.quantized_gradients = B->mode->qg;
     if (r == ZERO_OK) r = zero_engine_create(&d, &e);
     if (r == ZERO_OK) {
         gpt2_param_table(B->cfg, tab);
@@ -87,6 +95,16 @@ static zero_result bh_rank(int rank, zero_comm *comm, void *user)
         B->seconds = bench_now() - t0;
         zero_engine_traffic(e, &B->traffic, NULL);
         B->psi = zero_plan_total_numel(zero_engine_plan(e));
+        for (g = 0; g < G && r == ZERO_OK; g++) {
+            zero_group_info gi;
+            size_t b8 = 0, b4 = 0;
+            zero_plan_group(zero_engine_plan(e), g, &gi);
+            r = zero_quant_bytes(gi.shard_numel, 8, 0, &b8);
+            if (r == ZERO_OK) r = zero_quant_bytes(gi.shard_numel, 4, 0, &b4);
+            B->q8 += (double)b8;
+            B->q4 += (double)b4;
+            if (B->mode->hpz) B->sec += (double)gi.numel / B->mode->hpz;
+        }
     }
     zero_engine_destroy(e);
     zero_device_destroy(dev);
@@ -97,9 +115,13 @@ static zero_result bh_rank(int rank, zero_comm *comm, void *user)
 int main(int argc, char **argv)
 {
     static const bh_mode modes[] = {
-        {"flat stage 1", 1, 0},    {"flat stage 2", 2, 0},    {"flat stage 3", 3, 0},
-        {"MiCS S=4 stage 2", 2, 4}, {"MiCS S=4 stage 3", 3, 4}, {"MiCS S=2 stage 3", 3, 2},
+        {"flat stage 1", 1, 0, 0, 0, 0},     {"flat stage 2", 2, 0, 0, 0, 0},
+        {"flat stage 3", 3, 0, 0, 0, 0},     {"MiCS S=4 stage 2", 2, 4, 0, 0, 0},
+        {"MiCS S=4 stage 3", 3, 4, 0, 0, 0}, {"MiCS S=2 stage 3", 3, 2, 0, 0, 0},
+        {"hpZ S=4 stage 3", 3, 0, 4, 0, 0},  {"hpZ S=2 stage 3", 3, 0, 2, 0, 0},
+        {"qwZ + qgZ int4", 3, 0, 0, 1, 1},   {"qwZ+hpZ+qgZ S=4", 3, 0, 4, 1, 1},
     };
+    double flat3_inter = 0.0;
     double bi = 450e9, bo = 25e9, base = 0.0;
     gpt2_config cfg;
     size_t m;
@@ -151,19 +173,29 @@ int main(int argc, char **argv)
         ed.stage = modes[m].stage;
         ed.ranks_per_node = BH_R;
         ed.mics_shard_size = modes[m].mics;
+        ed.hpz_partition_size = modes[m].hpz;
         if (zero_estimate_compute(&ed, &est) != ZERO_OK) {
             fprintf(stderr, "estimator: %s\n", zero_last_error());
             return 1;
         }
+        if (modes[m].qw || modes[m].qg) { /* docs/engine.md's per-group formula, A = 1 */
+            double p = 2.0, fwd = B.q8, grad = B.q4, later = modes[m].hpz ? 0.0 : (double)B.psi / BH_N * p;
+            est.step_inter_bytes = (fwd + later + grad) * (BH_N - BH_R);
+            est.step_intra_bytes = (fwd + later + grad) * (BH_R - 1) +
+                                   (modes[m].hpz ? B.sec * p * (modes[m].hpz - 1) : 0.0);
+        }
         if (fabs(est.step_intra_bytes - in) > 1e-9 * in + 1 || fabs(est.step_inter_bytes - out) > 1e-9 * out + 1)
             bad = 1;
         ms = 1e3 * (in / bi + out / bo);
-        if (modes[m].stage == 3 && modes[m].mics == 0) base = ms;
+        if (modes[m].stage == 3 && !modes[m].mics && !modes[m].hpz && !modes[m].qw) {
+            base = ms;
+            flat3_inter = out;
+        }
         printf("%-18s | %-14.1f %-14.1f | %-14.1f %-14.1f | %-9.2f\n", modes[m].name, in / 1e6,
                est.step_intra_bytes / 1e6, out / 1e6, est.step_inter_bytes / 1e6, ms);
-        if (base > 0.0 && modes[m].stage == 3 && modes[m].mics)
-            printf("%-18s   (MiCS S=%d at stage 3: %.2fx less comm time than flat stage 3)\n", "", modes[m].mics,
-                   base / ms);
+        if (base > 0.0 && modes[m].stage == 3 && ms != base)
+            printf("%-18s   (%.2fx less comm time than flat stage 3; between nodes %.3f M, flat stage 3 = 3 M)\n",
+                   "", base / ms, 3.0 * out / flat3_inter);
         fflush(stdout);
     }
     printf("Psi (padded) = the plan's numel; measured = formula: %s\n", bad ? "NO" : "yes");

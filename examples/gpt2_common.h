@@ -81,6 +81,8 @@ typedef struct gpt2_opts {
                                   for the step (none = the host tier when oopt is set) */
     const char *nvme_path;
     double offload_ratio;     /* --offload-ratio R: offload_optimizer_ratio (0 = 1)      */
+    int dpu, dpu_after;       /* --delayed-update-after K: delayed_update = 1 with K warm-up
+                                 updates (needs --offload-optimizer cpu)                  */
     zero_offload_device oact; /* --offload-activations: checkpoint each block's input in this
                                  tier, recompute the block in the backward (none = keep all) */
     int tile_embedding;       /* --tile-embedding K: wte (embedding and LM head) as K tile
@@ -91,6 +93,7 @@ typedef struct gpt2_opts {
     const char *init_path;             /* start from a .safetensors file, a sharded
                                           index or a directory (zero_engine_load_pretrained) */
     char init_file[4096];              /* --init DIR: DIR/model.safetensors or its index */
+    const char *init_dir;              /* --init DIR: DIR (its config.json goes on to --export and --save) */
     const char *data_path;             /* a directory of text files, a text file or a .bin */
     const char *val_path;              /* --val-data: the validation tokens (else --data's last tenth) */
     const char *log_path;              /* per-step CSV: step,loss,lr,grad_norm,val_loss */
@@ -107,6 +110,11 @@ typedef struct gpt2_opts {
     /* beyond one node (docs/engine.md, "MiCS"): the engine's topology and MiCS groups */
     int ranks_per_node;  /* --ranks-per-node R (0 = the launcher's, else one node)       */
     int mics_shard_size; /* --mics-shard-size S (stages 1-3; 0 = flat)                  */
+    int hpz;             /* --hpz-partition-size S (stage 3, ZeRO++ hpZ; 0 = off)        */
+    double dropout;      /* --dropout P: HF's embd_pdrop, attn_pdrop and resid_pdrop (0 = none) */
+    const char *tokenizer_path;     /* --tokenizer: a tokenizer.json (or a directory holding one) */
+    const char *decode_path;        /* --decode FILE.bin: print its tokens as text and exit */
+    const struct gpt2_vocab *vocab; /* the caller's gpt2_vocab_load of tokenizer_path (NULL: none) */
 } gpt2_opts;
 
 /* The small default model: learns visibly within a few minutes on 2 cores. */
@@ -162,10 +170,15 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "tune:   --freeze LIST   frozen tensors (no gradients, no optimizer state): wte, wpe, ln_f,\n"
             "                        h.N, h.A-B, comma-separated (e.g. wte,wpe,h.0-5); train_gpt2.c\n"
             "        --lr-embed M    wte and wpe train at lr x M (per-tensor lr; default 1)\n"
+            "        --dropout P     HF GPT-2's embd, attn and resid dropout, P in [0, 1) (default 0: none;\n"
+            "                        GPT2Config's is 0.1); masks from a counter-based hash of (--seed, step,\n"
+            "                        micro-step, layer, site, element), docs/gpt2.md; train_gpt2.c\n"
             "offload: --device-memory SIZE --offload-optimizer none|cpu|nvme\n"
             "         --offload-param none|cpu|nvme --offload-gradients none|cpu|nvme --nvme-path DIR\n"
             "         --offload-ratio R   the fraction R in (0, 1] of the optimizer state offloaded,\n"
             "                             the rest updated on the device (default 1)\n"
+            "         --delayed-update-after K   DPU: after K updates the host Adam overlaps the next\n"
+            "                             forward and backward (one-step-stale params; needs cpu)\n"
             "         --offload-activations none|cpu|nvme   (train_gpt2.c) checkpoint each block's input there\n"
             "         --tile-embedding K   (train_gpt2.c) wte in K tiles, gathered one at a time\n"
             "ZeRO++: --quantized-weights 0|1   stage 3: the forward all-gather as int8 blocks (qwZ)\n"
@@ -174,7 +187,12 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "nodes:  --ranks-per-node R   ranks [k R, (k+1) R) share a node: traffic split intra/inter\n"
             "        --mics-shard-size S  MiCS (stages 1-3): states partitioned in groups of S ranks,\n"
             "                             replicated across the N / S groups\n"
+            "        --hpz-partition-size S   hpZ (stage 3): a secondary param partition over the\n"
+            "                             S ranks of a node, so later gathers stay inside it\n"
+            "                             (S divides --ranks-per-node; exact)\n"
             "files:  --save DIR --save-every K --resume DIR --stop-at S --log FILE.csv --dump-logits FILE\n"
+            "        --tokenizer FILE|DIR   a Hugging Face tokenizer.json: the sample prints text, not ids\n"
+            "        --decode FILE.bin   with --tokenizer: print the file's tokens as text, and exit\n"
             "        --export DIR   (train_gpt2.c) the final weights as a Hugging Face directory:\n"
             "                       config.json + model.safetensors for GPT2LMHeadModel.from_pretrained\n",
             prog, GPT2_DEFAULT_DATA, GPT2_BETA1, GPT2_BETA2, GPT2_EPS, GPT2_WEIGHT_DECAY);
@@ -353,8 +371,11 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--nvme-path")) o->nvme_path = v;
         else if (!strcmp(k, "--ranks-per-node")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->ranks_per_node);
         else if (!strcmp(k, "--mics-shard-size")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->mics_shard_size);
+        else if (!strcmp(k, "--hpz-partition-size")) bad = gpt2_parse_int(v, 0, INT_MAX, &o->hpz);
         else if (!strcmp(k, "--offload-ratio"))
             o->offload_ratio = atof(v), bad = !(o->offload_ratio > 0 && o->offload_ratio <= 1);
+        else if (!strcmp(k, "--delayed-update-after"))
+            o->dpu = 1, bad = gpt2_parse_int(v, 0, INT_MAX, &o->dpu_after);
         else if (!strcmp(k, "--offload-activations")) bad = gpt2_parse_tier(v, &o->oact) != 0;
         else if (!strcmp(k, "--tile-embedding")) bad = gpt2_parse_int(v, 1, INT_MAX, &o->tile_embedding);
         else if (!strcmp(k, "--save")) o->save_dir = v;
@@ -364,6 +385,8 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--data")) o->data_path = v;
         else if (!strcmp(k, "--val-data")) o->val_path = v;
         else if (!strcmp(k, "--log")) o->log_path = v;
+        else if (!strcmp(k, "--tokenizer")) o->tokenizer_path = v;
+        else if (!strcmp(k, "--decode")) o->decode_path = v;
         else if (!strcmp(k, "--export")) o->export_dir = v;
         else if (!strcmp(k, "--dump-logits")) o->logits_path = v;
         else if (!strcmp(k, "--beta1")) o->beta1 = atof(v), bad = !(o->beta1 > 0 && o->beta1 < 1);
@@ -372,6 +395,11 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--weight-decay")) o->weight_decay = atof(v), bad = !(o->weight_decay >= 0 && o->weight_decay < 1e6);
         else if (!strcmp(k, "--lr-embed")) o->lr_embed = atof(v), bad = !(o->lr_embed >= 0 && o->lr_embed < 1e6);
         else if (!strcmp(k, "--freeze")) o->freeze = v;
+        else if (!strcmp(k, "--dropout")) {
+            char *end;
+            o->dropout = strtod(v, &end);
+            bad = end == v || *end != '\0' || !(o->dropout >= 0 && o->dropout < 1);
+        }
         else if (!strcmp(k, "--quantized-weights")) bad = gpt2_parse_int(v, 0, 1, &o->quant_w);
         else if (!strcmp(k, "--quantized-gradients"))
             bad = gpt2_parse_int(v, 0, 8, &o->quant_g) || (o->quant_g > 1 && o->quant_g != 4 && o->quant_g != 8);
@@ -392,6 +420,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
             int seq_given = 0;
             for (a = 1; a + 1 < argc; a += 2) seq_given |= !strcmp(argv[a], "--seq");
             o->cfg.max_seq = 0;
+            o->init_dir = o->init_path;
             if (gpt2_read_hf_dir(o, o->init_path, given, why, sizeof why) != 0) {
                 fprintf(stderr, "%s: %s\n", argv[0], why);
                 return 2;
@@ -478,9 +507,12 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->offload_param = o->oparam;
     d->offload_gradients = o->ograd;
     d->offload_optimizer_ratio = o->offload_ratio;
+    d->delayed_update = o->dpu;
+    d->delayed_update_after = o->dpu_after;
     d->nvme_path = o->nvme_path;
     d->ranks_per_node = o->ranks_per_node;
     d->mics_shard_size = stage >= 1 ? o->mics_shard_size : 0; /* the demo's stage 0 runs flat */
+    d->hpz_partition_size = stage == 3 ? o->hpz : 0;          /* and stages 0-2 without hpZ */
     if (o->oact != ZERO_OFFLOAD_NONE) { /* room for every block's input at once */
         size_t span = (size_t)zero_io_align_up(sizeof(float) * (size_t)B * c->seq * c->channels);
         d->offload_activations = o->oact;
@@ -824,6 +856,57 @@ static inline double gpt2_rng_normal(uint64_t *s)
     return sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2);
 }
 
+/* ---- dropout masks (docs/gpt2.md, "Dropout") ---------------------------------------------- */
+
+/* A mask element is a pure function of where it is, so any rank, stage or recomputation
+   draws the same one: for the stream key K(seed, step, micro, layer, site) and the index i of
+   the element in the global batch's tensor (row-major: [B, T, C] for the embeddings and the
+   residual branches, [B, H, T, T] for the attention probabilities), with mix the splitmix64
+   finalizer and G = 0x9e3779b97f4a7c15, all arithmetic mod 2^64:
+     K = mix(mix(mix(mix(mix(seed) ^ step) ^ micro) ^ layer) ^ site)
+     u(i) = mix(K + (i + 1) G) >> 40                      (24 bits)
+     keep(i) = u(i) >= round(P 2^24), and a kept element is multiplied by float(1 / (1 - P)).
+   Sites: GPT2_DROP_EMBD (layer 0: wte + wpe), GPT2_DROP_ATTN (the softmax), GPT2_DROP_ATTN_RESID
+   (attn.c_proj's output), GPT2_DROP_MLP_RESID (mlp.c_proj's output). tests/gpt2_finetune.py
+   computes the same in numpy. */
+enum { GPT2_DROP_EMBD = 0, GPT2_DROP_ATTN = 1, GPT2_DROP_ATTN_RESID = 2, GPT2_DROP_MLP_RESID = 3 };
+#define GPT2_DROP_G 0x9e3779b97f4a7c15ull
+
+static inline uint64_t gpt2_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t gpt2_dropout_key(uint64_t seed, uint64_t step, uint64_t micro, uint64_t layer, uint64_t site)
+{
+    return gpt2_mix64(gpt2_mix64(gpt2_mix64(gpt2_mix64(gpt2_mix64(seed) ^ step) ^ micro) ^ layer) ^ site);
+}
+
+/* round(P 2^24): u(i) below it is dropped */
+static inline uint32_t gpt2_dropout_threshold(double p) { return (uint32_t)(p * 16777216.0 + 0.5); }
+
+static inline int gpt2_dropout_keep(uint64_t key, uint64_t i, uint32_t thr)
+{
+    return (uint32_t)(gpt2_mix64(key + (i + 1) * GPT2_DROP_G) >> 40) >= thr;
+}
+
+/* x[j] for j in [0, n), element i0 + j of its global tensor, times its mask: 0 or scale. */
+static inline void gpt2_dropout_apply(float *x, size_t n, uint64_t key, uint64_t i0, uint32_t thr, float scale)
+{
+    size_t j;
+    for (j = 0; j < n; j++) x[j] = gpt2_dropout_keep(key, i0 + j, thr) ? x[j] * scale : 0.0f;
+}
+
+/* out[j] = x[j] times its mask (out may be x). */
+static inline void gpt2_dropout_copy(float *out, const float *x, size_t n, uint64_t key, uint64_t i0, uint32_t thr,
+                                     float scale)
+{
+    size_t j;
+    for (j = 0; j < n; j++) out[j] = gpt2_dropout_keep(key, i0 + j, thr) ? x[j] * scale : 0.0f;
+}
+
 /* ---- sampling (both examples' generate) -------------------------------------------------- */
 
 /* One token drawn with rng from the softmax of the logits z[0..V): the maximum subtracted, a
@@ -864,6 +947,346 @@ static inline size_t gpt2_sample_format(const int *tok, int len, int text, char 
             used += (size_t)snprintf(out + used, cap - used, "%d ", tok[i]);
     }
     return used;
+}
+
+/* ---- a vocabulary to print tokens as text (--tokenizer) --------------------------------- */
+
+/* Token id -> its bytes, from a Hugging Face tokenizer.json: model.vocab ({"string": id}) and
+   added_tokens ([{"id": N, "content": "..."}], printed as their content). With a ByteLevel
+   decoder (GPT-2's byte-level BPE) each character of a vocab string stands for one byte by
+   GPT-2's bytes_to_unicode (bytes 33-126, 161-172 and 174-255 are their own code points;
+   the other 68, in order, are 256-323): decoding undoes that map. Other decoders: the
+   strings as they are. */
+typedef struct gpt2_vocab {
+    char **str;   /* [n]: id's bytes (NULL: no such id in the file) */
+    size_t *len;  /* [n]                                           */
+    int n;        /* ids 0 .. n - 1                                */
+    int byte_level;
+} gpt2_vocab;
+
+static inline void gpt2_vocab_free(gpt2_vocab *v)
+{
+    int i;
+    for (i = 0; v->str && i < v->n; i++) free(v->str[i]);
+    free(v->str);
+    free(v->len);
+    memset(v, 0, sizeof *v);
+}
+
+static inline const char *gpt2__json_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+static inline size_t gpt2__utf8_put(char *out, uint32_t cp)
+{
+    if (cp < 0x80) return out[0] = (char)cp, 1;
+    if (cp < 0x800) return out[0] = (char)(0xc0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), 2;
+    if (cp < 0x10000)
+        return out[0] = (char)(0xe0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 63)), out[2] = (char)(0x80 | (cp & 63)), 3;
+    out[0] = (char)(0xf0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 63)), out[2] = (char)(0x80 | (cp >> 6 & 63));
+    out[3] = (char)(0x80 | (cp & 63));
+    return 4;
+}
+
+static inline int gpt2__hex4(const char *p, uint32_t *out)
+{
+    int k;
+    *out = 0;
+    for (k = 0; k < 4; k++) {
+        char c = p[k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *out = *out << 4 | (uint32_t)d;
+    }
+    return 0;
+}
+
+/* The JSON string at *p (its opening quote) as UTF-8 into out (cap >= its escaped length +
+   1, which bounds the decoded one); *p moves past the closing quote. Its length, or -1. */
+static inline long gpt2__json_string(const char **p, char *out, size_t cap)
+{
+    const char *q = *p;
+    size_t n = 0;
+    if (*q++ != '"') return -1;
+    while (*q && *q != '"') {
+        uint32_t cp, lo;
+        if (n + 5 > cap) return -1;
+        if (*q != '\\') {
+            out[n++] = *q++;
+            continue;
+        }
+        q++;
+        switch (*q) {
+        case '"': case '\\': case '/': out[n++] = *q; break;
+        case 'b': out[n++] = '\b'; break;
+        case 'f': out[n++] = '\f'; break;
+        case 'n': out[n++] = '\n'; break;
+        case 'r': out[n++] = '\r'; break;
+        case 't': out[n++] = '\t'; break;
+        case 'u':
+            if (gpt2__hex4(q + 1, &cp) != 0) return -1;
+            q += 4;
+            if (cp >= 0xd800 && cp < 0xdc00) { /* a surrogate pair */
+                if (q[1] != '\\' || q[2] != 'u' || gpt2__hex4(q + 3, &lo) != 0 || lo < 0xdc00 || lo >= 0xe000) return -1;
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                q += 6;
+            }
+            n += gpt2__utf8_put(out + n, cp);
+            break;
+        default: return -1;
+        }
+        q++;
+    }
+    if (*q != '"') return -1;
+    *p = q + 1;
+    out[n] = '\0';
+    return (long)n;
+}
+
+/* Past the JSON value at p (strings, numbers, literals, nested objects and arrays); NULL if
+   it is malformed. */
+static inline const char *gpt2__json_skip(const char *p)
+{
+    int depth = 0;
+    p = gpt2__json_ws(p);
+    do {
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++)
+                if (*p == '\\' && p[1]) p++;
+            if (!*p) return NULL;
+            p++;
+        } else if (*p == '{' || *p == '[') {
+            depth++, p++;
+        } else if (*p == '}' || *p == ']') {
+            if (--depth < 0) return NULL;
+            p++;
+        } else if (*p) {
+            p++;
+            if (depth == 0) /* a number or literal: to its end */
+                while (*p && !strchr(",}] \t\r\n", *p)) p++;
+        } else {
+            return NULL;
+        }
+        if (depth > 0) p = gpt2__json_ws(p);
+    } while (depth > 0);
+    return p;
+}
+
+/* The value of the top-level key of the JSON object text (past its colon), or NULL. */
+static inline const char *gpt2__json_member(const char *text, const char *key)
+{
+    const char *p = gpt2__json_ws(text);
+    size_t kl = strlen(key);
+    if (*p++ != '{') return NULL;
+    for (;;) {
+        const char *k;
+        size_t klen;
+        p = gpt2__json_ws(p);
+        if (*p != '"') return NULL;
+        k = p + 1;
+        if (!(p = gpt2__json_skip(p))) return NULL;
+        klen = (size_t)(p - 1 - k); /* the key as written (no key we look for has escapes) */
+        p = gpt2__json_ws(p);
+        if (*p++ != ':') return NULL;
+        if (klen == kl && !strncmp(k, key, kl)) return gpt2__json_ws(p);
+        if (!(p = gpt2__json_skip(p))) return NULL;
+        p = gpt2__json_ws(p);
+        if (*p++ != ',') return NULL;
+    }
+}
+
+/* Sets id's bytes (from a string of n bytes, byte-level mapped when bl). 0, or -1. */
+static inline int gpt2__vocab_set(gpt2_vocab *v, long id, const char *s, size_t n, int bl)
+{
+    char *out;
+    size_t i = 0, k = 0;
+    if (id < 0 || id >= v->n || v->str[id]) return -1;
+    if (!(out = (char *)malloc(n + 1))) return -1;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        uint32_t cp = c;
+        size_t len = 1;
+        if (bl && c >= 0x80) { /* the byte-level alphabet lies below U+0800: 1 or 2 bytes */
+            len = c >= 0xc0 ? (c >= 0xe0 ? (c >= 0xf0 ? 4 : 3) : 2) : 1;
+            cp = 0x110000; /* none of the alphabet unless a whole 2-byte character */
+            if (len == 2 && i + 1 < n) cp = (uint32_t)(c & 31) << 6 | ((unsigned char)s[i + 1] & 63);
+        }
+        if (bl && ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))) {
+            out[k++] = (char)cp;
+        } else if (bl && cp >= 256 && cp < 256 + 68) { /* the n-th byte outside those ranges */
+            int b, m = -1;
+            for (b = 0; b < 256; b++)
+                if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) && ++m == (int)(cp - 256)) break;
+            out[k++] = (char)b;
+        } else { /* not a byte-level character: its UTF-8 as it is */
+            memcpy(out + k, s + i, len <= n - i ? len : n - i);
+            k += len <= n - i ? len : n - i;
+        }
+        i += len;
+    }
+    out[k] = '\0';
+    v->str[id] = out;
+    v->len[id] = k;
+    return 0;
+}
+
+/* Loads path (a tokenizer.json, or a directory holding one) into v. 0, or -1 with a
+   sentence in err. */
+static inline int gpt2_vocab_load(const char *path, gpt2_vocab *v, char *err, size_t n)
+{
+    char file[4200], *text = NULL, *buf = NULL;
+    const char *p, *dec;
+    struct stat st;
+    FILE *f;
+    long len = -1, maxid = -1, id;
+    int pass, rc = -1;
+    memset(v, 0, sizeof *v);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(file, sizeof file, "%s/tokenizer.json", path);
+    else snprintf(file, sizeof file, "%s", path);
+    if (!(f = fopen(file, "rb"))) {
+        snprintf(err, n, "--tokenizer %.300s: cannot open it: %s", file, strerror(errno));
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && len < (1L << 28) && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = (char *)malloc((size_t)len + 1)) != NULL && (buf = (char *)malloc((size_t)len + 1)) != NULL &&
+        fread(text, 1, (size_t)len, f) == (size_t)len)
+        text[len] = '\0', rc = 0;
+    fclose(f);
+    if (rc != 0) {
+        snprintf(err, n, "--tokenizer %.300s: unreadable (or not 1 B to 256 MB)", file);
+        goto out;
+    }
+    rc = -1;
+    dec = gpt2__json_member(text, "decoder");
+    if (dec && *dec == '{') { /* ByteLevel, alone or in a Sequence's decoders */
+        const char *end = gpt2__json_skip(dec);
+        const char *hit = strstr(dec, "\"ByteLevel\"");
+        v->byte_level = hit && end && hit < end;
+    }
+    p = gpt2__json_member(text, "model");
+    if (!p || *p != '{' || !(p = gpt2__json_member(p, "vocab")) || *p != '{') {
+        snprintf(err, n, "--tokenizer %.300s: no model.vocab object (a Hugging Face tokenizer.json has one)", file);
+        goto out;
+    }
+    for (pass = 0; pass < 2; pass++) { /* the largest id, then the strings */
+        const char *q = gpt2__json_ws(p + 1), *a;
+        while (*q == '"') {
+            long sl = gpt2__json_string(&q, buf, (size_t)len + 1);
+            char *e;
+            q = gpt2__json_ws(q);
+            if (sl < 0 || *q != ':') break;
+            q = gpt2__json_ws(q + 1);
+            id = strtol(q, &e, 10);
+            if (e == q || id < 0 || id >= (1L << 24)) break;
+            if (pass == 0 && id > maxid) maxid = id;
+            if (pass == 1 && gpt2__vocab_set(v, id, buf, (size_t)sl, v->byte_level) != 0) break;
+            q = gpt2__json_ws(e);
+            if (*q == ',') q = gpt2__json_ws(q + 1);
+        }
+        if (*q != '}') {
+            snprintf(err, n, "--tokenizer %.300s: model.vocab is malformed near byte %ld (or an id repeats)", file,
+                     (long)(q - text));
+            goto out;
+        }
+        a = gpt2__json_member(text, "added_tokens");
+        for (a = a && *a == '[' ? gpt2__json_ws(a + 1) : NULL; a && *a == '{';) { /* {"id": N, "content": "..."} */
+            const char *c = gpt2__json_member(a, "content"), *i = gpt2__json_member(a, "id");
+            long sl = c && *c == '"' ? gpt2__json_string(&c, buf, (size_t)len + 1) : -1;
+            id = i ? strtol(i, NULL, 10) : -1;
+            if (sl < 0 || id < 0 || id >= (1L << 24)) {
+                snprintf(err, n, "--tokenizer %.300s: an added token without an id or content", file);
+                goto out;
+            }
+            if (pass == 0 && id > maxid) maxid = id;
+            if (pass == 1 && v->str[id] == NULL && gpt2__vocab_set(v, id, buf, (size_t)sl, 0) != 0) {
+                snprintf(err, n, "--tokenizer %.300s: out of memory", file);
+                goto out;
+            }
+            if (!(a = gpt2__json_skip(a))) break;
+            a = gpt2__json_ws(a);
+            if (*a == ',') a = gpt2__json_ws(a + 1);
+        }
+        if (pass == 0) {
+            v->n = (int)maxid + 1;
+            v->str = (char **)calloc((size_t)v->n + 1, sizeof(char *));
+            v->len = (size_t *)calloc((size_t)v->n + 1, sizeof(size_t));
+            if (!v->str || !v->len) {
+                snprintf(err, n, "--tokenizer %.300s: out of memory for %d tokens", file, v->n);
+                goto out;
+            }
+        }
+    }
+    rc = 0;
+out:
+    free(text);
+    free(buf);
+    if (rc != 0) gpt2_vocab_free(v);
+    return rc;
+}
+
+/* Writes tokens tok[0..len) as text into out from out[used] (cap bytes in all): each id's
+   bytes, control bytes other than newline and tab as '?', an id the vocabulary lacks as
+   [id]. Stops 8 bytes short of cap; returns the new used (out not terminated). */
+static inline size_t gpt2_vocab_format(const gpt2_vocab *v, const int *tok, int len, char *out, size_t cap, size_t used)
+{
+    int i;
+    size_t k;
+    for (i = 0; i < len && used + 8 < cap; i++) {
+        if (tok[i] < 0 || tok[i] >= v->n || !v->str[tok[i]]) {
+            used += (size_t)snprintf(out + used, cap - used, "[%d]", tok[i]);
+            continue;
+        }
+        for (k = 0; k < v->len[tok[i]] && used + 8 < cap; k++) {
+            unsigned char c = (unsigned char)v->str[tok[i]][k];
+            out[used++] = (char)(c < 32 && c != '\n' && c != '\t' ? '?' : c == 127 ? '?' : c);
+        }
+    }
+    return used;
+}
+
+/* --decode: the tokens of an llm.c .bin file (256 int32 header: magic 20240520, version 1,
+   count; uint16 tokens) written to out as v's bytes, exactly (an id v lacks as [id]). 0, or
+   -1 with a sentence in err. */
+static inline int gpt2_decode_bin(const gpt2_vocab *v, const char *path, FILE *out, char *err, size_t n)
+{
+    int32_t hdr[256];
+    uint16_t buf[4096];
+    long long left;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, n, "--decode %.300s: cannot open it: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fread(hdr, sizeof hdr, 1, f) != 1 || hdr[0] != GPT2_BIN_MAGIC || hdr[1] != 1 || hdr[2] < 0) {
+        snprintf(err, n, "--decode %.300s: not an llm.c token file (magic %d, version 1)", path, GPT2_BIN_MAGIC);
+        fclose(f);
+        return -1;
+    }
+    for (left = hdr[2]; left > 0;) {
+        size_t want = left < 4096 ? (size_t)left : 4096, got = fread(buf, sizeof(uint16_t), want, f), i;
+        for (i = 0; i < got; i++) {
+            if (buf[i] < v->n && v->str[buf[i]]) fwrite(v->str[buf[i]], 1, v->len[buf[i]], out);
+            else fprintf(out, "[%d]", (int)buf[i]);
+        }
+        if (got != want) {
+            snprintf(err, n, "--decode %.300s: %lld tokens short of its header's %d", path, left - (long long)got,
+                     (int)hdr[2]);
+            fclose(f);
+            return -1;
+        }
+        left -= (long long)got;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* The sample's text: through o->vocab when there is one, else gpt2_sample_format. */
+static inline size_t gpt2_sample_text(const gpt2_opts *o, const int *tok, int len, char *out, size_t cap, size_t used)
+{
+    if (o->vocab) return gpt2_vocab_format(o->vocab, tok, len, out, cap, used);
+    return gpt2_sample_format(tok, len, gpt2_data_is_text(o->data_path), out, cap, used);
 }
 
 /* GPT-2's initialisation: weights N(0, 0.02), the two residual projections (attn.c_proj,
@@ -1298,10 +1721,11 @@ static inline double gpt2_formula_traffic_frozen(int stage, double psi, double f
 }
 
 /* Payload bytes per rank per step by the estimator (zero_estimate.step_*): total, inside
-   and between nodes, at ranks_per_node R (0 = one node) and MiCS shard size S (0 = flat;
-   stage 0 runs flat); -1 in out[0] when the estimator refuses the settings. */
+   and between nodes, at ranks_per_node R (0 = one node), MiCS shard size S (0 = flat;
+   stage 0 runs flat) and hpZ partition size H (stage 3; 0 = off); -1 in out[0] when the
+   estimator refuses the settings. */
 static inline void gpt2_formula_traffic_nodes(int stage, double psi, double frozen, int n, int a,
-                                              double es, int R, int S, double out[3])
+                                              double es, int R, int S, int H, double out[3])
 {
     zero_estimate_desc d;
     zero_estimate e;
@@ -1314,6 +1738,7 @@ static inline void gpt2_formula_traffic_nodes(int stage, double psi, double froz
     d.param_bytes = d.grad_bytes = (int)es;
     d.ranks_per_node = R > 0 && R <= n && n % R == 0 ? R : n;
     d.mics_shard_size = stage >= 1 ? S : 0;
+    d.hpz_partition_size = stage == 3 ? H : 0;
     d.accum_steps = a;
     out[0] = out[1] = out[2] = -1.0;
     if (zero_estimate_compute(&d, &e) != ZERO_OK) return;
@@ -1369,28 +1794,127 @@ static inline int gpt2__write_file(const char *path, const void *data, size_t le
     return 0;
 }
 
+/* The next member of a JSON object at *p (after its '{' or a member): key and value spans
+   as written. 1, 0 at the object's end, -1 if malformed. */
+static inline int gpt2__json_next(const char **p, const char **k, size_t *klen, const char **v, size_t *vlen)
+{
+    const char *q = gpt2__json_ws(*p);
+    if (*q == ',') q = gpt2__json_ws(q + 1);
+    if (*q == '}') return 0;
+    if (*q != '"') return -1;
+    *k = q + 1;
+    if (!(q = gpt2__json_skip(q))) return -1;
+    *klen = (size_t)(q - 1 - *k);
+    q = gpt2__json_ws(q);
+    if (*q++ != ':') return -1;
+    *v = gpt2__json_ws(q);
+    if (!(q = gpt2__json_skip(*v))) return -1;
+    *vlen = (size_t)(q - *v);
+    *p = q;
+    return 1;
+}
+
+/* DIR/config.json for GPT2LMHeadModel. What the weights fix is written from the arguments
+   (architectures GPT2LMHeadModel, also after a GPT2Model --init; n_layer, n_head, n_embd,
+   n_positions, n_ctx, vocab_size, layer_norm_epsilon 1e-5,
+   tie_word_embeddings, torch_dtype, and dtype when base has it). Every other key comes from base (the --init directory's
+   config.json, or a copy a checkpoint keeps; NULL: none) as it is written there, its unknown
+   keys included (task_specific_params, summary_*, a tokenizer's ids ...), else from the
+   defaults below (model_type gpt2, activation_function gelu_new, the dropouts 0, ...). 0, or
+   -1 with a sentence in err (base unreadable or not a JSON object). */
+static inline int gpt2_hf_config_write_from(const char *dir, int layers, int heads, int channels, int positions,
+                                            int vocab, const char *dtype, const char *base, char *err, size_t n)
+{
+    static const char *const keys[] = {"architectures", "model_type", "n_layer", "n_head", "n_embd", "n_positions",
+                                       "n_ctx", "vocab_size", "n_inner", "activation_function", "layer_norm_epsilon",
+                                       "resid_pdrop", "embd_pdrop", "attn_pdrop", "scale_attn_weights",
+                                       "tie_word_embeddings", "bos_token_id", "eos_token_id", "torch_dtype"};
+    enum { NK = sizeof keys / sizeof keys[0] };
+    char vals[NK][64], path[4200], *btext = NULL, *text;
+    const char *obj = NULL, *k, *v, *q;
+    size_t klen, vlen, cap, used = 0;
+    int i, rc, owned[NK];
+    FILE *f;
+    long len;
+    memset(owned, 0, sizeof owned);
+    snprintf(vals[0], 64, "[\"GPT2LMHeadModel\"]"), owned[0] = 1; /* what the weights are, whatever --init was */
+    snprintf(vals[1], 64, "\"gpt2\"");
+    snprintf(vals[2], 64, "%d", layers), owned[2] = 1;
+    snprintf(vals[3], 64, "%d", heads), owned[3] = 1;
+    snprintf(vals[4], 64, "%d", channels), owned[4] = 1;
+    snprintf(vals[5], 64, "%d", positions), owned[5] = 1;
+    snprintf(vals[6], 64, "%d", positions), owned[6] = 1;
+    snprintf(vals[7], 64, "%d", vocab), owned[7] = 1;
+    snprintf(vals[8], 64, "null");
+    snprintf(vals[9], 64, "\"gelu_new\"");
+    snprintf(vals[10], 64, "1e-05"), owned[10] = 1;
+    snprintf(vals[11], 64, "0.0");
+    snprintf(vals[12], 64, "0.0");
+    snprintf(vals[13], 64, "0.0");
+    snprintf(vals[14], 64, "true");
+    snprintf(vals[15], 64, "true"), owned[15] = 1;
+    snprintf(vals[16], 64, "%s", vocab == 50257 ? "50256" : "null"); /* GPT-2's <|endoftext|> */
+    snprintf(vals[17], 64, "%s", vocab == 50257 ? "50256" : "null");
+    snprintf(vals[18], 64, "\"%s\"", dtype), owned[18] = 1;
+    if (base && (f = fopen(base, "rb")) != NULL) {
+        if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && len < (1L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+            (btext = (char *)malloc((size_t)len + 1)) != NULL && fread(btext, 1, (size_t)len, f) == (size_t)len) {
+            btext[len] = '\0';
+            obj = gpt2__json_ws(btext);
+            if (*obj != '{') obj = NULL;
+        }
+        fclose(f);
+        if (!obj) {
+            snprintf(err, n, "%.300s: not a JSON object under 1 MB", base);
+            free(btext);
+            return -1;
+        }
+    }
+    cap = 4096 + (btext ? strlen(btext) : 0);
+    if (!(text = (char *)malloc(cap))) {
+        free(btext);
+        snprintf(err, n, "out of memory for config.json");
+        return -1;
+    }
+    used += (size_t)snprintf(text + used, cap - used, "{");
+    for (i = 0; i < NK; i++) { /* ours, or the base's value of a key the weights do not fix */
+        const char *val = vals[i];
+        int vl = (int)strlen(vals[i]);
+        for (q = obj ? obj + 1 : NULL; q && !owned[i] && gpt2__json_next(&q, &k, &klen, &v, &vlen) == 1;)
+            if (klen == strlen(keys[i]) && !strncmp(k, keys[i], klen)) val = v, vl = (int)vlen;
+        used += (size_t)snprintf(text + used, cap - used, "%s\n  \"%s\": %.*s", i ? "," : "", keys[i], vl, val);
+    }
+    rc = 0;
+    for (q = obj ? obj + 1 : NULL; q && (rc = gpt2__json_next(&q, &k, &klen, &v, &vlen)) == 1;) { /* the rest */
+        for (i = 0; i < NK; i++)
+            if (klen == strlen(keys[i]) && !strncmp(k, keys[i], klen)) break;
+        if (i < NK || used + klen + vlen + 64 >= cap) continue;
+        if (klen == 5 && !strncmp(k, "dtype", 5)) /* transformers 5's name of torch_dtype: the weights' too */
+            used += (size_t)snprintf(text + used, cap - used, ",\n  \"dtype\": \"%s\"", dtype);
+        else used += (size_t)snprintf(text + used, cap - used, ",\n  \"%.*s\": %.*s", (int)klen, k, (int)vlen, v);
+    }
+    free(btext);
+    if (rc < 0) {
+        free(text);
+        snprintf(err, n, "%.300s: malformed JSON", base);
+        return -1;
+    }
+    used += (size_t)snprintf(text + used, cap - used, "\n}\n");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    rc = gpt2__write_file(path, text, used, err, n);
+    free(text);
+    return rc;
+}
+
 /* DIR/config.json for GPT2LMHeadModel of this shape: what from_pretrained needs to build the
    model the weights belong to (this model: LayerNorm eps 1e-5, gelu_new, no dropout, the
    head tied to wte, so model.safetensors holds no lm_head.weight, as save_pretrained writes
-   it). dtype: the weights' ("float32", "bfloat16", "float16"). 0, or -1 with err. */
+   it). dtype: the weights' ("float32", "bfloat16", "float16"). 0, or -1 with err. With
+   no base: gpt2_hf_config_write_from's defaults. */
 static inline int gpt2_hf_config_write(const char *dir, int layers, int heads, int channels, int positions, int vocab,
                                        const char *dtype, char *err, size_t n)
 {
-    char text[1400], path[4200], eos[16];
-    int len;
-    if (vocab == 50257) snprintf(eos, sizeof eos, "50256"); /* GPT-2's <|endoftext|> */
-    else snprintf(eos, sizeof eos, "null");
-    len = snprintf(text, sizeof text,
-                   "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                   "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n"
-                   "  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n  \"n_inner\": null,\n"
-                   "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-                   "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-                   "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
-                   "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
-                   layers, heads, channels, positions, positions, vocab, eos, eos, dtype);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    return gpt2__write_file(path, text, (size_t)len, err, n);
+    return gpt2_hf_config_write_from(dir, layers, heads, channels, positions, vocab, dtype, NULL, err, n);
 }
 
 /* Creates directory dir (its parent must exist) unless it is one; refuses to replace

@@ -3,7 +3,8 @@
    The model is Hugging Face's GPT2LMHeadModel, layer for layer: token and learned position
    embeddings, L pre-LayerNorm blocks (LayerNorm eps 1e-5; causal self-attention with a fused
    qkv projection c_attn; an MLP of 4C with GELU's tanh approximation, gelu_new), a final
-   LayerNorm and an LM head tied to the token embedding wte; no dropout. Weights are
+   LayerNorm and an LM head tied to the token embedding wte; dropout off by default (--dropout
+   P: Hugging Face's three, with masks from a counter-based hash, below). Weights are
    registered under Hugging Face's names and shapes (Conv1D layout [in, out]), so a
    checkpoint exported with `zero-ckpt export` loads into GPT2LMHeadModel as it is, and
    --init FILE.safetensors starts from a Hugging Face file.
@@ -38,6 +39,28 @@
 /* ======================================================================================
    The model's compute: fp32, row-major, BT = B * T rows of activations.
    ====================================================================================== */
+
+/* Dropout in one training micro-step (--dropout P; docs/gpt2.md, "Dropout"): where Hugging
+   Face's GPT-2 has it, on the sum of the embeddings, on the attention probabilities and on
+   each residual branch (attn.c_proj's and mlp.c_proj's outputs) before the residual add.
+   Each mask element is gpt2_dropout_keep of its stream (seed, step, micro-step, layer, site)
+   and its index in the global batch, so ranks and stages draw the same masks whatever slice
+   they hold. The backward regenerates the masks from the same counters (nothing is stored):
+   the hash costs a few integer operations per element, less than keeping a second copy of
+   every block's attention probabilities. on = 0 (P = 0, and every forward without a backward:
+   validation, sampling) leaves every code path as it is without dropout. */
+typedef struct drop_ctx {
+    int on;
+    uint32_t thr;              /* gpt2_dropout_threshold(P)                         */
+    float scale;               /* float(1 / (1 - P)), torch's inverted dropout       */
+    uint64_t seed, step, micro;
+    uint64_t seq0;             /* the global batch's index of this rank's first sequence */
+} drop_ctx;
+
+static uint64_t drop_key(const drop_ctx *d, int layer, int site)
+{
+    return gpt2_dropout_key(d->seed, d->step, d->micro, (uint64_t)layer, (uint64_t)site);
+}
 
 /* The products are gemm_acc's (examples/gpt2_gemm.h): each output one chain of fused
    multiply-adds in k order, whatever the kernel; a transposed operand is read in place. */
@@ -113,10 +136,12 @@ static void layernorm_backward(float *dx, float *dw, float *db, const float *dou
    diagonal), out [BT, C] the heads side by side. Per sequence and head, three products of
    gemm_acc: the scores q k^T (all T x T of them, the upper triangle is then masked), the
    softmax by rows, y = att v (the zeros above the diagonal add exact zeros). */
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H)
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H,
+                              const drop_ctx *d, int layer, float *scratch)
 {
     int hs = C / H, b, h, t, t2;
     float scale = 1.0f / sqrtf((float)hs);
+    uint64_t key = d->on ? drop_key(d, layer, GPT2_DROP_ATTN) : 0;
     for (b = 0; b < B; b++)
         for (h = 0; h < H; h++) {
             const float *q = qkv + (size_t)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
@@ -136,24 +161,40 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                 for (t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
                 memset(y + (size_t)t * C, 0, sizeof(float) * (size_t)hs);
             }
-            gemm_acc(y, C, ah, T, 1, v, 3 * C, 1, T, hs, T);
+            if (d->on) { /* y = dropout(att) v; att keeps the softmax for the backward */
+                gpt2_dropout_copy(scratch, ah, (size_t)T * T, key, (((d->seq0 + (uint64_t)b) * H + h) * T) * T,
+                                  d->thr, d->scale);
+                gemm_acc(y, C, scratch, T, 1, v, 3 * C, 1, T, hs, T);
+            } else {
+                gemm_acc(y, C, ah, T, 1, v, 3 * C, 1, T, hs, T);
+            }
         }
 }
 
-/* dqkv += the attention's gradient (datt: T x T floats of scratch). */
+/* dqkv += the attention's gradient (datt: T x T floats of scratch). With dropout the mask of
+   the forward is drawn again: dv takes the dropped probabilities, and the probabilities'
+   gradient is masked before the softmax's backward. */
 static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                               int B, int T, int C, int H)
+                               int B, int T, int C, int H, const drop_ctx *d, int layer)
 {
     int hs = C / H, b, h, t, t2;
     float scale = 1.0f / sqrtf((float)hs);
+    uint64_t key = d->on ? drop_key(d, layer, GPT2_DROP_ATTN) : 0;
     for (b = 0; b < B; b++)
         for (h = 0; h < H; h++) {
             const float *q = qkv + (size_t)b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
             const float *ah = att + ((size_t)b * H + h) * T * T, *g = dout + (size_t)b * T * C + h * hs;
             float *dq = dqkv + (size_t)b * T * 3 * C + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-            gemm_acc(dv, 3 * C, ah, 1, T, g, C, 1, T, hs, T); /* dv += att^T dy */
+            uint64_t i0 = (((d->seq0 + (uint64_t)b) * H + h) * T) * T;
+            if (d->on) { /* dv += dropout(att)^T dy */
+                gpt2_dropout_copy(datt, ah, (size_t)T * T, key, i0, d->thr, d->scale);
+                gemm_acc(dv, 3 * C, datt, 1, T, g, C, 1, T, hs, T);
+            } else {
+                gemm_acc(dv, 3 * C, ah, 1, T, g, C, 1, T, hs, T); /* dv += att^T dy */
+            }
             memset(datt, 0, sizeof(float) * (size_t)T * T);
             gemm_acc(datt, T, g, C, 1, v, 1, 3 * C, T, T, hs); /* datt = dy v^T */
+            if (d->on) gpt2_dropout_copy(datt, datt, (size_t)T * T, key, i0, d->thr, d->scale);
             for (t = 0; t < T; t++) {                         /* through the softmax */
                 const float *a = ah + (size_t)t * T;
                 float *d = datt + (size_t)t * T, dot = 0.0f;
@@ -197,19 +238,26 @@ typedef struct block_acts {
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fch_tanh, *res3; /* res3: the block's output */
 } block_acts;
 
-/* w[k]: the block's tensor k (GPT2_LN1_W ...) in fp32. */
-static void block_forward(const gpt2_config *c, int B, int T, float *const *w, block_acts *a, const float *in)
+/* w[k]: the block's tensor k (GPT2_LN1_W ...) in fp32; block 'layer', dropout d (scratch:
+   T x T floats for the attention's dropped probabilities). */
+static void block_forward(const gpt2_config *c, int B, int T, float *const *w, block_acts *a, const float *in,
+                          const drop_ctx *d, int layer, float *scratch)
 {
     int C = c->channels, BT = B * T, i;
+    uint64_t i0 = d->seq0 * (uint64_t)T * (uint64_t)C; /* [B, T, C]'s first element in the global batch */
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, in, w[GPT2_LN1_W], w[GPT2_LN1_B], BT, C);
     matmul_forward(a->qkv, a->ln1, w[GPT2_QKV_W], w[GPT2_QKV_B], BT, C, 3 * C);
-    attention_forward(a->atty, a->att, a->qkv, B, T, C, c->heads);
+    attention_forward(a->atty, a->att, a->qkv, B, T, C, c->heads, d, layer, scratch);
     matmul_forward(a->res2, a->atty, w[GPT2_ATTPROJ_W], w[GPT2_ATTPROJ_B], BT, C, C);
+    if (d->on)
+        gpt2_dropout_copy(a->res2, a->res2, (size_t)BT * C, drop_key(d, layer, GPT2_DROP_ATTN_RESID), i0, d->thr, d->scale);
     for (i = 0; i < BT * C; i++) a->res2[i] += in[i];
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT2_LN2_W], w[GPT2_LN2_B], BT, C);
     matmul_forward(a->fch, a->ln2, w[GPT2_FC_W], w[GPT2_FC_B], BT, C, 4 * C);
     gelu_forward(a->fch_gelu, a->fch_tanh, a->fch, (size_t)BT * 4 * C);
     matmul_forward(a->res3, a->fch_gelu, w[GPT2_FCPROJ_W], w[GPT2_FCPROJ_B], BT, 4 * C, C);
+    if (d->on)
+        gpt2_dropout_copy(a->res3, a->res3, (size_t)BT * C, drop_key(d, layer, GPT2_DROP_MLP_RESID), i0, d->thr, d->scale);
     for (i = 0; i < BT * C; i++) a->res3[i] += a->res2[i];
 }
 
@@ -222,27 +270,42 @@ typedef struct bwd_scratch {
 } bwd_scratch;
 
 /* dres: in, the gradient of the block's output; out, of its input. dw[k] += the gradient of
-   tensor k. */
+   tensor k. Dropout d as in the forward of block 'layer': a residual branch's gradient is
+   dres times the branch's mask (in s->dc for the MLP's, in s->dqkv for the attention's,
+   both free at that point). */
 static void block_backward(const gpt2_config *c, int B, int T, float *const *w, float *const *dw,
-                           const block_acts *a, const float *in, float *dres, bwd_scratch *s)
+                           const block_acts *a, const float *in, float *dres, bwd_scratch *s, const drop_ctx *d,
+                           int layer)
 {
     int C = c->channels, BT = B * T;
     size_t n4 = (size_t)BT * 4 * C;
-    /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
+    uint64_t i0 = d->seq0 * (uint64_t)T * (uint64_t)C;
+    const float *dbranch = dres;
+    /* MLP: res3 = res2 + dropout(c_proj(gelu(c_fc(ln_2(res2))))) */
+    if (d->on) {
+        gpt2_dropout_copy(s->dc, dres, (size_t)BT * C, drop_key(d, layer, GPT2_DROP_MLP_RESID), i0, d->thr, d->scale);
+        dbranch = s->dc;
+    }
     memset(s->d4a, 0, sizeof(float) * n4);
-    matmul_backward(s->d4a, dw[GPT2_FCPROJ_W], dw[GPT2_FCPROJ_B], dres, a->fch_gelu, w[GPT2_FCPROJ_W], BT,
+    matmul_backward(s->d4a, dw[GPT2_FCPROJ_W], dw[GPT2_FCPROJ_B], dbranch, a->fch_gelu, w[GPT2_FCPROJ_W], BT,
                     4 * C, C);
     gelu_backward(s->d4b, a->fch, a->fch_tanh, s->d4a, n4);
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
     matmul_backward(s->dc, dw[GPT2_FC_W], dw[GPT2_FC_B], s->d4b, a->ln2, w[GPT2_FC_W], BT, C, 4 * C);
     layernorm_backward(dres, dw[GPT2_LN2_W], dw[GPT2_LN2_B], s->dc, a->res2, w[GPT2_LN2_W], a->ln2_mean,
                        a->ln2_rstd, BT, C); /* dres is now d res2 */
-    /* attention: res2 = in + c_proj(attn(c_attn(ln_1(in)))) */
+    /* attention: res2 = in + dropout(c_proj(attn(c_attn(ln_1(in))))) */
+    dbranch = dres;
+    if (d->on) {
+        gpt2_dropout_copy(s->dqkv, dres, (size_t)BT * C, drop_key(d, layer, GPT2_DROP_ATTN_RESID), i0, d->thr,
+                          d->scale);
+        dbranch = s->dqkv;
+    }
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
-    matmul_backward(s->dc, dw[GPT2_ATTPROJ_W], dw[GPT2_ATTPROJ_B], dres, a->atty, w[GPT2_ATTPROJ_W], BT, C,
+    matmul_backward(s->dc, dw[GPT2_ATTPROJ_W], dw[GPT2_ATTPROJ_B], dbranch, a->atty, w[GPT2_ATTPROJ_W], BT, C,
                     C);
     memset(s->dqkv, 0, sizeof(float) * (size_t)BT * 3 * C);
-    attention_backward(s->dqkv, s->datt, s->dc, a->qkv, a->att, B, T, C, c->heads);
+    attention_backward(s->dqkv, s->datt, s->dc, a->qkv, a->att, B, T, C, c->heads, d, layer);
     memset(s->dc, 0, sizeof(float) * (size_t)BT * C);
     matmul_backward(s->dc, dw[GPT2_QKV_W], dw[GPT2_QKV_B], s->dqkv, a->ln1, w[GPT2_QKV_W], BT, C, 3 * C);
     layernorm_backward(dres, dw[GPT2_LN1_W], dw[GPT2_LN1_B], s->dc, in, w[GPT2_LN1_W], a->ln1_mean, a->ln1_rstd, BT,
@@ -270,7 +333,9 @@ typedef struct model {
     int ckpt;                   /* --offload-activations: each block's input is stashed
                                    in the engine's activation tier after its forward and
                                    fetched back to recompute the block in the backward */
-    int training;               /* this forward has a backward (stash the inputs) */
+    int training;               /* this forward has a backward (stash the inputs, dropout) */
+    drop_ctx drop;              /* --dropout: the training micro-step's (step, micro set per step) */
+    drop_ctx nodrop;            /* on = 0: forwards without a backward                */
     float *x;                   /* ckpt: [BT, C], the current block's input        */
     size_t floats;              /* allocated by model_alloc                       */
     size_t block_bytes;         /* one block's activations                        */
@@ -473,6 +538,7 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
     int C = c->channels, V = c->vocab, BT = B * T, l, i, k;
     float *w[GPT2_BLOCK_TENSORS], *emb[GPT2_EMB_TENSORS];
     const float *in;
+    const drop_ctx *d = m->training ? &m->drop : &m->nodrop;
     void *p;
     zero_result r;
     /* group 0 stays gathered through the forward: the head uses wte again (tiled: wpe and
@@ -495,6 +561,9 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
         }
         if (m->tiles > 0) zero_engine_release(m->e, m->tv[l].group);
     }
+    if (d->on) /* dropout(wte + wpe): block 0's input, also in the backward */
+        gpt2_dropout_copy(m->encoded, m->encoded, (size_t)BT * C, drop_key(d, 0, GPT2_DROP_EMBD),
+                          d->seq0 * (uint64_t)T * (uint64_t)C, d->thr, d->scale);
     in = m->encoded;
     if (m->ckpt) in = memcpy(m->x, m->encoded, sizeof(float) * (size_t)BT * C);
     for (l = 0; l < c->layers; l++) {
@@ -502,7 +571,7 @@ static zero_result model_forward(model *m, const int *x, int B, int T)
         block_acts *a = &m->acts[m->ckpt ? 0 : l];
         if ((r = gather_timed(m, 1 + l, &pb)) != ZERO_OK) goto out;
         r = view_group(m, 1 + l, pb, w);
-        if (r == ZERO_OK) block_forward(c, B, T, w, a, in);
+        if (r == ZERO_OK) block_forward(c, B, T, w, a, in, d, l, m->s.datt);
         zero_engine_release(m->e, 1 + l);
         if (r != ZERO_OK) goto out;
         if (!m->ckpt) {
@@ -624,15 +693,19 @@ static zero_result model_backward(model *m, const int *x, const int *y, float sc
                 zero_engine_release(m->e, grp);
                 return r;
             }
-            block_forward(c, B, T, w, &m->acts[0], m->x);
-            block_backward(c, B, T, w, dw, &m->acts[0], m->x, m->dres, &m->s);
+            block_forward(c, B, T, w, &m->acts[0], m->x, &m->drop, l, m->s.datt);
+            block_backward(c, B, T, w, dw, &m->acts[0], m->x, m->dres, &m->s, &m->drop, l);
         } else {
-            block_backward(c, B, T, w, dw, &m->acts[l], l ? m->acts[l - 1].res3 : m->encoded, m->dres, &m->s);
+            block_backward(c, B, T, w, dw, &m->acts[l], l ? m->acts[l - 1].res3 : m->encoded, m->dres, &m->s,
+                           &m->drop, l);
         }
         if (g && m->dt != ZERO_F32) r = zero_convert(g, m->dt, gbase, ZERO_F32, m->blk_numel, ZERO_SIMD_AUTO);
         zero_engine_release(m->e, grp);
         if (r != ZERO_OK || (g && (r = grads_ready_timed(m, grp)) != ZERO_OK)) return r;
     }
+    if (m->drop.on) /* through the embeddings' dropout: its mask of the forward */
+        gpt2_dropout_copy(m->dres, m->dres, (size_t)BT * C, drop_key(&m->drop, 0, GPT2_DROP_EMBD),
+                          m->drop.seq0 * (uint64_t)T * (uint64_t)C, m->drop.thr, m->drop.scale);
     for (i = 0; i < BT; i++) { /* the embeddings: wte[token] and wpe[position] += dres */
         float *dpe = demb[GPT2_WPE] + (size_t)(i % T) * C;
         const float *d = m->dres + (size_t)i * C;
@@ -728,11 +801,12 @@ static zero_result val_loss(model *m, const run *R, int rank, int world, int *x,
 
 /* n tokens after a prompt of the first 16 validation tokens, sampled from the softmax with
    the generator rng; every rank computes the same (stage 3 gathers need them all). Text
-   data: the bytes, unprintable ones as '?'; token files: the ids. */
+   data: the bytes, unprintable ones as '?'; token files: the ids, or with --tokenizer their
+   text (gpt2_sample_text). */
 static zero_result generate(model *m, const run *R, uint64_t *rng, char *out, size_t cap)
 {
     int n = R->o->sample, T = m->T, V = m->c.vocab, plen = 16, len, i;
-    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n)), text = gpt2_data_is_text(R->o->data_path);
+    int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n));
     size_t used = 0;
     zero_result r = ZERO_OK;
     if (!tok) return ZERO_ERROR_OUT_OF_MEMORY;
@@ -743,7 +817,7 @@ static zero_result generate(model *m, const run *R, uint64_t *rng, char *out, si
         r = model_forward(m, tok + start, 1, w);
         tok[len] = gpt2_sample_token(m->logits + (size_t)(w - 1) * V, V, rng);
     }
-    used = gpt2_sample_format(tok, len, text, out, cap, used);
+    used = gpt2_sample_text(R->o, tok, len, out, cap, used);
     out[used] = '\0';
     free(tok);
     return r;
@@ -853,6 +927,13 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
     r = model_init(&m, e, c, tab, B, o->dtype, o->oact != ZERO_OFFLOAD_NONE, o->tile_embedding, wte_tile0);
     tab = NULL; /* the model owns it */
     if (r != ZERO_OK) goto done;
+    if (o->dropout > 0) {
+        m.drop.on = 1;
+        m.drop.thr = gpt2_dropout_threshold(o->dropout);
+        m.drop.scale = (float)(1.0 / (1.0 - o->dropout));
+        m.drop.seed = o->seed;
+        m.drop.seq0 = (uint64_t)rank * (uint64_t)B;
+    }
     if (o->init_path) CHECK(zero_engine_load_pretrained(e, o->init_path, "transformer."));
     else CHECK(gpt2_set_init_tiled(e, c, m.tab, o->seed, o->tile_embedding, wte_tile0));
     if (o->resume_dir) { /* the engine's state, and ours: the data position and the generator */
@@ -885,6 +966,7 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         scale = zero_engine_loss_scale(e);
         for (k = 0; k < o->accum; k++) {
             gpt2_batch(R->data, 0, cl.next_batch++, o->batch, T, rank * B, B, x, y);
+            m.drop.step = (uint64_t)s, m.drop.micro = (uint64_t)k;
             m.training = 1;
             r = model_forward(&m, x, B, T);
             m.training = 0;
@@ -900,6 +982,10 @@ static zero_result rank_main(int rank, zero_comm *comm, void *user)
         }
         t_opt = now_s();
         CHECK(zero_engine_step(e, &info));
+        /* --delayed-update-after: the last update reaches the params before the final
+           validation, export and checksum (a --stop-at run leaves it pending in its checkpoint,
+           so its resume is the uninterrupted run) */
+        if (s + 1 == o->steps) CHECK(zero_engine_finish_update(e));
         if (rank == 0) R->t_step += now_s() - t_opt;
         cl.next_step = s + 1;
         /* the log's loss: every rank's mean, through a tagged user all-reduce */
@@ -1057,6 +1143,9 @@ static int memory_check(const gpt2_opts *o, const gpt2_data *d, size_t total, in
     return -1;
 }
 
+static gpt2_vocab vocab; /* --tokenizer */
+static void vocab_free(void) { gpt2_vocab_free(&vocab); }
+
 static int finish(int rc)
 {
 #ifdef ZERO_GPT2_MPI
@@ -1070,7 +1159,7 @@ int main(int argc, char **argv)
 {
     gpt2_opts o;
     gpt2_data data;
-    char err[512];
+    char err[512], base[4200] = "";
     int rc, first = 0, last = 3, st, same = 1, keep_all, writer = 1;
     double ref_final = 0.0;
     uint64_t ref_sum = 0;
@@ -1082,6 +1171,23 @@ int main(int argc, char **argv)
 #endif
     rc = gpt2_parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
+    if (o.decode_path && !o.tokenizer_path) {
+        fprintf(stderr, "%s: --decode FILE.bin needs --tokenizer (the vocabulary to print it with)\n", argv[0]);
+        return 2;
+    }
+    if (o.tokenizer_path) {
+        atexit(vocab_free);
+        if (gpt2_vocab_load(o.tokenizer_path, &vocab, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", argv[0], err);
+            return 2;
+        }
+        o.vocab = &vocab;
+        if (o.decode_path) {
+            rc = gpt2_decode_bin(&vocab, o.decode_path, stdout, err, sizeof err);
+            if (rc != 0) fprintf(stderr, "%s: %s\n", argv[0], err);
+            return rc ? 1 : 0;
+        }
+    }
     if (o.freeze || o.lr_embed != 1.0) {
         gpt2_tensor *ft = (gpt2_tensor *)malloc(sizeof(gpt2_tensor) * (size_t)gpt2_num_tensors(&o.cfg));
         char why[200];
@@ -1186,7 +1292,10 @@ int main(int argc, char **argv)
         run R;
         zero_result r;
         double es = (double)zero_dtype_size(o.dtype), meas_t, ft[3] = {0, 0, 0}, mi = 0, mo = 0;
-        int nstates, k, hier = o.ranks_per_node > 0 || o.mics_shard_size > 0;
+        int nstates, k, hier = o.ranks_per_node > 0 || o.mics_shard_size > 0 || o.hpz > 1;
+        /* hpZ (stage 3): the secondary partition, p Psi / H more params per rank */
+        int H = st == 3 && o.hpz > 1 && o.hpz < o.ranks ? o.hpz : 0;
+        double fstates;
         uint64_t sum;
         memset(&R, 0, sizeof R);
         R.o = &o;
@@ -1226,15 +1335,17 @@ int main(int argc, char **argv)
         /* MiCS: memory is the flat engine's at N = S (stage 0 runs flat) */
         nstates = o.mics_shard_size > 0 && st >= 1 ? o.mics_shard_size : o.ranks;
         gpt2_formula_traffic_nodes(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es, o.ranks_per_node,
-                                   o.mics_shard_size, ft);
+                                   o.mics_shard_size, H, ft);
+        fstates = gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, nstates, o.accum, es,
+                                        o.odtype == ZERO_BF16 ? 6 : 12) +
+                  (H ? es * (double)R.psi / H : 0.0);
         for (k = 0; k < ZERO_COLL_CONTROL; k++) {
             mi += R.traffic.intra_bytes[k];
             mo += R.traffic.inter_bytes[k];
         }
         if (first != last) {
             printf("%-5d | %-9.5f %-9.5f | %-11.0f %-11.0f | %-11.0f %-11.0f | %-8.2f\n", st,
-                   R.loss[R.first_step], R.loss[R.end_step - 1], states_of(&R.mem),
-                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, nstates, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
+                   R.loss[R.first_step], R.loss[R.end_step - 1], states_of(&R.mem), fstates, meas_t,
                    (hier ? ft[0] : gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es)),
                    1e3 * R.seconds / (R.end_step - R.first_step));
             if (hier)
@@ -1252,8 +1363,7 @@ int main(int argc, char **argv)
                          states_of(&R.off[1]));
             printf("model states per rank: %.0f B measured on the device%s, %.0f B by formula (every tier); "
                    "traffic per step: %.0f B measured, %.0f B by formula; Psi = %zu%s\n",
-                   states_of(&R.mem), tiers,
-                   gpt2_formula_states_k(st, (double)R.psi, (double)R.frozen, nstates, o.accum, es, o.odtype == ZERO_BF16 ? 6 : 12), meas_t,
+                   states_of(&R.mem), tiers, fstates, meas_t,
                    (hier ? ft[0] : gpt2_formula_traffic_frozen(st, (double)R.psi, (double)R.frozen, o.ranks, o.accum, es)), R.psi,
                    R.frozen ? " (frozen F as below)" : "");
             if (R.frozen) printf("frozen: F = %zu of them (--freeze %s): no gradients, no optimizer state\n", R.frozen, o.freeze);
@@ -1264,8 +1374,9 @@ int main(int argc, char **argv)
                        o.quant_g ? (o.quant_g == 8 ? "qgZ int8" : "qgZ int4") : "");
             if (hier)
                 printf("traffic per step inside nodes: %.0f B measured, %.0f B by formula; between nodes: %.0f B "
-                       "measured, %.0f B by formula (--ranks-per-node %d, --mics-shard-size %d)\n", mi, ft[1], mo,
-                       ft[2], o.ranks_per_node, o.mics_shard_size);
+                       "measured, %.0f B by formula (--ranks-per-node %d, --mics-shard-size %d, "
+                       "--hpz-partition-size %d)\n", mi, ft[1], mo, ft[2], o.ranks_per_node,
+                       o.mics_shard_size, o.hpz);
             printf("final loss %.6f, val loss %.9g, %.2f ms/step, %d step(s) skipped, final loss scale %g\n",
                    R.loss[R.end_step - 1], R.val_loss, 1e3 * R.seconds / (R.end_step - R.first_step), R.skipped,
                    (double)R.final_scale);
@@ -1287,10 +1398,25 @@ int main(int argc, char **argv)
                                     : "WARNING: the stages differ");
             printf("val loss: %.9g\n", R.val_loss);
             printf("params checksum: %016llx\n", (unsigned long long)sum);
+            /* config.json's keys the weights do not fix come from --init DIR's (or a resumed
+               checkpoint's copy): --export writes them, and --save keeps a copy beside the
+               checkpoint for zero-ckpt export --hf */
+            if (o.init_dir) snprintf(base, sizeof base, "%s/config.json", o.init_dir);
+            else if (o.resume_dir) snprintf(base, sizeof base, "%s/config.json", o.resume_dir);
+            if (base[0] && access(base, R_OK) != 0) base[0] = '\0';
+            if (o.save_dir && base[0] && writer &&
+                gpt2_hf_config_write_from(o.save_dir, o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.max_seq,
+                                          o.cfg.vocab, "float32", base, err, sizeof err) != 0) {
+                fprintf(stderr, "--save: %s\n", err);
+                free(R.loss);
+                free(R.final_params);
+                gpt2_data_free(&data);
+                return finish(1);
+            }
             if (o.export_dir && writer) {
                 if (gpt2_hf_weights_write(o.export_dir, &o.cfg, R.final_params, err, sizeof err) != 0 ||
-                    gpt2_hf_config_write(o.export_dir, o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.max_seq,
-                                         o.cfg.vocab, "float32", err, sizeof err) != 0) {
+                    gpt2_hf_config_write_from(o.export_dir, o.cfg.layers, o.cfg.heads, o.cfg.channels, o.cfg.max_seq,
+                                              o.cfg.vocab, "float32", base[0] ? base : NULL, err, sizeof err) != 0) {
                     fprintf(stderr, "--export: %s\n", err);
                     free(R.loss);
                     free(R.final_params);

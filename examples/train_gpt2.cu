@@ -36,8 +36,10 @@
    at any stage and world size; --stop-at S stops after step S with the schedule of
    --steps, so that a resume continues it.
 
-   --sample N ends with N tokens generated as the CPU example does. Not supported here:
-   --device-memory (a budget of the CPU example's host device), refused with a message.
+   --sample N ends with N tokens generated as the CPU example does (--tokenizer: as text).
+   Not supported here, refused with a message: --device-memory (a budget of the CPU
+   example's host device), --tile-embedding, --export, --freeze, --lr-embed and --dropout P
+   > 0 (train_gpt2.c has them).
 
    Status: compiled and linked with nvcc, warnings as errors; never run on a GPU; runs on
    the CPU under the harness of tests/cudasim (make test-cuda-sim, tests/cudasim/examples.sh).
@@ -615,13 +617,12 @@ static uint64_t fnv1a64(const void *p, size_t bytes)
    forward of a single sequence (B = 1: the activations sized for the batch hold it) whose
    first positions are the window of at most T tokens (causal attention: what follows it
    does not change its logits). Text data: the bytes, unprintable ones as '?'; token
-   files: the ids. */
+   files: the ids, or their text through --tokenizer's vocabulary (gpt2_sample_text). */
 static zero_result generate(gpu_run *R, uint64_t *rng, char *out, size_t cap)
 {
     const gpt2_opts *o = R->o;
     int n = o->sample, T = R->T, V = R->V, plen = 16, len = 0, i, t, B = R->B;
     size_t N = R->N;
-    int text = gpt2_data_is_text(o->data_path);
     int *tok = (int *)malloc(sizeof(int) * (size_t)(plen + n));
     float *z = (float *)malloc(sizeof(float) * (size_t)V);
     size_t used = 0;
@@ -648,7 +649,7 @@ static zero_result generate(gpu_run *R, uint64_t *rng, char *out, size_t cap)
         TRY(R->dev->ops->sync(R->dev, ZERO_QUEUE_COMPUTE));
         tok[len] = gpt2_sample_token(z, V, rng);
     }
-    used = gpt2_sample_format(tok, len, text, out, cap, used);
+    used = gpt2_sample_text(o, tok, len, out, cap, used);
 done:
     R->B = B, R->N = N;
     if (cap) out[used < cap ? used : cap - 1] = '\0';
@@ -793,6 +794,7 @@ static zero_result train_stage(gpu_run *R, stage_result *res)
             TRY(backward(R));
         }
         TRY(zero_engine_step(R->e, &info));
+        if (s + 1 == o->steps) TRY(zero_engine_finish_update(R->e)); /* --delayed-update-after */
         /* a step that waited through a watchdog abort reads undefined values and still
            returns OK: the NCCL comm says whether its collectives really finished */
         if (zero_nccl_is(R->comm)) TRY(zero_nccl_status(R->comm));
@@ -981,6 +983,9 @@ static int report(const shared *sh, int first, int last, int whole, int identica
     return same ? 0 : 1;
 }
 
+static gpt2_vocab vocab; /* --tokenizer */
+static void vocab_free(void) { gpt2_vocab_free(&vocab); }
+
 int main(int argc, char **argv)
 {
     gpt2_opts o;
@@ -996,6 +1001,23 @@ int main(int argc, char **argv)
     rc = gpt2_parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
     ranks_given = o.ranks_given;
+    if (o.decode_path && !o.tokenizer_path) {
+        fprintf(stderr, PROG ": --decode FILE.bin needs --tokenizer (the vocabulary to print it with)\n");
+        return 2;
+    }
+    if (o.tokenizer_path) { /* as train_gpt2.c: the sample as text, or --decode and exit */
+        atexit(vocab_free);
+        if (gpt2_vocab_load(o.tokenizer_path, &vocab, err, sizeof err) != 0) {
+            fprintf(stderr, PROG ": %s\n", err);
+            return 2;
+        }
+        o.vocab = &vocab;
+        if (o.decode_path) {
+            rc = gpt2_decode_bin(&vocab, o.decode_path, stdout, err, sizeof err);
+            if (rc != 0) fprintf(stderr, PROG ": %s\n", err);
+            return rc ? 1 : 0;
+        }
+    }
     if (o.device_memory) {
         fprintf(stderr, PROG ": --device-memory is a budget of the CPU example's host device (train_gpt2); "
                         "not supported here\n");
@@ -1014,6 +1036,11 @@ int main(int argc, char **argv)
     if (o.freeze || o.lr_embed != 1.0) {
         fprintf(stderr, PROG ": --freeze and --lr-embed are implemented by the CPU example (train_gpt2); "
                         "not supported here yet\n");
+        return 2;
+    }
+    if (o.dropout > 0) {
+        fprintf(stderr, PROG ": --dropout %g is implemented by the CPU example (train_gpt2) only; its kernels "
+                        "have no dropout masks yet (--dropout 0 trains without dropout here)\n", o.dropout);
         return 2;
     }
     /* cuBLAS takes the rows (batch x seq per rank) as int, the token lists hold positions */

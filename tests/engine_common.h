@@ -71,7 +71,25 @@ typedef struct ec_cfg {
     int rpn_rank[EC_MAX_RANKS];
     int mics;                     /* engine mics_shard_size; per-rank override mics_rank[r] */
     int mics_rank[EC_MAX_RANKS];
+    int hpz;                      /* engine hpz_partition_size; per-rank override hpz_rank[r] */
+    int hpz_rank[EC_MAX_RANKS];
+    /* delayed_update (tests/test_dpu.c): the engine's settings; the run ends with
+       zero_engine_finish_update unless dpu_no_finish */
+    int dpu, dpu_after, dpu_no_finish;
+    /* The delayed update's reference (tests/test_dpu.c), on an engine without it: when
+       stale is set, step s's gradients are computed from the params the backward gathered
+       in step s - 1 whenever step s - 1's update was one the delayed engine delays (it
+       had taken at least stale_after updates before it), else from the current params. */
+    struct ec_stale *stale;
+    int stale_after;
 } ec_cfg;
+
+/* The reference driver's params per rank and group: seen in the previous step, this step. */
+#define EC_STALE_G 16
+typedef struct ec_stale {
+    unsigned char *prev[EC_MAX_RANKS][EC_STALE_G], *cur[EC_MAX_RANKS][EC_STALE_G];
+    int use[EC_MAX_RANKS]; /* this step's gradients from prev */
+} ec_stale;
 
 typedef struct ec_qw_stats {
     pthread_mutex_t mu;
@@ -221,7 +239,10 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->quant_block_numel = c->quant_block;
     d->ranks_per_node = c->ranks_per_node;
     d->mics_shard_size = c->mics;
+    d->hpz_partition_size = c->hpz;
     d->offload_optimizer_ratio = c->offload_ratio;
+    d->delayed_update = c->dpu;
+    d->delayed_update_after = c->dpu_after;
 }
 
 /* Registers cfg's tensors as "t0", "t1", ... */
@@ -420,7 +441,17 @@ static zero_result ec_micro_steps(const ec_cfg *c, zero_engine *e, const int *id
                 continue;
             }
             EC_TRY(zero_engine_grads(e, g, &gp));
-            ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
+            if (c->stale && g < EC_STALE_G) { /* the delayed update's reference driver */
+                size_t bytes = gi.numel * zero_dtype_size(c->dtype);
+                ec_stale *st = c->stale;
+                if (!st->cur[rank][g]) st->cur[rank][g] = (unsigned char *)malloc(bytes + 1);
+                if (!st->prev[rank][g]) st->prev[rank][g] = (unsigned char *)calloc(bytes + 1, 1);
+                if (k == 0 && st->cur[rank][g]) memcpy(st->cur[rank][g], pp, bytes);
+                ec_fill_grads(c, plan, ids, g, rank, k, s, scale,
+                              st->use[rank] && st->prev[rank][g] ? st->prev[rank][g] : pp, gp);
+            } else {
+                ec_fill_grads(c, plan, ids, g, rank, k, s, scale, pp, gp);
+            }
             EC_TRY(zero_engine_release(e, g));
             EC_TRY(zero_engine_grads_ready(e, g));
         }
@@ -491,6 +522,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
     d.comm = comm;
     if (rank < EC_MAX_RANKS && c->rpn_rank[rank]) d.ranks_per_node = c->rpn_rank[rank];
     if (rank < EC_MAX_RANKS && c->mics_rank[rank]) d.mics_shard_size = c->mics_rank[rank];
+    if (rank < EC_MAX_RANKS && c->hpz_rank[rank]) d.hpz_partition_size = c->hpz_rank[rank];
     EC_TRY(zero_engine_create(&d, &e));
     EC_TRY(ec_add_tensors(e, c, ids));
     EC_TRY(zero_engine_commit(e));
@@ -546,6 +578,15 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         EC_TRY(ec_micro_steps(c, e, ids, rank, s, scale));
         EC_TRY(zero_engine_step(e, c->async_step ? NULL : &info));
         if (!c->async_step) res->info[rank][s] = info;
+        if (c->stale) { /* the next step sees this one's view when its update was delayed */
+            ec_stale *st = c->stale;
+            for (g = 0; g < G && g < EC_STALE_G; g++) {
+                unsigned char *x = st->prev[rank][g];
+                st->prev[rank][g] = st->cur[rank][g];
+                st->cur[rank][g] = x;
+            }
+            st->use[rank] = info.step - (info.skipped ? 0 : 1) >= c->stale_after;
+        }
         zero_engine_traffic(e, &res->traffic_last[rank][s], NULL);
         zero_engine_gather_stats(e, &gs);
         pthread_mutex_lock(&ctx->mu);
@@ -553,6 +594,7 @@ static zero_result ec_rank_fn(int rank, zero_comm *comm, void *user)
         pthread_mutex_unlock(&ctx->mu);
     }
     if (c->async_step && c->steps > 0) EC_TRY(zero_engine_last_step(e, &res->info[rank][c->steps - 1]));
+    if (c->dpu && !c->dpu_no_finish) EC_TRY(zero_engine_finish_update(e));
     zero_engine_memory_usage(e, &res->mem[rank]);
     zero_engine_memory_tier(e, ZERO_TIER_HOST, &res->host_mem[rank]);
     zero_engine_memory_tier(e, ZERO_TIER_NVME, &res->nvme_mem[rank]);
@@ -618,6 +660,7 @@ typedef struct ec_job {
     int first, last;
     zero_result (*after_load)(struct ec_job *job, zero_engine *e, const int *ids);
     int checked; /* for after_load: ranks whose check passed */
+    int finish;  /* zero_engine_finish_update before reading the states (delayed_update) */
 } ec_job;
 
 static zero_result ec_job_rank(int rank, zero_comm *comm, void *user)
@@ -653,6 +696,7 @@ static zero_result ec_job_rank(int rank, zero_comm *comm, void *user)
         EC_TRY(zero_engine_step(e, NULL));
     }
     if (job->save_dir) EC_TRY(zero_engine_save(e, job->save_dir));
+    if (job->finish) EC_TRY(zero_engine_finish_update(e));
     for (t = 0; t < c->ntensors; t++) EC_TRY(ec_read_states(e, &job->ctx, rank, t, ids[t]));
 done:
     if (r != ZERO_OK && rank == 0)

@@ -763,6 +763,131 @@ ZT_TEST(gpt2_sizes_and_data_that_do_not_fit)
     remove(fifo);
 }
 
+/* The k-th number value of "key": in s as a double; NAN if absent. */
+static double json_f64(const char *s, const char *key, int k)
+{
+    char pat[64];
+    const char *p = s;
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    while ((p = strstr(p, pat)) != NULL) {
+        p += strlen(pat);
+        if (k-- == 0) return strtod(p, NULL);
+    }
+    return NAN;
+}
+
+/* Beyond one node (issue 26): --ranks-per-node, --mics-shard-size, --hpz-partition-size and
+   --accum-steps give each row's bytes per step, total, inside and between nodes: the JSON
+   equals zero_estimate_compute for the same settings to the last bit, the table prints the
+   same integers, and the hpZ figures equal the formula of docs/engine.md computed here. */
+ZT_TEST(topology_traffic)
+{
+    static const struct {
+        const char *args;
+        int R, S_mics, S_hpz, A, first, last;
+    } cases[] = {
+        {"--params 124M --ranks 8 --ranks-per-node 4", 4, 0, 0, 1, 0, 3},
+        {"--params 124M --ranks 8 --ranks-per-node 4 --hpz-partition-size 4", 4, 0, 4, 1, 3, 3},
+        {"--params 1000003 --ranks 8 --ranks-per-node 4 --hpz-partition-size 2 --accum-steps 3", 4, 0, 2, 3, 3, 3},
+        {"--params 124M --ranks 8 --ranks-per-node 2 --mics-shard-size 4 --accum-steps 2", 2, 4, 0, 2, 1, 3},
+    };
+    int c, s;
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        char line[400];
+        snprintf(line, sizeof line, "%s --json", cases[c].args);
+        run(line);
+        ZT_CHECKF(R.status == 0, "%s: exit %d: %s", line, R.status, R.err);
+        for (s = cases[c].first; s <= cases[c].last; s++) {
+            zero_estimate_desc d;
+            zero_estimate e;
+            int k = s - cases[c].first;
+            memset(&d, 0, sizeof d);
+            d.params = json_u64(R.out, "params", 0);
+            d.ranks = 8;
+            d.stage = s;
+            d.ranks_per_node = cases[c].R;
+            d.mics_shard_size = cases[c].S_mics;
+            d.hpz_partition_size = cases[c].S_hpz;
+            d.accum_steps = cases[c].A;
+            ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK);
+            ZT_CHECKF(json_f64(R.out, "step_bytes", k) == e.step_bytes &&
+                          json_f64(R.out, "step_intra_bytes", k) == e.step_intra_bytes &&
+                          json_f64(R.out, "step_inter_bytes", k) == e.step_inter_bytes &&
+                          json_u64(R.out, "device_bytes", k) == e.device_bytes,
+                      "%s stage %d", line, s);
+            if (cases[c].S_hpz && d.params % 8 == 0) { /* docs/engine.md's hpZ row (Psi = P) */
+                double P = (double)d.params, N = 8, Rn = cases[c].R, H = cases[c].S_hpz, A = cases[c].A;
+                ZT_CHECK(e.step_inter_bytes == (A * 2 + 2) * P * (N - Rn) / N);
+                ZT_CHECK(fabs(e.step_intra_bytes - ((A * 2 + 2) * P * (Rn - 1) / N +
+                                                    (2 * A - 1) * 2 * P * (H - 1) / H)) <= 1e-9 * P);
+                ZT_CHECK(e.params_bytes == (uint64_t)(2 * P / N + 2 * P / H));
+            }
+        }
+        ZT_CHECK(json_u64(R.out, "device_bytes", cases[c].last - cases[c].first + 1) == (uint64_t)-1);
+        run(cases[c].args); /* the table: the same integers */
+        ZT_CHECKF(R.status == 0, "%s: exit %d", cases[c].args, R.status);
+        for (s = cases[c].first; s <= cases[c].last; s++) {
+            zero_estimate_desc d;
+            zero_estimate e;
+            char want[64];
+            memset(&d, 0, sizeof d);
+            d.params = c == 2 ? 1000003 : 124000000;
+            d.ranks = 8;
+            d.stage = s;
+            d.ranks_per_node = cases[c].R;
+            d.mics_shard_size = cases[c].S_mics;
+            d.hpz_partition_size = cases[c].S_hpz;
+            d.accum_steps = cases[c].A;
+            ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK);
+            snprintf(want, sizeof want, "%20.0f  %20.0f", e.step_intra_bytes, e.step_inter_bytes);
+            ZT_CHECKF(strstr(R.out, want) != NULL, "%s: no '%s' in\n%s", cases[c].args, want, R.out);
+        }
+    }
+    /* refused, exit 2 with the reason */
+    run("--params 124M --ranks 8 --ranks-per-node 2 --hpz-partition-size 4");
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "hpz_partition_size"), "%d %s", R.status, R.err);
+    run("--params 124M --ranks 8 --ranks-per-node 4 --hpz-partition-size 4 --stage 2");
+    ZT_CHECK(R.status == 2);
+    run("--params 124M --ranks 8 --ranks-per-node 4 --hpz-partition-size 4 --mics-shard-size 4");
+    ZT_CHECK(R.status == 2);
+    run("--deepspeed --params 124M --ranks 8 --ranks-per-node 4 --stage 2");
+    ZT_CHECK(R.status == 2 && strstr(R.err, "--ranks-per-node"));
+    run("--params 124M --ranks 8 --ranks-per-node 3");
+    ZT_CHECK(R.status == 2);
+    run("--params 124M --ranks 8 --ranks-per-node 0");
+    ZT_CHECK(R.status == 2);
+}
+
+/* train_gpt2 --hpz-partition-size: the same losses and params as plain stage 3, and its
+   bytes inside and between nodes measured equal the formula's. */
+ZT_TEST(gpt2_hpz)
+{
+    static char plain[65536];
+    const char *a, *b;
+    char meas[64], form[64];
+    if (access("build/train_gpt2", X_OK) != 0) ZT_SKIP("build/train_gpt2 not built");
+    run_cmd(GPT2 " --stage 3 --ranks 4 --ranks-per-node 2 --steps 3 --accum 2 --layers 2 --sample 0 "
+                 "--val-batches 1 --dtype bf16");
+    ZT_CHECKF(R.status == 0, "%s", R.err);
+    snprintf(plain, sizeof plain, "%s", R.out);
+    run_cmd(GPT2 " --stage 3 --ranks 4 --ranks-per-node 2 --hpz-partition-size 2 --steps 3 --accum 2 "
+                 "--layers 2 --sample 0 --val-batches 1 --dtype bf16");
+    ZT_CHECKF(R.status == 0, "%s", R.err);
+    a = strstr(plain, "params checksum: ");
+    b = strstr(R.out, "params checksum: ");
+    ZT_CHECKF(a && b && strncmp(a, b, 33) == 0, "plain:\n%s\nhpZ:\n%s", plain, R.out);
+    a = strstr(R.out, "inside nodes: ");
+    ZT_CHECKF(a && sscanf(a, "inside nodes: %63s B measured, %63s", meas, form) == 2 && !strcmp(meas, form),
+              "%s", R.out);
+    a = strstr(R.out, "between nodes: ");
+    ZT_CHECKF(a && sscanf(a, "between nodes: %63s B measured, %63s", meas, form) == 2 && !strcmp(meas, form),
+              "%s", R.out);
+    a = strstr(R.out, "model states per rank: ");
+    ZT_CHECKF(a && sscanf(a, "model states per rank: %63s B measured on the device, %63s", meas, form) == 2 &&
+                  !strcmp(meas, form), "%s", R.out);
+}
+
 int main(void)
 {
     ZT_RUN(table_paper_example);
@@ -784,5 +909,7 @@ int main(void)
     ZT_RUN(gpt2_labels_say_what_they_count);
     ZT_RUN(gpt2_activation_estimate_is_what_it_allocates);
     ZT_RUN(gpt2_sizes_and_data_that_do_not_fit);
+    ZT_RUN(topology_traffic);
+    ZT_RUN(gpt2_hpz);
     return zt_summary();
 }

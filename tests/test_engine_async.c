@@ -90,6 +90,8 @@ typedef struct arun {
     int pin;       /* the engine's pin_memory when offloading (0: the default) */
     int pinned;    /* out: whether the engine took pinned memory */
     double ratio;  /* offload_optimizer_ratio (0 = 1) */
+    int dpu;       /* delayed_update (K = 0), the run ending with zero_engine_finish_update */
+    int nodefer;   /* transfers run when enqueued (the reference of a deferred run) */
     int races[EC_MAX_RANKS];
     char first[EC_MAX_RANKS][256];
 } arun;
@@ -146,7 +148,8 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
         d.sub_group_size = 29; /* many tiles: the pipeline's staging tiles are reused */
         d.pin_memory = A->pin; /* the default pins: this device offers host_alloc */
         d.offload_optimizer_ratio = A->ratio;
-        vc_current->defer = 1;
+        d.delayed_update = A->dpu;
+        vc_current->defer = !A->nodefer;
     }
     r = zero_engine_create(&d, &e);
     for (t = 0; t < c.ntensors && !r; t++) {
@@ -209,6 +212,7 @@ static zero_result async_rank(int rank, zero_comm *comm, void *user)
         }
         if (!r) r = zero_engine_step(e, NULL);
     }
+    if (!r && A->dpu) r = zero_engine_finish_update(e);
     A->hash[rank] = 1469598103934665603ull;
     for (t = 0; t < c.ntensors && !r; t++) {
         unsigned char buf[512 * 4];
@@ -336,6 +340,41 @@ ZT_TEST(offload_ratio_orders_its_queues)
                 for (rk = 0; rk < A.world; rk++) {
                     if (o == 0) plain[rk] = A.hash[rk];
                     else ZT_CHECKF(A.hash[rk] == plain[rk], "%s rank %d: state differs from the plain run",
+                                   label, rk);
+                }
+            }
+        }
+}
+
+/* The delayed update (delayed_update, K = 0) on the race model: the next backward's
+   gradient downloads run late into the other gradient shard while the host Adam reads the
+   previous one, the publish uploads the pending params on COMPUTE; no race, and the same
+   state as the same run whose transfers run when enqueued. */
+ZT_TEST(delayed_update_orders_its_queues)
+{
+    int st, v;
+    for (st = 1; st <= 3; st++)
+        for (v = 0; v < 2; v++) {
+            uint64_t ref[EC_MAX_RANKS];
+            int o, rk;
+            for (o = 0; o <= 1; o++) {
+                arun A;
+                char label[64];
+                memset(&A, 0, sizeof A);
+                A.stage = st;
+                A.world = 3;
+                A.steps = 4;
+                A.dt = v ? ZERO_BF16 : ZERO_F16;
+                A.accum = v ? 2 : 1;
+                if (v) A.cdt = ZERO_F32;
+                A.offload = v && st == 3 ? 2 : 1;
+                A.dpu = 1;
+                A.nodefer = !o;
+                snprintf(label, sizeof label, "stage %d variant %d delayed update", st, v);
+                check_async(&A, label);
+                for (rk = 0; rk < A.world; rk++) {
+                    if (o == 0) ref[rk] = A.hash[rk];
+                    else ZT_CHECKF(A.hash[rk] == ref[rk], "%s rank %d: state differs from the undeferred run",
                                    label, rk);
                 }
             }
@@ -561,6 +600,7 @@ int main(void)
     ZT_RUN(engine_orders_its_queues);
     ZT_RUN(offload_orders_its_queues);
     ZT_RUN(offload_ratio_orders_its_queues);
+    ZT_RUN(delayed_update_orders_its_queues);
     ZT_RUN(nvme_gradients_order_their_queues);
     ZT_RUN(offload_waits_for_the_upload_of_its_param_tile);
     ZT_RUN(pin_memory_default_follows_the_device);

@@ -314,8 +314,65 @@ ZT_TEST(init_from_a_hf_directory)
     }
 }
 
+/* --tokenizer: a tokenizer.json written here. Byte-level (decoder ByteLevel inside a
+   Sequence): GPT-2's bytes_to_unicode gives byte 32 (the 33rd byte outside the printable
+   ranges) U+0120, byte 10 U+010A, byte 0xAD (the 68th) U+0143, and the bytes of UTF-8's
+   e-acute (C3 A9) are their own code points U+00C3 U+00A9; an added token is its content;
+   JSON escapes (\", \\, \/, \uXXXX, a surrogate pair) decode to UTF-8. Without a ByteLevel
+   decoder the strings stay as they are. */
+ZT_TEST(a_tokenizer_json_decodes)
+{
+    char dir[] = "/tmp/zero_tok_XXXXXX", path[64], out[256], err[512];
+    const char *json =
+        "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 7, \"content\": \"<|endoftext|>\", \"special\": true},\n"
+        " {\"content\": \"<x\\\"y>\", \"id\": 8}],\n"
+        " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteLevel\", \"add_prefix_space\": true}]},\n"
+        " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"vocab\": {\"\\u0120the\": 0, \"\\u010a\": 1, \"caf\\u00c3\\u00a9\": 2,\n"
+        "   \"\\\"q\\\\\\/\": 3, \"\\u0143\": 4, \"\\ud83d\\ude00\": 5, \"{[\": 6}, \"merges\": [\"\\u0120 t\"]}}";
+    static const char want_bl[] = " the\ncaf\xc3\xa9\"q\\/\xad\xf0\x9f\x98\x80{[<|endoftext|><x\"y>";
+    static const char want_raw[] = "\xc4\xa0the\xc4\x8a" "caf\xc3\x83\xc2\xa9";
+    int ids[] = {0, 1, 2, 3, 4, 5, 6, 7, 8}, none[] = {9};
+    gpt2_vocab v;
+    size_t n;
+    FILE *f;
+    if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    ZT_CHECK((f = fopen(path, "w")) != NULL && fputs(json, f) >= 0 && fclose(f) == 0);
+    ZT_CHECKF(gpt2_vocab_load(dir, &v, err, sizeof err) == 0, "%s", err);
+    ZT_CHECK(v.n == 9 && v.byte_level);
+    n = gpt2_vocab_format(&v, ids, 9, out, sizeof out, 0);
+    out[n] = '\0';
+    ZT_CHECKF(n == sizeof want_bl - 1 && !memcmp(out, want_bl, n), "got '%s'", out);
+    n = gpt2_vocab_format(&v, none, 1, out, sizeof out, 0);
+    out[n] = '\0';
+    ZT_CHECKF(!strcmp(out, "[9]"), "an id the vocabulary lacks: '%s'", out);
+    gpt2_vocab_free(&v);
+    /* the same vocabulary under another decoder: the strings as they are */
+    ZT_CHECK((f = fopen(path, "w")) != NULL &&
+             fputs("{\"decoder\": null, \"model\": {\"vocab\": {\"\\u0120the\": 0, \"\\u010a\": 1, "
+                   "\"caf\\u00c3\\u00a9\": 2}}}", f) >= 0 && fclose(f) == 0);
+    ZT_CHECKF(gpt2_vocab_load(path, &v, err, sizeof err) == 0, "%s", err);
+    n = gpt2_vocab_format(&v, ids, 3, out, sizeof out, 0);
+    out[n] = '\0';
+    ZT_CHECKF(!v.byte_level && !strcmp(out, want_raw), "got '%s'", out);
+    gpt2_vocab_free(&v);
+    /* refusals: no model.vocab, a malformed one, a repeated id, no file */
+    ZT_CHECK((f = fopen(path, "w")) != NULL && fputs("{\"model\": {\"merges\": []}}", f) >= 0 && fclose(f) == 0);
+    ZT_CHECK(gpt2_vocab_load(path, &v, err, sizeof err) == -1 && strstr(err, "model.vocab") && !v.str);
+    ZT_CHECK((f = fopen(path, "w")) != NULL && fputs("{\"model\": {\"vocab\": {\"a\": 0, \"b\" 1}}}", f) >= 0 &&
+             fclose(f) == 0);
+    ZT_CHECK(gpt2_vocab_load(path, &v, err, sizeof err) == -1 && strstr(err, "malformed"));
+    ZT_CHECK((f = fopen(path, "w")) != NULL && fputs("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 0}}}", f) >= 0 &&
+             fclose(f) == 0);
+    ZT_CHECK(gpt2_vocab_load(path, &v, err, sizeof err) == -1);
+    remove(path);
+    ZT_CHECK(gpt2_vocab_load(dir, &v, err, sizeof err) == -1 && strstr(err, "cannot open"));
+    rmdir(dir);
+}
+
 int main(void)
 {
+    ZT_RUN(a_tokenizer_json_decodes);
     ZT_RUN(the_table_is_gpt2_small_under_hf_names);
     ZT_RUN(the_fine_tuning_flags);
     ZT_RUN(init_from_a_hf_directory);

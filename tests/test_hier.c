@@ -694,6 +694,453 @@ ZT_TEST(mics_refused)
     ec_result_free(res);
 }
 
+/* ---- hpZ (hpz_partition_size) --------------------------------------------------------------- */
+
+/* The hpZ cases: (N, R, S), S dividing R. */
+static const int hpz_cases[][3] = {{4, 2, 2}, {4, 4, 2}, {8, 2, 2}, {8, 4, 4}, {8, 4, 2}};
+#define HPZ_NCASES ((int)(sizeof hpz_cases / sizeof hpz_cases[0]))
+
+static void hpz_cfg(ec_cfg *c, int k, zero_dtype dt, int accum, int steps)
+{
+    ec_cfg_init(c, 3, hpz_cases[k][0], dt, accum, steps);
+    c->ranks_per_node = hpz_cases[k][1];
+    c->hpz = hpz_cases[k][2];
+    c->lr = 1e-2f;
+}
+
+/* hpZ is exact: the same bits as plain stage 3 at the same N (the backward's gradients are
+   computed from the gathered params, so a wrong secondary part shows), with accumulation,
+   every dtype, prefetch depths, persistent groups, and offload cpu (optimizer and params). */
+ZT_TEST(hpz_equals_stage3)
+{
+    static const zero_dtype dts[] = {ZERO_BF16, ZERO_F16, ZERO_F32};
+    int k, v;
+    for (k = 0; k < HPZ_NCASES; k++)
+        for (v = 0; v < 4; v++) {
+            ec_cfg c;
+            ec_result *a, *b;
+            char why[160];
+            hpz_cfg(&c, k, dts[v < 3 ? v : 0], 2, 3);
+            if (v == 1) c.prefetch = 2;
+            if (v == 2) c.prefetch = -1;
+            if (v == 3) { /* persistent groups stay whole: no secondary part */
+                c.persist = 40;
+                c.offload_opt = ZERO_OFFLOAD_CPU;
+                c.offload_param = ZERO_OFFLOAD_CPU;
+            }
+            if (v == 0 && k == 0) c.comm_dtype = ZERO_F32;
+            b = ec_run(&c);
+            c.hpz = 0;
+            c.ranks_per_node = 0;
+            a = ec_run(&c);
+            ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
+            ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "N=%d R=%d S=%d variant %d: %s",
+                      hpz_cases[k][0], hpz_cases[k][1], hpz_cases[k][2], v, why);
+            ZT_CHECK(b->params_agree);
+            ec_result_free(a);
+            ec_result_free(b);
+        }
+}
+
+/* Memory per rank: the plain stage-3 run's in every category, now and at peak, on the device
+   and the host tier, plus the secondary parts as params: (numel / S) p for each partitioned
+   group; and the estimator's device params (p Psi / N + p Psi / S) equal the engine's. */
+ZT_TEST(hpz_memory)
+{
+    int k, off;
+    for (k = 0; k < HPZ_NCASES; k++)
+        for (off = 0; off <= 1; off++) {
+            int N = hpz_cases[k][0], S = hpz_cases[k][2], rk, cat;
+            ec_cfg c;
+            ec_result *got, *ref;
+            size_t extra;
+            hpz_cfg(&c, k, ZERO_BF16, 2, 1);
+            if (off) c.offload_opt = c.offload_param = ZERO_OFFLOAD_CPU;
+            got = ec_run(&c);
+            c.hpz = 0;
+            ref = ec_run(&c);
+            ZT_CHECKF(got->rc == ZERO_OK && ref->rc == ZERO_OK, "%s / %s", got->err, ref->err);
+            if (got->rc != ZERO_OK || ref->rc != ZERO_OK) {
+                ec_result_free(got);
+                ec_result_free(ref);
+                continue;
+            }
+            extra = (got->plan_total - got->persist_total) / (size_t)S * 2;
+            for (rk = 0; rk < N; rk++) {
+                const zero_engine_memory *g = &got->mem[rk], *f = &ref->mem[rk];
+                for (cat = 0; cat < ZERO_MEM_COUNT; cat++) {
+                    size_t add = cat == ZERO_MEM_PARAM ? extra : 0;
+                    ZT_CHECKF(g->bytes[cat] == f->bytes[cat] + add &&
+                                  g->peak_bytes[cat] == f->peak_bytes[cat] + add,
+                              "N=%d S=%d offload %d rank %d %s: %zu (peak %zu), plain %zu + %zu",
+                              N, S, off, rk, zero_mem_category_name((zero_mem_category)cat),
+                              g->bytes[cat], g->peak_bytes[cat], f->bytes[cat], add);
+                }
+                ZT_CHECK(g->total_bytes == f->total_bytes + extra &&
+                         g->peak_total_bytes == f->peak_total_bytes + extra);
+                ZT_CHECK(memcmp(&got->host_mem[rk], &ref->host_mem[rk], sizeof got->host_mem[rk]) == 0);
+            }
+            if (got->persist_total == 0) { /* the estimator's formula */
+                zero_estimate_desc d;
+                zero_estimate e;
+                memset(&d, 0, sizeof d);
+                d.params = got->plan_total;
+                d.ranks = N;
+                d.stage = 3;
+                d.ranks_per_node = hpz_cases[k][1];
+                d.hpz_partition_size = S;
+                d.offload = off;
+                d.offload_optimizer = off ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+                d.offload_param = off ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+                ZT_CHECKF(zero_estimate_compute(&d, &e) == ZERO_OK, "%s", zero_last_error());
+                ZT_CHECKF(e.params_bytes == got->mem[0].bytes[ZERO_MEM_PARAM],
+                          "N=%d S=%d offload %d: estimator params %llu, engine %zu", N, S, off,
+                          (unsigned long long)e.params_bytes, got->mem[0].bytes[ZERO_MEM_PARAM]);
+            }
+            ec_result_free(got);
+            ec_result_free(ref);
+        }
+}
+
+/* The estimator's traffic per step against rank 0's measured payload (hpZ). */
+static void est_check_hpz(const ec_cfg *c, const ec_result *res)
+{
+    zero_estimate_desc d;
+    zero_estimate e;
+    const zero_traffic *t = &res->traffic_last[0][c->steps - 1];
+    double b = 0, in = 0, out = 0;
+    int k;
+    memset(&d, 0, sizeof d);
+    d.params = res->plan_total;
+    d.ranks = c->world;
+    d.stage = 3;
+    d.param_bytes = (int)zero_dtype_size(c->dtype);
+    d.grad_bytes = (int)zero_dtype_size(c->comm_dtype ? c->comm_dtype : c->dtype);
+    d.ranks_per_node = c->ranks_per_node;
+    d.hpz_partition_size = c->hpz;
+    d.accum_steps = c->accum;
+    ZT_CHECKF(zero_estimate_compute(&d, &e) == ZERO_OK, "%s", zero_last_error());
+    for (k = 0; k < ZERO_COLL_CONTROL; k++) {
+        b += t->bytes[k];
+        in += t->intra_bytes[k];
+        out += t->inter_bytes[k];
+    }
+    ZT_CHECKF(fabs(e.step_bytes - b) <= 1e-9 * b + 1e-6 && fabs(e.step_intra_bytes - in) <= 1e-9 * b + 1e-6 &&
+                  fabs(e.step_inter_bytes - out) <= 1e-9 * b + 1e-6,
+              "N=%d S=%d R=%d: estimator %.17g / %.17g / %.17g, measured %.17g / %.17g / %.17g",
+              c->world, c->hpz, c->ranks_per_node, e.step_bytes, e.step_intra_bytes,
+              e.step_inter_bytes, b, in, out);
+}
+
+/* Traffic per step on every rank = the hpZ formulas: the gradients' reduce-scatter as plain
+   stage 3 (A P g (N-1)/N, split by the node); the params all-gathered once over the N ranks
+   (P p (N-1)/N: (R-1)/(N-1) of it inside the node) and 2 A - 1 times over the S ranks of the
+   node (P p (S-1)/S each, all inside). Between nodes: (A g + p) P (N-R)/N, against plain
+   stage 3's (A g + 2 A p) P (N-R)/N. */
+ZT_TEST(hpz_traffic_formulas)
+{
+    int k, acc;
+    for (k = 0; k < HPZ_NCASES; k++)
+        for (acc = 1; acc <= 2; acc++) {
+            int N = hpz_cases[k][0], R = hpz_cases[k][1], S = hpz_cases[k][2], rk, s;
+            ec_cfg c;
+            ec_result *got;
+            double P, cs = 4.0, ps = 2.0, A = acc;
+            hpz_cfg(&c, k, ZERO_BF16, acc, 2);
+            c.comm_dtype = ZERO_F32;
+            got = ec_run(&c);
+            ZT_CHECKF(got->rc == ZERO_OK, "%s", got->err);
+            if (got->rc != ZERO_OK) {
+                ec_result_free(got);
+                continue;
+            }
+            P = (double)got->plan_total;
+            for (rk = 0; rk < N; rk++)
+                for (s = 0; s < c.steps; s++) {
+                    const zero_traffic *t = &got->traffic_last[rk][s];
+                    double rs_u = A * P / N * cs, ag_u = P / N * ps, hz_u = (2 * A - 1) * P / S * ps;
+                    ZT_CHECKF(close_rel(t->bytes[ZERO_COLL_REDUCE_SCATTER], rs_u * (N - 1)) &&
+                                  close_rel(t->intra_bytes[ZERO_COLL_REDUCE_SCATTER], rs_u * (R - 1)) &&
+                                  close_rel(t->inter_bytes[ZERO_COLL_REDUCE_SCATTER], rs_u * (N - R)),
+                              "N=%d R=%d S=%d A=%d rank %d step %d: reduce-scatter %.17g / %.17g / %.17g",
+                              N, R, S, acc, rk, s, t->bytes[ZERO_COLL_REDUCE_SCATTER],
+                              t->intra_bytes[ZERO_COLL_REDUCE_SCATTER], t->inter_bytes[ZERO_COLL_REDUCE_SCATTER]);
+                    ZT_CHECKF(close_rel(t->bytes[ZERO_COLL_ALL_GATHER], ag_u * (N - 1) + hz_u * (S - 1)) &&
+                                  close_rel(t->intra_bytes[ZERO_COLL_ALL_GATHER], ag_u * (R - 1) + hz_u * (S - 1)) &&
+                                  close_rel(t->inter_bytes[ZERO_COLL_ALL_GATHER], ag_u * (N - R)),
+                              "N=%d R=%d S=%d A=%d rank %d step %d: all-gather %.17g / %.17g / %.17g",
+                              N, R, S, acc, rk, s, t->bytes[ZERO_COLL_ALL_GATHER],
+                              t->intra_bytes[ZERO_COLL_ALL_GATHER], t->inter_bytes[ZERO_COLL_ALL_GATHER]);
+                    ZT_CHECK(t->bytes[ZERO_COLL_ALL_REDUCE] == 0.0);
+                    ZT_CHECK(t->calls[ZERO_COLL_ALL_GATHER] == (uint64_t)(2 * acc * got->ngroups));
+                }
+            est_check_hpz(&c, got);
+            ec_result_free(got);
+        }
+}
+
+/* ZeRO++ in full: hpZ with qgZ is exact against qgZ alone (hpZ changes only the gathers);
+   with qwZ the backward reads the forward's (dequantized) values, bit for bit; and qwZ + hpZ
+   + qgZ move between nodes exactly the packed forward gather and the packed gradient blocks:
+   (P8(n) + A P4(n)) (N - R) per group of shard n, against plain stage 3's
+   (2 A p n + A g n) (N - R) (the paper's 3 M -> 0.75 M: docs/engine.md). */
+ZT_TEST(hpz_with_quantized)
+{
+    int k;
+    for (k = 0; k < HPZ_NCASES; k += 2) {
+        int N = hpz_cases[k][0], R = hpz_cases[k][1], rk;
+        ec_cfg c;
+        ec_result *a, *b;
+        ec_qw_stats st;
+        char why[160];
+        /* qgZ: hpZ on top changes no bit */
+        hpz_cfg(&c, k, ZERO_BF16, 2, 2);
+        c.quant_g = 1;
+        b = ec_run(&c);
+        c.hpz = 0;
+        a = ec_run(&c);
+        ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
+        ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "N=%d qgZ + hpZ vs qgZ: %s", N, why);
+        ec_result_free(a);
+        ec_result_free(b);
+        /* qwZ + hpZ: the backward's params are the forward's exactly */
+        memset(&st, 0, sizeof st);
+        pthread_mutex_init(&st.mu, NULL);
+        hpz_cfg(&c, k, ZERO_BF16, 1, 2);
+        c.quant_w = 1;
+        c.quant_block = 16;
+        c.qw_stats = &st;
+        b = ec_run(&c);
+        ZT_CHECKF(b->rc == ZERO_OK, "%s", b->err);
+        ZT_CHECKF(st.blocks > 0 && st.differing == 0, "N=%d qwZ + hpZ: %ld of the backward's values "
+                  "differ from the forward's", N, st.differing);
+        pthread_mutex_destroy(&st.mu);
+        ec_result_free(b);
+        /* the full configuration's bytes between nodes */
+        hpz_cfg(&c, k, ZERO_BF16, 2, 2);
+        c.quant_w = c.quant_g = 1;
+        b = ec_run(&c);
+        c.quant_w = c.quant_g = 0;
+        c.hpz = 0;
+        a = ec_run(&c);
+        ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
+        if (a->rc == ZERO_OK && b->rc == ZERO_OK) {
+            size_t p8 = 0, p4 = 0, n = 0;
+            double want = 0.0, plain = 0.0;
+            int g;
+            /* the default model's groups, laid out by a plan as the engine does */
+            zero_plan *plan = NULL;
+            ZT_CHECK(zero_plan_create(&plan, NULL) == ZERO_OK);
+            for (g = 0; g < c.ntensors; g++) {
+                char nm[16];
+                snprintf(nm, sizeof nm, "t%d", g);
+                ZT_CHECK(zero_plan_add(plan, nm, c.sizes[g], c.groups[g], NULL) == ZERO_OK);
+            }
+            ZT_CHECK(zero_plan_commit(plan, N, 0, 0) == ZERO_OK);
+            for (g = 0; g < zero_plan_num_groups(plan); g++) {
+                zero_group_info gi;
+                zero_plan_group(plan, g, &gi);
+                n = gi.shard_numel;
+                ZT_CHECK(zero_quant_bytes(n, 8, 0, &p8) == ZERO_OK && zero_quant_bytes(n, 4, 0, &p4) == ZERO_OK);
+                want += ((double)p8 + 2.0 * (double)p4) * (N - R);
+                plain += (2.0 * 2.0 * 2.0 * (double)n + 2.0 * 2.0 * (double)n) * (N - R);
+            }
+            zero_plan_destroy(plan);
+            for (rk = 0; rk < N; rk++) {
+                const zero_traffic *t = &b->traffic_last[rk][1], *f = &a->traffic_last[rk][1];
+                double got = t->inter_bytes[ZERO_COLL_ALL_GATHER] + t->inter_bytes[ZERO_COLL_REDUCE_SCATTER];
+                double fl = f->inter_bytes[ZERO_COLL_ALL_GATHER] + f->inter_bytes[ZERO_COLL_REDUCE_SCATTER];
+                ZT_CHECKF(close_rel(got, want) && close_rel(fl, plain),
+                          "N=%d R=%d rank %d: between nodes %.17g (formula %.17g), plain %.17g (%.17g)",
+                          N, R, rk, got, want, fl, plain);
+            }
+        }
+        ec_result_free(a);
+        ec_result_free(b);
+    }
+}
+
+/* Checkpoints: an hpZ run saved after 2 steps loads bit for bit into plain stage 3 (N = 4
+   and 2), stage 1 and another hpZ topology (N = 8, R = S = 4); resuming hpZ from it equals the
+   straight 4-step hpZ run (the load makes the secondary parts stale). */
+ZT_TEST(hpz_checkpoint)
+{
+    char dir[] = "/tmp/zero_hpz_XXXXXX";
+    ec_cfg c, l;
+    ec_job js, jl;
+    ec_result *saved, *loaded, *straight, *resumed;
+    char why[160];
+    static const int loads[][4] = {{4, 0, 0, 3}, {2, 0, 0, 3}, {4, 0, 0, 1}, {8, 4, 4, 3}};
+    size_t i;
+    if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
+    hpz_cfg(&c, 0, ZERO_BF16, 2, 4);
+    c.offload_opt = ZERO_OFFLOAD_CPU;
+    memset(&js, 0, sizeof js);
+    js.save_dir = dir;
+    js.first = 0;
+    js.last = 2;
+    saved = ec_run_job(&c, &js);
+    ZT_CHECKF(saved->rc == ZERO_OK, "%s", saved->err);
+    for (i = 0; i < sizeof loads / sizeof loads[0] && saved->rc == ZERO_OK; i++) {
+        l = c;
+        l.world = loads[i][0];
+        l.ranks_per_node = loads[i][1];
+        l.hpz = loads[i][2];
+        l.stage = loads[i][3];
+        l.offload_opt = ZERO_OFFLOAD_NONE;
+        memset(&jl, 0, sizeof jl);
+        jl.load_dir = dir;
+        jl.first = jl.last = 2;
+        loaded = ec_run_job(&l, &jl);
+        ZT_CHECKF(loaded->rc == ZERO_OK, "load %zu: %s", i, loaded->err);
+        ZT_CHECKF(ec_same_state(&c, saved, loaded, why, sizeof why), "load into N=%d S=%d stage %d: %s",
+                  l.world, l.hpz, l.stage, why);
+        ec_result_free(loaded);
+    }
+    straight = ec_run(&c);
+    memset(&jl, 0, sizeof jl);
+    jl.load_dir = dir;
+    jl.first = 2;
+    jl.last = 4;
+    resumed = ec_run_job(&c, &jl);
+    ZT_CHECKF(straight->rc == ZERO_OK && resumed->rc == ZERO_OK, "%s / %s", straight->err, resumed->err);
+    ZT_CHECKF(ec_same_state(&c, straight, resumed, why, sizeof why), "resumed vs straight: %s", why);
+    ec_result_free(straight);
+    ec_result_free(resumed);
+    ec_result_free(saved);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+}
+
+/* offload_states / reload_states between steps: the secondary parts leave the device with
+   the params and come back bit for bit (the run equals the plain stage-3 run). */
+ZT_TEST(hpz_offload_states)
+{
+    ec_cfg c;
+    ec_result *a, *b;
+    char why[160];
+    hpz_cfg(&c, 0, ZERO_BF16, 1, 3);
+    c.states_what = ZERO_STATES_ALL;
+    c.states_tier = ZERO_OFFLOAD_CPU;
+    c.states_at = 1;
+    b = ec_run(&c);
+    c.hpz = 0;
+    a = ec_run(&c);
+    ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
+    ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "%s", why);
+    /* between the calls the device holds nothing more than the plain run's */
+    ZT_CHECKF(b->states_mem[0][1][0].bytes[ZERO_MEM_PARAM] == a->states_mem[0][1][0].bytes[ZERO_MEM_PARAM],
+              "params on the device while offloaded: %zu vs plain %zu",
+              b->states_mem[0][1][0].bytes[ZERO_MEM_PARAM], a->states_mem[0][1][0].bytes[ZERO_MEM_PARAM]);
+    ec_result_free(a);
+    ec_result_free(b);
+}
+
+/* Refused, each with its reason; ranks that disagree: MISMATCH naming hpz_partition_size. */
+typedef struct hr2_ctx {
+    int stage, hpz, rpn, mics, nvme_param, nosplit, world;
+    zero_result got;
+    char msg[480];
+} hr2_ctx;
+
+static zero_result hr2_rank(int rank, zero_comm *comm, void *user)
+{
+    hr2_ctx *m = (hr2_ctx *)user;
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_comm_ops ops = *comm->ops;
+    zero_comm wrapped = *comm;
+    zero_result r = zero_host_device_create(NULL, &dev);
+    if (r != ZERO_OK) return r;
+    ops.split = NULL;
+    wrapped.ops = &ops;
+    memset(&d, 0, sizeof d);
+    d.stage = m->stage;
+    d.device = dev;
+    d.comm = m->nosplit ? &wrapped : comm;
+    d.hpz_partition_size = m->hpz;
+    d.ranks_per_node = m->rpn;
+    d.mics_shard_size = m->mics;
+    if (m->nvme_param) {
+        d.offload_optimizer = ZERO_OFFLOAD_NVME;
+        d.offload_param = ZERO_OFFLOAD_NVME;
+        d.nvme_path = "/tmp";
+    }
+    r = zero_engine_create(&d, &e);
+    if (rank == 0) {
+        m->got = r;
+        snprintf(m->msg, sizeof m->msg, "%s", zero_last_error());
+    }
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+static zero_result hr2_try(int world, int stage, int hpz, int rpn, int mics, int nvme_param,
+                           int nosplit, char *msg, size_t n)
+{
+    hr2_ctx m;
+    memset(&m, 0, sizeof m);
+    m.world = world;
+    m.stage = stage;
+    m.hpz = hpz;
+    m.rpn = rpn;
+    m.mics = mics;
+    m.nvme_param = nvme_param;
+    m.nosplit = nosplit;
+    if (zero_local_run(world, hr2_rank, &m) != ZERO_OK) return ZERO_ERROR_COMM;
+    snprintf(msg, n, "%s", m.msg);
+    return m.got;
+}
+
+ZT_TEST(hpz_refused)
+{
+    char msg[480];
+    ec_cfg c;
+    ec_result *res;
+    ZT_CHECKF(hr2_try(4, 2, 2, 2, 0, 0, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT &&
+                  strstr(msg, "stage 2"), "%s", msg);
+    ZT_CHECKF(hr2_try(8, 3, 4, 2, 0, 0, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT &&
+                  strstr(msg, "ranks_per_node = 2"), "%s", msg);
+    ZT_CHECKF(hr2_try(8, 3, 3, 4, 0, 0, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT, "%s", msg);
+    ZT_CHECKF(hr2_try(4, 3, -1, 2, 0, 0, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT, "%s", msg);
+    ZT_CHECKF(hr2_try(4, 3, 2, 2, 2, 0, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT &&
+                  strstr(msg, "MiCS"), "%s", msg);
+    ZT_CHECKF(hr2_try(4, 3, 2, 2, 0, 1, 0, msg, sizeof msg) == ZERO_ERROR_INVALID_ARGUMENT &&
+                  strstr(msg, "nvme"), "%s", msg);
+    ZT_CHECKF(hr2_try(4, 3, 2, 2, 0, 0, 1, msg, sizeof msg) == ZERO_ERROR_UNSUPPORTED &&
+                  strstr(msg, "split"), "%s", msg);
+    /* off: 1 (DeepSpeed's default) and N need no split; the world as one node allows S | N */
+    ZT_CHECK(hr2_try(4, 3, 1, 2, 0, 0, 1, msg, sizeof msg) == ZERO_OK);
+    ZT_CHECK(hr2_try(4, 3, 4, 0, 0, 0, 1, msg, sizeof msg) == ZERO_OK);
+    ZT_CHECK(hr2_try(4, 3, 2, 0, 0, 0, 0, msg, sizeof msg) == ZERO_OK);
+    hpz_cfg(&c, 0, ZERO_BF16, 1, 1);
+    c.hpz_rank[1] = 1; /* rank 1: off */
+    res = ec_run(&c);
+    ZT_CHECKF(res->rc == ZERO_ERROR_MISMATCH && strstr(res->err, "hpz_partition_size"), "%s", res->err);
+    ec_result_free(res);
+    {   /* the estimator refuses the same */
+        zero_estimate_desc d;
+        zero_estimate e;
+        memset(&d, 0, sizeof d);
+        d.params = 1000;
+        d.ranks = 8;
+        d.ranks_per_node = 2;
+        d.stage = 3;
+        d.hpz_partition_size = 4;
+        ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+        d.hpz_partition_size = 2;
+        d.stage = 2;
+        ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+        d.stage = 3;
+        ZT_CHECK(zero_estimate_compute(&d, &e) == ZERO_OK);
+    }
+}
+
 int main(void)
 {
     ZT_RUN(split_local);
@@ -708,5 +1155,12 @@ int main(void)
     ZT_RUN(mics_traffic_formulas);
     ZT_RUN(mics_offload_cpu);
     ZT_RUN(mics_checkpoint);
+    ZT_RUN(hpz_refused);
+    ZT_RUN(hpz_equals_stage3);
+    ZT_RUN(hpz_memory);
+    ZT_RUN(hpz_traffic_formulas);
+    ZT_RUN(hpz_with_quantized);
+    ZT_RUN(hpz_checkpoint);
+    ZT_RUN(hpz_offload_states);
     return zt_summary();
 }

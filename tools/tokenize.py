@@ -45,7 +45,7 @@ def main():
             sys.exit(f'tools/tokenize.py: {path}: no token {a.eot!r} (--eot none for no separator)')
     ids = []
     for f in a.files:
-        text = open(f, encoding='utf-8').read()
+        text = open(f, encoding='utf-8', newline='').read()  # the file's line ends as they are
         if eot is not None:
             ids.append(eot)
         ids.extend(tok.encode(text, add_special_tokens=False).ids)

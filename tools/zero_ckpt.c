@@ -140,12 +140,14 @@ static int info(const char *dir)
 /* export --hf: the checkpoint of train_gpt2 (tensors under GPT2LMHeadModel's names) as
    OUTDIR/model.safetensors (zero_checkpoint_export) and OUTDIR/config.json. n_layer,
    n_embd, vocab_size, n_positions come from the tensors; n_head, which no shape shows, from
-   heads (> 0) or the checkpoint's client state when it is train_gpt2's. */
+   heads (> 0) or the checkpoint's client state when it is train_gpt2's; the other keys from
+   DIR/config.json when the checkpoint has one (train_gpt2 --save keeps --init DIR's there),
+   its keys zero does not know included (gpt2_hf_config_write_from). */
 static int export_hf(const char *ckdir, const char *out, zero_dtype dt, int heads, int force)
 {
     zero_checkpoint *ck = NULL;
     zero_checkpoint_info in;
-    char err[600], path[4200];
+    char err[600], path[4200], base[4200];
     int t, layers = 0, channels = 0, vocab = 0, positions = 0, rc = 1;
     if (zero_checkpoint_open(ckdir, &ck) != ZERO_OK) return fail("open");
     memset(&in, 0, sizeof in);
@@ -199,9 +201,10 @@ static int export_hf(const char *ckdir, const char *out, zero_dtype dt, int head
         rc = fail("export");
         goto out;
     }
-    if (gpt2_hf_config_write(out, layers, heads, channels, positions, vocab,
-                             dt == ZERO_F32 ? "float32" : dt == ZERO_BF16 ? "bfloat16" : "float16", err,
-                             sizeof err) != 0) {
+    snprintf(base, sizeof base, "%s/config.json", ckdir); /* train_gpt2 --save keeps --init's */
+    if (gpt2_hf_config_write_from(out, layers, heads, channels, positions, vocab,
+                                  dt == ZERO_F32 ? "float32" : dt == ZERO_BF16 ? "bfloat16" : "float16",
+                                  access(base, R_OK) == 0 ? base : NULL, err, sizeof err) != 0) {
         fprintf(stderr, "zero-ckpt: export --hf: %s\n", err);
         goto out;
     }

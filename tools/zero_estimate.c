@@ -6,6 +6,7 @@
      zero-estimate --deepspeed --params 2851M --largest-layer 32M --ranks 8 --gpus-per-node 8
      zero-estimate --max-params --memory 32GB --ranks 1024 --stage 3
      zero-estimate --params 7.5B --ranks 8 --stage 3 --offload-optimizer nvme --offload-param cpu
+     zero-estimate --params 124M --ranks 8 --ranks-per-node 4 --hpz-partition-size 4
 
    docs/estimator.md documents the formulas, every option and every JSON key. */
 #define ZERO_IMPLEMENTATION
@@ -18,7 +19,8 @@
 
 #define USAGE                                                                                \
     "usage: zero-estimate --params N --ranks N [--stage S] [--offload] [--deepspeed] "      \
-    "[--max-params --memory BYTES] [--json] [--help]"
+    "[--max-params --memory BYTES] [--ranks-per-node R [--mics-shard-size S | "             \
+    "--hpz-partition-size S] [--accum-steps A]] [--json] [--help]"
 
 static const char *help_text =
     USAGE "\n"
@@ -40,6 +42,8 @@ static const char *help_text =
     "  --offload-ratio R    with --offload(-optimizer): the fraction R in (0, 1] of the\n"
     "                       optimizer state offloaded (offload_optimizer_ratio); the rest\n"
     "                       stays on the device (default 1)\n"
+    "  --delayed-update     with --offload-optimizer cpu: the engine's delayed_update (DPU)\n"
+    "                       adds (grad + param bytes) x ceil(Psi / N) to the host column\n"
     "  --param-bytes B      bytes per parameter (default 2: fp16/bf16)\n"
     "  --grad-bytes B       bytes per gradient (default 2)\n"
     "  --optimizer-bytes K  bytes of optimizer state per parameter (default 12: Adam's fp32\n"
@@ -53,6 +57,16 @@ static const char *help_text =
     "  --largest-layer N    DeepSpeed mode: parameters of the largest layer (stage 3)\n"
     "  --offload-params     DeepSpeed mode: only rows with parameters offloaded too\n"
     "  --buffer-factor F    DeepSpeed mode: additional_buffer_factor (default 1.5)\n"
+    "  --ranks-per-node R   ranks [k R, (k+1) R) share a node (default: one node); adds the\n"
+    "                       bytes per rank per step, total, inside and between nodes, as the\n"
+    "                       engine's zero_traffic counts them (payload: no control values)\n"
+    "  --mics-shard-size S  MiCS (stages 1-3): states partitioned in groups of S ranks,\n"
+    "                       replicated across the N / S groups (memory: N replaced by S)\n"
+    "  --hpz-partition-size S\n"
+    "                       ZeRO++ hpZ (stage 3): a secondary param partition over the S ranks\n"
+    "                       of a node (S divides R): + params / S bytes per rank, and all but\n"
+    "                       one all-gather per step inside the node\n"
+    "  --accum-steps A      micro-steps per step for the traffic (default 1)\n"
     "  --max-params         answer the inverse: the largest Psi that fits --memory\n"
     "  --memory BYTES       device memory per rank for --max-params\n"
     "  --json               the same data as JSON (keys: docs/estimator.md)\n"
@@ -222,7 +236,7 @@ typedef struct row {
 typedef struct options {
     zero_estimate_desc base;
     int have_params, have_ranks, stage, json, gib, max_params, have_memory, deepspeed;
-    int offload, offload_params;
+    int offload, offload_params, topo; /* topo: a traffic flag was given */
     uint64_t memory;
     zero_offload_device oopt, oparam; /* paper mode tiers (--offload-optimizer, --offload-param) */
 } options;
@@ -241,6 +255,7 @@ static int make_rows(const options *o, row *rows, int *count)
     int n = 0, s;
     for (s = 0; s < 4; s++) {
         if (o->stage >= 0 && s != o->stage) continue;
+        if (o->stage < 0 && o->base.mics_shard_size > 0 && s == 0) continue; /* MiCS: 1-3 */
         if (!o->deepspeed) {
             row *r = &rows[n++];
             memset(r, 0, sizeof *r);
@@ -308,6 +323,27 @@ static void print_json_header(const options *o, const zero_estimate_desc *d)
     }
 }
 
+/* The bytes per rank per step (zero_estimate.step_*), inside and between nodes. */
+static void print_traffic(const options *o, const row *rows, int nrows)
+{
+    const zero_estimate_desc *b = &o->base;
+    int i, R = b->ranks_per_node ? b->ranks_per_node : b->ranks;
+    printf("\ntraffic per rank per step (bytes, exact; N = %d, %d per node, %d micro-step%s; as the "
+           "engine's zero_traffic counts the payload):\n",
+           b->ranks, R, b->accum_steps ? b->accum_steps : 1, b->accum_steps > 1 ? "s" : "");
+    printf("stage  %-14s  %20s  %20s  %20s\n", "mode", "total", "inside nodes", "between nodes");
+    for (i = 0; i < nrows; i++) {
+        const row *r = &rows[i];
+        char m[32] = "flat";
+        if (r->desc.mics_shard_size > 1 && r->desc.mics_shard_size < b->ranks)
+            snprintf(m, sizeof m, "MiCS S=%d", r->desc.mics_shard_size);
+        else if (r->desc.hpz_partition_size > 1 && r->desc.hpz_partition_size < b->ranks)
+            snprintf(m, sizeof m, "hpZ S=%d", r->desc.hpz_partition_size);
+        printf("%5d  %-14s  %20.0f  %20.0f  %20.0f\n", r->desc.stage, m, r->est.step_bytes,
+               r->est.step_intra_bytes, r->est.step_inter_bytes);
+    }
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -334,6 +370,8 @@ int main(int argc, char **argv)
             return 0;
         } else if (FLAG("--offload")) {
             o.offload = 1;
+        } else if (FLAG("--delayed-update")) {
+            o.base.delayed_update = 1;
         } else if (FLAG("--offload-params")) {
             o.offload_params = 1;
         } else if (FLAG("--deepspeed")) {
@@ -372,10 +410,20 @@ int main(int argc, char **argv)
             o.memory = u;
             o.have_memory = 1;
         } else if (TAKES("--ranks") || TAKES("--stage") || TAKES("--gpus-per-node") ||
-                   TAKES("--param-bytes") || TAKES("--grad-bytes") || TAKES("--optimizer-bytes")) {
+                   TAKES("--param-bytes") || TAKES("--grad-bytes") || TAKES("--optimizer-bytes") ||
+                   TAKES("--ranks-per-node") || TAKES("--mics-shard-size") ||
+                   TAKES("--hpz-partition-size") || TAKES("--accum-steps")) {
             if (parse_scaled(val, count_units, &u, &why) || u > INT_MAX)
                 return bad("%s: '%s' is not a valid count", name, val);
-            if (strcmp(name, "--ranks") == 0) {
+            if (strcmp(name, "--ranks-per-node") == 0 || strcmp(name, "--mics-shard-size") == 0 ||
+                strcmp(name, "--hpz-partition-size") == 0 || strcmp(name, "--accum-steps") == 0) {
+                if (u == 0) return bad("%s '%s': must be at least 1", name, val);
+                o.topo = 1;
+                if (name[2] == 'r') o.base.ranks_per_node = (int)u;
+                else if (name[2] == 'm') o.base.mics_shard_size = (int)u;
+                else if (name[2] == 'h') o.base.hpz_partition_size = (int)u;
+                else o.base.accum_steps = (int)u;
+            } else if (strcmp(name, "--ranks") == 0) {
                 if (u == 0) return bad("--ranks '%s': must be at least 1%s", val, "");
                 o.base.ranks = (int)u;
                 o.have_ranks = 1;
@@ -410,11 +458,14 @@ int main(int argc, char **argv)
                     strcmp(name, "--gpus-per-node") == 0 || strcmp(name, "--largest-layer") == 0 ||
                     strcmp(name, "--buffer-factor") == 0 || strcmp(name, "--offload-ratio") == 0 || strcmp(name, "--param-bytes") == 0 ||
                     strcmp(name, "--grad-bytes") == 0 || strcmp(name, "--optimizer-bytes") == 0 ||
-                    strcmp(name, "--optimizer-dtype") == 0)) {
+                    strcmp(name, "--optimizer-dtype") == 0 || strcmp(name, "--ranks-per-node") == 0 ||
+                    strcmp(name, "--mics-shard-size") == 0 ||
+                    strcmp(name, "--hpz-partition-size") == 0 || strcmp(name, "--accum-steps") == 0)) {
             return bad("%s needs a value%s", name, "");
         } else if (eq && (strcmp(name, "--offload") == 0 || strcmp(name, "--json") == 0 ||
                           strcmp(name, "--deepspeed") == 0 || strcmp(name, "--max-params") == 0 ||
-                          strcmp(name, "--gib") == 0 || strcmp(name, "--offload-params") == 0)) {
+                          strcmp(name, "--gib") == 0 || strcmp(name, "--offload-params") == 0 ||
+                          strcmp(name, "--delayed-update") == 0)) {
             return bad("%s takes no value%s", name, "");
         } else {
             return bad("unknown argument '%s'%s", arg, "");
@@ -464,6 +515,11 @@ int main(int argc, char **argv)
         return bad("--offload-ratio needs --offload or --offload-optimizer (paper mode)%s%s", "", "");
     if (o.deepspeed && (o.base.param_bytes || o.base.grad_bytes || o.base.optimizer_bytes))
         return bad("--param-bytes, --grad-bytes and --optimizer-bytes are paper mode only%s%s", "", "");
+    if (o.topo && (o.deepspeed || o.max_params))
+        return bad("--ranks-per-node, --mics-shard-size, --hpz-partition-size and --accum-steps "
+                   "are for the paper mode's bytes (not --deepspeed, not --max-params)%s%s", "", "");
+    if (o.base.hpz_partition_size > 1 && o.base.hpz_partition_size < o.base.ranks && o.stage < 0)
+        o.stage = 3; /* the only stage hpZ applies to */
 
     make_rows(&o, rows, &nrows);
     for (i = 0; i < nrows; i++) {
@@ -483,6 +539,8 @@ int main(int argc, char **argv)
         d.stage = 0;
         d.offload = 0;
         d.offload_optimizer_ratio = 0.0;
+        d.mics_shard_size = d.hpz_partition_size = 0; /* plain data parallelism */
+        d.delayed_update = 0;
         if (zero_estimate_compute(&d, &e) != ZERO_OK) return bad("%s%s", zero_last_error(), "");
         baseline = e.device_bytes;
     }
@@ -516,6 +574,9 @@ int main(int argc, char **argv)
             if (o.deepspeed) printf(", \"gather_bytes\": %llu", (unsigned long long)e->gather_bytes);
             if (!o.deepspeed && !o.max_params)
                 printf(", \"saving\": %.6f", e->device_bytes ? (double)baseline / (double)e->device_bytes : 0.0);
+            if (o.topo)
+                printf(", \"step_bytes\": %.17g, \"step_intra_bytes\": %.17g, \"step_inter_bytes\": %.17g",
+                       e->step_bytes, e->step_intra_bytes, e->step_inter_bytes);
             printf("}");
         }
         printf("\n  ]\n}\n");
@@ -632,6 +693,7 @@ int main(int argc, char **argv)
                 printf("  %7.2fx\n", (double)baseline / (double)r->est.device_bytes);
             }
         }
+        if (o.topo) print_traffic(&o, rows, nrows);
         printf("\n%s; %s. Exact bytes: --json.\n",
                o.gib ? "KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes"
                : o.deepspeed ? "KB, MB, GB = 2^10, 2^20, 2^30 bytes, as DeepSpeed prints them"

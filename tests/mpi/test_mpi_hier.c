@@ -5,7 +5,9 @@
    the engine with an explicit ranks_per_node = R over MPI equals the threads run with the
    same R (tests/engine_common.h) on this rank: its state elements, its step infos and every
    step's traffic, intra- and inter-node bytes included; and MiCS (mics_shard_size = 2,
-   stages 1-3) over MPI equals its threads run the same way. */
+   stages 1-3) over MPI equals its threads run the same way; hpZ (hpz_partition_size = 2,
+   stage 3) over MPI equals its threads run (states, infos, traffic) and, bit for bit in
+   every state element, plain stage 3. */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #define ZERO_MPI_IMPLEMENTATION
@@ -195,6 +197,49 @@ ZT_TEST(mics_mpi_equals_threads)
     }
 }
 
+/* hpZ over MPI: S = 2 inside nodes of R = 2 (np 4: 2 nodes x 2), stage 3, accumulation:
+   equals the threads run (states, infos, every step's traffic), and its state elements equal
+   plain stage 3's (threads run, no hpZ) bit for bit; the all-gathers inside the node grow,
+   those between nodes are one per group per step. */
+ZT_TEST(hpz_mpi_equals_threads_and_plain)
+{
+    ec_cfg c;
+    ec_ctx ctx;
+    ec_result *ref, *got, *plain;
+    int t, bad = 0;
+    if (zm_world % 2 != 0 || zm_world < 4) ZT_SKIP("hpZ needs an even count above 2");
+    ec_cfg_init(&c, 3, zm_world, ZERO_BF16, 2, 3);
+    c.ranks_per_node = g_R;
+    c.hpz = 2;
+    ref = ec_run(&c);
+    got = run_mpi_rank(&c, &ctx);
+    compare(&c, ref, got, "hpZ S 2 stage 3");
+    c.hpz = 0;
+    plain = ec_run(&c);
+    ZT_CHECKF(plain->rc == ZERO_OK, "%s", plain->err);
+    for (t = 0; t < c.ntensors && got->rc == ZERO_OK && plain->rc == ZERO_OK; t++) {
+        size_t i;
+        for (i = 0; i < c.sizes[t]; i++) {
+            uint32_t ff = 0xffffffffu;
+            if (memcmp(&got->master[t][i], &ff, 4) == 0) continue;
+            if ((memcmp(&got->master[t][i], &plain->master[t][i], 4) ||
+                 memcmp(&got->m[t][i], &plain->m[t][i], 4) || memcmp(&got->v[t][i], &plain->v[t][i], 4)) &&
+                bad++ < 3)
+                ZT_CHECKF(0, "rank %d hpZ over MPI vs plain stage 3: tensor %d element %zu differs", zm_rank, t, i);
+        }
+    }
+    if (got->rc == ZERO_OK && plain->rc == ZERO_OK) {
+        const zero_traffic *h = &got->traffic_last[zm_rank][2], *f = &plain->traffic_last[zm_rank][2];
+        ZT_CHECKF(h->inter_bytes[ZERO_COLL_ALL_GATHER] * 4.0 == f->inter_bytes[ZERO_COLL_ALL_GATHER] &&
+                      h->calls[ZERO_COLL_ALL_GATHER] == f->calls[ZERO_COLL_ALL_GATHER],
+                  "rank %d: all-gather bytes between nodes %.17g, plain %.17g (want a quarter at A = 2)",
+                  zm_rank, h->inter_bytes[ZERO_COLL_ALL_GATHER], f->inter_bytes[ZERO_COLL_ALL_GATHER]);
+    }
+    ec_result_free(ref);
+    ec_result_free(got);
+    ec_result_free(plain);
+}
+
 int main(int argc, char **argv)
 {
     zero_mpi_desc d;
@@ -213,6 +258,7 @@ int main(int argc, char **argv)
     ZM_RUN(split_mpi);
     ZM_RUN(engine_topology_mpi_equals_threads);
     ZM_RUN(mics_mpi_equals_threads);
+    ZM_RUN(hpz_mpi_equals_threads_and_plain);
     zero_comm_destroy(g_comm);
     return zm_summary();
 }
