@@ -29,31 +29,47 @@
        MPI_Finalize();
 
    HOW A COLLECTIVE RUNS (docs/mpi.md has the whole protocol and its cost)
-       1. Signature round: one MPI_Iallreduce(MAX) of 12 int64 fields and their bitwise
-          complements (kind, dtype, count, op, root, this comm's own sequence number, an
-          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq, count), so every rank
-          learns whether all ranks agree. On disagreement a second round (MPI_Iallgather of
-          the signatures) names the first rank that differs from rank 0, and every rank
-          returns ZERO_ERROR_MISMATCH with the same sentence; nothing is written.
-       2. Data round, point to point (MPI_Isend / MPI_Irecv of at most 1 GiB each):
+       1. Packet round: every rank sends every peer one packet, the call's signature (12
+          int64: kind, dtype, count, op, root, this comm's own sequence number, an
+          invalid-arguments flag, the caller's zero_comm_tag: role, group, seq, count)
+          followed, for a small collective (at most ZERO_MPI_INLINE_BYTES, 64 KiB, per
+          peer), by this rank's data for that peer. Receives take a whole packet buffer,
+          so a peer that called something else is read whole, never truncated. Every
+          rank then holds every signature: on disagreement every rank returns
+          ZERO_ERROR_MISMATCH with the same sentence naming the first rank that differs
+          from rank 0; nothing is written.
+       2. The result. Small: from the packets (all_reduce up to 4000 bytes sends the whole
+          buffer and every rank sums all of it; above, slices, then a gather round of the
+          reduced slices). Large: a data round, point to point (MPI_Isend / MPI_Irecv of
+          at most 1 GiB each):
             all_gather      each rank sends its block to every peer
             reduce_scatter  rank p receives block p of every peer's send (an all-to-all),
                             then sums them in rank order 0..N-1 in fp32 and rounds once
+            all_to_all      the same blocks, copied (no sum)
             all_reduce      the same on slice p of the buffer, then an all-gather of slices
             broadcast       the root sends to every peer
-            barrier         the signature round alone
+            barrier         the packet round alone
           Traffic per rank is (N-1)/N of the buffer for all_gather and reduce_scatter, and
-          2 (N-1)/N for all_reduce, as the engine counts it. MPI_SUM is never used (its order
-          is unspecified and MPI has no fp16 / bf16).
-       Every wait polls MPI_Testall against the collective's deadline (timeout_ms from its
-       start): nothing blocks longer. It spins for ZERO_MPI_SPIN_MS (2 ms; define it before
-       the implementation to change it), then sleeps 50 us between polls, so a rank waiting
-       for a slower peer leaves it the core.
+          2 (N-1)/N for all_reduce, as the engine counts it (the one-round small
+          all_reduce sends the whole buffer to each peer). MPI_SUM is never used (its
+          order is unspecified and MPI has no fp16 / bf16).
+       Every op speaks this protocol, all_to_all (blocks as reduce_scatter's, no sum) and
+       the comms zero_comm_split makes included (each its own communicator, collective
+       numbers and packets). Every wait polls MPI_Testsome against the collective's
+       deadline (timeout_ms from its start): nothing blocks longer. It spins for
+       ZERO_MPI_SPIN_MS (2 ms; define it before the implementation to change it), yielding
+       the core between polls only when the node runs more ranks than it has cores (as
+       Open MPI's own waits do), then sleeps 50 us between polls, so a rank waiting for a
+       much slower peer leaves it the core.
 
    FAILURE
        TIMEOUT   a collective not complete by its deadline returns ZERO_ERROR_TIMEOUT and
                  breaks the comm; with abort_on_timeout set the process calls MPI_Abort
-                 instead of returning. The timed-out MPI requests cannot be cancelled: the
+                 instead of returning. The rank first tells every peer it gave up, so a
+                 peer that joins after the deadline returns TIMEOUT too: in that
+                 collective, or (when MPI delivered the message after the packets, and
+                 the collective completed from the packets already sent, with every
+                 rank's data) at once in its next call. The timed-out MPI requests cannot be cancelled: the
                  buffers of that call may still be written by MPI, and the comm's scratch and
                  duplicated communicator are then never freed. After a timeout the sensible thing is to end the job.
        MISMATCH  ranks called different collectives (or the same with different arguments
@@ -66,7 +82,7 @@
        A broken comm fails every later collective at once with the first cause.
 
    LEAVING
-       zero_comm_destroy() on a healthy comm runs one last signature round (kind "leave",
+       zero_comm_destroy() on a healthy comm runs one last packet round (kind "leave",
        bounded by timeout_ms), so a rank that leaves early (an error in its own code) makes
        its peers' next collective fail with ZERO_ERROR_COMM at once instead of waiting for
        the timeout; when every rank leaves together it is a barrier. On a broken comm it
@@ -141,7 +157,7 @@ ZERODEF int zero_mpi_is(const zero_comm *comm);
    INVALID_ARGUMENT when comm is not an MPI comm. Local. */
 ZERODEF zero_result zero_mpi_status(zero_comm *comm);
 
-/* For a rank that gives up: tells its peers (one signature round of kind "abort", at
+/* For a rank that gives up: tells its peers (one packet round of kind "abort", at
    most timeout_ms) and breaks the comm, so peers waiting in a collective, or entering
    their next one, return ZERO_ERROR_COMM naming this rank. Returns ZERO_OK once the comm
    is broken (also when the peers could not be told in time). INVALID_ARGUMENT when comm
@@ -197,16 +213,18 @@ ZERODEF zero_result zero_mpi_nccl_unique_id(MPI_Comm comm, int root, void *id, i
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The MPI comm. A collective = a signature round (an MPI_Iallreduce of the call's
-   identity, the second round only on disagreement) then a data round of point-to-point
-   messages; reductions reuse the local comm's zero__local_reduce and zero__local_slice, so
+/* The MPI comm. A collective = a packet round (each rank's signature, and a small
+   collective's data, to every peer) then, for a large collective, a data round of
+   point-to-point messages; reductions reuse the local comm's zero__local_reduce and zero__local_slice, so
    the arithmetic is the same code, not a copy of it. */
 
 enum {
@@ -242,14 +260,33 @@ enum {
 #define ZERO_MPI_SPIN_MS 2.0
 #endif
 
-#define ZERO__MPI_MAGIC ((int64_t)0x5a45524f4d504901ll) /* "ZEROMPI" + protocol version 1 */
+#define ZERO__MPI_MAGIC ((int64_t)0x5a45524f4d504902ll) /* "ZEROMPI" + protocol version 2 */
 /* Bytes per message (counts are ints); tests shrink it to exercise the splitting. */
 #ifndef ZERO_MPI_PIECE_BYTES
 #define ZERO_MPI_PIECE_BYTES ((size_t)1 << 30)
 #endif
 #define ZERO__MPI_PIECE ((size_t)(ZERO_MPI_PIECE_BYTES))
+/* Payload bytes a packet may carry to one peer (the data of a small collective travels
+   with its signature): this, but at most the piece and at most 8 MiB / world (at least
+   1 KiB), so the packet buffers stay under 2 x 8 MiB; every rank of a job must use the
+   same value. */
+#ifndef ZERO_MPI_INLINE_BYTES
+#define ZERO_MPI_INLINE_BYTES ((size_t)64 << 10)
+#endif
+/* An all_reduce of at most this many bytes sends the whole buffer to every peer and each
+   rank reduces all of it (one round; the same rank-ordered sums); above, two rounds. 4000:
+   with the 96-byte signature the packet stays within 4 KiB, the eager limit of Open MPI's
+   shared-memory transport; a larger packet takes the rendezvous protocol, a round trip
+   more (a 4 KiB all_reduce in one 4192-byte packet measured 0.34-0.57x Open MPI's at np 2,
+   in two rounds of 2 KiB packets 0.89-0.90x). */
+#ifndef ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES
+#define ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES ((size_t)4000)
+#endif
+#define ZERO__MPI_HDR ((size_t)ZERO__MPI_NF * sizeof(int64_t))
 #define ZERO__MPI_TAG_DATA 0x5a31
 #define ZERO__MPI_TAG_GATHER 0x5a32
+#define ZERO__MPI_TAG_PACKET 0x5a33 /* signature + inline payload, one per peer per collective */
+#define ZERO__MPI_TAG_GAVEUP 0x5a34 /* "I timed out in my collective #seq", to every peer */
 
 typedef struct zero__mpi_comm {
     zero_comm base;
@@ -261,14 +298,23 @@ typedef struct zero__mpi_comm {
     unsigned long long seq;  /* collectives called on this comm                         */
     zero_result broken;      /* ZERO_OK, or why every call now fails                    */
     char broken_msg[320];
-    int leak;                /* a timed-out request may still write sig/scratch: keep them */
-    int64_t *sig;            /* [4 * NF]: the Iallreduce's input (2 NF) and output (2 NF) */
-    int64_t *sigs;           /* [world * NF]: the disagreement round                      */
+    int leak;                /* a timed-out request may still use sig/pkt/scratch: keep them */
+    int64_t *sig;            /* [4 * NF]: [0, 4) the gave-up message this rank sends, [8, 12)
+                                the one received (gaveup_req)                              */
+    MPI_Request gaveup_req;  /* a receive of a peer's gave-up message, posted from create    */
+    int gaveup_got;          /* it completed: sig[8..12) holds the message                  */
+    int yield;               /* more ranks on this node than cores: yield while spinning   */
+    int *idx;                /* [nreqs_cap]: MPI_Testsome's indices                         */
+    int64_t *sigs;           /* [world * NF]: every rank's signature of this collective    */
+    unsigned char *pkt_in;   /* [world * SLOT]: the packets received, peer p's at p * SLOT */
+    unsigned char *pkt_out;  /* [world * SLOT]: the packets sent, to peer p at p * SLOT    */
     unsigned char *scratch;  /* received blocks of a reduction                             */
     size_t scratch_bytes;
     MPI_Request *reqs;       /* the data round's requests                                */
     size_t nreqs_cap;
     const void **srcs;       /* [world]: the inputs of one reduction                      */
+    size_t *plen;            /* [world]: payload bytes of the packet to peer p            */
+    size_t inl, slot;        /* payload bytes a packet may carry; bytes per packet buffer */
 } zero__mpi_comm;
 
 static void zero__mpi_destroy(zero_comm *comm);
@@ -335,38 +381,95 @@ static zero_result zero__mpi_break(zero__mpi_comm *c, zero_result why, const cha
     return zero__fail(c->broken, "%s", c->broken_msg);
 }
 
+/* A rank that times out tells every peer, with a small message of its own tag (its
+   request freed at once; the buffer, c->sig, is kept with the comm's leaked buffers):
+   {magic, its collective number, its timeout, its rank}. A peer that joins that
+   collective late would otherwise complete it from the packets the timed-out rank had
+   already sent (MPI cannot take a send back). Every comm keeps a receive for this message
+   posted (gaveup_req, from create), and every wait tests it together with its own
+   requests: MPI matches the message as it delivers the packets, at no cost per
+   collective, and the wait fails with the timeout instead of returning stale success. */
+static void zero__mpi_gaveup_send(zero__mpi_comm *c)
+{
+    int p;
+    c->sig[0] = ZERO__MPI_MAGIC;
+    c->sig[1] = (int64_t)c->seq;
+    c->sig[2] = c->timeout_ms;
+    c->sig[3] = c->base.rank;
+    for (p = 0; p < c->base.world; p++) {
+        MPI_Request r;
+        if (p == c->base.rank) continue;
+        if (MPI_Isend(c->sig, 4, MPI_INT64_T, p, ZERO__MPI_TAG_GAVEUP, c->mc, &r) == MPI_SUCCESS)
+            (void)MPI_Request_free(&r); /* best effort: the comm is broken either way */
+    }
+}
+
+static zero_result zero__mpi_gaveup_fail(zero__mpi_comm *c, const int64_t *msg, const char *what)
+{
+    c->leak = 1;
+    if (msg[0] != ZERO__MPI_MAGIC) /* not ours: cannot happen on the comm's own communicator */
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): a malformed gave-up message", what,
+                               c->seq, c->base.rank);
+    return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
+                           "%s #%llu (rank %d): rank %lld timed out after %lld ms in its collective #%lld and "
+                           "left the collective (this rank joined too late)",
+                           what, c->seq, c->base.rank, (long long)msg[3], (long long)msg[2], (long long)msg[1]);
+}
+
 /* Polls n requests until all complete or the deadline passes. On a timeout the requests
-   stay pending (MPI cannot cancel collectives, nor reliably sends): the comm is broken and
-   its buffers are kept for the rest of the process. */
+   stay pending (MPI cannot cancel collectives, nor reliably sends): the comm is broken,
+   every peer is told (zero__mpi_gaveup_send), and its buffers are kept for the rest of
+   the process. A peer's gave-up message (gaveup_req, tested with the requests in one
+   MPI_Testsome, so a message MPI delivered with the packets is seen in the same poll)
+   for an earlier collective fails the wait at once; one for this collective fails it when
+   it completes or at this rank's own deadline (each rank waits its own timeout, so no
+   rank returns before it). reqs has room for n + 1 requests (zero__mpi_reqs). */
 static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, double deadline,
                                   const char *what, const char *phase)
 {
     unsigned polls = 0;
     double start = 0;
+    const int64_t *msg = c->sig + 8;
+    int left = n;
     for (;;) {
-        int done = 0, rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        int i, m = n, outcount = 0, rc;
+        if (c->gaveup_req != MPI_REQUEST_NULL) reqs[m++] = c->gaveup_req;
+        rc = MPI_Testsome(m, reqs, &outcount, c->idx, MPI_STATUSES_IGNORE);
+        if (m > n) c->gaveup_req = reqs[n]; /* MPI_REQUEST_NULL once it completed */
         if (rc != MPI_SUCCESS) {
             char e[MPI_MAX_ERROR_STRING + 1];
             zero__mpi_errtext(rc, e, sizeof e);
             c->leak = 1;
-            return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Testall in the %s failed: %s",
+            return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Testsome in the %s failed: %s",
                                    what, c->seq, c->base.rank, phase, e);
         }
-        if (done) return ZERO_OK;
+        if (outcount != MPI_UNDEFINED)
+            for (i = 0; i < outcount; i++)
+                if (c->idx[i] < n) left--;
+        if (c->gaveup_req == MPI_REQUEST_NULL && !c->gaveup_got) {
+            c->gaveup_got = 1;
+            if (msg[0] != ZERO__MPI_MAGIC || msg[1] < (int64_t)c->seq) return zero__mpi_gaveup_fail(c, msg, what);
+        }
+        if (left <= 0) {
+            if (c->gaveup_got && msg[1] <= (int64_t)c->seq) return zero__mpi_gaveup_fail(c, msg, what);
+            return ZERO_OK;
+        }
         if ((++polls & 31u) == 0) {
             double t = zero__mpi_now_ms();
             if (start == 0) start = t;
             if (t > deadline) {
                 c->leak = 1;
+                zero__mpi_gaveup_send(c);
                 return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
                                        "rank %d timed out after %d ms in %s #%llu (%s): a peer "
                                        "did not join",
                                        c->base.rank, c->timeout_ms, what, c->seq, phase);
             }
-            /* Spin for the first ZERO_MPI_SPIN_MS, then poll every 50 us: a rank waiting
-               for a slower peer leaves it the core (ranks may share cores). */
+            /* Spin for the first ZERO_MPI_SPIN_MS (yielding the core between polls when
+               this node has more ranks than cores, as MPI's own waits do), then poll every
+               50 us: a rank waiting for a much slower peer leaves it the core. */
             if (t - start < ZERO_MPI_SPIN_MS) {
-                sched_yield();
+                if (c->yield) sched_yield();
             } else {
                 struct timespec ts = {0, 50000};
                 nanosleep(&ts, NULL);
@@ -411,45 +514,59 @@ static void zero__mpi_describe(char *buf, size_t size, const int64_t *f)
                  f[ZERO__MPI_F_OP] == ZERO_OP_MAX ? "max" : "sum", tag, (long long)f[ZERO__MPI_F_SEQ]);
 }
 
-/* The signature round. Returns ZERO_OK when every rank called the same thing; otherwise
-   the error every rank returns (INVALID_ARGUMENT for a rank's own bad arguments, its
-   'why'), with the comm broken where a peer left or aborted. */
-static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, double deadline,
+/* The packet round: every rank sends every peer one packet, its signature (NF int64:
+   magic, kind, dtype, op, root, numel, its own collective number, the invalid-arguments
+   flag, the caller's tag) followed by c->plen[p] payload bytes (the data of a small
+   collective; 0 for a large one, whose data follows in a second round). The packets to
+   peers are at pkt_out + p * SLOT (per_peer) or all at pkt_out (the same packet to
+   everyone); the header is written here. Receives take up to SLOT bytes, so a peer that
+   called something else (another count, another kind) is read whole, never truncated.
+   Every rank then holds every rank's signature (c->sigs) and reaches the same verdict:
+   ZERO_OK when all agree; otherwise the error every rank returns (INVALID_ARGUMENT for a
+   rank's own bad arguments, its 'why'), with the comm broken where a peer left or
+   aborted. Nothing is written to the caller's buffers here. */
+static zero_result zero__mpi_round(zero__mpi_comm *c, const int64_t *mine, int per_peer, double deadline,
                                    const char *why)
 {
     const char *what = zero__mpi_kind_name(mine[ZERO__MPI_F_KIND]);
-    int64_t *in = c->sig, *out = c->sig + 2 * ZERO__MPI_NF;
-    MPI_Request req;
     zero_result res;
-    int i, r, world = c->base.world, rc, agree = 1, bad_rank = -1, other = -1, gone = -1;
+    int r, s, world = c->base.world, rank = c->base.rank, rc = MPI_SUCCESS, n = 0, agree = 1;
+    int bad_rank = -1, other = -1, gone = -1;
     char a[192], b[192];
-    for (i = 0; i < ZERO__MPI_NF; i++) {
-        in[i] = mine[i];
-        in[ZERO__MPI_NF + i] = ~mine[i]; /* max of the complements = complement of the min */
+    for (s = per_peer ? 0 : world - 1; s < world; s++) {
+        unsigned char *out = c->pkt_out + (per_peer ? (size_t)s * c->slot : 0);
+        if (per_peer && s == rank) continue;
+        memcpy(out, mine, ZERO__MPI_HDR);
     }
-    rc = MPI_Iallreduce(in, out, 2 * ZERO__MPI_NF, MPI_INT64_T, MPI_MAX, c->mc, &req);
+    for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
+        int p = (rank + world - s) % world;
+        int64_t *h = (int64_t *)(void *)(c->pkt_in + (size_t)p * c->slot);
+        h[ZERO__MPI_F_MAGIC] = 0; /* a short packet cannot pass for the last one's header */
+        rc = MPI_Irecv(h, (int)c->slot, MPI_BYTE, p, ZERO__MPI_TAG_PACKET, c->mc, &c->reqs[n++]);
+    }
+    for (s = 1; s < world && rc == MPI_SUCCESS; s++) {
+        int p = (rank + s) % world;
+        unsigned char *out = c->pkt_out + (per_peer ? (size_t)p * c->slot : 0);
+        rc = MPI_Isend(out, (int)(ZERO__MPI_HDR + c->plen[p]), MPI_BYTE, p, ZERO__MPI_TAG_PACKET, c->mc,
+                       &c->reqs[n++]);
+    }
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING + 1];
         zero__mpi_errtext(rc, e, sizeof e);
-        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Iallreduce failed: %s", what,
-                               c->seq, c->base.rank, e);
+        c->leak = 1; /* the requests already posted stay pending */
+        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): posting a packet failed: %s", what,
+                               c->seq, rank, e);
     }
-    res = zero__mpi_wait(c, 1, &req, deadline, what, "signature round");
+    res = zero__mpi_wait(c, n, c->reqs, deadline, what, "packet round");
     if (res != ZERO_OK) return res;
-    for (i = 0; i < ZERO__MPI_NF; i++)
-        if (out[i] != ~out[ZERO__MPI_NF + i]) agree = 0;
+    for (r = 0; r < world; r++) {
+        const void *h = r == rank ? (const void *)mine : (const void *)(c->pkt_in + (size_t)r * c->slot);
+        memcpy(c->sigs + (size_t)r * ZERO__MPI_NF, h, ZERO__MPI_HDR);
+        if (memcmp(c->sigs + (size_t)r * ZERO__MPI_NF, mine, ZERO__MPI_HDR) != 0) agree = 0;
+    }
     if (agree) return ZERO_OK;
 
-    /* Disagreement: every rank saw it, so every rank gathers the signatures to name it. */
-    rc = MPI_Iallgather(mine, ZERO__MPI_NF, MPI_INT64_T, c->sigs, ZERO__MPI_NF, MPI_INT64_T, c->mc, &req);
-    if (rc != MPI_SUCCESS) {
-        char e[MPI_MAX_ERROR_STRING + 1];
-        zero__mpi_errtext(rc, e, sizeof e);
-        return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): MPI_Iallgather failed: %s", what,
-                               c->seq, c->base.rank, e);
-    }
-    res = zero__mpi_wait(c, 1, &req, deadline, what, "disagreement round");
-    if (res != ZERO_OK) return res;
+    /* Disagreement: every rank holds every signature and names the same difference. */
     for (r = 0; r < world; r++) {
         const int64_t *f = c->sigs + (size_t)r * ZERO__MPI_NF;
         if (gone < 0 && (f[ZERO__MPI_F_KIND] == ZERO__MPI_LEAVE || f[ZERO__MPI_F_KIND] == ZERO__MPI_ABORT))
@@ -457,7 +574,7 @@ static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, doubl
         if (bad_rank < 0 && f[ZERO__MPI_F_BAD]) bad_rank = r;
         if (other < 0 && memcmp(f, c->sigs, ZERO__MPI_NF * sizeof *f) != 0) other = r;
     }
-    if (other < 0) other = 0; /* cannot happen: the max/min said they differ */
+    if (other < 0) other = 0; /* cannot happen: some signature differs from this rank's */
     if (gone >= 0) {
         const int64_t *g = c->sigs + (size_t)gone * ZERO__MPI_NF;
         int peer = gone == 0 ? other : 0;
@@ -483,15 +600,24 @@ static zero_result zero__mpi_agree(zero__mpi_comm *c, const int64_t *mine, doubl
 
 /* ---- the data round ---- */
 
+/* Room for n requests, and one more for the wait's gave-up receive. */
 static int zero__mpi_reqs(zero__mpi_comm *c, size_t n)
 {
     MPI_Request *grown;
-    if (n <= c->nreqs_cap) return 1;
-    grown = (MPI_Request *)zero__alloc(&c->allocator, n * sizeof *grown);
-    if (!grown) return 0;
+    int *idx;
+    if (n + 1 <= c->nreqs_cap) return 1;
+    grown = (MPI_Request *)zero__alloc(&c->allocator, (n + 1) * sizeof *grown);
+    idx = (int *)zero__alloc(&c->allocator, (n + 1) * sizeof *idx);
+    if (!grown || !idx) {
+        zero__free(&c->allocator, grown);
+        zero__free(&c->allocator, idx);
+        return 0;
+    }
     zero__free(&c->allocator, c->reqs);
+    zero__free(&c->allocator, c->idx);
     c->reqs = grown;
-    c->nreqs_cap = n;
+    c->idx = idx;
+    c->nreqs_cap = n + 1;
     return 1;
 }
 
@@ -681,6 +807,104 @@ static zero_result zero__mpi_reduce(zero__mpi_comm *c, void *dst, const unsigned
     return r;
 }
 
+/* How a collective's data travels (chosen from the signature's fields). */
+enum {
+    ZERO__MPI_HEADER_ONLY,   /* signatures first, then the data round (large messages)      */
+    ZERO__MPI_INLINE_BLOCKS, /* all_gather / broadcast / reduce_scatter / all_to_all: blocks in
+                                the packets                                                    */
+    ZERO__MPI_ONE_ROUND,     /* all_reduce: the whole buffer in every packet                 */
+    ZERO__MPI_INLINE_SLICES  /* all_reduce: slice p in the packet to p, then the gather round */
+};
+
+/* bytes from src (device memory when c->device) into host_dst; queued on the device's comm
+   queue, which the caller syncs. */
+static zero_result zero__mpi_stage_in(zero__mpi_comm *c, unsigned char *host_dst, const void *src, size_t bytes)
+{
+    if (c->device) return c->device->ops->download(c->device, ZERO_QUEUE_COMM, host_dst, src, bytes);
+    memcpy(host_dst, src, bytes);
+    return ZERO_OK;
+}
+
+/* bytes from host_src into dst (device memory when c->device), likewise. */
+static zero_result zero__mpi_stage_out(zero__mpi_comm *c, void *dst, const unsigned char *host_src, size_t bytes)
+{
+    if (c->device) return c->device->ops->upload(c->device, ZERO_QUEUE_COMM, dst, host_src, bytes);
+    memcpy(dst, host_src, bytes);
+    return ZERO_OK;
+}
+
+/* After an agreed packet round that carried the data: the results from the packets. */
+static zero_result zero__mpi_finish_inline(zero__mpi_comm *c, int kind, int mode, const void *send, void *recv,
+                                           size_t numel, zero_dtype dtype, zero_op op, int root,
+                                           double deadline)
+{
+    const char *what = zero__mpi_kind_name(kind);
+    int world = c->base.world, rank = c->base.rank, p;
+    size_t es = zero_dtype_size(dtype), block = numel * es, off, len;
+    unsigned char *out = (unsigned char *)recv;
+    zero_result res = ZERO_OK;
+#define ZERO__MPI_PAYLOAD(p) (c->pkt_in + (size_t)(p) * c->slot + ZERO__MPI_HDR)
+    if (kind == ZERO__MPI_ALL_GATHER) {
+        unsigned char *mine = out + (size_t)rank * block;
+        if (mine != (const unsigned char *)send) {
+            if (c->device) res = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, mine, send, block);
+            else memcpy(mine, send, block);
+        }
+        for (p = 0; p < world && res == ZERO_OK; p++)
+            if (p != rank) res = zero__mpi_stage_out(c, out + (size_t)p * block, ZERO__MPI_PAYLOAD(p), block);
+        if (res == ZERO_OK) res = zero__mpi_dev_sync(c);
+        return res;
+    }
+    if (kind == ZERO__MPI_ALL_TO_ALL) { /* my own block, then block 'rank' of every peer */
+        const unsigned char *own = (const unsigned char *)send + (size_t)rank * block;
+        if (c->device) res = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, out + (size_t)rank * block, own, block);
+        else memcpy(out + (size_t)rank * block, own, block);
+        for (p = 0; p < world && res == ZERO_OK; p++)
+            if (p != rank) res = zero__mpi_stage_out(c, out + (size_t)p * block, ZERO__MPI_PAYLOAD(p), block);
+        if (res == ZERO_OK) res = zero__mpi_dev_sync(c);
+        return res;
+    }
+    if (kind == ZERO__MPI_BROADCAST) {
+        if (rank != root) res = zero__mpi_stage_out(c, out, ZERO__MPI_PAYLOAD(root), block);
+        if (res == ZERO_OK) res = zero__mpi_dev_sync(c);
+        return res;
+    }
+    /* The reductions: peers' contributions from the packets, this rank's own from its
+       buffer (downloaded into scratch on a device), summed in rank order. */
+    if (kind == ZERO__MPI_REDUCE_SCATTER || mode == ZERO__MPI_ONE_ROUND) {
+        size_t n = numel; /* reduce_scatter: my block; one round: the whole buffer */
+        const unsigned char *own = (const unsigned char *)send + (kind == ZERO__MPI_REDUCE_SCATTER ? (size_t)rank * block : 0);
+        if (c->device && !zero__mpi_scratch(c, n * es))
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu bytes of scratch", what, rank, n * es);
+        for (p = 0; p < world; p++) c->srcs[p] = ZERO__MPI_PAYLOAD(p);
+        return zero__mpi_reduce(c, recv, own, c->scratch, n, dtype, op);
+    }
+    /* all_reduce in slices: my reduced slice, then the gather round of the slices */
+    zero__local_slice(numel, es, world, rank, &off, &len);
+    if (len) {
+        if (c->device && !zero__mpi_scratch(c, len * es))
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu bytes of scratch", what, rank, len * es);
+        for (p = 0; p < world; p++) c->srcs[p] = ZERO__MPI_PAYLOAD(p);
+        res = zero__mpi_reduce(c, out + off * es, (const unsigned char *)send + off * es, c->scratch, len, dtype, op);
+        if (res != ZERO_OK) return res;
+    }
+    {
+        zero__mpi_lay lay;
+        zero__mpi_xfer x;
+        memset(&lay, 0, sizeof lay);
+        lay.recv = out;
+        lay.numel = numel;
+        lay.es = es;
+        lay.world = world;
+        lay.rank = rank;
+        x.ctx = &lay;
+        x.send_at = zero__mpi_ar2_send;
+        x.recv_at = zero__mpi_ar2_recv;
+        return zero__mpi_exchange(c, &x, ZERO__MPI_TAG_GATHER, deadline, what);
+    }
+#undef ZERO__MPI_PAYLOAD
+}
+
 /* One collective, start to end. */
 static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *send, void *recv,
                                         size_t numel, zero_dtype dtype, zero_op op, int root)
@@ -691,7 +915,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
     char why[192];
     size_t es, total = numel, bytes = 0;
     double deadline;
-    int world, rank, p, bad = 0;
+    int world, rank, p, bad = 0, mode, per_peer;
     zero__mpi_lay lay;
     zero__mpi_xfer x;
     zero_result res;
@@ -739,10 +963,69 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
         f[ZERO__MPI_F_TAGSEQ] = (int64_t)comm->tag.seq;
         f[ZERO__MPI_F_TAGCOUNT] = (int64_t)comm->tag.count;
     }
-    res = zero__mpi_agree(c, f, deadline, why);
+    /* The packets: small collectives carry this rank's data with the signature. The mode
+       follows from the signature's fields alone (and the world), so ranks that agree
+       agree on it too. */
+    mode = ZERO__MPI_HEADER_ONLY;
+    if (!bad && numel > 0 && kind != ZERO__MPI_BARRIER && kind != ZERO__MPI_LEAVE && kind != ZERO__MPI_ABORT) {
+        if (kind == ZERO__MPI_ALL_REDUCE) {
+            size_t off0, len0;
+            zero__local_slice(numel, es, world, 0, &off0, &len0); /* slice 0 is the longest */
+            if (bytes <= c->inl && bytes <= (size_t)(ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES))
+                mode = ZERO__MPI_ONE_ROUND;
+            else if (len0 * es <= c->inl)
+                mode = ZERO__MPI_INLINE_SLICES;
+        } else if (numel * es <= c->inl) {
+            mode = ZERO__MPI_INLINE_BLOCKS;
+        }
+    }
+    for (p = 0; p < world; p++) c->plen[p] = 0;
+    per_peer = 0;
+    res = ZERO_OK;
+    if (mode != ZERO__MPI_HEADER_ONLY) {
+        res = zero__mpi_dev_sync(c);
+        if (res != ZERO_OK) return res;
+    }
+    switch (mode) {
+    case ZERO__MPI_INLINE_BLOCKS:
+        if (kind == ZERO__MPI_REDUCE_SCATTER || kind == ZERO__MPI_ALL_TO_ALL) { /* block p to peer p */
+            per_peer = 1;
+            for (p = 0; p < world && res == ZERO_OK; p++) {
+                if (p == rank) continue;
+                c->plen[p] = numel * es;
+                res = zero__mpi_stage_in(c, c->pkt_out + (size_t)p * c->slot + ZERO__MPI_HDR,
+                                         (const unsigned char *)send + (size_t)p * numel * es, numel * es);
+            }
+        } else if (kind == ZERO__MPI_ALL_GATHER || rank == root) { /* my block to everyone */
+            for (p = 0; p < world; p++) c->plen[p] = p == rank ? 0 : numel * es;
+            res = zero__mpi_stage_in(c, c->pkt_out + ZERO__MPI_HDR, send, numel * es);
+        }
+        break;
+    case ZERO__MPI_ONE_ROUND: /* the whole buffer to everyone */
+        for (p = 0; p < world; p++) c->plen[p] = p == rank ? 0 : bytes;
+        res = zero__mpi_stage_in(c, c->pkt_out + ZERO__MPI_HDR, send, bytes);
+        break;
+    case ZERO__MPI_INLINE_SLICES: /* slice p to peer p */
+        per_peer = 1;
+        for (p = 0; p < world && res == ZERO_OK; p++) {
+            size_t off, len;
+            if (p == rank) continue;
+            zero__local_slice(numel, es, world, p, &off, &len);
+            c->plen[p] = len * es;
+            if (len)
+                res = zero__mpi_stage_in(c, c->pkt_out + (size_t)p * c->slot + ZERO__MPI_HDR,
+                                         (const unsigned char *)send + off * es, len * es);
+        }
+        break;
+    default: break;
+    }
+    if (res == ZERO_OK && mode != ZERO__MPI_HEADER_ONLY) res = zero__mpi_dev_sync(c);
+    if (res != ZERO_OK) return res; /* a device failure: the device reports it on every later call */
+    res = zero__mpi_round(c, f, per_peer, deadline, why);
     if (res != ZERO_OK) return res;
     if (kind == ZERO__MPI_BARRIER || kind == ZERO__MPI_LEAVE || kind == ZERO__MPI_ABORT || numel == 0)
         return ZERO_OK;
+    if (mode != ZERO__MPI_HEADER_ONLY) return zero__mpi_finish_inline(c, kind, mode, send, recv, numel, dtype, op, root, deadline);
 
     /* The data round. */
     res = zero__mpi_dev_sync(c);
@@ -871,6 +1154,16 @@ static zero_result zero__mpi_barrier(zero_comm *comm)
 
 /* ---- lifetime ---- */
 
+/* Withdraws the posted gave-up receive (a receive cancels locally; MPI_Wait then returns
+   at once) before the communicator is freed. Not after a timeout: the comm's buffers and
+   communicator are kept then, and so is this request. */
+static void zero__mpi_unpost(zero__mpi_comm *c)
+{
+    if (c->leak || c->gaveup_req == MPI_REQUEST_NULL) return;
+    if (MPI_Cancel(&c->gaveup_req) == MPI_SUCCESS) (void)MPI_Wait(&c->gaveup_req, MPI_STATUS_IGNORE);
+    else c->leak = 1; /* cannot withdraw it: keep what it may still write */
+}
+
 static void zero__mpi_free(zero__mpi_comm *c)
 {
     zero_allocator a = c->allocator;
@@ -878,9 +1171,13 @@ static void zero__mpi_free(zero__mpi_comm *c)
         zero__free(&a, c->sig);
         zero__free(&a, c->sigs);
         zero__free(&a, c->scratch);
+        zero__free(&a, c->pkt_in);
+        zero__free(&a, c->pkt_out);
     }
     zero__free(&a, c->reqs);
+    zero__free(&a, c->idx);
     zero__free(&a, (void *)c->srcs);
+    zero__free(&a, c->plen);
     zero__free(&a, c);
 }
 
@@ -899,6 +1196,7 @@ static void zero__mpi_destroy(zero_comm *comm)
     /* After a timeout, requests may still be pending on the communicator, and Open MPI's
        progress engine follows freed communicators of pending nonblocking collectives: keep
        it (and the buffers) for the rest of the process. */
+    zero__mpi_unpost(c);
     if (!c->leak) MPI_Comm_free(&c->mc);
     comm->impl = NULL; /* a stale handle is then rejected, not followed */
     zero__mpi_free(c);
@@ -1027,6 +1325,7 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     c = (zero__mpi_comm *)zero__alloc(&a, sizeof *c);
     if (!c) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_mpi_create: out of memory");
     memset(c, 0, sizeof *c);
+    c->gaveup_req = MPI_REQUEST_NULL;
     c->allocator = a;
     c->timeout_ms = desc->timeout_ms ? desc->timeout_ms : ZERO_MPI_DEFAULT_TIMEOUT_MS;
     c->abort_on_timeout = desc->abort_on_timeout;
@@ -1066,10 +1365,35 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     c->sig = (int64_t *)zero__alloc(&a, 4 * ZERO__MPI_NF * sizeof(int64_t));
     c->sigs = (int64_t *)zero__alloc(&a, (size_t)world * ZERO__MPI_NF * sizeof(int64_t));
     c->srcs = (const void **)zero__alloc(&a, (size_t)world * sizeof *c->srcs);
-    if (!c->sig || !c->sigs || !c->srcs || !zero__mpi_reqs(c, 2 * (size_t)world)) {
+    c->plen = (size_t *)zero__alloc(&a, (size_t)world * sizeof *c->plen);
+    c->inl = (size_t)(ZERO_MPI_INLINE_BYTES);
+    if (c->inl > ZERO__MPI_PIECE) c->inl = ZERO__MPI_PIECE;
+    if (c->inl > ((size_t)8 << 20) / (size_t)world) c->inl = ((size_t)8 << 20) / (size_t)world;
+    if (c->inl < 1024) c->inl = ZERO__MPI_PIECE < 1024 ? ZERO__MPI_PIECE : 1024;
+    c->slot = (ZERO__MPI_HDR + c->inl + 63) / 64 * 64;
+    c->pkt_in = (unsigned char *)zero__alloc(&a, (size_t)world * c->slot);
+    c->pkt_out = (unsigned char *)zero__alloc(&a, (size_t)world * c->slot);
+    if (!c->sig || !c->sigs || !c->srcs || !c->plen || !c->pkt_in || !c->pkt_out ||
+        !zero__mpi_reqs(c, 2 * (size_t)world)) {
         MPI_Comm_free(&c->mc);
         zero__mpi_free(c);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_mpi_create: out of memory (world %d)", world);
+    }
+    rc = MPI_Irecv(c->sig + 8, 4, MPI_INT64_T, MPI_ANY_SOURCE, ZERO__MPI_TAG_GAVEUP, c->mc, &c->gaveup_req);
+    if (rc != MPI_SUCCESS) {
+        zero__mpi_errtext(rc, e, sizeof e);
+        c->gaveup_req = MPI_REQUEST_NULL;
+        MPI_Comm_free(&c->mc);
+        zero__mpi_free(c);
+        return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: posting a receive failed: %s", e);
+    }
+    {   /* more ranks on this node than cores (mpirun's count, where it tells): yield while
+           spinning, as Open MPI's own waits do when oversubscribed */
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        long cores = sysconf(_SC_NPROCESSORS_ONLN), local;
+        if (!ls) ls = getenv("MPI_LOCALNRANKS"); /* MPICH's Hydra */
+        local = ls ? strtol(ls, NULL, 10) : 0;
+        c->yield = cores > 0 && local > cores;
     }
     *out = &c->base;
     return ZERO_OK;

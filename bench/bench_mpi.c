@@ -4,17 +4,20 @@
    Part 1: for each size (the whole buffer: all_gather's output, reduce_scatter's input,
    all_reduce's buffer; 4 KiB to 256 MiB of f32), the time of zero_mpi.h's all_gather,
    reduce_scatter and all_reduce (SUM) and of MPI_Allgather, MPI_Reduce_scatter_block and
-   MPI_Allreduce on the same buffers, in the same run, alternating, the best of 3 rounds
-   of each (the machine may be busy). Bus bandwidth as
-   nccl-tests defines it: algbw = size / time, busbw = algbw * (N-1)/N for all-gather and
-   reduce-scatter, algbw * 2(N-1)/N for all-reduce; time = the slowest rank's mean. The
-   ratio is ours / MPI's (above 1: ours is faster).
+   MPI_Allreduce on the same buffers, in the same run, alternating, the best of --rounds
+   (3) rounds of each (100 calls a round up to 64 KiB, 30 to 1 MiB, fewer above; the
+   machine may be busy). Bus bandwidth as nccl-tests defines it: algbw = size / time,
+   busbw = algbw * (N-1)/N for all-gather and reduce-scatter, algbw * 2(N-1)/N for
+   all-reduce; time = the slowest rank's mean. The ratio is ours / MPI's (above 1: ours
+   is faster).
 
    Part 2: the engine (stages 1 and 3, fp16, 8 groups x 500k params, bench_engine.c's step)
    over zero_mpi.h with one rank per process, against zero_local_run with the same number
    of threads in rank 0's process while the other processes sleep.
 
-       mpirun -np 4 build/mpi/bench_mpi [--max-mib M] [--steps T] */
+       mpirun -np 4 build/mpi/bench_mpi [--max-mib M] [--steps T] [--rounds R] [--sizes K,K,..]
+   (--steps 0: the collectives only; --sizes 4,64,65536: those sizes in KiB instead of
+   4 KiB, 16 KiB, ... up to --max-mib) */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #define ZERO_MPI_IMPLEMENTATION
@@ -146,7 +149,8 @@ int main(int argc, char **argv)
     zero_mpi_desc md;
     zero_comm *comm = NULL;
     size_t total, max_bytes = (size_t)256 << 20;
-    int a, which, steps = 5, st;
+    int a, which, steps = 5, st, rounds = 3, nsizes = 0, k;
+    size_t sizes_kib[16];
     float *send, *recv;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -154,6 +158,17 @@ int main(int argc, char **argv)
     for (a = 1; a + 1 < argc; a += 2) {
         if (!strcmp(argv[a], "--max-mib")) max_bytes = (size_t)atol(argv[a + 1]) << 20;
         else if (!strcmp(argv[a], "--steps")) steps = atoi(argv[a + 1]);
+        else if (!strcmp(argv[a], "--rounds")) rounds = atoi(argv[a + 1]) > 0 ? atoi(argv[a + 1]) : 1;
+        else if (!strcmp(argv[a], "--sizes")) { /* "4,64,65536": these sizes (KiB) only */
+            const char *q = argv[a + 1];
+            while (*q && nsizes < 16) {
+                char *end;
+                unsigned long v = strtoul(q, &end, 10);
+                if (end == q) break;
+                if (v > 0) sizes_kib[nsizes++] = (size_t)v;
+                q = *end == ',' ? end + 1 : end;
+            }
+        }
     }
     memset(&md, 0, sizeof md);
     md.timeout_ms = 600000;
@@ -161,6 +176,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: %s\n", me, zero_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    for (k = 0; k < nsizes; k++)
+        if (sizes_kib[k] << 10 > max_bytes) max_bytes = sizes_kib[k] << 10;
     send = (float *)malloc(max_bytes);
     recv = (float *)malloc(max_bytes);
     if (!send || !recv) MPI_Abort(MPI_COMM_WORLD, 1);
@@ -171,13 +188,15 @@ int main(int argc, char **argv)
                "GB/s; ratio = ours / MPI's)\n%-14s %10s | %9s %9s %6s\n",
                world, "collective", "size", "ours", "MPI", "ratio");
     for (which = 0; which < 3; which++)
-        for (total = 4096 / sizeof(float); total * sizeof(float) <= max_bytes; total *= 4) {
+        for (k = 0, total = nsizes ? (sizes_kib[0] << 10) / sizeof(float) : 4096 / sizeof(float);
+             nsizes ? k < nsizes : total * sizeof(float) <= max_bytes;
+             k++, total = nsizes ? (k < nsizes ? (sizes_kib[k] << 10) / sizeof(float) : 0) : total * 4) {
             double bytes = (double)total * sizeof(float), f = (double)(world - 1) / world, t_ours, t_mpi, b_ours, b_mpi;
-            int iters = bytes <= (1 << 20) ? 30 : bytes <= (16 << 20) ? 5 : 2;
+            int iters = bytes <= (64 << 10) ? 100 : bytes <= (1 << 20) ? 30 : bytes <= (16 << 20) ? 5 : 2;
             if (which == AR) f *= 2;
             int rep;
             t_mpi = t_ours = 1e30;
-            for (rep = 0; rep < 3; rep++) { /* alternating; the best of 3 (a busy machine) */
+            for (rep = 0; rep < rounds; rep++) { /* alternating; the best round (a busy machine) */
                 double tm = time_op(comm, which, 0, send, recv, total - total % (size_t)world, iters);
                 double to = time_op(comm, which, 1, send, recv, total - total % (size_t)world, iters);
                 if (tm < t_mpi) t_mpi = tm;
@@ -196,6 +215,11 @@ int main(int argc, char **argv)
     free(send);
     free(recv);
 
+    if (steps < 1) { /* --steps 0: the collectives only */
+        zero_comm_destroy(comm);
+        MPI_Finalize();
+        return 0;
+    }
     if (me == 0)
         printf("\nengine step, 8 groups x 500k params (4 M, fp16), %d timed steps after 1 warm-up, best of 3\n"
                "%-6s %16s %16s %8s\n",

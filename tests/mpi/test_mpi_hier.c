@@ -51,6 +51,42 @@ ZT_TEST(split_mpi)
         for (q = last - R; q >= 0; q -= R) acc += sp_value(q, i);
         ZT_CHECKF(memcmp(&acc, &out[i], 4) == 0, "rank %d cross sum element %zu", rank, i);
     }
+    /* The children speak the packet protocol on their own communicators (each its own
+       collective numbers): a small all_to_all on the node comm between two collectives of
+       the parent, a large one (a data round) after, and a mismatch on the cross comm that
+       leaves it usable. */
+    {
+        enum { BIG = 70000 }; /* 280 KB per block: above the packets' inline size */
+        float *a2a_in = (float *)malloc((size_t)R * BIG * 4), *a2a_out = (float *)malloc((size_t)R * BIG * 4);
+        float one = 1.0f, sum = 0.0f;
+        size_t n;
+        int small;
+        ZT_CHECK(a2a_in && a2a_out);
+        for (small = 1; a2a_in && a2a_out && small >= 0; small--) {
+            n = small ? 5 : BIG;
+            for (q = 0; q < R; q++)
+                for (i = 0; i < n; i++) a2a_in[(size_t)q * n + i] = sp_value(rank * 100 + q, i);
+            ZT_CHECK(g_comm->ops->all_reduce(g_comm, &one, &sum, 1, ZERO_F32, ZERO_OP_SUM, NULL) == ZERO_OK);
+            ZT_CHECK(sum == (float)zm_world);
+            ZT_CHECKF(node->ops->all_to_all(node, a2a_in, a2a_out, n, ZERO_F32, NULL) == ZERO_OK, "rank %d: %s",
+                      rank, zero_last_error());
+            for (q = 0; q < R; q++) { /* block q came from node rank q (world rank b + q), its block 'mine' */
+                int from = rank / R * R + q, ok = 1;
+                for (i = 0; i < n; i++)
+                    if (a2a_out[(size_t)q * n + i] != sp_value(from * 100 + rank % R, i)) ok = 0;
+                ZT_CHECKF(ok, "rank %d: all_to_all numel %zu block %d", rank, n, q);
+            }
+        }
+        free(a2a_in);
+        free(a2a_out);
+        if (cross->world > 1) {
+            r = rank < R ? cross->ops->all_gather(cross, in, out, 1, ZERO_F32, NULL)
+                         : cross->ops->all_to_all(cross, in, out, 1, ZERO_F32, NULL);
+            ZT_CHECKF(r == ZERO_ERROR_MISMATCH, "rank %d: cross mismatch: %s", rank, zero_result_string(r));
+        }
+        ZT_CHECK(cross->ops->barrier(cross) == ZERO_OK);
+        ZT_CHECK(g_comm->ops->barrier(g_comm) == ZERO_OK);
+    }
     zero_comm_destroy(none);
     zero_comm_destroy(cross);
     zero_comm_destroy(node);
