@@ -246,8 +246,34 @@ static inline int gpt2_json_number(const char *text, const char *key, double *ou
     return -1;
 }
 
+/* The string value of "key" in a flat JSON text, copied into out (at most n - 1 bytes, no
+   escapes decoded: the config values read with it have none). 0, or -1 when the key is absent
+   or its value is not a string (null, a number). */
+static inline int gpt2_json_string(const char *text, const char *key, char *out, size_t n)
+{
+    char pat[80];
+    const char *p;
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    for (p = strstr(text, pat); p; p = strstr(p + 1, pat)) {
+        const char *q = p + strlen(pat);
+        size_t k = 0;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q != ':') continue;
+        q++;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q != '"') return -1;
+        for (q++; *q && *q != '"' && k + 1 < n; q++) out[k++] = *q;
+        out[k] = '\0';
+        return 0;
+    }
+    return -1;
+}
+
 /* --init DIR: reads DIR/config.json (n_layer, n_head, n_embd, n_positions, vocab_size,
-   layer_norm_epsilon, tie_word_embeddings) into o->cfg, refusing a shape flag given on the
+   layer_norm_epsilon, tie_word_embeddings) into o->cfg, refuses the keys that would make
+   Hugging Face's model compute something else than this one (activation_function other than
+   gelu_new / gelu_pytorch_tanh, the same tanh GELU; scale_attn_by_inverse_layer_idx true;
+   scale_attn_weights false; n_inner other than 4 n_embd), refusing a shape flag given on the
    command line (given: bit 0 --layers, 1 --heads, 2 --channels, 3 --vocab) that disagrees,
    naming both values, and points o->init_path at DIR/model.safetensors. 0, or -1 with a
    message in why. */
@@ -296,6 +322,22 @@ static inline int gpt2_read_hf_dir(gpt2_opts *o, const char *dir, unsigned given
         snprintf(why, n, "%.300s: layer_norm_epsilon = %g; this model uses 1e-5", path, v), rc = -1;
     if (rc == 0 && gpt2_json_number(text, "tie_word_embeddings", &v) == 0 && v != 1)
         snprintf(why, n, "%.300s: tie_word_embeddings = false; this model ties the LM head to wte", path), rc = -1;
+    if (rc == 0) {
+        char act[64];
+        if (gpt2_json_string(text, "activation_function", act, sizeof act) == 0 && strcmp(act, "gelu_new") != 0 &&
+            strcmp(act, "gelu_pytorch_tanh") != 0)
+            snprintf(why, n, "%.300s: activation_function = \"%.60s\"; this model computes gelu_new (GELU's tanh form)",
+                     path, act), rc = -1;
+        else if (gpt2_json_number(text, "scale_attn_by_inverse_layer_idx", &v) == 0 && v != 0)
+            snprintf(why, n, "%.300s: scale_attn_by_inverse_layer_idx = true; this model scales every layer's "
+                     "attention by 1/sqrt(head size) only", path), rc = -1;
+        else if (gpt2_json_number(text, "scale_attn_weights", &v) == 0 && v != 1)
+            snprintf(why, n, "%.300s: scale_attn_weights = false; this model scales the attention by "
+                     "1/sqrt(head size)", path), rc = -1;
+        else if (gpt2_json_number(text, "n_inner", &v) == 0 && v != 4.0 * o->cfg.channels)
+            snprintf(why, n, "%.300s: n_inner = %g; this model's MLP is 4 n_embd = %d wide", path, v,
+                     4 * o->cfg.channels), rc = -1;
+    }
     free(text);
     if (rc != 0) return rc;
     snprintf(o->init_file, sizeof o->init_file, "%s/model.safetensors", dir);

@@ -284,7 +284,7 @@ ZT_TEST(init_from_a_hf_directory)
     if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
     hf_write(dir, "config.json", cfg);
     gpt2_opts_default(&o);
-    fprintf(stderr, "(five refusals expected)\n");
+    fprintf(stderr, "(nine refusals expected)\n");
     ZT_CHECK(gpt2_parse_args(5, args, &o) == 2); /* no model.safetensors yet */
     hf_write(dir, "model.safetensors", "");
     gpt2_opts_default(&o);
@@ -307,6 +307,33 @@ ZT_TEST(init_from_a_hf_directory)
     hf_write(dir, "config.json", "{\"n_layer\": 2.5, \"n_head\": 2, \"n_embd\": 32, \"vocab_size\": 300}");
     gpt2_opts_default(&o);
     ZT_CHECK(gpt2_parse_args(3, args, &o) == 2);
+    {
+        /* keys that change what Hugging Face's model computes: refused; their defaults (and
+           gelu_pytorch_tanh, the same GELU, n_inner null or 4 n_embd) accepted */
+        static const char *const refused[] = {
+            "\"activation_function\": \"relu\"", "\"scale_attn_by_inverse_layer_idx\": true",
+            "\"scale_attn_weights\": false", "\"n_inner\": 100"};
+        static const char *const accepted[] = {
+            "\"activation_function\": \"gelu_new\"", "\"activation_function\": \"gelu_pytorch_tanh\"",
+            "\"scale_attn_by_inverse_layer_idx\": false", "\"scale_attn_weights\": true",
+            "\"n_inner\": null", "\"n_inner\": 128"};
+        char text[300];
+        size_t k;
+        for (k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+            snprintf(text, sizeof text, "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"n_positions\": 40, \"vocab_size\": 300, %s}",
+                     refused[k]);
+            hf_write(dir, "config.json", text);
+            gpt2_opts_default(&o);
+            ZT_CHECKF(gpt2_parse_args(3, args, &o) == 2, "%s accepted", refused[k]);
+        }
+        for (k = 0; k < sizeof accepted / sizeof accepted[0]; k++) {
+            snprintf(text, sizeof text, "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"n_positions\": 40, \"vocab_size\": 300, %s}",
+                     accepted[k]);
+            hf_write(dir, "config.json", text);
+            gpt2_opts_default(&o);
+            ZT_CHECKF(gpt2_parse_args(3, args, &o) == 0, "%s refused", accepted[k]);
+        }
+    }
     {
         char cmd[700];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
