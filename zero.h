@@ -6750,31 +6750,57 @@ static void zero__adam_scalar(const zero_adam_range *r, const zero_adam_coefs *c
    combination compiles to its own loop with no per-vector branch. pk 0 = no param. */
 #define ZERO__ADAM_NO_PARAM ((zero_dtype)0)
 
+/* zero_adam_update on 8 lanes: the constants broadcast once per range, then the same
+   operations in the same order as the scalar element (so every path gives the same bits). */
+typedef struct zero__adam_k8 {
+    __m256 gm, l2, omb1, b2, omb2, ibc2, eps, nlwd, nstep;
+} zero__adam_k8;
+
+ZERO__AVX2 static inline __attribute__((always_inline)) zero__adam_k8
+zero__adam_k8_make(const zero_adam_coefs *c, float grad_mul)
+{
+    zero__adam_k8 k;
+    k.gm = _mm256_set1_ps(grad_mul);
+    k.l2 = _mm256_set1_ps(c->l2);
+    k.omb1 = _mm256_set1_ps(c->one_minus_beta1);
+    k.b2 = _mm256_set1_ps(c->beta2);
+    k.omb2 = _mm256_set1_ps(c->one_minus_beta2);
+    k.ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2);
+    k.eps = _mm256_set1_ps(c->eps);
+    k.nlwd = _mm256_set1_ps(c->neg_lr_wd);
+    k.nstep = _mm256_set1_ps(-c->step_size);
+    return k;
+}
+
+/* g: the raw gradient; p, m, v in; the new master returned, the new m, v in *mo, *vo. */
+ZERO__AVX2 static inline __attribute__((always_inline)) __m256
+zero__adam_x8_avx2(const zero__adam_k8 *k, __m256 g, __m256 p, __m256 m, __m256 v, __m256 *mo, __m256 *vo)
+{
+    __m256 mm, vv, denom, pp;
+    g = _mm256_mul_ps(g, k->gm);                                       /* g * grad_mul */
+    g = _mm256_fmadd_ps(k->l2, p, g);                                  /* fmaf(l2, p, g) */
+    mm = _mm256_fmadd_ps(k->omb1, _mm256_sub_ps(g, m), m);              /* lerp */
+    vv = _mm256_fmadd_ps(k->b2, v, _mm256_mul_ps(_mm256_mul_ps(k->omb2, g), g));
+    denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), k->ibc2, k->eps);
+    pp = _mm256_fmadd_ps(k->nlwd, p, p);                               /* fmaf(neg_lr_wd, p, p) */
+    *mo = mm;
+    *vo = vv;
+    return _mm256_fmadd_ps(k->nstep, _mm256_div_ps(mm, denom), pp);
+}
+
 ZERO__AVX2 static inline __attribute__((always_inline)) void
 zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float grad_mul,
                      size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
-    const __m256 gm = _mm256_set1_ps(grad_mul), l2 = _mm256_set1_ps(c->l2);
-    const __m256 omb1 = _mm256_set1_ps(c->one_minus_beta1);
-    const __m256 b2 = _mm256_set1_ps(c->beta2), omb2 = _mm256_set1_ps(c->one_minus_beta2);
-    const __m256 ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2), eps = _mm256_set1_ps(c->eps);
-    const __m256 nlwd = _mm256_set1_ps(c->neg_lr_wd), nstep = _mm256_set1_ps(-c->step_size);
+    const zero__adam_k8 k = zero__adam_k8_make(c, grad_mul);
     size_t i = *pi;
     for (; i + 8 <= end; i += 8) {
-        __m256 g, p, m, v, mm, vv, denom, pp;
+        __m256 g, p, mm, vv;
         if (gk == ZERO_F16) g = zero__f16x8_to_f32_avx2((const uint16_t *)r->grad + i);
         else if (gk == ZERO_BF16) g = zero__bf16x8_to_f32_avx2((const uint16_t *)r->grad + i);
         else g = _mm256_loadu_ps((const float *)r->grad + i);
-        p = _mm256_loadu_ps(r->master + i);
-        m = _mm256_loadu_ps(r->m + i);
-        v = _mm256_loadu_ps(r->v + i);
-        g = _mm256_mul_ps(g, gm);                                          /* g * grad_mul */
-        g = _mm256_fmadd_ps(l2, p, g);                                     /* fmaf(l2, p, g) */
-        mm = _mm256_fmadd_ps(omb1, _mm256_sub_ps(g, m), m);                 /* lerp */
-        vv = _mm256_fmadd_ps(b2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-        denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ibc2, eps);
-        pp = _mm256_fmadd_ps(nlwd, p, p);                                  /* fmaf(neg_lr_wd, p, p) */
-        p = _mm256_fmadd_ps(nstep, _mm256_div_ps(mm, denom), pp);
+        p = zero__adam_x8_avx2(&k, g, _mm256_loadu_ps(r->master + i), _mm256_loadu_ps(r->m + i),
+                               _mm256_loadu_ps(r->v + i), &mm, &vv);
         _mm256_storeu_ps(r->master + i, p);
         _mm256_storeu_ps(r->m + i, mm);
         _mm256_storeu_ps(r->v + i, vv);
@@ -6937,11 +6963,7 @@ ZERO__AVX2 static inline __attribute__((always_inline)) void
 zero__adam_bf16_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float grad_mul,
                           size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
-    const __m256 gm = _mm256_set1_ps(grad_mul), l2 = _mm256_set1_ps(c->l2);
-    const __m256 omb1 = _mm256_set1_ps(c->one_minus_beta1);
-    const __m256 b2 = _mm256_set1_ps(c->beta2), omb2 = _mm256_set1_ps(c->one_minus_beta2);
-    const __m256 ibc2 = _mm256_set1_ps(c->inv_sqrt_bc2), eps = _mm256_set1_ps(c->eps);
-    const __m256 nlwd = _mm256_set1_ps(c->neg_lr_wd), nstep = _mm256_set1_ps(-c->step_size);
+    const zero__adam_k8 k = zero__adam_k8_make(c, grad_mul);
     const uint64_t gold = 0x9e3779b97f4a7c15ull;
     const __m256i lanes = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     const __m256i step8 = _mm256_set1_epi64x((long long)(8 * gold));
@@ -6954,22 +6976,13 @@ zero__adam_bf16_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, fl
                                     (long long)(k0 + 2 * gold), (long long)(k0 + 3 * gold));
     __m256i cb = _mm256_add_epi64(ca, _mm256_set1_epi64x((long long)(4 * gold)));
     for (; i + 8 <= end; i += 8) {
-        __m256 g, p, m, v, mm, vv, denom, pp;
+        __m256 g, p, mm, vv;
         __m256i ba, bb, lo, hi;
-        __m128i ph;
         if (gk == ZERO_F16) g = zero__f16x8_to_f32_avx2((const uint16_t *)r->grad + i);
         else if (gk == ZERO_BF16) g = zero__bf16x8_to_f32_avx2((const uint16_t *)r->grad + i);
         else g = _mm256_loadu_ps((const float *)r->grad + i);
-        p = zero__ld_bf16x8_avx2(ms + i);
-        m = zero__ld_bf16x8_avx2(m1 + i);
-        v = zero__ld_bf16x8_avx2(m2 + i);
-        g = _mm256_mul_ps(g, gm);
-        g = _mm256_fmadd_ps(l2, p, g);
-        mm = _mm256_fmadd_ps(omb1, _mm256_sub_ps(g, m), m);
-        vv = _mm256_fmadd_ps(b2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-        denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ibc2, eps);
-        pp = _mm256_fmadd_ps(nlwd, p, p);
-        p = _mm256_fmadd_ps(nstep, _mm256_div_ps(mm, denom), pp);
+        p = zero__adam_x8_avx2(&k, g, zero__ld_bf16x8_avx2(ms + i), zero__ld_bf16x8_avx2(m1 + i),
+                               zero__ld_bf16x8_avx2(m2 + i), &mm, &vv);
         /* 64 random bits per element; lo = their low halves in element order, hi = high */
         ba = _mm256_permutevar8x32_epi32(zero__sr_mix_avx2(ca), lanes);
         bb = _mm256_permutevar8x32_epi32(zero__sr_mix_avx2(cb), lanes);
@@ -6977,8 +6990,7 @@ zero__adam_bf16_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, fl
         hi = _mm256_permute2x128_si256(ba, bb, 0x31);
         ca = _mm256_add_epi64(ca, step8);
         cb = _mm256_add_epi64(cb, step8);
-        ph = zero__bf16x8_sr_avx2(p, lo);
-        _mm_storeu_si128((__m128i *)(void *)(ms + i), ph);
+        _mm_storeu_si128((__m128i *)(void *)(ms + i), zero__bf16x8_sr_avx2(p, lo));
         _mm_storeu_si128((__m128i *)(void *)(m1 + i), zero__bf16x8_sr_avx2(mm, _mm256_srli_epi32(lo, 16)));
         _mm_storeu_si128((__m128i *)(void *)(m2 + i), zero__bf16x8_sr_avx2(vv, hi));
         if (pk != ZERO__ADAM_NO_PARAM) {

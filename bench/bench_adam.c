@@ -170,24 +170,15 @@ static void reset(state *s, size_t n)
     }
 }
 
-static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int threads, zero_dtype param_dtype)
+/* The best of REPS passes of zero_adam_host over r (after one warm-up pass). */
+static double host_seconds(const zero_adam_range *r, const zero_adam_coefs *c, int threads, zero_simd simd)
 {
-    zero_adam_range r;
     double t0, best = 1e30;
     int rep;
-    memset(&r, 0, sizeof r);
-    r.numel = n;
-    r.master = s->master;
-    r.m = s->m;
-    r.v = s->v;
-    r.grad = s->gh;
-    r.grad_dtype = ZERO_F16;
-    r.param = s->ph;
-    r.param_dtype = param_dtype;
     for (rep = 0; rep <= REPS; rep++) {
         zero_result res;
         t0 = bench_now();
-        res = zero_adam_host(&r, c, 1.0f / 1024, ZERO_SIMD_AUTO, threads);
+        res = zero_adam_host(r, c, 1.0f / 1024, simd, threads);
         t0 = bench_now() - t0;
         if (res != ZERO_OK) {
             fprintf(stderr, "bench_adam: %s\n", zero_last_error());
@@ -198,14 +189,27 @@ static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int th
     return best;
 }
 
+static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int threads, zero_dtype param_dtype)
+{
+    zero_adam_range r;
+    memset(&r, 0, sizeof r);
+    r.numel = n;
+    r.master = s->master;
+    r.m = s->m;
+    r.v = s->v;
+    r.grad = s->gh;
+    r.grad_dtype = ZERO_F16;
+    r.param = s->ph;
+    r.param_dtype = param_dtype;
+    return host_seconds(&r, c, threads, ZERO_SIMD_AUTO);
+}
+
 /* The same pass with bf16 master, m and v (optimizer_dtype = bf16: stochastic rounding from
    the counter-based RNG), on the given simd path; sb holds 3 n uint16 states. */
 static double bf16_states_seconds(state *s, uint16_t *sb, size_t n, const zero_adam_coefs *c,
                                   int threads, zero_simd simd)
 {
     zero_adam_range r;
-    double t0, best = 1e30;
-    int rep;
     memset(&r, 0, sizeof r);
     r.numel = n;
     r.master = (float *)(void *)sb;
@@ -217,18 +221,7 @@ static double bf16_states_seconds(state *s, uint16_t *sb, size_t n, const zero_a
     r.grad_dtype = ZERO_F16;
     r.param = s->ph;
     r.param_dtype = ZERO_F16;
-    for (rep = 0; rep <= REPS; rep++) {
-        zero_result res;
-        t0 = bench_now();
-        res = zero_adam_host(&r, c, 1.0f / 1024, simd, threads);
-        t0 = bench_now() - t0;
-        if (res != ZERO_OK) {
-            fprintf(stderr, "bench_adam: %s\n", zero_last_error());
-            exit(1);
-        }
-        if (rep > 0 && t0 < best) best = t0;
-    }
-    return best;
+    return host_seconds(&r, c, threads, simd);
 }
 
 static double naive_seconds(state *s, size_t n, const zero_adam_coefs *c, int threads)
