@@ -571,6 +571,30 @@ ZT_TEST(mics_offload_cpu)
         }
 }
 
+/* The checkpoint in dir (saved after step 2 of c's run) resumed to step 4 equals the run
+   without a pause; then saved and dir are gone. */
+static void resume_equals_straight(const ec_cfg *c, const char *dir, ec_result *saved)
+{
+    ec_job jl;
+    ec_result *straight = ec_run(c), *resumed;
+    char why[512];
+    memset(&jl, 0, sizeof jl);
+    jl.load_dir = dir;
+    jl.first = 2;
+    jl.last = 4;
+    resumed = ec_run_job(c, &jl);
+    ZT_CHECKF(straight->rc == ZERO_OK && resumed->rc == ZERO_OK, "%s / %s", straight->err, resumed->err);
+    ZT_CHECKF(ec_same_state(c, straight, resumed, why, sizeof why), "resumed vs straight: %s", why);
+    ec_result_free(straight);
+    ec_result_free(resumed);
+    ec_result_free(saved);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+}
+
 /* Checkpoints: a MiCS run saved after 2 steps loads bit for bit into a flat run (N = 2 and
    4, stages 1 and 3) and into another topology (N = 8, S = 4, R = 4); resuming MiCS from it
    equals the straight 4-step MiCS run. */
@@ -579,7 +603,7 @@ ZT_TEST(mics_checkpoint)
     char dir[] = "/tmp/zero_hier_XXXXXX";
     ec_cfg c, l;
     ec_job js, jl;
-    ec_result *saved, *loaded, *straight, *resumed;
+    ec_result *saved, *loaded;
     char why[160];
     static const int loads[][4] = {{2, 0, 0, 1}, {4, 0, 0, 3}, {8, 4, 4, 2}, {4, 2, 2, 3}};
     size_t i;
@@ -606,22 +630,7 @@ ZT_TEST(mics_checkpoint)
                   l.world, l.mics, l.stage, why);
         ec_result_free(loaded);
     }
-    straight = ec_run(&c);
-    memset(&jl, 0, sizeof jl);
-    jl.load_dir = dir;
-    jl.first = 2;
-    jl.last = 4;
-    resumed = ec_run_job(&c, &jl);
-    ZT_CHECKF(straight->rc == ZERO_OK && resumed->rc == ZERO_OK, "%s / %s", straight->err, resumed->err);
-    ZT_CHECKF(ec_same_state(&c, straight, resumed, why, sizeof why), "resumed vs straight: %s", why);
-    ec_result_free(straight);
-    ec_result_free(resumed);
-    ec_result_free(saved);
-    {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    }
+    resume_equals_straight(&c, dir, saved);
 }
 
 /* Refused: stage 0, a size that does not divide N, NVMe tiers, a comm without split;
@@ -968,7 +977,7 @@ ZT_TEST(hpz_checkpoint)
     char dir[] = "/tmp/zero_hpz_XXXXXX";
     ec_cfg c, l;
     ec_job js, jl;
-    ec_result *saved, *loaded, *straight, *resumed;
+    ec_result *saved, *loaded;
     char why[160];
     static const int loads[][4] = {{4, 0, 0, 3}, {2, 0, 0, 3}, {4, 0, 0, 1}, {8, 4, 4, 3}};
     size_t i;
@@ -997,22 +1006,7 @@ ZT_TEST(hpz_checkpoint)
                   l.world, l.hpz, l.stage, why);
         ec_result_free(loaded);
     }
-    straight = ec_run(&c);
-    memset(&jl, 0, sizeof jl);
-    jl.load_dir = dir;
-    jl.first = 2;
-    jl.last = 4;
-    resumed = ec_run_job(&c, &jl);
-    ZT_CHECKF(straight->rc == ZERO_OK && resumed->rc == ZERO_OK, "%s / %s", straight->err, resumed->err);
-    ZT_CHECKF(ec_same_state(&c, straight, resumed, why, sizeof why), "resumed vs straight: %s", why);
-    ec_result_free(straight);
-    ec_result_free(resumed);
-    ec_result_free(saved);
-    {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    }
+    resume_equals_straight(&c, dir, saved);
 }
 
 /* offload_states / reload_states between steps: the secondary parts leave the device with
