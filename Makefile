@@ -175,8 +175,10 @@ test-tsan:
 test-ckpt-kill: build/test_checkpoint
 	ZERO_CKPT_KILLS=$${ZERO_CKPT_KILLS:-200} build/test_checkpoint
 
-# make fuzz: each harness replays the committed corpus of malformed files, then fuzzes for
-# FUZZ_TIME seconds (FUZZ_RUNS=10000000 for a long run). Needs clang's libFuzzer runtime.
+# make fuzz: each harness replays the committed corpus of malformed files, then the harnesses
+# fuzz at once for FUZZ_TIME seconds (FUZZ_RUNS=10000000 for a long run); a harness that
+# exits non-zero (a crash, a leak, a sanitizer report) fails the target. Needs clang's
+# libFuzzer runtime.
 FUZZ_CC ?= clang
 FUZZ_TIME ?= 20
 FUZZ_RUNS ?= -1
@@ -187,11 +189,21 @@ build/fuzz/fuzz_%: fuzz/fuzz_%.c $(HEADERS) | build/fuzz
 	$(FUZZ_CC) -std=c11 $(WARN) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. $< -o $@ -lm -pthread
 fuzz: $(FUZZERS)
 	@set -e; for f in ckpt safetensors; do \
-	  echo "== fuzz_$$f: corpus replay"; build/fuzz/fuzz_$$f -runs=0 fuzz/corpus/$$f 2>&1 | tail -n 1; \
+	  echo "== fuzz_$$f: corpus replay"; \
+	  build/fuzz/fuzz_$$f -runs=0 fuzz/corpus/$$f > build/fuzz/replay-$$f.log 2>&1 || \
+	    { tail -n 40 build/fuzz/replay-$$f.log; echo "fuzz_$$f: the corpus replay failed"; exit 1; }; \
+	  tail -n 1 build/fuzz/replay-$$f.log; \
 	  rm -rf build/fuzz/work-$$f; cp -r fuzz/corpus/$$f build/fuzz/work-$$f; \
-	  echo "== fuzz_$$f: $(FUZZ_TIME) s"; build/fuzz/fuzz_$$f -max_total_time=$(FUZZ_TIME) -runs=$(FUZZ_RUNS) \
-	    -print_final_stats=1 build/fuzz/work-$$f 2>&1 | grep -E "^(stat::number_of_executed_units|Done|==.*ERROR)"; \
-	done
+	done; \
+	pids=""; for f in ckpt safetensors; do \
+	  build/fuzz/fuzz_$$f -max_total_time=$(FUZZ_TIME) -runs=$(FUZZ_RUNS) -print_final_stats=1 \
+	    build/fuzz/work-$$f > build/fuzz/run-$$f.log 2>&1 & pids="$$pids $$!"; \
+	done; \
+	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	for f in ckpt safetensors; do echo "== fuzz_$$f: $(FUZZ_TIME) s (the harnesses run at once)"; \
+	  grep -E "^(stat::number_of_executed_units|Done|==.*ERROR)" build/fuzz/run-$$f.log || true; done; \
+	[ $$rc -eq 0 ] || { for f in ckpt safetensors; do tail -n 40 build/fuzz/run-$$f.log; done; \
+	  echo "fuzz: a harness failed (its exit status; above)"; exit 1; }
 
 # The exports checked by the reference safetensors package (a venv with safetensors + numpy),
 # and the checkpoint read by tests/read_checkpoint.py, written from docs/checkpoint.md alone.
@@ -360,7 +372,9 @@ CUDASIM_SAN ?=
 CUDASIM_DIR := build/cudasim$(if $(CUDASIM_SAN),-$(CUDASIM_SAN))
 CUDASIM_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 CUDASIM_SANFLAGS := $(if $(filter asan,$(CUDASIM_SAN)),$(CUDASIM_ASAN)) $(if $(filter tsan,$(CUDASIM_SAN)),-fsanitize=thread)
-CUDASIM_OPT ?= $(if $(CUDASIM_SAN),-O1,-O2)
+# Under a sanitizer -O0: each program compiles all of zero.h and zero_cuda.h (single-file
+# use), and ASan+UBSan at -O1 doubles that compile for runs that ZT_QUICK keeps short.
+CUDASIM_OPT ?= $(if $(CUDASIM_SAN),-O0,-O2)
 CUDASIM_FLAGS := -std=c++17 $(WARN) -Wno-unknown-pragmas $(CUDASIM_OPT) -g -ffp-contract=off -pthread -I. -Itests/cudasim $(CUDASIM_SANFLAGS)
 CUDASIM_LIB_SRC := $(sort $(wildcard tests/cudasim/*.cpp))
 CUDASIM_LIB_OBJ := $(patsubst tests/cudasim/%.cpp,$(CUDASIM_DIR)/lib/%.o,$(CUDASIM_LIB_SRC))
@@ -448,7 +462,7 @@ $(foreach t,$(MPI_TESTS),$(foreach n,$(MPI_NP),$(eval $(call MPI_WRAPPER,$(t),$(
 
 mpi:
 	@if ! $(HAVE_MPI); then echo "mpi: skipped: $(MPICC)/$(MPIRUN) not found (apt-get install openmpi-bin libopenmpi-dev)"; \
-	 else $(MAKE) --no-print-directory $(MPI_BINS) build/train_mlp && \
+	 else $(MAKE) --no-print-directory $(PAR) $(MPI_BINS) build/train_mlp && \
 	   echo "mpi: built $(words $(MPI_BINS)) programs with $(MPICC) (make cuda compiles the CUDA one)"; fi
 
 test-mpi:
