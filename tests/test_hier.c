@@ -633,35 +633,29 @@ ZT_TEST(mics_checkpoint)
     resume_equals_straight(&c, dir, saved);
 }
 
-/* Refused: stage 0, a size that does not divide N, NVMe tiers, a comm without split;
-   ranks that disagree: MISMATCH naming mics_shard_size. */
-typedef struct mr_ctx {
-    int stage, mics, nvme, nosplit;
+/* zero_engine_create with a descriptor (its device and comm filled in on each rank) on N
+   local ranks; nosplit: a comm without split. Rank 0's result and message. */
+typedef struct create_ctx {
+    zero_engine_desc d;
+    int nosplit;
     zero_result got;
-    char msg[400];
-} mr_ctx;
+    char msg[480];
+} create_ctx;
 
-static zero_result mr_rank(int rank, zero_comm *comm, void *user)
+static zero_result create_rank(int rank, zero_comm *comm, void *user)
 {
-    mr_ctx *m = (mr_ctx *)user;
+    create_ctx *m = (create_ctx *)user;
     zero_device *dev = NULL;
     zero_engine *e = NULL;
-    zero_engine_desc d;
+    zero_engine_desc d = m->d;
     zero_comm_ops ops = *comm->ops;
     zero_comm wrapped = *comm;
     zero_result r = zero_host_device_create(NULL, &dev);
     if (r != ZERO_OK) return r;
     ops.split = NULL;
     wrapped.ops = &ops;
-    memset(&d, 0, sizeof d);
-    d.stage = m->stage;
     d.device = dev;
     d.comm = m->nosplit ? &wrapped : comm;
-    d.mics_shard_size = m->mics;
-    if (m->nvme) {
-        d.offload_optimizer = ZERO_OFFLOAD_NVME;
-        d.nvme_path = "/tmp";
-    }
     r = zero_engine_create(&d, &e);
     if (rank == 0) {
         m->got = r;
@@ -672,17 +666,30 @@ static zero_result mr_rank(int rank, zero_comm *comm, void *user)
     return ZERO_OK;
 }
 
-static zero_result mr_try(int stage, int mics, int nvme, int nosplit, char *msg, size_t n)
+static zero_result create_try(int world, const zero_engine_desc *d, int nosplit, char *msg, size_t n)
 {
-    mr_ctx m;
+    create_ctx m;
     memset(&m, 0, sizeof m);
-    m.stage = stage;
-    m.mics = mics;
-    m.nvme = nvme;
+    m.d = *d;
     m.nosplit = nosplit;
-    if (zero_local_run(4, mr_rank, &m) != ZERO_OK) return ZERO_ERROR_COMM;
+    if (zero_local_run(world, create_rank, &m) != ZERO_OK) return ZERO_ERROR_COMM;
     snprintf(msg, n, "%s", m.msg);
     return m.got;
+}
+
+/* Refused: stage 0, a size that does not divide N, NVMe tiers, a comm without split;
+   ranks that disagree: MISMATCH naming mics_shard_size. */
+static zero_result mr_try(int stage, int mics, int nvme, int nosplit, char *msg, size_t n)
+{
+    zero_engine_desc d;
+    memset(&d, 0, sizeof d);
+    d.stage = stage;
+    d.mics_shard_size = mics;
+    if (nvme) {
+        d.offload_optimizer = ZERO_OFFLOAD_NVME;
+        d.nvme_path = "/tmp";
+    }
+    return create_try(4, &d, nosplit, msg, n);
 }
 
 ZT_TEST(mics_refused)
@@ -1034,61 +1041,21 @@ ZT_TEST(hpz_offload_states)
 }
 
 /* Refused, each with its reason; ranks that disagree: MISMATCH naming hpz_partition_size. */
-typedef struct hr2_ctx {
-    int stage, hpz, rpn, mics, nvme_param, nosplit, world;
-    zero_result got;
-    char msg[480];
-} hr2_ctx;
-
-static zero_result hr2_rank(int rank, zero_comm *comm, void *user)
+static zero_result hr2_try(int world, int stage, int hpz, int rpn, int mics, int nvme_param,
+                           int nosplit, char *msg, size_t n)
 {
-    hr2_ctx *m = (hr2_ctx *)user;
-    zero_device *dev = NULL;
-    zero_engine *e = NULL;
     zero_engine_desc d;
-    zero_comm_ops ops = *comm->ops;
-    zero_comm wrapped = *comm;
-    zero_result r = zero_host_device_create(NULL, &dev);
-    if (r != ZERO_OK) return r;
-    ops.split = NULL;
-    wrapped.ops = &ops;
     memset(&d, 0, sizeof d);
-    d.stage = m->stage;
-    d.device = dev;
-    d.comm = m->nosplit ? &wrapped : comm;
-    d.hpz_partition_size = m->hpz;
-    d.ranks_per_node = m->rpn;
-    d.mics_shard_size = m->mics;
-    if (m->nvme_param) {
+    d.stage = stage;
+    d.hpz_partition_size = hpz;
+    d.ranks_per_node = rpn;
+    d.mics_shard_size = mics;
+    if (nvme_param) {
         d.offload_optimizer = ZERO_OFFLOAD_NVME;
         d.offload_param = ZERO_OFFLOAD_NVME;
         d.nvme_path = "/tmp";
     }
-    r = zero_engine_create(&d, &e);
-    if (rank == 0) {
-        m->got = r;
-        snprintf(m->msg, sizeof m->msg, "%s", zero_last_error());
-    }
-    zero_engine_destroy(e);
-    zero_device_destroy(dev);
-    return ZERO_OK;
-}
-
-static zero_result hr2_try(int world, int stage, int hpz, int rpn, int mics, int nvme_param,
-                           int nosplit, char *msg, size_t n)
-{
-    hr2_ctx m;
-    memset(&m, 0, sizeof m);
-    m.world = world;
-    m.stage = stage;
-    m.hpz = hpz;
-    m.rpn = rpn;
-    m.mics = mics;
-    m.nvme_param = nvme_param;
-    m.nosplit = nosplit;
-    if (zero_local_run(world, hr2_rank, &m) != ZERO_OK) return ZERO_ERROR_COMM;
-    snprintf(msg, n, "%s", m.msg);
-    return m.got;
+    return create_try(world, &d, nosplit, msg, n);
 }
 
 ZT_TEST(hpz_refused)
