@@ -14,6 +14,7 @@
 #include "zero_mpi.h"
 #include "tests/mpi/zt_mpi.h"
 #include "tests/engine_common.h"
+#include "tests/mpi/zt_mpi_engine.h"
 
 static zero_comm *g_comm;
 static int g_R;
@@ -92,33 +93,6 @@ ZT_TEST(split_mpi)
     zero_comm_destroy(node);
 }
 
-/* This process's rank of cfg over MPI (ec_rank_fn), the state arrays starting at 0xff. */
-static ec_result *run_mpi_rank(const ec_cfg *c, ec_ctx *ctx)
-{
-    ec_result *res = (ec_result *)calloc(1, sizeof *res);
-    int t;
-    memset(ctx, 0, sizeof *ctx);
-    ctx->cfg = c;
-    ctx->res = res;
-    pthread_mutex_init(&ctx->mu, NULL);
-    for (t = 0; t < c->ntensors; t++) {
-        size_t n = c->sizes[t];
-        res->master[t] = (float *)malloc(n * 4);
-        res->m[t] = (float *)malloc(n * 4);
-        res->v[t] = (float *)malloc(n * 4);
-        res->param[t] = (unsigned char *)malloc(n * 4);
-        memset(res->master[t], 0xff, n * 4);
-        memset(res->m[t], 0xff, n * 4);
-        memset(res->v[t], 0xff, n * 4);
-        memset(res->param[t], 0xff, n * 4);
-        ctx->param_rank[zm_rank][t] = (unsigned char *)calloc(n, 4);
-    }
-    res->rc = ec_rank_fn(zm_rank, g_comm, ctx);
-    if (res->rc != ZERO_OK && !res->err[0]) snprintf(res->err, sizeof res->err, "%s", zero_last_error());
-    for (t = 0; t < c->ntensors; t++) free(ctx->param_rank[zm_rank][t]);
-    pthread_mutex_destroy(&ctx->mu);
-    return res;
-}
 
 /* The elements this rank holds (not 0xff) equal the threads run's; its infos and traffic. */
 static void compare(const ec_cfg *c, const ec_result *ref, const ec_result *got, const char *label)
@@ -160,7 +134,7 @@ ZT_TEST(engine_topology_mpi_equals_threads)
         c.ranks_per_node = g_R;
         snprintf(label, sizeof label, "stage %d R %d", st, g_R);
         ref = ec_run(&c);
-        got = run_mpi_rank(&c, &ctx);
+        got = run_mpi_rank(&c, &ctx, g_comm, ec_rank_fn);
         compare(&c, ref, got, label);
         if (g_R < zm_world && got->rc == ZERO_OK)
             ZT_CHECKF(got->traffic_last[zm_rank][1].inter_bytes[ZERO_COLL_ALL_GATHER] > 0.0 ||
@@ -187,7 +161,7 @@ ZT_TEST(mics_mpi_equals_threads)
         c.mics = 2;
         snprintf(label, sizeof label, "MiCS S 2 stage %d R %d", st, g_R);
         ref = ec_run(&c);
-        got = run_mpi_rank(&c, &ctx);
+        got = run_mpi_rank(&c, &ctx, g_comm, ec_rank_fn);
         compare(&c, ref, got, label);
         if (got->rc == ZERO_OK)
             ZT_CHECKF(got->traffic_last[zm_rank][1].calls[ZERO_COLL_ALL_REDUCE] > 0,
@@ -212,7 +186,7 @@ ZT_TEST(hpz_mpi_equals_threads_and_plain)
     c.ranks_per_node = g_R;
     c.hpz = 2;
     ref = ec_run(&c);
-    got = run_mpi_rank(&c, &ctx);
+    got = run_mpi_rank(&c, &ctx, g_comm, ec_rank_fn);
     compare(&c, ref, got, "hpZ S 2 stage 3");
     c.hpz = 0;
     plain = ec_run(&c);
