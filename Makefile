@@ -117,8 +117,30 @@ build/%: examples/%.c $(HEADERS) $(wildcard examples/*.h) | build
 # warnings, passes -O0 -march=native: clang's warnings do not depend on the level).
 FAST_OPT ?= -O3 -march=native
 GPT2_OPT := $(FAST_OPT) -ffp-contract=off
-build/train_gpt2: examples/train_gpt2.c $(HEADERS) $(wildcard examples/*.h) | build
-	$(CC) $(ALL_CFLAGS) $(GPT2_OPT) $< -o $@ $(LDLIBS)
+build/train_gpt2: examples/train_gpt2.c $(HEADERS) $(wildcard examples/*.h) build/blas.stamp | build
+	$(CC) $(ALL_CFLAGS) $(GPT2_OPT) $(BLAS_CFLAGS) $< -o $@ $(LDLIBS) $(BLAS_LIBS)
+
+# BLAS=openblas: the GPT-2 example's products through OpenBLAS's cblas_sgemm instead of its
+# own kernels (Debian's libopenblas-dev; opt-in, for comparison, never required:
+# examples/gpt2_gemm.h says what changes). It applies to build/train_gpt2, train_gpt2_mpi,
+# bench_gemm and test_gpt2_gemm; build/blas.stamp holds the last choice, so that switching
+# rebuilds them (the stamp's time changes only when its content does).
+BLAS ?=
+ifeq ($(BLAS),openblas)
+BLAS_CFLAGS := -DGPT2_BLAS $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
+BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+else ifneq ($(BLAS),)
+$(error BLAS=$(BLAS): the one supported value is BLAS=openblas)
+endif
+.PHONY: FORCE
+build/blas.stamp: FORCE | build
+	@echo '$(BLAS)' | cmp -s - $@ || echo '$(BLAS)' > $@
+build/bench_gemm: build/blas.stamp
+build/bench_gemm: ALL_CFLAGS += $(BLAS_CFLAGS)
+build/bench_gemm: LDLIBS += $(BLAS_LIBS)
+build/test_gpt2_gemm: build/blas.stamp
+build/test_gpt2_gemm: ALL_CFLAGS += $(BLAS_CFLAGS)
+build/test_gpt2_gemm: LDLIBS += $(BLAS_LIBS)
 
 build/bench_%: bench/bench_%.c $(HEADERS) bench/bench_common.h | build
 	$(CC) $(ALL_CFLAGS) $(FAST_OPT) $< -o $@ $(LDLIBS)
@@ -451,8 +473,8 @@ build/mpi/nccl_mpi_build: tests/mpi/nccl_mpi_build.cu $(CUDA_HEADERS) zero_mpi.h
 build/train_mlp_mpi: examples/train_mlp.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
 	$(MPICC) $(ALL_CFLAGS) -DZERO_MLP_MPI $< -o $@ $(LDLIBS)
 
-build/train_gpt2_mpi: examples/train_gpt2.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) | build
-	$(MPICC) $(ALL_CFLAGS) $(GPT2_OPT) -DZERO_GPT2_MPI $< -o $@ $(LDLIBS)
+build/train_gpt2_mpi: examples/train_gpt2.c $(HEADERS) zero_mpi.h $(wildcard examples/*.h) build/blas.stamp | build
+	$(MPICC) $(ALL_CFLAGS) $(GPT2_OPT) $(BLAS_CFLAGS) -DZERO_GPT2_MPI $< -o $@ $(LDLIBS) $(BLAS_LIBS)
 
 define MPI_WRAPPER
 $(1).np$(2): $(1) | build/mpi

@@ -1,7 +1,8 @@
 /* bench_gemm.c - GFLOP/s of the GPT-2 example's matrix product (examples/gpt2_gemm.h) at
    GPT-2 124M's shapes (B 4, T 64: 256 rows), each kernel this machine has, the fastest of 3
    calls: the forward projections, the backward's dx (W read transposed) and dW (x read
-   transposed), the LM head (wte read transposed) and its two backward products.
+   transposed), the LM head (wte read transposed) and its two backward products. Built with
+   make BLAS=openblas, a last column gives OpenBLAS's cblas_sgemm on the same calls.
 
        build/bench_gemm [--quick] */
 #define ZERO_IMPLEMENTATION
@@ -33,10 +34,15 @@ int main(int argc, char **argv)
         {"fc dW (x^T)", 768, 3072, 256, 1, 0},   {"head (wte^T)", 256, 50257, 768, 0, 1},
         {"head dlnf", 256, 768, 50257, 0, 0},    {"head dwte (dlogits^T)", 50257, 768, 256, 1, 0},
     };
+#ifdef GPT2_BLAS /* make BLAS=openblas: the BLAS beside our kernels, same calls */
+    static const int kernels[] = {GEMM_AVX512, GEMM_AVX2, GEMM_PORTABLE, GEMM_BLAS};
+#else
     static const int kernels[] = {GEMM_AVX512, GEMM_AVX2, GEMM_PORTABLE};
+#endif
+    const int nk = (int)(sizeof kernels / sizeof *kernels);
     int quick = argc > 1 && !strcmp(argv[1], "--quick"), s, k, rep;
     printf("gemm_acc, GFLOP/s (the fastest of 3 calls), GPT-2 124M shapes at 256 rows\n%-24s", "product");
-    for (k = 0; k < 3; k++) {
+    for (k = 0; k < nk; k++) {
         gemm_kernel_choice = kernels[k];
         printf(" %20s", gemm_pick().name);
     }
@@ -47,7 +53,7 @@ int main(int argc, char **argv)
         int ars = h->ta ? 1 : h->K, acs = h->ta ? h->M : 1, brs = h->tb ? 1 : h->N, bcs = h->tb ? h->K : 1;
         if (!a || !b || !o) return 1;
         printf("%-24s", h->name);
-        for (k = 0; k < 3; k++) {
+        for (k = 0; k < nk; k++) {
             double best = 1e30;
             gemm_kernel_choice = kernels[k];
             for (rep = 0; rep < (quick || kernels[k] == GEMM_PORTABLE ? 1 : 3); rep++) {

@@ -48,10 +48,27 @@
 #define GEMM_MR_MAX 6
 #define GEMM_NR_MAX 32
 
-/* The kernel gemm_acc uses: GEMM_AUTO (the fastest this CPU has), or one named (tests); a
-   named kernel the CPU or compiler lacks falls back to GEMM_AUTO's choice. */
-enum { GEMM_AUTO, GEMM_PORTABLE, GEMM_AVX2, GEMM_AVX512 };
+/* The kernel gemm_acc uses: GEMM_AUTO (the fastest this CPU has; in a GPT2_BLAS build the
+   BLAS), or one named (tests); a named kernel the CPU or compiler lacks falls back to
+   GEMM_AUTO's choice. GEMM_BLAS: cblas_sgemm (only in a GPT2_BLAS build, see below). */
+enum { GEMM_AUTO, GEMM_PORTABLE, GEMM_AVX2, GEMM_AVX512, GEMM_BLAS };
 static int gemm_kernel_choice = GEMM_AUTO;
+
+/* GPT2_BLAS (make BLAS=openblas): products go to the system's cblas_sgemm instead of the
+   kernels below, for comparison (bench_gemm prints both). Opt-in, never required. The BLAS
+   does not promise gemm_acc's definition (one fma chain per output in k order: it blocks
+   K and sums partial products in its own order), so its bits differ from the kernels';
+   its error is still within the gamma(K) bound above (tests/test_gpt2_gemm.c checks it).
+   It runs single-threaded (openblas_set_num_threads(1) on first use): each rank is a thread,
+   and a product's bits must not depend on how many threads the BLAS would pick. A stride
+   pattern cblas cannot express (neither of an operand's strides 1, or a leading dimension
+   below the row length) runs our kernel. */
+#ifdef GPT2_BLAS
+#include <cblas.h>
+#include <pthread.h>
+static pthread_once_t gemm__blas_once = PTHREAD_ONCE_INIT;
+static void gemm__blas_init(void) { openblas_set_num_threads(1); }
+#endif
 
 /* ---- kernels: c[MR][NR] (row length ldc) = the fma chain over kc packed products ---------- */
 
@@ -133,16 +150,24 @@ typedef struct gemm_kernel {
     const char *name;
 } gemm_kernel;
 
-/* The kernel of gemm_kernel_choice (the fastest this CPU and compiler have for GEMM_AUTO). */
-static inline gemm_kernel gemm_pick(void)
+/* The kernel for a choice (the fastest this CPU and compiler have for GEMM_AUTO). */
+static inline gemm_kernel gemm__pick(int want)
 {
     gemm_kernel k = {gemm__kernel_c, 6, 16, "portable C (6x16)"};
+    (void)want;
+#ifdef GPT2_BLAS
+    if (want == GEMM_AUTO || want == GEMM_BLAS) {
+        k.fn = NULL, k.name = "OpenBLAS sgemm";
+        return k;
+    }
+#endif
 #if GEMM_X86
-    int avx512, avx2, want = gemm_kernel_choice;
+    int avx512, avx2;
     __builtin_cpu_init();
     avx512 = __builtin_cpu_supports("avx512f");
     avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (want == GEMM_PORTABLE) return k;
+    if (want == GEMM_BLAS) want = GEMM_AUTO; /* not a GPT2_BLAS build */
     if (want == GEMM_AVX512 && !avx512) want = GEMM_AUTO;
     if (want == GEMM_AVX2 && !avx2) want = GEMM_AUTO;
     if (want == GEMM_AUTO) want = avx512 ? GEMM_AVX512 : avx2 ? GEMM_AVX2 : GEMM_PORTABLE;
@@ -151,6 +176,9 @@ static inline gemm_kernel gemm_pick(void)
 #endif
     return k;
 }
+
+/* The kernel of gemm_kernel_choice. */
+static inline gemm_kernel gemm_pick(void) { return gemm__pick(gemm_kernel_choice); }
 
 /* ---- the driver ------------------------------------------------------------------------- */
 
@@ -225,6 +253,21 @@ static inline void gemm_acc(float *out, int ldo, const float *a, int ars, int ac
     float *ap, *bp, edge[GEMM_MR_MAX * GEMM_NR_MAX];
     int n0, k0, m0, i, j, r, c;
     if (M <= 0 || N <= 0 || K <= 0) return;
+#ifdef GPT2_BLAS
+    if (!kn.fn) {
+        /* row-major cblas: an operand is plain (unit column stride, leading dimension its row
+           stride) or transposed (unit row stride, leading dimension its column stride) */
+        int a_plain = acs == 1 && ars >= K, a_trans = ars == 1 && acs >= M;
+        int b_plain = bcs == 1 && brs >= N, b_trans = brs == 1 && bcs >= K;
+        if ((a_plain || a_trans) && (b_plain || b_trans) && ldo >= N) {
+            pthread_once(&gemm__blas_once, gemm__blas_init);
+            cblas_sgemm(CblasRowMajor, a_plain ? CblasNoTrans : CblasTrans, b_plain ? CblasNoTrans : CblasTrans,
+                        M, N, K, 1.0f, a, a_plain ? ars : acs, b, b_plain ? brs : bcs, 1.0f, out, ldo);
+            return;
+        }
+        kn = gemm__pick(GEMM_AVX512); /* ours: AVX-512, else the fastest this CPU has */
+    }
+#endif
     if (!gemm__buf && !(gemm__buf = (float *)malloc(sizeof(float) * ((size_t)GEMM_MC * GEMM_KC +
                                                                      (size_t)GEMM_KC * GEMM_NC)))) {
         gemm_acc_ref(out, ldo, a, ars, acs, b, brs, bcs, M, N, K);
