@@ -2501,6 +2501,10 @@ ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *
 /* CRC32C (Castagnoli, reflected, as in iSCSI/ext4): pass 0 first, then the previous
    result to continue over more bytes. Uses SSE4.2 where the CPU has it (same result). */
 ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
+/* The CRC32C of the concatenation A B from crc_a = zero_crc32c(0, A, |A|), crc_b =
+   zero_crc32c(0, B, |B|) and bytes_b = |B|, without the bytes: what lets pieces of a range
+   be summed apart (in any order, on any thread) and joined. O(log bytes_b). */
+ZERODEF uint32_t zero_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t bytes_b);
 
 /* COLLECTIVE. Saves the engine's state to directory dir (created if missing; every rank
    passes the same path): each rank writes its own shard file; rank 0 then writes the
@@ -7258,6 +7262,156 @@ ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow)
     scaler->iter += 1;
     return ZERO_OK;
 }
+/* ---- CRC32C ------------------------------------------------------------------------------- */
+
+/* The algebra (reflected bit order: bit 31 of a word is the coefficient of x^0, bit 0 that of
+   x^31; P = the Castagnoli polynomial, 0x82F63B78 reflected). Without the initial and final
+   inversions, the CRC register after bytes M from a start value c is
+       raw(c, M) = c x^(8|M|) + M x^32   (mod P),
+   linear in c and M. So raw(c, A B) = raw(c, A) x^(8|B|) + raw(0, B), and for the public
+   value crc(M) = ~raw(~0, M) the inversions cancel in
+       crc(A B) = crc(A) x^(8|B|) + crc(B)   (mod P):
+   zero_crc32c_combine. The product needs x^(8n) mod P, built from the table of x^(2^k) by
+   square and multiply: O(log n) products of 32 steps each. The SSE4.2 path runs three
+   independent crc32 chains over three lanes of ZERO__CRC_LANE bytes and joins them with the
+   same rule (the instruction's latency is 3 cycles, its throughput one per cycle). */
+
+#define ZERO__CRC_POLY 0x82F63B78u
+#define ZERO__CRC_LANE 8192u
+
+static uint32_t zero__crc_tab[8][256];
+static uint32_t zero__crc_x2k[64];    /* x^(2^k) mod P                          */
+static uint32_t zero__crc_lane1;      /* x^(8 ZERO__CRC_LANE) mod P             */
+static uint32_t zero__crc_lane2;      /* x^(16 ZERO__CRC_LANE) mod P            */
+static pthread_once_t zero__crc_once = PTHREAD_ONCE_INIT;
+static int zero__crc_hw;
+
+/* a b mod P (reflected). */
+static uint32_t zero__crc_mul(uint32_t a, uint32_t b)
+{
+    uint32_t prod = 0, bit;
+    for (bit = 0x80000000u; bit != 0; bit >>= 1) { /* a's terms x^0, x^1, ..., x^31 */
+        if (a & bit) prod ^= b;
+        b = (b & 1u) ? (b >> 1) ^ ZERO__CRC_POLY : b >> 1; /* b = b x mod P */
+    }
+    return prod;
+}
+
+/* x^(8 n) mod P, n in bytes. */
+static uint32_t zero__crc_xpow8(uint64_t n)
+{
+    uint32_t r = 0x80000000u; /* x^0 */
+    int k = 3;                /* 8 n = n << 3 */
+    for (; n != 0 && k < 64; n >>= 1, k++)
+        if (n & 1u) r = zero__crc_mul(r, zero__crc_x2k[k]);
+    return r;
+}
+
+static void zero__crc_init(void)
+{
+    uint32_t i, j, c;
+    for (i = 0; i < 256; i++) {
+        c = i;
+        for (j = 0; j < 8; j++) c = (c >> 1) ^ (ZERO__CRC_POLY & (0u - (c & 1u)));
+        zero__crc_tab[0][i] = c;
+    }
+    for (i = 0; i < 256; i++)
+        for (j = 1; j < 8; j++)
+            zero__crc_tab[j][i] = (zero__crc_tab[j - 1][i] >> 8) ^
+                                  zero__crc_tab[0][zero__crc_tab[j - 1][i] & 0xffu];
+    zero__crc_x2k[0] = 0x40000000u; /* x^1 */
+    for (i = 1; i < 64; i++) zero__crc_x2k[i] = zero__crc_mul(zero__crc_x2k[i - 1], zero__crc_x2k[i - 1]);
+    zero__crc_lane1 = zero__crc_xpow8(ZERO__CRC_LANE);
+    zero__crc_lane2 = zero__crc_xpow8(2u * ZERO__CRC_LANE);
+#ifdef ZERO__X86_SIMD
+    {
+        unsigned a, b, cc, d;
+        if (__get_cpuid(1, &a, &b, &cc, &d)) zero__crc_hw = (cc >> 20) & 1u;
+    }
+    if (getenv("ZERO_CRC_PORTABLE")) zero__crc_hw = 0;
+#endif
+}
+
+static uint32_t zero__crc_sw(uint32_t c, const unsigned char *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7u)) {
+        c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
+                      (uint32_t)p[7] << 24;
+        c = zero__crc_tab[7][lo & 0xffu] ^ zero__crc_tab[6][(lo >> 8) & 0xffu] ^
+            zero__crc_tab[5][(lo >> 16) & 0xffu] ^ zero__crc_tab[4][lo >> 24] ^
+            zero__crc_tab[3][hi & 0xffu] ^ zero__crc_tab[2][(hi >> 8) & 0xffu] ^
+            zero__crc_tab[1][(hi >> 16) & 0xffu] ^ zero__crc_tab[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
+    return c;
+}
+
+#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t zero__crc_sse42(uint32_t c,
+                                                                   const unsigned char *p,
+                                                                   size_t n)
+{
+    uint64_t c64;
+    while (n && ((uintptr_t)p & 7u)) {
+        c = _mm_crc32_u8(c, *p++);
+        n--;
+    }
+    c64 = c;
+    while (n >= 3u * ZERO__CRC_LANE) { /* three chains: raw(c, A B C) = a x^16L + b x^8L + d */
+        uint64_t a = c64, b = 0, d = 0, w0, w1, w2;
+        size_t i;
+        for (i = 0; i < ZERO__CRC_LANE; i += 8) {
+            memcpy(&w0, p + i, 8);
+            memcpy(&w1, p + ZERO__CRC_LANE + i, 8);
+            memcpy(&w2, p + 2u * ZERO__CRC_LANE + i, 8);
+            a = _mm_crc32_u64(a, w0);
+            b = _mm_crc32_u64(b, w1);
+            d = _mm_crc32_u64(d, w2);
+        }
+        c64 = zero__crc_mul((uint32_t)a, zero__crc_lane2) ^ zero__crc_mul((uint32_t)b, zero__crc_lane1) ^
+              (uint32_t)d;
+        p += 3u * ZERO__CRC_LANE;
+        n -= 3u * ZERO__CRC_LANE;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = _mm_crc32_u64(c64, w);
+        p += 8;
+        n -= 8;
+    }
+    c = (uint32_t)c64;
+    while (n--) c = _mm_crc32_u8(c, *p++);
+    return c;
+}
+#endif
+
+ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint32_t c = ~crc;
+    pthread_once(&zero__crc_once, zero__crc_init);
+    if (!p || bytes == 0) return crc;
+#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
+    if (zero__crc_hw) return ~zero__crc_sse42(c, p, bytes);
+#endif
+    return ~zero__crc_sw(c, p, bytes);
+}
+
+ZERODEF uint32_t zero_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t bytes_b)
+{
+    pthread_once(&zero__crc_once, zero__crc_init);
+    return zero__crc_mul(crc_a, zero__crc_xpow8(bytes_b)) ^ crc_b;
+}
+
 /* NVMe I/O implementation: see the NVMe I/O declarations and docs/nvme.md.
 
    One mutex per engine guards everything: the tickets (ops), the issue queue, the slots
@@ -7265,8 +7419,13 @@ ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow)
    when a slot frees up, so at most queue_depth requests are in flight. Slots hold what a
    request needs until it completes: the target, the iovec, a bounce buffer for unaligned
    pieces in O_DIRECT mode. Completions run under the lock, refill the slots and wake the
-   waiters; checksums are computed outside it (on the thread that queues a write and on
-   the thread that waits for a read).
+   waiters. Each request's bytes are checked outside the lock by the engine's own thread
+   that completed it (the reaper, or the worker): the CRC32C of a write's piece or of a
+   read's arrived piece, or a read of a declared zero range tested for zeros; the slot is
+   free again (and refilled) before that check runs, and the ticket finishes when the last
+   check is in. The wait joins the pieces' CRCs into the range's with the CRC-combine
+   (zero_crc32c_combine: one product mod P per block), so the caller's thread never reads
+   the bytes for their checksum.
 
    io_uring backend: the ring is set up through raw syscalls (no liburing): the queuing
    thread writes SQEs and submits them under the lock; one reaper thread waits for CQEs
@@ -7456,7 +7615,7 @@ enum { ZERO__RANGE_VALID = 0, ZERO__RANGE_WRITING = 1, ZERO__RANGE_FAILED = 2 };
 typedef struct zero__io_range {
     uint64_t offset;
     size_t bytes;
-    uint64_t sum;
+    uint32_t sum; /* CRC32C of the bytes written (known from the write's wait on) */
     int state;
     int readers; /* queued reads not yet finished */
     int zeros;   /* declared by zero_io_declare_zeros: reads check for zeros, not the sum */
@@ -7482,8 +7641,13 @@ typedef struct zero__io_op {
     uint64_t offset;
     size_t bytes;
     unsigned char *buf;
-    uint64_t sum;     /* reads: the checksum recorded when the range was written */
+    uint32_t sum;     /* reads: the CRC32C recorded when the range was written   */
     int zeros;        /* reads of a declared zero range: every byte must be 0    */
+    uint32_t *crcs;   /* the CRC32C of each block_size piece (nblocks), set by the
+                         engine's threads as the pieces complete                 */
+    size_t nblocks;
+    int checks;       /* pieces being checked outside the lock                   */
+    size_t nonzero;   /* zeros: the first byte found not zero (bytes: none)      */
     size_t issued;    /* bytes cut into requests so far                          */
     int outstanding;  /* requests in flight                                       */
     int done;
@@ -7495,6 +7659,14 @@ typedef struct zero__io_op {
 } zero__io_op;
 
 enum { ZERO__SLOT_FREE = 0, ZERO__SLOT_READY = 1, ZERO__SLOT_RUNNING = 2 };
+/* A piece of a ticket that completed and still needs its check (outside the lock). */
+typedef struct zero__io_piece {
+    zero__io_op *op;
+    size_t index; /* its block within the ticket */
+    const unsigned char *p;
+    size_t n;
+} zero__io_piece;
+
 typedef struct zero__io_slot {
     int state;
     zero__io_op *op;
@@ -7522,6 +7694,8 @@ struct zero_io {
     pthread_cond_t done; /* a ticket finished */
     int stop;
     zero__io_slot *slots;
+    zero__io_piece *pieces; /* io_uring: the reaper's pieces to check, one per slot */
+    uint32_t crc_shift;     /* x^(8 block_size) mod P: joins a block's CRC */
     int *ready; /* threads: ring of ready slot indices */
     int *pushed; /* io_uring: slots put on the ring since the last submit */
     int npushed;
@@ -7631,11 +7805,24 @@ static long zero__io_range_find(const zero_io_file *f, uint64_t offset)
     return -1;
 }
 
-/* A request finished: err = 0 and got = len on success. Caller holds the lock. */
-static void zero__io_slot_finish(zero_io *io, zero__io_slot *s, int err, int eof)
+/* The ticket is done when every request finished and every piece was checked. Locked. */
+static void zero__io_op_settle(zero_io *io, zero__io_op *op)
+{
+    if (!op->done && op->outstanding == 0 && op->issued == op->bytes && op->checks == 0) {
+        op->done = 1;
+        pthread_cond_broadcast(&io->done);
+    }
+}
+
+/* A request finished: err = 0 and got = len on success. Caller holds the lock. On success
+   (the ticket not failed) the piece's check is handed to the caller in *piece (which must
+   run zero__io_piece_check outside the lock, then zero__io_piece_done): returns 1. The slot
+   is free on return either way. */
+static int zero__io_slot_finish(zero_io *io, zero__io_slot *s, int err, int eof, zero__io_piece *piece)
 {
     zero__io_op *op = s->op;
     char cause[160];
+    int got = 0;
     if (err) {
         snprintf(cause, sizeof cause, "%s (errno %d)", strerror(err), err);
         zero__io_op_fail(op, s->offset, cause);
@@ -7652,15 +7839,76 @@ static void zero__io_slot_finish(zero_io *io, zero__io_slot *s, int err, int eof
         else
             io->stats.bytes_read += s->user_len;
         io->stats.requests++;
+        if (piece && !op->failed) {
+            piece->op = op;
+            piece->index = (size_t)((s->offset - op->offset) / io->block_size);
+            piece->p = s->user;
+            piece->n = s->user_len;
+            op->checks++;
+            got = 1;
+        }
     }
     s->state = ZERO__SLOT_FREE;
     s->op = NULL;
     io->in_flight--;
     op->outstanding--;
-    if (op->outstanding == 0 && op->issued == op->bytes) {
-        op->done = 1;
-        pthread_cond_broadcast(&io->done);
+    zero__io_op_settle(io, op);
+    return got;
+}
+
+/* The check of a completed piece, outside the lock, on the engine's thread: its CRC32C, or
+   (a read of a declared zero range) the offset of its first byte that is not zero (n when
+   all are). The ticket's buffer is stable: the ticket is not done while checks run. */
+static void zero__io_piece_check(const zero__io_piece *pc, uint32_t *crc, size_t *nonzero)
+{
+    *crc = 0;
+    *nonzero = pc->n;
+    if (pc->op->zeros) {
+        size_t i = 0;
+        while (i + 64 <= pc->n) { /* 64 bytes at a time, then find the byte */
+            uint64_t w[8], acc = 0;
+            int k;
+            memcpy(w, pc->p + i, 64);
+            for (k = 0; k < 8; k++) acc |= w[k];
+            if (acc) break;
+            i += 64;
+        }
+        while (i < pc->n && pc->p[i] == 0) i++;
+        *nonzero = i;
+    } else {
+        *crc = zero_crc32c(0, pc->p, pc->n);
     }
+}
+
+/* Records a piece's check (locked) and finishes its ticket when it was the last. */
+static void zero__io_piece_done(zero_io *io, const zero__io_piece *pc, uint32_t crc, size_t nonzero)
+{
+    zero__io_op *op = pc->op;
+    if (op->zeros) {
+        if (nonzero < pc->n && pc->index * io->block_size + nonzero < op->nonzero)
+            op->nonzero = pc->index * io->block_size + nonzero;
+    } else {
+        op->crcs[pc->index] = crc;
+    }
+    op->checks--;
+    zero__io_op_settle(io, op);
+}
+
+/* The CRC32C of a whole ticket from its pieces' (every piece checked). Locked. */
+static uint32_t zero__io_op_crc(const zero_io *io, const zero__io_op *op)
+{
+    uint32_t c = 0;
+    size_t i;
+    for (i = 0; i < op->nblocks; i++) {
+        size_t len = i + 1 < op->nblocks ? io->block_size : op->bytes - i * io->block_size;
+        if (i == 0)
+            c = op->crcs[0];
+        else if (len == io->block_size)
+            c = zero__crc_mul(c, io->crc_shift) ^ op->crcs[i];
+        else
+            c = zero_crc32c_combine(c, op->crcs[i], len);
+    }
+    return c;
 }
 
 #if ZERO__IO_HAVE_URING
@@ -7706,7 +7954,7 @@ static int zero__io_uring_submit(zero_io *io)
         __atomic_store_n(io->sq_tail, *io->sq_tail - n, __ATOMIC_RELEASE);
         io->uring_fatal = err;
         for (k = (unsigned)io->npushed - n; k < (unsigned)io->npushed; k++)
-            zero__io_slot_finish(io, &io->slots[io->pushed[k]], err, 0);
+            zero__io_slot_finish(io, &io->slots[io->pushed[k]], err, 0, NULL);
     }
     io->npushed = 0;
     return err;
@@ -7771,7 +8019,7 @@ static void zero__io_fill(zero_io *io)
             io->fault.kind = ZERO_IO_FAULT_NONE;
         }
         if (fault_err || fault_short || io->uring_fatal) {
-            zero__io_slot_finish(io, s, fault_err ? fault_err : io->uring_fatal, fault_short);
+            zero__io_slot_finish(io, s, fault_err ? fault_err : io->uring_fatal, fault_short, NULL);
             continue;
         }
         if (io->backend == ZERO_IO_BACKEND_THREADS) {
@@ -7833,7 +8081,18 @@ static void *zero__io_worker(void *arg)
             s->done_bytes += (size_t)r;
         }
         pthread_mutex_lock(&io->mu);
-        zero__io_slot_finish(io, s, err, eof);
+        {
+            zero__io_piece pc;
+            if (zero__io_slot_finish(io, s, err, eof, &pc)) {
+                uint32_t crc;
+                size_t nz;
+                zero__io_fill(io); /* the slot is refilled before the check */
+                pthread_mutex_unlock(&io->mu);
+                zero__io_piece_check(&pc, &crc, &nz);
+                pthread_mutex_lock(&io->mu);
+                zero__io_piece_done(io, &pc, crc, nz);
+            }
+        }
         zero__io_fill(io);
     }
     pthread_mutex_unlock(&io->mu);
@@ -7849,6 +8108,7 @@ static void *zero__io_reaper(void *arg)
     for (;;) {
         uint32_t head, tail;
         unsigned pushed = 0;
+        int npc = 0, k;
         while (!io->stop && io->in_flight == 0) pthread_cond_wait(&io->work, &io->mu);
         if (io->in_flight == 0) break; /* stop, nothing in flight */
         head = *io->cq_head;
@@ -7866,7 +8126,7 @@ static void *zero__io_reaper(void *arg)
                 io->uring_fatal = (int)-r;
                 for (i = 0; i < io->depth; i++)
                     if (io->slots[i].state == ZERO__SLOT_RUNNING && io->slots[i].op)
-                        zero__io_slot_finish(io, &io->slots[i], (int)-r, 0);
+                        zero__io_slot_finish(io, &io->slots[i], (int)-r, 0, NULL);
             }
             continue; /* EINTR and friends: look at the ring again */
         }
@@ -7884,22 +8144,35 @@ static void *zero__io_reaper(void *arg)
                 continue;
             }
             if (res < 0) {
-                zero__io_slot_finish(io, s, -res, 0);
+                zero__io_slot_finish(io, s, -res, 0, NULL);
             } else if (res == 0) {
-                zero__io_slot_finish(io, s, 0, 1);
+                zero__io_slot_finish(io, s, 0, 1, NULL);
             } else {
                 s->done_bytes += (size_t)res;
                 if (s->done_bytes < s->len) { /* a short transfer: the rest, as a new request */
                     zero__io_uring_push(io, index);
                     pushed++;
-                } else {
-                    zero__io_slot_finish(io, s, 0, 0);
+                } else if (zero__io_slot_finish(io, s, 0, 0, &io->pieces[npc])) {
+                    npc++; /* a slot completes once per batch: at most depth pieces */
                 }
             }
         }
         __atomic_store_n(io->cq_head, head, __ATOMIC_RELEASE);
         if (pushed > 0) zero__io_uring_submit(io);
-        zero__io_fill(io);
+        zero__io_fill(io); /* the freed slots go back to the disk before the checks run */
+        if (npc > 0) {
+            uint32_t crcs[64];
+            size_t nzs[64];
+            int at = 0;
+            while (at < npc) { /* in batches of 64: the results kept on the stack */
+                int m = npc - at < 64 ? npc - at : 64;
+                pthread_mutex_unlock(&io->mu);
+                for (k = 0; k < m; k++) zero__io_piece_check(&io->pieces[at + k], &crcs[k], &nzs[k]);
+                pthread_mutex_lock(&io->mu);
+                for (k = 0; k < m; k++) zero__io_piece_done(io, &io->pieces[at + k], crcs[k], nzs[k]);
+                at += m;
+            }
+        }
     }
     pthread_mutex_unlock(&io->mu);
     return NULL;
@@ -7985,6 +8258,7 @@ static void zero__io_free(zero_io *io)
         zero__free(&io->alloc, io->slots);
     }
     zero__free(&io->alloc, io->ready);
+    zero__free(&io->alloc, io->pieces);
     zero__free(&io->alloc, io->pushed);
     zero__free(&io->alloc, io->threads);
     zero__free(&io->alloc, io);
@@ -8046,8 +8320,11 @@ ZERODEF zero_result zero_io_create(const zero_io_desc *desc, zero_io **out)
     io->slots = (zero__io_slot *)zero__alloc(&a, (size_t)io->depth * sizeof *io->slots);
     io->ready = (int *)zero__alloc(&a, (size_t)io->depth * sizeof *io->ready);
     io->pushed = (int *)zero__alloc(&a, (size_t)io->depth * sizeof *io->pushed);
+    io->pieces = (zero__io_piece *)zero__alloc(&a, (size_t)io->depth * sizeof *io->pieces);
     io->threads = (pthread_t *)zero__alloc(&a, (size_t)io->depth * sizeof *io->threads);
-    if (!io->slots || !io->ready || !io->pushed || !io->threads) {
+    pthread_once(&zero__crc_once, zero__crc_init);
+    io->crc_shift = zero__crc_xpow8(io->block_size);
+    if (!io->slots || !io->ready || !io->pushed || !io->pieces || !io->threads) {
         zero__io_free(io);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_create: slots for queue_depth %d", d.queue_depth);
     }
@@ -8475,6 +8752,26 @@ static zero_result zero__io_ranges_reserve(zero_io_file *file, size_t n)
     return ZERO_OK;
 }
 
+/* A ticket of bytes at offset of file, with room for its pieces' CRCs; NULL when out of
+   memory. */
+static zero__io_op *zero__io_op_new(zero_io *io, zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    size_t nb = bytes / io->block_size + (bytes % io->block_size != 0), total;
+    zero__io_op *op;
+    if (zero__mul_size(nb, sizeof(uint32_t), &total) || zero__add_size(total, sizeof *op, &total)) return NULL;
+    op = (zero__io_op *)zero__alloc(&io->alloc, total);
+    if (!op) return NULL;
+    memset(op, 0, sizeof *op);
+    op->crcs = (uint32_t *)(void *)(op + 1);
+    memset(op->crcs, 0, nb * sizeof(uint32_t));
+    op->nblocks = nb;
+    op->file = file;
+    op->offset = offset;
+    op->bytes = bytes;
+    op->nonzero = bytes;
+    return op;
+}
+
 /* Queues op (locked). */
 static void zero__io_enqueue(zero_io *io, zero__io_op *op)
 {
@@ -8502,15 +8799,11 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     zero_result r = zero__io_check("zero_io_write", file, offset, buf, bytes, ticket);
     if (r != ZERO_OK) return r;
     io = file->io;
-    op = (zero__io_op *)zero__alloc(&io->alloc, sizeof *op);
-    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: %zu bytes", sizeof *op);
-    memset(op, 0, sizeof *op);
-    op->file = file;
+    op = zero__io_op_new(io, file, offset, bytes);
+    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: a ticket of %zu bytes", bytes);
     op->write = 1;
-    op->offset = offset;
-    op->bytes = bytes;
-    op->buf = (unsigned char *)(uintptr_t)buf; /* only read from */
-    op->sum = zero_io_checksum(buf, bytes);
+    op->buf = (unsigned char *)(uintptr_t)buf; /* only read from; its CRC32C is taken by the
+                                                  engine's threads, set at the wait */
     end = offset + bytes;
     pthread_mutex_lock(&io->mu);
     /* the ranges it overlaps: a contiguous run [lo, hi) of the sorted table */
@@ -8539,7 +8832,7 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     }
     file->ranges[lo].offset = offset;
     file->ranges[lo].bytes = bytes;
-    file->ranges[lo].sum = op->sum;
+    file->ranges[lo].sum = 0; /* the write's wait sets it */
     file->ranges[lo].state = ZERO__RANGE_WRITING;
     file->ranges[lo].readers = 0;
     file->ranges[lo].zeros = 0;
@@ -8559,12 +8852,8 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
     zero_result r = zero__io_check("zero_io_read", file, offset, buf, bytes, ticket);
     if (r != ZERO_OK) return r;
     io = file->io;
-    op = (zero__io_op *)zero__alloc(&io->alloc, sizeof *op);
-    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_read: %zu bytes", sizeof *op);
-    memset(op, 0, sizeof *op);
-    op->file = file;
-    op->offset = offset;
-    op->bytes = bytes;
+    op = zero__io_op_new(io, file, offset, bytes);
+    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_read: a ticket of %zu bytes", bytes);
     op->buf = (unsigned char *)buf;
     pthread_mutex_lock(&io->mu);
     ri = zero__io_range_find(file, offset);
@@ -8646,15 +8935,19 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     char msg[sizeof op->msg];
     int verify;
     long ri;
+    uint32_t got = 0;
     op->claimed = 1;
     zero__io_wait_op(io, op);
+    if (!op->failed && !op->zeros) got = zero__io_op_crc(io, op); /* the pieces' CRCs joined */
     ri = zero__io_range_find(op->file, op->offset); /* the range's state changes at the wait */
     if (ri >= 0) {
         zero__io_range *rg = &op->file->ranges[ri];
-        if (op->write && rg->state == ZERO__RANGE_WRITING)
+        if (op->write && rg->state == ZERO__RANGE_WRITING) {
             rg->state = op->failed ? ZERO__RANGE_FAILED : ZERO__RANGE_VALID;
-        else if (!op->write && rg->readers > 0)
+            rg->sum = got;
+        } else if (!op->write && rg->readers > 0) {
             rg->readers--;
+        }
     }
     verify = !op->write && !op->failed;
     if (op->failed) memcpy(msg, op->msg, sizeof msg);
@@ -8674,21 +8967,18 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     if (!verify && op->failed) {
         r = zero__fail(ZERO_ERROR_IO, "%s", msg);
     } else if (verify && op->zeros) {
-        size_t i = 0;
-        while (i < op->bytes && op->buf[i] == 0) i++;
-        if (i < op->bytes)
+        if (op->nonzero < op->bytes)
             r = zero__fail(ZERO_ERROR_IO,
                            "zero_io: read of %s at offset %llu (%zu bytes): byte %zu is not zero "
                            "in a range declared zero: the file changed under the engine",
-                           op->file->path, (unsigned long long)op->offset, op->bytes, i);
+                           op->file->path, (unsigned long long)op->offset, op->bytes, op->nonzero);
     } else if (verify) {
-        uint64_t got = zero_io_checksum(op->buf, op->bytes);
         if (got != op->sum)
             r = zero__fail(ZERO_ERROR_IO,
                            "zero_io: read of %s at offset %llu (%zu bytes): checksum mismatch "
-                           "(%016llx, written %016llx): the file changed under the engine",
+                           "(CRC32C %08x, written %08x): the file changed under the engine",
                            op->file->path, (unsigned long long)op->offset, op->bytes,
-                           (unsigned long long)got, (unsigned long long)op->sum);
+                           (unsigned)got, (unsigned)op->sum);
     }
     zero__free(&io->alloc, op);
     pthread_mutex_lock(&io->mu);
@@ -16101,91 +16391,6 @@ static zero_result zero__ck_state_spread(zero_engine *e)
     }
     ZERO__ENG_TRY(e, zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE), "load: event");
     return ZERO_OK;
-}
-
-/* ---- CRC32C ------------------------------------------------------------------------------- */
-
-static uint32_t zero__crc_tab[8][256];
-static pthread_once_t zero__crc_once = PTHREAD_ONCE_INIT;
-static int zero__crc_hw;
-
-static void zero__crc_init(void)
-{
-    uint32_t i, j, c;
-    for (i = 0; i < 256; i++) {
-        c = i;
-        for (j = 0; j < 8; j++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
-        zero__crc_tab[0][i] = c;
-    }
-    for (i = 0; i < 256; i++)
-        for (j = 1; j < 8; j++)
-            zero__crc_tab[j][i] = (zero__crc_tab[j - 1][i] >> 8) ^
-                                  zero__crc_tab[0][zero__crc_tab[j - 1][i] & 0xffu];
-#ifdef ZERO__X86_SIMD
-    {
-        unsigned a, b, cc, d;
-        if (__get_cpuid(1, &a, &b, &cc, &d)) zero__crc_hw = (cc >> 20) & 1u;
-    }
-    if (getenv("ZERO_CRC_PORTABLE")) zero__crc_hw = 0;
-#endif
-}
-
-static uint32_t zero__crc_sw(uint32_t c, const unsigned char *p, size_t n)
-{
-    while (n && ((uintptr_t)p & 7u)) {
-        c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
-        n--;
-    }
-    while (n >= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                           (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
-                      (uint32_t)p[7] << 24;
-        c = zero__crc_tab[7][lo & 0xffu] ^ zero__crc_tab[6][(lo >> 8) & 0xffu] ^
-            zero__crc_tab[5][(lo >> 16) & 0xffu] ^ zero__crc_tab[4][lo >> 24] ^
-            zero__crc_tab[3][hi & 0xffu] ^ zero__crc_tab[2][(hi >> 8) & 0xffu] ^
-            zero__crc_tab[1][(hi >> 16) & 0xffu] ^ zero__crc_tab[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
-    return c;
-}
-
-#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t zero__crc_sse42(uint32_t c,
-                                                                   const unsigned char *p,
-                                                                   size_t n)
-{
-    uint64_t c64;
-    while (n && ((uintptr_t)p & 7u)) {
-        c = _mm_crc32_u8(c, *p++);
-        n--;
-    }
-    c64 = c;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = _mm_crc32_u64(c64, w);
-        p += 8;
-        n -= 8;
-    }
-    c = (uint32_t)c64;
-    while (n--) c = _mm_crc32_u8(c, *p++);
-    return c;
-}
-#endif
-
-ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes)
-{
-    const unsigned char *p = (const unsigned char *)data;
-    uint32_t c = ~crc;
-    pthread_once(&zero__crc_once, zero__crc_init);
-    if (!p || bytes == 0) return crc;
-#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
-    if (zero__crc_hw) return ~zero__crc_sse42(c, p, bytes);
-#endif
-    return ~zero__crc_sw(c, p, bytes);
 }
 
 /* ---- little-endian encoding --------------------------------------------------------------- */
