@@ -9425,7 +9425,8 @@ typedef struct zero__eng_nvme_tier {
     int cached_tile_mv;                 /* the cached record's m, v may be nonzero             */
     int cached_tile_slot;
     int *swap_tile_behind;              /* per swap slot: tile written behind from it or read
-                                           ahead into it (the next one in shard order), -1     */
+                                           ahead into it (the next ones in shard order), -1    */
+    int records_ahead_max;              /* most record reads ahead in flight at once (tests)   */
     int cached_group, cached_group_dirty, cached_group_slot; /* group in its slot (-1 none), changed */
     /* records (per tile) and param shards (per group) never written since commit: they hold
        the preallocated file's zeros, so reading them is replaced by zero-filling the buffer.
@@ -11965,12 +11966,35 @@ static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max)
    the recorded order (not gathered, not in a slot) into free slots, so their reads run
    while g uploads, is all-gathered and used, and while the caller computes (with the
    prefetcher one group ahead: read i+2, i+3, ... while i+1 uploads and i is gathered). */
+static void zero__eng_ra_reads(zero_engine *e, const int *want, int n, int count);
+
 static void zero__eng_ra_start(zero_engine *e, int g)
 {
-    int want[ZERO__ENG_RA_MAX], n, i, s, busy = 0;
+    int want[ZERO__ENG_RA_MAX], n;
     if (!e->nvme.param_file) return;
     n = zero__eng_trace_ahead(e, g, want, e->nvme.ahead_depth);
     e->nvme.ahead_prev = g;
+    zero__eng_ra_reads(e, want, n, 1);
+}
+
+/* A save walks the groups in order: before group g's records and shard, the shards of
+   groups g .. g + param_read_ahead not in a slot yet start reading into free shard slots
+   (the slot of the shard cache, group g - 1's, frees at g's first use), so the shard reads
+   run under the records' reads and the checkpoint's writes. Not counted in the gathers'
+   read-ahead figures. */
+static void zero__eng_save_ahead(zero_engine *e, int g)
+{
+    int want[ZERO__ENG_RA_MAX + 1], n = 0, h;
+    if (!e->nvme.param_file) return;
+    for (h = g; h < e->layout.ngroups && n <= e->nvme.ahead_depth && n <= ZERO__ENG_RA_MAX; h++) want[n++] = h;
+    zero__eng_ra_reads(e, want, n, 0);
+}
+
+/* Starts the reads of the groups in want (in that order) that are not gathered or in a
+   slot, into free slots; count: the gathers' read-ahead figures count them. */
+static void zero__eng_ra_reads(zero_engine *e, const int *want, int n, int count)
+{
+    int i, s, busy = 0;
     for (i = 0; i < n; i++) {
         int h = want[i], have = h == e->nvme.cached_group, slot;
         if (h < 0 || h >= e->layout.ngroups || e->layout.groups[h].persistent || e->nvme.group_fresh[h] || e->layout.groups[h].shard_numel == 0)
@@ -11983,8 +12007,9 @@ static void zero__eng_ra_start(zero_engine *e, int g)
             break; /* the gather reads it on demand and reports the error */
         e->nvme.ahead_group[slot] = h;
         e->nvme.ahead_write[slot] = 0;
-        e->prefetch.stats.nvme_reads_ahead++;
+        if (count) e->prefetch.stats.nvme_reads_ahead++;
     }
+    if (!count) return;
     for (s = 0; s < e->nvme.param_buf_slots; s++) busy += e->nvme.ahead_group[s] >= 0 && e->nvme.ahead_ticket[s] && !e->nvme.ahead_write[s];
     if (busy > e->prefetch.stats.nvme_reads_in_flight_max) e->prefetch.stats.nvme_reads_in_flight_max = busy;
 }
@@ -12142,18 +12167,32 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
             }
             sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
             e->nvme.cached_tile = k;
-            if (k + 1 < e->host.ntiles && e->nvme.tile_fresh[k + 1] != 1) { /* read the next record ahead */
-                int nx = (e->nvme.cached_tile_slot + 1) % e->nvme.nswap, have = 0;
-                for (s = 0; s < e->nvme.nswap; s++) have |= e->nvme.swap_tile_behind[s] == k + 1;
-                if (!have && !e->nvme.swap_ticket[nx]) {
-                    const zero__eng_tile *t2 = &e->host.tiles[k + 1];
+            /* read the next records ahead: k + j into the j-th slot after the cache's, j = 1 ..
+               nswap - 1 (buffer_count - 1: a save reads 3 ahead at the default 4), up to the
+               first slot still busy (a write behind, a read not yet taken) */
+            for (s = 1; s < e->nvme.nswap && k + s < e->host.ntiles; s++) {
+                int kk = k + s, nx = (e->nvme.cached_tile_slot + s) % e->nvme.nswap, have = 0, q;
+                if (e->nvme.tile_fresh[kk] == 1) continue; /* zeros: nothing to read */
+                for (q = 0; q < e->nvme.nswap; q++) have |= e->nvme.swap_tile_behind[q] == kk;
+                if (have) continue;
+                if (e->nvme.swap_ticket[nx]) break;
+                {
+                    const zero__eng_tile *t2 = &e->host.tiles[kk];
                     unsigned char *d2 = e->nvme.swap + (size_t)nx * e->nvme.swap_stride;
-                    size_t rb = t2->numel * (e->nvme.tile_fresh[k + 1] == 2 ? 4u : 12u);
+                    size_t rb = t2->numel * (e->nvme.tile_fresh[kk] == 2 ? 4u : 12u);
                     memset(d2 + rb, 0, t2->numel * 12u - rb);
-                    if (zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k + 1], d2, rb, &e->nvme.swap_ticket[nx]) ==
+                    if (zero_io_read(e->nvme.opt_file, e->nvme.tile_off[kk], d2, rb, &e->nvme.swap_ticket[nx]) !=
                         ZERO_OK)
-                        e->nvme.swap_tile_behind[nx] = k + 1; /* a failed read is reported when needed */
+                        break; /* the record is read (and its error reported) when needed */
+                    e->nvme.swap_tile_behind[nx] = kk;
                 }
+            }
+            {
+                int ahead = 0, q;
+                for (q = 0; q < e->nvme.nswap; q++)
+                    ahead += e->nvme.swap_ticket[q] && e->nvme.swap_tile_behind[q] > k &&
+                             e->nvme.swap_tile_behind[q] < k + e->nvme.nswap;
+                if (ahead > e->nvme.records_ahead_max) e->nvme.records_ahead_max = ahead;
             }
         }
         if (in) {
@@ -17919,6 +17958,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         size_t n = e->layout.groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
         size_t pn = e->layout.groups[g].pshard_numel; /* params: + the frozen slice */
         uint32_t crc[4] = {0, 0, 0, 0};
+        zero__eng_save_ahead(e, g); /* NVMe param shards: the next groups' start reading */
         while (pos < pn && r == ZERO_OK) {
             size_t c = pn - pos < per ? pn - pos : per;
             if (e->nvme.opt_file && c > e->host.tile_numel - pos % e->host.tile_numel)
