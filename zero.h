@@ -9427,6 +9427,9 @@ typedef struct zero__eng_nvme_tier {
     int *swap_tile_behind;              /* per swap slot: tile written behind from it or read
                                            ahead into it (the next ones in shard order), -1    */
     int records_ahead_max;              /* most record reads ahead in flight at once (tests)   */
+    unsigned char *swap_mv;             /* per swap slot: 1 when its m and v areas hold the
+                                           record's (a master-only or fresh record's are zeroed
+                                           on first use, not when it comes into the slot)      */
     int cached_group, cached_group_dirty, cached_group_slot; /* group in its slot (-1 none), changed */
     /* records (per tile) and param shards (per group) never written since commit: they hold
        the preallocated file's zeros, so reading them is replaced by zero-filling the buffer.
@@ -12047,8 +12050,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->nvme.nswap = e->cfg.desc.buffer_count < 3 ? 3 : e->cfg.desc.buffer_count;
     e->nvme.swap_ticket = (zero_io_ticket *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
     e->nvme.swap_tile_behind = (int *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->nvme.nswap * sizeof(int));
+    e->nvme.swap_mv = (unsigned char *)zero__alloc_zeroed(&e->cfg.desc.allocator, (size_t)e->nvme.nswap);
     e->nvme.tile_fresh = (unsigned char *)zero__alloc(&e->cfg.desc.allocator, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
-    if (!e->nvme.tile_off || !e->nvme.swap_ticket || !e->nvme.swap_tile_behind || !e->nvme.tile_fresh)
+    if (!e->nvme.tile_off || !e->nvme.swap_ticket || !e->nvme.swap_tile_behind || !e->nvme.tile_fresh ||
+        !e->nvme.swap_mv)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
     memset(e->nvme.tile_fresh, 1, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
     memset(e->nvme.swap_ticket, 0, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
@@ -12097,6 +12102,8 @@ static void zero__eng_nvme_free(zero_engine *e)
     zero__free(&e->cfg.desc.allocator, e->nvme.tile_off);
     zero__free(&e->cfg.desc.allocator, e->nvme.swap_ticket);
     zero__free(&e->cfg.desc.allocator, e->nvme.swap_tile_behind);
+    zero__free(&e->cfg.desc.allocator, e->nvme.swap_mv);
+    e->nvme.swap_mv = NULL;
     zero__free(&e->cfg.desc.allocator, e->nvme.tile_fresh);
     zero__free(&e->cfg.desc.allocator, e->nvme.group_fresh);
     e->nvme.tile_fresh = e->nvme.group_fresh = NULL;
@@ -12155,11 +12162,11 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
                 }
                 sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
                 e->nvme.cached_tile_mv = e->nvme.tile_fresh[k] == 0;
+                e->nvme.swap_mv[e->nvme.cached_tile_slot] = e->nvme.tile_fresh[k] == 0;
                 if (e->nvme.tile_fresh[k] == 1) {
-                    memset(sl, 0, tl->numel * 12u);
+                    memset(sl, 0, tl->numel * 4u); /* m and v: zeroed when first used */
                 } else {
                     size_t rb = tl->numel * (e->nvme.tile_fresh[k] == 2 ? 4u : 12u);
-                    memset((unsigned char *)sl + rb, 0, tl->numel * 12u - rb);
                     r = zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k], sl, rb, &t);
                     if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
                     if (r != ZERO_OK) break;
@@ -12180,7 +12187,7 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
                     const zero__eng_tile *t2 = &e->host.tiles[kk];
                     unsigned char *d2 = e->nvme.swap + (size_t)nx * e->nvme.swap_stride;
                     size_t rb = t2->numel * (e->nvme.tile_fresh[kk] == 2 ? 4u : 12u);
-                    memset(d2 + rb, 0, t2->numel * 12u - rb);
+                    e->nvme.swap_mv[nx] = e->nvme.tile_fresh[kk] == 0;
                     if (zero_io_read(e->nvme.opt_file, e->nvme.tile_off[kk], d2, rb, &e->nvme.swap_ticket[nx]) !=
                         ZERO_OK)
                         break; /* the record is read (and its error reported) when needed */
@@ -12194,6 +12201,14 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
                              e->nvme.swap_tile_behind[q] < k + e->nvme.nswap;
                 if (ahead > e->nvme.records_ahead_max) e->nvme.records_ahead_max = ahead;
             }
+        }
+        if (kind != 0 && !e->nvme.swap_mv[e->nvme.cached_tile_slot]) {
+            if (!in) { /* m or v of a record whose m and v are the file's zeros */
+                memset(out + (a - off), 0, (b - a) * 4);
+                continue;
+            }
+            memset(sl + tl->numel, 0, tl->numel * 8u);
+            e->nvme.swap_mv[e->nvme.cached_tile_slot] = 1;
         }
         if (in) {
             memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
@@ -14818,7 +14833,8 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         pt.mn = ti.numel;
         pt.master_off = e->layout.groups[ti.group].off_gwhole + ti.offset;
     }
-    if (pt.pn > 0 && e->cfg.param_dtype != ZERO_F32) {
+    /* NVMe param shards are converted straight into the shard cache below: no staging */
+    if (pt.pn > 0 && e->cfg.param_dtype != ZERO_F32 && !(pt.param_host && e->nvme.param_file)) {
         tmp = conv ? conv : zero__alloc(&e->cfg.desc.allocator, pt.pn * e->cfg.param_size);
         if (!tmp) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_tensor");
         r = zero_convert(tmp, e->cfg.param_dtype, values + pt.p0, ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
@@ -14833,10 +14849,11 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
     if (r == ZERO_OK && pt.pn > 0 && pt.param_host && e->nvme.param_file) {
         unsigned char *hp = NULL;
         r = zero__eng_hparam_get(e, ti.group, &hp);
-        if (r == ZERO_OK)
-            memcpy(hp + pt.param_off * e->cfg.param_size,
-                   tmp ? (const void *)tmp : (const void *)(values + pt.p0),
-                   pt.pn * e->cfg.param_size);
+        if (r == ZERO_OK && e->cfg.param_dtype != ZERO_F32)
+            r = zero_convert(hp + pt.param_off * e->cfg.param_size, e->cfg.param_dtype, values + pt.p0,
+                             ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
+        else if (r == ZERO_OK)
+            memcpy(hp + pt.param_off * e->cfg.param_size, values + pt.p0, pt.pn * e->cfg.param_size);
         if (r == ZERO_OK) r = zero__eng_hparam_put(e, ti.group);
     } else if (r == ZERO_OK && pt.pn > 0 && pt.param_host)
         memcpy(pt.param, tmp ? (const void *)tmp : (const void *)(values + pt.p0),

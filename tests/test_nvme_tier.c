@@ -334,6 +334,16 @@ static zero_result sa_rank(int rank, zero_comm *comm, void *user)
         for (i = 0; i < sizes[t]; i++) vals[i] = sa_value(t, i);
         ZT_CHECK(zero_engine_set_tensor(e, t, vals) == ZERO_OK);
     }
+    for (t = 0; t < 7; t++) { /* m and v of records written master-only read as zeros */
+        zero_range rg;
+        size_t i;
+        int kind;
+        for (kind = ZERO_STATE_M; kind <= ZERO_STATE_V; kind++) {
+            memset(got, 0x7f, sizeof got);
+            ZT_CHECK(zero_engine_read_tensor(e, t, (zero_state_kind)kind, got, &rg) == ZERO_OK);
+            for (i = 0; i < sizes[t]; i++) ZT_CHECK(got[i] == 0.0f);
+        }
+    }
     w->ntiles = e->host.ntiles;
     for (k = 0; k < e->host.ntiles; k++) /* every record written (the cached one at the save) */
         ZT_CHECK(e->nvme.tile_fresh[k] != 1 || k == e->nvme.cached_tile);
