@@ -1415,10 +1415,13 @@ ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow);
    multiples of ZERO_IO_ALIGN go straight to the disk (no copy). A file's layout is
    therefore best planned in multiples of ZERO_IO_ALIGN (zero_io_align_up()).
 
-   INTEGRITY. The file remembers every range written through it: offset, size and a 64-bit
-   checksum of its bytes (computed when the write is queued). A read must name exactly a
-   range written before (same offset and size; anything else is INVALID_ARGUMENT), and its
-   wait recomputes the checksum of what arrived: a file changed or truncated under the
+   INTEGRITY. The file remembers every range written through it: offset, size and the
+   CRC32C of its bytes. The engine's own threads compute it, one CRC per block_size
+   request as the request completes, and the write's wait joins them with
+   zero_crc32c_combine (the caller's thread never reads the bytes for it). A read must name
+   exactly a range written before (same offset and size; anything else is
+   INVALID_ARGUMENT); the engine's threads take the CRC of each block that arrives and its
+   wait compares the joined CRC with the written one: a file changed or truncated under the
    engine, a short read or a write that failed gives ZERO_ERROR_IO naming the file, the
    offset and the cause, never silently wrong bytes. A write that overlaps earlier ranges
    forgets them.
@@ -1549,7 +1552,8 @@ ZERODEF int zero_io_file_direct(const zero_io_file *file);
 /* Queues a write of bytes [0, bytes) of buf to [offset, offset + bytes) of the file and
    returns at once with *ticket; the data is on the file (not necessarily on the platter)
    when zero_io_wait(io, *ticket) returns ZERO_OK. buf stays owned by the caller and must
-   not change until then. The range's checksum is taken now. INVALID_ARGUMENT: NULL,
+   not change until then (the engine's threads take its CRC32C after each block's write).
+   INVALID_ARGUMENT: NULL,
    bytes 0, offset not a multiple of ZERO_IO_ALIGN, a range past the file's end;
    INVALID_STATE: a queued read of an overlapping range not yet waited for;
    OUT_OF_MEMORY. Nothing is queued on error. */
@@ -1607,7 +1611,8 @@ typedef struct zero_io_fault {
 
 ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault);
 
-/* A 64-bit checksum of bytes: what the file store keeps per range. The bytes, zero-padded
+/* A 64-bit checksum of bytes (the file store kept it per range until the store moved to
+   CRC32C, which joins per block: kept for tools and tests). The bytes, zero-padded
    to a multiple of 32, are read as little-endian 32-bit words w_0, w_1, ...; lane j
    (0..7) takes words j, j + 8, j + 16, ... (K of them, K = padded bytes / 32) and keeps
    Fletcher's two sums mod 2^64: A_j = sum of its words, B_j = sum over i of (K - i) * its
@@ -2016,8 +2021,8 @@ typedef struct zero_gather_stats {
                                    set_tensor, read_tensor, checkpoints                     */
     uint64_t nvme_reads_wasted; /* read ahead and dropped unused (a step, a changed order)  */
     int nvme_reads_in_flight_max; /* most reads ahead in flight at once (<= param_read_ahead) */
-    double nvme_read_wait_s;    /* seconds spent waiting for shard reads (and verifying their
-                                   checksums, on the caller's thread)                        */
+    double nvme_read_wait_s;    /* seconds spent waiting for shard reads (their CRCs are
+                                   taken by the I/O engine's threads as the blocks arrive)   */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
