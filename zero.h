@@ -1415,10 +1415,13 @@ ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow);
    multiples of ZERO_IO_ALIGN go straight to the disk (no copy). A file's layout is
    therefore best planned in multiples of ZERO_IO_ALIGN (zero_io_align_up()).
 
-   INTEGRITY. The file remembers every range written through it: offset, size and a 64-bit
-   checksum of its bytes (computed when the write is queued). A read must name exactly a
-   range written before (same offset and size; anything else is INVALID_ARGUMENT), and its
-   wait recomputes the checksum of what arrived: a file changed or truncated under the
+   INTEGRITY. The file remembers every range written through it: offset, size and the
+   CRC32C of its bytes. The engine's own threads compute it, one CRC per block_size
+   request as the request completes, and the write's wait joins them with
+   zero_crc32c_combine (the caller's thread never reads the bytes for it). A read must name
+   exactly a range written before (same offset and size; anything else is
+   INVALID_ARGUMENT); the engine's threads take the CRC of each block that arrives and its
+   wait compares the joined CRC with the written one: a file changed or truncated under the
    engine, a short read or a write that failed gives ZERO_ERROR_IO naming the file, the
    offset and the cause, never silently wrong bytes. A write that overlaps earlier ranges
    forgets them.
@@ -1549,7 +1552,8 @@ ZERODEF int zero_io_file_direct(const zero_io_file *file);
 /* Queues a write of bytes [0, bytes) of buf to [offset, offset + bytes) of the file and
    returns at once with *ticket; the data is on the file (not necessarily on the platter)
    when zero_io_wait(io, *ticket) returns ZERO_OK. buf stays owned by the caller and must
-   not change until then. The range's checksum is taken now. INVALID_ARGUMENT: NULL,
+   not change until then (the engine's threads take its CRC32C after each block's write).
+   INVALID_ARGUMENT: NULL,
    bytes 0, offset not a multiple of ZERO_IO_ALIGN, a range past the file's end;
    INVALID_STATE: a queued read of an overlapping range not yet waited for;
    OUT_OF_MEMORY. Nothing is queued on error. */
@@ -1607,7 +1611,8 @@ typedef struct zero_io_fault {
 
 ZERODEF zero_result zero_io_inject_fault(zero_io *io, const zero_io_fault *fault);
 
-/* A 64-bit checksum of bytes: what the file store keeps per range. The bytes, zero-padded
+/* A 64-bit checksum of bytes (the file store kept it per range until the store moved to
+   CRC32C, which joins per block: kept for tools and tests). The bytes, zero-padded
    to a multiple of 32, are read as little-endian 32-bit words w_0, w_1, ...; lane j
    (0..7) takes words j, j + 8, j + 16, ... (K of them, K = padded bytes / 32) and keeps
    Fletcher's two sums mod 2^64: A_j = sum of its words, B_j = sum over i of (K - i) * its
@@ -2016,8 +2021,8 @@ typedef struct zero_gather_stats {
                                    set_tensor, read_tensor, checkpoints                     */
     uint64_t nvme_reads_wasted; /* read ahead and dropped unused (a step, a changed order)  */
     int nvme_reads_in_flight_max; /* most reads ahead in flight at once (<= param_read_ahead) */
-    double nvme_read_wait_s;    /* seconds spent waiting for shard reads (and verifying their
-                                   checksums, on the caller's thread)                        */
+    double nvme_read_wait_s;    /* seconds spent waiting for shard reads (their CRCs are
+                                   taken by the I/O engine's threads as the blocks arrive)   */
 } zero_gather_stats;
 
 /* What zero_engine_read_tensor() reads. */
@@ -2501,6 +2506,10 @@ ZERODEF zero_result zero_engine_scaler_state(const zero_engine *e, zero_scaler *
 /* CRC32C (Castagnoli, reflected, as in iSCSI/ext4): pass 0 first, then the previous
    result to continue over more bytes. Uses SSE4.2 where the CPU has it (same result). */
 ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes);
+/* The CRC32C of the concatenation A B from crc_a = zero_crc32c(0, A, |A|), crc_b =
+   zero_crc32c(0, B, |B|) and bytes_b = |B|, without the bytes: what lets pieces of a range
+   be summed apart (in any order, on any thread) and joined. O(log bytes_b). */
+ZERODEF uint32_t zero_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t bytes_b);
 
 /* COLLECTIVE. Saves the engine's state to directory dir (created if missing; every rank
    passes the same path): each rank writes its own shard file; rank 0 then writes the
@@ -7258,6 +7267,156 @@ ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow)
     scaler->iter += 1;
     return ZERO_OK;
 }
+/* ---- CRC32C ------------------------------------------------------------------------------- */
+
+/* The algebra (reflected bit order: bit 31 of a word is the coefficient of x^0, bit 0 that of
+   x^31; P = the Castagnoli polynomial, 0x82F63B78 reflected). Without the initial and final
+   inversions, the CRC register after bytes M from a start value c is
+       raw(c, M) = c x^(8|M|) + M x^32   (mod P),
+   linear in c and M. So raw(c, A B) = raw(c, A) x^(8|B|) + raw(0, B), and for the public
+   value crc(M) = ~raw(~0, M) the inversions cancel in
+       crc(A B) = crc(A) x^(8|B|) + crc(B)   (mod P):
+   zero_crc32c_combine. The product needs x^(8n) mod P, built from the table of x^(2^k) by
+   square and multiply: O(log n) products of 32 steps each. The SSE4.2 path runs three
+   independent crc32 chains over three lanes of ZERO__CRC_LANE bytes and joins them with the
+   same rule (the instruction's latency is 3 cycles, its throughput one per cycle). */
+
+#define ZERO__CRC_POLY 0x82F63B78u
+#define ZERO__CRC_LANE 8192u
+
+static uint32_t zero__crc_tab[8][256];
+static uint32_t zero__crc_x2k[64];    /* x^(2^k) mod P                          */
+static uint32_t zero__crc_lane1;      /* x^(8 ZERO__CRC_LANE) mod P             */
+static uint32_t zero__crc_lane2;      /* x^(16 ZERO__CRC_LANE) mod P            */
+static pthread_once_t zero__crc_once = PTHREAD_ONCE_INIT;
+static int zero__crc_hw;
+
+/* a b mod P (reflected). */
+static uint32_t zero__crc_mul(uint32_t a, uint32_t b)
+{
+    uint32_t prod = 0, bit;
+    for (bit = 0x80000000u; bit != 0; bit >>= 1) { /* a's terms x^0, x^1, ..., x^31 */
+        if (a & bit) prod ^= b;
+        b = (b & 1u) ? (b >> 1) ^ ZERO__CRC_POLY : b >> 1; /* b = b x mod P */
+    }
+    return prod;
+}
+
+/* x^(8 n) mod P, n in bytes. */
+static uint32_t zero__crc_xpow8(uint64_t n)
+{
+    uint32_t r = 0x80000000u; /* x^0 */
+    int k = 3;                /* 8 n = n << 3 */
+    for (; n != 0 && k < 64; n >>= 1, k++)
+        if (n & 1u) r = zero__crc_mul(r, zero__crc_x2k[k]);
+    return r;
+}
+
+static void zero__crc_init(void)
+{
+    uint32_t i, j, c;
+    for (i = 0; i < 256; i++) {
+        c = i;
+        for (j = 0; j < 8; j++) c = (c >> 1) ^ (ZERO__CRC_POLY & (0u - (c & 1u)));
+        zero__crc_tab[0][i] = c;
+    }
+    for (i = 0; i < 256; i++)
+        for (j = 1; j < 8; j++)
+            zero__crc_tab[j][i] = (zero__crc_tab[j - 1][i] >> 8) ^
+                                  zero__crc_tab[0][zero__crc_tab[j - 1][i] & 0xffu];
+    zero__crc_x2k[0] = 0x40000000u; /* x^1 */
+    for (i = 1; i < 64; i++) zero__crc_x2k[i] = zero__crc_mul(zero__crc_x2k[i - 1], zero__crc_x2k[i - 1]);
+    zero__crc_lane1 = zero__crc_xpow8(ZERO__CRC_LANE);
+    zero__crc_lane2 = zero__crc_xpow8(2u * ZERO__CRC_LANE);
+#ifdef ZERO__X86_SIMD
+    {
+        unsigned a, b, cc, d;
+        if (__get_cpuid(1, &a, &b, &cc, &d)) zero__crc_hw = (cc >> 20) & 1u;
+    }
+    if (getenv("ZERO_CRC_PORTABLE")) zero__crc_hw = 0;
+#endif
+}
+
+static uint32_t zero__crc_sw(uint32_t c, const unsigned char *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7u)) {
+        c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
+                      (uint32_t)p[7] << 24;
+        c = zero__crc_tab[7][lo & 0xffu] ^ zero__crc_tab[6][(lo >> 8) & 0xffu] ^
+            zero__crc_tab[5][(lo >> 16) & 0xffu] ^ zero__crc_tab[4][lo >> 24] ^
+            zero__crc_tab[3][hi & 0xffu] ^ zero__crc_tab[2][(hi >> 8) & 0xffu] ^
+            zero__crc_tab[1][(hi >> 16) & 0xffu] ^ zero__crc_tab[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
+    return c;
+}
+
+#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t zero__crc_sse42(uint32_t c,
+                                                                   const unsigned char *p,
+                                                                   size_t n)
+{
+    uint64_t c64;
+    while (n && ((uintptr_t)p & 7u)) {
+        c = _mm_crc32_u8(c, *p++);
+        n--;
+    }
+    c64 = c;
+    while (n >= 3u * ZERO__CRC_LANE) { /* three chains: raw(c, A B C) = a x^16L + b x^8L + d */
+        uint64_t a = c64, b = 0, d = 0, w0, w1, w2;
+        size_t i;
+        for (i = 0; i < ZERO__CRC_LANE; i += 8) {
+            memcpy(&w0, p + i, 8);
+            memcpy(&w1, p + ZERO__CRC_LANE + i, 8);
+            memcpy(&w2, p + 2u * ZERO__CRC_LANE + i, 8);
+            a = _mm_crc32_u64(a, w0);
+            b = _mm_crc32_u64(b, w1);
+            d = _mm_crc32_u64(d, w2);
+        }
+        c64 = zero__crc_mul((uint32_t)a, zero__crc_lane2) ^ zero__crc_mul((uint32_t)b, zero__crc_lane1) ^
+              (uint32_t)d;
+        p += 3u * ZERO__CRC_LANE;
+        n -= 3u * ZERO__CRC_LANE;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = _mm_crc32_u64(c64, w);
+        p += 8;
+        n -= 8;
+    }
+    c = (uint32_t)c64;
+    while (n--) c = _mm_crc32_u8(c, *p++);
+    return c;
+}
+#endif
+
+ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint32_t c = ~crc;
+    pthread_once(&zero__crc_once, zero__crc_init);
+    if (!p || bytes == 0) return crc;
+#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
+    if (zero__crc_hw) return ~zero__crc_sse42(c, p, bytes);
+#endif
+    return ~zero__crc_sw(c, p, bytes);
+}
+
+ZERODEF uint32_t zero_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t bytes_b)
+{
+    pthread_once(&zero__crc_once, zero__crc_init);
+    return zero__crc_mul(crc_a, zero__crc_xpow8(bytes_b)) ^ crc_b;
+}
+
 /* NVMe I/O implementation: see the NVMe I/O declarations and docs/nvme.md.
 
    One mutex per engine guards everything: the tickets (ops), the issue queue, the slots
@@ -7265,8 +7424,13 @@ ZERODEF zero_result zero_scaler_update(zero_scaler *scaler, int overflow)
    when a slot frees up, so at most queue_depth requests are in flight. Slots hold what a
    request needs until it completes: the target, the iovec, a bounce buffer for unaligned
    pieces in O_DIRECT mode. Completions run under the lock, refill the slots and wake the
-   waiters; checksums are computed outside it (on the thread that queues a write and on
-   the thread that waits for a read).
+   waiters. Each request's bytes are checked outside the lock by the engine's own thread
+   that completed it (the reaper, or the worker): the CRC32C of a write's piece or of a
+   read's arrived piece, or a read of a declared zero range tested for zeros; the slot is
+   free again (and refilled) before that check runs, and the ticket finishes when the last
+   check is in. The wait joins the pieces' CRCs into the range's with the CRC-combine
+   (zero_crc32c_combine: one product mod P per block), so the caller's thread never reads
+   the bytes for their checksum.
 
    io_uring backend: the ring is set up through raw syscalls (no liburing): the queuing
    thread writes SQEs and submits them under the lock; one reaper thread waits for CQEs
@@ -7456,7 +7620,7 @@ enum { ZERO__RANGE_VALID = 0, ZERO__RANGE_WRITING = 1, ZERO__RANGE_FAILED = 2 };
 typedef struct zero__io_range {
     uint64_t offset;
     size_t bytes;
-    uint64_t sum;
+    uint32_t sum; /* CRC32C of the bytes written (known from the write's wait on) */
     int state;
     int readers; /* queued reads not yet finished */
     int zeros;   /* declared by zero_io_declare_zeros: reads check for zeros, not the sum */
@@ -7482,8 +7646,13 @@ typedef struct zero__io_op {
     uint64_t offset;
     size_t bytes;
     unsigned char *buf;
-    uint64_t sum;     /* reads: the checksum recorded when the range was written */
+    uint32_t sum;     /* reads: the CRC32C recorded when the range was written   */
     int zeros;        /* reads of a declared zero range: every byte must be 0    */
+    uint32_t *crcs;   /* the CRC32C of each block_size piece (nblocks), set by the
+                         engine's threads as the pieces complete                 */
+    size_t nblocks;
+    int checks;       /* pieces being checked outside the lock                   */
+    size_t nonzero;   /* zeros: the first byte found not zero (bytes: none)      */
     size_t issued;    /* bytes cut into requests so far                          */
     int outstanding;  /* requests in flight                                       */
     int done;
@@ -7495,6 +7664,14 @@ typedef struct zero__io_op {
 } zero__io_op;
 
 enum { ZERO__SLOT_FREE = 0, ZERO__SLOT_READY = 1, ZERO__SLOT_RUNNING = 2 };
+/* A piece of a ticket that completed and still needs its check (outside the lock). */
+typedef struct zero__io_piece {
+    zero__io_op *op;
+    size_t index; /* its block within the ticket */
+    const unsigned char *p;
+    size_t n;
+} zero__io_piece;
+
 typedef struct zero__io_slot {
     int state;
     zero__io_op *op;
@@ -7522,6 +7699,8 @@ struct zero_io {
     pthread_cond_t done; /* a ticket finished */
     int stop;
     zero__io_slot *slots;
+    zero__io_piece *pieces; /* io_uring: the reaper's pieces to check, one per slot */
+    uint32_t crc_shift;     /* x^(8 block_size) mod P: joins a block's CRC */
     int *ready; /* threads: ring of ready slot indices */
     int *pushed; /* io_uring: slots put on the ring since the last submit */
     int npushed;
@@ -7631,11 +7810,24 @@ static long zero__io_range_find(const zero_io_file *f, uint64_t offset)
     return -1;
 }
 
-/* A request finished: err = 0 and got = len on success. Caller holds the lock. */
-static void zero__io_slot_finish(zero_io *io, zero__io_slot *s, int err, int eof)
+/* The ticket is done when every request finished and every piece was checked. Locked. */
+static void zero__io_op_settle(zero_io *io, zero__io_op *op)
+{
+    if (!op->done && op->outstanding == 0 && op->issued == op->bytes && op->checks == 0) {
+        op->done = 1;
+        pthread_cond_broadcast(&io->done);
+    }
+}
+
+/* A request finished: err = 0 and got = len on success. Caller holds the lock. On success
+   (the ticket not failed) the piece's check is handed to the caller in *piece (which must
+   run zero__io_piece_check outside the lock, then zero__io_piece_done): returns 1. The slot
+   is free on return either way. */
+static int zero__io_slot_finish(zero_io *io, zero__io_slot *s, int err, int eof, zero__io_piece *piece)
 {
     zero__io_op *op = s->op;
     char cause[160];
+    int got = 0;
     if (err) {
         snprintf(cause, sizeof cause, "%s (errno %d)", strerror(err), err);
         zero__io_op_fail(op, s->offset, cause);
@@ -7652,15 +7844,76 @@ static void zero__io_slot_finish(zero_io *io, zero__io_slot *s, int err, int eof
         else
             io->stats.bytes_read += s->user_len;
         io->stats.requests++;
+        if (piece && !op->failed) {
+            piece->op = op;
+            piece->index = (size_t)((s->offset - op->offset) / io->block_size);
+            piece->p = s->user;
+            piece->n = s->user_len;
+            op->checks++;
+            got = 1;
+        }
     }
     s->state = ZERO__SLOT_FREE;
     s->op = NULL;
     io->in_flight--;
     op->outstanding--;
-    if (op->outstanding == 0 && op->issued == op->bytes) {
-        op->done = 1;
-        pthread_cond_broadcast(&io->done);
+    zero__io_op_settle(io, op);
+    return got;
+}
+
+/* The check of a completed piece, outside the lock, on the engine's thread: its CRC32C, or
+   (a read of a declared zero range) the offset of its first byte that is not zero (n when
+   all are). The ticket's buffer is stable: the ticket is not done while checks run. */
+static void zero__io_piece_check(const zero__io_piece *pc, uint32_t *crc, size_t *nonzero)
+{
+    *crc = 0;
+    *nonzero = pc->n;
+    if (pc->op->zeros) {
+        size_t i = 0;
+        while (i + 64 <= pc->n) { /* 64 bytes at a time, then find the byte */
+            uint64_t w[8], acc = 0;
+            int k;
+            memcpy(w, pc->p + i, 64);
+            for (k = 0; k < 8; k++) acc |= w[k];
+            if (acc) break;
+            i += 64;
+        }
+        while (i < pc->n && pc->p[i] == 0) i++;
+        *nonzero = i;
+    } else {
+        *crc = zero_crc32c(0, pc->p, pc->n);
     }
+}
+
+/* Records a piece's check (locked) and finishes its ticket when it was the last. */
+static void zero__io_piece_done(zero_io *io, const zero__io_piece *pc, uint32_t crc, size_t nonzero)
+{
+    zero__io_op *op = pc->op;
+    if (op->zeros) {
+        if (nonzero < pc->n && pc->index * io->block_size + nonzero < op->nonzero)
+            op->nonzero = pc->index * io->block_size + nonzero;
+    } else {
+        op->crcs[pc->index] = crc;
+    }
+    op->checks--;
+    zero__io_op_settle(io, op);
+}
+
+/* The CRC32C of a whole ticket from its pieces' (every piece checked). Locked. */
+static uint32_t zero__io_op_crc(const zero_io *io, const zero__io_op *op)
+{
+    uint32_t c = 0;
+    size_t i;
+    for (i = 0; i < op->nblocks; i++) {
+        size_t len = i + 1 < op->nblocks ? io->block_size : op->bytes - i * io->block_size;
+        if (i == 0)
+            c = op->crcs[0];
+        else if (len == io->block_size)
+            c = zero__crc_mul(c, io->crc_shift) ^ op->crcs[i];
+        else
+            c = zero_crc32c_combine(c, op->crcs[i], len);
+    }
+    return c;
 }
 
 #if ZERO__IO_HAVE_URING
@@ -7706,7 +7959,7 @@ static int zero__io_uring_submit(zero_io *io)
         __atomic_store_n(io->sq_tail, *io->sq_tail - n, __ATOMIC_RELEASE);
         io->uring_fatal = err;
         for (k = (unsigned)io->npushed - n; k < (unsigned)io->npushed; k++)
-            zero__io_slot_finish(io, &io->slots[io->pushed[k]], err, 0);
+            zero__io_slot_finish(io, &io->slots[io->pushed[k]], err, 0, NULL);
     }
     io->npushed = 0;
     return err;
@@ -7771,7 +8024,7 @@ static void zero__io_fill(zero_io *io)
             io->fault.kind = ZERO_IO_FAULT_NONE;
         }
         if (fault_err || fault_short || io->uring_fatal) {
-            zero__io_slot_finish(io, s, fault_err ? fault_err : io->uring_fatal, fault_short);
+            zero__io_slot_finish(io, s, fault_err ? fault_err : io->uring_fatal, fault_short, NULL);
             continue;
         }
         if (io->backend == ZERO_IO_BACKEND_THREADS) {
@@ -7833,7 +8086,18 @@ static void *zero__io_worker(void *arg)
             s->done_bytes += (size_t)r;
         }
         pthread_mutex_lock(&io->mu);
-        zero__io_slot_finish(io, s, err, eof);
+        {
+            zero__io_piece pc;
+            if (zero__io_slot_finish(io, s, err, eof, &pc)) {
+                uint32_t crc;
+                size_t nz;
+                zero__io_fill(io); /* the slot is refilled before the check */
+                pthread_mutex_unlock(&io->mu);
+                zero__io_piece_check(&pc, &crc, &nz);
+                pthread_mutex_lock(&io->mu);
+                zero__io_piece_done(io, &pc, crc, nz);
+            }
+        }
         zero__io_fill(io);
     }
     pthread_mutex_unlock(&io->mu);
@@ -7849,6 +8113,7 @@ static void *zero__io_reaper(void *arg)
     for (;;) {
         uint32_t head, tail;
         unsigned pushed = 0;
+        int npc = 0, k;
         while (!io->stop && io->in_flight == 0) pthread_cond_wait(&io->work, &io->mu);
         if (io->in_flight == 0) break; /* stop, nothing in flight */
         head = *io->cq_head;
@@ -7866,7 +8131,7 @@ static void *zero__io_reaper(void *arg)
                 io->uring_fatal = (int)-r;
                 for (i = 0; i < io->depth; i++)
                     if (io->slots[i].state == ZERO__SLOT_RUNNING && io->slots[i].op)
-                        zero__io_slot_finish(io, &io->slots[i], (int)-r, 0);
+                        zero__io_slot_finish(io, &io->slots[i], (int)-r, 0, NULL);
             }
             continue; /* EINTR and friends: look at the ring again */
         }
@@ -7884,22 +8149,35 @@ static void *zero__io_reaper(void *arg)
                 continue;
             }
             if (res < 0) {
-                zero__io_slot_finish(io, s, -res, 0);
+                zero__io_slot_finish(io, s, -res, 0, NULL);
             } else if (res == 0) {
-                zero__io_slot_finish(io, s, 0, 1);
+                zero__io_slot_finish(io, s, 0, 1, NULL);
             } else {
                 s->done_bytes += (size_t)res;
                 if (s->done_bytes < s->len) { /* a short transfer: the rest, as a new request */
                     zero__io_uring_push(io, index);
                     pushed++;
-                } else {
-                    zero__io_slot_finish(io, s, 0, 0);
+                } else if (zero__io_slot_finish(io, s, 0, 0, &io->pieces[npc])) {
+                    npc++; /* a slot completes once per batch: at most depth pieces */
                 }
             }
         }
         __atomic_store_n(io->cq_head, head, __ATOMIC_RELEASE);
         if (pushed > 0) zero__io_uring_submit(io);
-        zero__io_fill(io);
+        zero__io_fill(io); /* the freed slots go back to the disk before the checks run */
+        if (npc > 0) {
+            uint32_t crcs[64];
+            size_t nzs[64];
+            int at = 0;
+            while (at < npc) { /* in batches of 64: the results kept on the stack */
+                int m = npc - at < 64 ? npc - at : 64;
+                pthread_mutex_unlock(&io->mu);
+                for (k = 0; k < m; k++) zero__io_piece_check(&io->pieces[at + k], &crcs[k], &nzs[k]);
+                pthread_mutex_lock(&io->mu);
+                for (k = 0; k < m; k++) zero__io_piece_done(io, &io->pieces[at + k], crcs[k], nzs[k]);
+                at += m;
+            }
+        }
     }
     pthread_mutex_unlock(&io->mu);
     return NULL;
@@ -7985,6 +8263,7 @@ static void zero__io_free(zero_io *io)
         zero__free(&io->alloc, io->slots);
     }
     zero__free(&io->alloc, io->ready);
+    zero__free(&io->alloc, io->pieces);
     zero__free(&io->alloc, io->pushed);
     zero__free(&io->alloc, io->threads);
     zero__free(&io->alloc, io);
@@ -8046,8 +8325,11 @@ ZERODEF zero_result zero_io_create(const zero_io_desc *desc, zero_io **out)
     io->slots = (zero__io_slot *)zero__alloc(&a, (size_t)io->depth * sizeof *io->slots);
     io->ready = (int *)zero__alloc(&a, (size_t)io->depth * sizeof *io->ready);
     io->pushed = (int *)zero__alloc(&a, (size_t)io->depth * sizeof *io->pushed);
+    io->pieces = (zero__io_piece *)zero__alloc(&a, (size_t)io->depth * sizeof *io->pieces);
     io->threads = (pthread_t *)zero__alloc(&a, (size_t)io->depth * sizeof *io->threads);
-    if (!io->slots || !io->ready || !io->pushed || !io->threads) {
+    pthread_once(&zero__crc_once, zero__crc_init);
+    io->crc_shift = zero__crc_xpow8(io->block_size);
+    if (!io->slots || !io->ready || !io->pushed || !io->pieces || !io->threads) {
         zero__io_free(io);
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_create: slots for queue_depth %d", d.queue_depth);
     }
@@ -8475,6 +8757,26 @@ static zero_result zero__io_ranges_reserve(zero_io_file *file, size_t n)
     return ZERO_OK;
 }
 
+/* A ticket of bytes at offset of file, with room for its pieces' CRCs; NULL when out of
+   memory. */
+static zero__io_op *zero__io_op_new(zero_io *io, zero_io_file *file, uint64_t offset, size_t bytes)
+{
+    size_t nb = bytes / io->block_size + (bytes % io->block_size != 0), total;
+    zero__io_op *op;
+    if (zero__mul_size(nb, sizeof(uint32_t), &total) || zero__add_size(total, sizeof *op, &total)) return NULL;
+    op = (zero__io_op *)zero__alloc(&io->alloc, total);
+    if (!op) return NULL;
+    memset(op, 0, sizeof *op);
+    op->crcs = (uint32_t *)(void *)(op + 1);
+    memset(op->crcs, 0, nb * sizeof(uint32_t));
+    op->nblocks = nb;
+    op->file = file;
+    op->offset = offset;
+    op->bytes = bytes;
+    op->nonzero = bytes;
+    return op;
+}
+
 /* Queues op (locked). */
 static void zero__io_enqueue(zero_io *io, zero__io_op *op)
 {
@@ -8502,15 +8804,11 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     zero_result r = zero__io_check("zero_io_write", file, offset, buf, bytes, ticket);
     if (r != ZERO_OK) return r;
     io = file->io;
-    op = (zero__io_op *)zero__alloc(&io->alloc, sizeof *op);
-    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: %zu bytes", sizeof *op);
-    memset(op, 0, sizeof *op);
-    op->file = file;
+    op = zero__io_op_new(io, file, offset, bytes);
+    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_write: a ticket of %zu bytes", bytes);
     op->write = 1;
-    op->offset = offset;
-    op->bytes = bytes;
-    op->buf = (unsigned char *)(uintptr_t)buf; /* only read from */
-    op->sum = zero_io_checksum(buf, bytes);
+    op->buf = (unsigned char *)(uintptr_t)buf; /* only read from; its CRC32C is taken by the
+                                                  engine's threads, set at the wait */
     end = offset + bytes;
     pthread_mutex_lock(&io->mu);
     /* the ranges it overlaps: a contiguous run [lo, hi) of the sorted table */
@@ -8539,7 +8837,7 @@ ZERODEF zero_result zero_io_write(zero_io_file *file, uint64_t offset, const voi
     }
     file->ranges[lo].offset = offset;
     file->ranges[lo].bytes = bytes;
-    file->ranges[lo].sum = op->sum;
+    file->ranges[lo].sum = 0; /* the write's wait sets it */
     file->ranges[lo].state = ZERO__RANGE_WRITING;
     file->ranges[lo].readers = 0;
     file->ranges[lo].zeros = 0;
@@ -8559,12 +8857,8 @@ ZERODEF zero_result zero_io_read(zero_io_file *file, uint64_t offset, void *buf,
     zero_result r = zero__io_check("zero_io_read", file, offset, buf, bytes, ticket);
     if (r != ZERO_OK) return r;
     io = file->io;
-    op = (zero__io_op *)zero__alloc(&io->alloc, sizeof *op);
-    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_read: %zu bytes", sizeof *op);
-    memset(op, 0, sizeof *op);
-    op->file = file;
-    op->offset = offset;
-    op->bytes = bytes;
+    op = zero__io_op_new(io, file, offset, bytes);
+    if (!op) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_io_read: a ticket of %zu bytes", bytes);
     op->buf = (unsigned char *)buf;
     pthread_mutex_lock(&io->mu);
     ri = zero__io_range_find(file, offset);
@@ -8646,15 +8940,19 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     char msg[sizeof op->msg];
     int verify;
     long ri;
+    uint32_t got = 0;
     op->claimed = 1;
     zero__io_wait_op(io, op);
+    if (!op->failed && !op->zeros) got = zero__io_op_crc(io, op); /* the pieces' CRCs joined */
     ri = zero__io_range_find(op->file, op->offset); /* the range's state changes at the wait */
     if (ri >= 0) {
         zero__io_range *rg = &op->file->ranges[ri];
-        if (op->write && rg->state == ZERO__RANGE_WRITING)
+        if (op->write && rg->state == ZERO__RANGE_WRITING) {
             rg->state = op->failed ? ZERO__RANGE_FAILED : ZERO__RANGE_VALID;
-        else if (!op->write && rg->readers > 0)
+            rg->sum = got;
+        } else if (!op->write && rg->readers > 0) {
             rg->readers--;
+        }
     }
     verify = !op->write && !op->failed;
     if (op->failed) memcpy(msg, op->msg, sizeof msg);
@@ -8674,21 +8972,18 @@ static zero_result zero__io_finish(zero_io *io, zero__io_op *op)
     if (!verify && op->failed) {
         r = zero__fail(ZERO_ERROR_IO, "%s", msg);
     } else if (verify && op->zeros) {
-        size_t i = 0;
-        while (i < op->bytes && op->buf[i] == 0) i++;
-        if (i < op->bytes)
+        if (op->nonzero < op->bytes)
             r = zero__fail(ZERO_ERROR_IO,
                            "zero_io: read of %s at offset %llu (%zu bytes): byte %zu is not zero "
                            "in a range declared zero: the file changed under the engine",
-                           op->file->path, (unsigned long long)op->offset, op->bytes, i);
+                           op->file->path, (unsigned long long)op->offset, op->bytes, op->nonzero);
     } else if (verify) {
-        uint64_t got = zero_io_checksum(op->buf, op->bytes);
         if (got != op->sum)
             r = zero__fail(ZERO_ERROR_IO,
                            "zero_io: read of %s at offset %llu (%zu bytes): checksum mismatch "
-                           "(%016llx, written %016llx): the file changed under the engine",
+                           "(CRC32C %08x, written %08x): the file changed under the engine",
                            op->file->path, (unsigned long long)op->offset, op->bytes,
-                           (unsigned long long)got, (unsigned long long)op->sum);
+                           (unsigned)got, (unsigned)op->sum);
     }
     zero__free(&io->alloc, op);
     pthread_mutex_lock(&io->mu);
@@ -9135,7 +9430,11 @@ typedef struct zero__eng_nvme_tier {
     int cached_tile_mv;                 /* the cached record's m, v may be nonzero             */
     int cached_tile_slot;
     int *swap_tile_behind;              /* per swap slot: tile written behind from it or read
-                                           ahead into it (the next one in shard order), -1     */
+                                           ahead into it (the next ones in shard order), -1    */
+    int records_ahead_max;              /* most record reads ahead in flight at once (tests)   */
+    unsigned char *swap_mv;             /* per swap slot: 1 when its m and v areas hold the
+                                           record's (a master-only or fresh record's are zeroed
+                                           on first use, not when it comes into the slot)      */
     int cached_group, cached_group_dirty, cached_group_slot; /* group in its slot (-1 none), changed */
     /* records (per tile) and param shards (per group) never written since commit: they hold
        the preallocated file's zeros, so reading them is replaced by zero-filling the buffer.
@@ -11675,12 +11974,35 @@ static int zero__eng_trace_ahead(const zero_engine *e, int g, int *out, int max)
    the recorded order (not gathered, not in a slot) into free slots, so their reads run
    while g uploads, is all-gathered and used, and while the caller computes (with the
    prefetcher one group ahead: read i+2, i+3, ... while i+1 uploads and i is gathered). */
+static void zero__eng_ra_reads(zero_engine *e, const int *want, int n, int count);
+
 static void zero__eng_ra_start(zero_engine *e, int g)
 {
-    int want[ZERO__ENG_RA_MAX], n, i, s, busy = 0;
+    int want[ZERO__ENG_RA_MAX], n;
     if (!e->nvme.param_file) return;
     n = zero__eng_trace_ahead(e, g, want, e->nvme.ahead_depth);
     e->nvme.ahead_prev = g;
+    zero__eng_ra_reads(e, want, n, 1);
+}
+
+/* A save walks the groups in order: before group g's records and shard, the shards of
+   groups g .. g + param_read_ahead not in a slot yet start reading into free shard slots
+   (the slot of the shard cache, group g - 1's, frees at g's first use), so the shard reads
+   run under the records' reads and the checkpoint's writes. Not counted in the gathers'
+   read-ahead figures. */
+static void zero__eng_save_ahead(zero_engine *e, int g)
+{
+    int want[ZERO__ENG_RA_MAX + 1], n = 0, h;
+    if (!e->nvme.param_file) return;
+    for (h = g; h < e->layout.ngroups && n <= e->nvme.ahead_depth && n <= ZERO__ENG_RA_MAX; h++) want[n++] = h;
+    zero__eng_ra_reads(e, want, n, 0);
+}
+
+/* Starts the reads of the groups in want (in that order) that are not gathered or in a
+   slot, into free slots; count: the gathers' read-ahead figures count them. */
+static void zero__eng_ra_reads(zero_engine *e, const int *want, int n, int count)
+{
+    int i, s, busy = 0;
     for (i = 0; i < n; i++) {
         int h = want[i], have = h == e->nvme.cached_group, slot;
         if (h < 0 || h >= e->layout.ngroups || e->layout.groups[h].persistent || e->nvme.group_fresh[h] || e->layout.groups[h].shard_numel == 0)
@@ -11693,8 +12015,9 @@ static void zero__eng_ra_start(zero_engine *e, int g)
             break; /* the gather reads it on demand and reports the error */
         e->nvme.ahead_group[slot] = h;
         e->nvme.ahead_write[slot] = 0;
-        e->prefetch.stats.nvme_reads_ahead++;
+        if (count) e->prefetch.stats.nvme_reads_ahead++;
     }
+    if (!count) return;
     for (s = 0; s < e->nvme.param_buf_slots; s++) busy += e->nvme.ahead_group[s] >= 0 && e->nvme.ahead_ticket[s] && !e->nvme.ahead_write[s];
     if (busy > e->prefetch.stats.nvme_reads_in_flight_max) e->prefetch.stats.nvme_reads_in_flight_max = busy;
 }
@@ -11732,8 +12055,10 @@ static zero_result zero__eng_nvme_alloc(zero_engine *e)
     e->nvme.nswap = e->cfg.desc.buffer_count < 3 ? 3 : e->cfg.desc.buffer_count;
     e->nvme.swap_ticket = (zero_io_ticket *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
     e->nvme.swap_tile_behind = (int *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->nvme.nswap * sizeof(int));
+    e->nvme.swap_mv = (unsigned char *)zero__alloc_zeroed(&e->cfg.desc.allocator, (size_t)e->nvme.nswap);
     e->nvme.tile_fresh = (unsigned char *)zero__alloc(&e->cfg.desc.allocator, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
-    if (!e->nvme.tile_off || !e->nvme.swap_ticket || !e->nvme.swap_tile_behind || !e->nvme.tile_fresh)
+    if (!e->nvme.tile_off || !e->nvme.swap_ticket || !e->nvme.swap_tile_behind || !e->nvme.tile_fresh ||
+        !e->nvme.swap_mv)
         return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_commit: NVMe tier tables");
     memset(e->nvme.tile_fresh, 1, (size_t)(e->host.ntiles ? e->host.ntiles : 1));
     memset(e->nvme.swap_ticket, 0, (size_t)e->nvme.nswap * sizeof(zero_io_ticket));
@@ -11782,6 +12107,8 @@ static void zero__eng_nvme_free(zero_engine *e)
     zero__free(&e->cfg.desc.allocator, e->nvme.tile_off);
     zero__free(&e->cfg.desc.allocator, e->nvme.swap_ticket);
     zero__free(&e->cfg.desc.allocator, e->nvme.swap_tile_behind);
+    zero__free(&e->cfg.desc.allocator, e->nvme.swap_mv);
+    e->nvme.swap_mv = NULL;
     zero__free(&e->cfg.desc.allocator, e->nvme.tile_fresh);
     zero__free(&e->cfg.desc.allocator, e->nvme.group_fresh);
     e->nvme.tile_fresh = e->nvme.group_fresh = NULL;
@@ -11840,11 +12167,11 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
                 }
                 sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
                 e->nvme.cached_tile_mv = e->nvme.tile_fresh[k] == 0;
+                e->nvme.swap_mv[e->nvme.cached_tile_slot] = e->nvme.tile_fresh[k] == 0;
                 if (e->nvme.tile_fresh[k] == 1) {
-                    memset(sl, 0, tl->numel * 12u);
+                    memset(sl, 0, tl->numel * 4u); /* m and v: zeroed when first used */
                 } else {
                     size_t rb = tl->numel * (e->nvme.tile_fresh[k] == 2 ? 4u : 12u);
-                    memset((unsigned char *)sl + rb, 0, tl->numel * 12u - rb);
                     r = zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k], sl, rb, &t);
                     if (r == ZERO_OK) r = zero_io_wait(e->nvme.io, t);
                     if (r != ZERO_OK) break;
@@ -11852,19 +12179,41 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
             }
             sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
             e->nvme.cached_tile = k;
-            if (k + 1 < e->host.ntiles && e->nvme.tile_fresh[k + 1] != 1) { /* read the next record ahead */
-                int nx = (e->nvme.cached_tile_slot + 1) % e->nvme.nswap, have = 0;
-                for (s = 0; s < e->nvme.nswap; s++) have |= e->nvme.swap_tile_behind[s] == k + 1;
-                if (!have && !e->nvme.swap_ticket[nx]) {
-                    const zero__eng_tile *t2 = &e->host.tiles[k + 1];
+            /* read the next records ahead: k + j into the j-th slot after the cache's, j = 1 ..
+               nswap - 1 (buffer_count - 1: a save reads 3 ahead at the default 4), up to the
+               first slot still busy (a write behind, a read not yet taken) */
+            for (s = 1; s < e->nvme.nswap && k + s < e->host.ntiles; s++) {
+                int kk = k + s, nx = (e->nvme.cached_tile_slot + s) % e->nvme.nswap, have = 0, q;
+                if (e->nvme.tile_fresh[kk] == 1) continue; /* zeros: nothing to read */
+                for (q = 0; q < e->nvme.nswap; q++) have |= e->nvme.swap_tile_behind[q] == kk;
+                if (have) continue;
+                if (e->nvme.swap_ticket[nx]) break;
+                {
+                    const zero__eng_tile *t2 = &e->host.tiles[kk];
                     unsigned char *d2 = e->nvme.swap + (size_t)nx * e->nvme.swap_stride;
-                    size_t rb = t2->numel * (e->nvme.tile_fresh[k + 1] == 2 ? 4u : 12u);
-                    memset(d2 + rb, 0, t2->numel * 12u - rb);
-                    if (zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k + 1], d2, rb, &e->nvme.swap_ticket[nx]) ==
+                    size_t rb = t2->numel * (e->nvme.tile_fresh[kk] == 2 ? 4u : 12u);
+                    e->nvme.swap_mv[nx] = e->nvme.tile_fresh[kk] == 0;
+                    if (zero_io_read(e->nvme.opt_file, e->nvme.tile_off[kk], d2, rb, &e->nvme.swap_ticket[nx]) !=
                         ZERO_OK)
-                        e->nvme.swap_tile_behind[nx] = k + 1; /* a failed read is reported when needed */
+                        break; /* the record is read (and its error reported) when needed */
+                    e->nvme.swap_tile_behind[nx] = kk;
                 }
             }
+            {
+                int ahead = 0, q;
+                for (q = 0; q < e->nvme.nswap; q++)
+                    ahead += e->nvme.swap_ticket[q] && e->nvme.swap_tile_behind[q] > k &&
+                             e->nvme.swap_tile_behind[q] < k + e->nvme.nswap;
+                if (ahead > e->nvme.records_ahead_max) e->nvme.records_ahead_max = ahead;
+            }
+        }
+        if (kind != 0 && !e->nvme.swap_mv[e->nvme.cached_tile_slot]) {
+            if (!in) { /* m or v of a record whose m and v are the file's zeros */
+                memset(out + (a - off), 0, (b - a) * 4);
+                continue;
+            }
+            memset(sl + tl->numel, 0, tl->numel * 8u);
+            e->nvme.swap_mv[e->nvme.cached_tile_slot] = 1;
         }
         if (in) {
             memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
@@ -14489,7 +14838,8 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
         pt.mn = ti.numel;
         pt.master_off = e->layout.groups[ti.group].off_gwhole + ti.offset;
     }
-    if (pt.pn > 0 && e->cfg.param_dtype != ZERO_F32) {
+    /* NVMe param shards are converted straight into the shard cache below: no staging */
+    if (pt.pn > 0 && e->cfg.param_dtype != ZERO_F32 && !(pt.param_host && e->nvme.param_file)) {
         tmp = conv ? conv : zero__alloc(&e->cfg.desc.allocator, pt.pn * e->cfg.param_size);
         if (!tmp) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_set_tensor");
         r = zero_convert(tmp, e->cfg.param_dtype, values + pt.p0, ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
@@ -14504,10 +14854,11 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
     if (r == ZERO_OK && pt.pn > 0 && pt.param_host && e->nvme.param_file) {
         unsigned char *hp = NULL;
         r = zero__eng_hparam_get(e, ti.group, &hp);
-        if (r == ZERO_OK)
-            memcpy(hp + pt.param_off * e->cfg.param_size,
-                   tmp ? (const void *)tmp : (const void *)(values + pt.p0),
-                   pt.pn * e->cfg.param_size);
+        if (r == ZERO_OK && e->cfg.param_dtype != ZERO_F32)
+            r = zero_convert(hp + pt.param_off * e->cfg.param_size, e->cfg.param_dtype, values + pt.p0,
+                             ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
+        else if (r == ZERO_OK)
+            memcpy(hp + pt.param_off * e->cfg.param_size, values + pt.p0, pt.pn * e->cfg.param_size);
         if (r == ZERO_OK) r = zero__eng_hparam_put(e, ti.group);
     } else if (r == ZERO_OK && pt.pn > 0 && pt.param_host)
         memcpy(pt.param, tmp ? (const void *)tmp : (const void *)(values + pt.p0),
@@ -16103,91 +16454,6 @@ static zero_result zero__ck_state_spread(zero_engine *e)
     return ZERO_OK;
 }
 
-/* ---- CRC32C ------------------------------------------------------------------------------- */
-
-static uint32_t zero__crc_tab[8][256];
-static pthread_once_t zero__crc_once = PTHREAD_ONCE_INIT;
-static int zero__crc_hw;
-
-static void zero__crc_init(void)
-{
-    uint32_t i, j, c;
-    for (i = 0; i < 256; i++) {
-        c = i;
-        for (j = 0; j < 8; j++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
-        zero__crc_tab[0][i] = c;
-    }
-    for (i = 0; i < 256; i++)
-        for (j = 1; j < 8; j++)
-            zero__crc_tab[j][i] = (zero__crc_tab[j - 1][i] >> 8) ^
-                                  zero__crc_tab[0][zero__crc_tab[j - 1][i] & 0xffu];
-#ifdef ZERO__X86_SIMD
-    {
-        unsigned a, b, cc, d;
-        if (__get_cpuid(1, &a, &b, &cc, &d)) zero__crc_hw = (cc >> 20) & 1u;
-    }
-    if (getenv("ZERO_CRC_PORTABLE")) zero__crc_hw = 0;
-#endif
-}
-
-static uint32_t zero__crc_sw(uint32_t c, const unsigned char *p, size_t n)
-{
-    while (n && ((uintptr_t)p & 7u)) {
-        c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
-        n--;
-    }
-    while (n >= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                           (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
-                      (uint32_t)p[7] << 24;
-        c = zero__crc_tab[7][lo & 0xffu] ^ zero__crc_tab[6][(lo >> 8) & 0xffu] ^
-            zero__crc_tab[5][(lo >> 16) & 0xffu] ^ zero__crc_tab[4][lo >> 24] ^
-            zero__crc_tab[3][hi & 0xffu] ^ zero__crc_tab[2][(hi >> 8) & 0xffu] ^
-            zero__crc_tab[1][(hi >> 16) & 0xffu] ^ zero__crc_tab[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c = (c >> 8) ^ zero__crc_tab[0][(c ^ *p++) & 0xffu];
-    return c;
-}
-
-#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t zero__crc_sse42(uint32_t c,
-                                                                   const unsigned char *p,
-                                                                   size_t n)
-{
-    uint64_t c64;
-    while (n && ((uintptr_t)p & 7u)) {
-        c = _mm_crc32_u8(c, *p++);
-        n--;
-    }
-    c64 = c;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = _mm_crc32_u64(c64, w);
-        p += 8;
-        n -= 8;
-    }
-    c = (uint32_t)c64;
-    while (n--) c = _mm_crc32_u8(c, *p++);
-    return c;
-}
-#endif
-
-ZERODEF uint32_t zero_crc32c(uint32_t crc, const void *data, size_t bytes)
-{
-    const unsigned char *p = (const unsigned char *)data;
-    uint32_t c = ~crc;
-    pthread_once(&zero__crc_once, zero__crc_init);
-    if (!p || bytes == 0) return crc;
-#if defined(ZERO__X86_SIMD) && defined(__x86_64__)
-    if (zero__crc_hw) return ~zero__crc_sse42(c, p, bytes);
-#endif
-    return ~zero__crc_sw(c, p, bytes);
-}
-
 /* ---- little-endian encoding --------------------------------------------------------------- */
 
 typedef struct zero__ck_buf { /* a growable write buffer; err set on allocation failure */
@@ -17714,6 +17980,7 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         size_t n = e->layout.groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
         size_t pn = e->layout.groups[g].pshard_numel; /* params: + the frozen slice */
         uint32_t crc[4] = {0, 0, 0, 0};
+        zero__eng_save_ahead(e, g); /* NVMe param shards: the next groups' start reading */
         while (pos < pn && r == ZERO_OK) {
             size_t c = pn - pos < per ? pn - pos : per;
             if (e->nvme.opt_file && c > e->host.tile_numel - pos % e->host.tile_numel)

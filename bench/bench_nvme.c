@@ -2,9 +2,9 @@
    same run with the same file system, block size, queue depth and O_DIRECT.
 
    The engine writes a file of --size bytes as tiles of --tile bytes (--ahead tiles queued at
-   a time, so its queue of queue_depth requests stays full while the caller checksums the
-   next tile; the requests in flight never exceed queue_depth), then reads them
-   back (the wait verifies each tile's checksum: that cost is in the figure). fio does the
+   a time, so its queue of queue_depth requests stays full; the requests in flight never
+   exceed queue_depth), then reads them back (the engine's threads take each block's CRC32C
+   and the wait compares the joined CRC: that cost is in the figure). fio does the
    same sequential pattern on its own file: --rw=write then --rw=read, --bs=block,
    --iodepth=depth, --direct=1, --ioengine=io_uring. Each measurement is repeated --reps
    times, interleaved (fio, engine io_uring, engine threads) so that a busy machine hurts

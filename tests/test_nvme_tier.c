@@ -288,6 +288,120 @@ ZT_TEST(write_behind_errors_are_never_lost)
     }
 }
 
+/* ---- a save reads several records and shards ahead ---- */
+
+typedef struct sa_run {
+    const char *dir, *ckdir;
+    int buffer_count;
+    int ahead_max, ntiles; /* the most record reads ahead in flight during the save; tiles */
+    int exact;             /* the checkpoint loads into a plain engine with the values set */
+} sa_run;
+
+static float sa_value(int t, size_t i) { return 0.01f * (float)(i % 97) - 0.3f * (float)t; }
+
+static zero_result sa_rank(int rank, zero_comm *comm, void *user)
+{
+    static const size_t sizes[] = {300, 5, 1000, 13, 250, 77, 640};
+    static const int groups[] = {0, 0, 1, 2, 2, 3, 4};
+    sa_run *w = (sa_run *)user;
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL, *p = NULL;
+    float vals[1000], got[1000];
+    int t, k;
+    (void)rank;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    memset(&d, 0, sizeof d);
+    d.stage = 3;
+    d.device = dev;
+    d.comm = comm;
+    ZT_CHECK(zero_engine_create(&d, &p) == ZERO_OK); /* plain: loads the checkpoint */
+    d.offload_optimizer = ZERO_OFFLOAD_NVME;
+    d.offload_param = ZERO_OFFLOAD_NVME;
+    d.nvme_path = w->dir;
+    d.sub_group_size = 128;
+    d.buffer_count = w->buffer_count;
+    ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
+    for (t = 0; t < 7; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", t);
+        ZT_CHECK(zero_engine_add_tensor(e, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
+        ZT_CHECK(zero_engine_add_tensor(p, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
+    }
+    ZT_CHECK(zero_engine_commit(e) == ZERO_OK && zero_engine_commit(p) == ZERO_OK);
+    for (t = 0; t < 7; t++) {
+        size_t i;
+        for (i = 0; i < sizes[t]; i++) vals[i] = sa_value(t, i);
+        ZT_CHECK(zero_engine_set_tensor(e, t, vals) == ZERO_OK);
+    }
+    for (t = 0; t < 7; t++) { /* m and v of records written master-only read as zeros */
+        zero_range rg;
+        size_t i;
+        int kind;
+        for (kind = ZERO_STATE_M; kind <= ZERO_STATE_V; kind++) {
+            memset(got, 0x7f, sizeof got);
+            ZT_CHECK(zero_engine_read_tensor(e, t, (zero_state_kind)kind, got, &rg) == ZERO_OK);
+            for (i = 0; i < sizes[t]; i++) ZT_CHECK(got[i] == 0.0f);
+        }
+    }
+    w->ntiles = e->host.ntiles;
+    for (k = 0; k < e->host.ntiles; k++) /* every record written (the cached one at the save) */
+        ZT_CHECK(e->nvme.tile_fresh[k] != 1 || k == e->nvme.cached_tile);
+    e->nvme.records_ahead_max = 0;
+    ZT_CHECK(zero_engine_save(e, w->ckdir) == ZERO_OK);
+    w->ahead_max = e->nvme.records_ahead_max;
+    ZT_CHECK(zero_engine_load(p, w->ckdir) == ZERO_OK);
+    w->exact = 1;
+    for (t = 0; t < 7; t++) {
+        zero_range rg;
+        size_t i;
+        ZT_CHECK(zero_engine_read_tensor(p, t, ZERO_STATE_MASTER, got, &rg) == ZERO_OK);
+        for (i = 0; i < sizes[t]; i++) {
+            float want = sa_value(t, i);
+            w->exact &= memcmp(&got[i], &want, 4) == 0;
+        }
+    }
+    zero_engine_destroy(e);
+    zero_engine_destroy(p);
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
+/* A save walks the NVMe records in shard order and reads up to buffer_count - 1 of them
+   ahead (into the swap slots: no other memory), and each group's param shard ahead
+   (param_read_ahead deep): at buffer_count 3, 4 and 6 the most reads ahead in flight is
+   buffer_count - 1 (the records outnumber the slots), and the checkpoint loads into a
+   plain engine with every master value as set, bit for bit. */
+ZT_TEST(save_reads_records_ahead)
+{
+    static const int counts[] = {3, 4, 6};
+    char d1[64], d2[64];
+    sa_run w;
+    int i;
+    snprintf(d1, sizeof d1, "/tmp/zero-test-sa-XXXXXX");
+    snprintf(d2, sizeof d2, "/tmp/zero-test-sak-XXXXXX");
+    memset(&w, 0, sizeof w);
+    w.dir = mkdtemp(d1);
+    w.ckdir = mkdtemp(d2);
+    ZT_CHECK(w.dir && w.ckdir);
+    if (!w.dir || !w.ckdir) return;
+    for (i = 0; i < 3; i++) {
+        w.buffer_count = counts[i];
+        ZT_CHECK(zero_local_run(1, sa_rank, &w) == ZERO_OK);
+        ZT_CHECKF(w.ntiles > counts[i], "%d tiles", w.ntiles);
+        ZT_CHECKF(w.ahead_max == counts[i] - 1, "buffer_count %d: %d records read ahead at most", counts[i],
+                  w.ahead_max);
+        ZT_CHECK(w.exact);
+    }
+    ZT_CHECK(nd_dir_is_empty(w.dir));
+    rmdir(w.dir);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", w.ckdir);
+        ZT_CHECK(system(cmd) == 0);
+    }
+}
+
 /* ---- a load into the NVMe tier: an I/O error on one rank is agreed ---- */
 
 typedef struct ld_run {
@@ -533,6 +647,7 @@ int main(void)
     ZT_RUN(param_read_ahead_with_accumulation_is_exact);
     ZT_RUN(param_read_ahead_validated);
     ZT_RUN(write_behind_errors_are_never_lost);
+    ZT_RUN(save_reads_records_ahead);
     ZT_RUN(a_load_error_on_one_rank_is_agreed);
     ZT_RUN(commit_touches_no_host_tier_memory);
     return zt_summary();
