@@ -898,7 +898,8 @@ ZT_TEST(hpz_traffic_formulas)
 /* ZeRO++ in full: hpZ with qgZ is exact against qgZ alone (hpZ changes only the gathers);
    with qwZ the backward reads the forward's (dequantized) values, bit for bit; and qwZ + hpZ
    + qgZ move between nodes exactly the packed forward gather and the packed gradient blocks:
-   (P8(n) + A P4(n)) (N - R) per group of shard n, against plain stage 3's
+   P8(n) (N - R) + A P4(n) (N / R - 1) per group of shard n with qgZ's two-level scheme (the
+   default), P8(n) (N - R) + A P4(n) (N - R) with the flat one, against plain stage 3's
    (2 A p n + A g n) (N - R) (the paper's 3 M -> 0.75 M: docs/engine.md). */
 ZT_TEST(hpz_with_quantized)
 {
@@ -906,7 +907,7 @@ ZT_TEST(hpz_with_quantized)
     for (k = 0; k < HPZ_NCASES; k += 2) {
         int N = hpz_cases[k][0], R = hpz_cases[k][1], rk;
         ec_cfg c;
-        ec_result *a, *b;
+        ec_result *a, *b, *bf;
         ec_qw_stats st;
         char why[160];
         /* qgZ: hpZ on top changes no bit */
@@ -932,17 +933,21 @@ ZT_TEST(hpz_with_quantized)
                   "differ from the forward's", N, st.differing);
         pthread_mutex_destroy(&st.mu);
         ec_result_free(b);
-        /* the full configuration's bytes between nodes */
+        /* the full configuration's bytes between nodes (qgZ two-level, the default, and flat) */
         hpz_cfg(&c, k, ZERO_BF16, 2, 2);
         c.quant_w = c.quant_g = 1;
         b = ec_run(&c);
+        c.quant_levels = 1;
+        bf = ec_run(&c);
+        c.quant_levels = 0;
         c.quant_w = c.quant_g = 0;
         c.hpz = 0;
         a = ec_run(&c);
-        ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
-        if (a->rc == ZERO_OK && b->rc == ZERO_OK) {
+        ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK && bf->rc == ZERO_OK, "%s / %s / %s", a->err,
+                  b->err, bf->err);
+        if (a->rc == ZERO_OK && b->rc == ZERO_OK && bf->rc == ZERO_OK) {
             size_t p8 = 0, p4 = 0, n = 0;
-            double want = 0.0, plain = 0.0;
+            double want = 0.0, want_flat = 0.0, plain = 0.0;
             int g;
             /* the default model's groups, laid out by a plan as the engine does */
             zero_plan *plan = NULL;
@@ -958,21 +963,25 @@ ZT_TEST(hpz_with_quantized)
                 zero_plan_group(plan, g, &gi);
                 n = gi.shard_numel;
                 ZT_CHECK(zero_quant_bytes(n, 8, 0, &p8) == ZERO_OK && zero_quant_bytes(n, 4, 0, &p4) == ZERO_OK);
-                want += ((double)p8 + 2.0 * (double)p4) * (N - R);
+                want += (double)p8 * (N - R) + 2.0 * (double)p4 * (N / R - 1);
+                want_flat += ((double)p8 + 2.0 * (double)p4) * (N - R);
                 plain += (2.0 * 2.0 * 2.0 * (double)n + 2.0 * 2.0 * (double)n) * (N - R);
             }
             zero_plan_destroy(plan);
             for (rk = 0; rk < N; rk++) {
                 const zero_traffic *t = &b->traffic_last[rk][1], *f = &a->traffic_last[rk][1];
+                const zero_traffic *tf = &bf->traffic_last[rk][1];
                 double got = t->inter_bytes[ZERO_COLL_ALL_GATHER] + t->inter_bytes[ZERO_COLL_REDUCE_SCATTER];
+                double gf = tf->inter_bytes[ZERO_COLL_ALL_GATHER] + tf->inter_bytes[ZERO_COLL_REDUCE_SCATTER];
                 double fl = f->inter_bytes[ZERO_COLL_ALL_GATHER] + f->inter_bytes[ZERO_COLL_REDUCE_SCATTER];
-                ZT_CHECKF(close_rel(got, want) && close_rel(fl, plain),
-                          "N=%d R=%d rank %d: between nodes %.17g (formula %.17g), plain %.17g (%.17g)",
-                          N, R, rk, got, want, fl, plain);
+                ZT_CHECKF(close_rel(got, want) && close_rel(gf, want_flat) && close_rel(fl, plain),
+                          "N=%d R=%d rank %d: between nodes %.17g (formula %.17g), with flat qgZ %.17g "
+                          "(%.17g), plain %.17g (%.17g)", N, R, rk, got, want, gf, want_flat, fl, plain);
             }
         }
         ec_result_free(a);
         ec_result_free(b);
+        ec_result_free(bf);
     }
 }
 
