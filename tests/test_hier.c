@@ -14,6 +14,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h> /* rmdir */
 
 /* ---- zero_comm_split on the local comm ---------------------------------------------------- */
 
@@ -758,6 +759,38 @@ ZT_TEST(hpz_equals_stage3)
         }
 }
 
+
+/* hpZ with offload_optimizer = nvme (accepted: the optimizer tier never touches the param
+   gathers; offload_param = nvme is refused) equals plain stage 3 with the same offload, bit
+   for bit, with accumulation, params on the device and on the cpu tier. */
+ZT_TEST(hpz_nvme_optimizer_equals_stage3)
+{
+    char dir[] = "/tmp/zero_hpz_nvme_XXXXXX";
+    int k, op;
+    if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
+    for (k = 0; k < HPZ_NCASES; k += 3)
+        for (op = 0; op <= 1; op++) {
+            ec_cfg c;
+            ec_result *a, *b;
+            char why[160];
+            hpz_cfg(&c, k, ZERO_BF16, 2, 3);
+            c.offload_opt = ZERO_OFFLOAD_NVME;
+            c.offload_param = op ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+            c.nvme_path = dir;
+            b = ec_run(&c);
+            c.hpz = 0;
+            a = ec_run(&c);
+            ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
+            if (a->rc == ZERO_OK && b->rc == ZERO_OK)
+                ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "N=%d R=%d S=%d params %s: %s",
+                          hpz_cases[k][0], hpz_cases[k][1], hpz_cases[k][2], op ? "cpu" : "device", why);
+            ZT_CHECK(b->params_agree);
+            ec_result_free(a);
+            ec_result_free(b);
+        }
+    rmdir(dir);
+}
+
 /* Memory per rank: the plain stage-3 run's in every category, now and at peak, on the device
    and the host tier, plus the secondary parts as params: (numel / S) p for each partitioned
    group; and the estimator's device params (p Psi / N + p Psi / S) equal the engine's. */
@@ -1201,6 +1234,7 @@ int main(void)
     ZT_RUN(mics_checkpoint);
     ZT_RUN(hpz_refused);
     ZT_RUN(hpz_equals_stage3);
+    ZT_RUN(hpz_nvme_optimizer_equals_stage3);
     ZT_RUN(hpz_memory);
     ZT_RUN(hpz_traffic_formulas);
     ZT_RUN(hpz_with_quantized);
