@@ -396,7 +396,9 @@ ZT_TEST(qgz_hier_close_to_exact_every_remainder)
 /* The counters, every rank, at A = 2 (stage 3, qgZ only): per micro-step and group of shard
    n, the node's all_to_all moves (R - 1) M P(n) bytes inside the node and the cross-node one
    (M - 1) P(n) between nodes, M = N / R; the flat scheme's (N - R) P(n) between nodes is R
-   times that; the element counts are the exact run's, the calls twice the flat run's. */
+   times that; the element counts are the exact run's, the calls twice the flat run's. And the
+   device memory: the flat run's plus 4 bytes per element of the largest shard (the fp32
+   partial sum, docs/engine.md "Memory"). */
 ZT_TEST(qgz_hier_traffic_formula)
 {
     int k;
@@ -444,6 +446,14 @@ ZT_TEST(qgz_hier_traffic_formula)
                       b->inter_bytes[ZERO_COLL_REDUCE_SCATTER], inter);
             ZT_CHECK(a->numel[ZERO_COLL_REDUCE_SCATTER] == e->numel[ZERO_COLL_REDUCE_SCATTER]);
             ZT_CHECK(a->calls[ZERO_COLL_REDUCE_SCATTER] == 2 * b->calls[ZERO_COLL_REDUCE_SCATTER]);
+            /* memory: the quantized blocks' buffer grows by the fp32 partial sum of the
+               largest shard, nothing else moves */
+            ZT_CHECKF(h->mem[rk].bytes[ZERO_MEM_BUCKET] ==
+                          f->mem[rk].bytes[ZERO_MEM_BUCKET] + 4 * (h->max_group / (size_t)N) &&
+                          h->mem[rk].total_bytes == f->mem[rk].total_bytes + 4 * (h->max_group / (size_t)N),
+                      "N %d R %d rank %d: bucket bytes %zu, flat %zu, largest shard %zu", N, R, rk,
+                      h->mem[rk].bytes[ZERO_MEM_BUCKET], f->mem[rk].bytes[ZERO_MEM_BUCKET],
+                      h->max_group / (size_t)N);
             if (rk == 0)
                 printf("  N %d R %d: reduce-scatter between nodes %.0f bytes per step (flat qgZ %.0f, exact "
                        "%.0f), inside %.0f\n", N, R, a->inter_bytes[ZERO_COLL_REDUCE_SCATTER],
