@@ -221,7 +221,10 @@
    backward's gathers stay exact (with hpZ they read the forward's values). d.quantized_gradients = 1 (stages 1-3, qgZ): the gradient
    reduce-scatter becomes int4 blocks (quantized_gradient_bits = 8 for int8) moved by the
    comm's all_to_all, summed in fp32 in rank order (the same bits every run and at stages
-   1-3). d.quant_block_numel: elements per block (0 = 256). Every element comes back within
+   1-3). On several nodes (1 < ranks_per_node < N) it is ZeRO++'s hierarchical scheme by
+   default: all_to_all inside the node, fp32 sum, re-quantize, all_to_all across nodes (the
+   bytes between nodes / R; two quantizations); d.quantized_gradient_levels = 1 keeps the
+   flat one (one all_to_all over N, one quantization). d.quant_block_numel: elements per block (0 = 256). Every element comes back within
    scale/2 plus the dtypes' roundings (the Quantization section derives the bound); an
    inf/NaN block comes back NaN, so the loss scaler still sees an overflow. The optimizer
    state and checkpoints stay exact. zero_quantize / zero_dequantize expose the format.
@@ -1880,6 +1883,16 @@ typedef struct zero_engine_desc {
                                     the same bits). Needs grad_comm_dtype = param_dtype and a
                                     comm with all_to_all. 0 = off.                             */
     int quantized_gradient_bits; /* qgZ's code width: 4 (0 = the default, ZeRO++'s) or 8     */
+    int quantized_gradient_levels; /* qgZ's scheme: 2 = hierarchical (ZeRO++'s): quantize R
+                                    blocks by destination local rank, all_to_all inside the
+                                    node, sum in fp32, re-quantize N / R blocks by destination
+                                    node, all_to_all across nodes among the ranks of the same
+                                    local index, sum in fp32 (bytes between nodes / R, two
+                                    quantizations); 1 = flat (one all_to_all over the N ranks,
+                                    one quantization); 0 = the default: 2 when 1 < R < N
+                                    (ranks_per_node), else 1. With R = 1 or R = N the two-level
+                                    scheme is the flat one (one level is empty) and resolves
+                                    to 1. Level 2 needs a comm with split.                    */
     size_t quant_block_numel;    /* elements per quantization block, even (0 =
                                     ZERO_QUANT_BLOCK_DEFAULT = 256); blocks never straddle a
                                     rank's shard                                              */
@@ -9359,6 +9372,9 @@ typedef struct zero__eng_topo {
     int hpz_same;
     unsigned char *hpz_buf;
     unsigned char *hpz_valid;
+    /* hierarchical qgZ (quantized_gradient_levels = 2): this rank's node (R ranks, by local
+       index) and its peers of the same local index on every node (N / R, by node); owned */
+    zero_comm *qgz_node, *qgz_cross;
 } zero__eng_topo;
 
 /* Collective traffic: the running total, the current step's, the last completed step's,
@@ -9498,9 +9514,12 @@ typedef struct zero__eng_debug {
 typedef struct zero__eng_quant {
     int weights;          /* qwZ on                                                        */
     int grad_bits;        /* qgZ: 4 or 8; 0 = off                                          */
+    int levels;           /* qgZ: 1 flat, 2 hierarchical (topo.qgz_node, topo.qgz_cross)     */
     size_t block;         /* elements per block                                            */
     unsigned char *buf;   /* device                                                        */
     size_t send_bytes;    /* the send part; the receive part follows                       */
+    size_t sum_off;       /* hierarchical qgZ: the fp32 partial sum of one block (the largest
+                             shard's elements), at buf + sum_off after the receive part      */
     unsigned char *fwd;   /* per group (host): the forward's quantized gather was issued     */
 } zero__eng_quant;
 
@@ -9798,20 +9817,25 @@ static zero_result zero__eng_all_gather(zero_engine *e, const void *send, void *
 /* A collective whose wire bytes are not numel x a dtype's size (the quantized ones, on
    cfg.comm): numel counts the elements it stands for, unit the bytes this rank exchanges with
    each of its N - 1 peers (split by the topology as zero__eng_count does). */
-static void zero__eng_count_bytes(zero_engine *e, zero_coll kind, double numel, double unit)
+static void zero__eng_count_split(zero_engine *e, zero_coll kind, double numel, double intra,
+                                  double inter)
 {
-    double N = (double)e->cfg.world, same = (double)e->topo.same_node;
-    double intra = unit * same, inter = unit * (N - 1.0 - same);
     e->traffic.cur.calls[kind]++;
     e->traffic.cur.numel[kind] += numel;
-    e->traffic.cur.bytes[kind] += unit * (N - 1.0);
+    e->traffic.cur.bytes[kind] += intra + inter;
     e->traffic.cur.intra_bytes[kind] += intra;
     e->traffic.cur.inter_bytes[kind] += inter;
     e->traffic.total.calls[kind]++;
     e->traffic.total.numel[kind] += numel;
-    e->traffic.total.bytes[kind] += unit * (N - 1.0);
+    e->traffic.total.bytes[kind] += intra + inter;
     e->traffic.total.intra_bytes[kind] += intra;
     e->traffic.total.inter_bytes[kind] += inter;
+}
+
+static void zero__eng_count_bytes(zero_engine *e, zero_coll kind, double numel, double unit)
+{
+    double N = (double)e->cfg.world, same = (double)e->topo.same_node;
+    zero__eng_count_split(e, kind, numel, unit * same, unit * (N - 1.0 - same));
 }
 
 /* qwZ: all-gathers n param elements per rank from src into dst (rank r's at dst + r n) as
@@ -9870,12 +9894,67 @@ static zero_result zero__eng_reduce_scatter_q(zero_engine *e, const void *send_v
                                 (int)N, n, bits, e->quant.block);
 }
 
+/* Hierarchical qgZ (ZeRO++'s): the same reduction in two levels over R ranks per node and
+   M = N / R nodes, rank r = k R + j on node k with local index j. (1) Quantize the N blocks
+   ordered by destination local index, then node (send part j M + k: rank k R + j's block),
+   and all_to_all inside the node (M blocks to each local rank). (2) For each node k,
+   dequantize the R blocks received for rank k R + (this j) and sum them in fp32 in local-rank
+   order, then re-quantize that fp32 block (send part k). (3) all_to_all among the M ranks of
+   local index j, then dequantize the M received blocks and sum them in fp32 in node order,
+   rounded once to the param dtype. Counted as two calls: (R - 1) M P bytes inside the node,
+   (M - 1) P between nodes (against (N - R) P flat), n (R - 1) M + n (M - 1) = n (N - 1)
+   elements. */
+static zero_result zero__eng_reduce_scatter_q2(zero_engine *e, const void *send_v, void *recv_v,
+                                               size_t n, int group)
+{
+    zero_device *dev = e->cfg.dev;
+    unsigned char *send = e->quant.buf, *recv = e->quant.buf + e->quant.send_bytes;
+    float *sum = (float *)(void *)(e->quant.buf + e->quant.sum_off);
+    zero_comm *node = e->topo.qgz_node, *cross = e->topo.qgz_cross;
+    size_t P = 0, R = (size_t)node->world, M = (size_t)cross->world, ps = e->cfg.param_size;
+    size_t j, k;
+    int bits = e->quant.grad_bits;
+    zero_result x = zero__quant_size("gradient reduction", n, bits, e->quant.block, &P);
+    for (j = 0; j < R && x == ZERO_OK; j++)
+        for (k = 0; k < M && x == ZERO_OK; k++)
+            x = dev->ops->quantize(dev, ZERO_QUEUE_COMM, send + (j * M + k) * P,
+                                   (const unsigned char *)send_v + (k * R + j) * n * ps,
+                                   e->cfg.param_dtype, n, bits, e->quant.block);
+    if (x == ZERO_OK) {
+        zero__eng_tag_on(e, node, group, ZERO_ROLE_GRAD_REDUCE);
+        x = node->ops->all_to_all(node, send, recv, M * P / 4, ZERO_F32, zero__eng_comm_queue(e));
+        memset(&node->tag, 0, sizeof node->tag);
+    }
+    if (x != ZERO_OK) return x;
+    zero__eng_count_split(e, ZERO_COLL_REDUCE_SCATTER, (double)n * (double)((R - 1) * M),
+                          (double)P * (double)((R - 1) * M), 0.0);
+    for (k = 0; k < M && x == ZERO_OK; k++) {
+        x = dev->ops->dequantize(dev, ZERO_QUEUE_COMM, sum, ZERO_F32, recv + k * P, M * P, (int)R,
+                                 n, bits, e->quant.block);
+        if (x == ZERO_OK)
+            x = dev->ops->quantize(dev, ZERO_QUEUE_COMM, send + k * P, sum, ZERO_F32, n, bits,
+                                   e->quant.block);
+    }
+    if (x == ZERO_OK) {
+        zero__eng_tag_on(e, cross, group, ZERO_ROLE_GRAD_REDUCE);
+        x = cross->ops->all_to_all(cross, send, recv, P / 4, ZERO_F32, zero__eng_comm_queue(e));
+        memset(&cross->tag, 0, sizeof cross->tag);
+    }
+    if (x != ZERO_OK) return x;
+    zero__eng_count_split(e, ZERO_COLL_REDUCE_SCATTER, (double)n * (double)(M - 1), 0.0,
+                          (double)P * (double)(M - 1));
+    return dev->ops->dequantize(dev, ZERO_QUEUE_COMM, recv_v, e->cfg.comm_dtype, recv, P, (int)M,
+                                n, bits, e->quant.block);
+}
+
 static zero_result zero__eng_reduce_scatter(zero_engine *e, const void *send, void *recv,
                                             size_t recv_numel, zero_dtype dtype, int group)
 {
     zero_result r;
     int same;
     zero_comm *c;
+    if (e->quant.grad_bits && recv_numel > 0 && e->quant.levels == 2)
+        return zero__eng_reduce_scatter_q2(e, send, recv, recv_numel, group);
     if (e->quant.grad_bits && recv_numel > 0) /* only the gradient reduction calls this */
         return zero__eng_reduce_scatter_q(e, send, recv, recv_numel, group);
     c = zero__eng_route(e, 1, &same);
@@ -10280,6 +10359,31 @@ static zero_result zero__eng_quant_resolve(zero_engine_desc *d)
     return ZERO_OK;
 }
 
+/* qgZ's levels (quantized_gradient_levels), against the resolved topology: 2 (ZeRO++'s
+   hierarchical scheme) where there are several nodes of several ranks, else the flat one. */
+static zero_result zero__eng_qgz_resolve(zero_engine_desc *d)
+{
+    const char *fn = "zero_engine_create";
+    int N = d->comm->world, R = d->ranks_per_node;
+    if (d->quantized_gradient_levels < 0 || d->quantized_gradient_levels > 2)
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: quantized_gradient_levels = %d (0 = default, 1 = flat, 2 = "
+                          "hierarchical)", fn, d->quantized_gradient_levels);
+    if (!d->quantized_gradients) {
+        d->quantized_gradient_levels = 0;
+        return ZERO_OK;
+    }
+    if (R <= 1 || R >= N) d->quantized_gradient_levels = 1; /* one level is empty: flat */
+    else if (d->quantized_gradient_levels == 0) d->quantized_gradient_levels = 2;
+    if (d->quantized_gradient_levels == 2 && !d->comm->ops->split)
+        return zero__fail(ZERO_ERROR_UNSUPPORTED,
+                          "%s: quantized_gradients over %d nodes is hierarchical (ZeRO++'s "
+                          "two-level all_to_all), which needs sub-communicators, and the '%s' "
+                          "comm has no split; set quantized_gradient_levels = 1 for the flat "
+                          "scheme", fn, N / R, d->comm->ops->name ? d->comm->ops->name : "?");
+    return ZERO_OK;
+}
+
 /* delayed_update (DPU): validated against the resolved offload settings. */
 static zero_result zero__eng_dpu_resolve(const zero_engine_desc *d)
 {
@@ -10410,6 +10514,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
                           "zero_engine_create: allocator needs both alloc and free");
     if ((r = zero__eng_quant_resolve(&d)) != ZERO_OK) return r;
     if ((r = zero__eng_topo_resolve(&d)) != ZERO_OK) return r;
+    if ((r = zero__eng_qgz_resolve(&d)) != ZERO_OK) return r;
     if ((r = zero__eng_dpu_resolve(&d)) != ZERO_OK) return r;
     e = (zero_engine *)zero__alloc(&d.allocator, sizeof *e);
     if (!e) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_create: %zu bytes", sizeof *e);
@@ -10462,6 +10567,7 @@ ZERODEF zero_result zero_engine_create(const zero_engine_desc *desc, zero_engine
     e->dpu.after = d.delayed_update_after;
     e->quant.weights = d.quantized_weights;
     e->quant.grad_bits = d.quantized_gradients ? d.quantized_gradient_bits : 0;
+    e->quant.levels = d.quantized_gradient_levels;
     e->quant.block = d.quant_block_numel;
     e->lifecycle = ZERO__ENG_CREATED;
     *out = e;
@@ -10490,7 +10596,10 @@ ZERODEF void zero_engine_destroy(zero_engine *e)
     zero_comm_destroy(e->topo.replica);
     zero_comm_destroy(e->topo.shard);
     zero_comm_destroy(e->topo.hpz_comm);
+    zero_comm_destroy(e->topo.qgz_node);
+    zero_comm_destroy(e->topo.qgz_cross);
     e->topo.replica = e->topo.shard = e->topo.hpz_comm = NULL;
+    e->topo.qgz_node = e->topo.qgz_cross = NULL;
     a = &e->cfg.desc.allocator;
     if (e->cfg.dev) {
         /* Let queued work finish before freeing what it may touch (errors are moot here). */
@@ -10775,6 +10884,7 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->mics_shard_size);
     h = zero__eng_mix(h, (uint64_t)d->hpz_partition_size);
     h = zero__eng_mix(h, (uint64_t)(int64_t)(d->delayed_update ? d->delayed_update_after : -1));
+    h = zero__eng_mix(h, (uint64_t)d->quantized_gradient_levels);
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -10907,7 +11017,9 @@ static zero_result zero__eng_arena_size(zero_engine *e)
 /* The device buffer of the quantized collectives (ZERO_MEM_BUCKET): qwZ sends one packed
    shard and receives N (int8, the largest param shard); qgZ sends N packed gradient blocks
    and receives N (int4/int8, the largest gradient shard); one buffer of the larger of each
-   part serves both (both run on COMM, in order). Also the per-group forward flags. */
+   part serves both (both run on COMM, in order). Hierarchical qgZ adds one fp32 block of the
+   largest shard (the node's partial sum, re-quantized from there) after the receive part.
+   Also the per-group forward flags. */
 static zero_result zero__eng_quant_layout(zero_engine *e, size_t *bytes)
 {
     const char *fn = "zero_engine_commit: quantized collectives";
@@ -10930,6 +11042,12 @@ static zero_result zero__eng_quant_layout(zero_engine *e, size_t *bytes)
     if (pw > send) send = pw;
     ovf |= zero__mul_size(N, pw > pg ? pw : pg, &recv);
     ovf |= zero__add_size(send, recv, &t);
+    e->quant.sum_off = t;
+    if (e->quant.grad_bits && e->quant.levels == 2) {
+        size_t fb = 0;
+        ovf |= zero__mul_size(ms, sizeof(float), &fb);
+        ovf |= zero__add_size(t, fb, &t);
+    }
     if (ovf) return zero__fail(ZERO_ERROR_OVERFLOW, "%s: sizes overflow size_t", fn);
     e->quant.fwd = (unsigned char *)zero__alloc_zeroed(&e->cfg.desc.allocator,
                                                         (size_t)e->layout.ngroups + 1);
@@ -12923,7 +13041,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 32 };
+enum { ZERO__ENG_NSETTINGS = 33 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -12936,7 +13054,8 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "scaler.window", "scaler.hysteresis", "scaler.error_at_min", "align_numel",
             "offload_optimizer", "offload_param", "offload_optimizer_ratio", "optimizer_dtype",
             "optimizer_seed", "ranks_per_node", "mics_shard_size", "hpz_partition_size",
-            "delayed_update_after" /* -1 = delayed_update off */};
+            "delayed_update_after" /* -1 = delayed_update off */,
+            "quantized_gradient_levels" /* 0 = qgZ off */};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -12958,6 +13077,7 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[29] = d->mics_shard_size;
         v[30] = d->hpz_partition_size;
         v[31] = d->delayed_update ? d->delayed_update_after : -1;
+        v[32] = d->quantized_gradient_levels;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         if (i == 27) return zero__eng_mix((uint64_t)i, d->optimizer_seed); /* every bit */
@@ -13102,6 +13222,33 @@ static zero_result zero__eng_hpz_split(zero_engine *e)
                           "%d for the hpZ group (want %d of %d)", e->topo.hpz_comm->rank,
                           e->topo.hpz_comm->world, rank % S, S);
     e->topo.hpz_same = zero__eng_same_node(e, rank / S * S, 1, S);
+    return ZERO_OK;
+}
+
+/* Hierarchical qgZ (commit, after the agreement): the node (color rank / R, ranked by rank:
+   its rank is the local index) and the cross-node group (color rank % R, ranked by node). */
+static zero_result zero__eng_qgz_split(zero_engine *e)
+{
+    int R = e->topo.rpn, N = e->topo.world_all, rank = e->topo.rank_all;
+    zero_result r;
+    zero__eng_tag(e, -1, ZERO_ROLE_COMMIT);
+    r = zero_comm_split(e->cfg.comm, rank / R, rank, &e->topo.qgz_node);
+    zero__eng_untag(e);
+    if (r == ZERO_OK) {
+        zero__eng_tag(e, -1, ZERO_ROLE_COMMIT);
+        r = zero_comm_split(e->cfg.comm, rank % R, rank / R, &e->topo.qgz_cross);
+        zero__eng_untag(e);
+    }
+    if (r != ZERO_OK)
+        return zero__fail(r, "zero_engine_commit: the hierarchical qgZ groups: %.360s",
+                          zero_last_error());
+    if (e->topo.qgz_node->world != R || e->topo.qgz_node->rank != rank % R ||
+        e->topo.qgz_cross->world != N / R || e->topo.qgz_cross->rank != rank / R)
+        return zero__fail(ZERO_ERROR_COMM, "zero_engine_commit: the comm's split gave rank %d of "
+                          "%d and %d of %d for qgZ's groups (want %d of %d, %d of %d)",
+                          e->topo.qgz_node->rank, e->topo.qgz_node->world,
+                          e->topo.qgz_cross->rank, e->topo.qgz_cross->world, rank % R, R,
+                          rank / R, N / R);
     return ZERO_OK;
 }
 
@@ -13264,6 +13411,11 @@ ZERODEF zero_result zero_engine_commit(zero_engine *e)
         return zero__eng_commit_failed(e, r, sm);
     }
     if (e->topo.mics && (r = zero__eng_topo_split(e)) != ZERO_OK) {
+        char sm[420];
+        zero__eng_copy_error(sm, sizeof sm);
+        return zero__eng_commit_failed(e, r, sm);
+    }
+    if (e->quant.levels == 2 && (r = zero__eng_qgz_split(e)) != ZERO_OK) {
         char sm[420];
         zero__eng_copy_error(sm, sizeof sm);
         return zero__eng_commit_failed(e, r, sm);

@@ -16,6 +16,8 @@
    on each group's shard): their formula is the per-group one of docs/engine.md, from the
    plan (P8 and P4 of each group's shard), and each row also prints its bytes between nodes
    in the ZeRO++ paper's units, M = a third of flat stage 3's (the paper: 3 M -> 0.75 M).
+   qgZ runs flat (quantized_gradient_levels = 1: one all_to_all over the 8 ranks) and
+   two-level (the default on 2 nodes: inside the node, then across; bytes between nodes / R).
 
        build/bench_hier [--intra-gbs B] [--inter-gbs B] [--layers L] */
 #define ZERO_IMPLEMENTATION
@@ -32,7 +34,7 @@
 
 typedef struct bh_mode {
     const char *name;
-    int stage, mics, hpz, qw, qg;
+    int stage, mics, hpz, qw, qg, lv; /* lv: quantized_gradient_levels (0 = the default: 2 here) */
 } bh_mode;
 
 typedef struct bh_run {
@@ -66,6 +68,7 @@ static zero_result bh_rank(int rank, zero_comm *comm, void *user)
     d.hpz_partition_size = B->mode->hpz;
     d.quantized_weights = B->mode->qw;
     d.quantized_gradients = B->mode->qg;
+    d.quantized_gradient_levels = B->mode->lv;
     if (r == ZERO_OK) r = zero_engine_create(&d, &e);
     if (r == ZERO_OK) {
         gpt2_param_table(B->cfg, tab);
@@ -115,11 +118,13 @@ static zero_result bh_rank(int rank, zero_comm *comm, void *user)
 int main(int argc, char **argv)
 {
     static const bh_mode modes[] = {
-        {"flat stage 1", 1, 0, 0, 0, 0},     {"flat stage 2", 2, 0, 0, 0, 0},
-        {"flat stage 3", 3, 0, 0, 0, 0},     {"MiCS S=4 stage 2", 2, 4, 0, 0, 0},
-        {"MiCS S=4 stage 3", 3, 4, 0, 0, 0}, {"MiCS S=2 stage 3", 3, 2, 0, 0, 0},
-        {"hpZ S=4 stage 3", 3, 0, 4, 0, 0},  {"hpZ S=2 stage 3", 3, 0, 2, 0, 0},
-        {"qwZ + qgZ int4", 3, 0, 0, 1, 1},   {"qwZ+hpZ+qgZ S=4", 3, 0, 4, 1, 1},
+        {"flat stage 1", 1, 0, 0, 0, 0, 0},        {"flat stage 2", 2, 0, 0, 0, 0, 0},
+        {"flat stage 3", 3, 0, 0, 0, 0, 0},        {"MiCS S=4 stage 2", 2, 4, 0, 0, 0, 0},
+        {"MiCS S=4 stage 3", 3, 4, 0, 0, 0, 0},    {"MiCS S=2 stage 3", 3, 2, 0, 0, 0, 0},
+        {"hpZ S=4 stage 3", 3, 0, 4, 0, 0, 0},     {"hpZ S=2 stage 3", 3, 0, 2, 0, 0, 0},
+        {"qgZ int4 flat", 3, 0, 0, 0, 1, 1},       {"qgZ int4 2-level", 3, 0, 0, 0, 1, 0},
+        {"qwZ + qgZ flat", 3, 0, 0, 1, 1, 1},      {"qwZ + qgZ 2-level", 3, 0, 0, 1, 1, 0},
+        {"qwZ+hpZ+qgZ flat", 3, 0, 4, 1, 1, 1},    {"qwZ+hpZ+qgZ 2-lvl", 3, 0, 4, 1, 1, 0},
     };
     double flat3_inter = 0.0;
     double bi = 450e9, bo = 25e9, base = 0.0;
@@ -179,15 +184,17 @@ int main(int argc, char **argv)
             return 1;
         }
         if (modes[m].qw || modes[m].qg) { /* docs/engine.md's per-group formula, A = 1 */
-            double p = 2.0, fwd = B.q8, grad = B.q4, later = modes[m].hpz ? 0.0 : (double)B.psi / BH_N * p;
-            est.step_inter_bytes = (fwd + later + grad) * (BH_N - BH_R);
-            est.step_intra_bytes = (fwd + later + grad) * (BH_R - 1) +
+            double p = 2.0, shard = (double)B.psi / BH_N * p, fwd = modes[m].qw ? B.q8 : shard;
+            double grad = B.q4, later = modes[m].hpz ? 0.0 : shard;
+            int two = modes[m].lv != 1, M = BH_N / BH_R; /* qgZ two-level: M inside, M-1 between */
+            est.step_inter_bytes = (fwd + later) * (BH_N - BH_R) + grad * (two ? M - 1 : BH_N - BH_R);
+            est.step_intra_bytes = (fwd + later) * (BH_R - 1) + grad * (two ? (BH_R - 1) * M : BH_R - 1) +
                                    (modes[m].hpz ? B.sec * p * (modes[m].hpz - 1) : 0.0);
         }
         if (fabs(est.step_intra_bytes - in) > 1e-9 * in + 1 || fabs(est.step_inter_bytes - out) > 1e-9 * out + 1)
             bad = 1;
         ms = 1e3 * (in / bi + out / bo);
-        if (modes[m].stage == 3 && !modes[m].mics && !modes[m].hpz && !modes[m].qw) {
+        if (modes[m].stage == 3 && !modes[m].mics && !modes[m].hpz && !modes[m].qw && !modes[m].qg) {
             base = ms;
             flat3_inter = out;
         }

@@ -107,6 +107,8 @@ typedef struct gpt2_opts {
     /* ZeRO++ (docs/engine.md, "Quantized collectives"): lossy by design */
     int quant_w;         /* --quantized-weights 0|1: qwZ (stage 3, int8 forward all-gather) */
     int quant_g;         /* --quantized-gradients 0|1|4|8: qgZ (1 = int4, the default; 8 = int8) */
+    int quant_levels;    /* --quantized-gradient-levels 0|1|2: qgZ's scheme (0 = two-level across
+                            nodes when 1 < R < N, else flat; 1 = flat; 2 = two-level)      */
     /* beyond one node (docs/engine.md, "MiCS"): the engine's topology and MiCS groups */
     int ranks_per_node;  /* --ranks-per-node R (0 = the launcher's, else one node)       */
     int mics_shard_size; /* --mics-shard-size S (stages 1-3; 0 = flat)                  */
@@ -184,6 +186,8 @@ static inline void gpt2_usage(FILE *f, const char *prog)
             "ZeRO++: --quantized-weights 0|1   stage 3: the forward all-gather as int8 blocks (qwZ)\n"
             "        --quantized-gradients 0|1|4|8   stages 1-3: the gradient reduce-scatter as int4\n"
             "                                        (1 or 4) or int8 blocks (qgZ); both lossy\n"
+            "        --quantized-gradient-levels 0|1|2   qgZ's scheme: 2 = ZeRO++'s two levels (inside\n"
+            "                             the node, then across nodes), 1 = flat; 0 = 2 on several nodes\n"
             "nodes:  --ranks-per-node R   ranks [k R, (k+1) R) share a node: traffic split intra/inter\n"
             "        --mics-shard-size S  MiCS (stages 1-3): states partitioned in groups of S ranks,\n"
             "                             replicated across the N / S groups\n"
@@ -445,6 +449,7 @@ static inline int gpt2_parse_args(int argc, char **argv, gpt2_opts *o)
         else if (!strcmp(k, "--quantized-weights")) bad = gpt2_parse_int(v, 0, 1, &o->quant_w);
         else if (!strcmp(k, "--quantized-gradients"))
             bad = gpt2_parse_int(v, 0, 8, &o->quant_g) || (o->quant_g > 1 && o->quant_g != 4 && o->quant_g != 8);
+        else if (!strcmp(k, "--quantized-gradient-levels")) bad = gpt2_parse_int(v, 0, 2, &o->quant_levels);
         else {
             fprintf(stderr, "%s: unknown option %s\n", argv[0], k);
             gpt2_usage(stderr, argv[0]);
@@ -545,6 +550,7 @@ static inline void gpt2_engine_desc(const gpt2_opts *o, int stage, int B, zero_e
     d->quantized_weights = o->quant_w;
     d->quantized_gradients = o->quant_g != 0;
     d->quantized_gradient_bits = o->quant_g > 1 ? o->quant_g : 0;
+    d->quantized_gradient_levels = o->quant_g ? o->quant_levels : 0;
     d->offload_optimizer = o->oopt;
     d->offload_param = o->oparam;
     d->offload_gradients = o->ograd;

@@ -1368,10 +1368,14 @@ int main(int argc, char **argv)
                    R.frozen ? " (frozen F as below)" : "");
             if (R.frozen) printf("frozen: F = %zu of them (--freeze %s): no gradients, no optimizer state\n", R.frozen, o.freeze);
             if (o.quant_w || o.quant_g) /* ZeRO++: the bytes that crossed, the formula is the exact run's */
-                printf("quantized collectives (%s%s%s): traffic measured is the quantized bytes, the formula the "
+                printf("quantized collectives (%s%s%s%s): traffic measured is the quantized bytes, the formula the "
                        "exact run's (docs/engine.md, \"Quantized collectives\")\n",
                        o.quant_w ? "qwZ int8" : "", o.quant_w && o.quant_g ? ", " : "",
-                       o.quant_g ? (o.quant_g == 8 ? "qgZ int8" : "qgZ int4") : "");
+                       o.quant_g ? (o.quant_g == 8 ? "qgZ int8" : "qgZ int4") : "",
+                       !o.quant_g ? ""
+                       : o.quant_levels != 1 && o.ranks_per_node > 1 && o.ranks_per_node < o.ranks
+                           ? " two-level"
+                           : " flat");
             if (hier)
                 printf("traffic per step inside nodes: %.0f B measured, %.0f B by formula; between nodes: %.0f B "
                        "measured, %.0f B by formula (--ranks-per-node %d, --mics-shard-size %d, "

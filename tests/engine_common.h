@@ -63,6 +63,7 @@ typedef struct ec_cfg {
        when qw_stats is set the forward's gathered params are compared with the backward's
        (exact) per quantization block of each rank's shard, against the int8 bound. */
     int quant_w, quant_g, quant_bits;
+    int quant_levels; /* engine quantized_gradient_levels (0 = default)                     */
     size_t quant_block;
     struct ec_qw_stats *qw_stats;
     /* topology (tests/test_hier.c): engine ranks_per_node; per-rank override when
@@ -236,6 +237,7 @@ static void ec_engine_desc(const ec_cfg *c, zero_engine_desc *d)
     d->quantized_weights = c->quant_w;
     d->quantized_gradients = c->quant_g;
     d->quantized_gradient_bits = c->quant_bits;
+    d->quantized_gradient_levels = c->quant_levels;
     d->quant_block_numel = c->quant_block;
     d->ranks_per_node = c->ranks_per_node;
     d->mics_shard_size = c->mics;

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h> /* rmdir */
 
 /* ---- zero_comm_split on the local comm ---------------------------------------------------- */
 
@@ -758,6 +759,38 @@ ZT_TEST(hpz_equals_stage3)
         }
 }
 
+
+/* hpZ with offload_optimizer = nvme (accepted: the optimizer tier never touches the param
+   gathers; offload_param = nvme is refused) equals plain stage 3 with the same offload, bit
+   for bit, with accumulation, params on the device and on the cpu tier. */
+ZT_TEST(hpz_nvme_optimizer_equals_stage3)
+{
+    char dir[] = "/tmp/zero_hpz_nvme_XXXXXX";
+    int k, op;
+    if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
+    for (k = 0; k < HPZ_NCASES; k += 3)
+        for (op = 0; op <= 1; op++) {
+            ec_cfg c;
+            ec_result *a, *b;
+            char why[160];
+            hpz_cfg(&c, k, ZERO_BF16, 2, 3);
+            c.offload_opt = ZERO_OFFLOAD_NVME;
+            c.offload_param = op ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+            c.nvme_path = dir;
+            b = ec_run(&c);
+            c.hpz = 0;
+            a = ec_run(&c);
+            ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
+            if (a->rc == ZERO_OK && b->rc == ZERO_OK)
+                ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "N=%d R=%d S=%d params %s: %s",
+                          hpz_cases[k][0], hpz_cases[k][1], hpz_cases[k][2], op ? "cpu" : "device", why);
+            ZT_CHECK(b->params_agree);
+            ec_result_free(a);
+            ec_result_free(b);
+        }
+    rmdir(dir);
+}
+
 /* Memory per rank: the plain stage-3 run's in every category, now and at peak, on the device
    and the host tier, plus the secondary parts as params: (numel / S) p for each partitioned
    group; and the estimator's device params (p Psi / N + p Psi / S) equal the engine's. */
@@ -898,7 +931,8 @@ ZT_TEST(hpz_traffic_formulas)
 /* ZeRO++ in full: hpZ with qgZ is exact against qgZ alone (hpZ changes only the gathers);
    with qwZ the backward reads the forward's (dequantized) values, bit for bit; and qwZ + hpZ
    + qgZ move between nodes exactly the packed forward gather and the packed gradient blocks:
-   (P8(n) + A P4(n)) (N - R) per group of shard n, against plain stage 3's
+   P8(n) (N - R) + A P4(n) (N / R - 1) per group of shard n with qgZ's two-level scheme (the
+   default), P8(n) (N - R) + A P4(n) (N - R) with the flat one, against plain stage 3's
    (2 A p n + A g n) (N - R) (the paper's 3 M -> 0.75 M: docs/engine.md). */
 ZT_TEST(hpz_with_quantized)
 {
@@ -906,7 +940,7 @@ ZT_TEST(hpz_with_quantized)
     for (k = 0; k < HPZ_NCASES; k += 2) {
         int N = hpz_cases[k][0], R = hpz_cases[k][1], rk;
         ec_cfg c;
-        ec_result *a, *b;
+        ec_result *a, *b, *bf;
         ec_qw_stats st;
         char why[160];
         /* qgZ: hpZ on top changes no bit */
@@ -932,17 +966,21 @@ ZT_TEST(hpz_with_quantized)
                   "differ from the forward's", N, st.differing);
         pthread_mutex_destroy(&st.mu);
         ec_result_free(b);
-        /* the full configuration's bytes between nodes */
+        /* the full configuration's bytes between nodes (qgZ two-level, the default, and flat) */
         hpz_cfg(&c, k, ZERO_BF16, 2, 2);
         c.quant_w = c.quant_g = 1;
         b = ec_run(&c);
+        c.quant_levels = 1;
+        bf = ec_run(&c);
+        c.quant_levels = 0;
         c.quant_w = c.quant_g = 0;
         c.hpz = 0;
         a = ec_run(&c);
-        ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s / %s", a->err, b->err);
-        if (a->rc == ZERO_OK && b->rc == ZERO_OK) {
+        ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK && bf->rc == ZERO_OK, "%s / %s / %s", a->err,
+                  b->err, bf->err);
+        if (a->rc == ZERO_OK && b->rc == ZERO_OK && bf->rc == ZERO_OK) {
             size_t p8 = 0, p4 = 0, n = 0;
-            double want = 0.0, plain = 0.0;
+            double want = 0.0, want_flat = 0.0, plain = 0.0;
             int g;
             /* the default model's groups, laid out by a plan as the engine does */
             zero_plan *plan = NULL;
@@ -958,21 +996,25 @@ ZT_TEST(hpz_with_quantized)
                 zero_plan_group(plan, g, &gi);
                 n = gi.shard_numel;
                 ZT_CHECK(zero_quant_bytes(n, 8, 0, &p8) == ZERO_OK && zero_quant_bytes(n, 4, 0, &p4) == ZERO_OK);
-                want += ((double)p8 + 2.0 * (double)p4) * (N - R);
+                want += (double)p8 * (N - R) + 2.0 * (double)p4 * (N / R - 1);
+                want_flat += ((double)p8 + 2.0 * (double)p4) * (N - R);
                 plain += (2.0 * 2.0 * 2.0 * (double)n + 2.0 * 2.0 * (double)n) * (N - R);
             }
             zero_plan_destroy(plan);
             for (rk = 0; rk < N; rk++) {
                 const zero_traffic *t = &b->traffic_last[rk][1], *f = &a->traffic_last[rk][1];
+                const zero_traffic *tf = &bf->traffic_last[rk][1];
                 double got = t->inter_bytes[ZERO_COLL_ALL_GATHER] + t->inter_bytes[ZERO_COLL_REDUCE_SCATTER];
+                double gf = tf->inter_bytes[ZERO_COLL_ALL_GATHER] + tf->inter_bytes[ZERO_COLL_REDUCE_SCATTER];
                 double fl = f->inter_bytes[ZERO_COLL_ALL_GATHER] + f->inter_bytes[ZERO_COLL_REDUCE_SCATTER];
-                ZT_CHECKF(close_rel(got, want) && close_rel(fl, plain),
-                          "N=%d R=%d rank %d: between nodes %.17g (formula %.17g), plain %.17g (%.17g)",
-                          N, R, rk, got, want, fl, plain);
+                ZT_CHECKF(close_rel(got, want) && close_rel(gf, want_flat) && close_rel(fl, plain),
+                          "N=%d R=%d rank %d: between nodes %.17g (formula %.17g), with flat qgZ %.17g "
+                          "(%.17g), plain %.17g (%.17g)", N, R, rk, got, want, gf, want_flat, fl, plain);
             }
         }
         ec_result_free(a);
         ec_result_free(b);
+        ec_result_free(bf);
     }
 }
 
@@ -1192,6 +1234,7 @@ int main(void)
     ZT_RUN(mics_checkpoint);
     ZT_RUN(hpz_refused);
     ZT_RUN(hpz_equals_stage3);
+    ZT_RUN(hpz_nvme_optimizer_equals_stage3);
     ZT_RUN(hpz_memory);
     ZT_RUN(hpz_traffic_formulas);
     ZT_RUN(hpz_with_quantized);

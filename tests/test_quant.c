@@ -2,7 +2,7 @@
    of every dtype (f32, f16, bf16) and width (int8, int4) against the documented bound,
    computed here in double from the input and the stored scale; the layout decoded by an
    independent reader; all-zero, non-finite and tail blocks; the fp32 sum of qgZ against a
-   double sum. */
+   double sum; hierarchical qgZ's two quantizations per block against their scales. */
 #include "zero.h"
 #include "tests/zt.h"
 
@@ -248,6 +248,73 @@ ZT_TEST(dequantize_sum)
             }
 }
 
+
+/* Hierarchical qgZ's arithmetic (the engine's quantized_gradient_levels = 2), composed from
+   the public primitives: N ranks' contributions to one shard, each quantized (scale s_r per
+   block); per node the R dequantized in fp32 in local-rank order, that partial sum
+   re-quantized (scale t_k per block); the M = N / R nodes' dequantized and summed in fp32,
+   rounded once to T. Per block b, against the double sum of the inputs:
+       |y_i - x_i| <= (1/2 + 2^-16) (sum_r s_rb + sum_k t_kb) + fp32 sums + hT
+   (each quantization's bound from the Quantization section; the fp32 roundings of the
+   products and sums at most 2^-22 N Q (sum_r s_rb + sum_k t_kb)). Every block checked, with
+   magnitudes that vary by block (so the scales differ), and the worst error seen reported
+   against the scale terms (the bound is reached, not vacuous). */
+ZT_TEST(two_level_sum_per_block)
+{
+    static const int cases[][2] = {{4, 2}, {8, 2}, {8, 4}};
+    size_t n = 777, block = 64, bytes = 0, nb = (777 + 63) / 64, i, b;
+    int ci, d, bits;
+    for (ci = 0; ci < 3; ci++)
+        for (d = 0; d < 3; d += 2) /* f32 and bf16 params */
+            for (bits = 4; bits <= 8; bits += 4) {
+                int N = cases[ci][0], R = cases[ci][1], M = N / R, r, k, Q = bits == 8 ? 127 : 7, bad = 0;
+                double worst = 0.0, h = 0.5 + ldexp(1.0, -16);
+                unsigned char *q1, *q2;
+                float *part = (float *)malloc(n * 4);
+                double *ref = (double *)calloc(n, sizeof(double)), *sc = (double *)calloc(nb, sizeof(double));
+                void *x = malloc(n * 4), *y = malloc(n * 4);
+                ZT_CHECK(zero_quant_bytes(n, bits, block, &bytes) == ZERO_OK);
+                q1 = (unsigned char *)malloc(bytes * (size_t)N);
+                q2 = (unsigned char *)malloc(bytes * (size_t)M);
+                for (r = 0; r < N; r++) { /* rank r = k R + j's buffer at q1 + r bytes: node k's R consecutive */
+                    for (i = 0; i < n; i++) {
+                        double mag = pow(10.0, (double)((i / block * 7 + (size_t)r) % 5) - 2.0);
+                        store(x, dtypes[d], i, (float)((2.0 * unif() - 1.0) * mag));
+                        ref[i] += load(x, dtypes[d], i);
+                    }
+                    ZT_CHECK(zero_quantize(q1 + (size_t)r * bytes, x, dtypes[d], n, bits, block) == ZERO_OK);
+                    for (b = 0; b < nb; b++) sc[b] += (double)rd_scale(q1 + (size_t)r * bytes, b);
+                }
+                for (k = 0; k < M; k++) {
+                    ZT_CHECK(zero_dequantize_sum(part, ZERO_F32, q1 + (size_t)k * R * bytes, bytes, R, n, bits,
+                                                 block) == ZERO_OK);
+                    ZT_CHECK(zero_quantize(q2 + (size_t)k * bytes, part, ZERO_F32, n, bits, block) == ZERO_OK);
+                    for (b = 0; b < nb; b++) sc[b] += (double)rd_scale(q2 + (size_t)k * bytes, b);
+                }
+                ZT_CHECK(zero_dequantize_sum(y, dtypes[d], q2, bytes, M, n, bits, block) == ZERO_OK);
+                for (i = 0; i < n; i++) {
+                    double S = sc[i / block], e = fabs(load(y, dtypes[d], i) - ref[i]);
+                    double bound = h * S + ldexp(1.0, -22) * N * Q * S + half_ulp(dtypes[d], fabs(ref[i]) + h * S);
+                    if (!(e <= bound)) bad++;
+                    if (S > 0.0 && e / (h * S) > worst) worst = e / (h * S);
+                }
+                ZT_CHECKF(bad == 0, "N %d R %d %s int%d: %d elements beyond their block's bound", N, R,
+                          zero_dtype_name(dtypes[d]), bits, bad);
+                ZT_CHECKF(worst > 0.2, "N %d R %d %s int%d: worst error only %.3f of the scale terms", N, R,
+                          zero_dtype_name(dtypes[d]), bits, worst);
+                if (d == 0)
+                    printf("  N %d R %d int%d: worst error %.3f of (1/2 + 2^-16)(sum s + sum t)\n", N, R, bits,
+                           worst);
+                free(q1);
+                free(q2);
+                free(part);
+                free(ref);
+                free(sc);
+                free(x);
+                free(y);
+            }
+}
+
 /* An inf in one rank's gradient block makes the summed block NaN: the scaler sees it. */
 ZT_TEST(nonfinite_reaches_the_sum)
 {
@@ -292,6 +359,7 @@ int main(void)
     ZT_RUN(bound_every_block);
     ZT_RUN(bound_is_tight);
     ZT_RUN(dequantize_sum);
+    ZT_RUN(two_level_sum_per_block);
     ZT_RUN(nonfinite_reaches_the_sum);
     ZT_RUN(bad_arguments);
     return zt_summary();

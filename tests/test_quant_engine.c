@@ -183,22 +183,26 @@ ZT_TEST(qgz_close_to_exact_every_remainder)
    non-finite block dequantizes to NaN, the scaler sees it), as in the exact run. */
 ZT_TEST(qgz_overflow_reaches_the_scaler)
 {
-    ec_cfg c;
-    ec_result *q;
-    int rk;
-    q_cfg(&c, 2, 4, ZERO_F16, 1, 3);
-    c.quant_g = 1;
-    c.fault_steps[0] = 1;
-    c.nfault = 1;
-    c.fault_rank = 2;
-    c.fault_inf = 1;
-    q = ec_run(&c);
-    ZT_CHECKF(q->rc == ZERO_OK, "%s", q->err);
-    for (rk = 0; rk < 4 && q->rc == ZERO_OK; rk++)
-        ZT_CHECKF(!q->info[rk][0].skipped && q->info[rk][1].skipped && !q->info[rk][2].skipped,
-                  "rank %d: skipped %d %d %d", rk, q->info[rk][0].skipped, q->info[rk][1].skipped,
-                  q->info[rk][2].skipped);
-    ec_result_free(q);
+    int R;
+    for (R = 4; R >= 2; R -= 2) { /* flat (one node), then two-level (2 nodes x 2) */
+        ec_cfg c;
+        ec_result *q;
+        int rk;
+        q_cfg(&c, 2, 4, ZERO_F16, 1, 3);
+        c.ranks_per_node = R;
+        c.quant_g = 1;
+        c.fault_steps[0] = 1;
+        c.nfault = 1;
+        c.fault_rank = 2;
+        c.fault_inf = 1;
+        q = ec_run(&c);
+        ZT_CHECKF(q->rc == ZERO_OK, "%s", q->err);
+        for (rk = 0; rk < 4 && q->rc == ZERO_OK; rk++)
+            ZT_CHECKF(!q->info[rk][0].skipped && q->info[rk][1].skipped && !q->info[rk][2].skipped,
+                      "R %d rank %d: skipped %d %d %d", R, rk, q->info[rk][0].skipped,
+                      q->info[rk][1].skipped, q->info[rk][2].skipped);
+        ec_result_free(q);
+    }
 }
 
 /* The traffic counters against the formula: per micro-step and non-persistent group g (stage
@@ -255,6 +259,238 @@ ZT_TEST(traffic_formula)
     }
 }
 
+
+/* ---- hierarchical qgZ (quantized_gradient_levels = 2, ZeRO++'s two-level scheme) -------- */
+
+/* The multi-node topologies: (N, R) with 1 < R < N. */
+static const int hier_cases[][2] = {{4, 2}, {8, 2}, {8, 4}};
+#define HIER_NCASES ((int)(sizeof hier_cases / sizeof hier_cases[0]))
+
+/* The same bits every run and at stages 1, 2, 3; and not the flat scheme's bits (the
+   default on several nodes is the two-level one: a second quantization changes values). */
+ZT_TEST(qgz_hier_deterministic_stages_identical)
+{
+    int k, bits;
+    for (k = 0; k < HIER_NCASES; k++)
+        for (bits = 4; bits <= 8; bits += 4) {
+            int N = hier_cases[k][0], R = hier_cases[k][1], s, acc = bits == 4 ? 2 : 1;
+            ec_result *r[5];
+            ec_cfg c;
+            char why[160];
+            for (s = 1; s <= 3; s++) {
+                q_cfg(&c, s, N, bits == 4 ? ZERO_BF16 : ZERO_F16, acc, 3);
+                c.ranks_per_node = R;
+                c.quant_g = 1;
+                c.quant_bits = bits;
+                r[s] = ec_run(&c);
+                ZT_CHECKF(r[s]->rc == ZERO_OK, "stage %d: %s", s, r[s]->err);
+            }
+            r[0] = ec_run(&c); /* stage 3 again */
+            c.quant_levels = 1;
+            r[4] = ec_run(&c); /* the flat scheme on the same topology */
+            if (r[0]->rc == ZERO_OK && r[1]->rc == ZERO_OK && r[2]->rc == ZERO_OK && r[3]->rc == ZERO_OK &&
+                r[4]->rc == ZERO_OK) {
+                ZT_CHECKF(ec_same_state(&c, r[1], r[2], why, sizeof why), "N %d R %d int%d: stage 1 vs 2: %s",
+                          N, R, bits, why);
+                ZT_CHECKF(ec_same_state(&c, r[2], r[3], why, sizeof why), "N %d R %d int%d: stage 2 vs 3: %s",
+                          N, R, bits, why);
+                ZT_CHECKF(ec_same_state(&c, r[3], r[0], why, sizeof why), "N %d R %d int%d: rerun: %s", N, R,
+                          bits, why);
+                ZT_CHECKF(r[3]->params_agree, "N %d R %d: ranks disagree", N, R);
+                ZT_CHECKF(!ec_same_state(&c, r[3], r[4], why, sizeof why),
+                          "N %d R %d int%d: the two-level run equals the flat one", N, R, bits);
+            }
+            for (s = 0; s < 5; s++) ec_result_free(r[s]);
+        }
+}
+
+/* R = 1 and R = N: one of the two levels is empty, and the two-level setting (explicit or
+   the default) is the flat scheme: the same bits and the same counters. */
+ZT_TEST(qgz_hier_degenerate_is_flat)
+{
+    int R, lv;
+    for (R = 1; R <= 4; R += 3) {
+        ec_result *flat, *r;
+        ec_cfg c;
+        char why[160];
+        q_cfg(&c, 3, 4, ZERO_BF16, 2, 2);
+        c.ranks_per_node = R;
+        c.quant_g = 1;
+        c.quant_levels = 1;
+        flat = ec_run(&c);
+        ZT_CHECKF(flat->rc == ZERO_OK, "%s", flat->err);
+        for (lv = 0; lv <= 2; lv += 2) {
+            int rk;
+            c.quant_levels = lv;
+            r = ec_run(&c);
+            ZT_CHECKF(r->rc == ZERO_OK, "%s", r->err);
+            if (r->rc == ZERO_OK && flat->rc == ZERO_OK) {
+                ZT_CHECKF(ec_same_state(&c, flat, r, why, sizeof why), "R %d levels %d: %s", R, lv, why);
+                for (rk = 0; rk < 4; rk++) {
+                    const zero_traffic *a = &r->traffic_last[rk][1], *b = &flat->traffic_last[rk][1];
+                    ZT_CHECK(a->calls[ZERO_COLL_REDUCE_SCATTER] == b->calls[ZERO_COLL_REDUCE_SCATTER] &&
+                             a->intra_bytes[ZERO_COLL_REDUCE_SCATTER] == b->intra_bytes[ZERO_COLL_REDUCE_SCATTER] &&
+                             a->inter_bytes[ZERO_COLL_REDUCE_SCATTER] == b->inter_bytes[ZERO_COLL_REDUCE_SCATTER]);
+                }
+            }
+            ec_result_free(r);
+        }
+        ec_result_free(flat);
+    }
+}
+
+/* One step, fp32, tensor sizes of every remainder mod 2N. The derived bound: rank i's block
+   comes back within s_i (1/2 + 2^-16), s_i <= G / Q (G bounds |gradient|), so a node's fp32
+   partial sum is off by R G / Q (1/2 + 2^-16) and bounded by R G (1 + (1/2 + 2^-16) / Q);
+   its re-quantization adds at most that bound / Q (1/2 + 2^-16). Over the M = N / R nodes
+   and after the mean (/ N): |m_q - m_exact| <= (1 - beta1) G / Q (1/2 + 2^-16)
+   (2 + (1/2 + 2^-16) / Q): the flat bound times 2 + (1/2 + 2^-16) / Q (2.07 at int4, 2.004
+   at int8), plus fp32 roundings. */
+ZT_TEST(qgz_hier_close_to_exact_every_remainder)
+{
+    int k, bits;
+    for (k = 0; k < HIER_NCASES; k++)
+        for (bits = 4; bits <= 8; bits += 4) {
+            int N = hier_cases[k][0], R = hier_cases[k][1], t, Q = bits == 8 ? 127 : 7;
+            double G = 0.026, h = 0.5 + ldexp(1.0, -16), worst = 0.0;
+            double bound = 0.1 * G / Q * h * (2.0 + h / Q) + 1e-8;
+            long differ = 0, bad = 0, over_flat = 0;
+            ec_cfg c;
+            ec_result *q, *x;
+            q_cfg(&c, 2, N, ZERO_F32, 1, 1);
+            c.ranks_per_node = R;
+            c.ntensors = 2 * N;
+            for (t = 0; t < c.ntensors; t++) {
+                c.sizes[t] = (size_t)(3 * 2 * N + t); /* remainder t mod 2N */
+                c.groups[t] = t / 2;
+                c.flags[t] = 0;
+            }
+            c.quant_block = 8;
+            x = ec_run(&c);
+            c.quant_g = 1;
+            c.quant_bits = bits;
+            q = ec_run(&c);
+            ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
+            if (q->rc == ZERO_OK && x->rc == ZERO_OK) {
+                ZT_CHECK(q->params_agree);
+                for (t = 0; t < c.ntensors; t++) {
+                    size_t i;
+                    for (i = 0; i < c.sizes[t]; i++) {
+                        double e = fabs((double)q->m[t][i] - (double)x->m[t][i]);
+                        if (e > bound + 1e-6 * fabs((double)x->m[t][i])) bad++;
+                        over_flat += e > 0.1 * G / Q * h + 1e-8;
+                        if (e > worst) worst = e;
+                        differ += e != 0.0;
+                    }
+                }
+                ZT_CHECKF(bad == 0 && differ > 0, "N %d R %d int%d: %ld beyond %g (worst %g), %ld differ", N,
+                          R, bits, bad, bound, worst, differ);
+                printf("  N %d R %d int%d: worst |m_q - m| %.3g, bound %.3g (%ld above the flat bound)\n", N,
+                       R, bits, worst, bound, over_flat);
+            }
+            ec_result_free(q);
+            ec_result_free(x);
+        }
+}
+
+/* The counters, every rank, at A = 2 (stage 3, qgZ only): per micro-step and group of shard
+   n, the node's all_to_all moves (R - 1) M P(n) bytes inside the node and the cross-node one
+   (M - 1) P(n) between nodes, M = N / R; the flat scheme's (N - R) P(n) between nodes is R
+   times that; the element counts are the exact run's, the calls twice the flat run's. And the
+   device memory: the flat run's plus 4 bytes per element of the largest shard (the fp32
+   partial sum, docs/engine.md "Memory"). */
+ZT_TEST(qgz_hier_traffic_formula)
+{
+    int k;
+    for (k = 0; k < HIER_NCASES; k++) {
+        int N = hier_cases[k][0], R = hier_cases[k][1], M = N / R, t, g, rk, accum = 2;
+        ec_cfg c;
+        ec_result *h, *f, *x;
+        zero_plan *plan = NULL;
+        double intra = 0.0, inter = 0.0;
+        size_t block = 32;
+        q_cfg(&c, 3, N, ZERO_BF16, accum, 2);
+        c.ranks_per_node = R;
+        ZT_CHECK(zero_plan_create(&plan, NULL) == ZERO_OK);
+        for (t = 0; t < c.ntensors; t++) {
+            char name[16];
+            snprintf(name, sizeof name, "t%d", t);
+            ZT_CHECK(zero_plan_add(plan, name, c.sizes[t], c.groups[t], NULL) == ZERO_OK);
+        }
+        ZT_CHECK(zero_plan_commit(plan, N, ZERO_DEFAULT_ALIGN_NUMEL, 0) == ZERO_OK);
+        for (g = 0; g < zero_plan_num_groups(plan); g++) {
+            zero_group_info gi;
+            zero_plan_group(plan, g, &gi);
+            intra += accum * packed(gi.shard_numel, 4, block) * (R - 1) * M;
+            inter += accum * packed(gi.shard_numel, 4, block) * (M - 1);
+        }
+        zero_plan_destroy(plan);
+        x = ec_run(&c);
+        c.quant_g = 1;
+        c.quant_block = block;
+        h = ec_run(&c);
+        c.quant_levels = 1;
+        f = ec_run(&c);
+        ZT_CHECKF(h->rc == ZERO_OK && f->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s %s", h->err, f->err, x->err);
+        for (rk = 0; rk < N && h->rc == ZERO_OK && f->rc == ZERO_OK && x->rc == ZERO_OK; rk++) {
+            const zero_traffic *a = &h->traffic_last[rk][1], *b = &f->traffic_last[rk][1],
+                               *e = &x->traffic_last[rk][1];
+            ZT_CHECKF(a->intra_bytes[ZERO_COLL_REDUCE_SCATTER] == intra &&
+                      a->inter_bytes[ZERO_COLL_REDUCE_SCATTER] == inter &&
+                      a->bytes[ZERO_COLL_REDUCE_SCATTER] == intra + inter,
+                      "N %d R %d rank %d: intra %.0f inter %.0f, formula %.0f %.0f", N, R, rk,
+                      a->intra_bytes[ZERO_COLL_REDUCE_SCATTER], a->inter_bytes[ZERO_COLL_REDUCE_SCATTER], intra,
+                      inter);
+            ZT_CHECKF(b->inter_bytes[ZERO_COLL_REDUCE_SCATTER] == R * inter,
+                      "N %d R %d rank %d: flat between nodes %.0f, want R x %.0f", N, R, rk,
+                      b->inter_bytes[ZERO_COLL_REDUCE_SCATTER], inter);
+            ZT_CHECK(a->numel[ZERO_COLL_REDUCE_SCATTER] == e->numel[ZERO_COLL_REDUCE_SCATTER]);
+            ZT_CHECK(a->calls[ZERO_COLL_REDUCE_SCATTER] == 2 * b->calls[ZERO_COLL_REDUCE_SCATTER]);
+            /* memory: the quantized blocks' buffer grows by the fp32 partial sum of the
+               largest shard, nothing else moves */
+            ZT_CHECKF(h->mem[rk].bytes[ZERO_MEM_BUCKET] ==
+                          f->mem[rk].bytes[ZERO_MEM_BUCKET] + 4 * (h->max_group / (size_t)N) &&
+                          h->mem[rk].total_bytes == f->mem[rk].total_bytes + 4 * (h->max_group / (size_t)N),
+                      "N %d R %d rank %d: bucket bytes %zu, flat %zu, largest shard %zu", N, R, rk,
+                      h->mem[rk].bytes[ZERO_MEM_BUCKET], f->mem[rk].bytes[ZERO_MEM_BUCKET],
+                      h->max_group / (size_t)N);
+            if (rk == 0)
+                printf("  N %d R %d: reduce-scatter between nodes %.0f bytes per step (flat qgZ %.0f, exact "
+                       "%.0f), inside %.0f\n", N, R, a->inter_bytes[ZERO_COLL_REDUCE_SCATTER],
+                       b->inter_bytes[ZERO_COLL_REDUCE_SCATTER], e->inter_bytes[ZERO_COLL_REDUCE_SCATTER],
+                       a->intra_bytes[ZERO_COLL_REDUCE_SCATTER]);
+        }
+        ec_result_free(h);
+        ec_result_free(f);
+        ec_result_free(x);
+    }
+}
+
+/* Two-level qgZ with offload cpu (optimizer; params at stage 3) and accumulation equals the
+   same run without offload, bit for bit, at stages 2 and 3. */
+ZT_TEST(qgz_hier_offload_cpu_accumulation)
+{
+    int s;
+    for (s = 2; s <= 3; s++) {
+        ec_cfg c;
+        ec_result *a, *b;
+        char why[160];
+        q_cfg(&c, s, 8, ZERO_F16, 2, 3);
+        c.ranks_per_node = 4;
+        c.quant_g = 1;
+        c.quant_w = s == 3;
+        a = ec_run(&c);
+        c.offload_opt = ZERO_OFFLOAD_CPU;
+        if (s == 3) c.offload_param = ZERO_OFFLOAD_CPU;
+        b = ec_run(&c);
+        ZT_CHECKF(a->rc == ZERO_OK && b->rc == ZERO_OK, "%s %s", a->err, b->err);
+        if (a->rc == ZERO_OK && b->rc == ZERO_OK)
+            ZT_CHECKF(ec_same_state(&c, a, b, why, sizeof why), "stage %d offload: %s", s, why);
+        ec_result_free(a);
+        ec_result_free(b);
+    }
+}
+
 /* qwZ + qgZ with offload cpu and accumulation: the offloaded run equals the plain one. */
 ZT_TEST(offload_cpu_accumulation)
 {
@@ -274,8 +510,8 @@ ZT_TEST(offload_cpu_accumulation)
     ec_result_free(b);
 }
 
-/* A checkpoint saved by a qwZ + qgZ run holds its exact master state and loads into a flat
-   (unquantized) run, which reads back the same bits. */
+/* A checkpoint saved by a qwZ + qgZ run (qgZ two-level, 2 nodes x 2) holds its exact master
+   state and loads into a flat (unquantized, one node) run, which reads back the same bits. */
 ZT_TEST(checkpoint_into_flat_run)
 {
     char dir[] = "/tmp/zero_quant_XXXXXX";
@@ -286,6 +522,7 @@ ZT_TEST(checkpoint_into_flat_run)
     if (!mkdtemp(dir)) ZT_SKIP("mkdtemp failed");
     q_cfg(&c, 3, 4, ZERO_BF16, 2, 2);
     c.quant_w = c.quant_g = 1;
+    c.ranks_per_node = 2; /* qgZ two-level (2 nodes x 2) */
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     a.first = 0;
@@ -293,6 +530,7 @@ ZT_TEST(checkpoint_into_flat_run)
     a.save_dir = dir;
     saved = ec_run_job(&c, &a);
     c.quant_w = c.quant_g = 0;
+    c.ranks_per_node = 0;
     c.stage = 2;
     b.first = b.last = 2;
     b.load_dir = dir;
@@ -344,6 +582,8 @@ static zero_result refuse_rank(int rank, zero_comm *comm, void *user)
     REFUSE((d.stage = 3, d.quantized_weights = 1, d.quant_block_numel = 7),
            ZERO_ERROR_INVALID_ARGUMENT, "quant_block_numel");
     REFUSE((d.stage = 3, d.quantized_weights = 2), ZERO_ERROR_INVALID_ARGUMENT, "quantized_weights");
+    REFUSE((d.stage = 2, d.quantized_gradients = 1, d.quantized_gradient_levels = 3),
+           ZERO_ERROR_INVALID_ARGUMENT, "quantized_gradient_levels");
     hidden = *comm;
     no_a2a_ops = *comm->ops;
     no_a2a_ops.all_to_all = NULL;
@@ -355,11 +595,51 @@ static zero_result refuse_rank(int rank, zero_comm *comm, void *user)
     return ZERO_OK;
 }
 
+/* On 2 nodes x 2, a comm without split: the default (two-level) qgZ is refused naming the
+   way out, and quantized_gradient_levels = 1 is accepted. */
+static zero_result no_split_rank(int rank, zero_comm *comm, void *user)
+{
+    zero_device *dev = NULL;
+    zero_engine *e = NULL;
+    zero_engine_desc d;
+    zero_comm hidden = *comm;
+    zero_comm_ops ops = *comm->ops;
+    int *fails = (int *)user + rank, lv;
+    if (zero_host_device_create(NULL, &dev) != ZERO_OK) return ZERO_ERROR_DEVICE;
+    ops.split = NULL;
+    hidden.ops = &ops;
+    for (lv = 0; lv <= 1; lv++) {
+        zero_result r;
+        memset(&d, 0, sizeof d);
+        d.device = dev;
+        d.comm = &hidden;
+        d.stage = 2;
+        d.ranks_per_node = 2;
+        d.quantized_gradients = 1;
+        d.quantized_gradient_levels = lv;
+        r = zero_engine_create(&d, &e);
+        if (lv == 0 && (r != ZERO_ERROR_UNSUPPORTED || e || !strstr(zero_last_error(), "quantized_gradient_levels = 1")))
+            (*fails)++;
+        if (lv == 1 && (r != ZERO_OK || !e)) (*fails)++;
+        zero_engine_destroy(e);
+        e = NULL;
+    }
+    zero_device_destroy(dev);
+    return ZERO_OK;
+}
+
 ZT_TEST(refused_combinations)
 {
     int fails = 0;
     ZT_CHECK(zero_local_run(1, refuse_rank, &fails) == ZERO_OK);
     ZT_CHECKF(fails == 0, "%d combinations not refused", fails);
+    {
+        int per[4] = {0, 0, 0, 0};
+        ZT_CHECK(zero_local_run(4, no_split_rank, per) == ZERO_OK);
+        ZT_CHECKF(per[0] + per[1] + per[2] + per[3] == 0,
+                  "the comm without split not handled as documented (%d %d %d %d)", per[0], per[1],
+                  per[2], per[3]);
+    }
 }
 
 int main(void)
@@ -370,6 +650,11 @@ int main(void)
     ZT_RUN(qgz_close_to_exact_every_remainder);
     ZT_RUN(qgz_overflow_reaches_the_scaler);
     ZT_RUN(traffic_formula);
+    ZT_RUN(qgz_hier_deterministic_stages_identical);
+    ZT_RUN(qgz_hier_degenerate_is_flat);
+    ZT_RUN(qgz_hier_close_to_exact_every_remainder);
+    ZT_RUN(qgz_hier_traffic_formula);
+    ZT_RUN(qgz_hier_offload_cpu_accumulation);
     ZT_RUN(offload_cpu_accumulation);
     ZT_RUN(checkpoint_into_flat_run);
     ZT_RUN(refused_combinations);

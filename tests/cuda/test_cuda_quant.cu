@@ -2,7 +2,8 @@
    qwZ / qgZ) against the host device, bit for bit: every byte of the quantized buffer (scales,
    codes, padding) and every dequantized value (the fp32 sum of several buffers too), for f32,
    f16 and bf16, int8 and int4, block sizes 2 .. 1024, sizes with tails, with all-zero,
-   inf and NaN blocks mixed in. Then qwZ + the engine on the CUDA device with the CUDA local
+   inf and NaN blocks mixed in; hierarchical qgZ's two levels (dequantize into fp32,
+   re-quantize, sum) on the engine's offsets. Then qwZ + the engine on the CUDA device with the CUDA local
    comm: the same params as the host device's run (stage 3, 4 ranks).
    Without a GPU it prints one skip line and exits 0 (runs under the CPU harness). */
 #define ZERO_IMPLEMENTATION
@@ -14,7 +15,7 @@
 
 #include <math.h>
 
-#define NTESTS 3
+#define NTESTS 4
 
 static zero_device *H, *G; /* host oracle, CUDA device */
 
@@ -106,6 +107,82 @@ ZT_TEST(quantize_bit_identical)
     free(x);
     free(hy);
     free(gy);
+}
+
+
+/* Hierarchical qgZ's arithmetic (the engine's quantized_gradient_levels = 2) on one rank's
+   buffers, with the engine's offsets: the R x M blocks received inside the node at
+   (i M + k) P, for each node k the R dequantized and summed into fp32, that fp32 block
+   re-quantized at k P, and the M blocks summed into the param dtype. Every intermediate
+   buffer and the result bit for bit the host's, for f32, f16 and bf16, int4 and int8, with
+   the all-zero, inf and NaN blocks of gen(). */
+ZT_TEST(two_level_bit_identical)
+{
+    static const int cases[][2] = {{2, 2}, {2, 4}, {4, 2}};
+    size_t n = 1000, B = 64, P = 0;
+    int d, bits, ci;
+    unsigned char *x = (unsigned char *)malloc(n * 4), *hr = (unsigned char *)malloc(1 << 16),
+                  *hs = (unsigned char *)malloc(1 << 16), *gr = (unsigned char *)malloc(1 << 16),
+                  *gs = (unsigned char *)malloc(1 << 16), *hy = (unsigned char *)malloc(n * 4),
+                  *gy = (unsigned char *)malloc(n * 4);
+    float *hsum = (float *)malloc(n * 4);
+    void *dx = NULL, *dr = NULL, *ds = NULL, *dsum = NULL, *dy = NULL;
+    int bad = 0, runs = 0;
+    Z_OK(G->ops->alloc(G, n * 4, ZERO_MEM_SCRATCH, &dx));
+    Z_OK(G->ops->alloc(G, 1 << 16, ZERO_MEM_SCRATCH, &dr));
+    Z_OK(G->ops->alloc(G, 1 << 16, ZERO_MEM_SCRATCH, &ds));
+    Z_OK(G->ops->alloc(G, n * 4, ZERO_MEM_SCRATCH, &dsum));
+    Z_OK(G->ops->alloc(G, n * 4, ZERO_MEM_SCRATCH, &dy));
+    for (ci = 0; ci < 3; ci++)
+        for (d = 0; d < 3; d++)
+            for (bits = 4; bits <= 8; bits += 4) {
+                size_t R = (size_t)cases[ci][0], M = (size_t)cases[ci][1], es = zero_dtype_size(DTS[d]), i, k;
+                Z_OK(zero_quant_bytes(n, bits, B, &P));
+                for (i = 0; i < R; i++)
+                    for (k = 0; k < M; k++) {
+                        size_t at = (i * M + k) * P;
+                        gen(DTS[d], x, n, B);
+                        Z_OK(H->ops->quantize(H, ZERO_QUEUE_COMM, hr + at, x, DTS[d], n, bits, B));
+                        Z_OK(G->ops->upload(G, ZERO_QUEUE_COMM, dx, x, n * es));
+                        Z_OK(G->ops->quantize(G, ZERO_QUEUE_COMM, (unsigned char *)dr + at, dx, DTS[d], n, bits, B));
+                    }
+                for (k = 0; k < M; k++) {
+                    Z_OK(H->ops->dequantize(H, ZERO_QUEUE_COMM, hsum, ZERO_F32, hr + k * P, M * P, (int)R, n, bits, B));
+                    Z_OK(H->ops->quantize(H, ZERO_QUEUE_COMM, hs + k * P, hsum, ZERO_F32, n, bits, B));
+                    Z_OK(G->ops->dequantize(G, ZERO_QUEUE_COMM, dsum, ZERO_F32, (unsigned char *)dr + k * P, M * P,
+                                            (int)R, n, bits, B));
+                    Z_OK(G->ops->quantize(G, ZERO_QUEUE_COMM, (unsigned char *)ds + k * P, dsum, ZERO_F32, n, bits, B));
+                }
+                Z_OK(H->ops->dequantize(H, ZERO_QUEUE_COMM, hy, DTS[d], hs, P, (int)M, n, bits, B));
+                Z_OK(G->ops->dequantize(G, ZERO_QUEUE_COMM, dy, DTS[d], ds, P, (int)M, n, bits, B));
+                Z_OK(G->ops->download(G, ZERO_QUEUE_COMM, gr, dr, R * M * P));
+                Z_OK(G->ops->download(G, ZERO_QUEUE_COMM, gs, ds, M * P));
+                Z_OK(G->ops->download(G, ZERO_QUEUE_COMM, gy, dy, n * es));
+                Z_OK(G->ops->sync(G, ZERO_QUEUE_COMM));
+                runs++;
+                if (memcmp(hr, gr, R * M * P) != 0 || memcmp(hs, gs, M * P) != 0 || memcmp(hy, gy, n * es) != 0) {
+                    if (bad < 3)
+                        fprintf(stderr, "  R %zu M %zu %s int%d: %s differ\n", R, M, zero_dtype_name(DTS[d]), bits,
+                                memcmp(hr, gr, R * M * P) ? "first-level blocks"
+                                : memcmp(hs, gs, M * P)   ? "re-quantized blocks"
+                                                          : "values");
+                    bad++;
+                }
+            }
+    ZT_CHECKF(bad == 0, "%d of %d runs differ", bad, runs);
+    G->ops->free(G, dx);
+    G->ops->free(G, dr);
+    G->ops->free(G, ds);
+    G->ops->free(G, dsum);
+    G->ops->free(G, dy);
+    free(x);
+    free(hr);
+    free(hs);
+    free(gr);
+    free(gs);
+    free(hy);
+    free(gy);
+    free(hsum);
 }
 
 ZT_TEST(bad_arguments)
@@ -207,6 +284,7 @@ int main(void)
     }
     zt_seed(2611);
     ZT_RUN(quantize_bit_identical);
+    ZT_RUN(two_level_bit_identical);
     ZT_RUN(bad_arguments);
     ZT_RUN(engine_qwz_same_as_host);
     zero_device_destroy(G);

@@ -7,7 +7,8 @@
    step's traffic, intra- and inter-node bytes included; and MiCS (mics_shard_size = 2,
    stages 1-3) over MPI equals its threads run the same way; hpZ (hpz_partition_size = 2,
    stage 3) over MPI equals its threads run (states, infos, traffic) and, bit for bit in
-   every state element, plain stage 3. */
+   every state element, plain stage 3; qgZ (two-level at 2 nodes x 2, with qwZ at stage 3)
+   over MPI equals its threads run. */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 #define ZERO_MPI_IMPLEMENTATION
@@ -214,6 +215,45 @@ ZT_TEST(hpz_mpi_equals_threads_and_plain)
     ec_result_free(plain);
 }
 
+/* qgZ over MPI at R = 2 (np 4: 2 nodes x 2, the two-level scheme; np 2: R = N, flat), stages
+   2 and 3, int4 with qwZ at stage 3, accumulation: equals the threads run with the same
+   topology (states, infos, every step's traffic); the reduce-scatter bytes between nodes are
+   (M - 1) / (N - R) of the flat scheme's, M = N / R (a half at 2 x 2). */
+ZT_TEST(qgz_mpi_equals_threads)
+{
+    int st;
+    if (zm_world % 2 != 0) ZT_SKIP("qgZ's two levels need an even count");
+    for (st = 2; st <= 3; st++) {
+        ec_cfg c;
+        ec_ctx ctx;
+        ec_result *ref, *got, *flat;
+        char label[64];
+        ec_cfg_init(&c, st, zm_world, ZERO_BF16, 2, 3);
+        c.ranks_per_node = g_R;
+        c.quant_g = 1;
+        c.quant_w = st == 3;
+        c.quant_block = 32;
+        snprintf(label, sizeof label, "qgZ stage %d R %d", st, g_R);
+        ref = ec_run(&c);
+        got = run_mpi_rank(&c, &ctx, g_comm, ec_rank_fn);
+        compare(&c, ref, got, label);
+        c.quant_levels = 1;
+        flat = ec_run(&c);
+        if (got->rc == ZERO_OK && flat->rc == ZERO_OK && g_R < zm_world) {
+            const zero_traffic *h = &got->traffic_last[zm_rank][2], *f = &flat->traffic_last[zm_rank][2];
+            int M = zm_world / g_R;
+            ZT_CHECKF(h->inter_bytes[ZERO_COLL_REDUCE_SCATTER] * (zm_world - g_R) ==
+                          f->inter_bytes[ZERO_COLL_REDUCE_SCATTER] * (M - 1) &&
+                          h->inter_bytes[ZERO_COLL_REDUCE_SCATTER] > 0.0,
+                      "rank %d %s: reduce-scatter between nodes %.17g, flat %.17g", zm_rank, label,
+                      h->inter_bytes[ZERO_COLL_REDUCE_SCATTER], f->inter_bytes[ZERO_COLL_REDUCE_SCATTER]);
+        }
+        ec_result_free(ref);
+        ec_result_free(got);
+        ec_result_free(flat);
+    }
+}
+
 int main(int argc, char **argv)
 {
     zero_mpi_desc d;
@@ -233,6 +273,7 @@ int main(int argc, char **argv)
     ZM_RUN(engine_topology_mpi_equals_threads);
     ZM_RUN(mics_mpi_equals_threads);
     ZM_RUN(hpz_mpi_equals_threads_and_plain);
+    ZM_RUN(qgz_mpi_equals_threads);
     zero_comm_destroy(g_comm);
     return zm_summary();
 }
