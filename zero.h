@@ -1870,7 +1870,8 @@ typedef struct zero_engine_desc {
                                     defined, else off; -1 = off. Local (not in the plan hash). */
     /* ZeRO++'s quantized collectives (docs/engine.md, "Quantized collectives"). Lossy by
        design: the values that cross are int8 / int4 blocks with one fp32 scale each (the
-       Quantization section above); every rank must set the same values.                    */
+       Quantization section above); every rank must set the same values (the commit check
+       compares them: MISMATCH naming the setting).                                         */
     int quantized_weights;       /* qwZ, stage 3: 1 = the first all-gather of each group in a
                                     micro-step (the forward's) carries int8 blocks + scales
                                     instead of the params (about half the bytes at 16-bit);
@@ -10885,6 +10886,9 @@ static uint64_t zero__eng_hash(const zero_engine *e)
     h = zero__eng_mix(h, (uint64_t)d->hpz_partition_size);
     h = zero__eng_mix(h, (uint64_t)(int64_t)(d->delayed_update ? d->delayed_update_after : -1));
     h = zero__eng_mix(h, (uint64_t)d->quantized_gradient_levels);
+    h = zero__eng_mix(h, (uint64_t)e->quant.weights);
+    h = zero__eng_mix(h, (uint64_t)e->quant.grad_bits);
+    h = zero__eng_mix(h, (uint64_t)(e->quant.weights || e->quant.grad_bits ? e->quant.block : 0));
     for (t = 0; t < e->layout.ntensors; t++)
         h = zero__eng_mix(h, (uint64_t)e->layout.tensor_flags[t]);
     for (t = 0; t < e->layout.ngroups; t++)
@@ -13041,7 +13045,7 @@ static zero_result zero__eng_ctl_allreduce(zero_engine *e, double *v, int n, zer
 /* The commit check's items, in order: the settings zero__eng_hash covers, each registered
    tensor (name, size, group, flags, shape), then the tensor count. Item i's digest, its
    value as a number (for the range across ranks) and a description for the message. */
-enum { ZERO__ENG_NSETTINGS = 33 };
+enum { ZERO__ENG_NSETTINGS = 36 };
 static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char *what, size_t n)
 {
     const zero_engine_desc *d = &e->cfg.desc;
@@ -13055,7 +13059,9 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
             "offload_optimizer", "offload_param", "offload_optimizer_ratio", "optimizer_dtype",
             "optimizer_seed", "ranks_per_node", "mics_shard_size", "hpz_partition_size",
             "delayed_update_after" /* -1 = delayed_update off */,
-            "quantized_gradient_levels" /* 0 = qgZ off */};
+            "quantized_gradient_levels" /* 0 = qgZ off */, "quantized_weights",
+            "quantized_gradient_bits" /* 0 = qgZ off */,
+            "quant_block_numel" /* 0 = neither qwZ nor qgZ */};
         double v[ZERO__ENG_NSETTINGS];
         v[0] = d->stage; v[1] = d->param_dtype; v[2] = d->grad_comm_dtype;
         v[3] = d->accum_steps; v[4] = (double)d->reduce_bucket_numel;
@@ -13078,6 +13084,9 @@ static uint64_t zero__eng_item(const zero_engine *e, int i, double *value, char 
         v[30] = d->hpz_partition_size;
         v[31] = d->delayed_update ? d->delayed_update_after : -1;
         v[32] = d->quantized_gradient_levels;
+        v[33] = e->quant.weights;
+        v[34] = e->quant.grad_bits;
+        v[35] = e->quant.weights || e->quant.grad_bits ? (double)e->quant.block : 0.0;
         *value = v[i];
         snprintf(what, n, "setting %s = %.17g", names[i], v[i]);
         if (i == 27) return zero__eng_mix((uint64_t)i, d->optimizer_seed); /* every bit */
