@@ -268,19 +268,23 @@ enum {
 #define ZERO__MPI_PIECE ((size_t)(ZERO_MPI_PIECE_BYTES))
 /* Payload bytes a packet may carry to one peer (the data of a small collective travels
    with its signature): this, but at most the piece and at most 8 MiB / world (at least
-   1 KiB), so the packet buffers stay under 2 x 8 MiB; every rank of a job must use the
-   same value. */
+   1 KiB); every rank of a job must use the same value. 3488: with the 96-byte signature a
+   packet stays within 3.5 KiB, so Open MPI's shared-memory transport sends it eagerly
+   through its per-peer fast box (about 3.8 KiB; above it the eager queue, and from 4 KiB
+   minus its own header the rendezvous protocol, a round trip more). A larger block goes
+   point to point after the packets, from the caller's buffer into the caller's (no copy
+   into or out of a packet). */
 #ifndef ZERO_MPI_INLINE_BYTES
-#define ZERO_MPI_INLINE_BYTES ((size_t)64 << 10)
+#define ZERO_MPI_INLINE_BYTES ((size_t)3488)
 #endif
-/* An all_reduce of at most this many bytes sends the whole buffer to every peer and each
-   rank reduces all of it (one round; the same rank-ordered sums); above, two rounds. 4000:
-   with the 96-byte signature the packet stays within 4 KiB, the eager limit of Open MPI's
-   shared-memory transport; a larger packet takes the rendezvous protocol, a round trip
-   more (a 4 KiB all_reduce in one 4192-byte packet measured 0.34-0.57x Open MPI's at np 2,
-   in two rounds of 2 KiB packets 0.89-0.90x). */
+/* An all_reduce sends its whole buffer to every peer, and every rank sums all of it (one
+   round instead of a reduce-scatter and an all-gather of slices; the same rank-ordered
+   sums), while (world - 1) x its bytes is at most this: in the packets when the buffer
+   fits one, else in one data round after them. At 2 ranks the bytes sent are the same
+   either way and one round saves a latency; with more ranks it sends (world - 1) x the
+   buffer instead of 2 (world - 1) / world x. */
 #ifndef ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES
-#define ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES ((size_t)4000)
+#define ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES ((size_t)64 << 10)
 #endif
 #define ZERO__MPI_HDR ((size_t)ZERO__MPI_NF * sizeof(int64_t))
 #define ZERO__MPI_TAG_DATA 0x5a31
@@ -807,6 +811,13 @@ static zero_result zero__mpi_reduce(zero__mpi_comm *c, void *dst, const unsigned
     return r;
 }
 
+/* An all_reduce of 'bytes' sends the whole buffer to every peer (one round) rather than
+   slices (ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES). */
+static int zero__mpi_whole(int world, size_t bytes)
+{
+    return bytes <= (size_t)(ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES) / (size_t)(world > 1 ? world - 1 : 1);
+}
+
 /* How a collective's data travels (chosen from the signature's fields). */
 enum {
     ZERO__MPI_HEADER_ONLY,   /* signatures first, then the data round (large messages)      */
@@ -971,7 +982,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
         if (kind == ZERO__MPI_ALL_REDUCE) {
             size_t off0, len0;
             zero__local_slice(numel, es, world, 0, &off0, &len0); /* slice 0 is the longest */
-            if (bytes <= c->inl && bytes <= (size_t)(ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES))
+            if (bytes <= c->inl && zero__mpi_whole(world, bytes))
                 mode = ZERO__MPI_ONE_ROUND;
             else if (len0 * es <= c->inl)
                 mode = ZERO__MPI_INLINE_SLICES;
@@ -1087,6 +1098,19 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
                                 lay.scratch + (size_t)rank * lay.block, numel, dtype, op);
     default: { /* ZERO__MPI_ALL_REDUCE */
         size_t off, len;
+        if (zero__mpi_whole(world, bytes)) { /* one round: every peer's whole buffer */
+            if (!zero__mpi_scratch(c, (size_t)world * bytes))
+                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu bytes of scratch", what, rank,
+                                  (size_t)world * bytes);
+            lay.block = bytes;
+            lay.scratch = c->scratch;
+            x.send_at = zero__mpi_ag_send; /* my whole buffer to every peer */
+            x.recv_at = zero__mpi_rs_recv; /* peer p's into scratch + p * bytes */
+            res = zero__mpi_exchange(c, &x, ZERO__MPI_TAG_DATA, deadline, what);
+            if (res != ZERO_OK) return res;
+            for (p = 0; p < world; p++) c->srcs[p] = lay.scratch + (size_t)p * bytes;
+            return zero__mpi_reduce(c, recv, lay.send, lay.scratch + (size_t)rank * bytes, numel, dtype, op);
+        }
         zero__local_slice(numel, es, world, rank, &off, &len);
         if (!zero__mpi_scratch(c, (size_t)world * len * es + 1))
             return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu bytes of scratch", what, rank,
