@@ -32,26 +32,30 @@
        1. Packet round: every rank sends every peer one packet, the call's signature (12
           int64: kind, dtype, count, op, root, this comm's own sequence number, an
           invalid-arguments flag, the caller's zero_comm_tag: role, group, seq, count)
-          followed, for a small collective (at most ZERO_MPI_INLINE_BYTES, 64 KiB, per
-          peer), by this rank's data for that peer. Receives take a whole packet buffer,
+          followed, for a small collective (at most ZERO_MPI_INLINE_BYTES, 3488 bytes, per
+          peer, so a packet stays an eager message; 64 KiB where some node runs more ranks
+          than cores), by this rank's data for that peer. Receives take a whole packet buffer,
           so a peer that called something else is read whole, never truncated. Every
           rank then holds every signature: on disagreement every rank returns
           ZERO_ERROR_MISMATCH with the same sentence naming the first rank that differs
           from rank 0; nothing is written.
-       2. The result. Small: from the packets (all_reduce up to 4000 bytes sends the whole
-          buffer and every rank sums all of it; above, slices, then a gather round of the
-          reduced slices). Large: a data round, point to point (MPI_Isend / MPI_Irecv of
-          at most 1 GiB each):
+       2. The result. Small: from the packets (an all_reduce whose buffer fits a packet
+          sends all of it while (N-1) x its bytes <= 64 KiB, and every rank sums all of it;
+          else slices, then a gather round of the reduced slices). Larger: a data round,
+          point to point from the caller's buffers into the caller's buffers (MPI_Isend /
+          MPI_Irecv of at most 1 GiB each):
             all_gather      each rank sends its block to every peer
             reduce_scatter  rank p receives block p of every peer's send (an all-to-all),
                             then sums them in rank order 0..N-1 in fp32 and rounds once
             all_to_all      the same blocks, copied (no sum)
             all_reduce      the same on slice p of the buffer, then an all-gather of slices
+                            (or, while (N-1) x bytes <= 64 KiB, the whole buffer to every
+                            peer and every rank sums all of it: one round)
             broadcast       the root sends to every peer
             barrier         the packet round alone
           Traffic per rank is (N-1)/N of the buffer for all_gather and reduce_scatter, and
-          2 (N-1)/N for all_reduce, as the engine counts it (the one-round small
-          all_reduce sends the whole buffer to each peer). MPI_SUM is never used (its
+          2 (N-1)/N for all_reduce, as the engine counts it (the one-round all_reduce
+          sends the whole buffer to each peer). MPI_SUM is never used (its
           order is unspecified and MPI has no fp16 / bf16).
        Every op speaks this protocol, all_to_all (blocks as reduce_scatter's, no sum) and
        the comms zero_comm_split makes included (each its own communicator, collective
