@@ -145,7 +145,8 @@ typedef struct zero_mpi_desc {
     zero_allocator allocator; /* for the comm's own memory; all NULL = ZERO_MALLOC          */
 } zero_mpi_desc;
 
-/* COLLECTIVE over desc->comm (MPI_Comm_idup, waited for at most timeout_ms). Creates this
+/* COLLECTIVE over desc->comm (MPI_Comm_idup, then an all-reduce of one int: whether a node
+   runs more ranks than cores; each waited for at most timeout_ms). Creates this
    process's comm: rank and world are its MPI rank and size. MPI must be initialised.
    Destroy with zero_comm_destroy(). Errors: INVALID_ARGUMENT (NULL, negative timeout,
    half an allocator); INVALID_STATE (MPI not initialised or finalised); UNSUPPORTED
@@ -285,7 +286,7 @@ enum {
    create): there each round waits for every peer to be scheduled, and one round that
    copies its data into and out of the packets beats a packet round and a data round
    (measured at 4 ranks on 2 cores: 64 KiB all_gather 0.62x Open MPI's with two rounds,
-   0.83x with one). */
+   0.96x with one). */
 #ifndef ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED
 #define ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED ((size_t)64 << 10)
 #endif
