@@ -32,26 +32,30 @@
        1. Packet round: every rank sends every peer one packet, the call's signature (12
           int64: kind, dtype, count, op, root, this comm's own sequence number, an
           invalid-arguments flag, the caller's zero_comm_tag: role, group, seq, count)
-          followed, for a small collective (at most ZERO_MPI_INLINE_BYTES, 64 KiB, per
-          peer), by this rank's data for that peer. Receives take a whole packet buffer,
+          followed, for a small collective (at most ZERO_MPI_INLINE_BYTES, 3488 bytes, per
+          peer, so a packet stays an eager message; 64 KiB where some node runs more ranks
+          than cores), by this rank's data for that peer. Receives take a whole packet buffer,
           so a peer that called something else is read whole, never truncated. Every
           rank then holds every signature: on disagreement every rank returns
           ZERO_ERROR_MISMATCH with the same sentence naming the first rank that differs
           from rank 0; nothing is written.
-       2. The result. Small: from the packets (all_reduce up to 4000 bytes sends the whole
-          buffer and every rank sums all of it; above, slices, then a gather round of the
-          reduced slices). Large: a data round, point to point (MPI_Isend / MPI_Irecv of
-          at most 1 GiB each):
+       2. The result. Small: from the packets (an all_reduce whose buffer fits a packet
+          sends all of it while (N-1) x its bytes <= 64 KiB, and every rank sums all of it;
+          else slices, then a gather round of the reduced slices). Larger: a data round,
+          point to point from the caller's buffers into the caller's buffers (MPI_Isend /
+          MPI_Irecv of at most 1 GiB each):
             all_gather      each rank sends its block to every peer
             reduce_scatter  rank p receives block p of every peer's send (an all-to-all),
                             then sums them in rank order 0..N-1 in fp32 and rounds once
             all_to_all      the same blocks, copied (no sum)
             all_reduce      the same on slice p of the buffer, then an all-gather of slices
+                            (or, while (N-1) x bytes <= 64 KiB, the whole buffer to every
+                            peer and every rank sums all of it: one round)
             broadcast       the root sends to every peer
             barrier         the packet round alone
           Traffic per rank is (N-1)/N of the buffer for all_gather and reduce_scatter, and
-          2 (N-1)/N for all_reduce, as the engine counts it (the one-round small
-          all_reduce sends the whole buffer to each peer). MPI_SUM is never used (its
+          2 (N-1)/N for all_reduce, as the engine counts it (the one-round all_reduce
+          sends the whole buffer to each peer). MPI_SUM is never used (its
           order is unspecified and MPI has no fp16 / bf16).
        Every op speaks this protocol, all_to_all (blocks as reduce_scatter's, no sum) and
        the comms zero_comm_split makes included (each its own communicator, collective
@@ -141,7 +145,8 @@ typedef struct zero_mpi_desc {
     zero_allocator allocator; /* for the comm's own memory; all NULL = ZERO_MALLOC          */
 } zero_mpi_desc;
 
-/* COLLECTIVE over desc->comm (MPI_Comm_idup, waited for at most timeout_ms). Creates this
+/* COLLECTIVE over desc->comm (MPI_Comm_idup, then an all-reduce of one int: whether a node
+   runs more ranks than cores; each waited for at most timeout_ms). Creates this
    process's comm: rank and world are its MPI rank and size. MPI must be initialised.
    Destroy with zero_comm_destroy(). Errors: INVALID_ARGUMENT (NULL, negative timeout,
    half an allocator); INVALID_STATE (MPI not initialised or finalised); UNSUPPORTED
@@ -268,19 +273,31 @@ enum {
 #define ZERO__MPI_PIECE ((size_t)(ZERO_MPI_PIECE_BYTES))
 /* Payload bytes a packet may carry to one peer (the data of a small collective travels
    with its signature): this, but at most the piece and at most 8 MiB / world (at least
-   1 KiB), so the packet buffers stay under 2 x 8 MiB; every rank of a job must use the
-   same value. */
+   1 KiB); every rank of a job must use the same value. 3488: with the 96-byte signature a
+   packet stays within 3.5 KiB, so Open MPI's shared-memory transport sends it eagerly
+   through its per-peer fast box (about 3.8 KiB; above it the eager queue, and from 4 KiB
+   minus its own header the rendezvous protocol, a round trip more). A larger block goes
+   point to point after the packets, from the caller's buffer into the caller's (no copy
+   into or out of a packet). */
 #ifndef ZERO_MPI_INLINE_BYTES
-#define ZERO_MPI_INLINE_BYTES ((size_t)64 << 10)
+#define ZERO_MPI_INLINE_BYTES ((size_t)3488)
 #endif
-/* An all_reduce of at most this many bytes sends the whole buffer to every peer and each
-   rank reduces all of it (one round; the same rank-ordered sums); above, two rounds. 4000:
-   with the 96-byte signature the packet stays within 4 KiB, the eager limit of Open MPI's
-   shared-memory transport; a larger packet takes the rendezvous protocol, a round trip
-   more (a 4 KiB all_reduce in one 4192-byte packet measured 0.34-0.57x Open MPI's at np 2,
-   in two rounds of 2 KiB packets 0.89-0.90x). */
+/* The same when some node runs more ranks than it has cores (every rank learns it at
+   create): there each round waits for every peer to be scheduled, and one round that
+   copies its data into and out of the packets beats a packet round and a data round
+   (measured at 4 ranks on 2 cores: 64 KiB all_gather 0.62x Open MPI's with two rounds,
+   0.96x with one). */
+#ifndef ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED
+#define ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED ((size_t)64 << 10)
+#endif
+/* An all_reduce sends its whole buffer to every peer, and every rank sums all of it (one
+   round instead of a reduce-scatter and an all-gather of slices; the same rank-ordered
+   sums), while (world - 1) x its bytes is at most this: in the packets when the buffer
+   fits one, else in one data round after them. At 2 ranks the bytes sent are the same
+   either way and one round saves a latency; with more ranks it sends (world - 1) x the
+   buffer instead of 2 (world - 1) / world x. */
 #ifndef ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES
-#define ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES ((size_t)4000)
+#define ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES ((size_t)64 << 10)
 #endif
 #define ZERO__MPI_HDR ((size_t)ZERO__MPI_NF * sizeof(int64_t))
 #define ZERO__MPI_TAG_DATA 0x5a31
@@ -304,6 +321,7 @@ typedef struct zero__mpi_comm {
     MPI_Request gaveup_req;  /* a receive of a peer's gave-up message, posted from create    */
     int gaveup_got;          /* it completed: sig[8..12) holds the message                  */
     int yield;               /* more ranks on this node than cores: yield while spinning   */
+    int oversubscribed;      /* some node of the comm runs more ranks than cores (agreed)  */
     int *idx;                /* [nreqs_cap]: MPI_Testsome's indices                         */
     int64_t *sigs;           /* [world * NF]: every rank's signature of this collective    */
     unsigned char *pkt_in;   /* [world * SLOT]: the packets received, peer p's at p * SLOT */
@@ -807,6 +825,13 @@ static zero_result zero__mpi_reduce(zero__mpi_comm *c, void *dst, const unsigned
     return r;
 }
 
+/* An all_reduce of 'bytes' sends the whole buffer to every peer (one round) rather than
+   slices (ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES). */
+static int zero__mpi_whole(int world, size_t bytes)
+{
+    return bytes <= (size_t)(ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES) / (size_t)(world > 1 ? world - 1 : 1);
+}
+
 /* How a collective's data travels (chosen from the signature's fields). */
 enum {
     ZERO__MPI_HEADER_ONLY,   /* signatures first, then the data round (large messages)      */
@@ -971,7 +996,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
         if (kind == ZERO__MPI_ALL_REDUCE) {
             size_t off0, len0;
             zero__local_slice(numel, es, world, 0, &off0, &len0); /* slice 0 is the longest */
-            if (bytes <= c->inl && bytes <= (size_t)(ZERO_MPI_ALLREDUCE_ONE_ROUND_BYTES))
+            if (bytes <= c->inl && zero__mpi_whole(world, bytes))
                 mode = ZERO__MPI_ONE_ROUND;
             else if (len0 * es <= c->inl)
                 mode = ZERO__MPI_INLINE_SLICES;
@@ -1087,6 +1112,19 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
                                 lay.scratch + (size_t)rank * lay.block, numel, dtype, op);
     default: { /* ZERO__MPI_ALL_REDUCE */
         size_t off, len;
+        if (zero__mpi_whole(world, bytes)) { /* one round: every peer's whole buffer */
+            if (!zero__mpi_scratch(c, (size_t)world * bytes))
+                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu bytes of scratch", what, rank,
+                                  (size_t)world * bytes);
+            lay.block = bytes;
+            lay.scratch = c->scratch;
+            x.send_at = zero__mpi_ag_send; /* my whole buffer to every peer */
+            x.recv_at = zero__mpi_rs_recv; /* peer p's into scratch + p * bytes */
+            res = zero__mpi_exchange(c, &x, ZERO__MPI_TAG_DATA, deadline, what);
+            if (res != ZERO_OK) return res;
+            for (p = 0; p < world; p++) c->srcs[p] = lay.scratch + (size_t)p * bytes;
+            return zero__mpi_reduce(c, recv, lay.send, lay.scratch + (size_t)rank * bytes, numel, dtype, op);
+        }
         zero__local_slice(numel, es, world, rank, &off, &len);
         if (!zero__mpi_scratch(c, (size_t)world * len * es + 1))
             return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s (rank %d): %zu bytes of scratch", what, rank,
@@ -1366,7 +1404,35 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     c->sigs = (int64_t *)zero__alloc(&a, (size_t)world * ZERO__MPI_NF * sizeof(int64_t));
     c->srcs = (const void **)zero__alloc(&a, (size_t)world * sizeof *c->srcs);
     c->plen = (size_t *)zero__alloc(&a, (size_t)world * sizeof *c->plen);
-    c->inl = (size_t)(ZERO_MPI_INLINE_BYTES);
+    {   /* more ranks on this node than cores (mpirun's count, where it tells): yield while
+           spinning, as Open MPI's own waits do when oversubscribed; and if any node is,
+           the packets carry more (every rank must use the same size: agreed here) */
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        long cores = sysconf(_SC_NPROCESSORS_ONLN), local;
+        if (!ls) ls = getenv("MPI_LOCALNRANKS"); /* MPICH's Hydra */
+        local = ls ? strtol(ls, NULL, 10) : 0;
+        c->yield = cores > 0 && local > cores;
+        done = 0;
+        polls = 0;
+        rc = MPI_Iallreduce(&c->yield, &c->oversubscribed, 1, MPI_INT, MPI_MAX, c->mc, &req);
+        while (rc == MPI_SUCCESS) {
+            rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS || done) break;
+            if ((++polls & 31u) == 0) {
+                if (zero__mpi_now_ms() > deadline) /* c stays: MPI may still write c->oversubscribed */
+                    return zero__fail(ZERO_ERROR_TIMEOUT, "zero_mpi_create: a rank did not join in %d ms",
+                                      c->timeout_ms);
+                sched_yield();
+            }
+        }
+        if (rc != MPI_SUCCESS) {
+            zero__mpi_errtext(rc, e, sizeof e);
+            MPI_Comm_free(&c->mc);
+            zero__mpi_free(c);
+            return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: MPI_Iallreduce failed: %s", e);
+        }
+        c->inl = c->oversubscribed ? (size_t)(ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED) : (size_t)(ZERO_MPI_INLINE_BYTES);
+    }
     if (c->inl > ZERO__MPI_PIECE) c->inl = ZERO__MPI_PIECE;
     if (c->inl > ((size_t)8 << 20) / (size_t)world) c->inl = ((size_t)8 << 20) / (size_t)world;
     if (c->inl < 1024) c->inl = ZERO__MPI_PIECE < 1024 ? ZERO__MPI_PIECE : 1024;
@@ -1386,14 +1452,6 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
         MPI_Comm_free(&c->mc);
         zero__mpi_free(c);
         return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: posting a receive failed: %s", e);
-    }
-    {   /* more ranks on this node than cores (mpirun's count, where it tells): yield while
-           spinning, as Open MPI's own waits do when oversubscribed */
-        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        long cores = sysconf(_SC_NPROCESSORS_ONLN), local;
-        if (!ls) ls = getenv("MPI_LOCALNRANKS"); /* MPICH's Hydra */
-        local = ls ? strtol(ls, NULL, 10) : 0;
-        c->yield = cores > 0 && local > cores;
     }
     *out = &c->base;
     return ZERO_OK;

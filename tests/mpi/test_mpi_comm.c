@@ -229,6 +229,72 @@ ZT_TEST(mismatches_fail_every_rank)
     }
 }
 
+/* Mismatches of calls whose data goes point to point after the packets (blocks above the
+   inline size, ZERO_MPI_INLINE_BYTES; the whole buffer of an all_reduce in one round),
+   against each other and against calls whose data rides in the packets: every rank
+   returns MISMATCH, nothing is written to the caller's buffers, and the next collective
+   (point to point) is right. */
+ZT_TEST(mismatches_point_to_point)
+{
+    enum { B = 2000, BIG = 100000 }; /* 8000-byte and 400 KB blocks: after the packets */
+    size_t cap = (size_t)BIG * (size_t)zm_world;
+    float *buf = (float *)calloc(cap, sizeof(float)), *out = (float *)malloc(cap * sizeof(float));
+    zero_result r;
+    int last = zm_world - 1, i, k, ok = 1;
+    if (!buf || !out) {
+        ZT_CHECKF(0, "rank %d: out of memory", zm_rank);
+        free(buf);
+        free(out);
+        return;
+    }
+    for (k = 0; k < 6; k++) {
+        const char *what = "";
+        for (i = 0; i < (int)cap; i++) out[i] = -7.0f;
+        switch (k) {
+        case 0: /* kinds */
+            what = "all_gather vs reduce_scatter";
+            if (zm_rank == 0) r = g_comm->ops->all_gather(g_comm, buf, out, B, ZERO_F32, NULL);
+            else r = g_comm->ops->reduce_scatter(g_comm, buf, out, B, ZERO_F32, ZERO_OP_SUM, NULL);
+            break;
+        case 1: /* counts */
+            what = "counts";
+            r = g_comm->ops->all_gather(g_comm, buf, out, zm_rank == last ? B + 1 : B, ZERO_F32, NULL);
+            break;
+        case 2: /* in the packets against after them */
+            what = "inline vs point to point";
+            r = g_comm->ops->all_reduce(g_comm, buf, out, zm_rank == last ? 8 : 3 * B, ZERO_F32, ZERO_OP_SUM, NULL);
+            break;
+        case 3: /* block sizes */
+            what = "8000 vs 400000 bytes";
+            r = g_comm->ops->all_gather(g_comm, buf, out, zm_rank == 0 ? BIG : B, ZERO_F32, NULL);
+            break;
+        case 4: /* all_to_all against broadcast from the last rank */
+            what = "all_to_all vs broadcast";
+            if (zm_rank == last) r = g_comm->ops->broadcast(g_comm, out, B, ZERO_F32, last, NULL);
+            else r = g_comm->ops->all_to_all(g_comm, buf, out, B, ZERO_F32, NULL);
+            break;
+        default: /* a rank with invalid arguments */
+            what = "invalid arguments";
+            r = g_comm->ops->all_gather(g_comm, zm_rank == last ? NULL : buf, out, B, ZERO_F32, NULL);
+            expect_all(r, zm_rank == last ? ZERO_ERROR_INVALID_ARGUMENT : ZERO_ERROR_MISMATCH, what);
+            break;
+        }
+        if (k < 5) expect_all(r, ZERO_ERROR_MISMATCH, what);
+        for (i = 0; i < (int)cap && !(k == 4 && zm_rank == last); i++)
+            if (out[i] != -7.0f) ok = 0;
+        ZT_CHECKF(ok, "rank %d: %s: the output was written", zm_rank, what);
+    }
+    /* the comm is still usable */
+    for (i = 0; i < B; i++) buf[i] = (float)(zm_rank * B + i);
+    r = g_comm->ops->all_gather(g_comm, buf, out, B, ZERO_F32, NULL);
+    expect_all(r, ZERO_OK, "after mismatches");
+    for (i = 0; i < B * zm_world; i++)
+        if (out[i] != (float)i) ok = 0;
+    ZT_CHECKF(ok, "rank %d: all_gather after mismatches", zm_rank);
+    free(buf);
+    free(out);
+}
+
 ZT_TEST(tags_compared)
 {
     float buf[8] = {0}, out[8];
@@ -388,25 +454,33 @@ ZT_TEST(bcast_bytes)
    before giving up; otherwise it completes the collective from those packets (every
    rank's data: the right sum) and its next call fails at once. Nobody hangs, and no rank
    goes on past its next call. */
-ZT_TEST(timeout_when_a_rank_is_late)
+/* n = 32: the data in the packets; n = 4096 (16 KiB): point to point after them. The
+   ranks that time out then overwrite their input (a caller that reuses its buffer): the
+   late rank returns TIMEOUT, or the sum of the data of the call, never of what the
+   callers wrote after the timeout. */
+static void late_rank(int n)
 {
     const int T = 300;
-    zero_comm *c = make_comm(T);
-    float buf[32], out[32];
+    zero_comm *c;
+    float buf[4096], out[4096];
     double t0, dt;
     zero_result r;
     int late = zm_rank == zm_world - 1, i, ok = 1;
+    MPI_Barrier(MPI_COMM_WORLD); /* the late rank of the last round has caught up */
+    c = make_comm(T);
     if (!c) return;
-    for (i = 0; i < 32; i++) buf[i] = (float)(zm_rank + i);
+    for (i = 0; i < n; i++) buf[i] = (float)(zm_rank + i);
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = zt_now_ms();
     if (late) zt_sleep_ms(3 * T);
-    r = c->ops->all_reduce(c, buf, out, 32, ZERO_F32, ZERO_OP_SUM, NULL);
+    r = c->ops->all_reduce(c, buf, out, (size_t)n, ZERO_F32, ZERO_OP_SUM, NULL);
     dt = zt_now_ms() - t0;
+    if (!late)
+        for (i = 0; i < n; i++) buf[i] = -1e30f; /* the caller reuses its buffer */
     if (late && r == ZERO_OK) { /* completed from the peers' packets: their data, summed */
-        for (i = 0; i < 32; i++)
+        for (i = 0; i < n; i++)
             if (out[i] != (float)(zm_world * i + zm_world * (zm_world - 1) / 2)) ok = 0;
-        ZT_CHECKF(ok, "rank %d: the late rank's sum", zm_rank);
+        ZT_CHECKF(ok, "rank %d: the late rank's sum (n %d)", zm_rank, n);
     } else {
         expect_all(r, ZERO_ERROR_TIMEOUT, late ? "late rank" : "waiting for the late rank");
         ZT_CHECKF(strstr(zero_last_error(), "timed out after 300 ms"), "rank %d: %s", zm_rank, zero_last_error());
@@ -419,6 +493,12 @@ ZT_TEST(timeout_when_a_rank_is_late)
     ZT_CHECKF(strstr(zero_last_error(), "timed out after 300 ms"), "rank %d: %s", zm_rank, zero_last_error());
     ZT_CHECKF(zt_now_ms() - t0 < 100, "rank %d: the call after the timeout took %.0f ms", zm_rank, zt_now_ms() - t0);
     zero_comm_destroy(c);
+}
+
+ZT_TEST(timeout_when_a_rank_is_late)
+{
+    late_rank(32);
+    late_rank(4096);
 }
 
 /* tests/mpi/abort.sh runs this: abort_on_timeout ends the job (mpirun exits non-zero)
@@ -454,6 +534,7 @@ int main(int argc, char **argv)
     if (!g_comm) return zm_summary();
     ZM_RUN(collectives_equal_local_comm);
     ZM_RUN(mismatches_fail_every_rank);
+    ZM_RUN(mismatches_point_to_point);
     ZM_RUN(tags_compared);
     ZM_RUN(invalid_arguments_on_one_rank);
     ZM_RUN(abort_on_one_rank);
