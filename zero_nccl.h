@@ -95,7 +95,8 @@
                                   each getaddrinfo() call.
        zero_nccl_create           at most B + 2 T (the id, then NCCL's own rendezvous and
                                   the split into the blocking communicator, each polled).
-       all_gather, reduce_scatter, all_reduce, broadcast, group_end
+       zero_comm_split            at most 2 T (two splits, each polled; see below).
+       all_gather, reduce_scatter, all_reduce, broadcast, all_to_all, group_end
                                   enqueue only, on the calling thread (the collectives'
                                   communicator is blocking). Every peer connection is made
                                   during create (NCCL_RUNTIME_CONNECT=0, set by create
@@ -128,14 +129,29 @@
        asynchronous NCCL error: ZERO_ERROR_COMM); only destroy remains useful. Every rank
        that can still return does so within about T + T/20.
 
+   SUB-COMMUNICATORS AND ALL-TO-ALL (the hierarchical modes: MiCS, hpZ, qgZ)
+       zero_comm_split(comm, color, key, &sub) is ncclCommSplit of comm's non-blocking
+       communicator (color < 0: NCCL_SPLIT_NOCOLOR, sub = NULL; ranks ordered by key, ties
+       by their rank in comm), polled until done or T (then comm is aborted, like a
+       collective a peer never joined), then a second split of the result into sub's
+       blocking communicator. sub is a comm like comm: its own collectives, watchdog and
+       timeout, destroyed before or after comm. Every communicator of the family shares
+       NCCL's resources (splitShare: no second set of buffers) and NCCL's abort flag: one
+       aborted (a timeout, zero_nccl_abort) stops the others' kernels too, so each of them
+       fails at its next call with COMM saying so; and the family is one comm for NCCL's
+       thread rule: use its comms from one thread at a time (the engine does).
+       all_to_all is ncclSend + ncclRecv per peer inside ncclGroupStart/End (ncclAlltoAll
+       exists only from NCCL 2.28; send/recv from 2.7, so every NCCL the comm supports, 2.18
+       and newer, has them); it is a copy: the same bits on every backend.
+
    SEVERAL RANKS ON ONE GPU
        NCCL 2.30 and newer accept several ranks of one communicator on one GPU with
        NCCL_MULTI_RANK_GPU_ENABLE=1 (older NCCL rejects them: "duplicate GPU"). Use it for
        tests: ranks as threads of one process (one comm and stream each) or as processes.
 
    THREADS
-       One thread uses a comm at a time (NCCL's rule); group_start/group_end and the calls
-       between them come from one thread. The watchdog shares the comm under a mutex: to
+       One thread uses a comm (and the comms split from it) at a time (NCCL's rule);
+       group_start/group_end and the calls between them come from one thread. The watchdog shares the comm under a mutex: to
        call NCCL yourself on zero_nccl_handle(), hold zero_nccl_lock() around those calls.
 
    LICENSE: MIT, see the end of zero.h.
@@ -296,7 +312,7 @@ ZERODEF zero_result zero_nccl_select_device(const zero_bootstrap_desc *boot, int
    0 if it cannot be read. Multi-rank GPUs need >= ZERO_NCCL_MULTI_RANK_GPU_VERSION. */
 ZERODEF int zero_nccl_version(void);
 
-/* 1 when comm was made by zero_nccl_create(). */
+/* 1 when comm was made by zero_nccl_create() or split from such a comm (zero_comm_split). */
 ZERODEF int zero_nccl_is(const zero_comm *comm);
 
 /* Waits until every collective this rank has enqueued on this comm has finished on the

@@ -15,11 +15,17 @@
      local comm's rank order).
    - Ranks that disagree on a collective's count: an error on both (the watchdog's timeout
      on a GPU; under tests/cudasim the simulated NCCL's message naming the collective).
+   - Sub-communicators and all_to_all (the hierarchical modes): zero_comm_split at N = 4
+     (key order, ties, color < 0, a child destroyed after its parent) with the children's
+     collectives against the local comm's, all_to_all at 1, 2 and 4 ranks in every dtype,
+     the family's shared abort flag, and MiCS, hpZ and qgZ engine runs against the local
+     comm (bit for bit under tests/cudasim; within tolerance on a GPU).
    - Timeouts: a queue of two collectives, each joined within the timeout of the one before,
      does not time out (the clock starts at the previous one's end); one rank never joins a
      collective; the other gets ZERO_ERROR_TIMEOUT from
      zero_nccl_wait (watchdog off), or returns from a plain cudaStreamSynchronize because
-     the watchdog aborted the communicator (watchdog on), within the timeout plus slack.
+     the watchdog aborted the communicator (watchdog on), within the timeout plus slack;
+     the same for a split and an all_to_all the peer never calls.
 
    Tolerances (|nccl - reference| per element): the reduction of N values in NCCL's order
    differs from the fp64 sum by at most (N-1) roundings of the dtype: f32 (N-1) 2^-24,

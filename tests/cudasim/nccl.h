@@ -15,7 +15,8 @@
      ncclSuccess with *newcomm still NULL, the parent reads ncclInProgress until every rank
      has called it, and the child handle is written into *newcomm only then (from the
      thread of the last rank to arrive, as NCCL's asynchronous job writes it); on a blocking
-     parent it waits. color NCCL_SPLIT_NOCOLOR gives NULL; ranks sorted by (key, old rank).
+     parent it waits. color NCCL_SPLIT_NOCOLOR gives NULL (ncclSuccess); ranks sorted by
+     (key, old rank).
      splitShare (read on the parent's config) makes the child share the parent's abort
      flag. ncclCommAbort of the parent withdraws its rank from a running split (the child
      is then never written for that rank).
@@ -42,8 +43,18 @@
      nothing), as an aborted NCCL kernel returns. A safety net for tests that would hang:
      after CUDASIM_NCCL_HANG_S seconds (default 300) the wait ends with the asynchronous
      error ncclSystemError and a message naming the call and the missing ranks.
+   - ncclSend / ncclRecv: checked at the call like the collectives (peer in range, the
+     buffer, the stream's device), numbered per peer and direction: the n-th send from rank
+     a to rank b meets the n-th receive at b from a. The point-to-point calls of one group
+     on one comm and stream run as one operation on the stream: every send posted first,
+     then each receive waits for its send and copies, then each send waits to have been
+     read (so ranks that exchange, an all-to-all, never wait for each other). A count or
+     type that differs between a send and its receive sets both ranks' asynchronous error
+     to ncclInvalidUsage with a message naming both calls; a peer that never posts waits
+     like a collective's (abort, or CUDASIM_NCCL_HANG_S). ncclCommCount, ncclCommUserRank.
    - ncclGroupStart / ncclGroupEnd (per thread, nested): the collectives of a group are
-     enqueued at the outermost ncclGroupEnd, in call order.
+     enqueued at the outermost ncclGroupEnd, in call order; its point-to-point calls as
+     one operation per comm and stream.
    - ncclCommFinalize (returns ncclInProgress on a non-blocking comm until its streams'
      collectives are done), ncclCommDestroy, ncclCommAbort, ncclCommGetAsyncError,
      ncclGetLastError, ncclGetErrorString, ncclGetUniqueId, ncclGetVersion (2.30.0).
