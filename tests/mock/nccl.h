@@ -56,7 +56,7 @@ typedef struct mock_nccl_comm {
     int used, blocking, is_child, share;
     int init_polls;               /* ncclInProgress for this many more polls      */
     ncclResult_t state;           /* the asynchronous state once settled          */
-    int split_running, split_polls;
+    int split_running, split_polls, split_color;
     struct mock_nccl_comm **split_out;
     int aborted, finalized, destroyed;
 } mock_nccl_comm;
@@ -142,7 +142,7 @@ static inline void mock_nccl_split_finish(mock_nccl_comm *p)
     mock_nccl_comm *child = NULL;
     p->split_running = 0;
     p->state = mock_nccl.split_async_result;
-    if (p->state == ncclSuccess && !mock_nccl.split_lose_child) {
+    if (p->state == ncclSuccess && !mock_nccl.split_lose_child && p->split_color != NCCL_SPLIT_NOCOLOR) {
         child = mock_nccl_new(1);
         if (child) {
             child->is_child = 1;
@@ -193,7 +193,6 @@ static inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
                                          ncclConfig_t *cfg)
 {
     ncclResult_t r = ncclSuccess;
-    (void)color;
     (void)key;
     mock_nccl_enter("ncclCommSplit");
     *newcomm = NULL; /* NCCL: NULL until the split has fully completed */
@@ -205,6 +204,7 @@ static inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
         comm->split_running = 1;
         comm->split_polls = mock_nccl.split_polls;
         comm->split_out = newcomm;
+        comm->split_color = color;
         comm->state = ncclInProgress;
         comm->share = cfg && cfg->splitShare == 1;
         if (comm->blocking) mock_nccl_split_finish(comm);
