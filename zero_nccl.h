@@ -151,8 +151,9 @@
 
    THREADS
        One thread uses a comm (and the comms split from it) at a time (NCCL's rule);
-       group_start/group_end and the calls between them come from one thread. The watchdog shares the comm under a mutex: to
-       call NCCL yourself on zero_nccl_handle(), hold zero_nccl_lock() around those calls.
+       group_start/group_end and the calls between them come from one thread. The watchdog
+       shares the comm under a mutex (one for the family): to call NCCL yourself on
+       zero_nccl_handle(), hold zero_nccl_lock() around those calls.
 
    LICENSE: MIT, see the end of zero.h.
 */
@@ -1944,7 +1945,8 @@ static void zero_nccl__abort_locked(zero_nccl__comm *c)
 {
     int s;
     if (!c->nccl && !c->parent) return;
-    if (c->in_call || c->in_group || c->fam->in_call) { /* a call stuck inside ncclGroupEnd is inside a group too */
+    /* a call stuck inside ncclGroupEnd is inside a group too */
+    if (c->in_call || c->in_group || c->fam->in_call) {
         c->abort_pending = 1;
         return;
     }

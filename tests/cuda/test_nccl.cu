@@ -1264,6 +1264,7 @@ typedef struct eng_out {
     const eng_cfg *cfg;
     float *master[ET];        /* merged over ranks */
     zero_step_info info[MAXR][16];
+    zero_traffic traffic[MAXR]; /* the run's total, per rank */
     pthread_mutex_t mu;
     char err[1024];
 } eng_out;
@@ -1361,6 +1362,7 @@ static zero_result engine_rank(int rank, int world, zero_comm *comm, void *user)
         }
         Z_TRY(zero_engine_step(e, &o->info[rank][s]));
     }
+    Z_TRY(zero_engine_traffic(e, NULL, &o->traffic[rank]));
     for (t = 0; t < ET; t++) {
         zero_range rg;
         size_t i;
@@ -1505,6 +1507,14 @@ ZT_TEST(engine_4_ranks)
    harness NCCL sums in rank order like the local comm, so the master weights must be the
    same bits; on a GPU NCCL's order differs, so within the tolerance of compare_engine
    (qgZ's sum is the device's, in rank order, after an all_to_all that only copies). */
+static double inter_sum(const zero_traffic *t)
+{
+    double b = 0;
+    int i;
+    for (i = 0; i < ZERO_COLL_COUNT; i++) b += t->inter_bytes[i];
+    return b;
+}
+
 static void compare_hier(const char *mode, int stage, int rpn, int mics, int hpz, int qgz, zero_dtype comm_dtype)
 {
     eng_cfg c;
@@ -1540,6 +1550,11 @@ static void compare_hier(const char *mode, int stage, int rpn, int mics, int hpz
 #endif
         ZT_CHECKF(worst <= tol, "%s stage %d: worst |nccl - local| %.3g at [%zu] (tol %.3g)", mode, stage, worst, where,
                   tol);
+        for (k = 0; k < c.world; k++) /* the counters see the same collectives on either comm */
+            ZT_CHECKF(memcmp(&out[0]->traffic[k], &out[1]->traffic[k], sizeof out[0]->traffic[k]) == 0,
+                      "%s stage %d rank %d: traffic counters differ (inter-node bytes %.0f on NCCL, %.0f on the "
+                      "local comm)",
+                      mode, stage, k, inter_sum(&out[0]->traffic[k]), inter_sum(&out[1]->traffic[k]));
         for (s = 0; s < c.steps; s++)
             for (k = 0; k < c.world; k++) {
                 const zero_step_info *x = &out[0]->info[k][s], *y = &out[1]->info[k][s];
