@@ -199,7 +199,7 @@
    ranks [k R, (k + 1) R) share node k (0 = the launcher's LOCAL_WORLD_SIZE,
    OMPI_COMM_WORLD_LOCAL_SIZE or SLURM_NTASKS_PER_NODE, else one node); it changes no value.
    zero_engine_traffic splits every collective's bytes into intra_bytes and inter_bytes by
-   it. zero_comm_split(comm, color, key, &sub) makes sub-communicators (local, MPI comms).
+   it. zero_comm_split(comm, color, key, &sub) makes sub-communicators (local, MPI, NCCL comms).
    d.mics_shard_size = S (MiCS / HSDP, stages 1-3) partitions the model states within groups
    of S consecutive ranks and replicates them across the N / S groups: memory per rank is
    the flat engine's at N = S, gathers and reduce-scatters stay inside the group, and one
@@ -10355,8 +10355,8 @@ static zero_result zero__eng_quant_resolve(zero_engine_desc *d)
                           d->device->ops->name ? d->device->ops->name : "?");
     if (d->quantized_gradients && !d->comm->ops->all_to_all)
         return zero__fail(ZERO_ERROR_UNSUPPORTED,
-                          "%s: quantized_gradients: comm '%s' has no all_to_all (the local comm "
-                          "has one)", fn, d->comm->ops->name ? d->comm->ops->name : "?");
+                          "%s: quantized_gradients: comm '%s' has no all_to_all (the local, MPI "
+                          "and NCCL comms have one)", fn, d->comm->ops->name ? d->comm->ops->name : "?");
     return ZERO_OK;
 }
 

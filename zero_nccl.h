@@ -95,7 +95,8 @@
                                   each getaddrinfo() call.
        zero_nccl_create           at most B + 2 T (the id, then NCCL's own rendezvous and
                                   the split into the blocking communicator, each polled).
-       all_gather, reduce_scatter, all_reduce, broadcast, group_end
+       zero_comm_split            at most 2 T (two splits, each polled; see below).
+       all_gather, reduce_scatter, all_reduce, broadcast, all_to_all, group_end
                                   enqueue only, on the calling thread (the collectives'
                                   communicator is blocking). Every peer connection is made
                                   during create (NCCL_RUNTIME_CONNECT=0, set by create
@@ -128,15 +129,31 @@
        asynchronous NCCL error: ZERO_ERROR_COMM); only destroy remains useful. Every rank
        that can still return does so within about T + T/20.
 
+   SUB-COMMUNICATORS AND ALL-TO-ALL (the hierarchical modes: MiCS, hpZ, qgZ)
+       zero_comm_split(comm, color, key, &sub) is ncclCommSplit of comm's non-blocking
+       communicator (color < 0: NCCL_SPLIT_NOCOLOR, sub = NULL; ranks ordered by key, ties
+       by their rank in comm), polled until done or T (then comm is aborted, like a
+       collective a peer never joined), then a second split of the result into sub's
+       blocking communicator. sub is a comm like comm: its own collectives, watchdog and
+       timeout, destroyed before or after comm. Every communicator of the family shares
+       NCCL's resources (splitShare: no second set of buffers) and NCCL's abort flag: one
+       aborted (a timeout, zero_nccl_abort) stops the others' kernels too, so each of them
+       fails at its next call with COMM saying so; and the family is one comm for NCCL's
+       thread rule: use its comms from one thread at a time (the engine does).
+       all_to_all is ncclSend + ncclRecv per peer inside ncclGroupStart/End (ncclAlltoAll
+       exists only from NCCL 2.28; send/recv from 2.7, so every NCCL the comm supports, 2.18
+       and newer, has them); it is a copy: the same bits on every backend.
+
    SEVERAL RANKS ON ONE GPU
        NCCL 2.30 and newer accept several ranks of one communicator on one GPU with
        NCCL_MULTI_RANK_GPU_ENABLE=1 (older NCCL rejects them: "duplicate GPU"). Use it for
        tests: ranks as threads of one process (one comm and stream each) or as processes.
 
    THREADS
-       One thread uses a comm at a time (NCCL's rule); group_start/group_end and the calls
-       between them come from one thread. The watchdog shares the comm under a mutex: to
-       call NCCL yourself on zero_nccl_handle(), hold zero_nccl_lock() around those calls.
+       One thread uses a comm (and the comms split from it) at a time (NCCL's rule);
+       group_start/group_end and the calls between them come from one thread. The watchdog
+       shares the comm under a mutex (one for the family): to call NCCL yourself on
+       zero_nccl_handle(), hold zero_nccl_lock() around those calls.
 
    LICENSE: MIT, see the end of zero.h.
 */
@@ -296,7 +313,7 @@ ZERODEF zero_result zero_nccl_select_device(const zero_bootstrap_desc *boot, int
    0 if it cannot be read. Multi-rank GPUs need >= ZERO_NCCL_MULTI_RANK_GPU_VERSION. */
 ZERODEF int zero_nccl_version(void);
 
-/* 1 when comm was made by zero_nccl_create(). */
+/* 1 when comm was made by zero_nccl_create() or split from such a comm (zero_comm_split). */
 ZERODEF int zero_nccl_is(const zero_comm *comm);
 
 /* Waits until every collective this rank has enqueued on this comm has finished on the
@@ -1842,6 +1859,20 @@ typedef struct zero_nccl__slot {
     int group_ops;       /* collectives on this stream in the open group             */
 } zero_nccl__slot;
 
+/* The comms of one family: a comm from zero_nccl_create and every comm split from it (or
+   from one of those). Their NCCL communicators are splitShare children of one another, so
+   they share NCCL's resources and its abort flag, and NCCL's thread-safety rule covers them
+   together: one mutex for the family, and no NCCL call from a watchdog while any of them is
+   inside a blocking NCCL call. */
+typedef struct zero_nccl__family {
+    pthread_mutex_t lock;
+    int refs;              /* comms holding it (under lock)                           */
+    int in_call;           /* comms of the family inside a blocking NCCL call now     */
+    int broken;            /* an NCCL communicator of the family was aborted           */
+    char why[640];         /* the first abort's reason                                 */
+    zero_allocator allocator;
+} zero_nccl__family;
+
 typedef struct zero_nccl__comm {
     zero_comm base;
     zero_allocator allocator;
@@ -1861,9 +1892,13 @@ typedef struct zero_nccl__comm {
     int in_group;               /* depth of group_start                                 */
     int abort_pending;          /* a failure inside a group: abort at group_end          */
     uint64_t seq;               /* collectives enqueued                                  */
-    pthread_mutex_t lock;       /* every NCCL call and the slots, shared with the watchdog */
+    struct zero_nccl__family *fam; /* shared by the comms split from one another         */
+    pthread_mutex_t *lock;      /* &fam->lock: every NCCL call and the slots, shared with
+                                   the watchdogs of the whole family                     */
     pthread_cond_t cond;
-    int lock_ready, cond_ready;
+    int cond_ready;
+    int no_watchdog;            /* desc.disable_watchdog, inherited by split comms        */
+    const char *name;           /* desc.name (NCCL's commName), inherited by split comms  */
     pthread_t watchdog;
     int watchdog_running, stop;
     int poll_ms;
@@ -1901,14 +1936,24 @@ static void zero_nccl__detail(ncclComm_t comm, ncclResult_t r, char *out, size_t
    state under the call. The abort is left pending; the caller carries it out when it
    takes the lock back (zero_nccl__call_end, group_end). The parent goes first, then the
    child: NCCL's order for a split that may still be running under the parent (the
-   parent's abort ends it; then the child, if NCCL returned one). */
+   parent's abort ends it; then the child, if NCCL returned one). The same holds while
+   another comm of the family is inside a call (they share NCCL's state): the abort then
+   waits for this comm's next poll or call (zero_nccl__pending). An abort raises NCCL's
+   abort flag, which the family shares: it marks the family broken, and every other comm
+   of it fails at its next poll or call. */
 static void zero_nccl__abort_locked(zero_nccl__comm *c)
 {
     int s;
     if (!c->nccl && !c->parent) return;
-    if (c->in_call || c->in_group) { /* a call stuck inside ncclGroupEnd is inside a group too */
+    /* a call stuck inside ncclGroupEnd is inside a group too */
+    if (c->in_call || c->in_group || c->fam->in_call) {
         c->abort_pending = 1;
         return;
+    }
+    if (!c->fam->broken) {
+        c->fam->broken = 1;
+        snprintf(c->fam->why, sizeof c->fam->why, "%s",
+                 c->failure != ZERO_OK ? c->failure_text : "a communicator of it was destroyed after a failed finalize");
     }
     if (c->parent) (void)ncclCommAbort(c->parent); /* synchronous; its result changes nothing now */
     c->parent = NULL;
@@ -1944,6 +1989,24 @@ static zero_result zero_nccl__fatal(zero_nccl__comm *c, zero_result code, const 
 static zero_result zero_nccl__failed(zero_nccl__comm *c)
 {
     return zero__fail(c->failure, "%s", c->failure_text);
+}
+
+/* Lock held. Carries out an abort left pending (zero_nccl__abort_locked) once no call of
+   the family is in flight; then, while this comm is still healthy, fails it when another
+   comm of its family aborted NCCL's shared state. */
+static zero_result zero_nccl__pending(zero_nccl__comm *c)
+{
+    if (c->abort_pending && !c->in_group && !c->fam->in_call) {
+        c->abort_pending = 0;
+        zero_nccl__abort_locked(c);
+    }
+    if (c->failure == ZERO_OK && c->fam->broken && (c->nccl || c->parent))
+        return zero_nccl__fatal(c, ZERO_ERROR_COMM,
+                                "a communicator split from the same NCCL communicator (this comm's "
+                                "parent, a child or a sibling, which share NCCL's abort flag) was "
+                                "aborted, so this one was too: %s",
+                                c->fam->why);
+    return c->failure != ZERO_OK ? zero_nccl__failed(c) : ZERO_OK;
 }
 
 /* Between polls: a few yields, then sleeps growing to 1 ms. */
@@ -1987,9 +2050,9 @@ static zero_result zero_nccl__poll_settled(zero_nccl__comm *c, ncclComm_t comm, 
                                     "the matching call (it crashed, hangs, or issued a different "
                                     "sequence of %s); the communicator was aborted",
                                     what, c->timeout_ms, sequence);
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         zero_nccl__backoff(&spins);
-        pthread_mutex_lock(&c->lock);
+        pthread_mutex_lock(c->lock);
         if (watchdog && c->failure != ZERO_OK) return zero_nccl__failed(c); /* it aborted */
     }
 }
@@ -2015,28 +2078,40 @@ static zero_result zero_nccl__settle(zero_nccl__comm *c, ncclResult_t r, const c
     return zero_nccl__poll_settled(c, c->nccl, what, "collectives", deadline, 1);
 }
 
-/* Lock held. After ncclCommSplit(c->parent, ..., &c->nccl, ...) returned r: NCCL runs the
-   split under the non-blocking parent and writes the child handle into c->nccl only when it
+/* Lock held. After ncclCommSplit(c->parent, ..., child, ...) returned r: NCCL runs the
+   split under the non-blocking parent and writes the child handle into *child only when it
    has finished (ncclCommSplit returns with it still NULL), meanwhile the parent's
    asynchronous state reads ncclInProgress. Polls the parent until it settles or the
-   deadline passes; then the child must be there. On timeout or error the parent is aborted
-   first (which ends the split before anything is freed), then the child if NCCL wrote one
-   (zero_nccl__abort_locked's order). */
-static zero_result zero_nccl__split_wait(zero_nccl__comm *c, ncclResult_t r, int64_t deadline)
+   deadline passes; then the child must be there (want_child; NCCL_SPLIT_NOCOLOR gives
+   none). On timeout or error c is failed and the parent aborted first (which ends the
+   split before anything is freed), then the child: c->nccl by zero_nccl__abort_locked's
+   order, or any other *child here. watchdog: 1 when c's watchdog runs (it may fail c
+   meanwhile). */
+static zero_result zero_nccl__split_wait(zero_nccl__comm *c, ncclResult_t r, int64_t deadline,
+                                         const char *what, ncclComm_t *child, int want_child,
+                                         int watchdog)
 {
-    const char *what = "ncclCommSplit (the blocking communicator)";
     char detail[400];
     zero_result zr;
     if (r != ncclSuccess && r != ncclInProgress) {
         zero_nccl__detail(c->parent, r, detail, sizeof detail);
-        return zero_nccl__fatal(c, zero_nccl__map(r), "%s failed: %s", what, detail);
+        zr = zero_nccl__fatal(c, zero_nccl__map(r), "%s failed: %s", what, detail);
+    } else {
+        zr = zero_nccl__poll_settled(c, c->parent, what, "calls", deadline, watchdog);
+        if (zr == ZERO_OK && want_child && !*child)
+            zr = zero_nccl__fatal(c, ZERO_ERROR_COMM,
+                                  "%s finished without a communicator (NCCL wrote no child handle)", what);
+        if (zr == ZERO_OK && !want_child && *child)
+            zr = zero_nccl__fatal(c, ZERO_ERROR_COMM,
+                                  "%s with NCCL_SPLIT_NOCOLOR returned a communicator", what);
     }
-    zr = zero_nccl__poll_settled(c, c->parent, what, "calls", deadline, 0);
-    if (zr != ZERO_OK) return zr;
-    if (!c->nccl)
-        return zero_nccl__fatal(c, ZERO_ERROR_COMM,
-                                "%s finished without a communicator (NCCL wrote no child handle)", what);
-    return ZERO_OK;
+    /* fatal aborted the parent (only a call of the family in flight on another thread,
+       which the one-thread rule excludes, would defer it); the child goes after it */
+    if (zr != ZERO_OK && child != &c->nccl && *child && !c->parent) {
+        (void)ncclCommAbort(*child);
+        *child = NULL;
+    }
+    return zr;
 }
 
 /* NCCL makes every peer connection a collective can use during a communicator's init (not
@@ -2128,7 +2203,8 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
     zero_result r;
     int i;
     *busy = 0;
-    if (c->failure != ZERO_OK) return zero_nccl__failed(c);
+    r = zero_nccl__pending(c);
+    if (r != ZERO_OK) return r;
     if (c->in_call) { /* the caller is inside NCCL: no NCCL call here, only the deadline */
         *busy = 1;
         if (now - c->call_start_ns > (int64_t)c->timeout_ms * 1000000)
@@ -2139,6 +2215,8 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
                                     "connects; a peer that crashed or hangs never answers); the "
                                     "communicator is aborted when the call returns",
                                     c->call_what, (double)(now - c->call_start_ns) * 1e-9, c->timeout_ms);
+    } else if (c->fam->in_call) { /* another comm of the family is inside NCCL: no NCCL call */
+        *busy = 1;
     } else if ((r = zero_nccl__async_check(c)) != ZERO_OK) {
         return r;
     }
@@ -2155,7 +2233,7 @@ static zero_result zero_nccl__poll_locked(zero_nccl__comm *c, int *busy)
     /* Asked again once the work is seen finished: an error raised between the first
        question and the last event's completion (a collective that failed, then let its
        stream go on) would otherwise read as a clean finish. */
-    if (!*busy && !c->in_call) return zero_nccl__async_check(c);
+    if (!*busy && !c->in_call && !c->fam->in_call) return zero_nccl__async_check(c);
     return ZERO_OK;
 }
 
@@ -2214,15 +2292,16 @@ static zero_result zero_nccl__note(zero_nccl__comm *c, zero_nccl__slot *s, const
         zero_result r = zero_nccl__retire(c, s, zero_nccl__now_ns());
         if (r != ZERO_OK) return r;
         if (s->count < ZERO_NCCL__RING) break;
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         zero_nccl__backoff(&spins);
-        pthread_mutex_lock(&c->lock);
+        pthread_mutex_lock(c->lock);
         if (c->failure != ZERO_OK) return zero_nccl__failed(c);
     }
     return zero_nccl__record(c, s);
 }
 
-static const char *zero_nccl__what[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
+static const char *zero_nccl__what[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                        "all_to_all"};
 
 /* Lock held on entry and on return. A blocking NCCL call on c->nccl is made WITHOUT the
    lock (in_call set), so the watchdog keeps watching the other streams' events and the
@@ -2233,16 +2312,24 @@ static const char *zero_nccl__what[] = {"all_gather", "reduce_scatter", "all_red
 static void zero_nccl__call_begin(zero_nccl__comm *c, const char *what)
 {
     c->in_call = 1;
+    c->fam->in_call++;
     c->call_what = what;
     c->call_start_ns = zero_nccl__now_ns();
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
+}
+
+/* Lock taken back after the call, without carrying out a pending abort (group_end). */
+static void zero_nccl__call_done(zero_nccl__comm *c)
+{
+    pthread_mutex_lock(c->lock);
+    c->in_call = 0;
+    c->fam->in_call--;
 }
 
 static void zero_nccl__call_end(zero_nccl__comm *c)
 {
-    pthread_mutex_lock(&c->lock);
-    c->in_call = 0;
-    if (c->abort_pending && c->in_group == 0) {
+    zero_nccl__call_done(c);
+    if (c->abort_pending && c->in_group == 0 && !c->fam->in_call) {
         c->abort_pending = 0;
         zero_nccl__abort_locked(c);
     }
@@ -2275,7 +2362,28 @@ static zero_result zero_nccl__check_args(zero_nccl__comm *c, const char *what, c
     return ZERO_OK;
 }
 
-enum { ZERO_NCCL__AG = 0, ZERO_NCCL__RS = 1, ZERO_NCCL__AR = 2, ZERO_NCCL__BC = 3 };
+enum { ZERO_NCCL__AG = 0, ZERO_NCCL__RS = 1, ZERO_NCCL__AR = 2, ZERO_NCCL__BC = 3, ZERO_NCCL__A2A = 4 };
+
+/* all_to_all as NCCL's point-to-point calls in one group (ncclAlltoAll exists only from
+   NCCL 2.28; ncclSend/ncclRecv from 2.7, so every NCCL this header supports has them):
+   block p of send to rank p, block p of recv from rank p. Every call is made, so that the
+   group closes whatever fails; the first failure is returned. */
+static ncclResult_t zero_nccl__alltoall(const void *send, void *recv, size_t numel, size_t esize,
+                                        ncclDataType_t type, int world, ncclComm_t nc,
+                                        cudaStream_t stream)
+{
+    ncclResult_t nr = ncclGroupStart(), q;
+    int p;
+    if (nr != ncclSuccess) return nr;
+    for (p = 0; p < world; p++) {
+        q = ncclSend((const unsigned char *)send + (size_t)p * numel * esize, numel, type, p, nc, stream);
+        if (nr == ncclSuccess) nr = q;
+        q = ncclRecv((unsigned char *)recv + (size_t)p * numel * esize, numel, type, p, nc, stream);
+        if (nr == ncclSuccess) nr = q;
+    }
+    q = ncclGroupEnd();
+    return nr == ncclSuccess ? q : nr;
+}
 
 /* Enqueues one collective: under the lock, after the comm's health check, then notes it
    for the watchdog (inside a group: at group_end, when NCCL actually enqueues). */
@@ -2295,6 +2403,16 @@ static zero_result zero_nccl__coll(zero_comm *comm, int kind, const void *send, 
                               kind == ZERO_NCCL__AR || kind == ZERO_NCCL__BC ? 1 : (size_t)comm->world,
                               dtype, &type);
     if (r != ZERO_OK) return r;
+    if (kind == ZERO_NCCL__A2A && numel > 0) {
+        /* check_args proved world * numel * esize fits */
+        size_t bytes = numel * (size_t)comm->world * zero_dtype_size(dtype);
+        const unsigned char *a = (const unsigned char *)send, *b = (const unsigned char *)recv;
+        if (a < b + bytes && b < a + bytes)
+            return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                              "zero_nccl all_to_all: send and recv overlap (%zu bytes each at %p "
+                              "and %p): it has no in-place form",
+                              bytes, (const void *)a, (const void *)b);
+    }
     if (kind == ZERO_NCCL__RS || kind == ZERO_NCCL__AR) {
         if (op == ZERO_OP_SUM) red = ncclSum;
         else if (op == ZERO_OP_MAX) red = ncclMax;
@@ -2308,19 +2426,19 @@ static zero_result zero_nccl__coll(zero_comm *comm, int kind, const void *send, 
                           "zero_nccl %s: queue = cudaStreamPerThread names a different stream on "
                           "every thread (NCCL's and the watchdog's included): pass a stream of your own",
                           what);
-    pthread_mutex_lock(&c->lock);
-    if (c->failure != ZERO_OK) {
-        r = zero_nccl__failed(c);
-        pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(c->lock);
+    r = zero_nccl__pending(c);
+    if (r != ZERO_OK) {
+        pthread_mutex_unlock(c->lock);
         return r;
     }
     if (numel == 0) { /* every rank has 0 too: nothing to move */
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         return ZERO_OK;
     }
     r = zero_nccl__slot_for(c, stream, &s);
     if (r != ZERO_OK) {
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         return r;
     }
     {
@@ -2330,7 +2448,10 @@ static zero_result zero_nccl__coll(zero_comm *comm, int kind, const void *send, 
         case ZERO_NCCL__AG: nr = ncclAllGather(send, recv, numel, type, nc, stream); break;
         case ZERO_NCCL__RS: nr = ncclReduceScatter(send, recv, numel, type, red, nc, stream); break;
         case ZERO_NCCL__AR: nr = ncclAllReduce(send, recv, numel, type, red, nc, stream); break;
-        default: nr = ncclBroadcast(recv, recv, numel, type, root, nc, stream); break;
+        case ZERO_NCCL__BC: nr = ncclBroadcast(recv, recv, numel, type, root, nc, stream); break;
+        default:
+            nr = zero_nccl__alltoall(send, recv, numel, zero_dtype_size(dtype), type, comm->world, nc, stream);
+            break;
         }
         zero_nccl__call_end(c);
     }
@@ -2340,7 +2461,7 @@ static zero_result zero_nccl__coll(zero_comm *comm, int kind, const void *send, 
         if (c->in_group) s->group_ops++;
         else r = zero_nccl__note(c, s, what, 1);
     }
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     return r;
 }
 
@@ -2369,16 +2490,21 @@ static zero_result zero_nccl__broadcast(zero_comm *comm, void *buf, size_t numel
     return zero_nccl__coll(comm, ZERO_NCCL__BC, buf, buf, numel, dtype, ZERO_OP_SUM, root, queue);
 }
 
+static zero_result zero_nccl__all_to_all(zero_comm *comm, const void *send, void *recv,
+                                         size_t numel, zero_dtype dtype, void *queue)
+{
+    return zero_nccl__coll(comm, ZERO_NCCL__A2A, send, recv, numel, dtype, ZERO_OP_SUM, 0, queue);
+}
+
 static zero_result zero_nccl__group_start(zero_comm *comm)
 {
     zero_nccl__comm *c = zero_nccl__of(comm);
     zero_result r = ZERO_OK;
     ncclResult_t nr;
     if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_nccl group_start: comm is not an NCCL comm");
-    pthread_mutex_lock(&c->lock);
-    if (c->failure != ZERO_OK) {
-        r = zero_nccl__failed(c);
-    } else {
+    pthread_mutex_lock(c->lock);
+    r = zero_nccl__pending(c);
+    if (r == ZERO_OK) {
         nr = ncclGroupStart();
         if (nr != ncclSuccess) {
             char detail[400];
@@ -2389,7 +2515,7 @@ static zero_result zero_nccl__group_start(zero_comm *comm)
             c->in_group++;
         }
     }
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     return r;
 }
 
@@ -2400,33 +2526,32 @@ static zero_result zero_nccl__group_end(zero_comm *comm)
     ncclResult_t nr;
     int i;
     if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_nccl group_end: comm is not an NCCL comm");
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(c->lock);
     if (c->in_group == 0) {
         r = c->failure != ZERO_OK
                 ? zero_nccl__failed(c)
                 : zero__fail(ZERO_ERROR_INVALID_STATE, "zero_nccl group_end: no group_start");
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         return r;
     }
     if (c->in_group == 1) { /* the outermost end launches: blocking, without the lock */
         zero_nccl__call_begin(c, "ncclGroupEnd");
         nr = ncclGroupEnd(); /* even after a failure: NCCL's group must be closed */
-        pthread_mutex_lock(&c->lock);
-        c->in_call = 0;
+        zero_nccl__call_done(c);
     } else {
         nr = ncclGroupEnd();
     }
     c->in_group--;
     if (c->in_group > 0) { /* nested: the outermost end enqueues */
         r = c->failure != ZERO_OK ? zero_nccl__failed(c) : zero_nccl__settle(c, nr, "ncclGroupEnd", zero_nccl__deadline(c->timeout_ms));
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         return r;
     }
     if (c->abort_pending || c->failure != ZERO_OK) {
         c->abort_pending = 0;
         zero_nccl__abort_locked(c);
         r = zero_nccl__failed(c);
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         return r;
     }
     r = zero_nccl__settle(c, nr, "ncclGroupEnd", zero_nccl__deadline(c->timeout_ms));
@@ -2436,7 +2561,7 @@ static zero_result zero_nccl__group_end(zero_comm *comm)
         s->group_ops = 0;
         if (r == ZERO_OK && n > 0) r = zero_nccl__note(c, s, "grouped collectives", n);
     }
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     return r;
 }
 
@@ -2445,7 +2570,7 @@ static zero_result zero_nccl__wait_until(zero_nccl__comm *c, int64_t deadline, c
 {
     int spins = 0;
     zero_result r;
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(c->lock);
     for (;;) {
         int busy = 0;
         if (c->in_group) {
@@ -2463,11 +2588,11 @@ static zero_result zero_nccl__wait_until(zero_nccl__comm *c, int64_t deadline, c
                                  what);
             break;
         }
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         zero_nccl__backoff(&spins);
-        pthread_mutex_lock(&c->lock);
+        pthread_mutex_lock(c->lock);
     }
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     return r;
 }
 
@@ -2488,7 +2613,7 @@ static void *zero_nccl__watchdog_main(void *arg)
 {
     zero_nccl__comm *c = (zero_nccl__comm *)arg;
     (void)cudaSetDevice(c->device); /* events carry their device; this is for clarity */
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(c->lock);
     while (!c->stop) {
         struct timespec ts;
         int64_t t;
@@ -2497,13 +2622,30 @@ static void *zero_nccl__watchdog_main(void *arg)
         t = (int64_t)ts.tv_nsec + (int64_t)c->poll_ms * 1000000;
         ts.tv_sec += (time_t)(t / 1000000000);
         ts.tv_nsec = (long)(t % 1000000000);
-        (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+        (void)pthread_cond_timedwait(&c->cond, c->lock, &ts);
         if (c->stop) break;
         if (c->failure == ZERO_OK && c->nccl) (void)zero_nccl__poll_locked(c, &busy);
     }
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     return NULL;
 }
+
+static void zero_nccl__destroy(zero_comm *comm);
+static zero_result zero_nccl__split(zero_comm *comm, int color, int key, zero_comm **out);
+
+static const zero_comm_ops zero_nccl__ops = {
+    "nccl",
+    zero_nccl__destroy,
+    zero_nccl__all_gather,
+    zero_nccl__reduce_scatter,
+    zero_nccl__all_reduce,
+    zero_nccl__broadcast,
+    zero_nccl__barrier,
+    zero_nccl__group_start,
+    zero_nccl__group_end,
+    zero_nccl__all_to_all,
+    zero_nccl__split,
+};
 
 /* Frees what create made, in reverse; the NCCL comm must be gone. */
 static void zero_nccl__free(zero_nccl__comm *c)
@@ -2517,8 +2659,110 @@ static void zero_nccl__free(zero_nccl__comm *c)
     if (c->internal) (void)cudaStreamDestroy(c->internal);
     if (c->scratch) (void)cudaFree(c->scratch);
     if (c->cond_ready) pthread_cond_destroy(&c->cond);
-    if (c->lock_ready) pthread_mutex_destroy(&c->lock);
+    if (c->fam) { /* the last comm of the family frees it */
+        zero_nccl__family *fam = c->fam;
+        int last;
+        pthread_mutex_lock(&fam->lock);
+        last = --fam->refs == 0;
+        pthread_mutex_unlock(&fam->lock);
+        if (last) {
+            pthread_mutex_destroy(&fam->lock);
+            zero__free(&fam->allocator, fam);
+        }
+    }
     zero__free(&c->allocator, c);
+}
+
+/* A comm without its NCCL communicators: the host state, the watchdog's events, the barrier's
+   stream and scratch, on the current CUDA device; in 'fam' (NULL: a new family). On error
+   nothing is left and zero_last_error() says why ('fn' names the caller). */
+static zero_result zero_nccl__new(const zero_allocator *allocator, int device, int timeout, int rank,
+                                  int world, zero_nccl__family *fam, const char *fn,
+                                  zero_nccl__comm **out)
+{
+    zero_nccl__comm *c;
+    pthread_condattr_t attr;
+    cudaError_t e;
+    int i, k;
+    *out = NULL;
+    c = (zero_nccl__comm *)zero__alloc(allocator, sizeof *c);
+    if (!c) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    memset(c, 0, sizeof *c);
+    c->allocator = *allocator;
+    c->device = device;
+    c->timeout_ms = timeout;
+    c->poll_ms = timeout / 20 < 1 ? 1 : (timeout / 20 > 100 ? 100 : timeout / 20);
+    c->base.ops = &zero_nccl__ops;
+    c->base.impl = c;
+    c->base.rank = rank;
+    c->base.world = world;
+    if (fam) {
+        pthread_mutex_lock(&fam->lock);
+        fam->refs++;
+        pthread_mutex_unlock(&fam->lock);
+    } else {
+        fam = (zero_nccl__family *)zero__alloc(allocator, sizeof *fam);
+        if (!fam) {
+            zero_nccl__free(c);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        }
+        memset(fam, 0, sizeof *fam);
+        fam->allocator = *allocator;
+        fam->refs = 1;
+        if (pthread_mutex_init(&fam->lock, NULL) != 0) {
+            zero__free(allocator, fam);
+            zero_nccl__free(c);
+            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: pthread_mutex_init failed", fn);
+        }
+    }
+    c->fam = fam;
+    c->lock = &fam->lock;
+    if (pthread_condattr_init(&attr) != 0) {
+        zero_nccl__free(c);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: pthread_condattr_init failed", fn);
+    }
+    if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&c->cond, &attr) != 0) {
+        pthread_condattr_destroy(&attr);
+        zero_nccl__free(c);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: pthread_cond_init failed", fn);
+    }
+    pthread_condattr_destroy(&attr);
+    c->cond_ready = 1;
+
+    c->slots_ready = 1;
+    for (i = 0; i < ZERO_NCCL__MAX_STREAMS; i++)
+        for (k = 0; k < ZERO_NCCL__RING; k++) {
+            e = cudaEventCreateWithFlags(&c->slots[i].ev[k], cudaEventDisableTiming);
+            if (e != cudaSuccess) {
+                c->slots[i].ev[k] = NULL;
+                zero_nccl__free(c);
+                return zero__fail(ZERO_ERROR_DEVICE, "%s: cudaEventCreate: %s", fn, cudaGetErrorString(e));
+            }
+        }
+    e = cudaStreamCreateWithFlags(&c->internal, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&c->scratch, 256);
+    if (e == cudaSuccess) e = cudaMemsetAsync(c->scratch, 0, 256, c->internal); /* the barrier's stream */
+    if (e != cudaSuccess) {
+        zero_nccl__free(c);
+        return zero__fail(ZERO_ERROR_DEVICE, "%s: stream or scratch: %s", fn, cudaGetErrorString(e));
+    }
+    *out = c;
+    return ZERO_OK;
+}
+
+/* Starts the comm's watchdog unless it has none; on failure aborts and frees the comm. */
+static zero_result zero_nccl__start(zero_nccl__comm *c, const char *fn)
+{
+    if (c->no_watchdog) return ZERO_OK;
+    if (pthread_create(&c->watchdog, NULL, zero_nccl__watchdog_main, c) != 0) {
+        pthread_mutex_lock(c->lock);
+        zero_nccl__abort_locked(c);
+        pthread_mutex_unlock(c->lock);
+        zero_nccl__free(c);
+        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: cannot start the watchdog thread", fn);
+    }
+    c->watchdog_running = 1;
+    return ZERO_OK;
 }
 
 static void zero_nccl__destroy(zero_comm *comm)
@@ -2528,15 +2772,15 @@ static void zero_nccl__destroy(zero_comm *comm)
     int healthy;
     if (!c) return;
     deadline = zero_nccl__deadline(c->timeout_ms);
-    pthread_mutex_lock(&c->lock); /* the watchdog may be writing these */
+    pthread_mutex_lock(c->lock); /* the watchdog may be writing these */
     healthy = c->failure == ZERO_OK && c->nccl && c->in_group == 0;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     if (healthy) (void)zero_nccl__wait_until(c, deadline, "destroy");
     /* The blocking child's finalize has no deadline of its own, but once every collective
        of this rank has finished (above) it waits for no peer: it syncs NCCL's internal
        streams and drops its share of the proxy, which the parent owns. The parent's
        finalize, which flushes the proxy, is polled with a deadline below. */
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(c->lock);
     if (c->failure == ZERO_OK && c->nccl && c->in_group == 0) {
         ncclComm_t child = c->nccl;
         ncclResult_t nr;
@@ -2548,16 +2792,16 @@ static void zero_nccl__destroy(zero_comm *comm)
             c->nccl = NULL;
         }
     }
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     if (c->watchdog_running) {
-        pthread_mutex_lock(&c->lock);
+        pthread_mutex_lock(c->lock);
         c->stop = 1;
         pthread_cond_signal(&c->cond);
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         pthread_join(c->watchdog, NULL);
         c->watchdog_running = 0;
     }
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(c->lock);
     if (c->in_group && (c->nccl || c->parent)) { /* group_end never came: close NCCL's group, give up */
         while (c->in_group > 0) {
             (void)ncclGroupEnd();
@@ -2579,23 +2823,10 @@ static void zero_nccl__destroy(zero_comm *comm)
         }
     }
     zero_nccl__abort_locked(c); /* whatever is left after a failure */
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     zero_nccl__free(c);
 }
 
-static const zero_comm_ops zero_nccl__ops = {
-    "nccl",
-    zero_nccl__destroy,
-    zero_nccl__all_gather,
-    zero_nccl__reduce_scatter,
-    zero_nccl__all_reduce,
-    zero_nccl__broadcast,
-    zero_nccl__barrier,
-    zero_nccl__group_start,
-    zero_nccl__group_end,
-    NULL, /* all_to_all: not yet (quantized_gradients is refused on this comm) */
-    NULL, /* split: not yet (the hierarchical modes refuse this comm with UNSUPPORTED) */
-};
 
 static zero_nccl__comm *zero_nccl__of(zero_comm *comm)
 {
@@ -2716,10 +2947,9 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
     ncclUniqueId id;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     ncclResult_t nr;
-    pthread_condattr_t attr;
     cudaError_t e;
     zero_result r;
-    int rank = 0, world = 1, timeout = 0, device = 0, i, k;
+    int rank = 0, world = 1, timeout = 0, device = 0;
 
     if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_nccl_create: out is NULL");
     *out = NULL;
@@ -2736,65 +2966,22 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
     r = zero_nccl__get_id(desc, &id, &rank, &world);
     if (r != ZERO_OK) return r;
 
-    c = (zero_nccl__comm *)zero__alloc(&desc->allocator, sizeof *c);
-    if (!c) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_nccl_create: out of memory");
-    memset(c, 0, sizeof *c);
-    c->allocator = desc->allocator;
-    c->device = device;
-    c->timeout_ms = timeout;
-    c->poll_ms = timeout / 20 < 1 ? 1 : (timeout / 20 > 100 ? 100 : timeout / 20);
-    c->base.ops = &zero_nccl__ops;
-    c->base.impl = c;
-    c->base.rank = rank;
-    c->base.world = world;
-    if (pthread_mutex_init(&c->lock, NULL) != 0) {
-        zero_nccl__free(c);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_nccl_create: pthread_mutex_init failed");
-    }
-    c->lock_ready = 1;
-    if (pthread_condattr_init(&attr) != 0) {
-        zero_nccl__free(c);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_nccl_create: pthread_condattr_init failed");
-    }
-    if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&c->cond, &attr) != 0) {
-        pthread_condattr_destroy(&attr);
-        zero_nccl__free(c);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_nccl_create: pthread_cond_init failed");
-    }
-    pthread_condattr_destroy(&attr);
-    c->cond_ready = 1;
-
-    c->slots_ready = 1;
-    for (i = 0; i < ZERO_NCCL__MAX_STREAMS; i++)
-        for (k = 0; k < ZERO_NCCL__RING; k++) {
-            e = cudaEventCreateWithFlags(&c->slots[i].ev[k], cudaEventDisableTiming);
-            if (e != cudaSuccess) {
-                c->slots[i].ev[k] = NULL;
-                zero_nccl__free(c);
-                return zero__fail(ZERO_ERROR_DEVICE, "zero_nccl_create: cudaEventCreate: %s",
-                                  cudaGetErrorString(e));
-            }
-        }
-    e = cudaStreamCreateWithFlags(&c->internal, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&c->scratch, 256);
-    if (e == cudaSuccess) e = cudaMemsetAsync(c->scratch, 0, 256, c->internal); /* the barrier's stream */
-    if (e != cudaSuccess) {
-        zero_nccl__free(c);
-        return zero__fail(ZERO_ERROR_DEVICE, "zero_nccl_create: stream or scratch: %s",
-                          cudaGetErrorString(e));
-    }
+    r = zero_nccl__new(&desc->allocator, device, timeout, rank, world, NULL, "zero_nccl_create", &c);
+    if (r != ZERO_OK) return r;
+    c->no_watchdog = desc->disable_watchdog != 0;
+    c->name = desc->name;
 
     cfg.blocking = 0; /* every call returns; we poll with deadlines */
     cfg.splitShare = 1; /* NCCL reads it on the parent when splitting: the child shares */
     if (desc->name) cfg.commName = desc->name;
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(c->lock);
     nr = ncclCommInitRankConfig(&c->nccl, world, id, rank, &cfg);
     if (nr != ncclSuccess && nr != ncclInProgress) {
         char detail[400];
         zero_nccl__detail(c->nccl, nr, detail, sizeof detail);
         if (c->nccl) (void)ncclCommAbort(c->nccl);
         c->nccl = NULL;
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         zero_nccl__free(c);
         return zero__fail(zero_nccl__map(nr),
                           "zero_nccl_create: rank %d/%d: ncclCommInitRankConfig failed: %s%s", rank,
@@ -2820,9 +3007,10 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
         c->parent = c->nccl;
         c->nccl = NULL;
         nr = ncclCommSplit(c->parent, 0, rank, &c->nccl, &ccfg);
-        r = zero_nccl__split_wait(c, nr, zero_nccl__deadline(timeout));
+        r = zero_nccl__split_wait(c, nr, zero_nccl__deadline(timeout),
+                                  "ncclCommSplit (the blocking communicator)", &c->nccl, 1, 0);
     }
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     if (r != ZERO_OK) { /* settle aborted the communicator; zero_last_error has why */
         char text[640];
         snprintf(text, sizeof text, "%.560s%s", zero_last_error(),
@@ -2830,25 +3018,107 @@ ZERODEF zero_result zero_nccl_create(const zero_nccl_desc *desc, zero_comm **out
                  r == ZERO_ERROR_INVALID_STATE && zero_nccl_version() < ZERO_NCCL_MULTI_RANK_GPU_VERSION
                      ? " (several ranks on one GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1)"
                      : "");
-        pthread_mutex_lock(&c->lock); /* a split refused synchronously left both alive */
+        pthread_mutex_lock(c->lock); /* a split refused synchronously left both alive */
         zero_nccl__abort_locked(c);
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(c->lock);
         zero_nccl__free(c);
         return zero__fail(r, "%s", text);
     }
 
-    if (!desc->disable_watchdog) {
-        if (pthread_create(&c->watchdog, NULL, zero_nccl__watchdog_main, c) != 0) {
-            pthread_mutex_lock(&c->lock);
-            zero_nccl__abort_locked(c);
-            pthread_mutex_unlock(&c->lock);
-            zero_nccl__free(c);
-            return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_nccl_create: cannot start the watchdog thread");
-        }
-        c->watchdog_running = 1;
-    }
+    r = zero_nccl__start(c, "zero_nccl_create");
+    if (r != ZERO_OK) return r;
     *out = &c->base;
     return ZERO_OK;
+}
+
+/* zero_comm_ops.split. COLLECTIVE over comm. Two splits, each polled and bounded by the
+   comm's timeout as create's are: the comm's non-blocking communicator splits by color and
+   key into the new comm's non-blocking one (NCCL_SPLIT_NOCOLOR for color < 0: no comm, and
+   *out = NULL), which then splits (every rank color 0, key 0: the same order) into its
+   blocking communicator for the collectives. Both share NCCL's resources with the comm
+   (splitShare, set on every communicator of the family), and its abort flag: the new comm
+   joins the comm's family (zero_nccl__family). NCCL orders the new ranks by key, ties by
+   the rank in comm (the zero_comm_ops contract). A failure of the first split fails comm
+   (a peer that never joins it times out like a collective that never completes); a
+   failure after it fails only the new comm, which is then freed; the family's shared abort
+   flag then fails the others at their next call. */
+static zero_result zero_nccl__split(zero_comm *comm, int color, int key, zero_comm **out)
+{
+    const char *fn = "zero_nccl split";
+    zero_nccl__comm *c = zero_nccl__of(comm), *n = NULL;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER, ccfg = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t sub = NULL;
+    ncclResult_t nr;
+    zero_result r;
+    cudaError_t e;
+    int cur = -1, rank = -1, world = 0;
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "%s: comm is not an NCCL comm", fn);
+    e = cudaGetDevice(&cur); /* the new comm's events, stream and scratch: on comm's device */
+    if (e == cudaSuccess && cur != c->device) e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) {
+        r = zero__fail(ZERO_ERROR_DEVICE, "%s: cudaSetDevice(%d): %s", fn, c->device, cudaGetErrorString(e));
+        cur = -1;
+        goto restore;
+    }
+    if (color >= 0) {
+        r = zero_nccl__new(&c->allocator, c->device, c->timeout_ms, 0, 1, c->fam, fn, &n);
+        if (r != ZERO_OK) goto restore; /* the peers time out in their split */
+        n->no_watchdog = c->no_watchdog;
+        n->name = c->name;
+    }
+    pthread_mutex_lock(c->lock);
+    r = zero_nccl__pending(c);
+    if (r == ZERO_OK && c->in_group)
+        r = zero__fail(ZERO_ERROR_INVALID_STATE, "%s: inside a group (group_end first)", fn);
+    if (r == ZERO_OK) {
+        cfg.blocking = 0;
+        cfg.splitShare = 1;
+        if (c->name) cfg.commName = c->name;
+        nr = ncclCommSplit(c->parent, color >= 0 ? color : NCCL_SPLIT_NOCOLOR, key, &sub, &cfg);
+        r = zero_nccl__split_wait(c, nr, zero_nccl__deadline(c->timeout_ms),
+                                  "ncclCommSplit (a sub-communicator)", &sub, color >= 0,
+                                  c->watchdog_running);
+    }
+    if (sub && n) { /* n owns it from here: its abort, or its destroy */
+        n->parent = sub;
+        sub = NULL;
+    }
+    if (r == ZERO_OK && n) {
+        nr = ncclCommUserRank(n->parent, &rank);
+        if (nr == ncclSuccess) nr = ncclCommCount(n->parent, &world);
+        if (nr != ncclSuccess || rank < 0 || world < 1 || rank >= world) {
+            char detail[400];
+            zero_nccl__detail(n->parent, nr, detail, sizeof detail);
+            r = zero_nccl__fatal(n, nr != ncclSuccess ? zero_nccl__map(nr) : ZERO_ERROR_COMM,
+                                 "%s: ncclCommUserRank / ncclCommCount: rank %d of %d (%s)", fn, rank,
+                                 world, detail);
+        } else {
+            n->base.rank = rank;
+            n->base.world = world;
+            ccfg.blocking = 1;
+            ccfg.splitShare = 1;
+            if (c->name) ccfg.commName = c->name;
+            nr = ncclCommSplit(n->parent, 0, 0, &n->nccl, &ccfg);
+            r = zero_nccl__split_wait(n, nr, zero_nccl__deadline(c->timeout_ms),
+                                      "ncclCommSplit (the sub-communicator's blocking one)", &n->nccl, 1, 0);
+        }
+    }
+    if (n && r != ZERO_OK) zero_nccl__abort_locked(n); /* what is left of it, parent first */
+    pthread_mutex_unlock(c->lock);
+    if (n && r != ZERO_OK) {
+        zero_nccl__free(n);
+        n = NULL;
+    }
+    if (n) {
+        r = zero_nccl__start(n, fn); /* frees n on failure */
+        if (r != ZERO_OK) n = NULL;
+    }
+    if (r == ZERO_OK) *out = n ? &n->base : NULL;
+restore:
+    if (cur >= 0 && cur != c->device) (void)cudaSetDevice(cur);
+    return r;
 }
 
 ZERODEF zero_result zero_nccl_wait(zero_comm *comm, int timeout_ms)
@@ -2867,9 +3137,9 @@ ZERODEF zero_result zero_nccl_status(zero_comm *comm)
     zero_result r;
     int busy = 0;
     if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_nccl_status: comm is not an NCCL comm");
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(c->lock);
     r = zero_nccl__poll_locked(c, &busy);
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     return r;
 }
 
@@ -2877,9 +3147,9 @@ ZERODEF zero_result zero_nccl_abort(zero_comm *comm)
 {
     zero_nccl__comm *c = zero_nccl__of(comm);
     if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "zero_nccl_abort: comm is not an NCCL comm");
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(c->lock);
     (void)zero_nccl__fatal(c, ZERO_ERROR_COMM, "the communicator was aborted (zero_nccl_abort)");
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(c->lock);
     return ZERO_OK;
 }
 
@@ -2892,13 +3162,13 @@ ZERODEF void *zero_nccl_handle(zero_comm *comm)
 ZERODEF void zero_nccl_lock(zero_comm *comm)
 {
     zero_nccl__comm *c = zero_nccl__of(comm);
-    if (c) pthread_mutex_lock(&c->lock);
+    if (c) pthread_mutex_lock(c->lock);
 }
 
 ZERODEF void zero_nccl_unlock(zero_comm *comm)
 {
     zero_nccl__comm *c = zero_nccl__of(comm);
-    if (c) pthread_mutex_unlock(&c->lock);
+    if (c) pthread_mutex_unlock(c->lock);
 }
 #endif /* ZERO_NCCL_BOOTSTRAP_ONLY */
 

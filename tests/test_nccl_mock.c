@@ -14,6 +14,11 @@
      the call); the call's own thread aborts when it returns, and the comm says TIMEOUT;
    - a collective that never finishes on the GPU, with no call in flight: the watchdog
      aborts both communicators within the timeout;
+   - zero_comm_split: a comm whose collectives run on its own child communicator; color < 0
+     gives none; the family's one-thread rule (a sub-comm's collective blocked inside NCCL:
+     neither watchdog makes an NCCL call meanwhile) and its shared abort (the parent's next
+     call fails with COMM); destroy in either order; a split a peer never joins (TIMEOUT,
+     the parent aborted, and the child NCCL returned at the abort too);
    - NCCL_RUNTIME_CONNECT=0 set for NCCL's init when the environment has none, and a
      value the user set kept. */
 #define ZERO_IMPLEMENTATION
@@ -184,6 +189,72 @@ ZT_TEST(watchdog_aborts_a_hung_collective)
     check_clean("hung collective");
 }
 
+/* zero_comm_split on the NCCL comm (the mock's world is 1: rank 0 of 1 in every child). */
+ZT_TEST(split_family)
+{
+    int order;
+    for (order = 0; order < 2; order++) {
+        zero_comm *comm = NULL, *sub = NULL, *none = (zero_comm *)&order;
+        zero_result r;
+        float buf[4] = {0}, out[4];
+        char label[64];
+        snprintf(label, sizeof label, "split, destroy %s first", order ? "the parent" : "the child");
+        mock_nccl_reset();
+        ZT_CHECK(create(&comm, 0) == ZERO_OK);
+        if (!comm) return;
+        mock_nccl.split_polls = 2;
+        r = zero_comm_split(comm, 3, 7, &sub);
+        ZT_CHECKF(r == ZERO_OK && sub && zero_nccl_is(sub) && sub->rank == 0 && sub->world == 1, "%s: %s: %s", label,
+                  zero_result_string(r), zero_last_error());
+        if (!sub) {
+            zero_comm_destroy(comm);
+            return;
+        }
+        ZT_CHECK(zero_comm_split(comm, -1, 0, &none) == ZERO_OK && none == NULL);
+        ZT_CHECK(zero_nccl_handle(sub) != NULL && zero_nccl_handle(sub) != zero_nccl_handle(comm));
+        ZT_CHECK(sub->ops->all_reduce(sub, buf, buf, 4, ZERO_F32, ZERO_OP_SUM, NULL) == ZERO_OK);
+        ZT_CHECK(mock_nccl.last_coll_comm == (ncclComm_t)zero_nccl_handle(sub));
+        ZT_CHECK(comm->ops->all_to_all(comm, buf, out, 2, ZERO_F32, NULL) == ZERO_OK);
+        ZT_CHECK(zero_nccl_wait(sub, 0) == ZERO_OK && zero_nccl_wait(comm, 0) == ZERO_OK);
+        /* the child's call blocks inside NCCL past the timeout: both watchdogs keep out */
+        mock_nccl.call_ms = 3 * T_MS;
+        r = sub->ops->all_reduce(sub, buf, buf, 4, ZERO_F32, ZERO_OP_SUM, NULL);
+        ZT_CHECKF(mock_nccl.violations == 0, "%s: %s", label, mock_nccl.violation);
+        ZT_CHECKF(r == ZERO_ERROR_TIMEOUT, "%s: %s: %s", label, zero_result_string(r), zero_last_error());
+        mock_nccl.call_ms = 0;
+        r = comm->ops->all_reduce(comm, buf, buf, 4, ZERO_F32, ZERO_OP_SUM, NULL);
+        ZT_CHECKF(r == ZERO_ERROR_COMM && strstr(zero_last_error(), "abort flag") != NULL, "%s: parent after: %s: %s",
+                  label, zero_result_string(r), zero_last_error());
+        zero_comm_destroy(order ? comm : sub);
+        zero_comm_destroy(order ? sub : comm);
+        check_clean(label);
+    }
+}
+
+/* A split a peer never joins: TIMEOUT within the timeout, the parent aborted (which ends
+   the split; the mock then writes the child, which must be aborted too), nothing left. */
+ZT_TEST(split_peer_never_joins)
+{
+    zero_comm *comm = NULL, *sub = NULL;
+    zero_result r;
+    double t0, ms;
+    mock_nccl_reset();
+    ZT_CHECK(create(&comm, 0) == ZERO_OK);
+    if (!comm) return;
+    mock_nccl.split_polls = -1;
+    mock_nccl.split_done_at_abort = 1;
+    t0 = now_ms();
+    r = zero_comm_split(comm, 0, 0, &sub);
+    ms = now_ms() - t0;
+    ZT_CHECKF(r == ZERO_ERROR_TIMEOUT && sub == NULL && strstr(zero_last_error(), "ncclCommSplit"), "%s: %s",
+              zero_result_string(r), zero_last_error());
+    ZT_CHECKF(ms >= 0.9 * T_MS && ms < 3.0 * T_MS, "the split gave up after %.0f ms", ms);
+    ZT_CHECKF(mock_nccl_live() == 0, "%d communicators alive", mock_nccl_live());
+    ZT_CHECK(zero_nccl_status(comm) == ZERO_ERROR_TIMEOUT);
+    zero_comm_destroy(comm);
+    check_clean("split never joined");
+}
+
 ZT_TEST(connect_at_init_unless_the_user_says)
 {
     const char *saved = getenv("NCCL_RUNTIME_CONNECT");
@@ -212,6 +283,8 @@ int main(void)
     ZT_RUN(split_errors_fail_create);
     ZT_RUN(watchdog_never_aborts_under_a_call);
     ZT_RUN(watchdog_aborts_a_hung_collective);
+    ZT_RUN(split_family);
+    ZT_RUN(split_peer_never_joins);
     ZT_RUN(connect_at_init_unless_the_user_says);
     return zt_summary();
 }

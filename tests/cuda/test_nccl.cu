@@ -15,11 +15,17 @@
      local comm's rank order).
    - Ranks that disagree on a collective's count: an error on both (the watchdog's timeout
      on a GPU; under tests/cudasim the simulated NCCL's message naming the collective).
+   - Sub-communicators and all_to_all (the hierarchical modes): zero_comm_split at N = 4
+     (key order, ties, color < 0, a child destroyed after its parent) with the children's
+     collectives against the local comm's, all_to_all at 1, 2 and 4 ranks in every dtype,
+     the family's shared abort flag, and MiCS, hpZ and qgZ engine runs against the local
+     comm (bit for bit under tests/cudasim; within tolerance on a GPU).
    - Timeouts: a queue of two collectives, each joined within the timeout of the one before,
      does not time out (the clock starts at the previous one's end); one rank never joins a
      collective; the other gets ZERO_ERROR_TIMEOUT from
      zero_nccl_wait (watchdog off), or returns from a plain cudaStreamSynchronize because
-     the watchdog aborted the communicator (watchdog on), within the timeout plus slack.
+     the watchdog aborted the communicator (watchdog on), within the timeout plus slack;
+     the same for a split and an all_to_all the peer never calls.
 
    Tolerances (|nccl - reference| per element): the reduction of N values in NCCL's order
    differs from the fp64 sum by at most (N-1) roundings of the dtype: f32 (N-1) 2^-24,
@@ -632,7 +638,8 @@ typedef struct hang_ctx {
     int done;           /* rank 0 has finished its checks */
     int mode;           /* 0: zero_nccl_wait (no watchdog); 1: cudaStreamSynchronize (watchdog);
                            2: the very first collective (connected at init, so it
-                           enqueues; the wait after it times out) */
+                           enqueues; the wait after it times out); 3: a split the peer never
+                           joins; 4: an all_to_all the peer never joins (then zero_nccl_wait) */
     zero_result got;    /* rank 0's result */
     double elapsed_ms;
     char msg[700];
@@ -653,7 +660,14 @@ static zero_result hang_rank(int rank, int world, zero_comm *comm, void *user)
     }
     if (rank == 0) {
         double t0 = zt_now_ms();
-        zero_result got = comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st);
+        zero_comm *sub = NULL;
+        zero_result got = h->mode == 3   ? zero_comm_split(comm, 0, 0, &sub)
+                          : h->mode == 4 ? comm->ops->all_to_all(comm, d, d + 512, 256, ZERO_F32, st)
+                                         : comm->ops->all_reduce(comm, d, d, 1024, ZERO_F32, ZERO_OP_SUM, st);
+        if (h->mode == 3 && (got == ZERO_OK || sub)) { /* it must not succeed alone */
+            zero_comm_destroy(sub);
+            got = ZERO_ERROR_INVALID_STATE;
+        }
         if (got == ZERO_OK) {
             if (h->mode == 1) {
                 (void)cudaStreamSynchronize(st); /* returns once the watchdog aborts */
@@ -709,6 +723,8 @@ static void check_hang(int mode)
 ZT_TEST(timeout_wait_no_watchdog) { check_hang(0); }
 ZT_TEST(timeout_watchdog_unblocks_stream_sync) { check_hang(1); }
 ZT_TEST(timeout_first_collective) { check_hang(2); }
+ZT_TEST(timeout_split_peer_never_joins) { check_hang(3); }
+ZT_TEST(timeout_all_to_all_peer_never_joins) { check_hang(4); }
 
 /* The watchdog's clock: rank 0 queues two all-reduces at once, rank 1 joins the first after
    0.6 T and the second after 1.2 T. Each finishes within T of the one before it, so nothing
@@ -803,6 +819,429 @@ ZT_TEST(mismatched_counts_fail)
     }
 }
 
+/* ---- sub-communicators (zero_comm_split) and all_to_all ---- */
+
+#define SPLIT_N 257 /* elements per collective */
+#define SPLITS 3
+
+/* One rank's view of the three splits of split_rank, and what its collectives returned. */
+typedef struct split_view {
+    int rank[SPLITS], world[SPLITS]; /* -1 / 0: no comm (color < 0) */
+    float ar[SPLITS][SPLIT_N], rs[SPLITS][SPLIT_N];
+    unsigned short ag[SPLITS][4 * SPLIT_N], bc[SPLITS][SPLIT_N];
+    float a2a[SPLITS][4 * SPLIT_N];
+} split_view;
+
+typedef struct split_ctx {
+    int device; /* 1: NCCL (device buffers and a stream); 0: the local comm on the host */
+    split_view v[MAXR];
+    zero_comm *kept[MAXR]; /* split 1's comm, left alive past the parent's destroy */
+    char err[MAXR][700];
+} split_ctx;
+
+/* Values of magnitudes 2^-4 .. 2^4: their f32 sums round differently in different orders. */
+static float hval(int rank, size_t i)
+{
+    return (float)(ldexp(sin(1.3 * rank + 0.7 * (double)i + 0.2), (int)((rank * 3 + i) % 9) - 4));
+}
+
+/* Split s of rank r: (color, key). 0 = the nodes of 2 (key = rank), 1 = across the nodes
+   with keys reversed, 2 = ranks 0-2 with keys reversed and rank 3 out (color < 0). */
+static void split_of(int s, int r, int *color, int *key)
+{
+    *color = s == 0 ? r / 2 : s == 1 ? r % 2 : (r < 3 ? 0 : -1);
+    *key = s == 0 ? r : s == 1 ? -r : 3 - r;
+}
+
+/* Runs all_reduce and reduce_scatter (f32: the local comm and NCCL, real or simulated,
+   both round each f32 addition; f16 sums of 3 would differ by design, docs/nccl.md),
+   all_gather and broadcast (root 1 or 0) in f16, and all_to_all (f32) on child, into v. */
+static zero_result child_collectives(split_ctx *x, int r, zero_comm *child, int s, cudaStream_t st)
+{
+    split_view *v = &x->v[r];
+    const int n = child->world, cr = child->rank;
+    const size_t total = (size_t)n * SPLIT_N;
+    unsigned short *h16 = (unsigned short *)calloc(total * 2, 2);
+    float *hf = (float *)calloc(total * 2, sizeof(float));
+    void *a = NULL, *b = NULL;
+    zero_result r_ = ZERO_OK, r2;
+    size_t i;
+#define r r_
+    if (!h16 || !hf) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "host buffers");
+        goto done;
+    }
+    if (x->device) {
+        CUDA_TRY(cudaMalloc(&a, total * 4));
+        CUDA_TRY(cudaMalloc(&b, total * 4));
+    } else {
+        a = malloc(total * 4);
+        b = malloc(total * 4);
+        if (!a || !b) {
+            r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "buffers");
+            goto done;
+        }
+    }
+#define PUT(dst, src, bytes)                                                                       \
+    do {                                                                                           \
+        if (x->device) CUDA_TRY(cudaMemcpyAsync((dst), (src), (bytes), cudaMemcpyHostToDevice, st)); \
+        else memcpy((dst), (src), (bytes));                                                        \
+    } while (0)
+#define GET(dst, src, bytes)                                                                       \
+    do {                                                                                           \
+        if (x->device) {                                                                           \
+            CUDA_TRY(cudaStreamSynchronize(st));                                                   \
+            CUDA_TRY(cudaMemcpy((dst), (src), (bytes), cudaMemcpyDeviceToHost));                   \
+        } else {                                                                                   \
+            memcpy((dst), (src), (bytes));                                                         \
+        }                                                                                          \
+    } while (0)
+    for (i = 0; i < total; i++) hf[i] = hval(cr + 10 * s, i);
+    PUT(a, hf, total * 4);
+    Z_TRY(child->ops->all_reduce(child, a, b, SPLIT_N, ZERO_F32, ZERO_OP_SUM, st));
+    GET(v->ar[s], b, SPLIT_N * 4);
+    Z_TRY(child->ops->reduce_scatter(child, a, b, SPLIT_N, ZERO_F32, ZERO_OP_SUM, st));
+    GET(v->rs[s], b, SPLIT_N * 4);
+    to_dtype(h16, ZERO_F16, hf, total);
+    PUT(a, h16, total * 2);
+    Z_TRY(child->ops->all_gather(child, a, b, SPLIT_N, ZERO_F16, st));
+    GET(v->ag[s], b, total * 2);
+    PUT(b, h16, SPLIT_N * 2);
+    Z_TRY(child->ops->broadcast(child, b, SPLIT_N, ZERO_F16, n > 1 ? 1 : 0, st));
+    GET(v->bc[s], b, SPLIT_N * 2);
+    for (i = 0; i < total; i++) hf[i] = (float)(1000 * (cr + 10 * s) + (int)i); /* exact in f32 */
+    PUT(a, hf, total * 4);
+    Z_TRY(child->ops->all_to_all(child, a, b, SPLIT_N, ZERO_F32, st));
+    GET(v->a2a[s], b, total * 4);
+    if (x->device) CUDA_TRY(cudaStreamSynchronize(st));
+    r2 = child->ops->barrier(child);
+    if (r2 != ZERO_OK) r = r2;
+#undef PUT
+#undef GET
+done:
+    if (x->device) {
+        cudaFree(a);
+        cudaFree(b);
+    } else {
+        free(a);
+        free(b);
+    }
+    free(h16);
+    free(hf);
+#undef r
+    return r_;
+}
+
+static zero_result split_rank(int rank, int world, zero_comm *comm, void *user)
+{
+    split_ctx *x = (split_ctx *)user;
+    cudaStream_t st = NULL;
+    zero_comm *child[SPLITS] = {NULL, NULL, NULL};
+    zero_result r = ZERO_OK;
+    int s;
+    (void)world;
+    if (x->device) CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (s = 0; s < SPLITS; s++) {
+        int color, key;
+        split_of(s, rank, &color, &key);
+        child[s] = (zero_comm *)1; /* must be overwritten: NULL for color < 0 */
+        Z_TRY(zero_comm_split(comm, color, key, &child[s]));
+        x->v[rank].rank[s] = child[s] ? child[s]->rank : -1;
+        x->v[rank].world[s] = child[s] ? child[s]->world : 0;
+        if (child[s]) Z_TRY(child_collectives(x, rank, child[s], s, st));
+    }
+    /* the parent still works after its children's collectives */
+    Z_TRY(comm->ops->barrier(comm));
+done:
+    if (r != ZERO_OK) snprintf(x->err[rank], sizeof x->err[rank], "%s", zero_last_error());
+    zero_comm_destroy(child[0]); /* before the parent */
+    zero_comm_destroy(child[2]);
+    if (r == ZERO_OK) x->kept[rank] = child[1]; /* after the parent (split_after_parent) */
+    else zero_comm_destroy(child[1]);
+    if (st) cudaStreamDestroy(st);
+    return r;
+}
+
+static zero_result split_local_rank(int rank, zero_comm *comm, void *user)
+{
+    return split_rank(rank, comm->world, comm, user);
+}
+
+/* Split 1's comm after its parent was destroyed: one more all_reduce on it, then destroy. */
+typedef struct kept_ctx {
+    split_ctx *x;
+    int rank;
+    zero_result rc;
+    float got;
+    char err[700];
+} kept_ctx;
+
+static void *kept_main(void *p)
+{
+    kept_ctx *k = (kept_ctx *)p;
+    zero_comm *c = k->x->kept[k->rank];
+    cudaStream_t st = NULL;
+    float *d = NULL, one = (float)(k->rank + 1);
+    zero_result r = ZERO_OK;
+    k->got = -1;
+    if (k->x->device) {
+        CUDA_TRY(cudaSetDevice(k->rank % g_ndev));
+        CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CUDA_TRY(cudaMalloc((void **)&d, sizeof(float)));
+        CUDA_TRY(cudaMemcpyAsync(d, &one, sizeof one, cudaMemcpyHostToDevice, st));
+        Z_TRY(c->ops->all_reduce(c, d, d, 1, ZERO_F32, ZERO_OP_SUM, st));
+        CUDA_TRY(cudaStreamSynchronize(st));
+        CUDA_TRY(cudaMemcpy(&k->got, d, sizeof(float), cudaMemcpyDeviceToHost));
+    } else {
+        Z_TRY(c->ops->all_reduce(c, &one, &k->got, 1, ZERO_F32, ZERO_OP_SUM, NULL));
+    }
+done:
+    k->rc = r;
+    if (r != ZERO_OK) snprintf(k->err, sizeof k->err, "%s", zero_last_error());
+    zero_comm_destroy(c);
+    k->x->kept[k->rank] = NULL;
+    if (st) cudaStreamDestroy(st);
+    cudaFree(d);
+    return NULL;
+}
+
+static void run_kept(split_ctx *x, int world)
+{
+    kept_ctx k[MAXR];
+    pthread_t th[MAXR];
+    int r;
+    for (r = 0; r < world; r++) {
+        memset(&k[r], 0, sizeof k[r]);
+        k[r].x = x;
+        k[r].rank = r;
+        ZT_CHECK(x->kept[r] != NULL);
+        if (!x->kept[r] || pthread_create(&th[r], NULL, kept_main, &k[r]) != 0) th[r] = pthread_self();
+    }
+    for (r = 0; r < world; r++)
+        if (!pthread_equal(th[r], pthread_self())) pthread_join(th[r], NULL);
+    for (r = 0; r < world; r++) {
+        if (pthread_equal(th[r], pthread_self())) continue;
+        ZT_CHECKF(k[r].rc == ZERO_OK, "device %d rank %d: split comm after its parent: %s", x->device, r, k[r].err);
+        /* split 1 groups {0, 2} and {1, 3}: (r + 1) + (r + 3) */
+        ZT_CHECKF(k[r].got == (float)(2 * (r % 2) + 4), "device %d rank %d: sum %g after the parent", x->device, r,
+                  (double)k[r].got);
+    }
+}
+
+/* zero_comm_split on NCCL at N = 4: the nodes of 2, across the nodes with keys reversed,
+   and a group of 3 with keys reversed and rank 3 out. Each child's rank and size from the
+   contract (key order, ties by parent rank); its collectives (f16 all_reduce, reduce_scatter,
+   all_gather, broadcast; f32 all_to_all) against the same splits of the local comm: bit for
+   bit under the harness (both sum in the child's rank order; in the group of 3 that order
+   is the reverse of the parent's, so a parent-order sum gives other bits); on a GPU the
+   copies (gather, broadcast, all_to_all) are exact and the sums within f16 rounding. A
+   child destroyed after its parent still works. */
+ZT_TEST(split_4_ranks)
+{
+    split_ctx *x[2];
+    char err[800];
+    zero_result rc;
+    int b, r, s, i;
+    const char *why = cannot_run(4);
+    if (why) ZT_SKIP(why);
+    for (b = 0; b < 2; b++) {
+        x[b] = (split_ctx *)calloc(1, sizeof *x[b]);
+        x[b]->device = b == 0;
+        if (b == 0) {
+            rc = run_ranks(4, split_rank, x[b], 60000, 0, NULL, err, sizeof err);
+        } else {
+            rc = zero_local_run(4, split_local_rank, x[b]);
+            snprintf(err, sizeof err, "%s", zero_last_error());
+        }
+        ZT_CHECKF(rc == ZERO_OK, "%s: %s", b == 0 ? "nccl" : "local", err);
+        if (rc == ZERO_OK) run_kept(x[b], 4);
+    }
+    for (r = 0; r < 4; r++)
+        for (s = 0; s < SPLITS; s++) {
+            const split_view *v = &x[0]->v[r], *w = &x[1]->v[r];
+            int want_rank = s == 0 ? r % 2 : s == 1 ? (r >= 2 ? 0 : 1) : (r < 3 ? 2 - r : -1);
+            int want_world = s == 2 ? (r < 3 ? 3 : 0) : 2;
+            ZT_CHECKF(v->rank[s] == want_rank && v->world[s] == want_world && w->rank[s] == want_rank &&
+                          w->world[s] == want_world,
+                      "split %d rank %d: nccl %d/%d, local %d/%d, want %d/%d", s, r, v->rank[s], v->world[s],
+                      w->rank[s], w->world[s], want_rank, want_world);
+            if (want_world == 0) continue;
+            ZT_CHECKF(memcmp(v->ag[s], w->ag[s], sizeof v->ag[s]) == 0, "split %d rank %d: all_gather differs", s, r);
+            ZT_CHECKF(memcmp(v->bc[s], w->bc[s], sizeof v->bc[s]) == 0, "split %d rank %d: broadcast differs", s, r);
+            ZT_CHECKF(memcmp(v->a2a[s], w->a2a[s], sizeof v->a2a[s]) == 0, "split %d rank %d: all_to_all differs", s,
+                      r);
+            for (i = 0; i < want_world * SPLIT_N; i++) { /* block p from child rank p, its block for me */
+                float want = (float)(1000 * (i / SPLIT_N + 10 * s) + want_rank * SPLIT_N + i % SPLIT_N);
+                if (v->a2a[s][i] != want) {
+                    ZT_CHECKF(0, "split %d rank %d: all_to_all [%d] = %g, want %g", s, r, i, (double)v->a2a[s][i],
+                              (double)want);
+                    break;
+                }
+            }
+#ifdef CUDASIM
+            ZT_CHECKF(memcmp(v->ar[s], w->ar[s], sizeof v->ar[s]) == 0 && memcmp(v->rs[s], w->rs[s], sizeof v->rs[s]) == 0,
+                      "split %d rank %d: the sums differ from the local comm's", s, r);
+#else
+            for (i = 0; i < SPLIT_N; i++) /* NCCL's order: 2 f32 roundings of sums below 48 */
+                ZT_CHECKF(fabs((double)v->ar[s][i] - (double)w->ar[s][i]) <= 48.0 * 3 * ldexp(1.0, -24),
+                          "split %d rank %d [%d]: %.9g vs %.9g", s, r, i, (double)v->ar[s][i], (double)w->ar[s][i]);
+#endif
+        }
+    {
+        /* the group of 3 in the parent's order would give other bits: the check can fail */
+        volatile float hf[3], acc_c, acc_p; /* volatile: each sum rounded to f32 */
+        int differ = 0;
+        for (i = 0; i < SPLIT_N && !differ; i++) {
+            for (r = 0; r < 3; r++) hf[r] = hval(r + 20, (size_t)i); /* child rank r = parent 2 - r */
+            acc_c = hf[0] + hf[1];
+            acc_c = acc_c + hf[2];
+            acc_p = hf[2] + hf[1];
+            acc_p = acc_p + hf[0];
+            differ = acc_c != acc_p;
+        }
+        ZT_CHECKF(differ, "no element of the group of 3 depends on the order: the bit check is vacuous");
+    }
+    for (b = 0; b < 2; b++) free(x[b]);
+}
+
+/* all_to_all on NCCL at 1, 2 and 4 ranks, sizes 1, 33 and 1000, every dtype: block p of
+   rank r's result is block r of rank p's input, bit for bit (the local comm's contract: a
+   pure copy); once inside a group; overlapping buffers refused with the comm still usable. */
+typedef struct a2a_ctx {
+    int bad[MAXR];
+    char what[MAXR][200];
+} a2a_ctx;
+
+static float aval(int rank, size_t i) { return (float)ldexp(sin(0.9 * rank + 0.37 * (double)i), (int)(i % 5) - 2); }
+
+static zero_result a2a_rank(int rank, int world, zero_comm *comm, void *user)
+{
+    a2a_ctx *x = (a2a_ctx *)user;
+    static const size_t sizes[] = {1, 33, 1000};
+    cudaStream_t st = NULL;
+    void *a = NULL, *b = NULL;
+    float *hf = NULL, *back = NULL;
+    unsigned char *h = NULL;
+    zero_result r = ZERO_OK;
+    size_t si, i;
+    int di;
+    const size_t maxn = 1000 * (size_t)world;
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc(&a, maxn * 8));
+    CUDA_TRY(cudaMalloc(&b, maxn * 8));
+    hf = (float *)malloc(maxn * sizeof(float));
+    back = (float *)malloc(maxn * sizeof(float));
+    h = (unsigned char *)malloc(maxn * 8);
+    if (!hf || !back || !h) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "host buffers");
+        goto done;
+    }
+    for (di = 0; di < 4; di++)
+        for (si = 0; si < 3; si++) {
+            zero_dtype dt = k_dtypes[di];
+            size_t n = sizes[si], es = zero_dtype_size(dt), total = n * (size_t)world;
+            int grouped = si == 1;
+            for (i = 0; i < total; i++) hf[i] = aval(rank, i);
+            to_dtype(h, dt, hf, total);
+            CUDA_TRY(cudaMemcpyAsync(a, h, total * es, cudaMemcpyHostToDevice, st));
+            if (grouped) Z_TRY(comm->ops->group_start(comm));
+            Z_TRY(comm->ops->all_to_all(comm, a, b, n, dt, st));
+            if (grouped) Z_TRY(comm->ops->group_end(comm));
+            CUDA_TRY(cudaStreamSynchronize(st));
+            CUDA_TRY(cudaMemcpy(h, b, total * es, cudaMemcpyDeviceToHost));
+            from_dtype(back, h, dt, total);
+            for (i = 0; i < total; i++) {
+                float want = aval((int)(i / n), (size_t)rank * n + i % n), wr;
+                unsigned char wb[8];
+                to_dtype(wb, dt, &want, 1); /* the sender's value in the dtype */
+                from_dtype(&wr, wb, dt, 1);
+                if (memcmp(&wr, &back[i], 4) != 0 && x->bad[rank]++ == 0)
+                    snprintf(x->what[rank], sizeof x->what[rank], "%s n=%zu: [%zu] = %g, want %g",
+                             zero_dtype_name(dt), n, i, (double)back[i], (double)wr);
+            }
+        }
+    /* overlap: refused at the call, the comm still usable */
+    if (world > 1) {
+        zero_result o = comm->ops->all_to_all(comm, a, (char *)a + 4, 8, ZERO_F32, st);
+        if (o != ZERO_ERROR_INVALID_ARGUMENT && x->bad[rank]++ == 0)
+            snprintf(x->what[rank], sizeof x->what[rank], "overlapping all_to_all: %s", zero_result_string(o));
+    }
+    Z_TRY(comm->ops->all_to_all(comm, a, b, 8, ZERO_F32, st));
+    Z_TRY(zero_nccl_wait(comm, 0));
+done:
+    if (st) cudaStreamDestroy(st);
+    cudaFree(a);
+    cudaFree(b);
+    free(hf);
+    free(back);
+    free(h);
+    return r;
+}
+
+ZT_TEST(all_to_all_exact)
+{
+    static const int worlds[] = {1, 2, 4};
+    int wi, r;
+    for (wi = 0; wi < 3; wi++) {
+        a2a_ctx x;
+        char err[800];
+        zero_result rc;
+        if (cannot_run(worlds[wi])) continue;
+        memset(&x, 0, sizeof x);
+        rc = run_ranks(worlds[wi], a2a_rank, &x, 60000, 0, NULL, err, sizeof err);
+        ZT_CHECKF(rc == ZERO_OK, "N=%d: %s", worlds[wi], err);
+        for (r = 0; r < worlds[wi]; r++)
+            ZT_CHECKF(x.bad[r] == 0, "N=%d rank %d: %d bad: %s", worlds[wi], r, x.bad[r], x.what[r]);
+    }
+}
+
+/* A comm and the comms split from it share NCCL's abort flag (splitShare): aborting the
+   child aborts NCCL's state of the parent too, and the parent's next call says so instead
+   of running on an aborted communicator. */
+typedef struct family_ctx {
+    zero_result after[2];
+    char msg[2][700];
+} family_ctx;
+
+static zero_result family_rank(int rank, int world, zero_comm *comm, void *user)
+{
+    family_ctx *f = (family_ctx *)user;
+    cudaStream_t st = NULL;
+    float *d = NULL;
+    zero_comm *child = NULL;
+    zero_result r = ZERO_OK;
+    (void)world;
+    Z_TRY(rank_stream_buffer(&st, &d, 64));
+    Z_TRY(zero_comm_split(comm, 0, rank, &child));
+    Z_TRY(child->ops->all_reduce(child, d, d, 64, ZERO_F32, ZERO_OP_SUM, st));
+    Z_TRY(zero_nccl_wait(child, 0));
+    Z_TRY(zero_nccl_abort(child));
+    f->after[rank] = comm->ops->all_reduce(comm, d, d, 64, ZERO_F32, ZERO_OP_SUM, st);
+    snprintf(f->msg[rank], sizeof f->msg[rank], "%s", zero_last_error());
+done:
+    zero_comm_destroy(child);
+    if (st) cudaStreamDestroy(st);
+    cudaFree(d);
+    return r;
+}
+
+ZT_TEST(family_fails_together)
+{
+    family_ctx f;
+    char err[800];
+    zero_result rc;
+    int r;
+    const char *why = cannot_run(2);
+    if (why) ZT_SKIP(why);
+    memset(&f, 0, sizeof f);
+    f.after[0] = f.after[1] = ZERO_OK;
+    rc = run_ranks(2, family_rank, &f, 60000, 0, NULL, err, sizeof err);
+    ZT_CHECKF(rc == ZERO_OK, "%s", err);
+    for (r = 0; r < 2; r++)
+        ZT_CHECKF(f.after[r] == ZERO_ERROR_COMM && strstr(f.msg[r], "abort flag"), "rank %d: %s: %s", r,
+                  zero_result_string(f.after[r]), f.msg[r]);
+}
+
 /* ---- engine runs: NCCL against the local comm ---- */
 
 #define ET 6
@@ -814,6 +1253,8 @@ typedef struct eng_cfg {
     zero_dtype dtype, comm_dtype;
     float lr;
     int backend; /* B_NCCL, B_GPU_LOCAL or B_HOST_LOCAL */
+    int rpn, mics, hpz, qgz; /* ranks_per_node, mics_shard_size, hpz_partition_size,
+                                quantized_gradients (0: off) */
 } eng_cfg;
 
 enum { B_NCCL = 0, B_GPU_LOCAL = 1, B_HOST_LOCAL = 2 };
@@ -823,6 +1264,7 @@ typedef struct eng_out {
     const eng_cfg *cfg;
     float *master[ET];        /* merged over ranks */
     zero_step_info info[MAXR][16];
+    zero_traffic traffic[MAXR]; /* the run's total, per rank */
     pthread_mutex_t mu;
     char err[1024];
 } eng_out;
@@ -864,6 +1306,10 @@ static zero_result engine_rank(int rank, int world, zero_comm *comm, void *user)
     d.param_dtype = c->dtype;
     d.grad_comm_dtype = c->comm_dtype;
     d.accum_steps = c->accum;
+    d.ranks_per_node = c->rpn;
+    d.mics_shard_size = c->mics;
+    d.hpz_partition_size = c->hpz;
+    d.quantized_gradients = c->qgz;
     d.adam.lr = c->lr;
     d.adam.weight_decay = 0.01f;
     d.device = dev;
@@ -916,6 +1362,7 @@ static zero_result engine_rank(int rank, int world, zero_comm *comm, void *user)
         }
         Z_TRY(zero_engine_step(e, &o->info[rank][s]));
     }
+    Z_TRY(zero_engine_traffic(e, NULL, &o->traffic[rank]));
     for (t = 0; t < ET; t++) {
         zero_range rg;
         size_t i;
@@ -1052,6 +1499,91 @@ ZT_TEST(engine_4_ranks)
     compare_engine(3, 4, ZERO_F16, ZERO_F32, 1e-4);
 }
 
+/* ---- hierarchical ZeRO on NCCL: MiCS, hpZ, qgZ against the local comm ----
+
+   The same engine run on the NCCL comm (CUDA device) and on the local comm (host device),
+   at N = 4 as 2 nodes x 2: MiCS (shard groups of 2 at stages 1-3), hpZ (stage 3,
+   secondary partition of 2) and qgZ (int4 gradient blocks, stages 2 and 3). Under the
+   harness NCCL sums in rank order like the local comm, so the master weights must be the
+   same bits; on a GPU NCCL's order differs, so within the tolerance of compare_engine
+   (qgZ's sum is the device's, in rank order, after an all_to_all that only copies). */
+static double inter_sum(const zero_traffic *t)
+{
+    double b = 0;
+    int i;
+    for (i = 0; i < ZERO_COLL_COUNT; i++) b += t->inter_bytes[i];
+    return b;
+}
+
+static void compare_hier(const char *mode, int stage, int rpn, int mics, int hpz, int qgz, zero_dtype comm_dtype)
+{
+    eng_cfg c;
+    eng_out *out[2];
+    zero_result rc[2];
+    int s, k, b, differ = 0;
+    size_t where = 0;
+    double worst, tol;
+    const char *why = cannot_run(4);
+    if (why) ZT_SKIP(why);
+    memset(&c, 0, sizeof c);
+    c.stage = stage;
+    c.world = 4;
+    c.steps = zt_quick() ? 3 : 5;
+    c.accum = 2;
+    c.dtype = ZERO_F16;
+    c.comm_dtype = comm_dtype;
+    c.lr = 1e-3f;
+    c.rpn = rpn, c.mics = mics, c.hpz = hpz, c.qgz = qgz;
+    for (b = 0; b < 2; b++) {
+        c.backend = b == 0 ? B_NCCL : B_HOST_LOCAL;
+        out[b] = engine_run(&c, &rc[b]);
+        ZT_CHECKF(rc[b] == ZERO_OK, "%s stage %d over the %s: %s", mode, stage, k_backend[c.backend], out[b]->err);
+    }
+    if (rc[0] == ZERO_OK && rc[1] == ZERO_OK) {
+        worst = engine_diff(out[0], out[1], &where, &differ);
+#ifdef CUDASIM
+        tol = 0.0;
+        ZT_CHECKF(differ == 0, "%s stage %d: %d master weights differ from the local comm's (worst %.3g at [%zu])",
+                  mode, stage, differ, worst, where);
+#else
+        tol = 1e-6 + c.steps * (double)c.lr * (qgz ? 1e-4 : 4e-3);
+#endif
+        ZT_CHECKF(worst <= tol, "%s stage %d: worst |nccl - local| %.3g at [%zu] (tol %.3g)", mode, stage, worst, where,
+                  tol);
+        for (k = 0; k < c.world; k++) /* the counters see the same collectives on either comm */
+            ZT_CHECKF(memcmp(&out[0]->traffic[k], &out[1]->traffic[k], sizeof out[0]->traffic[k]) == 0,
+                      "%s stage %d rank %d: traffic counters differ (inter-node bytes %.0f on NCCL, %.0f on the "
+                      "local comm)",
+                      mode, stage, k, inter_sum(&out[0]->traffic[k]), inter_sum(&out[1]->traffic[k]));
+        for (s = 0; s < c.steps; s++)
+            for (k = 0; k < c.world; k++) {
+                const zero_step_info *x = &out[0]->info[k][s], *y = &out[1]->info[k][s];
+                ZT_CHECKF(x->skipped == y->skipped && x->loss_scale == y->loss_scale, "%s step %d rank %d", mode, s, k);
+#ifdef CUDASIM
+                ZT_CHECKF(memcmp(&x->grad_norm, &y->grad_norm, sizeof x->grad_norm) == 0,
+                          "%s step %d rank %d: norm %.9g (nccl) vs %.9g (local)", mode, s, k, (double)x->grad_norm,
+                          (double)y->grad_norm);
+#endif
+            }
+    }
+    for (b = 0; b < 2; b++) engine_free(out[b]);
+}
+
+ZT_TEST(engine_mics_4_ranks)
+{
+    compare_hier("MiCS S=2", 1, 2, 2, 0, 0, ZERO_F32);
+    compare_hier("MiCS S=2", 2, 2, 2, 0, 0, ZERO_F16);
+    compare_hier("MiCS S=2", 3, 2, 2, 0, 0, ZERO_F32);
+}
+
+ZT_TEST(engine_hpz_4_ranks) { compare_hier("hpZ S=2", 3, 2, 0, 2, 0, ZERO_F32); }
+
+ZT_TEST(engine_qgz_4_ranks)
+{
+    compare_hier("qgZ", 2, 2, 0, 0, 1, ZERO_DTYPE_DEFAULT);
+    compare_hier("qgZ", 3, 2, 0, 0, 1, ZERO_DTYPE_DEFAULT);
+}
+
 ZT_TEST(test_nccl) { ZT_SKIP("no GPU visible"); }
 
 int main(void)
@@ -1081,9 +1613,17 @@ int main(void)
     ZT_RUN(tcp_bootstrap_2_ranks);
     ZT_RUN(engine_2_ranks);
     ZT_RUN(engine_4_ranks);
+    ZT_RUN(split_4_ranks);
+    ZT_RUN(all_to_all_exact);
+    ZT_RUN(family_fails_together);
+    ZT_RUN(engine_mics_4_ranks);
+    ZT_RUN(engine_hpz_4_ranks);
+    ZT_RUN(engine_qgz_4_ranks);
     ZT_RUN(timeout_wait_no_watchdog);
     ZT_RUN(timeout_watchdog_unblocks_stream_sync);
     ZT_RUN(timeout_first_collective);
+    ZT_RUN(timeout_split_peer_never_joins);
+    ZT_RUN(timeout_all_to_all_peer_never_joins);
     ZT_RUN(timeout_clock_starts_after_previous);
     ZT_RUN(mismatched_counts_fail);
     return zt_summary();

@@ -15,7 +15,8 @@
      ncclSuccess with *newcomm still NULL, the parent reads ncclInProgress until every rank
      has called it, and the child handle is written into *newcomm only then (from the
      thread of the last rank to arrive, as NCCL's asynchronous job writes it); on a blocking
-     parent it waits. color NCCL_SPLIT_NOCOLOR gives NULL; ranks sorted by (key, old rank).
+     parent it waits. color NCCL_SPLIT_NOCOLOR gives NULL (ncclSuccess); ranks sorted by
+     (key, old rank).
      splitShare (read on the parent's config) makes the child share the parent's abort
      flag. ncclCommAbort of the parent withdraws its rank from a running split (the child
      is then never written for that rank).
@@ -42,8 +43,18 @@
      nothing), as an aborted NCCL kernel returns. A safety net for tests that would hang:
      after CUDASIM_NCCL_HANG_S seconds (default 300) the wait ends with the asynchronous
      error ncclSystemError and a message naming the call and the missing ranks.
+   - ncclSend / ncclRecv: checked at the call like the collectives (peer in range, the
+     buffer, the stream's device), numbered per peer and direction: the n-th send from rank
+     a to rank b meets the n-th receive at b from a. The point-to-point calls of one group
+     on one comm and stream run as one operation on the stream: every send posted first,
+     then each receive waits for its send and copies, then each send waits to have been
+     read (so ranks that exchange, an all-to-all, never wait for each other). A count or
+     type that differs between a send and its receive sets both ranks' asynchronous error
+     to ncclInvalidUsage with a message naming both calls; a peer that never posts waits
+     like a collective's (abort, or CUDASIM_NCCL_HANG_S). ncclCommCount, ncclCommUserRank.
    - ncclGroupStart / ncclGroupEnd (per thread, nested): the collectives of a group are
-     enqueued at the outermost ncclGroupEnd, in call order.
+     enqueued at the outermost ncclGroupEnd, in call order; its point-to-point calls as
+     one operation per comm and stream.
    - ncclCommFinalize (returns ncclInProgress on a non-blocking comm until its streams'
      collectives are done), ncclCommDestroy, ncclCommAbort, ncclCommGetAsyncError,
      ncclGetLastError, ncclGetErrorString, ncclGetUniqueId, ncclGetVersion (2.30.0).
@@ -71,6 +82,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <functional>
 #include <vector>
 
@@ -152,6 +164,7 @@ struct state {
     std::atomic<int> pending{0};        /* collectives enqueued, not finished     */
     int splitting = 0;                  /* splits begun as parent, unfinished (cl->mu) */
     uint64_t next_coll = 0, next_split = 0; /* call numbers, the caller's thread */
+    std::map<int, uint64_t> next_send, next_recv; /* point-to-point numbers, by peer */
     bool stopped() const { return dead.load() || abort_flag->load(); }
 };
 
@@ -166,6 +179,17 @@ struct coll {
     bool bad = false;
     std::string why;
     std::vector<const void *> send;
+};
+
+/* One point-to-point transfer: the n-th ncclSend from rank a to rank b meets the n-th
+   ncclRecv at b from a, whichever arrives first. The sender posts its buffer and waits
+   until the receiver has copied it (or found a mismatch). */
+struct p2p {
+    bool posted = false, rpresent = false, consumed = false, bad = false;
+    const void *src = nullptr;
+    size_t scount = 0, rcount = 0;
+    ncclDataType_t stype = ncclFloat32, rtype = ncclFloat32;
+    std::string why;
 };
 
 /* A split in progress: each rank's arguments and where its child goes. */
@@ -187,6 +211,7 @@ struct clique {
     std::string name;
     std::map<uint64_t, coll> colls;
     std::map<uint64_t, split_call> splits;
+    std::map<std::tuple<int, int, uint64_t>, p2p> p2ps; /* (sender, receiver, number) */
 };
 
 struct globals {
@@ -222,8 +247,9 @@ inline int hang_seconds()
 
 inline const char *kind_name(int k)
 {
-    static const char *n[] = {"ncclAllGather", "ncclReduceScatter", "ncclAllReduce", "ncclBroadcast"};
-    return k >= 0 && k < 4 ? n[k] : "?";
+    static const char *n[] = {"ncclAllGather", "ncclReduceScatter", "ncclAllReduce", "ncclBroadcast", "ncclSend",
+                              "ncclRecv"};
+    return k >= 0 && k < 6 ? n[k] : "?";
 }
 
 inline const char *type_name(ncclDataType_t t)
@@ -323,6 +349,7 @@ struct call {
     int root;
     std::shared_ptr<state> sp; /* not the handle: a grouped call outlives a destroyed one */
     cudaStream_t stream;
+    uint64_t pseq = 0; /* ncclSend / ncclRecv (kind 4 / 5, peer in root): the number */
 };
 
 /* Runs call number 'seq' of rank s on its stream's worker. */
@@ -431,6 +458,99 @@ inline ncclResult_t launch(const call &c)
     return ncclSuccess;
 }
 
+/* Both sides of p2p x are there: a mismatch in count or type marks it bad (cl.mu held). */
+inline void p2p_match(clique &cl, p2p &x, int from, int to, uint64_t n)
+{
+    if (!x.posted || !x.rpresent || x.bad || (x.scount == x.rcount && x.stype == x.rtype)) return;
+    char buf[600];
+    std::snprintf(buf, sizeof buf,
+                  "point-to-point #%llu from rank %d to rank %d of communicator '%s' does not match: "
+                  "ncclSend(count %zu, %s) at rank %d, ncclRecv(count %zu, %s) at rank %d",
+                  (unsigned long long)n + 1, from, to, cl.name.c_str(), x.scount, type_name(x.stype), from,
+                  x.rcount, type_name(x.rtype), to);
+    x.bad = true;
+    x.why = buf;
+    std::fprintf(stderr, "cudasim nccl: %s\n", buf);
+}
+
+/* The point-to-point calls of one group of rank s on one stream, on its worker: every send
+   posted first (so that ranks that send to each other do not wait for each other), then
+   each receive waits for its sender and copies, then the sends wait to have been read. */
+inline void run_p2p(const std::shared_ptr<state> &sp, const std::vector<call> &ops)
+{
+    state &s = *sp;
+    clique &cl = *s.cl;
+    const int me = s.rank;
+    std::unique_lock<std::mutex> lk(cl.mu);
+    auto fail_with = [&](const std::string &why) {
+        set_last(ncclInvalidUsage, "%s", why.c_str());
+        s.err = ncclInvalidUsage;
+    };
+    for (const call &c : ops) {
+        if (c.kind != 4) continue;
+        p2p &x = cl.p2ps[std::make_tuple(me, c.root, c.pseq)];
+        x.posted = true, x.src = c.send, x.scount = c.count, x.stype = c.type;
+        p2p_match(cl, x, me, c.root, c.pseq);
+    }
+    cl.cv.notify_all();
+    for (const call &c : ops) {
+        if (c.kind != 5) continue;
+        p2p &x = cl.p2ps[std::make_tuple(c.root, me, c.pseq)];
+        x.rpresent = true, x.rcount = c.count, x.rtype = c.type;
+        p2p_match(cl, x, c.root, me, c.pseq);
+        cl.cv.notify_all();
+        bool ok = wait_for(s, lk, [&]() { return x.posted; }, [&]() {
+            return "ncclRecv #" + std::to_string(c.pseq + 1) + " of communicator '" + cl.name + "': rank " +
+                   std::to_string(me) + " waited " + std::to_string(hang_seconds()) +
+                   " s (CUDASIM_NCCL_HANG_S) for the matching ncclSend of rank " + std::to_string(c.root);
+        });
+        if (!ok) continue; /* stopped or timed out: nothing written, the sender keeps waiting */
+        if (x.bad) {
+            fail_with(x.why);
+        } else if (c.count > 0) {
+            cudasim_num::kind k = cudasim_num::F32;
+            num_kind(c.type, &k);
+            const void *src = x.src;
+            lk.unlock();
+            std::memcpy(c.recv, src, c.count * cudasim_num::kind_size(k));
+            lk.lock();
+        }
+        x.consumed = true;
+        cl.cv.notify_all();
+    }
+    for (const call &c : ops) {
+        if (c.kind != 4) continue;
+        auto key = std::make_tuple(me, c.root, c.pseq);
+        p2p &x = cl.p2ps[key];
+        bool ok = wait_for(s, lk, [&]() { return x.consumed; }, [&]() {
+            return "ncclSend #" + std::to_string(c.pseq + 1) + " of communicator '" + cl.name + "': rank " +
+                   std::to_string(me) + " waited " + std::to_string(hang_seconds()) +
+                   " s (CUDASIM_NCCL_HANG_S) for the matching ncclRecv of rank " + std::to_string(c.root);
+        });
+        if (!ok) continue;
+        if (x.bad) fail_with(x.why);
+        cl.p2ps.erase(key);
+    }
+}
+
+/* Enqueues one group's point-to-point calls of one comm and stream as one operation. */
+inline ncclResult_t launch_p2p(const std::vector<call> &ops)
+{
+    std::shared_ptr<state> sp = ops[0].sp;
+    sp->pending++;
+    cudaError_t e = cudasim::enqueue(ops[0].stream, "ncclSend/ncclRecv", [sp, ops]() -> cudaError_t {
+        run_p2p(sp, ops);
+        sp->pending--;
+        return cudaSuccess;
+    });
+    if (e != cudaSuccess) {
+        sp->pending--;
+        return set_last(ncclUnhandledCudaError, "ncclSend/ncclRecv: cannot enqueue on the stream: %s",
+                        cudaGetErrorString(e));
+    }
+    return ncclSuccess;
+}
+
 inline std::vector<call> &group_calls()
 {
     static thread_local std::vector<call> v;
@@ -511,6 +631,45 @@ inline ncclResult_t collective(int kind, const void *send, void *recv, size_t co
         return ncclSuccess;
     }
     return launch(c);
+}
+
+/* ncclSend (kind 4) / ncclRecv (kind 5): the checks at the call, then enqueue or keep. */
+inline ncclResult_t p2p_call(int kind, const void *send, void *recv, size_t count, ncclDataType_t type, int peer,
+                             ncclComm_t comm, cudaStream_t stream)
+{
+    const char *who = kind_name(kind);
+    std::shared_ptr<state> sp = of(comm);
+    cudasim_num::kind k = cudasim_num::F32;
+    if (!sp) return set_last(ncclInvalidArgument, "%s: comm is NULL", who);
+    if (sp->stopped()) return set_last(ncclInvalidUsage, "%s: the communicator was aborted or destroyed", who);
+    {
+        std::lock_guard<std::mutex> lk(sp->cl->mu);
+        if (sp->cl->init != ncclSuccess)
+            return set_last(ncclInvalidUsage, "%s: the communicator is not initialized", who);
+    }
+    if (!num_kind(type, &k)) return set_last(ncclInvalidArgument, "%s: datatype %d is not simulated", who, (int)type);
+    if (peer < 0 || peer >= sp->nranks)
+        return set_last(ncclInvalidArgument, "%s: peer %d of %d ranks", who, peer, sp->nranks);
+    const void *buf = kind == 4 ? send : (const void *)recv;
+    const size_t bytes = count * cudasim_num::kind_size(k);
+    if (count > 0 && !buf) return set_last(ncclInvalidArgument, "%s: NULL buffer", who);
+    if (count > 0 && !cudasim::check_access(sp->device, buf, bytes, who, kind == 4 ? "sendbuff" : "recvbuff"))
+        return set_last(ncclInvalidArgument, "%s: buffer %p (%zu bytes) is not device memory of the comm's device %d",
+                        who, buf, bytes, sp->device);
+    int sd = cudasim::stream_device(stream);
+    if (sd >= 0 && sd != sp->device) {
+        cudasim::fail(cudaErrorInvalidResourceHandle, "%s: the stream is on device %d, the communicator on device %d",
+                      who, sd, sp->device);
+        return set_last(ncclInvalidArgument, "%s: the stream is on device %d, the communicator on device %d", who, sd,
+                        sp->device);
+    }
+    call c = {kind, kind == 4 ? send : nullptr, kind == 5 ? recv : nullptr, count, type, ncclSum, peer, sp, stream};
+    c.pseq = kind == 4 ? sp->next_send[peer]++ : sp->next_recv[peer]++;
+    if (group_depth() > 0) {
+        group_calls().push_back(c);
+        return ncclSuccess;
+    }
+    return launch_p2p(std::vector<call>(1, c));
 }
 
 inline std::string id_key(const ncclUniqueId &id) { return std::string(id.internal, sizeof id.internal); }
@@ -681,7 +840,8 @@ inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
     wait_for(*sp, lk, [&]() { return cl.splits.find(seq) == cl.splits.end(); }, [&]() {
         return std::string("ncclCommSplit: rank ") + std::to_string(me) + " waited for ranks that never called it";
     });
-    return *newcomm ? ncclSuccess : (ncclResult_t)(sp->err.load() ? sp->err.load() : ncclInvalidUsage);
+    if (*newcomm || (color == NCCL_SPLIT_NOCOLOR && cl.splits.find(seq) == cl.splits.end())) return ncclSuccess;
+    return (ncclResult_t)(sp->err.load() ? sp->err.load() : ncclInvalidUsage);
 }
 
 inline ncclResult_t ncclGroupStart(void)
@@ -698,8 +858,20 @@ inline ncclResult_t ncclGroupEnd(void)
     if (--group_depth() > 0) return ncclSuccess;
     std::vector<call> calls;
     calls.swap(group_calls());
+    std::vector<std::vector<call>> p2ps; /* one operation per (comm, stream), in call order */
     for (const call &c : calls) {
+        if (c.kind >= 4) {
+            size_t i = 0;
+            while (i < p2ps.size() && !(p2ps[i][0].sp == c.sp && p2ps[i][0].stream == c.stream)) i++;
+            if (i == p2ps.size()) p2ps.emplace_back();
+            p2ps[i].push_back(c);
+            continue;
+        }
         ncclResult_t q = c.sp->stopped() ? ncclInvalidUsage : launch(c);
+        if (r == ncclSuccess) r = q;
+    }
+    for (const std::vector<call> &ops : p2ps) {
+        ncclResult_t q = ops[0].sp->stopped() ? ncclInvalidUsage : launch_p2p(ops);
         if (r == ncclSuccess) r = q;
     }
     return r;
@@ -774,5 +946,29 @@ inline ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t c
                                   int root, ncclComm_t comm, cudaStream_t stream)
 {
     return cudasim_nccl::collective(3, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
+}
+inline ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                            cudaStream_t stream)
+{
+    return cudasim_nccl::p2p_call(4, sendbuff, nullptr, count, datatype, peer, comm, stream);
+}
+inline ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                            cudaStream_t stream)
+{
+    return cudasim_nccl::p2p_call(5, nullptr, recvbuff, count, datatype, peer, comm, stream);
+}
+inline ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+{
+    auto sp = cudasim_nccl::of(comm);
+    if (!sp || !count) return cudasim_nccl::set_last(ncclInvalidArgument, "ncclCommCount: NULL argument");
+    *count = sp->nranks;
+    return ncclSuccess;
+}
+inline ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    auto sp = cudasim_nccl::of(comm);
+    if (!sp || !rank) return cudasim_nccl::set_last(ncclInvalidArgument, "ncclCommUserRank: NULL argument");
+    *rank = sp->rank;
+    return ncclSuccess;
 }
 #endif

@@ -304,6 +304,199 @@ ZT_TEST(peer_never_arrives_abort_unblocks)
     ZT_CHECKF(got == 1.0f, "the aborted all-reduce wrote %g", (double)got);
 }
 
+/* ncclSend / ncclRecv: an all-to-all (every rank sends block p to rank p, itself included,
+   inside one group: the sends of every rank are posted before any receive waits), then a
+   ring of single calls outside groups on two streams (rank r's send to r+1 on one, its
+   receive from r-1 on the other), every dtype, bit for bit. */
+static void p2p_exchange(int n)
+{
+    ncclUniqueId id = new_id();
+    std::vector<std::string> bad((size_t)n);
+    const size_t cnt = 19;
+    ranks(n, 4, [&](int r) {
+        ncclComm_t comm = init_blocking(id, n, r);
+        cudaStream_t st, st2;
+        if (!comm) {
+            bad[(size_t)r] = "init failed";
+            return;
+        }
+        cudaStreamCreate(&st);
+        cudaStreamCreate(&st2);
+        for (int ki = 0; ki < 4 && bad[(size_t)r].empty(); ki++) {
+            kind k = (kind)ki;
+            size_t es = cudasim_num::kind_size(k), total = cnt * (size_t)n;
+            std::vector<unsigned char> h(total * es), got(total * es);
+            void *a, *b;
+            cudaMalloc(&a, total * es);
+            cudaMalloc(&b, total * es);
+            for (size_t i = 0; i < total; i++) cudasim_num::store(h.data(), i, k, val(r, i));
+            cudaMemcpy(a, h.data(), total * es, cudaMemcpyHostToDevice);
+            ncclResult_t nr = ncclGroupStart();
+            for (int p = 0; p < n; p++) {
+                if (nr == ncclSuccess) nr = ncclSend((char *)a + (size_t)p * cnt * es, cnt, nccl_type(k), p, comm, st);
+                if (nr == ncclSuccess) nr = ncclRecv((char *)b + (size_t)p * cnt * es, cnt, nccl_type(k), p, comm, st);
+            }
+            ncclResult_t ne = ncclGroupEnd();
+            cudaStreamSynchronize(st);
+            cudaMemcpy(got.data(), b, total * es, cudaMemcpyDeviceToHost);
+            if (nr != ncclSuccess || ne != ncclSuccess) bad[(size_t)r] = "all-to-all calls failed";
+            for (size_t i = 0; i < total && bad[(size_t)r].empty(); i++) {
+                unsigned char want[8]; /* block p came from rank p's block r */
+                cudasim_num::store(want, 0, k, val((int)(i / cnt), (size_t)r * cnt + i % cnt));
+                if (std::memcmp(want, got.data() + i * es, es) != 0)
+                    bad[(size_t)r] = "all-to-all dtype " + std::to_string(ki) + " element " + std::to_string(i);
+            }
+            /* the ring: single calls, the receive queued on another stream than the send */
+            nr = ncclRecv(b, cnt, nccl_type(k), (r + n - 1) % n, comm, st2);
+            if (nr == ncclSuccess) nr = ncclSend(a, cnt, nccl_type(k), (r + 1) % n, comm, st);
+            cudaStreamSynchronize(st);
+            cudaStreamSynchronize(st2);
+            cudaMemcpy(got.data(), b, cnt * es, cudaMemcpyDeviceToHost);
+            if (nr != ncclSuccess && bad[(size_t)r].empty()) bad[(size_t)r] = "ring calls failed";
+            for (size_t i = 0; i < cnt && bad[(size_t)r].empty(); i++) {
+                unsigned char want[8];
+                cudasim_num::store(want, 0, k, val((r + n - 1) % n, i));
+                if (std::memcmp(want, got.data() + i * es, es) != 0)
+                    bad[(size_t)r] = "ring dtype " + std::to_string(ki) + " element " + std::to_string(i);
+            }
+            cudaFree(a);
+            cudaFree(b);
+        }
+        ncclResult_t st_ = ncclSuccess;
+        ncclCommGetAsyncError(comm, &st_);
+        if (st_ != ncclSuccess && bad[(size_t)r].empty()) bad[(size_t)r] = "async error " + std::to_string((int)st_);
+        cudaStreamDestroy(st);
+        cudaStreamDestroy(st2);
+        ncclCommDestroy(comm);
+    });
+    for (int r = 0; r < n; r++) ZT_CHECKF(bad[(size_t)r].empty(), "%d ranks, rank %d: %s", n, r, bad[(size_t)r].c_str());
+}
+
+ZT_TEST(send_recv_1) { p2p_exchange(1); }
+ZT_TEST(send_recv_3) { p2p_exchange(3); }
+ZT_TEST(send_recv_4) { p2p_exchange(4); }
+
+/* A send and its receive that disagree on the count: both ranks get ncclInvalidUsage with a
+   message naming both calls (a GPU would hang or corrupt); a peer that never posts its send
+   keeps the receiver's stream busy until the abort; an out-of-range peer is refused. */
+ZT_TEST(send_recv_mismatch_and_missing_peer)
+{
+    ncclUniqueId id = new_id();
+    ncclResult_t state[2] = {ncclSuccess, ncclSuccess}, range = ncclSuccess;
+    std::string msg[2];
+    ranks(2, 4, [&](int r) {
+        ncclComm_t comm = init_blocking(id, 2, r);
+        cudaStream_t st;
+        void *p;
+        cudaStreamCreate(&st);
+        cudaMalloc(&p, 64 * sizeof(float));
+        if (r == 0) ncclSend(p, 16, ncclFloat32, 1, comm, st);
+        else ncclRecv(p, 12, ncclFloat32, 0, comm, st);
+        cudaStreamSynchronize(st); /* returns: the harness reports instead of hanging */
+        ncclCommGetAsyncError(comm, &state[r]);
+        msg[r] = ncclGetLastError(comm);
+        cudaFree(p);
+        cudaStreamDestroy(st);
+        ncclCommAbort(comm);
+    });
+    for (int r = 0; r < 2; r++) {
+        ZT_CHECKF(state[r] == ncclInvalidUsage, "rank %d: async state %d", r, (int)state[r]);
+        ZT_CHECKF(msg[r].find("ncclSend(count 16") != std::string::npos &&
+                      msg[r].find("ncclRecv(count 12") != std::string::npos &&
+                      msg[r].find("does not match") != std::string::npos,
+                  "rank %d: message '%s'", r, msg[r].c_str());
+    }
+    { /* after: ncclGetLastError is the process's, so not while the ranks above read it */
+        ncclUniqueId id1 = new_id();
+        ncclComm_t comm = init_blocking(id1, 1, 0);
+        cudaStream_t st;
+        void *p;
+        cudaStreamCreate(&st);
+        cudaMalloc(&p, 16);
+        range = ncclSend(p, 1, ncclFloat32, 1, comm, st);
+        cudaFree(p);
+        cudaStreamDestroy(st);
+        ncclCommDestroy(comm);
+    }
+    ZT_CHECKF(range == ncclInvalidArgument, "peer 1 of 1 rank: %d", (int)range);
+    cudaError_t busy = cudaSuccess, after = cudaErrorNotReady;
+    ncclUniqueId id2 = new_id();
+    ranks(2, 4, [&](int r) {
+        ncclComm_t comm = init_blocking(id2, 2, r);
+        if (r == 1) { /* joins the comm, never sends */
+            std::this_thread::sleep_for(std::chrono::milliseconds(400));
+            ncclCommAbort(comm);
+            return;
+        }
+        cudaStream_t st;
+        void *p;
+        cudaStreamCreate(&st);
+        cudaMalloc(&p, 64);
+        ncclRecv(p, 4, ncclFloat32, 1, comm, st);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        busy = cudaStreamQuery(st);
+        ncclCommAbort(comm);
+        cudaStreamSynchronize(st);
+        after = cudaStreamQuery(st);
+        cudaFree(p);
+        cudaStreamDestroy(st);
+    });
+    ZT_CHECKF(busy == cudaErrorNotReady, "the receiver's stream was not busy: %d", (int)busy);
+    ZT_CHECKF(after == cudaSuccess, "after the abort: %d", (int)after);
+}
+
+/* ncclCommSplit's semantics, as NCCL documents them: the ranks of one color form a comm,
+   ordered by key, ties by their rank in the parent; NCCL_SPLIT_NOCOLOR gives NULL; the
+   child's collectives sum in the child's rank order (an all-gather shows the order). */
+ZT_TEST(split_color_key_nocolor)
+{
+    const int n = 4;
+    /* rank: color, key -> color 0 = {1 (key 0), 3 (key 1), 0 (key 5)}, color 7 = {2}; ... */
+    const int color[n] = {0, 0, 7, 0}, key[n] = {5, 0, 3, 1};
+    const int want_rank[n] = {2, 0, 0, 1}, want_size[n] = {3, 3, 1, 3};
+    ncclUniqueId id = new_id();
+    std::vector<std::string> bad((size_t)n);
+    ranks(n, 4, [&](int r) {
+        ncclComm_t comm = init_blocking(id, n, r), child = nullptr, none = (ncclComm_t)1, tie = nullptr;
+        int cr = -1, cn = -1, tr = -1;
+        ncclResult_t q = ncclCommSplit(comm, color[r], key[r], &child, nullptr);
+        ncclResult_t q2 = ncclCommSplit(comm, r == 2 ? NCCL_SPLIT_NOCOLOR : 1, 0, r == 2 ? &none : &tie, nullptr);
+        if (q != ncclSuccess || q2 != ncclSuccess || !child) {
+            bad[(size_t)r] = "split failed";
+        } else {
+            ncclCommUserRank(child, &cr);
+            ncclCommCount(child, &cn);
+            if (cr != want_rank[r] || cn != want_size[r])
+                bad[(size_t)r] = "rank " + std::to_string(cr) + " of " + std::to_string(cn);
+            if (r == 2 && none != nullptr) bad[(size_t)r] = "NCCL_SPLIT_NOCOLOR gave a comm";
+            if (r != 2) { /* equal keys: the parent's order, 0, 1, 3 -> 0, 1, 2 */
+                ncclCommUserRank(tie, &tr);
+                if (tr != (r == 3 ? 2 : r)) bad[(size_t)r] = "tie broken to rank " + std::to_string(tr);
+            }
+        }
+        if (bad[(size_t)r].empty()) { /* all-gather each parent rank over the child */
+            cudaStream_t st;
+            float *d, mine = (float)r, got[4] = {-1, -1, -1, -1};
+            cudaStreamCreate(&st);
+            cudaMalloc((void **)&d, 5 * sizeof(float));
+            cudaMemcpy(d + 4, &mine, sizeof mine, cudaMemcpyHostToDevice);
+            ncclAllGather(d + 4, d, 1, ncclFloat32, child, st);
+            cudaStreamSynchronize(st);
+            cudaMemcpy(got, d, (size_t)cn * sizeof(float), cudaMemcpyDeviceToHost);
+            for (int i = 0; i < cn; i++)
+                for (int p = 0; p < n; p++)
+                    if (color[p] == color[r] && want_rank[p] == i && got[i] != (float)p)
+                        bad[(size_t)r] = "all-gather slot " + std::to_string(i) + " holds " + std::to_string(got[i]);
+            cudaFree(d);
+            cudaStreamDestroy(st);
+        }
+        if (child) ncclCommDestroy(child);
+        if (tie) ncclCommDestroy(tie);
+        ncclCommDestroy(comm);
+    });
+    for (int r = 0; r < n; r++) ZT_CHECKF(bad[(size_t)r].empty(), "rank %d: %s", r, bad[(size_t)r].c_str());
+}
+
 ZT_TEST(bad_buffers_refused)
 {
     ncclUniqueId id = new_id();
@@ -513,6 +706,11 @@ int main(void)
     ZT_RUN(collectives_4);
     ZT_RUN(mismatched_counts_named);
     ZT_RUN(peer_never_arrives_abort_unblocks);
+    ZT_RUN(send_recv_1);
+    ZT_RUN(send_recv_3);
+    ZT_RUN(send_recv_4);
+    ZT_RUN(send_recv_mismatch_and_missing_peer);
+    ZT_RUN(split_color_key_nocolor);
     ZT_RUN(bad_buffers_refused);
     ZT_RUN(duplicate_gpu_needs_the_variable);
     ZT_RUN(cublas_gemm_reference);

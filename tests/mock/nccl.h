@@ -37,6 +37,7 @@ typedef enum {
 } ncclResult_t;
 typedef enum { ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
+#define NCCL_SPLIT_NOCOLOR -1
 typedef struct {
     char internal[128];
 } ncclUniqueId;
@@ -55,7 +56,7 @@ typedef struct mock_nccl_comm {
     int used, blocking, is_child, share;
     int init_polls;               /* ncclInProgress for this many more polls      */
     ncclResult_t state;           /* the asynchronous state once settled          */
-    int split_running, split_polls;
+    int split_running, split_polls, split_color;
     struct mock_nccl_comm **split_out;
     int aborted, finalized, destroyed;
 } mock_nccl_comm;
@@ -141,7 +142,7 @@ static inline void mock_nccl_split_finish(mock_nccl_comm *p)
     mock_nccl_comm *child = NULL;
     p->split_running = 0;
     p->state = mock_nccl.split_async_result;
-    if (p->state == ncclSuccess && !mock_nccl.split_lose_child) {
+    if (p->state == ncclSuccess && !mock_nccl.split_lose_child && p->split_color != NCCL_SPLIT_NOCOLOR) {
         child = mock_nccl_new(1);
         if (child) {
             child->is_child = 1;
@@ -192,7 +193,6 @@ static inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
                                          ncclConfig_t *cfg)
 {
     ncclResult_t r = ncclSuccess;
-    (void)color;
     (void)key;
     mock_nccl_enter("ncclCommSplit");
     *newcomm = NULL; /* NCCL: NULL until the split has fully completed */
@@ -204,6 +204,7 @@ static inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
         comm->split_running = 1;
         comm->split_polls = mock_nccl.split_polls;
         comm->split_out = newcomm;
+        comm->split_color = color;
         comm->state = ncclInProgress;
         comm->share = cfg && cfg->splitShare == 1;
         if (comm->blocking) mock_nccl_split_finish(comm);
@@ -331,6 +332,30 @@ static inline ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, n
 {
     (void)s, (void)r, (void)n, (void)t, (void)op, (void)st;
     return mock_nccl_coll("ncclReduceScatter", comm);
+}
+static inline ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
+                                    cudaStream_t st)
+{
+    (void)s, (void)n, (void)t, (void)peer, (void)st;
+    return mock_nccl_coll("ncclSend", comm);
+}
+static inline ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
+                                    cudaStream_t st)
+{
+    (void)r, (void)n, (void)t, (void)peer, (void)st;
+    return mock_nccl_coll("ncclRecv", comm);
+}
+static inline ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank)
+{
+    (void)comm;
+    *rank = 0;
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommCount(ncclComm_t comm, int *count)
+{
+    (void)comm;
+    *count = 1;
+    return ncclSuccess;
 }
 static inline ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root,
                                          ncclComm_t comm, cudaStream_t st)
