@@ -885,4 +885,45 @@ static inline void ec_check_stages_identical(ec_cfg *c, const char *label)
     }
     ec_result_free(ref);
 }
+/* A commit across ranks that may disagree: each of 'ranks' local ranks (threads) creates a
+   host-device engine from a zeroed descriptor that set(rank, &d) fills (device and comm are
+   filled in here), registers one tensor "w" of 1000 elements and commits. Returns the
+   commit's result (the same on every rank: MISMATCH when they disagree) and rank 0's
+   zero_last_error() in msg. */
+typedef void (*ec_desc_fn)(int rank, zero_engine_desc *d);
+typedef struct ec_commit_job {
+    ec_desc_fn set;
+    char *msg;
+    size_t n;
+} ec_commit_job;
+
+static zero_result ec_commit_rank(int rank, zero_comm *comm, void *user)
+{
+    const ec_commit_job *job = (const ec_commit_job *)user;
+    zero_device *dev = NULL;
+    zero_engine_desc d;
+    zero_engine *e = NULL;
+    zero_result r;
+    int id = -1;
+    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
+    memset(&d, 0, sizeof d);
+    job->set(rank, &d);
+    d.device = dev;
+    d.comm = comm;
+    ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
+    ZT_CHECK(zero_engine_add_tensor(e, "w", 1000, 0, 0, &id) == ZERO_OK);
+    r = zero_engine_commit(e);
+    if (rank == 0) snprintf(job->msg, job->n, "%s", zero_last_error());
+    zero_engine_destroy(e);
+    zero_device_destroy(dev);
+    return r;
+}
+
+static inline zero_result ec_commit_disagreeing(int ranks, ec_desc_fn set, char *msg, size_t n)
+{
+    ec_commit_job job;
+    job.set = set, job.msg = msg, job.n = n;
+    msg[0] = '\0';
+    return zero_local_run(ranks, ec_commit_rank, &job);
+}
 #endif

@@ -271,35 +271,17 @@ ZT_TEST(ratio_validated_with_clear_errors)
 }
 
 /* Two ranks with different ratios: commit fails with MISMATCH on both, naming the setting. */
-static zero_result mismatch_rank(int rank, zero_comm *comm, void *user)
+static void ratio_desc(int rank, zero_engine_desc *d)
 {
-    zero_device *dev = NULL;
-    zero_engine_desc d;
-    zero_engine *e = NULL;
-    zero_result r;
-    int id = -1;
-    char *msg = (char *)user;
-    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
-    memset(&d, 0, sizeof d);
-    d.stage = 2;
-    d.offload_optimizer = ZERO_OFFLOAD_CPU;
-    d.offload_optimizer_ratio = rank == 0 ? 0.5 : 0.25;
-    d.device = dev;
-    d.comm = comm;
-    ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
-    ZT_CHECK(zero_engine_add_tensor(e, "w", 1000, 0, 0, &id) == ZERO_OK);
-    r = zero_engine_commit(e);
-    if (rank == 0) snprintf(msg, 400, "%s", zero_last_error());
-    zero_engine_destroy(e);
-    zero_device_destroy(dev);
-    return r;
+    d->stage = 2;
+    d->offload_optimizer = ZERO_OFFLOAD_CPU;
+    d->offload_optimizer_ratio = rank == 0 ? 0.5 : 0.25;
 }
 
 ZT_TEST(ranks_with_different_ratios_mismatch)
 {
     char msg[400];
-    msg[0] = '\0';
-    ZT_CHECK(zero_local_run(2, mismatch_rank, msg) == ZERO_ERROR_MISMATCH);
+    ZT_CHECK(ec_commit_disagreeing(2, ratio_desc, msg, sizeof msg) == ZERO_ERROR_MISMATCH);
     ZT_CHECKF(strstr(msg, "offload_optimizer_ratio") != NULL, "%s", msg);
 }
 

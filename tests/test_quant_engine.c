@@ -646,31 +646,14 @@ ZT_TEST(refused_combinations)
    naming it (case 0: qwZ on one rank only; 1: qgZ int4 against int8; 2: the block size;
    3: qgZ on one rank only, which the resolved levels name). */
 static int qmis_case;
-static zero_result qmis_rank(int rank, zero_comm *comm, void *user)
+static void qmis_desc(int rank, zero_engine_desc *d)
 {
-    zero_device *dev = NULL;
-    zero_engine_desc d;
-    zero_engine *e = NULL;
-    zero_result r;
-    int id = -1;
-    char *msg = (char *)user;
-    ZT_CHECK(zero_host_device_create(NULL, &dev) == ZERO_OK);
-    memset(&d, 0, sizeof d);
-    d.stage = 3;
-    d.param_dtype = ZERO_BF16;
-    d.quantized_weights = qmis_case == 0 ? rank : 1;
-    d.quantized_gradients = qmis_case == 3 ? rank : 1;
-    d.quantized_gradient_bits = qmis_case == 1 && rank == 1 ? 8 : 4;
-    d.quant_block_numel = qmis_case == 2 && rank == 1 ? 128 : 0;
-    d.device = dev;
-    d.comm = comm;
-    ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
-    ZT_CHECK(zero_engine_add_tensor(e, "w", 1000, 0, 0, &id) == ZERO_OK);
-    r = zero_engine_commit(e);
-    if (rank == 0) snprintf(msg, 400, "%s", zero_last_error());
-    zero_engine_destroy(e);
-    zero_device_destroy(dev);
-    return r;
+    d->stage = 3;
+    d->param_dtype = ZERO_BF16;
+    d->quantized_weights = qmis_case == 0 ? rank : 1;
+    d->quantized_gradients = qmis_case == 3 ? rank : 1;
+    d->quantized_gradient_bits = qmis_case == 1 && rank == 1 ? 8 : 4;
+    d->quant_block_numel = qmis_case == 2 && rank == 1 ? 128 : 0;
 }
 
 ZT_TEST(ranks_with_different_quantization_mismatch)
@@ -679,8 +662,8 @@ ZT_TEST(ranks_with_different_quantization_mismatch)
                                         "quantized_gradient"};
     char msg[400];
     for (qmis_case = 0; qmis_case < 4; qmis_case++) {
-        msg[0] = '\0';
-        ZT_CHECKF(zero_local_run(2, qmis_rank, msg) == ZERO_ERROR_MISMATCH, "case %d: %s", qmis_case, msg);
+        ZT_CHECKF(ec_commit_disagreeing(2, qmis_desc, msg, sizeof msg) == ZERO_ERROR_MISMATCH, "case %d: %s",
+                  qmis_case, msg);
         ZT_CHECKF(strstr(msg, named[qmis_case]) != NULL, "case %d: %s", qmis_case, msg);
     }
 }
