@@ -129,6 +129,52 @@ ZT_TEST(qgz_deterministic_stages_identical)
             }
 }
 
+/* One step, fp32, on N ranks of R a node (0 = one node), with tensor sizes of every
+   remainder mod 2N: qgZ at 'bits' against the exact run, every m within bound (plus 1e-6
+   relative for fp32 roundings), some m differ (lossy), params agree across ranks. Prints the
+   worst error and how many exceed flat_bound (the one-quantization bound). */
+static void qgz_m_within(int N, int R, int bits, double bound, double flat_bound)
+{
+    ec_cfg c;
+    ec_result *q, *x;
+    int t;
+    double worst = 0.0;
+    long differ = 0, bad = 0, over_flat = 0;
+    q_cfg(&c, 2, N, ZERO_F32, 1, 1);
+    c.ranks_per_node = R;
+    c.ntensors = 2 * N;
+    for (t = 0; t < c.ntensors; t++) {
+        c.sizes[t] = (size_t)(3 * 2 * N + t); /* remainder t mod 2N */
+        c.groups[t] = t / 2;
+        c.flags[t] = 0;
+    }
+    c.quant_block = 8;
+    x = ec_run(&c);
+    c.quant_g = 1;
+    c.quant_bits = bits;
+    q = ec_run(&c);
+    ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
+    if (q->rc == ZERO_OK && x->rc == ZERO_OK) {
+        ZT_CHECK(q->params_agree);
+        for (t = 0; t < c.ntensors; t++) {
+            size_t i;
+            for (i = 0; i < c.sizes[t]; i++) {
+                double e = fabs((double)q->m[t][i] - (double)x->m[t][i]);
+                if (e > bound + 1e-6 * fabs((double)x->m[t][i])) bad++;
+                over_flat += e > flat_bound;
+                if (e > worst) worst = e;
+                differ += e != 0.0;
+            }
+        }
+        ZT_CHECKF(bad == 0 && differ > 0, "N %d R %d int%d: %ld beyond %g (worst %g), %ld differ", N, R,
+                  bits, bad, bound, worst, differ);
+        printf("  N %d R %d int%d: worst |m_q - m| %.3g, bound %.3g (%ld above the flat bound)\n", N,
+               R ? R : N, bits, worst, bound, over_flat);
+    }
+    ec_result_free(q);
+    ec_result_free(x);
+}
+
 /* One step, fp32: Adam's m = (1 - beta1) g with g the mean of the ranks' gradients. With qgZ
    each rank's block is off by at most s_r (1/2 + 2^-16), s_r <= G / Q (G bounds |gradient|),
    so |m_q - m_exact| <= (1 - beta1) G / Q (1/2 + 2^-16) plus fp32 roundings. Tensor sizes
@@ -138,44 +184,9 @@ ZT_TEST(qgz_close_to_exact_every_remainder)
     int w, bits;
     for (w = 4; w <= 8; w += 4)
         for (bits = 4; bits <= 8; bits += 4) {
-            ec_cfg c;
-            ec_result *q, *x;
-            int t, Q = bits == 8 ? 127 : 7;
-            double G = 0.026, worst = 0.0, bound = 0.1 * G / Q * (0.5 + ldexp(1.0, -16)) + 1e-8;
-            long differ = 0, bad = 0;
-            q_cfg(&c, 2, w, ZERO_F32, 1, 1);
-            c.ntensors = 2 * w;
-            for (t = 0; t < c.ntensors; t++) {
-                c.sizes[t] = (size_t)(3 * 2 * w + t); /* remainder t mod 2N */
-                c.groups[t] = t / 2;
-                c.flags[t] = 0;
-            }
-            c.quant_block = 8;
-            x = ec_run(&c);
-            c.quant_g = 1;
-            c.quant_bits = bits;
-            q = ec_run(&c);
-            ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
-            if (q->rc != ZERO_OK || x->rc != ZERO_OK) {
-                ec_result_free(q);
-                ec_result_free(x);
-                continue;
-            }
-            ZT_CHECK(q->params_agree);
-            for (t = 0; t < c.ntensors; t++) {
-                size_t i;
-                for (i = 0; i < c.sizes[t]; i++) {
-                    double e = fabs((double)q->m[t][i] - (double)x->m[t][i]);
-                    if (e > bound + 1e-6 * fabs((double)x->m[t][i])) bad++;
-                    if (e > worst) worst = e;
-                    differ += e != 0.0;
-                }
-            }
-            ZT_CHECKF(bad == 0 && differ > 0, "N %d int%d: %ld beyond %g (worst %g), %ld differ", w, bits,
-                      bad, bound, worst, differ);
-            printf("  N %d int%d: worst |m_q - m| %.3g, bound %.3g\n", w, bits, worst, bound);
-            ec_result_free(q);
-            ec_result_free(x);
+            int Q = bits == 8 ? 127 : 7;
+            double flat = 0.1 * 0.026 / Q * (0.5 + ldexp(1.0, -16)) + 1e-8; /* G = 0.026 */
+            qgz_m_within(w, 0, bits, flat, flat);
         }
 }
 
@@ -351,45 +362,10 @@ ZT_TEST(qgz_hier_close_to_exact_every_remainder)
     int k, bits;
     for (k = 0; k < HIER_NCASES; k++)
         for (bits = 4; bits <= 8; bits += 4) {
-            int N = hier_cases[k][0], R = hier_cases[k][1], t, Q = bits == 8 ? 127 : 7;
-            double G = 0.026, h = 0.5 + ldexp(1.0, -16), worst = 0.0;
-            double bound = 0.1 * G / Q * h * (2.0 + h / Q) + 1e-8;
-            long differ = 0, bad = 0, over_flat = 0;
-            ec_cfg c;
-            ec_result *q, *x;
-            q_cfg(&c, 2, N, ZERO_F32, 1, 1);
-            c.ranks_per_node = R;
-            c.ntensors = 2 * N;
-            for (t = 0; t < c.ntensors; t++) {
-                c.sizes[t] = (size_t)(3 * 2 * N + t); /* remainder t mod 2N */
-                c.groups[t] = t / 2;
-                c.flags[t] = 0;
-            }
-            c.quant_block = 8;
-            x = ec_run(&c);
-            c.quant_g = 1;
-            c.quant_bits = bits;
-            q = ec_run(&c);
-            ZT_CHECKF(q->rc == ZERO_OK && x->rc == ZERO_OK, "%s %s", q->err, x->err);
-            if (q->rc == ZERO_OK && x->rc == ZERO_OK) {
-                ZT_CHECK(q->params_agree);
-                for (t = 0; t < c.ntensors; t++) {
-                    size_t i;
-                    for (i = 0; i < c.sizes[t]; i++) {
-                        double e = fabs((double)q->m[t][i] - (double)x->m[t][i]);
-                        if (e > bound + 1e-6 * fabs((double)x->m[t][i])) bad++;
-                        over_flat += e > 0.1 * G / Q * h + 1e-8;
-                        if (e > worst) worst = e;
-                        differ += e != 0.0;
-                    }
-                }
-                ZT_CHECKF(bad == 0 && differ > 0, "N %d R %d int%d: %ld beyond %g (worst %g), %ld differ", N,
-                          R, bits, bad, bound, worst, differ);
-                printf("  N %d R %d int%d: worst |m_q - m| %.3g, bound %.3g (%ld above the flat bound)\n", N,
-                       R, bits, worst, bound, over_flat);
-            }
-            ec_result_free(q);
-            ec_result_free(x);
+            int Q = bits == 8 ? 127 : 7;
+            double G = 0.026, h = 0.5 + ldexp(1.0, -16);
+            qgz_m_within(hier_cases[k][0], hier_cases[k][1], bits, 0.1 * G / Q * h * (2.0 + h / Q) + 1e-8,
+                         0.1 * G / Q * h + 1e-8);
         }
 }
 
