@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -244,7 +245,11 @@ ZT_TEST(collectives_2) { collectives(2); }
 ZT_TEST(collectives_3) { collectives(3); }
 ZT_TEST(collectives_4) { collectives(4); }
 
-ZT_TEST(mismatched_counts_named)
+/* Two ranks of one comm each make call(rank, buffer of 64 floats, comm, stream), calls that do
+   not match: both must end with ncclInvalidUsage (not a hang) and a message naming both
+   calls (mine and theirs) and "does not match". */
+static void mismatched_pair(const std::function<void(int, void *, ncclComm_t, cudaStream_t)> &call,
+                            const char *mine, const char *theirs)
 {
     ncclUniqueId id = new_id();
     ncclResult_t state[2] = {ncclSuccess, ncclSuccess};
@@ -255,7 +260,7 @@ ZT_TEST(mismatched_counts_named)
         void *p;
         cudaStreamCreate(&st);
         cudaMalloc(&p, 64 * sizeof(float));
-        ncclAllReduce(p, p, r == 0 ? 16 : 12, ncclFloat32, ncclSum, comm, st);
+        call(r, p, comm, st);
         cudaStreamSynchronize(st); /* returns: the harness reports instead of hanging */
         ncclCommGetAsyncError(comm, &state[r]);
         msg[r] = ncclGetLastError(comm);
@@ -265,11 +270,17 @@ ZT_TEST(mismatched_counts_named)
     });
     for (int r = 0; r < 2; r++) {
         ZT_CHECKF(state[r] == ncclInvalidUsage, "rank %d: async state %d", r, (int)state[r]);
-        ZT_CHECKF(msg[r].find("ncclAllReduce(count 16") != std::string::npos &&
-                      msg[r].find("ncclAllReduce(count 12") != std::string::npos &&
+        ZT_CHECKF(msg[r].find(mine) != std::string::npos && msg[r].find(theirs) != std::string::npos &&
                       msg[r].find("does not match") != std::string::npos,
                   "rank %d: message '%s'", r, msg[r].c_str());
     }
+}
+
+ZT_TEST(mismatched_counts_named)
+{
+    mismatched_pair([](int r, void *p, ncclComm_t comm, cudaStream_t st) {
+        ncclAllReduce(p, p, r == 0 ? 16 : 12, ncclFloat32, ncclSum, comm, st);
+    }, "ncclAllReduce(count 16", "ncclAllReduce(count 12");
 }
 
 ZT_TEST(peer_never_arrives_abort_unblocks)
@@ -381,31 +392,11 @@ ZT_TEST(send_recv_4) { p2p_exchange(4); }
    keeps the receiver's stream busy until the abort; an out-of-range peer is refused. */
 ZT_TEST(send_recv_mismatch_and_missing_peer)
 {
-    ncclUniqueId id = new_id();
-    ncclResult_t state[2] = {ncclSuccess, ncclSuccess}, range = ncclSuccess;
-    std::string msg[2];
-    ranks(2, 4, [&](int r) {
-        ncclComm_t comm = init_blocking(id, 2, r);
-        cudaStream_t st;
-        void *p;
-        cudaStreamCreate(&st);
-        cudaMalloc(&p, 64 * sizeof(float));
+    ncclResult_t range = ncclSuccess;
+    mismatched_pair([](int r, void *p, ncclComm_t comm, cudaStream_t st) {
         if (r == 0) ncclSend(p, 16, ncclFloat32, 1, comm, st);
         else ncclRecv(p, 12, ncclFloat32, 0, comm, st);
-        cudaStreamSynchronize(st); /* returns: the harness reports instead of hanging */
-        ncclCommGetAsyncError(comm, &state[r]);
-        msg[r] = ncclGetLastError(comm);
-        cudaFree(p);
-        cudaStreamDestroy(st);
-        ncclCommAbort(comm);
-    });
-    for (int r = 0; r < 2; r++) {
-        ZT_CHECKF(state[r] == ncclInvalidUsage, "rank %d: async state %d", r, (int)state[r]);
-        ZT_CHECKF(msg[r].find("ncclSend(count 16") != std::string::npos &&
-                      msg[r].find("ncclRecv(count 12") != std::string::npos &&
-                      msg[r].find("does not match") != std::string::npos,
-                  "rank %d: message '%s'", r, msg[r].c_str());
-    }
+    }, "ncclSend(count 16", "ncclRecv(count 12");
     { /* after: ncclGetLastError is the process's, so not while the ranks above read it */
         ncclUniqueId id1 = new_id();
         ncclComm_t comm = init_blocking(id1, 1, 0);
