@@ -568,13 +568,12 @@ inline bool overlap(const void *a, size_t an, const void *b, size_t bn)
     return an && bn && x < y + bn && y < x + an;
 }
 
-/* The checks at the call, then enqueue (or keep for the group's end). */
-inline ncclResult_t collective(int kind, const void *send, void *recv, size_t count, ncclDataType_t type,
-                               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+/* The checks every call makes first: a live, initialized comm and a simulated datatype. */
+inline ncclResult_t usable(const char *who, ncclComm_t comm, ncclDataType_t type, std::shared_ptr<state> *spp,
+                           cudasim_num::kind *k)
 {
-    const char *who = kind_name(kind);
     std::shared_ptr<state> sp = of(comm);
-    cudasim_num::kind k = cudasim_num::F32;
+    *spp = sp;
     if (!sp) return set_last(ncclInvalidArgument, "%s: comm is NULL", who);
     if (sp->stopped()) return set_last(ncclInvalidUsage, "%s: the communicator was aborted or destroyed", who);
     {
@@ -583,7 +582,32 @@ inline ncclResult_t collective(int kind, const void *send, void *recv, size_t co
             return set_last(ncclInvalidUsage, "%s: the communicator is not initialized (%s)", who,
                             sp->cl->init == ncclInProgress ? "its init is in progress" : sp->cl->init_why.c_str());
     }
-    if (!num_kind(type, &k)) return set_last(ncclInvalidArgument, "%s: datatype %d is not simulated", who, (int)type);
+    if (!num_kind(type, k)) return set_last(ncclInvalidArgument, "%s: datatype %d is not simulated", who, (int)type);
+    return ncclSuccess;
+}
+
+/* The stream must be on the comm's device (a launch there fails in CUDA too). */
+inline ncclResult_t stream_on_device(const char *who, const state &st, cudaStream_t stream)
+{
+    int sd = cudasim::stream_device(stream);
+    if (sd >= 0 && sd != st.device) {
+        cudasim::fail(cudaErrorInvalidResourceHandle, "%s: the stream is on device %d, the communicator on device %d",
+                      who, sd, st.device);
+        return set_last(ncclInvalidArgument, "%s: the stream is on device %d, the communicator on device %d", who, sd,
+                        st.device);
+    }
+    return ncclSuccess;
+}
+
+/* The checks at the call, then enqueue (or keep for the group's end). */
+inline ncclResult_t collective(int kind, const void *send, void *recv, size_t count, ncclDataType_t type,
+                               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    const char *who = kind_name(kind);
+    std::shared_ptr<state> sp;
+    cudasim_num::kind k = cudasim_num::F32;
+    ncclResult_t ok = usable(who, comm, type, &sp, &k);
+    if (ok != ncclSuccess) return ok;
     if ((kind == 1 || kind == 2) && op != ncclSum && op != ncclMax)
         return set_last(ncclInvalidArgument, "%s: op %d is not simulated (ncclSum, ncclMax)", who, (int)op);
     if (kind == 3 && (root < 0 || root >= sp->nranks))
@@ -601,15 +625,7 @@ inline ncclResult_t collective(int kind, const void *send, void *recv, size_t co
     if (!cudasim::check_access(sp->device, recv, rbytes, who, "recvbuff"))
         return set_last(ncclInvalidArgument, "%s: recvbuff %p (%zu bytes) is not device memory of the comm's device %d",
                         who, recv, rbytes, sp->device);
-    {
-        int sd = cudasim::stream_device(stream);
-        if (sd >= 0 && sd != sp->device) {
-            cudasim::fail(cudaErrorInvalidResourceHandle, "%s: the stream is on device %d, the communicator on device %d",
-                          who, sd, sp->device);
-            return set_last(ncclInvalidArgument, "%s: the stream is on device %d, the communicator on device %d", who,
-                            sd, sp->device);
-        }
-    }
+    if ((ok = stream_on_device(who, *sp, stream)) != ncclSuccess) return ok;
     if (uses_send && overlap(send, sbytes, recv, rbytes)) {
         const char *s = (const char *)send, *r = (const char *)recv;
         bool inplace = kind == 0   ? s == r + me * sbytes
@@ -638,16 +654,10 @@ inline ncclResult_t p2p_call(int kind, const void *send, void *recv, size_t coun
                              ncclComm_t comm, cudaStream_t stream)
 {
     const char *who = kind_name(kind);
-    std::shared_ptr<state> sp = of(comm);
+    std::shared_ptr<state> sp;
     cudasim_num::kind k = cudasim_num::F32;
-    if (!sp) return set_last(ncclInvalidArgument, "%s: comm is NULL", who);
-    if (sp->stopped()) return set_last(ncclInvalidUsage, "%s: the communicator was aborted or destroyed", who);
-    {
-        std::lock_guard<std::mutex> lk(sp->cl->mu);
-        if (sp->cl->init != ncclSuccess)
-            return set_last(ncclInvalidUsage, "%s: the communicator is not initialized", who);
-    }
-    if (!num_kind(type, &k)) return set_last(ncclInvalidArgument, "%s: datatype %d is not simulated", who, (int)type);
+    ncclResult_t ok = usable(who, comm, type, &sp, &k);
+    if (ok != ncclSuccess) return ok;
     if (peer < 0 || peer >= sp->nranks)
         return set_last(ncclInvalidArgument, "%s: peer %d of %d ranks", who, peer, sp->nranks);
     const void *buf = kind == 4 ? send : (const void *)recv;
@@ -656,13 +666,7 @@ inline ncclResult_t p2p_call(int kind, const void *send, void *recv, size_t coun
     if (count > 0 && !cudasim::check_access(sp->device, buf, bytes, who, kind == 4 ? "sendbuff" : "recvbuff"))
         return set_last(ncclInvalidArgument, "%s: buffer %p (%zu bytes) is not device memory of the comm's device %d",
                         who, buf, bytes, sp->device);
-    int sd = cudasim::stream_device(stream);
-    if (sd >= 0 && sd != sp->device) {
-        cudasim::fail(cudaErrorInvalidResourceHandle, "%s: the stream is on device %d, the communicator on device %d",
-                      who, sd, sp->device);
-        return set_last(ncclInvalidArgument, "%s: the stream is on device %d, the communicator on device %d", who, sd,
-                        sp->device);
-    }
+    if ((ok = stream_on_device(who, *sp, stream)) != ncclSuccess) return ok;
     call c = {kind, kind == 4 ? send : nullptr, kind == 5 ? recv : nullptr, count, type, ncclSum, peer, sp, stream};
     c.pseq = kind == 4 ? sp->next_send[peer]++ : sp->next_recv[peer]++;
     if (group_depth() > 0) {
