@@ -3,6 +3,10 @@
 #ifndef ZERO_BENCH_COMMON_H
 #define ZERO_BENCH_COMMON_H
 
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Seconds on the monotonic clock (differences of two calls time an interval). */
@@ -11,6 +15,40 @@ static inline double bench_now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Whether fio is on PATH (the NVMe benches measure the disk with it in the same run and
+   print a skip line without it). */
+static inline int bench_have_fio(void) { return system("command -v fio >/dev/null 2>&1") == 0; }
+
+/* One fio job as zero's I/O engine runs its I/O (O_DIRECT, io_uring, one job): rw "write" or
+   "read" of 'size' bytes of file, blocks of 'block' bytes, 'depth' deep. Bytes per second
+   (the job's bw_bytes), or < 0 on failure. */
+static inline double bench_fio(const char *file, uint64_t size, size_t block, int depth, const char *rw)
+{
+    char cmd[1200], line[4096];
+    FILE *p;
+    double bw = -1.0;
+    const char *key = strcmp(rw, "write") == 0 ? "\"write\"" : "\"read\"";
+    int in_section = 0;
+    snprintf(cmd, sizeof cmd,
+             "fio --name=zero-bench --filename=%s --size=%llu --bs=%zu --iodepth=%d --direct=1 "
+             "--ioengine=io_uring --rw=%s --numjobs=1 --output-format=json 2>/dev/null",
+             file, (unsigned long long)size, block, depth, rw);
+    p = popen(cmd, "r");
+    if (!p) return -1.0;
+    while (fgets(line, sizeof line, p)) { /* the job's "read" or "write" object: its bw_bytes */
+        if (strstr(line, key) && strchr(line, '{')) in_section = 1;
+        if (in_section) {
+            const char *b = strstr(line, "\"bw_bytes\"");
+            if (b && (b = strchr(b, ':')) != NULL) {
+                bw = strtod(b + 1, NULL);
+                in_section = 0;
+            }
+        }
+    }
+    if (pclose(p) != 0) return -1.0;
+    return bw;
 }
 
 

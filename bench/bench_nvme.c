@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_common.h" /* bench_now */
+#include "bench_common.h" /* bench_now, bench_fio */
 
 typedef struct opts {
     const char *dir;
@@ -87,41 +87,6 @@ out:
         for (k = 0; k < 16; k++) zero_io_buffer_free(io, buf[k]);
     zero_io_destroy(io);
     return rc;
-}
-
-static int have_fio(void)
-{
-    return system("command -v fio >/dev/null 2>&1") == 0;
-}
-
-/* One fio job; its bandwidth in bytes per second, or a negative number on failure. */
-static double fio_job(const opts *o, const char *rw, const char *file)
-{
-    char cmd[1024], line[4096];
-    FILE *p;
-    double bw = -1.0;
-    const char *key = strcmp(rw, "write") == 0 ? "\"write\"" : "\"read\"";
-    int in_section = 0;
-    snprintf(cmd, sizeof cmd,
-             "fio --name=zero-bench --filename=%s --size=%zu --bs=%zu --iodepth=%d --direct=1 "
-             "--ioengine=io_uring --rw=%s --numjobs=1 --output-format=json 2>/dev/null",
-             file, o->size, o->block, o->depth, rw);
-    p = popen(cmd, "r");
-    if (!p) return -1.0;
-    /* the job's "read" / "write" objects each have a "bw_bytes" field: take the one of rw */
-    while (fgets(line, sizeof line, p)) {
-        if (strstr(line, key) && strchr(line, '{')) in_section = 1;
-        if (in_section) {
-            const char *b = strstr(line, "\"bw_bytes\"");
-            if (b) {
-                b = strchr(b, ':');
-                if (b) bw = strtod(b + 1, NULL);
-                in_section = 0;
-            }
-        }
-    }
-    if (pclose(p) != 0) return -1.0;
-    return bw;
 }
 
 static int direct_works(const char *dir)
@@ -195,7 +160,7 @@ int main(int argc, char **argv)
     pd.backend = ZERO_IO_BACKEND_IO_URING;
     uring_ok = zero_io_create(&pd, &probe) == ZERO_OK;
     zero_io_destroy(probe);
-    fio = have_fio();
+    fio = bench_have_fio();
     snprintf(fiofile, sizeof fiofile, "%s/zero-bench-fio-%ld.bin", o.dir, (long)getpid());
     printf("bench_nvme: %s, %zu MiB file, block %zu KiB, queue depth %d, O_DIRECT, tiles of %zu MiB "
            "(%d queued ahead), best of %d\n",
@@ -204,8 +169,8 @@ int main(int argc, char **argv)
     for (r = 0; r < o.reps; r++) {
         double w, rd;
         if (fio) {
-            w = fio_job(&o, "write", fiofile);
-            rd = fio_job(&o, "read", fiofile);
+            w = bench_fio(fiofile, o.size, o.block, o.depth, "write");
+            rd = bench_fio(fiofile, o.size, o.block, o.depth, "read");
             unlink(fiofile);
             if (w < 0 || rd < 0) {
                 printf("bench_nvme: fio failed (is its io_uring engine allowed here?): comparison skipped\n");

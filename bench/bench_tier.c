@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_common.h" /* bench_now */
+#include "bench_common.h" /* bench_now, bench_fio */
 
 #define CHECK(call)                                                                          \
     do {                                                                                     \
@@ -186,36 +186,6 @@ static size_t parse_count(const char *s)
     return (size_t)v;
 }
 
-static int have_fio(void) { return system("command -v fio >/dev/null 2>&1") == 0; }
-
-/* One fio job (rw = write or read) as the tier runs its I/O; bytes per second, or < 0. */
-static double fio_job(const char *file, uint64_t size, size_t block, int depth, const char *rw)
-{
-    char cmd[1200], line[4096];
-    FILE *p;
-    double bw = -1.0;
-    const char *key = strcmp(rw, "write") == 0 ? "\"write\"" : "\"read\"";
-    int in_section = 0;
-    snprintf(cmd, sizeof cmd,
-             "fio --name=zero-bench-tier --filename=%s --size=%llu --bs=%zu --iodepth=%d --direct=1 "
-             "--ioengine=io_uring --rw=%s --numjobs=1 --output-format=json 2>/dev/null",
-             file, (unsigned long long)size, block, depth, rw);
-    p = popen(cmd, "r");
-    if (!p) return -1.0;
-    while (fgets(line, sizeof line, p)) { /* the job's "read" or "write" object: its bw_bytes */
-        if (strstr(line, key) && strchr(line, '{')) in_section = 1;
-        if (in_section) {
-            const char *b = strstr(line, "\"bw_bytes\"");
-            if (b && (b = strchr(b, ':')) != NULL) {
-                bw = strtod(b + 1, NULL);
-                in_section = 0;
-            }
-        }
-    }
-    if (pclose(p) != 0) return -1.0;
-    return bw;
-}
-
 static double mind(double a, double b) { return a < b ? a : b; }
 
 /* The disk's time for an operation's bytes at fio's rates. */
@@ -247,7 +217,7 @@ int main(int argc, char **argv)
     printf("bench_tier: Psi = %zu (%d groups), stage 3, 1 rank, fp16, dir %s, %d rep(s) (fio, plain, NVMe "
            "interleaved; best of each)\n",
            params, groups, dir, reps);
-    fio = have_fio();
+    fio = bench_have_fio();
     if (!fio) printf("bench_tier: fio not found on PATH: the disk's bound is skipped (apt-get install -y fio)\n");
     snprintf(fiofile, sizeof fiofile, "%s/zero-bench-tier-fio-%ld.bin", dir, (long)getpid());
     memset(best, 0, sizeof best);
@@ -283,8 +253,8 @@ int main(int argc, char **argv)
         }
         if (fio) { /* the same block, depth, O_DIRECT and directory, a file of the tier's size */
             uint64_t size = (R[1].tier_bytes + ((uint64_t)1 << 20) - 1) / ((uint64_t)1 << 20) * ((uint64_t)1 << 20);
-            double w = fio_job(fiofile, size, R[1].block, R[1].depth, "write");
-            double r = w > 0 ? fio_job(fiofile, size, R[1].block, R[1].depth, "read") : -1.0;
+            double w = bench_fio(fiofile, size, R[1].block, R[1].depth, "write");
+            double r = w > 0 ? bench_fio(fiofile, size, R[1].block, R[1].depth, "read") : -1.0;
             unlink(fiofile);
             if (w <= 0 || r <= 0) {
                 printf("bench_tier: fio failed (is its io_uring engine allowed here?): the bound is skipped\n");
