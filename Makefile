@@ -179,7 +179,7 @@ test-sanitize:
 # comm, the I/O engine's workers, the asynchronous step, the activation tier), ZT_QUICK.
 # A report fails the program (exit status 66).
 TSAN_FLAGS := -std=c11 $(WARN) -O1 -g -fsanitize=thread -pthread -I.
-TSAN_NAMES := test_local test_engine_allreduce test_engine_async test_engine_step_async test_activations test_nvme test_dpu
+TSAN_NAMES := test_local test_engine_allreduce test_engine_async test_engine_step_async test_activations test_nvme test_nvme_tier test_dpu
 TSAN_TESTS := $(addprefix build/tsan/,$(TSAN_NAMES))
 build/tsan:
 	@mkdir -p $@

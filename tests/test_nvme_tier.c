@@ -617,6 +617,15 @@ static zero_result touch_rank(int rank, zero_comm *comm, void *user)
     return ZERO_OK;
 }
 
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ZT_HAS_TSAN 1
+#endif
+#endif
+#ifndef ZT_HAS_TSAN
+#define ZT_HAS_TSAN 0
+#endif
+
 /* Commit of an engine with both offloads on NVMe (8M bf16 params: a host tier of about
    140 MB of swap slots, shard buffers, gradient shard and staging) leaves the host tier's
    pages untouched: its zeroed buffers come from calloc and the staging buffers are filled
@@ -633,6 +642,10 @@ ZT_TEST(commit_touches_no_host_tier_memory)
     T.dir = mkdtemp(d1);
     ZT_CHECK(T.dir != NULL);
     if (!T.dir || resident_bytes() == 0) ZT_SKIP("no /proc/self/statm");
+#if defined(__SANITIZE_THREAD__) || ZT_HAS_TSAN
+    rmdir(T.dir);
+    ZT_SKIP("ThreadSanitizer's calloc writes its zeros, so resident bytes do not measure the engine");
+#endif
     ZT_CHECK(zero_local_run(1, touch_rank, &T) == ZERO_OK);
     ZT_CHECKF(T.host_bytes > ((size_t)100 << 20) && T.grown < T.dev_bytes + T.host_bytes / 20,
               "commit made %zu bytes resident; the device holds %zu, the host tier %zu", T.grown, T.dev_bytes,
