@@ -718,6 +718,25 @@ typedef struct zero_estimate_desc {
                                   secondary ceil(Psi / N) N / S params beside the shard, and
                                   each step all-gathers once over the N ranks and 2 A - 1
                                   times over the S ranks of the node                       */
+    /* paper mode: ZeRO++'s quantized collectives, as the engine's fields of the same names
+       (docs/engine.md, "Quantized collectives"); traffic only (their buffer is not a model
+       state). Not with MiCS (the engine refuses it) or frozen params. The quantized
+       transfers are counted for one group of shard n = ceil(Psi / N): exact for a model of
+       one group; with G groups the engine moves at most 8 (G - 1) bytes more per quantized
+       transfer to each peer (each group rounds its blocks and its 4-byte tail up) */
+    int quantized_weights;         /* qwZ (stage 3): the forward all-gather as int8 blocks:
+                                      P8(n) bytes to each peer instead of p n (with hpZ: the
+                                      one gather over N; the 2 A - 1 over S stay exact)     */
+    int quantized_gradients;       /* qgZ (stages 1-3): the reduce-scatter as int4 / int8
+                                      blocks: Pb(n) to each peer per micro-step (flat), or
+                                      (R - 1) N/R Pb(n) inside the node and (N/R - 1) Pb(n)
+                                      between nodes (two-level)                            */
+    int quantized_gradient_bits;   /* 4 (0 = 4) or 8                                         */
+    int quantized_gradient_levels; /* 0 = two-level when 1 < R < N else flat; 1 flat; 2 two-
+                                      level (flat where R = 1 or R = N, as the engine)      */
+    uint64_t quant_block_numel;    /* elements per block, even, 2 .. ZERO_QUANT_BLOCK_MAX
+                                      (0 = 256); Pb(n) = 4 ceil(n / B) + n b / 8 rounded up
+                                      to a multiple of 4 (zero_quant_bytes)                 */
 } zero_estimate_desc;
 
 /* Bytes of one configuration. */
@@ -4146,6 +4165,40 @@ static int zero__trunc_u64(double x, uint64_t *out)
 }
 
 /* Validates desc and fills the defaults into *r. check_params: 0 for the inverse. */
+/* The quantized collectives' fields of the estimator (resolved in place: bits, levels and
+   block get their defaults). ZERO_OK or INVALID_ARGUMENT naming the field. */
+static zero_result zero__estimate_quant_resolve(const char *fn, zero_estimate_desc *r)
+{
+    int R = r->ranks_per_node, N = r->ranks;
+    if ((r->quantized_weights != 0 && r->quantized_weights != 1) ||
+        (r->quantized_gradients != 0 && r->quantized_gradients != 1))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: quantized_weights = %d, quantized_gradients = %d (0 or 1)", fn,
+                          r->quantized_weights, r->quantized_gradients);
+    if (r->quantized_gradient_bits == 0) r->quantized_gradient_bits = 4;
+    if (r->quant_block_numel == 0) r->quant_block_numel = ZERO_QUANT_BLOCK_DEFAULT;
+    if ((r->quantized_gradient_bits != 4 && r->quantized_gradient_bits != 8) ||
+        r->quantized_gradient_levels < 0 || r->quantized_gradient_levels > 2 ||
+        r->quant_block_numel < 2 || r->quant_block_numel > ZERO_QUANT_BLOCK_MAX ||
+        (r->quant_block_numel & 1u))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: quantized_gradient_bits = %d (4 or 8), quantized_gradient_levels = "
+                          "%d (0..2), quant_block_numel = %llu (even, 2 .. %zu)", fn,
+                          r->quantized_gradient_bits, r->quantized_gradient_levels,
+                          (unsigned long long)r->quant_block_numel, ZERO_QUANT_BLOCK_MAX);
+    if (!r->quantized_gradients) r->quantized_gradient_levels = 0;
+    else if (R <= 1 || R >= N) r->quantized_gradient_levels = 1; /* one level is empty */
+    else if (r->quantized_gradient_levels == 0) r->quantized_gradient_levels = 2;
+    if (!r->quantized_weights && !r->quantized_gradients) return ZERO_OK;
+    if (r->mode == ZERO_ESTIMATE_DEEPSPEED || r->mics_shard_size || r->frozen ||
+        (r->quantized_weights && r->stage != 3) || (r->quantized_gradients && r->stage == 0))
+        return zero__fail(ZERO_ERROR_INVALID_ARGUMENT,
+                          "%s: quantized_%s needs paper mode, stage %s, no MiCS and no frozen "
+                          "params (stage %d)", fn, r->quantized_weights ? "weights" : "gradients",
+                          r->quantized_weights ? "3" : "1-3", r->stage);
+    return ZERO_OK;
+}
+
 static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_estimate_desc *r,
                                           int check_params)
 {
@@ -4255,6 +4308,7 @@ static zero_result zero__estimate_resolve(const zero_estimate_desc *desc, zero_e
                           "%s: hpz_partition_size = %d (0 or 1 = off, else a divisor of "
                           "ranks_per_node = %d)", fn, r->hpz_partition_size, r->ranks_per_node);
     if (r->hpz_partition_size <= 1 || r->hpz_partition_size == r->ranks) r->hpz_partition_size = 0;
+    if (zero__estimate_quant_resolve(fn, r) != ZERO_OK) return ZERO_ERROR_INVALID_ARGUMENT;
     if (r->hpz_partition_size &&
         (r->ranks_per_node % r->hpz_partition_size != 0 || r->stage != 3 ||
          r->mode == ZERO_ESTIMATE_DEEPSPEED || r->mics_shard_size ||
@@ -4313,26 +4367,50 @@ static void zero__estimate_coll(zero_estimate *e, double unit, double es, int si
     e->step_inter_bytes += unit * es * (double)(size - 1 - same);
 }
 
+/* Bytes of n elements quantized to bits with blocks of B (zero_quant_bytes, in double). */
+static double zero__estimate_qbytes(uint64_t n, int bits, uint64_t B)
+{
+    uint64_t codes = bits == 8 ? n : n / 2 + (n & 1u);
+    return 4.0 * (double)(n / B + (n % B != 0)) + 4.0 * (double)(codes / 4 + (codes % 4 != 0));
+}
+
 /* Paper mode: the traffic per step of rank 0 (zero_estimate.step_*). */
 static void zero__estimate_traffic(const zero_estimate_desc *r, uint64_t p, zero_estimate *e)
 {
     int N = r->ranks, R = r->ranks_per_node, S = r->mics_shard_size ? r->mics_shard_size : N;
     double P = (double)p, T = (double)(p > r->frozen ? p - r->frozen : 0), A = r->accum_steps;
-    double g = r->grad_bytes, pb = r->param_bytes;
+    double g = r->grad_bytes, pb = r->param_bytes, gathers = 2.0 * A;
+    uint64_t n = p / (uint64_t)N + (p % (uint64_t)N != 0); /* the one group's shard */
     int gs = zero__estimate_peers(R, 1, S); /* the group: ranks 0..S-1 */
     if (N == 1) return;
     if (r->stage == 0) {
         zero__estimate_coll(e, A * 2.0 * T / N, g, N, gs);
         return;
     }
-    zero__estimate_coll(e, A * T / S, g, S, gs);                            /* reduce-scatter */
+    if (r->quantized_gradients == 0) {
+        zero__estimate_coll(e, A * T / S, g, S, gs);                        /* reduce-scatter */
+    } else if (r->quantized_gradient_levels == 1) { /* qgZ flat: one all_to_all over N */
+        zero__estimate_coll(e, A * zero__estimate_qbytes(n, r->quantized_gradient_bits,
+                                                         r->quant_block_numel), 1.0, N, gs);
+    } else { /* qgZ two-level: (R - 1) N/R blocks inside the node, N/R - 1 across nodes */
+        double q = A * zero__estimate_qbytes(n, r->quantized_gradient_bits, r->quant_block_numel);
+        e->step_bytes += q * ((double)(R - 1) * (N / R) + (double)(N / R - 1));
+        e->step_intra_bytes += q * (double)(R - 1) * (N / R);
+        e->step_inter_bytes += q * (double)(N / R - 1);
+    }
+    if (r->quantized_weights) { /* qwZ: the forward's gather (hpZ: the one over N) as int8 */
+        zero__estimate_coll(e, (r->hpz_partition_size ? 1.0 : A) *
+                                   zero__estimate_qbytes(n, 8, r->quant_block_numel),
+                            1.0, N, gs);
+        gathers = r->hpz_partition_size ? 2.0 * A - 1.0 : A;
+    }
     if (r->hpz_partition_size) { /* hpZ: one gather over N, the rest over the node's H */
         int H = r->hpz_partition_size;
-        zero__estimate_coll(e, P / N, pb, N, gs);
+        if (!r->quantized_weights) zero__estimate_coll(e, P / N, pb, N, gs);
         zero__estimate_coll(e, (2.0 * A - 1.0) * P / H, pb, H, H - 1);
         return;
     }
-    zero__estimate_coll(e, (r->stage == 3 ? 2.0 * A * P : T) / S, pb, S, gs); /* all-gather */
+    zero__estimate_coll(e, (r->stage == 3 ? gathers * P : T) / S, pb, S, gs); /* all-gather */
     if (S < N) /* MiCS: the replicas 0, S, 2 S, ... */
         zero__estimate_coll(e, 2.0 * T / N, g, N / S, zero__estimate_peers(R, S, N / S));
 }

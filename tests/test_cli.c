@@ -888,6 +888,88 @@ ZT_TEST(gpt2_hpz)
                   !strcmp(meas, form), "%s", R.out);
 }
 
+/* Packed bytes of n elements at bits with blocks of B, by docs/engine.md's layout (4-byte
+   scale per block, the codes, rounded up to 4 bytes). */
+static double cli_packed(uint64_t n, int bits, uint64_t B)
+{
+    uint64_t b = 4 * ((n + B - 1) / B) + (bits == 8 ? n : (n + 1) / 2);
+    return (double)((b + 3) / 4 * 4);
+}
+
+/* --quantized-weights / --quantized-gradients / --quantized-gradient-levels / --quant-block:
+   the JSON equals zero_estimate_compute with the same fields to the last bit, the table
+   prints the same integers under the mode's name, and full ZeRO++ at GPT-2 124M's size on
+   2 nodes x 4 crosses nodes with docs/engine.md's P8(n) (N - R) + P4(n) (N/R - 1). */
+ZT_TEST(quantized_traffic)
+{
+    static const struct {
+        const char *args, *mode;
+        int hpz, qw, bits, levels, block, first, last;
+    } cases[] = {
+        {"--params 124M --ranks 8 --ranks-per-node 4 --hpz-partition-size 4 --quantized-weights "
+         "--quantized-gradients 4", "hpZ S=4+qwZ+qgZ4", 4, 1, 4, 0, 0, 3, 3},
+        {"--params 124M --ranks 8 --ranks-per-node 4 --quantized-gradients 8 --quantized-gradient-levels 1 "
+         "--quant-block 64", "qgZ8", 0, 0, 8, 1, 64, 1, 3},
+        {"--params 1000003 --ranks 8 --ranks-per-node 2 --quantized-weights", "qwZ", 0, 1, 0, 0, 0, 3, 3},
+    };
+    int c, s;
+    if (!have_tool()) ZT_SKIP(TOOL " not built");
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        char line[400];
+        for (s = cases[c].first; s <= cases[c].last; s++) {
+            zero_estimate_desc d;
+            zero_estimate e;
+            char want[128];
+            int k = s - cases[c].first;
+            memset(&d, 0, sizeof d);
+            d.params = c == 2 ? 1000003 : 124000000;
+            d.ranks = 8;
+            d.stage = s;
+            d.ranks_per_node = c == 2 ? 2 : 4;
+            d.hpz_partition_size = cases[c].hpz;
+            d.quantized_weights = cases[c].qw;
+            d.quantized_gradients = cases[c].bits != 0;
+            d.quantized_gradient_bits = cases[c].bits;
+            d.quantized_gradient_levels = cases[c].levels;
+            d.quant_block_numel = (uint64_t)cases[c].block;
+            ZT_CHECKF(zero_estimate_compute(&d, &e) == ZERO_OK, "%s", zero_last_error());
+            snprintf(line, sizeof line, "%s --json", cases[c].args);
+            run(line);
+            ZT_CHECKF(R.status == 0, "%s: exit %d: %s", line, R.status, R.err);
+            ZT_CHECKF(json_f64(R.out, "step_bytes", k) == e.step_bytes &&
+                          json_f64(R.out, "step_intra_bytes", k) == e.step_intra_bytes &&
+                          json_f64(R.out, "step_inter_bytes", k) == e.step_inter_bytes,
+                      "%s stage %d", line, s);
+            run(cases[c].args);
+            ZT_CHECKF(R.status == 0, "%s: exit %d", cases[c].args, R.status);
+            snprintf(want, sizeof want, "%5d  %-14s  %20.0f  %20.0f  %20.0f", s, cases[c].mode,
+                     e.step_bytes, e.step_intra_bytes, e.step_inter_bytes);
+            ZT_CHECKF(strstr(R.out, want) != NULL, "%s: no '%s' in\n%s", cases[c].args, want, R.out);
+            if (c == 0) { /* full ZeRO++: 0.572 M between nodes, M = the 16-bit model */
+                uint64_t n = 124000000 / 8;
+                double want_inter = cli_packed(n, 8, 256) * 4 + cli_packed(n, 4, 256) * 1;
+                ZT_CHECKF(e.step_inter_bytes == want_inter, "%.17g against %.17g", e.step_inter_bytes,
+                          want_inter);
+                ZT_CHECK(fabs(e.step_inter_bytes / (2.0 * 124e6 * 4 / 8) - 0.572) < 0.001);
+            }
+        }
+    }
+    run("--params 124M --ranks 8 --quantized-gradients 5");
+    ZT_CHECK(R.status == 2 && strstr(R.err, "4 or 8"));
+    run("--params 124M --ranks 8 --quantized-gradients 4 --quant-block 3");
+    ZT_CHECK(R.status == 2 && strstr(R.err, "--quant-block"));
+    run("--params 124M --ranks 8 --quantized-gradient-levels 1");
+    ZT_CHECK(R.status == 2 && strstr(R.err, "need --quantized"));
+    run("--params 124M --ranks 8 --quantized-weights --stage 2");
+    ZT_CHECKF(R.status == 2 && strstr(R.err, "quantized_weights"), "%d %s", R.status, R.err);
+    run("--params 124M --ranks 8 --quantized-weights=1");
+    ZT_CHECK(R.status == 2 && strstr(R.err, "takes no value"));
+    run("--params 124M --ranks 8 --quantized-gradients 4 --mics-shard-size 4");
+    ZT_CHECK(R.status == 2);
+    run("--deepspeed --params 124M --ranks 8 --quantized-weights --stage 3 --largest-layer 1M");
+    ZT_CHECK(R.status == 2);
+}
+
 int main(void)
 {
     ZT_RUN(table_paper_example);
@@ -910,6 +992,7 @@ int main(void)
     ZT_RUN(gpt2_activation_estimate_is_what_it_allocates);
     ZT_RUN(gpt2_sizes_and_data_that_do_not_fit);
     ZT_RUN(topology_traffic);
+    ZT_RUN(quantized_traffic);
     ZT_RUN(gpt2_hpz);
     return zt_summary();
 }

@@ -644,6 +644,120 @@ ZT_TEST(ranks_with_different_quantization_mismatch)
     }
 }
 
+/* The estimator's traffic (zero_estimate_compute with the quantized fields) against the
+   engine's counters on rank 0: equal for a model of one group (every tensor in group 0), and
+   for the default model of G groups below the engine's by at most 8 (G - 1) bytes per
+   quantized transfer to a peer (each group rounds its blocks and 4-byte tail up). Flat and
+   two-level qgZ, int4 and int8, qwZ alone, with hpZ, with accumulation, stages 1-3. */
+ZT_TEST(estimator_quantized_traffic)
+{
+    /* stage, N, R, hpz, qwZ, qgZ, bits, levels, accum, block */
+    static const int cases[][10] = {
+        {3, 4, 4, 0, 1, 0, 0, 0, 1, 0},  {3, 4, 4, 0, 1, 0, 0, 0, 2, 32}, {1, 4, 4, 0, 0, 1, 4, 0, 2, 16},
+        {2, 4, 2, 0, 0, 1, 8, 1, 1, 32}, {3, 4, 2, 0, 0, 1, 4, 2, 2, 0},  {3, 8, 4, 0, 1, 1, 4, 0, 2, 32},
+        {3, 8, 4, 2, 1, 1, 4, 0, 2, 16}, {3, 4, 2, 2, 1, 1, 8, 1, 1, 0},  {2, 8, 2, 0, 0, 1, 8, 2, 1, 64}};
+    int k, one;
+    for (k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++)
+        for (one = 1; one >= 0; one--) {
+            const int *v = cases[k];
+            int N = v[1], R = v[2], A = v[8], t, m;
+            ec_cfg c;
+            ec_result *res;
+            zero_estimate_desc d;
+            zero_estimate e;
+            double b = 0.0, in = 0.0, out = 0.0, transfers = 0.0, slack;
+            q_cfg(&c, v[0], N, ZERO_BF16, A, 2);
+            c.ranks_per_node = R;
+            c.hpz = v[3];
+            c.quant_w = v[4];
+            c.quant_g = v[5];
+            c.quant_bits = v[6];
+            c.quant_levels = v[7];
+            c.quant_block = (size_t)v[9];
+            if (one)
+                for (t = 0; t < c.ntensors; t++) c.groups[t] = 0;
+            res = ec_run(&c);
+            ZT_CHECKF(res->rc == ZERO_OK, "case %d: %s", k, res->err);
+            if (res->rc != ZERO_OK) {
+                ec_result_free(res);
+                continue;
+            }
+            memset(&d, 0, sizeof d);
+            d.params = res->plan_total;
+            d.ranks = N;
+            d.stage = v[0];
+            d.ranks_per_node = R;
+            d.hpz_partition_size = v[3];
+            d.accum_steps = A;
+            d.quantized_weights = v[4];
+            d.quantized_gradients = v[5];
+            d.quantized_gradient_bits = v[6];
+            d.quantized_gradient_levels = v[7];
+            d.quant_block_numel = (uint64_t)v[9];
+            ZT_CHECKF(zero_estimate_compute(&d, &e) == ZERO_OK, "case %d: %s", k, zero_last_error());
+            for (m = 0; m < ZERO_COLL_CONTROL; m++) {
+                const zero_traffic *tr = &res->traffic_last[0][c.steps - 1];
+                b += tr->bytes[m];
+                in += tr->intra_bytes[m];
+                out += tr->inter_bytes[m];
+            }
+            if (v[4]) transfers += (v[3] ? 1.0 : A) * (N - 1);
+            if (v[5]) /* two-level where 1 < R < N and levels != 1 */
+                transfers += A * (v[7] != 1 && R > 1 && R < N ? (R - 1) * (N / R) + N / R - 1 : N - 1);
+            slack = one ? 0.0 : 8.0 * (res->ngroups - 1) * transfers;
+            ZT_CHECK(one ? res->ngroups == 1 : res->ngroups > 1);
+            ZT_CHECKF(b - e.step_bytes >= -1e-6 && b - e.step_bytes <= slack + 1e-6 &&
+                          in - e.step_intra_bytes >= -1e-6 && in - e.step_intra_bytes <= slack + 1e-6 &&
+                          out - e.step_inter_bytes >= -1e-6 && out - e.step_inter_bytes <= slack + 1e-6,
+                      "case %d (%s): estimator %.17g / %.17g / %.17g, measured %.17g / %.17g / %.17g, "
+                      "allowed %.0f above", k, one ? "one group" : "groups", e.step_bytes,
+                      e.step_intra_bytes, e.step_inter_bytes, b, in, out, slack);
+            ec_result_free(res);
+        }
+}
+
+/* The estimator refuses the quantized fields where the engine does (or where it does not
+   model them), naming the field. */
+ZT_TEST(estimator_quantized_refusals)
+{
+    zero_estimate_desc d, x;
+    zero_estimate e;
+    memset(&d, 0, sizeof d);
+    d.params = 1000000;
+    d.ranks = 8;
+    d.stage = 3;
+    d.ranks_per_node = 4;
+    x = d;
+    x.quantized_weights = 1;
+    x.stage = 2; /* qwZ: stage 3 only */
+    ZT_CHECK(zero_estimate_compute(&x, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(strstr(zero_last_error(), "quantized_weights") != NULL);
+    x = d;
+    x.quantized_gradients = 1;
+    x.stage = 0; /* qgZ: stages 1-3 */
+    ZT_CHECK(zero_estimate_compute(&x, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    x.stage = 3;
+    x.mics_shard_size = 4; /* not with MiCS */
+    ZT_CHECK(zero_estimate_compute(&x, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    x.mics_shard_size = 0;
+    x.frozen = 10; /* not modelled with frozen params */
+    ZT_CHECK(zero_estimate_compute(&x, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    x.frozen = 0;
+    x.quantized_gradient_bits = 2;
+    ZT_CHECK(zero_estimate_compute(&x, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    ZT_CHECK(strstr(zero_last_error(), "quantized_gradient_bits") != NULL);
+    x.quantized_gradient_bits = 8;
+    x.quant_block_numel = 3; /* odd */
+    ZT_CHECK(zero_estimate_compute(&x, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    x.quant_block_numel = 0;
+    x.quantized_gradient_levels = 3;
+    ZT_CHECK(zero_estimate_compute(&x, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+    x.quantized_gradient_levels = 2;
+    ZT_CHECKF(zero_estimate_compute(&x, &e) == ZERO_OK, "%s", zero_last_error());
+    x.quantized_weights = 2;
+    ZT_CHECK(zero_estimate_compute(&x, &e) == ZERO_ERROR_INVALID_ARGUMENT);
+}
+
 int main(void)
 {
     ZT_RUN(qwz_forward_within_bound_backward_exact);
@@ -661,5 +775,7 @@ int main(void)
     ZT_RUN(checkpoint_into_flat_run);
     ZT_RUN(refused_combinations);
     ZT_RUN(ranks_with_different_quantization_mismatch);
+    ZT_RUN(estimator_quantized_traffic);
+    ZT_RUN(estimator_quantized_refusals);
     return zt_summary();
 }

@@ -20,7 +20,9 @@
 #define USAGE                                                                                \
     "usage: zero-estimate --params N --ranks N [--stage S] [--offload] [--deepspeed] "      \
     "[--max-params --memory BYTES] [--ranks-per-node R [--mics-shard-size S | "             \
-    "--hpz-partition-size S] [--accum-steps A]] [--json] [--help]"
+    "--hpz-partition-size S] [--accum-steps A] [--quantized-weights] "                \
+    "[--quantized-gradients 4|8 [--quantized-gradient-levels L]] [--quant-block B]] "     \
+    "[--json] [--help]"
 
 static const char *help_text =
     USAGE "\n"
@@ -57,6 +59,9 @@ static const char *help_text =
     "  --largest-layer N    DeepSpeed mode: parameters of the largest layer (stage 3)\n"
     "  --offload-params     DeepSpeed mode: only rows with parameters offloaded too\n"
     "  --buffer-factor F    DeepSpeed mode: additional_buffer_factor (default 1.5)\n"
+    ;
+/* the second half (ISO C caps a string literal at 4095 characters) */
+static const char *help_text2 =
     "  --ranks-per-node R   ranks [k R, (k+1) R) share a node (default: one node); adds the\n"
     "                       bytes per rank per step, total, inside and between nodes, as the\n"
     "                       engine's zero_traffic counts them (payload: no control values)\n"
@@ -67,6 +72,16 @@ static const char *help_text =
     "                       of a node (S divides R): + params / S bytes per rank, and all but\n"
     "                       one all-gather per step inside the node\n"
     "  --accum-steps A      micro-steps per step for the traffic (default 1)\n"
+    "  --quantized-weights  ZeRO++ qwZ (stage 3): the forward all-gather as int8 blocks\n"
+    "  --quantized-gradients 4|8\n"
+    "                       ZeRO++ qgZ (stages 1-3): the reduce-scatter as int4 / int8 blocks\n"
+    "  --quantized-gradient-levels 0|1|2\n"
+    "                       qgZ's scheme: 2 = two-level (inside the node, then across), 1 =\n"
+    "                       flat; 0 (default) = 2 when 1 < R < N\n"
+    "  --quant-block B      elements per quantization block (even; default 256). The\n"
+    "                       quantized bytes are those of one group of ceil(Psi / N) per rank\n"
+    "                       (docs/estimator.md: a model of G groups moves up to 8 (G - 1) bytes\n"
+    "                       more per quantized transfer to each peer)\n"
     "  --max-params         answer the inverse: the largest Psi that fits --memory\n"
     "  --memory BYTES       device memory per rank for --max-params\n"
     "  --json               the same data as JSON (keys: docs/estimator.md)\n"
@@ -256,6 +271,7 @@ static int make_rows(const options *o, row *rows, int *count)
     for (s = 0; s < 4; s++) {
         if (o->stage >= 0 && s != o->stage) continue;
         if (o->stage < 0 && o->base.mics_shard_size > 0 && s == 0) continue; /* MiCS: 1-3 */
+        if (o->stage < 0 && o->base.quantized_gradients && s == 0) continue;  /* qgZ: 1-3  */
         if (!o->deepspeed) {
             row *r = &rows[n++];
             memset(r, 0, sizeof *r);
@@ -339,6 +355,14 @@ static void print_traffic(const options *o, const row *rows, int nrows)
             snprintf(m, sizeof m, "MiCS S=%d", r->desc.mics_shard_size);
         else if (r->desc.hpz_partition_size > 1 && r->desc.hpz_partition_size < b->ranks)
             snprintf(m, sizeof m, "hpZ S=%d", r->desc.hpz_partition_size);
+        if (b->quantized_weights || b->quantized_gradients) {
+            size_t l = strlen(m);
+            if (!strcmp(m, "flat")) l = 0;
+            snprintf(m + l, sizeof m - l, "%s%s%s", l ? "+" : "", b->quantized_weights ? "qwZ" : "",
+                     !b->quantized_gradients ? ""
+                     : b->quantized_gradient_bits == 8 ? (b->quantized_weights ? "+qgZ8" : "qgZ8")
+                                                       : (b->quantized_weights ? "+qgZ4" : "qgZ4"));
+        }
         printf("%5d  %-14s  %20.0f  %20.0f  %20.0f\n", r->desc.stage, m, r->est.step_bytes,
                r->est.step_intra_bytes, r->est.step_inter_bytes);
     }
@@ -367,11 +391,15 @@ int main(int argc, char **argv)
 #define TAKES(n) (strcmp(name, n) == 0 && (val || (i + 1 < argc && (val = argv[++i]) != NULL)))
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             fputs(help_text, stdout);
+            fputs(help_text2, stdout);
             return 0;
         } else if (FLAG("--offload")) {
             o.offload = 1;
         } else if (FLAG("--delayed-update")) {
             o.base.delayed_update = 1;
+        } else if (FLAG("--quantized-weights")) {
+            o.base.quantized_weights = 1;
+            o.topo = 1;
         } else if (FLAG("--offload-params")) {
             o.offload_params = 1;
         } else if (FLAG("--deepspeed")) {
@@ -439,6 +467,22 @@ int main(int argc, char **argv)
                 else if (strcmp(name, "--grad-bytes") == 0) o.base.grad_bytes = (int)u;
                 else o.base.optimizer_bytes = (int)u;
             }
+        } else if (TAKES("--quantized-gradients") || TAKES("--quantized-gradient-levels") ||
+                   TAKES("--quant-block")) {
+            if (parse_scaled(val, count_units, &u, &why) || u > ZERO_QUANT_BLOCK_MAX)
+                return bad("%s: '%s' is not a valid count", name, val);
+            o.topo = 1;
+            if (strcmp(name, "--quantized-gradients") == 0) {
+                if (u != 4 && u != 8) return bad("--quantized-gradients '%s': want 4 or 8%s", val, "");
+                o.base.quantized_gradients = 1;
+                o.base.quantized_gradient_bits = (int)u;
+            } else if (strcmp(name, "--quantized-gradient-levels") == 0) {
+                if (u > 2) return bad("--quantized-gradient-levels '%s': want 0, 1 or 2%s", val, "");
+                o.base.quantized_gradient_levels = (int)u;
+            } else {
+                if (u < 2 || (u & 1u)) return bad("--quant-block '%s': want an even count >= 2%s", val, "");
+                o.base.quant_block_numel = u;
+            }
         } else if (TAKES("--offload-ratio")) {
             char *end = NULL;
             double f = strtod(val, &end);
@@ -460,12 +504,15 @@ int main(int argc, char **argv)
                     strcmp(name, "--grad-bytes") == 0 || strcmp(name, "--optimizer-bytes") == 0 ||
                     strcmp(name, "--optimizer-dtype") == 0 || strcmp(name, "--ranks-per-node") == 0 ||
                     strcmp(name, "--mics-shard-size") == 0 ||
-                    strcmp(name, "--hpz-partition-size") == 0 || strcmp(name, "--accum-steps") == 0)) {
+                    strcmp(name, "--hpz-partition-size") == 0 || strcmp(name, "--accum-steps") == 0 ||
+                    strcmp(name, "--quantized-gradients") == 0 ||
+                    strcmp(name, "--quantized-gradient-levels") == 0 || strcmp(name, "--quant-block") == 0)) {
             return bad("%s needs a value%s", name, "");
         } else if (eq && (strcmp(name, "--offload") == 0 || strcmp(name, "--json") == 0 ||
                           strcmp(name, "--deepspeed") == 0 || strcmp(name, "--max-params") == 0 ||
                           strcmp(name, "--gib") == 0 || strcmp(name, "--offload-params") == 0 ||
-                          strcmp(name, "--delayed-update") == 0)) {
+                          strcmp(name, "--delayed-update") == 0 ||
+                          strcmp(name, "--quantized-weights") == 0)) {
             return bad("%s takes no value%s", name, "");
         } else {
             return bad("unknown argument '%s'%s", arg, "");
@@ -516,8 +563,14 @@ int main(int argc, char **argv)
     if (o.deepspeed && (o.base.param_bytes || o.base.grad_bytes || o.base.optimizer_bytes))
         return bad("--param-bytes, --grad-bytes and --optimizer-bytes are paper mode only%s%s", "", "");
     if (o.topo && (o.deepspeed || o.max_params))
-        return bad("--ranks-per-node, --mics-shard-size, --hpz-partition-size and --accum-steps "
-                   "are for the paper mode's bytes (not --deepspeed, not --max-params)%s%s", "", "");
+        return bad("--ranks-per-node, --mics-shard-size, --hpz-partition-size, --accum-steps and "
+                   "the quantized options are for the paper mode's bytes (not --deepspeed, not "
+                   "--max-params)%s%s", "", "");
+    if ((o.base.quantized_gradient_levels || o.base.quant_block_numel) &&
+        !o.base.quantized_gradients && !o.base.quantized_weights)
+        return bad("--quantized-gradient-levels and --quant-block need --quantized-weights or "
+                   "--quantized-gradients%s%s", "", "");
+    if (o.base.quantized_weights && o.stage < 0) o.stage = 3; /* qwZ: stage 3 only */
     if (o.base.hpz_partition_size > 1 && o.base.hpz_partition_size < o.base.ranks && o.stage < 0)
         o.stage = 3; /* the only stage hpZ applies to */
 
@@ -541,6 +594,7 @@ int main(int argc, char **argv)
         d.offload_optimizer_ratio = 0.0;
         d.mics_shard_size = d.hpz_partition_size = 0; /* plain data parallelism */
         d.delayed_update = 0;
+        d.quantized_weights = d.quantized_gradients = 0; /* and exact collectives */
         if (zero_estimate_compute(&d, &e) != ZERO_OK) return bad("%s%s", zero_last_error(), "");
         baseline = e.device_bytes;
     }
