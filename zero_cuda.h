@@ -151,6 +151,11 @@ ZERODEF zero_result zero_cuda_device_stats(zero_device *dev, zero_cuda_stats *ou
    (MISMATCH / INVALID_ARGUMENT; the engine's comm->tag too, where both sides are tagged),
    timeouts (the local comm's). The host comm is used for
    the rendezvous (posts, barriers) and is not owned: destroy the device comm first.
+   all_to_all copies block r of every peer's send into block 'peer' of r's recv (not in
+   place). split (zero_comm_split; MiCS, hpZ and the two-level qgZ use it) splits the host
+   comm and makes a device comm on the same device over the child, which owns that child
+   host comm: destroy it before or after its parent. A rank that cannot make its child
+   fails every rank of its new group.
    All ranks on one GPU (or GPUs with peer access enabled: kernels read peers' buffers).
    At most ZERO_CUDA_MAX_RANKS ranks. Errors: INVALID_ARGUMENT (NULL, not a CUDA device);
    UNSUPPORTED (not a local comm, too many ranks); DEVICE. */
@@ -2421,7 +2426,7 @@ ZERODEF zero_result zero_cuda_device_stats(zero_device *dev, zero_cuda_stats *ou
    record was enqueued, so no wait ever binds to the wrong record.
    ====================================================================================== */
 
-enum { ZERO_CUDA__AG = 1, ZERO_CUDA__RS, ZERO_CUDA__AR, ZERO_CUDA__BC };
+enum { ZERO_CUDA__AG = 1, ZERO_CUDA__RS, ZERO_CUDA__AR, ZERO_CUDA__BC, ZERO_CUDA__A2A };
 enum { ZERO_CUDA__EV_POST = 0, ZERO_CUDA__EV_MID = 1, ZERO_CUDA__EV_END = 2 };
 
 typedef struct zero_cuda__post { /* all 8-byte fields: all-gathered as F64 (a plain copy) */
@@ -2454,6 +2459,7 @@ typedef struct zero_cuda__comm {
     cudaEvent_t ev[3];
     cudaStream_t last; /* the queue of the last collective, for barrier */
     int has_last;
+    int owns_host; /* a comm from split: its host comm (the host comm's split) is its own */
     zero_cuda__post *posts; /* [world] */
 } zero_cuda__comm;
 
@@ -2472,6 +2478,7 @@ static const char *zero_cuda__kind_name(int kind)
     case ZERO_CUDA__RS: return "reduce_scatter";
     case ZERO_CUDA__AR: return "all_reduce";
     case ZERO_CUDA__BC: return "broadcast";
+    case ZERO_CUDA__A2A: return "all_to_all";
     }
     return "?";
 }
@@ -2592,6 +2599,16 @@ static zero_result zero_cuda__data(zero_cuda__comm *c, cudaStream_t s, const zer
                                "cuda all_reduce: cudaMemcpyAsync");
         }
         return ZERO_OK;
+    case ZERO_CUDA__A2A: /* block 'rank' of every peer's send into block 'from' of recv */
+        for (i = 0; i < world; i++) {
+            from = (rank + i) % world;
+            if (n)
+                ZERO_CUDA__TRY(cudaMemcpyAsync((char *)(uintptr_t)me->recv + (size_t)from * n * es,
+                                               (const char *)(uintptr_t)peer[from].send + (size_t)rank * n * es,
+                                               n * es, cudaMemcpyDeviceToDevice, s),
+                               "cuda all_to_all: cudaMemcpyAsync");
+        }
+        return ZERO_OK;
     case ZERO_CUDA__BC:
         if (rank != (int)me->root && me->recv != peer[me->root].recv)
             ZERO_CUDA__TRY(cudaMemcpyAsync((void *)(uintptr_t)me->recv, (const void *)(uintptr_t)peer[me->root].recv,
@@ -2625,7 +2642,8 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
     else if (me->op != ZERO_OP_SUM && me->op != ZERO_OP_MAX) snprintf(why, sizeof why, "cuda %s: unknown op %d", name, (int)me->op);
     else if ((int)me->root < 0 || (int)me->root >= world)
         snprintf(why, sizeof why, "cuda %s: root = %d with world = %d", name, (int)me->root, world);
-    else if ((me->kind == ZERO_CUDA__AG || me->kind == ZERO_CUDA__RS) && zero__mul_size((size_t)me->numel, (size_t)world, &total) != 0)
+    else if ((me->kind == ZERO_CUDA__AG || me->kind == ZERO_CUDA__RS || me->kind == ZERO_CUDA__A2A) &&
+             zero__mul_size((size_t)me->numel, (size_t)world, &total) != 0)
         snprintf(why, sizeof why, "cuda %s: numel %zu times world %d overflows", name, (size_t)me->numel, world);
     else if (zero__mul_size(total, es, &bytes) != 0)
         snprintf(why, sizeof why, "cuda %s: %zu elements overflow size_t bytes", name, total);
@@ -2635,6 +2653,8 @@ static zero_result zero_cuda__collective(zero_comm *comm, zero_cuda__post *me, v
     else if (me->send % es != 0 || me->recv % es != 0)
         snprintf(why, sizeof why, "cuda %s: %s is not aligned to its element size (%zu)", name,
                  me->send % es ? "send" : "recv", es);
+    else if (me->kind == ZERO_CUDA__A2A && bytes > 0 && me->send < me->recv + bytes && me->recv < me->send + bytes)
+        snprintf(why, sizeof why, "cuda all_to_all: send and recv overlap (not in place)");
     else me->bad = 0;
     for (p = 0; p < 3; p++) me->ev[p] = (uint64_t)(uintptr_t)c->ev[p];
     me->tag_group = (uint64_t)(int64_t)comm->tag.group;
@@ -2757,6 +2777,12 @@ static zero_result zero_cuda__broadcast(zero_comm *comm, void *buf, size_t numel
     return zero_cuda__post_run(comm, ZERO_CUDA__BC, buf, buf, numel, dtype, 0, root, queue);
 }
 
+static zero_result zero_cuda__all_to_all(zero_comm *comm, const void *send, void *recv, size_t numel,
+                                         zero_dtype dtype, void *queue)
+{
+    return zero_cuda__post_run(comm, ZERO_CUDA__A2A, send, recv, numel, dtype, 0, 0, queue);
+}
+
 static zero_result zero_cuda__barrier(zero_comm *comm)
 {
     zero_cuda__comm *c = zero_cuda__comm_get(comm);
@@ -2781,8 +2807,42 @@ static void zero_cuda__comm_destroy(zero_comm *comm)
     for (k = 0; k < 3; k++)
         if (c->ev[k]) (void)cudaEventDestroy(c->ev[k]);
     zero__free(NULL, c->posts);
+    if (c->owns_host) zero_comm_destroy(c->host);
     c->base.impl = NULL;
     zero__free(NULL, c);
+}
+
+/* split: the host comm's split (the local comm's: the same groups, ranked by key), then a
+   device comm over the child on the same device, owning it. Every rank of a new group
+   learns over the child host comm whether all of them made theirs, so a rank that cannot
+   (out of memory, a failed event) fails its whole group, not just itself. */
+static zero_result zero_cuda__split(zero_comm *comm, int color, int key, zero_comm **out)
+{
+    zero_cuda__comm *c = zero_cuda__comm_get(comm);
+    zero_comm *h = NULL, *child = NULL;
+    zero_result res;
+    double failed[1];
+    char msg[512] = "";
+    if (!out) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda split: out is NULL");
+    *out = NULL;
+    if (!c) return zero__fail(ZERO_ERROR_INVALID_ARGUMENT, "cuda split: comm is not a CUDA local comm");
+    if ((res = zero_comm_split(c->host, color, key, &h)) != ZERO_OK || !h) return res;
+    res = zero_cuda_local_comm_create(h, c->dev, &child);
+    if (res == ZERO_OK) zero_cuda__comm_get(child)->owns_host = 1;
+    else snprintf(msg, sizeof msg, "%s", zero_last_error());
+    failed[0] = res != ZERO_OK;
+    if (h->ops->all_reduce(h, failed, failed, 1, ZERO_F64, ZERO_OP_MAX, NULL) != ZERO_OK || failed[0] != 0.0) {
+        if (res == ZERO_OK) {
+            res = ZERO_ERROR_COMM;
+            snprintf(msg, sizeof msg, "cuda split: a rank of the new group (color %d) could not make its comm "
+                     "(%.300s)", color, zero_last_error());
+        }
+        if (child) zero_comm_destroy(child); /* and h, which it owns */
+        else zero_comm_destroy(h);
+        return zero__fail(res, "%s", msg);
+    }
+    *out = child;
+    return ZERO_OK;
 }
 
 static const zero_comm_ops zero_cuda__comm_ops = {
@@ -2795,8 +2855,8 @@ static const zero_comm_ops zero_cuda__comm_ops = {
     zero_cuda__barrier,
     NULL,
     NULL,
-    NULL, /* all_to_all: not yet (quantized_gradients is refused on this comm) */
-    NULL, /* no split: the hierarchical modes need the NCCL (or a host) comm */
+    zero_cuda__all_to_all,
+    zero_cuda__split,
 };
 
 ZERODEF zero_result zero_cuda_local_comm_create(zero_comm *host_comm, zero_device *dev, zero_comm **out)

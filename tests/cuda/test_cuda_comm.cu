@@ -17,7 +17,7 @@
 #include <math.h>
 #include <time.h>
 
-#define NTESTS 4
+#define NTESTS 5
 #define MAXW 8
 #define MAXN 65537
 
@@ -368,6 +368,112 @@ ZT_TEST(test_churn)
     ZT_CHECKF(r == ZERO_OK, "%s", zero_last_error());
 }
 
+/* ---- split and all_to_all ----
+
+   At N = 4 and 8: the device comm split into nodes of 2 (color rank / 2, key rank), across
+   nodes with reversed keys (color rank % 2, key -rank), and a group with rank 0 left out
+   (color -1: NULL). Each child has the host split's rank and world; its all_reduce (fp32
+   sum with NaN and inf) equals the host child's, bit for bit; its all_to_all at 3 sizes and
+   4 dtypes puts block 'me' of every peer's data in block 'peer' (the values regenerated
+   here from the peer's seed: a pure copy). The parent is destroyed before the children on
+   odd ranks, after on even ones; an all_to_all with send and recv overlapping is refused on
+   every rank and the comm stays usable. */
+static zero_result split_rank(int rank, zero_comm *comm, void *user)
+{
+    static const size_t sizes[] = {1, 17, 1000};
+    const int W = comm->world;
+    zero_device *dev = NULL;
+    zero_comm *dc = NULL, *kids[3] = {NULL, NULL, NULL}, *hkids[3] = {NULL, NULL, NULL};
+    zero_result r = zero_cuda_device_create(NULL, &dev);
+    unsigned char *hin = (unsigned char *)malloc((size_t)W * 1000 * 8), *hout = (unsigned char *)malloc((size_t)W * 1000 * 8),
+                  *want = (unsigned char *)malloc((size_t)W * 1000 * 8);
+    char *dsend = NULL, *drecv = NULL;
+    int k, di, si, p;
+    (void)user;
+    if (!hin || !hout || !want) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "host buffers");
+    if (r == ZERO_OK) r = zero_cuda_local_comm_create(comm, dev, &dc);
+    if (r == ZERO_OK) r = dev->ops->alloc(dev, (size_t)W * 1000 * 8, ZERO_MEM_BUCKET, (void **)&dsend);
+    if (r == ZERO_OK) r = dev->ops->alloc(dev, (size_t)W * 1000 * 8, ZERO_MEM_BUCKET, (void **)&drecv);
+    for (k = 0; k < 3 && r == ZERO_OK; k++) {
+        int color = k == 0 ? rank / 2 : k == 1 ? rank % 2 : (rank == 0 ? -1 : 0);
+        int key = k == 1 ? -rank : rank;
+        r = zero_comm_split(dc, color, key, &kids[k]);
+        if (r == ZERO_OK) r = zero_comm_split(comm, color, key, &hkids[k]); /* the host reference */
+        if (r == ZERO_OK && (color < 0) != (kids[k] == NULL))
+            r = zero__fail(ZERO_ERROR_MISMATCH, "split %d: color %d gave %s", k, color, kids[k] ? "a comm" : "NULL");
+        if (r == ZERO_OK && kids[k] &&
+            (kids[k]->rank != hkids[k]->rank || kids[k]->world != hkids[k]->world))
+            r = zero__fail(ZERO_ERROR_MISMATCH, "split %d: rank %d of %d, the host split's %d of %d", k,
+                           kids[k]->rank, kids[k]->world, hkids[k]->rank, hkids[k]->world);
+    }
+    if (r == ZERO_OK && (rank & 1)) { /* odd ranks drop the parent before using the children */
+        zero_comm_destroy(dc);
+        dc = NULL;
+    }
+    for (k = 0; k < 3 && r == ZERO_OK; k++) {
+        zero_comm *kc = kids[k], *hc = hkids[k];
+        void *q = dev->ops->native_queue(dev, ZERO_QUEUE_COMM);
+        size_t where = 0;
+        if (!kc) continue;
+        /* all_reduce: the host child's bits */
+        gen(ZERO_F32, hin, 1000, (uint64_t)(k * 100 + rank), 1);
+        r = dev->ops->upload(dev, ZERO_QUEUE_COMM, dsend, hin, 4000);
+        if (r == ZERO_OK) r = kc->ops->all_reduce(kc, dsend, drecv, 1000, ZERO_F32, ZERO_OP_SUM, q);
+        if (r == ZERO_OK) r = hc->ops->all_reduce(hc, hin, want, 1000, ZERO_F32, ZERO_OP_SUM, NULL);
+        if (r == ZERO_OK) r = dev->ops->download(dev, ZERO_QUEUE_COMM, hout, drecv, 4000);
+        if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMM);
+        if (r == ZERO_OK && !same(ZERO_F32, hout, want, 1000, 1, &where))
+            r = zero__fail(ZERO_ERROR_MISMATCH, "split %d rank %d: all_reduce element %zu differs from the host's", k,
+                           rank, where);
+        for (di = 0; di < 4 && r == ZERO_OK; di++)
+            for (si = 0; si < 3 && r == ZERO_OK; si++) {
+                zero_dtype dt = DTS[di];
+                size_t n = sizes[si], es = zero_dtype_size(dt), wn = (size_t)kc->world * n;
+                uint64_t seed = (uint64_t)(1000 + k * 64 + di * 8 + si) * 64;
+                gen(dt, hin, wn, seed + (uint64_t)kc->rank, 1);
+                r = dev->ops->upload(dev, ZERO_QUEUE_COMM, dsend, hin, wn * es);
+                if (r == ZERO_OK) r = kc->ops->all_to_all(kc, dsend, drecv, n, dt, q);
+                if (r == ZERO_OK) r = dev->ops->download(dev, ZERO_QUEUE_COMM, hout, drecv, wn * es);
+                if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMM);
+                for (p = 0; p < kc->world && r == ZERO_OK; p++) { /* peer p's block 'me' */
+                    gen(dt, want, wn, seed + (uint64_t)p, 1);
+                    if (memcmp(hout + (size_t)p * n * es, want + (size_t)kc->rank * n * es, n * es) != 0)
+                        r = zero__fail(ZERO_ERROR_MISMATCH, "split %d rank %d %s n=%zu: block from peer %d differs", k,
+                                       kc->rank, zero_dtype_name(dt), n, p);
+                }
+            }
+        if (r == ZERO_OK) { /* overlapping buffers: refused on every rank, then the comm works */
+            zero_result bad = kc->ops->all_to_all(kc, dsend, dsend + 4, 10, ZERO_F32, q);
+            if (bad != ZERO_ERROR_INVALID_ARGUMENT && bad != ZERO_ERROR_MISMATCH)
+                r = zero__fail(ZERO_ERROR_MISMATCH, "split %d: overlapping all_to_all gave %d", k, (int)bad);
+            if (r == ZERO_OK) r = kc->ops->all_to_all(kc, dsend, drecv, 10, ZERO_F32, q);
+            if (r == ZERO_OK) r = dev->ops->sync(dev, ZERO_QUEUE_COMM);
+        }
+    }
+    for (k = 0; k < 3; k++) {
+        zero_comm_destroy(kids[k]);
+        zero_comm_destroy(hkids[k]);
+    }
+    if (dsend) dev->ops->free(dev, dsend);
+    if (drecv) dev->ops->free(dev, drecv);
+    zero_comm_destroy(dc);
+    zero_device_destroy(dev);
+    free(hin);
+    free(hout);
+    free(want);
+    return r;
+}
+
+ZT_TEST(test_split_and_all_to_all)
+{
+    static const int worlds[] = {4, 8};
+    int wi;
+    for (wi = 0; wi < (zt_quick() ? 1 : 2); wi++) {
+        zero_result r = zero_local_run(worlds[wi], split_rank, NULL);
+        ZT_CHECKF(r == ZERO_OK, "N=%d: %s", worlds[wi], zero_last_error());
+    }
+}
+
 int main(void)
 {
     {
@@ -378,5 +484,6 @@ int main(void)
     ZT_RUN(test_collectives_vs_local);
     ZT_RUN(test_misuse_and_timeout);
     ZT_RUN(test_churn);
+    ZT_RUN(test_split_and_all_to_all);
     return zt_summary();
 }

@@ -1501,7 +1501,8 @@ ZT_TEST(engine_4_ranks)
 
 /* ---- hierarchical ZeRO on NCCL: MiCS, hpZ, qgZ against the local comm ----
 
-   The same engine run on the NCCL comm (CUDA device) and on the local comm (host device),
+   The same engine run on the NCCL comm and on zero_cuda.h's device comm (CUDA device), and
+   on the local comm (host device),
    at N = 4 as 2 nodes x 2: MiCS (shard groups of 2 at stages 1-3), hpZ (stage 3,
    secondary partition of 2) and qgZ (int4 gradient blocks, stages 2 and 3). Under the
    harness NCCL sums in rank order like the local comm, so the master weights must be the
@@ -1517,10 +1518,12 @@ static double inter_sum(const zero_traffic *t)
 
 static void compare_hier(const char *mode, int stage, int rpn, int mics, int hpz, int qgz, zero_dtype comm_dtype)
 {
+    /* NCCL and zero_cuda.h's device comm, each against the local comm on the host */
+    static const int backends[3] = {B_NCCL, B_GPU_LOCAL, B_HOST_LOCAL};
     eng_cfg c;
-    eng_out *out[2];
-    zero_result rc[2];
-    int s, k, b, differ = 0;
+    eng_out *out[3];
+    zero_result rc[3];
+    int s, k, b, o, differ = 0;
     size_t where = 0;
     double worst, tol;
     const char *why = cannot_run(4);
@@ -1534,39 +1537,42 @@ static void compare_hier(const char *mode, int stage, int rpn, int mics, int hpz
     c.comm_dtype = comm_dtype;
     c.lr = 1e-3f;
     c.rpn = rpn, c.mics = mics, c.hpz = hpz, c.qgz = qgz;
-    for (b = 0; b < 2; b++) {
-        c.backend = b == 0 ? B_NCCL : B_HOST_LOCAL;
+    for (b = 0; b < 3; b++) {
+        c.backend = backends[b];
         out[b] = engine_run(&c, &rc[b]);
         ZT_CHECKF(rc[b] == ZERO_OK, "%s stage %d over the %s: %s", mode, stage, k_backend[c.backend], out[b]->err);
     }
-    if (rc[0] == ZERO_OK && rc[1] == ZERO_OK) {
-        worst = engine_diff(out[0], out[1], &where, &differ);
+    for (o = 0; o < 2; o++) {
+        const char *name = k_backend[backends[o]];
+        if (rc[o] != ZERO_OK || rc[2] != ZERO_OK) continue;
+        worst = engine_diff(out[o], out[2], &where, &differ);
 #ifdef CUDASIM
         tol = 0.0;
-        ZT_CHECKF(differ == 0, "%s stage %d: %d master weights differ from the local comm's (worst %.3g at [%zu])",
-                  mode, stage, differ, worst, where);
+        ZT_CHECKF(differ == 0, "%s stage %d: %d master weights on the %s differ from the local comm's (worst %.3g at [%zu])",
+                  mode, stage, differ, name, worst, where);
 #else
         tol = 1e-6 + c.steps * (double)c.lr * (qgz ? 1e-4 : 4e-3);
 #endif
-        ZT_CHECKF(worst <= tol, "%s stage %d: worst |nccl - local| %.3g at [%zu] (tol %.3g)", mode, stage, worst, where,
-                  tol);
+        ZT_CHECKF(worst <= tol, "%s stage %d: worst |%s - local| %.3g at [%zu] (tol %.3g)", mode, stage, name, worst,
+                  where, tol);
         for (k = 0; k < c.world; k++) /* the counters see the same collectives on either comm */
-            ZT_CHECKF(memcmp(&out[0]->traffic[k], &out[1]->traffic[k], sizeof out[0]->traffic[k]) == 0,
-                      "%s stage %d rank %d: traffic counters differ (inter-node bytes %.0f on NCCL, %.0f on the "
+            ZT_CHECKF(memcmp(&out[o]->traffic[k], &out[2]->traffic[k], sizeof out[o]->traffic[k]) == 0,
+                      "%s stage %d rank %d: traffic counters differ (inter-node bytes %.0f on the %s, %.0f on the "
                       "local comm)",
-                      mode, stage, k, inter_sum(&out[0]->traffic[k]), inter_sum(&out[1]->traffic[k]));
+                      mode, stage, k, inter_sum(&out[o]->traffic[k]), name, inter_sum(&out[2]->traffic[k]));
         for (s = 0; s < c.steps; s++)
             for (k = 0; k < c.world; k++) {
-                const zero_step_info *x = &out[0]->info[k][s], *y = &out[1]->info[k][s];
-                ZT_CHECKF(x->skipped == y->skipped && x->loss_scale == y->loss_scale, "%s step %d rank %d", mode, s, k);
+                const zero_step_info *x = &out[o]->info[k][s], *y = &out[2]->info[k][s];
+                ZT_CHECKF(x->skipped == y->skipped && x->loss_scale == y->loss_scale, "%s step %d rank %d (%s)", mode,
+                          s, k, name);
 #ifdef CUDASIM
                 ZT_CHECKF(memcmp(&x->grad_norm, &y->grad_norm, sizeof x->grad_norm) == 0,
-                          "%s step %d rank %d: norm %.9g (nccl) vs %.9g (local)", mode, s, k, (double)x->grad_norm,
-                          (double)y->grad_norm);
+                          "%s step %d rank %d: norm %.9g (%s) vs %.9g (local)", mode, s, k, (double)x->grad_norm,
+                          name, (double)y->grad_norm);
 #endif
             }
     }
-    for (b = 0; b < 2; b++) engine_free(out[b]);
+    for (b = 0; b < 3; b++) engine_free(out[b]);
 }
 
 ZT_TEST(engine_mics_4_ranks)
