@@ -15,6 +15,7 @@
 #   make bench / bench-cuda
 #   make mpi           zero_mpi.h: build/train_mlp_mpi, the MPI tests and bench (skips without mpicc)
 #   make test-mpi      the MPI tests under mpirun with 2, 3 and 4 processes (one skip line without MPI)
+#   make test-mpi-asan the MPI tests built with ASan + UBSan, 2 and 4 processes
 #   make bench-mpi     zero_mpi.h's collectives vs the MPI library's, 4 processes (docs/BENCHMARKS.md)
 CC      ?= cc
 CXX     ?= c++
@@ -41,7 +42,7 @@ TOOLS    := build/zero-estimate build/zero-ckpt
 
 .PHONY: test-cuda-sim cudasim-run print-cudasim-tsan
 .PHONY: all test test-long demo demo-mlp test-gpt2 test-sanitize test-tsan compile-tests cuda test-cuda sanitize-cuda bench bench-cuda clean \
-        print-nccl mpi test-mpi bench-mpi test-ckpt-kill fuzz test-safetensors-py
+        print-nccl mpi test-mpi test-mpi-asan bench-mpi test-ckpt-kill fuzz test-safetensors-py
 all: $(TESTS) $(EXAMPLES) $(BENCHES) $(TOOLS)
 
 build build/san build/compile build/cuda:
@@ -492,6 +493,24 @@ test-mpi:
 	   echo "0 passed, 0 failed, $(words $(MPI_RUNS) $(MPI_SCRIPTS)) skipped"; \
 	 else $(MAKE) --no-print-directory $(MPI_RUNS) build/train_mlp build/train_mlp_mpi build/train_gpt2 build/train_gpt2_mpi && \
 	   MPIRUN="$(MPIRUN)" MPIRUN_FLAGS="$(MPIRUN_FLAGS)" MPI_NP="$(MPI_NP)" bash tests/run.sh $(MPI_RUNS) $(MPI_SCRIPTS); fi
+
+# make test-mpi-asan: the MPI tests built with ASan + UBSan, at 2 and 4 processes (ZT_QUICK
+# sizes). Open MPI keeps its allocations to the end by design, so leak checks are off.
+MPI_ASAN_NP ?= 2 4
+MPI_ASAN_TESTS := $(patsubst tests/mpi/%.c,build/mpi-asan/%,$(MPI_TEST_SRC))
+MPI_ASAN_RUNS := $(foreach t,$(MPI_ASAN_TESTS),$(foreach n,$(MPI_ASAN_NP),$(t).np$(n)))
+build/mpi-asan:
+	@mkdir -p $@
+build/mpi-asan/test_mpi_%: tests/mpi/test_mpi_%.c $(HEADERS) zero_mpi.h $(wildcard tests/*.h tests/mpi/*.h) | build/mpi-asan
+	$(MPICC) $(SAN_FLAGS) $< -o $@ $(LDLIBS)
+build/mpi-asan/test_mpi_pieces: tests/mpi/test_mpi_comm.c
+$(foreach t,$(MPI_ASAN_TESTS),$(foreach n,$(MPI_ASAN_NP),$(eval $(call MPI_WRAPPER,$(t),$(n)))))
+
+test-mpi-asan:
+	@if ! $(HAVE_MPI); then echo "test-mpi-asan: skipped: $(MPICC)/$(MPIRUN) not found"; \
+	   echo "0 passed, 0 failed, $(words $(MPI_ASAN_RUNS)) skipped"; \
+	 else $(MAKE) --no-print-directory $(PAR) $(MPI_ASAN_RUNS) && \
+	   ZT_QUICK=1 ASAN_OPTIONS=detect_leaks=0 bash tests/run.sh $(MPI_ASAN_RUNS); fi
 
 bench-mpi: mpi
 	@if $(HAVE_MPI); then env $(MPI_ENV) $(MPIRUN) $(MPIRUN_FLAGS) -np 4 build/mpi/bench_mpi; fi
