@@ -12,6 +12,8 @@
 #   every step's loss within the bound of docs/gpt2_cuda.md ("Under the harness"), also with
 #   --lr-embed and the AdamW flags away from their defaults (which must change the run),
 #   and --sample's text equal to the CPU example's; --freeze and --dropout 0.1 refused;
+# - 4 ranks as 2 nodes x 2: hpZ, MiCS, qgZ int8, --offload-ratio and the delayed update
+#   reach the engine and give the CPU example's losses; hpZ and the ratio the plain bits;
 # - examples/train_gpu.cu (one process: its ranks are a launcher's processes, which the
 #   harness cannot join) at stages 0-3, f16 and bf16: exit 0 and the same printed losses
 #   at every stage.
@@ -105,6 +107,42 @@ for f in "--freeze wte" "--dropout 0.1"; do
   if [ "$rc" = 2 ] && grep -q "CPU example" "$tmp/ref.out"; then ok "train_gpt2.cu $f: refused (exit 2), naming the CPU example"
   else bad "train_gpt2.cu $f: exit $rc" "$tmp/ref.out"; fi
 done
+
+# beyond one node and adaptive offload, on the device comm (4 ranks as 2 nodes x 2): the
+# flags reach the engine (its memory lines or the losses differ from the plain run's; the
+# CPU example with the same flags within the f32 bound) and the exact ones keep the plain
+# run's bits (hpZ, --offload-ratio); --offload-activations refused
+if [ -x build/train_gpt2 ]; then
+  H="$G --batch 4 --steps 8 --stage 3 --ranks 4 --ranks-per-node 2"
+  # shellcheck disable=SC2086
+  "$D/train_gpt2" $H --log "$tmp/hp.csv" > "$tmp/hp.out" 2>&1
+  for f in "--hpz-partition-size 2" "--mics-shard-size 2" "--quantized-gradients 8" \
+           "--offload-optimizer cpu --offload-ratio 0.5" "--offload-optimizer cpu --delayed-update-after 2"; do
+    # shellcheck disable=SC2086
+    "$D/train_gpt2" $H $f --log "$tmp/hg.csv" > "$tmp/hg.out" 2>&1; g=$?
+    # shellcheck disable=SC2086
+    build/train_gpt2 $H $f --log "$tmp/hc.csv" > "$tmp/hc.out" 2>&1
+    worst=$(paste -d, "$tmp/hg.csv" "$tmp/hc.csv" | awk -F, '
+      NR > 1 { d = $2 - $7; if (d < 0) d = -d; r = d / ($7 < 0 ? -$7 : $7); if (r > w) w = r; n++ }
+      END { if (n != 8) print "rows " n; else printf "%.3g%s\n", w, (w <= 1e-5 ? "" : " over 1e-5") }')
+    same=""
+    # it reached the engine: the memory lines or the losses differ from the plain run's
+    grep '^rank 0 ' "$tmp/hg.out" > "$tmp/hg.mem"; grep '^rank 0 ' "$tmp/hp.out" > "$tmp/hp.mem"
+    if cmp -s "$tmp/hg.mem" "$tmp/hp.mem" && cmp -s "$tmp/hg.csv" "$tmp/hp.csv"; then worst="$worst, not reaching the engine"; fi
+    case "$f" in
+      --hpz*|*ratio*) if [ "$(sum_of "$tmp/hg.out")" = "$(sum_of "$tmp/hp.out")" ] && cmp -s "$tmp/hg.csv" "$tmp/hp.csv"
+                      then same=", the plain run's bits"; else worst="$worst, not the plain run's bits"; fi ;;
+    esac
+    case "$g $worst" in
+      0\ *over*|0\ *rows*|0\ *not*|[1-9]*) bad "train_gpt2.cu $f (exit $g): $worst" "$tmp/hg.out" ;;
+      *) ok "train_gpt2.cu 2 x 2 $f: the CPU example's losses within $worst (bound 1e-5)$same" ;;
+    esac
+  done
+fi
+# shellcheck disable=SC2086
+"$D/train_gpt2" $G --offload-activations cpu > "$tmp/ref.out" 2>&1; rc=$?
+if [ "$rc" = 2 ] && grep -q "CPU example" "$tmp/ref.out"; then ok "train_gpt2.cu --offload-activations: refused (exit 2), naming the CPU example"
+else bad "train_gpt2.cu --offload-activations: exit $rc" "$tmp/ref.out"; fi
 
 # --sample: each token one forward of a single sequence (B = 1); the text equals the CPU
 # example's (the same draws from logits that differ in their last bits only)
