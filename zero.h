@@ -1322,8 +1322,11 @@ ZERODEF zero_result zero_adam_coefs_make_lr(zero_adam_coefs *out, const zero_ada
    chunks starting at multiples of 64 elements (at most 256 threads, never more than there
    are chunks); a thread that cannot be started has its chunk run on the calling thread.
    Every path and thread count gives the same bits for finite inputs (NaN payloads may
-   differ). Errors: INVALID_ARGUMENT for a NULL range/coefs, a NULL buffer with numel > 0,
-   a dtype outside the above, an unknown simd or threads < 0; nothing is written then.
+   differ). A range larger than the last-level cache gets its param copy by streaming
+   (non-temporal) stores on the AVX2 path, fenced before the call returns: the copy is in
+   memory for any thread or device that reads it next. Errors: INVALID_ARGUMENT for a NULL
+   range/coefs, a NULL buffer with numel > 0, a dtype outside the above, an unknown simd or
+   threads < 0; nothing is written then.
    The implementation refuses -ffast-math (#error): it allows approximate division/sqrt. */
 ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam_coefs *coefs,
                                    float grad_mul, zero_simd simd, int threads);
