@@ -532,7 +532,7 @@ ZT_TEST(param_copy_is_the_master_converted_streamed_or_not)
     float *m0 = (float *)malloc(n * sizeof(float)), *mast = (float *)malloc(n * sizeof(float));
     float *m = (float *)calloc(n, sizeof(float)), *v = (float *)calloc(n, sizeof(float));
     float *g = (float *)calloc(n, sizeof(float)), *ref = (float *)malloc(n * sizeof(float));
-    unsigned char *raw = (unsigned char *)malloc(n * 4 + 128), *ref_param = (unsigned char *)malloc(n * 4);
+    unsigned char *raw = (unsigned char *)malloc(n * 4 + 64 + 18 * 4), *ref_param = (unsigned char *)malloc(n * 4);
     size_t i;
     int p, pi, stream, off, th, runs = 0;
     zero_adam_coefs c;
