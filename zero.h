@@ -1341,8 +1341,11 @@ ZERODEF zero_result zero_adam_coefs_make_lr(zero_adam_coefs *out, const zero_ada
    chunks starting at multiples of 64 elements (at most 256 threads, never more than there
    are chunks); a thread that cannot be started has its chunk run on the calling thread.
    Every path and thread count gives the same bits for finite inputs (NaN payloads may
-   differ). Errors: INVALID_ARGUMENT for a NULL range/coefs, a NULL buffer with numel > 0,
-   a dtype outside the above, an unknown simd or threads < 0; nothing is written then.
+   differ). A range larger than the last-level cache gets its param copy by streaming
+   (non-temporal) stores on the AVX2 path, fenced before the call returns: the copy is in
+   memory for any thread or device that reads it next. Errors: INVALID_ARGUMENT for a NULL
+   range/coefs, a NULL buffer with numel > 0, a dtype outside the above, an unknown simd or
+   threads < 0; nothing is written then.
    The implementation refuses -ffast-math (#error): it allows approximate division/sqrt. */
 ZERODEF zero_result zero_adam_host(const zero_adam_range *range, const zero_adam_coefs *coefs,
                                    float grad_mul, zero_simd simd, int threads);
@@ -3071,6 +3074,42 @@ static zero_simd zero__simd_cpu(void)
 #endif
 }
 
+/* The last-level cache's size in bytes, 0 where unknown: CPUID's deterministic cache
+   parameters (leaf 0x8000001d on AMD with TOPOEXT, leaf 4 on Intel: the same layout),
+   the largest level's ways x partitions x line x sets. Cached as above ((size_t)-1 for
+   unknown). */
+#ifdef ZERO__X86_SIMD
+static size_t zero__llc_bytes(void)
+{
+    static size_t cached; /* 0 = not yet known */
+    size_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v == 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0, leaf = 0, sub, level = 0;
+        size_t best = 0;
+        if (__get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 22)) &&
+            __get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x8000001du)
+            leaf = 0x8000001du;
+        else if (__get_cpuid(0, &a, &b, &c, &d) && a >= 4)
+            leaf = 4;
+        for (sub = 0; leaf && sub < 16; sub++) {
+            size_t bytes;
+            __cpuid_count(leaf, sub, a, b, c, d);
+            if ((a & 31u) == 0) break; /* no more caches */
+            if ((a & 31u) == 2) continue; /* an instruction cache */
+            bytes = (size_t)((b >> 22) + 1) * (((b >> 12) & 0x3ffu) + 1) * ((b & 0xfffu) + 1) *
+                    ((size_t)c + 1);
+            if (((a >> 5) & 7u) >= level) {
+                level = (a >> 5) & 7u;
+                best = bytes;
+            }
+        }
+        v = best ? best : (size_t)-1;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v == (size_t)-1 ? 0 : v;
+}
+#endif
+
 ZERODEF zero_simd zero_simd_detect(void)
 {
     zero_simd cpu = zero__simd_cpu(), want = cpu;
@@ -3113,20 +3152,56 @@ ZERO__AVX2 static inline void zero__st_f16x8_avx2(void *dst, __m256 x)
     _mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(x, 0));
 }
 
-ZERO__AVX2 static inline void zero__st_bf16x8_avx2(void *dst, __m256 x)
+/* fp32 -> bf16 round to nearest even, in place in 32-bit lanes: the bf16 bits are each
+   lane's high half. RNE adds 0x7fff + the kept lsb; the _nan form keeps a NaN's bits with
+   the quiet bit set instead (a NaN is unordered with itself). The plain form is for lanes
+   known not to be NaN: its bias, 0x7fff or 0x8000, is picked by one blend on the lsb
+   shifted to the sign bit (3 operations where the _nan form takes 7). */
+ZERO__AVX2 static inline __m256i zero__bf16_rne_nan_avx2(__m256 x)
 {
-    /* RNE: add 0x7fff + the kept lsb, keep the high half; NaN (unordered with itself)
-       keeps its bits with the quiet bit set. The high halves are gathered with one byte
-       shuffle (bytes 2-3 of each element to the low 8 bytes of each lane) and one
-       quadword permute: 7 operations and a 16-byte store a vector. */
-    const __m256i take_high = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
-                                               2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
     __m256i b = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
     __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
     __m256 q = _mm256_castsi256_ps(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)));
-    r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), q, nan));
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), q, nan));
+}
+
+ZERO__AVX2 static inline __m256i zero__bf16_rne_avx2(__m256 x)
+{
+    __m256i b = _mm256_castps_si256(x);
+    __m256 bias = _mm256_blendv_ps(_mm256_castsi256_ps(_mm256_set1_epi32(0x7fff)),
+                                   _mm256_castsi256_ps(_mm256_set1_epi32(0x8000)),
+                                   _mm256_castsi256_ps(_mm256_slli_epi32(b, 15)));
+    return _mm256_add_epi32(b, _mm256_castps_si256(bias));
+}
+
+/* Two vectors -> 16 bf16 in element order (a's 8, then b's): 6 operations a vector when
+   neither holds a NaN (one unordered compare of a with b tells), the high halves packed
+   pairwise and the quadwords put back in order by one permute. */
+ZERO__AVX2 static inline __m256i zero__bf16x16_rne_avx2(__m256 a, __m256 b)
+{
+    __m256i ra, rb;
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) == 0) {
+        ra = zero__bf16_rne_avx2(a);
+        rb = zero__bf16_rne_avx2(b);
+    } else {
+        ra = zero__bf16_rne_nan_avx2(a);
+        rb = zero__bf16_rne_nan_avx2(b);
+    }
+    /* every lane <= 0xffff after the shift: the pack does not saturate */
+    ra = _mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16));
+    return _mm256_permute4x64_epi64(ra, 0xd8); /* a 0-3, b 0-3, a 4-7, b 4-7 -> a, b */
+}
+
+ZERO__AVX2 static inline void zero__st_bf16x8_avx2(void *dst, __m256 x)
+{
+    /* The high halves gathered with one byte shuffle (bytes 2-3 of each element to the
+       low 8 bytes of each lane) and one quadword permute: 9 operations and a 16-byte
+       store a vector. */
+    const __m256i take_high = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i r = zero__bf16_rne_nan_avx2(x);
     r = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, take_high), 0x08); /* quadwords 0, 2 */
     _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(r));
 }
@@ -6889,26 +6964,95 @@ zero__adam_x8_avx2(const zero__adam_k8 *k, __m256 g, __m256 p, __m256 m, __m256 
     return _mm256_fmadd_ps(k->nstep, _mm256_div_ps(mm, denom), pp);
 }
 
+/* Element i's 8-lane step: the gradient loaded as gk, master, m and v loaded, updated and
+   stored; the new master returned for the param copy. */
+ZERO__AVX2 static inline __attribute__((always_inline)) __m256
+zero__adam_step8_avx2(const zero__adam_k8 *k, const void *grad, float *ms, float *m1, float *m2,
+                      size_t i, zero_dtype gk)
+{
+    __m256 g, p, mm, vv;
+    if (gk == ZERO_F16) g = zero__f16x8_to_f32_avx2((const uint16_t *)grad + i);
+    else if (gk == ZERO_BF16) g = zero__bf16x8_to_f32_avx2((const uint16_t *)grad + i);
+    else g = _mm256_loadu_ps((const float *)grad + i);
+    p = zero__adam_x8_avx2(k, g, _mm256_loadu_ps(ms + i), _mm256_loadu_ps(m1 + i), _mm256_loadu_ps(m2 + i),
+                           &mm, &vv);
+    _mm256_storeu_ps(ms + i, p);
+    _mm256_storeu_ps(m1 + i, mm);
+    _mm256_storeu_ps(m2 + i, vv);
+    return p;
+}
+
+/* Whether a range streams its param copy past the cache (non-temporal stores): when one
+   pass moves more bytes than the last-level cache holds, the copy would be evicted before
+   anyone reads it, and an ordinary store would first read each of its lines (write-
+   allocate: 2 of the 30 bytes a parameter with fp16 grads and params). Master, m and v
+   are stored normally: their lines were just read, a streaming store would evict them
+   (measured 5x slower on AMD Zen). */
+static size_t zero__adam_stream_bytes; /* test hook: nonzero replaces the cache size */
+
+static int zero__adam_streams(const zero_adam_range *r)
+{
+    size_t llc = zero__adam_stream_bytes ? zero__adam_stream_bytes : zero__llc_bytes();
+    size_t per = 12u + zero_dtype_size(r->grad_dtype) + (r->param ? zero_dtype_size(r->param_dtype) : 0u);
+    return r->param && llc > 0 && r->numel > llc / per;
+}
+
 ZERO__AVX2 static inline __attribute__((always_inline)) void
 zero__adam_avx2_body(const zero_adam_range *r, const zero_adam_coefs *c, float grad_mul,
                      size_t *pi, size_t end, zero_dtype gk, zero_dtype pk)
 {
     const zero__adam_k8 k = zero__adam_k8_make(c, grad_mul);
+    /* the range's pointers in locals: stores through them could change *r as far as the
+       compiler can tell, and it would reload all five every vector */
+    const void *grad = r->grad;
+    float *ms = r->master, *m1 = r->m, *m2 = r->v;
+    void *param = r->param;
     size_t i = *pi;
-    for (; i + 8 <= end; i += 8) {
-        __m256 g, p, mm, vv;
-        if (gk == ZERO_F16) g = zero__f16x8_to_f32_avx2((const uint16_t *)r->grad + i);
-        else if (gk == ZERO_BF16) g = zero__bf16x8_to_f32_avx2((const uint16_t *)r->grad + i);
-        else g = _mm256_loadu_ps((const float *)r->grad + i);
-        p = zero__adam_x8_avx2(&k, g, _mm256_loadu_ps(r->master + i), _mm256_loadu_ps(r->m + i),
-                               _mm256_loadu_ps(r->v + i), &mm, &vv);
-        _mm256_storeu_ps(r->master + i, p);
-        _mm256_storeu_ps(r->m + i, mm);
-        _mm256_storeu_ps(r->v + i, vv);
-        if (pk == ZERO_F16) zero__f32_to_f16x8_avx2((uint16_t *)r->param + i, p);
-        else if (pk == ZERO_BF16) zero__f32_to_bf16x8_avx2((uint16_t *)r->param + i, p);
-        else if (pk == ZERO_F32) _mm256_storeu_ps((float *)r->param + i, p);
+    int nt = 0;
+    if (pk != ZERO__ADAM_NO_PARAM && zero__adam_streams(r)) {
+        /* streaming stores take 32-byte aligned addresses: the elements before the first
+           one whose param is aligned go through the scalar loop (the same bits) */
+        size_t es = zero_dtype_size(pk), mis = (uintptr_t)((char *)param + i * es) & 31u;
+        if (mis % es == 0) {
+            size_t head = (32u - mis) % 32u / es;
+            nt = 1;
+            if (head > end - i) head = end - i;
+            zero__adam_scalar(r, c, grad_mul, i, i + head);
+            i += head;
+        }
     }
+    /* 16 elements a step: the param copy of both vectors in one 32-byte store (bf16: the
+       pairwise rounding, 6 operations a vector instead of 9) */
+    for (; i + 16 <= end; i += 16) {
+        __m256 p0 = zero__adam_step8_avx2(&k, grad, ms, m1, m2, i, gk);
+        __m256 p1 = zero__adam_step8_avx2(&k, grad, ms, m1, m2, i + 8, gk);
+        if (pk == ZERO_F32) {
+            float *dst = (float *)param + i;
+            if (nt) {
+                _mm256_stream_ps(dst, p0);
+                _mm256_stream_ps(dst + 8, p1);
+            } else {
+                _mm256_storeu_ps(dst, p0);
+                _mm256_storeu_ps(dst + 8, p1);
+            }
+        } else if (pk == ZERO_F16 || pk == ZERO_BF16) {
+            __m256i h = pk == ZERO_BF16 ? zero__bf16x16_rne_avx2(p0, p1)
+                                        : _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(p0, 0)),
+                                                                  _mm256_cvtps_ph(p1, 0), 1);
+            __m256i *dst = (__m256i *)(void *)((uint16_t *)param + i);
+            if (nt) _mm256_stream_si256(dst, h);
+            else _mm256_storeu_si256(dst, h);
+        }
+    }
+    for (; i + 8 <= end; i += 8) {
+        __m256 p = zero__adam_step8_avx2(&k, grad, ms, m1, m2, i, gk);
+        if (pk == ZERO_F16) zero__f32_to_f16x8_avx2((uint16_t *)param + i, p);
+        else if (pk == ZERO_BF16) zero__f32_to_bf16x8_avx2((uint16_t *)param + i, p);
+        else if (pk == ZERO_F32) _mm256_storeu_ps((float *)param + i, p);
+    }
+    /* streaming stores are weakly ordered: drained before the caller (or the thread that
+       joins this one) lets anyone read the copy */
+    if (nt) _mm_sfence();
     *pi = i;
 }
 

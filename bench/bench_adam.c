@@ -7,7 +7,18 @@
      (b) a naive multi-pass scalar Adam (convert grad, unscale, update m, update v, compute
          the update, apply it, write the param: one noinline function per pass, plain C),
    on 1 and 2 threads. Each figure is the best of several timed passes after a warm-up.
-   Targets: fused >= 0.8 x triad bandwidth, >= 4 x naive. */
+   Targets: fused >= 0.8 x triad bandwidth, >= 4 x naive.
+
+   Then, at one thread and 64K to 16M parameters (in and out of the last-level cache), the
+   fused pass with fp16 and with bf16 params beside a STREAM-like copy (b[i] = a[i], fp32,
+   16M elements: 8 bytes an element with streaming stores, 12 with ordinary ones, whose
+   write-allocate reads b first), the bandwidth a single core reaches here. Bytes a
+   parameter of the fused pass: 28 where the param copy is streamed (past the last-level
+   cache), else 30 (its write-allocate); DeepSpeed's step + copy moves 36 (its fp32 step
+   reads p, g, m, v and writes p, m, v: 28; the copy reads p and writes the 16-bit param,
+   with its write-allocate: 8), so at equal bandwidth zero's pass is 36/28 = 1.29x faster,
+   and more only where the other pass leaves bandwidth unused (bench/torch_adamw_cpu.py
+   measures that ratio). */
 #define ZERO_IMPLEMENTATION
 #include "zero.h"
 
@@ -261,6 +272,95 @@ static double naive_seconds(state *s, size_t n, const zero_adam_coefs *c, int th
     return best;
 }
 
+/* ---- STREAM-like copy, one thread ----------------------------------------------------------- */
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+/* b = a over n floats (64-byte aligned); streamed: non-temporal stores (where the build
+   has AVX; otherwise returns 0 and the caller prints a dash). The best of REPS passes. */
+static double copy_seconds(float *b, const float *a, size_t n, int streamed)
+{
+    double t0, best = 1e30;
+    int rep;
+#if !defined(__AVX__)
+    if (streamed) return 0.0;
+#endif
+    for (rep = 0; rep <= REPS; rep++) {
+        size_t i;
+        t0 = bench_now();
+        if (!streamed) {
+            for (i = 0; i < n; i++) b[i] = a[i];
+        } else {
+#if defined(__AVX__)
+            for (i = 0; i + 8 <= n; i += 8) _mm256_stream_ps(b + i, _mm256_load_ps(a + i));
+            _mm_sfence();
+#endif
+        }
+        t0 = bench_now() - t0;
+        if (rep > 0 && t0 < best) best = t0;
+    }
+    return best;
+}
+
+/* The fused pass over the first n parameters, one thread: seconds a pass, the best of REPS
+   samples of enough passes to fill about 4M parameters. */
+static double fused_sized_seconds(state *s, size_t n, const zero_adam_coefs *c, zero_dtype param_dtype)
+{
+    zero_adam_range r;
+    size_t inner = n < ((size_t)4 << 20) ? ((size_t)4 << 20) / n : 1, k;
+    double t0, best = 1e30;
+    int rep;
+    memset(&r, 0, sizeof r);
+    r.numel = n;
+    r.master = s->master;
+    r.m = s->m;
+    r.v = s->v;
+    r.grad = s->gh;
+    r.grad_dtype = ZERO_F16;
+    r.param = s->ph;
+    r.param_dtype = param_dtype;
+    for (rep = 0; rep <= REPS; rep++) {
+        t0 = bench_now();
+        for (k = 0; k < inner; k++)
+            if (zero_adam_host(&r, c, 1.0f / 1024, ZERO_SIMD_AUTO, 1) != ZERO_OK) {
+                fprintf(stderr, "bench_adam: %s\n", zero_last_error());
+                exit(1);
+            }
+        t0 = (bench_now() - t0) / (double)inner;
+        if (rep > 0 && t0 < best) best = t0;
+    }
+    return best;
+}
+
+static void sizes_table(state *s, float *a, float *b, const zero_adam_coefs *c)
+{
+    static const size_t sizes[] = {(size_t)64 << 10, (size_t)256 << 10, (size_t)1 << 20, (size_t)4 << 20,
+                                   (size_t)16 << 20};
+    size_t llc = zero__llc_bytes(), k;
+    double tc = copy_seconds(b, a, N_PARAMS, 0), tn = copy_seconds(b, a, N_PARAMS, 1);
+    double copy_gbs = 12.0 * (double)N_PARAMS / tc / 1e9, nt_gbs = tn > 0 ? 8.0 * (double)N_PARAMS / tn / 1e9 : 0;
+    char nt_txt[32];
+    if (tn > 0) snprintf(nt_txt, sizeof nt_txt, "%.1f GB/s", nt_gbs);
+    else snprintf(nt_txt, sizeof nt_txt, "-");
+    printf("one thread by size (last-level cache %.0f MiB): STREAM-like copy of %zu floats: %.1f GB/s "
+           "with ordinary stores (12 bytes an element with the write-allocate), %s streamed (8)\n",
+           (double)llc / 1048576.0, (size_t)N_PARAMS, copy_gbs, nt_txt);
+    printf("%10s %6s %11s %11s %11s %11s %12s\n", "params", "bytes", "f16 ms", "f16 GB/s", "bf16 ms",
+           "bf16/f16", "f16 / copy");
+    for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        int bytes = llc > 0 && n > llc / 30 ? 28 : 30; /* zero_adam_host streams the copy past the LLC */
+        double tf = fused_sized_seconds(s, n, c, ZERO_F16), tb = fused_sized_seconds(s, n, c, ZERO_BF16);
+        double gbs = (double)bytes * (double)n / tf / 1e9;
+        printf("%10zu %6d %11.4f %11.1f %11.4f %10.2fx %11.2fx\n", n, bytes, tf * 1e3, gbs, tb * 1e3, tb / tf,
+               gbs / (nt_gbs > copy_gbs ? nt_gbs : copy_gbs));
+    }
+    printf("f16 / copy: the fused pass's bandwidth over the best copy's; DeepSpeed's step + copy moves 36 "
+           "bytes a parameter: at equal bandwidth zero's pass is 36/28 = 1.29x faster past the cache\n");
+}
+
 int main(void)
 {
     const size_t n = N_PARAMS;
@@ -333,10 +433,11 @@ int main(void)
         }
         free(sb);
     }
-    printf("bf16/f16: the time of the same pass writing bf16 params over the fp16 one (AVX2: a "
-           "7-operation store a vector against F16C's one)\n");
+    printf("bf16/f16: the time of the same pass writing bf16 params over the fp16 one (AVX2: 6 "
+           "operations a vector, two vectors rounded together, against F16C's one)\n");
     printf("triad+wa: the triad's bytes with the write-allocate read of a[] counted (16 per "
            "element); the fused pass writes master/m/v where it just read them\n");
+    sizes_table(&s, tb, ta, &c);
     printf("targets: fused >= 0.80x triad bandwidth, >= 4x naive; total %.1f s\n", bench_now() - t_all0);
     free(s.master);
     free(s.m);

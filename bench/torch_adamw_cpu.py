@@ -10,13 +10,19 @@ The mixed-precision step each library offers on the CPU, per parameter:
   deepspeed   deepspeed.ops.adam.DeepSpeedCPUAdam (adamw_mode) .step() on fp32 params and
               grads, then the same copy (its step has no fused copy in this version);
               skipped with the reason when DeepSpeed or its JIT-built op is missing.
-Each figure is the median of --runs timed steps after --warmup, on --threads threads
-(torch.set_num_threads; DeepSpeed's OpenMP loop follows it). Ratios are times: above 1,
-zero is faster. Before timing, m is checked bit for bit: zero's host Adam and each
-torch.optim.AdamW form (single-tensor, foreach, fused) from the same p, g, m over 5
-steps (zero's m is torch's lerp, docs/optimizer.md).
+Every timed step is interleaved: one repetition runs each variant once, in turn, so that
+load from other processes falls on all of them alike; each figure is the median over --runs
+repetitions after --warmup. Small sizes repeat the step inside one sample (at least ~4M
+elements a sample). At one thread the ratios are taken on the process's CPU time (time
+.process_time: the time another process holds the core is not counted; at one thread
+every library's step runs on this thread), with the wall-clock ratio beside it; at two
+threads on wall-clock time. Ratios are times: above 1, zero is faster. The load average
+(os.getloadavg) is printed with every size. Before timing, m is checked bit for bit: zero's
+host Adam and each torch.optim.AdamW form (single-tensor, foreach, fused) from the same p,
+g, m over 5 steps (zero's m is torch's lerp, docs/optimizer.md).
 
-    python3 bench/torch_adamw_cpu.py [--params 16M] [--threads 1,2] [--runs 7] [--warmup 2]
+    python3 bench/torch_adamw_cpu.py [--params 64K,256K,1M,4M,16M] [--threads 1,2] [--runs 9]
+                                     [--warmup 2]
 """
 import argparse
 import ctypes
@@ -96,26 +102,90 @@ def check_m(lib, torch):
     return lines
 
 
-def median_time(fn, runs, warmup):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+def parse_count(txt):
+    txt = txt.strip().upper()
+    return int(float(txt.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1], 1))
+
+
+def run_size(lib, torch, ds_adam, n, threads, runs, warmup):
+    """Times every variant at n parameters on 'threads' threads, interleaved. Returns
+    {name: (median wall seconds, median CPU seconds)} and DeepSpeed's failure, if any."""
+    gen = torch.Generator().manual_seed(1)
+    p32 = torch.rand(n, generator=gen) * 2 - 1
+    g32 = (torch.rand(n, generator=gen) * 2 - 1) * 1e-2
+    g16 = g32.half()
+    zp, zm, zv = p32.clone(), torch.zeros(n), torch.zeros(n)
+    o16, ob16 = torch.empty(n, dtype=torch.float16), torch.empty(n, dtype=torch.bfloat16)
+    desc = Desc(1, 1e-3, 0.9, 0.999, 1e-8, 0.01)
+    coefs = Coefs()
+
+    def zero_fn(g, g_dtype, out, out_dtype):
+        rng = Range(n, zp.data_ptr(), zm.data_ptr(), zv.data_ptr(), g.data_ptr(), g_dtype, out.data_ptr(),
+                    out_dtype)
+
+        def step():  # the per-step work: the step's constants, then the pass
+            if lib.zero_adam_coefs_make(ctypes.byref(coefs), ctypes.byref(desc), 0.01, 10) != 0 or \
+                    lib.zero_adam_host(ctypes.byref(rng), ctypes.byref(coefs), 1.0, 0, threads) != 0:
+                raise RuntimeError(lib.zero_last_error().decode())
+        return step
+
+    fns = {
+        "zero f16g f16p": zero_fn(g16, F16, o16, F16),
+        "zero f16g bf16p": zero_fn(g16, F16, ob16, BF16),
+        "zero f32g f16p": zero_fn(g32, F32, o16, F16),
+        "zero f32g bf16p": zero_fn(g32, F32, ob16, BF16),
+    }
+    tp = torch.nn.Parameter(p32.clone())
+    tp.grad = g32.clone()
+    topt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=0.01, fused=True)
+
+    def torch_fn(out):
+        def step():
+            with torch.no_grad():
+                topt.step()
+                out.copy_(tp)
+        return step
+    fns["torch f16p"] = torch_fn(o16)
+    fns["torch bf16p"] = torch_fn(ob16)
+    ds_why = ""
+    if ds_adam is not None:
+        try:
+            dp = torch.nn.Parameter(p32.clone())
+            dp.grad = g32.clone()
+            dopt = ds_adam([dp], lr=1e-3, weight_decay=0.01, adamw_mode=True)
+
+            def ds_fn(out):
+                def step():
+                    with torch.no_grad():
+                        dopt.step()
+                        out.copy_(dp)
+                return step
+            fns["ds f16p"] = ds_fn(o16)
+            fns["ds bf16p"] = ds_fn(ob16)
+        except Exception as e:  # noqa: BLE001
+            ds_why = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    inner = max(1, (4 << 20) // n)
+    samples = {k: ([], []) for k in fns}
+    for rep in range(warmup + runs):
+        for k, fn in fns.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(inner):
+                fn()
+            c1, w1 = time.process_time(), time.perf_counter()
+            if rep >= warmup:
+                samples[k][0].append((w1 - w0) / inner)
+                samples[k][1].append((c1 - c0) / inner)
+    return {k: (statistics.median(w), statistics.median(c)) for k, (w, c) in samples.items()}, ds_why
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", default="16M")
+    ap.add_argument("--params", default="64K,256K,1M,4M,16M")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args()
-    txt = args.params.upper()
-    n = int(float(txt.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1], 1))
+    sizes = [parse_count(x) for x in args.params.split(",")]
     try:
         import torch
     except ImportError:
@@ -129,64 +199,31 @@ def main():
         lib = build_zero(tmp)
         for line in check_m(lib, torch):
             print("check:", line)
-        gen = torch.Generator().manual_seed(1)
-        p32 = torch.rand(n, generator=gen) * 2 - 1
-        g32 = (torch.rand(n, generator=gen) * 2 - 1) * 1e-2
-        g16 = g32.half()
-        rows = []
+        print("host AdamW step + half-precision param copy, median of %d interleaved, torch %s, deepspeed %s"
+              % (args.runs, torch.__version__, "not run (%s)" % ds_why if ds_adam is None else
+                 __import__("deepspeed").__version__))
+        print("%-3s %9s %-5s %6s | %10s %10s %10s %10s | %9s %9s %9s | %s" % (
+            "thr", "params", "param", "clock", "zero f16g", "zero f32g", "torch+cp", "ds+cp",
+            "torch/z", "ds/z", "ds/z32", "load 1/5/15 min"))
         for threads in [int(x) for x in args.threads.split(",")]:
             torch.set_num_threads(threads)
-            res = {}
-            zp, zm, zv = p32.clone(), torch.zeros(n), torch.zeros(n)
-            o16, ob16 = torch.empty(n, dtype=torch.float16), torch.empty(n, dtype=torch.bfloat16)
-            res["zero f16g f16p"] = median_time(lambda: zero_step(lib, 10, zp, zm, zv, g16, F16, o16, F16, threads),
-                                                args.runs, args.warmup)
-            res["zero f16g bf16p"] = median_time(lambda: zero_step(lib, 10, zp, zm, zv, g16, F16, ob16, BF16, threads),
-                                                 args.runs, args.warmup)
-            res["zero f32g f16p"] = median_time(lambda: zero_step(lib, 10, zp, zm, zv, g32, F32, o16, F16, threads),
-                                                args.runs, args.warmup)
-            res["zero f32g bf16p"] = median_time(lambda: zero_step(lib, 10, zp, zm, zv, g32, F32, ob16, BF16, threads),
-                                                 args.runs, args.warmup)
-            tp = torch.nn.Parameter(p32.clone())
-            tp.grad = g32.clone()
-            topt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=0.01, fused=True)
-
-            def torch_step(out):
-                with torch.no_grad():
-                    topt.step()
-                    out.copy_(tp)
-            res["torch f16p"] = median_time(lambda: torch_step(o16), args.runs, args.warmup)
-            res["torch bf16p"] = median_time(lambda: torch_step(ob16), args.runs, args.warmup)
-            if ds_adam is not None:
-                try:
-                    dp = torch.nn.Parameter(p32.clone())
-                    dp.grad = g32.clone()
-                    dopt = ds_adam([dp], lr=1e-3, weight_decay=0.01, adamw_mode=True)
-
-                    def ds_step(out):
-                        with torch.no_grad():
-                            dopt.step()
-                            out.copy_(dp)
-                    res["ds f16p"] = median_time(lambda: ds_step(o16), args.runs, args.warmup)
-                    res["ds bf16p"] = median_time(lambda: ds_step(ob16), args.runs, args.warmup)
-                except Exception as e:  # noqa: BLE001
-                    ds_why = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-                    ds_adam = None
-            rows.append((threads, res))
-    print("host AdamW step + half-precision param copy, %d params, median of %d, torch %s, deepspeed %s"
-          % (n, args.runs, torch.__version__, "not run (%s)" % ds_why if ds_adam is None else
-             __import__("deepspeed").__version__))
-    print("%-8s %-6s %9s %9s %9s | %9s %9s | %10s %10s %10s" % ("threads", "param", "zero f16g", "zero f32g",
-                                                               "torch", "deepspeed", "", "torch/zero", "ds/zero",
-                                                               "ds/zero32"))
-    for threads, res in rows:
-        for pk in ("f16p", "bf16p"):
-            z16, z32, t = res["zero f16g " + pk], res["zero f32g " + pk], res["torch " + pk]
-            ds = res.get("ds " + pk)
-            print("%-8d %-6s %8.1fms %8.1fms %8.1fms | %9s %9s | %9.2fx %10s %10s" % (
-                threads, pk[:-1], z16 * 1e3, z32 * 1e3, t * 1e3, "%.1fms" % (ds * 1e3) if ds else "-", "",
-                t / z16, "%.2fx" % (ds / z16) if ds else "-", "%.2fx" % (ds / z32) if ds else "-"))
-    print("ratios: the other's time / zero's (fp16 grads; ds/zero32: zero with fp32 grads, like for like); "
+            for n in sizes:
+                res, why = run_size(lib, torch, ds_adam, n, threads, args.runs, args.warmup)
+                ds_why = ds_why or why
+                load = "%.1f %.1f %.1f" % os.getloadavg()
+                for pk in ("f16p", "bf16p"):
+                    # one thread: CPU time (then wall); two threads: wall only
+                    for clock in ((1, 0) if threads == 1 else (0,)):
+                        z16, z32 = res["zero f16g " + pk][clock], res["zero f32g " + pk][clock]
+                        t, ds = res["torch " + pk][clock], res.get("ds " + pk, (None, None))[clock]
+                        print("%-3d %9d %-5s %6s | %8.3fms %8.3fms %8.3fms %10s | %8.2fx %9s %9s | %s" % (
+                            threads, n, pk[:-1], "cpu" if clock else "wall", z16 * 1e3, z32 * 1e3, t * 1e3,
+                            "%.3fms" % (ds * 1e3) if ds else "-", t / z16,
+                            "%.2fx" % (ds / z16) if ds else "-", "%.2fx" % (ds / z32) if ds else "-", load))
+                sys.stdout.flush()
+    if ds_why:
+        print("deepspeed: %s" % ds_why)
+    print("ratios: the other's time / zero's (fp16 grads; ds/z32: zero with fp32 grads, like for like); "
           "target >= 1.3x DeepSpeed + copy")
 
 

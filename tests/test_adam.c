@@ -3,6 +3,7 @@
    per-step constants, and every error path. */
 #include "zero.h"
 #include "tests/zt.h"
+#include "tests/zt_private.h"
 
 #include <float.h>
 
@@ -488,6 +489,160 @@ ZT_TEST(nonfinite_gradients_give_nan_on_every_path)
     }
 }
 
+/* The param copy from 16 elements a step (a bf16 pair rounded together, 6 operations a
+   vector with a NaN-free fast path) and from streaming stores (forced here at any size; by
+   default only past the last-level cache): whatever the alignment of the copy, the thread
+   count and the path, each param is its master converted by the scalar function, and the
+   streamed run has the same bits as the ordinary one. Zero grads and moments and no decay
+   leave the masters as set (but -0 and inf), so the edge cases of the rounding are hit:
+   ties either way, the carry into the exponent, overflow to inf, subnormals, NaNs. */
+static uint32_t param_bits(const void *param, zero_dtype pd, size_t i)
+{
+    if (pd == ZERO_F32) {
+        uint32_t u;
+        memcpy(&u, (const float *)param + i, 4);
+        return u;
+    }
+    return ((const uint16_t *)param)[i];
+}
+
+static uint32_t master_converted(float x, zero_dtype pd)
+{
+    uint32_t u;
+    if (pd == ZERO_F16) return zero_f32_to_f16(x);
+    if (pd == ZERO_BF16) return zero_f32_to_bf16(x);
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+ZT_TEST(param_copy_is_the_master_converted_streamed_or_not)
+{
+    static const uint32_t edges[] = {
+        0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u, /* ties: down, up (both signs) */
+        0x3f808001u, 0x3f807fffu, 0x3fffffffu, 0x3f7fffffu, /* above, below a tie; carries */
+        0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f7f7fffu, /* overflow to inf, or not */
+        0x00008000u, 0x00018000u, 0x80018000u, 0x00007fffu, /* subnormal ties, below one */
+        0x00000001u, 0x807fffffu, 0x00800000u, 0x80000000u, /* least, largest subnormal */
+        0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, /* inf, NaNs (quiet, signalling) */
+        0xffffffffu, 0x7fbfffffu, 0x477fe000u, 0x477ff000u, /* NaNs; fp16 overflow edges */
+        0x33000000u, 0x33000001u, 0x387fc000u, 0x38800000u  /* fp16 subnormal edges */
+    };
+    static const zero_dtype pds[] = {ZERO_F32, ZERO_F16, ZERO_BF16};
+    const size_t n = 301, nedges = sizeof edges / sizeof edges[0];
+    float *m0 = (float *)malloc(n * sizeof(float)), *mast = (float *)malloc(n * sizeof(float));
+    float *m = (float *)calloc(n, sizeof(float)), *v = (float *)calloc(n, sizeof(float));
+    float *g = (float *)calloc(n, sizeof(float)), *ref = (float *)malloc(n * sizeof(float));
+    unsigned char *raw = (unsigned char *)malloc(n * 4 + 64 + 18 * 4), *ref_param = (unsigned char *)malloc(n * 4);
+    size_t i;
+    int p, pi, stream, off, th, runs = 0;
+    zero_adam_coefs c;
+    ZT_CHECK(m0 && mast && m && v && g && ref && raw && ref_param);
+    if (!(m0 && mast && m && v && g && ref && raw && ref_param)) goto done;
+    find_paths();
+    make_coefs(&c, ZERO_ADAMW, 0.0f, 1);
+    zt_seed(31);
+    for (i = 0; i < n; i++) {
+        uint32_t u = i < 2 * nedges ? edges[i % nedges] : (uint32_t)zt_rand64();
+        memcpy(&m0[i], &u, 4);
+    }
+    for (p = 0; p < g_num_paths; p++)
+        for (pi = 0; pi < 3; pi++) {
+            size_t ps = zero_dtype_size(pds[pi]);
+            for (stream = 0; stream <= 1; stream++)
+                for (off = 0; off <= 17; off++)
+                    for (th = 1; th <= 3; th += 2) {
+                        /* the copy starts off elements past a 64-byte boundary */
+                        unsigned char *param = raw + (64 - (uintptr_t)raw % 64) + (size_t)off * ps;
+                        zero_adam_range r;
+                        memset(&r, 0, sizeof r);
+                        memcpy(mast, m0, n * sizeof(float));
+                        memset(m, 0, n * sizeof(float));
+                        memset(v, 0, n * sizeof(float));
+                        memset(param, 0xa5, n * ps);
+                        r.numel = n;
+                        r.master = mast;
+                        r.m = m;
+                        r.v = v;
+                        r.grad = g;
+                        r.grad_dtype = ZERO_F32;
+                        r.param = param;
+                        r.param_dtype = pds[pi];
+                        zt_set_adam_stream_bytes(stream ? 1 : 0);
+                        ZT_CHECK(zero_adam_host(&r, &c, 1.0f, g_paths[p], th) == ZERO_OK);
+                        zt_set_adam_stream_bytes(0);
+                        for (i = 0; i < n; i++)
+                            if (param_bits(param, pds[pi], i) != master_converted(mast[i], pds[pi])) break;
+                        ZT_CHECKF(i == n, "%s param %s stream %d offset %d threads %d: element %zu "
+                                  "master 0x%08x (was 0x%08x) param 0x%x, converted 0x%x",
+                                  zero_simd_name(g_paths[p]), zero_dtype_name(pds[pi]), stream, off, th,
+                                  i, i < n ? (unsigned)master_converted(mast[i], ZERO_F32) : 0u,
+                                  i < n ? (unsigned)master_converted(m0[i], ZERO_F32) : 0u,
+                                  i < n ? (unsigned)param_bits(param, pds[pi], i) : 0u,
+                                  i < n ? (unsigned)master_converted(mast[i], pds[pi]) : 0u);
+                        if (stream == 0 && off == 0 && th == 1) { /* this path's reference */
+                            memcpy(ref, mast, n * sizeof(float));
+                            memcpy(ref_param, param, n * ps);
+                        } else {
+                            ZT_CHECKF(memcmp(ref, mast, n * sizeof(float)) == 0 &&
+                                          memcmp(ref_param, param, n * ps) == 0,
+                                      "%s param %s stream %d offset %d threads %d: other bits",
+                                      zero_simd_name(g_paths[p]), zero_dtype_name(pds[pi]), stream, off, th);
+                        }
+                        runs++;
+                    }
+        }
+    printf("  %d runs x %zu elements (%zu edge patterns)\n", runs, n, nedges);
+done:
+    free(m0);
+    free(mast);
+    free(m);
+    free(v);
+    free(g);
+    free(ref);
+    free(raw);
+    free(ref_param);
+}
+
+/* Streaming stores on real updates: every path with the copy streamed (forced) gives the
+   bits of the portable loop, at any thread count. */
+ZT_TEST(streamed_param_copy_gives_identical_bits)
+{
+    static const zero_dtype gds[] = {ZERO_F32, ZERO_F16, ZERO_BF16};
+    static const zero_dtype pds[] = {ZERO_F32, ZERO_F16, ZERO_BF16};
+    size_t n = zt_quick() ? 3001 : 40009;
+    int gi, pi, p, th;
+    find_paths();
+    zt_seed(6);
+    for (gi = 0; gi < 3; gi++)
+        for (pi = 0; pi < 3; pi++) {
+            bufs base, first;
+            zero_adam_coefs c;
+            zero_adam_range r;
+            bufs_alloc(&base, n, gds[gi], pds[pi]);
+            fill_state(&base, 0);
+            fill_grads(&base, 100.0);
+            make_coefs(&c, pi % 2 ? ZERO_ADAM : ZERO_ADAMW, 0.05f, 3 + gi);
+            bufs_copy(&first, &base);
+            r = bufs_range(&first);
+            ZT_CHECK(zero_adam_host(&r, &c, 0.01f, ZERO_SIMD_PORTABLE, 1) == ZERO_OK);
+            for (p = 0; p < g_num_paths; p++)
+                for (th = 1; th <= 3; th++) {
+                    bufs b;
+                    bufs_copy(&b, &base);
+                    r = bufs_range(&b);
+                    zt_set_adam_stream_bytes(1);
+                    ZT_CHECK(zero_adam_host(&r, &c, 0.01f, g_paths[p], th) == ZERO_OK);
+                    zt_set_adam_stream_bytes(0);
+                    ZT_CHECKF(bufs_same(&first, &b, 0, 0, n), "grad %s param %s: %s threads %d",
+                              zero_dtype_name(gds[gi]), zero_dtype_name(pds[pi]),
+                              zero_simd_name(g_paths[p]), th);
+                    bufs_free(&b);
+                }
+            bufs_free(&first);
+            bufs_free(&base);
+        }
+}
+
 /* ---- coefficients ---------------------------------------------------------------------------- */
 
 ZT_TEST(coefs_are_the_double_formulas_rounded_once)
@@ -957,6 +1112,8 @@ int main(void)
     ZT_RUN(paths_and_thread_counts_give_identical_bits);
     ZT_RUN(element_update_does_not_depend_on_its_offset);
     ZT_RUN(nonfinite_gradients_give_nan_on_every_path);
+    ZT_RUN(param_copy_is_the_master_converted_streamed_or_not);
+    ZT_RUN(streamed_param_copy_gives_identical_bits);
     ZT_RUN(coefs_are_the_double_formulas_rounded_once);
     ZT_RUN(desc_and_coefs_errors_name_the_field);
     ZT_RUN(host_errors_write_nothing);

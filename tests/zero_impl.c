@@ -24,3 +24,11 @@ void *zt_alloc(const zero_allocator *a, size_t bytes) { return zero__alloc(a, by
 void zt_free(const zero_allocator *a, void *ptr) { zero__free(a, ptr); }
 int zt_mul_size(size_t n, size_t size, size_t *out) { return zero__mul_size(n, size, out); }
 int zt_add_size(size_t a, size_t b, size_t *out) { return zero__add_size(a, b, out); }
+void zt_set_adam_stream_bytes(size_t bytes)
+{
+#ifdef ZERO__X86_SIMD
+    zero__adam_stream_bytes = bytes;
+#else
+    (void)bytes;
+#endif
+}

@@ -14,4 +14,7 @@ void *zt_alloc(const zero_allocator *a, size_t bytes);
 void zt_free(const zero_allocator *a, void *ptr);
 int zt_mul_size(size_t n, size_t size, size_t *out);
 int zt_add_size(size_t a, size_t b, size_t *out);
+/* The host Adam streams its param copy (non-temporal stores) when a range moves more than
+   'bytes' (0: the last-level cache's size, the default). */
+void zt_set_adam_stream_bytes(size_t bytes);
 #endif
