@@ -7525,7 +7525,9 @@ static uint32_t zero__crc_x2k[64];    /* x^(2^k) mod P                          
 static uint32_t zero__crc_lane1;      /* x^(8 ZERO__CRC_LANE) mod P             */
 static uint32_t zero__crc_lane2;      /* x^(16 ZERO__CRC_LANE) mod P            */
 static pthread_once_t zero__crc_once = PTHREAD_ONCE_INIT;
-static int zero__crc_hw;
+#ifdef ZERO__X86_SIMD
+static int zero__crc_hw; /* SSE4.2's crc32 instruction (x86-64 only) */
+#endif
 
 /* a b mod P (reflected). */
 static uint32_t zero__crc_mul(uint32_t a, uint32_t b)
