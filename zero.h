@@ -18106,41 +18106,454 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
     zero__ck_u32(b, 0);
 }
 
-/* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync). */
+/* ---- the shard file's writer ------------------------------------------------------------------
+   A save writes its shard file as four streams at once: a group's master, m, v and params
+   sections, chunk by chunk (zero__ck_write_shard). Where the file system takes O_DIRECT
+   (set on the temporary with fcntl once it is created and preallocated), each chunk is
+   staged in one of ZERO__CK_WBUFS aligned buffers at its offset within its 4 KiB block,
+   behind the stream's partial block carried over from its previous chunk: the blocks wholly
+   inside one section go to the disk from there, on ZERO__CK_WTHREADS writer threads, which
+   also take each chunk's CRC32C (joined per section with zero_crc32c_combine, in file
+   order, as the buffers are reclaimed); the blocks where sections meet, and the header's,
+   are assembled apart (edge blocks) and written as soon as every byte of them has arrived;
+   the file's last block is written whole and the file truncated to its size. Where O_DIRECT
+   is refused (EINVAL), or with zero__ck_direct_off set, the bytes go at their offsets with
+   buffered pwrites from one staging buffer and the CRC is taken on the caller's thread. The
+   bytes are the same either way (tests/test_checkpoint.c compares the files). Host memory:
+   ZERO__CK_WBUFS x (4 MiB + 4 KiB) of staging (O_DIRECT) or one 4 MiB buffer (buffered),
+   four 4 KiB carry blocks and the edge blocks (the header's, ceil(header / 4 KiB) + 1, and
+   at most about five more at once). */
+#define ZERO__CK_WBUF ((size_t)4 << 20) /* bytes of one chunk of one section */
+#define ZERO__CK_WBUFS 4
+#define ZERO__CK_WTHREADS 2
+
+/* Test hooks: zero__ck_direct_off forces the buffered path (as a refused O_DIRECT would);
+   zero__ck_direct_used is 1 after a shard file was written with O_DIRECT, 0 buffered. */
+static int zero__ck_direct_off;
+static int zero__ck_direct_used;
+
+typedef struct zero__ck_wjob {
+    unsigned char *buf;         /* ZERO__CK_WBUF + ZERO_IO_ALIGN bytes, aligned */
+    const unsigned char *data;  /* the chunk's bytes: its CRC32C */
+    size_t data_n;
+    const unsigned char *wp;    /* the whole blocks it writes, at file offset woff */
+    size_t wn;
+    uint64_t woff;
+    uint32_t crc, *acc;         /* joined into *acc when the buffer is reclaimed */
+    int done, err;              /* err: errno of a failed write at byte err_at */
+    uint64_t err_at;
+} zero__ck_wjob;
+
+typedef struct zero__ck_edge {
+    uint64_t block;
+    size_t filled;
+    unsigned char *p;
+} zero__ck_edge;
+
+typedef struct zero__ck_writer {
+    const zero_allocator *alloc;
+    int fd, direct;
+    const char *path;   /* the temporary (errors, the fault hook) */
+    uint64_t size;      /* the file's bytes */
+    unsigned char *chunk; /* buffered: the one staging buffer */
+    zero__ck_wjob jobs[ZERO__CK_WBUFS];
+    uint64_t next, reclaimed, run; /* jobs filled, reclaimed, taken by a thread (counts) */
+    int nth, stop, sync_made;
+#if defined(__linux__)
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t th[ZERO__CK_WTHREADS];
+#endif
+    unsigned char *carry;  /* 4 x ZERO_IO_ALIGN: each stream's partial block */
+    uint64_t carry_end[4]; /* where the stream's staged bytes end (file offset) */
+    int cur;               /* the chunk being filled: stream, offset, its section */
+    uint64_t cur_off, sec_lo, sec_hi;
+    zero__ck_edge *edges;
+    unsigned char *edge_mem;
+    size_t nedges, cap;
+} zero__ck_writer;
+
+static zero_result zero__ck_w_write(zero__ck_writer *w, const unsigned char *p, size_t n, uint64_t off)
+{
+    if (zero__ck_io_fault && n > 0) {
+        int er = zero__ck_io_fault(w->path, 'w');
+        if (er)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", w->path,
+                              (unsigned long long)off, strerror(er));
+    }
+    while (n > 0) {
+        ssize_t k = pwrite(w->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", w->path,
+                              (unsigned long long)off, k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return ZERO_OK;
+}
+
+/* A job's work, on a writer thread (or the caller's when none started): the CRC, the write. */
+static void zero__ck_w_job(zero__ck_writer *w, zero__ck_wjob *j)
+{
+    const unsigned char *p = j->wp;
+    size_t n = j->wn;
+    uint64_t off = j->woff;
+    j->crc = zero_crc32c(0, j->data, j->data_n);
+    j->err = 0;
+    while (n > 0) {
+        ssize_t k = pwrite(w->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            j->err = k < 0 ? errno : EIO;
+            j->err_at = off;
+            break;
+        }
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+}
+
+#if defined(__linux__)
+static void *zero__ck_w_thread(void *arg)
+{
+    zero__ck_writer *w = (zero__ck_writer *)arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        zero__ck_wjob *j;
+        while (!w->stop && w->run == w->next) pthread_cond_wait(&w->work, &w->mu);
+        if (w->stop) break;
+        j = &w->jobs[w->run % ZERO__CK_WBUFS];
+        w->run++;
+        pthread_mutex_unlock(&w->mu);
+        zero__ck_w_job(w, j);
+        pthread_mutex_lock(&w->mu);
+        j->done = 1;
+        pthread_cond_broadcast(&w->done);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+#endif
+
+/* Waits for the oldest job still out, joins its CRC and takes its error. */
+static zero_result zero__ck_w_reclaim(zero__ck_writer *w)
+{
+    zero__ck_wjob *j = &w->jobs[w->reclaimed % ZERO__CK_WBUFS];
+#if defined(__linux__)
+    if (w->nth > 0) {
+        pthread_mutex_lock(&w->mu);
+        while (!j->done) pthread_cond_wait(&w->done, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+    }
+#endif
+    w->reclaimed++;
+    *j->acc = zero_crc32c_combine(*j->acc, j->crc, j->data_n);
+    if (j->err)
+        return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", w->path,
+                          (unsigned long long)j->err_at, strerror(j->err));
+    return ZERO_OK;
+}
+
+static zero_result zero__ck_w_drain(zero__ck_writer *w)
+{
+    zero_result r = ZERO_OK;
+    while (w->reclaimed < w->next) {
+        zero_result r2 = zero__ck_w_reclaim(w);
+        if (r == ZERO_OK) r = r2;
+    }
+    return r;
+}
+
+/* Stops the threads (a job being written finishes first) and frees everything; the
+   descriptor stays open. */
+static void zero__ck_w_close(zero__ck_writer *w)
+{
+    int i;
+#if defined(__linux__)
+    if (w->sync_made) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = 1;
+        pthread_cond_broadcast(&w->work);
+        pthread_mutex_unlock(&w->mu);
+        for (i = 0; i < w->nth; i++) pthread_join(w->th[i], NULL);
+        pthread_cond_destroy(&w->work);
+        pthread_cond_destroy(&w->done);
+        pthread_mutex_destroy(&w->mu);
+    }
+    for (i = 0; i < ZERO__CK_WBUFS; i++) zero__io_aligned_free(w->alloc, w->jobs[i].buf);
+    zero__io_aligned_free(w->alloc, w->carry);
+    zero__io_aligned_free(w->alloc, w->edge_mem);
+#endif
+    (void)i;
+    zero__free(w->alloc, w->chunk);
+    zero__free(w->alloc, w->edges);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+}
+
+/* Sets the writer up on the new temporary fd for a file of 'size' bytes whose header is
+   hb bytes: O_DIRECT, its buffers and threads; or the buffered path. */
+static zero_result zero__ck_w_open(zero__ck_writer *w, const zero_allocator *alloc, int fd,
+                                   const char *path, uint64_t size, uint64_t hb)
+{
+    memset(w, 0, sizeof *w);
+    w->alloc = alloc;
+    w->fd = fd;
+    w->path = path;
+    w->size = size;
+    w->cur = -1;
+#if defined(__linux__) && defined(O_DIRECT)
+    if (!zero__ck_direct_off && !(zero__ck_io_fault && zero__ck_io_fault(path, 'd'))) {
+        int fl = fcntl(fd, F_GETFL), i, err;
+        /* unwritten extents: aligned O_DIRECT writes into them run concurrently (ext4 and
+           xfs take the inode's lock shared for them), and a full disk shows here */
+        err = posix_fallocate(fd, 0, (off_t)zero_io_align_up(size));
+        if (err == ENOSPC)
+            return zero__fail(ZERO_ERROR_IO, "%s: reserving %llu bytes: %s", path,
+                              (unsigned long long)size, strerror(err));
+        w->direct = fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
+        if (w->direct) {
+            w->cap = (size_t)(hb / ZERO_IO_ALIGN) + 16u;
+            for (i = 0; i < ZERO__CK_WBUFS; i++)
+                w->jobs[i].buf = (unsigned char *)zero__io_aligned_alloc(alloc, ZERO__CK_WBUF + ZERO_IO_ALIGN);
+            w->carry = (unsigned char *)zero__io_aligned_alloc(alloc, 4u * ZERO_IO_ALIGN);
+            w->edge_mem = (unsigned char *)zero__io_aligned_alloc(alloc, w->cap * ZERO_IO_ALIGN);
+            w->edges = (zero__ck_edge *)zero__alloc(alloc, w->cap * sizeof *w->edges);
+            err = w->carry && w->edge_mem && w->edges;
+            for (i = 0; i < ZERO__CK_WBUFS; i++) err = err && w->jobs[i].buf;
+            for (i = 0; err && i < (int)w->cap; i++) w->edges[i].p = w->edge_mem + (size_t)i * ZERO_IO_ALIGN;
+            if (!err) {
+                zero__ck_w_close(w);
+                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffers");
+            }
+            if (pthread_mutex_init(&w->mu, NULL) == 0) {
+                if (pthread_cond_init(&w->work, NULL) == 0) {
+                    if (pthread_cond_init(&w->done, NULL) == 0) w->sync_made = 1;
+                    else pthread_cond_destroy(&w->work);
+                }
+                if (!w->sync_made) pthread_mutex_destroy(&w->mu);
+            }
+            /* without threads the caller writes each chunk itself */
+            for (i = 0; w->sync_made && i < ZERO__CK_WTHREADS; i++) {
+                if (pthread_create(&w->th[i], NULL, zero__ck_w_thread, w) != 0) break;
+                w->nth++;
+            }
+            zero__ck_direct_used = 1;
+            return ZERO_OK;
+        }
+    }
+#else
+    (void)hb;
+#endif
+    zero__ck_direct_used = 0;
+    w->chunk = (unsigned char *)zero__alloc(alloc, ZERO__CK_WBUF);
+    if (!w->chunk) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
+    return ZERO_OK;
+}
+
+/* The bytes [off, off + n) at p, of blocks that hold bytes of more than one section (or of
+   the header): copied into their edge blocks; a block that is complete is written. */
+static zero_result zero__ck_w_edge(zero__ck_writer *w, uint64_t off, const unsigned char *p, size_t n)
+{
+#if defined(__linux__)
+    while (n > 0) {
+        uint64_t blk = off / ZERO_IO_ALIGN, at = blk * ZERO_IO_ALIGN;
+        size_t in = (size_t)(off - at), k = ZERO_IO_ALIGN - in, i, want;
+        zero__ck_edge *ed = NULL;
+        if (k > n) k = n;
+        for (i = 0; i < w->nedges && !ed; i++)
+            if (w->edges[i].block == blk) ed = &w->edges[i];
+        if (!ed) {
+            if (w->nedges == w->cap) { /* more blocks open than planned: twice the room */
+                size_t cap = w->cap * 2u;
+                unsigned char *mem = (unsigned char *)zero__io_aligned_alloc(w->alloc, cap * ZERO_IO_ALIGN);
+                zero__ck_edge *eds = (zero__ck_edge *)zero__alloc(w->alloc, cap * sizeof *eds);
+                if (!mem || !eds) {
+                    zero__io_aligned_free(w->alloc, mem);
+                    zero__free(w->alloc, eds);
+                    return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: edge blocks");
+                }
+                for (i = 0; i < cap; i++) {
+                    eds[i].block = i < w->nedges ? w->edges[i].block : 0;
+                    eds[i].filled = i < w->nedges ? w->edges[i].filled : 0;
+                    eds[i].p = mem + i * ZERO_IO_ALIGN;
+                    if (i < w->nedges) memcpy(eds[i].p, w->edges[i].p, ZERO_IO_ALIGN);
+                }
+                zero__io_aligned_free(w->alloc, w->edge_mem);
+                zero__free(w->alloc, w->edges);
+                w->edge_mem = mem;
+                w->edges = eds;
+                w->cap = cap;
+            }
+            ed = &w->edges[w->nedges++];
+            ed->block = blk;
+            ed->filled = 0;
+            memset(ed->p, 0, ZERO_IO_ALIGN); /* the last block's tail past the end stays 0 */
+        }
+        memcpy(ed->p + in, p, k);
+        ed->filled += k;
+        want = at + ZERO_IO_ALIGN <= w->size ? ZERO_IO_ALIGN : (size_t)(w->size - at);
+        if (ed->filled >= want) {
+            zero__ck_edge done = *ed;
+            zero_result r = zero__ck_w_write(w, done.p, ZERO_IO_ALIGN, at);
+            *ed = w->edges[w->nedges - 1]; /* the entries keep their own blocks: swap */
+            w->edges[w->nedges - 1] = done;
+            w->nedges--;
+            if (r != ZERO_OK) return r;
+        }
+        off += k;
+        p += k;
+        n -= k;
+    }
+    return ZERO_OK;
+#else
+    (void)w;
+    (void)off;
+    (void)p;
+    (void)n;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_engine_save: O_DIRECT writer");
+#endif
+}
+
+/* The next chunk of stream s (0..3: master, m, v, params), at file offset off, of the
+   section [lo, hi): *dst receives where to put its bytes (then zero__ck_w_put). */
+static zero_result zero__ck_w_begin(zero__ck_writer *w, int s, uint64_t off, uint64_t lo,
+                                    uint64_t hi, unsigned char **dst)
+{
+    size_t lead = (size_t)(off % ZERO_IO_ALIGN);
+    zero__ck_wjob *j;
+    w->cur = s;
+    w->cur_off = off;
+    w->sec_lo = lo;
+    w->sec_hi = hi;
+    if (!w->direct) {
+        *dst = w->chunk;
+        return ZERO_OK;
+    }
+    if (w->next - w->reclaimed == ZERO__CK_WBUFS) {
+        zero_result r = zero__ck_w_reclaim(w);
+        if (r != ZERO_OK) return r;
+    }
+    j = &w->jobs[w->next % ZERO__CK_WBUFS];
+    /* the block's bytes before off, if the stream wrote them: its partial block */
+    if (lead && w->carry_end[s] == off) memcpy(j->buf, w->carry + (size_t)s * ZERO_IO_ALIGN, lead);
+    *dst = j->buf + lead;
+    return ZERO_OK;
+}
+
+/* The chunk begun last holds n bytes now: its CRC32C joins *acc (in file order) and its
+   bytes go to the file. */
+static zero_result zero__ck_w_put(zero__ck_writer *w, size_t n, uint32_t *acc)
+{
+    uint64_t lo = w->cur_off, hi = lo + n, base = lo - lo % ZERO_IO_ALIGN;
+    uint64_t a0 = zero_io_align_up(w->sec_lo), a1 = w->sec_hi - w->sec_hi % ZERO_IO_ALIGN;
+    uint64_t ia = lo > a0 ? lo : a0, ib = hi < a1 ? hi : a1, wa, wb;
+    zero__ck_wjob *j;
+    unsigned char *buf;
+    zero_result r = ZERO_OK;
+    int s = w->cur;
+    if (!w->direct) {
+        *acc = zero_crc32c(*acc, w->chunk, n);
+        return zero__ck_w_write(w, w->chunk, n, lo);
+    }
+    j = &w->jobs[w->next % ZERO__CK_WBUFS];
+    buf = j->buf; /* maps the file from base */
+    if (ia >= ib) { /* no byte of the chunk lies in a block of its section alone */
+        r = zero__ck_w_edge(w, lo, buf + (lo - base), n);
+        wa = wb = ia = ib = hi;
+    } else {
+        if (lo < ia) r = zero__ck_w_edge(w, lo, buf + (lo - base), (size_t)(ia - lo));
+        if (r == ZERO_OK && ib < hi) r = zero__ck_w_edge(w, ib, buf + (ib - base), (size_t)(hi - ib));
+        wa = ia - ia % ZERO_IO_ALIGN; /* ia unaligned: the carried bytes lead the block */
+        wb = ib - ib % ZERO_IO_ALIGN;
+        if (ib == hi && hi % ZERO_IO_ALIGN) /* the partial block waits for the next chunk */
+            memcpy(w->carry + (size_t)s * ZERO_IO_ALIGN, buf + (wb - base), (size_t)(hi - wb));
+    }
+    if (r != ZERO_OK) return r;
+    w->carry_end[s] = hi;
+    if (zero__ck_io_fault && wb > wa) {
+        int er = zero__ck_io_fault(w->path, 'w');
+        if (er)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", w->path,
+                              (unsigned long long)wa, strerror(er));
+    }
+    j->data = buf + (lo - base);
+    j->data_n = n;
+    j->wp = buf + (wa - base);
+    j->wn = (size_t)(wb - wa);
+    j->woff = wa;
+    j->acc = acc;
+    j->done = 0;
+#if defined(__linux__)
+    if (w->nth > 0) {
+        pthread_mutex_lock(&w->mu);
+        w->next++;
+        pthread_cond_signal(&w->work);
+        pthread_mutex_unlock(&w->mu);
+        return ZERO_OK;
+    }
+#endif
+    zero__ck_w_job(w, j);
+    j->done = 1;
+    w->next++;
+    return ZERO_OK;
+}
+
+/* After every chunk: the header (hb bytes at offset 0) completes the file. */
+static zero_result zero__ck_w_finish(zero__ck_writer *w, const unsigned char *hdr, size_t hb)
+{
+    zero_result r;
+    if (!w->direct) return zero__ck_w_write(w, hdr, hb, 0);
+    if ((r = zero__ck_w_drain(w)) != ZERO_OK) return r;
+    if ((r = zero__ck_w_edge(w, 0, hdr, hb)) != ZERO_OK) return r;
+    if (w->nedges) /* every byte of the file was put: no block can be left */
+        return zero__fail(ZERO_ERROR_IO, "%s: %zu blocks not complete (block %llu)", w->path,
+                          w->nedges, (unsigned long long)w->edges[0].block);
+    if (ftruncate(w->fd, (off_t)w->size) != 0) /* the last block was written whole */
+        return zero__fail(ZERO_ERROR_IO, "%s: truncate to %llu bytes: %s", w->path,
+                          (unsigned long long)w->size, strerror(errno));
+    return ZERO_OK;
+}
+
+/* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync),
+   through zero__ck_writer (O_DIRECT where the file system takes it). */
 static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_t gen)
 {
     char name[64], path[4200], tmp[4240];
     uint64_t hb =
         ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->layout.ngroups + 4u;
-    uint64_t off = hb;
+    uint64_t off = hb, fbytes = hb;
     zero__ck_buf hdr;
-    unsigned char *chunk = NULL;
+    zero__ck_writer w;
     uint32_t *crcs = NULL;
-    size_t chunk_bytes = ZERO__CK_CHUNK;
     zero_result r = ZERO_OK;
     int fd, g, ki;
     memset(&hdr, 0, sizeof hdr);
+    memset(&w, 0, sizeof w);
+    w.fd = -1;
     zero__ck_shard_name(name, sizeof name, gen, e->cfg.rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    chunk = (unsigned char *)zero__alloc(&e->cfg.desc.allocator, chunk_bytes);
-    crcs = (uint32_t *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->layout.ngroups * 16u);
-    if (!chunk || !crcs) {
-        zero__free(&e->cfg.desc.allocator, chunk);
-        zero__free(&e->cfg.desc.allocator, crcs);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
-    }
+    for (g = 0; g < e->layout.ngroups; g++)
+        fbytes += (uint64_t)e->layout.groups[g].shard_numel * 12u +
+                  (uint64_t)e->layout.groups[g].pshard_numel * e->cfg.param_size;
+    crcs = (uint32_t *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->layout.ngroups * 16u + 16u);
+    if (!crcs) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
+    memset(crcs, 0, (size_t)e->layout.ngroups * 16u);
     if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto out;
+    r = zero__ck_w_open(&w, &e->cfg.desc.allocator, fd, tmp, fbytes, hb);
     /* Order the downloads after any collective still writing the buffers; the NVMe caches
        written back and emptied, so the save reads each record once, from the file. */
-    r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
+    if (r == ZERO_OK) r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
     if (r == ZERO_OK) r = zero__eng_nvme_forget(e);
     /* Per group, chunk by chunk, the four sections of each chunk together: an NVMe tile record
        (master, m and v of one tile) is then read once for all three (chunks never cross a
        tile), and an NVMe param shard once per group. */
     for (g = 0; g < e->layout.ngroups && r == ZERO_OK; g++) {
-        size_t n = e->layout.groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
+        size_t n = e->layout.groups[g].shard_numel, per = ZERO__CK_WBUF / 4, pos = 0;
         size_t pn = e->layout.groups[g].pshard_numel; /* params: + the frozen slice */
-        uint32_t crc[4] = {0, 0, 0, 0};
         zero__eng_save_ahead(e, g); /* NVMe param shards: the next groups' start reading */
         while (pos < pn && r == ZERO_OK) {
             size_t c = pn - pos < per ? pn - pos : per;
@@ -18150,8 +18563,12 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
             for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
                 size_t esz = ki == 3 ? e->cfg.param_size : 4;
                 uint64_t sec = off + (uint64_t)n * (ki == 3 ? 12u : 4u * (unsigned)ki);
+                uint64_t send = sec + (ki == 3 ? (uint64_t)pn * esz : (uint64_t)n * 4u);
+                unsigned char *dst = NULL;
                 if (ki < 3 && pos >= n) continue;
-                r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
+                r = zero__ck_w_begin(&w, ki, sec + pos * esz, sec, send, &dst);
+                if (r != ZERO_OK) break;
+                r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, dst, 0);
                 if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
                 if (r != ZERO_OK) {
                     char prev[400];
@@ -18160,14 +18577,13 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
                                    zero__ck_kind_name(ki), g, prev);
                     break;
                 }
-                crc[ki] = zero_crc32c(crc[ki], chunk, c * esz);
-                r = zero__ck_pwrite(fd, chunk, c * esz, sec + pos * esz, tmp);
+                r = zero__ck_w_put(&w, c * esz, &crcs[g * 4 + ki]);
             }
             pos += c;
         }
-        for (ki = 0; ki < 4; ki++) crcs[g * 4 + ki] = crc[ki];
         off += (uint64_t)n * 12u + (uint64_t)pn * e->cfg.param_size;
     }
+    if (r == ZERO_OK) r = zero__ck_w_drain(&w); /* every chunk's CRC joined */
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
         zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
@@ -18194,12 +18610,12 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         }
         zero__ck_u32(&hdr, zero_crc32c(0, hdr.p, hdr.n));
         if (hdr.err || hdr.n != hb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: header");
-        else r = zero__ck_pwrite(fd, hdr.p, hdr.n, 0, tmp);
+        else r = zero__ck_w_finish(&w, hdr.p, hdr.n);
     }
+    zero__ck_w_close(&w); /* the threads stopped before the descriptor closes */
     r = zero__ck_commit_tmp(fd, tmp, path, dir, r);
 out:
     ZERO_FREE(hdr.p);
-    zero__free(&e->cfg.desc.allocator, chunk);
     zero__free(&e->cfg.desc.allocator, crcs);
     return r;
 }
