@@ -2541,7 +2541,10 @@ ZERODEF uint32_t zero_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t by
    Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
    INVALID_STATE (before commit, mid-step) return at once without communicating (SPMD
    programs make them on every rank alike); IO, OUT_OF_MEMORY; COMM/DEVICE (engine broken).
-   Host memory: one 16 MiB staging buffer. */
+   The shard file is written with O_DIRECT where the file system takes it (buffered where
+   it refuses O_DIRECT; the same bytes either way: docs/checkpoint.md). Host memory: four
+   4 MiB staging buffers and a few 4 KiB blocks (the header's, where sections meet) with
+   O_DIRECT, one 4 MiB buffer buffered; from the engine's allocator, freed on return. */
 ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
 
 /* COLLECTIVE. zero_engine_save() plus the caller's own state (DeepSpeed's client_state:
@@ -2572,8 +2575,10 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
    and every rank returns the failing rank's error with its engine broken (destroy only:
    the state was overwritten in part on that rank and cannot be restored), never OK on some
    ranks and never a wait for the comm's timeout. Call between steps with no group gathered. Host memory: with the saving layout (same
-   world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
-   resharding, this rank's new shard is staged (12 + param bytes per shard element).
+   world, groups, tensors) this rank's shard file is read whole (O_DIRECT where the file
+   system takes it) into a buffer of its size and uploaded from; when resharding, this
+   rank's new shard is staged; 12 + param bytes per shard element either way, from the
+   engine's allocator, freed on return.
    Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
    save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
    or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
@@ -18308,14 +18313,16 @@ static zero_result zero__ck_w_open(zero__ck_writer *w, const zero_allocator *all
 #if defined(__linux__) && defined(O_DIRECT)
     if (!zero__ck_direct_off && !(zero__ck_io_fault && zero__ck_io_fault(path, 'd'))) {
         int fl = fcntl(fd, F_GETFL), i, err;
-        /* unwritten extents: aligned O_DIRECT writes into them run concurrently (ext4 and
-           xfs take the inode's lock shared for them), and a full disk shows here */
-        err = posix_fallocate(fd, 0, (off_t)zero_io_align_up(size));
-        if (err == ENOSPC)
-            return zero__fail(ZERO_ERROR_IO, "%s: reserving %llu bytes: %s", path,
-                              (unsigned long long)size, strerror(err));
         w->direct = fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
         if (w->direct) {
+            /* unwritten extents: aligned O_DIRECT writes into them run concurrently (ext4
+               and xfs take the inode's lock shared for them), and a full disk shows here.
+               (After O_DIRECT: where the file system has no fallocate, glibc's emulation
+               fails at once instead of writing every block.) */
+            err = posix_fallocate(fd, 0, (off_t)zero_io_align_up(size));
+            if (err == ENOSPC)
+                return zero__fail(ZERO_ERROR_IO, "%s: reserving %llu bytes: %s", path,
+                                  (unsigned long long)size, strerror(err));
             w->cap = (size_t)(hb / ZERO_IO_ALIGN) + 16u;
             for (i = 0; i < ZERO__CK_WBUFS; i++)
                 w->jobs[i].buf = (unsigned char *)zero__io_aligned_alloc(alloc, ZERO__CK_WBUF + ZERO_IO_ALIGN);
