@@ -16726,7 +16726,9 @@ static uint32_t zero__ck_le32(const unsigned char *p)
 /* Test hooks (private; tests that define ZERO_IMPLEMENTATION set them). zero__ck_io_fault:
    called before every checkpoint write (op 'w') and every open of an existing checkpoint
    file for reading (op 'o') with the file's path; a non-zero errno it returns fails that
-   call as the system would (ENOSPC, EACCES ...). zero__ck_stage: called on every rank
+   call as the system would (ENOSPC, EACCES ...); before a shard file is switched to
+   O_DIRECT (op 'd', written or read): non-zero = refused, as tmpfs once did (the buffered
+   path is taken). zero__ck_stage: called on every rank
    at fixed points of load and save (where: 0 = before the manifest is opened, 1 = after),
    so a test can change the directory between ranks deterministically.
    zero__ck_bytes_read counts the bytes every checkpoint read asked for. */
@@ -18114,7 +18116,7 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
 /* ---- the shard file's writer ------------------------------------------------------------------
    A save writes its shard file as four streams at once: a group's master, m, v and params
    sections, chunk by chunk (zero__ck_write_shard). Where the file system takes O_DIRECT
-   (set on the temporary with fcntl once it is created and preallocated), each chunk is
+   (set with fcntl on the new temporary, then preallocated with posix_fallocate), each chunk is
    staged in one of ZERO__CK_WBUFS aligned buffers at its offset within its 4 KiB block,
    behind the stream's partial block carried over from its previous chunk: the blocks wholly
    inside one section go to the disk from there, on ZERO__CK_WTHREADS writer threads, which
@@ -18354,6 +18356,7 @@ static zero_result zero__ck_w_open(zero__ck_writer *w, const zero_allocator *all
     }
 #else
     (void)hb;
+    (void)zero__ck_direct_off;
 #endif
     __atomic_store_n(&zero__ck_direct_used, 0, __ATOMIC_RELAXED);
     w->chunk = (unsigned char *)zero__alloc(alloc, ZERO__CK_WBUF);
