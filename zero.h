@@ -2563,7 +2563,10 @@ ZERODEF uint32_t zero_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t by
    Errors: INVALID_ARGUMENT (dir NULL, empty or >= 4000 bytes) and
    INVALID_STATE (before commit, mid-step) return at once without communicating (SPMD
    programs make them on every rank alike); IO, OUT_OF_MEMORY; COMM/DEVICE (engine broken).
-   Host memory: one 16 MiB staging buffer. */
+   The shard file is written with O_DIRECT where the file system takes it (buffered where
+   it refuses O_DIRECT; the same bytes either way: docs/checkpoint.md). Host memory: four
+   4 MiB staging buffers and a few 4 KiB blocks (the header's, where sections meet) with
+   O_DIRECT, one 4 MiB buffer buffered; from the engine's allocator, freed on return. */
 ZERODEF zero_result zero_engine_save(zero_engine *e, const char *dir);
 
 /* COLLECTIVE. zero_engine_save() plus the caller's own state (DeepSpeed's client_state:
@@ -2594,8 +2597,10 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
    and every rank returns the failing rank's error with its engine broken (destroy only:
    the state was overwritten in part on that rank and cannot be restored), never OK on some
    ranks and never a wait for the comm's timeout. Call between steps with no group gathered. Host memory: with the saving layout (same
-   world, groups, tensors) this rank's shard file is mapped (mmap) and uploaded from; when
-   resharding, this rank's new shard is staged (12 + param bytes per shard element).
+   world, groups, tensors) this rank's shard file is read whole (O_DIRECT where the file
+   system takes it) into a buffer of its size and uploaded from; when resharding, this
+   rank's new shard is staged; 12 + param bytes per shard element either way, from the
+   engine's allocator, freed on return.
    Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
    save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
    or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
@@ -16945,7 +16950,9 @@ static uint32_t zero__ck_le32(const unsigned char *p)
 /* Test hooks (private; tests that define ZERO_IMPLEMENTATION set them). zero__ck_io_fault:
    called before every checkpoint write (op 'w') and every open of an existing checkpoint
    file for reading (op 'o') with the file's path; a non-zero errno it returns fails that
-   call as the system would (ENOSPC, EACCES ...). zero__ck_stage: called on every rank
+   call as the system would (ENOSPC, EACCES ...); before a shard file is switched to
+   O_DIRECT (op 'd', written or read): non-zero = refused, as tmpfs once did (the buffered
+   path is taken). zero__ck_stage: called on every rank
    at fixed points of load and save (where: 0 = before the manifest is opened, 1 = after),
    so a test can change the directory between ranks deterministically.
    zero__ck_bytes_read counts the bytes every checkpoint read asked for. */
@@ -18330,41 +18337,457 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
     zero__ck_u32(b, 0);
 }
 
-/* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync). */
+/* ---- the shard file's writer ------------------------------------------------------------------
+   A save writes its shard file as four streams at once: a group's master, m, v and params
+   sections, chunk by chunk (zero__ck_write_shard). Where the file system takes O_DIRECT
+   (set with fcntl on the new temporary, then preallocated with posix_fallocate), each chunk is
+   staged in one of ZERO__CK_WBUFS aligned buffers at its offset within its 4 KiB block,
+   behind the stream's partial block carried over from its previous chunk: the blocks wholly
+   inside one section go to the disk from there, on ZERO__CK_WTHREADS writer threads, which
+   also take each chunk's CRC32C (joined per section with zero_crc32c_combine, in file
+   order, as the buffers are reclaimed); the blocks where sections meet, and the header's,
+   are assembled apart (edge blocks) and written as soon as every byte of them has arrived;
+   the file's last block is written whole and the file truncated to its size. Where O_DIRECT
+   is refused (EINVAL), or with zero__ck_direct_off set, the bytes go at their offsets with
+   buffered pwrites from one staging buffer and the CRC is taken on the caller's thread. The
+   bytes are the same either way (tests/test_checkpoint.c compares the files). Host memory:
+   ZERO__CK_WBUFS x (4 MiB + 4 KiB) of staging (O_DIRECT) or one 4 MiB buffer (buffered),
+   four 4 KiB carry blocks and the edge blocks (the header's, ceil(header / 4 KiB) + 1, and
+   at most about five more at once). */
+#define ZERO__CK_WBUF ((size_t)4 << 20) /* bytes of one chunk of one section */
+#define ZERO__CK_WBUFS 4
+#define ZERO__CK_WTHREADS 2
+
+/* Test hooks: zero__ck_direct_off forces the buffered path (as a refused O_DIRECT would);
+   zero__ck_direct_used is 1 after a shard file was written or read with O_DIRECT, 0 buffered. */
+static int zero__ck_direct_off;
+static int zero__ck_direct_used;
+
+typedef struct zero__ck_wjob {
+    unsigned char *buf;         /* ZERO__CK_WBUF + ZERO_IO_ALIGN bytes, aligned */
+    const unsigned char *data;  /* the chunk's bytes: its CRC32C */
+    size_t data_n;
+    const unsigned char *wp;    /* the whole blocks it writes, at file offset woff */
+    size_t wn;
+    uint64_t woff;
+    uint32_t crc, *acc;         /* joined into *acc when the buffer is reclaimed */
+    int done, err;              /* err: errno of a failed write at byte err_at */
+    uint64_t err_at;
+} zero__ck_wjob;
+
+typedef struct zero__ck_edge {
+    uint64_t block;
+    size_t filled;
+    unsigned char *p;
+} zero__ck_edge;
+
+typedef struct zero__ck_writer {
+    const zero_allocator *alloc;
+    int fd, direct;
+    const char *path;   /* the temporary (errors, the fault hook) */
+    uint64_t size;      /* the file's bytes */
+    unsigned char *chunk; /* buffered: the one staging buffer */
+    zero__ck_wjob jobs[ZERO__CK_WBUFS];
+    uint64_t next, reclaimed, run; /* jobs filled, reclaimed, taken by a thread (counts) */
+    int nth, stop, sync_made;
+#if defined(__linux__)
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t th[ZERO__CK_WTHREADS];
+#endif
+    unsigned char *carry;  /* 4 x ZERO_IO_ALIGN: each stream's partial block */
+    uint64_t carry_end[4]; /* where the stream's staged bytes end (file offset) */
+    int cur;               /* the chunk being filled: stream, offset, its section */
+    uint64_t cur_off, sec_lo, sec_hi;
+    zero__ck_edge *edges;
+    unsigned char *edge_mem;
+    size_t nedges, cap;
+} zero__ck_writer;
+
+static zero_result zero__ck_w_write(zero__ck_writer *w, const unsigned char *p, size_t n, uint64_t off)
+{
+    if (zero__ck_io_fault && n > 0) {
+        int er = zero__ck_io_fault(w->path, 'w');
+        if (er)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", w->path,
+                              (unsigned long long)off, strerror(er));
+    }
+    while (n > 0) {
+        ssize_t k = pwrite(w->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", w->path,
+                              (unsigned long long)off, k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return ZERO_OK;
+}
+
+/* A job's work, on a writer thread (or the caller's when none started): the CRC, the write. */
+static void zero__ck_w_job(zero__ck_writer *w, zero__ck_wjob *j)
+{
+    const unsigned char *p = j->wp;
+    size_t n = j->wn;
+    uint64_t off = j->woff;
+    j->crc = zero_crc32c(0, j->data, j->data_n);
+    j->err = 0;
+    while (n > 0) {
+        ssize_t k = pwrite(w->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            j->err = k < 0 ? errno : EIO;
+            j->err_at = off;
+            break;
+        }
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+}
+
+#if defined(__linux__)
+static void *zero__ck_w_thread(void *arg)
+{
+    zero__ck_writer *w = (zero__ck_writer *)arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        zero__ck_wjob *j;
+        while (!w->stop && w->run == w->next) pthread_cond_wait(&w->work, &w->mu);
+        if (w->stop) break;
+        j = &w->jobs[w->run % ZERO__CK_WBUFS];
+        w->run++;
+        pthread_mutex_unlock(&w->mu);
+        zero__ck_w_job(w, j);
+        pthread_mutex_lock(&w->mu);
+        j->done = 1;
+        pthread_cond_broadcast(&w->done);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+#endif
+
+/* Waits for the oldest job still out, joins its CRC and takes its error. */
+static zero_result zero__ck_w_reclaim(zero__ck_writer *w)
+{
+    zero__ck_wjob *j = &w->jobs[w->reclaimed % ZERO__CK_WBUFS];
+#if defined(__linux__)
+    if (w->nth > 0) {
+        pthread_mutex_lock(&w->mu);
+        while (!j->done) pthread_cond_wait(&w->done, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+    }
+#endif
+    w->reclaimed++;
+    *j->acc = zero_crc32c_combine(*j->acc, j->crc, j->data_n);
+    if (j->err)
+        return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", w->path,
+                          (unsigned long long)j->err_at, strerror(j->err));
+    return ZERO_OK;
+}
+
+static zero_result zero__ck_w_drain(zero__ck_writer *w)
+{
+    zero_result r = ZERO_OK;
+    while (w->reclaimed < w->next) {
+        zero_result r2 = zero__ck_w_reclaim(w);
+        if (r == ZERO_OK) r = r2;
+    }
+    return r;
+}
+
+/* Stops the threads (a job being written finishes first) and frees everything; the
+   descriptor stays open. */
+static void zero__ck_w_close(zero__ck_writer *w)
+{
+    int i;
+#if defined(__linux__)
+    if (w->sync_made) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = 1;
+        pthread_cond_broadcast(&w->work);
+        pthread_mutex_unlock(&w->mu);
+        for (i = 0; i < w->nth; i++) pthread_join(w->th[i], NULL);
+        pthread_cond_destroy(&w->work);
+        pthread_cond_destroy(&w->done);
+        pthread_mutex_destroy(&w->mu);
+    }
+    for (i = 0; i < ZERO__CK_WBUFS; i++) zero__io_aligned_free(w->alloc, w->jobs[i].buf);
+    zero__io_aligned_free(w->alloc, w->carry);
+    zero__io_aligned_free(w->alloc, w->edge_mem);
+#endif
+    (void)i;
+    zero__free(w->alloc, w->chunk);
+    zero__free(w->alloc, w->edges);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+}
+
+/* Sets the writer up on the new temporary fd for a file of 'size' bytes whose header is
+   hb bytes: O_DIRECT, its buffers and threads; or the buffered path. */
+static zero_result zero__ck_w_open(zero__ck_writer *w, const zero_allocator *alloc, int fd,
+                                   const char *path, uint64_t size, uint64_t hb)
+{
+    memset(w, 0, sizeof *w);
+    w->alloc = alloc;
+    w->fd = fd;
+    w->path = path;
+    w->size = size;
+    w->cur = -1;
+#if defined(__linux__) && defined(O_DIRECT)
+    if (!zero__ck_direct_off && !(zero__ck_io_fault && zero__ck_io_fault(path, 'd'))) {
+        int fl = fcntl(fd, F_GETFL), i, err;
+        w->direct = fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
+        if (w->direct) {
+            /* unwritten extents: aligned O_DIRECT writes into them run concurrently (ext4
+               and xfs take the inode's lock shared for them), and a full disk shows here.
+               (After O_DIRECT: where the file system has no fallocate, glibc's emulation
+               fails at once instead of writing every block.) */
+            err = posix_fallocate(fd, 0, (off_t)zero_io_align_up(size));
+            if (err == ENOSPC)
+                return zero__fail(ZERO_ERROR_IO, "%s: reserving %llu bytes: %s", path,
+                                  (unsigned long long)size, strerror(err));
+            w->cap = (size_t)(hb / ZERO_IO_ALIGN) + 16u;
+            for (i = 0; i < ZERO__CK_WBUFS; i++)
+                w->jobs[i].buf = (unsigned char *)zero__io_aligned_alloc(alloc, ZERO__CK_WBUF + ZERO_IO_ALIGN);
+            w->carry = (unsigned char *)zero__io_aligned_alloc(alloc, 4u * ZERO_IO_ALIGN);
+            w->edge_mem = (unsigned char *)zero__io_aligned_alloc(alloc, w->cap * ZERO_IO_ALIGN);
+            w->edges = (zero__ck_edge *)zero__alloc(alloc, w->cap * sizeof *w->edges);
+            err = w->carry && w->edge_mem && w->edges;
+            for (i = 0; i < ZERO__CK_WBUFS; i++) err = err && w->jobs[i].buf;
+            for (i = 0; err && i < (int)w->cap; i++) w->edges[i].p = w->edge_mem + (size_t)i * ZERO_IO_ALIGN;
+            if (!err) {
+                zero__ck_w_close(w);
+                return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffers");
+            }
+            if (pthread_mutex_init(&w->mu, NULL) == 0) {
+                if (pthread_cond_init(&w->work, NULL) == 0) {
+                    if (pthread_cond_init(&w->done, NULL) == 0) w->sync_made = 1;
+                    else pthread_cond_destroy(&w->work);
+                }
+                if (!w->sync_made) pthread_mutex_destroy(&w->mu);
+            }
+            /* without threads the caller writes each chunk itself */
+            for (i = 0; w->sync_made && i < ZERO__CK_WTHREADS; i++) {
+                if (pthread_create(&w->th[i], NULL, zero__ck_w_thread, w) != 0) break;
+                w->nth++;
+            }
+            __atomic_store_n(&zero__ck_direct_used, 1, __ATOMIC_RELAXED);
+            return ZERO_OK;
+        }
+    }
+#else
+    (void)hb;
+    (void)zero__ck_direct_off;
+#endif
+    __atomic_store_n(&zero__ck_direct_used, 0, __ATOMIC_RELAXED);
+    w->chunk = (unsigned char *)zero__alloc(alloc, ZERO__CK_WBUF);
+    if (!w->chunk) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
+    return ZERO_OK;
+}
+
+/* The bytes [off, off + n) at p, of blocks that hold bytes of more than one section (or of
+   the header): copied into their edge blocks; a block that is complete is written. */
+static zero_result zero__ck_w_edge(zero__ck_writer *w, uint64_t off, const unsigned char *p, size_t n)
+{
+#if defined(__linux__)
+    while (n > 0) {
+        uint64_t blk = off / ZERO_IO_ALIGN, at = blk * ZERO_IO_ALIGN;
+        size_t in = (size_t)(off - at), k = ZERO_IO_ALIGN - in, i, want;
+        zero__ck_edge *ed = NULL;
+        if (k > n) k = n;
+        for (i = 0; i < w->nedges && !ed; i++)
+            if (w->edges[i].block == blk) ed = &w->edges[i];
+        if (!ed) {
+            if (w->nedges == w->cap) { /* more blocks open than planned: twice the room */
+                size_t cap = w->cap * 2u;
+                unsigned char *mem = (unsigned char *)zero__io_aligned_alloc(w->alloc, cap * ZERO_IO_ALIGN);
+                zero__ck_edge *eds = (zero__ck_edge *)zero__alloc(w->alloc, cap * sizeof *eds);
+                if (!mem || !eds) {
+                    zero__io_aligned_free(w->alloc, mem);
+                    zero__free(w->alloc, eds);
+                    return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: edge blocks");
+                }
+                for (i = 0; i < cap; i++) {
+                    eds[i].block = i < w->nedges ? w->edges[i].block : 0;
+                    eds[i].filled = i < w->nedges ? w->edges[i].filled : 0;
+                    eds[i].p = mem + i * ZERO_IO_ALIGN;
+                    if (i < w->nedges) memcpy(eds[i].p, w->edges[i].p, ZERO_IO_ALIGN);
+                }
+                zero__io_aligned_free(w->alloc, w->edge_mem);
+                zero__free(w->alloc, w->edges);
+                w->edge_mem = mem;
+                w->edges = eds;
+                w->cap = cap;
+            }
+            ed = &w->edges[w->nedges++];
+            ed->block = blk;
+            ed->filled = 0;
+            memset(ed->p, 0, ZERO_IO_ALIGN); /* the last block's tail past the end stays 0 */
+        }
+        memcpy(ed->p + in, p, k);
+        ed->filled += k;
+        want = at + ZERO_IO_ALIGN <= w->size ? ZERO_IO_ALIGN : (size_t)(w->size - at);
+        if (ed->filled >= want) {
+            zero__ck_edge done = *ed;
+            zero_result r = zero__ck_w_write(w, done.p, ZERO_IO_ALIGN, at);
+            *ed = w->edges[w->nedges - 1]; /* the entries keep their own blocks: swap */
+            w->edges[w->nedges - 1] = done;
+            w->nedges--;
+            if (r != ZERO_OK) return r;
+        }
+        off += k;
+        p += k;
+        n -= k;
+    }
+    return ZERO_OK;
+#else
+    (void)w;
+    (void)off;
+    (void)p;
+    (void)n;
+    return zero__fail(ZERO_ERROR_UNSUPPORTED, "zero_engine_save: O_DIRECT writer");
+#endif
+}
+
+/* The next chunk of stream s (0..3: master, m, v, params), at file offset off, of the
+   section [lo, hi): *dst receives where to put its bytes (then zero__ck_w_put). */
+static zero_result zero__ck_w_begin(zero__ck_writer *w, int s, uint64_t off, uint64_t lo,
+                                    uint64_t hi, unsigned char **dst)
+{
+    size_t lead = (size_t)(off % ZERO_IO_ALIGN);
+    zero__ck_wjob *j;
+    w->cur = s;
+    w->cur_off = off;
+    w->sec_lo = lo;
+    w->sec_hi = hi;
+    if (!w->direct) {
+        *dst = w->chunk;
+        return ZERO_OK;
+    }
+    if (w->next - w->reclaimed == ZERO__CK_WBUFS) {
+        zero_result r = zero__ck_w_reclaim(w);
+        if (r != ZERO_OK) return r;
+    }
+    j = &w->jobs[w->next % ZERO__CK_WBUFS];
+    /* the block's bytes before off, if the stream wrote them: its partial block */
+    if (lead && w->carry_end[s] == off) memcpy(j->buf, w->carry + (size_t)s * ZERO_IO_ALIGN, lead);
+    *dst = j->buf + lead;
+    return ZERO_OK;
+}
+
+/* The chunk begun last holds n bytes now: its CRC32C joins *acc (in file order) and its
+   bytes go to the file. */
+static zero_result zero__ck_w_put(zero__ck_writer *w, size_t n, uint32_t *acc)
+{
+    uint64_t lo = w->cur_off, hi = lo + n, base = lo - lo % ZERO_IO_ALIGN;
+    uint64_t a0 = zero_io_align_up(w->sec_lo), a1 = w->sec_hi - w->sec_hi % ZERO_IO_ALIGN;
+    uint64_t ia = lo > a0 ? lo : a0, ib = hi < a1 ? hi : a1, wa, wb;
+    zero__ck_wjob *j;
+    unsigned char *buf;
+    zero_result r = ZERO_OK;
+    int s = w->cur;
+    if (!w->direct) {
+        *acc = zero_crc32c(*acc, w->chunk, n);
+        return zero__ck_w_write(w, w->chunk, n, lo);
+    }
+    j = &w->jobs[w->next % ZERO__CK_WBUFS];
+    buf = j->buf; /* maps the file from base */
+    if (ia >= ib) { /* no byte of the chunk lies in a block of its section alone */
+        r = zero__ck_w_edge(w, lo, buf + (lo - base), n);
+        wa = wb = ia = ib = hi;
+    } else {
+        if (lo < ia) r = zero__ck_w_edge(w, lo, buf + (lo - base), (size_t)(ia - lo));
+        if (r == ZERO_OK && ib < hi) r = zero__ck_w_edge(w, ib, buf + (ib - base), (size_t)(hi - ib));
+        wa = ia - ia % ZERO_IO_ALIGN; /* ia unaligned: the carried bytes lead the block */
+        wb = ib - ib % ZERO_IO_ALIGN;
+        if (ib == hi && hi % ZERO_IO_ALIGN) /* the partial block waits for the next chunk */
+            memcpy(w->carry + (size_t)s * ZERO_IO_ALIGN, buf + (wb - base), (size_t)(hi - wb));
+    }
+    if (r != ZERO_OK) return r;
+    w->carry_end[s] = hi;
+    if (zero__ck_io_fault && wb > wa) {
+        int er = zero__ck_io_fault(w->path, 'w');
+        if (er)
+            return zero__fail(ZERO_ERROR_IO, "%s: write at byte %llu: %s", w->path,
+                              (unsigned long long)wa, strerror(er));
+    }
+    j->data = buf + (lo - base);
+    j->data_n = n;
+    j->wp = buf + (wa - base);
+    j->wn = (size_t)(wb - wa);
+    j->woff = wa;
+    j->acc = acc;
+    j->done = 0;
+#if defined(__linux__)
+    if (w->nth > 0) {
+        pthread_mutex_lock(&w->mu);
+        w->next++;
+        pthread_cond_signal(&w->work);
+        pthread_mutex_unlock(&w->mu);
+        return ZERO_OK;
+    }
+#endif
+    zero__ck_w_job(w, j);
+    j->done = 1;
+    w->next++;
+    return ZERO_OK;
+}
+
+/* After every chunk: the header (hb bytes at offset 0) completes the file. */
+static zero_result zero__ck_w_finish(zero__ck_writer *w, const unsigned char *hdr, size_t hb)
+{
+    zero_result r;
+    if (!w->direct) return zero__ck_w_write(w, hdr, hb, 0);
+    if ((r = zero__ck_w_drain(w)) != ZERO_OK) return r;
+    if ((r = zero__ck_w_edge(w, 0, hdr, hb)) != ZERO_OK) return r;
+    if (w->nedges) /* every byte of the file was put: no block can be left */
+        return zero__fail(ZERO_ERROR_IO, "%s: %zu blocks not complete (block %llu)", w->path,
+                          w->nedges, (unsigned long long)w->edges[0].block);
+    if (ftruncate(w->fd, (off_t)w->size) != 0) /* the last block was written whole */
+        return zero__fail(ZERO_ERROR_IO, "%s: truncate to %llu bytes: %s", w->path,
+                          (unsigned long long)w->size, strerror(errno));
+    return ZERO_OK;
+}
+
+/* Writes this rank's shard file of generation gen (temporary name, fsync, rename, fsync),
+   through zero__ck_writer (O_DIRECT where the file system takes it). */
 static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_t gen)
 {
     char name[64], path[4200], tmp[4240];
     uint64_t hb =
         ZERO__CK_SHARD_FIXED + (uint64_t)ZERO__CK_SEC_BYTES * 4u * (uint64_t)e->layout.ngroups + 4u;
-    uint64_t off = hb;
+    uint64_t off = hb, fbytes = hb;
     zero__ck_buf hdr;
-    unsigned char *chunk = NULL;
+    zero__ck_writer w;
     uint32_t *crcs = NULL;
-    size_t chunk_bytes = ZERO__CK_CHUNK;
     zero_result r = ZERO_OK;
     int fd, g, ki;
     memset(&hdr, 0, sizeof hdr);
+    memset(&w, 0, sizeof w);
+    w.fd = -1;
     zero__ck_shard_name(name, sizeof name, gen, e->cfg.rank);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    chunk = (unsigned char *)zero__alloc(&e->cfg.desc.allocator, chunk_bytes);
-    crcs = (uint32_t *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->layout.ngroups * 16u);
-    if (!chunk || !crcs) {
-        zero__free(&e->cfg.desc.allocator, chunk);
-        zero__free(&e->cfg.desc.allocator, crcs);
-        return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
-    }
+    for (g = 0; g < e->layout.ngroups; g++)
+        fbytes += (uint64_t)e->layout.groups[g].shard_numel * 12u +
+                  (uint64_t)e->layout.groups[g].pshard_numel * e->cfg.param_size;
+    crcs = (uint32_t *)zero__alloc(&e->cfg.desc.allocator, (size_t)e->layout.ngroups * 16u + 16u);
+    if (!crcs) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
+    memset(crcs, 0, (size_t)e->layout.ngroups * 16u);
     if ((r = zero__ck_create_tmp(path, tmp, sizeof tmp, &fd)) != ZERO_OK) goto out;
+    r = zero__ck_w_open(&w, &e->cfg.desc.allocator, fd, tmp, fbytes, hb);
     /* Order the downloads after any collective still writing the buffers; the NVMe caches
        written back and emptied, so the save reads each record once, from the file. */
-    r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
+    if (r == ZERO_OK) r = zero__eng_handoff(e, ZERO_QUEUE_COMM, ZERO_QUEUE_COMPUTE);
     if (r == ZERO_OK) r = zero__eng_nvme_forget(e);
     /* Per group, chunk by chunk, the four sections of each chunk together: an NVMe tile record
        (master, m and v of one tile) is then read once for all three (chunks never cross a
        tile), and an NVMe param shard once per group. */
     for (g = 0; g < e->layout.ngroups && r == ZERO_OK; g++) {
-        size_t n = e->layout.groups[g].shard_numel, per = chunk_bytes / 4, pos = 0;
+        size_t n = e->layout.groups[g].shard_numel, per = ZERO__CK_WBUF / 4, pos = 0;
         size_t pn = e->layout.groups[g].pshard_numel; /* params: + the frozen slice */
-        uint32_t crc[4] = {0, 0, 0, 0};
         zero__eng_save_ahead(e, g); /* NVMe param shards: the next groups' start reading */
         while (pos < pn && r == ZERO_OK) {
             size_t c = pn - pos < per ? pn - pos : per;
@@ -18374,8 +18797,12 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
             for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
                 size_t esz = ki == 3 ? e->cfg.param_size : 4;
                 uint64_t sec = off + (uint64_t)n * (ki == 3 ? 12u : 4u * (unsigned)ki);
+                uint64_t send = sec + (ki == 3 ? (uint64_t)pn * esz : (uint64_t)n * 4u);
+                unsigned char *dst = NULL;
                 if (ki < 3 && pos >= n) continue;
-                r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, chunk, 0);
+                r = zero__ck_w_begin(&w, ki, sec + pos * esz, sec, send, &dst);
+                if (r != ZERO_OK) break;
+                r = zero__ck_state_io(e, zero__ck_kinds[ki], g, pos, c, dst, 0);
                 if (r == ZERO_OK) r = e->cfg.dev->ops->sync(e->cfg.dev, ZERO_QUEUE_COMPUTE);
                 if (r != ZERO_OK) {
                     char prev[400];
@@ -18384,14 +18811,13 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
                                    zero__ck_kind_name(ki), g, prev);
                     break;
                 }
-                crc[ki] = zero_crc32c(crc[ki], chunk, c * esz);
-                r = zero__ck_pwrite(fd, chunk, c * esz, sec + pos * esz, tmp);
+                r = zero__ck_w_put(&w, c * esz, &crcs[g * 4 + ki]);
             }
             pos += c;
         }
-        for (ki = 0; ki < 4; ki++) crcs[g * 4 + ki] = crc[ki];
         off += (uint64_t)n * 12u + (uint64_t)pn * e->cfg.param_size;
     }
+    if (r == ZERO_OK) r = zero__ck_w_drain(&w); /* every chunk's CRC joined */
     if (r == ZERO_OK) {
         zero__ck_put(&hdr, "ZEROSHRD", 8);
         zero__ck_u32(&hdr, ZERO__CK_SHARD_VERSION);
@@ -18418,12 +18844,12 @@ static zero_result zero__ck_write_shard(zero_engine *e, const char *dir, uint64_
         }
         zero__ck_u32(&hdr, zero_crc32c(0, hdr.p, hdr.n));
         if (hdr.err || hdr.n != hb) r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: header");
-        else r = zero__ck_pwrite(fd, hdr.p, hdr.n, 0, tmp);
+        else r = zero__ck_w_finish(&w, hdr.p, hdr.n);
     }
+    zero__ck_w_close(&w); /* the threads stopped before the descriptor closes */
     r = zero__ck_commit_tmp(fd, tmp, path, dir, r);
 out:
     ZERO_FREE(hdr.p);
-    zero__free(&e->cfg.desc.allocator, chunk);
     zero__free(&e->cfg.desc.allocator, crcs);
     return r;
 }
@@ -18601,50 +19027,201 @@ typedef struct zero__ck_load {
     int same;                 /* the saving layout is the engine's: shard files map 1:1 */
     int *tmap;                /* checkpoint tensor -> engine tensor */
     unsigned char *stage_buf; /* this rank's shard: master, m, v (fp32), params */
-    unsigned char *map;       /* same layout: this rank's shard file, mapped and verified */
+    unsigned char *map;       /* same layout: this rank's shard file, read and verified */
     size_t map_bytes;
 } zero__ck_load;
 
-/* Same layout: maps this rank's own shard file and verifies its header and every section
-   checksum over the mapping; the apply step then uploads straight from it (no staging). */
+/* Same layout: this rank's own shard file is read whole into host memory, with O_DIRECT
+   where the file system takes it (else buffered), in ZERO__CK_RCHUNK pieces by
+   ZERO__CK_RTHREADS reader threads, ahead of the caller's thread, which checks every
+   section's CRC32C as its pieces arrive; the apply step then uploads from it. */
+#define ZERO__CK_RCHUNK ((size_t)8 << 20)
+#define ZERO__CK_RTHREADS 2
+
+typedef struct zero__ck_fread {
+    int fd;
+    const char *path;
+    unsigned char *buf;   /* the file: aligned, its size rounded up to ZERO_IO_ALIGN */
+    uint64_t size;
+    size_t nchunks, taken;
+    unsigned char *done;  /* per piece: arrived (or failed) */
+    int err, stop, nth, sync_made; /* err: errno of the first failure (-1: truncated) */
+    uint64_t err_at;
+#if defined(__linux__)
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th[ZERO__CK_RTHREADS];
+#endif
+} zero__ck_fread;
+
+/* Reads piece k of the file into its place (a reader thread, or the caller's). */
+static void zero__ck_fread_piece(zero__ck_fread *f, size_t k, int *err, uint64_t *at)
+{
+    uint64_t cur = (uint64_t)k * ZERO__CK_RCHUNK, end = cur + ZERO__CK_RCHUNK;
+    if (end > f->size) end = f->size;
+    *err = 0;
+    __atomic_fetch_add(&zero__ck_bytes_read, end - cur, __ATOMIC_RELAXED);
+    while (cur < end) { /* whole blocks (O_DIRECT): the file's last one comes back short */
+        uint64_t want = zero_io_align_up(end) - cur;
+        ssize_t got = pread(f->fd, f->buf + cur, (size_t)want, (off_t)cur);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            *err = got < 0 ? errno : -1;
+            *at = cur;
+            return;
+        }
+        cur += (uint64_t)got;
+    }
+}
+
+#if defined(__linux__)
+static void *zero__ck_fread_thread(void *arg)
+{
+    zero__ck_fread *f = (zero__ck_fread *)arg;
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop && f->taken < f->nchunks) {
+        size_t k = f->taken++;
+        int err;
+        uint64_t at = 0;
+        pthread_mutex_unlock(&f->mu);
+        zero__ck_fread_piece(f, k, &err, &at);
+        pthread_mutex_lock(&f->mu);
+        if (err && !f->err) {
+            f->err = err;
+            f->err_at = at;
+        }
+        f->done[k] = 1;
+        pthread_cond_broadcast(&f->cv);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+#endif
+
+/* Waits until bytes [0, upto) of the file have arrived; the error of any piece read. */
+static zero_result zero__ck_fread_wait(zero__ck_fread *f, uint64_t upto)
+{
+    size_t last = upto == 0 ? 0 : (size_t)((upto - 1) / ZERO__CK_RCHUNK), k;
+    int err = 0;
+    uint64_t at = 0;
+    if (upto == 0) return ZERO_OK;
+#if defined(__linux__)
+    if (f->nth > 0) {
+        pthread_mutex_lock(&f->mu);
+        for (k = 0; k <= last; k++)
+            while (!f->done[k] && !f->err) pthread_cond_wait(&f->cv, &f->mu);
+        err = f->err;
+        at = f->err_at;
+        pthread_mutex_unlock(&f->mu);
+    } else
+#endif
+    {
+        for (k = 0; k <= last && !err; k++)
+            if (!f->done[k]) {
+                zero__ck_fread_piece(f, k, &err, &at);
+                f->done[k] = 1;
+            }
+    }
+    if (err == -1)
+        return zero__fail(ZERO_ERROR_IO, "%s: truncated: no bytes at offset %llu", f->path,
+                          (unsigned long long)at);
+    if (err)
+        return zero__fail(ZERO_ERROR_IO, "%s: read at byte %llu: %s", f->path,
+                          (unsigned long long)at, strerror(err));
+    return ZERO_OK;
+}
+
+static void zero__ck_fread_stop(zero__ck_fread *f, const zero_allocator *a)
+{
+    int i;
+#if defined(__linux__)
+    if (f->sync_made) {
+        pthread_mutex_lock(&f->mu);
+        f->stop = 1;
+        pthread_mutex_unlock(&f->mu);
+        for (i = 0; i < f->nth; i++) pthread_join(f->th[i], NULL);
+        pthread_cond_destroy(&f->cv);
+        pthread_mutex_destroy(&f->mu);
+        f->sync_made = 0;
+    }
+#endif
+    (void)i;
+    zero__free(a, f->done);
+    f->done = NULL;
+    f->nth = 0;
+}
+
 static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
 {
     char name[64], path[4200];
     uint32_t *crcs = NULL;
+    const zero_allocator *a = &L->e->cfg.desc.allocator;
+    zero__ck_fread f;
     zero_result r;
-    int fd, g, ki;
-    void *m;
+    int g, ki;
+    size_t i;
+    memset(&f, 0, sizeof f);
     zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->cfg.rank);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
     {
         char what[64];
         snprintf(what, sizeof what, "shard file of rank %d", L->e->cfg.rank);
-        if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) return r;
+        if ((r = zero__ck_open_read(path, what, 1, &f.fd, NULL)) != ZERO_OK) return r;
     }
-    r = zero__ck_check_shard(ck, fd, path, L->e->cfg.rank, &crcs);
+    r = zero__ck_check_shard(ck, f.fd, path, L->e->cfg.rank, &crcs);
     if (r != ZERO_OK) {
-        close(fd);
+        close(f.fd);
         return r;
     }
-#ifdef MAP_POPULATE
-    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    f.path = path;
+    f.size = ck->shard_bytes;
+    f.nchunks = (size_t)((f.size + ZERO__CK_RCHUNK - 1) / ZERO__CK_RCHUNK);
+#if defined(__linux__)
+    f.buf = (unsigned char *)zero__io_aligned_alloc(a, (size_t)zero_io_align_up(f.size));
 #else
-    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    f.buf = (unsigned char *)zero__alloc(a, (size_t)f.size);
 #endif
-    close(fd);
-    if (m == MAP_FAILED) {
-        ZERO_FREE(crcs);
-        return zero__fail(ZERO_ERROR_IO, "%s: mmap of %llu bytes: %s", path,
-                          (unsigned long long)ck->shard_bytes, strerror(errno));
+    L->map = f.buf; /* freed by the load, whatever happens here */
+    L->map_bytes = (size_t)f.size;
+    f.done = (unsigned char *)zero__alloc(a, f.nchunks + 1);
+    if (!f.buf || !f.done) {
+        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %llu bytes to read the shard file into", path,
+                       (unsigned long long)f.size);
+        goto out;
     }
-    L->map = (unsigned char *)m;
-    L->map_bytes = (size_t)ck->shard_bytes;
+    memset(f.done, 0, f.nchunks + 1);
+#if defined(__linux__) && defined(O_DIRECT)
+    if (!zero__ck_direct_off && !(zero__ck_io_fault && zero__ck_io_fault(path, 'd'))) {
+        int fl = fcntl(f.fd, F_GETFL);
+        int direct = fl >= 0 && fcntl(f.fd, F_SETFL, fl | O_DIRECT) == 0;
+        __atomic_store_n(&zero__ck_direct_used, direct, __ATOMIC_RELAXED);
+    } else {
+        __atomic_store_n(&zero__ck_direct_used, 0, __ATOMIC_RELAXED);
+    }
+    if (pthread_mutex_init(&f.mu, NULL) == 0) {
+        if (pthread_cond_init(&f.cv, NULL) == 0) f.sync_made = 1;
+        else pthread_mutex_destroy(&f.mu);
+    }
+    for (i = 0; f.sync_made && i < ZERO__CK_RTHREADS && i < f.nchunks; i++) {
+        if (pthread_create(&f.th[i], NULL, zero__ck_fread_thread, &f) != 0) break;
+        f.nth++;
+    }
+#endif
+    (void)i;
+    /* every section's checksum, in file order, as its pieces arrive */
     for (g = 0; g < ck->info.num_groups && r == ZERO_OK; g++)
         for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            uint64_t off = zero__ck_sec_off(ck, g, ki);
+            uint64_t off = zero__ck_sec_off(ck, g, ki), at = off;
             uint64_t bytes = zero__ck_sec_numel(ck, g, ki) * zero__ck_sec_esz(ck, ki);
-            uint32_t c = zero_crc32c(0, L->map + off, (size_t)bytes);
-            if (c != crcs[g * 4 + ki]) {
+            uint32_t c = 0;
+            while (at < off + bytes && r == ZERO_OK) {
+                uint64_t to = (at / ZERO__CK_RCHUNK + 1) * ZERO__CK_RCHUNK;
+                if (to > off + bytes) to = off + bytes;
+                r = zero__ck_fread_wait(&f, to);
+                if (r == ZERO_OK) c = zero_crc32c(c, f.buf + at, (size_t)(to - at));
+                at = to;
+            }
+            if (r == ZERO_OK && c != crcs[g * 4 + ki]) {
                 int t = ck->groups[g].first_tensor;
                 r = zero__fail(ZERO_ERROR_IO, "%s: checksum mismatch in the %s section of group "
                                "%d (bytes %llu..%llu; tensors from '%s'): stored %08x, computed "
@@ -18653,6 +19230,9 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
                                t >= 0 ? ck->tensors[t].name : "?", crcs[g * 4 + ki], c);
             }
         }
+out:
+    zero__ck_fread_stop(&f, a);
+    close(f.fd);
     ZERO_FREE(crcs);
     return r;
 }
@@ -19000,7 +19580,11 @@ out:
     zero__free(&e->cfg.desc.allocator, cl);
     zero__free(&e->cfg.desc.allocator, L.tmap);
     zero__free(&e->cfg.desc.allocator, L.stage_buf);
-    if (L.map) munmap(L.map, L.map_bytes);
+#if defined(__linux__)
+    zero__io_aligned_free(&e->cfg.desc.allocator, L.map);
+#else
+    zero__free(&e->cfg.desc.allocator, L.map);
+#endif
     zero_checkpoint_close(ck);
     return r;
 }
