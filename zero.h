@@ -2597,10 +2597,9 @@ ZERODEF zero_result zero_engine_save_client(zero_engine *e, const char *dir, con
    and every rank returns the failing rank's error with its engine broken (destroy only:
    the state was overwritten in part on that rank and cannot be restored), never OK on some
    ranks and never a wait for the comm's timeout. Call between steps with no group gathered. Host memory: with the saving layout (same
-   world, groups, tensors) this rank's shard file is read whole (O_DIRECT where the file
-   system takes it) into a buffer of its size and uploaded from; when resharding, this
-   rank's new shard is staged; 12 + param bytes per shard element either way, from the
-   engine's allocator, freed on return.
+   world, groups, tensors) this rank's shard file is mapped (mmap: page cache, reclaimable)
+   and uploaded from; when resharding, this rank's new shard is staged (12 + param bytes per
+   shard element, from the engine's allocator, freed on return).
    Errors: INVALID_ARGUMENT and INVALID_STATE (mid-step, a group gathered) at once, as for
    save; NOT_FOUND (no checkpoint), IO (corrupt, truncated or missing file), MISMATCH (plan
    or dtype differs), OUT_OF_MEMORY; COMM/DEVICE (engine broken). */
@@ -16951,7 +16950,7 @@ static uint32_t zero__ck_le32(const unsigned char *p)
    called before every checkpoint write (op 'w') and every open of an existing checkpoint
    file for reading (op 'o') with the file's path; a non-zero errno it returns fails that
    call as the system would (ENOSPC, EACCES ...); before a shard file is switched to
-   O_DIRECT (op 'd', written or read): non-zero = refused, as tmpfs once did (the buffered
+   O_DIRECT (op 'd', at a save): non-zero = refused, as tmpfs once did (the buffered
    path is taken). zero__ck_stage: called on every rank
    at fixed points of load and save (where: 0 = before the manifest is opened, 1 = after),
    so a test can change the directory between ranks deterministically.
@@ -18359,7 +18358,7 @@ static void zero__ck_sec_entry(zero__ck_buf *b, uint32_t kind, uint32_t g, uint6
 #define ZERO__CK_WTHREADS 2
 
 /* Test hooks: zero__ck_direct_off forces the buffered path (as a refused O_DIRECT would);
-   zero__ck_direct_used is 1 after a shard file was written or read with O_DIRECT, 0 buffered. */
+   zero__ck_direct_used is 1 after a shard file was written with O_DIRECT, 0 buffered. */
 static int zero__ck_direct_off;
 static int zero__ck_direct_used;
 
@@ -18574,7 +18573,7 @@ static zero_result zero__ck_w_open(zero__ck_writer *w, const zero_allocator *all
                 if (pthread_create(&w->th[i], NULL, zero__ck_w_thread, w) != 0) break;
                 w->nth++;
             }
-            __atomic_store_n(&zero__ck_direct_used, 1, __ATOMIC_RELAXED);
+            zero__ck_direct_used = 1;
             return ZERO_OK;
         }
     }
@@ -18582,7 +18581,7 @@ static zero_result zero__ck_w_open(zero__ck_writer *w, const zero_allocator *all
     (void)hb;
     (void)zero__ck_direct_off;
 #endif
-    __atomic_store_n(&zero__ck_direct_used, 0, __ATOMIC_RELAXED);
+    zero__ck_direct_used = 0;
     w->chunk = (unsigned char *)zero__alloc(alloc, ZERO__CK_WBUF);
     if (!w->chunk) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     return ZERO_OK;
@@ -19027,201 +19026,50 @@ typedef struct zero__ck_load {
     int same;                 /* the saving layout is the engine's: shard files map 1:1 */
     int *tmap;                /* checkpoint tensor -> engine tensor */
     unsigned char *stage_buf; /* this rank's shard: master, m, v (fp32), params */
-    unsigned char *map;       /* same layout: this rank's shard file, read and verified */
+    unsigned char *map;       /* same layout: this rank's shard file, mapped and verified */
     size_t map_bytes;
 } zero__ck_load;
 
-/* Same layout: this rank's own shard file is read whole into host memory, with O_DIRECT
-   where the file system takes it (else buffered), in ZERO__CK_RCHUNK pieces by
-   ZERO__CK_RTHREADS reader threads, ahead of the caller's thread, which checks every
-   section's CRC32C as its pieces arrive; the apply step then uploads from it. */
-#define ZERO__CK_RCHUNK ((size_t)8 << 20)
-#define ZERO__CK_RTHREADS 2
-
-typedef struct zero__ck_fread {
-    int fd;
-    const char *path;
-    unsigned char *buf;   /* the file: aligned, its size rounded up to ZERO_IO_ALIGN */
-    uint64_t size;
-    size_t nchunks, taken;
-    unsigned char *done;  /* per piece: arrived (or failed) */
-    int err, stop, nth, sync_made; /* err: errno of the first failure (-1: truncated) */
-    uint64_t err_at;
-#if defined(__linux__)
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t th[ZERO__CK_RTHREADS];
-#endif
-} zero__ck_fread;
-
-/* Reads piece k of the file into its place (a reader thread, or the caller's). */
-static void zero__ck_fread_piece(zero__ck_fread *f, size_t k, int *err, uint64_t *at)
-{
-    uint64_t cur = (uint64_t)k * ZERO__CK_RCHUNK, end = cur + ZERO__CK_RCHUNK;
-    if (end > f->size) end = f->size;
-    *err = 0;
-    __atomic_fetch_add(&zero__ck_bytes_read, end - cur, __ATOMIC_RELAXED);
-    while (cur < end) { /* whole blocks (O_DIRECT): the file's last one comes back short */
-        uint64_t want = zero_io_align_up(end) - cur;
-        ssize_t got = pread(f->fd, f->buf + cur, (size_t)want, (off_t)cur);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            *err = got < 0 ? errno : -1;
-            *at = cur;
-            return;
-        }
-        cur += (uint64_t)got;
-    }
-}
-
-#if defined(__linux__)
-static void *zero__ck_fread_thread(void *arg)
-{
-    zero__ck_fread *f = (zero__ck_fread *)arg;
-    pthread_mutex_lock(&f->mu);
-    while (!f->stop && f->taken < f->nchunks) {
-        size_t k = f->taken++;
-        int err;
-        uint64_t at = 0;
-        pthread_mutex_unlock(&f->mu);
-        zero__ck_fread_piece(f, k, &err, &at);
-        pthread_mutex_lock(&f->mu);
-        if (err && !f->err) {
-            f->err = err;
-            f->err_at = at;
-        }
-        f->done[k] = 1;
-        pthread_cond_broadcast(&f->cv);
-    }
-    pthread_mutex_unlock(&f->mu);
-    return NULL;
-}
-#endif
-
-/* Waits until bytes [0, upto) of the file have arrived; the error of any piece read. */
-static zero_result zero__ck_fread_wait(zero__ck_fread *f, uint64_t upto)
-{
-    size_t last = upto == 0 ? 0 : (size_t)((upto - 1) / ZERO__CK_RCHUNK), k;
-    int err = 0;
-    uint64_t at = 0;
-    if (upto == 0) return ZERO_OK;
-#if defined(__linux__)
-    if (f->nth > 0) {
-        pthread_mutex_lock(&f->mu);
-        for (k = 0; k <= last; k++)
-            while (!f->done[k] && !f->err) pthread_cond_wait(&f->cv, &f->mu);
-        err = f->err;
-        at = f->err_at;
-        pthread_mutex_unlock(&f->mu);
-    } else
-#endif
-    {
-        for (k = 0; k <= last && !err; k++)
-            if (!f->done[k]) {
-                zero__ck_fread_piece(f, k, &err, &at);
-                f->done[k] = 1;
-            }
-    }
-    if (err == -1)
-        return zero__fail(ZERO_ERROR_IO, "%s: truncated: no bytes at offset %llu", f->path,
-                          (unsigned long long)at);
-    if (err)
-        return zero__fail(ZERO_ERROR_IO, "%s: read at byte %llu: %s", f->path,
-                          (unsigned long long)at, strerror(err));
-    return ZERO_OK;
-}
-
-static void zero__ck_fread_stop(zero__ck_fread *f, const zero_allocator *a)
-{
-    int i;
-#if defined(__linux__)
-    if (f->sync_made) {
-        pthread_mutex_lock(&f->mu);
-        f->stop = 1;
-        pthread_mutex_unlock(&f->mu);
-        for (i = 0; i < f->nth; i++) pthread_join(f->th[i], NULL);
-        pthread_cond_destroy(&f->cv);
-        pthread_mutex_destroy(&f->mu);
-        f->sync_made = 0;
-    }
-#endif
-    (void)i;
-    zero__free(a, f->done);
-    f->done = NULL;
-    f->nth = 0;
-}
-
+/* Same layout: maps this rank's own shard file and verifies its header and every section
+   checksum over the mapping; the apply step then uploads straight from it (no staging). */
 static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
 {
     char name[64], path[4200];
     uint32_t *crcs = NULL;
-    const zero_allocator *a = &L->e->cfg.desc.allocator;
-    zero__ck_fread f;
     zero_result r;
-    int g, ki;
-    size_t i;
-    memset(&f, 0, sizeof f);
+    int fd, g, ki;
+    void *m;
     zero__ck_shard_name(name, sizeof name, ck->info.generation, L->e->cfg.rank);
     snprintf(path, sizeof path, "%s/%s", ck->dir, name);
     {
         char what[64];
         snprintf(what, sizeof what, "shard file of rank %d", L->e->cfg.rank);
-        if ((r = zero__ck_open_read(path, what, 1, &f.fd, NULL)) != ZERO_OK) return r;
+        if ((r = zero__ck_open_read(path, what, 1, &fd, NULL)) != ZERO_OK) return r;
     }
-    r = zero__ck_check_shard(ck, f.fd, path, L->e->cfg.rank, &crcs);
+    r = zero__ck_check_shard(ck, fd, path, L->e->cfg.rank, &crcs);
     if (r != ZERO_OK) {
-        close(f.fd);
+        close(fd);
         return r;
     }
-    f.path = path;
-    f.size = ck->shard_bytes;
-    f.nchunks = (size_t)((f.size + ZERO__CK_RCHUNK - 1) / ZERO__CK_RCHUNK);
-#if defined(__linux__)
-    f.buf = (unsigned char *)zero__io_aligned_alloc(a, (size_t)zero_io_align_up(f.size));
+#ifdef MAP_POPULATE
+    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
 #else
-    f.buf = (unsigned char *)zero__alloc(a, (size_t)f.size);
+    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
 #endif
-    L->map = f.buf; /* freed by the load, whatever happens here */
-    L->map_bytes = (size_t)f.size;
-    f.done = (unsigned char *)zero__alloc(a, f.nchunks + 1);
-    if (!f.buf || !f.done) {
-        r = zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "%s: %llu bytes to read the shard file into", path,
-                       (unsigned long long)f.size);
-        goto out;
+    close(fd);
+    if (m == MAP_FAILED) {
+        ZERO_FREE(crcs);
+        return zero__fail(ZERO_ERROR_IO, "%s: mmap of %llu bytes: %s", path,
+                          (unsigned long long)ck->shard_bytes, strerror(errno));
     }
-    memset(f.done, 0, f.nchunks + 1);
-#if defined(__linux__) && defined(O_DIRECT)
-    if (!zero__ck_direct_off && !(zero__ck_io_fault && zero__ck_io_fault(path, 'd'))) {
-        int fl = fcntl(f.fd, F_GETFL);
-        int direct = fl >= 0 && fcntl(f.fd, F_SETFL, fl | O_DIRECT) == 0;
-        __atomic_store_n(&zero__ck_direct_used, direct, __ATOMIC_RELAXED);
-    } else {
-        __atomic_store_n(&zero__ck_direct_used, 0, __ATOMIC_RELAXED);
-    }
-    if (pthread_mutex_init(&f.mu, NULL) == 0) {
-        if (pthread_cond_init(&f.cv, NULL) == 0) f.sync_made = 1;
-        else pthread_mutex_destroy(&f.mu);
-    }
-    for (i = 0; f.sync_made && i < ZERO__CK_RTHREADS && i < f.nchunks; i++) {
-        if (pthread_create(&f.th[i], NULL, zero__ck_fread_thread, &f) != 0) break;
-        f.nth++;
-    }
-#endif
-    (void)i;
-    /* every section's checksum, in file order, as its pieces arrive */
+    L->map = (unsigned char *)m;
+    L->map_bytes = (size_t)ck->shard_bytes;
     for (g = 0; g < ck->info.num_groups && r == ZERO_OK; g++)
         for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
-            uint64_t off = zero__ck_sec_off(ck, g, ki), at = off;
+            uint64_t off = zero__ck_sec_off(ck, g, ki);
             uint64_t bytes = zero__ck_sec_numel(ck, g, ki) * zero__ck_sec_esz(ck, ki);
-            uint32_t c = 0;
-            while (at < off + bytes && r == ZERO_OK) {
-                uint64_t to = (at / ZERO__CK_RCHUNK + 1) * ZERO__CK_RCHUNK;
-                if (to > off + bytes) to = off + bytes;
-                r = zero__ck_fread_wait(&f, to);
-                if (r == ZERO_OK) c = zero_crc32c(c, f.buf + at, (size_t)(to - at));
-                at = to;
-            }
-            if (r == ZERO_OK && c != crcs[g * 4 + ki]) {
+            uint32_t c = zero_crc32c(0, L->map + off, (size_t)bytes);
+            if (c != crcs[g * 4 + ki]) {
                 int t = ck->groups[g].first_tensor;
                 r = zero__fail(ZERO_ERROR_IO, "%s: checksum mismatch in the %s section of group "
                                "%d (bytes %llu..%llu; tensors from '%s'): stored %08x, computed "
@@ -19230,9 +19078,6 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
                                t >= 0 ? ck->tensors[t].name : "?", crcs[g * 4 + ki], c);
             }
         }
-out:
-    zero__ck_fread_stop(&f, a);
-    close(f.fd);
     ZERO_FREE(crcs);
     return r;
 }
@@ -19580,11 +19425,7 @@ out:
     zero__free(&e->cfg.desc.allocator, cl);
     zero__free(&e->cfg.desc.allocator, L.tmap);
     zero__free(&e->cfg.desc.allocator, L.stage_buf);
-#if defined(__linux__)
-    zero__io_aligned_free(&e->cfg.desc.allocator, L.map);
-#else
-    zero__free(&e->cfg.desc.allocator, L.map);
-#endif
+    if (L.map) munmap(L.map, L.map_bytes);
     zero_checkpoint_close(ck);
     return r;
 }
