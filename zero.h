@@ -18573,7 +18573,7 @@ static zero_result zero__ck_w_open(zero__ck_writer *w, const zero_allocator *all
                 if (pthread_create(&w->th[i], NULL, zero__ck_w_thread, w) != 0) break;
                 w->nth++;
             }
-            zero__ck_direct_used = 1;
+            __atomic_store_n(&zero__ck_direct_used, 1, __ATOMIC_RELAXED);
             return ZERO_OK;
         }
     }
@@ -18581,7 +18581,7 @@ static zero_result zero__ck_w_open(zero__ck_writer *w, const zero_allocator *all
     (void)hb;
     (void)zero__ck_direct_off;
 #endif
-    zero__ck_direct_used = 0;
+    __atomic_store_n(&zero__ck_direct_used, 0, __ATOMIC_RELAXED);
     w->chunk = (unsigned char *)zero__alloc(alloc, ZERO__CK_WBUF);
     if (!w->chunk) return zero__fail(ZERO_ERROR_OUT_OF_MEMORY, "zero_engine_save: staging buffer");
     return ZERO_OK;
