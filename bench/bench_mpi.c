@@ -5,8 +5,9 @@
    all_reduce's buffer; 4 KiB to 256 MiB of f32), the time of zero_mpi.h's all_gather,
    reduce_scatter and all_reduce (SUM) and of MPI_Allgather, MPI_Reduce_scatter_block and
    MPI_Allreduce on the same buffers, in the same run, alternating, the best of --rounds
-   (3) rounds of each (100 calls a round up to 64 KiB, 30 to 1 MiB, fewer above; the
-   machine may be busy). Bus bandwidth as nccl-tests defines it: algbw = size / time,
+   (3) rounds of each, 5 x --rounds up to 64 KiB (100 calls a round up to 64 KiB, 30 to
+   1 MiB, fewer above; the machine may be busy: a round of 100 calls of a microsecond
+   that another process's time slice interrupts is lost, so small sizes get more rounds). Bus bandwidth as nccl-tests defines it: algbw = size / time,
    busbw = algbw * (N-1)/N for all-gather and reduce-scatter, algbw * 2(N-1)/N for
    all-reduce; time = the slowest rank's mean. The ratio is ours / MPI's (above 1: ours
    is faster).
@@ -194,9 +195,9 @@ int main(int argc, char **argv)
             double bytes = (double)total * sizeof(float), f = (double)(world - 1) / world, t_ours, t_mpi, b_ours, b_mpi;
             int iters = bytes <= (64 << 10) ? 100 : bytes <= (1 << 20) ? 30 : bytes <= (16 << 20) ? 5 : 2;
             if (which == AR) f *= 2;
-            int rep;
+            int rep, nrounds = bytes <= (64 << 10) ? 5 * rounds : rounds;
             t_mpi = t_ours = 1e30;
-            for (rep = 0; rep < rounds; rep++) { /* alternating; the best round (a busy machine) */
+            for (rep = 0; rep < nrounds; rep++) { /* alternating; the best round (a busy machine) */
                 double tm = time_op(comm, which, 0, send, recv, total - total % (size_t)world, iters);
                 double to = time_op(comm, which, 1, send, recv, total - total % (size_t)world, iters);
                 if (tm < t_mpi) t_mpi = tm;
