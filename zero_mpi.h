@@ -671,6 +671,22 @@ static zero_result zero__mpi_round(zero__mpi_comm *c, const int64_t *mine, int p
                       what, c->base.rank, a, other, b);
 }
 
+/* memcpy that avoids `rep movsb` where it is slow: glibc copies 2112 bytes to about 1 MiB
+   with it on CPUs with fast short rep-mov, and AMD Zen 3 runs it up to 25x slower when the
+   destination is 1-31 bytes past the source modulo 64 (this machine: 64 KiB in 21 us
+   instead of 1.5 us). Those copies go in pieces of 2 KiB (glibc's vector loop: 3.7 us);
+   the others, and every copy on other CPUs' terms, are one memcpy. */
+static void zero__mpi_copy(void *dst, const void *src, size_t bytes)
+{
+    unsigned char *d = (unsigned char *)dst;
+    const unsigned char *s = (const unsigned char *)src;
+    size_t skew = (size_t)((uintptr_t)d - (uintptr_t)s) % 64;
+    if (bytes > 2048 && bytes < ((size_t)1 << 20) && skew >= 1 && skew <= 31) {
+        for (; bytes > 2048; bytes -= 2048, d += 2048, s += 2048) memcpy(d, s, 2048);
+    }
+    memcpy(d, s, bytes);
+}
+
 /* ---- the data round ---- */
 
 /* Room for n requests, and one more for the wait's gave-up receive. */
@@ -711,6 +727,9 @@ typedef struct zero__mpi_xfer {
     const unsigned char *(*send_at)(void *ctx, int peer, size_t *bytes);
     unsigned char *(*recv_at)(void *ctx, int peer, size_t *bytes);
     void *ctx;
+    unsigned char *own_dst; /* own_bytes from own_src to own_dst (this rank's own block of */
+    const unsigned char *own_src; /* an all_gather or all_to_all), copied while the     */
+    size_t own_bytes;             /* messages are in flight                             */
 } zero__mpi_xfer;
 
 static size_t zero__mpi_pieces(size_t bytes) { return (bytes + ZERO__MPI_PIECE - 1) / ZERO__MPI_PIECE; }
@@ -725,6 +744,10 @@ static zero_result zero__mpi_exchange(zero__mpi_comm *c, const zero__mpi_xfer *x
         int p = (rank + s) % world;
         if (x->send_at(x->ctx, p, &bytes)) need += zero__mpi_pieces(bytes);
         if (x->recv_at(x->ctx, p, &bytes)) need += zero__mpi_pieces(bytes);
+    }
+    if (need == 0 && x->own_bytes) { /* no peer has data: only the own block */
+        if (c->device) return c->device->ops->copy(c->device, ZERO_QUEUE_COMM, x->own_dst, x->own_src, x->own_bytes);
+        zero__mpi_copy(x->own_dst, x->own_src, x->own_bytes);
     }
     if (need == 0) return ZERO_OK;
     if (need > (size_t)INT_MAX || !zero__mpi_reqs(c, need))
@@ -751,6 +774,13 @@ static zero_result zero__mpi_exchange(zero__mpi_comm *c, const zero__mpi_xfer *x
         c->leak = 1; /* the requests already posted stay pending */
         return zero__mpi_break(c, ZERO_ERROR_COMM, "%s #%llu (rank %d): posting a message failed: %s", what,
                                c->seq, rank, e);
+    }
+    if (x->own_bytes) { /* queued on the device's comm queue, which the caller syncs */
+        zero_result r = ZERO_OK, w;
+        if (c->device) r = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, x->own_dst, x->own_src, x->own_bytes);
+        else zero__mpi_copy(x->own_dst, x->own_src, x->own_bytes);
+        w = zero__mpi_wait(c, (int)n, c->reqs, what, "data round"); /* the messages complete either way */
+        return w != ZERO_OK ? w : r;
     }
     return zero__mpi_wait(c, (int)n, c->reqs, what, "data round");
 }
@@ -927,22 +957,6 @@ enum {
     ZERO__MPI_INLINE_SLICES  /* all_reduce: slice p in the packet to p, then the gather round */
 };
 
-/* memcpy that avoids `rep movsb` where it is slow: glibc copies 2112 bytes to about 1 MiB
-   with it on CPUs with fast short rep-mov, and AMD Zen 3 runs it up to 25x slower when the
-   destination is 1-31 bytes past the source modulo 64 (this machine: 64 KiB in 21 us
-   instead of 1.5 us). Those copies go in pieces of 2 KiB (glibc's vector loop: 3.7 us);
-   the others, and every copy on other CPUs' terms, are one memcpy. */
-static void zero__mpi_copy(void *dst, const void *src, size_t bytes)
-{
-    unsigned char *d = (unsigned char *)dst;
-    const unsigned char *s = (const unsigned char *)src;
-    size_t skew = (size_t)((uintptr_t)d - (uintptr_t)s) % 64;
-    if (bytes > 2048 && bytes < ((size_t)1 << 20) && skew >= 1 && skew <= 31) {
-        for (; bytes > 2048; bytes -= 2048, d += 2048, s += 2048) memcpy(d, s, 2048);
-    }
-    memcpy(d, s, bytes);
-}
-
 /* bytes from src (device memory when c->device) into host_dst; queued on the device's comm
    queue, which the caller syncs. */
 static zero_result zero__mpi_stage_in(zero__mpi_comm *c, unsigned char *host_dst, const void *src, size_t bytes)
@@ -1018,6 +1032,7 @@ static zero_result zero__mpi_finish_inline(zero__mpi_comm *c, int kind, int mode
         zero__mpi_lay lay;
         zero__mpi_xfer x;
         memset(&lay, 0, sizeof lay);
+        memset(&x, 0, sizeof x);
         lay.recv = out;
         lay.numel = numel;
         lay.es = es;
@@ -1156,6 +1171,7 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
     res = zero__mpi_dev_sync(c);
     if (res != ZERO_OK) return res;
     memset(&lay, 0, sizeof lay);
+    memset(&x, 0, sizeof x);
     lay.send = (const unsigned char *)send;
     lay.recv = (unsigned char *)recv;
     lay.numel = numel;
@@ -1168,10 +1184,10 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
     case ZERO__MPI_ALL_GATHER: {
         unsigned char *mine = lay.recv + (size_t)rank * numel * es;
         lay.block = numel * es;
-        if (mine != lay.send) {
-            if (c->device) res = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, mine, send, lay.block);
-            else zero__mpi_copy(mine, send, lay.block);
-            if (res != ZERO_OK) return res;
+        if (mine != lay.send) { /* copied while the blocks travel */
+            x.own_dst = mine;
+            x.own_src = lay.send;
+            x.own_bytes = lay.block;
         }
         x.send_at = zero__mpi_ag_send;
         x.recv_at = zero__mpi_ag_recv;
@@ -1182,9 +1198,9 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
     case ZERO__MPI_ALL_TO_ALL: {
         unsigned char *mine = lay.recv + (size_t)rank * numel * es;
         lay.block = numel * es;
-        if (c->device) res = c->device->ops->copy(c->device, ZERO_QUEUE_COMM, mine, lay.send + (size_t)rank * lay.block, lay.block);
-        else zero__mpi_copy(mine, lay.send + (size_t)rank * lay.block, lay.block);
-        if (res != ZERO_OK) return res;
+        x.own_dst = mine; /* copied while the blocks travel */
+        x.own_src = lay.send + (size_t)rank * lay.block;
+        x.own_bytes = lay.block;
         x.send_at = zero__mpi_rs_send;
         x.recv_at = zero__mpi_a2a_recv;
         res = zero__mpi_exchange(c, &x, ZERO__MPI_TAG_DATA, what);
