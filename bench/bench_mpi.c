@@ -5,11 +5,14 @@
    all_reduce's buffer; 4 KiB to 256 MiB of f32), the time of zero_mpi.h's all_gather,
    reduce_scatter and all_reduce (SUM) and of MPI_Allgather, MPI_Reduce_scatter_block and
    MPI_Allreduce on the same buffers, in the same run, alternating, the best of --rounds
-   (3) rounds of each (100 calls a round up to 64 KiB, 30 to 1 MiB, fewer above; the
-   machine may be busy). Bus bandwidth as nccl-tests defines it: algbw = size / time,
+   (3) rounds of each, 5 x --rounds up to 64 KiB (100 calls a round up to 64 KiB, 30 to
+   1 MiB, fewer above; the machine may be busy: a round of 100 calls of a microsecond
+   that another process's time slice interrupts is lost, so small sizes get more rounds). Bus bandwidth as nccl-tests defines it: algbw = size / time,
    busbw = algbw * (N-1)/N for all-gather and reduce-scatter, algbw * 2(N-1)/N for
    all-reduce; time = the slowest rank's mean. The ratio is ours / MPI's (above 1: ours
-   is faster).
+   is faster), of the best rounds; "paired" is the median over the rounds of MPI's time /
+   ours in the same round (the two halves of a round run back to back, so a busy spell of
+   the machine slows both: a steadier figure than the ratio of two best rounds).
 
    Part 2: the engine (stages 1 and 3, fp16, 8 groups x 500k params, bench_engine.c's step)
    over zero_mpi.h with one rank per process, against zero_local_run with the same number
@@ -47,6 +50,12 @@ static void sleepy_barrier(void)
 }
 
 enum { AG, RS, AR };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 static const char *const names[] = {"all_gather", "reduce_scatter", "all_reduce"};
 
 /* Mean seconds per call over iters calls (after one warm-up), the slowest rank's. */
@@ -185,8 +194,9 @@ int main(int argc, char **argv)
     memset(recv, 0, max_bytes);
     if (me == 0)
         printf("zero_mpi.h vs the MPI library's collectives, %d processes, f32 (busbw as nccl-tests: "
-               "GB/s; ratio = ours / MPI's)\n%-14s %10s | %9s %9s %6s\n",
-               world, "collective", "size", "ours", "MPI", "ratio");
+               "GB/s, the best round of each; ratio = ours / MPI's; paired = the median over the rounds of "
+               "MPI's time / ours in the same round)\n%-14s %10s | %9s %9s %6s %7s\n",
+               world, "collective", "size", "ours", "MPI", "ratio", "paired");
     for (which = 0; which < 3; which++)
         for (k = 0, total = nsizes ? (sizes_kib[0] << 10) / sizeof(float) : 4096 / sizeof(float);
              nsizes ? k < nsizes : total * sizeof(float) <= max_bytes;
@@ -194,21 +204,26 @@ int main(int argc, char **argv)
             double bytes = (double)total * sizeof(float), f = (double)(world - 1) / world, t_ours, t_mpi, b_ours, b_mpi;
             int iters = bytes <= (64 << 10) ? 100 : bytes <= (1 << 20) ? 30 : bytes <= (16 << 20) ? 5 : 2;
             if (which == AR) f *= 2;
-            int rep;
+            int rep, nrounds = bytes <= (64 << 10) ? 5 * rounds : rounds;
+            double paired[64];
+            if (nrounds > 64) nrounds = 64;
             t_mpi = t_ours = 1e30;
-            for (rep = 0; rep < rounds; rep++) { /* alternating; the best round (a busy machine) */
+            for (rep = 0; rep < nrounds; rep++) { /* alternating; the best round (a busy machine) */
                 double tm = time_op(comm, which, 0, send, recv, total - total % (size_t)world, iters);
                 double to = time_op(comm, which, 1, send, recv, total - total % (size_t)world, iters);
                 if (tm < t_mpi) t_mpi = tm;
                 if (to < t_ours) t_ours = to;
+                paired[rep] = tm / to;
             }
+            qsort(paired, (size_t)nrounds, sizeof *paired, cmp_double);
             b_ours = bytes / t_ours * f / 1e9;
             b_mpi = bytes / t_mpi * f / 1e9;
             if (me == 0) {
                 char sz[32];
                 if (bytes >= (1 << 20)) snprintf(sz, sizeof sz, "%.0f MiB", bytes / (1 << 20));
                 else snprintf(sz, sizeof sz, "%.0f KiB", bytes / 1024);
-                printf("%-14s %10s | %9.3f %9.3f %6.2f\n", names[which], sz, b_ours, b_mpi, b_ours / b_mpi);
+                printf("%-14s %10s | %9.3f %9.3f %6.2f %7.2f\n", names[which], sz, b_ours, b_mpi, b_ours / b_mpi,
+                       nrounds % 2 ? paired[nrounds / 2] : 0.5 * (paired[nrounds / 2 - 1] + paired[nrounds / 2]));
                 fflush(stdout);
             }
         }
