@@ -333,7 +333,9 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=s
              -gencode arch=compute_90,code=compute_90
 # nvcc's defaults are exact (-fmad=true cannot change zero_adam_update, whose multiply-adds
 # are explicit fmaf; IEEE division and square root): never add --use_fast_math.
-NVCC_FLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -I.
+# NVCC_OPT: the host code's level (nvcc's -O; the device code is ptxas's -O3 either way).
+NVCC_OPT ?= -O3
+NVCC_FLAGS ?= $(NVCC_OPT) -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -I.
 NCCL_FLAGS := $(filter-out -I/usr/include,$(if $(NCCL_HOME),-I$(NCCL_HOME)/include)) \
               $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR))
 CUDA_HEADERS := $(HEADERS) $(wildcard zero_cuda.h zero_nccl.h)
