@@ -200,7 +200,8 @@ static double host_seconds(const zero_adam_range *r, const zero_adam_coefs *c, i
     return best;
 }
 
-static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int threads, zero_dtype param_dtype)
+/* The fused pass's range over the first n parameters: fp16 gradients, params of param_dtype. */
+static zero_adam_range fused_range(state *s, size_t n, zero_dtype param_dtype)
 {
     zero_adam_range r;
     memset(&r, 0, sizeof r);
@@ -212,6 +213,12 @@ static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int th
     r.grad_dtype = ZERO_F16;
     r.param = s->ph;
     r.param_dtype = param_dtype;
+    return r;
+}
+
+static double fused_seconds(state *s, size_t n, const zero_adam_coefs *c, int threads, zero_dtype param_dtype)
+{
+    zero_adam_range r = fused_range(s, n, param_dtype);
     return host_seconds(&r, c, threads, ZERO_SIMD_AUTO);
 }
 
@@ -308,19 +315,10 @@ static double copy_seconds(float *b, const float *a, size_t n, int streamed)
    samples of enough passes to fill about 4M parameters. */
 static double fused_sized_seconds(state *s, size_t n, const zero_adam_coefs *c, zero_dtype param_dtype)
 {
-    zero_adam_range r;
+    zero_adam_range r = fused_range(s, n, param_dtype);
     size_t inner = n < ((size_t)4 << 20) ? ((size_t)4 << 20) / n : 1, k;
     double t0, best = 1e30;
     int rep;
-    memset(&r, 0, sizeof r);
-    r.numel = n;
-    r.master = s->master;
-    r.m = s->m;
-    r.v = s->v;
-    r.grad = s->gh;
-    r.grad_dtype = ZERO_F16;
-    r.param = s->ph;
-    r.param_dtype = param_dtype;
     for (rep = 0; rep <= REPS; rep++) {
         t0 = bench_now();
         for (k = 0; k < inner; k++)
