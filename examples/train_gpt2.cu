@@ -40,8 +40,9 @@
    Not supported here, refused with a message: --device-memory (a budget of the CPU
    example's host device), --tile-embedding, --export, --freeze, --offload-activations and
    --dropout P > 0 (train_gpt2.c has them). --lr-embed, the AdamW flags, --offload-ratio,
-   --delayed-update-after, --ranks-per-node, --mics-shard-size, --hpz-partition-size and the
-   ZeRO++ flags work as there.
+   --delayed-update-after, --optimizer-dtype, --ranks-per-node, --mics-shard-size,
+   --hpz-partition-size and the ZeRO++ flags work as there (one engine descriptor for both,
+   gpt2_engine_desc).
 
    Status: compiled and linked with nvcc, warnings as errors; never run on a GPU; runs on
    the CPU under the harness of tests/cudasim (make test-cuda-sim, tests/cudasim/examples.sh).
@@ -683,35 +684,14 @@ static zero_result keep_params(gpu_run *R)
     return r;
 }
 
+/* The CPU example's engine settings (gpt2_engine_desc: every flag that reaches the engine,
+   so the two programs cannot drift apart), with this program's device, comm, pinned staging,
+   the engine's default prefetch (the GPU's queues overlap it) and its arena. */
 static zero_result engine_desc(const gpu_run *R, zero_engine_desc *d)
 {
     const gpt2_opts *o = R->o;
-    memset(d, 0, sizeof *d);
-    d->stage = R->stage;
-    d->param_dtype = o->dtype;
-    d->accum_steps = o->accum;
-    d->adam.mode = ZERO_ADAMW;
-    d->adam.lr = o->lr;
-    d->adam.beta1 = o->beta1;
-    d->adam.beta2 = o->beta2;
-    d->adam.eps = o->eps;
-    d->adam.weight_decay = o->weight_decay;
-    d->clip_norm = o->clip;
-    d->quantized_weights = o->quant_w;
-    d->quantized_gradients = o->quant_g != 0;
-    d->quantized_gradient_bits = o->quant_g > 1 ? o->quant_g : 0;
-    d->quantized_gradient_levels = o->quant_g ? o->quant_levels : 0;
-    d->offload_optimizer = o->oopt;
-    d->offload_param = o->oparam;
-    d->offload_gradients = o->ograd;
-    d->offload_optimizer_ratio = o->offload_ratio;
-    d->delayed_update = o->dpu;
-    d->delayed_update_after = o->dpu_after;
-    d->nvme_path = o->nvme_path;
-    /* beyond one node, as train_gpt2.c: the device comm and the NCCL comm both split */
-    d->ranks_per_node = o->ranks_per_node;
-    d->mics_shard_size = R->stage >= 1 ? o->mics_shard_size : 0; /* the demo's stage 0 runs flat */
-    d->hpz_partition_size = R->stage == 3 ? o->hpz : 0;          /* and stages 0-2 without hpZ */
+    gpt2_engine_desc(o, R->stage, R->B, d);
+    d->prefetch_depth = 0;
     d->pin_memory = 1;
     d->device = R->dev;
     d->comm = R->comm;

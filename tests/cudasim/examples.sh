@@ -13,7 +13,8 @@
 #   --lr-embed and the AdamW flags away from their defaults (which must change the run),
 #   and --sample's text equal to the CPU example's; --freeze and --dropout 0.1 refused;
 # - 4 ranks as 2 nodes x 2: hpZ, MiCS, qgZ int8, --offload-ratio and the delayed update
-#   reach the engine and give the CPU example's losses; hpZ and the ratio the plain bits;
+#   bf16 optimizer states reach the engine and give the CPU example's losses; hpZ and the
+#   ratio the plain bits;
 # - examples/train_gpu.cu (one process: its ranks are a launcher's processes, which the
 #   harness cannot join) at stages 0-3, f16 and bf16: exit 0 and the same printed losses
 #   at every stage.
@@ -124,7 +125,8 @@ if [ -n "$CMP" ]; then
   # shellcheck disable=SC2086
   "$D/train_gpt2" $H --log "$tmp/hp.csv" > "$tmp/hp.out" 2>&1
   for f in "--hpz-partition-size 2" "--mics-shard-size 2" "--quantized-gradients 8" \
-           "--offload-optimizer cpu --offload-ratio 0.5" "--offload-optimizer cpu --delayed-update-after 2"; do
+           "--offload-optimizer cpu --offload-ratio 0.5" "--offload-optimizer cpu --delayed-update-after 2" \
+           "--optimizer-dtype bf16"; do
     # shellcheck disable=SC2086
     "$D/train_gpt2" $H $f --log "$tmp/hg.csv" > "$tmp/hg.out" 2>&1; g=$?
     # shellcheck disable=SC2086
