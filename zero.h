@@ -5139,6 +5139,16 @@ static void zero__local_reduce(void *dst, const void *const *src, int nsrc, size
         } else {
             float acc[ZERO__LOCAL_TILE], x[ZERO__LOCAL_TILE];
             const unsigned char *in;
+            if (dtype == ZERO_F32 && op == ZERO_OP_SUM) { /* fp32 in place: no copy per input */
+                const float *a = (const float *)src[0] + base, *b = (const float *)src[1] + base;
+                for (i = 0; i < n; i++) acc[i] = a[i] + b[i];
+                for (s = 2; s < nsrc; s++) {
+                    const float *xs = (const float *)src[s] + base;
+                    for (i = 0; i < n; i++) acc[i] += xs[i];
+                }
+                memcpy((float *)dst + base, acc, n * sizeof(float));
+                continue;
+            }
             zero__local_load(acc, (const unsigned char *)src[0] + base * es, dtype, n, simd);
             for (s = 1; s < nsrc; s++) {
                 in = (const unsigned char *)src[s] + base * es;

@@ -232,8 +232,7 @@ extern "C" {
 /* The MPI comm. A collective = a packet round (each rank's signature, and a small
    collective's data, to every peer) then, for a large collective, a data round of
    point-to-point messages; reductions reuse the local comm's zero__local_reduce and
-   zero__local_slice (f32 sums: the same additions in the same order in a loop of their
-   own, zero__mpi_sum_f32, without the local comm's copy of each input into a tile). */
+   zero__local_slice. */
 
 enum {
     ZERO__MPI_BARRIER = 1,
@@ -886,38 +885,6 @@ static zero_result zero__mpi_dev_sync(zero__mpi_comm *c)
     return c->device ? c->device->ops->sync(c->device, ZERO_QUEUE_COMM) : ZERO_OK;
 }
 
-/* f32 SUM of n >= 2 inputs in rank order, exactly zero__local_reduce's arithmetic (acc =
-   src[0]; acc += src[1]; ... acc += src[n-1]; one store) without its copy of every input
-   into a tile first (512 floats from 2 inputs: 47 ns instead of 271 ns at -O2, 22 ns
-   instead of 99 ns at -O3): the same additions in the same order, so the same bits
-   (test_mpi_comm compares them with the local comm). A tile's inputs are all read before
-   it is written, so dst may be one of them. */
-static void zero__mpi_sum_f32(float *dst, const void *const *src, int n, size_t numel)
-{
-    float acc[256];
-    size_t base, len, j;
-    int s;
-    for (base = 0; base < numel; base += len) {
-        const float *a = (const float *)src[0] + base, *b = (const float *)src[1] + base;
-        len = numel - base < 256 ? numel - base : 256;
-        for (j = 0; j < len; j++) acc[j] = a[j] + b[j];
-        for (s = 2; s < n; s++) {
-            const float *x = (const float *)src[s] + base;
-            for (j = 0; j < len; j++) acc[j] += x[j];
-        }
-        memcpy(dst + base, acc, len * sizeof(float));
-    }
-}
-
-/* host dst = the rank-ordered reduction of c->srcs[0..world-1] (host memory) */
-static void zero__mpi_reduce_host(zero__mpi_comm *c, void *dst, size_t numel, zero_dtype dtype, zero_op op)
-{
-    if (dtype == ZERO_F32 && op == ZERO_OP_SUM && c->base.world >= 2)
-        zero__mpi_sum_f32((float *)dst, c->srcs, c->base.world, numel);
-    else
-        zero__local_reduce(dst, c->srcs, c->base.world, numel, dtype, op, c->simd);
-}
-
 /* out (numel elements at 'dst', device memory when c->device) = the rank-ordered reduction
    of srcs[0..world-1] (host memory, except srcs[rank] = own, on the device when c->device). */
 static zero_result zero__mpi_reduce(zero__mpi_comm *c, void *dst, const unsigned char *own,
@@ -927,7 +894,7 @@ static zero_result zero__mpi_reduce(zero__mpi_comm *c, void *dst, const unsigned
     size_t bytes = numel * zero_dtype_size(dtype);
     if (!c->device) {
         c->srcs[c->base.rank] = own;
-        zero__mpi_reduce_host(c, dst, numel, dtype, op);
+        zero__local_reduce(dst, c->srcs, c->base.world, numel, dtype, op, c->simd);
         return ZERO_OK;
     }
     /* Download my own block, reduce on the host into it, upload the result. */
@@ -935,7 +902,7 @@ static zero_result zero__mpi_reduce(zero__mpi_comm *c, void *dst, const unsigned
     if (r == ZERO_OK) r = c->device->ops->sync(c->device, ZERO_QUEUE_COMM);
     if (r != ZERO_OK) return r;
     c->srcs[c->base.rank] = host_own;
-    zero__mpi_reduce_host(c, host_own, numel, dtype, op);
+    zero__local_reduce(host_own, c->srcs, c->base.world, numel, dtype, op, c->simd);
     r = c->device->ops->upload(c->device, ZERO_QUEUE_COMM, dst, host_own, bytes);
     if (r == ZERO_OK) r = c->device->ops->sync(c->device, ZERO_QUEUE_COMM);
     return r;
