@@ -4446,7 +4446,8 @@ static void zero__estimate_coll(zero_estimate *e, double unit, double es, int si
     e->step_inter_bytes += unit * es * (double)(size - 1 - same);
 }
 
-/* Bytes of n elements quantized to bits with blocks of B (zero_quant_bytes, in double). */
+/* Bytes of n elements quantized to bits with blocks of B: zero_quant_bytes's layout, in 64
+   bits (the estimator counts up to 2^53 elements, where size_t may have 32). */
 static double zero__estimate_qbytes(uint64_t n, int bits, uint64_t B)
 {
     uint64_t codes = bits == 8 ? n : n / 2 + (n & 1u);
