@@ -218,6 +218,21 @@ ZERODEF zero_result zero_mpi_nccl_unique_id(MPI_Comm comm, int root, void *id, i
 #endif
 #include <limits.h>
 #include <sched.h>
+/* Packets through shared memory where every rank of the comm shares one node (docs/mpi.md,
+   "Shared memory"): 1 = where the node allows it (a file in /dev/shm that every rank maps;
+   else the packets go through MPI), 0 = always through MPI. Every rank must use the same
+   value. It needs the atomics of zero.h's local comm (GCC/Clang builtins). */
+#ifndef ZERO_MPI_SHM
+#define ZERO_MPI_SHM 1
+#endif
+#if ZERO_MPI_SHM && ZERO__LOCAL_CAN_SPIN && defined(__linux__)
+#define ZERO__MPI_SHM_OK 1
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#else
+#define ZERO__MPI_SHM_OK 0
+#endif
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +359,11 @@ typedef struct zero__mpi_comm {
     const void **srcs;       /* [world]: the inputs of one reduction                      */
     size_t *plen;            /* [world]: payload bytes of the packet to peer p            */
     size_t inl, slot;        /* payload bytes a packet may carry; bytes per packet buffer */
+    unsigned char *shm;      /* the shared packets (NULL: packets go through MPI): world
+                                regions of shm_region bytes, rank r's at r * shm_region      */
+    size_t shm_bytes, shm_region;
+    unsigned char *got;      /* [world]: a peer's packet arrived (shared-memory waits)     */
+    unsigned char hdr[64];   /* this rank's signature on the wire (shared memory)          */
 } zero__mpi_comm;
 
 static void zero__mpi_destroy(zero_comm *comm);
@@ -425,6 +445,11 @@ static void zero__mpi_gaveup_send(zero__mpi_comm *c)
     c->sig[1] = (int64_t)c->seq;
     c->sig[2] = c->timeout_ms;
     c->sig[3] = c->base.rank;
+    if (c->shm) { /* this rank's gave-up record, read by its peers' shared-memory waits */
+        uint64_t *rec = (uint64_t *)(void *)(c->shm + (size_t)c->base.rank * c->shm_region);
+        rec[1] = (uint64_t)c->timeout_ms;
+        ZERO__STORE_REL(&rec[0], (uint64_t)c->seq);
+    }
     for (p = 0; p < c->base.world; p++) {
         MPI_Request r;
         if (p == c->base.rank) continue;
@@ -443,6 +468,107 @@ static zero_result zero__mpi_gaveup_fail(zero__mpi_comm *c, const int64_t *msg, 
                            "%s #%llu (rank %d): rank %lld timed out after %lld ms in its collective #%lld and "
                            "left the collective (this rank joined too late)",
                            what, c->seq, c->base.rank, (long long)msg[3], (long long)msg[2], (long long)msg[1]);
+}
+
+/* Shared memory (c->shm): rank r's region starts with a 64-byte line, its gave-up record
+   (u64: the collective it timed out in, 0 = none; u64: its timeout in ms; u64: rank 0's
+   setup cookie), then its inbox: for each parity of the collective number (0, 1), one slot
+   per sender of c->slot bytes: a 64-byte line (the 56-byte signature, then a u64 flag, the
+   collective number the packet belongs to, stored last with release order) and the
+   payload. Two parities suffice without acknowledgements: a sender reaches collective k + 2
+   only after every rank's packet of k + 1, which its receiver sends after it finished
+   reading the packets of k. */
+static unsigned char *zero__mpi_slot(const zero__mpi_comm *c, int owner, int sender)
+{
+    return c->shm + (size_t)owner * c->shm_region + 64 +
+           ((size_t)(c->seq & 1) * (size_t)c->base.world + (size_t)sender) * c->slot;
+}
+
+/* This rank's payload for peer p: p's inbox slot in shared memory, else the packet buffer
+   (one for every peer unless per_peer). */
+static unsigned char *zero__mpi_pay_out(const zero__mpi_comm *c, int p, int per_peer)
+{
+    if (c->shm) return zero__mpi_slot(c, p, c->base.rank) + 64;
+    return c->pkt_out + (per_peer ? (size_t)p * c->slot : 0) + ZERO__MPI_HDR;
+}
+
+/* Peer p's packet to this rank: its signature, and its payload. */
+static unsigned char *zero__mpi_hdr_in(const zero__mpi_comm *c, int p)
+{
+    return c->shm ? zero__mpi_slot(c, c->base.rank, p) : c->pkt_in + (size_t)p * c->slot;
+}
+static unsigned char *zero__mpi_pay_in(const zero__mpi_comm *c, int p)
+{
+    return zero__mpi_hdr_in(c, p) + (c->shm ? 64 : ZERO__MPI_HDR);
+}
+
+/* The deadline, the spinning and the sleeping of every wait, checked every 32 polls:
+   returns 1 once the deadline has passed (the caller then gives up). */
+static int zero__mpi_pace(zero__mpi_comm *c, unsigned *polls, double *start)
+{
+    double t;
+    if ((++*polls & 31u) != 0) return 0;
+    t = zero__mpi_now_ms();
+    if (*start == 0) *start = t;
+    if (c->deadline == 0) c->deadline = t + c->timeout_ms; /* this collective's first check */
+    if (t > c->deadline) return 1;
+    /* Spin for the first ZERO_MPI_SPIN_MS (yielding the core between polls when this node
+       has more ranks than cores, as MPI's own waits do), then poll every 50 us: a rank
+       waiting for a much slower peer leaves it the core. */
+    if (t - *start < ZERO_MPI_SPIN_MS) {
+        if (c->yield) sched_yield();
+    } else {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static zero_result zero__mpi_timed_out(zero__mpi_comm *c, const char *what, const char *phase)
+{
+    c->leak = 1;
+    zero__mpi_gaveup_send(c);
+    return zero__mpi_break(c, ZERO_ERROR_TIMEOUT, "rank %d timed out after %d ms in %s #%llu (%s): a peer did not join",
+                           c->base.rank, c->timeout_ms, what, c->seq, phase);
+}
+
+/* The packet round's wait in shared memory: until every peer's packet of this collective
+   has arrived (its flag holds this collective's number) or the deadline passes. A peer's
+   gave-up record for an earlier collective fails the wait at once, one for this collective
+   when the packets are in or at this rank's deadline (as zero__mpi_wait's gave-up
+   messages). */
+static zero_result zero__mpi_shm_wait(zero__mpi_comm *c, const char *what)
+{
+    unsigned polls = 0;
+    double start = 0;
+    int world = c->base.world, rank = c->base.rank, p, left = world - 1, late = 0;
+    uint64_t seq = (uint64_t)c->seq;
+    int64_t msg[4] = {0, 0, 0, 0};
+    memset(c->got, 0, (size_t)world);
+    for (;;) {
+        for (p = 0; p < world; p++) {
+            const uint64_t *rec;
+            uint64_t g;
+            if (p == rank) continue;
+            if (!c->got[p] && ZERO__LOAD_ACQ((const uint64_t *)(const void *)(zero__mpi_slot(c, rank, p) + 56)) == seq) {
+                c->got[p] = 1;
+                left--;
+            }
+            rec = (const uint64_t *)(const void *)(c->shm + (size_t)p * c->shm_region);
+            g = ZERO__LOAD_ACQ(&rec[0]);
+            if (g != 0 && g <= seq) {
+                msg[0] = ZERO__MPI_MAGIC;
+                msg[1] = (int64_t)g;
+                msg[2] = (int64_t)rec[1];
+                msg[3] = p;
+                if (g < seq) return zero__mpi_gaveup_fail(c, msg, what);
+                late = 1;
+            }
+        }
+        if (left == 0) return late ? zero__mpi_gaveup_fail(c, msg, what) : ZERO_OK;
+        if (zero__mpi_pace(c, &polls, &start)) return zero__mpi_timed_out(c, what, "packet round");
+        ZERO__CPU_RELAX();
+    }
 }
 
 /* Polls n requests until all complete or the deadline passes. On a timeout the requests
@@ -483,28 +609,7 @@ static zero_result zero__mpi_wait(zero__mpi_comm *c, int n, MPI_Request *reqs, c
             if (c->gaveup_got && msg[1] <= (int64_t)c->seq) return zero__mpi_gaveup_fail(c, msg, what);
             return ZERO_OK;
         }
-        if ((++polls & 31u) == 0) {
-            double t = zero__mpi_now_ms();
-            if (start == 0) start = t;
-            if (c->deadline == 0) c->deadline = t + c->timeout_ms; /* this collective's first check */
-            if (t > c->deadline) {
-                c->leak = 1;
-                zero__mpi_gaveup_send(c);
-                return zero__mpi_break(c, ZERO_ERROR_TIMEOUT,
-                                       "rank %d timed out after %d ms in %s #%llu (%s): a peer "
-                                       "did not join",
-                                       c->base.rank, c->timeout_ms, what, c->seq, phase);
-            }
-            /* Spin for the first ZERO_MPI_SPIN_MS (yielding the core between polls when
-               this node has more ranks than cores, as MPI's own waits do), then poll every
-               50 us: a rank waiting for a much slower peer leaves it the core. */
-            if (t - start < ZERO_MPI_SPIN_MS) {
-                if (c->yield) sched_yield();
-            } else {
-                struct timespec ts = {0, 50000};
-                nanosleep(&ts, NULL);
-            }
-        }
+        if (zero__mpi_pace(c, &polls, &start)) return zero__mpi_timed_out(c, what, phase);
     }
 }
 
@@ -605,7 +710,22 @@ static zero_result zero__mpi_round(zero__mpi_comm *c, const int64_t *mine, int p
     int r, s, world = c->base.world, rank = c->base.rank, rc = MPI_SUCCESS, n = 0, agree = 1;
     int bad_rank = -1, other = -1, gone = -1;
     char a[192], b[192];
-    unsigned char *wire = c->pkt_out + (per_peer && rank == 0 && world > 1 ? c->slot : 0);
+    unsigned char *wire;
+    if (c->shm) { /* into every peer's inbox, the flag last: the packet is complete */
+        wire = c->hdr;
+        zero__mpi_pack(wire, mine);
+        for (s = 0; s < world; s++) {
+            unsigned char *slot;
+            if (s == rank) continue;
+            slot = zero__mpi_slot(c, s, rank);
+            memcpy(slot, wire, ZERO__MPI_HDR);
+            ZERO__STORE_REL((uint64_t *)(void *)(slot + 56), (uint64_t)c->seq);
+        }
+        res = zero__mpi_shm_wait(c, what);
+        if (res != ZERO_OK) return res;
+        goto verdict;
+    }
+    wire = c->pkt_out + (per_peer && rank == 0 && world > 1 ? c->slot : 0);
     zero__mpi_pack(wire, mine); /* into the first packet, copied into the others */
     for (s = 0; per_peer && s < world; s++) {
         unsigned char *out = c->pkt_out + (size_t)s * c->slot;
@@ -632,13 +752,14 @@ static zero_result zero__mpi_round(zero__mpi_comm *c, const int64_t *mine, int p
     }
     res = zero__mpi_wait(c, n, c->reqs, what, "packet round");
     if (res != ZERO_OK) return res;
+verdict:
     for (r = 0; r < world && agree; r++)
-        if (r != rank && memcmp(c->pkt_in + (size_t)r * c->slot, wire, ZERO__MPI_HDR) != 0) agree = 0;
+        if (r != rank && memcmp(zero__mpi_hdr_in(c, r), wire, ZERO__MPI_HDR) != 0) agree = 0;
     if (agree) return ZERO_OK;
 
     /* Disagreement: every rank holds every signature and names the same difference. */
     for (r = 0; r < world; r++)
-        zero__mpi_unpack(c->sigs + (size_t)r * ZERO__MPI_NF, r == rank ? wire : c->pkt_in + (size_t)r * c->slot);
+        zero__mpi_unpack(c->sigs + (size_t)r * ZERO__MPI_NF, r == rank ? wire : zero__mpi_hdr_in(c, r));
     for (r = 0; r < world; r++) {
         const int64_t *f = c->sigs + (size_t)r * ZERO__MPI_NF;
         if (gone < 0 && (f[ZERO__MPI_F_KIND] == ZERO__MPI_LEAVE || f[ZERO__MPI_F_KIND] == ZERO__MPI_ABORT))
@@ -933,6 +1054,18 @@ static zero_result zero__mpi_stage_in(zero__mpi_comm *c, unsigned char *host_dst
     return ZERO_OK;
 }
 
+/* The same bytes to every peer: into each peer's inbox in shared memory, else once into the
+   packet that goes to every peer. */
+static zero_result zero__mpi_stage_all(zero__mpi_comm *c, const void *src, size_t bytes)
+{
+    zero_result r = ZERO_OK;
+    int p;
+    if (!c->shm) return zero__mpi_stage_in(c, zero__mpi_pay_out(c, 0, 0), src, bytes);
+    for (p = 0; p < c->base.world && r == ZERO_OK; p++)
+        if (p != c->base.rank) r = zero__mpi_stage_in(c, zero__mpi_pay_out(c, p, 0), src, bytes);
+    return r;
+}
+
 /* bytes from host_src into dst (device memory when c->device), likewise. */
 static zero_result zero__mpi_stage_out(zero__mpi_comm *c, void *dst, const unsigned char *host_src, size_t bytes)
 {
@@ -950,7 +1083,7 @@ static zero_result zero__mpi_finish_inline(zero__mpi_comm *c, int kind, int mode
     size_t es = zero_dtype_size(dtype), block = numel * es, off, len;
     unsigned char *out = (unsigned char *)recv;
     zero_result res = ZERO_OK;
-#define ZERO__MPI_PAYLOAD(p) (c->pkt_in + (size_t)(p) * c->slot + ZERO__MPI_HDR)
+#define ZERO__MPI_PAYLOAD(p) zero__mpi_pay_in(c, p)
     if (kind == ZERO__MPI_ALL_GATHER) {
         unsigned char *mine = out + (size_t)rank * block;
         if (mine != (const unsigned char *)send) {
@@ -1100,17 +1233,17 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
             for (p = 0; p < world && res == ZERO_OK; p++) {
                 if (p == rank) continue;
                 c->plen[p] = numel * es;
-                res = zero__mpi_stage_in(c, c->pkt_out + (size_t)p * c->slot + ZERO__MPI_HDR,
+                res = zero__mpi_stage_in(c, zero__mpi_pay_out(c, p, 1),
                                          (const unsigned char *)send + (size_t)p * numel * es, numel * es);
             }
         } else if (kind == ZERO__MPI_ALL_GATHER || rank == root) { /* my block to everyone */
             for (p = 0; p < world; p++) c->plen[p] = p == rank ? 0 : numel * es;
-            res = zero__mpi_stage_in(c, c->pkt_out + ZERO__MPI_HDR, send, numel * es);
+            res = zero__mpi_stage_all(c, send, numel * es);
         }
         break;
     case ZERO__MPI_ONE_ROUND: /* the whole buffer to everyone */
         for (p = 0; p < world; p++) c->plen[p] = p == rank ? 0 : bytes;
-        res = zero__mpi_stage_in(c, c->pkt_out + ZERO__MPI_HDR, send, bytes);
+        res = zero__mpi_stage_all(c, send, bytes);
         break;
     case ZERO__MPI_INLINE_SLICES: /* slice p to peer p */
         per_peer = 1;
@@ -1120,8 +1253,8 @@ static zero_result zero__mpi_collective(zero_comm *comm, int kind, const void *s
             zero__local_slice(numel, es, world, p, &off, &len);
             c->plen[p] = len * es;
             if (len)
-                res = zero__mpi_stage_in(c, c->pkt_out + (size_t)p * c->slot + ZERO__MPI_HDR,
-                                         (const unsigned char *)send + off * es, len * es);
+                res = zero__mpi_stage_in(c, zero__mpi_pay_out(c, p, 1), (const unsigned char *)send + off * es,
+                                         len * es);
         }
         break;
     default: break;
@@ -1288,6 +1421,10 @@ static void zero__mpi_unpost(zero__mpi_comm *c)
 static void zero__mpi_free(zero__mpi_comm *c)
 {
     zero_allocator a = c->allocator;
+#if ZERO__MPI_SHM_OK
+    if (c->shm) munmap(c->shm, c->shm_bytes); /* the peers keep their own mappings */
+#endif
+    zero__free(&a, c->got);
     if (!c->leak) { /* else a pending request may still write these: keep them */
         zero__free(&a, c->sig);
         zero__free(&a, c->sigs);
@@ -1404,6 +1541,101 @@ ZERODEF int zero_mpi_cuda_aware(void)
 #endif
 }
 
+/* One request of zero_mpi_create, waited for until the deadline: MPI_SUCCESS, MPI's error
+   code, or -1 when the deadline passed (the request stays pending). */
+static int zero__mpi_wait_one(MPI_Request *req, double deadline)
+{
+    unsigned polls = 0;
+    int done = 0, rc;
+    for (;;) {
+        rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done) return rc;
+        if ((++polls & 31u) == 0) {
+            if (zero__mpi_now_ms() > deadline) return -1;
+            sched_yield();
+        }
+    }
+}
+
+#if ZERO__MPI_SHM_OK
+/* Shared-memory packets (zero__mpi_slot has the layout): rank 0 creates a file in /dev/shm
+   of world regions and broadcasts its name with a random cookie; every rank maps it and
+   checks the cookie (a rank on another node finds no such file, or another one); all
+   agree (an all-reduce) and rank 0 removes the name. Where any rank failed, every rank
+   sends its packets through MPI (returns ZERO_OK with c->shm NULL). Returns -1 on a
+   timeout (a rank did not join; requests stay pending on c->sig), else MPI_SUCCESS or
+   MPI's error code. Used up to 16 MiB in all (world^2 slots). */
+static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
+{
+    static unsigned counter;
+    int world = c->base.world, rank = c->base.rank, fd, rc;
+    size_t slot = 64 + (c->inl + 63) / 64 * 64, region, total;
+    unsigned char *map = NULL;
+    MPI_Request req;
+    /* c->sig[16..28): {ok, cookie, bytes, name[64]}; c->sig[28], [29]: the agreement */
+    int64_t *info = c->sig + 16;
+    char *name = (char *)(void *)(info + 3);
+    region = 64 + 2 * (size_t)world * slot;
+    if (world < 2 || region > ((size_t)16 << 20) / (size_t)world) return MPI_SUCCESS;
+    total = region * (size_t)world;
+    memset(info, 0, 14 * sizeof *info);
+    if (rank == 0) {
+        struct timespec ts;
+        uint64_t cookie;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        cookie = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
+                 (uint64_t)(uintptr_t)c ^ ((uint64_t)__atomic_fetch_add(&counter, 1u, __ATOMIC_RELAXED) << 32);
+        snprintf(name, 64, "/dev/shm/zero_mpi.%ld.%016llx", (long)getpid(), (unsigned long long)cookie);
+        fd = open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd >= 0) {
+            if (ftruncate(fd, (off_t)total) == 0) {
+                void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                if (m != MAP_FAILED) map = (unsigned char *)m;
+            }
+            close(fd);
+            if (!map) unlink(name);
+        }
+        if (map) {
+            memcpy(map + 16, &cookie, sizeof cookie);
+            info[0] = 1;
+            info[1] = (int64_t)cookie;
+            info[2] = (int64_t)total;
+        }
+    }
+    rc = MPI_Ibcast(info, 14 * (int)sizeof *info, MPI_BYTE, 0, c->mc, &req);
+    if (rc == MPI_SUCCESS) rc = zero__mpi_wait_one(&req, deadline);
+    if (rc == MPI_SUCCESS && rank != 0 && info[0] == 1 && info[2] == (int64_t)total) {
+        name[63] = '\0';
+        fd = open(name, O_RDWR);
+        if (fd >= 0) {
+            struct stat st;
+            if (fstat(fd, &st) == 0 && (size_t)st.st_size == total) {
+                void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                if (m != MAP_FAILED) map = (unsigned char *)m;
+            }
+            close(fd);
+        }
+        if (map && memcmp(map + 16, &info[1], sizeof info[1]) != 0) { /* another node's file */
+            munmap(map, total);
+            map = NULL;
+        }
+    }
+    c->sig[28] = map != NULL;
+    if (rc == MPI_SUCCESS) rc = MPI_Iallreduce(&c->sig[28], &c->sig[29], 1, MPI_INT64_T, MPI_MIN, c->mc, &req);
+    if (rc == MPI_SUCCESS) rc = zero__mpi_wait_one(&req, deadline);
+    if (rank == 0 && map) unlink(name); /* every rank has mapped it, or never will */
+    if (rc == MPI_SUCCESS && c->sig[29] == 1) {
+        c->shm = map;
+        c->shm_bytes = total;
+        c->shm_region = region;
+        c->slot = slot;
+    } else if (map) {
+        munmap(map, total);
+    }
+    return rc;
+}
+#endif
+
 ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
 {
     MPI_Comm zero_bytes_comm; /* all-zero bytes: "default" in a zeroed desc */
@@ -1412,7 +1644,6 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     MPI_Comm base;
     MPI_Request req;
     int inited = 0, finalized = 0, rank = 0, world = 0, rc, done = 0;
-    unsigned polls = 0;
     double deadline;
     char e[MPI_MAX_ERROR_STRING + 1];
     memset(&zero_bytes_comm, 0, sizeof zero_bytes_comm);
@@ -1455,20 +1686,13 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
 
     c->mc = MPI_COMM_NULL;
     rc = MPI_Comm_idup(base, &c->mc, &req); /* written when it completes: c->mc, not a local */
-    while (rc == MPI_SUCCESS) {
-        rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS || done) break;
-        if ((++polls & 31u) == 0) {
-            if (zero__mpi_now_ms() > deadline) {
-                /* c is kept: MPI writes c->mc when the duplication completes */
-                return zero__fail(ZERO_ERROR_TIMEOUT,
-                                  "zero_mpi_create: MPI_Comm_idup did not complete in %d ms (a rank did not "
-                                  "call zero_mpi_create)",
-                                  desc->timeout_ms ? desc->timeout_ms : ZERO_MPI_DEFAULT_TIMEOUT_MS);
-            }
-            sched_yield();
-        }
-    }
+    if (rc == MPI_SUCCESS) rc = zero__mpi_wait_one(&req, deadline);
+    if (rc == -1) /* c is kept: MPI writes c->mc when the duplication completes */
+        return zero__fail(ZERO_ERROR_TIMEOUT,
+                          "zero_mpi_create: MPI_Comm_idup did not complete in %d ms (a rank did not "
+                          "call zero_mpi_create)",
+                          desc->timeout_ms ? desc->timeout_ms : ZERO_MPI_DEFAULT_TIMEOUT_MS);
+    done = rc == MPI_SUCCESS;
     if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(c->mc, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->mc, &rank);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->mc, &world);
@@ -1494,19 +1718,10 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
         if (!ls) ls = getenv("MPI_LOCALNRANKS"); /* MPICH's Hydra */
         local = ls ? strtol(ls, NULL, 10) : 0;
         c->yield = cores > 0 && local > cores;
-        done = 0;
-        polls = 0;
         rc = MPI_Iallreduce(&c->yield, &c->oversubscribed, 1, MPI_INT, MPI_MAX, c->mc, &req);
-        while (rc == MPI_SUCCESS) {
-            rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-            if (rc != MPI_SUCCESS || done) break;
-            if ((++polls & 31u) == 0) {
-                if (zero__mpi_now_ms() > deadline) /* c stays: MPI may still write c->oversubscribed */
-                    return zero__fail(ZERO_ERROR_TIMEOUT, "zero_mpi_create: a rank did not join in %d ms",
-                                      c->timeout_ms);
-                sched_yield();
-            }
-        }
+        if (rc == MPI_SUCCESS) rc = zero__mpi_wait_one(&req, deadline);
+        if (rc == -1) /* c stays: MPI may still write c->oversubscribed */
+            return zero__fail(ZERO_ERROR_TIMEOUT, "zero_mpi_create: a rank did not join in %d ms", c->timeout_ms);
         if (rc != MPI_SUCCESS) {
             zero__mpi_errtext(rc, e, sizeof e);
             MPI_Comm_free(&c->mc);
@@ -1519,16 +1734,31 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     if (c->inl > ((size_t)8 << 20) / (size_t)world) c->inl = ((size_t)8 << 20) / (size_t)world;
     if (c->inl < 1024) c->inl = ZERO__MPI_PIECE < 1024 ? ZERO__MPI_PIECE : 1024;
     c->slot = (ZERO__MPI_HDR + c->inl + 63) / 64 * 64;
+    c->got = (unsigned char *)zero__alloc(&a, (size_t)world);
+#if ZERO__MPI_SHM_OK
+    if (c->sig) {
+        rc = zero__mpi_shm_setup(c, deadline);
+        if (rc == -1) /* c stays: MPI may still write c->sig */
+            return zero__fail(ZERO_ERROR_TIMEOUT, "zero_mpi_create: a rank did not join in %d ms", c->timeout_ms);
+        if (rc != MPI_SUCCESS) {
+            zero__mpi_errtext(rc, e, sizeof e);
+            MPI_Comm_free(&c->mc);
+            zero__mpi_free(c);
+            return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: setting up shared memory failed: %s", e);
+        }
+    }
+#endif
     /* Packets start on 64-byte boundaries (slot is a multiple of 64): Open MPI's
        shared-memory fragments hold their data at a fixed offset modulo 64, so its copies
        of our packets (in and out) keep source and destination aligned alike (see
-       ZERO__MPI_HDR on why that matters). */
-    c->pkt_mem = (unsigned char *)zero__alloc(&a, 2 * (size_t)world * c->slot + 64);
-    if (c->pkt_mem) {
+       ZERO__MPI_HDR on why that matters). In shared memory only the 56-byte signatures
+       are kept here. */
+    c->pkt_mem = (unsigned char *)zero__alloc(&a, c->shm ? 64 : 2 * (size_t)world * c->slot + 64);
+    if (c->pkt_mem && !c->shm) {
         c->pkt_in = c->pkt_mem + (64 - (size_t)((uintptr_t)c->pkt_mem % 64)) % 64;
         c->pkt_out = c->pkt_in + (size_t)world * c->slot;
     }
-    if (!c->sig || !c->sigs || !c->srcs || !c->plen || !c->pkt_mem ||
+    if (!c->sig || !c->sigs || !c->srcs || !c->plen || !c->pkt_mem || !c->got ||
         !zero__mpi_reqs(c, 2 * (size_t)world)) {
         MPI_Comm_free(&c->mc);
         zero__mpi_free(c);
