@@ -282,7 +282,7 @@ enum {
 #define ZERO_MPI_SPIN_MS 2.0
 #endif
 
-#define ZERO__MPI_MAGIC ((int64_t)0x5a4d5003) /* "ZMP" + protocol version 3 */
+#define ZERO__MPI_MAGIC ((int64_t)0x5a4d5004) /* "ZMP" + protocol version 4 (packets in shared memory) */
 /* Bytes per message (counts are ints); tests shrink it to exercise the splitting. */
 #ifndef ZERO_MPI_PIECE_BYTES
 #define ZERO_MPI_PIECE_BYTES ((size_t)1 << 30)

@@ -195,8 +195,9 @@ int main(int argc, char **argv)
     if (me == 0)
         printf("zero_mpi.h vs the MPI library's collectives, %d processes, f32 (busbw as nccl-tests: "
                "GB/s, the best round of each; ratio = ours / MPI's; paired = the median over the rounds of "
-               "MPI's time / ours in the same round)\n%-14s %10s | %9s %9s %6s %7s\n",
-               world, "collective", "size", "ours", "MPI", "ratio", "paired");
+               "MPI's time / ours in the same round; our packets through %s)\n%-14s %10s | %9s %9s %6s %7s\n",
+               world, zero__mpi_get(comm)->shm ? "shared memory" : "MPI", "collective", "size", "ours", "MPI", "ratio",
+               "paired");
     for (which = 0; which < 3; which++)
         for (k = 0, total = nsizes ? (sizes_kib[0] << 10) / sizeof(float) : 4096 / sizeof(float);
              nsizes ? k < nsizes : total * sizeof(float) <= max_bytes;

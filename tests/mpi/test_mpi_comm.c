@@ -295,6 +295,55 @@ ZT_TEST(mismatches_point_to_point)
     free(out);
 }
 
+/* Shared-memory packets reuse each slot every second collective with no acknowledgement
+   (zero__mpi_slot says why that is safe): 600 small collectives in a row, with every rank
+   sleeping at its own pseudo-random points so the ranks drift apart, give exact results
+   (small integers: every sum is exact). Also the transport is the one this build asks for:
+   shared memory on this one-node run, MPI under ZERO_MPI_SHM 0 (test_mpi_pieces). */
+ZT_TEST(packets_under_skew)
+{
+    enum { N = 37 };
+    zero__mpi_comm *c = zero__mpi_get(g_comm);
+    int want = ZERO__MPI_SHM_OK && access("/dev/shm", W_OK) == 0, world = zm_world, it, i, p, bad = 0;
+    float in[N * 4], out[N * 4];
+    ZT_CHECKF(c && (c->shm != NULL) == want, "rank %d: packets through %s, this build asks for %s", zm_rank,
+              c && c->shm ? "shared memory" : "MPI", want ? "shared memory" : "MPI");
+    for (it = 0; it < 600 && !bad; it++) {
+        unsigned h = (unsigned)(it * 2654435761u) ^ (unsigned)(zm_rank * 40503u);
+        zero_result r;
+        h ^= h >> 13;
+        if (h % 5 == 0) {
+            struct timespec ts = {0, (long)(h % 40) * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (it % 3 == 0) { /* all_gather: every rank's block */
+            for (i = 0; i < N; i++) in[i] = (float)(zm_rank * 1000 + it % 500 + i);
+            r = g_comm->ops->all_gather(g_comm, in, out, N, ZERO_F32, NULL);
+            for (p = 0; p < world && r == ZERO_OK; p++)
+                for (i = 0; i < N; i++)
+                    if (out[p * N + i] != (float)(p * 1000 + it % 500 + i)) bad = 1;
+        } else if (it % 3 == 1) { /* reduce_scatter: block p of every rank to rank p */
+            for (i = 0; i < N * world; i++) in[i] = (float)(zm_rank + 1) * (float)(i + it % 7);
+            r = g_comm->ops->reduce_scatter(g_comm, in, out, N, ZERO_F32, ZERO_OP_SUM, NULL);
+            for (i = 0; i < N && r == ZERO_OK; i++)
+                if (out[i] != (float)(world * (world + 1) / 2) * (float)(zm_rank * N + i + it % 7)) bad = 1;
+        } else { /* all_reduce */
+            for (i = 0; i < N; i++) in[i] = (float)(zm_rank * it % 11 + i);
+            r = g_comm->ops->all_reduce(g_comm, in, out, N, ZERO_F32, ZERO_OP_SUM, NULL);
+            for (i = 0; i < N && r == ZERO_OK; i++) {
+                float want_sum = 0;
+                for (p = 0; p < world; p++) want_sum += (float)(p * it % 11 + i);
+                if (out[i] != want_sum) bad = 1;
+            }
+        }
+        if (r != ZERO_OK) {
+            ZT_CHECKF(0, "rank %d: collective %d: %s", zm_rank, it, zero_last_error());
+            return;
+        }
+    }
+    ZT_CHECKF(!bad, "rank %d: a wrong result at collective %d", zm_rank, it - 1);
+}
+
 ZT_TEST(tags_compared)
 {
     float buf[8] = {0}, out[8];
@@ -535,6 +584,7 @@ int main(int argc, char **argv)
     ZM_RUN(collectives_equal_local_comm);
     ZM_RUN(mismatches_fail_every_rank);
     ZM_RUN(mismatches_point_to_point);
+    ZM_RUN(packets_under_skew);
     ZM_RUN(tags_compared);
     ZM_RUN(invalid_arguments_on_one_rank);
     ZM_RUN(abort_on_one_rank);
