@@ -307,6 +307,14 @@ enum {
 #ifndef ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED
 #define ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED ((size_t)64 << 10)
 #endif
+/* The same for packets in shared memory (ZERO_MPI_SHM): there no transport's fast box or
+   eager limit bounds the packet, only memory (every rank's inbox holds two packets of
+   every peer: world^2 x 2 slots in all, kept within 16 MiB by a smaller payload for large
+   worlds). Measured at 2 ranks: 16 KiB all_gather 3.5x Open MPI's in the packets, 0.9x as a
+   packet round and a data round. */
+#ifndef ZERO_MPI_INLINE_BYTES_SHM
+#define ZERO_MPI_INLINE_BYTES_SHM ((size_t)64 << 10)
+#endif
 /* An all_reduce sends its whole buffer to every peer, and every rank sums all of it (one
    round instead of a reduce-scatter and an all-gather of slices; the same rank-ordered
    sums), while (world - 1) x its bytes is at most this: in the packets when the buffer
@@ -1569,14 +1577,21 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
 {
     static unsigned counter;
     int world = c->base.world, rank = c->base.rank, fd, rc;
-    size_t slot = 64 + (c->inl + 63) / 64 * 64, region, total;
+    size_t inl = (size_t)(ZERO_MPI_INLINE_BYTES_SHM), room, slot, region, total;
     unsigned char *map = NULL;
     MPI_Request req;
     /* c->sig[16..28): {ok, cookie, bytes, name[64]}; c->sig[28], [29]: the agreement */
     int64_t *info = c->sig + 16;
     char *name = (char *)(void *)(info + 3);
+    if (world < 2 || world > 512) return MPI_SUCCESS;
+    /* the payload: at most the piece, 8 MiB / world, and what 16 MiB of slots leave */
+    room = (((size_t)16 << 20) / (size_t)world - 64) / (2 * (size_t)world) / 64 * 64; /* bytes per slot */
+    if (room < 64 + 1024) return MPI_SUCCESS; /* too many ranks: packets through MPI */
+    if (inl > room - 64) inl = room - 64;
+    if (inl > ZERO__MPI_PIECE) inl = ZERO__MPI_PIECE;
+    if (inl > ((size_t)8 << 20) / (size_t)world) inl = ((size_t)8 << 20) / (size_t)world;
+    slot = 64 + (inl + 63) / 64 * 64;
     region = 64 + 2 * (size_t)world * slot;
-    if (world < 2 || region > ((size_t)16 << 20) / (size_t)world) return MPI_SUCCESS;
     total = region * (size_t)world;
     memset(info, 0, 14 * sizeof *info);
     if (rank == 0) {
@@ -1629,6 +1644,7 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
         c->shm_bytes = total;
         c->shm_region = region;
         c->slot = slot;
+        c->inl = inl;
     } else if (map) {
         munmap(map, total);
     }

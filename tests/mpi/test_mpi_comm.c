@@ -236,7 +236,8 @@ ZT_TEST(mismatches_fail_every_rank)
    (point to point) is right. */
 ZT_TEST(mismatches_point_to_point)
 {
-    enum { B = 2000, BIG = 100000 }; /* 8000-byte and 400 KB blocks: after the packets */
+    enum { B = 20000, BIG = 100000 }; /* 80 KB and 400 KB blocks: after the packets (their
+                                          payload is at most 64 KiB) */
     size_t cap = (size_t)BIG * (size_t)zm_world;
     float *buf = (float *)calloc(cap, sizeof(float)), *out = (float *)malloc(cap * sizeof(float));
     zero_result r;
@@ -265,7 +266,7 @@ ZT_TEST(mismatches_point_to_point)
             r = g_comm->ops->all_reduce(g_comm, buf, out, zm_rank == last ? 8 : 3 * B, ZERO_F32, ZERO_OP_SUM, NULL);
             break;
         case 3: /* block sizes */
-            what = "8000 vs 400000 bytes";
+            what = "80000 vs 400000 bytes";
             r = g_comm->ops->all_gather(g_comm, buf, out, zm_rank == 0 ? BIG : B, ZERO_F32, NULL);
             break;
         case 4: /* all_to_all against broadcast from the last rank */
@@ -503,7 +504,8 @@ ZT_TEST(bcast_bytes)
    before giving up; otherwise it completes the collective from those packets (every
    rank's data: the right sum) and its next call fails at once. Nobody hangs, and no rank
    goes on past its next call. */
-/* n = 32: the data in the packets; n = 4096 (16 KiB): point to point after them. The
+/* n = 32: the data in the packets; n = 80000 (320 KB, slices of 80 KB or more): point to
+   point after them, with packets in shared memory or through MPI (test_mpi_pieces). The
    ranks that time out then overwrite their input (a caller that reuses its buffer): the
    late rank returns TIMEOUT, or the sum of the data of the call, never of what the
    callers wrote after the timeout. */
@@ -511,7 +513,7 @@ static void late_rank(int n)
 {
     const int T = 300;
     zero_comm *c;
-    float buf[4096], out[4096];
+    static float buf[80000], out[80000];
     double t0, dt;
     zero_result r;
     int late = zm_rank == zm_world - 1, i, ok = 1;
@@ -547,7 +549,7 @@ static void late_rank(int n)
 ZT_TEST(timeout_when_a_rank_is_late)
 {
     late_rank(32);
-    late_rank(4096);
+    late_rank(80000);
 }
 
 /* tests/mpi/abort.sh runs this: abort_on_timeout ends the job (mpirun exits non-zero)
