@@ -33,10 +33,15 @@
           fields in 56 bytes: kind, dtype, count, op, root, this comm's own sequence
           number, an invalid-arguments flag, the caller's zero_comm_tag: role, group, seq,
           count)
-          followed, for a small collective (at most ZERO_MPI_INLINE_BYTES, 3488 bytes, per
-          peer, so a packet stays an eager message; 64 KiB where some node runs more ranks
-          than cores), by this rank's data for that peer. Receives take a whole packet buffer,
-          so a peer that called something else is read whole, never truncated. Every
+          followed, for a small collective, by this rank's data for that peer. Where every
+          rank of the comm runs on one node, packets go through shared memory of the
+          comm's own (a /dev/shm file every rank maps at create; the sender writes into
+          the peer's inbox slot, a flag last; up to ZERO_MPI_INLINE_BYTES_SHM, 64 KiB, of
+          data per peer); elsewhere, or built with ZERO_MPI_SHM 0, as MPI messages (at
+          most ZERO_MPI_INLINE_BYTES, 3488 bytes, per peer, so a packet stays an eager
+          message; 64 KiB where some node runs more ranks than cores). A slot or receive
+          holds the largest packet, so a peer that called something else is read whole,
+          never truncated. Every
           rank then holds every signature: on disagreement every rank returns
           ZERO_ERROR_MISMATCH with the same sentence naming the first rank that differs
           from rank 0; nothing is written.
@@ -60,7 +65,8 @@
           order is unspecified and MPI has no fp16 / bf16).
        Every op speaks this protocol, all_to_all (blocks as reduce_scatter's, no sum) and
        the comms zero_comm_split makes included (each its own communicator, collective
-       numbers and packets). Every wait polls MPI_Testsome against the collective's
+       numbers and packets). Every wait polls (MPI_Testsome, or the packets' flags in
+       shared memory) against the collective's
        deadline (timeout_ms from the first clock check of its waits, microseconds after
        its start): nothing blocks longer. It spins for
        ZERO_MPI_SPIN_MS (2 ms; define it before the implementation to change it), yielding
@@ -71,7 +77,8 @@
    FAILURE
        TIMEOUT   a collective not complete by its deadline returns ZERO_ERROR_TIMEOUT and
                  breaks the comm; with abort_on_timeout set the process calls MPI_Abort
-                 instead of returning. The rank first tells every peer it gave up, so a
+                 instead of returning. The rank first tells every peer it gave up (a
+                 message, and a record in the shared memory where there is one), so a
                  peer that joins after the deadline returns TIMEOUT too: in that
                  collective, or (when MPI delivered the message after the packets, and
                  the collective completed from the packets already sent, with every
@@ -148,7 +155,9 @@ typedef struct zero_mpi_desc {
 } zero_mpi_desc;
 
 /* COLLECTIVE over desc->comm (MPI_Comm_idup, then an all-reduce of one int: whether a node
-   runs more ranks than cores; each waited for at most timeout_ms). Creates this
+   runs more ranks than cores; then, when every rank can map it, the shared memory for the
+   packets: rank 0 creates a /dev/shm file and broadcasts its name, an all-reduce agrees;
+   each waited for at most timeout_ms). Creates this
    process's comm: rank and world are its MPI rank and size. MPI must be initialised.
    Destroy with zero_comm_destroy(). Errors: INVALID_ARGUMENT (NULL, negative timeout,
    half an allocator); INVALID_STATE (MPI not initialised or finalised); UNSUPPORTED
