@@ -1604,11 +1604,8 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
     total = region * (size_t)world;
     memset(info, 0, 14 * sizeof *info);
     if (rank == 0) {
-        struct timespec ts;
-        uint64_t cookie;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        cookie = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
-                 (uint64_t)(uintptr_t)c ^ ((uint64_t)__atomic_fetch_add(&counter, 1u, __ATOMIC_RELAXED) << 32);
+        uint64_t cookie = (uint64_t)(zero__mpi_now_ms() * 1e6) ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)c ^
+                          ((uint64_t)__atomic_fetch_add(&counter, 1u, __ATOMIC_RELAXED) << 32);
         snprintf(name, 64, "/dev/shm/zero_mpi.%ld.%016llx", (long)getpid(), (unsigned long long)cookie);
         fd = open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
         if (fd >= 0) {
