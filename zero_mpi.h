@@ -36,8 +36,8 @@
           followed, for a small collective, by this rank's data for that peer. Where every
           rank of the comm runs on one node, packets go through shared memory of the
           comm's own (a /dev/shm file every rank maps at create; the sender writes into
-          the peer's inbox slot, a flag last; up to ZERO_MPI_INLINE_BYTES_SHM, 64 KiB, of
-          data per peer); elsewhere, or built with ZERO_MPI_SHM 0, as MPI messages (at
+          the peer's inbox slot, a flag last; up to ZERO_MPI_INLINE_BYTES_SHM, 16 KiB, of
+          data per peer, 64 KiB where some node runs more ranks than cores); elsewhere, or built with ZERO_MPI_SHM 0, as MPI messages (at
           most ZERO_MPI_INLINE_BYTES, 3488 bytes, per peer, so a packet stays an eager
           message; 64 KiB where some node runs more ranks than cores). A slot or receive
           holds the largest packet, so a peer that called something else is read whole,
@@ -316,13 +316,17 @@ enum {
 #ifndef ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED
 #define ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED ((size_t)64 << 10)
 #endif
-/* The same for packets in shared memory (ZERO_MPI_SHM): there no transport's fast box or
-   eager limit bounds the packet, only memory (every rank's inbox holds two packets of
+/* The same for packets in shared memory (ZERO_MPI_SHM; where some node runs more ranks
+   than cores, ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED as above). No transport's fast box or
+   eager limit bounds these packets, only memory (every rank's inbox holds two packets of
    every peer: world^2 x 2 slots in all, kept within 16 MiB by a smaller payload for large
-   worlds). Measured at 2 ranks: 16 KiB all_gather 3.5x Open MPI's in the packets, 0.9x as a
-   packet round and a data round. */
+   worlds) and the copies: a packet's payload is copied into the peer's slot and out of it,
+   where Open MPI's point-to-point moves a large block with one copy (Linux CMA). Measured
+   at 2 ranks on this loaded machine (load 7-9), ours / Open MPI's all_gather: 16 KiB
+   buffers 1.8-3.1x in the packets, 1.7-1.9x with a data round; 64 KiB (32 KiB blocks)
+   0.77-0.85x in the packets, 0.87-0.95x with a data round. */
 #ifndef ZERO_MPI_INLINE_BYTES_SHM
-#define ZERO_MPI_INLINE_BYTES_SHM ((size_t)64 << 10)
+#define ZERO_MPI_INLINE_BYTES_SHM ((size_t)16 << 10)
 #endif
 /* An all_reduce sends its whole buffer to every peer, and every rank sums all of it (one
    round instead of a reduce-scatter and an all-gather of slices; the same rank-ordered
@@ -1586,7 +1590,8 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
 {
     static unsigned counter;
     int world = c->base.world, rank = c->base.rank, fd, rc;
-    size_t inl = (size_t)(ZERO_MPI_INLINE_BYTES_SHM), room, slot, region, total;
+    size_t inl = c->oversubscribed ? (size_t)(ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED) : (size_t)(ZERO_MPI_INLINE_BYTES_SHM);
+    size_t room, slot, region, total;
     unsigned char *map = NULL;
     MPI_Request req;
     /* c->sig[16..28): {ok, cookie, bytes, name[64]}; c->sig[28], [29]: the agreement */
