@@ -1594,7 +1594,7 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
     size_t room, slot, region, total;
     unsigned char *map = NULL;
     MPI_Request req;
-    /* c->sig[16..28): {ok, cookie, bytes, name[64]}; c->sig[28], [29]: the agreement */
+    /* c->sig[16..27): {ok, cookie, bytes, name[64]}; c->sig[28], [29]: the agreement */
     int64_t *info = c->sig + 16;
     char *name = (char *)(void *)(info + 3);
     if (world < 2 || world > 512) return MPI_SUCCESS;
@@ -1607,7 +1607,7 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
     slot = 64 + (inl + 63) / 64 * 64;
     region = 64 + 2 * (size_t)world * slot;
     total = region * (size_t)world;
-    memset(info, 0, 14 * sizeof *info);
+    memset(info, 0, 11 * sizeof *info);
     if (rank == 0) {
         uint64_t cookie = (uint64_t)(zero__mpi_now_ms() * 1e6) ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)c ^
                           ((uint64_t)__atomic_fetch_add(&counter, 1u, __ATOMIC_RELAXED) << 32);
@@ -1628,7 +1628,7 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
             info[2] = (int64_t)total;
         }
     }
-    rc = MPI_Ibcast(info, 14 * (int)sizeof *info, MPI_BYTE, 0, c->mc, &req);
+    rc = MPI_Ibcast(info, 11 * (int)sizeof *info, MPI_BYTE, 0, c->mc, &req);
     if (rc == MPI_SUCCESS) rc = zero__mpi_wait_one(&req, deadline);
     if (rc == MPI_SUCCESS && rank != 0 && info[0] == 1 && info[2] == (int64_t)total) {
         name[63] = '\0';
