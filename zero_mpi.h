@@ -1586,6 +1586,7 @@ static int zero__mpi_wait_one(MPI_Request *req, double deadline)
    sends its packets through MPI (returns ZERO_OK with c->shm NULL). Returns -1 on a
    timeout (a rank did not join; requests stay pending on c->sig), else MPI_SUCCESS or
    MPI's error code. Used up to 16 MiB in all (world^2 slots). */
+static int zero__mpi_shm_refuse; /* test hook: nonzero = this rank fails to map the file */
 static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
 {
     static unsigned counter;
@@ -1614,7 +1615,10 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
         snprintf(name, 64, "/dev/shm/zero_mpi.%ld.%016llx", (long)getpid(), (unsigned long long)cookie);
         fd = open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
         if (fd >= 0) {
-            if (ftruncate(fd, (off_t)total) == 0) {
+            /* reserved, not only sized: a tmpfs without room for it (a container's 64 MiB
+               /dev/shm, other comms' files) fails here, and the packets go through MPI,
+               where a sized file would kill the process (SIGBUS) at the first packet */
+            if (posix_fallocate(fd, 0, (off_t)total) == 0) {
                 void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
                 if (m != MAP_FAILED) map = (unsigned char *)m;
             }
@@ -1645,6 +1649,11 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
             munmap(map, total);
             map = NULL;
         }
+    }
+    if (map && zero__mpi_shm_refuse) { /* test hook: as a rank that could not map the file */
+        munmap(map, total);
+        map = NULL;
+        if (rank == 0) unlink(name);
     }
     c->sig[28] = map != NULL;
     if (rc == MPI_SUCCESS) rc = MPI_Iallreduce(&c->sig[28], &c->sig[29], 1, MPI_INT64_T, MPI_MIN, c->mc, &req);

@@ -13,6 +13,8 @@
 #include "zero_mpi.h"
 #include "tests/mpi/zt_mpi.h"
 
+#include <dirent.h>
+
 enum { K_AG, K_RS, K_AR, K_BC, K_A2A };
 static const char *const kname[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all"};
 
@@ -345,6 +347,57 @@ ZT_TEST(packets_under_skew)
     ZT_CHECKF(!bad, "rank %d: a wrong result at collective %d", zm_rank, it - 1);
 }
 
+#if ZERO__MPI_SHM_OK
+static int shm_files(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *f;
+    int n = 0;
+    if (!d) return 0;
+    while ((f = readdir(d)) != NULL)
+        if (!strncmp(f->d_name, "zero_mpi.", 9)) n++;
+    closedir(d);
+    return n;
+}
+#endif
+
+/* One rank that cannot map the shared file (a full /dev/shm: posix_fallocate fails) makes
+   every rank send its packets through MPI: the comm works, its results are exact, and no
+   file is left in /dev/shm. */
+ZT_TEST(shm_refused_by_one_rank_falls_back_to_mpi)
+{
+#if ZERO__MPI_SHM_OK
+    zero_mpi_desc d;
+    zero_comm *c2 = NULL;
+    zero_result r;
+    float in[64], out[64 * 4];
+    int i, p, ok = 1, before = shm_files();
+    if (access("/dev/shm", W_OK) != 0) {
+        ZT_SKIP("no writable /dev/shm");
+        return;
+    }
+    memset(&d, 0, sizeof d);
+    d.comm = MPI_COMM_WORLD;
+    zero__mpi_shm_refuse = zm_rank == zm_world - 1;
+    r = zero_mpi_create(&d, &c2);
+    zero__mpi_shm_refuse = 0;
+    ZT_CHECKF(r == ZERO_OK, "rank %d: zero_mpi_create: %s", zm_rank, zero_last_error());
+    if (r != ZERO_OK) return;
+    ZT_CHECKF(zero__mpi_get(c2)->shm == NULL, "rank %d: packets in shared memory though a rank refused", zm_rank);
+    for (i = 0; i < 64; i++) in[i] = (float)(zm_rank * 64 + i);
+    r = c2->ops->all_gather(c2, in, out, 64, ZERO_F32, NULL);
+    for (p = 0; p < zm_world && r == ZERO_OK; p++)
+        for (i = 0; i < 64; i++)
+            if (out[p * 64 + i] != (float)(p * 64 + i)) ok = 0;
+    ZT_CHECKF(r == ZERO_OK && ok, "rank %d: all_gather through MPI: %s", zm_rank, r ? zero_last_error() : "wrong");
+    zero_comm_destroy(c2);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ZT_CHECKF(shm_files() <= before, "rank %d: %d zero_mpi files in /dev/shm, %d before", zm_rank, shm_files(), before);
+#else
+    ZT_SKIP("packets through MPI in this build");
+#endif
+}
+
 ZT_TEST(tags_compared)
 {
     float buf[8] = {0}, out[8];
@@ -587,6 +640,7 @@ int main(int argc, char **argv)
     ZM_RUN(mismatches_fail_every_rank);
     ZM_RUN(mismatches_point_to_point);
     ZM_RUN(packets_under_skew);
+    ZM_RUN(shm_refused_by_one_rank_falls_back_to_mpi);
     ZM_RUN(tags_compared);
     ZM_RUN(invalid_arguments_on_one_rank);
     ZM_RUN(abort_on_one_rank);
