@@ -12,7 +12,7 @@
 #   make sanitize-cuda the GPU tests under compute-sanitizer (memcheck, racecheck, synccheck)
 #   make test-cuda-sim the CUDA code (tests/cuda, ...) on the CPU under tests/cudasim, no GPU or
 #                      toolkit (CUDASIM_SAN=asan|tsan; make cudasim-run SRC=my.cu: your own)
-#   make bench / bench-cuda
+#   make bench / bench-cuda (LLMC=DIR: a checkout of llm.c adds its train_gpt2.c to the GPT-2 table)
 #   make mpi           zero_mpi.h: build/train_mlp_mpi, the MPI tests and bench (skips without mpicc)
 #   make test-mpi      the MPI tests under mpirun with 2, 3 and 4 processes (one skip line without MPI)
 #   make test-mpi-asan the MPI tests built with ASan + UBSan, 2 and 4 processes
@@ -263,7 +263,7 @@ demo-mlp: build/train_mlp
 # bench_infinity is run by hand (Psi = 4B: ~64 GB of files, many minutes; docs/BENCHMARKS.md)
 bench: $(BENCHES) build/train_gpt2
 	@for b in $(filter-out build/bench_infinity,$(BENCHES)); do echo "== $$b"; $$b || exit 1; done
-	@echo "== bench/gpt2.sh"; PYTHON="$(PYTHON)" sh bench/gpt2.sh
+	@echo "== bench/gpt2.sh"; PYTHON="$(PYTHON)" LLMC="$(LLMC)" sh bench/gpt2.sh
 
 # ---- compile tests: the header in every language mode we promise ------------------------
 COMPILE_SRC := tests/compile/compile_main.c tests/compile/compile_other.c

@@ -17,6 +17,15 @@ static inline double bench_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The calling thread's CPU seconds: a single-threaded kernel's time that a loaded machine
+   barely changes (it delays the thread, it does not make it run longer). */
+static inline double bench_thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* Whether fio is on PATH (the NVMe benches measure the disk with it in the same run and
    print a skip line without it). */
 static inline int bench_have_fio(void) { return system("command -v fio >/dev/null 2>&1") == 0; }
