@@ -12577,7 +12577,18 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
                 e->nvme.cached_tile_zfrom[0] = e->nvme.cached_tile_zfrom[1] = e->nvme.cached_tile_zfrom[2] = tl->numel;
             } else {
                 if (e->nvme.swap_ticket[e->nvme.cached_tile_slot]) { /* writing behind: the next slot, oldest write */
-                    e->nvme.cached_tile_slot = (e->nvme.cached_tile_slot + 1) % e->nvme.nswap;
+                    /* Records of at least 2 x queue_depth blocks alternate between slots 0
+                       and 1: one record's write keeps the disk at full depth while the next
+                       is filled, so an init or a load into a fresh engine (records written,
+                       none read) first-touches 2 slots instead of buffer_count (each page's
+                       first touch costs the kernel a zeroed page: 0.1-0.4 GB/s on the KVM
+                       guest of docs/BENCHMARKS.md, slower than its disk). Smaller records
+                       use every slot, so more writes are queued. */
+                    int wrap = (uint64_t)e->host.tile_numel * 4u >=
+                                       2u * (uint64_t)e->cfg.desc.queue_depth * e->cfg.desc.block_size
+                                   ? 2
+                                   : e->nvme.nswap;
+                    e->nvme.cached_tile_slot = (e->nvme.cached_tile_slot + 1) % wrap;
                     if ((r = zero__eng_tile_settle(e, e->nvme.cached_tile_slot)) != ZERO_OK) break;
                 }
                 sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);

@@ -658,15 +658,17 @@ ZT_TEST(commit_touches_no_host_tier_memory)
 
 typedef struct fo_run {
     const char *dir, *ckdir;
+    int big; /* records of 2 x queue_depth blocks or more: the write-behind cache alternates
+                between two swap slots */
     int mismatches, checked;
 } fo_run;
 
 static float fo_value(int t, size_t i, int pass) { return 0.0078125f * (float)(i % 53) + 0.5f * (float)t - (float)pass; }
 
 /* Compares every tensor's master, m, v and params of e with p's (bit for bit). */
-static void fo_compare(fo_run *w, zero_engine *e, zero_engine *p, const size_t *sizes, int nt)
+static void fo_compare(fo_run *w, zero_engine *e, zero_engine *p, const size_t *sizes, size_t scale, int nt)
 {
-    static float a[1100], b[1100];
+    static float a[4400], b[4400];
     int t, kind;
     for (t = 0; t < nt; t++)
         for (kind = ZERO_STATE_PARAM; kind <= ZERO_STATE_V; kind++) {
@@ -679,7 +681,7 @@ static void fo_compare(fo_run *w, zero_engine *e, zero_engine *p, const size_t *
             {
                 size_t esz = kind == ZERO_STATE_PARAM ? 2u : 4u, off = ra.offset * esz, n = ra.numel * esz;
                 w->checked++;
-                if (ra.numel > sizes[t] || memcmp((char *)a + off, (char *)b + off, n) != 0) w->mismatches++;
+                if (ra.numel > sizes[t] * scale || memcmp((char *)a + off, (char *)b + off, n) != 0) w->mismatches++;
             }
         }
 }
@@ -695,7 +697,8 @@ static zero_result fo_rank(int rank, zero_comm *comm, void *user)
     zero_device *dev = NULL;
     zero_engine_desc d;
     zero_engine *e = NULL, *p = NULL, *e2 = NULL;
-    static float vals[1000], got[1000];
+    static float vals[4000], got[4000];
+    size_t scale = w->big ? 4 : 1;
     zero_range rg;
     int t, k;
     (void)rank;
@@ -709,33 +712,37 @@ static zero_result fo_rank(int rank, zero_comm *comm, void *user)
     d.offload_optimizer = ZERO_OFFLOAD_NVME;
     d.offload_param = ZERO_OFFLOAD_NVME;
     d.nvme_path = w->dir;
-    d.sub_group_size = 128;
+    d.sub_group_size = w->big ? 2048 : 128;
+    if (w->big) { /* 8 KiB of master per record = 2 x queue_depth x block_size */
+        d.block_size = 4096;
+        d.queue_depth = 1;
+    }
     ZT_CHECK(zero_engine_create(&d, &e) == ZERO_OK);
     ZT_CHECK(zero_engine_create(&d, &e2) == ZERO_OK);
     for (t = 0; t < 8; t++) {
         char name[16];
         snprintf(name, sizeof name, "t%d", t);
-        ZT_CHECK(zero_engine_add_tensor(e, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
-        ZT_CHECK(zero_engine_add_tensor(e2, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
-        ZT_CHECK(zero_engine_add_tensor(p, name, sizes[t], groups[t], 0, NULL) == ZERO_OK);
+        ZT_CHECK(zero_engine_add_tensor(e, name, sizes[t] * scale, groups[t], 0, NULL) == ZERO_OK);
+        ZT_CHECK(zero_engine_add_tensor(e2, name, sizes[t] * scale, groups[t], 0, NULL) == ZERO_OK);
+        ZT_CHECK(zero_engine_add_tensor(p, name, sizes[t] * scale, groups[t], 0, NULL) == ZERO_OK);
     }
     ZT_CHECK(zero_engine_commit(e) == ZERO_OK && zero_engine_commit(p) == ZERO_OK && zero_engine_commit(e2) == ZERO_OK);
     for (k = 0; k < 8; k++) { /* out of order, one skipped, one twice; a read between sets */
         size_t i;
         t = order[k];
-        for (i = 0; i < sizes[t]; i++) vals[i] = fo_value(t, i, k);
+        for (i = 0; i < sizes[t] * scale; i++) vals[i] = fo_value(t, i, k);
         ZT_CHECK(zero_engine_set_tensor(e, t, vals) == ZERO_OK);
         ZT_CHECK(zero_engine_set_tensor(p, t, vals) == ZERO_OK);
-        if (k == 1 || k == 4) fo_compare(w, e, p, sizes, 8);
+        if (k == 1 || k == 4) fo_compare(w, e, p, sizes, scale, 8);
         memset(got, 0x7f, sizeof got); /* the tensor after it in the shard: zeros or its values */
         ZT_CHECK(zero_engine_read_tensor(e, (t + 1) % 8, ZERO_STATE_MASTER, got, &rg) == ZERO_OK);
     }
-    fo_compare(w, e, p, sizes, 8);
+    fo_compare(w, e, p, sizes, scale, 8);
     /* a save of the plain engine loaded into a fresh NVMe engine (its m and v: the load
        writes them piece by piece past the padding), and the NVMe engine's own save */
     ZT_CHECK(zero_engine_save(e, w->ckdir) == ZERO_OK);
     ZT_CHECK(zero_engine_load(e2, w->ckdir) == ZERO_OK);
-    fo_compare(w, e2, p, sizes, 8);
+    fo_compare(w, e2, p, sizes, scale, 8);
     zero_engine_destroy(e);
     zero_engine_destroy(e2);
     zero_engine_destroy(p);
@@ -746,9 +753,10 @@ static zero_result fo_rank(int rank, zero_comm *comm, void *user)
 /* The tier's caches fill a record or param shard never written since commit (the file's
    zeros) with zeros only where the calls leave gaps, as they go (an init writes each byte
    once): set_tensor in any order, a tensor never set, one set twice, reads of partly set
-   records and shards between the sets, a save and a load into a fresh NVMe engine. Every
-   tensor's master, m, v and params equal a plain engine's, given the same calls, bit for
-   bit. */
+   records and shards between the sets, a save and a load into a fresh NVMe engine; with
+   small records (every swap slot in turn) and with records of 2 x queue_depth blocks (two
+   slots alternate). Every tensor's master, m, v and params equal a plain engine's, given
+   the same calls, bit for bit. */
 ZT_TEST(fresh_records_fill_in_any_order)
 {
     char d1[64], d2[64];
@@ -760,8 +768,12 @@ ZT_TEST(fresh_records_fill_in_any_order)
     w.ckdir = mkdtemp(d2);
     ZT_CHECK(w.dir && w.ckdir);
     if (!w.dir || !w.ckdir) return;
-    ZT_CHECK(zero_local_run(1, fo_rank, &w) == ZERO_OK);
-    ZT_CHECKF(w.mismatches == 0 && w.checked == 4 * 8 * 4, "%d of %d reads differ", w.mismatches, w.checked);
+    for (w.big = 0; w.big < 2; w.big++) {
+        w.mismatches = w.checked = 0;
+        ZT_CHECK(zero_local_run(1, fo_rank, &w) == ZERO_OK);
+        ZT_CHECKF(w.mismatches == 0 && w.checked == 4 * 8 * 4, "records of %s: %d of %d reads differ",
+                  w.big ? "8 KiB" : "512 bytes", w.mismatches, w.checked);
+    }
     ZT_CHECK(nd_dir_is_empty(w.dir));
     rmdir(w.dir);
     {
