@@ -12534,6 +12534,20 @@ static void zero__eng_nvme_free(zero_engine *e)
     e->nvme.swap_tile_behind = NULL;
 }
 
+/* The swap slots the tier's cache uses between steps: records of at least 2 x queue_depth
+   blocks (their master alone) use slots 0 and 1 only: one record's write behind or read
+   ahead keeps the disk at full depth while the caller works on the other, so an init, a
+   load or a save first-touches 2 slots instead of buffer_count (each page's first touch
+   costs the kernel a zeroed page: 0.07-0.37 GB/s on the KVM guest of docs/BENCHMARKS.md,
+   slower than its disk). Smaller records use every slot, so more transfers are queued. The
+   step uses every slot either way. */
+static int zero__eng_swap_wrap(const zero_engine *e)
+{
+    return (uint64_t)e->host.tile_numel * 4u >= 2u * (uint64_t)e->cfg.desc.queue_depth * e->cfg.desc.block_size
+               ? 2
+               : e->nvme.nswap;
+}
+
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
    NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
    slot cached_tile_slot): a tile record is read once when first touched (the next record in
@@ -12577,18 +12591,7 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
                 e->nvme.cached_tile_zfrom[0] = e->nvme.cached_tile_zfrom[1] = e->nvme.cached_tile_zfrom[2] = tl->numel;
             } else {
                 if (e->nvme.swap_ticket[e->nvme.cached_tile_slot]) { /* writing behind: the next slot, oldest write */
-                    /* Records of at least 2 x queue_depth blocks alternate between slots 0
-                       and 1: one record's write keeps the disk at full depth while the next
-                       is filled, so an init or a load into a fresh engine (records written,
-                       none read) first-touches 2 slots instead of buffer_count (each page's
-                       first touch costs the kernel a zeroed page: 0.1-0.4 GB/s on the KVM
-                       guest of docs/BENCHMARKS.md, slower than its disk). Smaller records
-                       use every slot, so more writes are queued. */
-                    int wrap = (uint64_t)e->host.tile_numel * 4u >=
-                                       2u * (uint64_t)e->cfg.desc.queue_depth * e->cfg.desc.block_size
-                                   ? 2
-                                   : e->nvme.nswap;
-                    e->nvme.cached_tile_slot = (e->nvme.cached_tile_slot + 1) % wrap;
+                    e->nvme.cached_tile_slot = (e->nvme.cached_tile_slot + 1) % zero__eng_swap_wrap(e);
                     if ((r = zero__eng_tile_settle(e, e->nvme.cached_tile_slot)) != ZERO_OK) break;
                 }
                 sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
@@ -12609,10 +12612,11 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
             sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
             e->nvme.cached_tile = k;
             /* read the next records ahead: k + j into the j-th slot after the cache's, j = 1 ..
-               nswap - 1 (buffer_count - 1: a save reads 3 ahead at the default 4), up to the
-               first slot still busy (a write behind, a read not yet taken) */
-            for (s = 1; s < e->nvme.nswap && k + s < e->host.ntiles; s++) {
-                int kk = k + s, nx = (e->nvme.cached_tile_slot + s) % e->nvme.nswap, have = 0, q;
+               wrap - 1 (buffer_count - 1: a save reads 3 ahead at the default 4; 1 for large
+               records), up to the first slot still busy (a write behind, a read not yet
+               taken) */
+            for (s = 1; s < zero__eng_swap_wrap(e) && k + s < e->host.ntiles; s++) {
+                int kk = k + s, nx = (e->nvme.cached_tile_slot + s) % zero__eng_swap_wrap(e), have = 0, q;
                 if (e->nvme.tile_fresh[kk] == 1) continue; /* zeros: nothing to read */
                 for (q = 0; q < e->nvme.nswap; q++) have |= e->nvme.swap_tile_behind[q] == kk;
                 if (have) continue;

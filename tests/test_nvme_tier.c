@@ -659,8 +659,8 @@ ZT_TEST(commit_touches_no_host_tier_memory)
 typedef struct fo_run {
     const char *dir, *ckdir;
     int big; /* records of 2 x queue_depth blocks or more: the write-behind cache alternates
-                between two swap slots */
-    int mismatches, checked;
+                between two swap slots, and a save reads one record ahead */
+    int mismatches, checked, ahead_max;
 } fo_run;
 
 static float fo_value(int t, size_t i, int pass) { return 0.0078125f * (float)(i % 53) + 0.5f * (float)t - (float)pass; }
@@ -740,7 +740,9 @@ static zero_result fo_rank(int rank, zero_comm *comm, void *user)
     fo_compare(w, e, p, sizes, scale, 8);
     /* a save of the plain engine loaded into a fresh NVMe engine (its m and v: the load
        writes them piece by piece past the padding), and the NVMe engine's own save */
+    e->nvme.records_ahead_max = 0;
     ZT_CHECK(zero_engine_save(e, w->ckdir) == ZERO_OK);
+    w->ahead_max = e->nvme.records_ahead_max;
     ZT_CHECK(zero_engine_load(e2, w->ckdir) == ZERO_OK);
     fo_compare(w, e2, p, sizes, scale, 8);
     zero_engine_destroy(e);
@@ -755,8 +757,9 @@ static zero_result fo_rank(int rank, zero_comm *comm, void *user)
    once): set_tensor in any order, a tensor never set, one set twice, reads of partly set
    records and shards between the sets, a save and a load into a fresh NVMe engine; with
    small records (every swap slot in turn) and with records of 2 x queue_depth blocks (two
-   slots alternate). Every tensor's master, m, v and params equal a plain engine's, given
-   the same calls, bit for bit. */
+   slots alternate, and the save reads one record ahead, not buffer_count - 1 = 3). Every
+   tensor's master, m, v and params equal a plain engine's, given the same calls, bit for
+   bit. */
 ZT_TEST(fresh_records_fill_in_any_order)
 {
     char d1[64], d2[64];
@@ -773,6 +776,8 @@ ZT_TEST(fresh_records_fill_in_any_order)
         ZT_CHECK(zero_local_run(1, fo_rank, &w) == ZERO_OK);
         ZT_CHECKF(w.mismatches == 0 && w.checked == 4 * 8 * 4, "records of %s: %d of %d reads differ",
                   w.big ? "8 KiB" : "512 bytes", w.mismatches, w.checked);
+        ZT_CHECKF(w.ahead_max == (w.big ? 1 : 3), "records of %s: the save read %d ahead at most",
+                  w.big ? "8 KiB" : "512 bytes", w.ahead_max);
     }
     ZT_CHECK(nd_dir_is_empty(w.dir));
     rmdir(w.dir);
