@@ -9685,6 +9685,13 @@ typedef struct zero__eng_nvme_tier {
     int cached_tile, cached_tile_dirty; /* tile in swap slot cached_tile_slot (-1 none), changed */
     int cached_tile_mv;                 /* the cached record's m, v may be nonzero             */
     int cached_tile_slot;
+    size_t cached_tile_zfrom[3];        /* per area of the cached record (master, m, v): its
+                                           elements from this one on are zeros not yet written
+                                           into the slot (a fresh record's master, a record's
+                                           m and v first written: an init's set_tensor calls
+                                           and a load fill them in order instead of clearing
+                                           them first); numel otherwise. The zeros are written
+                                           into the slot before its record is written. */
     int *swap_tile_behind;              /* per swap slot: tile written behind from it or read
                                            ahead into it (the next ones in shard order), -1    */
     int records_ahead_max;              /* most record reads ahead in flight at once (tests)   */
@@ -9692,6 +9699,10 @@ typedef struct zero__eng_nvme_tier {
                                            record's (a master-only or fresh record's are zeroed
                                            on first use, not when it comes into the slot)      */
     int cached_group, cached_group_dirty, cached_group_slot; /* group in its slot (-1 none), changed */
+    size_t cached_group_zfrom;          /* the cached shard's bytes from this one on are zeros
+                                           not yet written into the slot (a fresh shard taken by
+                                           set_tensor, which fills it in order); its size
+                                           otherwise (every other use gets it whole) */
     /* records (per tile) and param shards (per group) never written since commit: they hold
        the preallocated file's zeros, so reading them is replaced by zero-filling the buffer.
        tile_fresh[k] = 2: only the record's master was written (one range of 4 x numel bytes
@@ -12170,6 +12181,15 @@ static zero_result zero__eng_tile_write_behind(zero_engine *e)
 {
     int k = e->nvme.cached_tile, s = e->nvme.cached_tile_slot;
     zero_result r;
+    size_t nk = e->host.tiles[k].numel;
+    int a;
+    for (a = 0; a < 3; a++) /* the zeros not written into the slot yet */
+        if (e->nvme.cached_tile_zfrom[a] < nk) {
+            memset((float *)(void *)(e->nvme.swap + (size_t)s * e->nvme.swap_stride) + (size_t)a * nk +
+                       e->nvme.cached_tile_zfrom[a],
+                   0, (nk - e->nvme.cached_tile_zfrom[a]) * 4u);
+            e->nvme.cached_tile_zfrom[a] = nk;
+        }
     e->nvme.tile_fresh[k] = e->nvme.cached_tile_mv ? 0 : 2; /* m and v never set: the master alone */
     r = zero_io_write(e->nvme.opt_file, e->nvme.tile_off[k], e->nvme.swap + (size_t)s * e->nvme.swap_stride,
                       e->host.tiles[k].numel * (e->nvme.cached_tile_mv ? 12u : 4u), &e->nvme.swap_ticket[s]);
@@ -12189,11 +12209,33 @@ static zero_result zero__eng_tile_settle(zero_engine *e, int s)
     return t ? zero_io_wait(e->nvme.io, t) : ZERO_OK;
 }
 
+/* Writes the shard cache's zeros not in its slot yet (cached_group_zfrom) into it. */
+static void zero__eng_shard_zeros(zero_engine *e)
+{
+    size_t bytes = e->layout.groups[e->nvme.cached_group].shard_numel * e->cfg.param_size;
+    if (e->nvme.cached_group_zfrom >= bytes) return;
+    memset(e->nvme.param_buf + (size_t)e->nvme.cached_group_slot * e->nvme.param_buf_stride + e->nvme.cached_group_zfrom,
+           0, bytes - e->nvme.cached_group_zfrom);
+    e->nvme.cached_group_zfrom = bytes;
+}
+
+/* The shard cache (a fresh shard taken lazily) is about to hold [a, b) of its bytes: the
+   zeros between what it holds and a are written into the slot. */
+static void zero__eng_shard_fill(zero_engine *e, size_t a, size_t b)
+{
+    size_t z = e->nvme.cached_group_zfrom;
+    if (b <= z) return;
+    if (a > z)
+        memset(e->nvme.param_buf + (size_t)e->nvme.cached_group_slot * e->nvme.param_buf_stride + z, 0, a - z);
+    e->nvme.cached_group_zfrom = b;
+}
+
 /* Writes the param shard cache behind from its slot (waited for before the slot's reuse). */
 static zero_result zero__eng_shard_write_behind(zero_engine *e)
 {
     int g = e->nvme.cached_group, s = e->nvme.cached_group_slot;
     zero_result r;
+    zero__eng_shard_zeros(e);
     e->nvme.group_fresh[g] = 0;
     r = zero_io_write(e->nvme.param_file, e->nvme.param_off[g], e->nvme.param_buf + (size_t)s * e->nvme.param_buf_stride, e->layout.groups[g].shard_numel * e->cfg.param_size,
                       &e->nvme.ahead_ticket[s]);
@@ -12262,8 +12304,9 @@ static zero_result zero__eng_nvme_forget(zero_engine *e)
    (nvme): the slot it is read ahead into, written behind from or kept clean in (its
    transfer waited for), else read from the file into a free slot, unless the cache holds it
    already. The group the cache held is written behind if changed, else kept as a clean
-   copy. Uploads that read the slots are waited for first. */
-static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
+   copy. Uploads that read the slots are waited for first. lazy (set_tensor, which then
+   calls zero__eng_shard_fill for what it writes): a fresh shard is not cleared. */
+static zero_result zero__eng_hparam_take(zero_engine *e, int g, unsigned char **out, int lazy)
 {
     zero_io_ticket t;
     zero_result r;
@@ -12275,6 +12318,7 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
         return ZERO_OK;
     }
     if (e->nvme.cached_group == g) {
+        if (!lazy) zero__eng_shard_zeros(e);
         *out = e->nvme.param_buf + (size_t)e->nvme.cached_group_slot * e->nvme.param_buf_stride;
         return ZERO_OK;
     }
@@ -12282,11 +12326,13 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
     if (e->nvme.cached_group >= 0 && e->nvme.cached_group_dirty) {
         if ((r = zero__eng_shard_write_behind(e)) != ZERO_OK) return r;
     } else if (e->nvme.cached_group >= 0) {
+        zero__eng_shard_zeros(e);
         e->nvme.ahead_group[e->nvme.cached_group_slot] = e->nvme.cached_group; /* a clean copy */
     }
     e->nvme.cached_group = -1;
     e->nvme.cached_group_dirty = 0;
     bytes = e->layout.groups[g].shard_numel * e->cfg.param_size;
+    e->nvme.cached_group_zfrom = bytes;
     for (s = 0; s < e->nvme.param_buf_slots; s++)
         if (e->nvme.ahead_group[s] == g) found = s;
     if (found >= 0) { /* its slot becomes the cache */
@@ -12309,7 +12355,9 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
             }
         if (pick < 0 && (r = zero__eng_slot_settle(e, pick = 0)) != ZERO_OK) return r;
         e->nvme.cached_group_slot = pick;
-        if (e->nvme.group_fresh[g]) { /* still the file's zeros */
+        if (e->nvme.group_fresh[g] && lazy) { /* still the file's zeros: cleared as filled */
+            e->nvme.cached_group_zfrom = 0;
+        } else if (e->nvme.group_fresh[g]) {
             memset(e->nvme.param_buf + (size_t)pick * e->nvme.param_buf_stride, 0, bytes);
         } else {
             t0 = zero__eng_secs();
@@ -12323,6 +12371,11 @@ static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **o
     e->nvme.cached_group = g;
     *out = e->nvme.param_buf + (size_t)e->nvme.cached_group_slot * e->nvme.param_buf_stride;
     return ZERO_OK;
+}
+
+static zero_result zero__eng_hparam_get(zero_engine *e, int g, unsigned char **out)
+{
+    return zero__eng_hparam_take(e, g, out, 0);
 }
 
 /* The first max distinct groups the recorded order gathers after the current position,
@@ -12481,6 +12534,20 @@ static void zero__eng_nvme_free(zero_engine *e)
     e->nvme.swap_tile_behind = NULL;
 }
 
+/* The swap slots the tier's cache uses between steps: records of at least 2 x queue_depth
+   blocks (their master alone) use slots 0 and 1 only: one record's write behind or read
+   ahead keeps the disk at full depth while the caller works on the other, so an init, a
+   load or a save first-touches 2 slots instead of buffer_count (each page's first touch
+   costs the kernel a zeroed page: 0.07-0.37 GB/s on the KVM guest of docs/BENCHMARKS.md,
+   slower than its disk). Smaller records use every slot, so more transfers are queued. The
+   step uses every slot either way. */
+static int zero__eng_swap_wrap(const zero_engine *e)
+{
+    return (uint64_t)e->host.tile_numel * 4u >= 2u * (uint64_t)e->cfg.desc.queue_depth * e->cfg.desc.block_size
+               ? 2
+               : e->nvme.nswap;
+}
+
 /* Copies elements [off, off + n) (shard layout) of master (kind 0), m (1) or v (2) from the
    NVMe tier to out, or from in to the tier when in is not NULL, through the tile cache (swap
    slot cached_tile_slot): a tile record is read once when first touched (the next record in
@@ -12521,16 +12588,20 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
                 if ((r = zero__eng_tile_settle(e, behind)) != ZERO_OK) break;
                 e->nvme.cached_tile_slot = behind;
                 e->nvme.cached_tile_mv = e->nvme.tile_fresh[k] == 0;
+                e->nvme.cached_tile_zfrom[0] = e->nvme.cached_tile_zfrom[1] = e->nvme.cached_tile_zfrom[2] = tl->numel;
             } else {
                 if (e->nvme.swap_ticket[e->nvme.cached_tile_slot]) { /* writing behind: the next slot, oldest write */
-                    e->nvme.cached_tile_slot = (e->nvme.cached_tile_slot + 1) % e->nvme.nswap;
+                    e->nvme.cached_tile_slot = (e->nvme.cached_tile_slot + 1) % zero__eng_swap_wrap(e);
                     if ((r = zero__eng_tile_settle(e, e->nvme.cached_tile_slot)) != ZERO_OK) break;
                 }
                 sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
                 e->nvme.cached_tile_mv = e->nvme.tile_fresh[k] == 0;
                 e->nvme.swap_mv[e->nvme.cached_tile_slot] = e->nvme.tile_fresh[k] == 0;
+                e->nvme.cached_tile_zfrom[0] = e->nvme.cached_tile_zfrom[1] = e->nvme.cached_tile_zfrom[2] = tl->numel;
                 if (e->nvme.tile_fresh[k] == 1) {
-                    memset(sl, 0, tl->numel * 4u); /* m and v: zeroed when first used */
+                    /* the master: zeroed as far as it is not written (cached_tile_zfrom); m
+                       and v: zeroed when first used */
+                    e->nvme.cached_tile_zfrom[0] = 0;
                 } else {
                     size_t rb = tl->numel * (e->nvme.tile_fresh[k] == 2 ? 4u : 12u);
                     r = zero_io_read(e->nvme.opt_file, e->nvme.tile_off[k], sl, rb, &t);
@@ -12541,10 +12612,11 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
             sl = (float *)(void *)(e->nvme.swap + (size_t)e->nvme.cached_tile_slot * e->nvme.swap_stride);
             e->nvme.cached_tile = k;
             /* read the next records ahead: k + j into the j-th slot after the cache's, j = 1 ..
-               nswap - 1 (buffer_count - 1: a save reads 3 ahead at the default 4), up to the
-               first slot still busy (a write behind, a read not yet taken) */
-            for (s = 1; s < e->nvme.nswap && k + s < e->host.ntiles; s++) {
-                int kk = k + s, nx = (e->nvme.cached_tile_slot + s) % e->nvme.nswap, have = 0, q;
+               wrap - 1 (buffer_count - 1: a save reads 3 ahead at the default 4; 1 for large
+               records), up to the first slot still busy (a write behind, a read not yet
+               taken) */
+            for (s = 1; s < zero__eng_swap_wrap(e) && k + s < e->host.ntiles; s++) {
+                int kk = k + s, nx = (e->nvme.cached_tile_slot + s) % zero__eng_swap_wrap(e), have = 0, q;
                 if (e->nvme.tile_fresh[kk] == 1) continue; /* zeros: nothing to read */
                 for (q = 0; q < e->nvme.nswap; q++) have |= e->nvme.swap_tile_behind[q] == kk;
                 if (have) continue;
@@ -12573,8 +12645,22 @@ static zero_result zero__eng_nvme_state(zero_engine *e, size_t off, size_t n, in
                 memset(out + (a - off), 0, (b - a) * 4);
                 continue;
             }
-            memset(sl + tl->numel, 0, tl->numel * 8u);
+            /* m and v: zeros, written into the slot as far as they are not written
+               (cached_tile_zfrom) */
+            e->nvme.cached_tile_zfrom[1] = e->nvme.cached_tile_zfrom[2] = 0;
             e->nvme.swap_mv[e->nvme.cached_tile_slot] = 1;
+        }
+        if (e->nvme.cached_tile_zfrom[kind] < b - tlo) { /* past the area's written part */
+            size_t z = e->nvme.cached_tile_zfrom[kind];
+            float *ar = sl + (size_t)kind * tl->numel;
+            if (!in) { /* the zeros not in the slot */
+                size_t c = a - tlo < z ? z - (a - tlo) : 0;
+                memcpy(out + (a - off), ar + (a - tlo), c * 4);
+                memset(out + (a - off) + c, 0, (b - a - c) * 4);
+                continue;
+            }
+            if (a - tlo > z) memset(ar + z, 0, (a - tlo - z) * 4); /* a gap: its zeros */
+            e->nvme.cached_tile_zfrom[kind] = b - tlo;
         }
         if (in) {
             memcpy(sl + (size_t)kind * tl->numel + (a - tlo), in + (a - off), (b - a) * 4);
@@ -15253,7 +15339,9 @@ static zero_result zero__eng_set_tensor(zero_engine *e, int tensor, const float 
     /* read, change, write back */
     if (r == ZERO_OK && pt.pn > 0 && pt.param_host && e->nvme.param_file) {
         unsigned char *hp = NULL;
-        r = zero__eng_hparam_get(e, ti.group, &hp);
+        r = zero__eng_hparam_take(e, ti.group, &hp, 1);
+        if (r == ZERO_OK)
+            zero__eng_shard_fill(e, pt.param_off * e->cfg.param_size, (pt.param_off + pt.pn) * e->cfg.param_size);
         if (r == ZERO_OK && e->cfg.param_dtype != ZERO_F32)
             r = zero_convert(hp + pt.param_off * e->cfg.param_size, e->cfg.param_dtype, values + pt.p0,
                              ZERO_F32, pt.pn, ZERO_SIMD_AUTO);
@@ -16701,6 +16789,12 @@ ZERODEF zero_result zero_engine_activation_stats(const zero_engine *e, zero_acti
 #endif
 #if defined(__GLIBC__) && !defined(__USE_MISC) && !defined(__USE_UNIX98)
 extern int gethostname(char *name, size_t len);
+#endif
+#if defined(__GLIBC__) && defined(__LP64__) && !defined(__USE_XOPEN2K)
+extern int posix_fadvise(int fd, off_t offset, off_t len, int advice);
+#endif
+#if !defined(POSIX_FADV_WILLNEED) && defined(__linux__)
+#define POSIX_FADV_WILLNEED 3
 #endif
 
 /* ---- engine state accessors --------------------------------------------------------------- */
@@ -19041,12 +19135,50 @@ typedef struct zero__ck_load {
     size_t map_bytes;
 } zero__ck_load;
 
+/* The load's read of its mapped shard file runs ahead of the checksums: before the bytes at
+   [at, at + ZERO__CK_PIECE) are checked, the file's pages up to at + ZERO__CK_AHEAD are asked
+   for (POSIX_FADV_WILLNEED, ZERO__CK_PIECE at a time: the kernel's readahead reads them
+   asynchronously, about 8 requests of 1 MiB in flight, like the tier's reads), so the disk
+   reads while the CRC32C runs instead of the whole file being read first (MAP_POPULATE) and
+   checked after. The pages are the page cache's, not the engine's memory; the apply pass
+   reads them again from there. */
+#define ZERO__CK_PIECE ((uint64_t)8 << 20)
+#define ZERO__CK_AHEAD ((uint64_t)64 << 20)
+
+static uint32_t zero__ck_crc_ahead(int fd, const unsigned char *map, uint64_t size, uint64_t off,
+                                   uint64_t bytes, uint64_t *asked)
+{
+    uint32_t c = 0;
+    uint64_t at = off, end = off + bytes;
+    while (at < end) {
+        uint64_t n = end - at < ZERO__CK_PIECE ? end - at : ZERO__CK_PIECE;
+        uint64_t want = at + ZERO__CK_AHEAD < size ? at + ZERO__CK_AHEAD : size;
+#if defined(__linux__)
+        if (*asked < at) *asked = at - at % ZERO__CK_PIECE; /* a section skipped: ask from here */
+        while (*asked < want) { /* a hint: an error only costs the overlap */
+            uint64_t len = want - *asked < ZERO__CK_PIECE ? want - *asked : ZERO__CK_PIECE;
+            (void)posix_fadvise(fd, (off_t)*asked, (off_t)len, POSIX_FADV_WILLNEED);
+            *asked += len;
+        }
+#else
+        (void)fd;
+        (void)want;
+        (void)asked;
+#endif
+        c = zero_crc32c(c, map + at, (size_t)n);
+        at += n;
+    }
+    return c;
+}
+
 /* Same layout: maps this rank's own shard file and verifies its header and every section
-   checksum over the mapping; the apply step then uploads straight from it (no staging). */
+   checksum over the mapping (read ahead of the checks: zero__ck_crc_ahead); the apply step
+   then uploads straight from it (no staging). */
 static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
 {
     char name[64], path[4200];
     uint32_t *crcs = NULL;
+    uint64_t asked = 0;
     zero_result r;
     int fd, g, ki;
     void *m;
@@ -19062,13 +19194,9 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
         close(fd);
         return r;
     }
-#ifdef MAP_POPULATE
-    m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-#else
     m = mmap(NULL, (size_t)ck->shard_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-#endif
-    close(fd);
     if (m == MAP_FAILED) {
+        close(fd);
         ZERO_FREE(crcs);
         return zero__fail(ZERO_ERROR_IO, "%s: mmap of %llu bytes: %s", path,
                           (unsigned long long)ck->shard_bytes, strerror(errno));
@@ -19079,7 +19207,7 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
         for (ki = 0; ki < 4 && r == ZERO_OK; ki++) {
             uint64_t off = zero__ck_sec_off(ck, g, ki);
             uint64_t bytes = zero__ck_sec_numel(ck, g, ki) * zero__ck_sec_esz(ck, ki);
-            uint32_t c = zero_crc32c(0, L->map + off, (size_t)bytes);
+            uint32_t c = zero__ck_crc_ahead(fd, L->map, ck->shard_bytes, off, bytes, &asked);
             if (c != crcs[g * 4 + ki]) {
                 int t = ck->groups[g].first_tensor;
                 r = zero__fail(ZERO_ERROR_IO, "%s: checksum mismatch in the %s section of group "
@@ -19089,6 +19217,7 @@ static zero_result zero__ck_map_own(const zero_checkpoint *ck, zero__ck_load *L)
                                t >= 0 ? ck->tensors[t].name : "?", crcs[g * 4 + ki], c);
             }
         }
+    close(fd);
     ZERO_FREE(crcs);
     return r;
 }
