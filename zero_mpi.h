@@ -372,7 +372,8 @@ typedef struct zero__mpi_comm {
     int64_t *sigs;           /* [world * NF]: every rank's signature of this collective    */
     unsigned char *pkt_in;   /* [world * SLOT]: the packets received, peer p's at p * SLOT */
     unsigned char *pkt_out;  /* [world * SLOT]: the packets sent, to peer p at p * SLOT    */
-    unsigned char *pkt_mem;  /* the allocation that holds both, 64-byte aligned in it     */
+    unsigned char *pkt_mem;  /* the allocation that holds both, 64-byte aligned in it
+                                (NULL with packets in shared memory)                        */
     unsigned char *scratch;  /* received blocks of a reduction                             */
     size_t scratch_bytes;
     MPI_Request *reqs;       /* the data round's requests                                */
@@ -1672,6 +1673,17 @@ static int zero__mpi_shm_setup(zero__mpi_comm *c, double deadline)
 }
 #endif
 
+/* zero_mpi_create's failure after the duplication: frees the comm and says which MPI step
+   failed (rc: its error code). */
+static zero_result zero__mpi_create_failed(zero__mpi_comm *c, int rc, const char *step)
+{
+    char e[MPI_MAX_ERROR_STRING + 1];
+    zero__mpi_errtext(rc, e, sizeof e);
+    MPI_Comm_free(&c->mc);
+    zero__mpi_free(c);
+    return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: %s failed: %s", step, e);
+}
+
 ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
 {
     MPI_Comm zero_bytes_comm; /* all-zero bytes: "default" in a zeroed desc */
@@ -1758,12 +1770,7 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
         if (rc == MPI_SUCCESS) rc = zero__mpi_wait_one(&req, deadline);
         if (rc == -1) /* c stays: MPI may still write c->oversubscribed */
             return zero__fail(ZERO_ERROR_TIMEOUT, "zero_mpi_create: a rank did not join in %d ms", c->timeout_ms);
-        if (rc != MPI_SUCCESS) {
-            zero__mpi_errtext(rc, e, sizeof e);
-            MPI_Comm_free(&c->mc);
-            zero__mpi_free(c);
-            return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: MPI_Iallreduce failed: %s", e);
-        }
+        if (rc != MPI_SUCCESS) return zero__mpi_create_failed(c, rc, "MPI_Iallreduce");
         c->inl = c->oversubscribed ? (size_t)(ZERO_MPI_INLINE_BYTES_OVERSUBSCRIBED) : (size_t)(ZERO_MPI_INLINE_BYTES);
     }
     if (c->inl > ZERO__MPI_PIECE) c->inl = ZERO__MPI_PIECE;
@@ -1776,25 +1783,22 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
         rc = zero__mpi_shm_setup(c, deadline);
         if (rc == -1) /* c stays: MPI may still write c->sig */
             return zero__fail(ZERO_ERROR_TIMEOUT, "zero_mpi_create: a rank did not join in %d ms", c->timeout_ms);
-        if (rc != MPI_SUCCESS) {
-            zero__mpi_errtext(rc, e, sizeof e);
-            MPI_Comm_free(&c->mc);
-            zero__mpi_free(c);
-            return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: setting up shared memory failed: %s", e);
-        }
+        if (rc != MPI_SUCCESS) return zero__mpi_create_failed(c, rc, "setting up shared memory");
     }
 #endif
     /* Packets start on 64-byte boundaries (slot is a multiple of 64): Open MPI's
        shared-memory fragments hold their data at a fixed offset modulo 64, so its copies
        of our packets (in and out) keep source and destination aligned alike (see
-       ZERO__MPI_HDR on why that matters). In shared memory only the 56-byte signatures
-       are kept here. */
-    c->pkt_mem = (unsigned char *)zero__alloc(&a, c->shm ? 64 : 2 * (size_t)world * c->slot + 64);
-    if (c->pkt_mem && !c->shm) {
-        c->pkt_in = c->pkt_mem + (64 - (size_t)((uintptr_t)c->pkt_mem % 64)) % 64;
-        c->pkt_out = c->pkt_in + (size_t)world * c->slot;
+       ZERO__MPI_HDR on why that matters). In shared memory there are none: the packets
+       are the peers' inbox slots, this rank's signature is c->hdr. */
+    if (!c->shm) {
+        c->pkt_mem = (unsigned char *)zero__alloc(&a, 2 * (size_t)world * c->slot + 64);
+        if (c->pkt_mem) {
+            c->pkt_in = c->pkt_mem + (64 - (size_t)((uintptr_t)c->pkt_mem % 64)) % 64;
+            c->pkt_out = c->pkt_in + (size_t)world * c->slot;
+        }
     }
-    if (!c->sig || !c->sigs || !c->srcs || !c->plen || !c->pkt_mem || !c->got ||
+    if (!c->sig || !c->sigs || !c->srcs || !c->plen || (!c->pkt_mem && !c->shm) || !c->got ||
         !zero__mpi_reqs(c, 2 * (size_t)world)) {
         MPI_Comm_free(&c->mc);
         zero__mpi_free(c);
@@ -1802,11 +1806,8 @@ ZERODEF zero_result zero_mpi_create(const zero_mpi_desc *desc, zero_comm **out)
     }
     rc = MPI_Irecv(c->sig + 8, 4, MPI_INT64_T, MPI_ANY_SOURCE, ZERO__MPI_TAG_GAVEUP, c->mc, &c->gaveup_req);
     if (rc != MPI_SUCCESS) {
-        zero__mpi_errtext(rc, e, sizeof e);
         c->gaveup_req = MPI_REQUEST_NULL;
-        MPI_Comm_free(&c->mc);
-        zero__mpi_free(c);
-        return zero__fail(ZERO_ERROR_COMM, "zero_mpi_create: posting a receive failed: %s", e);
+        return zero__mpi_create_failed(c, rc, "posting a receive");
     }
     *out = &c->base;
     return ZERO_OK;

@@ -9,22 +9,19 @@
 #include <string.h>
 #include <time.h>
 
-/* Seconds on the monotonic clock (differences of two calls time an interval). */
-static inline double bench_now(void)
+static inline double bench_clock(clockid_t id)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Seconds on the monotonic clock (differences of two calls time an interval). */
+static inline double bench_now(void) { return bench_clock(CLOCK_MONOTONIC); }
+
 /* The calling thread's CPU seconds: a single-threaded kernel's time that a loaded machine
    barely changes (it delays the thread, it does not make it run longer). */
-static inline double bench_thread_cpu(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static inline double bench_thread_cpu(void) { return bench_clock(CLOCK_THREAD_CPUTIME_ID); }
 
 /* Whether fio is on PATH (the NVMe benches measure the disk with it in the same run and
    print a skip line without it). */

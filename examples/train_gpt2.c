@@ -352,20 +352,17 @@ typedef struct model {
     char why[192];              /* model_init's failed allocation, for the message  */
 } model;
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+
 /* CPU seconds of the whole process (every rank's thread): bench/gpt2.sh's load-proof measure */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 /* The engine calls of the forward and backward, timed for the per-step breakdown: gathers
    (stage 3: all-gathers) and gradient hand-overs (their reductions). */
